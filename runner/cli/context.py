@@ -1,0 +1,51 @@
+"""What every command needs: the project root, the user folder, the catalogs."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runner.compiler import Catalog, build_catalog, find_project_root
+from runner.compiler.discovery import PROJECT_DIR, Kind, user_folder_default
+from runner.errors import InputError
+
+
+@dataclass
+class Context:
+    project_flag: str | None
+    debug: bool = False
+    _catalogs: dict[str, Catalog] = field(default_factory=dict)
+
+    @property
+    def project_root(self) -> Path | None:
+        if self.project_flag:
+            root = Path(self.project_flag).expanduser().resolve()
+            if not root.is_dir():
+                raise InputError(f"project folder '{self.project_flag}' does not exist")
+            if not (root / PROJECT_DIR).is_dir():
+                raise InputError(f"'{self.project_flag}' has no {PROJECT_DIR}/ folder; create "
+                                 f"it with: mkdir -p {self.project_flag}/{PROJECT_DIR}/workflows")
+            return root
+        return find_project_root(Path.cwd())
+
+    def require_project(self) -> Path:
+        root = self.project_root
+        if root is None:
+            raise InputError(f"no {PROJECT_DIR}/ folder in this directory or any parent; create "
+                             f"one with: mkdir -p {PROJECT_DIR}/workflows (or pass --project DIR)")
+        return root
+
+    @property
+    def user_dir(self) -> Path | None:
+        platform_dir: Path | None = None
+        if not os.environ.get("WFRUN_HOME"):
+            import platformdirs
+
+            platform_dir = Path(platformdirs.user_config_dir("wfrun"))
+        return user_folder_default(os.environ.get("WFRUN_HOME"), platform_dir)
+
+    def catalog(self, kind: Kind = "workflows") -> Catalog:
+        if kind not in self._catalogs:
+            self._catalogs[kind] = build_catalog(kind, self.project_root, self.user_dir)
+        return self._catalogs[kind]

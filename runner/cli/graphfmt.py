@@ -1,0 +1,79 @@
+"""Text, Mermaid and Graphviz renderings of a compiled workflow graph."""
+
+from __future__ import annotations
+
+import json
+
+from runner.compiler import WorkflowDefinition
+
+_ICONS = {"agent": "●", "compute": "ƒ", "action": "$", "notify": "!", "checkpoint": "◆",
+          "include_entry": "↘", "include_exit": "↗"}
+
+
+def _label(definition: WorkflowDefinition, nid: str) -> str:
+    node = definition.nodes[nid]
+    kind = "decision" if getattr(node.spec, "decision_field", None) else node.kind
+    return f"{nid} [{kind}]"
+
+
+def render_graph(definition: WorkflowDefinition, fmt: str) -> str:
+    if fmt == "mermaid":
+        return _mermaid(definition)
+    if fmt == "dot":
+        return _dot(definition)
+    return _text(definition)
+
+
+def _text(d: WorkflowDefinition) -> str:
+    lines = [f"{d.name}  {d.digest}", f"start: {d.start}  max_steps: {d.max_steps}"]
+    for nid, node in d.nodes.items():
+        icon = _ICONS.get(node.kind, "?")
+        lines.append(f"{icon} {_label(d, nid)}")
+        edge = d.edges.get(nid)
+        if edge is None:
+            lines.append("    (end)")
+        elif edge.to is not None:
+            lines.append(f"    -> {edge.to}")
+        else:
+            for case, target in edge.cases.items():
+                lines.append(f"    {edge.on} == {case} -> {target}")
+            if edge.default:
+                lines.append(f"    otherwise -> {edge.default}")
+    return "\n".join(lines)
+
+
+def _mid(nid: str) -> str:
+    return "n_" + "".join(ch if ch.isalnum() else "_" for ch in nid)
+
+
+def _mermaid(d: WorkflowDefinition) -> str:
+    lines = ["flowchart TD"]
+    for nid in d.nodes:
+        lines.append(f'    {_mid(nid)}["{_label(d, nid)}"]')
+    for src, edge in d.edges.items():
+        if edge.to is not None:
+            lines.append(f"    {_mid(src)} --> {_mid(edge.to)}")
+            continue
+        for case, target in edge.cases.items():
+            lines.append(f'    {_mid(src)} -->|"{case}"| {_mid(target)}')
+        if edge.default:
+            lines.append(f'    {_mid(src)} -->|"*"| {_mid(edge.default)}')
+    return "\n".join(lines)
+
+
+def _dot(d: WorkflowDefinition) -> str:
+    lines = [f"digraph {json.dumps(d.name)} {{", "  rankdir=TB;"]
+    for nid in d.nodes:
+        shape = "diamond" if getattr(d.nodes[nid].spec, "decision_field", None) else "box"
+        lines.append(f"  {json.dumps(nid)} [label={json.dumps(_label(d, nid))}, shape={shape}];")
+    for src, edge in d.edges.items():
+        if edge.to is not None:
+            lines.append(f"  {json.dumps(src)} -> {json.dumps(edge.to)};")
+            continue
+        for case, target in edge.cases.items():
+            lines.append(f"  {json.dumps(src)} -> {json.dumps(target)} "
+                         f"[label={json.dumps(case)}];")
+        if edge.default:
+            lines.append(f"  {json.dumps(src)} -> {json.dumps(edge.default)} [label=\"*\"];")
+    lines.append("}")
+    return "\n".join(lines)

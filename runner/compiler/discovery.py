@@ -1,0 +1,150 @@
+"""Finding definitions: project root, the three source folders and precedence.
+
+Sources, highest first (DESIGN §3): the project's `.wfrun/`, the user folder,
+then the built-ins shipped with the package. A name found in several sources
+resolves to the highest; the others stay listed as shadowed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from .diagnostics import Diagnostic, did_you_mean
+from .parse import NAME_RE
+
+Origin = Literal["project", "user", "builtin"]
+Kind = Literal["workflows", "controllers"]
+ORIGINS: tuple[Origin, ...] = ("project", "user", "builtin")
+SUFFIXES = (".yaml", ".yml")
+PROJECT_DIR = ".wfrun"
+
+
+def find_project_root(start: Path) -> Path | None:
+    """The nearest ancestor of `start` (inclusive) that holds a `.wfrun/` folder."""
+    here = start.resolve()
+    for folder in (here, *here.parents):
+        if (folder / PROJECT_DIR).is_dir():
+            return folder
+    return None
+
+
+def builtin_root() -> Path:
+    """Where the built-in `definitions/` and `controllers/` live.
+
+    A wheel carries them inside the package (`runner/_builtin/`); a source
+    checkout or editable install has them at the repository root.
+    """
+    package = Path(__file__).resolve().parent.parent
+    shipped = package / "_builtin"
+    if shipped.is_dir():
+        return shipped
+    return package.parent
+
+
+def builtin_folder(kind: Kind) -> Path:
+    return builtin_root() / ("definitions" if kind == "workflows" else "controllers")
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    name: str
+    origin: Origin
+    path: Path
+    shadowed_by: Origin | None = None
+
+    @property
+    def display(self) -> str:
+        return self.path.as_posix()
+
+
+@dataclass
+class Catalog:
+    """Every definition file of one kind that the three sources hold."""
+
+    kind: Kind
+    project_root: Path | None
+    folders: dict[Origin, Path | None]
+    entries: list[CatalogEntry] = field(default_factory=list)
+    problems: list[Diagnostic] = field(default_factory=list)
+
+    @property
+    def active(self) -> list[CatalogEntry]:
+        return [e for e in self.entries if e.shadowed_by is None]
+
+    def get(self, name: str) -> CatalogEntry | None:
+        for entry in self.entries:
+            if entry.name == name and entry.shadowed_by is None:
+                return entry
+        return None
+
+    def names(self) -> list[str]:
+        return [e.name for e in self.active]
+
+    def suggest(self, name: str) -> str | None:
+        return did_you_mean(name, self.names())
+
+
+def is_path_ref(ref: str) -> bool:
+    return ref.startswith(("./", "../", "/", "~")) or ref.endswith(SUFFIXES) or os.sep in ref
+
+
+def user_folder_default(env_home: str | None, platform_dir: Path | None) -> Path | None:
+    """`$WFRUN_HOME` wins over the platform's user config folder."""
+    if env_home:
+        return Path(env_home).expanduser()
+    return platform_dir
+
+
+def build_catalog(kind: Kind, project_root: Path | None, user_dir: Path | None) -> Catalog:
+    sub = kind
+    folders: dict[Origin, Path | None] = {
+        "project": (project_root / PROJECT_DIR / sub) if project_root else None,
+        "user": (user_dir / sub) if user_dir else None,
+        "builtin": builtin_folder(kind),
+    }
+    catalog = Catalog(kind, project_root, folders)
+    winners: dict[str, Origin] = {}
+    for origin in ORIGINS:
+        folder = folders[origin]
+        if folder is None:
+            continue
+        for path in _list(folder, catalog.problems):
+            name = path.stem
+            if not NAME_RE.match(name):
+                catalog.problems.append(Diagnostic(
+                    path.as_posix(), "invalid-name",
+                    f"'{name}' cannot name a workflow; use letters, digits, '_', '-' and '.'"))
+                continue
+            shadowed_by = winners.get(name)
+            if shadowed_by is None:
+                winners[name] = origin
+            catalog.entries.append(CatalogEntry(name, origin, path, shadowed_by))
+    return catalog
+
+
+def _list(folder: Path, problems: list[Diagnostic]) -> Iterator[Path]:
+    try:
+        if not folder.is_dir():
+            return
+        names = sorted(os.listdir(folder))
+    except OSError as exc:
+        problems.append(Diagnostic(folder.as_posix(), "unreadable-folder",
+                                   f"cannot list definitions folder: {exc.strerror}"))
+        return
+    seen: set[str] = set()
+    for name in names:
+        path = folder / name
+        if not name.endswith(SUFFIXES) or name.startswith("."):
+            continue
+        stem = path.stem
+        if stem in seen:
+            problems.append(Diagnostic(path.as_posix(), "duplicate-name",
+                                       f"'{stem}' is defined twice in this folder (.yaml and "
+                                       ".yml); remove one"))
+            continue
+        seen.add(stem)
+        yield path

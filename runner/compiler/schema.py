@@ -1,0 +1,144 @@
+"""The published JSON Schema of the workflow YAML format (`wfrun schema`).
+
+Editors use it to complete and check files (`# yaml-language-server: $schema=...`).
+It is built from the compiler's own key tables, and a test checks that every
+valid fixture passes it and every shape mistake fails it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .model import OUTCOMES
+from .parse import (
+    DEFAULTS_KEYS,
+    EDGE_KEYS,
+    EXIT_KEYS,
+    INCLUDE_KEYS,
+    KIND_KEYS,
+    NODE_COMMON_KEYS,
+    RETRY_KEYS,
+    SWITCH_KEYS,
+    TOP_KEYS,
+)
+
+SCHEMA_ID = "https://wfrun.dev/schema/workflow-v1.json"
+ID_PATTERN = "^[A-Za-z_][A-Za-z0-9_-]*$"
+DURATION = {
+    "description": "A duration like 30s, 15m, 2h or 1h30m; null for no deadline.",
+    "anyOf": [
+        {"type": "string", "pattern": r"^\s*(\d+(\.\d+)?(ms|s|m|h|d)\s*)+$"},
+        {"type": "number", "exclusiveMinimum": 0},
+        {"type": "null"},
+    ],
+}
+TEMPLATE = {"type": "string", "description": "A sandboxed Jinja2 template."}
+HOOK = {
+    "type": "string",
+    "description": "A Python hook: 'package.module:function' or './file.py:function'.",
+    "pattern": r"^(\.{1,2}/[^:]+\.py|[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*)"
+               r":[A-Za-z_]\w*$",
+}
+JSON_SCHEMA = {"type": "object", "description": "A JSON Schema (draft 2020-12)."}
+SCALAR = {"type": ["string", "number", "integer", "boolean", "null"]}
+
+
+def _obj(props: dict[str, Any], keys: tuple[str, ...], required: tuple[str, ...] = (),
+         description: str | None = None) -> dict[str, Any]:
+    assert set(props) == set(keys), (set(props) ^ set(keys))
+    out: dict[str, Any] = {"type": "object", "additionalProperties": False,
+                           "properties": props}
+    if required:
+        out["required"] = list(required)
+    if description:
+        out["description"] = description
+    return out
+
+
+def workflow_schema() -> dict[str, Any]:
+    retry = _obj({"attempts": {"type": "integer", "minimum": 1, "maximum": 100},
+                  "backoff": DURATION, "max_delay": DURATION}, RETRY_KEYS, ("attempts",))
+    kinds: dict[str, Any] = {
+        "agent": {"anyOf": [TEMPLATE, _obj(
+            {"prompt": TEMPLATE, "output": JSON_SCHEMA,
+             "reminders": {"type": "integer", "minimum": 0, "maximum": 10}},
+            KIND_KEYS["agent"], ("prompt",),
+            "An agent step: the prompt goes to the agent, which submits JSON output.")]},
+        "decision": _obj(
+            {"question": TEMPLATE,
+             "choices": {"anyOf": [
+                 {"type": "array", "minItems": 1, "items": SCALAR},
+                 {"type": "object", "minProperties": 1,
+                  "additionalProperties": {"type": "string", "pattern": ID_PATTERN}}]},
+             "field": {"type": "string", "pattern": ID_PATTERN},
+             "reminders": {"type": "integer", "minimum": 0, "maximum": 10}},
+            KIND_KEYS["decision"], ("question", "choices"),
+            "An agent step that picks one of `choices`; a mapping builds the switch."),
+        "compute": {"anyOf": [TEMPLATE, {
+            "type": "object", "additionalProperties": False,
+            "properties": {"expr": {}, "call": HOOK},
+            "minProperties": 1, "maxProperties": 1}]},
+        "action": {**_obj(
+            {"shell": {"anyOf": [{"type": "array", "minItems": 1, "items": SCALAR},
+                                 {"type": "string"}]},
+             "use_shell": {"type": "boolean"},
+             "call": HOOK,
+             "cwd": TEMPLATE,
+             "env": {"type": "object", "additionalProperties": SCALAR},
+             "stdin": TEMPLATE,
+             "allow_nonzero_exit": {"type": "boolean"},
+             "output_cap": {"type": "integer", "minimum": 1},
+             "parse": TEMPLATE},
+            KIND_KEYS["action"], (),
+            "A side effect: `shell` (argv list) or `call` (Python hook)."),
+            "oneOf": [{"required": ["shell"]}, {"required": ["call"]}]},
+        "notify": {"anyOf": [TEMPLATE, _obj(
+            {"kind": {"enum": ["progress", "final"]}, "message": TEMPLATE},
+            KIND_KEYS["notify"], ("message",))]},
+        "checkpoint": {"anyOf": [{"type": "null"}, TEMPLATE,
+                                 _obj({"summary": TEMPLATE}, KIND_KEYS["checkpoint"])]},
+    }
+    common = {"timeout": DURATION, "retry": retry, "description": {"type": "string"}}
+    assert set(common) == set(NODE_COMMON_KEYS)
+    node = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {**common, **kinds},
+        "oneOf": [{"required": [k]} for k in kinds],
+        "description": "A node: exactly one kind key plus optional timeout, retry, description.",
+    }
+    switch = _obj({"on": {"type": "string", "pattern": r"^\$(output|result)?(\.[A-Za-z0-9_-]+)*$",
+                          "description": "$.field, $output.field or $result.outcome ("
+                          + ", ".join(OUTCOMES) + ")"},
+                   "cases": {"type": "object", "minProperties": 1,
+                             "additionalProperties": {"type": "string"}},
+                   "default": {"type": "string"}}, SWITCH_KEYS, ("on", "cases"))
+    edge = {**_obj({"from": {"type": "string"}, "to": {"type": "string"}, "switch": switch},
+                   EDGE_KEYS, ("from",)),
+            "oneOf": [{"required": ["to"]}, {"required": ["switch"]}]}
+    include = {"anyOf": [{"type": "string"}, _obj(
+        {"workflow": {"type": "string", "description": "A workflow name or a ./path.yaml"},
+         "input": {"description": "Templates rendered natively in the parent's scope."}},
+        INCLUDE_KEYS, ("workflow",))]}
+    exit_ = {"anyOf": [{"type": "string"}, _obj({"from": {"type": "string"}}, EXIT_KEYS,
+                                                 ("from",))]}
+    top = _obj({
+        "version": {"const": 1},
+        "name": {"type": "string", "description": "Must equal the file name without .yaml."},
+        "title": TEMPLATE,
+        "description": {"type": "string"},
+        "input": JSON_SCHEMA,
+        "start": {"type": "string", "description": "The first node or include mount."},
+        "nodes": {"type": "object", "minProperties": 1,
+                  "propertyNames": {"pattern": ID_PATTERN}, "additionalProperties": node},
+        "edges": {"type": "array", "items": edge},
+        "includes": {"type": "object", "propertyNames": {"pattern": ID_PATTERN},
+                     "additionalProperties": include},
+        "exits": {"type": "object", "propertyNames": {"pattern": ID_PATTERN},
+                  "additionalProperties": exit_},
+        "max_steps": {"type": "integer", "minimum": 1},
+        "presentation": TEMPLATE,
+        "defaults": _obj({"timeout": DURATION, "retry": retry}, DEFAULTS_KEYS),
+    }, TOP_KEYS, ("start", "nodes"), "A wfrun workflow (format version 1).")
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": SCHEMA_ID,
+            "title": "wfrun workflow", **top}

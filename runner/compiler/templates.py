@@ -1,0 +1,128 @@
+"""Sandboxed Jinja2 templates: syntax checks at load, rendering at run time.
+
+Two environments share one policy: `ImmutableSandboxedEnvironment` with
+`StrictUndefined`. Text templates (prompts, titles, messages) render to
+strings; expressions (`compute`, `parse`, include `input`) render natively so
+`{{ 3 }}` yields the integer 3. Neither can reach Python internals or mutate
+the context.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from jinja2 import StrictUndefined, TemplateSyntaxError, Undefined, UndefinedError
+from jinja2.exceptions import SecurityError
+from jinja2.nativetypes import NativeEnvironment
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+__all__ = [
+    "SecurityError",
+    "TemplateError",
+    "UndefinedError",
+    "check_syntax",
+    "is_template",
+    "render_native",
+    "render_text",
+]
+
+
+class TemplateError(Exception):
+    """A template failed to render; the message is safe to show the author."""
+
+
+class _NativeSandbox(NativeEnvironment, ImmutableSandboxedEnvironment):
+    """Native values with the immutable sandbox's attribute and call checks."""
+
+
+def _tojson(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def _make_text() -> ImmutableSandboxedEnvironment:
+    env = ImmutableSandboxedEnvironment(undefined=StrictUndefined, autoescape=False,
+                                        keep_trailing_newline=True)
+    env.filters["tojson"] = _tojson
+    env.policies["json.dumps_function"] = _tojson
+    return env
+
+
+def _make_native() -> _NativeSandbox:
+    env = _NativeSandbox(undefined=StrictUndefined, autoescape=False)
+    env.filters["tojson"] = _tojson
+    return env
+
+
+_local = threading.local()
+
+
+def _text_env() -> ImmutableSandboxedEnvironment:
+    env: ImmutableSandboxedEnvironment | None = getattr(_local, "text", None)
+    if env is None:
+        env = _local.text = _make_text()
+    return env
+
+
+def _native_env() -> _NativeSandbox:
+    env: _NativeSandbox | None = getattr(_local, "native", None)
+    if env is None:
+        env = _local.native = _make_native()
+    return env
+
+
+_MARKERS = ("{{", "{%", "{#")
+
+
+def is_template(text: str) -> bool:
+    return any(m in text for m in _MARKERS)
+
+
+def check_syntax(text: str) -> tuple[int, str] | None:
+    """None when the template parses; else (1-based line within it, message)."""
+    if not is_template(text):
+        return None
+    try:
+        _text_env().parse(text)
+    except TemplateSyntaxError as exc:
+        return (exc.lineno or 1, exc.message or "invalid template")
+    return None
+
+
+def render_text(text: str, context: Mapping[str, Any]) -> str:
+    if not is_template(text):
+        return text
+    try:
+        return _text_env().from_string(text).render(**context)
+    except (UndefinedError, SecurityError, TemplateSyntaxError) as exc:
+        raise TemplateError(str(exc)) from None
+    except Exception as exc:  # a filter on the wrong type, a division by zero...
+        raise TemplateError(f"{type(exc).__name__}: {exc}") from None
+
+
+def render_native(value: Any, context: Mapping[str, Any]) -> Any:
+    """Render a template expression (or a mapping/list of them) to native values."""
+    if isinstance(value, str):
+        if not is_template(value):
+            return value
+        try:
+            result = _native_env().from_string(value).render(**context)
+        except (UndefinedError, SecurityError, TemplateSyntaxError) as exc:
+            raise TemplateError(str(exc)) from None
+        except Exception as exc:
+            raise TemplateError(f"{type(exc).__name__}: {exc}") from None
+        if isinstance(result, Undefined):
+            # A lone undefined expression comes back as the Undefined object itself.
+            try:
+                str(result)
+            except UndefinedError as exc:
+                raise TemplateError(str(exc)) from None
+            raise TemplateError("expression is undefined")
+        return result
+    if isinstance(value, dict):
+        return {k: render_native(v, context) for k, v in value.items()}
+    if isinstance(value, list):
+        return [render_native(v, context) for v in value]
+    return value

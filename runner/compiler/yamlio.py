@@ -1,0 +1,193 @@
+"""YAML loading: a fast C loader for the happy path, positions on demand.
+
+The safe C loader reads a typical file several times faster than the
+round-trip loader, but it forgets where things were. Positions are only needed
+for files that have diagnostics, so `locate` re-reads just those files with the
+round-trip loader and maps key paths to 1-based lines and columns.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.constructor import DuplicateKeyError
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+
+from .diagnostics import Diagnostic, KeyPath
+
+_local = threading.local()
+
+
+def _fast() -> YAML:
+    y: YAML | None = getattr(_local, "fast", None)
+    if y is None:
+        y = YAML(typ="safe", pure=False)
+        _local.fast = y
+    return y
+
+
+def _round_trip() -> YAML:
+    y: YAML | None = getattr(_local, "rt", None)
+    if y is None:
+        y = YAML(typ="rt")
+        _local.rt = y
+    return y
+
+
+class YamlProblem(Exception):
+    """The text is not YAML that wfrun can read; carries the diagnostic."""
+
+    def __init__(self, diagnostic: Diagnostic) -> None:
+        super().__init__(diagnostic.message)
+        self.diagnostic = diagnostic
+
+
+def load(text: str, path: str) -> Any:
+    """Parse YAML into plain JSON-like data, or raise `YamlProblem`."""
+    try:
+        data = _fast().load(text)
+    except DuplicateKeyError as exc:
+        raise YamlProblem(_duplicate(exc, path)) from None
+    except MarkedYAMLError as exc:
+        raise YamlProblem(_syntax(exc, path, text)) from None
+    except YAMLError as exc:
+        raise YamlProblem(Diagnostic(path, "yaml-syntax", _one_line(str(exc)))) from None
+    except RecursionError:
+        raise YamlProblem(
+            Diagnostic(path, "yaml-too-deep", "YAML nesting is too deep")
+        ) from None
+    return _plain(data)
+
+
+def _plain(value: Any) -> Any:
+    """Dates become ISO strings so every loaded value survives JSON."""
+    if isinstance(value, dict):
+        return {_key(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, (datetime.date, datetime.datetime)):
+        return value.isoformat()
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, bytes):
+        return value.decode("latin-1")
+    return value
+
+
+def _key(k: Any) -> Any:
+    if isinstance(k, (datetime.date, datetime.datetime)):
+        return k.isoformat()
+    if isinstance(k, (list, dict, tuple)):
+        return str(k)
+    return k
+
+
+def _one_line(message: str) -> str:
+    parts = [p.strip() for p in message.splitlines() if p.strip()]
+    return "; ".join(parts)[:300]
+
+
+def _duplicate(exc: DuplicateKeyError, path: str) -> Diagnostic:
+    mark = exc.problem_mark
+    problem = (exc.problem or "duplicate key").split(" with value")[0]
+    problem = problem.replace("found duplicate key", "duplicate key")
+    return Diagnostic(
+        path,
+        "duplicate-key",
+        f"{problem}; each key may appear once in a mapping",
+        line=(mark.line + 1) if mark else 0,
+        column=(mark.column + 1) if mark else 0,
+    )
+
+
+def _syntax(exc: MarkedYAMLError, path: str, text: str) -> Diagnostic:
+    mark = exc.problem_mark or exc.context_mark
+    line = (mark.line + 1) if mark else 0
+    column = (mark.column + 1) if mark else 0
+    problem = exc.problem or "invalid YAML"
+    if "\t" in problem or "tab" in problem:
+        return Diagnostic(
+            path,
+            "yaml-tab",
+            "tab character where YAML expects spaces; indent with spaces",
+            line=line,
+            column=column,
+        )
+    lines = text.splitlines()
+    if 0 < line <= len(lines) and "\t" in lines[line - 1][: max(column, 1)]:
+        return Diagnostic(
+            path,
+            "yaml-tab",
+            "tab character where YAML expects spaces; indent with spaces",
+            line=line,
+            column=lines[line - 1].index("\t") + 1,
+        )
+    context = f" {exc.context}" if exc.context else ""
+    return Diagnostic(
+        path, "yaml-syntax", _one_line(f"{problem}{context}"), line=line, column=column
+    )
+
+
+class PositionMap:
+    """Key path -> 1-based position, from a round-trip load of the same text."""
+
+    def __init__(self, text: str) -> None:
+        try:
+            self._root: Any = _round_trip().load(text)
+        except (YAMLError, RecursionError):
+            self._root = None
+
+    def locate(self, key_path: KeyPath, at_key: bool) -> tuple[int, int]:
+        node = self._root
+        parent: Any = None
+        last: str | int | None = None
+        best = (1, 1) if node is not None else (0, 0)
+        if hasattr(node, "lc"):
+            best = (node.lc.line + 1, node.lc.col + 1)
+        for part in key_path:
+            in_map = isinstance(node, dict) and part in node
+            in_seq = (isinstance(node, Sequence) and not isinstance(node, str)
+                      and isinstance(part, int) and 0 <= part < len(node))
+            if in_map or in_seq:
+                parent, last, node = node, part, node[part]
+            else:
+                break
+            best = self._position(parent, last, at_key=False)
+        if at_key and isinstance(parent, dict) and last is not None:
+            best = self._position(parent, last, at_key=True)
+        return best
+
+    @staticmethod
+    def _position(parent: Any, key: str | int, at_key: bool) -> tuple[int, int]:
+        lc = getattr(parent, "lc", None)
+        if lc is None:
+            return (0, 0)
+        try:
+            if isinstance(key, int) and not isinstance(parent, dict):
+                line, col = lc.item(key)
+            elif at_key:
+                line, col = lc.key(key)
+            else:
+                line, col = lc.value(key)
+        except (KeyError, IndexError, TypeError):
+            return (lc.line + 1, lc.col + 1)
+        return (line + 1, col + 1)
+
+
+def locate_all(diags: list[Diagnostic], text: str) -> list[Diagnostic]:
+    """Fill in line/column for diagnostics that carry only a key path."""
+    if not any(d.key_path is not None and not d.line for d in diags):
+        return diags
+    positions = PositionMap(text)
+    out = []
+    for d in diags:
+        if d.key_path is not None and not d.line:
+            line, col = positions.locate(d.key_path, d.at_key)
+            d = d.located(line, col)
+        out.append(d)
+    return out

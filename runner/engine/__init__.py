@@ -1,0 +1,1 @@
+"""engine layer (DESIGN §2)."""

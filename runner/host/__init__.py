@@ -1,0 +1,1 @@
+"""host layer (DESIGN §2)."""

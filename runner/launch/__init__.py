@@ -1,0 +1,1 @@
+"""launch layer (DESIGN §2)."""

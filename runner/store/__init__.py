@@ -1,0 +1,1 @@
+"""store layer (DESIGN §2)."""
