@@ -1,0 +1,169 @@
+"""`wfrun run`, `resume`, `answer`, `runs`, `show`: running workflows in the foreground."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import click
+
+from runner.engine import RunControl, RunOutcome
+from runner.host.local import Workspace, make_executor, parse_answer, parse_input
+from runner.host.views import list_runs, show_run
+
+from .app import cli
+from .context import Context
+from .progress import Progress
+
+EXIT = {"completed": 0, "failed": 1, "timed_out": 1, "cancelled": 1, "waiting": 4}
+PARKED_EXIT = 130
+
+
+def workspace(ctx: Context) -> Workspace:
+    import platformdirs
+
+    state_dir = ctx.user_dir or Path(platformdirs.user_state_dir("wfrun"))
+    return Workspace(ctx.catalog("workflows"), ctx.project_root, state_dir)
+
+
+@contextmanager
+def parking_on_interrupt(control: RunControl) -> Iterator[None]:
+    """First Ctrl-C (or SIGTERM) parks the run at a safe point; a second one aborts."""
+    previous: dict[signal.Signals, Any] = {}
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if control.stopping:
+            raise KeyboardInterrupt
+        click.echo("\nwfrun: parking the run (Ctrl-C again to abort)...", err=True)
+        control.park("interrupted")
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        previous[sig] = signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def agent_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--agent", "agent", metavar="SPEC", envvar="WFRUN_AGENT",
+                        help="Agent for agent steps: scripted:FILE, command:'CMD' or openai.")(f)
+
+
+def _finish(outcome: RunOutcome, as_json: bool, ws: Workspace) -> None:
+    if as_json:
+        click.echo(json.dumps({"run_id": outcome.run_id, "status": outcome.status,
+                               "parked": outcome.parked, "final_output": outcome.final_output,
+                               "error": outcome.error}, indent=2, ensure_ascii=False))
+    if outcome.parked:
+        click.echo(f"wfrun: run {outcome.run_id} parked; continue it with: wfrun resume "
+                   f"{outcome.run_id}", err=True)
+        sys.exit(PARKED_EXIT)
+    if not as_json and outcome.final_output is not None:
+        click.echo(json.dumps(outcome.final_output, indent=2, ensure_ascii=False))
+    status = outcome.status
+    msg = f"wfrun: run {outcome.run_id} {status}"
+    if outcome.error:
+        msg += f": {outcome.error.get('message', '')}"
+    if status == "waiting":
+        msg += f"; answer it with: wfrun answer {outcome.run_id} '<json or text>'"
+    click.echo(msg, err=True)
+    sys.exit(EXIT.get(status, 1))
+
+
+@cli.command("run")
+@click.argument("ref", metavar="NAME|PATH")
+@click.option("--input", "input_json", metavar="JSON", help="Run input as a JSON value.")
+@click.option("-i", "pairs", multiple=True, metavar="KEY=VALUE", help="One input field.")
+@agent_option
+@click.option("--durability", type=click.Choice(["full", "normal"]), default="full",
+              show_default=True, help="full fsyncs the trace after every node.")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+@click.pass_obj
+def run_cmd(ctx: Context, ref: str, input_json: str | None, pairs: tuple[str, ...],
+            agent: str | None, durability: str, as_json: bool, quiet: bool) -> None:
+    """Run a workflow in the foreground (exit 0 completed, 1 failed, 4 waiting)."""
+    ws = workspace(ctx)
+    value = parse_input(input_json, pairs)
+    control = RunControl()
+    with Progress(quiet) as progress, parking_on_interrupt(control):
+        engine = ws.engine(executor=make_executor(agent, ws.clock), observer=progress,
+                           durability=durability)
+        outcome = ws.run(ref, value, engine, control)
+    _finish(outcome, as_json, ws)
+
+
+@cli.command("resume")
+@click.argument("run_id", metavar="RUN")
+@click.option("--force", is_flag=True, help="Resume even though the workflow changed.")
+@agent_option
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--quiet", "-q", is_flag=True)
+@click.pass_obj
+def resume_cmd(ctx: Context, run_id: str, force: bool, agent: str | None, as_json: bool,
+               quiet: bool) -> None:
+    """Resume a parked or interrupted run at the node it was in."""
+    ws = workspace(ctx)
+    control = RunControl()
+    with Progress(quiet) as progress, parking_on_interrupt(control):
+        engine = ws.engine(executor=make_executor(agent, ws.clock), observer=progress)
+        outcome = ws.resume(run_id, engine, force=force, control=control)
+    _finish(outcome, as_json, ws)
+
+
+@cli.command("answer")
+@click.argument("run_id", metavar="RUN")
+@click.argument("answer", required=False, metavar="[JSON|TEXT]")
+@agent_option
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--quiet", "-q", is_flag=True)
+@click.pass_obj
+def answer_cmd(ctx: Context, run_id: str, answer: str | None, agent: str | None,
+               as_json: bool, quiet: bool) -> None:
+    """Continue a waiting run as a new linked run, with the answer at its checkpoint."""
+    ws = workspace(ctx)
+    control = RunControl()
+    with Progress(quiet) as progress, parking_on_interrupt(control):
+        engine = ws.engine(executor=make_executor(agent, ws.clock), observer=progress)
+        outcome = ws.answer(run_id, parse_answer(answer), engine, control)
+    _finish(outcome, as_json, ws)
+
+
+@cli.command("runs")
+@click.option("--status", "status", metavar="STATUS",
+              type=click.Choice(["running", "paused", "waiting", "completed", "failed",
+                                 "timed_out", "cancelled"]), help="Only runs in this state.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def runs_cmd(ctx: Context, status: str | None, as_json: bool) -> None:
+    """List runs, newest first."""
+    rows = list_runs(workspace(ctx).runs_dir, status)
+    if as_json:
+        click.echo(json.dumps({"runs": [r.to_json() for r in rows]}, indent=2))
+        return
+    from .tables import runs_table
+
+    runs_table(rows)
+
+
+@cli.command("show")
+@click.argument("run_id", metavar="RUN")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def show_cmd(ctx: Context, run_id: str, as_json: bool) -> None:
+    """Show a run: status, node timeline, outputs and errors."""
+    view = show_run(workspace(ctx).runs_dir, run_id)
+    if as_json:
+        click.echo(json.dumps(view, indent=2, ensure_ascii=False))
+        return
+    from .tables import run_view
+
+    run_view(view)

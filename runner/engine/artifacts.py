@@ -1,0 +1,57 @@
+"""Long strings leave the trace: values over 4 KiB are stored in `artifacts/`.
+
+A persisted value replaces each long string with
+`{"$artifact": {path, media_type, bytes, sha256}}`; a user object that happens
+to use the key `$artifact` (or `$escaped`) is wrapped as `{"$escaped": ...}`
+so reading back is unambiguous.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .bundle import ARTIFACT_THRESHOLD
+
+_MARKERS = ("$artifact", "$escaped")
+Writer = Callable[[bytes, str], dict[str, Any]]
+Reader = Callable[[dict[str, Any]], bytes]
+
+
+def externalize(value: Any, write: Writer) -> Any:
+    if isinstance(value, str):
+        if len(value) > ARTIFACT_THRESHOLD // 4 and len(value.encode()) > ARTIFACT_THRESHOLD:
+            return {"$artifact": write(value.encode(), "text/plain; charset=utf-8")}
+        return value
+    if isinstance(value, dict):
+        inner = {k: externalize(v, write) for k, v in value.items()}
+        if len(value) == 1 and next(iter(value)) in _MARKERS:
+            return {"$escaped": inner}
+        return inner
+    if isinstance(value, list):
+        return [externalize(v, write) for v in value]
+    return value
+
+
+def internalize(value: Any, read: Reader) -> Any:
+    if isinstance(value, dict):
+        if len(value) == 1:
+            key = next(iter(value))
+            if key == "$artifact" and isinstance(value[key], dict):
+                return read(value[key]).decode()
+            if key == "$escaped" and isinstance(value[key], dict):
+                return {k: internalize(v, read) for k, v in value[key].items()}
+        return {k: internalize(v, read) for k, v in value.items()}
+    if isinstance(value, list):
+        return [internalize(v, read) for v in value]
+    return value
+
+
+def has_artifacts(value: Any) -> bool:
+    if isinstance(value, dict):
+        if len(value) == 1 and next(iter(value)) in _MARKERS:
+            return True
+        return any(has_artifacts(v) for v in value.values())
+    if isinstance(value, list):
+        return any(has_artifacts(v) for v in value)
+    return False

@@ -1,0 +1,290 @@
+"""Run bundles: the durable record of one run (DESIGN §4).
+
+The engine writes only through `BundleWriter`; `FolderBundle` is the default
+implementation (`.wfrun/runs/<run-id>/`, folders 0700, files 0600). The trace
+(`trace.jsonl`) is the truth; `state.json` and `manifest.json` are projections
+rebuilt from it, so only trace appends are fsync'd. Write order per step:
+append trace (fsync) -> replace state atomically -> manifest. Every write
+first passes the caller's fence; a stale writer writes nothing. A terminal
+bundle is immutable (its files become read-only).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from runner.errors import ClaimLost, InputError, NotFoundError, OperationFailed
+
+MANIFEST = "manifest.json"
+WORKFLOW = "workflow.json"
+STATE = "state.json"
+TRACE = "trace.jsonl"
+ARTIFACTS = "artifacts"
+LOCK = ".lock"
+ARTIFACT_THRESHOLD = 4096  # UTF-8 bytes; longer strings move to artifacts/
+
+Fence = Callable[[], bool]
+
+
+def always(_: None = None) -> bool:
+    return True
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+class BundleWriter(Protocol):
+    """The narrow interface the engine writes and reads runs through."""
+
+    run_id: str
+
+    def append(self, events: Iterable[dict[str, Any]], *, sync: bool) -> None: ...
+    def replace_state(self, state: dict[str, Any]) -> None: ...
+    def write_manifest(self, manifest: dict[str, Any]) -> None: ...
+    def write_artifact(self, data: bytes, media_type: str) -> dict[str, Any]: ...
+    def read_artifact(self, ref: dict[str, Any]) -> bytes: ...
+    def read_trace(self) -> list[dict[str, Any]]: ...
+    def read_manifest(self) -> dict[str, Any]: ...
+    def seal(self) -> None: ...
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class TraceRead:
+    events: list[dict[str, Any]]
+    valid_bytes: int  # length of the longest contiguous valid prefix
+    torn: bool
+
+
+def parse_trace(data: bytes) -> TraceRead:
+    """Events of the longest valid prefix: whole lines, parseable, seq 1, 2, 3..."""
+    events: list[dict[str, Any]] = []
+    pos = 0
+    while pos < len(data):
+        end = data.find(b"\n", pos)
+        if end < 0:
+            break  # a line without its newline is a torn write
+        try:
+            event = json.loads(data[pos:end])
+        except ValueError:
+            break
+        if not isinstance(event, dict) or event.get("seq") != len(events) + 1:
+            break
+        events.append(event)
+        pos = end + 1
+    return TraceRead(events, pos, pos != len(data))
+
+
+def _private_dir(path: Path) -> None:
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(path, 0o700)
+
+
+def _write_private(path: Path, data: bytes, *, sync: bool = False) -> None:
+    """Atomically replace `path` with a 0600 file."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, data)
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+class FolderBundle:
+    """A run bundle in a folder, held with an exclusive lock while open for writing."""
+
+    def __init__(self, root: Path, run_id: str, fence: Fence = always,
+                 durability: str = "full") -> None:
+        self.root = root
+        self.run_id = run_id
+        self.fence = fence
+        self.sync = durability == "full"
+        self._lock_fd: int | None = None
+        self._trace_fd: int | None = None
+        self._sealed = False
+
+    # -- opening --------------------------------------------------------------
+    @classmethod
+    def create(cls, runs_dir: Path, run_id: str, fence: Fence = always,
+               durability: str = "full") -> FolderBundle:
+        _private_dir(runs_dir)
+        root = runs_dir / run_id
+        try:
+            os.mkdir(root, 0o700)
+        except FileExistsError:
+            raise OperationFailed(f"run '{run_id}' already exists") from None
+        _private_dir(root / ARTIFACTS)
+        bundle = cls(root, run_id, fence, durability)
+        bundle._acquire()
+        return bundle
+
+    @classmethod
+    def open(cls, runs_dir: Path, run_id: str, fence: Fence = always,
+             durability: str = "full") -> FolderBundle:
+        root = runs_dir / run_id
+        if not (root / MANIFEST).is_file():
+            raise NotFoundError(f"no run '{run_id}' in {runs_dir}; `wfrun runs` lists runs")
+        bundle = cls(root, run_id, fence, durability)
+        bundle._acquire()
+        return bundle
+
+    def _acquire(self) -> None:
+        fd = os.open(self.root / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.EAGAIN, errno.EACCES):
+                raise InputError(f"run '{self.run_id}' is being executed by another process"
+                                 f"{_holder(self.root / LOCK)}") from None
+            raise
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self._lock_fd = fd
+
+    def close(self) -> None:
+        if self._trace_fd is not None:
+            os.close(self._trace_fd)
+            self._trace_fd = None
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = None
+
+    # -- writes ---------------------------------------------------------------
+    def _check(self) -> None:
+        if self._sealed:
+            raise OperationFailed(f"run '{self.run_id}' has ended; its bundle is immutable")
+        if not self.fence():
+            raise ClaimLost(f"lost the claim on run '{self.run_id}'; another runner owns it")
+
+    def append(self, events: Iterable[dict[str, Any]], *, sync: bool) -> None:
+        self._check()
+        data = "".join(dumps(e) + "\n" for e in events).encode()
+        if self._trace_fd is None:
+            self._trace_fd = os.open(self.root / TRACE, os.O_WRONLY | os.O_APPEND | os.O_CREAT,
+                                     0o600)
+        os.write(self._trace_fd, data)
+        if sync and self.sync:
+            os.fsync(self._trace_fd)
+
+    def replace_state(self, state: dict[str, Any]) -> None:
+        self._check()
+        _write_private(self.root / STATE, (dumps(state) + "\n").encode())
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
+        self._check()
+        _write_private(self.root / MANIFEST,
+                       (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode(),
+                       sync=self.sync)
+
+    def write_workflow(self, snapshot: dict[str, Any]) -> None:
+        self._check()
+        _write_private(self.root / WORKFLOW,
+                       (json.dumps(snapshot, indent=2, sort_keys=True) + "\n").encode())
+
+    def write_artifact(self, data: bytes, media_type: str) -> dict[str, Any]:
+        self._check()
+        digest = hashlib.sha256(data).hexdigest()
+        rel = f"{ARTIFACTS}/sha256-{digest}.txt"
+        path = self.root / rel
+        if not path.exists():
+            _write_private(path, data, sync=self.sync)
+        return {"path": rel, "media_type": media_type, "bytes": len(data), "sha256": digest}
+
+    def read_artifact(self, ref: dict[str, Any]) -> bytes:
+        return read_artifact(self.root, ref)
+
+    def repair(self) -> int:
+        """Truncate a torn or corrupt trace tail; returns the bytes dropped."""
+        self._check()
+        path = self.root / TRACE
+        if not path.exists():
+            return 0
+        data = path.read_bytes()
+        parsed = parse_trace(data)
+        if not parsed.torn:
+            return 0
+        with open(path, "r+b") as fh:
+            fh.truncate(parsed.valid_bytes)
+            fh.flush()
+            os.fsync(fh.fileno())
+        return len(data) - parsed.valid_bytes
+
+    def truncate_to(self, seq: int) -> None:
+        """Drop events after `seq` (a resume refuses events its state never saw)."""
+        self._check()
+        path = self.root / TRACE
+        data = path.read_bytes()
+        pos = 0
+        for _ in range(seq):
+            pos = data.index(b"\n", pos) + 1
+        if pos < len(data):
+            with open(path, "r+b") as fh:
+                fh.truncate(pos)
+                os.fsync(fh.fileno())
+
+    def seal(self) -> None:
+        """Make a terminal bundle immutable: read-only files, no more writes."""
+        self._check()
+        if self._trace_fd is not None:
+            os.close(self._trace_fd)
+            self._trace_fd = None
+        for name in (TRACE, STATE, MANIFEST, WORKFLOW):
+            with contextlib.suppress(FileNotFoundError):
+                os.chmod(self.root / name, 0o400)
+        self._sealed = True
+
+    # -- reads ----------------------------------------------------------------
+    def read_trace(self) -> list[dict[str, Any]]:
+        return read_trace(self.root).events
+
+    def read_manifest(self) -> dict[str, Any]:
+        return read_json(self.root / MANIFEST)
+
+
+def _holder(lock: Path) -> str:
+    try:
+        pid = lock.read_text().strip()
+    except OSError:
+        return ""
+    return f" (pid {pid})" if pid else ""
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    try:
+        value = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise NotFoundError(f"{path} does not exist") from None
+    except ValueError:
+        raise OperationFailed(f"{path} is not valid JSON") from None
+    if not isinstance(value, dict):
+        raise OperationFailed(f"{path} does not hold a JSON object")
+    return value
+
+
+def read_trace(root: Path) -> TraceRead:
+    try:
+        data = (root / TRACE).read_bytes()
+    except FileNotFoundError:
+        return TraceRead([], 0, False)
+    return parse_trace(data)
+
+
+def read_artifact(root: Path, ref: dict[str, Any]) -> bytes:
+    rel = str(ref.get("path", ""))
+    if not rel.startswith(f"{ARTIFACTS}/sha256-") or "/" in rel[len(ARTIFACTS) + 1:]:
+        raise OperationFailed(f"invalid artifact reference {rel!r}")
+    return (root / rel).read_bytes()

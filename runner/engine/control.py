@@ -1,0 +1,63 @@
+"""Run control: cancel, pause and park requests crossing threads into the engine."""
+
+from __future__ import annotations
+
+import threading
+from typing import Literal
+
+StopReason = Literal["cancel", "park"]
+
+
+class RunControl:
+    """Set from any thread (a signal handler, a tool call); the engine polls it.
+
+    Cancel ends the run `cancelled`. Park stops it with no terminal event so a
+    later resume continues at the interrupted node. Pause holds the run at the
+    next node boundary until `resume()`.
+    """
+
+    def __init__(self) -> None:
+        self.wake = threading.Event()  # set on any request, so sleeps return early
+        self._stop: StopReason | None = None
+        self._pause = threading.Event()
+        self._lock = threading.Lock()
+        self.reason: str | None = None
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop is not None
+
+    @property
+    def stop_reason(self) -> StopReason | None:
+        return self._stop
+
+    @property
+    def pause_requested(self) -> bool:
+        return self._pause.is_set()
+
+    def cancel(self, reason: str = "cancelled") -> None:
+        with self._lock:
+            if self._stop is None:
+                self._stop = "cancel"
+                self.reason = reason
+        self.wake.set()
+
+    def park(self, reason: str = "parked") -> None:
+        with self._lock:
+            if self._stop is None:
+                self._stop = "park"
+                self.reason = reason
+        self.wake.set()
+
+    def pause(self) -> None:
+        self._pause.set()
+        self.wake.set()
+
+    def resume(self) -> None:
+        self._pause.clear()
+        self.wake.set()
+
+    def rearm(self) -> None:
+        """Clear the wake flag after handling it (stop requests stay sticky)."""
+        if self._stop is None:
+            self.wake.clear()

@@ -1,0 +1,242 @@
+"""The engine's entry points: start a run, resume a parked one, continue a waiting one."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runner.clock import Clock, SystemClock, compact_utc, iso
+from runner.compiler import WorkflowDefinition
+from runner.compiler.jsonschemas import validation_errors
+from runner.compiler.templates import TemplateError, render_text
+from runner.errors import InputError, NotFoundError, OperationFailed
+
+from .agent import AgentStepExecutor
+from .bundle import (
+    MANIFEST,
+    STATE,
+    TRACE,
+    WORKFLOW,
+    Fence,
+    FolderBundle,
+    always,
+    read_json,
+)
+from .control import RunControl
+from .runner import NotificationSink, Observer, RunDriver, RunOutcome
+from .state import TERMINAL, TRACE_SCHEMA, RunState, fold
+
+BUNDLE_SCHEMA = "wfrun.run-bundle.v1"
+Resolver = Callable[[dict[str, Any]], WorkflowDefinition]
+CONTINUED = ".continued"
+
+
+def new_run_id(workflow: str, now: float) -> str:
+    return f"{workflow}-{compact_utc(now)}-{secrets.token_hex(4)}"
+
+
+def check_input(definition: WorkflowDefinition, value: Any) -> Any:
+    """Validate run input against the workflow's `input` schema before any bundle exists."""
+    import json
+
+    try:
+        value = json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError):
+        raise InputError("input must be JSON (objects, lists, strings, numbers, booleans)") \
+            from None
+    if definition.input_schema is not None:
+        errors = validation_errors(dict(definition.input_schema), value)
+        if errors:
+            raise InputError(f"input does not match workflow '{definition.name}': "
+                             + "; ".join(errors))
+    return value
+
+
+@dataclass
+class Engine:
+    """Runs workflows into bundles under `runs_dir`."""
+
+    runs_dir: Path
+    clock: Clock = field(default_factory=SystemClock)
+    executor: AgentStepExecutor | None = None
+    notifications: NotificationSink | None = None
+    observer: Observer | None = None
+    durability: str = "full"  # full: fsync the trace; normal: leave it to the OS
+    work_dir: Path | None = None
+    project_root: Path | None = None
+    fence: Fence = always
+
+    def _driver(self, run_id: str, definition: WorkflowDefinition, bundle: FolderBundle,
+                state: RunState, control: RunControl | None) -> RunDriver:
+        return RunDriver(run_id=run_id, definition=definition, bundle=bundle, state=state,
+                         clock=self.clock, control=control or RunControl(),
+                         executor=self.executor, notifications=self.notifications,
+                         observer=self.observer,
+                         work_dir=str(self.work_dir or self.project_root or Path.cwd()),
+                         project_root=str(self.project_root) if self.project_root else None)
+
+    # -- start ---------------------------------------------------------------------
+    def start(self, definition: WorkflowDefinition, run_input: Any = None, *,
+              workflow_ref: str | None = None, run_id: str | None = None,
+              control: RunControl | None = None) -> RunOutcome:
+        value = check_input(definition, {} if run_input is None else run_input)
+        _bundle, driver = self.create(definition, value, workflow_ref=workflow_ref,
+                                     run_id=run_id, control=control)
+        return driver.drive(definition.start)
+
+    def create(self, definition: WorkflowDefinition, value: Any, *,
+               workflow_ref: str | None = None, run_id: str | None = None,
+               control: RunControl | None = None, parent_run_id: str | None = None,
+               carried: dict[str, Any] | None = None,
+               extra: dict[str, Any] | None = None) -> tuple[FolderBundle, RunDriver]:
+        now = self.clock.now()
+        run_id = run_id or new_run_id(definition.name, now)
+        bundle = FolderBundle.create(self.runs_dir, run_id, self.fence, self.durability)
+        try:
+            title = render_text(definition.title, {"input": value}) if definition.title else None
+        except TemplateError:
+            title = None
+        bundle.write_workflow(definition.snapshot())
+        bundle.write_manifest({
+            "schema": BUNDLE_SCHEMA,
+            "run_id": run_id,
+            "workflow": definition.name,
+            "workflow_ref": workflow_ref or definition.name,
+            "title": title or definition.name,
+            "source": definition.source.to_json() if definition.source else None,
+            "sources": [s.to_json() for s in definition.sources],
+            "definition_digest": definition.digest,
+            "parent_run_id": parent_run_id,
+            "started_at": iso(now),
+            "finished_at": None,
+            "status": "running",
+            "trace_schema": TRACE_SCHEMA,
+            "paths": {"workflow": WORKFLOW, "state": STATE, "trace": TRACE,
+                      "artifacts": "artifacts/"},
+        })
+        driver = self._driver(run_id, definition, bundle, RunState(run_id), control)
+        payload: dict[str, Any] = {"workflow": definition.name, "input": value,
+                                   "digest": definition.digest, "parent_run_id": parent_run_id}
+        if carried is not None:
+            payload["carried"] = carried
+        payload.update(extra or {})
+        driver.emit("run_started", payload, sync=True, state=True)
+        return bundle, driver
+
+    # -- resume --------------------------------------------------------------------
+    def resume(self, run_id: str, resolve: Resolver, *, force: bool = False,
+               control: RunControl | None = None) -> RunOutcome:
+        manifest = self.manifest(run_id)
+        if manifest.get("status") in TERMINAL:
+            raise InputError(f"run '{run_id}' already ended ({manifest['status']}); nothing to "
+                             "resume")
+        if manifest.get("status") == "waiting":
+            raise InputError(f"run '{run_id}' is waiting at a checkpoint; continue it with "
+                             f"`wfrun answer {run_id} ...`")
+        bundle = FolderBundle.open(self.runs_dir, run_id, self.fence, self.durability)
+        try:
+            repaired = bundle.repair()
+            state = fold(run_id, bundle.read_trace())
+            definition = resolve(manifest)
+        except BaseException:
+            bundle.close()
+            raise
+        mismatch = definition.digest != manifest.get("definition_digest")
+        if mismatch and not force:
+            bundle.close()
+            raise InputError(
+                f"the workflow changed since run '{run_id}' started (digest "
+                f"{str(manifest.get('definition_digest'))[:19]}… is now {definition.digest[:19]}…);"
+                f" cancel it and start again, or resume with --force")
+        driver = self._driver(run_id, definition, bundle, state, control)
+        if state.status != "running":
+            # The terminal event made it to the trace but the projections did not.
+            bundle.replace_state(state.to_json())
+            driver._close_bundle()
+            return driver.outcome()
+        at, replay_from = self._resume_point(driver)
+        driver.emit("run_resumed", {"resume_at": at, "replayed_steps": state.steps,
+                                    "forced": force and mismatch, "source_mismatch": mismatch,
+                                    "repaired_bytes": repaired}, sync=True, state=True)
+        if isinstance(at, RunOutcome):
+            return at
+        if replay_from == "interrupted":
+            driver.resuming_node = at
+        return driver.drive(at)
+
+    def _resume_point(self, driver: RunDriver) -> tuple[Any, str]:
+        st, d = driver.state, driver.definition
+        if st.current_node is not None and st.current_node in d.nodes:
+            return st.current_node, "interrupted"
+        if st.last_node is None:
+            return d.start, "start"
+        last = st.last_node
+        result = st.results.get(last, {})
+        node = d.nodes.get(last)
+        if node is not None and node.kind == "checkpoint" and result.get("outcome") == "ok":
+            return driver.wait(last, st.outputs.get(last)), "done"
+        extra = {k: v for k, v in result.items() if k == "exit_code"}
+        nxt = driver.next_after(last, result.get("outcome", "ok"), st.outputs.get(last),
+                                result.get("error"), extra)
+        if isinstance(nxt, RunOutcome):
+            return nxt, "done"
+        return nxt, "routed"
+
+    # -- continuation ----------------------------------------------------------------
+    def answer(self, parent_run_id: str, answer: Any, resolve: Resolver, *,
+               control: RunControl | None = None) -> RunOutcome:
+        """Continue a `waiting` run as a new linked run carrying outputs and steps."""
+        manifest = self.manifest(parent_run_id)
+        if manifest.get("status") != "waiting":
+            raise InputError(f"run '{parent_run_id}' is {manifest.get('status')}, not waiting "
+                             "at a checkpoint")
+        parent = fold(parent_run_id, FolderBundle(self.runs_dir / parent_run_id,
+                                                  parent_run_id).read_trace())
+        definition = resolve(manifest)
+        if definition.digest != manifest.get("definition_digest"):
+            raise InputError(f"the workflow changed since run '{parent_run_id}' started; "
+                             "start a new run instead")
+        checkpoint = parent.waiting_on
+        assert checkpoint is not None
+        marker_dir = self.runs_dir / CONTINUED
+        marker_dir.mkdir(mode=0o700, exist_ok=True)
+        try:
+            fd = os.open(marker_dir / parent_run_id, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            raise InputError(f"run '{parent_run_id}' was already answered; each waiting run "
+                             "continues once") from None
+        outputs = dict(parent.outputs)
+        cp_output = dict(outputs.get(checkpoint) or {})
+        cp_output["answer"] = answer
+        outputs[checkpoint] = cp_output
+        carried = {"outputs": outputs, "results": parent.results, "steps": parent.steps,
+                   "scope_inputs": parent.scope_inputs}
+        _, driver = self.create(definition, parent.input, workflow_ref=manifest.get(
+            "workflow_ref"), control=control, parent_run_id=parent_run_id, carried=carried,
+            extra={"continued_from": parent_run_id, "checkpoint": checkpoint,
+                   "answer": answer, "carried_steps": parent.steps})
+        os.write(fd, driver.run_id.encode())
+        os.close(fd)
+        driver.state.last_node = checkpoint
+        nxt = driver.next_after(checkpoint, "ok", cp_output, None, {})
+        if isinstance(nxt, RunOutcome):
+            return nxt
+        if nxt is None:
+            return driver.finish("completed", final_output=cp_output)
+        return driver.drive(nxt)
+
+    # -- reading ---------------------------------------------------------------------
+    def manifest(self, run_id: str) -> dict[str, Any]:
+        if not run_id or "/" in run_id or run_id.startswith("."):
+            raise InputError(f"'{run_id}' is not a run id")
+        path = self.runs_dir / run_id / MANIFEST
+        if not path.is_file():
+            raise NotFoundError(f"no run '{run_id}'; `wfrun runs` lists runs")
+        try:
+            return read_json(path)
+        except OperationFailed:
+            raise OperationFailed(f"run '{run_id}' has a damaged manifest") from None

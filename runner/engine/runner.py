@@ -1,0 +1,322 @@
+"""The run loop: one node at a time, every step recorded before it counts.
+
+`RunDriver` owns one open run: its bundle, its state (a fold of the trace) and
+its control. Each event is appended to the trace first and then applied to the
+state with the same `RunState.apply` a resume replays, so a live run and a
+resumed one cannot diverge. Completed nodes are never re-run: a node's
+`node_finished` is fsync'd before the next node starts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from runner.clock import Clock, iso
+from runner.compiler import Node, WorkflowDefinition
+from runner.compiler.templates import TemplateError, render_native
+
+from .agent import AgentStep, AgentStepExecutor, TurnKind
+from .artifacts import externalize, has_artifacts, internalize
+from .bundle import FolderBundle
+from .context import scoped
+from .control import RunControl
+from .nodes import NodeResult, execute, new_attempt_id
+from .routing import route
+from .state import TRACE_SCHEMA, RunState
+
+Observer = Callable[[dict[str, Any], RunState], None]
+UPDATE_RATE = 20.0  # updates per second per run, with a burst of 100
+UPDATE_BURST = 100.0
+MAX_UPDATE_PAIRS = 1024
+
+
+class NotificationSink(Protocol):
+    def emit(self, run_id: str, node: str, attempt: str, notification_id: str, kind: str,
+             message: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    run_id: str
+    status: str  # running (parked/paused) | waiting | completed | failed | timed_out | cancelled
+    parked: bool
+    final_output: Any
+    error: dict[str, Any] | None
+    state: RunState
+
+
+def retry_delay(run_id: str, node: str, attempt: int, backoff: float,
+                max_delay: float | None) -> float:
+    """Exponential backoff with jitter that is deterministic per (run, node, attempt)."""
+    base = backoff * (2 ** (attempt - 1))
+    if max_delay is not None:
+        base = min(base, max_delay)
+    seed = hashlib.sha256(f"{run_id}|{node}|{attempt}".encode()).digest()
+    jitter = 0.8 + 0.4 * random.Random(seed).random()
+    delay = base * jitter
+    return float(min(delay, max_delay) if max_delay is not None else delay)
+
+
+class RunDriver:
+    def __init__(self, *, run_id: str, definition: WorkflowDefinition, bundle: FolderBundle,
+                 state: RunState, clock: Clock, control: RunControl,
+                 executor: AgentStepExecutor | None, notifications: NotificationSink | None,
+                 observer: Observer | None, work_dir: str, project_root: str | None) -> None:
+        self.run_id = run_id
+        self.definition = definition
+        self.bundle = bundle
+        self.state = state
+        self.clock = clock
+        self.control = control
+        self.executor = executor
+        self.notifications = notifications
+        self.observer = observer
+        self.work_dir = work_dir
+        self.project_root = project_root
+        self.resuming_node: str | None = None
+        self._tokens = UPDATE_BURST
+        self._token_at = clock.monotonic()
+
+    # -- recording ---------------------------------------------------------------
+    def emit(self, kind: str, payload: dict[str, Any] | None = None, *, node: str | None = None,
+             attempt: str | None = None, sync: bool = False, state: bool = False) -> None:
+        event: dict[str, Any] = {"schema": TRACE_SCHEMA, "seq": self.state.trace_seq + 1,
+                                 "at": iso(self.clock.now()), "type": kind,
+                                 "run_id": self.run_id}
+        if node is not None:
+            event["node"] = node
+        if attempt is not None:
+            event["attempt"] = attempt
+        event["payload"] = externalize(payload or {}, self.bundle.write_artifact)
+        self.bundle.append([event], sync=sync)
+        self.state.apply(event)
+        if state:
+            self.bundle.replace_state(self.state.to_json())
+        if self.observer is not None:
+            self.observer(event, self.state)
+
+    def prompt_sent(self, node: str, attempt: str, kind: str, prompt: str) -> None:
+        self.emit("agent_prompt_sent", {"kind": kind, "prompt": prompt}, node=node,
+                  attempt=attempt)
+
+    def turn(self, step: AgentStep, message: str, kind: TurnKind) -> None:
+        assert self.executor is not None
+        try:
+            self.executor.run_turn(step, message, kind)
+        except Exception as exc:  # an executor bug ends the turn, never the run loop
+            step.rejections.append(f"executor error: {type(exc).__name__}")
+
+    def publish_update(self, kind: str, key: str, data: Any) -> None:
+        now = self.clock.monotonic()
+        self._tokens = min(UPDATE_BURST, self._tokens + (now - self._token_at) * UPDATE_RATE)
+        self._token_at = now
+        pair = f"{kind}:{key}"
+        if self._tokens < 1 or (pair not in self.state.updates
+                                and len(self.state.updates) >= MAX_UPDATE_PAIRS):
+            return  # over the rate or pair limit: drop, updates are advisory
+        self._tokens -= 1
+        self.emit("update_published", {"type": kind, "key": key, "data": data},
+                  node=self.state.current_node, attempt=self.state.current_attempt)
+
+    def notify(self, node: str, attempt: str, notification_id: str, kind: str,
+               message: str) -> None:
+        self.emit("notification_emitted", {"notification_id": notification_id, "kind": kind,
+                                           "message": message}, node=node, attempt=attempt,
+                  sync=True)
+        if self.notifications is not None:
+            self.notifications.emit(self.run_id, node, attempt, notification_id, kind, message)
+
+    # -- context -----------------------------------------------------------------
+    def context(self, scope: str) -> dict[str, Any]:
+        st = self.state
+        outputs, results = scoped(st.outputs, scope), scoped(st.results, scope)
+        run_input = st.input if not scope else st.scope_inputs.get(scope)
+        ctx = {"input": run_input, "outputs": outputs, "results": results,
+               "run": {"id": self.run_id, "workflow": self.definition.name, "step": st.steps,
+                       "started_at": st.started_at, "parent_run_id": st.parent_run_id},
+               "project": {"root": self.project_root}}
+        if has_artifacts(ctx):
+            ctx = internalize(ctx, self.bundle.read_artifact)
+        return ctx
+
+    # -- the loop ----------------------------------------------------------------
+    def drive(self, at: str | None) -> RunOutcome:
+        while True:
+            if at is None:
+                return self.finish("completed", final_output=self._final_output())
+            stop = self._boundary()
+            if stop is not None:
+                return stop
+            node = self.definition.nodes[at]
+            if node.kind == "include_entry":
+                entered = self._enter(node)
+                if isinstance(entered, RunOutcome):
+                    return entered
+                at = entered
+                continue
+            if node.kind == "include_exit":
+                at = self._exit(node)
+                continue
+            limit = self._step_limit(node)
+            if limit is not None:
+                return self.finish("failed", error={"code": "max_steps", "message": limit})
+            result = self._run_node(node)
+            if result.outcome == "parked":
+                return self.park()
+            if result.outcome == "cancelled":
+                return self.finish("cancelled", error=result.error)
+            if node.kind == "checkpoint" and result.outcome == "ok":
+                return self.wait(node.id, result.output)
+            nxt = self.next_after(node.id, result.outcome, result.output, result.error,
+                                  result.extra)
+            if isinstance(nxt, RunOutcome):
+                return nxt
+            at = nxt
+
+    def next_after(self, node_id: str, outcome: str, output: Any, error: dict[str, Any] | None,
+                   extra: dict[str, Any]) -> str | RunOutcome | None:
+        res = {"outcome": outcome, "error": error, **extra}
+        r = route(self.definition.edges.get(node_id), outcome, output, res)
+        if r.error:
+            return self.finish("failed", error={"code": "routing", "message": r.error,
+                                                "node": node_id})
+        if r.next is None and outcome != "ok":
+            status = "timed_out" if outcome == "timed_out" else "failed"
+            return self.finish(status, error={**(error or {}), "node": node_id})
+        return r.next
+
+    def _final_output(self) -> Any:
+        last = self.state.last_node
+        return self.state.outputs.get(last) if last else None
+
+    def _boundary(self) -> RunOutcome | None:
+        """Stop, cancel or pause requests take effect between nodes."""
+        if self.control.stop_reason == "park":
+            return self.park()
+        if self.control.stop_reason == "cancel":
+            return self.finish("cancelled", error={"code": "cancelled",
+                                                   "message": self.control.reason or "cancelled"})
+        if self.control.pause_requested:
+            self.emit("run_paused", {}, sync=True, state=True)
+            while self.control.pause_requested and not self.control.stopping:
+                self.control.wake.wait(0.1)
+                self.control.rearm()
+            if self.control.stopping:
+                return self._boundary()
+            self.emit("run_resumed", {"reason": "unpaused"}, sync=True, state=True)
+        return None
+
+    def _step_limit(self, node: Node) -> str | None:
+        st, d = self.state, self.definition
+        if st.steps >= d.max_steps:
+            return f"the run reached max_steps ({d.max_steps}) before node '{node.id}'"
+        if node.scope:
+            entry = d.nodes.get(node.scope)
+            child_max = getattr(entry.spec, "max_steps", None) if entry else None
+            used = st.scope_steps.get(node.scope, 0)
+            if child_max is not None and used >= child_max:
+                return (f"include '{node.scope}' reached its max_steps ({child_max}) before "
+                        f"node '{node.id}'")
+        return None
+
+    def _enter(self, node: Node) -> str | RunOutcome | None:
+        spec = node.spec
+        ctx = self.context(node.scope)
+        try:
+            child_input = render_native(getattr(spec, "input", None) or {}, ctx)
+        except TemplateError as exc:
+            return self.finish("failed", error={"code": "template_error", "node": node.id,
+                                                "message": f"include input: {exc}"})
+        self.emit("include_entered", {"mount": node.id, "input": child_input}, node=node.id)
+        edge = self.definition.edges[node.id]
+        return edge.to
+
+    def _exit(self, node: Node) -> str | None:
+        spec = node.spec
+        source = getattr(spec, "source", "")
+        mount = getattr(spec, "mount", "")
+        output = self.state.outputs.get(source)
+        self.emit("include_exited", {"mount": mount, "exit": getattr(spec, "exit", ""),
+                                     "output": output}, node=node.id, sync=True)
+        edge = self.definition.edges.get(node.id)
+        return edge.to if edge is not None and edge.to else None
+
+    def _run_node(self, node: Node) -> NodeResult:
+        attempts = max(node.retry.attempts, 1)
+        resumed = self.resuming_node == node.id
+        for k in range(attempts):
+            attempt = new_attempt_id()
+            started = iso(self.clock.now())
+            start_mono = self.clock.monotonic()
+            deadline = start_mono + node.timeout if node.timeout is not None else None
+            self.emit("node_started", {"kind": node.kind, "scope": node.scope, "retry": k,
+                                       "counts_step": not resumed, "resumed": resumed},
+                      node=node.id, attempt=attempt)
+            result = execute(self, node, attempt, deadline, self.context(node.scope))
+            self.resuming_node = None
+            resumed = False
+            duration = int((self.clock.monotonic() - start_mono) * 1000)
+            if result.outcome == "parked":
+                return result
+            base = {"outcome": result.outcome, "kind": node.kind, "started_at": started,
+                    "duration_ms": duration, **result.extra}
+            if result.outcome == "ok":
+                self.emit("node_finished", {**base, "output": result.output}, node=node.id,
+                          attempt=attempt, sync=True, state=True)
+                return result
+            retry = result.outcome in ("failed", "timed_out") and k + 1 < attempts
+            delay = retry_delay(self.run_id, node.id, k + 1, node.retry.backoff,
+                                node.retry.max_delay) if retry else 0.0
+            self.emit("node_failed", {**base, "error": result.error, "will_retry": retry,
+                                      "retry_in_ms": int(delay * 1000)},
+                      node=node.id, attempt=attempt, sync=True, state=True)
+            if not retry:
+                return result
+            if self.clock.sleep(delay, self.control.wake) or self.control.stopping:
+                if self.control.stop_reason == "park":
+                    return NodeResult("parked")
+                if self.control.stopping:
+                    return NodeResult("cancelled", error={"code": "cancelled",
+                                                          "message": self.control.reason or ""})
+                self.control.rearm()
+        return result
+
+    # -- endings -----------------------------------------------------------------
+    def finish(self, status: str, *, final_output: Any = None,
+               error: dict[str, Any] | None = None) -> RunOutcome:
+        kind = {"completed": "run_completed", "failed": "run_failed",
+                "timed_out": "run_timed_out", "cancelled": "run_cancelled"}[status]
+        payload: dict[str, Any] = {"final_output": final_output}
+        if error is not None:
+            payload["error"] = error
+        self.emit(kind, payload, sync=True, state=True)
+        self._close_bundle()
+        return self.outcome()
+
+    def wait(self, node_id: str, output: Any) -> RunOutcome:
+        self.emit("run_waiting", {"waiting_on": node_id, "final_output": output}, sync=True,
+                  state=True)
+        self._close_bundle()
+        return self.outcome()
+
+    def park(self) -> RunOutcome:
+        """Stop without a terminal event; `resume` continues at the interrupted node."""
+        self.bundle.replace_state(self.state.to_json())
+        self.bundle.close()
+        return RunOutcome(self.run_id, "running", True, None, None, self.state)
+
+    def _close_bundle(self) -> None:
+        manifest = self.bundle.read_manifest()
+        manifest.update({"status": self.state.status, "finished_at": self.state.finished_at})
+        self.bundle.write_manifest(manifest)
+        self.bundle.seal()
+        self.bundle.close()
+
+    def outcome(self) -> RunOutcome:
+        st = self.state
+        return RunOutcome(self.run_id, st.status, False, st.final_output, st.error, st)
+

@@ -1,0 +1,143 @@
+"""The local runtime: what a foreground `wfrun run` needs, as plain functions.
+
+It ties the catalog (compiler) to the engine: where runs live, how a run's
+workflow is found again for resume and answer, and which agent executor a
+`--agent` spec names. The CLI parses arguments, calls one of these, renders.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runner.clock import Clock, SystemClock
+from runner.compiler import Catalog, Compiler, Diagnostic, WorkflowDefinition, render_text
+from runner.compiler.discovery import PROJECT_DIR, is_path_ref
+from runner.engine import AgentStepExecutor, Engine, RunControl, RunOutcome
+from runner.engine.runner import NotificationSink, Observer
+from runner.errors import DefinitionInvalid, InputError, NotFoundError
+
+
+@dataclass
+class Workspace:
+    """Where definitions come from and where runs are written."""
+
+    catalog: Catalog
+    project_root: Path | None
+    state_dir: Path  # used for runs when there is no project
+    clock: Clock = field(default_factory=SystemClock)
+
+    @property
+    def runs_dir(self) -> Path:
+        if self.project_root is not None:
+            return self.project_root / PROJECT_DIR / "runs"
+        return self.state_dir / "runs"
+
+    # -- definitions ---------------------------------------------------------------
+    def compile(self, ref: str) -> tuple[WorkflowDefinition, str]:
+        """Compile a workflow by name or path; returns it with the ref to store."""
+        out = Compiler(self.catalog).compile_name(ref)
+        if isinstance(out, Diagnostic):
+            hint = f" ({out.hint})" if out.hint else ""
+            raise NotFoundError(f"{out.message}{hint}; `wfrun list` shows what exists")
+        if not out.valid or out.definition is None:
+            first = out.errors[0] if out.errors else None
+            where = f": {render_text([first]).splitlines()[0]}" if first else ""
+            raise DefinitionInvalid(f"workflow '{out.name}' has {len(out.errors)} error(s)"
+                                    f"{where}; run `wfrun validate {ref}`")
+        stored = str(Path(ref).expanduser().resolve()) if is_path_ref(ref) else ref
+        return out.definition, stored
+
+    def resolver(self, manifest: dict[str, Any]) -> WorkflowDefinition:
+        ref = str(manifest.get("workflow_ref") or manifest.get("workflow") or "")
+        definition, _ = self.compile(ref)
+        return definition
+
+    # -- runs ------------------------------------------------------------------------
+    def engine(self, *, executor: AgentStepExecutor | None = None,
+               notifications: NotificationSink | None = None, observer: Observer | None = None,
+               durability: str = "full") -> Engine:
+        return Engine(runs_dir=self.runs_dir, clock=self.clock, executor=executor,
+                      notifications=notifications, observer=observer, durability=durability,
+                      project_root=self.project_root,
+                      work_dir=self.project_root or Path.cwd())
+
+    def run(self, ref: str, run_input: Any, engine: Engine,
+            control: RunControl | None = None) -> RunOutcome:
+        definition, stored = self.compile(ref)
+        return engine.start(definition, run_input, workflow_ref=stored, control=control)
+
+    def resume(self, run_id: str, engine: Engine, *, force: bool = False,
+               control: RunControl | None = None) -> RunOutcome:
+        return engine.resume(run_id, self.resolver, force=force, control=control)
+
+    def answer(self, run_id: str, answer: Any, engine: Engine,
+               control: RunControl | None = None) -> RunOutcome:
+        return engine.answer(run_id, answer, self.resolver, control=control)
+
+
+def parse_input(json_text: str | None, pairs: tuple[str, ...]) -> Any:
+    """`--input JSON` and/or `-i key=value` (value parsed as JSON when it parses)."""
+    value: Any = {}
+    if json_text is not None:
+        try:
+            value = json.loads(json_text)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"--input is not valid JSON: {exc.msg} at column {exc.colno}") \
+                from None
+    for pair in pairs:
+        if "=" not in pair:
+            raise InputError(f"-i takes key=value, got '{pair}'")
+        if not isinstance(value, dict):
+            raise InputError("-i key=value needs --input to be a JSON object")
+        key, raw = pair.split("=", 1)
+        try:
+            value[key] = json.loads(raw)
+        except ValueError:
+            value[key] = raw
+    return value
+
+
+def parse_answer(text: str | None) -> Any:
+    """An answer is JSON when it parses, else the text itself."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def make_executor(spec: str | None, clock: Clock | None = None) -> AgentStepExecutor | None:
+    """`scripted:FILE`, `command:'CMD ARGS'` or `openai` (settings from WFRUN_OPENAI_*)."""
+    if not spec:
+        return None
+    kind, _, arg = spec.partition(":")
+    if kind == "scripted":
+        from runner.engine.executors.scripted import ScriptedExecutor
+
+        if not arg:
+            raise InputError("--agent scripted:FILE needs a file of canned outputs")
+        return ScriptedExecutor.from_file(Path(arg).expanduser())
+    if kind == "command":
+        import importlib
+
+        command: Any = importlib.import_module("runner.engine.executors.command")
+        try:
+            argv = shlex.split(arg)
+        except ValueError as exc:
+            raise InputError(f"--agent command: cannot split '{arg}': {exc}") from None
+        if not argv:
+            raise InputError("--agent command:'CMD' needs a command")
+        executor: AgentStepExecutor = command.CommandExecutor(argv)
+        return executor
+    if kind == "openai":
+        import importlib
+
+        openai: Any = importlib.import_module("runner.engine.executors.openai")
+        chat: AgentStepExecutor = openai.OpenAIExecutor.from_env()
+        return chat
+    raise InputError(f"unknown agent '{spec}'; use scripted:FILE, command:'CMD' or openai")

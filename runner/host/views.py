@@ -1,0 +1,141 @@
+"""Read-only views of runs: they read bundles and never write (DESIGN §2, §8).
+
+A bundle's state is re-folded from its trace, so a view of a running or parked
+run is exact even when `state.json` lags the trace.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from runner.engine.bundle import MANIFEST, read_json, read_trace
+from runner.engine.state import fold
+from runner.errors import InputError, NotFoundError, OperationFailed
+
+VIEW_SCHEMA = "wfrun.run-view.v1"
+
+
+@dataclass(frozen=True)
+class RunRow:
+    run_id: str
+    workflow: str
+    status: str
+    started_at: str | None
+    finished_at: str | None
+    duration_s: float | None
+    current_node: str | None
+    parent_run_id: str | None
+    title: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "workflow": self.workflow, "status": self.status,
+                "started_at": self.started_at, "finished_at": self.finished_at,
+                "duration_s": self.duration_s, "current_node": self.current_node,
+                "parent_run_id": self.parent_run_id, "title": self.title}
+
+
+def _parse_iso(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _duration(start: str | None, end: str | None) -> float | None:
+    a, b = _parse_iso(start), _parse_iso(end)
+    if a is None or b is None:
+        return None
+    return round((b - a).total_seconds(), 3)
+
+
+def run_row(root: Path) -> RunRow | None:
+    try:
+        manifest = read_json(root / MANIFEST)
+    except (NotFoundError, OperationFailed, OSError):
+        return None
+    state = fold(root.name, read_trace(root).events)
+    status = state.status if state.trace_seq else str(manifest.get("status", "running"))
+    if status == "running" and state.paused:
+        status = "paused"
+    return RunRow(run_id=root.name, workflow=str(manifest.get("workflow", "")), status=status,
+                  started_at=manifest.get("started_at"), finished_at=state.finished_at,
+                  duration_s=_duration(manifest.get("started_at"), state.finished_at),
+                  current_node=state.current_node, parent_run_id=manifest.get("parent_run_id"),
+                  title=manifest.get("title"))
+
+
+def list_runs(runs_dir: Path, status: str | None = None) -> list[RunRow]:
+    """Runs newest first; `status` filters (running, paused, waiting, completed, ...)."""
+    try:
+        names = os.listdir(runs_dir)
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise OperationFailed(f"cannot list runs in {runs_dir}: {exc.strerror}") from None
+    rows = []
+    for name in names:
+        if name.startswith("."):
+            continue
+        row = run_row(runs_dir / name)
+        if row is not None and (status is None or row.status == status):
+            rows.append(row)
+    rows.sort(key=lambda r: (r.started_at or "", r.run_id), reverse=True)
+    return rows
+
+
+def show_run(runs_dir: Path, run_id: str) -> dict[str, Any]:
+    """Status, node timeline, outputs and errors of one run, as stable JSON."""
+    if not run_id or "/" in run_id or run_id.startswith("."):
+        raise InputError(f"'{run_id}' is not a run id")
+    root = runs_dir / run_id
+    if not (root / MANIFEST).is_file():
+        raise NotFoundError(f"no run '{run_id}'; `wfrun runs` lists runs")
+    manifest = read_json(root / MANIFEST)
+    trace = read_trace(root)
+    state = fold(run_id, trace.events)
+    timeline: list[dict[str, Any]] = []
+    open_nodes: dict[str, dict[str, Any]] = {}
+    for event in trace.events:
+        kind, node, p = event["type"], event.get("node"), event.get("payload") or {}
+        if kind == "node_started" and node:
+            entry = {"node": node, "attempt": event.get("attempt"), "kind": p.get("kind"),
+                     "started_at": event.get("at"), "finished_at": None, "outcome": None,
+                     "duration_ms": None, "error": None}
+            open_nodes[node] = entry
+            timeline.append(entry)
+        elif kind in ("node_finished", "node_failed") and node and node in open_nodes:
+            entry = open_nodes.pop(node)
+            entry.update({"finished_at": event.get("at"), "outcome": p.get("outcome"),
+                          "duration_ms": p.get("duration_ms"), "error": p.get("error")})
+        elif kind in ("include_entered", "include_exited"):
+            timeline.append({"node": node, "kind": kind, "started_at": event.get("at"),
+                             "finished_at": event.get("at"), "outcome": "ok",
+                             "attempt": None, "duration_ms": 0, "error": None})
+    return {
+        "schema": VIEW_SCHEMA,
+        "run_id": run_id,
+        "workflow": manifest.get("workflow"),
+        "title": manifest.get("title"),
+        "status": state.status,
+        "paused": state.paused,
+        "parent_run_id": manifest.get("parent_run_id"),
+        "definition_digest": manifest.get("definition_digest"),
+        "started_at": manifest.get("started_at"),
+        "finished_at": state.finished_at,
+        "current_node": state.current_node,
+        "steps": state.steps,
+        "waiting_on": state.waiting_on,
+        "timeline": timeline,
+        "outputs": state.outputs,
+        "final_output": state.final_output,
+        "error": state.error,
+        "updates": list(state.updates.values()),
+        "trace_events": len(trace.events),
+        "trace_torn": trace.torn,
+    }
