@@ -18,6 +18,7 @@ class RunControl:
 
     def __init__(self) -> None:
         self.wake = threading.Event()  # set on any request, so sleeps return early
+        self.stopped = threading.Event()  # set only by cancel and park
         self._stop: StopReason | None = None
         self._pause = threading.Event()
         self._lock = threading.Lock()
@@ -40,6 +41,7 @@ class RunControl:
             if self._stop is None:
                 self._stop = "cancel"
                 self.reason = reason
+        self.stopped.set()
         self.wake.set()
 
     def park(self, reason: str = "parked") -> None:
@@ -47,6 +49,7 @@ class RunControl:
             if self._stop is None:
                 self._stop = "park"
                 self.reason = reason
+        self.stopped.set()
         self.wake.set()
 
     def pause(self) -> None:

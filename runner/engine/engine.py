@@ -27,7 +27,7 @@ from .bundle import (
     read_json,
 )
 from .control import RunControl
-from .runner import NotificationSink, Observer, RunDriver, RunOutcome
+from .runner import CrashPoint, NotificationSink, Observer, RunDriver, RunOutcome
 from .state import TERMINAL, TRACE_SCHEMA, RunState, fold
 
 BUNDLE_SCHEMA = "wfrun.run-bundle.v1"
@@ -69,6 +69,7 @@ class Engine:
     work_dir: Path | None = None
     project_root: Path | None = None
     fence: Fence = always
+    crash_point: CrashPoint | None = None  # test seam: called at named points (runner.py)
 
     def _driver(self, run_id: str, definition: WorkflowDefinition, bundle: FolderBundle,
                 state: RunState, control: RunControl | None) -> RunDriver:
@@ -77,7 +78,8 @@ class Engine:
                          executor=self.executor, notifications=self.notifications,
                          observer=self.observer,
                          work_dir=str(self.work_dir or self.project_root or Path.cwd()),
-                         project_root=str(self.project_root) if self.project_root else None)
+                         project_root=str(self.project_root) if self.project_root else None,
+                         crash_point=self.crash_point)
 
     # -- start ---------------------------------------------------------------------
     def start(self, definition: WorkflowDefinition, run_input: Any = None, *,
@@ -96,6 +98,17 @@ class Engine:
         now = self.clock.now()
         run_id = run_id or new_run_id(definition.name, now)
         bundle = FolderBundle.create(self.runs_dir, run_id, self.fence, self.durability)
+        try:
+            return bundle, self._begin(bundle, definition, value, run_id, now, workflow_ref,
+                                       control, parent_run_id, carried, extra)
+        except BaseException:
+            bundle.close()  # never keep the run locked after a refused write
+            raise
+
+    def _begin(self, bundle: FolderBundle, definition: WorkflowDefinition, value: Any,
+               run_id: str, now: float, workflow_ref: str | None, control: RunControl | None,
+               parent_run_id: str | None, carried: dict[str, Any] | None,
+               extra: dict[str, Any] | None) -> RunDriver:
         try:
             title = render_text(definition.title, {"input": value}) if definition.title else None
         except TemplateError:
@@ -125,7 +138,7 @@ class Engine:
             payload["carried"] = carried
         payload.update(extra or {})
         driver.emit("run_started", payload, sync=True, state=True)
-        return bundle, driver
+        return driver
 
     # -- resume --------------------------------------------------------------------
     def resume(self, run_id: str, resolve: Resolver, *, force: bool = False,
@@ -153,17 +166,24 @@ class Engine:
                 f"{str(manifest.get('definition_digest'))[:19]}… is now {definition.digest[:19]}…);"
                 f" cancel it and start again, or resume with --force")
         driver = self._driver(run_id, definition, bundle, state, control)
-        if state.status != "running":
-            # The terminal event made it to the trace but the projections did not.
-            bundle.replace_state(state.to_json())
-            driver._close_bundle()
-            return driver.outcome()
-        at, replay_from = self._resume_point(driver)
-        driver.emit("run_resumed", {"resume_at": at, "replayed_steps": state.steps,
-                                    "forced": force and mismatch, "source_mismatch": mismatch,
-                                    "repaired_bytes": repaired}, sync=True, state=True)
-        if isinstance(at, RunOutcome):
-            return at
+        try:
+            if state.status != "running":
+                # The terminal event made it to the trace but the projections did not.
+                bundle.replace_state(state.to_json())
+                driver._close_bundle()
+                return driver.outcome()
+            at, replay_from = self._resume_point(driver)
+            if isinstance(at, RunOutcome):
+                # Killed between a node's end and the run's: the ending is now recorded
+                # and the bundle sealed, so there is nothing to resume.
+                return at
+            driver.emit("run_resumed", {"resume_at": at, "replayed_steps": state.steps,
+                                        "forced": force and mismatch,
+                                        "source_mismatch": mismatch,
+                                        "repaired_bytes": repaired}, sync=True, state=True)
+        except BaseException:
+            bundle.close()
+            raise
         if replay_from == "interrupted":
             driver.resuming_node = at
         return driver.drive(at)
@@ -178,10 +198,11 @@ class Engine:
         result = st.results.get(last, {})
         node = d.nodes.get(last)
         if node is not None and node.kind == "checkpoint" and result.get("outcome") == "ok":
-            return driver.wait(last, st.outputs.get(last)), "done"
+            return driver.wait(last, driver.live(st.outputs.get(last))), "done"
         extra = {k: v for k, v in result.items() if k == "exit_code"}
-        nxt = driver.next_after(last, result.get("outcome", "ok"), st.outputs.get(last),
-                                result.get("error"), extra)
+        output = driver.live(st.outputs.get(last))
+        nxt = driver.next_after(last, result.get("outcome", "ok"), output, result.get("error"),
+                                extra)
         if isinstance(nxt, RunOutcome):
             return nxt, "done"
         return nxt, "routed"
@@ -190,18 +211,27 @@ class Engine:
     def answer(self, parent_run_id: str, answer: Any, resolve: Resolver, *,
                control: RunControl | None = None) -> RunOutcome:
         """Continue a `waiting` run as a new linked run carrying outputs and steps."""
+        driver, nxt = self.prepare_answer(parent_run_id, answer, resolve, control=control)
+        return self.drive_continuation(driver, nxt)
+
+    def prepare_answer(self, parent_run_id: str, answer: Any, resolve: Resolver, *,
+                       control: RunControl | None = None, run_id: str | None = None,
+                       definition: WorkflowDefinition | None = None
+                       ) -> tuple[RunDriver, str | None]:
+        """Create the continuation bundle (no node runs yet); returns it and its first node."""
         manifest = self.manifest(parent_run_id)
         if manifest.get("status") != "waiting":
             raise InputError(f"run '{parent_run_id}' is {manifest.get('status')}, not waiting "
                              "at a checkpoint")
         parent = fold(parent_run_id, FolderBundle(self.runs_dir / parent_run_id,
                                                   parent_run_id).read_trace())
-        definition = resolve(manifest)
+        definition = definition or resolve(manifest)
         if definition.digest != manifest.get("definition_digest"):
             raise InputError(f"the workflow changed since run '{parent_run_id}' started; "
                              "start a new run instead")
         checkpoint = parent.waiting_on
-        assert checkpoint is not None
+        if checkpoint is None:
+            raise OperationFailed(f"run '{parent_run_id}' does not record its checkpoint")
         marker_dir = self.runs_dir / CONTINUED
         marker_dir.mkdir(mode=0o700, exist_ok=True)
         try:
@@ -215,13 +245,21 @@ class Engine:
         outputs[checkpoint] = cp_output
         carried = {"outputs": outputs, "results": parent.results, "steps": parent.steps,
                    "scope_inputs": parent.scope_inputs}
-        _, driver = self.create(definition, parent.input, workflow_ref=manifest.get(
-            "workflow_ref"), control=control, parent_run_id=parent_run_id, carried=carried,
-            extra={"continued_from": parent_run_id, "checkpoint": checkpoint,
-                   "answer": answer, "carried_steps": parent.steps})
-        os.write(fd, driver.run_id.encode())
-        os.close(fd)
+        try:
+            _, driver = self.create(definition, parent.input, workflow_ref=manifest.get(
+                "workflow_ref"), control=control, run_id=run_id, parent_run_id=parent_run_id,
+                carried=carried, extra={"continued_from": parent_run_id,
+                                        "checkpoint": checkpoint, "answer": answer,
+                                        "carried_steps": parent.steps})
+            os.write(fd, driver.run_id.encode())
+        finally:
+            os.close(fd)
         driver.state.last_node = checkpoint
+        return driver, checkpoint
+
+    def drive_continuation(self, driver: RunDriver, checkpoint: str | None) -> RunOutcome:
+        assert checkpoint is not None
+        cp_output = driver.state.outputs.get(checkpoint)
         nxt = driver.next_after(checkpoint, "ok", cp_output, None, {})
         if isinstance(nxt, RunOutcome):
             return nxt

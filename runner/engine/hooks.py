@@ -75,7 +75,6 @@ def run_bounded(fn: Callable[[], Any], deadline: float | None, control: RunContr
             box["error"] = f"{type(exc).__name__}: {exc}"
         finally:
             done.set()
-            control.wake.set()
 
     threading.Thread(target=target, daemon=True, name="wfrun-hook").start()
     while not done.is_set():
@@ -84,8 +83,7 @@ def run_bounded(fn: Callable[[], Any], deadline: float | None, control: RunContr
         if deadline is not None and monotonic() >= deadline:
             return HookOutcome("timed_out")
         wait = 0.05 if deadline is None else min(0.05, max(deadline - monotonic(), 0.001))
-        control.wake.wait(wait)
-        control.rearm()
+        done.wait(wait)
     if "error" in box:
         return HookOutcome("raised", error=str(box["error"])[:2000])
     return HookOutcome("returned", value=box.get("value"))

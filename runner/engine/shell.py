@@ -140,13 +140,16 @@ def run_shell(
             ending = "timed_out"
             kill_group(proc, clock)
             break
-        control.wake.wait(POLL)
+        control.stopped.wait(POLL)
     else:
         # The leader exited; make sure no stray group members keep pipes open.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
     out.join(timeout=5)
     err.join(timeout=5)
+    for pipe in (proc.stdout, proc.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            pipe.close()
     code = proc.returncode
     return ShellResult(
         ending=ending,

@@ -8,7 +8,9 @@ workflow is found again for resume and answer, and which agent executor a
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,8 +19,35 @@ from runner.clock import Clock, SystemClock
 from runner.compiler import Catalog, Compiler, Diagnostic, WorkflowDefinition, render_text
 from runner.compiler.discovery import PROJECT_DIR, is_path_ref
 from runner.engine import AgentStepExecutor, Engine, RunControl, RunOutcome
-from runner.engine.runner import NotificationSink, Observer
+from runner.engine.runner import CRASH_POINTS, CrashPoint, NotificationSink, Observer
 from runner.errors import DefinitionInvalid, InputError, NotFoundError
+
+CRASH_ENV = "WFRUN_CRASH_AT"
+
+
+def crash_injector(spec: str | None) -> CrashPoint | None:
+    """A test seam: `WFRUN_CRASH_AT=<point>[:<n>]` SIGKILLs this process the n-th time
+    (default 1st) the engine passes `point` (one of `runner.engine.runner.CRASH_POINTS`).
+
+    Read once, here at the host edge; the engine only calls the callable it is given.
+    """
+    if not spec:
+        return None
+    point, _, count = spec.partition(":")
+    if point not in CRASH_POINTS or (count and not count.isdigit()) or count == "0":
+        raise InputError(f"{CRASH_ENV}='{spec}' is not <point>[:<n>] with a point in "
+                         f"{', '.join(CRASH_POINTS)}")
+    target = int(count or 1)
+    seen = 0
+
+    def crash(name: str) -> None:
+        nonlocal seen
+        if name == point:
+            seen += 1
+            if seen == target:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    return crash
 
 
 @dataclass
@@ -29,6 +58,8 @@ class Workspace:
     project_root: Path | None
     state_dir: Path  # used for runs when there is no project
     clock: Clock = field(default_factory=SystemClock)
+    crash_point: CrashPoint | None = field(
+        default_factory=lambda: crash_injector(os.environ.get(CRASH_ENV)))
 
     @property
     def runs_dir(self) -> Path:
@@ -63,7 +94,7 @@ class Workspace:
         return Engine(runs_dir=self.runs_dir, clock=self.clock, executor=executor,
                       notifications=notifications, observer=observer, durability=durability,
                       project_root=self.project_root,
-                      work_dir=self.project_root or Path.cwd())
+                      work_dir=self.project_root or Path.cwd(), crash_point=self.crash_point)
 
     def run(self, ref: str, run_input: Any, engine: Engine,
             control: RunControl | None = None) -> RunOutcome:

@@ -1,1 +1,22 @@
-"""launch layer (DESIGN §2)."""
+"""Durable deferred launch, turn intents and notifications (DESIGN §6, seed 000)."""
+
+from __future__ import annotations
+
+from .coordinator import Activation, EngineOptions, LaunchCoordinator, PreflightError, Resolver
+from .intents import fallback_text, intent_id, launch_failed_text, message_id, new_intent
+from .safety import redact, safe_message
+
+__all__ = [
+    "Activation",
+    "EngineOptions",
+    "LaunchCoordinator",
+    "PreflightError",
+    "Resolver",
+    "fallback_text",
+    "intent_id",
+    "launch_failed_text",
+    "message_id",
+    "new_intent",
+    "redact",
+    "safe_message",
+]

@@ -1,0 +1,450 @@
+"""The session controller: wfrun's `HostListener` for one agent session.
+
+It answers `workflow` tool calls, activates queued launches only at safe idle
+boundaries (a settled turn, or session start with no active turn), runs the
+activated workflow on a worker thread, delivers agent steps into the session
+(the `session` executor), and delivers turn intents, presentations and passive
+notifications with a session-log scan first so nothing is sent twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from runner.compiler.templates import TemplateError, render_text
+from runner.engine import AgentStep, RunOutcome
+from runner.engine.agent import TurnKind
+from runner.errors import WfrunError
+from runner.launch import LaunchCoordinator, PreflightError, fallback_text, message_id
+from runner.launch.coordinator import Activation
+from runner.launch.intents import (
+    AGENT_STEP_TYPE,
+    DEFERRED_TURN_TYPE,
+    MESSAGE_SCHEMA,
+    NOTIFICATION_TYPE,
+    PRESENTATION_TYPE,
+)
+from runner.store import LostRace, NewNotification, StoreError, TurnResolution
+
+from .protocol import Host, SessionEntry, ToolReply
+from .tool import validate_call
+
+log = logging.getLogger(__name__)
+RESOLUTION_BY_TYPE: dict[str, TurnResolution] = {
+    AGENT_STEP_TYPE: "workflow_prompt", PRESENTATION_TYPE: "presentation",
+    DEFERRED_TURN_TYPE: "fallback"}
+Lister = Callable[[int], str]
+StatusReader = Callable[[str], dict[str, Any]]
+
+
+@dataclass
+class _StepTurn:
+    step: AgentStep
+    message: str
+    kind: TurnKind
+    sending: bool = False
+    delivered: bool = False  # set only after the message is in the session
+    settled: threading.Event = field(default_factory=threading.Event)
+
+
+class SessionExecutor:
+    """Agent steps go into the owning session as messages; the model submits via the tool."""
+
+    name = "session"
+
+    def __init__(self, controller: SessionController) -> None:
+        self.controller = controller
+
+    def run_turn(self, step: AgentStep, message: str, kind: TurnKind) -> None:
+        turn = _StepTurn(step, message, kind)
+        self.controller._enqueue_step(turn)
+        while not turn.settled.is_set() and not step.should_stop() and not step.accepted:
+            turn.settled.wait(0.05)
+        self.controller._step_done(turn)
+
+
+class SessionController:
+    def __init__(self, host: Host, coordinator: LaunchCoordinator, *,
+                 lister: Lister | None = None, status: StatusReader | None = None) -> None:
+        self.host = host
+        self.coordinator = coordinator
+        self.store = coordinator.store
+        self.lister = lister
+        self.status_reader = status
+        self.session_id = host.session_id()
+        self._lock = threading.RLock()
+        self._turn_active = False
+        self._shutdown = False
+        self.active: Activation | None = None
+        self._thread: threading.Thread | None = None
+        self._step: _StepTurn | None = None
+        self._presentation: tuple[str, str] | None = None  # (run id, text) to deliver
+        self.outcomes: list[RunOutcome] = []
+        self.errors: list[str] = []
+
+    # -- HostListener ----------------------------------------------------------------
+    def on_session_start(self, reason: str) -> None:
+        if not self.host.is_idle():
+            return  # recovery waits for the next settled turn
+        self._boundary()
+
+    def on_turn_started(self) -> None:
+        with self._lock:
+            self._turn_active = True
+
+    def on_turn_settled(self, aborted: bool) -> None:
+        with self._lock:
+            self._turn_active = False
+            turn = self._step
+        if turn is not None and turn.delivered:
+            turn.settled.set()
+        if aborted and self.active is not None:
+            self.active.control.pause()  # Escape holds the run instead of nudging it
+            return
+        self._boundary()
+
+    def on_session_shutdown(self, reason: str) -> None:
+        with self._lock:
+            self._shutdown = True
+            act = self.active
+        if act is not None:
+            act.control.park(f"session shutdown: {reason}")
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def on_tool_call(self, call_id: str, name: str, args: dict[str, Any]) -> ToolReply:
+        if name != "workflow":
+            return ToolReply(f"unknown tool '{name}'", is_error=True)
+        try:
+            action, params = validate_call(args)
+            return self._dispatch(action, params)
+        except PreflightError as exc:
+            return ToolReply(exc.message, {"action": args.get("action"), "code": exc.code},
+                             is_error=True)
+        except WfrunError as exc:
+            return ToolReply(exc.message, {"action": args.get("action")}, is_error=True)
+        except StoreError as exc:
+            return ToolReply(self.coordinator.safe(f"the workflow store failed: {exc.message}"),
+                             {"action": args.get("action")}, is_error=True)
+
+    # -- tool actions ----------------------------------------------------------------
+    def _dispatch(self, action: str, p: dict[str, Any]) -> ToolReply:
+        if action in ("submit", "update"):
+            turn = self._step
+            if turn is None:
+                return ToolReply("no workflow step is open in this session", is_error=True)
+            res = turn.step.handle_tool_call({"action": action, **p})
+            return ToolReply(res.message, {"action": action, "ok": res.ok}, is_error=not res.ok)
+        if action == "start":
+            presentation = self._presentation[0] if self._presentation else None
+            record = self.coordinator.prepare(p["workflow"], p.get("input"),
+                                              session_id=self.session_id,
+                                              presentation_pending=presentation)
+            name = record.run_id.rsplit("-", 2)[0]
+            return ToolReply(f"Workflow {name} queued (run {record.run_id}).",
+                             {"action": "start", "workflow": name, "runId": record.run_id,
+                              "queued": True})
+        if action == "answer":
+            parent = p.get("runId") or self._waiting_run()
+            if parent is None:
+                return ToolReply("no run of this session is waiting; pass runId", is_error=True)
+            ref = self._workflow_ref(parent)
+            record = self.coordinator.prepare(ref, p["input"], session_id=self.session_id,
+                                              parent_run_id=parent)
+            return ToolReply(f"Answer queued as run {record.run_id} (continues {parent}).",
+                             {"action": "answer", "runId": record.run_id, "parentRunId": parent,
+                              "queued": True})
+        if action == "cancel":
+            return self._cancel(p.get("runId"))
+        if action in ("pause", "resume"):
+            act = self.active
+            if act is None:
+                return ToolReply("no workflow is running in this session", is_error=True)
+            if action == "pause":
+                act.control.pause()
+            else:
+                act.control.resume()
+            return ToolReply(f"Workflow run {act.record.run_id} {action}d.",
+                             {"action": action, "runId": act.record.run_id})
+        if action == "status":
+            return self._status(p.get("runId"))
+        offset = int(p.get("offset", 0))
+        text = self.lister(offset) if self.lister else "no workflow catalog is configured"
+        return ToolReply(text, {"action": "list", "offset": offset})
+
+    def _cancel(self, run_id: str | None) -> ToolReply:
+        act = self.active
+        if act is not None and (run_id is None or run_id == act.record.run_id):
+            act.control.cancel("cancelled by the model")
+            return ToolReply(f"Workflow run {act.record.run_id} is being cancelled.",
+                             {"action": "cancel", "runId": act.record.run_id})
+        if run_id is None:
+            held = self.store.launches.find_session_reservation(self.session_id)
+            if held is None:
+                return ToolReply("nothing to cancel in this session", is_error=True)
+            run_id = held.run_id
+        record = self.coordinator.cancel(run_id)
+        return ToolReply(f"Workflow run {run_id} cancelled.",
+                         {"action": "cancel", "runId": run_id, "status": record.status})
+
+    def _status(self, run_id: str | None) -> ToolReply:
+        if run_id is None:
+            held = self.store.launches.find_session_reservation(self.session_id)
+            if held is None:
+                return ToolReply("no workflow is queued or running in this session",
+                                 {"action": "status", "runId": None})
+            run_id = held.run_id
+        view = self.status_reader(run_id) if self.status_reader else {"runId": run_id}
+        state = view.get("status", "unknown")
+        text = f"Run {run_id}: {state}"
+        if view.get("error"):
+            text += f" ({view['error']})"
+        return ToolReply(text, {"action": "status", **view})
+
+    def _waiting_run(self) -> str | None:
+        for outcome in reversed(self.outcomes):
+            if outcome.status == "waiting":
+                return outcome.run_id
+        return None
+
+    def _workflow_ref(self, run_id: str) -> str:
+        record = self.store.launches.get(run_id)
+        if record is not None:
+            return record.workflow_ref
+        from runner.engine.bundle import MANIFEST, read_json
+
+        manifest = read_json(self.coordinator.runs_dir / run_id / MANIFEST)
+        return str(manifest.get("workflow_ref") or manifest.get("workflow"))
+
+    # -- boundaries --------------------------------------------------------------------
+    def _boundary(self) -> None:
+        """A safe idle point: activate queued work, then deliver what is due."""
+        if self._shutdown:
+            return
+        self._activate()
+        self._deliver_intents()
+        self._deliver_presentation()
+        self._deliver_notifications()
+        self._deliver_step()
+
+    def _activate(self) -> None:
+        with self._lock:
+            if self.active is not None:
+                return
+        try:
+            self.coordinator.recover_expired(self.session_id)
+        except StoreError as exc:
+            log.warning("launch recovery failed: %s", exc.message)
+        record = self.coordinator.claim_next(self.session_id)
+        if record is None:
+            return
+        if record.status == "queued" or (record.status == "starting"
+                                         and record.parent_run_id is None
+                                         and not self._bundle_exists(record.run_id)):
+            activated = self.coordinator.activate(record)
+            if activated is None:
+                return
+            act: Activation | None = activated
+            target: Callable[[], RunOutcome | None] = partial(self.coordinator.run, activated)
+        else:
+            act = None
+            target = partial(self.coordinator.resume_parked, record)
+        with self._lock:
+            self.active = act
+            self._thread = threading.Thread(target=self._run, args=(target,), daemon=True,
+                                            name=f"wfrun-run-{record.run_id}")
+            self._thread.start()
+
+    def _bundle_exists(self, run_id: str) -> bool:
+        return (self.coordinator.runs_dir / run_id).exists()
+
+    def _run(self, target: Callable[[], RunOutcome | None]) -> None:
+        try:
+            outcome = target()
+        except Exception as exc:  # the worker must never die silently
+            log.exception("workflow run crashed")
+            self.errors.append(f"{type(exc).__name__}: {exc}")
+            outcome = None
+        with self._lock:
+            act = self.active
+            self.active = None
+            if outcome is not None:
+                self.outcomes.append(outcome)
+                if act is not None and outcome.status in ("completed", "waiting"):
+                    self._queue_presentation(act, outcome)
+        if self.host.is_idle() and not self._shutdown:
+            self._boundary()
+
+    def _queue_presentation(self, act: Activation, outcome: RunOutcome) -> None:
+        template = act.definition.presentation
+        if not template:
+            return
+        ctx = {"input": outcome.state.input, "outputs": outcome.state.outputs,
+               "results": outcome.state.results, "run": {"id": outcome.run_id,
+                                                         "status": outcome.status},
+               "project": {}}
+        try:
+            text = render_text(template, ctx)[:50_000]
+        except TemplateError as exc:
+            log.warning("presentation of %s failed: %s", outcome.run_id, exc)
+            return
+        self._presentation = (outcome.run_id, text)
+
+    # -- deliveries --------------------------------------------------------------------
+    def _sent_ids(self, key: str) -> dict[str, SessionEntry]:
+        out: dict[str, SessionEntry] = {}
+        for entry in self.host.read_session_entries():
+            details = entry.details or {}
+            value = details.get(key)
+            if isinstance(value, str):
+                out[value] = entry
+        return out
+
+    def _deliver_intents(self) -> None:
+        intents = self.store.turn_intents
+        try:
+            eligible = intents.list_eligible(self.session_id)
+        except StoreError:
+            return
+        for intent in eligible:
+            claimed = intents.claim_delivery(intent.intent_id)
+            if isinstance(claimed, LostRace):
+                continue
+            token = claimed.delivery_claim_token or ""
+            seen = self._sent_ids("turnIntentId").get(intent.intent_id)
+            if seen is not None:
+                # Sent before a crash; resolve without sending it again.
+                resolution = RESOLUTION_BY_TYPE.get(seen.custom_type or "", "fallback")
+                intents.resolve(intent.intent_id, token, resolution=resolution,
+                                message_id=message_id(intent.intent_id, resolution))
+                continue
+            text = fallback_text(intent.fallback_facts)
+            details = {"schema": MESSAGE_SCHEMA, "turnIntentId": intent.intent_id,
+                       "runId": intent.run_id, "cause": intent.cause}
+            try:
+                self.host.append_message(DEFERRED_TURN_TYPE, text, details,
+                                         deliver_as="follow_up", trigger_turn=True)
+            except Exception:
+                intents.release_delivery(intent.intent_id, token)
+                raise
+            self.coordinator.crash("after_session_append")
+            intents.resolve(intent.intent_id, token, resolution="fallback",
+                            message_id=message_id(intent.intent_id, "fallback"))
+
+    def _deliver_presentation(self) -> None:
+        with self._lock:
+            pending = self._presentation
+            self._presentation = None
+        if pending is None:
+            return
+        run_id, text = pending
+        details: dict[str, Any] = {"schema": MESSAGE_SCHEMA, "runId": run_id,
+                                   "presentationId": f"presentation:{run_id}"}
+        if f"presentation:{run_id}" in self._sent_ids("presentationId"):
+            return
+        # A pending intent for this run is resolved by the presentation, not a second turn.
+        for intent in self.store.turn_intents.list_pending(run_id):
+            if intent.target_session_id != self.session_id:
+                continue
+            claimed = self.store.turn_intents.claim_delivery(intent.intent_id)
+            if not isinstance(claimed, LostRace):
+                details["turnIntentId"] = intent.intent_id
+                self.host.append_message(PRESENTATION_TYPE, text, details,
+                                         deliver_as="follow_up", trigger_turn=True)
+                self.store.turn_intents.resolve(
+                    intent.intent_id, claimed.delivery_claim_token or "",
+                    resolution="presentation",
+                    message_id=message_id(intent.intent_id, "presentation"))
+                return
+        self.host.append_message(PRESENTATION_TYPE, text, details, deliver_as="follow_up",
+                                 trigger_turn=True)
+
+    def _deliver_notifications(self) -> None:
+        notes = self.store.notifications
+        try:
+            pending = notes.list_pending(self.session_id)
+        except StoreError:
+            return
+        if not pending:
+            return
+        sent = self._sent_ids("notificationId")
+        for note in pending:
+            claimed = notes.claim_delivery(note.notification_id)
+            if isinstance(claimed, LostRace):
+                continue
+            if note.notification_id not in sent:
+                self.host.append_message(NOTIFICATION_TYPE, note.content,
+                                         {"notificationId": note.notification_id,
+                                          "runId": note.run_id, "kind": note.kind},
+                                         deliver_as="next_turn", trigger_turn=False)
+            notes.mark_delivered(note.notification_id, claimed.delivery_claim_token or "")
+
+    # -- the session executor's side -----------------------------------------------------
+    def _enqueue_step(self, turn: _StepTurn) -> None:
+        with self._lock:
+            self._step = turn
+        if self.host.is_idle() and not self._turn_active:
+            self._deliver_step()
+
+    def _deliver_step(self) -> None:
+        with self._lock:
+            turn = self._step
+            if turn is None or turn.sending or self._shutdown:
+                return
+            turn.sending = True
+        details = {"runId": turn.step.contract.run_id, "step": turn.step.contract.step,
+                   "attempt": turn.step.contract.attempt, "kind": turn.kind}
+        self.host.append_message(AGENT_STEP_TYPE, turn.message, details,
+                                 deliver_as="follow_up", trigger_turn=True)
+        with self._lock:
+            turn.delivered = True
+
+    def quiet(self) -> bool:
+        """True when no workflow work is in flight: no run, or one waiting on the session."""
+        with self._lock:
+            thread, turn = self._thread, self._step
+        if thread is None or not thread.is_alive():
+            return True
+        return turn is not None and turn.delivered and not turn.settled.is_set()
+
+    def wait_quiet(self, timeout: float = 30.0) -> None:
+        """Block until `quiet()` (for hosts that drive turns on one thread, like tests)."""
+        import time
+
+        end = time.monotonic() + timeout
+        while not self.quiet():
+            if time.monotonic() > end:
+                raise TimeoutError("the workflow run did not reach a quiet point in time")
+            time.sleep(0.002)
+
+    def _step_done(self, turn: _StepTurn) -> None:
+        with self._lock:
+            if self._step is turn:
+                self._step = None
+
+    def notification_sink(self) -> NotificationOutbox:
+        return NotificationOutbox(self)
+
+
+class NotificationOutbox:
+    """`notify` nodes write to the store's outbox; the controller delivers them."""
+
+    def __init__(self, controller: SessionController) -> None:
+        self.controller = controller
+        self._index: dict[tuple[str, str], int] = {}
+
+    def emit(self, run_id: str, node: str, attempt: str, notification_id: str, kind: str,
+             message: str) -> None:
+        visit = int(notification_id.rsplit(":", 1)[-1]) if ":" in notification_id else 1
+        store = self.controller.store
+        store.notifications.insert(NewNotification(
+            notification_id=notification_id, run_id=run_id, node_id=node, attempt_id=attempt,
+            notification_index=visit, target_session_id=self.controller.session_id,
+            kind="final" if kind == "final" else "progress", content=message))
+        if self.controller.host.is_idle():
+            self.controller._deliver_notifications()

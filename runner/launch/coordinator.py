@@ -1,0 +1,496 @@
+"""Durable deferred launch: preparation in the tool call, activation at a safe boundary.
+
+Preparation (`prepare`) runs every check that can run before the reply, then
+commits a `queued` row with the final run id; nothing else is stored when a
+check fails. Activation (`activate`) happens later, at an idle boundary of the
+owning session or in a host: claim -> `starting` -> re-check the source (hash,
+authoritative) -> build the engine and bundle -> `running` -> fence -> first node.
+A startup failure becomes `failed` with a stable code and a safe message, plus
+one eligible turn intent for the owning session, in one store transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from runner.clock import Clock, SystemClock
+from runner.compiler import WorkflowDefinition
+from runner.engine import (
+    AgentStepExecutor,
+    Engine,
+    NotificationSink,
+    RunControl,
+    RunOutcome,
+    check_input,
+    new_run_id,
+)
+from runner.engine.bundle import MANIFEST, read_json
+from runner.engine.runner import Observer, RunDriver
+from runner.errors import (
+    ClaimLost,
+    ConflictError,
+    DefinitionInvalid,
+    InputError,
+    NotFoundError,
+    OperationFailed,
+    TemporaryError,
+    WfrunError,
+)
+from runner.store import (
+    LaunchErrorCode,
+    LaunchRecord,
+    LostRace,
+    NewLaunch,
+    Store,
+    StoreError,
+    StoreUnavailable,
+    TurnCause,
+)
+
+from .intents import new_intent
+from .safety import safe_message
+
+log = logging.getLogger(__name__)
+LEASE_SECONDS = 30.0
+RENEW_EVERY = 10.0
+CANCEL_POLL = 0.5
+CANCEL_EVENT = "cancel_requested"
+
+
+class Resolver(Protocol):
+    """Finds and compiles a workflow by name or path (raises NotFound/DefinitionInvalid)."""
+
+    def compile(self, ref: str) -> tuple[WorkflowDefinition, str]: ...
+
+
+class PreflightError(InputError):
+    """A start request failed a check; nothing was stored."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class EngineOptions:
+    executor: Callable[[LaunchRecord], AgentStepExecutor | None] = lambda _r: None
+    notifications: NotificationSink | None = None
+    observer: Observer | None = None
+    durability: str = "full"
+    project_root: Path | None = None
+
+
+def _classify(exc: BaseException) -> tuple[LaunchErrorCode, str]:
+    """A stable code and a safe, actionable reason for a startup failure."""
+    if isinstance(exc, NotFoundError):
+        return "workflow_not_found", exc.message
+    if isinstance(exc, DefinitionInvalid):
+        return "workflow_invalid", exc.message
+    if isinstance(exc, InputError) and "input" in exc.message:
+        return "input_invalid", exc.message
+    if isinstance(exc, (StoreError, TemporaryError)):
+        return "store_unavailable", "the workflow store is unavailable; try again shortly"
+    if isinstance(exc, WfrunError):
+        return "activation_failed", exc.message
+    # Unexpected errors: the class name only; the text may hold secrets or input.
+    return "activation_failed", f"activation failed ({type(exc).__name__}); see the host log"
+
+
+@dataclass
+class Activation:
+    """One claimed launch on its way to running (or already running)."""
+
+    record: LaunchRecord
+    token: str
+    definition: WorkflowDefinition
+    engine: Engine
+    control: RunControl = field(default_factory=RunControl)
+    claim_lost: bool = False
+    driver: RunDriver | None = None
+    checkpoint: str | None = None  # set for continuations: the parent's checkpoint
+
+    @property
+    def workflow(self) -> str:
+        return self.definition.name or _workflow_name(self.record.workflow_ref)
+
+
+class LaunchCoordinator:
+    def __init__(self, store: Store, resolver: Resolver, runs_dir: Path, *, runner_id: str,
+                 clock: Clock | None = None, options: EngineOptions | None = None,
+                 lease_seconds: float = LEASE_SECONDS, renew_every: float = RENEW_EVERY,
+                 secrets: tuple[str, ...] = (),
+                 crash: Callable[[str], None] | None = None) -> None:
+        self.store = store
+        # Crash injection for tests: called at named points, a no-op in production.
+        self.crash: Callable[[str], None] = crash or (lambda _point: None)
+        self.resolver = resolver
+        self.runs_dir = runs_dir
+        self.runner_id = runner_id
+        self.clock = clock or SystemClock()
+        self.options = options or EngineOptions()
+        self.lease_seconds = lease_seconds
+        self.renew_every = renew_every
+        self.secrets = secrets
+
+    def safe(self, text: str) -> str:
+        return safe_message(text, self.secrets)
+
+    # -- preparation ---------------------------------------------------------------
+    def prepare(self, ref: str, run_input: Any = None, *, session_id: str | None = None,
+                parent_run_id: str | None = None,
+                presentation_pending: str | None = None) -> LaunchRecord:
+        """Every pre-reply check, then one committed `queued` row with the final run id."""
+        try:
+            definition, stored_ref = self.resolver.compile(ref)
+        except NotFoundError as exc:
+            raise PreflightError("workflow_not_found", exc.message) from None
+        except DefinitionInvalid as exc:
+            raise PreflightError("workflow_invalid", exc.message) from None
+        try:
+            if parent_run_id is not None:
+                # A continuation's input is the answer; the parent's input is carried.
+                self._check_parent(parent_run_id, definition)
+                value = _plain_json(run_input)
+            else:
+                value = check_input(definition, {} if run_input is None else run_input)
+        except PreflightError:
+            raise
+        except InputError as exc:
+            raise PreflightError("input_invalid", exc.message) from None
+        if presentation_pending is not None:
+            raise PreflightError("activation_failed", "the final presentation of run "
+                                 f"{presentation_pending} is still pending; let it arrive, then "
+                                 "start the next workflow")
+        try:
+            if session_id is not None:
+                held = self.store.launches.find_session_reservation(session_id)
+                if held is not None:
+                    raise PreflightError("activation_failed", _reserved(held.run_id, held.status))
+            run_id = new_run_id(definition.name, self.clock.now())
+            source = {"source": definition.source.to_json() if definition.source else None,
+                      "sources": [s.to_json() for s in definition.sources]}
+            result = self.store.launches.enqueue(NewLaunch(
+                run_id=run_id, workflow_ref=stored_ref, source=source,
+                definition_digest=definition.digest, input=value,
+                workflow_path=definition.source.path if definition.source else None,
+                origin_session_id=session_id, parent_run_id=parent_run_id))
+        except StoreError as exc:
+            raise PreflightError("store_unavailable", self.safe(
+                f"the workflow store is unavailable: {exc.message}")) from None
+        self.crash("after_queued_commit")
+        if isinstance(result, LostRace):
+            if result.reason == "session_reserved":
+                raise PreflightError("activation_failed",
+                                     _reserved(result.holder or "?", "active"))
+            raise PreflightError("activation_failed", f"could not queue the run ({result.reason})")
+        return result
+
+    def _check_parent(self, parent_run_id: str, definition: WorkflowDefinition) -> None:
+        path = self.runs_dir / parent_run_id / MANIFEST
+        if not path.is_file():
+            raise PreflightError("workflow_not_found", f"no run '{parent_run_id}' to continue")
+        manifest = read_json(path)
+        if manifest.get("status") != "waiting":
+            raise PreflightError("activation_failed", f"run '{parent_run_id}' is "
+                                 f"{manifest.get('status')}, not waiting at a checkpoint")
+        if manifest.get("definition_digest") != definition.digest:
+            raise PreflightError("source_changed", f"the workflow changed since run "
+                                 f"'{parent_run_id}' started; start a new run instead")
+
+    # -- activation ----------------------------------------------------------------
+    def claim_next(self, session_id: str | None) -> LaunchRecord | None:
+        try:
+            return self.store.launches.claim_next(runner_id=self.runner_id, session_id=session_id,
+                                                  lease_seconds=self.lease_seconds)
+        except StoreUnavailable:
+            return None
+
+    def activate(self, record: LaunchRecord) -> Activation | None:
+        """Take a claimed `starting` launch to `running`; None when it failed or lost."""
+        assert record.claim_token is not None
+        token = record.claim_token
+        self.crash("after_claim")
+        try:
+            definition, _ = self.resolver.compile(record.workflow_ref)
+            if definition.digest != record.definition_digest:
+                raise _SourceChanged()
+            value = record.input()
+            if record.parent_run_id is None:
+                value = check_input(definition, value)
+        except _SourceChanged:
+            self.fail_launch(record, token, "source_changed", "the workflow source changed after "
+                             "it was queued; review the change, then start it again")
+            return None
+        except Exception as exc:
+            code, reason = _classify(exc)
+            self.fail_launch(record, token, code, reason)
+            return None
+        engine = self._engine(record, token)
+        act = Activation(record, token, definition, engine)
+        try:
+            if record.parent_run_id is not None:
+                # A continuation: the launch input is the answer to the parent's checkpoint.
+                driver, act.checkpoint = engine.prepare_answer(
+                    record.parent_run_id, value, lambda _m: definition, control=act.control,
+                    run_id=record.run_id, definition=definition)
+            else:
+                _, driver = engine.create(definition, value, workflow_ref=record.workflow_ref,
+                                          run_id=record.run_id, control=act.control)
+            bundle = driver.bundle
+        except ClaimLost:
+            return None  # cancelled or reclaimed while starting; the winner decides
+        except Exception as exc:
+            code, reason = _classify(exc)
+            self.fail_launch(record, token, code, reason)
+            return None
+        self.crash("during_starting")
+        running = self.store.launches.mark_running(record.run_id, token)
+        if isinstance(running, LostRace):
+            # Cancellation won the race: record it in the bundle we own, run nothing.
+            bundle.fence = lambda: True
+            driver.finish("cancelled", error={"code": "cancelled",
+                                               "message": "cancelled before it started"})
+            return None
+        act.record = running
+        act.driver = driver
+        return act
+
+    def run(self, act: Activation) -> RunOutcome | None:
+        """Release the engine to run the first node; record how the run ended."""
+        driver = act.driver
+        assert driver is not None
+        self.crash("before_executor_release")
+        stop = threading.Event()
+        keeper = threading.Thread(target=self._keep_lease, args=(act, stop), daemon=True,
+                                  name=f"wfrun-lease-{act.record.run_id}")
+        keeper.start()
+        try:
+            if act.checkpoint is not None:
+                outcome = act.engine.drive_continuation(driver, act.checkpoint)
+            else:
+                outcome = driver.drive(act.definition.start)
+        except ClaimLost:
+            return self._lost(act, driver)
+        finally:
+            stop.set()
+            keeper.join(timeout=5)
+        self.record_outcome(act, outcome)
+        return outcome
+
+    def resume_parked(self, record: LaunchRecord) -> RunOutcome | None:
+        """Resume a parked (or crashed running) run this runner just claimed."""
+        assert record.claim_token is not None
+        token = record.claim_token
+        engine = self._engine(record, token)
+        act = Activation(record, token, WorkflowDefinition("", "", {}, {}), engine)
+        if record.status == "starting":
+            running = self.store.launches.mark_running(record.run_id, token)
+            if isinstance(running, LostRace):
+                return None
+            act.record = running
+        stop = threading.Event()
+        keeper = threading.Thread(target=self._keep_lease, args=(act, stop), daemon=True)
+        keeper.start()
+        try:
+            outcome = engine.resume(record.run_id, lambda m: self.resolver.compile(
+                str(m.get("workflow_ref")))[0], control=act.control)
+        except ClaimLost:
+            return None
+        except WfrunError as exc:
+            self.fail_launch(act.record, token, "activation_failed", exc.message)
+            return None
+        finally:
+            stop.set()
+            keeper.join(timeout=5)
+        self.record_outcome(act, outcome)
+        return outcome
+
+    def _engine(self, record: LaunchRecord, token: str) -> Engine:
+        launches = self.store.launches
+
+        def fence() -> bool:
+            try:
+                return not isinstance(launches.check_claim(record.run_id, token), LostRace)
+            except StoreError:
+                return False
+
+        opts = self.options
+        return Engine(runs_dir=self.runs_dir, clock=self.clock, executor=opts.executor(record),
+                      notifications=opts.notifications, observer=opts.observer,
+                      durability=opts.durability, project_root=opts.project_root,
+                      work_dir=opts.project_root, fence=fence)
+
+    def _keep_lease(self, act: Activation, stop: threading.Event) -> None:
+        """Renew the lease on its own timer; watch for cross-process cancel requests."""
+        next_renew = self.clock.monotonic() + self.renew_every
+        seen = 0
+        while not stop.is_set():
+            if self.clock.sleep(CANCEL_POLL, stop):
+                return
+            try:
+                for event in self.store.run_events.read(run_id=act.record.run_id,
+                                                        after_seq=seen):
+                    seen = event.seq
+                    if event.type == CANCEL_EVENT:
+                        act.control.cancel("cancelled on request")
+                if self.clock.monotonic() >= next_renew:
+                    next_renew = self.clock.monotonic() + self.renew_every
+                    renewed = self.store.launches.renew_lease(
+                        act.record.run_id, act.token, lease_seconds=self.lease_seconds)
+                    if isinstance(renewed, LostRace):
+                        act.claim_lost = True
+                        act.control.park("claim lost")
+                        return
+            except StoreError:
+                continue  # a busy store; the next tick retries before the lease runs out
+
+    def _lost(self, act: Activation, driver: RunDriver) -> RunOutcome | None:
+        current = self.store.launches.get(act.record.run_id)
+        if current is not None and current.status == "cancelled":
+            driver.bundle.fence = lambda: True
+            return driver.finish("cancelled", error={"code": "cancelled", "message": "cancelled"})
+        driver.bundle.close()
+        session = act.record.origin_session_id
+        if session is not None:
+            intent = new_intent(session_id=session, run_id=act.record.run_id,
+                                workflow=act.workflow, cause="claim_lost",
+                                source="claim_lost", state="handed_off",
+                                reason="another runner took over the run", eligible=False,
+                                handoff=True)
+            try:
+                self.store.turn_intents.ensure(intent)
+            except StoreError:
+                log.warning("could not record the claim-lost intent for %s", act.record.run_id)
+        return None
+
+    def record_outcome(self, act: Activation, outcome: RunOutcome) -> None:
+        """Map an engine outcome onto the launch row, with a follow-up when one is due."""
+        launches = self.store.launches
+        run_id, token = act.record.run_id, act.token
+        if outcome.parked:
+            launches.park(run_id, token)
+            return
+        if outcome.status == "cancelled":
+            launches.cancel(run_id, claim_token=token)
+            return
+        launches.finish(run_id, token)
+        session = act.record.origin_session_id
+        if session is None or outcome.status not in ("failed", "timed_out"):
+            return
+        error = outcome.error or {}
+        cause: TurnCause = "timed_out" if outcome.status == "timed_out" else "failed"
+        intent = new_intent(session_id=session, run_id=run_id, workflow=act.workflow,
+                            cause=cause, source=f"run_{outcome.status}",
+                            state=outcome.status, reason=self.safe(str(error.get("message", ""))),
+                            node=error.get("node"))
+        result = self.store.turn_intents.ensure(intent)
+        if not isinstance(result, LostRace):
+            self.store.turn_intents.make_eligible(intent.intent_id)
+
+    # -- failures, cancellation, recovery --------------------------------------------
+    def fail_launch(self, record: LaunchRecord, token: str, code: LaunchErrorCode,
+                    reason: str) -> LaunchRecord | LostRace:
+        message = self.safe(reason)
+        intent = None
+        if record.origin_session_id is not None:
+            intent = new_intent(session_id=record.origin_session_id, run_id=record.run_id,
+                                workflow=_workflow_name(record.workflow_ref),
+                                cause="launch_failed", source="launch_failed",
+                                state="failed_to_start", reason=message, node="$launch")
+        result = self.store.launches.fail(record.run_id, token, code=code, message=message,
+                                          turn_intent=intent)
+        self.store.run_events.append(record.run_id, "launch_failed",
+                                     {"code": code, "message": message},
+                                     workflow_ref=record.workflow_ref, runner_id=self.runner_id)
+        return result
+
+    def cancel(self, run_id: str) -> LaunchRecord:
+        """Cancel a queued/starting/parked launch now, or ask the runner of a running one."""
+        record = self.store.launches.get(run_id)
+        if record is None:
+            raise NotFoundError(f"no queued or running launch '{run_id}'")
+        if record.status == "running":
+            self.store.run_events.append(run_id, CANCEL_EVENT, {}, runner_id=self.runner_id)
+            return record
+        result = self.store.launches.cancel(run_id)
+        if isinstance(result, LostRace):
+            if result.status in ("done", "failed", "cancelled"):
+                raise ConflictError(f"run '{run_id}' already ended ({result.status})")
+            raise ConflictError(f"run '{run_id}' changed state ({result.status}); try again")
+        return result
+
+    def recover_expired(self, session_id: str | None = None) -> list[LaunchRecord]:
+        """Reconcile `starting` rows whose lease expired with what their bundles show."""
+        out: list[LaunchRecord] = []
+        now = self.store.now_ms()
+        for record in self.store.launches.query(statuses=["starting"], session_id=session_id):
+            if record.lease_live(now):
+                continue
+            outcome, code, message = self._bundle_outcome(record)
+            intent = None
+            if outcome == "failed" and record.origin_session_id is not None:
+                intent = new_intent(session_id=record.origin_session_id, run_id=record.run_id,
+                                    workflow=_workflow_name(record.workflow_ref),
+                                    cause="launch_failed",
+                                    source="recovery", state="failed_to_start",
+                                    reason=message or "", node="$launch")
+            result = self.store.launches.recover_expired_starting(
+                record.run_id, epoch=record.epoch, outcome=outcome, code=code, message=message,
+                turn_intent=intent)
+            if not isinstance(result, LostRace):
+                out.append(result)
+        return out
+
+    def _bundle_outcome(self, record: LaunchRecord) -> tuple[Any, Any, str | None]:
+        path = self.runs_dir / record.run_id / MANIFEST
+        if not path.exists():
+            return "queued", None, None
+        try:
+            manifest = read_json(path)
+        except (OperationFailed, NotFoundError):
+            return "failed", "activation_failed", "the run bundle is unreadable"
+        if manifest.get("definition_digest") != record.definition_digest:
+            return "failed", "source_changed", "the run bundle does not match the launch"
+        try:
+            current, _ = self.resolver.compile(record.workflow_ref)
+        except WfrunError:
+            current = None
+        if current is None or current.digest != record.definition_digest:
+            return "failed", "source_changed", ("the workflow source changed or disappeared "
+                                                "while the run was starting")
+        status = manifest.get("status")
+        mapping = {"running": ("running", None, None), "waiting": ("parked", None, None),
+                   "completed": ("done", None, None), "cancelled": ("cancelled", None, None)}
+        if status in mapping:
+            return mapping[status]
+        return "failed", "activation_failed", f"the run ended {status} during startup"
+
+
+class _SourceChanged(Exception):
+    pass
+
+
+def _plain_json(value: Any) -> Any:
+    import json
+
+    try:
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError):
+        raise InputError("the answer must be JSON") from None
+
+
+def _workflow_name(ref: str) -> str:
+    name = ref.rsplit("/", 1)[-1]
+    for suffix in (".yaml", ".yml"):
+        name = name.removesuffix(suffix)
+    return name
+
+
+def _reserved(run_id: str, status: str) -> str:
+    return (f"this session already has workflow run {run_id} ({status}); wait for it to end or "
+            "cancel it before starting another")
