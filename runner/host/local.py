@@ -172,3 +172,29 @@ def make_executor(spec: str | None, clock: Clock | None = None) -> AgentStepExec
         chat: AgentStepExecutor = openai.OpenAIExecutor.from_env()
         return chat
     raise InputError(f"unknown agent '{spec}'; use scripted:FILE, command:'CMD' or openai")
+
+
+def store_path(ws: Workspace) -> Path:
+    """`.wfrun/state/store.sqlite3` in the project (or the user state folder)."""
+    base = ws.project_root / PROJECT_DIR if ws.project_root is not None else ws.state_dir
+    return base / "state" / "store.sqlite3"
+
+
+def open_store(ws: Workspace) -> Any:
+    """Open the project's store, mapping store errors onto the CLI's error classes."""
+    from runner.store import IncompatibleLayout, SqliteStore, StoreError, StoreUnavailable
+
+    try:
+        return SqliteStore(store_path(ws), now=ws.clock.now)
+    except IncompatibleLayout as exc:
+        from runner.errors import OperationFailed
+
+        raise OperationFailed(exc.message) from None
+    except StoreUnavailable as exc:
+        from runner.errors import TemporaryError
+
+        raise TemporaryError(exc.message) from None
+    except StoreError as exc:
+        from runner.errors import OperationFailed
+
+        raise OperationFailed(exc.message) from None

@@ -1,0 +1,175 @@
+"""`wfrun start`, `status`, `cancel`, `why`, `store check|reset`: durable launches."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from runner.engine import RunControl
+from runner.errors import InputError, NotFoundError, OperationFailed, WfrunError
+from runner.host.launches import detached_coordinator, explain, launch_status
+from runner.host.local import make_executor, open_store, parse_input, store_path
+from runner.launch import PreflightError
+
+from .app import cli
+from .context import Context
+from .progress import Progress
+from .runs import EXIT, agent_option, parking_on_interrupt, workspace
+
+
+@cli.command("start")
+@click.argument("ref", metavar="NAME|PATH")
+@click.option("--input", "input_json", metavar="JSON", help="Run input as a JSON value.")
+@click.option("-i", "pairs", multiple=True, metavar="KEY=VALUE", help="One input field.")
+@click.option("--wait", is_flag=True, help="Activate and run the launch in this process.")
+@agent_option
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def start_cmd(ctx: Context, ref: str, input_json: str | None, pairs: tuple[str, ...],
+              wait: bool, agent: str | None, as_json: bool) -> None:
+    """Queue a detached launch (a host activates it; --wait runs it here)."""
+    ws = workspace(ctx)
+    value = parse_input(input_json, pairs)
+    store = open_store(ws)
+    coordinator = detached_coordinator(ws, store, executor=make_executor(agent, ws.clock))
+    try:
+        record = coordinator.prepare(ref, value)
+    except PreflightError as exc:
+        raise InputError(f"{exc.message} [{exc.code}]") from None
+    name = record.run_id.rsplit("-", 2)[0]
+    if as_json and not wait:
+        click.echo(json.dumps({"action": "start", "workflow": name, "runId": record.run_id,
+                               "queued": True}))
+    else:
+        click.echo(f"Workflow {name} queued (run {record.run_id}).", err=as_json)
+    if not wait:
+        return
+    claimed = store.launches.claim(record.run_id, runner_id=coordinator.runner_id)
+    if not hasattr(claimed, "claim_token"):
+        raise OperationFailed(f"could not claim run {record.run_id} ({claimed.reason})")
+    control = RunControl()
+    with Progress() as progress, parking_on_interrupt(control):
+        coordinator.options.observer = progress
+        act = coordinator.activate(claimed)
+        if act is None:
+            row = store.launches.get(record.run_id)
+            reason = f": {row.error_message}" if row and row.error_message else ""
+            raise OperationFailed(f"run {record.run_id} failed to start{reason}")
+        act.control = control
+        if act.driver is not None:
+            act.driver.control = control
+        outcome = coordinator.run(act)
+    if outcome is None:
+        raise OperationFailed(f"run {record.run_id} lost its claim")
+    if as_json:
+        click.echo(json.dumps({"runId": outcome.run_id, "status": outcome.status,
+                               "final_output": outcome.final_output, "error": outcome.error}))
+    click.echo(f"wfrun: run {outcome.run_id} {outcome.status}", err=True)
+    sys.exit(130 if outcome.parked else EXIT.get(outcome.status, 1))
+
+
+@cli.command("status")
+@click.argument("run_id", required=False, metavar="[RUN]")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def status_cmd(ctx: Context, run_id: str | None, as_json: bool) -> None:
+    """Launch and run state; works before a run bundle exists."""
+    ws = workspace(ctx)
+    store = open_store(ws)
+    if run_id is None:
+        rows = [launch_status(ws, store, r.run_id) for r in store.launches.query(
+            statuses=["queued", "starting", "running", "parked"])]
+        if as_json:
+            click.echo(json.dumps({"launches": rows}, indent=2))
+            return
+        if not rows:
+            click.echo("no queued, starting, running or parked launches", err=True)
+        for row in rows:
+            click.echo(f"{row['runId']}  {row['status']}")
+        return
+    view = launch_status(ws, store, run_id)
+    if as_json:
+        click.echo(json.dumps(view, indent=2))
+        return
+    line = f"{run_id}  {view['status']}"
+    if view.get("error"):
+        line += f"  {view['error'].get('code')}: {view['error'].get('message')}"
+    click.echo(line)
+
+
+@cli.command("cancel")
+@click.argument("run_id", metavar="RUN")
+@click.pass_obj
+def cancel_cmd(ctx: Context, run_id: str) -> None:
+    """Cancel a queued, starting or parked launch (a running one is asked to stop)."""
+    ws = workspace(ctx)
+    store = open_store(ws)
+    coordinator = detached_coordinator(ws, store)
+    record = coordinator.cancel(run_id)
+    if record.status == "running":
+        click.echo(f"Cancellation of run {run_id} requested; its runner stops it.")
+    else:
+        click.echo(f"Workflow run {run_id} cancelled.")
+
+
+@cli.command("why")
+@click.argument("run_id", metavar="RUN")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def why_cmd(ctx: Context, run_id: str, as_json: bool) -> None:
+    """Explain why a run is not running (state, owner, lease, reservation, source)."""
+    ws = workspace(ctx)
+    facts = explain(ws, open_store(ws), run_id)
+    if as_json:
+        click.echo(json.dumps(facts, indent=2))
+        return
+    for line in facts["reasons"]:
+        click.echo(line)
+
+
+@cli.group("store")
+def store_group() -> None:
+    """Inspect or reset the project's durable store."""
+
+
+@store_group.command("check")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def store_check(ctx: Context, as_json: bool) -> None:
+    """Open the store and verify its schema and table layout."""
+    ws = workspace(ctx)
+    path = store_path(ws)
+    if not path.exists():
+        raise NotFoundError(f"no store at {path} yet; it is created on the first start")
+    store = open_store(ws)
+    counts: dict[str, Any] = {}
+    for status in ("queued", "starting", "running", "parked", "done", "failed", "cancelled"):
+        counts[status] = len(store.launches.query(statuses=[status]))
+    info = {"path": str(path), "schema": store.schema_id, "ok": True, "launches": counts}
+    store.close()
+    if as_json:
+        click.echo(json.dumps(info, indent=2))
+    else:
+        click.echo(f"ok {info['schema']} {path}")
+
+
+@store_group.command("reset")
+@click.option("--yes", is_flag=True, help="Really delete the store (run bundles are kept).")
+@click.pass_obj
+def store_reset(ctx: Context, yes: bool) -> None:
+    """Delete and recreate the store file; never touches run bundles."""
+    if not yes:
+        raise InputError("store reset deletes every queued launch and intent; keep the run "
+                         "bundles you need (.wfrun/runs/), then run `wfrun store reset --yes`")
+    from runner.store import SqliteStore, StoreError
+
+    ws = workspace(ctx)
+    path = store_path(ws)
+    try:
+        SqliteStore.reset(path).close()
+    except StoreError as exc:
+        raise WfrunError(exc.message) from None
+    click.echo(f"store reset: {path} (run bundles untouched)")

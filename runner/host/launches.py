@@ -1,0 +1,115 @@
+"""Detached launches from the command line: a coordinator with no session, and views.
+
+Status and `why` read the launch row first, so they work before a run bundle
+exists, then add what the bundle says once it does.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from datetime import UTC, datetime
+from typing import Any
+
+from runner.engine import AgentStepExecutor
+from runner.engine.bundle import MANIFEST, read_json
+from runner.errors import NotFoundError, WfrunError
+from runner.launch import EngineOptions, LaunchCoordinator
+from runner.store import Store
+
+from .local import Workspace
+from .views import run_row
+
+
+def runner_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def detached_coordinator(ws: Workspace, store: Store,
+                         executor: AgentStepExecutor | None = None) -> LaunchCoordinator:
+    options = EngineOptions(executor=lambda _record: executor, project_root=ws.project_root)
+    secrets = tuple(v for k, v in os.environ.items()
+                    if any(w in k.upper() for w in ("TOKEN", "SECRET", "PASSWORD", "API_KEY"))
+                    and len(v) >= 8)
+    return LaunchCoordinator(store, ws, ws.runs_dir, runner_id=runner_id(), clock=ws.clock,
+                             options=options, secrets=secrets)
+
+
+def _iso(ms: int | None) -> str | None:
+    if ms is None:
+        return None
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat().replace("+00:00", "Z")
+
+
+def launch_status(ws: Workspace, store: Store, run_id: str) -> dict[str, Any]:
+    """The launch row (before a bundle exists) merged with the run bundle (after)."""
+    record = store.launches.get(run_id)
+    bundle = run_row(ws.runs_dir / run_id)
+    if record is None and bundle is None:
+        raise NotFoundError(f"no launch or run '{run_id}'; `wfrun status` lists launches")
+    view: dict[str, Any] = {"runId": run_id, "status": None, "launch": None, "run": None,
+                            "error": None}
+    if record is not None:
+        view["launch"] = {
+            "status": record.status, "workflow": record.workflow_ref,
+            "origin_session": record.origin_session_id, "runner": record.runner_id,
+            "lease_expires_at": _iso(record.claim_expires_at), "epoch": record.epoch,
+            "created_at": _iso(record.created_at), "started_at": _iso(record.started_at),
+            "finished_at": _iso(record.finished_at), "parent_run_id": record.parent_run_id}
+        view["status"] = record.status
+        if record.error_code:
+            view["error"] = {"code": record.error_code, "message": record.error_message}
+    if bundle is not None:
+        view["run"] = bundle.to_json()
+        if record is None or record.status in ("running", "done", "parked"):
+            view["status"] = bundle.status
+    return view
+
+
+def explain(ws: Workspace, store: Store, run_id: str) -> dict[str, Any]:
+    """Facts and one-line reasons for why a run is (not) running."""
+    view = launch_status(ws, store, run_id)
+    record = store.launches.get(run_id)
+    reasons: list[str] = []
+    now = store.now_ms()
+    if record is None:
+        reasons.append(f"{run_id} has no launch row (it was run in the foreground); its bundle "
+                       f"says {view['status']}")
+        return {**view, "reasons": reasons}
+    status = record.status
+    if status == "queued":
+        if record.origin_session_id:
+            reasons.append(f"queued for session {record.origin_session_id}: it starts after "
+                           "that session's current turn settles")
+        else:
+            reasons.append("queued as a detached launch: a `wfrun host` (or `wfrun start "
+                           "--wait`) activates it")
+    elif status in ("starting", "running"):
+        live = record.lease_live(now)
+        left = (record.claim_expires_at or 0) - now
+        reasons.append(f"{status} on runner {record.runner_id}; lease "
+                       + (f"expires in {left / 1000:.1f}s" if live else
+                          "expired: another runner may recover it"))
+    elif status == "parked":
+        reasons.append("parked: a host (or `wfrun resume`) continues it at the interrupted node")
+    elif status == "failed":
+        reasons.append(f"failed to start or run: {record.error_code}: {record.error_message}")
+    elif status == "cancelled":
+        reasons.append("cancelled")
+    else:
+        reasons.append(f"finished: the run bundle says {view['status']}")
+    if record.origin_session_id and status in ("queued", "starting", "running"):
+        reasons.append(f"it holds the one-workflow reservation of session "
+                       f"{record.origin_session_id}")
+    if status in ("queued", "starting", "parked"):
+        try:
+            current, _ = ws.compile(record.workflow_ref)
+            if current.digest != record.definition_digest:
+                reasons.append("its workflow source changed since it was queued: activation "
+                               "will fail with source_changed")
+        except WfrunError as exc:
+            reasons.append(f"its workflow cannot be compiled now: {exc.message}")
+    manifest = ws.runs_dir / run_id / MANIFEST
+    if manifest.exists():
+        reasons.append(f"bundle status: {read_json(manifest).get('status')}")
+    return {**view, "reasons": reasons}
