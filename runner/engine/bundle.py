@@ -31,6 +31,9 @@ TRACE = "trace.jsonl"
 ARTIFACTS = "artifacts"
 LOCK = ".lock"
 ARTIFACT_THRESHOLD = 4096  # UTF-8 bytes; longer strings move to artifacts/
+# Statuses whose bundle is sealed: the terminal ones, and `waiting` (an answer continues
+# a waiting run in a new bundle).
+ENDED = frozenset({"completed", "failed", "timed_out", "cancelled", "waiting"})
 
 Fence = Callable[[], bool]
 
@@ -139,6 +142,9 @@ class FolderBundle:
             raise NotFoundError(f"no run '{run_id}' in {runs_dir}; `wfrun runs` lists runs")
         bundle = cls(root, run_id, fence, durability)
         bundle._acquire()
+        with contextlib.suppress(OperationFailed, NotFoundError, OSError):
+            if bundle.read_manifest().get("status") in ENDED:
+                bundle._sealed = True  # ended runs are immutable, whoever opens them
         return bundle
 
     def _acquire(self) -> None:

@@ -16,6 +16,7 @@ from runner.compiler.templates import TemplateError, render_text
 from runner.errors import InputError, NotFoundError, OperationFailed
 
 from .agent import AgentStepExecutor
+from .artifacts import has_artifacts, internalize
 from .bundle import (
     MANIFEST,
     STATE,
@@ -223,8 +224,8 @@ class Engine:
         if manifest.get("status") != "waiting":
             raise InputError(f"run '{parent_run_id}' is {manifest.get('status')}, not waiting "
                              "at a checkpoint")
-        parent = fold(parent_run_id, FolderBundle(self.runs_dir / parent_run_id,
-                                                  parent_run_id).read_trace())
+        parent_bundle = FolderBundle(self.runs_dir / parent_run_id, parent_run_id)
+        parent = fold(parent_run_id, parent_bundle.read_trace())
         definition = definition or resolve(manifest)
         if definition.digest != manifest.get("definition_digest"):
             raise InputError(f"the workflow changed since run '{parent_run_id}' started; "
@@ -239,18 +240,29 @@ class Engine:
         except FileExistsError:
             raise InputError(f"run '{parent_run_id}' was already answered; each waiting run "
                              "continues once") from None
-        outputs = dict(parent.outputs)
+        # The parent's values as recorded (artifact refs into its own bundle, escapes)
+        # become real values again; the new bundle records them its own way.
+        def live(value: Any) -> Any:
+            return internalize(value, parent_bundle.read_artifact) if has_artifacts(
+                value) else value
+
+        outputs = dict(live(parent.outputs))
         cp_output = dict(outputs.get(checkpoint) or {})
         cp_output["answer"] = answer
         outputs[checkpoint] = cp_output
-        carried = {"outputs": outputs, "results": parent.results, "steps": parent.steps,
-                   "scope_inputs": parent.scope_inputs}
+        carried = {"outputs": outputs, "results": live(parent.results), "steps": parent.steps,
+                   "scope_inputs": live(parent.scope_inputs)}
         try:
-            _, driver = self.create(definition, parent.input, workflow_ref=manifest.get(
+            _, driver = self.create(definition, live(parent.input), workflow_ref=manifest.get(
                 "workflow_ref"), control=control, run_id=run_id, parent_run_id=parent_run_id,
                 carried=carried, extra={"continued_from": parent_run_id,
                                         "checkpoint": checkpoint, "answer": answer,
                                         "carried_steps": parent.steps})
+        except BaseException:
+            os.close(fd)
+            os.unlink(marker_dir / parent_run_id)  # nothing continued it: answer again later
+            raise
+        try:
             os.write(fd, driver.run_id.encode())
         finally:
             os.close(fd)
@@ -259,7 +271,7 @@ class Engine:
 
     def drive_continuation(self, driver: RunDriver, checkpoint: str | None) -> RunOutcome:
         assert checkpoint is not None
-        cp_output = driver.state.outputs.get(checkpoint)
+        cp_output = driver.live(driver.state.outputs.get(checkpoint))
         nxt = driver.next_after(checkpoint, "ok", cp_output, None, {})
         if isinstance(nxt, RunOutcome):
             return nxt

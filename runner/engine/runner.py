@@ -143,6 +143,16 @@ class RunDriver:
             ctx = internalize(ctx, self.bundle.read_artifact)
         return ctx
 
+    def live(self, value: Any) -> Any:
+        """A recorded value as nodes see it: artifact refs read back, escapes removed.
+
+        The state holds values as persisted; one re-emitted from it (a final output, an
+        include's exit output) must pass through here first, or it is escaped twice.
+        """
+        if has_artifacts(value):
+            return internalize(value, self.bundle.read_artifact)
+        return value
+
     # -- the loop ----------------------------------------------------------------
     def drive(self, at: str | None) -> RunOutcome:
         while True:
@@ -161,7 +171,8 @@ class RunDriver:
             if node.kind == "include_exit":
                 at = self._exit(node)
                 continue
-            limit = self._step_limit(node)
+            # A resumed node re-runs the step it already counted; only new steps are bounded.
+            limit = None if self.resuming_node == node.id else self._step_limit(node)
             if limit is not None:
                 return self.finish("failed", error={"code": "max_steps", "message": limit})
             result = self._run_node(node)
@@ -191,7 +202,7 @@ class RunDriver:
 
     def _final_output(self) -> Any:
         last = self.state.last_node
-        return self.state.outputs.get(last) if last else None
+        return self.live(self.state.outputs.get(last)) if last else None
 
     def _boundary(self) -> RunOutcome | None:
         """Stop, cancel or pause requests take effect between nodes."""
@@ -239,7 +250,7 @@ class RunDriver:
         spec = node.spec
         source = getattr(spec, "source", "")
         mount = getattr(spec, "mount", "")
-        output = self.state.outputs.get(source)
+        output = self.live(self.state.outputs.get(source))
         self.emit("include_exited", {"mount": mount, "exit": getattr(spec, "exit", ""),
                                      "output": output}, node=node.id, sync=True)
         edge = self.definition.edges.get(node.id)
@@ -276,6 +287,7 @@ class RunDriver:
                       node=node.id, attempt=attempt, sync=True, state=True)
             if not retry:
                 return result
+            self.control.rearm()  # a pause request or a finished hook may have set wake
             if self.clock.sleep(delay, self.control.wake) or self.control.stopping:
                 if self.control.stop_reason == "park":
                     return NodeResult("parked")
@@ -318,5 +330,6 @@ class RunDriver:
 
     def outcome(self) -> RunOutcome:
         st = self.state
-        return RunOutcome(self.run_id, st.status, False, st.final_output, st.error, st)
+        return RunOutcome(self.run_id, st.status, False, self.live(st.final_output), st.error,
+                          st)
 

@@ -12,7 +12,7 @@ def test_all_names_exist() -> None:
 
 def test_public_names_are_exactly_all() -> None:
     public = {n for n in vars(runner) if not n.startswith("_") and n not in {
-        "annotations", "clock", "compiler", "errors", "engine", "store", "launch", "controllers",
+        "annotations", "compiler", "errors", "engine", "store", "launch", "controllers",
         "host", "cli", "clock"}}
     assert public == set(runner.__all__) - {"__version__"}
 
