@@ -34,7 +34,8 @@ def runs_table(rows: list[Any]) -> None:
         Console(stderr=True).print("no runs yet")
         return
     table = Table(box=None, pad_edge=False, header_style="bold")
-    for col in ("RUN", "WORKFLOW", "STATUS", "STARTED", "DURATION", "NODE"):
+    table.add_column("RUN", no_wrap=True, overflow="fold", min_width=len(rows[0].run_id))
+    for col in ("WORKFLOW", "STATUS", "STARTED", "DURATION", "NODE"):
         table.add_column(col)
     for r in rows:
         dur = f"{r.duration_s:.1f}s" if r.duration_s is not None else "-"

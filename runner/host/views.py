@@ -12,7 +12,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from runner.engine.bundle import MANIFEST, read_json, read_trace
+from runner.engine.artifacts import has_artifacts, internalize
+from runner.engine.bundle import MANIFEST, read_artifact, read_json, read_trace
 from runner.engine.state import fold
 from runner.errors import InputError, NotFoundError, OperationFailed
 
@@ -117,7 +118,7 @@ def show_run(runs_dir: Path, run_id: str) -> dict[str, Any]:
             timeline.append({"node": node, "kind": kind, "started_at": event.get("at"),
                              "finished_at": event.get("at"), "outcome": "ok",
                              "attempt": None, "duration_ms": 0, "error": None})
-    return {
+    view = {
         "schema": VIEW_SCHEMA,
         "run_id": run_id,
         "workflow": manifest.get("workflow"),
@@ -139,3 +140,7 @@ def show_run(runs_dir: Path, run_id: str) -> dict[str, Any]:
         "trace_events": len(trace.events),
         "trace_torn": trace.torn,
     }
+    if has_artifacts(view):
+        # Long strings live in artifacts/; a view shows the real values.
+        view = internalize(view, lambda ref: read_artifact(root, ref))
+    return view
