@@ -94,8 +94,10 @@ def validate_cmd(ctx: Context, refs: tuple[str, ...], fmt: str) -> None:
                               hint=hint)
             results.append(CompileResult(display, display, [diag]))
             continue
-        results.append(compiler.compile_path(path, display=display,
-                                             origin=origin)) # type: ignore[arg-type]
+        result = compiler.compile_path(path, display=display,
+                                       origin=origin)  # type: ignore[arg-type]
+        missing = missing or _file_missing(result)
+        results.append(result)
     problems = list(catalog.problems) if not refs else []
     if fmt == "json":
         _echo_json({"files": [r.to_json() for r in results],
@@ -149,11 +151,18 @@ def compile_or_fail(ctx: Context, ref: str) -> CompileResult:
     if isinstance(out, Diagnostic):
         hint = f" ({out.hint})" if out.hint else ""
         raise NotFoundError(f"{out.message}{hint}; `wfrun list` shows what exists")
+    if _file_missing(out):
+        raise NotFoundError(f"'{ref}' does not exist; `wfrun list` shows what exists")
     if not out.valid:
         click.echo(render_text(out.errors, out.texts), err=True)
         raise DefinitionInvalid(f"workflow '{out.name}' has {len(out.errors)} error(s); fix "
                                 "them and try again")
     return out
+
+
+def _file_missing(result: CompileResult) -> bool:
+    """A path that names no file is 'not found' (exit 3), like an unknown name."""
+    return any(d.code == "file-not-found" and d.path == result.path for d in result.diagnostics)
 
 
 @cli.command("schema")

@@ -110,7 +110,7 @@ class Compiler:
         """Resolve a catalog name or a path and compile it."""
         if is_path_ref(name):
             path = Path(name).expanduser()
-            return self.compile_path(path.resolve(), display=name)
+            return self.compile_path(_real(path), display=name)
         if self.catalog is None:
             return Diagnostic(name, "workflow-not-found", f"no workflow named '{name}'")
         entry = self.catalog.get(name)
@@ -188,8 +188,8 @@ class Compiler:
 
     def _resolve(self, ref: str, base: Path) -> tuple[Path, str, Origin | None] | Diagnostic:
         if is_path_ref(ref):
-            path = (base / Path(ref).expanduser()).resolve()
-            if not path.exists():
+            path = _real(base / Path(ref).expanduser())
+            if not path.exists() and not path.is_symlink():  # a link loop is read_source's
                 return Diagnostic("", "workflow-not-found",
                                   f"included file '{ref}' does not exist")
             return path, path.as_posix(), None
@@ -205,7 +205,7 @@ class Compiler:
 def _real(path: Path) -> Path:
     try:
         return path.resolve()
-    except (OSError, RuntimeError):
+    except (OSError, RuntimeError):  # RuntimeError: a symlink loop (Python < 3.13)
         return path.absolute()
 
 

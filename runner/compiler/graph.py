@@ -162,8 +162,8 @@ def _check_reachable(g: LocalGraph, sink: DiagnosticSink) -> None:
     wf = g.workflow
     if not wf.start or (wf.start not in wf.nodes and wf.start not in wf.includes):
         return
-    if wf.declared - set(wf.nodes):
-        return  # a broken node hides its edges; reachability would only cascade
+    if wf.declared - set(wf.nodes) or set(wf.includes) - set(g.children):
+        return  # a broken node or include hides its edges; reachability would only cascade
     dg: nx.DiGraph = nx.DiGraph()
     dg.add_nodes_from(wf.nodes)
     dg.add_nodes_from(wf.includes)

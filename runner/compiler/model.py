@@ -248,7 +248,8 @@ class WorkflowDefinition:
             "presentation": self.presentation,
             "exits": dict(self.exits),
             "nodes": {nid: n.to_json() for nid, n in self.nodes.items()},
-            "edges": [e.to_json() for e in self.edges.values()],
+            # Sorted by source: the order edges are written in carries no meaning.
+            "edges": [e.to_json() for _, e in sorted(self.edges.items())],
         }
 
     def to_json(self) -> dict[str, Any]:

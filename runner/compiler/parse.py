@@ -228,12 +228,15 @@ class _Checker:
                 self.sink.error("invalid-hook", f"'{value}' is not a hook; write "
                                 "'package.module:function' or './file.py:function'", kp)
                 return None
-            file = (self.base_dir / match.group(1)).resolve()
             try:
+                file = (self.base_dir / match.group(1)).resolve()
+                # A FIFO or device would block the read, a directory cannot be one.
+                if not file.is_file():
+                    raise FileNotFoundError(match.group(1))
                 data = file.read_bytes()
-            except OSError:
+            except (OSError, RuntimeError):  # RuntimeError: a symlink loop (Python < 3.13)
                 self.sink.error("hook-not-found", f"hook file '{match.group(1)}' does not exist "
-                                f"next to this workflow", kp)
+                                f"next to this workflow (or is not a readable file)", kp)
                 return None
             hook = HookRef(ref=ref, file=str(file), function=match.group(2),
                            sha256=sha256_hex(data))
@@ -516,6 +519,10 @@ def _decision(c: _Checker, body: Any, kp: KeyPath) -> tuple[AgentSpec | None,
                 c.sink.error("wrong-type", f"choice '{key}' must name the node it leads to",
                              (*ckp, choice))
                 continue
+            if key in targets:
+                c.sink.error("duplicate-choice", f"choice '{key}' is listed twice (choices "
+                             "compare as text)", (*ckp, choice), at_key=True)
+                continue
             choices.append(key)
             targets[key] = target
     elif "choices" in m:
@@ -722,6 +729,10 @@ def _edges(c: _Checker, wf: RawWorkflow, value: Any) -> None:
                 if not isinstance(target, str):
                     c.sink.error("wrong-type", f"case '{case_key(k)}' must name a node",
                                  (*skp, "cases", k))
+                    continue
+                if case_key(k) in cases:
+                    c.sink.error("duplicate-case", f"case '{case_key(k)}' appears twice (cases "
+                                 "compare as text)", (*skp, "cases", k), at_key=True)
                     continue
                 cases[case_key(k)] = target
             if on == "$result.outcome":

@@ -67,7 +67,9 @@ def decode_source(path: Path, data: bytes, shown: str) -> SourceText | Diagnosti
     except UnicodeDecodeError as exc:
         before = data[: exc.start]
         line = before.count(b"\n") + 1
-        column = exc.start - (before.rfind(b"\n") + 1) + 1
+        # Columns count characters, like every other diagnostic; the bytes
+        # before the first bad one are valid UTF-8.
+        column = len(before[before.rfind(b"\n") + 1:].decode("utf-8")) + 1
         return Diagnostic(
             shown,
             "invalid-utf8",

@@ -17,6 +17,7 @@ from typing import Any
 from ruamel.yaml import YAML
 from ruamel.yaml.constructor import DuplicateKeyError
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent
 
 from .diagnostics import Diagnostic, KeyPath
 
@@ -49,6 +50,7 @@ class YamlProblem(Exception):
 
 def load(text: str, path: str) -> Any:
     """Parse YAML into plain JSON-like data, or raise `YamlProblem`."""
+    _check_depth(text, path)
     try:
         data = _fast().load(text)
     except DuplicateKeyError as exc:
@@ -61,15 +63,84 @@ def load(text: str, path: str) -> Any:
         raise YamlProblem(
             Diagnostic(path, "yaml-too-deep", "YAML nesting is too deep")
         ) from None
-    return _plain(data)
+    try:
+        return _plain(data, 0, set(), [MAX_VALUES])
+    except _Limit as exc:
+        if exc.code == "yaml-too-deep":
+            _check_depth(text, path, force=True)  # raises with the position when it can
+        raise YamlProblem(Diagnostic(path, exc.code, exc.message)) from None
 
 
-def _plain(value: Any) -> Any:
+# Deeper than any real workflow, shallow enough for every later recursive walk
+# (JSON Schema checks, canonical JSON); aliases must not expand without bound.
+MAX_DEPTH = 64
+MAX_VALUES = 1_000_000
+
+
+def _check_depth(text: str, path: str, force: bool = False) -> None:
+    """Refuse very deep nesting before the C composer recurses into it.
+
+    libyaml's parser keeps its own stack, but the composer recurses in C and
+    crashes the process (SIGSEGV) somewhere past ~25,000 levels, far sooner on
+    small thread stacks. Nesting needs an opening bracket or one more column per
+    level (two levels for a mapping holding a sequence), so most files are proven
+    shallow by a cheap bound; the rest get their parse events counted, which
+    never recurses.
+    """
+    bound = text.count("[") + text.count("{") + 2 * max(map(len, text.split("\n")))
+    if bound <= 1000 and not force:
+        return
+    depth = 0
+    open_anchors: list[str | None] = []
+    try:
+        for event in _fast().parse(text):
+            if isinstance(event, AliasEvent) and event.anchor in open_anchors:
+                mark = event.start_mark
+                raise YamlProblem(Diagnostic(
+                    path, "yaml-too-deep", f"alias '*{event.anchor}' refers to a mapping or "
+                    "list that contains it, which would nest forever",
+                    line=mark.line + 1 if mark else 0, column=mark.column + 1 if mark else 0))
+            if isinstance(event, CollectionStartEvent):
+                open_anchors.append(event.anchor)
+                depth += 1
+                if depth > MAX_DEPTH:
+                    mark = event.start_mark
+                    raise YamlProblem(Diagnostic(
+                        path, "yaml-too-deep", f"YAML nesting is deeper than {MAX_DEPTH} levels",
+                        line=mark.line + 1 if mark else 0, column=mark.column + 1 if mark else 0))
+            elif isinstance(event, CollectionEndEvent):
+                open_anchors.pop()
+                depth -= 1
+    except YAMLError:
+        return  # the real load reports it, with its position
+
+
+class _Limit(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _plain(value: Any, depth: int, active: set[int], budget: list[int]) -> Any:
     """Dates become ISO strings so every loaded value survives JSON."""
-    if isinstance(value, dict):
-        return {_key(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise _Limit("yaml-too-large", f"aliases expand to more than {MAX_VALUES:,} values")
+    if isinstance(value, (dict, list)):
+        if id(value) in active:
+            raise _Limit("yaml-too-deep", "an alias refers to a mapping or list that contains "
+                         "it, which would nest forever")
+        if depth >= MAX_DEPTH:
+            raise _Limit("yaml-too-deep", f"YAML nesting is deeper than {MAX_DEPTH} levels")
+        active.add(id(value))
+        try:
+            if isinstance(value, dict):
+                return {_key(k): _plain(v, depth + 1, active, budget)
+                        for k, v in value.items()}
+            return [_plain(v, depth + 1, active, budget) for v in value]
+        finally:
+            active.discard(id(value))
     if isinstance(value, (datetime.date, datetime.datetime)):
         return value.isoformat()
     if isinstance(value, float) and not math.isfinite(value):
@@ -151,6 +222,10 @@ class PositionMap:
             best = (node.lc.line + 1, node.lc.col + 1)
         for part in key_path:
             in_map = isinstance(node, dict) and part in node
+            if isinstance(node, dict) and not in_map and isinstance(part, str):
+                # Validators name a `1:` or `true:` key by its text, as cases compare.
+                part = next((k for k in node if _as_text(k) == part), part)
+                in_map = part in node
             in_seq = (isinstance(node, Sequence) and not isinstance(node, str)
                       and isinstance(part, int) and 0 <= part < len(node))
             if in_map or in_seq:
@@ -177,6 +252,14 @@ class PositionMap:
         except (KeyError, IndexError, TypeError):
             return (lc.line + 1, lc.col + 1)
         return (line + 1, col + 1)
+
+
+def _as_text(key: Any) -> str:
+    if key is None:
+        return "null"
+    if isinstance(key, bool):
+        return "true" if key else "false"
+    return str(key)
 
 
 def locate_all(diags: list[Diagnostic], text: str) -> list[Diagnostic]:
