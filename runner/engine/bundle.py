@@ -123,6 +123,8 @@ class FolderBundle:
     @classmethod
     def create(cls, runs_dir: Path, run_id: str, fence: Fence = always,
                durability: str = "full") -> FolderBundle:
+        if not fence():
+            raise ClaimLost(f"no claim on run '{run_id}'; not creating it")
         _private_dir(runs_dir)
         root = runs_dir / run_id
         try:

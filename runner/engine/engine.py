@@ -272,11 +272,15 @@ class Engine:
     def drive_continuation(self, driver: RunDriver, checkpoint: str | None) -> RunOutcome:
         assert checkpoint is not None
         cp_output = driver.live(driver.state.outputs.get(checkpoint))
-        nxt = driver.next_after(checkpoint, "ok", cp_output, None, {})
-        if isinstance(nxt, RunOutcome):
-            return nxt
-        if nxt is None:
-            return driver.finish("completed", final_output=cp_output)
+        try:
+            nxt = driver.next_after(checkpoint, "ok", cp_output, None, {})
+            if isinstance(nxt, RunOutcome):
+                return nxt
+            if nxt is None:
+                return driver.finish("completed", final_output=cp_output)
+        except BaseException:
+            driver.bundle.close()  # a refused write (ClaimLost): let go of the run
+            raise
         return driver.drive(nxt)
 
     # -- reading ---------------------------------------------------------------------

@@ -29,9 +29,23 @@ from .routing import route
 from .state import TRACE_SCHEMA, RunState
 
 Observer = Callable[[dict[str, Any], RunState], None]
+# A test seam: the engine calls it at named points (see CRASH_POINTS); the host may
+# pass one that kills the process there. The engine never reads the environment.
+CrashPoint = Callable[[str], None]
+CRASH_POINTS = ("after_trace_append", "after_state_replace", "between_nodes")
 UPDATE_RATE = 20.0  # updates per second per run, with a burst of 100
 UPDATE_BURST = 100.0
 MAX_UPDATE_PAIRS = 1024
+# state.json is a projection: after a node it is rewritten only when this long (engine
+# clock) has passed since the last rewrite, so a chain of fast nodes does not pay an
+# atomic file replace each. Run-level events (start, resume, pause, wait, end) and
+# parking always rewrite it, so it is exact whenever a run stops.
+STATE_EVERY = 0.1
+_NODE_ENDS = frozenset({"node_finished", "node_failed"})
+
+
+def _no_crash(_point: str) -> None:
+    return None
 
 
 class NotificationSink(Protocol):
@@ -65,7 +79,8 @@ class RunDriver:
     def __init__(self, *, run_id: str, definition: WorkflowDefinition, bundle: FolderBundle,
                  state: RunState, clock: Clock, control: RunControl,
                  executor: AgentStepExecutor | None, notifications: NotificationSink | None,
-                 observer: Observer | None, work_dir: str, project_root: str | None) -> None:
+                 observer: Observer | None, work_dir: str, project_root: str | None,
+                 crash_point: CrashPoint | None = None) -> None:
         self.run_id = run_id
         self.definition = definition
         self.bundle = bundle
@@ -78,8 +93,14 @@ class RunDriver:
         self.work_dir = work_dir
         self.project_root = project_root
         self.resuming_node: str | None = None
+        self.crash = crash_point or _no_crash
+        # Whether any recorded value holds an artifact ref or an escape: only then does
+        # `context` pay for a walk over every output (checked per event, not per node).
+        self._refs = has_artifacts([state.input, state.outputs, state.results,
+                                    state.scope_inputs])
         self._tokens = UPDATE_BURST
         self._token_at = clock.monotonic()
+        self._state_at = clock.monotonic()
 
     # -- recording ---------------------------------------------------------------
     def emit(self, kind: str, payload: dict[str, Any] | None = None, *, node: str | None = None,
@@ -92,10 +113,20 @@ class RunDriver:
         if attempt is not None:
             event["attempt"] = attempt
         event["payload"] = externalize(payload or {}, self.bundle.write_artifact)
+        if not self._refs and payload and has_artifacts(event["payload"]):
+            self._refs = True
         self.bundle.append([event], sync=sync)
         self.state.apply(event)
         if state:
-            self.bundle.replace_state(self.state.to_json())
+            finished = kind in _NODE_ENDS
+            if finished:
+                self.crash("after_trace_append")
+            now = self.clock.monotonic()
+            if not finished or now - self._state_at >= STATE_EVERY:
+                self.bundle.replace_state(self.state.to_json())
+                self._state_at = now
+                if finished:
+                    self.crash("after_state_replace")
         if self.observer is not None:
             self.observer(event, self.state)
 
@@ -139,7 +170,7 @@ class RunDriver:
                "run": {"id": self.run_id, "workflow": self.definition.name, "step": st.steps,
                        "started_at": st.started_at, "parent_run_id": st.parent_run_id},
                "project": {"root": self.project_root}}
-        if has_artifacts(ctx):
+        if self._refs and has_artifacts(ctx):
             ctx = internalize(ctx, self.bundle.read_artifact)
         return ctx
 
@@ -155,6 +186,13 @@ class RunDriver:
 
     # -- the loop ----------------------------------------------------------------
     def drive(self, at: str | None) -> RunOutcome:
+        try:
+            return self._drive(at)
+        except BaseException:
+            self.bundle.close()  # a refused write (ClaimLost) or a bug: let go of the run
+            raise
+
+    def _drive(self, at: str | None) -> RunOutcome:
         while True:
             if at is None:
                 return self.finish("completed", final_output=self._final_output())
@@ -186,6 +224,8 @@ class RunDriver:
                                   result.extra)
             if isinstance(nxt, RunOutcome):
                 return nxt
+            if nxt is not None:
+                self.crash("between_nodes")
             at = nxt
 
     def next_after(self, node_id: str, outcome: str, output: Any, error: dict[str, Any] | None,
