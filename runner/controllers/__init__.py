@@ -1,1 +1,35 @@
-"""controllers layer (DESIGN §2)."""
+"""Controller runtime: durable resources, keyed queue, effects, child workflows (DESIGN §7).
+
+Reaches the engine only through `runner.controllers.workflows`.
+"""
+
+from __future__ import annotations
+
+from .conditions import Condition, Result, StatusPatch, condition, is_true, merge_conditions
+from .context import ReconcileContext
+from .definitions import Controller, define_controller, load_controller
+from .effects import Applied, EffectError, EffectOutcome, Observation
+from .manager import ControllerManager, ManagerConfig, backoff_delay
+from .workflows import ChildView, ChildWorkflows
+
+__all__ = [
+    "Applied",
+    "ChildView",
+    "ChildWorkflows",
+    "Condition",
+    "Controller",
+    "ControllerManager",
+    "EffectError",
+    "EffectOutcome",
+    "ManagerConfig",
+    "Observation",
+    "ReconcileContext",
+    "Result",
+    "StatusPatch",
+    "backoff_delay",
+    "condition",
+    "define_controller",
+    "is_true",
+    "load_controller",
+    "merge_conditions",
+]

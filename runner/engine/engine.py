@@ -283,6 +283,27 @@ class Engine:
             raise
         return driver.drive(nxt)
 
+    # -- interruption ----------------------------------------------------------------
+    def interrupt(self, run_id: str, reason: str = "interrupted") -> RunOutcome:
+        """End a run abandoned by a dead process: `run_interrupted`, then `run_failed`."""
+        manifest = self.manifest(run_id)
+        if manifest.get("status") in TERMINAL or manifest.get("status") == "waiting":
+            raise InputError(f"run '{run_id}' already ended ({manifest.get('status')})")
+        bundle = FolderBundle.open(self.runs_dir, run_id, self.fence, self.durability)
+        try:
+            bundle.repair()
+            state = fold(run_id, bundle.read_trace())
+        except BaseException:
+            bundle.close()
+            raise
+        driver = RunDriver(run_id=run_id, definition=WorkflowDefinition("", "", {}, {}),
+                           bundle=bundle, state=state, clock=self.clock, control=RunControl(),
+                           executor=None, notifications=None, observer=None, work_dir=".",
+                           project_root=None)
+        driver.emit("run_interrupted", {"reason": reason, "node": state.current_node},
+                    sync=True)
+        return driver.finish("failed", error={"code": "interrupted", "message": reason})
+
     # -- reading ---------------------------------------------------------------------
     def manifest(self, run_id: str) -> dict[str, Any]:
         if not run_id or "/" in run_id or run_id.startswith("."):

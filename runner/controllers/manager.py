@@ -1,0 +1,316 @@
+"""The controller manager: workers, claims, timeouts, retries, lifecycle records.
+
+Each pass claims one (controller, key) from the durable keyed queue, reads the
+resource *immediately before* calling user code (level-based: the reconciler
+sees current state, never an event), renews its claim on its own timer, and
+applies the returned status with compare-and-swap against the version it read:
+a conflict discards the stale status and queues another pass. Errors back off
+1 s x2 up to 5 min with jitter. Nothing needed for recovery lives in memory:
+stopping the manager leaves queue rows whose claims simply expire.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import secrets
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from runner.clock import Clock, SystemClock, iso
+from runner.errors import InputError, NotFoundError
+from runner.store import LostRace, StoreError
+from runner.store.controller_interface import ControllerStore, QueueItem, Resource
+
+from .conditions import Result, apply_patch
+from .context import ReconcileContext, Workflows
+from .definitions import Controller
+from .effects import Effects
+from .workflows import ChildWorkflows
+
+log = logging.getLogger(__name__)
+MAX_ERROR_BYTES = 2000
+
+
+@dataclass
+class ManagerConfig:
+    workers: int = 4
+    per_controller: dict[str, int] = field(default_factory=dict)
+    lease_seconds: float = 30.0
+    idle_poll: float = 0.25
+    shutdown_grace: float = 10.0
+    backoff_base: float = 1.0
+    backoff_cap: float = 300.0
+
+
+def backoff_delay(errors: int, base: float, cap: float, rng: random.Random) -> float:
+    """base x 2^(errors-1), capped, with jitter d/2 + U(0, d/2) so retries spread out."""
+    d = min(cap, base * (2 ** max(errors - 1, 0)))
+    return float(d / 2 + rng.uniform(0, d / 2))
+
+
+def _bounded(text: str) -> str:
+    data = " ".join(text.split()).encode()
+    return data[:MAX_ERROR_BYTES].decode(errors="ignore")
+
+
+class ControllerManager:
+    def __init__(self, store: ControllerStore, controllers: Iterable[Controller], *,
+                 runner_id: str | None = None, clock: Clock | None = None,
+                 config: ManagerConfig | None = None, children: ChildWorkflows | None = None,
+                 rng: random.Random | None = None) -> None:
+        self.store = store
+        self.controllers = {c.name: c for c in controllers}
+        self.runner_id = runner_id or f"manager-{secrets.token_hex(4)}"
+        self.clock = clock or SystemClock()
+        self.config = config or ManagerConfig()
+        self.children = children
+        self.rng = rng or random.Random()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._active: dict[tuple[str, str], threading.Event] = {}
+        self.passes = 0
+
+    # -- resources ---------------------------------------------------------------------
+    def controller(self, name: str) -> Controller:
+        try:
+            return self.controllers[name]
+        except KeyError:
+            raise NotFoundError(f"no controller named '{name}'; `wfrun controllers` lists "
+                                "them") from None
+
+    def apply(self, controller: str, key: str, spec: Any) -> Resource:
+        ctl = self.controller(controller)
+        checked = ctl.check_spec(spec)
+        try:
+            resource = self.store.resources.apply(controller, key, checked, ctl.initial_status)
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
+        self.store.controller_events.append(controller, key, "resource_applied",
+                                            {"generation": resource.generation})
+        return resource
+
+    def enqueue(self, controller: str, key: str, delay: float = 0.0) -> None:
+        self.store.reconcile_queue.enqueue(controller, key, delay=delay)
+
+    def delete(self, controller: str, key: str) -> Resource:
+        resource = self.store.resources.request_deletion(controller, key)
+        if resource is None:
+            raise NotFoundError(f"no {controller} resource '{key}'")
+        self.store.controller_events.append(controller, key, "deletion_requested", {})
+        return resource
+
+    # -- running -------------------------------------------------------------------------
+    def _eligible(self) -> list[str] | None:
+        limits = self.config.per_controller
+        if not limits:
+            return list(self.controllers)
+        with self._lock:
+            busy: dict[str, int] = {}
+            for ctl, _ in self._active:
+                busy[ctl] = busy.get(ctl, 0) + 1
+        return [n for n in self.controllers if busy.get(n, 0) < limits.get(n, 1_000_000)]
+
+    def reconcile_one(self) -> bool:
+        """Claim and process one available key; False when nothing is available."""
+        eligible = self._eligible()
+        if eligible is not None and not eligible:
+            return False
+        try:
+            item = self.store.reconcile_queue.claim_next(
+                runner_id=self.runner_id, lease_seconds=self.config.lease_seconds,
+                controllers=eligible)
+        except StoreError as exc:
+            log.warning("claim failed: %s", exc)
+            return False
+        if item is None:
+            return False
+        self._process(item)
+        return True
+
+    def run_until_idle(self, max_passes: int = 1000) -> int:
+        """Process available work on this thread until none is left (for tests, --once)."""
+        done = 0
+        while done < max_passes and self.reconcile_one():
+            done += 1
+        return done
+
+    def start(self) -> None:
+        self._stop.clear()
+        for i in range(max(self.config.workers, 1)):
+            t = threading.Thread(target=self._worker, daemon=True, name=f"wfrun-reconcile-{i}")
+            t.start()
+            self._threads.append(t)
+
+    def stop(self, grace: float | None = None) -> None:
+        """Stop claiming, cancel active passes, wait a fixed shutdown period."""
+        self._stop.set()
+        with self._lock:
+            for event in self._active.values():
+                event.set()
+        end = self.clock.monotonic() + (self.config.shutdown_grace if grace is None else grace)
+        for t in self._threads:
+            t.join(timeout=max(end - self.clock.monotonic(), 0.0))
+        self._threads = [t for t in self._threads if t.is_alive()]
+        if self.children is not None:
+            self.children.shutdown(grace=1.0)
+
+    def _worker(self) -> None:
+        while not self._stop.is_set():
+            try:
+                worked = self.reconcile_one()
+            except Exception:  # a worker never dies; the pass already recorded its error
+                log.exception("reconcile worker error")
+                worked = False
+            if not worked:
+                self._stop.wait(self.config.idle_poll)
+
+    # -- one pass ----------------------------------------------------------------------------
+    def _process(self, item: QueueItem) -> None:
+        assert item.claim_token is not None
+        token = item.claim_token
+        q, events = self.store.reconcile_queue, self.store.controller_events
+        ctl = self.controllers.get(item.controller)
+        if ctl is None:
+            q.complete(item.controller, item.key, token, outcome="requeue_after", delay=60.0,
+                       error="no such controller in this manager")
+            return
+        resource = self.store.resources.get(item.controller, item.key)
+        if resource is None:
+            q.complete(item.controller, item.key, token, outcome="settled")
+            return
+        rid = secrets.token_hex(8)
+        cancelled = threading.Event()
+        with self._lock:
+            self._active[(item.controller, item.key)] = cancelled
+        self.passes += 1
+        events.append(item.controller, item.key, "reconcile_started",
+                      {"generation": resource.generation,
+                       "resource_version": resource.resource_version,
+                       "attempt": item.consecutive_errors + 1}, reconcile_id=rid)
+        lost = threading.Event()
+        done = threading.Event()
+        keeper = threading.Thread(target=self._keep_claim, args=(item, done, lost, cancelled),
+                                  daemon=True)
+        keeper.start()
+        try:
+            result, error = self._call(ctl, resource, rid, cancelled)
+        finally:
+            done.set()
+            keeper.join(timeout=5)
+            with self._lock:
+                self._active.pop((item.controller, item.key), None)
+        if lost.is_set():
+            events.append(item.controller, item.key, "reconcile_lost", {}, reconcile_id=rid)
+            return
+        if error is not None or result is None:
+            n = item.consecutive_errors + 1
+            delay = backoff_delay(n, self.config.backoff_base, self.config.backoff_cap, self.rng)
+            message = _bounded(error or "reconcile returned no result")
+            events.append(item.controller, item.key, "reconcile_failed",
+                          {"error": message, "retry_in": round(delay, 3), "attempt": n},
+                          reconcile_id=rid)
+            q.complete(item.controller, item.key, token, outcome="error", delay=delay,
+                       error=message)
+            return
+        self._finish(item, token, ctl, resource, result, rid)
+
+    def _call(self, ctl: Controller, resource: Resource, rid: str,
+              cancelled: threading.Event) -> tuple[Result | None, str | None]:
+        def record(kind: str, payload: dict[str, Any]) -> None:
+            self.store.controller_events.append(resource.controller, resource.key, kind,
+                                                payload, reconcile_id=rid)
+
+        ctx = ReconcileContext(resource=resource, effects=Effects(self.store, resource, record),
+                               workflows=Workflows(self.children, resource), reconcile_id=rid,
+                               cancelled=cancelled)
+        box: dict[str, Any] = {}
+        finished = threading.Event()
+
+        def target() -> None:
+            try:
+                box["result"] = ctl.reconcile(ctx, resource)
+            except BaseException as exc:  # user code: report, never crash the worker
+                box["error"] = f"{type(exc).__name__}: {exc}"
+            finally:
+                finished.set()
+
+        threading.Thread(target=target, daemon=True, name=f"wfrun-reconcile-{rid}").start()
+        timeout = ctl.timeout
+        if not finished.wait(timeout if timeout is not None else None):
+            cancelled.set()
+            return None, f"reconcile timed out after {timeout:g}s"
+        if "error" in box:
+            return None, str(box["error"])
+        result = box.get("result")
+        if not isinstance(result, Result):
+            return None, ("reconcile must return ctx.settled(), ctx.requeue() or "
+                          f"ctx.requeue_after(), not {type(result).__name__}")
+        return result, None
+
+    def _keep_claim(self, item: QueueItem, done: threading.Event, lost: threading.Event,
+                    cancelled: threading.Event) -> None:
+        assert item.claim_token is not None
+        every = max(self.config.lease_seconds / 3, 0.05)
+        while not done.wait(every):
+            try:
+                renewed = self.store.reconcile_queue.renew(
+                    item.controller, item.key, item.claim_token,
+                    lease_seconds=self.config.lease_seconds)
+            except StoreError:
+                continue
+            if isinstance(renewed, LostRace):
+                lost.set()
+                cancelled.set()
+                return
+
+    def _finish(self, item: QueueItem, token: str, ctl: Controller, resource: Resource,
+                result: Result, rid: str) -> None:
+        q, events, resources = (self.store.reconcile_queue, self.store.controller_events,
+                                self.store.resources)
+        try:
+            status = apply_patch(resource.status, result.patch,
+                                 generation=resource.generation, now=iso(self.clock.now()))
+            updated = resources.update_status(item.controller, item.key,
+                                              resource.resource_version, status)
+        except ValueError as exc:
+            message = _bounded(str(exc))
+            events.append(item.controller, item.key, "reconcile_failed", {"error": message},
+                          reconcile_id=rid)
+            q.complete(item.controller, item.key, token, outcome="error",
+                       delay=self.config.backoff_base, error=message)
+            return
+        if isinstance(updated, LostRace):
+            # The resource changed while we worked: our status is stale; look again.
+            events.append(item.controller, item.key, "reconcile_conflict",
+                          {"read_version": resource.resource_version}, reconcile_id=rid)
+            q.complete(item.controller, item.key, token, outcome="requeue")
+            return
+        if result.patch.finalizers is not None:
+            fin = resources.set_finalizers(item.controller, item.key, updated.resource_version,
+                                           result.patch.finalizers)
+            if isinstance(fin, LostRace):
+                q.complete(item.controller, item.key, token, outcome="requeue")
+                return
+            updated = fin
+        if (result.kind == "settled" and updated.deletion_timestamp is not None
+                and not updated.finalizers):
+            resources.delete(item.controller, item.key, updated.resource_version)
+            events.append(item.controller, item.key, "resource_deleted", {}, reconcile_id=rid)
+            return
+        if result.kind == "requeue":
+            q.complete(item.controller, item.key, token, outcome="requeue")
+        elif result.kind == "requeue_after":
+            q.complete(item.controller, item.key, token, outcome="requeue_after",
+                       delay=result.delay)
+        elif ctl.resync:
+            q.complete(item.controller, item.key, token, outcome="requeue_after",
+                       delay=ctl.resync)
+        else:
+            q.complete(item.controller, item.key, token, outcome="settled")
+        events.append(item.controller, item.key, "reconcile_finished",
+                      {"result": result.kind, "delay": result.delay,
+                       "generation": resource.generation}, reconcile_id=rid)
