@@ -1,0 +1,109 @@
+"""Controllers in a project: discovery, validation, a manager wired to the store.
+
+The CLI and the standalone host call these; they hold no state of their own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from runner.compiler import build_catalog, render_text
+from runner.compiler.controllers import ControllerCompileResult, compile_controller
+from runner.controllers import (
+    ChildWorkflows,
+    Controller,
+    ControllerManager,
+    ManagerConfig,
+    load_controller,
+)
+from runner.engine import AgentStepExecutor
+from runner.errors import DefinitionInvalid, NotFoundError
+from runner.store.controller_interface import ControllerStore
+
+from .local import Workspace
+
+
+@dataclass(frozen=True)
+class ControllerEntry:
+    name: str
+    origin: str
+    path: str
+    shadowed_by: str | None
+    result: ControllerCompileResult
+
+    def to_json(self) -> dict[str, Any]:
+        d = self.result.definition
+        return {"name": self.name, "source": self.origin, "path": self.path,
+                "shadowed_by": self.shadowed_by, "valid": self.result.valid,
+                "digest": d.digest if d and self.result.valid else None,
+                "diagnostics": [x.to_json() for x in self.result.diagnostics]}
+
+
+def discover(ws: Workspace, user_dir: Any = None) -> list[ControllerEntry]:
+    catalog = build_catalog("controllers", ws.project_root, user_dir)
+    out = []
+    for entry in catalog.entries:
+        result = compile_controller(entry.path, display=entry.display,
+                                    builtin=entry.origin == "builtin")
+        out.append(ControllerEntry(entry.name, entry.origin, entry.display, entry.shadowed_by,
+                                   result))
+    return out
+
+
+def load_all(entries: list[ControllerEntry], *, strict: bool = False) -> list[Controller]:
+    """Load every active, valid controller; with `strict`, an invalid one is an error."""
+    out = []
+    for entry in entries:
+        if entry.shadowed_by is not None:
+            continue
+        if not entry.result.valid or entry.result.definition is None:
+            if strict:
+                first = entry.result.diagnostics[0] if entry.result.diagnostics else None
+                where = f": {render_text([first]).splitlines()[0]}" if first else ""
+                raise DefinitionInvalid(f"controller '{entry.name}' is invalid{where}")
+            continue
+        out.append(load_controller(entry.result.definition))
+    return out
+
+
+def make_manager(ws: Workspace, store: ControllerStore, entries: list[ControllerEntry], *,
+                 only: str | None = None, executor: AgentStepExecutor | None = None,
+                 config: ManagerConfig | None = None) -> ControllerManager:
+    controllers = load_all([e for e in entries if only is None or e.name == only],
+                           strict=only is not None)
+    if only is not None and not controllers:
+        raise NotFoundError(f"no controller named '{only}'; `wfrun controllers` lists them")
+    manager: ControllerManager
+
+    def enqueue_parent(controller: str, key: str) -> None:
+        store.reconcile_queue.enqueue(controller, key)
+
+    children = ChildWorkflows(store, ws, ws.runs_dir, enqueue_parent=enqueue_parent,
+                              executor=lambda: executor, clock=ws.clock,
+                              project_root=ws.project_root)
+    manager = ControllerManager(store, controllers, clock=ws.clock, config=config,
+                                children=children)
+    return manager
+
+
+def resource_view(store: ControllerStore, controller: str, key: str) -> dict[str, Any]:
+    resource = store.resources.get(controller, key)
+    if resource is None:
+        raise NotFoundError(f"no {controller} resource '{key}'")
+    return {
+        "metadata": {"uid": resource.uid, "controller": resource.controller,
+                     "key": resource.key, "resource_version": resource.resource_version,
+                     "generation": resource.generation,
+                     "deletion_timestamp": resource.deletion_timestamp,
+                     "finalizers": list(resource.finalizers)},
+        "spec": resource.spec,
+        "status": resource.status,
+        "effects": [{"key": e.effect_key, "kind": e.kind, "state": e.state,
+                     "generation": e.generation, "external_ref": e.external_ref,
+                     "error": e.error} for e in store.effects.list(resource.uid)],
+        "workflows": [{"request_key": r.request_key, "workflow": r.workflow,
+                       "run_id": r.run_id, "state": r.state, "attempt": r.attempt,
+                       "error": r.error}
+                      for r in store.workflow_requests.list(resource.uid)],
+    }
