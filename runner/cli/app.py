@@ -51,7 +51,7 @@ def cli(ctx: click.Context, project: str | None, debug: bool) -> None:
 
 
 def main() -> None:
-    from . import controllers, definitions, launches, runs  # noqa: F401  (registers commands)
+    from . import controllers, definitions, dev, host, launches, runs  # noqa: F401  (registers commands)
 
     try:
         cli.main(prog_name="wfrun")

@@ -7,6 +7,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.text import Text
 
 from runner.engine import RunState
@@ -61,10 +62,11 @@ class Progress:
             extra = ""
             if kind == "node_failed":
                 err = p.get("error") or {}
-                extra = f"  [dim]{err.get('message', '')[:160]}[/]"
+                extra = f"  [dim]{escape(str(err.get('message', ''))[:160])}[/]"
                 if p.get("will_retry"):
                     extra += f"  [yellow]retry in {p.get('retry_in_ms', 0) / 1000:.1f}s[/]"
-            self.console.print(f"{mark} {node}  [dim]{ms} ms[/]{extra}", highlight=False)
+            self.console.print(f"{mark} {escape(str(node))}  [dim]{ms} ms[/]{extra}",
+                               highlight=False)
             self.current = None
         elif kind == "update_published":
             data = p.get("data")
@@ -73,10 +75,12 @@ class Progress:
                 label = data.get("label") or p.get("key")
                 self.last_update = f"{label}: {done}/{total}" if total else f"{label}"
         elif kind == "notification_emitted":
-            self.console.print(f"[cyan]![/] {p.get('message', '')}", highlight=False)
+            self.console.print(f"[cyan]![/] {escape(str(p.get('message', '')))}",
+                               highlight=False)
         elif kind == "include_entered":
-            self.console.print(f"↘ {node}", highlight=False)
+            self.console.print(f"↘ {escape(str(node))}", highlight=False)
         elif kind == "include_exited":
-            self.console.print(f"↗ {node} ({p.get('exit')})", highlight=False)
+            self.console.print(f"↗ {escape(str(node))} ({escape(str(p.get('exit')))})",
+                               highlight=False)
         elif kind in ("run_paused", "run_resumed"):
             self.console.print(f"[yellow]{kind.replace('_', ' ')}[/]")

@@ -157,10 +157,17 @@ def runs_cmd(ctx: Context, status: str | None, as_json: bool) -> None:
 @cli.command("show")
 @click.argument("run_id", metavar="RUN")
 @click.option("--json", "as_json", is_flag=True)
+@click.option("--follow", "-f", is_flag=True, help="Keep redrawing until the run ends.")
 @click.pass_obj
-def show_cmd(ctx: Context, run_id: str, as_json: bool) -> None:
+def show_cmd(ctx: Context, run_id: str, as_json: bool, follow: bool) -> None:
     """Show a run: status, node timeline, outputs and errors."""
-    view = show_run(workspace(ctx).runs_dir, run_id)
+    runs_dir = workspace(ctx).runs_dir
+    if follow:
+        from .follow import follow_run
+
+        view = follow_run(runs_dir, run_id, as_json=as_json)
+        sys.exit(EXIT.get(view["status"], 0) if view["status"] != "running" else 0)
+    view = show_run(runs_dir, run_id)
     if as_json:
         click.echo(json.dumps(view, indent=2, ensure_ascii=False))
         return

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 
@@ -21,7 +22,7 @@ def workflow_table(rows: list[dict[str, Any]], project: Path | None) -> None:
         if row["shadowed_by"]:
             name = f"[dim]{name}[/]"
             source = f"[dim]{source} (shadowed by {row['shadowed_by']})[/]"
-        table.add_row(name, source, valid, row["path"])
+        table.add_row(name, source, valid, escape(str(row["path"])))
     console.print(table)
     if project is None:
         Console(stderr=True).print(
@@ -59,7 +60,7 @@ def run_view(view: dict[str, Any]) -> None:
     console.print(f"[bold]{view['run_id']}[/]  {view['workflow']}  {_status(view['status'])}"
                   + ("  (paused)" if view.get("paused") else ""))
     if view.get("title") and view["title"] != view["workflow"]:
-        console.print(f"  {view['title']}")
+        console.print(f"  {escape(str(view['title']))}")
     console.print(f"  started {view['started_at']}  finished {view['finished_at'] or '-'}  "
                   f"steps {view['steps']}")
     table = Table(box=None, pad_edge=False, header_style="bold")
@@ -69,10 +70,10 @@ def run_view(view: dict[str, Any]) -> None:
         err = (e.get("error") or {}).get("message", "") if e.get("error") else ""
         table.add_row(str(e["node"]), str(e.get("kind") or ""), str(e.get("outcome") or "…"),
                       str(e.get("duration_ms") if e.get("duration_ms") is not None else ""),
-                      err[:100])
+                      escape(str(err)[:100]))
     console.print(table)
     if view.get("error"):
-        console.print(f"[red]error:[/] {view['error'].get('message')}")
+        console.print(f"[red]error:[/] {escape(str(view['error'].get('message')))}")
     if view.get("final_output") is not None:
         console.print("final output:")
         console.print_json(json.dumps(view["final_output"]))

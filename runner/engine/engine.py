@@ -28,6 +28,7 @@ from .bundle import (
     read_json,
 )
 from .control import RunControl
+from .processes import ProcessRegistry
 from .runner import CrashPoint, NotificationSink, Observer, RunDriver, RunOutcome
 from .state import TERMINAL, TRACE_SCHEMA, RunState, fold
 
@@ -71,6 +72,7 @@ class Engine:
     project_root: Path | None = None
     fence: Fence = always
     crash_point: CrashPoint | None = None  # test seam: called at named points (runner.py)
+    processes: ProcessRegistry | None = None  # records shell process groups for reaping
 
     def _driver(self, run_id: str, definition: WorkflowDefinition, bundle: FolderBundle,
                 state: RunState, control: RunControl | None) -> RunDriver:
@@ -80,7 +82,7 @@ class Engine:
                          observer=self.observer,
                          work_dir=str(self.work_dir or self.project_root or Path.cwd()),
                          project_root=str(self.project_root) if self.project_root else None,
-                         crash_point=self.crash_point)
+                         crash_point=self.crash_point, processes=self.processes)
 
     # -- start ---------------------------------------------------------------------
     def start(self, definition: WorkflowDefinition, run_input: Any = None, *,

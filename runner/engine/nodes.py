@@ -137,7 +137,7 @@ def _action(driver: RunDriver, spec: ActionSpec, deadline: float | None,
     stdin = render_text(spec.stdin, ctx) if spec.stdin is not None else None
     res = run_shell(command, use_shell=spec.use_shell, cwd=cwd or base, env=env, stdin=stdin,
                     deadline=deadline, cap=spec.output_cap, control=driver.control,
-                    clock=driver.clock)
+                    clock=driver.clock, registry=driver.processes)
     if res.ending == "stopped":
         return _stopped(driver)
     shown = command if isinstance(command, str) else " ".join(command)

@@ -25,6 +25,7 @@ from .bundle import FolderBundle
 from .context import scoped
 from .control import RunControl
 from .nodes import NodeResult, execute, new_attempt_id
+from .processes import ProcessRegistry
 from .routing import route
 from .state import TRACE_SCHEMA, RunState
 
@@ -80,7 +81,8 @@ class RunDriver:
                  state: RunState, clock: Clock, control: RunControl,
                  executor: AgentStepExecutor | None, notifications: NotificationSink | None,
                  observer: Observer | None, work_dir: str, project_root: str | None,
-                 crash_point: CrashPoint | None = None) -> None:
+                 crash_point: CrashPoint | None = None,
+                 processes: ProcessRegistry | None = None) -> None:
         self.run_id = run_id
         self.definition = definition
         self.bundle = bundle
@@ -94,6 +96,7 @@ class RunDriver:
         self.project_root = project_root
         self.resuming_node: str | None = None
         self.crash = crash_point or _no_crash
+        self.processes = processes
         # Whether any recorded value holds an artifact ref or an escape: only then does
         # `context` pay for a walk over every output (checked per event, not per node).
         self._refs = has_artifacts([state.input, state.outputs, state.results,

@@ -19,6 +19,7 @@ from typing import IO, Literal
 from runner.clock import Clock
 
 from .control import RunControl
+from .processes import ProcessRegistry
 
 KILL_GRACE = 1.0
 POLL = 0.02
@@ -99,6 +100,7 @@ def run_shell(
     cap: int,
     control: RunControl,
     clock: Clock,
+    registry: ProcessRegistry | None = None,
 ) -> ShellResult:
     start = clock.monotonic()
     full_env = dict(os.environ)
@@ -123,6 +125,8 @@ def run_shell(
         return _failed("error", f"permission denied: {exc.filename}", start, clock)
     except OSError as exc:
         return _failed("error", f"cannot start command: {exc.strerror}", start, clock)
+    if registry is not None:
+        registry.add(proc.pid, command=str(command)[:200])
     assert proc.stdout is not None
     assert proc.stderr is not None
     out, err = _Capture(proc.stdout, cap), _Capture(proc.stderr, cap)

@@ -6,6 +6,7 @@ run is exact even when `state.json` lags the trace.
 
 from __future__ import annotations
 
+import itertools
 import os
 from dataclasses import dataclass
 from datetime import datetime
@@ -144,3 +145,68 @@ def show_run(runs_dir: Path, run_id: str) -> dict[str, Any]:
         # Long strings live in artifacts/; a view shows the real values.
         view = internalize(view, lambda ref: read_artifact(root, ref))
     return view
+
+
+def eta_seconds(samples: list[tuple[float, float]], total: float | None) -> float | None:
+    """Remaining seconds from the median of the last 8 observed rates; never invented."""
+    if total is None or len(samples) < 2:
+        return None
+    rates = []
+    for (t0, c0), (t1, c1) in itertools.pairwise(samples):
+        if t1 > t0 and c1 > c0:
+            rates.append((c1 - c0) / (t1 - t0))
+    rates = rates[-8:]
+    if not rates:
+        return None
+    rates.sort()
+    rate = rates[len(rates) // 2]
+    remaining = max(total - samples[-1][1], 0.0)
+    return remaining / rate if rate > 0 else None
+
+
+def progress_bars(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Latest progress per (node, key) with an ETA from the rates observed so far."""
+    samples: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    latest: dict[tuple[str, str], dict[str, Any]] = {}
+    for event in events:
+        p = event.get("payload") or {}
+        if event.get("type") != "update_published" or p.get("type") != "progress":
+            continue
+        data = p.get("data")
+        if not isinstance(data, dict):
+            continue
+        key = (str(event.get("node")), str(p.get("key")))
+        at = _parse_iso(event.get("at"))
+        done = data.get("completed")
+        if at is not None and isinstance(done, (int, float)):
+            samples.setdefault(key, []).append((at.timestamp(), float(done)))
+        latest[key] = data
+    out = []
+    for key, data in latest.items():
+        total = data.get("total")
+        total_f = float(total) if isinstance(total, (int, float)) else None
+        out.append({"node": key[0], "key": key[1], "label": data.get("label") or key[1],
+                    "completed": data.get("completed"), "total": total,
+                    "unit": data.get("unit"),
+                    "eta_s": eta_seconds(samples.get(key, []), total_f)})
+    return out
+
+
+def follow(runs_dir: Path, run_id: str, on_view: Any, *, poll: float = 0.2,
+           stop: Any = None, timeout: float | None = None) -> dict[str, Any]:
+    """Call `on_view(view)` whenever the trace grows, until the run ends (or `stop`)."""
+    import time
+
+    last = -1
+    started = time.monotonic()
+    while True:
+        view = show_run(runs_dir, run_id)
+        if view["trace_events"] != last:
+            last = view["trace_events"]
+            view["progress"] = progress_bars(read_trace(runs_dir / run_id).events)
+            on_view(view)
+        if view["status"] != "running" or (stop is not None and stop.is_set()):
+            return view
+        if timeout is not None and time.monotonic() - started > timeout:
+            return view
+        time.sleep(poll)

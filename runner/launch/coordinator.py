@@ -12,6 +12,7 @@ one eligible turn intent for the owning session, in one store transaction.
 from __future__ import annotations
 
 import logging
+import shutil
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,7 +30,8 @@ from runner.engine import (
     check_input,
     new_run_id,
 )
-from runner.engine.bundle import MANIFEST, read_json
+from runner.engine.bundle import MANIFEST, read_json, read_trace
+from runner.engine.processes import ProcessRegistry
 from runner.engine.runner import Observer, RunDriver
 from runner.errors import (
     ClaimLost,
@@ -83,6 +85,7 @@ class EngineOptions:
     observer: Observer | None = None
     durability: str = "full"
     project_root: Path | None = None
+    processes: ProcessRegistry | None = None
 
 
 def _classify(exc: BaseException) -> tuple[LaunchErrorCode, str]:
@@ -230,7 +233,12 @@ class LaunchCoordinator:
             code, reason = _classify(exc)
             self.fail_launch(record, token, code, reason)
             return None
-        engine = self._engine(record, token)
+        try:
+            engine = self._engine(record, token)  # builds the executor: it can fail too
+        except Exception as exc:
+            code, reason = _classify(exc)
+            self.fail_launch(record, token, code, reason)
+            return None
         act = Activation(record, token, definition, engine)
         try:
             if record.parent_run_id is not None:
@@ -243,6 +251,7 @@ class LaunchCoordinator:
                                           run_id=record.run_id, control=act.control)
             bundle = driver.bundle
         except ClaimLost:
+            self._drop_unstarted_bundle(record.run_id)
             return None  # cancelled or reclaimed while starting; the winner decides
         except Exception as exc:
             code, reason = _classify(exc)
@@ -282,12 +291,23 @@ class LaunchCoordinator:
         self.record_outcome(act, outcome)
         return outcome
 
-    def resume_parked(self, record: LaunchRecord) -> RunOutcome | None:
+    def execute(self, record: LaunchRecord) -> RunOutcome | None:
+        """Run a claimed launch to its end: activate a fresh one, resume one with a bundle."""
+        if not (self.runs_dir / record.run_id).exists():
+            act = self.activate(record)
+            return self.run(act) if act is not None else None
+        return self.resume_parked(record)
+
+    def resume_parked(self, record: LaunchRecord,
+                      on_control: Callable[[Activation], None] | None = None
+                      ) -> RunOutcome | None:
         """Resume a parked (or crashed running) run this runner just claimed."""
         assert record.claim_token is not None
         token = record.claim_token
         engine = self._engine(record, token)
         act = Activation(record, token, WorkflowDefinition("", "", {}, {}), engine)
+        if on_control is not None:
+            on_control(act)
         if record.status == "starting":
             running = self.store.launches.mark_running(record.run_id, token)
             if isinstance(running, LostRace):
@@ -310,6 +330,24 @@ class LaunchCoordinator:
         self.record_outcome(act, outcome)
         return outcome
 
+    def _drop_unstarted_bundle(self, run_id: str) -> None:
+        """Cancellation won while the bundle was being created (the fence failed part
+        way): no node ran, so the half-made bundle goes and the cancelled launch row
+        stays the record, instead of a bundle that says `running` forever."""
+        try:
+            current = self.store.launches.get(run_id)
+        except StoreError:
+            return
+        root = self.runs_dir / run_id
+        if current is None or current.status != "cancelled" or not root.is_dir():
+            return
+        try:
+            events = read_trace(root).events
+        except (OperationFailed, OSError):
+            return
+        if all(event.get("type") == "run_started" for event in events):
+            shutil.rmtree(root, ignore_errors=True)
+
     def _engine(self, record: LaunchRecord, token: str) -> Engine:
         launches = self.store.launches
 
@@ -323,7 +361,7 @@ class LaunchCoordinator:
         return Engine(runs_dir=self.runs_dir, clock=self.clock, executor=opts.executor(record),
                       notifications=opts.notifications, observer=opts.observer,
                       durability=opts.durability, project_root=opts.project_root,
-                      work_dir=opts.project_root, fence=fence)
+                      work_dir=opts.project_root, fence=fence, processes=opts.processes)
 
     def _keep_lease(self, act: Activation, stop: threading.Event) -> None:
         """Renew the lease on its own timer; watch for cross-process cancel requests."""
@@ -404,6 +442,8 @@ class LaunchCoordinator:
                                 state="failed_to_start", reason=message, node="$launch")
         result = self.store.launches.fail(record.run_id, token, code=code, message=message,
                                           turn_intent=intent)
+        if isinstance(result, LostRace):
+            return result  # a stale handler: the winner (e.g. a cancel) decided
         self.store.run_events.append(record.run_id, "launch_failed",
                                      {"code": code, "message": message},
                                      workflow_ref=record.workflow_ref, runner_id=self.runner_id)

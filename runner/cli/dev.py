@@ -1,0 +1,76 @@
+"""`wfrun dev`: watch definitions and re-validate (and optionally re-run) on save."""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+import click
+
+from runner.compiler import build_catalog
+from runner.host.devmode import DevMode
+from runner.host.local import make_executor, parse_input
+
+from .app import cli
+from .context import Context
+from .runs import workspace
+
+_STYLE = {"ok": "green", "error": "red", "removed": "yellow", "run": "cyan", "note": "dim"}
+
+
+@cli.command("dev")
+@click.argument("names", nargs=-1, metavar="[NAME]...")
+@click.option("--run", "run_name", metavar="NAME",
+              help="Re-run this workflow with the scripted agent after each valid save.")
+@click.option("--agent", "agent", metavar="SPEC", default=None,
+              help="Agent for --run (default: none; agent steps then fail).")
+@click.option("--input", "input_json", metavar="JSON", help="Input for --run.")
+@click.pass_obj
+def dev_cmd(ctx: Context, names: tuple[str, ...], run_name: str | None, agent: str | None,
+            input_json: str | None) -> None:
+    """Watch workflow sources; print diagnostics or `ok NAME DIGEST` on every save."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    ws = workspace(ctx)
+    out, err = Console(highlight=False), Console(stderr=True, highlight=False)
+
+    def emit(kind: str, text: str) -> None:
+        style = _STYLE.get(kind, "white")
+        console = err if kind in ("error", "note") else out
+        console.print(f"[{style}]{escape(text)}[/]", soft_wrap=True)
+
+    def queued() -> list[tuple[str, str, str]]:
+        from runner.host.local import open_store, store_path
+
+        if not store_path(ws).exists():
+            return []
+        store = open_store(ws)
+        try:
+            rows = []
+            for r in store.launches.query(statuses=["queued"]):
+                src = (r.source or {}).get("source") or {}
+                if src.get("kind") == "file" and src.get("path"):
+                    rows.append((r.run_id, str(src["path"]), str(src.get("sha256"))))
+            return rows
+        finally:
+            store.close()
+
+    project, user = ctx.project_root, ctx.user_dir
+    dev = DevMode(lambda: build_catalog("workflows", project, user), emit, names=names,
+                  run=run_name, executor=lambda: make_executor(agent, ws.clock),
+                  runs_dir=ws.runs_dir, project_root=project, queued_sources=queued,
+                  run_input=parse_input(input_json, ()) if input_json else None)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    dev.start()
+    try:
+        stop.wait()
+    finally:
+        dev.stop()
+        lat = dev.state.latencies
+        if lat:
+            err.print(f"[dim]{len(lat)} change batch(es); median event->output "
+                      f"{sorted(lat)[len(lat) // 2] * 1000:.0f} ms[/]")
+

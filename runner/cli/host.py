@@ -1,0 +1,60 @@
+"""`wfrun host`: the standalone host for detached launches, parked runs and controllers."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from types import FrameType
+
+import click
+
+from runner.host.controllers import discover, make_manager
+from runner.host.local import make_executor, open_store
+from runner.host.standalone import StandaloneHost
+
+from .app import cli
+from .context import Context
+from .progress import Progress
+from .runs import agent_option, workspace
+
+
+@cli.command("host")
+@agent_option
+@click.option("--once", is_flag=True, help="Process what is ready, then exit.")
+@click.option("--max-runs", type=click.IntRange(1, 256), default=4, show_default=True,
+              help="Runs executing at the same time.")
+@click.option("--no-controllers", is_flag=True, help="Do not run the controller manager.")
+@click.option("--quiet", "-q", is_flag=True)
+@click.pass_obj
+def host_cmd(ctx: Context, agent: str | None, once: bool, max_runs: int,
+             no_controllers: bool, quiet: bool) -> None:
+    """Run detached launches, resume parked runs and run controllers (one per project)."""
+    ws = workspace(ctx)
+    ctx.require_project()
+    store = open_store(ws)
+    executor = make_executor(agent, ws.clock)
+    manager = None
+    if not no_controllers:
+        entries = discover(ws, ctx.user_dir)
+        if any(e.result.valid and e.shadowed_by is None for e in entries):
+            manager = make_manager(ws, store, entries, executor=executor)
+    with Progress(quiet=quiet or not sys.stderr.isatty()) as progress:
+        host = StandaloneHost(ws, store, executor=executor, manager=manager,
+                              max_runs=max_runs, observer=progress)
+
+        def stop(signum: int, frame: FrameType | None) -> None:
+            click.echo("\nwfrun host: parking in-flight runs and stopping...", err=True)
+            host.stop()
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, stop)
+        if not once:
+            click.echo(f"wfrun host running for {ws.project_root} (pid "
+                       f"{__import__('os').getpid()}); Ctrl-C stops it", err=True)
+        report = host.run(once=once)
+    store.close()
+    done = len(report.outcomes)
+    click.echo(f"wfrun host: {report.started} run(s) started, {done} finished or parked, "
+               f"{report.failed_to_start} failed to start"
+               + (f", reaped {len(report.reaped)} orphan group(s)" if report.reaped else ""),
+               err=True)

@@ -1,0 +1,78 @@
+"""A file-backed registry of child process groups, so a new host can reap orphans.
+
+SIGKILL of a host does not kill the process groups its shell nodes started
+(each runs in its own session). The host records every group it starts in
+`host.children.json`; the next host kills the groups still alive. A group is
+identified by its leader's pid *and* its kernel start time, so a recycled pid
+is never killed by mistake.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+
+def _start_time(pid: int) -> str | None:
+    """The process start time in clock ticks since boot (field 22 of /proc/PID/stat)."""
+    try:
+        data = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may contain spaces; fields resume after the last ')'.
+    rest = data.rsplit(")", 1)[-1].split()
+    return rest[19] if len(rest) > 19 else None
+
+
+class ProcessRegistry:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._groups: dict[int, dict[str, Any]] = {}
+
+    def add(self, pgid: int, **info: Any) -> None:
+        with self._lock:
+            self._groups[pgid] = {"pgid": pgid, "start": _start_time(pgid), **info}
+            self._save()
+
+    def remove(self, pgid: int) -> None:
+        with self._lock:
+            if self._groups.pop(pgid, None) is not None:
+                self._save()
+
+    def _save(self) -> None:
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, json.dumps(list(self._groups.values())).encode())
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.path)
+
+
+def reap_orphans(path: Path) -> list[int]:
+    """Kill the process groups a dead host left behind; returns the pgids killed."""
+    try:
+        entries = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    killed = []
+    for entry in entries if isinstance(entries, list) else []:
+        pgid = entry.get("pgid") if isinstance(entry, dict) else None
+        if not isinstance(pgid, int) or pgid <= 1:
+            continue
+        start = _start_time(pgid)
+        if start is None or start != entry.get("start"):
+            continue  # gone, or the pid now belongs to someone else
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+            killed.append(pgid)
+    with contextlib.suppress(OSError):
+        path.unlink()
+    return killed

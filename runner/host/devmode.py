@@ -1,0 +1,256 @@
+"""`wfrun dev`: re-validate definitions as they are saved (DESIGN §8).
+
+A watchdog observer watches every definition source (project, user and
+built-in folders, plus the folders of hook files and included files). Events
+are debounced briefly (editors save in bursts: write temp, rename, chmod), then
+the changed files and every workflow that depends on them are recompiled and
+reported: diagnostics, or `ok NAME DIGEST`. Deleted files leave the catalog;
+new files and folders join it. With `run`, a valid save re-runs that workflow
+with the scripted executor and reports the result.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.observers import Observer
+
+from runner.compiler import Catalog, Compiler, CompileResult, render_text
+from runner.compiler.discovery import PROJECT_DIR, SUFFIXES
+from runner.engine import AgentStepExecutor, Engine
+
+log = logging.getLogger(__name__)
+DEBOUNCE = 0.03
+WATCHED_SUFFIXES = (*SUFFIXES, ".py", ".json")
+
+Emit = Callable[[str, str], None]  # (kind: ok|error|removed|run|note, text)
+
+
+@dataclass
+class DevState:
+    results: dict[str, CompileResult] = field(default_factory=dict)  # by catalog name
+    batches: int = 0  # completed processing rounds (tests wait on this)
+    last_latency: float | None = None  # event -> output, seconds
+    latencies: list[float] = field(default_factory=list)
+
+
+class _Handler(FileSystemEventHandler):
+    def __init__(self, dev: DevMode) -> None:
+        self.dev = dev
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        if event.event_type in ("opened", "closed_no_write"):
+            return
+        paths = [event.src_path, getattr(event, "dest_path", "") or ""]
+        for p in paths:
+            if p:
+                self.dev.touch(Path(str(p)))
+
+
+class DevMode:
+    def __init__(self, build_catalog: Callable[[], Catalog], emit: Emit, *,
+                 names: tuple[str, ...] = (), run: str | None = None,
+                 executor: Callable[[], AgentStepExecutor | None] = lambda: None,
+                 runs_dir: Path | None = None, project_root: Path | None = None,
+                 queued_sources: Callable[[], list[tuple[str, str, str]]] | None = None,
+                 run_input: Any = None) -> None:
+        self.run_input = run_input
+        self.build_catalog = build_catalog
+        self.emit = emit
+        self.names = names
+        self.run_name = run
+        self.executor = executor
+        self.runs_dir = runs_dir
+        self.project_root = project_root
+        self.queued_sources = queued_sources
+        self.state = DevState()
+        self._pending: set[Path] = set()
+        self._first_event: float | None = None
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._observer: Any = None
+        self._watched: set[Path] = set()
+        self._thread: threading.Thread | None = None
+        self.catalog = build_catalog()
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def start(self) -> None:
+        self._check_all(initial=True)
+        self._observer = Observer()
+        self._handler = _Handler(self)
+        self._rewatch()
+        self._observer.start()
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="wfrun-dev")
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._observer is not None:
+            self._observer.stop()
+            self._observer.join(timeout=5)
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def wait_batches(self, count: int, timeout: float = 10.0) -> bool:
+        end = time.monotonic() + timeout
+        while self.state.batches < count:
+            if time.monotonic() > end:
+                return False
+            time.sleep(0.005)
+        return True
+
+    # -- watching ----------------------------------------------------------------------
+    def _folders(self) -> set[Path]:
+        """Every folder whose changes can change a result, nearest existing ancestor."""
+        wanted: set[Path] = set()
+        for folder in self.catalog.folders.values():
+            if folder is not None:
+                wanted.add(folder)
+        if self.project_root is not None:
+            wanted.add(self.project_root / PROJECT_DIR)
+        for result in self.state.results.values():
+            if result.definition is None:
+                continue
+            for source in result.definition.sources:
+                if source.path:
+                    wanted.add(Path(source.path).parent)
+        out = set()
+        for folder in wanted:
+            f = folder
+            while not f.exists() and f != f.parent:
+                f = f.parent  # watch the ancestor so the folder's creation is seen
+            out.add(f)
+        return out
+
+    def _rewatch(self) -> None:
+        for folder in self._folders() - self._watched:
+            try:
+                self._observer.schedule(self._handler, str(folder), recursive=False)
+                self._watched.add(folder)
+            except OSError as exc:
+                self.emit("note", f"cannot watch {folder}: {exc.strerror}")
+
+    def touch(self, path: Path) -> None:
+        if path.suffix not in WATCHED_SUFFIXES and path.suffix:
+            return
+        with self._lock:
+            self._pending.add(path)
+            if self._first_event is None:
+                self._first_event = time.monotonic()
+        self._wake.set()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait()
+            if self._stop.is_set():
+                return
+            time.sleep(DEBOUNCE)  # let the save burst finish
+            with self._lock:
+                changed, self._pending = self._pending, set()
+                first, self._first_event = self._first_event, None
+                self._wake.clear()
+            if not changed:
+                continue
+            try:
+                self._process(changed, first)
+            except Exception:  # dev mode survives anything a save can do
+                log.exception("dev mode failed to process a change")
+                self.emit("error", "internal error while re-validating; see the log")
+            self.state.batches += 1
+
+    # -- checking ----------------------------------------------------------------------
+    def _selected(self, name: str) -> bool:
+        return not self.names or name in self.names
+
+    def _check_all(self, initial: bool = False) -> None:
+        compiler = Compiler(self.catalog)
+        for entry in self.catalog.active:
+            if self._selected(entry.name):
+                self._report(entry.name, compiler.compile_path(
+                    entry.path, display=entry.display, origin=entry.origin))
+        if initial:
+            self.emit("note", f"watching {len(self.state.results)} workflow(s); save a file "
+                      "to re-validate it")
+
+    def _process(self, changed: set[Path], first: float | None) -> None:
+        old = self.catalog
+        self.catalog = self.build_catalog()
+        before, after = {e.name for e in old.active}, {e.name for e in self.catalog.active}
+        for name in sorted(before - after):
+            self.state.results.pop(name, None)
+            self.emit("removed", f"{name} removed from the catalog")
+        real = {p.resolve() if p.exists() else p.absolute() for p in changed}
+        affected = set(after - before)
+        for name, result in self.state.results.items():
+            srcs = {Path(s.path) for s in (result.definition.sources if result.definition
+                                           else ()) if s.path}
+            if real & srcs:
+                affected.add(name)
+        for entry in self.catalog.active:
+            path = entry.path.resolve() if entry.path.exists() else entry.path
+            if path in real or entry.path in changed:
+                affected.add(entry.name)
+            prev = self.state.results.get(entry.name)
+            if prev is not None and not prev.valid:
+                affected.add(entry.name)  # an include it was missing may have appeared
+        compiler = Compiler(self.catalog)
+        for entry in self.catalog.active:
+            if entry.name in affected and self._selected(entry.name):
+                result = compiler.compile_path(entry.path, display=entry.display,
+                                               origin=entry.origin)
+                self._report(entry.name, result)
+        if first is not None:
+            self.state.last_latency = time.monotonic() - first
+            self.state.latencies.append(self.state.last_latency)
+        self._rewatch()
+        self._flag_queued()
+        if self.run_name and self.run_name in affected:
+            self._rerun()
+
+    def _report(self, name: str, result: CompileResult) -> None:
+        self.state.results[name] = result
+        if result.valid and result.definition is not None:
+            self.emit("ok", f"ok {name} {result.definition.digest}")
+        else:
+            self.emit("error", render_text(result.diagnostics, result.texts))
+
+    def _flag_queued(self) -> None:
+        if self.queued_sources is None:
+            return
+        from runner.compiler.sources import sha256_hex
+
+        for run_id, path, sha in self.queued_sources():
+            try:
+                now = sha256_hex(Path(path).read_bytes())
+            except OSError:
+                now = ""
+            if now != sha:
+                self.emit("note", f"queued run {run_id}: its source {path} changed; activation "
+                          "will refuse it (source_changed)")
+
+    def _rerun(self) -> None:
+        name = self.run_name
+        assert name is not None
+        result = self.state.results.get(name)
+        if result is None or not result.valid or result.definition is None:
+            return
+        if self.runs_dir is None:
+            return
+        engine = Engine(runs_dir=self.runs_dir, executor=self.executor(),
+                        project_root=self.project_root, work_dir=self.project_root)
+        try:
+            outcome = engine.start(result.definition, self.run_input or {})
+        except Exception as exc:
+            self.emit("run", f"run {name}: could not start: {exc}")
+            return
+        error = f": {outcome.error.get('message')}" if outcome.error else ""
+        self.emit("run", f"run {name} {outcome.status} ({outcome.run_id}){error}")

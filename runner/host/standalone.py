@@ -1,0 +1,192 @@
+"""The standalone host (`wfrun host`): one per project, runs detached work (DESIGN §8).
+
+It holds an advisory lock (`.wfrun/state/host.lock`, naming its pid), reaps the
+process groups a dead host left behind, then loops: claim detached queued
+launches and parked or abandoned runs (up to `max_runs` at once, each on its own
+thread), and run the controller manager beside them. SIGINT/SIGTERM parks every
+in-flight run at a safe point and exits; `once` drains what is ready and exits.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runner.controllers import ControllerManager
+from runner.engine import AgentStepExecutor, RunOutcome
+from runner.engine.processes import ProcessRegistry, reap_orphans
+from runner.engine.runner import Observer
+from runner.errors import InputError
+from runner.launch import EngineOptions, LaunchCoordinator
+from runner.launch.coordinator import Activation
+from runner.store import LaunchRecord, Store
+
+from .launches import runner_id
+from .local import Workspace
+
+log = logging.getLogger(__name__)
+PARK_DEADLINE = 8.0
+
+
+@dataclass
+class HostReport:
+    started: int = 0
+    outcomes: list[RunOutcome] = field(default_factory=list)
+    failed_to_start: int = 0
+    reaped: list[int] = field(default_factory=list)
+    reconciles: int = 0
+
+
+class HostLock:
+    """An exclusive advisory lock on the project; the holder's pid is in the file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.fd: int | None = None
+
+    def acquire(self) -> None:
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            holder = os.read(fd, 64).decode(errors="replace").strip()
+            os.close(fd)
+            if exc.errno in (errno.EAGAIN, errno.EACCES):
+                raise InputError("another wfrun host is running for this project"
+                                 + (f" (pid {holder})" if holder else "")
+                                 + "; stop it first") from None
+            raise
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self.fd = fd
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+class StandaloneHost:
+    def __init__(self, ws: Workspace, store: Store, *,
+                 executor: AgentStepExecutor | None = None,
+                 manager: ControllerManager | None = None, max_runs: int = 4,
+                 poll: float = 0.5, observer: Observer | None = None,
+                 durability: str = "full") -> None:
+        if ws.project_root is None:
+            raise InputError("wfrun host needs a project (a folder with .wfrun/); pass --project")
+        self.ws = ws
+        self.store = store
+        self.state_dir = ws.project_root / ".wfrun" / "state"
+        self.lock = HostLock(self.state_dir / "host.lock")
+        self.processes = ProcessRegistry(self.state_dir / "host.children.json")
+        self.manager = manager
+        self.max_runs = max(max_runs, 1)
+        self.poll = poll
+        options = EngineOptions(executor=lambda _r: executor, observer=observer,
+                                durability=durability, project_root=ws.project_root,
+                                processes=self.processes)
+        self.coordinator = LaunchCoordinator(store, ws, ws.runs_dir, runner_id=runner_id(),
+                                             clock=ws.clock, options=options)
+        self.stop_event = threading.Event()
+        self._lock = threading.Lock()
+        self._running: dict[str, tuple[threading.Thread, list[Activation]]] = {}
+        self.report = HostReport()
+
+    # -- lifecycle -------------------------------------------------------------------
+    def run(self, *, once: bool = False) -> HostReport:
+        self.lock.acquire()
+        try:
+            self.report.reaped = reap_orphans(self.processes.path)
+            if self.manager is not None and not once:
+                self.manager.start()
+            self._loop(once)
+        finally:
+            self._park_all()
+            if self.manager is not None:
+                self.manager.stop(grace=2.0)
+            self.lock.release()
+        return self.report
+
+    def stop(self) -> None:
+        self.stop_event.set()
+
+    def _loop(self, once: bool) -> None:
+        while not self.stop_event.is_set():
+            claimed = self._claim_ready()
+            reconciled = 0
+            if self.manager is not None and once:
+                reconciled = self.manager.run_until_idle()
+                self.report.reconciles += reconciled
+            with self._lock:
+                busy = bool(self._running)
+            if once and not claimed and not busy and not reconciled:
+                return
+            self.stop_event.wait(0.01 if claimed or busy else self.poll)
+
+    def _claim_ready(self) -> int:
+        claimed = 0
+        while not self.stop_event.is_set():
+            with self._lock:
+                if len(self._running) >= self.max_runs:
+                    break
+            record = self.coordinator.claim_next(None)
+            if record is None:
+                break
+            claimed += 1
+            self._start(record)
+        return claimed
+
+    def _start(self, record: LaunchRecord) -> None:
+        acts: list[Activation] = []
+        thread = threading.Thread(target=self._execute, args=(record, acts), daemon=True,
+                                  name=f"wfrun-host-{record.run_id}")
+        with self._lock:
+            self._running[record.run_id] = (thread, acts)
+        self.report.started += 1
+        thread.start()
+
+    def _execute(self, record: LaunchRecord, acts: list[Activation]) -> None:
+        try:
+            if not (self.ws.runs_dir / record.run_id).exists():
+                act = self.coordinator.activate(record)
+                if act is None:
+                    self.report.failed_to_start += 1
+                    return
+                acts.append(act)
+                if self.stop_event.is_set():
+                    act.control.park("host stopping")
+                outcome = self.coordinator.run(act)
+            else:
+                outcome = self.coordinator.resume_parked(record, on_control=self._track(acts))
+            if outcome is not None:
+                self.report.outcomes.append(outcome)
+        except Exception:  # one broken run must not take the host down
+            log.exception("run %s crashed in the host", record.run_id)
+        finally:
+            with self._lock:
+                self._running.pop(record.run_id, None)
+
+    def _track(self, acts: list[Activation]) -> Callable[[Activation], None]:
+        def keep(act: Activation) -> None:
+            acts.append(act)
+            if self.stop_event.is_set():
+                act.control.park("host stopping")
+        return keep
+
+    def _park_all(self) -> None:
+        """Park every in-flight run at its next safe point, then wait (bounded)."""
+        with self._lock:
+            running = list(self._running.values())
+        for _, acts in running:
+            for act in acts:
+                act.control.park("host stopping")
+        deadline = self.ws.clock.monotonic() + PARK_DEADLINE
+        for thread, _ in running:
+            thread.join(timeout=max(deadline - self.ws.clock.monotonic(), 0.0))
