@@ -1,0 +1,253 @@
+"""The store interface every backend implements (SQLite now, Postgres next).
+
+A `Store` groups four narrow parts: the launch queue, turn intents, the
+notification outbox and the run event feed. Every state change is one
+conditional update on the expected state and, where a claim exists, the claim
+token; a lost race changes nothing and returns `LostRace`. Times come from the
+clock the store was built with (SQLite) or the database clock (Postgres);
+durations are seconds, stored times are integer milliseconds.
+
+The conformance suite in `tests/integration/store/` runs against this interface.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Protocol
+
+from runner.store.records import (
+    LaunchRecord,
+    LostRace,
+    NewLaunch,
+    NewNotification,
+    NewTurnIntent,
+    Notification,
+    RunEvent,
+    TurnIntent,
+)
+from runner.store.states import LaunchStatus, RecoveryOutcome, TurnResolution
+
+DEFAULT_LEASE_SECONDS = 30.0
+
+
+class LaunchQueue(Protocol):
+    """`workflow_run_queue`: durable deferred launches (seed 000)."""
+
+    def enqueue(self, launch: NewLaunch) -> LaunchRecord | LostRace:
+        """Insert a `queued` launch; this also reserves its origin session.
+
+        Lost: `already_exists` (run id taken), `session_reserved` (the origin
+        session has a queued/starting/running launch; `holder` names it),
+        `continuation_exists` (the parent already has a live continuation).
+        """
+        ...
+
+    def get(self, run_id: str) -> LaunchRecord | None: ...
+
+    def query(
+        self,
+        *,
+        statuses: Iterable[LaunchStatus] | None = None,
+        session_id: str | None = None,
+        limit: int = 1000,
+    ) -> list[LaunchRecord]:
+        """Launches, oldest first, optionally filtered by status and origin session."""
+        ...
+
+    def find_session_reservation(self, session_id: str) -> LaunchRecord | None:
+        """The queued/starting/running launch that reserves `session_id`, if any."""
+        ...
+
+    def find_continuation(self, parent_run_id: str) -> LaunchRecord | None:
+        """The launch continuing `parent_run_id` that holds its continuation slot."""
+        ...
+
+    def claim(
+        self, run_id: str, *, runner_id: str, lease_seconds: float = DEFAULT_LEASE_SECONDS
+    ) -> LaunchRecord | LostRace:
+        """Claim one launch: queued/parked -> starting, or reclaim an expired
+        starting/running lease (status kept). Installs a new token and bumps `epoch`."""
+        ...
+
+    def claim_next(
+        self,
+        *,
+        runner_id: str,
+        session_id: str | None = None,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    ) -> LaunchRecord | None:
+        """Claim the next claimable launch for a session (or a detached host when
+        `session_id` is None), own affinity first, then oldest. None when idle."""
+        ...
+
+    def renew_lease(
+        self, run_id: str, claim_token: str, *, lease_seconds: float = DEFAULT_LEASE_SECONDS
+    ) -> LaunchRecord | LostRace:
+        """Extend a live claim; an expired lease cannot be renewed."""
+        ...
+
+    def check_claim(self, run_id: str, claim_token: str) -> LaunchRecord | LostRace:
+        """The engine's fence: token matches, status starting|running, lease unexpired."""
+        ...
+
+    def mark_running(self, run_id: str, claim_token: str) -> LaunchRecord | LostRace:
+        """starting -> running; clears the private input and options."""
+        ...
+
+    def park(self, run_id: str, claim_token: str) -> LaunchRecord | LostRace:
+        """running -> parked; releases the claim."""
+        ...
+
+    def finish(self, run_id: str, claim_token: str) -> LaunchRecord | LostRace:
+        """running -> done."""
+        ...
+
+    def fail(
+        self,
+        run_id: str,
+        claim_token: str,
+        *,
+        code: str,
+        message: str,
+        turn_intent: NewTurnIntent | None = None,
+    ) -> LaunchRecord | LostRace:
+        """starting|running -> failed with a stable code and a bounded safe message.
+
+        With `turn_intent`, the intent is ensured and made eligible in the same
+        transaction, so a failure is never durable without its follow-up.
+        """
+        ...
+
+    def cancel(self, run_id: str, *, claim_token: str | None = None) -> LaunchRecord | LostRace:
+        """-> cancelled. Without a token: queued|starting|parked (beats activation).
+        With the claim token: starting|running (the holder records a cancel)."""
+        ...
+
+    def list_recoverable(self, *, session_id: str | None = None) -> list[LaunchRecord]:
+        """Claimable launches: queued, parked, or starting/running with an expired lease."""
+        ...
+
+    def recover_expired_starting(
+        self,
+        run_id: str,
+        *,
+        epoch: int,
+        outcome: RecoveryOutcome,
+        code: str | None = None,
+        message: str | None = None,
+        turn_intent: NewTurnIntent | None = None,
+    ) -> LaunchRecord | LostRace:
+        """Reconcile a `starting` row whose lease expired to what its bundle shows.
+
+        `epoch` is the one the caller observed; a reclaim since then loses.
+        `failed` needs `code` and `message`; `turn_intent` is ensured and made
+        eligible in the same transaction.
+        """
+        ...
+
+
+class TurnIntents(Protocol):
+    """`workflow_turn_intents`: deferred model turns for a session."""
+
+    def ensure(self, intent: NewTurnIntent) -> TurnIntent | LostRace:
+        """Insert, or return the existing intent with the same id unchanged.
+
+        `intent.eligible` applies only when the intent is inserted. An existing id
+        with a different identity raises IdentityConflict; another pending intent
+        for the same (run, session) loses with `intent_pending`.
+        """
+        ...
+
+    def get(self, intent_id: str) -> TurnIntent | None: ...
+
+    def make_eligible(self, intent_id: str) -> TurnIntent | LostRace:
+        """Pending -> eligible (idempotent for an already eligible intent)."""
+        ...
+
+    def claim_delivery(
+        self, intent_id: str, *, lease_seconds: float = DEFAULT_LEASE_SECONDS
+    ) -> TurnIntent | LostRace:
+        """Take the delivery claim of a pending, eligible intent (free or expired)."""
+        ...
+
+    def release_delivery(self, intent_id: str, claim_token: str) -> TurnIntent | LostRace:
+        """Give the delivery claim back after a failed send."""
+        ...
+
+    def resolve(
+        self, intent_id: str, claim_token: str, *, resolution: TurnResolution, message_id: str
+    ) -> TurnIntent | LostRace:
+        """Pending -> resolved; needs the delivery claim token."""
+        ...
+
+    def list_eligible(self, session_id: str) -> list[TurnIntent]:
+        """Pending eligible intents of a session, in eligibility order."""
+        ...
+
+    def list_pending(self, run_id: str) -> list[TurnIntent]: ...
+
+
+class Notifications(Protocol):
+    """`workflow_notifications`: the passive progress/final report outbox."""
+
+    def insert(self, notification: NewNotification) -> Notification:
+        """Insert, unique by (run_id, node_id, notification_index); a crash retry with
+        the same content returns the stored row, other content raises IdentityConflict."""
+        ...
+
+    def get(self, notification_id: str) -> Notification | None: ...
+
+    def claim_delivery(
+        self, notification_id: str, *, lease_seconds: float = DEFAULT_LEASE_SECONDS
+    ) -> Notification | LostRace: ...
+
+    def mark_delivered(self, notification_id: str, claim_token: str) -> Notification | LostRace: ...
+
+    def list_pending(self, session_id: str) -> list[Notification]:
+        """Undelivered notifications of a session, oldest first."""
+        ...
+
+
+class RunEvents(Protocol):
+    """`run_events`: append-only audit feed (the run bundle stays the source of truth)."""
+
+    def append(
+        self,
+        run_id: str,
+        event_type: str,
+        payload: object = None,
+        *,
+        workflow_ref: str | None = None,
+        runner_id: str | None = None,
+    ) -> RunEvent: ...
+
+    def read(
+        self, *, run_id: str | None = None, after_seq: int = 0, limit: int = 1000
+    ) -> list[RunEvent]:
+        """Events in append order, after `after_seq`, optionally for one run."""
+        ...
+
+
+class Store(Protocol):
+    """The durable store (DESIGN §5)."""
+
+    @property
+    def schema_id(self) -> str: ...
+
+    @property
+    def launches(self) -> LaunchQueue: ...
+
+    @property
+    def turn_intents(self) -> TurnIntents: ...
+
+    @property
+    def notifications(self) -> Notifications: ...
+
+    @property
+    def run_events(self) -> RunEvents: ...
+
+    def now_ms(self) -> int:
+        """The store's clock, in integer milliseconds."""
+        ...
+
+    def close(self) -> None: ...

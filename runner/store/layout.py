@@ -1,0 +1,172 @@
+"""The backend-neutral layout contract: schema id, table names and their columns.
+
+Table and column names are part of the contract (DESIGN §5): every backend
+creates exactly these tables with exactly these columns, in this order, and
+refuses to open a store whose layout differs. There are no migrations: a store
+with another layout is reset (after keeping the run bundles that matter).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+SCHEMA_ID = "wfrun.controller-store.v1"
+
+TABLE_COLUMNS: Mapping[str, tuple[str, ...]] = {
+    "schema_info": ("singleton", "schema_id", "created_at"),
+    "workflow_run_queue": (
+        "run_id",
+        "workflow_ref",
+        "workflow_path",
+        "workflow_source_json",
+        "definition_digest",
+        "input_json",
+        "launch_options_json",
+        "status",
+        "runner_id",
+        "claim_token",
+        "claim_expires_at",
+        "epoch",
+        "affinity_runner_id",
+        "origin_session_id",
+        "parent_run_id",
+        "error_code",
+        "error_message",
+        "created_at",
+        "updated_at",
+        "started_at",
+        "finished_at",
+    ),
+    "workflow_turn_intents": (
+        "intent_id",
+        "source_event_id",
+        "run_id",
+        "workflow_ref",
+        "target_session_id",
+        "cause",
+        "node_id",
+        "attempt_id",
+        "fallback_facts_json",
+        "requested_at",
+        "eligible_at",
+        "resolved_at",
+        "resolution",
+        "resolution_message_id",
+        "delivery_claim_token",
+        "delivery_claim_expires_at",
+    ),
+    "workflow_notifications": (
+        "notification_id",
+        "run_id",
+        "node_id",
+        "attempt_id",
+        "notification_index",
+        "target_session_id",
+        "kind",
+        "content",
+        "created_at",
+        "delivery_claim_token",
+        "delivery_claim_expires_at",
+        "delivered_at",
+    ),
+    "run_events": (
+        "seq",
+        "recorded_at",
+        "run_id",
+        "workflow_ref",
+        "type",
+        "runner_id",
+        "payload_json",
+    ),
+    "resources": (
+        "controller",
+        "resource_key",
+        "uid",
+        "resource_version",
+        "generation",
+        "spec_json",
+        "status_json",
+        "deletion_timestamp",
+        "finalizers_json",
+        "created_at",
+        "updated_at",
+    ),
+    "reconcile_queue": (
+        "controller",
+        "resource_key",
+        "available_at",
+        "version",
+        "consecutive_errors",
+        "last_error",
+        "claim_token",
+        "claim_version",
+        "claim_expires_at",
+        "epoch",
+    ),
+    "effects": (
+        "resource_uid",
+        "effect_key",
+        "generation",
+        "kind",
+        "state",
+        "request_fingerprint",
+        "epoch",
+        "started_at",
+        "completed_at",
+        "external_ref",
+        "error",
+    ),
+    "workflow_requests": (
+        "request_id",
+        "resource_uid",
+        "request_key",
+        "input_fingerprint",
+        "workflow",
+        "run_id",
+        "state",
+        "attempt",
+        "error",
+        "created_at",
+        "updated_at",
+    ),
+    "controller_events": (
+        "seq",
+        "recorded_at",
+        "controller",
+        "resource_key",
+        "type",
+        "payload_json",
+    ),
+}
+
+TABLES: tuple[str, ...] = tuple(TABLE_COLUMNS)
+
+
+def describe_column_drift(
+    table: str, expected: tuple[str, ...], actual: tuple[str, ...]
+) -> str | None:
+    """One phrase naming how a table's columns differ, or None when they match."""
+    if expected == actual:
+        return None
+    missing = [c for c in expected if c not in actual]
+    extra = [c for c in actual if c not in expected]
+    parts = []
+    if missing:
+        parts.append("missing column(s) " + ", ".join(missing))
+    if extra:
+        parts.append("unexpected column(s) " + ", ".join(extra))
+    if not parts:
+        parts.append("columns in a different order")
+    return f"table {table}: " + "; ".join(parts)
+
+
+def describe_table_drift(expected: tuple[str, ...], actual: tuple[str, ...]) -> str | None:
+    """One phrase naming missing and unexpected tables, or None when they match."""
+    missing = [t for t in expected if t not in actual]
+    extra = sorted(t for t in actual if t not in expected)
+    parts = []
+    if missing:
+        parts.append("missing table(s) " + ", ".join(missing))
+    if extra:
+        parts.append("unexpected table(s) " + ", ".join(extra))
+    return "; ".join(parts) or None

@@ -1,0 +1,379 @@
+"""The SQLite file: creating it privately, checking it read-only, connections, transactions.
+
+Open procedure (see docs/store.md):
+
+1. Refuse SQLite older than 3.35 (RETURNING, partial indexes, UPSERT).
+2. An existing file is inspected through a read-only connection before anything
+   writes to it: a file in WAL mode with no `-wal` beside it is read with
+   `immutable=1` so not even the `-shm`/`-wal` sidecars appear; otherwise `mode=ro`.
+   Another layout raises IncompatibleLayout and leaves the file byte-identical.
+3. A missing store is built complete (WAL, schema) in a private temporary file
+   created 0600 (folder 0700) before its first SQLite open, so SQLite creates
+   `-wal`/`-shm` with the same mode, and hard-linked into place: others see no
+   store or a finished one. An existing empty file is set up in place.
+4. Every connection sets WAL, `synchronous=FULL`, `busy_timeout`, `foreign_keys=ON`
+   and `secure_delete=ON`.
+
+One connection per thread (and per process: a connection never crosses fork()).
+Every writing transaction is `BEGIN IMMEDIATE`; sqlite3 runs in autocommit mode
+(`isolation_level=None`) so Python never opens a deferred transaction itself.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sqlite3
+import stat
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any, Literal
+
+from runner.store.errors import IncompatibleLayout, SqliteTooOld, StoreError, StoreUnavailable
+from runner.store.sqlite_schema import create_schema, layout_drift, read_layout, schema_id_drift
+
+MIN_SQLITE_VERSION = (3, 35, 0)
+DEFAULT_BUSY_TIMEOUT_MS = 5000
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+SIDECAR_SUFFIXES = ("-wal", "-shm", "-journal")
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_WAL_SWITCH_ATTEMPTS = 200
+
+
+def check_sqlite_version() -> None:
+    """Raise SqliteTooOld unless the linked SQLite library is new enough."""
+    found = tuple(sqlite3.sqlite_version_info)
+    if found < MIN_SQLITE_VERSION:
+        need = ".".join(map(str, MIN_SQLITE_VERSION))
+        raise SqliteTooOld(
+            f"SQLite {sqlite3.sqlite_version} is too old for the wfrun store; "
+            f"{need} or newer is needed (use a Python built with a newer SQLite)"
+        )
+
+
+def sidecar_paths(path: Path) -> list[Path]:
+    return [path.with_name(path.name + suffix) for suffix in SIDECAR_SUFFIXES]
+
+
+FileState = Literal["empty", "compatible"]
+
+
+def inspect_existing(path: Path) -> FileState:
+    """Check an existing store file without writing to it (or creating sidecars)."""
+    try:
+        before = path.stat()
+        with path.open("rb") as handle:
+            header = handle.read(100)
+    except OSError as exc:
+        raise StoreUnavailable(f"cannot read the store at {path}: {exc.strerror}") from None
+    if not header:
+        return "empty"
+    if not header.startswith(_SQLITE_MAGIC) or len(header) < 100:
+        raise IncompatibleLayout(str(path), "the file is not a SQLite database")
+    wal_path = path.with_name(path.name + "-wal")
+    if header[18] == 2 and not wal_path.exists():
+        # WAL-mode file that nobody has open: read it as immutable (no -shm/-wal).
+        # Trust the answer only if nobody changed the file meanwhile.
+        error: StoreError | None = None
+        state: FileState = "empty"
+        try:
+            state = _inspect_uri(path, path.absolute().as_uri() + "?mode=ro&immutable=1")
+        except (IncompatibleLayout, StoreUnavailable) as exc:
+            error = exc
+        after = path.stat()
+        unchanged = (before.st_ino, before.st_size, before.st_mtime_ns) == (
+            after.st_ino,
+            after.st_size,
+            after.st_mtime_ns,
+        )
+        if unchanged and not wal_path.exists():
+            if error is not None:
+                raise error
+            return state
+    return _inspect_uri(path, path.absolute().as_uri() + "?mode=ro")
+
+
+def _inspect_uri(path: Path, uri: str) -> FileState:
+    try:
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=5.0)
+    except sqlite3.Error as exc:
+        raise StoreUnavailable(f"cannot open the store at {path}: {exc}") from None
+    try:
+        layout = read_layout(conn)
+        if layout.empty:
+            return "empty"
+        drift = layout_drift(layout) or schema_id_drift(conn)
+    except sqlite3.DatabaseError as exc:
+        if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
+            raise StoreUnavailable(f"the store at {path} is busy: {exc}") from None
+        raise IncompatibleLayout(str(path), f"the file cannot be read as a store ({exc})") from None
+    finally:
+        conn.close()
+    if drift:
+        raise IncompatibleLayout(str(path), drift)
+    return "compatible"
+
+
+def create_private_file(path: Path) -> bool:
+    """Create the folder (0700) and an empty file (0600); False if it already existed."""
+    try:
+        path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE)
+    except FileExistsError:
+        return False
+    except OSError as exc:
+        raise StoreUnavailable(f"cannot create the store at {path}: {exc.strerror}") from None
+    try:
+        os.fchmod(fd, FILE_MODE)
+    finally:
+        os.close(fd)
+    return True
+
+
+def create_store_file(path: Path, now_ms: int) -> None:
+    """Build a complete store in a private temporary file, then link it into place.
+
+    Other processes see either no store or a finished one (WAL mode, full schema),
+    never a half-made file; the loser of a creation race discards its copy.
+    Where hard links are unsupported, an empty file is left for in-place setup.
+    """
+    temp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.creating")
+    create_private_file(temp)
+    try:
+        conn = sqlite3.connect(str(temp), isolation_level=None)
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = FULL")
+            conn.execute("BEGIN IMMEDIATE")
+            create_schema(conn, now_ms)
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+        with suppress(FileExistsError):
+            os.link(temp, path)
+        _fsync_folder(path.parent)
+    except sqlite3.Error as exc:
+        raise translate(exc, path) from None
+    except OSError:
+        create_private_file(path)  # no hard links here: set it up in place
+    finally:
+        for leftover in (temp, *sidecar_paths(temp)):
+            with suppress(FileNotFoundError):
+                leftover.unlink()
+
+
+def _fsync_folder(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def tighten_permissions(path: Path) -> None:
+    """Folder 0700, store file and existing sidecars 0600."""
+    try:
+        if stat.S_IMODE(path.parent.stat().st_mode) != DIR_MODE:
+            path.parent.chmod(DIR_MODE)
+        for candidate in (path, *sidecar_paths(path)):
+            if candidate.exists() and stat.S_IMODE(candidate.stat().st_mode) != FILE_MODE:
+                candidate.chmod(FILE_MODE)
+    except OSError as exc:
+        raise StoreUnavailable(f"cannot secure the store at {path}: {exc.strerror}") from None
+
+
+def translate(exc: sqlite3.Error, path: Path) -> StoreError:
+    """Map a sqlite3 error onto the store's exception tree."""
+    if isinstance(exc, sqlite3.IntegrityError):
+        return StoreError(f"store constraint violated in {path}: {exc}")
+    if isinstance(exc, sqlite3.OperationalError):
+        return StoreUnavailable(f"store at {path} unavailable: {exc}")
+    return StoreError(f"store error in {path}: {exc}")
+
+
+class SqliteDatabase:
+    """Connections (one per thread and process) and transactions on one store file."""
+
+    def __init__(self, path: Path, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> None:
+        self.path = path
+        self.busy_timeout_ms = busy_timeout_ms
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._connections: list[tuple[int, sqlite3.Connection]] = []
+        self._closed = False
+
+    def connection(self) -> sqlite3.Connection:
+        """This thread's connection, opened with the store's pragmas on first use."""
+        if self._closed:
+            raise StoreError(f"the store at {self.path} is closed")
+        pid = os.getpid()
+        cached: tuple[int, sqlite3.Connection] | None = getattr(self._local, "conn", None)
+        if cached is not None and cached[0] == pid:
+            return cached[1]
+        conn = self._connect()
+        self._local.conn = (pid, conn)
+        with self._lock:
+            self._connections.append((pid, conn))
+        return conn
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(
+                str(self.path),
+                timeout=self.busy_timeout_ms / 1000,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+        except sqlite3.Error as exc:
+            raise translate(exc, self.path) from None
+        try:
+            conn.row_factory = sqlite3.Row
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+            mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+            if str(mode).lower() != "wal":
+                mode = self._switch_to_wal(conn)
+            if str(mode).lower() != "wal":
+                raise StoreUnavailable(
+                    f"the store at {self.path} cannot use WAL (journal mode {mode}); "
+                    "keep it on a local file system"
+                )
+            conn.execute("PRAGMA synchronous = FULL")
+            conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute("PRAGMA secure_delete = ON")
+        except sqlite3.Error as exc:
+            conn.close()
+            raise translate(exc, self.path) from None
+        except StoreError:
+            conn.close()
+            raise
+        return conn
+
+    @staticmethod
+    def _switch_to_wal(conn: sqlite3.Connection) -> object:
+        """Only for a store set up in place: SQLite may refuse the switch with
+        SQLITE_BUSY without waiting while another connection opens the file."""
+        for _ in range(_WAL_SWITCH_ATTEMPTS - 1):
+            try:
+                return conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise
+        return conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+
+    @contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """A `BEGIN IMMEDIATE` transaction: committed on success, rolled back on error."""
+        conn = self.connection()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise translate(exc, self.path) from None
+        try:
+            yield conn
+        except sqlite3.Error as exc:
+            self._rollback(conn)
+            raise translate(exc, self.path) from None
+        except BaseException:
+            self._rollback(conn)
+            raise
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._rollback(conn)
+            raise translate(exc, self.path) from None
+
+    @staticmethod
+    def _rollback(conn: sqlite3.Connection) -> None:
+        if conn.in_transaction:
+            with suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+
+    def read(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[sqlite3.Row]:
+        """Run one read statement (its own snapshot) and fetch every row."""
+        try:
+            rows: list[sqlite3.Row] = self.connection().execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise translate(exc, self.path) from None
+        return rows
+
+    def settings(self) -> dict[str, object]:
+        """This thread's connection settings, as SQLite reports them."""
+        conn = self.connection()
+        names = ("journal_mode", "synchronous", "busy_timeout", "foreign_keys", "secure_delete")
+        try:
+            return {name: conn.execute(f"PRAGMA {name}").fetchone()[0] for name in names}
+        except sqlite3.Error as exc:
+            raise translate(exc, self.path) from None
+
+    def checkpoint(self) -> None:
+        """Copy the WAL into the database file and truncate the WAL to zero bytes."""
+        try:
+            self.connection().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        except sqlite3.Error as exc:
+            raise translate(exc, self.path) from None
+
+    def initialize(self, now_ms: int) -> None:
+        """Create the schema in an empty store, or verify what another process made."""
+        with self.write() as conn:
+            layout = read_layout(conn)
+            if layout.empty:
+                create_schema(conn, now_ms)
+                return
+            drift = layout_drift(layout) or schema_id_drift(conn)
+            if drift:
+                raise IncompatibleLayout(str(self.path), drift)
+
+    def close(self) -> None:
+        """Close every connection this process opened (idempotent)."""
+        pid = os.getpid()
+        with self._lock:
+            connections, self._connections = self._connections, []
+            self._closed = True
+        for owner, conn in connections:
+            if owner == pid:
+                conn.close()
+
+
+def open_database(path: Path, *, now_ms: int, busy_timeout_ms: int) -> SqliteDatabase:
+    """Run the open procedure and return a ready database."""
+    check_sqlite_version()
+    if path.is_dir():
+        raise StoreUnavailable(f"the store path {path} is a directory")
+    if not path.exists():
+        orphans = [p.name for p in sidecar_paths(path) if p.exists()]
+        if orphans and not path.exists():  # SQLite could replay an orphaned WAL
+            raise IncompatibleLayout(
+                str(path), "the store file is missing but " + ", ".join(orphans) + " remain"
+            )
+        create_store_file(path, now_ms)
+    state = inspect_existing(path)
+    tighten_permissions(path)
+    db = SqliteDatabase(path, busy_timeout_ms=busy_timeout_ms)
+    try:
+        db.connection()
+        if state == "empty":
+            db.initialize(now_ms)
+        tighten_permissions(path)
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def remove_store_files(path: Path) -> list[Path]:
+    """Delete the store file and its SQLite sidecars, nothing else. Returns what went."""
+    if path.is_dir():
+        raise StoreUnavailable(f"the store path {path} is a directory")
+    removed = []
+    for candidate in (path, *sidecar_paths(path)):
+        try:
+            candidate.unlink()
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise StoreUnavailable(f"cannot remove {candidate}: {exc.strerror}") from None
+        removed.append(candidate)
+    return removed

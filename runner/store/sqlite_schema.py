@@ -1,0 +1,327 @@
+"""SQLite DDL for `wfrun.controller-store.v1` and the exact-layout check.
+
+The check compares a store file with a fresh in-memory database built from the
+DDL below: the set of tables, every table's columns (name, type, NOT NULL,
+default, primary key), and the normalized SQL of every table and index, which
+carries the CHECK constraints of the state contract and the partial unique
+indexes. Any difference refuses the file; nothing is migrated.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import sqlite3
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from runner.store.layout import (
+    SCHEMA_ID,
+    TABLE_COLUMNS,
+    TABLES,
+    describe_column_drift,
+    describe_table_drift,
+)
+from runner.store.states import (
+    CLAIMED_STATUSES,
+    EFFECT_STATES,
+    ERROR_MESSAGE_MAX_BYTES,
+    INPUT_STATUSES,
+    LAUNCH_ERROR_CODES,
+    LAUNCH_STATUSES,
+    NOTIFICATION_KINDS,
+    RESERVING_STATUSES,
+    TERMINAL_STATUSES,
+    TURN_CAUSES,
+    TURN_RESOLUTIONS,
+    WORKFLOW_REQUEST_STATES,
+)
+
+
+def sql_in(values: Iterable[str]) -> str:
+    """`('a', 'b')` for a fixed set of contract words (never user input)."""
+    words = list(values)
+    for word in words:
+        if not re.fullmatch(r"[a-z_]+", word):
+            raise ValueError(f"not a contract word: {word!r}")
+    return "(" + ", ".join(f"'{w}'" for w in words) + ")"
+
+
+DDL: tuple[str, ...] = (
+    """CREATE TABLE schema_info (
+    singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
+    schema_id TEXT NOT NULL,
+    created_at INTEGER NOT NULL
+)""",
+    f"""CREATE TABLE workflow_run_queue (
+    run_id TEXT PRIMARY KEY,
+    workflow_ref TEXT NOT NULL,
+    workflow_path TEXT,
+    workflow_source_json TEXT NOT NULL,
+    definition_digest TEXT NOT NULL,
+    input_json TEXT,
+    launch_options_json TEXT,
+    status TEXT NOT NULL CHECK (status IN {sql_in(LAUNCH_STATUSES)}),
+    runner_id TEXT,
+    claim_token TEXT,
+    claim_expires_at INTEGER,
+    epoch INTEGER NOT NULL DEFAULT 0 CHECK (epoch >= 0),
+    affinity_runner_id TEXT,
+    origin_session_id TEXT,
+    parent_run_id TEXT CHECK (parent_run_id IS NULL OR parent_run_id <> run_id),
+    error_code TEXT CHECK (error_code IS NULL OR error_code IN {sql_in(LAUNCH_ERROR_CODES)}),
+    error_message TEXT CHECK (
+        error_message IS NULL
+        OR length(CAST(error_message AS BLOB)) <= {ERROR_MESSAGE_MAX_BYTES}),
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    started_at INTEGER,
+    finished_at INTEGER,
+    CHECK ((status IN {sql_in(CLAIMED_STATUSES)}) = (claim_token IS NOT NULL)),
+    CHECK ((claim_token IS NULL) = (claim_expires_at IS NULL)),
+    CHECK ((status = 'failed') = (error_code IS NOT NULL)),
+    CHECK ((error_code IS NULL) = (error_message IS NULL)),
+    CHECK (status IN {sql_in(INPUT_STATUSES)}
+           OR (input_json IS NULL AND launch_options_json IS NULL)),
+    CHECK ((status IN {sql_in(TERMINAL_STATUSES)}) = (finished_at IS NOT NULL))
+)""",
+    """CREATE INDEX workflow_run_queue_claimable
+    ON workflow_run_queue (status, claim_expires_at)""",
+    f"""CREATE UNIQUE INDEX workflow_run_queue_session_reservation
+    ON workflow_run_queue (origin_session_id)
+    WHERE origin_session_id IS NOT NULL AND status IN {sql_in(RESERVING_STATUSES)}""",
+    """CREATE UNIQUE INDEX workflow_run_queue_parent
+    ON workflow_run_queue (parent_run_id)
+    WHERE parent_run_id IS NOT NULL
+      AND NOT (status IN ('failed', 'cancelled') AND started_at IS NULL)""",
+    f"""CREATE TABLE workflow_turn_intents (
+    intent_id TEXT PRIMARY KEY,
+    source_event_id TEXT NOT NULL,
+    run_id TEXT NOT NULL,
+    workflow_ref TEXT NOT NULL,
+    target_session_id TEXT NOT NULL,
+    cause TEXT NOT NULL CHECK (cause IN {sql_in(TURN_CAUSES)}),
+    node_id TEXT,
+    attempt_id TEXT,
+    fallback_facts_json TEXT NOT NULL,
+    requested_at INTEGER NOT NULL,
+    eligible_at INTEGER,
+    resolved_at INTEGER,
+    resolution TEXT CHECK (resolution IS NULL OR resolution IN {sql_in(TURN_RESOLUTIONS)}),
+    resolution_message_id TEXT,
+    delivery_claim_token TEXT,
+    delivery_claim_expires_at INTEGER,
+    CHECK ((resolved_at IS NULL) = (resolution IS NULL)
+           AND (resolved_at IS NULL) = (resolution_message_id IS NULL)),
+    CHECK ((delivery_claim_token IS NULL) = (delivery_claim_expires_at IS NULL)),
+    CHECK (resolved_at IS NULL OR eligible_at IS NOT NULL)
+)""",
+    """CREATE UNIQUE INDEX workflow_turn_intents_one_pending
+    ON workflow_turn_intents (run_id, target_session_id)
+    WHERE resolved_at IS NULL""",
+    """CREATE INDEX workflow_turn_intents_eligible
+    ON workflow_turn_intents (target_session_id, eligible_at, intent_id)
+    WHERE resolved_at IS NULL AND eligible_at IS NOT NULL""",
+    f"""CREATE TABLE workflow_notifications (
+    notification_id TEXT PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    node_id TEXT NOT NULL,
+    attempt_id TEXT NOT NULL,
+    notification_index INTEGER NOT NULL CHECK (notification_index > 0),
+    target_session_id TEXT NOT NULL,
+    kind TEXT NOT NULL CHECK (kind IN {sql_in(NOTIFICATION_KINDS)}),
+    content TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    delivery_claim_token TEXT,
+    delivery_claim_expires_at INTEGER,
+    delivered_at INTEGER,
+    UNIQUE (run_id, node_id, notification_index),
+    CHECK ((delivery_claim_token IS NULL) = (delivery_claim_expires_at IS NULL))
+)""",
+    """CREATE INDEX workflow_notifications_pending
+    ON workflow_notifications (target_session_id, created_at, notification_id)
+    WHERE delivered_at IS NULL""",
+    """CREATE TABLE run_events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    recorded_at INTEGER NOT NULL,
+    run_id TEXT NOT NULL,
+    workflow_ref TEXT,
+    type TEXT NOT NULL,
+    runner_id TEXT,
+    payload_json TEXT NOT NULL
+)""",
+    """CREATE INDEX run_events_by_run ON run_events (run_id, seq)""",
+    """CREATE TABLE resources (
+    controller TEXT NOT NULL,
+    resource_key TEXT NOT NULL,
+    uid TEXT NOT NULL UNIQUE,
+    resource_version INTEGER NOT NULL CHECK (resource_version > 0),
+    generation INTEGER NOT NULL CHECK (generation > 0),
+    spec_json TEXT NOT NULL,
+    status_json TEXT NOT NULL,
+    deletion_timestamp INTEGER,
+    finalizers_json TEXT NOT NULL DEFAULT '[]',
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    PRIMARY KEY (controller, resource_key)
+)""",
+    """CREATE TABLE reconcile_queue (
+    controller TEXT NOT NULL,
+    resource_key TEXT NOT NULL,
+    available_at INTEGER NOT NULL,
+    version INTEGER NOT NULL CHECK (version > 0),
+    consecutive_errors INTEGER NOT NULL DEFAULT 0 CHECK (consecutive_errors >= 0),
+    last_error TEXT,
+    claim_token TEXT,
+    claim_version INTEGER,
+    claim_expires_at INTEGER,
+    epoch INTEGER NOT NULL DEFAULT 0 CHECK (epoch >= 0),
+    PRIMARY KEY (controller, resource_key),
+    FOREIGN KEY (controller, resource_key)
+        REFERENCES resources (controller, resource_key) ON DELETE CASCADE,
+    CHECK ((claim_token IS NULL) = (claim_expires_at IS NULL)
+           AND (claim_token IS NULL) = (claim_version IS NULL))
+)""",
+    """CREATE INDEX reconcile_queue_ready
+    ON reconcile_queue (available_at, controller, resource_key)""",
+    f"""CREATE TABLE effects (
+    resource_uid TEXT NOT NULL,
+    effect_key TEXT NOT NULL,
+    generation INTEGER NOT NULL CHECK (generation > 0),
+    kind TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN {sql_in(EFFECT_STATES)}),
+    request_fingerprint TEXT NOT NULL,
+    epoch INTEGER NOT NULL CHECK (epoch >= 0),
+    started_at INTEGER NOT NULL,
+    completed_at INTEGER,
+    external_ref TEXT,
+    error TEXT,
+    PRIMARY KEY (resource_uid, effect_key),
+    CHECK (state <> 'pending' OR completed_at IS NULL)
+)""",
+    f"""CREATE TABLE workflow_requests (
+    request_id TEXT PRIMARY KEY,
+    resource_uid TEXT NOT NULL,
+    request_key TEXT NOT NULL,
+    input_fingerprint TEXT NOT NULL,
+    workflow TEXT NOT NULL,
+    run_id TEXT,
+    state TEXT NOT NULL CHECK (state IN {sql_in(WORKFLOW_REQUEST_STATES)}),
+    attempt INTEGER NOT NULL CHECK (attempt >= 0),
+    error TEXT,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    UNIQUE (resource_uid, request_key)
+)""",
+    """CREATE TABLE controller_events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    recorded_at INTEGER NOT NULL,
+    controller TEXT NOT NULL,
+    resource_key TEXT NOT NULL,
+    type TEXT NOT NULL,
+    payload_json TEXT NOT NULL
+)""",
+    """CREATE INDEX controller_events_by_resource
+    ON controller_events (controller, resource_key, seq DESC)""",
+)
+
+
+def create_schema(conn: sqlite3.Connection, now_ms: int) -> None:
+    """Create every table and index and the schema_info row (inside the caller's
+    transaction)."""
+    for statement in DDL:
+        conn.execute(statement)
+    conn.execute(
+        "INSERT INTO schema_info (singleton, schema_id, created_at) VALUES (1, ?, ?)",
+        (SCHEMA_ID, now_ms),
+    )
+
+
+def _normalize(sql: str | None) -> str:
+    return " ".join((sql or "").split())
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """What a database holds: tables with columns, and table/index SQL."""
+
+    tables: tuple[str, ...]
+    columns: dict[str, tuple[str, ...]]
+    column_info: dict[str, tuple[tuple[object, ...], ...]]
+    table_sql: dict[str, str]
+    index_sql: dict[str, str]
+
+    @property
+    def empty(self) -> bool:
+        return not self.tables and not self.index_sql
+
+
+def read_layout(conn: sqlite3.Connection) -> Layout:
+    """Read the layout of the user tables and indexes (read-only)."""
+    rows = conn.execute(
+        "SELECT type, name, sql FROM sqlite_master "
+        "WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY type, name"
+    ).fetchall()
+    tables = tuple(sorted(str(name) for kind, name, _ in rows if kind == "table"))
+    table_sql = {str(name): _normalize(sql) for kind, name, sql in rows if kind == "table"}
+    index_sql = {str(name): _normalize(sql) for kind, name, sql in rows if kind == "index"}
+    other = sorted(f"{kind} {name}" for kind, name, _ in rows if kind not in ("table", "index"))
+    for item in other:  # views and triggers are not part of the layout
+        table_sql[item] = "unexpected"
+    columns: dict[str, tuple[str, ...]] = {}
+    column_info: dict[str, tuple[tuple[object, ...], ...]] = {}
+    for table in tables:
+        info = conn.execute("SELECT * FROM pragma_table_info(?)", (table,)).fetchall()
+        columns[table] = tuple(str(row[1]) for row in info)
+        column_info[table] = tuple(tuple(row) for row in info)
+    return Layout(tables, columns, column_info, table_sql, index_sql)
+
+
+@functools.cache
+def expected_layout() -> Layout:
+    """The layout a fresh store has, built once from the DDL in memory."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        create_schema(conn, 0)
+        return read_layout(conn)
+    finally:
+        conn.close()
+
+
+def layout_drift(actual: Layout) -> str | None:
+    """One phrase naming the first way `actual` differs from the expected layout."""
+    expected = expected_layout()
+    drift = describe_table_drift(TABLES, actual.tables)
+    if drift:
+        return drift
+    for table in TABLES:
+        column_drift = describe_column_drift(table, TABLE_COLUMNS[table], actual.columns[table])
+        if column_drift:
+            return column_drift
+        if actual.column_info[table] != expected.column_info[table]:
+            return f"table {table}: column types or defaults differ"
+        if actual.table_sql[table] != expected.table_sql[table]:
+            return f"table {table}: constraints differ from the state contract"
+    extra_objects = sorted(set(actual.table_sql) - set(expected.table_sql))
+    if extra_objects:
+        return "unexpected schema object(s) " + ", ".join(extra_objects)
+    for name, sql in expected.index_sql.items():
+        if name not in actual.index_sql:
+            return f"missing index {name}"
+        if actual.index_sql[name] != sql:
+            return f"index {name} differs"
+    extra_indexes = sorted(set(actual.index_sql) - set(expected.index_sql))
+    if extra_indexes:
+        return "unexpected index(es) " + ", ".join(extra_indexes)
+    return None
+
+
+def schema_id_drift(conn: sqlite3.Connection) -> str | None:
+    """None when schema_info holds exactly the expected schema id."""
+    rows = conn.execute("SELECT singleton, schema_id FROM schema_info").fetchall()
+    if len(rows) != 1:
+        return f"schema_info has {len(rows)} rows, expected 1"
+    found = rows[0][1]
+    if found != SCHEMA_ID:
+        return f"schema id is {found!r}, expected {SCHEMA_ID!r}"
+    return None

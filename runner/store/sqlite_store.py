@@ -1,0 +1,135 @@
+"""`SqliteStore`: the embedded default store (DESIGN §5), one file per project.
+
+    store = SqliteStore(project / ".wfrun/state/store.sqlite3")      # opens or creates
+    SqliteStore.reset(project / ".wfrun/state/store.sqlite3")        # `wfrun store reset`
+
+The caller decides the path; the store never looks at run bundles.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from runner.store.layout import SCHEMA_ID
+from runner.store.sqlite_db import (
+    DEFAULT_BUSY_TIMEOUT_MS,
+    SqliteDatabase,
+    open_database,
+    remove_store_files,
+)
+from runner.store.sqlite_events import SqliteRunEvents
+from runner.store.sqlite_intents import SqliteTurnIntents
+from runner.store.sqlite_launches import SqliteLaunchQueue
+from runner.store.sqlite_notifications import SqliteNotifications
+
+if TYPE_CHECKING:
+    from runner.store.interface import Store
+
+
+class SqliteStore:
+    """The durable store on one SQLite file.
+
+    `now` returns wall-clock seconds since the Unix epoch (float); the store keeps
+    integer milliseconds. Leases and expiry are computed from it, so tests pass
+    a fake clock. One store object may be shared by threads: each thread gets
+    its own connection.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        now: Callable[[], float] = time.time,
+        busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+    ) -> None:
+        self._path = Path(path)
+        self._now = now
+        self._db: SqliteDatabase = open_database(
+            self._path, now_ms=self.now_ms(), busy_timeout_ms=busy_timeout_ms
+        )
+        self._launches = SqliteLaunchQueue(self._db, self.now_ms)
+        self._turn_intents = SqliteTurnIntents(self._db, self.now_ms)
+        self._notifications = SqliteNotifications(self._db, self.now_ms)
+        self._run_events = SqliteRunEvents(self._db, self.now_ms)
+
+    @classmethod
+    def reset(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        now: Callable[[], float] = time.time,
+        busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+    ) -> SqliteStore:
+        """Delete the store file (and its -wal/-shm/-journal) and create a fresh one.
+
+        Touches nothing else: run bundles live elsewhere and are never removed.
+        Stop every host using the store first.
+        """
+        remove_store_files(Path(path))
+        return cls(path, now=now, busy_timeout_ms=busy_timeout_ms)
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def schema_id(self) -> str:
+        return SCHEMA_ID
+
+    @property
+    def launches(self) -> SqliteLaunchQueue:
+        return self._launches
+
+    @property
+    def turn_intents(self) -> SqliteTurnIntents:
+        return self._turn_intents
+
+    @property
+    def notifications(self) -> SqliteNotifications:
+        return self._notifications
+
+    @property
+    def run_events(self) -> SqliteRunEvents:
+        return self._run_events
+
+    def now_ms(self) -> int:
+        return math.floor(self._now() * 1000)
+
+    def settings(self) -> dict[str, object]:
+        """The durability settings in force (journal_mode, synchronous, ...)."""
+        return self._db.settings()
+
+    def checkpoint(self) -> None:
+        """Fold the WAL into the database file and truncate the WAL.
+
+        With `secure_delete=ON` this leaves no copy of cleared private input in
+        either file.
+        """
+        self._db.checkpoint()
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> SqliteStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"SqliteStore({str(self._path)!r})"
+
+
+if TYPE_CHECKING:
+    _conforms: type[Store] = SqliteStore

@@ -1,0 +1,152 @@
+"""The state contract of the store: launch statuses, transitions, codes and causes.
+
+Everything here is data. The SQL of every backend is built from these tables
+(the CHECK constraints and the `WHERE status IN (...)` guards), so the contract
+lives in one place and a test compares it with the seed (seeds/000, "State
+transitions").
+
+Launch statuses (`workflow_run_queue.status`):
+
+    queued -> starting -> running -> parked | done | failed | cancelled
+                 \\-> failed | cancelled | queued (expired lease, no bundle)
+    parked -> starting (explicit resume) | cancelled
+
+A claim holder may also *reclaim* an expired `starting` or `running` row: the
+status stays, a new token is installed and the claim epoch is bumped. That is not
+a transition (the status does not change), so it is not in the table.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+LaunchStatus = Literal["queued", "starting", "running", "parked", "done", "failed", "cancelled"]
+LAUNCH_STATUSES: tuple[LaunchStatus, ...] = get_args(LaunchStatus)
+
+#: Statuses that hold the one-launch-per-origin-session reservation.
+RESERVING_STATUSES: tuple[LaunchStatus, ...] = ("queued", "starting", "running")
+#: Statuses in which a claim (token + lease) exists.
+CLAIMED_STATUSES: tuple[LaunchStatus, ...] = ("starting", "running")
+#: Statuses in which the private launch input and options may still be stored.
+INPUT_STATUSES: tuple[LaunchStatus, ...] = ("queued", "starting")
+TERMINAL_STATUSES: tuple[LaunchStatus, ...] = ("done", "failed", "cancelled")
+
+#: The only valid launch transitions, exactly as seeds/000 lists them.
+LAUNCH_TRANSITIONS: frozenset[tuple[LaunchStatus, LaunchStatus]] = frozenset(
+    {
+        ("queued", "starting"),
+        ("queued", "cancelled"),
+        ("starting", "running"),
+        ("starting", "failed"),
+        ("starting", "cancelled"),
+        ("starting", "queued"),  # expired lease with no run bundle
+        ("running", "parked"),
+        ("running", "done"),
+        ("running", "failed"),
+        ("running", "cancelled"),
+        ("parked", "starting"),  # explicit resume
+        ("parked", "cancelled"),
+    }
+)
+
+
+def is_valid_transition(current: LaunchStatus, target: LaunchStatus) -> bool:
+    """True when `current -> target` is one of the seed's launch transitions."""
+    return (current, target) in LAUNCH_TRANSITIONS
+
+
+@dataclass(frozen=True, slots=True)
+class Operation:
+    """One conditional update: the statuses it may start from and where it goes.
+
+    `needs_claim` operations also require the matching claim token and an
+    unexpired lease; the others are guarded by the expected status alone.
+    """
+
+    name: str
+    sources: tuple[LaunchStatus, ...]
+    target: LaunchStatus
+    needs_claim: bool
+
+
+#: Every launch operation of the store, by name. Backends build their guards from
+#: this table; `tests/unit/store` checks that each pair is a valid transition.
+LAUNCH_OPERATIONS: Mapping[str, Operation] = {
+    op.name: op
+    for op in (
+        Operation("claim", ("queued", "parked"), "starting", needs_claim=False),
+        Operation("mark_running", ("starting",), "running", needs_claim=True),
+        Operation("park", ("running",), "parked", needs_claim=True),
+        Operation("finish", ("running",), "done", needs_claim=True),
+        Operation("fail", ("starting", "running"), "failed", needs_claim=True),
+        # Cancellation by a user or model: no claim needed, beats activation.
+        Operation("cancel", ("queued", "starting", "parked"), "cancelled", needs_claim=False),
+        # Cancellation recorded by the claim holder (the engine honoured a cancel).
+        Operation("cancel_claimed", ("starting", "running"), "cancelled", needs_claim=True),
+    )
+}
+
+#: Recovery of a `starting` row whose lease expired, by what the run bundle shows
+#: (seeds/000, "When recovery finds starting after a lease expires"). Each outcome
+#: is reached through valid transitions only, applied in one transaction: a
+#: waiting bundle reconciles `starting -> running -> parked`, a completed bundle
+#: `starting -> running -> done`.
+RecoveryOutcome = Literal["queued", "running", "parked", "done", "failed", "cancelled"]
+RECOVERY_PATHS: Mapping[RecoveryOutcome, tuple[LaunchStatus, ...]] = {
+    "queued": ("starting", "queued"),  # no run bundle
+    "running": ("starting", "running"),  # valid running bundle; claim stays expired
+    "parked": ("starting", "running", "parked"),  # waiting bundle
+    "done": ("starting", "running", "done"),  # terminal bundle that completed
+    "failed": ("starting", "failed"),  # failed bundle, changed source, unreadable bundle
+    "cancelled": ("starting", "cancelled"),  # cancelled bundle
+}
+
+#: Stable startup failure codes (DESIGN §6).
+LaunchErrorCode = Literal[
+    "workflow_not_found",
+    "workflow_invalid",
+    "input_invalid",
+    "source_changed",
+    "store_unavailable",
+    "activation_failed",
+    "cancelled",
+]
+LAUNCH_ERROR_CODES: tuple[LaunchErrorCode, ...] = get_args(LaunchErrorCode)
+#: Byte bound of a persisted launch error message (UTF-8).
+ERROR_MESSAGE_MAX_BYTES = 500
+
+#: Why a turn intent exists (pi-workflows §7, in snake_case).
+TurnCause = Literal[
+    "agent_cancelled",
+    "timed_out",
+    "failed",
+    "launch_failed",
+    "controller_interrupted",
+    "claim_lost",
+]
+TURN_CAUSES: tuple[TurnCause, ...] = get_args(TurnCause)
+
+#: How a turn intent was resolved.
+TurnResolution = Literal["workflow_prompt", "presentation", "fallback"]
+TURN_RESOLUTIONS: tuple[TurnResolution, ...] = get_args(TurnResolution)
+
+#: Passive reports to a run's origin session. Launch failures are turn intents.
+NotificationKind = Literal["progress", "final"]
+NOTIFICATION_KINDS: tuple[NotificationKind, ...] = get_args(NotificationKind)
+
+#: Controller-side state sets (DDL only for now; DESIGN §7).
+EffectState = Literal["pending", "applied", "rejected", "indeterminate"]
+EFFECT_STATES: tuple[EffectState, ...] = get_args(EffectState)
+WorkflowRequestState = Literal[
+    "pending", "running", "waiting", "succeeded", "failed", "interrupted"
+]
+WORKFLOW_REQUEST_STATES: tuple[WorkflowRequestState, ...] = get_args(WorkflowRequestState)
+
+
+def recovery_transitions(outcome: RecoveryOutcome) -> list[tuple[LaunchStatus, LaunchStatus]]:
+    """The consecutive transitions a recovery outcome walks through."""
+    path = RECOVERY_PATHS[outcome]
+    return list(itertools.pairwise(path))

@@ -1,0 +1,210 @@
+"""Conformance: enqueue, reads, session reservations and continuation slots."""
+
+from __future__ import annotations
+
+import pytest
+from storekit import SECRET, FakeClock, launch
+
+from runner.store import LaunchRecord, LostRace, Store
+
+
+def _claim(store: Store, run_id: str) -> LaunchRecord:
+    claimed = store.launches.claim(run_id, runner_id="host-1")
+    assert isinstance(claimed, LaunchRecord), claimed
+    return claimed
+
+
+def test_enqueue_stores_a_queued_launch_with_identity_and_private_input(
+    store: Store, clock: FakeClock
+) -> None:
+    new = launch(
+        "run-1",
+        workflow_path="/p/.wfrun/workflows/review.yaml",
+        origin_session_id="session-a",
+        affinity_runner_id="host-1",
+    )
+    record = store.launches.enqueue(new)
+    assert isinstance(record, LaunchRecord)
+    assert record.status == "queued"
+    assert record.source == dict(new.source)
+    assert record.definition_digest == new.definition_digest
+    assert record.input() == {"task": "fix the bug", "token": SECRET}
+    assert record.options() == {"executor": "scripted"}
+    assert record.origin_session_id == "session-a"
+    assert record.affinity_runner_id == "host-1"
+    assert record.workflow_path == "/p/.wfrun/workflows/review.yaml"
+    assert (record.claim_token, record.claim_expires_at, record.epoch) == (None, None, 0)
+    assert record.created_at == record.updated_at == int(clock.now() * 1000)
+    assert record.started_at is None
+    assert record.finished_at is None
+    assert store.launches.get("run-1") == record
+    assert store.launches.get("missing") is None
+    events = store.run_events.read(run_id="run-1")
+    assert [(e.type, e.payload["to"]) for e in events] == [("launch.queued", "queued")]
+    assert SECRET not in repr([e.payload for e in events])
+
+
+def test_input_is_canonical_json(store: Store) -> None:
+    record = store.launches.enqueue(launch("run-1", input={"b": 1, "a": [1.5, "é"]}))
+    assert isinstance(record, LaunchRecord)
+    assert record.input_json == '{"a":[1.5,"é"],"b":1}'
+
+
+def test_a_scalar_input_round_trips(store: Store) -> None:
+    record = store.launches.enqueue(launch("run-1", input=None))
+    assert isinstance(record, LaunchRecord)
+    assert record.input() is None
+    assert not record.input_cleared
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"input": {"x": float("nan")}},  # not finite
+        {"input": {"x": object()}},  # not JSON
+        {"source": ["not", "an", "object"]},
+        {"run_id": ""},
+        {"run_id": "two\nlines"},
+        {"input": {"blob": "x" * (1024 * 1024 + 1)}},  # over the 1 MiB bound
+    ],
+)
+def test_enqueue_refuses_invalid_values_and_stores_nothing(
+    store: Store, bad: dict[str, object]
+) -> None:
+    fields: dict[str, object] = {"run_id": "run-1", **bad}
+    new = launch(**fields)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"."):
+        store.launches.enqueue(new)
+    assert store.launches.query() == []
+
+
+def test_enqueue_of_a_taken_run_id_loses_and_keeps_the_first(store: Store) -> None:
+    first = store.launches.enqueue(launch("run-1", input={"n": 1}))
+    lost = store.launches.enqueue(launch("run-1", input={"n": 2}))
+    assert lost == LostRace("run-1", "already_exists", "queued")
+    assert store.launches.get("run-1") == first
+
+
+def test_one_reservation_per_origin_session(store: Store) -> None:
+    first = store.launches.enqueue(launch("run-1", origin_session_id="session-a"))
+    assert isinstance(first, LaunchRecord)
+    lost = store.launches.enqueue(launch("run-2", origin_session_id="session-a"))
+    assert lost == LostRace("run-2", "session_reserved", "queued", "run-1")
+    assert store.launches.get("run-2") is None
+    # Another session and detached launches are independent.
+    assert isinstance(
+        store.launches.enqueue(launch("run-3", origin_session_id="session-b")), LaunchRecord
+    )
+    assert isinstance(store.launches.enqueue(launch("run-4")), LaunchRecord)
+    assert isinstance(store.launches.enqueue(launch("run-5")), LaunchRecord)
+    reservation = store.launches.find_session_reservation("session-a")
+    assert reservation is not None
+    assert reservation.run_id == "run-1"
+    assert store.launches.find_session_reservation("session-z") is None
+
+
+@pytest.mark.parametrize("status", ["starting", "running"])
+def test_starting_and_running_launches_keep_the_reservation(store: Store, status: str) -> None:
+    store.launches.enqueue(launch("run-1", origin_session_id="session-a"))
+    claimed = _claim(store, "run-1")
+    if status == "running":
+        assert isinstance(
+            store.launches.mark_running("run-1", claimed.claim_token or ""), LaunchRecord
+        )
+    lost = store.launches.enqueue(launch("run-2", origin_session_id="session-a"))
+    assert isinstance(lost, LostRace)
+    assert lost.reason == "session_reserved"
+    assert lost.status == status
+    assert lost.holder == "run-1"
+
+
+@pytest.mark.parametrize("ending", ["failed", "cancelled", "done", "parked"])
+def test_leaving_the_active_states_releases_the_reservation(store: Store, ending: str) -> None:
+    store.launches.enqueue(launch("run-1", origin_session_id="session-a"))
+    token = _claim(store, "run-1").claim_token or ""
+    launches = store.launches
+    if ending == "failed":
+        result = launches.fail("run-1", token, code="source_changed", message="source changed")
+    elif ending == "cancelled":
+        result = launches.cancel("run-1")
+    else:
+        assert isinstance(launches.mark_running("run-1", token), LaunchRecord)
+        result = (
+            launches.finish("run-1", token) if ending == "done" else launches.park("run-1", token)
+        )
+    assert isinstance(result, LaunchRecord)
+    assert result.status == ending
+    assert store.launches.find_session_reservation("session-a") is None
+    second = store.launches.enqueue(launch("run-2", origin_session_id="session-a"))
+    assert isinstance(second, LaunchRecord)
+    assert second.status == "queued"
+
+
+def test_a_parked_launch_cannot_resume_while_its_session_is_reserved(store: Store) -> None:
+    store.launches.enqueue(launch("run-1", origin_session_id="session-a"))
+    token = _claim(store, "run-1").claim_token or ""
+    store.launches.mark_running("run-1", token)
+    store.launches.park("run-1", token)
+    store.launches.enqueue(launch("run-2", origin_session_id="session-a"))
+    lost = store.launches.claim("run-1", runner_id="host-1")
+    assert lost == LostRace("run-1", "session_reserved", "parked", "run-2")
+    # claim_next skips it and takes the reserving launch instead.
+    nxt = store.launches.claim_next(runner_id="host-1", session_id="session-a")
+    assert nxt is not None
+    assert nxt.run_id == "run-2"
+    parked = store.launches.get("run-1")
+    assert parked is not None
+    assert parked.status == "parked"
+
+
+def test_one_continuation_per_parent(store: Store) -> None:
+    first = store.launches.enqueue(launch("child-1", parent_run_id="parent"))
+    assert isinstance(first, LaunchRecord)
+    lost = store.launches.enqueue(launch("child-2", parent_run_id="parent"))
+    assert lost == LostRace("child-2", "continuation_exists", "queued", "child-1")
+    found = store.launches.find_continuation("parent")
+    assert found is not None
+    assert found.run_id == "child-1"
+    assert isinstance(
+        store.launches.enqueue(launch("child-3", parent_run_id="other")), LaunchRecord
+    )
+
+
+def test_a_continuation_that_failed_to_start_frees_the_slot(store: Store) -> None:
+    store.launches.enqueue(launch("child-1", parent_run_id="parent"))
+    token = _claim(store, "child-1").claim_token or ""
+    store.launches.fail("child-1", token, code="input_invalid", message="answer is not valid")
+    assert store.launches.find_continuation("parent") is None
+    second = store.launches.enqueue(launch("child-2", parent_run_id="parent"))
+    assert isinstance(second, LaunchRecord)
+
+
+def test_a_continuation_that_started_keeps_the_slot_even_after_it_ends(store: Store) -> None:
+    store.launches.enqueue(launch("child-1", parent_run_id="parent"))
+    token = _claim(store, "child-1").claim_token or ""
+    store.launches.mark_running("child-1", token)
+    store.launches.cancel("child-1", claim_token=token)
+    lost = store.launches.enqueue(launch("child-2", parent_run_id="parent"))
+    assert lost == LostRace("child-2", "continuation_exists", "cancelled", "child-1")
+
+
+def test_a_launch_cannot_continue_itself(store: Store) -> None:
+    with pytest.raises(ValueError, match="continue itself"):
+        store.launches.enqueue(launch("run-1", parent_run_id="run-1"))
+    assert store.launches.get("run-1") is None
+
+
+def test_query_filters_by_status_and_session_oldest_first(store: Store, clock: FakeClock) -> None:
+    for i, session in enumerate(["session-a", "session-b", None]):
+        clock.advance(1)
+        store.launches.enqueue(launch(f"run-{i}", origin_session_id=session))
+    _claim(store, "run-1")
+    assert [r.run_id for r in store.launches.query()] == ["run-0", "run-1", "run-2"]
+    assert [r.run_id for r in store.launches.query(statuses=["starting"])] == ["run-1"]
+    assert [
+        r.run_id for r in store.launches.query(statuses=["queued"], session_id="session-a")
+    ] == ["run-0"]
+    assert store.launches.query(statuses=[]) == []
+    assert [r.run_id for r in store.launches.query(limit=1)] == ["run-0"]
+    with pytest.raises(ValueError, match="unknown launch status"):
+        store.launches.query(statuses=["claimed"])  # type: ignore[list-item]
