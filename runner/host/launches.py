@@ -61,7 +61,8 @@ def launch_status(ws: Workspace, store: Store, run_id: str) -> dict[str, Any]:
             view["error"] = {"code": record.error_code, "message": record.error_message}
     if bundle is not None:
         view["run"] = bundle.to_json()
-        if record is None or record.status in ("running", "done", "parked"):
+        # A parked launch's bundle still says `running`; the launch state is the news.
+        if record is None or record.status in ("running", "done"):
             view["status"] = bundle.status
     return view
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from runner.compiler import WorkflowDefinition
 from runner.compiler.templates import TemplateError, render_text
 from runner.engine import AgentStep, RunOutcome
 from runner.engine.agent import TurnKind
@@ -49,6 +50,7 @@ class _StepTurn:
     kind: TurnKind
     sending: bool = False
     delivered: bool = False  # set only after the message is in the session
+    started: bool = False  # a turn started after delivery (only its settle counts)
     settled: threading.Event = field(default_factory=threading.Event)
 
 
@@ -96,12 +98,16 @@ class SessionController:
     def on_turn_started(self) -> None:
         with self._lock:
             self._turn_active = True
+            if self._step is not None and self._step.delivered:
+                self._step.started = True
 
     def on_turn_settled(self, aborted: bool) -> None:
         with self._lock:
             self._turn_active = False
             turn = self._step
-        if turn is not None and turn.delivered:
+        if turn is not None and turn.delivered and turn.started:
+            # A duplicate settle before the step's own turn began is not a turn the
+            # model spent on the step; it must not cost a reminder.
             turn.settled.set()
         if aborted and self.active is not None:
             self.active.control.pause()  # Escape holds the run instead of nudging it
@@ -202,8 +208,11 @@ class SessionController:
         view = self.status_reader(run_id) if self.status_reader else {"runId": run_id}
         state = view.get("status", "unknown")
         text = f"Run {run_id}: {state}"
-        if view.get("error"):
-            text += f" ({view['error']})"
+        error = view.get("error")
+        if isinstance(error, dict):
+            text += f" ({error.get('code')}: {error.get('message')})"
+        elif error:
+            text += f" ({error})"
         return ToolReply(text, {"action": "status", **view})
 
     def _waiting_run(self) -> str | None:
@@ -227,8 +236,10 @@ class SessionController:
         if self._shutdown:
             return
         self._activate()
-        self._deliver_intents()
+        # A presentation resolves a pending intent of its run, so it goes first; the
+        # fallback would otherwise take that intent and the model would get two turns.
         self._deliver_presentation()
+        self._deliver_intents()
         self._deliver_notifications()
         self._deliver_step()
 
@@ -243,8 +254,9 @@ class SessionController:
         record = self.coordinator.claim_next(self.session_id)
         if record is None:
             return
+        # A fresh claim (a new run or a continuation) has no bundle yet: activate it.
+        # Anything with a bundle (parked, or reclaimed after a crash) is resumed.
         if record.status == "queued" or (record.status == "starting"
-                                         and record.parent_run_id is None
                                          and not self._bundle_exists(record.run_id)):
             activated = self.coordinator.activate(record)
             if activated is None:
@@ -256,32 +268,43 @@ class SessionController:
             target = partial(self.coordinator.resume_parked, record)
         with self._lock:
             self.active = act
-            self._thread = threading.Thread(target=self._run, args=(target,), daemon=True,
+            self._thread = threading.Thread(target=self._run,
+                                            args=(target, record.workflow_ref), daemon=True,
                                             name=f"wfrun-run-{record.run_id}")
             self._thread.start()
 
     def _bundle_exists(self, run_id: str) -> bool:
         return (self.coordinator.runs_dir / run_id).exists()
 
-    def _run(self, target: Callable[[], RunOutcome | None]) -> None:
+    def _run(self, target: Callable[[], RunOutcome | None], workflow_ref: str) -> None:
         try:
             outcome = target()
         except Exception as exc:  # the worker must never die silently
             log.exception("workflow run crashed")
             self.errors.append(f"{type(exc).__name__}: {exc}")
             outcome = None
-        with self._lock:
+        definition = None
+        if outcome is not None and outcome.status in ("completed", "waiting"):
+            # A resumed run has no Activation here; its definition is compiled again.
             act = self.active
+            definition = act.definition if act is not None else self._definition(workflow_ref)
+        with self._lock:
             self.active = None
             if outcome is not None:
                 self.outcomes.append(outcome)
-                if act is not None and outcome.status in ("completed", "waiting"):
-                    self._queue_presentation(act, outcome)
+                if definition is not None:
+                    self._queue_presentation(definition, outcome)
         if self.host.is_idle() and not self._shutdown:
             self._boundary()
 
-    def _queue_presentation(self, act: Activation, outcome: RunOutcome) -> None:
-        template = act.definition.presentation
+    def _definition(self, workflow_ref: str) -> WorkflowDefinition | None:
+        try:
+            return self.coordinator.resolver.compile(workflow_ref)[0]
+        except WfrunError:
+            return None
+
+    def _queue_presentation(self, definition: WorkflowDefinition, outcome: RunOutcome) -> None:
+        template = definition.presentation
         if not template:
             return
         ctx = {"input": outcome.state.input, "outputs": outcome.state.outputs,
@@ -374,15 +397,22 @@ class SessionController:
             return
         sent = self._sent_ids("notificationId")
         for note in pending:
-            claimed = notes.claim_delivery(note.notification_id)
-            if isinstance(claimed, LostRace):
-                continue
-            if note.notification_id not in sent:
-                self.host.append_message(NOTIFICATION_TYPE, note.content,
-                                         {"notificationId": note.notification_id,
-                                          "runId": note.run_id, "kind": note.kind},
-                                         deliver_as="next_turn", trigger_turn=False)
-            notes.mark_delivered(note.notification_id, claimed.delivery_claim_token or "")
+            try:
+                claimed = notes.claim_delivery(note.notification_id)
+                if isinstance(claimed, LostRace):
+                    continue
+                if note.notification_id not in sent:
+                    self.host.append_message(NOTIFICATION_TYPE, note.content,
+                                             {"notificationId": note.notification_id,
+                                              "runId": note.run_id, "kind": note.kind},
+                                             deliver_as="next_turn", trigger_turn=False)
+                notes.mark_delivered(note.notification_id, claimed.delivery_claim_token or "")
+            except StoreError as exc:
+                # A passive report stays in the outbox; after the claim lease a later
+                # boundary finds it in the session log (or sends it) and marks it. A
+                # store hiccup here must not fail the notify node or the host's turn.
+                log.warning("notification %s not delivered yet: %s", note.notification_id,
+                            exc.message)
 
     # -- the session executor's side -----------------------------------------------------
     def _enqueue_step(self, turn: _StepTurn) -> None:
