@@ -38,6 +38,8 @@ def start_cmd(ctx: Context, ref: str, input_json: str | None, pairs: tuple[str, 
     try:
         record = coordinator.prepare(ref, value)
     except PreflightError as exc:
+        if exc.code == "workflow_not_found":
+            raise NotFoundError(f"{exc.message} [{exc.code}]") from None
         raise InputError(f"{exc.message} [{exc.code}]") from None
     name = record.run_id.rsplit("-", 2)[0]
     if as_json and not wait:

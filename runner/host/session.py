@@ -265,13 +265,20 @@ class SessionController:
             target: Callable[[], RunOutcome | None] = partial(self.coordinator.run, activated)
         else:
             act = None
-            target = partial(self.coordinator.resume_parked, record)
+            # The resumed run's control becomes the session's, so pause/cancel reach it.
+            target = partial(self.coordinator.resume_parked, record,
+                             on_control=self._adopt)
         with self._lock:
             self.active = act
             self._thread = threading.Thread(target=self._run,
                                             args=(target, record.workflow_ref), daemon=True,
                                             name=f"wfrun-run-{record.run_id}")
             self._thread.start()
+
+    def _adopt(self, act: Activation) -> None:
+        with self._lock:
+            if self.active is None:
+                self.active = act
 
     def _bundle_exists(self, run_id: str) -> bool:
         return (self.coordinator.runs_dir / run_id).exists()
@@ -287,7 +294,10 @@ class SessionController:
         if outcome is not None and outcome.status in ("completed", "waiting"):
             # A resumed run has no Activation here; its definition is compiled again.
             act = self.active
-            definition = act.definition if act is not None else self._definition(workflow_ref)
+            if act is None or not act.definition.name:  # a resumed run has a placeholder
+                definition = self._definition(workflow_ref)
+            else:
+                definition = act.definition
         with self._lock:
             self.active = None
             if outcome is not None:
