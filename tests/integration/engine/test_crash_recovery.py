@@ -93,7 +93,8 @@ def test_killed_inside_a_shell_node_reruns_only_that_node(project: Project) -> N
     assert project.state_file(run_id)["steps"] == 4  # a rerun is not an extra step
 
     # The resumed run left no process behind; only the killed run's orphan remains.
-    assert set(project.tagged().values()) == {orphan_group}
+    wait_for(lambda: set(project.tagged().values()) == {orphan_group}, timeout=2.0,
+             what=project.tagged)
     os.killpg(orphan_group, signal.SIGKILL)
     wait_for(lambda: not project.tagged())
     # b's side effect happened once (the orphan was killed before it got there).
