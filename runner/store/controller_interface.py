@@ -152,7 +152,7 @@ class ReconcileQueue(Protocol):
 
     def complete(self, controller: str, key: str, claim_token: str, *,
                  outcome: QueueOutcome, delay: float = 0.0,
-                 error: str | None = None) -> QueueItem | None | LostRace:
+                 error: str | None = None) -> QueueItem | LostRace | None:
         """End a claimed pass. settled: delete the row (or requeue now if dirty);
         requeue: available now; requeue_after/error: available after `delay` (a dirty
         row is available now). `error` increments consecutive_errors; others reset it.

@@ -104,6 +104,10 @@ LostReason = Literal[
     "intent_pending",  # another pending turn intent exists for (run, session)
     "not_eligible",  # the turn intent is not eligible for delivery yet
     "delivery_claimed",  # someone else holds an unexpired delivery claim
+    "version_mismatch",  # the resource_version moved since the caller read it
+    "not_deleting",  # delete() before request_deletion()
+    "finalizers_pending",  # delete() while finalizers remain
+    "stale_attempt",  # a workflow request attempt that is no longer current
 ]
 
 

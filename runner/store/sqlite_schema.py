@@ -15,6 +15,7 @@ import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from runner.store.controller_interface import SPEC_MAX_BYTES, STATUS_MAX_BYTES
 from runner.store.layout import (
     SCHEMA_ID,
     TABLE_COLUMNS,
@@ -24,6 +25,7 @@ from runner.store.layout import (
 )
 from runner.store.states import (
     CLAIMED_STATUSES,
+    CONTROLLER_ERROR_MAX_BYTES,
     EFFECT_STATES,
     ERROR_MESSAGE_MAX_BYTES,
     INPUT_STATUSES,
@@ -151,37 +153,37 @@ DDL: tuple[str, ...] = (
     payload_json TEXT NOT NULL
 )""",
     """CREATE INDEX run_events_by_run ON run_events (run_id, seq)""",
-    """CREATE TABLE resources (
+    f"""CREATE TABLE resources (
     controller TEXT NOT NULL,
     resource_key TEXT NOT NULL,
     uid TEXT NOT NULL UNIQUE,
     resource_version INTEGER NOT NULL CHECK (resource_version > 0),
     generation INTEGER NOT NULL CHECK (generation > 0),
-    spec_json TEXT NOT NULL,
-    status_json TEXT NOT NULL,
+    spec_json TEXT NOT NULL CHECK (length(CAST(spec_json AS BLOB)) <= {SPEC_MAX_BYTES}),
+    status_json TEXT NOT NULL CHECK (length(CAST(status_json AS BLOB)) <= {STATUS_MAX_BYTES}),
     deletion_timestamp INTEGER,
     finalizers_json TEXT NOT NULL DEFAULT '[]',
     created_at INTEGER NOT NULL,
     updated_at INTEGER NOT NULL,
     PRIMARY KEY (controller, resource_key)
 )""",
-    """CREATE TABLE reconcile_queue (
+    f"""CREATE TABLE reconcile_queue (
     controller TEXT NOT NULL,
     resource_key TEXT NOT NULL,
     available_at INTEGER NOT NULL,
-    version INTEGER NOT NULL CHECK (version > 0),
-    consecutive_errors INTEGER NOT NULL DEFAULT 0 CHECK (consecutive_errors >= 0),
-    last_error TEXT,
+    dirty INTEGER NOT NULL DEFAULT 0 CHECK (dirty IN (0, 1)),
     claim_token TEXT,
-    claim_version INTEGER,
     claim_expires_at INTEGER,
     epoch INTEGER NOT NULL DEFAULT 0 CHECK (epoch >= 0),
+    runner_id TEXT,
+    consecutive_errors INTEGER NOT NULL DEFAULT 0 CHECK (consecutive_errors >= 0),
+    last_error TEXT CHECK (
+        last_error IS NULL OR length(CAST(last_error AS BLOB)) <= {CONTROLLER_ERROR_MAX_BYTES}),
     PRIMARY KEY (controller, resource_key),
-    FOREIGN KEY (controller, resource_key)
-        REFERENCES resources (controller, resource_key) ON DELETE CASCADE,
     CHECK ((claim_token IS NULL) = (claim_expires_at IS NULL)
-           AND (claim_token IS NULL) = (claim_version IS NULL))
-)""",
+           AND (claim_token IS NULL) = (runner_id IS NULL)),
+    CHECK (dirty = 0 OR claim_token IS NOT NULL)
+) WITHOUT ROWID""",
     """CREATE INDEX reconcile_queue_ready
     ON reconcile_queue (available_at, controller, resource_key)""",
     f"""CREATE TABLE effects (
@@ -191,13 +193,12 @@ DDL: tuple[str, ...] = (
     kind TEXT NOT NULL,
     state TEXT NOT NULL CHECK (state IN {sql_in(EFFECT_STATES)}),
     request_fingerprint TEXT NOT NULL,
-    epoch INTEGER NOT NULL CHECK (epoch >= 0),
     started_at INTEGER NOT NULL,
     completed_at INTEGER,
     external_ref TEXT,
-    error TEXT,
+    error TEXT CHECK (error IS NULL OR length(CAST(error AS BLOB)) <= {CONTROLLER_ERROR_MAX_BYTES}),
     PRIMARY KEY (resource_uid, effect_key),
-    CHECK (state <> 'pending' OR completed_at IS NULL)
+    CHECK ((state = 'pending') = (completed_at IS NULL))
 )""",
     f"""CREATE TABLE workflow_requests (
     request_id TEXT PRIMARY KEY,
@@ -208,17 +209,23 @@ DDL: tuple[str, ...] = (
     run_id TEXT,
     state TEXT NOT NULL CHECK (state IN {sql_in(WORKFLOW_REQUEST_STATES)}),
     attempt INTEGER NOT NULL CHECK (attempt >= 0),
-    error TEXT,
+    error TEXT CHECK (error IS NULL OR length(CAST(error AS BLOB)) <= {CONTROLLER_ERROR_MAX_BYTES}),
     created_at INTEGER NOT NULL,
     updated_at INTEGER NOT NULL,
-    UNIQUE (resource_uid, request_key)
+    UNIQUE (resource_uid, request_key),
+    CHECK ((run_id IS NULL) = (attempt = 0)),
+    CHECK (state <> 'pending' OR attempt = 0),
+    CHECK (state NOT IN ('running', 'waiting') OR attempt > 0)
 )""",
+    """CREATE UNIQUE INDEX workflow_requests_by_run
+    ON workflow_requests (run_id) WHERE run_id IS NOT NULL""",
     """CREATE TABLE controller_events (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     recorded_at INTEGER NOT NULL,
     controller TEXT NOT NULL,
     resource_key TEXT NOT NULL,
     type TEXT NOT NULL,
+    reconcile_id TEXT,
     payload_json TEXT NOT NULL
 )""",
     """CREATE INDEX controller_events_by_resource

@@ -8,7 +8,6 @@ The caller decides the path; the store never looks at run bundles.
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from collections.abc import Callable
@@ -23,12 +22,17 @@ from runner.store.sqlite_db import (
     open_database,
     remove_store_files,
 )
+from runner.store.sqlite_effects import SqliteControllerEvents, SqliteEffects
 from runner.store.sqlite_events import SqliteRunEvents
 from runner.store.sqlite_intents import SqliteTurnIntents
 from runner.store.sqlite_launches import SqliteLaunchQueue
 from runner.store.sqlite_notifications import SqliteNotifications
+from runner.store.sqlite_queue import SqliteReconcileQueue
+from runner.store.sqlite_requests import SqliteWorkflowRequests
+from runner.store.sqlite_resources import SqliteResources
 
 if TYPE_CHECKING:
+    from runner.store.controller_interface import ControllerStore
     from runner.store.interface import Store
 
 
@@ -57,6 +61,11 @@ class SqliteStore:
         self._turn_intents = SqliteTurnIntents(self._db, self.now_ms)
         self._notifications = SqliteNotifications(self._db, self.now_ms)
         self._run_events = SqliteRunEvents(self._db, self.now_ms)
+        self._resources = SqliteResources(self._db, self.now_ms)
+        self._reconcile_queue = SqliteReconcileQueue(self._db, self.now_ms)
+        self._effects = SqliteEffects(self._db, self.now_ms)
+        self._workflow_requests = SqliteWorkflowRequests(self._db, self.now_ms)
+        self._controller_events = SqliteControllerEvents(self._db, self.now_ms)
 
     @classmethod
     def reset(
@@ -98,8 +107,30 @@ class SqliteStore:
     def run_events(self) -> SqliteRunEvents:
         return self._run_events
 
+    # --- controller side (ControllerStore) ---------------------------------------
+
+    @property
+    def resources(self) -> SqliteResources:
+        return self._resources
+
+    @property
+    def reconcile_queue(self) -> SqliteReconcileQueue:
+        return self._reconcile_queue
+
+    @property
+    def effects(self) -> SqliteEffects:
+        return self._effects
+
+    @property
+    def workflow_requests(self) -> SqliteWorkflowRequests:
+        return self._workflow_requests
+
+    @property
+    def controller_events(self) -> SqliteControllerEvents:
+        return self._controller_events
+
     def now_ms(self) -> int:
-        return math.floor(self._now() * 1000)
+        return round(self._now() * 1000)  # nearest ms: float seconds carry representation noise
 
     def settings(self) -> dict[str, object]:
         """The durability settings in force (journal_mode, synchronous, ...)."""
@@ -133,3 +164,4 @@ class SqliteStore:
 
 if TYPE_CHECKING:
     _conforms: type[Store] = SqliteStore
+    _conforms_controller: type[ControllerStore] = SqliteStore

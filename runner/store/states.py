@@ -137,13 +137,18 @@ TURN_RESOLUTIONS: tuple[TurnResolution, ...] = get_args(TurnResolution)
 NotificationKind = Literal["progress", "final"]
 NOTIFICATION_KINDS: tuple[NotificationKind, ...] = get_args(NotificationKind)
 
-#: Controller-side state sets (DDL only for now; DESIGN §7).
+#: Controller-side state sets (DESIGN §7; the records live in controller_interface.py).
 EffectState = Literal["pending", "applied", "rejected", "indeterminate"]
 EFFECT_STATES: tuple[EffectState, ...] = get_args(EffectState)
 WorkflowRequestState = Literal[
     "pending", "running", "waiting", "succeeded", "failed", "interrupted"
 ]
 WORKFLOW_REQUEST_STATES: tuple[WorkflowRequestState, ...] = get_args(WorkflowRequestState)
+#: Child workflow request states that end an attempt (a new attempt may follow
+#: `interrupted` only).
+REQUEST_FINISHED_STATES: tuple[WorkflowRequestState, ...] = ("succeeded", "failed", "interrupted")
+#: Byte bound of a persisted controller error (queue, effect, request, event payload).
+CONTROLLER_ERROR_MAX_BYTES = 8192
 
 
 def recovery_transitions(outcome: RecoveryOutcome) -> list[tuple[LaunchStatus, LaunchStatus]]:

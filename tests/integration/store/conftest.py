@@ -14,6 +14,7 @@ import pytest
 from storekit import Backend, FakeClock
 
 from runner.store import SqliteStore, Store
+from runner.store.controller_interface import ControllerStore
 
 
 def _sqlite(tmp_path: Path) -> Backend:
@@ -47,3 +48,12 @@ def store(backend: Backend, clock: FakeClock) -> Iterator[Store]:
     finally:
         opened.close()
 
+
+@pytest.fixture
+def cstore(backend: Backend, clock: FakeClock) -> Iterator[ControllerStore]:
+    """The controller side of the same store (`ControllerStore`), for test_controller_*."""
+    opened = backend.open(clock)
+    try:
+        yield opened  # every Store implementation is also a ControllerStore
+    finally:
+        opened.close()

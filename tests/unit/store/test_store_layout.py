@@ -116,8 +116,20 @@ def test_schema_info_is_a_singleton() -> None:
         ),
         # an unknown effect state
         (
-            "INSERT INTO effects VALUES ('u', 'k', 1, 'kind', 'done', 'f', 0, 0, NULL, NULL,"
-            " NULL)",
+            "INSERT INTO effects VALUES ('u', 'k', 1, 'kind', 'done', 'f', 0, NULL, NULL, NULL)",
+            (),
+        ),
+        # a dirty reconcile queue row without a claim
+        (
+            "INSERT INTO reconcile_queue (controller, resource_key, available_at, dirty)"
+            " VALUES ('c', 'k', 0, 1)",
+            (),
+        ),
+        # a pending workflow request past attempt 0
+        (
+            "INSERT INTO workflow_requests (request_id, resource_uid, request_key,"
+            " input_fingerprint, workflow, run_id, state, attempt, created_at, updated_at)"
+            " VALUES ('r', 'u', 'k', 'f', 'w', 'run-1', 'pending', 1, 0, 0)",
             (),
         ),
     ],
@@ -129,15 +141,16 @@ def test_check_constraints_enforce_the_state_contract(sql: str, params: tuple[st
         conn.execute(sql, params)
 
 
-def test_reconcile_queue_rows_need_their_resource() -> None:
+def test_reconcile_queue_rows_do_not_need_their_resource() -> None:
+    """A wake-up may name a key with no resource (the pass finds nothing to do)."""
     conn = sqlite3.connect(":memory:")
     conn.execute("PRAGMA foreign_keys = ON")
     create_schema(conn, 0)
-    with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
-        conn.execute(
-            "INSERT INTO reconcile_queue (controller, resource_key, available_at,"
-            " version) VALUES ('c', 'k', 0, 1)"
-        )
+    conn.execute(
+        "INSERT INTO reconcile_queue (controller, resource_key, available_at)"
+        " VALUES ('c', 'k', 0)"
+    )
+    assert conn.execute("SELECT dirty, epoch FROM reconcile_queue").fetchall() == [(0, 0)]
 
 
 def test_drift_phrases_name_what_differs() -> None:
