@@ -37,6 +37,10 @@ class ProcessRegistry:
 
     def add(self, pgid: int, **info: Any) -> None:
         with self._lock:
+            # Nothing calls `remove` when a command ends (its group is killed then), so
+            # drop the groups whose leader is gone: the file stays as small as what runs.
+            self._groups = {g: e for g, e in self._groups.items()
+                            if e.get("start") is not None and _start_time(g) == e["start"]}
             self._groups[pgid] = {"pgid": pgid, "start": _start_time(pgid), **info}
             self._save()
 
@@ -76,3 +80,41 @@ def reap_orphans(path: Path) -> list[int]:
     with contextlib.suppress(OSError):
         path.unlink()
     return killed
+
+
+def registry_for_this_process(folder: Path) -> ProcessRegistry:
+    """A registry file named after this process, under `folder` (one file per runner)."""
+    return ProcessRegistry(folder / f"{os.getpid()}.json")
+
+
+def reap_dead_registries(folder: Path) -> list[int]:
+    """Reap the groups recorded by runners that are no longer alive."""
+    killed: list[int] = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return killed
+    for name in names:
+        stem = name.removesuffix(".json")
+        if not name.endswith(".json") or not stem.isdigit():
+            continue
+        pid = int(stem)
+        if pid == os.getpid() or _alive(pid):
+            continue
+        killed.extend(reap_orphans(folder / name))
+    return killed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie is dead for our purposes (its children are orphans now).
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"

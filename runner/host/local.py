@@ -7,6 +7,7 @@ workflow is found again for resume and answer, and which agent executor a
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shlex
@@ -16,9 +17,17 @@ from pathlib import Path
 from typing import Any
 
 from runner.clock import Clock, SystemClock
-from runner.compiler import Catalog, Compiler, Diagnostic, WorkflowDefinition, render_text
+from runner.compiler import (
+    Catalog,
+    Compiler,
+    Diagnostic,
+    Source,
+    WorkflowDefinition,
+    render_text,
+)
 from runner.compiler.discovery import PROJECT_DIR, is_path_ref
 from runner.engine import AgentStepExecutor, Engine, RunControl, RunOutcome
+from runner.engine.processes import reap_dead_registries, registry_for_this_process
 from runner.engine.runner import CRASH_POINTS, CrashPoint, NotificationSink, Observer
 from runner.errors import DefinitionInvalid, InputError, NotFoundError
 
@@ -50,6 +59,30 @@ def crash_injector(spec: str | None) -> CrashPoint | None:
     return crash
 
 
+@dataclass(frozen=True)
+class _Compiled:
+    """A compiled definition and what it was compiled from."""
+
+    definition: WorkflowDefinition
+    stored: str
+    catalog: Catalog
+    root: str  # the real path of the workflow's own file
+    files: tuple[tuple[str, str], ...]  # (real path, sha256 of the bytes compiled)
+
+    def fresh(self, catalog: Catalog, root: str | None) -> bool:
+        if catalog is not self.catalog or root != self.root:
+            return False
+        for path, sha256 in self.files:
+            try:
+                with open(path, "rb") as fh:
+                    data = fh.read()
+            except OSError:
+                return False
+            if hashlib.sha256(data).hexdigest() != sha256:
+                return False
+        return True
+
+
 @dataclass
 class Workspace:
     """Where definitions come from and where runs are written."""
@@ -60,6 +93,8 @@ class Workspace:
     clock: Clock = field(default_factory=SystemClock)
     crash_point: CrashPoint | None = field(
         default_factory=lambda: crash_injector(os.environ.get(CRASH_ENV)))
+    _compiled: dict[str, _Compiled] = field(default_factory=dict, init=False, repr=False,
+                                            compare=False)
 
     @property
     def runs_dir(self) -> Path:
@@ -69,7 +104,18 @@ class Workspace:
 
     # -- definitions ---------------------------------------------------------------
     def compile(self, ref: str) -> tuple[WorkflowDefinition, str]:
-        """Compile a workflow by name or path; returns it with the ref to store."""
+        """Compile a workflow by name or path; returns it with the ref to store.
+
+        A valid result is cached per ref and reused only while the ref resolves to
+        the same file through the same catalog and every source file (YAML,
+        includes, hooks) still hashes to the sha256 the definition was compiled
+        from, so a start or an activation re-hashes the bytes instead of
+        re-parsing them (the digest comparison at activation stays authoritative).
+        """
+        key = os.path.abspath(os.path.expanduser(ref)) if is_path_ref(ref) else ref
+        cached = self._compiled.get(key)
+        if cached is not None and cached.fresh(self.catalog, self._root_path(ref)):
+            return cached.definition, cached.stored
         out = Compiler(self.catalog).compile_name(ref)
         if isinstance(out, Diagnostic):
             hint = f" ({out.hint})" if out.hint else ""
@@ -80,7 +126,37 @@ class Workspace:
             raise DefinitionInvalid(f"workflow '{out.name}' has {len(out.errors)} error(s)"
                                     f"{where}; run `wfrun validate {ref}`")
         stored = str(Path(ref).expanduser().resolve()) if is_path_ref(ref) else ref
+        entry = self._cache_entry(out.definition, stored)
+        if entry is not None:
+            self._compiled[key] = entry
         return out.definition, stored
+
+    def _root_path(self, ref: str) -> str | None:
+        """The real path `ref` resolves to now (None: it does not resolve)."""
+        if is_path_ref(ref):
+            return os.path.realpath(os.path.expanduser(ref))
+        entry = self.catalog.get(ref)
+        return os.path.realpath(entry.path) if entry is not None else None
+
+    def _cache_entry(self, definition: WorkflowDefinition, stored: str) -> _Compiled | None:
+        def real_path(source: Source) -> str | None:
+            if source.kind == "file":
+                return source.path
+            entry = self.catalog.get(source.name or "")
+            if entry is None or entry.origin != "builtin":
+                return None  # a builtin we cannot find again: compile every time
+            return os.path.realpath(entry.path)
+
+        root = real_path(definition.source) if definition.source is not None else None
+        files = []
+        for source in definition.sources:
+            path = real_path(source)
+            if path is None:
+                return None
+            files.append((path, source.sha256))
+        if root is None:
+            return None
+        return _Compiled(definition, stored, self.catalog, root, tuple(files))
 
     def resolver(self, manifest: dict[str, Any]) -> WorkflowDefinition:
         ref = str(manifest.get("workflow_ref") or manifest.get("workflow") or "")
@@ -94,7 +170,13 @@ class Workspace:
         return Engine(runs_dir=self.runs_dir, clock=self.clock, executor=executor,
                       notifications=notifications, observer=observer, durability=durability,
                       project_root=self.project_root,
-                      work_dir=self.project_root or Path.cwd(), crash_point=self.crash_point)
+                      work_dir=self.project_root or Path.cwd(), crash_point=self.crash_point,
+                      processes=registry_for_this_process(self.children_dir))
+
+    @property
+    def children_dir(self) -> Path:
+        """Where runners record their shell process groups, one file per process."""
+        return self.runs_dir.parent / "state" / "children"
 
     def run(self, ref: str, run_input: Any, engine: Engine,
             control: RunControl | None = None) -> RunOutcome:
@@ -103,6 +185,8 @@ class Workspace:
 
     def resume(self, run_id: str, engine: Engine, *, force: bool = False,
                control: RunControl | None = None) -> RunOutcome:
+        # Shell process groups left by a runner that died would run on beside the resume.
+        reap_dead_registries(self.children_dir)
         return engine.resume(run_id, self.resolver, force=force, control=control)
 
     def answer(self, run_id: str, answer: Any, engine: Engine,
