@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import signal
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -142,7 +143,12 @@ def _describe(view: dict[str, Any]) -> str:
 def _run(ws: Any, store: Any, entries: Any, once: bool, agent: str | None) -> None:
     manager = make_manager(ws, store, entries, executor=make_executor(agent, ws.clock))
     if once:
+        # Child runs started here finish here (and their parents get the follow-up
+        # pass): exiting under them would leave interrupted runs to redo.
         done = manager.run_until_idle()
+        while manager.children is not None and manager.children.busy:
+            time.sleep(0.05)
+            done += manager.run_until_idle()
         click.echo(f"processed {done} reconcile pass{'es' if done != 1 else ''}", err=True)
         return
     stop = threading.Event()

@@ -26,6 +26,10 @@ from runner.store import IdentityConflict, LostRace
 from runner.store.controller_interface import ControllerStore, Effect, Resource
 
 Observed = Literal["applied", "not_applied", "indeterminate"]
+#: Where a test seam may stop the process around the provider call (see `Effects.crash`):
+#: after the pending record and before the call, after the call before its receipt is
+#: stored, and after the receipt before the pass writes status.
+CRASH_POINTS = ("before_provider_call", "after_provider_call", "after_receipt")
 
 
 @dataclass(frozen=True)
@@ -114,6 +118,7 @@ class Effects:
         done = self._complete(record.effect_key, result.state, result.external_ref, result.error)
         self.record_event(f"effect_{result.state}", {"key": record.effect_key,
                                                      "kind": record.kind})
+        self.crash("after_receipt")
         return _outcome(done)
 
     def _complete(self, key: str, state: Any, ref: str | None, error: str | None) -> Effect:

@@ -11,11 +11,14 @@ stopping the manager leaves queue rows whose claims simply expire.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import queue
 import random
 import secrets
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,11 +59,73 @@ def _bounded(text: str) -> str:
     return data[:MAX_ERROR_BYTES].decode(errors="ignore")
 
 
+@dataclass
+class _Claim:
+    """A claimed key being worked on; the renewer keeps its lease alive."""
+
+    item: QueueItem
+    cancelled: threading.Event
+    lost: threading.Event = field(default_factory=threading.Event)
+    renewed_at: float = field(default_factory=time.monotonic)
+
+
+class _CallPool:
+    """Reusable daemon threads for reconcile calls that have a timeout.
+
+    A pass hands its call to an idle thread and waits up to the timeout. Python
+    cannot kill a thread, so a call that hangs is abandoned (its thread rejoins the
+    pool only if the call ever returns). Reusing threads instead of starting one per
+    pass keeps the per-pass cost down; idle threads exit after `idle_exit` seconds.
+    """
+
+    def __init__(self, idle_exit: float = 10.0) -> None:
+        self.idle_exit = idle_exit
+        self._lock = threading.Lock()
+        self._idle: list[queue.SimpleQueue[Callable[[], None]]] = []
+
+    def run(self, fn: Callable[[], None], timeout: float) -> bool:
+        """Run `fn` on a pooled thread; False if it did not return within `timeout`."""
+        done = threading.Event()
+        with self._lock:
+            jobs = self._idle.pop() if self._idle else None
+        if jobs is None:
+            jobs = queue.SimpleQueue()
+            threading.Thread(target=self._loop, args=(jobs,), daemon=True,
+                             name="wfrun-reconcile-call").start()
+
+        def job() -> None:
+            try:
+                fn()
+            finally:
+                with self._lock:  # idle again before the caller wakes, so it can reuse us
+                    self._idle.append(jobs)
+                done.set()
+
+        jobs.put(job)
+        return done.wait(timeout)
+
+    def _loop(self, jobs: queue.SimpleQueue[Callable[[], None]]) -> None:
+        while True:
+            try:
+                job = jobs.get(timeout=self.idle_exit)
+            except queue.Empty:
+                with self._lock:
+                    if jobs in self._idle:
+                        self._idle.remove(jobs)
+                        return
+                continue  # taken by a caller that is about to hand over a job
+            job()
+
+
+_CALLS = _CallPool()
+
+
 class ControllerManager:
     def __init__(self, store: ControllerStore, controllers: Iterable[Controller], *,
                  runner_id: str | None = None, clock: Clock | None = None,
                  config: ManagerConfig | None = None, children: ChildWorkflows | None = None,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None,
+                 crash: Callable[[str], None] | None = None) -> None:
         self.store = store
         self.controllers = {c.name: c for c in controllers}
         self.runner_id = runner_id or f"manager-{secrets.token_hex(4)}"
@@ -68,10 +133,16 @@ class ControllerManager:
         self.config = config or ManagerConfig()
         self.children = children
         self.rng = rng or random.Random()
+        # A test seam: called at each of `effects.CRASH_POINTS` (a crash test kills
+        # the process there); the default does nothing.
+        self.crash: Callable[[str], None] = crash or (lambda _point: None)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
+        self._claim_lock = threading.Lock()
         self._active: dict[tuple[str, str], threading.Event] = {}
+        self._claims: dict[tuple[str, str], _Claim] = {}
+        self._renewer: threading.Thread | None = None
         self.passes = 0
 
     # -- resources ---------------------------------------------------------------------
@@ -85,8 +156,12 @@ class ControllerManager:
     def apply(self, controller: str, key: str, spec: Any) -> Resource:
         ctl = self.controller(controller)
         checked = ctl.check_spec(spec)
+        # `initial_status` is the controller's own part of status until the first pass;
+        # observed_generation 0 says "never reconciled".
+        initial = {"observed_generation": 0, "conditions": [],
+                   "controller_status": dict(ctl.initial_status), "workflow_run": None}
         try:
-            resource = self.store.resources.apply(controller, key, checked, ctl.initial_status)
+            resource = self.store.resources.apply(controller, key, checked, initial)
         except ValueError as exc:
             raise InputError(str(exc)) from None
         self.store.controller_events.append(controller, key, "resource_applied",
@@ -116,19 +191,29 @@ class ControllerManager:
 
     def reconcile_one(self) -> bool:
         """Claim and process one available key; False when nothing is available."""
-        eligible = self._eligible()
-        if eligible is not None and not eligible:
-            return False
+        # With per-controller limits, counting busy slots and claiming must be one step,
+        # or two workers both see a free slot and both claim.
+        with self._claim_lock if self.config.per_controller else contextlib.nullcontext():
+            eligible = self._eligible()
+            if eligible is not None and not eligible:
+                return False
+            try:
+                item = self.store.reconcile_queue.claim_next(
+                    runner_id=self.runner_id, lease_seconds=self.config.lease_seconds,
+                    controllers=eligible)
+            except StoreError as exc:
+                log.warning("claim failed: %s", exc)
+                return False
+            if item is None:
+                return False
+            slot = (item.controller, item.key)
+            with self._lock:
+                self._active[slot] = threading.Event()
         try:
-            item = self.store.reconcile_queue.claim_next(
-                runner_id=self.runner_id, lease_seconds=self.config.lease_seconds,
-                controllers=eligible)
-        except StoreError as exc:
-            log.warning("claim failed: %s", exc)
-            return False
-        if item is None:
-            return False
-        self._process(item)
+            self._process(item)
+        finally:
+            with self._lock:
+                self._active.pop(slot, None)
         return True
 
     def run_until_idle(self, max_passes: int = 1000) -> int:
@@ -183,27 +268,22 @@ class ControllerManager:
             q.complete(item.controller, item.key, token, outcome="settled")
             return
         rid = secrets.token_hex(8)
-        cancelled = threading.Event()
         with self._lock:
-            self._active[(item.controller, item.key)] = cancelled
-        self.passes += 1
+            cancelled = self._active.setdefault((item.controller, item.key), threading.Event())
+            self.passes += 1
         events.append(item.controller, item.key, "reconcile_started",
                       {"generation": resource.generation,
                        "resource_version": resource.resource_version,
                        "attempt": item.consecutive_errors + 1}, reconcile_id=rid)
-        lost = threading.Event()
-        done = threading.Event()
-        keeper = threading.Thread(target=self._keep_claim, args=(item, done, lost, cancelled),
-                                  daemon=True)
-        keeper.start()
+        slot = (item.controller, item.key)
+        claim = _Claim(item, cancelled)
+        self._hold(slot, claim)
         try:
             result, error = self._call(ctl, resource, rid, cancelled)
         finally:
-            done.set()
-            keeper.join(timeout=5)
             with self._lock:
-                self._active.pop((item.controller, item.key), None)
-        if lost.is_set():
+                self._claims.pop(slot, None)
+        if claim.lost.is_set():
             events.append(item.controller, item.key, "reconcile_lost", {}, reconcile_id=rid)
             return
         if error is not None or result is None:
@@ -224,23 +304,22 @@ class ControllerManager:
             self.store.controller_events.append(resource.controller, resource.key, kind,
                                                 payload, reconcile_id=rid)
 
-        ctx = ReconcileContext(resource=resource, effects=Effects(self.store, resource, record),
+        ctx = ReconcileContext(resource=resource,
+                               effects=Effects(self.store, resource, record, self.crash),
                                workflows=Workflows(self.children, resource), reconcile_id=rid,
                                cancelled=cancelled)
         box: dict[str, Any] = {}
-        finished = threading.Event()
 
         def target() -> None:
             try:
                 box["result"] = ctl.reconcile(ctx, resource)
             except BaseException as exc:  # user code: report, never crash the worker
                 box["error"] = f"{type(exc).__name__}: {exc}"
-            finally:
-                finished.set()
 
-        threading.Thread(target=target, daemon=True, name=f"wfrun-reconcile-{rid}").start()
         timeout = ctl.timeout
-        if not finished.wait(timeout if timeout is not None else None):
+        if timeout is None:
+            target()  # no timeout to enforce: run on this worker's thread
+        elif not _CALLS.run(target, timeout):
             cancelled.set()
             return None, f"reconcile timed out after {timeout:g}s"
         if "error" in box:
@@ -251,21 +330,43 @@ class ControllerManager:
                           f"ctx.requeue_after(), not {type(result).__name__}")
         return result, None
 
-    def _keep_claim(self, item: QueueItem, done: threading.Event, lost: threading.Event,
-                    cancelled: threading.Event) -> None:
-        assert item.claim_token is not None
+    # -- claim renewal -----------------------------------------------------------------------
+    def _hold(self, slot: tuple[str, str], claim: _Claim) -> None:
+        """Register a claim with the renewer (one thread per manager, started on demand)."""
+        with self._lock:
+            self._claims[slot] = claim
+            if self._renewer is None:
+                self._renewer = threading.Thread(target=self._renew_loop, daemon=True,
+                                                 name="wfrun-lease-renewer")
+                self._renewer.start()
+
+    def _renew_loop(self) -> None:
+        """Renew every held claim at least every lease/3, on this thread's own timer;
+        a renewal that loses (taken over, expired) cancels its pass. Exits when no claim
+        is held; the next claim starts it again."""
         every = max(self.config.lease_seconds / 3, 0.05)
-        while not done.wait(every):
-            try:
-                renewed = self.store.reconcile_queue.renew(
-                    item.controller, item.key, item.claim_token,
-                    lease_seconds=self.config.lease_seconds)
-            except StoreError:
-                continue
-            if isinstance(renewed, LostRace):
-                lost.set()
-                cancelled.set()
-                return
+        while True:
+            time.sleep(every / 3)
+            now = time.monotonic()
+            with self._lock:
+                if not self._claims:
+                    self._renewer = None
+                    return
+                due = [c for c in self._claims.values() if now - c.renewed_at >= every * 2 / 3]
+            for claim in due:
+                item = claim.item
+                assert item.claim_token is not None
+                try:
+                    renewed = self.store.reconcile_queue.renew(
+                        item.controller, item.key, item.claim_token,
+                        lease_seconds=self.config.lease_seconds)
+                except StoreError:
+                    continue
+                if isinstance(renewed, LostRace):
+                    claim.lost.set()
+                    claim.cancelled.set()
+                else:
+                    claim.renewed_at = time.monotonic()
 
     def _finish(self, item: QueueItem, token: str, ctl: Controller, resource: Resource,
                 result: Result, rid: str) -> None:

@@ -155,13 +155,17 @@ class ChildWorkflows:
         except Exception as exc:  # a child must never kill the manager
             log.exception("child workflow %s crashed", req.run_id)
             error = f"child run crashed ({type(exc).__name__})"
+        # Stay "active" until the outcome is recorded: otherwise a pass in between sees
+        # a `running` request with no live run and settles it from the bundle itself,
+        # and shutdown() stops waiting for a thread that still writes to the store.
+        try:
+            self.store.workflow_requests.finish(req.request_id, attempt=req.attempt,
+                                                state=state,  # type: ignore[arg-type]
+                                                error=error)
+            self.enqueue_parent(controller, key)
         finally:
             with self._lock:
                 self._active.pop(req.run_id, None)
-        self.store.workflow_requests.finish(req.request_id, attempt=req.attempt,
-                                            state=state,  # type: ignore[arg-type]
-                                            error=error)
-        self.enqueue_parent(controller, key)
 
     def _is_active(self, run_id: str | None) -> bool:
         with self._lock:
@@ -195,6 +199,12 @@ class ChildWorkflows:
         bundle = FolderBundle(self.runs_dir / run_id, run_id)
         state = fold(run_id, bundle.read_trace())
         return internalize(state.final_output, bundle.read_artifact)
+
+    @property
+    def busy(self) -> bool:
+        """True while a child run this object started has not recorded its outcome."""
+        with self._lock:
+            return bool(self._active)
 
     def shutdown(self, grace: float = 10.0) -> None:
         """Park active children so a later process can settle them from their bundles."""

@@ -1,0 +1,215 @@
+"""`wfrun controllers` and `wfrun controller ...` end to end, in subprocesses (DESIGN §7).
+
+The project holds the fixture controllers (fixtures/controllers/project/); the
+built-in pull-request controller runs against the fake GitHub server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakes.github_server import FakeGitHub
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURE = REPO / "fixtures" / "controllers" / "project"
+HEAD = "0123456789abcdef0123456789abcdef01234567"
+
+
+class Project:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        shutil.copytree(FIXTURE / "workflows", root / ".wfrun" / "workflows")
+        shutil.copytree(FIXTURE / "controllers", root / ".wfrun" / "controllers")
+
+    def wfrun(self, *args: str, env: dict[str, str] | None = None,
+              timeout: float = 30) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "runner", "--project", str(self.root),
+                               *args], capture_output=True, text=True, timeout=timeout,
+                              cwd=self.root, env={**os.environ, **(env or {})})
+
+    def json(self, *args: str, env: dict[str, str] | None = None) -> Any:
+        done = self.wfrun(*args, env=env)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    def file(self, name: str, text: str) -> str:
+        path = self.root / name
+        path.write_text(text)
+        return str(path)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Project:
+    return Project(tmp_path / "proj")
+
+
+@pytest.fixture
+def github() -> Iterator[FakeGitHub]:
+    fake = FakeGitHub().start()
+    fake.add_pull("octo/widgets", 7, HEAD, checks="success")
+    yield fake
+    fake.stop()
+
+
+def pr_json(url: str, **over: Any) -> str:
+    return json.dumps({"api_base_url": url, "repository": "octo/widgets", "number": 7,
+                       "expected_head_sha": HEAD, **over})
+
+
+def test_controllers_lists_project_and_builtin_controllers_as_json(project: Project) -> None:
+    listed = project.json("controllers", "--json")["controllers"]
+    by_name = {(c["name"], c["source"]): c for c in listed}
+    assert by_name[("pull-request", "builtin")]["valid"] is True
+    assert by_name[("pull-request", "builtin")]["shadowed_by"] is None
+    assert by_name[("pull-request", "builtin")]["digest"].startswith("sha256:")
+    assert by_name[("probe", "project")]["valid"] is True
+    assert set(listed[0]) == {"name", "source", "path", "shadowed_by", "valid", "digest",
+                              "diagnostics"}
+
+
+def test_controllers_shows_invalid_definitions_with_their_location(project: Project) -> None:
+    (project.root / ".wfrun" / "controllers" / "pull-request.yaml").write_text(
+        "reconcile: ./probe.py:reconcile\ntimout: 5s\n")
+    done = project.wfrun("controllers")
+    assert done.returncode == 0
+    assert "bad pull-request" in done.stdout
+    assert "(shadowed by project)" in done.stdout  # the built-in one
+    assert "pull-request.yaml:2:1" in done.stderr
+    assert "did you mean 'timeout'?" in done.stderr
+    listed = project.json("controllers", "--json")["controllers"]
+    bad = next(c for c in listed if c["name"] == "pull-request" and c["source"] == "project")
+    assert bad["valid"] is False
+    assert [(d["code"], d["line"], d["column"]) for d in bad["diagnostics"]] == [
+        ("unknown-key", 2, 1)]
+
+
+def test_apply_get_list_reconcile_run_events_delete(project: Project,
+                                                    github: FakeGitHub) -> None:
+    spec = project.file("pr.json", pr_json(github.url))
+    done = project.wfrun("controller", "pull-request", "apply", "pr7", spec)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "applied pull-request/pr7 (generation 1)"
+
+    view = project.json("controller", "pull-request", "get", "pr7", "--json")
+    assert view["metadata"]["generation"] == 1
+    assert view["metadata"]["resource_version"] == 1
+    assert view["metadata"]["key"] == "pr7"
+    assert view["spec"]["expected_head_sha"] == HEAD
+    assert view["status"]["observed_generation"] == 0
+    assert view["status"]["controller_status"] == {"phase": "observing"}
+    assert view["effects"] == []
+    assert view["workflows"] == []
+
+    # same spec again (as YAML): no new generation; an approval: generation 2
+    same = project.file("pr.yaml", f"api_base_url: {github.url}\nrepository: octo/widgets\n"
+                                   f"number: 7\nexpected_head_sha: '{HEAD}'\n")
+    assert project.json("controller", "pull-request", "apply", "pr7", same,
+                        "--json")["generation"] == 1
+    approved = project.file("approved.yaml", f"api_base_url: {github.url}\n"
+                                             "repository: octo/widgets\nnumber: 7\n"
+                                             f"expected_head_sha: '{HEAD}'\n"
+                                             "merge_approved: true\n")
+    out = project.json("controller", "pull-request", "apply", "pr7", approved, "--json")
+    assert out["generation"] == 2
+    assert out["key"] == "pr7"
+
+    rows = project.json("controller", "pull-request", "list", "--json")["resources"]
+    assert rows == [{"key": "pr7", "generation": 2, "resource_version": out["resource_version"],
+                     "phase": "observing", "ready": "Unknown"}]
+
+    done = project.wfrun("controller", "pull-request", "reconcile", "pr7")
+    assert done.stdout.strip() == "queued pull-request/pr7 for reconciliation"
+    done = project.wfrun("controller", "run", "--once")
+    assert done.returncode == 0, done.stderr
+    assert "processed 1 reconcile pass" in done.stderr
+    assert len(github.merges()) == 1
+
+    view = project.json("controller", "pull-request", "get", "pr7", "--json")
+    ready = next(c for c in view["status"]["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"], ready["observed_generation"]) == (
+        "True", "Merged", 2)
+    assert view["effects"][0]["key"] == f"merge:2:{HEAD}"
+    assert view["effects"][0]["state"] == "applied"
+    text = project.wfrun("controller", "pull-request", "get", "pr7").stdout
+    assert "Ready=True Merged" in text
+    assert f"effect merge:2:{HEAD} github-merge applied" in text
+
+    events = project.json("controller", "pull-request", "events", "pr7", "--json")["events"]
+    types = [e["type"] for e in events]
+    assert types[:2] == ["resource_applied", "resource_applied"]
+    assert {"reconcile_started", "effect_pending", "effect_applied",
+            "reconcile_finished"} <= set(types)
+    assert len({e["reconcile_id"] for e in events if e["type"] == "reconcile_started"}) == 1
+
+    done = project.wfrun("controller", "pull-request", "delete", "pr7")
+    assert done.stdout.strip() == "deletion of pull-request/pr7 requested"
+    assert project.json("controller", "pull-request", "get", "pr7", "--json")[
+        "metadata"]["deletion_timestamp"] is not None
+    project.wfrun("controller", "run", "--once")
+    gone = project.wfrun("controller", "pull-request", "get", "pr7")
+    assert gone.returncode == 3
+    assert gone.stderr.strip() == "wfrun: error: no pull-request resource 'pr7'"
+    assert len(github.merges()) == 1  # deleting did not act again
+
+
+def test_run_once_waits_for_the_child_runs_it_started(project: Project) -> None:
+    """`run --once` does not exit under a child run: the child finishes, its parent
+    gets the follow-up pass, and one invocation reaches Ready."""
+    spec = project.file("probe.json", json.dumps({"child": "slow-child"}))
+    assert project.wfrun("controller", "probe", "apply", "p1", spec).returncode == 0
+    done = project.wfrun("controller", "run", "--once")
+    assert done.returncode == 0, done.stderr
+    passes = re.search(r"processed (\d+) reconcile passes", done.stderr)
+    assert passes is not None, done.stderr
+    assert int(passes[1]) >= 2  # asked for the child; saw it succeed
+    view = project.json("controller", "probe", "get", "p1", "--json")
+    ready = next(c for c in view["status"]["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("True", "Done")
+    assert [(w["request_key"], w["workflow"], w["state"], w["attempt"])
+            for w in view["workflows"]] == [("child:1", "slow-child", "succeeded", 1)]
+    runs = sorted(p.name for p in (project.root / ".wfrun" / "runs").iterdir())
+    assert runs == [view["workflows"][0]["run_id"]]
+
+
+def test_a_spec_that_fails_the_schema_is_one_line_exit_2(project: Project) -> None:
+    bad = project.file("bad.json", json.dumps({"api_base_url": "ftp://x", "repository": "o/r",
+                                               "number": 7, "expected_head_sha": HEAD}))
+    done = project.wfrun("controller", "pull-request", "apply", "pr7", bad)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("wfrun: error: spec does not match controller 'pull-request'")
+    assert "Traceback" not in done.stderr
+    assert project.json("controller", "pull-request", "list", "--json")["resources"] == []
+
+    broken = project.file("broken.yaml", "repository: [unclosed\n")
+    done = project.wfrun("controller", "pull-request", "apply", "pr7", broken)
+    assert done.returncode == 2
+    assert "broken.yaml:2:1" in done.stderr
+    missing = project.wfrun("controller", "pull-request", "apply", "pr7", "nope.json")
+    assert missing.returncode == 2
+    assert "cannot read spec file 'nope.json'" in missing.stderr
+
+
+def test_unknown_controller_is_exit_3_and_bad_usage_exit_2(project: Project) -> None:
+    done = project.wfrun("controller", "no-such-thing", "list")
+    assert done.returncode == 3
+    assert done.stderr.strip() == ("wfrun: error: no controller named 'no-such-thing'; "
+                                   "`wfrun controllers` lists them")
+    for argv in (["controller"], ["controller", "probe", "explode"],
+                 ["controller", "run", "extra"]):
+        done = project.wfrun(*argv)
+        assert done.returncode == 2, argv
+        assert "usage: wfrun controller NAME" in done.stderr
+    missing = project.wfrun("controller", "probe", "get", "nobody")
+    assert missing.returncode == 3

@@ -1,0 +1,101 @@
+"""A controller manager in its own process, for the crash and multi-process tests.
+
+    python ctl_driver.py PROJECT [--lease S] [--workers N] [--agent SPEC]
+                                 [--once | --serve] [--wait S]
+
+It wires the project's store, discovered controllers and child workflows exactly
+as `wfrun controller run` does (runner.host.controllers.make_manager), plus two
+things the CLI does not expose: the claim lease, and a crash seam. With
+`CTL_CRASH_AT=<point>[:<n>]` in the environment (a point of
+runner.controllers.effects.CRASH_POINTS) the process SIGKILLs itself the n-th
+time an effect passes that point, the way a power cut or OOM kill would.
+
+--once: run passes until nothing is ready, then wait for child runs this
+process started and keep going until nothing is ready and no child is active
+(or --wait seconds passed). --serve: run workers until SIGTERM. Prints `ready`
+on stderr once the manager exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from runner.compiler import build_catalog
+from runner.controllers import ManagerConfig
+from runner.controllers.effects import CRASH_POINTS
+from runner.host.controllers import discover, make_manager
+from runner.host.local import Workspace, make_executor, open_store
+
+
+def crash_hook(spec: str | None) -> Callable[[str], None] | None:
+    if not spec:
+        return None
+    point, _, count = spec.partition(":")
+    assert point in CRASH_POINTS, spec
+    target, seen = int(count or 1), [0]
+
+    def crash(name: str) -> None:
+        if name == point:
+            seen[0] += 1
+            if seen[0] == target:
+                sys.stderr.write(f"crashing at {point}\n")
+                sys.stderr.flush()
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    return crash
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("project")
+    ap.add_argument("--lease", type=float, default=30.0)
+    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--agent", default=None)
+    ap.add_argument("--once", action="store_true")
+    ap.add_argument("--serve", action="store_true")
+    ap.add_argument("--wait", type=float, default=10.0)
+    args = ap.parse_args()
+    root = Path(args.project).resolve()
+    ws = Workspace(build_catalog("workflows", root, None), root, root / ".state")
+    store = open_store(ws)
+    manager = make_manager(ws, store, discover(ws, None),
+                           executor=make_executor(args.agent, ws.clock),
+                           config=ManagerConfig(workers=args.workers, lease_seconds=args.lease,
+                                                idle_poll=0.05))
+    hook = crash_hook(os.environ.get("CTL_CRASH_AT"))
+    if hook is not None:
+        manager.crash = hook
+    sys.stderr.write("ready\n")
+    sys.stderr.flush()
+    if args.serve:
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        manager.start()
+        stop.wait()
+        manager.stop(grace=5)
+        return 0
+    passes = 0
+    deadline = time.monotonic() + args.wait
+    children = manager.children
+    while True:
+        passes += manager.run_until_idle()
+        busy = children is not None and children.busy
+        if not busy or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    print(f"passes {passes}")
+    if children is not None:
+        children.shutdown(grace=5)
+    store.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,189 @@
+"""Helpers for the controller runtime tests: a project, a store, managers, drains.
+
+`Harness` is one project folder (copied from fixtures/controllers/project/) with
+its SQLite store on a fake clock, so delayed wake-ups and claim leases move when
+a test says so. Child workflows run on real threads with the real clock.
+`reopen()` closes the store and opens the file again: what a fresh process sees.
+`run_driver` starts tests/integration/controllers/ctl_driver.py as a real process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from runner.clock import FakeClock
+from runner.compiler import build_catalog
+from runner.compiler.controllers import compile_controller
+from runner.controllers import (
+    ChildWorkflows,
+    Controller,
+    ControllerManager,
+    ManagerConfig,
+    load_controller,
+)
+from runner.engine import AgentStepExecutor
+from runner.host.local import Workspace
+from runner.store import SqliteStore
+from runner.store.controller_interface import Resource
+
+REPO = Path(__file__).resolve().parents[3]
+FIXTURE_PROJECT = REPO / "fixtures" / "controllers" / "project"
+PR_YAML = REPO / "controllers" / "pull-request.yaml"
+DRIVER = Path(__file__).resolve().parent / "ctl_driver.py"
+HEAD = "a1b2c3d4e5f6a7b8c9d0a1b2c3d4e5f6a7b8c9d0"
+OTHER_HEAD = "ffffeeeeddddccccbbbbaaaa9999888877776666"
+REPO_NAME = "octo/widgets"
+
+
+def make_project(root: Path) -> Path:
+    """A project whose .wfrun/ holds the fixture workflows and controllers."""
+    wf = root / ".wfrun"
+    shutil.copytree(FIXTURE_PROJECT / "workflows", wf / "workflows")
+    shutil.copytree(FIXTURE_PROJECT / "controllers", wf / "controllers")
+    shutil.copy(FIXTURE_PROJECT / "pr-repair.script.yaml", root / "pr-repair.script.yaml")
+    return root
+
+
+def load(path: Path) -> Controller:
+    result = compile_controller(path)
+    assert result.valid, [d.to_json() for d in result.diagnostics]
+    assert result.definition is not None
+    return load_controller(result.definition)
+
+
+def pull_request_controller() -> Controller:
+    return load(PR_YAML)
+
+
+def probe_controller(root: Path) -> Controller:
+    return load(root / ".wfrun" / "controllers" / "probe.yaml")
+
+
+def store_path(root: Path) -> Path:
+    return root / ".wfrun" / "state" / "store.sqlite3"
+
+
+def pr_spec(url: str, **over: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {"api_base_url": url, "repository": REPO_NAME, "number": 7,
+                            "expected_head_sha": HEAD}
+    spec.update(over)
+    return spec
+
+
+class Harness:
+    def __init__(self, root: Path, controllers: Iterable[Controller], *,
+                 executor: AgentStepExecutor | None = None,
+                 config: ManagerConfig | None = None, clock: Any = None) -> None:
+        self.root = root
+        self.clock = clock or FakeClock()
+        self.controllers = list(controllers)
+        self.executor = executor
+        self.config = config or ManagerConfig(lease_seconds=30.0, backoff_base=1.0)
+        self.ws = Workspace(build_catalog("workflows", root, None), root, root / ".state")
+        self.store = self._open()
+        self.managers: list[ControllerManager] = []
+
+    def _open(self) -> SqliteStore:
+        return SqliteStore(store_path(self.root), now=self.clock.now)
+
+    def manager(self, **kw: Any) -> ControllerManager:
+        children = ChildWorkflows(self.store, self.ws, self.ws.runs_dir,
+                                  enqueue_parent=self._enqueue_parent,
+                                  executor=lambda: self.executor, project_root=self.root)
+        m = ControllerManager(self.store, self.controllers, clock=self.clock,
+                              config=kw.pop("config", self.config), children=children, **kw)
+        self.managers.append(m)
+        return m
+
+    def _enqueue_parent(self, controller: str, key: str) -> None:
+        self.store.reconcile_queue.enqueue(controller, key)
+
+    def reopen(self) -> SqliteStore:
+        """What a new process sees: drop every manager, close, open the file again."""
+        for m in self.managers:
+            if m.children is not None:
+                m.children.shutdown(grace=5)
+        self.managers.clear()
+        self.store.close()
+        self.store = self._open()
+        return self.store
+
+    def close(self) -> None:
+        for m in self.managers:
+            m.stop(grace=2)
+        self.managers.clear()
+        self.store.close()
+
+    # -- reading ----------------------------------------------------------------------
+    def resource(self, controller: str, key: str) -> Resource:
+        r = self.store.resources.get(controller, key)
+        assert r is not None, f"no {controller}/{key}"
+        return r
+
+    def ready(self, controller: str, key: str) -> dict[str, Any] | None:
+        for c in self.resource(controller, key).status.get("conditions") or []:
+            if c["type"] == "Ready":
+                return dict(c)
+        return None
+
+    def events(self, controller: str, key: str) -> list[str]:
+        return [e.type for e in self.store.controller_events.read(controller=controller,
+                                                                  key=key)]
+
+    def run_ids(self) -> list[str]:
+        runs = self.ws.runs_dir
+        return sorted(p.name for p in runs.iterdir()) if runs.exists() else []
+
+    # -- driving ----------------------------------------------------------------------
+    def drain(self, manager: ControllerManager, until: Callable[[], bool], *,
+              timeout: float = 15.0, step: float = 1.0) -> int:
+        """Run passes; while nothing is ready and no child runs, move the fake clock
+        by `step` so delayed wake-ups come due. Returns the number of passes."""
+        passes, end = 0, time.monotonic() + timeout
+        while True:
+            passes += manager.run_until_idle()
+            if until():
+                return passes
+            if time.monotonic() > end:
+                rows = self.store.reconcile_queue.list()
+                raise AssertionError(f"did not converge in {timeout}s; queue: {rows}")
+            children = manager.children
+            if children is None or not children.busy:
+                self.clock.advance(step)
+            time.sleep(0.01)
+
+
+def run_driver(root: Path, *args: str, env: dict[str, str] | None = None,
+               timeout: float = 40) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(DRIVER), str(root), *args],
+                          capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+def start_driver(root: Path, *args: str, env: dict[str, str] | None = None
+                 ) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, str(DRIVER), str(root), *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {})})
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 15.0, what: str = "") -> None:
+    end = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what or predicate}")
+        time.sleep(0.02)
+
+
+def read_log(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
