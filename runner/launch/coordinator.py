@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,13 +54,13 @@ from runner.store import (
 )
 
 from .intents import new_intent
+from .keeper import CANCEL_EVENT, LeaseKeeper
 from .safety import safe_message
 
 log = logging.getLogger(__name__)
 LEASE_SECONDS = 30.0
+MIN_REDACTED_INPUT = 8  # shorter input strings are too likely to be ordinary words
 RENEW_EVERY = 10.0
-CANCEL_POLL = 0.5
-CANCEL_EVENT = "cancel_requested"
 
 
 class Resolver(Protocol):
@@ -127,7 +126,8 @@ class LaunchCoordinator:
                  clock: Clock | None = None, options: EngineOptions | None = None,
                  lease_seconds: float = LEASE_SECONDS, renew_every: float = RENEW_EVERY,
                  secrets: tuple[str, ...] = (),
-                 crash: Callable[[str], None] | None = None) -> None:
+                 crash: Callable[[str], None] | None = None,
+                 scrub_input: bool = True) -> None:
         self.store = store
         # Crash injection for tests: called at named points, a no-op in production.
         self.crash: Callable[[str], None] = crash or (lambda _point: None)
@@ -139,9 +139,15 @@ class LaunchCoordinator:
         self.lease_seconds = lease_seconds
         self.renew_every = renew_every
         self.secrets = secrets
+        self._keeper = LeaseKeeper(self)
+        # Checkpoint after input is cleared, so the -wal file keeps no copy of it.
+        self.scrub_input = scrub_input
 
-    def safe(self, text: str) -> str:
-        return safe_message(text, self.secrets)
+    def safe(self, text: str, run_input: Any = None) -> str:
+        """Redacted, bounded text; string values of `run_input` (8+ characters) are
+        redacted too, so a message that echoes raw input (a rendered command, a
+        parse error) never carries it into the store or a model-facing turn."""
+        return safe_message(text, self.secrets + _input_strings(run_input))
 
     # -- preparation ---------------------------------------------------------------
     def prepare(self, ref: str, run_input: Any = None, *, session_id: str | None = None,
@@ -265,6 +271,7 @@ class LaunchCoordinator:
             driver.finish("cancelled", error={"code": "cancelled",
                                                "message": "cancelled before it started"})
             return None
+        self._scrub()
         act.record = running
         act.driver = driver
         return act
@@ -274,10 +281,7 @@ class LaunchCoordinator:
         driver = act.driver
         assert driver is not None
         self.crash("before_executor_release")
-        stop = threading.Event()
-        keeper = threading.Thread(target=self._keep_lease, args=(act, stop), daemon=True,
-                                  name=f"wfrun-lease-{act.record.run_id}")
-        keeper.start()
+        self._keeper.add(act)
         try:
             if act.checkpoint is not None:
                 outcome = act.engine.drive_continuation(driver, act.checkpoint)
@@ -286,8 +290,7 @@ class LaunchCoordinator:
         except ClaimLost:
             return self._lost(act, driver)
         finally:
-            stop.set()
-            keeper.join(timeout=5)
+            self._keeper.remove(act)
         self.record_outcome(act, outcome)
         return outcome
 
@@ -313,9 +316,7 @@ class LaunchCoordinator:
             if isinstance(running, LostRace):
                 return None
             act.record = running
-        stop = threading.Event()
-        keeper = threading.Thread(target=self._keep_lease, args=(act, stop), daemon=True)
-        keeper.start()
+        self._keeper.add(act)
         try:
             outcome = engine.resume(record.run_id, lambda m: self.resolver.compile(
                 str(m.get("workflow_ref")))[0], control=act.control)
@@ -325,8 +326,7 @@ class LaunchCoordinator:
             self.fail_launch(act.record, token, "activation_failed", exc.message)
             return None
         finally:
-            stop.set()
-            keeper.join(timeout=5)
+            self._keeper.remove(act)
         self.record_outcome(act, outcome)
         return outcome
 
@@ -362,30 +362,6 @@ class LaunchCoordinator:
                       notifications=opts.notifications, observer=opts.observer,
                       durability=opts.durability, project_root=opts.project_root,
                       work_dir=opts.project_root, fence=fence, processes=opts.processes)
-
-    def _keep_lease(self, act: Activation, stop: threading.Event) -> None:
-        """Renew the lease on its own timer; watch for cross-process cancel requests."""
-        next_renew = self.clock.monotonic() + self.renew_every
-        seen = 0
-        while not stop.is_set():
-            if self.clock.sleep(CANCEL_POLL, stop):
-                return
-            try:
-                for event in self.store.run_events.read(run_id=act.record.run_id,
-                                                        after_seq=seen):
-                    seen = event.seq
-                    if event.type == CANCEL_EVENT:
-                        act.control.cancel("cancelled on request")
-                if self.clock.monotonic() >= next_renew:
-                    next_renew = self.clock.monotonic() + self.renew_every
-                    renewed = self.store.launches.renew_lease(
-                        act.record.run_id, act.token, lease_seconds=self.lease_seconds)
-                    if isinstance(renewed, LostRace):
-                        act.claim_lost = True
-                        act.control.park("claim lost")
-                        return
-            except StoreError:
-                continue  # a busy store; the next tick retries before the lease runs out
 
     def _lost(self, act: Activation, driver: RunDriver) -> RunOutcome | None:
         current = self.store.launches.get(act.record.run_id)
@@ -424,7 +400,8 @@ class LaunchCoordinator:
         cause: TurnCause = "timed_out" if outcome.status == "timed_out" else "failed"
         intent = new_intent(session_id=session, run_id=run_id, workflow=act.workflow,
                             cause=cause, source=f"run_{outcome.status}",
-                            state=outcome.status, reason=self.safe(str(error.get("message", ""))),
+                            state=outcome.status,
+                            reason=self.safe(str(error.get("message", "")), outcome.state.input),
                             node=error.get("node"))
         result = self.store.turn_intents.ensure(intent)
         if not isinstance(result, LostRace):
@@ -433,7 +410,7 @@ class LaunchCoordinator:
     # -- failures, cancellation, recovery --------------------------------------------
     def fail_launch(self, record: LaunchRecord, token: str, code: LaunchErrorCode,
                     reason: str) -> LaunchRecord | LostRace:
-        message = self.safe(reason)
+        message = self.safe(reason, None if record.input_cleared else record.input())
         intent = None
         if record.origin_session_id is not None:
             intent = new_intent(session_id=record.origin_session_id, run_id=record.run_id,
@@ -444,6 +421,7 @@ class LaunchCoordinator:
                                           turn_intent=intent)
         if isinstance(result, LostRace):
             return result  # a stale handler: the winner (e.g. a cancel) decided
+        self._scrub()
         self.store.run_events.append(record.run_id, "launch_failed",
                                      {"code": code, "message": message},
                                      workflow_ref=record.workflow_ref, runner_id=self.runner_id)
@@ -462,7 +440,21 @@ class LaunchCoordinator:
             if result.status in ("done", "failed", "cancelled"):
                 raise ConflictError(f"run '{run_id}' already ended ({result.status})")
             raise ConflictError(f"run '{run_id}' changed state ({result.status}); try again")
+        self._scrub()
         return result
+
+    def _scrub(self) -> None:
+        """After a transition cleared private input: fold the WAL into the database
+        file and truncate it, so no stale WAL frame keeps a copy (`secure_delete`
+        already zeroes it in the database file). Best effort: a busy store keeps the
+        frames until the next scrub or checkpoint."""
+        checkpoint = getattr(self.store, "checkpoint", None)
+        if not self.scrub_input or checkpoint is None:
+            return
+        try:
+            checkpoint()
+        except StoreError as exc:
+            log.debug("could not checkpoint the store after clearing input: %s", exc.message)
 
     def recover_expired(self, session_id: str | None = None) -> list[LaunchRecord]:
         """Reconcile `starting` rows whose lease expired with what their bundles show."""
@@ -484,6 +476,8 @@ class LaunchCoordinator:
                 turn_intent=intent)
             if not isinstance(result, LostRace):
                 out.append(result)
+        if any(r.status != "queued" for r in out):
+            self._scrub()
         return out
 
     def _bundle_outcome(self, record: LaunchRecord) -> tuple[Any, Any, str | None]:
@@ -513,6 +507,21 @@ class LaunchCoordinator:
 
 class _SourceChanged(Exception):
     pass
+
+
+def _input_strings(value: Any) -> tuple[str, ...]:
+    found: list[str] = []
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if len(item) >= MIN_REDACTED_INPUT:
+                found.append(item)
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return tuple(sorted(found, key=len, reverse=True))  # longest first
 
 
 def _plain_json(value: Any) -> Any:

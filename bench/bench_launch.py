@@ -1,0 +1,295 @@
+"""Launch benchmarks: `workflow start` latency, activation latency, sustained cycles.
+
+    .venv/bin/python bench/bench_launch.py            # all figures
+    .venv/bin/python bench/bench_launch.py --check    # exit 1 if an aim is missed
+    .venv/bin/python bench/bench_launch.py --profile  # cProfile of the start path, top 30
+    .venv/bin/python bench/bench_launch.py --json     # figures as one JSON object
+
+Everything runs on a real `SqliteStore` (WAL, synchronous=FULL) in a temporary
+project with a one-node compute workflow that has an input schema.
+
+(a) start: `SessionController.on_tool_call("workflow", {"action": "start", ...})`
+    from the call to the committed `queued` row and the reply (the full preflight:
+    resolve + validate the workflow and input, the session reservation, the
+    insert). Each launch is cancelled (untimed) to free the session reservation.
+(b) activation after settle: `claim_next` -> `activate` returns with the launch
+    `running` and the bundle created (the first node not yet released). Each run
+    is then driven to its end, untimed.
+(c) cycles: N processes on one store file, each looping prepare -> claim ->
+    activate -> run (a detached `wfrun start --wait` without the process start),
+    for a fixed time; total completed cycles per second.
+
+Aims (seed 000 / DESIGN §6; 2-core machine): (a) p50 <= 1 ms, p99 <= 10 ms;
+(c) >= 500 cycles/s with 4 processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import os
+import platform
+import pstats
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from runner.compiler import build_catalog  # noqa: E402
+from runner.host.local import Workspace  # noqa: E402
+from runner.host.protocol import SessionEntry  # noqa: E402
+from runner.host.session import SessionController  # noqa: E402
+from runner.launch import LaunchCoordinator  # noqa: E402
+from runner.store import SqliteStore  # noqa: E402
+
+AIM_START_P50_MS = 1.0
+AIM_START_P99_MS = 10.0
+AIM_CYCLES_PER_S = 500.0
+WORKFLOW = """\
+input: {type: object, required: [task], properties: {task: {type: string, maxLength: 200}}}
+start: one
+nodes:
+  one: {compute: "{{ input.task | length }}"}
+"""
+INPUT = {"task": "benchmark the launch path"}
+
+
+class QuietHost:
+    """The smallest `Host`: always idle, remembers nothing (no session log to scan)."""
+
+    def __init__(self, sid: str) -> None:
+        self.sid = sid
+
+    def session_id(self) -> str:
+        return self.sid
+
+    def is_idle(self) -> bool:
+        return True
+
+    def append_message(self, custom_type: str, content: str, details: dict[str, Any], *,
+                       deliver_as: str = "follow_up", trigger_turn: bool = False) -> str:
+        return "e"
+
+    def read_session_entries(self) -> Iterable[SessionEntry]:
+        return []
+
+    def abort_turn(self) -> None:
+        pass
+
+    def notify(self, text: str, level: str = "info") -> None:
+        pass
+
+
+def make_project(base: Path) -> Path:
+    root = base / "proj"
+    (root / ".wfrun" / "workflows").mkdir(parents=True)
+    (root / ".wfrun" / "workflows" / "tiny.yaml").write_text(WORKFLOW)
+    return root
+
+
+SCRUB = True  # --no-scrub: no WAL checkpoint after input is cleared (to compare)
+
+
+def coordinator(root: Path, runner_id: str) -> tuple[SqliteStore, LaunchCoordinator]:
+    ws = Workspace(build_catalog("workflows", root, None), root, root / ".wfrun")
+    store = SqliteStore(root / ".wfrun" / "state" / "store.sqlite3")
+    return store, LaunchCoordinator(store, ws, ws.runs_dir, runner_id=runner_id,
+                                    scrub_input=SCRUB)
+
+
+def pct(samples: list[float], p: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def summary(samples_s: list[float]) -> dict[str, float]:
+    ms = [s * 1000 for s in samples_s]
+    return {"n": len(ms), "p50_ms": round(pct(ms, 50), 3), "p90_ms": round(pct(ms, 90), 3),
+            "p99_ms": round(pct(ms, 99), 3), "max_ms": round(max(ms), 3),
+            "mean_ms": round(statistics.fmean(ms), 3)}
+
+
+# -- (a) start latency ---------------------------------------------------------------
+def bench_start(root: Path, n: int, profile: bool = False) -> dict[str, Any]:
+    store, coord = coordinator(root, "bench-start")
+    controller = SessionController(QuietHost("bench-session"), coord)
+    args = {"action": "start", "workflow": "tiny", "input": INPUT}
+    samples: list[float] = []
+    profiler = cProfile.Profile() if profile else None
+    for i in range(n + 20):
+        if profiler is not None and i == 20:
+            profiler.enable()
+        t0 = time.perf_counter()
+        reply = controller.on_tool_call(f"call-{i}", "workflow", args)
+        elapsed = time.perf_counter() - t0
+        if reply.is_error:
+            raise SystemExit(f"start failed: {reply.content}")
+        if i >= 20:  # warm-up: imports, first compile, page cache
+            samples.append(elapsed)
+        coord.cancel(reply.details["runId"])
+    if profiler is not None:
+        profiler.disable()
+        out = io.StringIO()
+        pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(30)
+        print(out.getvalue())
+    store.close()
+    return summary(samples)
+
+
+# -- (b) activation latency ----------------------------------------------------------
+def bench_activation(root: Path, n: int) -> dict[str, Any]:
+    store, coord = coordinator(root, "bench-activate")
+    samples: list[float] = []
+    for i in range(n + 10):
+        coord.prepare("tiny", INPUT)
+        t0 = time.perf_counter()
+        record = coord.claim_next(None)
+        assert record is not None
+        act = coord.activate(record)
+        elapsed = time.perf_counter() - t0
+        if act is None:
+            raise SystemExit(f"activation failed: {store.launches.get(record.run_id)}")
+        if i >= 10:
+            samples.append(elapsed)
+        outcome = coord.run(act)
+        if outcome is None or outcome.status != "completed":
+            raise SystemExit(f"the run did not complete: {outcome}")
+    store.close()
+    return summary(samples)
+
+
+# -- (c) sustained cycles --------------------------------------------------------------
+def worker(root: Path, seconds: float, start_at: float) -> None:
+    store, coord = coordinator(root, f"bench-{os.getpid()}")
+    while time.time() < start_at:
+        time.sleep(0.001)
+    end = time.monotonic() + seconds
+    cpu0 = time.process_time()
+    done = 0
+    busy = 0
+    while time.monotonic() < end:
+        record = coord.prepare("tiny", INPUT)
+        claimed = store.launches.claim(record.run_id, runner_id=coord.runner_id)
+        act = coord.activate(claimed) if hasattr(claimed, "claim_token") else None
+        if act is None:
+            busy += 1
+            continue
+        outcome = coord.run(act)
+        if outcome is not None and outcome.status == "completed":
+            done += 1
+    print(json.dumps({"done": done, "lost": busy, "cpu_s": time.process_time() - cpu0}))
+    store.close()
+
+
+def bench_cycles(root: Path, procs: int, seconds: float) -> dict[str, Any]:
+    setup = coordinator(root, "bench-setup")[0]  # create the store before the race
+    settings = setup.settings()
+    setup.close()
+    start_at = time.time() + 1.5  # every worker imported and opened before the clock runs
+    children = [subprocess.Popen([sys.executable, __file__, "--worker", str(root),
+                                  str(seconds), str(start_at), "1" if SCRUB else "0"],
+                                 stdout=subprocess.PIPE, text=True) for _ in range(procs)]
+    results = []
+    for child in children:
+        out, _ = child.communicate(timeout=seconds + 60)
+        if child.returncode != 0:
+            raise SystemExit(f"a cycle worker failed ({child.returncode})")
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    done = sum(r["done"] for r in results)
+    cpu = sum(r["cpu_s"] for r in results)
+    return {"procs": procs, "seconds": seconds, "cycles": done,
+            "cycles_per_s": round(done / seconds, 1), "lost": sum(r["lost"] for r in results),
+            "per_proc": [r["done"] for r in results],
+            "cpu_ms_per_cycle": round(cpu / max(done, 1) * 1000, 3),
+            "cpu_bound_cycles_per_s": round((os.cpu_count() or 1) / max(cpu / max(done, 1),
+                                                                        1e-9), 1),
+            "store_settings": settings}
+
+
+def fsync_probe(folder: Path, n: int = 50) -> float:
+    path = folder / "probe"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    samples = []
+    try:
+        for _ in range(n):
+            os.write(fd, b"x" * 100)
+            t0 = time.perf_counter()
+            os.fsync(fd)
+            samples.append(time.perf_counter() - t0)
+    finally:
+        os.close(fd)
+    return round(statistics.median(samples) * 1000, 3)
+
+
+def main(argv: list[str]) -> int:
+    global SCRUB
+    if argv[:1] == ["--worker"]:
+        SCRUB = argv[4] == "1"
+        worker(Path(argv[1]), float(argv[2]), float(argv[3]))
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--starts", type=int, default=1000)
+    ap.add_argument("--activations", type=int, default=300)
+    ap.add_argument("--procs", type=int, default=4)
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--check", action="store_true", help="exit 1 if an aim is missed")
+    ap.add_argument("--profile", action="store_true", help="cProfile the start path")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--no-scrub", action="store_true",
+                    help="no WAL checkpoint after private input is cleared (for comparison)")
+    ap.add_argument("--dir", type=Path, help="where the temporary projects go (default: TMPDIR)")
+    args = ap.parse_args(argv)
+    SCRUB = not args.no_scrub
+    with tempfile.TemporaryDirectory(prefix="wfrun-bench-launch-", dir=args.dir) as tmp:
+        base = Path(tmp)
+        figures: dict[str, Any] = {
+            "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
+                        "sqlite": sqlite3.sqlite_version,
+                        "fsync_median_ms": fsync_probe(base)},
+            "start": bench_start(make_project(base / "a"), args.starts, args.profile),
+        }
+        if args.profile:
+            return 0
+        figures["activation"] = bench_activation(make_project(base / "b"), args.activations)
+        figures["cycles"] = bench_cycles(make_project(base / "c"), args.procs, args.seconds)
+    aims = {
+        "start_p50": figures["start"]["p50_ms"] <= AIM_START_P50_MS,
+        "start_p99": figures["start"]["p99_ms"] <= AIM_START_P99_MS,
+        "cycles": figures["cycles"]["cycles_per_s"] >= AIM_CYCLES_PER_S,
+    }
+    figures["aims_met"] = aims
+    if args.json:
+        print(json.dumps(figures, indent=2))
+    else:
+        m, s, a, c = (figures["machine"], figures["start"], figures["activation"],
+                      figures["cycles"])
+        print(f"machine: Python {m['python']}, {m['cpus']} CPUs, SQLite {m['sqlite']}, "
+              f"fsync median {m['fsync_median_ms']} ms")
+        print(f"(a) workflow start -> queued row ({s['n']} starts): p50 {s['p50_ms']} ms, "
+              f"p90 {s['p90_ms']} ms, p99 {s['p99_ms']} ms, max {s['max_ms']} ms "
+              f"(aim p50 <= {AIM_START_P50_MS}, p99 <= {AIM_START_P99_MS})")
+        print(f"(b) claim -> running ({a['n']} activations): p50 {a['p50_ms']} ms, "
+              f"p90 {a['p90_ms']} ms, p99 {a['p99_ms']} ms, max {a['max_ms']} ms")
+        print(f"(c) launch+activate+run cycles, {c['procs']} processes, {c['seconds']} s, "
+              f"synchronous={c['store_settings'].get('synchronous')} (2 = FULL): "
+              f"{c['cycles_per_s']} cycles/s ({c['cycles']} total, per process "
+              f"{c['per_proc']}, lost {c['lost']}) (aim >= {AIM_CYCLES_PER_S})")
+        print(f"    CPU {c['cpu_ms_per_cycle']} ms per cycle (this process tree): at most "
+              f"{c['cpu_bound_cycles_per_s']} cycles/s on {m['cpus']} idle CPUs")
+        print(f"    load average at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        print("aims met: " + ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in aims.items()))
+    return 0 if (all(aims.values()) or not args.check) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,218 @@
+"""Launch lifecycle details on the real stack: cancellation racing the bundle's
+creation, the shared lease keeper, and the compile cache behind `workflow start`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from launch_it_kit import Project, event_counts
+
+from runner.compiler import build_catalog
+from runner.errors import WfrunError
+from runner.host.local import Workspace
+from runner.launch import EngineOptions, LaunchCoordinator
+from runner.store import LaunchRecord, SqliteStore
+
+TINY = """\
+    input: {type: object, properties: {task: {type: string}}}
+    start: one
+    nodes:
+      one: {compute: "{{ 1 }}"}
+"""
+SLEEPY = """\
+    start: nap
+    nodes:
+      nap:
+        action: {shell: ["sh", "-c", "sleep $0; echo napped >> effects.log", "{{ input.s }}"]}
+        timeout: 1m
+"""
+PARENT = """\
+    start: child
+    includes:
+      child: {workflow: ./child.yaml}
+    nodes:
+      fin: {compute: "{{ 0 }}"}
+    edges:
+      - {from: child.done, to: fin}
+"""
+CHILD = """\
+    start: leaf
+    nodes:
+      leaf: {compute: "{{ 'v1' }}"}
+    exits:
+      done: leaf
+"""
+
+
+class Stack:
+    def __init__(self, project: Project, **kwargs: Any) -> None:
+        root = project.root
+        self.project = project
+        self.ws = Workspace(build_catalog("workflows", root, None), root, root / ".wfrun")
+        self.store = SqliteStore(project.store_path)
+        self.coordinator = LaunchCoordinator(
+            self.store, self.ws, self.ws.runs_dir, runner_id=kwargs.pop("runner_id", "r1"),
+            options=EngineOptions(project_root=root), **kwargs)
+
+    def claimed(self, ref: str, value: Any = None) -> LaunchRecord:
+        record = self.coordinator.prepare(ref, {} if value is None else value)
+        claimed = self.coordinator.claim_next(None)
+        assert claimed is not None
+        assert claimed.run_id == record.run_id
+        return claimed
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Project:
+    proj = Project(tmp_path / "proj")
+    for name, text in (("tiny", TINY), ("sleepy", SLEEPY), ("parent", PARENT),
+                       ("child", CHILD)):
+        proj.write_workflow(name, text)
+    return proj
+
+
+class _CancelAtFence:
+    """The launch queue, except that the n-th fence check first cancels the launch
+    (as `workflow cancel` from another process would, between two bundle writes)."""
+
+    def __init__(self, inner: Any, at: int) -> None:
+        self.inner, self.at, self.calls = inner, at, 0
+
+    def check_claim(self, run_id: str, token: str) -> Any:
+        self.calls += 1
+        if self.calls == self.at:
+            self.inner.cancel(run_id)
+        return self.inner.check_claim(run_id, token)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+class _Store:
+    def __init__(self, inner: SqliteStore, launches: Any) -> None:
+        self._inner, self.launches = inner, launches
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+# Fence checks while the bundle is created: 1 before the folder exists, 2 before
+# workflow.json, 3 before the manifest, 4 before run_started, 5 before state.json.
+@pytest.mark.parametrize("at", [1, 2, 3, 4, 5])
+def test_a_cancel_during_bundle_creation_wins_and_leaves_no_running_bundle(
+        project: Project, at: int) -> None:
+    stack = Stack(project)
+    record = stack.claimed("tiny")
+    launches = _CancelAtFence(stack.store.launches, at)
+    stack.coordinator.store = _Store(stack.store, launches)  # type: ignore[assignment]
+    assert stack.coordinator.activate(record) is None
+    assert launches.calls >= at
+    assert stack.store.launches.get(record.run_id).status == "cancelled"  # type: ignore[union-attr]
+    # No bundle claims the run is running (or exists at all: it never started a node).
+    assert project.bundles() == []
+    events = [e.type for e in stack.store.run_events.read(run_id=record.run_id)]
+    assert "launch_failed" not in events
+
+
+def test_a_cancel_after_the_bundle_is_built_is_recorded_in_it(project: Project) -> None:
+    stack = Stack(project)
+
+    def cancel_now(point: str) -> None:
+        if point == "during_starting":
+            stack.coordinator.cancel(record.run_id)
+
+    stack.coordinator.crash = cancel_now
+    record = stack.claimed("tiny")
+    assert stack.coordinator.activate(record) is None
+    assert stack.store.launches.get(record.run_id).status == "cancelled"  # type: ignore[union-attr]
+    assert project.manifest(record.run_id)["status"] == "cancelled"  # type: ignore[index]
+    counts = event_counts(project.trace(record.run_id))
+    assert counts[("run_started", None)] == 1
+    assert not [k for k in counts if k[0] == "node_started"]
+
+
+# -- the lease keeper ----------------------------------------------------------------
+def _keepers(runner_id: str) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == f"wfrun-lease-{runner_id}"]
+
+
+def test_the_keeper_renews_a_short_lease_through_a_long_node(project: Project) -> None:
+    stack = Stack(project, runner_id="r-keep", lease_seconds=1.0, renew_every=0.2)
+    act = stack.coordinator.activate(stack.claimed("sleepy", {"s": "2.5"}))
+    assert act is not None
+    outcome = stack.coordinator.run(act)
+    # 2.5 s of node on a 1 s lease: only renewals kept the fence passing.
+    assert outcome is not None
+    assert outcome.status == "completed"
+    assert stack.store.launches.get(act.record.run_id).status == "done"  # type: ignore[union-attr]
+
+
+def test_a_cancel_request_from_another_process_stops_a_running_run(project: Project) -> None:
+    stack = Stack(project, runner_id="r-keep")
+    other = Stack(project, runner_id="r-other")  # its own store connection, like a CLI
+    act = stack.coordinator.activate(stack.claimed("sleepy", {"s": "20"}))
+    assert act is not None
+    result: dict[str, Any] = {}
+    worker = threading.Thread(target=lambda: result.update(out=stack.coordinator.run(act)))
+    t0 = time.monotonic()
+    worker.start()
+    time.sleep(0.3)
+    assert other.coordinator.cancel(act.record.run_id).status == "running"  # a request
+    worker.join(timeout=15)
+    assert not worker.is_alive()
+    assert time.monotonic() - t0 < 10  # the 20 s nap was stopped
+    assert result["out"].status == "cancelled"
+    assert stack.store.launches.get(act.record.run_id).status == "cancelled"  # type: ignore[union-attr]
+    assert not project.effects()
+
+
+def test_one_keeper_thread_serves_every_run_of_a_coordinator(project: Project) -> None:
+    runner_id = f"r-solo-{uuid.uuid4().hex[:8]}"
+    stack = Stack(project, runner_id=runner_id)
+    for _ in range(5):
+        act = stack.coordinator.activate(stack.claimed("tiny"))
+        assert act is not None
+        outcome = stack.coordinator.run(act)
+        assert outcome is not None
+        assert outcome.status == "completed"
+        assert len(_keepers(runner_id)) <= 1
+    assert len(_keepers(runner_id)) == 1  # lingers for the next run instead of a thread per run
+
+
+# -- the compile cache ---------------------------------------------------------------
+def test_the_compile_cache_reuses_only_byte_identical_sources(project: Project) -> None:
+    stack = Stack(project)
+    ws = stack.ws
+    first, _ = ws.compile("tiny")
+    again, _ = ws.compile("tiny")
+    assert again is first  # a hit: nothing was re-parsed
+    # Same size, same mtime, different bytes: the hash still sees it.
+    path = project.root / ".wfrun" / "workflows" / "tiny.yaml"
+    st = path.stat()
+    path.write_text(path.read_text().replace("{{ 1 }}", "{{ 2 }}"))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_size == st.st_size
+    changed, _ = ws.compile("tiny")
+    assert changed.digest != first.digest
+    path.unlink()
+    with pytest.raises(WfrunError):  # not the cached definition
+        ws.compile("tiny")
+
+
+def test_an_included_file_changed_after_start_fails_activation(project: Project) -> None:
+    stack = Stack(project)
+    record = stack.claimed("parent")
+    child = project.root / ".wfrun" / "workflows" / "child.yaml"
+    child.write_text(child.read_text().replace("v1", "v2"))
+    assert stack.coordinator.activate(record) is None
+    failed = stack.store.launches.get(record.run_id)
+    assert failed is not None
+    assert (failed.status, failed.error_code) == ("failed", "source_changed")
+    assert project.bundles() == []
