@@ -43,11 +43,21 @@ class WfrunGroup(click.Group):
 @click.option("--project", "project", metavar="DIR", envvar="WFRUN_PROJECT",
               help="Project folder holding .wfrun/ (default: nearest ancestor of the cwd).")
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+@click.option("--openai-base-url", envvar="WFRUN_OPENAI_BASE_URL", metavar="URL",
+              help="--agent openai: an OpenAI-compatible endpoint (…/v1).")
+@click.option("--openai-model", envvar="WFRUN_OPENAI_MODEL", metavar="MODEL",
+              help="--agent openai: the model name.")
+@click.option("--openai-api-key", envvar="WFRUN_OPENAI_API_KEY", metavar="KEY",
+              help="--agent openai: the API key (prefer the environment variable).")
 @click.version_option(package_name="wfrun", prog_name="wfrun")
 @click.pass_context
-def cli(ctx: click.Context, project: str | None, debug: bool) -> None:
+def cli(ctx: click.Context, project: str | None, debug: bool, openai_base_url: str | None,
+        openai_model: str | None, openai_api_key: str | None) -> None:
     """wfrun: declarative, durable workflows for agent and automation work."""
-    ctx.obj = Context(project_flag=project, debug=debug)
+    settings = {"WFRUN_OPENAI_BASE_URL": openai_base_url, "WFRUN_OPENAI_MODEL": openai_model,
+                "WFRUN_OPENAI_API_KEY": openai_api_key}
+    ctx.obj = Context(project_flag=project, debug=debug,
+                      openai={k: v for k, v in settings.items() if v})
 
 
 def main() -> None:

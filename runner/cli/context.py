@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from runner.compiler import Catalog, build_catalog, find_project_root
 from runner.compiler.discovery import PROJECT_DIR, Kind, user_folder_default
@@ -15,6 +16,7 @@ from runner.errors import InputError
 class Context:
     project_flag: str | None
     debug: bool = False
+    openai: dict[str, str] = field(default_factory=dict)
     _catalogs: dict[str, Catalog] = field(default_factory=dict)
 
     @property
@@ -44,6 +46,12 @@ class Context:
 
             platform_dir = Path(platformdirs.user_config_dir("wfrun"))
         return user_folder_default(os.environ.get("WFRUN_HOME"), platform_dir)
+
+    def executor(self, spec: str | None, clock: Any = None) -> Any:
+        """The agent executor a `--agent SPEC` names, with the global openai settings."""
+        from runner.host.local import make_executor
+
+        return make_executor(spec, clock, self.openai)
 
     def catalog(self, kind: Kind = "workflows") -> Catalog:
         if kind not in self._catalogs:

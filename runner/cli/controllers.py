@@ -15,7 +15,7 @@ from runner.compiler import render_text
 from runner.compiler.yamlio import YamlProblem, load
 from runner.errors import InputError
 from runner.host.controllers import discover, make_manager, resource_view
-from runner.host.local import make_executor, open_store
+from runner.host.local import open_store
 
 from .app import cli
 from .context import Context
@@ -73,7 +73,7 @@ def controller_cmd(ctx: Context, args: tuple[str, ...], as_json: bool, once: boo
     if args[0] == "run":
         if len(args) != 1:
             raise InputError(USAGE)
-        _run(ws, store, entries, once, agent)
+        _run(ctx, ws, store, entries, once, agent)
         return
     if len(args) < 2 or args[1] not in VERBS:
         raise InputError(USAGE)
@@ -140,8 +140,9 @@ def _describe(view: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _run(ws: Any, store: Any, entries: Any, once: bool, agent: str | None) -> None:
-    manager = make_manager(ws, store, entries, executor=make_executor(agent, ws.clock))
+def _run(ctx: Context, ws: Any, store: Any, entries: Any, once: bool,
+         agent: str | None) -> None:
+    manager = make_manager(ws, store, entries, executor=ctx.executor(agent, ws.clock))
     if once:
         # Child runs started here finish here (and their parents get the follow-up
         # pass): exiting under them would leave interrupted runs to redo.

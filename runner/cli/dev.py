@@ -8,8 +8,8 @@ import threading
 import click
 
 from runner.compiler import build_catalog
-from runner.host.devmode import DevMode
-from runner.host.local import make_executor, parse_input
+from runner.host.devmode import DevMode, queued_file_sources
+from runner.host.local import parse_input
 
 from .app import cli
 from .context import Context
@@ -47,18 +47,13 @@ def dev_cmd(ctx: Context, names: tuple[str, ...], run_name: str | None, agent: s
             return []
         store = open_store(ws)
         try:
-            rows = []
-            for r in store.launches.query(statuses=["queued"]):
-                src = (r.source or {}).get("source") or {}
-                if src.get("kind") == "file" and src.get("path"):
-                    rows.append((r.run_id, str(src["path"]), str(src.get("sha256"))))
-            return rows
+            return queued_file_sources(store)
         finally:
             store.close()
 
     project, user = ctx.project_root, ctx.user_dir
     dev = DevMode(lambda: build_catalog("workflows", project, user), emit, names=names,
-                  run=run_name, executor=lambda: make_executor(agent, ws.clock),
+                  run=run_name, executor=lambda: ctx.executor(agent, ws.clock),
                   runs_dir=ws.runs_dir, project_root=project, queued_sources=queued,
                   run_input=parse_input(input_json, ()) if input_json else None)
     stop = threading.Event()

@@ -9,8 +9,9 @@ from types import FrameType
 import click
 
 from runner.host.controllers import discover, make_manager
-from runner.host.local import make_executor, open_store
+from runner.host.local import open_store
 from runner.host.standalone import StandaloneHost
+from runner.launch.coordinator import LEASE_SECONDS
 
 from .app import cli
 from .context import Context
@@ -25,14 +26,17 @@ from .runs import agent_option, workspace
               help="Runs executing at the same time.")
 @click.option("--no-controllers", is_flag=True, help="Do not run the controller manager.")
 @click.option("--quiet", "-q", is_flag=True)
+@click.option("--lease", "lease", type=click.FloatRange(0.5, 3600), default=LEASE_SECONDS,
+              envvar="WFRUN_LEASE_SECONDS", hidden=True,
+              help="Claim lease in seconds (tests shorten it; renewed every lease/3).")
 @click.pass_obj
 def host_cmd(ctx: Context, agent: str | None, once: bool, max_runs: int,
-             no_controllers: bool, quiet: bool) -> None:
+             no_controllers: bool, quiet: bool, lease: float) -> None:
     """Run detached launches, resume parked runs and run controllers (one per project)."""
     ws = workspace(ctx)
     ctx.require_project()
     store = open_store(ws)
-    executor = make_executor(agent, ws.clock)
+    executor = ctx.executor(agent, ws.clock)
     manager = None
     if not no_controllers:
         entries = discover(ws, ctx.user_dir)
@@ -40,7 +44,7 @@ def host_cmd(ctx: Context, agent: str | None, once: bool, max_runs: int,
             manager = make_manager(ws, store, entries, executor=executor)
     with Progress(quiet=quiet or not sys.stderr.isatty()) as progress:
         host = StandaloneHost(ws, store, executor=executor, manager=manager,
-                              max_runs=max_runs, observer=progress)
+                              max_runs=max_runs, observer=progress, lease_seconds=lease)
 
         def stop(signum: int, frame: FrameType | None) -> None:
             click.echo("\nwfrun host: parking in-flight runs and stopping...", err=True)

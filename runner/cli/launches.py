@@ -11,7 +11,7 @@ import click
 from runner.engine import RunControl
 from runner.errors import InputError, NotFoundError, OperationFailed, WfrunError
 from runner.host.launches import detached_coordinator, explain, launch_status
-from runner.host.local import make_executor, open_store, parse_input, store_path
+from runner.host.local import open_store, parse_input, store_path
 from runner.launch import PreflightError
 
 from .app import cli
@@ -34,7 +34,7 @@ def start_cmd(ctx: Context, ref: str, input_json: str | None, pairs: tuple[str, 
     ws = workspace(ctx)
     value = parse_input(input_json, pairs)
     store = open_store(ws)
-    coordinator = detached_coordinator(ws, store, executor=make_executor(agent, ws.clock))
+    coordinator = detached_coordinator(ws, store, executor=ctx.executor(agent, ws.clock))
     try:
         record = coordinator.prepare(ref, value)
     except PreflightError as exc:

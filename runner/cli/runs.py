@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from runner.engine import RunControl, RunOutcome
-from runner.host.local import Workspace, make_executor, parse_answer, parse_input
+from runner.host.local import Workspace, parse_answer, parse_input
 from runner.host.views import list_runs, show_run
 
 from .app import cli
@@ -95,7 +95,7 @@ def run_cmd(ctx: Context, ref: str, input_json: str | None, pairs: tuple[str, ..
     value = parse_input(input_json, pairs)
     control = RunControl()
     with Progress(quiet) as progress, parking_on_interrupt(control):
-        engine = ws.engine(executor=make_executor(agent, ws.clock), observer=progress,
+        engine = ws.engine(executor=ctx.executor(agent, ws.clock), observer=progress,
                            durability=durability)
         outcome = ws.run(ref, value, engine, control)
     _finish(outcome, as_json, ws)
@@ -114,7 +114,7 @@ def resume_cmd(ctx: Context, run_id: str, force: bool, agent: str | None, as_jso
     ws = workspace(ctx)
     control = RunControl()
     with Progress(quiet) as progress, parking_on_interrupt(control):
-        engine = ws.engine(executor=make_executor(agent, ws.clock), observer=progress)
+        engine = ws.engine(executor=ctx.executor(agent, ws.clock), observer=progress)
         outcome = ws.resume(run_id, engine, force=force, control=control)
     _finish(outcome, as_json, ws)
 
@@ -132,7 +132,7 @@ def answer_cmd(ctx: Context, run_id: str, answer: str | None, agent: str | None,
     ws = workspace(ctx)
     control = RunControl()
     with Progress(quiet) as progress, parking_on_interrupt(control):
-        engine = ws.engine(executor=make_executor(agent, ws.clock), observer=progress)
+        engine = ws.engine(executor=ctx.executor(agent, ws.clock), observer=progress)
         outcome = ws.answer(run_id, parse_answer(answer), engine, control)
     _finish(outcome, as_json, ws)
 

@@ -226,8 +226,13 @@ def parse_answer(text: str | None) -> Any:
         return text
 
 
-def make_executor(spec: str | None, clock: Clock | None = None) -> AgentStepExecutor | None:
-    """`scripted:FILE`, `command:'CMD ARGS'` or `openai` (settings from WFRUN_OPENAI_*)."""
+def make_executor(spec: str | None, clock: Clock | None = None,
+                  openai_settings: dict[str, str] | None = None) -> AgentStepExecutor | None:
+    """`scripted:FILE`, `command:'CMD ARGS'` or `openai`.
+
+    The openai agent takes its base URL, key and model from `openai_settings`
+    (the CLI flags) first, then from WFRUN_OPENAI_BASE_URL, _API_KEY and _MODEL.
+    """
     if not spec:
         return None
     kind, _, arg = spec.partition(":")
@@ -253,7 +258,9 @@ def make_executor(spec: str | None, clock: Clock | None = None) -> AgentStepExec
         import importlib
 
         openai: Any = importlib.import_module("runner.engine.executors.openai")
-        chat: AgentStepExecutor = openai.OpenAIExecutor.from_env()
+        environ = dict(os.environ)
+        environ.update({k: v for k, v in (openai_settings or {}).items() if v})
+        chat: AgentStepExecutor = openai.OpenAIExecutor.from_env(environ)
         return chat
     raise InputError(f"unknown agent '{spec}'; use scripted:FILE, command:'CMD' or openai")
 
