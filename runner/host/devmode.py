@@ -25,6 +25,7 @@ from watchdog.observers import Observer
 from runner.compiler import Catalog, Compiler, CompileResult, render_text
 from runner.compiler.discovery import PROJECT_DIR, SUFFIXES
 from runner.engine import AgentStepExecutor, Engine
+from runner.store import Store
 
 log = logging.getLogger(__name__)
 DEBOUNCE = 0.03
@@ -79,17 +80,21 @@ class DevMode:
         self._observer: Any = None
         self._watched: set[Path] = set()
         self._thread: threading.Thread | None = None
+        self._flagged: set[tuple[str, str, str]] = set()
         self.catalog = build_catalog()
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:
-        self._check_all(initial=True)
+        self._check_all()
         self._observer = Observer()
         self._handler = _Handler(self)
         self._rewatch()
-        self._observer.start()
+        self._observer.start()  # the inotify watches exist when this returns
         self._thread = threading.Thread(target=self._loop, daemon=True, name="wfrun-dev")
         self._thread.start()
+        # Only now: a save made right after this line is seen (watching has begun).
+        self.emit("note", f"watching {len(self.state.results)} workflow(s); save a file to "
+                  "re-validate it")
 
     def stop(self) -> None:
         self._stop.set()
@@ -131,13 +136,16 @@ class DevMode:
             out.add(f)
         return out
 
-    def _rewatch(self) -> None:
+    def _rewatch(self) -> set[Path]:
+        added = set()
         for folder in self._folders() - self._watched:
             try:
                 self._observer.schedule(self._handler, str(folder), recursive=False)
                 self._watched.add(folder)
+                added.add(folder)
             except OSError as exc:
                 self.emit("note", f"cannot watch {folder}: {exc.strerror}")
+        return added
 
     def touch(self, path: Path) -> None:
         if path.suffix not in WATCHED_SUFFIXES and path.suffix:
@@ -171,15 +179,12 @@ class DevMode:
     def _selected(self, name: str) -> bool:
         return not self.names or name in self.names
 
-    def _check_all(self, initial: bool = False) -> None:
+    def _check_all(self) -> None:
         compiler = Compiler(self.catalog)
         for entry in self.catalog.active:
             if self._selected(entry.name):
                 self._report(entry.name, compiler.compile_path(
                     entry.path, display=entry.display, origin=entry.origin))
-        if initial:
-            self.emit("note", f"watching {len(self.state.results)} workflow(s); save a file "
-                      "to re-validate it")
 
     def _process(self, changed: set[Path], first: float | None) -> None:
         old = self.catalog
@@ -211,7 +216,8 @@ class DevMode:
         if first is not None:
             self.state.last_latency = time.monotonic() - first
             self.state.latencies.append(self.state.last_latency)
-        self._rewatch()
+        for folder in self._rewatch():
+            self.touch(folder)  # a file saved there before the watch began: the next batch
         self._flag_queued()
         if self.run_name and self.run_name in affected:
             self._rerun()
@@ -233,7 +239,8 @@ class DevMode:
                 now = sha256_hex(Path(path).read_bytes())
             except OSError:
                 now = ""
-            if now != sha:
+            if now != sha and (run_id, path, now) not in self._flagged:
+                self._flagged.add((run_id, path, now))  # once per run, file and content
                 self.emit("note", f"queued run {run_id}: its source {path} changed; activation "
                           "will refuse it (source_changed)")
 
@@ -254,3 +261,20 @@ class DevMode:
             return
         error = f": {outcome.error.get('message')}" if outcome.error else ""
         self.emit("run", f"run {name} {outcome.status} ({outcome.run_id}){error}")
+
+
+def queued_file_sources(store: Store) -> list[tuple[str, str, str]]:
+    """(run id, file, queued sha256) of every file behind every `queued` launch: the
+    workflow's YAML and the hooks and included files it was compiled from."""
+    rows = []
+    for record in store.launches.query(statuses=["queued"]):
+        identity = record.source or {}
+        sources = identity.get("sources") or [identity.get("source") or {}]
+        seen = set()
+        for src in sources:
+            if isinstance(src, dict) and src.get("kind") == "file" and src.get("path"):
+                path = str(src["path"])
+                if path not in seen:
+                    seen.add(path)
+                    rows.append((record.run_id, path, str(src.get("sha256"))))
+    return rows

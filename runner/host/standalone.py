@@ -24,7 +24,7 @@ from runner.engine.processes import ProcessRegistry, reap_orphans
 from runner.engine.runner import Observer
 from runner.errors import InputError
 from runner.launch import EngineOptions, LaunchCoordinator
-from runner.launch.coordinator import Activation
+from runner.launch.coordinator import LEASE_SECONDS, RENEW_EVERY, Activation
 from runner.store import LaunchRecord, Store
 
 from .launches import runner_id
@@ -78,7 +78,7 @@ class StandaloneHost:
                  executor: AgentStepExecutor | None = None,
                  manager: ControllerManager | None = None, max_runs: int = 4,
                  poll: float = 0.5, observer: Observer | None = None,
-                 durability: str = "full") -> None:
+                 durability: str = "full", lease_seconds: float = LEASE_SECONDS) -> None:
         if ws.project_root is None:
             raise InputError("wfrun host needs a project (a folder with .wfrun/); pass --project")
         self.ws = ws
@@ -93,8 +93,11 @@ class StandaloneHost:
                                 durability=durability, project_root=ws.project_root,
                                 processes=self.processes)
         self.coordinator = LaunchCoordinator(store, ws, ws.runs_dir, runner_id=runner_id(),
-                                             clock=ws.clock, options=options)
+                                             clock=ws.clock, options=options,
+                                             lease_seconds=lease_seconds,
+                                             renew_every=min(RENEW_EVERY, lease_seconds / 3))
         self.stop_event = threading.Event()
+        self._wake = threading.Event()  # a run ended (a slot is free) or the host stops
         self._lock = threading.Lock()
         self._running: dict[str, tuple[threading.Thread, list[Activation]]] = {}
         self.report = HostReport()
@@ -116,9 +119,11 @@ class StandaloneHost:
 
     def stop(self) -> None:
         self.stop_event.set()
+        self._wake.set()
 
     def _loop(self, once: bool) -> None:
         while not self.stop_event.is_set():
+            self._wake.clear()  # before claiming: a run ending from here on wakes the wait
             claimed = self._claim_ready()
             reconciled = 0
             if self.manager is not None and once:
@@ -128,7 +133,8 @@ class StandaloneHost:
                 busy = bool(self._running)
             if once and not claimed and not busy and not reconciled:
                 return
-            self.stop_event.wait(0.01 if claimed or busy else self.poll)
+            # Sleep until a run ends (a slot frees up) or the poll interval passes.
+            self._wake.wait(self.poll)
 
     def _claim_ready(self) -> int:
         claimed = 0
@@ -172,6 +178,7 @@ class StandaloneHost:
         finally:
             with self._lock:
                 self._running.pop(record.run_id, None)
+            self._wake.set()
 
     def _track(self, acts: list[Activation]) -> Callable[[Activation], None]:
         def keep(act: Activation) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import statistics
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -158,8 +159,7 @@ def eta_seconds(samples: list[tuple[float, float]], total: float | None) -> floa
     rates = rates[-8:]
     if not rates:
         return None
-    rates.sort()
-    rate = rates[len(rates) // 2]
+    rate = statistics.median(rates)  # an even count averages the two middle rates
     remaining = max(total - samples[-1][1], 0.0)
     return remaining / rate if rate > 0 else None
 

@@ -1,0 +1,160 @@
+"""`wfrun host`, `wfrun show --follow --json` and `wfrun runs` end to end, in subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROW_KEYS = {"run_id", "workflow", "status", "started_at", "finished_at", "duration_s",
+            "current_node", "parent_run_id", "title"}
+VIEW_KEYS = {"schema", "run_id", "workflow", "title", "status", "paused", "parent_run_id",
+             "definition_digest", "started_at", "finished_at", "current_node", "steps",
+             "waiting_on", "timeline", "outputs", "final_output", "error", "updates",
+             "trace_events", "trace_torn"}
+BAR_KEYS = {"node", "key", "label", "completed", "total", "unit", "eta_s"}
+SLOW = """\
+    start: work
+    nodes:
+      work: {compute: {call: "./slow.py:work"}}
+      done: {compute: "{{ {'work': outputs.work} }}"}
+    edges: [{from: work, to: done}]
+"""
+SLOW_PY = """\
+import time
+
+
+def work(ctx):
+    for i in range(1, 9):
+        time.sleep(0.15)
+        ctx.publish_update("progress", "files", {"completed": i, "total": 8, "label": "files"})
+    return "all done"
+"""
+OK = """\
+    start: one
+    nodes:
+      one: {compute: "{{ 1 }}"}
+"""
+FAILS = """\
+    start: one
+    nodes:
+      one: {action: {shell: [sh, -c, "exit 3"]}}
+"""
+
+
+class Project:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        folder = root / ".wfrun" / "workflows"
+        folder.mkdir(parents=True)
+        for name, text in (("slow", SLOW), ("ok", OK), ("fails", FAILS)):
+            (folder / f"{name}.yaml").write_text(textwrap.dedent(text))
+        (folder / "slow.py").write_text(SLOW_PY)
+        self.procs: list[subprocess.Popen[str]] = []
+
+    def argv(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "runner", "--project", str(self.root), *args]
+
+    def wfrun(self, *args: str, timeout: float = 30, cwd: Path | None = None,
+              env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(self.argv(*args) if cwd is None else
+                              [sys.executable, "-m", "runner", *args],
+                              capture_output=True, text=True, timeout=timeout,
+                              cwd=cwd or self.root, env={**os.environ, **(env or {})})
+
+    def json(self, *args: str) -> Any:
+        done = self.wfrun(*args)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    def host(self) -> subprocess.Popen[str]:
+        proc = subprocess.Popen(self.argv("host", "--no-controllers", "-q"),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                text=True, cwd=self.root)
+        self.procs.append(proc)
+        return proc
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Iterator[Project]:
+    proj = Project(tmp_path / "proj")
+    yield proj
+    for proc in proj.procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
+
+
+def test_host_outside_a_project_is_a_one_line_usage_error(project: Project,
+                                                          tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = project.wfrun("host", "--once", cwd=elsewhere)
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert "no .wfrun/ folder" in done.stderr
+
+    bad = project.wfrun("host", "--once", env={"WFRUN_LEASE_SECONDS": "0"})
+    assert bad.returncode == 2  # the lease is checked at the edge
+    assert "--lease" not in project.wfrun("host", "--help").stdout  # a test knob, hidden
+
+
+def test_show_follow_json_streams_views_until_the_run_ends(project: Project) -> None:
+    host = project.host()
+    started = project.json("start", "slow", "--json")
+    run_id = started["runId"]
+    manifest = project.root / ".wfrun" / "runs" / run_id / "manifest.json"
+    end = time.monotonic() + 20
+    while not manifest.exists():  # the host activates it; views need the bundle
+        assert time.monotonic() < end, "the host did not activate the launch"
+        time.sleep(0.05)
+
+    done = project.wfrun("show", run_id, "--follow", "--json", timeout=30)
+
+    assert done.returncode == 0, done.stderr
+    views = [json.loads(line) for line in done.stdout.splitlines()]
+    assert len(views) >= 3
+    assert all(set(v) == VIEW_KEYS | {"progress"} for v in views)
+    assert views[-1]["status"] == "completed"
+    assert {v["status"] for v in views[:-1]} == {"running"}
+    assert views[-1]["final_output"] == {"work": "all done"}
+    events = [v["trace_events"] for v in views]
+    assert events == sorted(set(events))
+    bars = [b for v in views for b in v["progress"]]
+    assert bars
+    assert all(set(b) == BAR_KEYS for b in bars)
+    assert bars[-1]["completed"] == 8
+    assert bars[-1]["total"] == 8
+    assert any(b["eta_s"] is not None and b["eta_s"] > 0 for b in bars)
+    host.send_signal(signal.SIGTERM)
+    assert host.wait(timeout=10) == 0
+
+
+def test_runs_and_show_json_keys_and_the_status_filter(project: Project) -> None:
+    assert project.wfrun("run", "ok", "-q").returncode == 0
+    assert project.wfrun("run", "fails", "-q").returncode == 1
+
+    listing = project.json("runs", "--json")
+    assert set(listing) == {"runs"}
+    assert len(listing["runs"]) == 2
+    assert all(set(row) == ROW_KEYS for row in listing["runs"])
+    failed = project.json("runs", "--status", "failed", "--json")["runs"]
+    assert [r["workflow"] for r in failed] == ["fails"]
+
+    view = project.json("show", failed[0]["run_id"], "--json")
+    assert set(view) == VIEW_KEYS
+    assert view["status"] == "failed"
+    follow = project.wfrun("show", failed[0]["run_id"], "--follow", "--json")
+    assert follow.returncode == 1  # follow exits like the run ended
+    lines = follow.stdout.splitlines()
+    assert len(lines) == 1
+    assert json.loads(lines[0])["status"] == "failed"
