@@ -144,11 +144,11 @@ def _keepers(runner_id: str) -> list[threading.Thread]:
 
 
 def test_the_keeper_renews_a_short_lease_through_a_long_node(project: Project) -> None:
-    stack = Stack(project, runner_id="r-keep", lease_seconds=1.0, renew_every=0.2)
-    act = stack.coordinator.activate(stack.claimed("sleepy", {"s": "2.5"}))
+    stack = Stack(project, runner_id="r-keep", lease_seconds=1.5, renew_every=0.2)
+    act = stack.coordinator.activate(stack.claimed("sleepy", {"s": "3.5"}))
     assert act is not None
     outcome = stack.coordinator.run(act)
-    # 2.5 s of node on a 1 s lease: only renewals kept the fence passing.
+    # 3.5 s of node on a 1.5 s lease: only renewals kept the fence passing.
     assert outcome is not None
     assert outcome.status == "completed"
     assert stack.store.launches.get(act.record.run_id).status == "done"  # type: ignore[union-attr]
