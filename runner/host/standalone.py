@@ -20,7 +20,7 @@ from pathlib import Path
 
 from runner.controllers import ControllerManager
 from runner.engine import AgentStepExecutor, RunOutcome
-from runner.engine.processes import ProcessRegistry, reap_orphans
+from runner.engine.processes import ProcessRegistry, reap_dead_registries, reap_orphans
 from runner.engine.runner import Observer
 from runner.errors import InputError
 from runner.launch import EngineOptions, LaunchCoordinator
@@ -106,7 +106,9 @@ class StandaloneHost:
     def run(self, *, once: bool = False) -> HostReport:
         self.lock.acquire()
         try:
-            self.report.reaped = reap_orphans(self.processes.path)
+            # Groups of a dead host, and of dead foreground runners (`wfrun run`).
+            self.report.reaped = (reap_orphans(self.processes.path)
+                                  + reap_dead_registries(self.ws.children_dir))
             if self.manager is not None and not once:
                 self.manager.start()
             self._loop(once)

@@ -247,7 +247,7 @@ HOLDING_AGENT = """
     import time
     from pathlib import Path
 
-    import runner.cli.runs as runs
+    import runner.host.local as local
 
 
     class Holding:
@@ -260,9 +260,9 @@ HOLDING_AGENT = """
                 time.sleep(0.02)
 
 
-    real = runs.make_executor
-    runs.make_executor = lambda spec, clock=None: Holding() if spec == "hold" else real(spec,
-                                                                                       clock)
+    real = local.make_executor
+    local.make_executor = (lambda spec, clock=None, settings=None: Holding() if spec == "hold"
+                           else real(spec, clock, settings))
     from runner.cli.app import main
 
     sys.argv[0] = "wfrun"
