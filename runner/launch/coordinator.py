@@ -191,6 +191,8 @@ class LaunchCoordinator:
         except StoreError as exc:
             raise PreflightError("store_unavailable", self.safe(
                 f"the workflow store is unavailable: {exc.message}")) from None
+        except ValueError as exc:  # the store refuses the input (too large, not plain JSON)
+            raise PreflightError("input_invalid", self.safe(str(exc))) from None
         self.crash("after_queued_commit")
         if isinstance(result, LostRace):
             if result.reason == "session_reserved":

@@ -216,3 +216,21 @@ def test_an_included_file_changed_after_start_fails_activation(project: Project)
     assert failed is not None
     assert (failed.status, failed.error_code) == ("failed", "source_changed")
     assert project.bundles() == []
+
+
+def test_an_input_the_store_refuses_is_a_preflight_error_in_the_tool_call(
+        project: Project) -> None:
+    """A 2 MiB input passes the schema but not the store's 1 MiB bound: the tool call
+    answers with an error (it used to raise out of the host's turn) and stores nothing."""
+    from runner.host.reference import JsonlHost
+    from runner.host.session import SessionController
+
+    stack = Stack(project)
+    controller = SessionController(JsonlHost(project.session_log, lambda _v: "ok"),
+                                   stack.coordinator)
+    reply = controller.on_tool_call("c1", "workflow", {
+        "action": "start", "workflow": "tiny", "input": {"task": "x" * (2 * 1024 * 1024)}})
+    assert reply.is_error
+    assert reply.details["code"] == "input_invalid"
+    assert "limit" in reply.content
+    assert stack.store.launches.query() == []
