@@ -197,10 +197,13 @@ class ControllerManager:
             eligible = self._eligible()
             if eligible is not None and not eligible:
                 return False
+            rid = secrets.token_hex(8)
             try:
+                # The started record commits with the claim: one write, not two.
                 item = self.store.reconcile_queue.claim_next(
                     runner_id=self.runner_id, lease_seconds=self.config.lease_seconds,
-                    controllers=eligible)
+                    controllers=eligible,
+                    claim_event=("reconcile_started", {"runner": self.runner_id}, rid))
             except StoreError as exc:
                 log.warning("claim failed: %s", exc)
                 return False
@@ -210,7 +213,7 @@ class ControllerManager:
             with self._lock:
                 self._active[slot] = threading.Event()
         try:
-            self._process(item)
+            self._process(item, rid)
         finally:
             with self._lock:
                 self._active.pop(slot, None)
@@ -254,27 +257,26 @@ class ControllerManager:
                 self._stop.wait(self.config.idle_poll)
 
     # -- one pass ----------------------------------------------------------------------------
-    def _process(self, item: QueueItem) -> None:
+    def _process(self, item: QueueItem, rid: str) -> None:
         assert item.claim_token is not None
         token = item.claim_token
         q, events = self.store.reconcile_queue, self.store.controller_events
         ctl = self.controllers.get(item.controller)
         if ctl is None:
             q.complete(item.controller, item.key, token, outcome="requeue_after", delay=60.0,
-                       error="no such controller in this manager")
+                       error="no such controller in this manager",
+                       events=[("reconcile_skipped", {"reason": "unknown controller"}, rid)])
             return
         resource = self.store.resources.get(item.controller, item.key)
         if resource is None:
-            q.complete(item.controller, item.key, token, outcome="settled")
+            q.complete(item.controller, item.key, token, outcome="settled",
+                       events=[("reconcile_skipped", {"reason": "no resource"}, rid)])
             return
-        rid = secrets.token_hex(8)
         with self._lock:
             cancelled = self._active.setdefault((item.controller, item.key), threading.Event())
             self.passes += 1
-        events.append(item.controller, item.key, "reconcile_started",
-                      {"generation": resource.generation,
-                       "resource_version": resource.resource_version,
-                       "attempt": item.consecutive_errors + 1}, reconcile_id=rid)
+        read = {"generation": resource.generation, "resource_version": resource.resource_version,
+                "attempt": item.consecutive_errors + 1}
         slot = (item.controller, item.key)
         claim = _Claim(item, cancelled)
         self._hold(slot, claim)
@@ -290,11 +292,10 @@ class ControllerManager:
             n = item.consecutive_errors + 1
             delay = backoff_delay(n, self.config.backoff_base, self.config.backoff_cap, self.rng)
             message = _bounded(error or "reconcile returned no result")
-            events.append(item.controller, item.key, "reconcile_failed",
-                          {"error": message, "retry_in": round(delay, 3), "attempt": n},
-                          reconcile_id=rid)
             q.complete(item.controller, item.key, token, outcome="error", delay=delay,
-                       error=message)
+                       error=message,
+                       events=[("reconcile_failed", {**read, "error": message,
+                                                     "retry_in": round(delay, 3)}, rid)])
             return
         self._finish(item, token, ctl, resource, result, rid)
 
@@ -372,46 +373,47 @@ class ControllerManager:
                 result: Result, rid: str) -> None:
         q, events, resources = (self.store.reconcile_queue, self.store.controller_events,
                                 self.store.resources)
+        c, k = item.controller, item.key
         try:
             status = apply_patch(resource.status, result.patch,
                                  generation=resource.generation, now=iso(self.clock.now()))
-            updated = resources.update_status(item.controller, item.key,
-                                              resource.resource_version, status)
+            updated = resources.update_status(c, k, resource.resource_version, status)
         except ValueError as exc:
             message = _bounded(str(exc))
-            events.append(item.controller, item.key, "reconcile_failed", {"error": message},
-                          reconcile_id=rid)
-            q.complete(item.controller, item.key, token, outcome="error",
-                       delay=self.config.backoff_base, error=message)
+            q.complete(c, k, token, outcome="error", delay=self.config.backoff_base,
+                       error=message, events=[("reconcile_failed", {"error": message}, rid)])
             return
         if isinstance(updated, LostRace):
             # The resource changed while we worked: our status is stale; look again.
-            events.append(item.controller, item.key, "reconcile_conflict",
-                          {"read_version": resource.resource_version}, reconcile_id=rid)
-            q.complete(item.controller, item.key, token, outcome="requeue")
+            q.complete(c, k, token, outcome="requeue",
+                       events=[("reconcile_conflict",
+                                {"read_version": resource.resource_version}, rid)])
             return
         if result.patch.finalizers is not None:
-            fin = resources.set_finalizers(item.controller, item.key, updated.resource_version,
+            fin = resources.set_finalizers(c, k, updated.resource_version,
                                            result.patch.finalizers)
             if isinstance(fin, LostRace):
-                q.complete(item.controller, item.key, token, outcome="requeue")
+                q.complete(c, k, token, outcome="requeue",
+                           events=[("reconcile_conflict", {"on": "finalizers"}, rid)])
                 return
             updated = fin
         if (result.kind == "settled" and updated.deletion_timestamp is not None
                 and not updated.finalizers):
-            resources.delete(item.controller, item.key, updated.resource_version)
-            events.append(item.controller, item.key, "resource_deleted", {}, reconcile_id=rid)
+            deleted = resources.delete(c, k, updated.resource_version)
+            if deleted is True:
+                events.append(c, k, "resource_deleted", {}, reconcile_id=rid)
+                return
+            q.complete(c, k, token, outcome="requeue",
+                       events=[("reconcile_conflict", {"on": "delete"}, rid)])
             return
+        finished = [("reconcile_finished", {"result": result.kind, "delay": result.delay,
+                                            "generation": resource.generation}, rid)]
         if result.kind == "requeue":
-            q.complete(item.controller, item.key, token, outcome="requeue")
+            q.complete(c, k, token, outcome="requeue", events=finished)
         elif result.kind == "requeue_after":
-            q.complete(item.controller, item.key, token, outcome="requeue_after",
-                       delay=result.delay)
+            q.complete(c, k, token, outcome="requeue_after", delay=result.delay,
+                       events=finished)
         elif ctl.resync:
-            q.complete(item.controller, item.key, token, outcome="requeue_after",
-                       delay=ctl.resync)
+            q.complete(c, k, token, outcome="requeue_after", delay=ctl.resync, events=finished)
         else:
-            q.complete(item.controller, item.key, token, outcome="settled")
-        events.append(item.controller, item.key, "reconcile_finished",
-                      {"result": result.kind, "delay": result.delay,
-                       "generation": resource.generation}, reconcile_id=rid)
+            q.complete(c, k, token, outcome="settled", events=finished)

@@ -10,7 +10,7 @@ from the store's clock; durations passed in are seconds.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -19,6 +19,9 @@ from runner.store.records import Json, LostRace
 EffectState = Literal["pending", "applied", "rejected", "indeterminate"]
 RequestState = Literal["pending", "running", "waiting", "succeeded", "failed", "interrupted"]
 QueueOutcome = Literal["settled", "requeue", "requeue_after", "error"]
+
+#: (event type, payload, reconcile id) of a controller event written with a queue change.
+EventSpec = tuple[str, Mapping[str, object], str | None]
 
 SPEC_MAX_BYTES = 256 * 1024
 STATUS_MAX_BYTES = 64 * 1024
@@ -143,8 +146,11 @@ class ReconcileQueue(Protocol):
 
     def claim_next(self, *, runner_id: str, lease_seconds: float,
                    controllers: Iterable[str] | None = None,
-                   exclude: Iterable[tuple[str, str]] = ()) -> QueueItem | None:
-        """The oldest available item (unclaimed or with an expired claim); bumps epoch."""
+                   exclude: Iterable[tuple[str, str]] = (),
+                   claim_event: EventSpec | None = None) -> QueueItem | None:
+        """The oldest available item (unclaimed or with an expired claim); bumps epoch.
+        `claim_event` (type, payload, reconcile id) is recorded for the claimed key in
+        the same transaction."""
         ...
 
     def renew(self, controller: str, key: str, claim_token: str, *,
@@ -152,11 +158,13 @@ class ReconcileQueue(Protocol):
 
     def complete(self, controller: str, key: str, claim_token: str, *,
                  outcome: QueueOutcome, delay: float = 0.0,
-                 error: str | None = None) -> QueueItem | LostRace | None:
+                 error: str | None = None,
+                 events: Sequence[EventSpec] = ()) -> QueueItem | LostRace | None:
         """End a claimed pass. settled: delete the row (or requeue now if dirty);
         requeue: available now; requeue_after/error: available after `delay` (a dirty
         row is available now). `error` increments consecutive_errors; others reset it.
-        Returns the remaining row, None when deleted, LostRace when not the holder."""
+        Returns the remaining row, None when deleted, LostRace when not the holder.
+        `events` are recorded in the same transaction, only while the claim holds."""
         ...
 
     def get(self, controller: str, key: str) -> QueueItem | None: ...

@@ -161,6 +161,38 @@ class SqliteEffects:
         return [effect_from_row(row) for row in rows]
 
 
+def event_payload(controller: str, key: str, event_type: str, payload: object,
+                  reconcile_id: str | None) -> str:
+    """Check an event's ids and return its bounded, canonical JSON payload."""
+    check_id(controller, "controller")
+    check_id(key, "resource key")
+    check_id(event_type, "event type")
+    if reconcile_id is not None:
+        check_id(reconcile_id, "reconcile id")
+    body = {} if payload is None else payload
+    if not isinstance(body, Mapping):
+        raise ValueError(f"a controller event payload must be a JSON object, not {body!r:.80}")
+    bounded = {
+        name: bounded_message(value, CONTROLLER_ERROR_MAX_BYTES)
+        if name in _BOUNDED_PAYLOAD_FIELDS and isinstance(value, str)
+        else value
+        for name, value in body.items()
+    }
+    return json_object(bounded, what="controller event payload", max_bytes=PAYLOAD_MAX_BYTES)
+
+
+def insert_event(conn: sqlite3.Connection, now: int, controller: str, key: str,
+                 event_type: str, payload_json: str, reconcile_id: str | None
+                 ) -> ControllerEvent:
+    """Insert one event inside the caller's transaction (so it commits with it)."""
+    row = conn.execute(
+        "INSERT INTO controller_events (recorded_at, controller, resource_key, type,"
+        " reconcile_id, payload_json) VALUES (?, ?, ?, ?, ?, ?) RETURNING *",
+        (now, controller, key, event_type, reconcile_id, payload_json),
+    ).fetchone()
+    return event_from_row(row)
+
+
 class SqliteControllerEvents:
     """`ControllerEvents` on SQLite."""
 
@@ -177,28 +209,10 @@ class SqliteControllerEvents:
         *,
         reconcile_id: str | None = None,
     ) -> ControllerEvent:
-        check_id(controller, "controller")
-        check_id(key, "resource key")
-        check_id(event_type, "event type")
-        if reconcile_id is not None:
-            check_id(reconcile_id, "reconcile id")
-        body = {} if payload is None else payload
-        if not isinstance(body, Mapping):
-            raise ValueError(f"a controller event payload must be a JSON object, not {body!r:.80}")
-        bounded = {
-            name: bounded_message(value, CONTROLLER_ERROR_MAX_BYTES)
-            if name in _BOUNDED_PAYLOAD_FIELDS and isinstance(value, str)
-            else value
-            for name, value in body.items()
-        }
-        text = json_object(bounded, what="controller event payload", max_bytes=PAYLOAD_MAX_BYTES)
+        text = event_payload(controller, key, event_type, payload, reconcile_id)
         with self._db.write() as conn:
-            row = conn.execute(
-                "INSERT INTO controller_events (recorded_at, controller, resource_key, type,"
-                " reconcile_id, payload_json) VALUES (?, ?, ?, ?, ?, ?) RETURNING *",
-                (self._now_ms(), controller, key, event_type, reconcile_id, text),
-            ).fetchone()
-        return event_from_row(row)
+            return insert_event(conn, self._now_ms(), controller, key, event_type, text,
+                                reconcile_id)
 
     def read(
         self,

@@ -23,13 +23,17 @@ from __future__ import annotations
 
 import math
 import sqlite3
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import get_args
 
 from runner.store.controller_interface import QueueItem, QueueOutcome
 from runner.store.records import LostRace, bounded_message, check_id, lease_ms, new_claim_token
 from runner.store.sqlite_db import SqliteDatabase
+from runner.store.sqlite_effects import event_payload, insert_event
 from runner.store.states import CONTROLLER_ERROR_MAX_BYTES
+
+#: (event type, payload, reconcile id) of a controller event written with a queue change.
+EventSpec = tuple[str, Mapping[str, object], str | None]
 
 QUEUE_OUTCOMES: tuple[QueueOutcome, ...] = get_args(QueueOutcome)
 
@@ -131,6 +135,7 @@ class SqliteReconcileQueue:
         lease_seconds: float,
         controllers: Iterable[str] | None = None,
         exclude: Iterable[tuple[str, str]] = (),
+        claim_event: EventSpec | None = None,
     ) -> QueueItem | None:
         check_id(runner_id, "runner_id")
         lease = lease_ms(lease_seconds)
@@ -163,7 +168,12 @@ class SqliteReconcileQueue:
                 " WHERE controller = ? AND resource_key = ? AND epoch = ? RETURNING *",
                 (new_claim_token(), now + lease, now + lease, runner_id, *row),
             ).fetchone()
-        assert claimed is not None, "row changed inside an immediate transaction"
+            assert claimed is not None, "row changed inside an immediate transaction"
+            if claim_event is not None:
+                # Recorded in the claim's own transaction: one commit, not two.
+                etype, epayload, rid = claim_event
+                insert_event(conn, now, row[0], row[1], etype,
+                             event_payload(row[0], row[1], etype, epayload, rid), rid)
         return queue_item_from_row(claimed)
 
     def renew(
@@ -196,9 +206,12 @@ class SqliteReconcileQueue:
         outcome: QueueOutcome,
         delay: float = 0.0,
         error: str | None = None,
+        events: Sequence[EventSpec] = (),
     ) -> QueueItem | LostRace | None:
         """End a claimed pass (see the interface). The token must still be installed;
-        a lease that ran out is accepted as long as nobody reclaimed the row."""
+        a lease that ran out is accepted as long as nobody reclaimed the row. `events`
+        are recorded in the same transaction, only if the pass still holds the claim."""
+        texts = [(t, event_payload(controller, key, t, p, r), r) for t, p, r in events]
         if outcome not in QUEUE_OUTCOMES:
             raise ValueError(f"unknown queue outcome {outcome!r}; use one of {QUEUE_OUTCOMES}")
         wait = delay_ms(delay)
@@ -212,6 +225,8 @@ class SqliteReconcileQueue:
             if lost is not None:
                 return lost
             assert row is not None
+            for etype, etext, rid in texts:
+                insert_event(conn, now, controller, key, etype, etext, rid)
             guard = (controller, key, claim_token, row["epoch"])
             dirty = bool(row["dirty"])
             if outcome == "settled" and not dirty:
