@@ -61,8 +61,35 @@ def sidecar_paths(path: Path) -> list[Path]:
 FileState = Literal["empty", "compatible"]
 
 
+# Store files this process has open, with a count of handles. POSIX drops every
+# lock a process holds on a file when *any* descriptor of that file is closed, so
+# once SQLite holds locks here, the file must never be opened and closed by plain
+# Python I/O again (that could let another process delete the live -wal).
+_OPEN_STORES: dict[str, int] = {}
+_OPEN_GUARD = threading.Lock()
+
+
+def _opened(path: Path, delta: int) -> None:
+    key = os.path.realpath(path)
+    with _OPEN_GUARD:
+        count = _OPEN_STORES.get(key, 0) + delta
+        if count > 0:
+            _OPEN_STORES[key] = count
+        else:
+            _OPEN_STORES.pop(key, None)
+
+
+def open_in_this_process(path: Path) -> bool:
+    with _OPEN_GUARD:
+        return _OPEN_STORES.get(os.path.realpath(path), 0) > 0
+
+
 def inspect_existing(path: Path) -> FileState:
     """Check an existing store file without writing to it (or creating sidecars)."""
+    if open_in_this_process(path):
+        # Already opened (and its layout checked) by this process; reading its header
+        # with plain file I/O now would drop SQLite's locks (see _OPEN_STORES).
+        return _inspect_uri(path, path.absolute().as_uri() + "?mode=ro")
     try:
         before = path.stat()
         with path.open("rb") as handle:
@@ -214,6 +241,7 @@ class SqliteDatabase:
         self._local = threading.local()
         self._lock = threading.Lock()
         self._write_lock = _write_lock_for(path)
+        _opened(path, +1)
         self._connections: list[tuple[int, sqlite3.Connection]] = []
         self._closed = False
 
@@ -353,7 +381,9 @@ class SqliteDatabase:
         pid = os.getpid()
         with self._lock:
             connections, self._connections = self._connections, []
-            self._closed = True
+            was_closed, self._closed = self._closed, True
+        if not was_closed:
+            _opened(self.path, -1)
         for owner, conn in connections:
             if owner == pid:
                 conn.close()
