@@ -10,8 +10,10 @@ the context.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 from jinja2 import StrictUndefined, TemplateSyntaxError, Undefined, UndefinedError
@@ -80,10 +82,36 @@ def is_template(text: str) -> bool:
     return any(m in text for m in _MARKERS)
 
 
+# `{{ name.attr | filter }}`: the shape of most prompt and message substitutions.
+# Jinja's lexer starts a tag at the leftmost `{{`, `{%` or `{#`; a text whose every
+# tag is one of these (ASCII names, no whitespace control, no `not` prefix) always
+# parses, so it skips the parser. Anything else takes the full parse below.
+_SIMPLE_TAG = re.compile(r"\{\{\s*(?!not\b)[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*"
+                         r"(?:\s*\|\s*[A-Za-z_]\w*)*\s*\}\}", re.ASCII)
+_TAG_START = re.compile(r"\{[{%#]")
+
+
+def _only_simple_tags(text: str) -> bool:
+    pos = 0
+    while True:
+        start = _TAG_START.search(text, pos)
+        if start is None:
+            return True
+        tag = _SIMPLE_TAG.match(text, start.start())
+        if tag is None:
+            return False
+        pos = tag.end()
+
+
 def check_syntax(text: str) -> tuple[int, str] | None:
     """None when the template parses; else (1-based line within it, message)."""
-    if not is_template(text):
+    if not is_template(text) or _only_simple_tags(text):
         return None
+    return _parse_problem(text)
+
+
+@lru_cache(maxsize=2048)
+def _parse_problem(text: str) -> tuple[int, str] | None:
     try:
         _text_env().parse(text)
     except TemplateSyntaxError as exc:
