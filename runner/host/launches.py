@@ -14,7 +14,7 @@ from typing import Any
 from runner.engine import AgentStepExecutor
 from runner.engine.bundle import MANIFEST, read_json
 from runner.errors import NotFoundError, WfrunError
-from runner.launch import EngineOptions, LaunchCoordinator
+from runner.launch import EngineOptions, LaunchCoordinator, safe_message
 from runner.store import Store
 
 from .local import Workspace
@@ -60,7 +60,11 @@ def launch_status(ws: Workspace, store: Store, run_id: str) -> dict[str, Any]:
         if record.error_code:
             view["error"] = {"code": record.error_code, "message": record.error_message}
     if bundle is not None:
-        view["run"] = bundle.to_json()
+        run = bundle.to_json()
+        if run.get("title"):
+            # Titles are author templates over the input; status output stays redacted.
+            run["title"] = safe_message(str(run["title"]))
+        view["run"] = run
         # A parked launch's bundle still says `running`; the launch state is the news.
         if record is None or record.status in ("running", "done"):
             view["status"] = bundle.status
