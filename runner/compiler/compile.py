@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import networkx as nx
-
 from .diagnostics import Diagnostic, DiagnosticSink, sort_key
 from .discovery import Catalog, Origin, is_path_ref
 from .graph import LocalGraph, check_included, check_local, flatten, to_networkx
@@ -35,10 +33,18 @@ class CompileResult:
     name: str
     diagnostics: list[Diagnostic]
     definition: WorkflowDefinition | None = None
-    graph: nx.DiGraph | None = None
     text: str | None = None
     # Texts of every file a diagnostic points into (included children too), for rendering.
     texts: dict[str, str] = field(default_factory=dict)
+
+    _graph: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def graph(self) -> Any:
+        """The compiled `networkx.DiGraph` (None when invalid), built on first use."""
+        if self._graph is None and self.definition is not None and self.valid:
+            self._graph = to_networkx(self.definition.nodes, self.definition.edges)
+        return self._graph
 
     @property
     def valid(self) -> bool:
@@ -111,7 +117,6 @@ class Compiler:
 
         definition = replace(definition, digest=digest_of(snapshot))
         result.definition = definition
-        result.graph = to_networkx(nodes, edges)
         return result
 
     def compile_name(self, name: str) -> CompileResult | Diagnostic:

@@ -7,9 +7,9 @@ their mount path and wires entry and exit nodes.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-
-import networkx as nx
+from typing import Any
 
 from .diagnostics import DiagnosticSink, KeyPath, did_you_mean
 from .model import (
@@ -164,17 +164,22 @@ def _check_reachable(g: LocalGraph, sink: DiagnosticSink) -> None:
         return
     if wf.declared - set(wf.nodes) or set(wf.includes) - set(g.children):
         return  # a broken node or include hides its edges; reachability would only cascade
-    dg: nx.DiGraph = nx.DiGraph()
-    dg.add_nodes_from(wf.nodes)
-    dg.add_nodes_from(wf.includes)
+    # A plain breadth-first walk: checking a file must not pay for importing networkx.
+    succ: dict[str, set[str]] = {n: set() for n in (*wf.nodes, *wf.includes)}
     for source, edge in g.edges.items():
         origin = source.split(".", 1)[0]
         targets = [edge.to] if edge.to else [*edge.cases.values(),
                                                *([edge.default] if edge.default else [])]
         for t in targets:
-            if t in dg:
-                dg.add_edge(origin, t)
-    reachable = nx.descendants(dg, wf.start) | {wf.start}
+            if t in succ and origin in succ:
+                succ[origin].add(t)
+    reachable = {wf.start}
+    frontier = [wf.start]
+    while frontier:
+        for nxt in succ.get(frontier.pop(), ()):
+            if nxt not in reachable:
+                reachable.add(nxt)
+                frontier.append(nxt)
     for nid, node in wf.nodes.items():
         if nid not in reachable:
             sink.error("unreachable-node", f"node '{nid}' cannot be reached from start "
@@ -255,8 +260,10 @@ def flatten(g: LocalGraph, prefix: str = "") -> tuple[dict[str, Node], dict[str,
     return nodes, edges
 
 
-def to_networkx(nodes: dict[str, Node], edges: dict[str, Edge]) -> nx.DiGraph:
+def to_networkx(nodes: Mapping[str, Node], edges: Mapping[str, Edge]) -> Any:
     """Nodes carry their `Node` as `spec`; edges carry the route values that take them."""
+    import networkx as nx  # imported on first use: it costs ~80 ms of start-up
+
     dg: nx.DiGraph = nx.DiGraph()
     for nid, node in nodes.items():
         dg.add_node(nid, spec=node, kind=node.kind)

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
-from jinja2 import StrictUndefined, TemplateSyntaxError, Undefined, UndefinedError
+from jinja2 import StrictUndefined, Template, TemplateSyntaxError, Undefined, UndefinedError
 from jinja2.exceptions import SecurityError
 from jinja2.nativetypes import NativeEnvironment
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -119,11 +119,32 @@ def _parse_problem(text: str) -> tuple[int, str] | None:
     return None
 
 
+_CACHE_SIZE = 512
+
+
+def _compiled(text: str, *, native: bool) -> Template:
+    """A compiled template, cached per thread: compiling costs far more than rendering,
+    and a run renders the same few templates node after node."""
+    key = "native" if native else "text"
+    cache: dict[str, Template] | None = getattr(_local, f"cache_{key}", None)
+    if cache is None:
+        cache = {}
+        setattr(_local, f"cache_{key}", cache)
+    template = cache.get(text)
+    if template is None:
+        env = _native_env() if native else _text_env()
+        template = env.from_string(text)
+        if len(cache) >= _CACHE_SIZE:
+            cache.pop(next(iter(cache)))  # drop the oldest entry
+        cache[text] = template
+    return template
+
+
 def render_text(text: str, context: Mapping[str, Any]) -> str:
     if not is_template(text):
         return text
     try:
-        return _text_env().from_string(text).render(**context)
+        return _compiled(text, native=False).render(**context)
     except (UndefinedError, SecurityError, TemplateSyntaxError) as exc:
         raise TemplateError(str(exc)) from None
     except Exception as exc:  # a filter on the wrong type, a division by zero...
@@ -136,7 +157,7 @@ def render_native(value: Any, context: Mapping[str, Any]) -> Any:
         if not is_template(value):
             return value
         try:
-            result = _native_env().from_string(value).render(**context)
+            result = _compiled(value, native=True).render(**context)
         except (UndefinedError, SecurityError, TemplateSyntaxError) as exc:
             raise TemplateError(str(exc)) from None
         except Exception as exc:
