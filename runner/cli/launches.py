@@ -17,7 +17,7 @@ from runner.launch import PreflightError
 from .app import cli
 from .context import Context
 from .progress import Progress
-from .runs import EXIT, agent_option, parking_on_interrupt, workspace
+from .runs import EXIT, _input_schema, agent_option, parking_on_interrupt, workspace
 
 
 @cli.command("start")
@@ -32,7 +32,7 @@ def start_cmd(ctx: Context, ref: str, input_json: str | None, pairs: tuple[str, 
               wait: bool, agent: str | None, as_json: bool) -> None:
     """Queue a detached launch (a host activates it; --wait runs it here)."""
     ws = workspace(ctx)
-    value = parse_input(input_json, pairs)
+    value = parse_input(input_json, pairs, _input_schema(ws, ref) if pairs else None)
     store = open_store(ws)
     coordinator = detached_coordinator(ws, store, executor=ctx.executor(agent, ws.clock))
     try:

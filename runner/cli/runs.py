@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from runner.engine import RunControl, RunOutcome
+from runner.errors import WfrunError
 from runner.host.local import Workspace, parse_answer, parse_input
 from runner.host.views import list_runs, show_run
 
@@ -50,6 +51,15 @@ def parking_on_interrupt(control: RunControl) -> Iterator[None]:
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+
+
+def _input_schema(ws: Workspace, ref: str) -> Any:
+    """The workflow's input schema, to read `-i` values as the types it declares."""
+    try:
+        definition, _ = ws.compile(ref)
+    except WfrunError:
+        return None  # the run itself reports the problem
+    return definition.input_schema
 
 
 def agent_option(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -92,7 +102,7 @@ def run_cmd(ctx: Context, ref: str, input_json: str | None, pairs: tuple[str, ..
             agent: str | None, durability: str, as_json: bool, quiet: bool) -> None:
     """Run a workflow in the foreground (exit 0 completed, 1 failed, 4 waiting)."""
     ws = workspace(ctx)
-    value = parse_input(input_json, pairs)
+    value = parse_input(input_json, pairs, _input_schema(ws, ref) if pairs else None)
     control = RunControl()
     with Progress(quiet) as progress, parking_on_interrupt(control):
         engine = ws.engine(executor=ctx.executor(agent, ws.clock), observer=progress,

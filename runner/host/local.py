@@ -12,6 +12,7 @@ import json
 import os
 import shlex
 import signal
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -194,8 +195,13 @@ class Workspace:
         return engine.answer(run_id, answer, self.resolver, control=control)
 
 
-def parse_input(json_text: str | None, pairs: tuple[str, ...]) -> Any:
-    """`--input JSON` and/or `-i key=value` (value parsed as JSON when it parses)."""
+def parse_input(json_text: str | None, pairs: tuple[str, ...],
+                schema: Mapping[str, Any] | None = None) -> Any:
+    """`--input JSON` and/or `-i key=value`.
+
+    A `-i` value is parsed as JSON (so `n=3` is a number) unless the workflow's
+    input schema says that field is a string: then `name=true` stays "true".
+    """
     value: Any = {}
     if json_text is not None:
         try:
@@ -203,12 +209,19 @@ def parse_input(json_text: str | None, pairs: tuple[str, ...]) -> Any:
         except json.JSONDecodeError as exc:
             raise InputError(f"--input is not valid JSON: {exc.msg} at column {exc.colno}") \
                 from None
+    props = (schema or {}).get("properties") or {}
     for pair in pairs:
         if "=" not in pair:
             raise InputError(f"-i takes key=value, got '{pair}'")
         if not isinstance(value, dict):
             raise InputError("-i key=value needs --input to be a JSON object")
         key, raw = pair.split("=", 1)
+        declared = props.get(key, {}).get("type") if isinstance(props.get(key), dict) else None
+        wants_text = declared == "string" or (isinstance(declared, list)
+                                              and declared == ["string"])
+        if wants_text:
+            value[key] = raw
+            continue
         try:
             value[key] = json.loads(raw)
         except ValueError:
