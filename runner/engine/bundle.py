@@ -131,7 +131,6 @@ class FolderBundle:
             os.mkdir(root, 0o700)
         except FileExistsError:
             raise OperationFailed(f"run '{run_id}' already exists") from None
-        _private_dir(root / ARTIFACTS)
         bundle = cls(root, run_id, fence, durability)
         bundle._acquire()
         return bundle
@@ -209,6 +208,7 @@ class FolderBundle:
         rel = f"{ARTIFACTS}/sha256-{digest}.txt"
         path = self.root / rel
         if not path.exists():
+            _private_dir(path.parent)  # created on first use: most runs have no artifacts
             _write_private(path, data, sync=self.sync)
         return {"path": rel, "media_type": media_type, "bytes": len(data), "sha256": digest}
 

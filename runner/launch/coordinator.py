@@ -353,11 +353,26 @@ class LaunchCoordinator:
     def _engine(self, record: LaunchRecord, token: str) -> Engine:
         launches = self.store.launches
 
+        # While the row is `running` and our lease has a third of its length left,
+        # nothing else can change it: a reclaim needs an expired lease, a cancel of a
+        # running row needs our token. Only then is the fence answered locally; every
+        # other write asks the store.
+        margin_ms = self.lease_seconds * 1000 / 3
+        known = {"running": False, "expires": 0}
+
         def fence() -> bool:
+            if known["running"] and self.store.now_ms() + margin_ms < known["expires"]:
+                return True
             try:
-                return not isinstance(launches.check_claim(record.run_id, token), LostRace)
+                held = launches.check_claim(record.run_id, token)
             except StoreError:
                 return False
+            if isinstance(held, LostRace):
+                known["running"] = False
+                return False
+            known["running"] = held.status == "running"
+            known["expires"] = held.claim_expires_at or 0
+            return True
 
         opts = self.options
         return Engine(runs_dir=self.runs_dir, clock=self.clock, executor=opts.executor(record),
