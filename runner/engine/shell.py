@@ -14,14 +14,14 @@ import subprocess
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import IO, Literal
+from typing import Literal
 
 from runner.clock import Clock
 
 from .control import RunControl
 from .processes import ProcessRegistry
+from .procs import _Drain, _feed, kill_group
 
-KILL_GRACE = 1.0
 POLL = 0.02
 Ending = Literal["exited", "timed_out", "stopped", "not_found", "error"]
 
@@ -37,56 +37,6 @@ class ShellResult:
     stderr_truncated: bool
     duration_ms: int
     error: str | None = None
-
-
-class _Capture(threading.Thread):
-    """Reads a pipe to EOF, keeping at most `cap` characters."""
-
-    def __init__(self, pipe: IO[bytes], cap: int) -> None:
-        super().__init__(daemon=True)
-        self.pipe = pipe
-        self.cap = cap
-        self.chunks: list[bytes] = []
-        self.size = 0
-        self.truncated = False
-
-    def run(self) -> None:
-        with contextlib.suppress(OSError, ValueError):
-            while True:
-                chunk = self.pipe.read1(65536)  # type: ignore[attr-defined]
-                if not chunk:
-                    break
-                room = self.cap * 4 - self.size  # bytes; trimmed to characters below
-                if room > 0:
-                    self.chunks.append(chunk[:room])
-                    self.size += min(len(chunk), room)
-                if len(chunk) > room:
-                    self.truncated = True
-
-    def text(self) -> str:
-        out = b"".join(self.chunks).decode("utf-8", errors="replace")
-        if len(out) > self.cap:
-            self.truncated = True
-            out = out[: self.cap]
-        return out
-
-
-def kill_group(proc: subprocess.Popen[bytes], clock: Clock, grace: float = KILL_GRACE) -> None:
-    """SIGTERM the process group, then SIGKILL whatever is left after `grace`."""
-    try:
-        pgid = os.getpgid(proc.pid)
-    except ProcessLookupError:
-        pgid = proc.pid
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGTERM)
-    end = clock.monotonic() + grace
-    while proc.poll() is None and clock.monotonic() < end:
-        clock.sleep(POLL)
-    # Kill the group even if the leader exited: grandchildren may linger.
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=5)
 
 
 def run_shell(
@@ -129,20 +79,22 @@ def run_shell(
         registry.add(proc.pid, command=str(command)[:200])
     assert proc.stdout is not None
     assert proc.stderr is not None
-    out, err = _Capture(proc.stdout, cap), _Capture(proc.stderr, cap)
+    # 4 bytes per character is the UTF-8 worst case; the text is cut to characters below.
+    out, err = _Drain(proc.stdout, cap * 4, "head"), _Drain(proc.stderr, cap * 4, "head")
     out.start()
     err.start()
     if stdin is not None and proc.stdin is not None:
-        threading.Thread(target=_feed, args=(proc.stdin, stdin), daemon=True).start()
+        threading.Thread(target=_feed, args=(proc.stdin, stdin.encode()),
+                         daemon=True).start()
     ending: Ending = "exited"
     while proc.poll() is None:
         if control.stopping:
             ending = "stopped"
-            kill_group(proc, clock)
+            kill_group(proc)
             break
         if deadline is not None and clock.monotonic() >= deadline:
             ending = "timed_out"
-            kill_group(proc, clock)
+            kill_group(proc)
             break
         control.stopped.wait(POLL)
     else:
@@ -155,23 +107,24 @@ def run_shell(
         with contextlib.suppress(OSError, ValueError):
             pipe.close()
     code = proc.returncode
+    stdout, stdout_cut = _text(out, cap)
+    stderr, stderr_cut = _text(err, cap)
     return ShellResult(
         ending=ending,
         exit_code=code if code is not None and code >= 0 else None,
         signal=-code if code is not None and code < 0 else None,
-        stdout=out.text(),
-        stderr=err.text(),
-        stdout_truncated=out.truncated,
-        stderr_truncated=err.truncated,
+        stdout=stdout,
+        stderr=stderr,
+        stdout_truncated=stdout_cut,
+        stderr_truncated=stderr_cut,
         duration_ms=int((clock.monotonic() - start) * 1000),
     )
 
 
-def _feed(pipe: IO[bytes], text: str) -> None:
-    with contextlib.suppress(OSError, ValueError):
-        pipe.write(text.encode())
-    with contextlib.suppress(OSError, ValueError):
-        pipe.close()
+def _text(drain: _Drain, cap: int) -> tuple[str, bool]:
+    """The captured bytes as at most `cap` characters, and whether anything was cut."""
+    text = bytes(drain.data).decode("utf-8", errors="replace")
+    return text[:cap], drain.truncated or len(text) > cap
 
 
 def _failed(ending: Ending, message: str, start: float, clock: Clock) -> ShellResult:

@@ -119,7 +119,7 @@ def test_failed_run_exits_1(project: Project) -> None:
 @pytest.mark.parametrize(("args", "needle"), [
     (("--input", "{not json"), "--input is not valid JSON"),
     (("-i", "novalue"), "-i takes key=value"),
-    (("-i", "name=3"), "input does not match workflow 'greet'"),
+    (("-i", "times=many"), "input does not match workflow 'greet'"),  # not an integer
     (("--input", "[1, 2]", "-i", "name=x"), "needs --input to be a JSON object"),
 ])
 def test_bad_input_is_one_line_exit_2_and_no_bundle(project: Project, args: tuple[str, ...],
