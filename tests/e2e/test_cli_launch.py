@@ -124,7 +124,7 @@ def test_start_wait_runs_the_launch_here(project: Project) -> None:
 
 @pytest.mark.parametrize(("args", "code", "needle"), [
     (("start", "nosuch"), 3, "[workflow_not_found]"),  # not found: like `wfrun run`
-    (("start", "greet", "-i", "name=3"), 2, "[input_invalid]"),
+    (("start", "greet", "--input", '{"name": 3}'), 2, "[input_invalid]"),
     (("status", "greet-20260101T000000Z-00000000"), 3, "no launch or run"),
 ])
 def test_start_and_status_errors_are_one_line(project: Project, args: tuple[str, ...],
