@@ -22,7 +22,11 @@ class Context:
     @property
     def project_root(self) -> Path | None:
         if self.project_flag:
-            root = Path(self.project_flag).expanduser().resolve()
+            try:
+                root = Path(self.project_flag).expanduser().resolve(strict=True)
+            except (OSError, RuntimeError):  # missing, a symlink loop, unreadable
+                raise InputError(f"project folder '{self.project_flag}' does not exist or "
+                                 "cannot be resolved (check for a symlink loop)") from None
             if not root.is_dir():
                 raise InputError(f"project folder '{self.project_flag}' does not exist")
             if not (root / PROJECT_DIR).is_dir():

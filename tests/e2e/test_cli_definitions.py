@@ -441,3 +441,13 @@ def test_schema_command_prints_the_schema() -> None:
     proc = wfrun("schema")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == workflow_schema()
+
+
+def test_project_flag_on_a_symlink_loop_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    res = wfrun("--project", str(tmp_path / "a"), "list")
+    assert res.returncode == 2
+    assert "Traceback" not in res.stderr
+    assert res.stderr.strip().count("\n") == 0
+    assert "symlink loop" in res.stderr
