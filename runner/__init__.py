@@ -1,10 +1,16 @@
 """wfrun: declarative, durable workflows for agent and automation work.
 
-The public API is what `__all__` lists; every other module is private.
+The public API is what `__all__` lists; every other module is private. The
+compiler and the error tree load eagerly; the engine, store, controller and host
+names load on first use, so `wfrun --help` does not pay for them.
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from runner.clock import Clock, FakeClock, SystemClock
 from runner.compiler import (
     Compiler,
     CompileResult,
@@ -24,22 +30,81 @@ from runner.errors import (
     WfrunError,
 )
 
+if TYPE_CHECKING:
+    from runner.controllers import (
+        Condition,
+        ControllerManager,
+        ReconcileContext,
+        define_controller,
+    )
+    from runner.engine import AgentStep, AgentStepExecutor, Engine, RunControl, RunOutcome
+    from runner.host.reference import JsonlHost
+    from runner.host.session import SessionController
+    from runner.launch import LaunchCoordinator
+    from runner.store import SqliteStore
+
 __version__ = "0.1.0"
 
+_LAZY = {
+    "AgentStep": "runner.engine",
+    "AgentStepExecutor": "runner.engine",
+    "Engine": "runner.engine",
+    "RunControl": "runner.engine",
+    "RunOutcome": "runner.engine",
+    "SqliteStore": "runner.store",
+    "LaunchCoordinator": "runner.launch",
+    "Condition": "runner.controllers",
+    "ControllerManager": "runner.controllers",
+    "ReconcileContext": "runner.controllers",
+    "define_controller": "runner.controllers",
+    "JsonlHost": "runner.host.reference",
+    "SessionController": "runner.host.session",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'runner' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
 __all__ = [
+    "AgentStep",
+    "AgentStepExecutor",
     "ClaimLost",
+    "Clock",
     "CompileResult",
     "Compiler",
+    "Condition",
     "ConflictError",
+    "ControllerManager",
     "DefinitionInvalid",
     "Diagnostic",
+    "Engine",
+    "FakeClock",
     "InputError",
+    "JsonlHost",
+    "LaunchCoordinator",
     "NotFoundError",
     "OperationFailed",
+    "ReconcileContext",
+    "RunControl",
+    "RunOutcome",
+    "SessionController",
+    "SqliteStore",
+    "SystemClock",
     "TemporaryError",
     "WfrunError",
     "WorkflowDefinition",
     "__version__",
     "build_catalog",
+    "define_controller",
     "find_project_root",
 ]

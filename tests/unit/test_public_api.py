@@ -2,19 +2,39 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
+import pytest
+
 import runner
 
+SUBPACKAGES = {"annotations", "compiler", "errors", "engine", "store", "launch",
+               "controllers", "host", "cli", "clock", "importlib"}
 
-def test_all_names_exist() -> None:
+
+def test_all_names_resolve() -> None:
     for name in runner.__all__:
-        assert hasattr(runner, name), name
+        assert getattr(runner, name) is not None, name
 
 
 def test_public_names_are_exactly_all() -> None:
-    public = {n for n in vars(runner) if not n.startswith("_") and n not in {
-        "annotations", "compiler", "errors", "engine", "store", "launch", "controllers",
-        "host", "cli", "clock"}}
-    assert public == set(runner.__all__) - {"__version__"}
+    listed = {n for n in dir(runner) if not n.startswith("_") and n not in SUBPACKAGES
+              and n not in {"TYPE_CHECKING", "Any"}}
+    assert listed == set(runner.__all__) - {"__version__"}
+
+
+def test_unknown_names_raise_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        _ = runner.Nope  # type: ignore[attr-defined]
+
+
+def test_importing_runner_does_not_load_the_engine_or_store() -> None:
+    code = ("import sys, runner; print(sorted(m for m in ('runner.engine', 'runner.store', "
+            "'networkx', 'sqlite3') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=30)
+    assert out.stdout.strip() == "[]"
 
 
 def test_errors_are_classified_by_exit_code() -> None:
