@@ -140,7 +140,8 @@ class Engine:
         if carried is not None:
             payload["carried"] = carried
         payload.update(extra or {})
-        driver.emit("run_started", payload, sync=True, state=True)
+        # No state.json yet: the trace holds the start; the first projection follows.
+        driver.emit("run_started", payload, sync=True)
         return driver
 
     # -- resume --------------------------------------------------------------------
