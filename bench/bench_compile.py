@@ -20,7 +20,6 @@ import cProfile
 import io
 import json
 import os
-import platform
 import pstats
 import resource
 import shutil
@@ -34,6 +33,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+from benchkit import machine  # noqa: E402
 
 from runner.compiler import Compiler  # noqa: E402
 
@@ -243,19 +244,6 @@ def time_big(path: Path, runs: int = 7) -> tuple[list[float], list[float], int]:
         cpus.append((time.process_time() - c0) * 1000)
         assert result.valid
     return walls, cpus, size
-
-
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return (f"{os.cpu_count()} CPU ({cpu}), {platform.system()} {platform.release()}, "
-            f"Python {platform.python_version()}")
 
 
 def profile(folder: Path, big: Path) -> None:

@@ -23,7 +23,6 @@ import cProfile
 import io
 import json
 import os
-import platform
 import pstats
 import shutil
 import statistics
@@ -36,6 +35,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+from benchkit import machine  # noqa: E402
 
 from runner.compiler import Compiler, WorkflowDefinition  # noqa: E402
 from runner.engine import Engine  # noqa: E402
@@ -125,19 +126,6 @@ def time_process(args: list[str], folder: Path, runs: int = 5) -> list[float]:
         if i:
             walls.append(wall)
     return walls
-
-
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return (f"{os.cpu_count()} CPU ({cpu}), {platform.system()} {platform.release()}, "
-            f"Python {platform.python_version()}")
 
 
 def profile(folder: Path, definition: WorkflowDefinition) -> None:
