@@ -9,6 +9,7 @@ from .agent import AgentStep, AgentStepExecutor, StepContract, ToolResult, parse
 from .bundle import BundleWriter, FolderBundle
 from .control import RunControl
 from .engine import Engine, check_input, new_run_id
+from .reader import RunReader
 from .runner import NotificationSink, RunOutcome
 from .state import TERMINAL, RunState, fold
 
@@ -22,6 +23,7 @@ __all__ = [
     "NotificationSink",
     "RunControl",
     "RunOutcome",
+    "RunReader",
     "RunState",
     "StepContract",
     "ToolResult",

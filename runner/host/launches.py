@@ -11,8 +11,7 @@ import socket
 from datetime import UTC, datetime
 from typing import Any
 
-from runner.engine import AgentStepExecutor
-from runner.engine.bundle import MANIFEST, read_json
+from runner.engine import AgentStepExecutor, RunReader
 from runner.errors import NotFoundError, WfrunError
 from runner.launch import EngineOptions, LaunchCoordinator, safe_message
 from runner.store import Store
@@ -44,7 +43,7 @@ def _iso(ms: int | None) -> str | None:
 def launch_status(ws: Workspace, store: Store, run_id: str) -> dict[str, Any]:
     """The launch row (before a bundle exists) merged with the run bundle (after)."""
     record = store.launches.get(run_id)
-    bundle = run_row(ws.runs_dir / run_id)
+    bundle = run_row(RunReader(ws.runs_dir), run_id)
     if record is None and bundle is None:
         raise NotFoundError(f"no launch or run '{run_id}'; `wfrun status` lists launches")
     view: dict[str, Any] = {"runId": run_id, "status": None, "launch": None, "run": None,
@@ -114,7 +113,10 @@ def explain(ws: Workspace, store: Store, run_id: str) -> dict[str, Any]:
                                "will fail with source_changed")
         except WfrunError as exc:
             reasons.append(f"its workflow cannot be compiled now: {exc.message}")
-    manifest = ws.runs_dir / run_id / MANIFEST
-    if manifest.exists():
-        reasons.append(f"bundle status: {read_json(manifest).get('status')}")
+    try:
+        manifest = RunReader(ws.runs_dir).manifest(run_id)
+    except NotFoundError:
+        manifest = None
+    if manifest is not None:
+        reasons.append(f"bundle status: {manifest.get('status')}")
     return {**view, "reasons": reasons}

@@ -1,4 +1,5 @@
-"""Read-only views of runs: they read bundles and never write (DESIGN §2, §8).
+"""Read-only views of runs: they read bundles through `RunReader` and never write
+(DESIGN §2, §4, §8).
 
 A bundle's state is re-folded from its trace, so a view of a running or parked
 run is exact even when `state.json` lags the trace.
@@ -7,17 +8,14 @@ run is exact even when `state.json` lags the trace.
 from __future__ import annotations
 
 import itertools
-import os
 import statistics
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from runner.engine.artifacts import has_artifacts, internalize
-from runner.engine.bundle import MANIFEST, read_artifact, read_json, read_trace
-from runner.engine.state import fold
-from runner.errors import InputError, NotFoundError, OperationFailed
+from runner.engine import RunReader, fold
+from runner.errors import InputError, OperationFailed
 
 VIEW_SCHEMA = "wfrun.run-view.v1"
 
@@ -57,50 +55,45 @@ def _duration(start: str | None, end: str | None) -> float | None:
     return round((b - a).total_seconds(), 3)
 
 
-def run_row(root: Path) -> RunRow | None:
+def reader_for(runs: Path | RunReader) -> RunReader:
+    return runs if isinstance(runs, RunReader) else RunReader(runs)
+
+
+def run_row(runs: Path | RunReader, run_id: str) -> RunRow | None:
+    """One row of `wfrun runs`; None when there is no readable manifest (yet)."""
+    reader = reader_for(runs)
     try:
-        manifest = read_json(root / MANIFEST)
-    except (NotFoundError, OperationFailed, OSError):
+        manifest = reader.manifest(run_id)
+        state = reader.state(run_id)
+    except (InputError, OperationFailed, OSError):  # InputError covers NotFoundError
         return None
-    state = fold(root.name, read_trace(root).events)
     status = state.status if state.trace_seq else str(manifest.get("status", "running"))
     if status == "running" and state.paused:
         status = "paused"
-    return RunRow(run_id=root.name, workflow=str(manifest.get("workflow", "")), status=status,
+    return RunRow(run_id=run_id, workflow=str(manifest.get("workflow", "")), status=status,
                   started_at=manifest.get("started_at"), finished_at=state.finished_at,
                   duration_s=_duration(manifest.get("started_at"), state.finished_at),
                   current_node=state.current_node, parent_run_id=manifest.get("parent_run_id"),
                   title=manifest.get("title"))
 
 
-def list_runs(runs_dir: Path, status: str | None = None) -> list[RunRow]:
+def list_runs(runs: Path | RunReader, status: str | None = None) -> list[RunRow]:
     """Runs newest first; `status` filters (running, paused, waiting, completed, ...)."""
-    try:
-        names = os.listdir(runs_dir)
-    except FileNotFoundError:
-        return []
-    except OSError as exc:
-        raise OperationFailed(f"cannot list runs in {runs_dir}: {exc.strerror}") from None
+    reader = reader_for(runs)
     rows = []
-    for name in names:
-        if name.startswith("."):
-            continue
-        row = run_row(runs_dir / name)
+    for run_id in reader.list_ids():
+        row = run_row(reader, run_id)
         if row is not None and (status is None or row.status == status):
             rows.append(row)
     rows.sort(key=lambda r: (r.started_at or "", r.run_id), reverse=True)
     return rows
 
 
-def show_run(runs_dir: Path, run_id: str) -> dict[str, Any]:
+def show_run(runs: Path | RunReader, run_id: str) -> dict[str, Any]:
     """Status, node timeline, outputs and errors of one run, as stable JSON."""
-    if not run_id or "/" in run_id or run_id.startswith("."):
-        raise InputError(f"'{run_id}' is not a run id")
-    root = runs_dir / run_id
-    if not (root / MANIFEST).is_file():
-        raise NotFoundError(f"no run '{run_id}'; `wfrun runs` lists runs")
-    manifest = read_json(root / MANIFEST)
-    trace = read_trace(root)
+    reader = reader_for(runs)
+    manifest = reader.manifest(run_id)  # InputError, NotFoundError, OperationFailed
+    trace = reader.read_trace(run_id)
     state = fold(run_id, trace.events)
     timeline: list[dict[str, Any]] = []
     open_nodes: dict[str, dict[str, Any]] = {}
@@ -142,10 +135,9 @@ def show_run(runs_dir: Path, run_id: str) -> dict[str, Any]:
         "trace_events": len(trace.events),
         "trace_torn": trace.torn,
     }
-    if has_artifacts(view):
-        # Long strings live in artifacts/; a view shows the real values.
-        view = internalize(view, lambda ref: read_artifact(root, ref))
-    return view
+    # Long strings live in artifacts/; a view shows the real values.
+    live: dict[str, Any] = reader.live(run_id, view)
+    return live
 
 
 def eta_seconds(samples: list[tuple[float, float]], total: float | None) -> float | None:
@@ -192,18 +184,19 @@ def progress_bars(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def follow(runs_dir: Path, run_id: str, on_view: Any, *, poll: float = 0.2,
+def follow(runs: Path | RunReader, run_id: str, on_view: Any, *, poll: float = 0.2,
            stop: Any = None, timeout: float | None = None) -> dict[str, Any]:
     """Call `on_view(view)` whenever the trace grows, until the run ends (or `stop`)."""
     import time
 
+    reader = reader_for(runs)
     last = -1
     started = time.monotonic()
     while True:
-        view = show_run(runs_dir, run_id)
+        view = show_run(reader, run_id)
         if view["trace_events"] != last:
             last = view["trace_events"]
-            view["progress"] = progress_bars(read_trace(runs_dir / run_id).events)
+            view["progress"] = progress_bars(reader.trace(run_id))
             on_view(view)
         if view["status"] != "running" or (stop is not None and stop.is_set()):
             return view
