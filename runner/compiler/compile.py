@@ -8,17 +8,17 @@ keeping the stack of files being compiled.
 from __future__ import annotations
 
 import gc
-import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runner.canonical import fingerprint
+
 from .diagnostics import Diagnostic, DiagnosticSink, sort_key
 from .discovery import Catalog, Origin, is_path_ref
 from .graph import LocalGraph, check_included, check_local, flatten, to_networkx
-from .jsonschemas import canonical
 from .model import Source, WorkflowDefinition
 from .parse import RawWorkflow, parse_workflow
 from .sources import SourceText, read_source
@@ -77,7 +77,9 @@ class _Unit:
 
 
 def digest_of(snapshot: dict[str, Any]) -> str:
-    return "sha256:" + hashlib.sha256(canonical(snapshot).encode()).hexdigest()
+    """The definition digest: the fingerprint of the canonical snapshot (its bytes are
+    a stored format; see `runner.canonical`)."""
+    return fingerprint(snapshot)
 
 
 class Compiler:

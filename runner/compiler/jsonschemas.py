@@ -11,6 +11,8 @@ import json
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from runner.canonical import canonical_json
+
 if TYPE_CHECKING:
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import ValidationError
@@ -20,7 +22,8 @@ if TYPE_CHECKING:
 
 
 def canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    """The cache key of a schema: its canonical JSON (`runner.canonical`)."""
+    return canonical_json(value)
 
 
 def schema_problem(schema: dict[str, Any]) -> str | None:

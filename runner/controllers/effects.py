@@ -16,12 +16,14 @@ A key reused with a different request is an error, never a silent second effect.
 from __future__ import annotations
 
 import hashlib
-import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from runner.canonical import canonical_json, fingerprint
 from runner.errors import InputError
+from runner.safety import safe_message
 from runner.store import IdentityConflict, LostRace
 from runner.store.controller_interface import ControllerStore, Effect, Resource
 
@@ -30,6 +32,9 @@ Observed = Literal["applied", "not_applied", "indeterminate"]
 #: after the pending record and before the call, after the call before its receipt is
 #: stored, and after the receipt before the pass writes status.
 CRASH_POINTS = ("before_provider_call", "after_provider_call", "after_receipt")
+#: Bytes kept of an effect's error (redacted first): the exception text of a failed call.
+CALL_ERROR_MAX_BYTES = 300
+ERROR_MAX_BYTES = 500
 
 
 @dataclass(frozen=True)
@@ -55,8 +60,34 @@ class EffectOutcome:
 
 
 def request_fingerprint(request: Any) -> str:
-    text = json.dumps(request, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+    """The canonical fingerprint (`runner.canonical`) an effect record keeps."""
+    return fingerprint(request)
+
+
+# What `ensure_ascii=True` escaped beyond the canonical form: DEL and everything above.
+_ESCAPED = re.compile(r"[^\x00-\x7e]")
+
+
+def _json_escape(match: re.Match[str]) -> str:
+    code = ord(match.group(0))
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 | (code >> 10):04x}\\u{0xDC00 | (code & 0x3FF):04x}"
+
+
+def _ascii_fingerprint(request: Any) -> str | None:
+    """The fingerprint records written before `runner.canonical` keep: the same
+    canonical text with DEL and non-ASCII characters as `\\uXXXX` escapes (what
+    `json.dumps(..., ensure_ascii=True)` wrote). None when the two are the same."""
+    text = canonical_json(request)
+    if _ESCAPED.search(text) is None:
+        return None
+    return "sha256:" + hashlib.sha256(_ESCAPED.sub(_json_escape, text).encode()).hexdigest()
+
+
+def _same_request(recorded: str, fp: str, request: Any) -> bool:
+    return recorded == fp or recorded == _ascii_fingerprint(request)
 
 
 class EffectError(InputError):
@@ -79,7 +110,7 @@ class Effects:
         uid = self.resource.uid
         fp = request_fingerprint(request)
         existing = effects.get(uid, key)
-        if existing is not None and (existing.request_fingerprint != fp
+        if existing is not None and (not _same_request(existing.request_fingerprint, fp, request)
                                      or existing.kind != kind):
             raise EffectError(f"effect '{key}' was recorded with a different request; use a "
                               "new key for a new request")
@@ -113,7 +144,8 @@ class Effects:
         try:
             result = apply(request)
         except Exception as exc:  # a timeout or crash is not proof the call failed
-            result = Applied("indeterminate", error=f"{type(exc).__name__}: {exc}"[:300])
+            result = Applied("indeterminate", error=safe_message(
+                f"{type(exc).__name__}: {exc}", max_bytes=CALL_ERROR_MAX_BYTES))
         self.crash("after_provider_call")
         done = self._complete(record.effect_key, result.state, result.external_ref, result.error)
         self.record_event(f"effect_{result.state}", {"key": record.effect_key,
@@ -123,7 +155,8 @@ class Effects:
 
     def _complete(self, key: str, state: Any, ref: str | None, error: str | None) -> Effect:
         done = self.store.effects.complete(self.resource.uid, key, state=state, external_ref=ref,
-                                           error=error[:500] if error else None)
+                                           error=safe_message(error, max_bytes=ERROR_MAX_BYTES)
+                                           if error else None)
         if isinstance(done, LostRace):
             current = self.store.effects.get(self.resource.uid, key)
             assert current is not None

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from runner.canonical import canonical_json
 from runner.errors import ClaimLost, InputError, NotFoundError, OperationFailed
 
 MANIFEST = "manifest.json"
@@ -43,7 +44,8 @@ def always(_: None = None) -> bool:
 
 
 def dumps(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    """One trace line or state file: canonical JSON (`runner.canonical`)."""
+    return canonical_json(value)
 
 
 class BundleWriter(Protocol):

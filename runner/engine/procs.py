@@ -7,16 +7,15 @@ for whatever is left after a grace period. Pipes are drained on threads with
 byte bounds, so a chatty child can neither block on a full pipe nor grow our
 memory without limit.
 
-`redact` and `bound` shape text before it is recorded anywhere (an error
-message, a log line): token-like values and known secrets are masked, and the
-result is cut to a fixed size.
+Text a child leaves behind is shaped by the one policy in `runner.safety`
+(`redact`, `bound`), re-exported here for older imports, before it is recorded
+anywhere (an error message, a log line).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
 import signal
 import subprocess
 import threading
@@ -25,58 +24,23 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO
 
+from runner.safety import REDACTED as REDACTED
+from runner.safety import Keep
+from runner.safety import bound as bound
+from runner.safety import redact as redact
+from runner.safety import secret_env_values as secret_env_values
+
 KILL_GRACE = 1.0
 POLL = 0.02
 # After the leader exits, give the pipes this long to reach EOF before killing
 # stragglers that still hold them open (a background job the CLI forgot).
 DRAIN_GRACE = 0.5
-REDACTED = "[redacted]"
-
-_SECRET_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{4,}"), r"\1 " + REDACTED),
-    (re.compile(r"(?i)\b([A-Za-z0-9_-]*(?:api[_-]?key|token|secret|password|passwd|"
-                r"authorization|credential)s?)(\"?'?\s*[:=]\s*\"?'?)([^\s\"',;&]{3,})"),
-     r"\1\2" + REDACTED),
-    (re.compile(r"\bsk-[A-Za-z0-9_-]{6,}"), REDACTED),
-    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{16,}"), REDACTED),
-    (re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{8,}"), REDACTED),
-    (re.compile(r"\bAKIA[0-9A-Z]{16}\b"), REDACTED),
-    (re.compile(r"\beyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*"), REDACTED),
-    # Long mixed letter+digit runs look like keys; plain words and paths do not match.
-    (re.compile(r"\b(?=[A-Za-z0-9_-]*\d)(?=[A-Za-z0-9_-]*[A-Za-z])[A-Za-z0-9_-]{32,}\b"),
-     REDACTED),
-    (re.compile(r"(?i)(https?://)[^/\s:@]+:[^/\s@]+@"), r"\1" + REDACTED + "@"),
-)
-_SECRET_NAME = re.compile(r"(?i)(key|token|secret|passw|credential|auth|cookie|session)")
 
 
-def redact(text: str, secrets: Iterable[str] = ()) -> str:
-    """Mask the given secrets (exact values) and anything that looks like a credential."""
-    for secret in sorted({s for s in secrets if len(s) >= 4}, key=len, reverse=True):
-        text = text.replace(secret, REDACTED)
-    for pattern, replacement in _SECRET_PATTERNS:
-        text = pattern.sub(replacement, text)
-    return text
-
-
-def bound(text: str, limit: int, *, keep: str = "head") -> str:
-    """Cut `text` to about `limit` characters, saying how much was dropped."""
-    if len(text) <= limit:
-        return text
-    dropped = len(text) - limit
-    if keep == "tail":
-        return f"[{dropped} chars dropped]…" + text[-limit:]
-    return text[:limit] + f"…[{dropped} chars dropped]"
-
-
-def secret_env_values(env: Mapping[str, str]) -> list[str]:
-    """Values of variables whose names suggest a credential, for `redact`."""
-    return [value for name, value in env.items() if _SECRET_NAME.search(name) and value]
-
-
-def safe_text(text: str, limit: int, secrets: Iterable[str] = (), *, keep: str = "head") -> str:
-    """Redact first (so a cut cannot split a secret past the masks), then bound."""
-    return bound(redact(text, secrets), limit, keep=keep)
+def safe_text(text: str, limit: int, secrets: Iterable[str] = (), *, keep: Keep = "head") -> str:
+    """Redact first (so a cut cannot split a secret past the masks), then bound to
+    `limit` UTF-8 bytes; line breaks are kept (see `runner.safety.safe_message`)."""
+    return bound(redact(text, secrets), limit, keep)
 
 
 class _Drain(threading.Thread):

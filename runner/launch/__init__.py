@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from runner.safety import redact, safe_message
+
 from .coordinator import Activation, EngineOptions, LaunchCoordinator, PreflightError, Resolver
 from .intents import fallback_text, intent_id, launch_failed_text, message_id, new_intent
-from .safety import redact, safe_message
 
 __all__ = [
     "Activation",

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from runner.canonical import canonical_json as _canonical_json
+from runner.safety import bound, one_line
 from runner.store.errors import InputCleared
 from runner.store.states import (
     ERROR_MESSAGE_MAX_BYTES,
@@ -32,13 +34,12 @@ PAYLOAD_MAX_BYTES = 64 * 1024
 
 
 def canonical_json(value: object, *, what: str = "value", max_bytes: int = INPUT_MAX_BYTES) -> str:
-    """Encode `value` as canonical JSON, refusing non-JSON values and oversized text."""
+    """Encode `value` as canonical JSON (`runner.canonical`), refusing non-JSON values
+    and oversized text."""
     try:
-        text = json.dumps(
-            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-        )
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{what} is not plain JSON: {exc}") from None
+        text = _canonical_json(value)
+    except ValueError as exc:
+        raise ValueError(f"{what} is {exc}") from None
     size = len(text.encode("utf-8"))
     if size > max_bytes:
         raise ValueError(f"{what} is {size} bytes of JSON; the limit is {max_bytes}")
@@ -53,14 +54,10 @@ def json_object(value: object, *, what: str, max_bytes: int = INPUT_MAX_BYTES) -
 
 
 def bounded_message(message: str, max_bytes: int = ERROR_MESSAGE_MAX_BYTES) -> str:
-    """One line of at most `max_bytes` UTF-8 bytes, cut at a character boundary."""
-    line = " ".join(message.split())
-    data = line.encode("utf-8")
-    if len(data) <= max_bytes:
-        return line
-    ellipsis = "…".encode()
-    cut = data[: max_bytes - len(ellipsis)].decode("utf-8", errors="ignore")
-    return cut + "…"
+    """One line of at most `max_bytes` UTF-8 bytes, cut at a character boundary.
+
+    Only bounds: callers redact (`runner.safety.safe_message`) before the store."""
+    return bound(one_line(message), max_bytes)
 
 
 def new_claim_token() -> str:

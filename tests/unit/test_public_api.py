@@ -10,7 +10,7 @@ import pytest
 import runner
 
 SUBPACKAGES = {"annotations", "compiler", "errors", "engine", "store", "launch",
-               "controllers", "host", "cli", "clock", "importlib"}
+               "controllers", "host", "cli", "clock", "importlib", "safety", "canonical"}
 
 
 def test_all_names_resolve() -> None:

@@ -27,13 +27,8 @@ from typing import Any
 
 from runner.clock import Clock, SystemClock
 from runner.engine.agent import AgentStep, ToolResult, TurnKind, parse_tolerant
-from runner.engine.procs import (
-    KILL_GRACE,
-    GroupResult,
-    run_group,
-    safe_text,
-    secret_env_values,
-)
+from runner.engine.procs import KILL_GRACE, GroupResult, run_group
+from runner.safety import safe_message, secret_env_values
 
 SUBMISSION_PREFIX = "WFRUN_STEP_SUBMISSION "
 STDOUT_CAP = 1_000_000
@@ -118,7 +113,7 @@ class CommandExecutor:
         return secret_env_values(dict(os.environ) if self.env is None else self.env)
 
     def _fail(self, reason: str) -> None:
-        self.last_error = safe_text(reason, ERROR_CAP, self._secrets())
+        self.last_error = safe_message(reason, self._secrets(), ERROR_CAP)
 
     def _start_error(self, exc: OSError) -> str:
         program = self.argv[0]

@@ -34,8 +34,8 @@ import httpx
 
 from runner.clock import Clock, SystemClock
 from runner.engine.agent import STEP_TOOL_SCHEMA, AgentStep, TurnKind, parse_tolerant
-from runner.engine.procs import safe_text, secret_env_values
 from runner.errors import InputError
+from runner.safety import safe_message, secret_env_values
 
 log = logging.getLogger(__name__)
 
@@ -234,7 +234,7 @@ class OpenAIExecutor:
             return await read_json_reply(response.aiter_bytes())
 
     def _fail(self, reason: str) -> None:
-        self.last_error = safe_text(reason, ERROR_CAP, self._secrets)
+        self.last_error = safe_message(reason, self._secrets, ERROR_CAP)
         log.info("openai agent turn ended without a submission: %s", self.last_error)
 
 

@@ -39,19 +39,21 @@ def test_known_secrets_are_masked_longest_first() -> None:
     assert masked == f"a={REDACTED} b={REDACTED}"
 
 
-def test_bound_keeps_head_or_tail_and_says_how_much_was_dropped() -> None:
+def test_bound_keeps_head_or_tail_within_the_byte_limit() -> None:
+    # One policy (runner.safety): the cut is marked with "…", counted inside the limit.
     assert bound("x" * 10, 10) == "x" * 10
-    assert bound("abcdefghij", 4) == "abcd…[6 chars dropped]"
-    assert bound("abcdefghij", 4, keep="tail") == "[6 chars dropped]…ghij"
+    assert bound("abcdefghij", 4) == "a…"
+    assert bound("abcdefghij", 4, keep="tail") == "…j"
+    assert bound("abcdefghij", 8, keep="tail") == "…fghij"
 
 
 def test_safe_text_redacts_before_cutting() -> None:
     # Cutting first could leave half a secret that no pattern recognises any more.
     secret = "zz-top-secret-value-42"
     text = "x" * 5 + secret
-    out = safe_text(text, 12, [secret])
-    assert out.startswith("xxxxx" + REDACTED[:7])
-    assert "top-secret" not in out
+    out = safe_text(text, 15, [secret])
+    assert out == "xxxxx" + REDACTED
+    assert "top-secret" not in safe_text(text, 12, [secret])
 
 
 def test_secret_env_values_picks_credential_names() -> None:

@@ -1,0 +1,208 @@
+"""Redaction and byte bounds: the one policy for text that is persisted or shown (DESIGN §9).
+
+Everything that leaves a run for the store, a log line, a terminal or a model's
+context passes through here: `redact` masks credentials, `one_line` folds
+whitespace, `bound` cuts to a strict number of UTF-8 bytes, and `safe_message`
+does all three in the only safe order (redact before cutting, so a cut can never
+leave half a secret that no pattern recognises any more).
+
+What counts as a secret is deliberately narrow: a value that *looks* like a
+credential (a known token shape, the value of a key whose name says secret, a
+password inside a URL) or a value the caller knows to be one. Ordinary words are
+never masked, not even ones that happen to occur in a run's input: a message that
+says "review the change" stays readable when the input was ``{"task": "the
+change"}``. `secret_values` picks, from a structured value such as a run's input,
+only the strings that are secrets by the same rules.
+
+This module imports only the standard library so every layer, the store included,
+may use it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Literal
+
+__all__ = [
+    "MAX_SAFE_BYTES",
+    "MIN_SECRET_CHARS",
+    "REDACTED",
+    "SECRET_NAME",
+    "Keep",
+    "bound",
+    "is_secret_name",
+    "one_line",
+    "redact",
+    "safe_message",
+    "secret_env_values",
+    "secret_values",
+]
+
+MAX_SAFE_BYTES = 500
+#: Known secret values shorter than this are never replaced: they match ordinary text.
+MIN_SECRET_CHARS = 4
+REDACTED = "[redacted]"
+ELLIPSIS = "…"
+_ELLIPSIS_BYTES = len(ELLIPSIS.encode())
+
+Keep = Literal["head", "tail"]
+
+# --- what a secret is called ------------------------------------------------------
+# A name says secret when it *ends* in one of these words (case-insensitive), so
+# GITHUB_TOKEN, apiKey, client_secret, DB_PASSWORD and Authorization do, while
+# max_tokens, tokenizer, author, PWD, sort_key and SSH_AUTH_SOCK do not.
+_SECRET_WORDS = (
+    r"token|secrets?|password|passwd|passphrase|credentials?|"
+    r"api[_-]?key|apikey|access[_-]?key|secret[_-]?key|private[_-]?key|signing[_-]?key|"
+    r"encryption[_-]?key|auth|authorization|cookie"
+)
+#: Matches a key or variable name that says its value is secret (use `.search`).
+SECRET_NAME = re.compile(rf"(?i)(?:{_SECRET_WORDS})$")
+
+# A key inside free text: starts at a boundary, ends in a secret word.
+_KEY = rf"(?<![A-Za-z0-9_-])([A-Za-z0-9_-]*?(?:{_SECRET_WORDS}))(?![A-Za-z0-9_-])"
+
+# --- what a secret looks like -----------------------------------------------------
+# Each entry: a pattern and the name of the group that holds the secret; only that
+# group is replaced, so the surrounding text ("Authorization: Bearer ", "key=") stays.
+_SECRET_GROUP = "s"
+_PATTERNS: tuple[re.Pattern[str], ...] = (
+    # PEM private key blocks (multi-line; before whitespace is folded).
+    re.compile(r"(?P<s>-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?"
+               r"(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z))", re.DOTALL),
+    # "api_key": "..." / password='...' : the whole quoted value, spaces included.
+    re.compile(rf"(?i){_KEY}(['\"]?[ \t]*[:=][ \t]*)(?P<q>['\"])"
+               rf"(?P<s>(?:\\.|(?!(?P=q))[^\\\n])+)(?P=q)"),
+    # Authorization headers: whatever follows the scheme is the credential, however short.
+    re.compile(r"(?i)(?<![A-Za-z0-9_-])(?:proxy-)?authorization[ \t]*[:=][ \t]*"
+               r"(?:(?:bearer|basic|token|digest|negotiate)[ \t]+"
+               r"|(?!(?:bearer|basic|token|digest|negotiate)\b))"
+               r"(?!\[redacted\])(?P<s>[^\s\"',;]+)"),
+    # Bearer/basic credentials elsewhere, when they look like one (a digit or symbol, or long).
+    re.compile(r"(?i)\b(?:bearer|basic)[ \t]+(?!\[redacted\])"
+               r"(?P<s>(?=[A-Za-z]*[0-9._~+/=-]|[A-Za-z]{20})[A-Za-z0-9._~+/=-]{4,})"),
+    # KEY=value / key: value (env files, log lines, CLI flags).
+    re.compile(rf"(?i){_KEY}(['\"]?[ \t]*[:=][ \t]*)(?!\[redacted\])"
+               rf"(?!(?:bearer|basic)\b)(?P<s>[^\s\"',;&]{{3,}})"),
+    # Well-known token shapes.
+    re.compile(r"\b(?P<s>sk-[A-Za-z0-9_-]{6,}|(?:pk|rk)-[A-Za-z0-9_-]{10,})"),
+    re.compile(r"\b(?P<s>(?:sk|pk|rk)_(?:live|test)_[A-Za-z0-9]{10,})"),
+    re.compile(r"\b(?P<s>gh[pousr]_[A-Za-z0-9]{16,}|github_pat_[A-Za-z0-9_]{20,})"),
+    re.compile(r"\b(?P<s>xox[abeprs]-[A-Za-z0-9-]{8,})"),
+    re.compile(r"\b(?P<s>(?:AKIA|ASIA)[0-9A-Z]{16})\b"),
+    re.compile(r"\b(?P<s>eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*)"),
+    # Long opaque runs of letters *and* digits look like keys. Words, paths and run ids
+    # (short segments between dashes) do not match; nor do our own `sha256:` digests.
+    re.compile(r"(?<![A-Za-z0-9])(?<!sha256:)(?<!sha1:)"
+               r"(?P<s>(?=[A-Za-z]*[0-9])(?=[0-9]*[A-Za-z])[A-Za-z0-9]{32,})(?![A-Za-z0-9])"),
+    # Credentials inside URLs: scheme://user:password@host.
+    re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://(?!\[redacted\])(?P<s>[^/\s:@]+:[^/\s@]+)@"),
+)
+
+
+def _masker(pattern: re.Pattern[str]) -> Callable[[re.Match[str]], str]:
+    def mask(match: re.Match[str]) -> str:
+        start, end = match.span(_SECRET_GROUP)
+        offset = match.start()
+        whole = match.group(0)
+        return whole[: start - offset] + REDACTED + whole[end - offset:]
+    return mask
+
+
+_MASKS = tuple((pattern, _masker(pattern)) for pattern in _PATTERNS)
+
+
+def redact(text: str, secrets: Iterable[str] = ()) -> str:
+    """Mask the known `secrets` (exact values, longest first) and anything that looks
+    like a credential. Ordinary words are left alone; see the module docstring."""
+    for secret in sorted({s for s in secrets if len(s) >= MIN_SECRET_CHARS},
+                         key=lambda s: (-len(s), s)):
+        text = text.replace(secret, REDACTED)
+    for pattern, mask in _MASKS:
+        text = pattern.sub(mask, text)
+    return text
+
+
+def one_line(text: str) -> str:
+    """Fold every run of whitespace (newlines and tabs included) to one space."""
+    return " ".join(text.split())
+
+
+def bound(text: str, max_bytes: int = MAX_SAFE_BYTES, keep: Keep = "head") -> str:
+    """At most `max_bytes` UTF-8 bytes of `text`, cut at a character boundary.
+
+    A cut text keeps its head (or its tail, for output whose end is what matters)
+    and marks the cut with "…", counted inside the limit. A character that cannot be
+    encoded (a lone surrogate) becomes "?", so the result always encodes.
+    """
+    if max_bytes < 0:
+        raise ValueError(f"max_bytes must be at least 0, got {max_bytes}")
+    if keep not in ("head", "tail"):
+        raise ValueError(f"keep must be 'head' or 'tail', got {keep!r}")
+    data = text.encode("utf-8", errors="replace")
+    if len(data) <= max_bytes:
+        return data.decode("utf-8")
+    marker = ELLIPSIS if max_bytes >= _ELLIPSIS_BYTES else ""
+    room = max_bytes - len(marker.encode())
+    if keep == "head":
+        # A partial character at the cut is invalid UTF-8 and is dropped.
+        return data[:room].decode("utf-8", errors="ignore") + marker
+    return marker + data[len(data) - room:].decode("utf-8", errors="ignore")
+
+
+def safe_message(text: str, secrets: Iterable[str] = (), max_bytes: int = MAX_SAFE_BYTES,
+                 *, keep: Keep = "head") -> str:
+    """Redacted, one line, at most `max_bytes` UTF-8 bytes: the form of every message
+    that is persisted or shown. Redaction comes first, before anything is cut."""
+    return bound(one_line(redact(text, secrets)), max_bytes, keep)
+
+
+# --- picking secrets out of structured values -----------------------------------------
+
+
+def is_secret_name(name: str, keys: re.Pattern[str] = SECRET_NAME) -> bool:
+    """True when a key or variable name says its value is a secret."""
+    return keys.search(name) is not None
+
+
+def secret_values(value: object, *, keys: re.Pattern[str] = SECRET_NAME) -> tuple[str, ...]:
+    """The strings in `value` (a decoded JSON value) that are secrets, longest first.
+
+    Those are every string (or integer) anywhere under a key whose name says secret
+    (`keys`, searched in each mapping key at any depth), and the parts of any other
+    string that have a credential's shape. Ordinary strings are not collected, so
+    passing the result to `redact` masks secrets that a message echoes and nothing
+    else. Values shorter than `MIN_SECRET_CHARS` are left out.
+    """
+    found: set[str] = set()
+    stack: list[tuple[object, bool]] = [(value, False)]
+    while stack:
+        item, secret = stack.pop()
+        if isinstance(item, str):
+            if secret:
+                found.add(item)
+            else:
+                found.update(_shaped_secrets(item))
+        elif isinstance(item, bool) or item is None:
+            continue
+        elif isinstance(item, int):
+            if secret:
+                found.add(str(item))
+        elif isinstance(item, Mapping):
+            for key, child in item.items():
+                named = isinstance(key, str) and keys.search(key) is not None
+                stack.append((child, secret or named))
+        elif isinstance(item, (list, tuple)):
+            stack.extend((child, secret) for child in item)
+    return tuple(sorted((s for s in found if len(s) >= MIN_SECRET_CHARS),
+                        key=lambda s: (-len(s), s)))
+
+
+def secret_env_values(env: Mapping[str, str]) -> list[str]:
+    """Values of environment variables whose names say secret, for `redact`."""
+    return [value for name, value in env.items() if value and is_secret_name(name)]
+
+
+def _shaped_secrets(text: str) -> list[str]:
+    return [m.group(_SECRET_GROUP) for pattern in _PATTERNS for m in pattern.finditer(text)]

@@ -1,0 +1,225 @@
+"""One policy for text that is persisted or shown: secrets masked, ordinary words kept,
+a strict UTF-8 byte bound that never splits a character (runner.safety)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from runner import safety
+from runner.engine import procs
+from runner.launch import safety as launch_safety
+from runner.safety import (
+    MAX_SAFE_BYTES,
+    REDACTED,
+    bound,
+    one_line,
+    redact,
+    safe_message,
+    secret_env_values,
+    secret_values,
+)
+
+pytestmark = pytest.mark.timeout(30)
+
+SETTINGS = settings(max_examples=300, deadline=None, database=None)
+
+
+@pytest.mark.parametrize(("raw", "leak"), [
+    # stderr of a child that printed its environment
+    ("npm ERR! env: OPENAI_API_KEY=sk-proj-AbCdEf1234567890 HOME=/root",
+     "sk-proj-AbCdEf1234567890"),
+    ("OPENAI_API_KEY=hunter2hunter2", "hunter2hunter2"),
+    ("export AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCY", "wJalrXUtnFEMI"),
+    # headers, however short the credential
+    ("Authorization: Bearer x", "Bearer x"),
+    ("authorization: basic dXNlcjpwYXNzd29yZA==", "dXNlcjpwYXNzd29yZA=="),
+    ("curl -H 'x-api-key: abcd1234' https://api.example.com", "abcd1234"),
+    ("retrying with bearer abc.def-ghi_123", "abc.def-ghi_123"),
+    # credentials inside URLs
+    ("could not connect to postgresql://user:pass@host/db", "user:pass"),
+    ("fetch https://bob:s3cret@example.com/repo failed", "s3cret"),
+    # key=value and JSON / Python-repr pairs, quoted values with spaces included
+    ('{"api_key": "abc def ghi", "name": "x"}', "abc def ghi"),
+    ("{'password': 'correct horse battery', 'user': 'bob'}", "correct horse battery"),
+    ("GITHUB_TOKEN: 'x9y8z7'", "x9y8z7"),
+    ("client_secret=s3cr3tvalue&x=1", "s3cr3tvalue"),
+    ("db.password = hunter2!!", "hunter2!!"),
+    # well-known token shapes, wherever they appear
+    ("the key sk-proj-AbCdEfGhIjKlMnOp failed", "sk-proj-AbCdEfGhIjKlMnOp"),
+    ("push failed for ghp_0123456789abcdefABCDEF0123", "ghp_0123456789abcdefABCDEF0123"),
+    ("github_pat_11ABCDEFG0123456789_abcdefghijklmnop", "11ABCDEFG0123456789"),
+    ("slack xoxb-1234567890-abcdef", "xoxb-1234567890-abcdef"),
+    ("aws AKIAIOSFODNN7EXAMPLE here", "AKIAIOSFODNN7EXAMPLE"),
+    ("stripe sk_live_4eC39HqLyjWDarjtT1zdp7dc", "4eC39HqLyjWDarjtT1zdp7dc"),
+    ("cookie eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl", "eyJzdWIiOiIxIn0"),
+    ("opaque 0f9e8d7c6b5a49382716a5b4c3d2e1f0aa11bb22", "0f9e8d7c6b5a49382716a5b4c3d2e1f0aa11bb22"),
+    ("-----BEGIN RSA PRIVATE KEY-----\nMIIEow\nIBAAK\n-----END RSA PRIVATE KEY-----", "MIIEow"),
+])
+def test_every_secret_shape_is_redacted(raw: str, leak: str) -> None:
+    out = redact(raw)
+    assert leak not in out
+    assert REDACTED in out
+
+
+def test_the_text_around_a_secret_is_kept() -> None:
+    assert redact("Authorization: Bearer x") == f"Authorization: Bearer {REDACTED}"
+    assert redact("postgresql://user:pass@host/db") == f"postgresql://{REDACTED}@host/db"
+    assert redact('{"api_key": "a b c", "n": 1}') == f'{{"api_key": "{REDACTED}", "n": 1}}'
+    assert redact("OPENAI_API_KEY=sk-abcdef123 next") == f"OPENAI_API_KEY={REDACTED} next"
+
+
+@pytest.mark.parametrize("text", [
+    "review the change, then start it again",
+    "exited with status 3 in /home/dev/projects/wfrun/runner/engine/executors",
+    "attempt 1b2c3d4e5f607182 of step review is stale",
+    "output does not match the expected schema: 'score' is a required property",
+    "max_tokens: 4096 exceeded; token_type=bearer; tokenizer=cl100k",
+    "author: Jane Doe; basic auth is off; the bearer token is missing",
+    "run pull-request-review-20261201T120000Z-0a1b2c3d failed",
+    "the source changed: sha256:" + "ab12" * 16,
+    "KeyError: 'task' (sort_key=created_at)",
+    "WFRUN_OPENAI_BASE_URL is not set",
+])
+def test_ordinary_text_is_left_alone(text: str) -> None:
+    assert redact(text) == text
+
+
+def test_known_secret_values_are_redacted_longest_first_and_short_ones_never() -> None:
+    masked = redact("a=abcd1234 b=abcd1234ef c=ab", secrets=["abcd1234", "abcd1234ef", "ab"])
+    assert masked == f"a={REDACTED} b={REDACTED} c=ab"
+
+
+@given(st.text(max_size=200))
+@SETTINGS
+def test_redaction_is_idempotent(text: str) -> None:
+    once = redact(text)
+    assert redact(once) == once
+
+
+# -- secret_values: what of a run's input counts as a secret ---------------------------
+
+
+def test_ordinary_input_values_of_any_length_are_not_secrets() -> None:
+    # Issue 9, defect 8: an 8+ character input value used to be redacted from fixed text.
+    run_input = {"task": "the change", "notes": ["then start it again"], "count": 12345678}
+    secrets = secret_values(run_input)
+    assert secrets == ()
+    message = "review the change, then start it again"
+    assert safe_message(message, secrets) == message
+
+
+def test_values_under_secret_named_keys_are_secrets_at_any_depth() -> None:
+    run_input = {
+        "task": "deploy it",
+        "github_token": "abcd1234",
+        "nested": {"items": [{"password": "hunter22"}, {"label": "ordinary words"}]},
+        "creds": {"apiKey": 12345678},
+        "credentials": {"user": "robot-account", "extra": ["first-secret"]},
+        "Authorization": "Bearer qwerty",
+    }
+    assert set(secret_values(run_input)) == {
+        "abcd1234", "hunter22", "12345678", "robot-account", "first-secret", "Bearer qwerty"}
+
+
+def test_token_shaped_parts_of_other_input_strings_are_secrets() -> None:
+    found = secret_values({"note": "use sk-abcdefghijkl for it", "url": "https://u:pw12@h/x"})
+    assert set(found) == {"sk-abcdefghijkl", "u:pw12"}
+
+
+def test_secret_values_come_longest_first_and_skip_short_ones() -> None:
+    found = secret_values({"token": "abc", "secret": "abcdef", "password": "abcdefgh"})
+    assert found == ("abcdefgh", "abcdef")
+
+
+def test_the_key_policy_can_be_replaced() -> None:
+    import re
+
+    assert secret_values({"pin": "98765", "token": "t0k3n-value"},
+                         keys=re.compile(r"(?i)pin$")) == ("98765",)
+
+
+def test_secret_env_values_pick_names_that_say_secret() -> None:
+    env = {"PATH": "/usr/bin", "OPENAI_API_KEY": "k1", "GH_TOKEN": "t1", "DB_PASSWORD": "p1",
+           "HOME": "/root", "PWD": "/work", "SSH_AUTH_SOCK": "/tmp/a", "EMPTY_SECRET": "",
+           "max_tokens": "100"}
+    assert sorted(secret_env_values(env)) == ["k1", "p1", "t1"]
+
+
+# -- bound, one_line, safe_message ----------------------------------------------------
+
+units = st.sampled_from(["a", " ", "\n", "é", "€", "😀", "\u0301"])
+texts = st.one_of(st.text(max_size=120), st.lists(units, max_size=120).map("".join))
+
+
+@given(texts, st.integers(0, 150), st.sampled_from(["head", "tail"]))
+@SETTINGS
+def test_bound_never_exceeds_max_bytes_and_never_splits_a_character(
+        text: str, max_bytes: int, keep: safety.Keep) -> None:
+    out = bound(text, max_bytes, keep)
+    data = out.encode("utf-8")  # a split character would not encode back
+    assert len(data) <= max_bytes
+    if len(text.encode("utf-8")) <= max_bytes:
+        assert out == text
+        return
+    kept = out.removesuffix("…") if keep == "head" else out.removeprefix("…")
+    # What is kept is whole characters of the original, as many as fit.
+    if keep == "head":
+        assert text.startswith(kept)
+        following = text[len(kept)]
+    else:
+        assert text.endswith(kept)
+        following = text[len(text) - len(kept) - 1]
+    room = max_bytes - (3 if max_bytes >= 3 else 0)
+    assert len(kept.encode()) + len(following.encode()) > room
+
+
+def test_bound_marks_the_cut_inside_the_limit() -> None:
+    assert bound("abcdefghij", 10) == "abcdefghij"
+    assert bound("abcdefghij", 6) == "abc…"
+    assert bound("abcdefghij", 6, keep="tail") == "…hij"
+    assert bound("€€€", 8) == "€…"  # 3 + 3 bytes; a half € is never kept
+    assert bound("abc", 2) == "ab"  # no room for the marker
+    assert bound("\ud800abc", 10) == "?abc"  # a lone surrogate cannot be stored as UTF-8
+    with pytest.raises(ValueError, match="keep"):
+        bound("abc", 1, keep="middle")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_bytes"):
+        bound("abc", -1)
+
+
+def test_one_line_folds_every_kind_of_whitespace() -> None:
+    assert one_line("  first\n\tsecond\r\n  third \u2028 fourth  ") == "first second third fourth"
+
+
+@pytest.mark.parametrize("unit", ["x", "é", "€", "😀"])
+def test_safe_messages_are_one_line_redacted_and_at_most_500_bytes(unit: str) -> None:
+    text = "first line\n  api_key=abcdef123\tline " + unit * 1000
+    out = safe_message(text)
+    assert out.startswith(f"first line api_key={REDACTED} line ")
+    assert "\n" not in out
+    assert "\t" not in out
+    assert "  " not in out
+    assert len(out.encode()) <= MAX_SAFE_BYTES == 500
+    assert out.endswith("…")
+
+
+def test_safe_message_redacts_before_it_cuts() -> None:
+    # Cutting first could leave half a secret that no pattern recognises any more.
+    secret = "zz-top-secret-value-42"
+    out = safe_message("x" * 5 + secret, [secret], max_bytes=18)
+    assert out == "xxxxx" + REDACTED
+    assert "top" not in safe_message("x" * 5 + secret, [secret], max_bytes=12)
+
+
+def test_a_multi_line_known_secret_is_redacted_before_lines_are_folded() -> None:
+    pem = "line one of it\nline two of it"
+    assert safe_message(f"key:\n{pem}\nend", [pem]) == f"key: {REDACTED} end"
+
+
+def test_the_old_modules_are_the_same_policy() -> None:
+    for name in ("redact", "bound", "REDACTED"):
+        assert getattr(procs, name) is getattr(safety, name)
+    for name in ("redact", "bound", "safe_message", "MAX_SAFE_BYTES"):
+        assert getattr(launch_safety, name) is getattr(safety, name)
+    assert procs.secret_env_values is safety.secret_env_values
