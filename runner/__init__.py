@@ -26,6 +26,7 @@ from runner.errors import (
     InputError,
     NotFoundError,
     OperationFailed,
+    PermanentError,
     TemporaryError,
     WfrunError,
 )
@@ -94,6 +95,7 @@ __all__ = [
     "LaunchCoordinator",
     "NotFoundError",
     "OperationFailed",
+    "PermanentError",
     "ReconcileContext",
     "RunControl",
     "RunOutcome",

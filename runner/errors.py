@@ -4,13 +4,20 @@
     ├── InputError             the caller passed something wrong: fix the input (exit 2)
     │   └── NotFoundError      a named run, workflow or resource does not exist (exit 3)
     ├── OperationFailed        the operation ran and failed: inspect, then retry (exit 1)
-    │   └── DefinitionInvalid  a definition has diagnostics: fix the file (exit 1)
-    ├── TemporaryError         try again later, after `delay` seconds
+    │   ├── DefinitionInvalid  a definition has diagnostics: fix the file (exit 1)
+    │   └── PermanentError     retrying cannot help: stop until the input changes
+    ├── TemporaryError         try again later, after `delay` seconds (exit 1)
     │   └── ClaimLost          another worker owns this claim now: stop writing
     └── ConflictError          the state changed underneath: re-read and decide again
 
 Messages are one line, safe to show, and say what to fix. This module imports
 nothing so every layer may use it.
+
+A reconciler steers its own retries with these (as in kopf): `TemporaryError(msg,
+delay=N)` is retried after exactly N seconds, `PermanentError` is not retried until
+the resource changes or is woken again, anything else backs off exponentially.
+The store keeps its own tree (`runner.store.errors`); `runner.host.errors` maps it
+onto this one wherever an error reaches a user.
 """
 
 from __future__ import annotations
@@ -51,8 +58,14 @@ class DefinitionInvalid(OperationFailed):
     """The definition has errors; run `wfrun validate` to see them."""
 
 
+class PermanentError(OperationFailed):
+    """A failure that retrying cannot fix; nothing is retried until the input changes."""
+
+
 class TemporaryError(WfrunError):
     """A temporary problem; try again later."""
+
+    exit_code = 1
 
     def __init__(self, message: str | None = None, delay: float = 1.0) -> None:
         super().__init__(message)

@@ -1,19 +1,23 @@
 """The click group, shared options and the error boundary.
 
 Every user mistake surfaces as one line on stderr with the exit code its class
-asks for (DESIGN §9); a traceback appears only with `--debug`.
+asks for (DESIGN §9); a traceback appears only with `--debug`. Store errors have
+their own tree (the store imports nothing from runner); `runner.host.errors.translate`
+classifies them here, so no command can leak a traceback for a busy or broken store.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
-from runner.errors import InputError, WfrunError
+from runner.errors import WfrunError
+from runner.host.errors import translate
 
 from .context import Context
 
@@ -24,18 +28,26 @@ class Options:
     debug: bool
 
 
+def fail(error: WfrunError) -> NoReturn:
+    """One line on stderr (whitespace folded: a message never spans lines), then exit."""
+    click.echo(f"wfrun: error: {' '.join(error.message.split())}", err=True)
+    sys.exit(error.exit_code)
+
+
 class WfrunGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except WfrunError as exc:
-            if ctx.obj is not None and getattr(ctx.obj, "debug", False):
-                raise
-            click.echo(f"wfrun: error: {exc.message}", err=True)
-            sys.exit(exc.exit_code)
         except KeyboardInterrupt:
             click.echo("wfrun: interrupted", err=True)
             sys.exit(130)
+        except Exception as exc:
+            error = translate(exc)
+            if error is None:  # a bug: its traceback is the useful report
+                raise
+            if ctx.obj is not None and getattr(ctx.obj, "debug", False):
+                raise
+            fail(error)
 
 
 @click.group(cls=WfrunGroup, context_settings={"help_option_names": ["-h", "--help"],
@@ -65,9 +77,17 @@ def main() -> None:
 
     try:
         cli.main(prog_name="wfrun")
-    except InputError as exc:  # raised while building the context
-        click.echo(f"wfrun: error: {exc.message}", err=True)
-        sys.exit(exc.exit_code)
+    except Exception as exc:  # raised outside a command, e.g. while building the context
+        error = translate(exc)
+        if error is None or _debug_requested():
+            raise
+        fail(error)
+
+
+def _debug_requested() -> bool:
+    """`--debug` when no click context is left to ask (it has been popped by now)."""
+    env = os.environ.get("WFRUN_DEBUG", "").strip().lower()
+    return "--debug" in sys.argv[1:] or env in ("1", "true", "yes", "on")
 
 
 def register(command: click.Command) -> click.Command:

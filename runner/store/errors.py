@@ -2,6 +2,7 @@
 
     StoreError                  base of everything the store raises on purpose
     ├── StoreUnavailable        the store cannot be reached or is busy: try again later
+    │   ├── StoreBusy           another connection holds the lock past the busy timeout
     │   └── SqliteTooOld        the SQLite library is older than the store needs
     ├── IncompatibleLayout      the store file has another layout: keep bundles, reset it
     ├── IdentityConflict        an id was reused with different content: a caller bug
@@ -12,8 +13,9 @@ A *lost race* is not an exception: every conditional update returns a
 Invalid arguments (unknown status, oversized JSON, non-JSON values) raise
 `ValueError`; they are programming errors, not store conditions.
 
-The upper layers map these onto `runner.errors` (for example StoreUnavailable
-to TemporaryError, IncompatibleLayout to OperationFailed).
+The upper layers map these onto `runner.errors` in one place,
+`runner.host.errors.translate` (busy -> TemporaryError, IncompatibleLayout and the
+rest -> OperationFailed), so every user boundary shows one line, never a traceback.
 """
 
 from __future__ import annotations
@@ -38,6 +40,10 @@ class StoreUnavailable(StoreError):
     """The store is unavailable; try again later."""
 
 
+class StoreBusy(StoreUnavailable):
+    """The store is busy (locked by another process); try again."""
+
+
 class SqliteTooOld(StoreUnavailable):
     """The SQLite library is too old for the store (3.35 or newer is needed)."""
 
@@ -59,3 +65,21 @@ class IdentityConflict(StoreError):
 
 class InputCleared(StoreError):
     """The private launch input was cleared when the launch left `queued`/`starting`."""
+
+
+# SQLite's primary result codes for "someone else holds the lock" (sqlite3.h).
+_SQLITE_BUSY = 5
+_SQLITE_LOCKED = 6
+
+
+def is_busy(exc: BaseException) -> bool:
+    """True when `exc` means another connection held the lock longer than the busy
+    timeout: a StoreBusy, or a StoreUnavailable raised while handling SQLITE_BUSY or
+    SQLITE_LOCKED. The error code is read from the sqlite3 error the store translated
+    (kept as `__context__` even under `raise ... from None`), never from message text."""
+    if isinstance(exc, StoreBusy):
+        return True
+    if not isinstance(exc, StoreUnavailable):
+        return False
+    code = getattr(exc.__context__, "sqlite_errorcode", None)
+    return isinstance(code, int) and (code & 0xFF) in (_SQLITE_BUSY, _SQLITE_LOCKED)

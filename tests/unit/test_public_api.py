@@ -43,3 +43,15 @@ def test_errors_are_classified_by_exit_code() -> None:
     assert runner.OperationFailed("x").exit_code == 1
     assert issubclass(runner.ClaimLost, runner.TemporaryError)
     assert runner.TemporaryError("x", delay=3).delay == 3
+    assert runner.TemporaryError("x").exit_code == 1
+
+
+def test_permanent_error_is_a_public_operation_failure() -> None:
+    # A reconciler imports both retry signals from the package root, as kopf users do.
+    assert "PermanentError" in runner.__all__
+    assert "TemporaryError" in runner.__all__
+    assert issubclass(runner.PermanentError, runner.OperationFailed)
+    assert not issubclass(runner.PermanentError, runner.TemporaryError)
+    assert runner.PermanentError("no such repository").exit_code == 1
+    assert runner.PermanentError().message == (
+        "A failure that retrying cannot fix; nothing is retried until the input changes.")
