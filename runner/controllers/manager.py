@@ -4,15 +4,24 @@ Each pass claims one (controller, key) from the durable keyed queue, reads the
 resource *immediately before* calling user code (level-based: the reconciler
 sees current state, never an event), renews its claim on its own timer, and
 applies the returned status with compare-and-swap against the version it read:
-a conflict discards the stale status and queues another pass. Errors back off
-1 s x2 up to 5 min with jitter. Nothing needed for recovery lives in memory:
-stopping the manager leaves queue rows whose claims simply expire.
+a conflict discards the stale status and queues another pass. Nothing needed for
+recovery lives in memory: stopping the manager leaves queue rows whose claims
+simply expire.
+
+A failing pass is retried according to what the reconciler raised (kopf's
+convention, checked by type, never by message text):
+
+    TemporaryError(msg, delay=N)   again after exactly N seconds
+    PermanentError                 not again: the key settles with the error in its
+                                   events until the resource changes or is woken
+    anything else (and timeouts)   backoff 1 s x2 up to 5 min, with jitter
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import queue
 import random
 import secrets
@@ -23,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runner.clock import Clock, SystemClock, iso
-from runner.errors import InputError, NotFoundError
+from runner.errors import InputError, NotFoundError, PermanentError, TemporaryError
 from runner.store import LostRace, StoreError
 from runner.store.controller_interface import ControllerStore, QueueItem, Resource
 
@@ -57,6 +66,26 @@ def backoff_delay(errors: int, base: float, cap: float, rng: random.Random) -> f
 def _bounded(text: str) -> str:
     data = " ".join(text.split()).encode()
     return data[:MAX_ERROR_BYTES].decode(errors="ignore")
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """A failed pass: its message, and what user code raised (None for a timeout or a
+    result of the wrong type), which decides when the key is tried again."""
+
+    message: str
+    raised: BaseException | None = None
+
+
+def _requested_delay(raised: BaseException | None) -> float | None:
+    """The delay a TemporaryError asks for; None (use the backoff) for any other
+    exception or a delay that is not a finite, non-negative number of seconds."""
+    if not isinstance(raised, TemporaryError):
+        return None
+    delay = raised.delay
+    if isinstance(delay, bool) or not isinstance(delay, int | float):
+        return None
+    return float(delay) if math.isfinite(delay) and delay >= 0 else None
 
 
 @dataclass
@@ -281,26 +310,45 @@ class ControllerManager:
         claim = _Claim(item, cancelled)
         self._hold(slot, claim)
         try:
-            result, error = self._call(ctl, resource, rid, cancelled)
+            result = self._call(ctl, resource, rid, cancelled)
         finally:
             with self._lock:
                 self._claims.pop(slot, None)
         if claim.lost.is_set():
             events.append(item.controller, item.key, "reconcile_lost", {}, reconcile_id=rid)
             return
-        if error is not None or result is None:
-            n = item.consecutive_errors + 1
-            delay = backoff_delay(n, self.config.backoff_base, self.config.backoff_cap, self.rng)
-            message = _bounded(error or "reconcile returned no result")
-            q.complete(item.controller, item.key, token, outcome="error", delay=delay,
-                       error=message,
-                       events=[("reconcile_failed", {**read, "error": message,
-                                                     "retry_in": round(delay, 3)}, rid)])
+        if isinstance(result, _Failure):
+            self._fail(item, token, read, result, rid)
             return
         self._finish(item, token, ctl, resource, result, rid)
 
+    def _fail(self, item: QueueItem, token: str, read: dict[str, Any], failure: _Failure,
+              rid: str) -> None:
+        """Record a failed pass and schedule the next one as its exception asks."""
+        q = self.store.reconcile_queue
+        message = _bounded(failure.message)
+        if isinstance(failure.raised, PermanentError):
+            # Settled, not retried: retrying cannot help until the spec changes or
+            # someone wakes the key (a wake-up during this pass still gets its pass).
+            # The row goes away, so the event is where the error stays visible.
+            q.complete(item.controller, item.key, token, outcome="settled", error=message,
+                       events=[("reconcile_failed", {**read, "error": message,
+                                                     "retry": "never", "retry_in": None},
+                                rid)])
+            return
+        delay = _requested_delay(failure.raised)
+        retry = "delay"
+        if delay is None:
+            retry = "backoff"
+            delay = backoff_delay(item.consecutive_errors + 1, self.config.backoff_base,
+                                  self.config.backoff_cap, self.rng)
+        q.complete(item.controller, item.key, token, outcome="error", delay=delay,
+                   error=message,
+                   events=[("reconcile_failed", {**read, "error": message, "retry": retry,
+                                                 "retry_in": round(delay, 3)}, rid)])
+
     def _call(self, ctl: Controller, resource: Resource, rid: str,
-              cancelled: threading.Event) -> tuple[Result | None, str | None]:
+              cancelled: threading.Event) -> Result | _Failure:
         def record(kind: str, payload: dict[str, Any]) -> None:
             self.store.controller_events.append(resource.controller, resource.key, kind,
                                                 payload, reconcile_id=rid)
@@ -315,21 +363,22 @@ class ControllerManager:
             try:
                 box["result"] = ctl.reconcile(ctx, resource)
             except BaseException as exc:  # user code: report, never crash the worker
-                box["error"] = f"{type(exc).__name__}: {exc}"
+                box["error"] = exc  # kept whole: its type decides the retry
 
         timeout = ctl.timeout
         if timeout is None:
             target()  # no timeout to enforce: run on this worker's thread
         elif not _CALLS.run(target, timeout):
             cancelled.set()
-            return None, f"reconcile timed out after {timeout:g}s"
+            return _Failure(f"reconcile timed out after {timeout:g}s")
         if "error" in box:
-            return None, str(box["error"])
+            raised: BaseException = box["error"]
+            return _Failure(f"{type(raised).__name__}: {raised}", raised)
         result = box.get("result")
         if not isinstance(result, Result):
-            return None, ("reconcile must return ctx.settled(), ctx.requeue() or "
-                          f"ctx.requeue_after(), not {type(result).__name__}")
-        return result, None
+            return _Failure("reconcile must return ctx.settled(), ctx.requeue() or "
+                            f"ctx.requeue_after(), not {type(result).__name__}")
+        return result
 
     # -- claim renewal -----------------------------------------------------------------------
     def _hold(self, slot: tuple[str, str], claim: _Claim) -> None:
