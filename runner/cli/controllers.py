@@ -1,4 +1,4 @@
-"""`wfrun controllers` and `wfrun controller ...`: resources and the reconcile loop."""
+"""`wfrun controllers` and the `wfrun controller` group: resources and the reconcile loop."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import json
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +23,9 @@ from .context import Context
 from .runs import agent_option, workspace
 
 VERBS = ("list", "get", "apply", "reconcile", "delete", "events")
-USAGE = ("usage: wfrun controller NAME list | get KEY | apply KEY FILE | reconcile KEY | "
-         "delete KEY | events KEY;  or: wfrun controller run [--once]")
+USAGE = ("usage: wfrun controller run [--once] | list NAME | get NAME KEY | "
+         "apply NAME KEY FILE | reconcile NAME KEY | delete NAME KEY | events NAME KEY "
+         "(see `wfrun controller VERB --help`)")
 
 
 @cli.command("controllers")
@@ -56,71 +58,195 @@ def _read_spec(path: str) -> Any:
         raise InputError(f"{path}:{d.line}:{d.column}: {d.message}") from None
 
 
-@cli.command("controller", context_settings={"ignore_unknown_options": False})
-@click.argument("args", nargs=-1, metavar="NAME VERB [KEY] [FILE] | run")
-@click.option("--json", "as_json", is_flag=True)
-@click.option("--once", is_flag=True, help="run: process what is ready, then exit.")
-@agent_option
-@click.pass_obj
-def controller_cmd(ctx: Context, args: tuple[str, ...], as_json: bool, once: bool,
-                   agent: str | None) -> None:
-    """Manage controller resources, or run the controller manager in the foreground."""
-    if not args:
-        raise InputError(USAGE)
+class ControllerGroup(click.Group):
+    """`wfrun controller VERB ...` with per-verb help; usage mistakes are one line.
+
+    The older order `wfrun controller NAME VERB ...` still works: when the first
+    word is not a verb and the second is, the two swap. (A controller named like a
+    verb, say `list`, needs the new order: `wfrun controller get list KEY`.)
+    """
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if (len(args) >= 2 and args[0] not in self.commands and not args[0].startswith("-")
+                and args[1] in VERBS):
+            args = [args[1], args[0], *args[2:]]
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:
+            raise _usage_error(exc) from None
+
+    def resolve_command(self, ctx: click.Context, args: list[str]
+                        ) -> tuple[str | None, click.Command | None, list[str]]:
+        if (args and args[0] not in self.commands and not args[0].startswith("-")
+                and not ctx.resilient_parsing):  # shell completion: let click decide
+            # parse_args already tried the older order, so neither word is a verb.
+            words = (f"neither '{args[0]}' nor '{args[1]}' is a verb" if len(args) > 1
+                     else f"unknown verb '{args[0]}'")
+            raise InputError(f"{words}; {USAGE}")
+        return super().resolve_command(ctx, args)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:  # no verb, or a verb's arguments or options
+            raise _usage_error(exc) from None
+
+
+def _usage_error(exc: click.UsageError) -> InputError:
+    """Click's usage error as one line (exit 2) that names the form to use."""
+    message = exc.format_message().strip().rstrip(".")
+    message = message[:1].lower() + message[1:]
+    sub = exc.ctx
+    if sub is not None and sub.command is not None and not isinstance(sub.command,
+                                                                      click.Group):
+        pieces = " ".join(sub.command.collect_usage_pieces(sub))
+        return InputError(f"{message}; usage: {sub.command_path} {pieces} "
+                          f"(see `{sub.command_path} --help`)")
+    return InputError(f"{message}; {USAGE}")
+
+
+@cli.group("controller", cls=ControllerGroup, no_args_is_help=False)
+def controller_group() -> None:
+    """Manage controller resources, or run the controller manager in the foreground.
+
+    \b
+    wfrun controller list NAME              resources of one controller
+    wfrun controller get NAME KEY           one resource: spec, status, effects, children
+    wfrun controller apply NAME KEY FILE    create or update a spec (JSON or YAML)
+    wfrun controller reconcile NAME KEY     wake a key
+    wfrun controller delete NAME KEY        request deletion
+    wfrun controller events NAME KEY        the last 50 lifecycle events
+    wfrun controller run [--once]           run the manager
+
+    The older order `wfrun controller NAME VERB ...` is accepted too.
+    """
+
+
+def json_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--json", "as_json", is_flag=True,
+                        help="Print JSON on stdout instead of text.")(f)
+
+
+def _manager(ctx: Context, name: str) -> tuple[Any, Any]:
+    """The store and a manager for the one controller NAME (NotFoundError, exit 3,
+    when no valid controller has that name)."""
     ws = workspace(ctx)
     store = open_store(ws)
-    entries = discover(ws, ctx.user_dir)
-    if args[0] == "run":
-        if len(args) != 1:
-            raise InputError(USAGE)
-        _run(ctx, ws, store, entries, once, agent)
+    return store, make_manager(ws, store, discover(ws, ctx.user_dir), only=name)
+
+
+@controller_group.command("list", short_help="List a controller's resources.")
+@click.argument("name")
+@json_option
+@click.pass_obj
+def list_cmd(ctx: Context, name: str, as_json: bool) -> None:
+    """List the resources of controller NAME: key, generation, version, Ready, phase."""
+    store, _ = _manager(ctx, name)
+    rows = [{"key": r.key, "generation": r.generation,
+             "resource_version": r.resource_version,
+             "phase": (r.status.get("controller_status") or {}).get("phase"),
+             "ready": next((c.get("status") for c in r.status.get("conditions") or []
+                            if c.get("type") == "Ready"), "Unknown")}
+            for r in store.resources.list(name)]
+    if as_json:
+        click.echo(json.dumps({"controller": name, "resources": rows}, indent=2))
         return
-    if len(args) < 2 or args[1] not in VERBS:
-        raise InputError(USAGE)
-    name, verb, rest = args[0], args[1], args[2:]
-    need = {"list": 0, "get": 1, "reconcile": 1, "delete": 1, "events": 1, "apply": 2}[verb]
-    if len(rest) != need:
-        raise InputError(USAGE)
-    manager = make_manager(ws, store, entries, only=name)
-    if verb == "list":
-        rows = [{"key": r.key, "generation": r.generation,
-                 "resource_version": r.resource_version,
-                 "phase": (r.status.get("controller_status") or {}).get("phase"),
-                 "ready": next((c.get("status") for c in r.status.get("conditions") or []
-                                if c.get("type") == "Ready"), "Unknown")}
-                for r in store.resources.list(name)]
-        if as_json:
-            click.echo(json.dumps({"controller": name, "resources": rows}, indent=2))
-        else:
-            for row in rows:
-                click.echo(f"{row['key']:32} gen {row['generation']:<3} ready {row['ready']:8}"
-                           f" {row['phase'] or ''}")
+    for row in rows:
+        click.echo(f"{row['key']:32} gen {row['generation']:<3} ready {row['ready']:8}"
+                   f" {row['phase'] or ''}")
+
+
+@controller_group.command("get", short_help="Show one resource.")
+@click.argument("name")
+@click.argument("key")
+@json_option
+@click.pass_obj
+def get_cmd(ctx: Context, name: str, key: str, as_json: bool) -> None:
+    """Show resource KEY of controller NAME: metadata, spec, status, effects and child
+    workflow requests (exit 3 when it does not exist)."""
+    store, _ = _manager(ctx, name)
+    view = resource_view(store, name, key)
+    click.echo(json.dumps(view, indent=2) if as_json else _describe(view))
+
+
+@controller_group.command("apply", short_help="Create or update a resource's spec.")
+@click.argument("name")
+@click.argument("key")
+@click.argument("file", metavar="FILE")
+@json_option
+@click.pass_obj
+def apply_cmd(ctx: Context, name: str, key: str, file: str, as_json: bool) -> None:
+    """Create or update the spec of resource KEY from FILE (JSON or YAML).
+
+    The spec is checked against the controller's schema first: a mismatch is one
+    line and exit 2. Only a changed spec bumps the generation and wakes the key.
+    """
+    _, manager = _manager(ctx, name)
+    resource = manager.apply(name, key, _read_spec(file))
+    out = {"key": key, "generation": resource.generation,
+           "resource_version": resource.resource_version}
+    click.echo(json.dumps(out) if as_json else
+               f"applied {name}/{key} (generation {resource.generation})")
+
+
+@controller_group.command("reconcile", short_help="Wake a resource now.")
+@click.argument("name")
+@click.argument("key")
+@json_option
+@click.pass_obj
+def reconcile_cmd(ctx: Context, name: str, key: str, as_json: bool) -> None:
+    """Wake resource KEY so a manager reconciles it now (also after a PermanentError)."""
+    _, manager = _manager(ctx, name)
+    manager.enqueue(name, key)
+    click.echo(json.dumps({"controller": name, "key": key, "queued": True}) if as_json
+               else f"queued {name}/{key} for reconciliation")
+
+
+@controller_group.command("delete", short_help="Request deletion of a resource.")
+@click.argument("name")
+@click.argument("key")
+@json_option
+@click.pass_obj
+def delete_cmd(ctx: Context, name: str, key: str, as_json: bool) -> None:
+    """Request deletion of resource KEY; it goes once its finalizers are cleared."""
+    _, manager = _manager(ctx, name)
+    resource = manager.delete(name, key)
+    click.echo(json.dumps({"controller": name, "key": key,
+                           "deletion_timestamp": resource.deletion_timestamp}) if as_json
+               else f"deletion of {name}/{key} requested")
+
+
+@controller_group.command("events", short_help="Show a resource's lifecycle events.")
+@click.argument("name")
+@click.argument("key")
+@json_option
+@click.pass_obj
+def events_cmd(ctx: Context, name: str, key: str, as_json: bool) -> None:
+    """Show the last 50 lifecycle events of resource KEY (passes, failures, effects)."""
+    store, _ = _manager(ctx, name)
+    events = [{"seq": e.seq, "type": e.type, "reconcile_id": e.reconcile_id,
+               "payload": e.payload, "recorded_at": e.recorded_at}
+              for e in store.controller_events.read(controller=name, key=key)][-50:]
+    if as_json:
+        click.echo(json.dumps({"events": events}, indent=2))
         return
-    key = rest[0]
-    if verb == "apply":
-        resource = manager.apply(name, key, _read_spec(rest[1]))
-        out = {"key": key, "generation": resource.generation,
-               "resource_version": resource.resource_version}
-        click.echo(json.dumps(out) if as_json else
-                   f"applied {name}/{key} (generation {resource.generation})")
-    elif verb == "get":
-        view = resource_view(store, name, key)
-        click.echo(json.dumps(view, indent=2) if as_json else _describe(view))
-    elif verb == "reconcile":
-        manager.enqueue(name, key)
-        click.echo(f"queued {name}/{key} for reconciliation")
-    elif verb == "delete":
-        manager.delete(name, key)
-        click.echo(f"deletion of {name}/{key} requested")
-    else:
-        events = [{"seq": e.seq, "type": e.type, "reconcile_id": e.reconcile_id,
-                   "payload": e.payload, "recorded_at": e.recorded_at}
-                  for e in store.controller_events.read(controller=name, key=key)][-50:]
-        if as_json:
-            click.echo(json.dumps({"events": events}, indent=2))
-        else:
-            for e in events:
-                click.echo(f"{e['seq']:>6} {e['type']:22} {json.dumps(e['payload'])[:120]}")
+    for e in events:
+        click.echo(f"{e['seq']:>6} {e['type']:22} {json.dumps(e['payload'])[:120]}")
+
+
+@controller_group.command("run", short_help="Run the controller manager.")
+@click.option("--once", is_flag=True,
+              help="Process what is ready (and the child runs it starts), then exit.")
+@agent_option
+@click.pass_obj
+def run_cmd(ctx: Context, once: bool, agent: str | None) -> None:
+    """Run the controller manager in the foreground for every valid controller.
+
+    Without --once it runs until Ctrl-C or SIGTERM, which stops it gracefully.
+    """
+    ws = workspace(ctx)
+    store = open_store(ws)
+    _run(ctx, ws, store, discover(ws, ctx.user_dir), once, agent)
 
 
 def _describe(view: dict[str, Any]) -> str:

@@ -95,11 +95,11 @@ def test_controllers_shows_invalid_definitions_with_their_location(project: Proj
 def test_apply_get_list_reconcile_run_events_delete(project: Project,
                                                     github: FakeGitHub) -> None:
     spec = project.file("pr.json", pr_json(github.url))
-    done = project.wfrun("controller", "pull-request", "apply", "pr7", spec)
+    done = project.wfrun("controller", "apply", "pull-request", "pr7", spec)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "applied pull-request/pr7 (generation 1)"
 
-    view = project.json("controller", "pull-request", "get", "pr7", "--json")
+    view = project.json("controller", "get", "pull-request", "pr7", "--json")
     assert view["metadata"]["generation"] == 1
     assert view["metadata"]["resource_version"] == 1
     assert view["metadata"]["key"] == "pr7"
@@ -112,50 +112,50 @@ def test_apply_get_list_reconcile_run_events_delete(project: Project,
     # same spec again (as YAML): no new generation; an approval: generation 2
     same = project.file("pr.yaml", f"api_base_url: {github.url}\nrepository: octo/widgets\n"
                                    f"number: 7\nexpected_head_sha: '{HEAD}'\n")
-    assert project.json("controller", "pull-request", "apply", "pr7", same,
+    assert project.json("controller", "apply", "pull-request", "pr7", same,
                         "--json")["generation"] == 1
     approved = project.file("approved.yaml", f"api_base_url: {github.url}\n"
                                              "repository: octo/widgets\nnumber: 7\n"
                                              f"expected_head_sha: '{HEAD}'\n"
                                              "merge_approved: true\n")
-    out = project.json("controller", "pull-request", "apply", "pr7", approved, "--json")
+    out = project.json("controller", "apply", "pull-request", "pr7", approved, "--json")
     assert out["generation"] == 2
     assert out["key"] == "pr7"
 
-    rows = project.json("controller", "pull-request", "list", "--json")["resources"]
+    rows = project.json("controller", "list", "pull-request", "--json")["resources"]
     assert rows == [{"key": "pr7", "generation": 2, "resource_version": out["resource_version"],
                      "phase": "observing", "ready": "Unknown"}]
 
-    done = project.wfrun("controller", "pull-request", "reconcile", "pr7")
+    done = project.wfrun("controller", "reconcile", "pull-request", "pr7")
     assert done.stdout.strip() == "queued pull-request/pr7 for reconciliation"
     done = project.wfrun("controller", "run", "--once")
     assert done.returncode == 0, done.stderr
     assert "processed 1 reconcile pass" in done.stderr
     assert len(github.merges()) == 1
 
-    view = project.json("controller", "pull-request", "get", "pr7", "--json")
+    view = project.json("controller", "get", "pull-request", "pr7", "--json")
     ready = next(c for c in view["status"]["conditions"] if c["type"] == "Ready")
     assert (ready["status"], ready["reason"], ready["observed_generation"]) == (
         "True", "Merged", 2)
     assert view["effects"][0]["key"] == f"merge:2:{HEAD}"
     assert view["effects"][0]["state"] == "applied"
-    text = project.wfrun("controller", "pull-request", "get", "pr7").stdout
+    text = project.wfrun("controller", "get", "pull-request", "pr7").stdout
     assert "Ready=True Merged" in text
     assert f"effect merge:2:{HEAD} github-merge applied" in text
 
-    events = project.json("controller", "pull-request", "events", "pr7", "--json")["events"]
+    events = project.json("controller", "events", "pull-request", "pr7", "--json")["events"]
     types = [e["type"] for e in events]
     assert types[:2] == ["resource_applied", "resource_applied"]
     assert {"reconcile_started", "effect_pending", "effect_applied",
             "reconcile_finished"} <= set(types)
     assert len({e["reconcile_id"] for e in events if e["type"] == "reconcile_started"}) == 1
 
-    done = project.wfrun("controller", "pull-request", "delete", "pr7")
+    done = project.wfrun("controller", "delete", "pull-request", "pr7")
     assert done.stdout.strip() == "deletion of pull-request/pr7 requested"
-    assert project.json("controller", "pull-request", "get", "pr7", "--json")[
+    assert project.json("controller", "get", "pull-request", "pr7", "--json")[
         "metadata"]["deletion_timestamp"] is not None
     project.wfrun("controller", "run", "--once")
-    gone = project.wfrun("controller", "pull-request", "get", "pr7")
+    gone = project.wfrun("controller", "get", "pull-request", "pr7")
     assert gone.returncode == 3
     assert gone.stderr.strip() == "wfrun: error: no pull-request resource 'pr7'"
     assert len(github.merges()) == 1  # deleting did not act again
@@ -165,13 +165,13 @@ def test_run_once_waits_for_the_child_runs_it_started(project: Project) -> None:
     """`run --once` does not exit under a child run: the child finishes, its parent
     gets the follow-up pass, and one invocation reaches Ready."""
     spec = project.file("probe.json", json.dumps({"child": "slow-child"}))
-    assert project.wfrun("controller", "probe", "apply", "p1", spec).returncode == 0
+    assert project.wfrun("controller", "apply", "probe", "p1", spec).returncode == 0
     done = project.wfrun("controller", "run", "--once")
     assert done.returncode == 0, done.stderr
     passes = re.search(r"processed (\d+) reconcile passes", done.stderr)
     assert passes is not None, done.stderr
     assert int(passes[1]) >= 2  # asked for the child; saw it succeed
-    view = project.json("controller", "probe", "get", "p1", "--json")
+    view = project.json("controller", "get", "probe", "p1", "--json")
     ready = next(c for c in view["status"]["conditions"] if c["type"] == "Ready")
     assert (ready["status"], ready["reason"]) == ("True", "Done")
     assert [(w["request_key"], w["workflow"], w["state"], w["attempt"])
@@ -183,33 +183,87 @@ def test_run_once_waits_for_the_child_runs_it_started(project: Project) -> None:
 def test_a_spec_that_fails_the_schema_is_one_line_exit_2(project: Project) -> None:
     bad = project.file("bad.json", json.dumps({"api_base_url": "ftp://x", "repository": "o/r",
                                                "number": 7, "expected_head_sha": HEAD}))
-    done = project.wfrun("controller", "pull-request", "apply", "pr7", bad)
+    done = project.wfrun("controller", "apply", "pull-request", "pr7", bad)
     assert done.returncode == 2
     assert done.stdout == ""
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1
     assert lines[0].startswith("wfrun: error: spec does not match controller 'pull-request'")
     assert "Traceback" not in done.stderr
-    assert project.json("controller", "pull-request", "list", "--json")["resources"] == []
+    assert project.json("controller", "list", "pull-request", "--json")["resources"] == []
 
     broken = project.file("broken.yaml", "repository: [unclosed\n")
-    done = project.wfrun("controller", "pull-request", "apply", "pr7", broken)
+    done = project.wfrun("controller", "apply", "pull-request", "pr7", broken)
     assert done.returncode == 2
     assert "broken.yaml:2:1" in done.stderr
-    missing = project.wfrun("controller", "pull-request", "apply", "pr7", "nope.json")
+    missing = project.wfrun("controller", "apply", "pull-request", "pr7", "nope.json")
     assert missing.returncode == 2
     assert "cannot read spec file 'nope.json'" in missing.stderr
 
 
 def test_unknown_controller_is_exit_3_and_bad_usage_exit_2(project: Project) -> None:
-    done = project.wfrun("controller", "no-such-thing", "list")
+    done = project.wfrun("controller", "list", "no-such-thing")
     assert done.returncode == 3
     assert done.stderr.strip() == ("wfrun: error: no controller named 'no-such-thing'; "
                                    "`wfrun controllers` lists them")
-    for argv in (["controller"], ["controller", "probe", "explode"],
-                 ["controller", "run", "extra"]):
+    usage = {
+        ("controller",): "wfrun: error: missing command; usage: wfrun controller run [--once]"
+                         " | list NAME | get NAME KEY | apply NAME KEY FILE",
+        ("controller", "probe", "explode"): "wfrun: error: neither 'probe' nor 'explode' is "
+                                            "a verb; usage: wfrun controller run [--once]",
+        ("controller", "run", "extra"): "wfrun: error: got unexpected extra argument (extra);"
+                                        " usage: wfrun controller run [OPTIONS]",
+        ("controller", "get", "probe"): "wfrun: error: missing argument 'KEY'; usage: wfrun "
+                                        "controller get [OPTIONS] NAME KEY (see `wfrun "
+                                        "controller get --help`)",
+        ("controller", "list", "probe", "--bogus"): "wfrun: error: no such option '--bogus'",
+    }
+    for argv, start in usage.items():
         done = project.wfrun(*argv)
         assert done.returncode == 2, argv
-        assert "usage: wfrun controller NAME" in done.stderr
-    missing = project.wfrun("controller", "probe", "get", "nobody")
-    assert missing.returncode == 3
+        assert done.stdout == ""
+        assert len(done.stderr.splitlines()) == 1, done.stderr  # one line, never click's box
+        assert done.stderr.startswith(start), done.stderr
+    for argv in (["controller", "probe", "get", "nobody"], ["controller", "get", "probe",
+                                                              "nobody"]):
+        missing = project.wfrun(*argv)
+        assert missing.returncode == 3
+        assert missing.stderr == "wfrun: error: no probe resource 'nobody'\n"
+
+
+def test_every_verb_has_its_own_help(project: Project) -> None:
+    expected = {"list": ("NAME", "--json"), "get": ("NAME KEY", "--json"),
+                "apply": ("NAME KEY FILE", "--json"), "reconcile": ("NAME KEY", "--json"),
+                "delete": ("NAME KEY", "--json"), "events": ("NAME KEY", "--json"),
+                "run": ("", "--once")}
+    group = project.wfrun("controller", "--help")
+    assert group.returncode == 0
+    for verb, (args, option) in expected.items():
+        assert f"wfrun controller {verb}" in group.stdout
+        done = project.wfrun("controller", verb, "--help")
+        assert done.returncode == 0, done.stderr
+        usage = f"Usage: wfrun controller {verb} [OPTIONS] {args}".rstrip()
+        assert done.stdout.splitlines()[0] == usage
+        assert option in done.stdout
+    assert "--agent SPEC" in project.wfrun("controller", "run", "-h").stdout
+
+
+def test_new_and_old_argument_orders_do_the_same(project: Project) -> None:
+    spec = project.file("probe.json", json.dumps({}))
+    assert project.json("controller", "apply", "probe", "p1", spec, "--json") == {
+        "key": "p1", "generation": 1, "resource_version": 1}
+    new = project.json("controller", "list", "probe", "--json")
+    old = project.json("controller", "probe", "list", "--json")
+    assert new == old
+    assert [r["key"] for r in new["resources"]] == ["p1"]
+    assert project.json("controller", "get", "probe", "p1", "--json") == project.json(
+        "controller", "probe", "get", "p1", "--json")
+    assert project.json("controller", "reconcile", "probe", "p1", "--json") == {
+        "controller": "probe", "key": "p1", "queued": True}
+    done = project.wfrun("controller", "probe", "reconcile", "p1")
+    assert done.stdout == "queued probe/p1 for reconciliation\n"
+    events = project.json("controller", "events", "probe", "p1", "--json")["events"]
+    assert [e["type"] for e in events] == ["resource_applied"]
+    deleted = project.json("controller", "delete", "probe", "p1", "--json")
+    assert deleted["key"] == "p1"
+    assert deleted["deletion_timestamp"] is not None
