@@ -108,3 +108,10 @@ def test_installed_wheel_validates_its_builtins(installed: Path, tmp_path: Path)
         assert f["valid"]
         assert f["digest"].startswith("sha256:")
         assert Path(f["path"]).resolve().is_relative_to(root)
+
+
+def test_wheel_marks_the_package_as_typed(wheel: Path, installed: Path) -> None:
+    """PEP 561: without runner/py.typed, mypy ignores wfrun's annotations in user code."""
+    with zipfile.ZipFile(wheel) as zf:
+        assert zf.read("runner/py.typed") == b""
+    assert (installed / "runner" / "py.typed").is_file()
