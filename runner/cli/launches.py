@@ -9,7 +9,8 @@ from typing import Any
 import click
 
 from runner.engine import RunControl
-from runner.errors import InputError, NotFoundError, OperationFailed, WfrunError
+from runner.errors import InputError, NotFoundError, WfrunError
+from runner.host.foreground import start_and_wait
 from runner.host.launches import detached_coordinator, explain, launch_status
 from runner.host.local import open_store, parse_input, store_path
 from runner.launch import PreflightError
@@ -49,23 +50,9 @@ def start_cmd(ctx: Context, ref: str, input_json: str | None, pairs: tuple[str, 
         click.echo(f"Workflow {name} queued (run {record.run_id}).", err=as_json)
     if not wait:
         return
-    claimed = store.launches.claim(record.run_id, runner_id=coordinator.runner_id)
-    if not hasattr(claimed, "claim_token"):
-        raise OperationFailed(f"could not claim run {record.run_id} ({claimed.reason})")
     control = RunControl()
     with Progress() as progress, parking_on_interrupt(control):
-        coordinator.options.observer = progress
-        act = coordinator.activate(claimed)
-        if act is None:
-            row = store.launches.get(record.run_id)
-            reason = f": {row.error_message}" if row and row.error_message else ""
-            raise OperationFailed(f"run {record.run_id} failed to start{reason}")
-        act.control = control
-        if act.driver is not None:
-            act.driver.control = control
-        outcome = coordinator.run(act)
-    if outcome is None:
-        raise OperationFailed(f"run {record.run_id} lost its claim")
+        outcome = start_and_wait(coordinator, record.run_id, control, progress)
     if as_json:
         click.echo(json.dumps({"runId": outcome.run_id, "status": outcome.status,
                                "final_output": outcome.final_output, "error": outcome.error}))

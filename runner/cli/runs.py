@@ -15,7 +15,8 @@ import click
 
 from runner.engine import RunControl, RunOutcome
 from runner.errors import WfrunError
-from runner.host.local import Workspace, parse_answer, parse_input
+from runner.host.foreground import answer_run, resume_run, run_workflow
+from runner.host.local import Workspace, open_store, parse_answer, parse_input
 from runner.host.views import list_runs, show_run
 
 from .app import cli
@@ -104,10 +105,11 @@ def run_cmd(ctx: Context, ref: str, input_json: str | None, pairs: tuple[str, ..
     ws = workspace(ctx)
     value = parse_input(input_json, pairs, _input_schema(ws, ref) if pairs else None)
     control = RunControl()
+    store = open_store(ws)
     with Progress(quiet) as progress, parking_on_interrupt(control):
-        engine = ws.engine(executor=ctx.executor(agent, ws.clock), observer=progress,
-                           durability=durability)
-        outcome = ws.run(ref, value, engine, control)
+        outcome = run_workflow(ws, store, ref, value, control,
+                               executor=ctx.executor(agent, ws.clock), observer=progress,
+                               durability=durability)
     _finish(outcome, as_json, ws)
 
 
@@ -123,9 +125,10 @@ def resume_cmd(ctx: Context, run_id: str, force: bool, agent: str | None, as_jso
     """Resume a parked or interrupted run at the node it was in."""
     ws = workspace(ctx)
     control = RunControl()
+    store = open_store(ws)
     with Progress(quiet) as progress, parking_on_interrupt(control):
-        engine = ws.engine(executor=ctx.executor(agent, ws.clock), observer=progress)
-        outcome = ws.resume(run_id, engine, force=force, control=control)
+        outcome = resume_run(ws, store, run_id, control, force=force,
+                             executor=ctx.executor(agent, ws.clock), observer=progress)
     _finish(outcome, as_json, ws)
 
 
@@ -141,9 +144,10 @@ def answer_cmd(ctx: Context, run_id: str, answer: str | None, agent: str | None,
     """Continue a waiting run as a new linked run, with the answer at its checkpoint."""
     ws = workspace(ctx)
     control = RunControl()
+    store = open_store(ws)
     with Progress(quiet) as progress, parking_on_interrupt(control):
-        engine = ws.engine(executor=ctx.executor(agent, ws.clock), observer=progress)
-        outcome = ws.answer(run_id, parse_answer(answer), engine, control)
+        outcome = answer_run(ws, store, run_id, parse_answer(answer), control,
+                             executor=ctx.executor(agent, ws.clock), observer=progress)
     _finish(outcome, as_json, ws)
 
 

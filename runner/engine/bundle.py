@@ -258,6 +258,28 @@ class FolderBundle:
                 os.chmod(self.root / name, 0o400)
         self._sealed = True
 
+    @staticmethod
+    def started(root: Path) -> bool:
+        """True once the trace holds `run_started` (the run's input is durable)."""
+        events = read_trace(root).events
+        return bool(events) and events[0].get("type") == "run_started"
+
+    def remove_unstarted(self) -> None:
+        """Delete a bundle whose run never started, under its lock (a live creator
+        holds the lock, so its bundle is never removed from under it)."""
+        self._acquire()
+        try:
+            if FolderBundle.started(self.root):
+                raise OperationFailed(f"run '{self.run_id}' has started; not removing it")
+            for entry in sorted(self.root.rglob("*"), reverse=True):
+                if entry.is_dir() and not entry.is_symlink():
+                    entry.rmdir()
+                else:
+                    entry.unlink()
+        finally:
+            self.close()
+        self.root.rmdir()
+
     # -- reads ----------------------------------------------------------------
     def read_trace(self) -> list[dict[str, Any]]:
         return read_trace(self.root).events

@@ -23,6 +23,9 @@ class RunControl:
         self._pause = threading.Event()
         self._lock = threading.Lock()
         self.reason: str | None = None
+        # A park by a host shutdown may be resumed by the next host; any other park
+        # (a person's Ctrl-C, a session shutdown) waits for an explicit resume.
+        self.auto_resume = False
 
     @property
     def stopping(self) -> bool:
@@ -44,11 +47,12 @@ class RunControl:
         self.stopped.set()
         self.wake.set()
 
-    def park(self, reason: str = "parked") -> None:
+    def park(self, reason: str = "parked", *, auto_resume: bool = False) -> None:
         with self._lock:
             if self._stop is None:
                 self._stop = "park"
                 self.reason = reason
+                self.auto_resume = auto_resume
         self.stopped.set()
         self.wake.set()
 

@@ -35,6 +35,10 @@ from .state import TERMINAL, TRACE_SCHEMA, RunState, fold
 BUNDLE_SCHEMA = "wfrun.run-bundle.v1"
 Resolver = Callable[[dict[str, Any]], WorkflowDefinition]
 CONTINUED = ".continued"
+#: How many times one node may start without ending (its process died each time)
+#: before resume gives up on it: the first run and one re-run. A node's side effects
+#: therefore happen at most twice however often its runner is killed.
+NODE_START_BUDGET = 2
 
 
 def new_run_id(workflow: str, now: float) -> str:
@@ -101,6 +105,8 @@ class Engine:
         now = self.clock.now()
         run_id = run_id or new_run_id(definition.name, now)
         bundle = FolderBundle.create(self.runs_dir, run_id, self.fence, self.durability)
+        if self.crash_point is not None:
+            self.crash_point("after_bundle_created")
         try:
             return bundle, self._begin(bundle, definition, value, run_id, now, workflow_ref,
                                        control, parent_run_id, carried, extra)
@@ -134,6 +140,8 @@ class Engine:
             "paths": {"workflow": WORKFLOW, "state": STATE, "trace": TRACE,
                       "artifacts": "artifacts/"},
         })
+        if self.crash_point is not None:
+            self.crash_point("after_manifest_written")
         driver = self._driver(run_id, definition, bundle, RunState(run_id), control)
         payload: dict[str, Any] = {"workflow": definition.name, "input": value,
                                    "digest": definition.digest, "parent_run_id": parent_run_id}
@@ -189,6 +197,15 @@ class Engine:
             bundle.close()
             raise
         if replay_from == "interrupted":
+            if state.current_node_starts >= NODE_START_BUDGET:
+                # A crash loop: the node's process died every time it ran. Running it
+                # again could repeat its side effects a third time.
+                message = (f"node '{at}' was interrupted {state.current_node_starts} times "
+                           "(its runner died each time); it is not run again. Check what it "
+                           "did, then start a new run")
+                driver.emit("run_interrupted", {"reason": message, "node": at}, sync=True)
+                return driver.finish("failed", error={"code": "interrupted", "node": at,
+                                                      "message": message})
             driver.resuming_node = at
         return driver.drive(at)
 
@@ -287,7 +304,80 @@ class Engine:
         return driver.drive(nxt)
 
     # -- interruption ----------------------------------------------------------------
-    def interrupt(self, run_id: str, reason: str = "interrupted") -> RunOutcome:
+    def discard_unstarted(self, run_id: str, parent_run_id: str | None = None) -> bool:
+        """Remove a half-made bundle (its creator died before `run_started` was durable):
+        no node ran, so nothing is lost, and the launch starts afresh from its stored
+        input. A bundle whose trace has begun is never touched. True if one was removed."""
+        root = self.runs_dir / run_id
+        if not root.is_dir():
+            return False
+        if FolderBundle.started(root):
+            return False
+        bundle = FolderBundle(root, run_id)
+        bundle.remove_unstarted()
+        if parent_run_id is not None:
+            marker = self.runs_dir / CONTINUED / parent_run_id
+            try:
+                owner = marker.read_text()
+            except OSError:
+                owner = None
+            if owner is not None and owner in ("", run_id):
+                marker.unlink(missing_ok=True)  # the continuation slot is free again
+        return True
+
+    def abandon(self, run_id: str, status: str = "failed", *, code: str = "interrupted",
+                reason: str = "interrupted") -> RunOutcome:
+        """End a run that will not run again with a terminal event, so its bundle agrees
+        with its launch: `failed` (after a crash) or `cancelled` (cancelled while no
+        runner held it). Nodes are not run."""
+        if status == "failed":
+            return self.interrupt(run_id, reason, code=code)
+        manifest = self.manifest(run_id)
+        if manifest.get("status") in TERMINAL or manifest.get("status") == "waiting":
+            raise InputError(f"run '{run_id}' already ended ({manifest.get('status')})")
+        bundle = FolderBundle.open(self.runs_dir, run_id, self.fence, self.durability)
+        try:
+            bundle.repair()
+            state = fold(run_id, bundle.read_trace())
+        except BaseException:
+            bundle.close()
+            raise
+        driver = self._bare_driver(run_id, bundle, state)
+        if state.terminal:
+            bundle.replace_state(state.to_json())
+            driver._close_bundle()
+            return driver.outcome()
+        return driver.finish("cancelled", error={"code": code, "message": reason})
+
+    def settle(self, run_id: str) -> RunOutcome:
+        """The outcome of a run that has ended (terminal or waiting), finishing the
+        projections if its runner died between the trace's ending and the manifest."""
+        manifest = self.manifest(run_id)
+        if manifest.get("status") in TERMINAL or manifest.get("status") == "waiting":
+            bundle = FolderBundle(self.runs_dir / run_id, run_id)
+            return self._bare_driver(run_id, bundle, fold(run_id, bundle.read_trace())).outcome()
+        bundle = FolderBundle.open(self.runs_dir, run_id, self.fence, self.durability)
+        try:
+            bundle.repair()
+            state = fold(run_id, bundle.read_trace())
+            if state.status == "running":
+                raise InputError(f"run '{run_id}' has not ended")
+            driver = self._bare_driver(run_id, bundle, state)
+            bundle.replace_state(state.to_json())
+            driver._close_bundle()
+        except BaseException:
+            bundle.close()
+            raise
+        return driver.outcome()
+
+    def _bare_driver(self, run_id: str, bundle: FolderBundle, state: RunState) -> RunDriver:
+        return RunDriver(run_id=run_id, definition=WorkflowDefinition("", "", {}, {}),
+                         bundle=bundle, state=state, clock=self.clock, control=RunControl(),
+                         executor=None, notifications=None, observer=None, work_dir=".",
+                         project_root=None)
+
+    def interrupt(self, run_id: str, reason: str = "interrupted", *,
+                  code: str = "interrupted") -> RunOutcome:
         """End a run abandoned by a dead process: `run_interrupted`, then `run_failed`."""
         manifest = self.manifest(run_id)
         if manifest.get("status") in TERMINAL or manifest.get("status") == "waiting":
@@ -299,13 +389,15 @@ class Engine:
         except BaseException:
             bundle.close()
             raise
-        driver = RunDriver(run_id=run_id, definition=WorkflowDefinition("", "", {}, {}),
-                           bundle=bundle, state=state, clock=self.clock, control=RunControl(),
-                           executor=None, notifications=None, observer=None, work_dir=".",
-                           project_root=None)
+        driver = self._bare_driver(run_id, bundle, state)
+        if state.terminal:
+            # The ending made it to the trace but not to the projections.
+            bundle.replace_state(state.to_json())
+            driver._close_bundle()
+            return driver.outcome()
         driver.emit("run_interrupted", {"reason": reason, "node": state.current_node},
                     sync=True)
-        return driver.finish("failed", error={"code": "interrupted", "message": reason})
+        return driver.finish("failed", error={"code": code, "message": reason})
 
     # -- reading ---------------------------------------------------------------------
     def manifest(self, run_id: str) -> dict[str, Any]:

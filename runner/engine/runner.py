@@ -33,7 +33,8 @@ Observer = Callable[[dict[str, Any], RunState], None]
 # A test seam: the engine calls it at named points (see CRASH_POINTS); the host may
 # pass one that kills the process there. The engine never reads the environment.
 CrashPoint = Callable[[str], None]
-CRASH_POINTS = ("after_trace_append", "after_state_replace", "between_nodes")
+CRASH_POINTS = ("after_bundle_created", "after_manifest_written", "after_trace_append",
+                "after_state_replace", "between_nodes")
 UPDATE_RATE = 20.0  # updates per second per run, with a burst of 100
 UPDATE_BURST = 100.0
 MAX_UPDATE_PAIRS = 1024

@@ -52,6 +52,9 @@ class RunState:
     error: dict[str, Any] | None = None
     trace_seq: int = 0
     carried_steps: int = 0
+    # How many times `current_node` started without ending: a start after a start of
+    # the same node means the process running it died. Resume bounds it (engine.py).
+    current_node_starts: int = 0
 
     @property
     def terminal(self) -> bool:
@@ -74,6 +77,8 @@ class RunState:
             self.steps = self.carried_steps = int(carried.get("steps", 0))
             self.scope_inputs = copy.deepcopy(carried.get("scope_inputs", {}))
         elif kind == "node_started":
+            unfinished = self.current_node == node and self.current_node is not None
+            self.current_node_starts = self.current_node_starts + 1 if unfinished else 1
             self.current_node = node
             self.current_attempt = event.get("attempt")
             self.current_node_started_at = at
@@ -110,6 +115,7 @@ class RunState:
             self.current_node = None
             self.current_attempt = None
             self.current_node_started_at = None
+            self.current_node_starts = 0
         elif kind == "include_entered":
             mount = p.get("mount", "")
             prefix = mount + "/"
@@ -165,6 +171,7 @@ class RunState:
             "current_node": self.current_node,
             "current_attempt": self.current_attempt,
             "current_node_started_at": self.current_node_started_at,
+            "current_node_starts": self.current_node_starts,
             "last_node": self.last_node,
             "steps": self.steps,
             "carried_steps": self.carried_steps,

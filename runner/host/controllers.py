@@ -6,7 +6,7 @@ The CLI and the standalone host call these; they hold no state of their own.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from runner.compiler import build_catalog, render_text
 from runner.compiler.controllers import ControllerCompileResult, compile_controller
@@ -19,8 +19,12 @@ from runner.controllers import (
 )
 from runner.engine import AgentStepExecutor
 from runner.errors import DefinitionInvalid, NotFoundError
+from runner.launch import EngineOptions, LaunchCoordinator
+from runner.store import Store
 from runner.store.controller_interface import ControllerStore
 
+from .children import DEFAULT_CHILD_WORKERS, LocalChildLauncher
+from .launches import environment_secrets, runner_id
 from .local import Workspace
 
 
@@ -75,16 +79,23 @@ def make_manager(ws: Workspace, store: ControllerStore, entries: list[Controller
     if only is not None and not controllers:
         raise NotFoundError(f"no controller named '{only}'; `wfrun controllers` lists them")
     manager: ControllerManager
-
-    def enqueue_parent(controller: str, key: str) -> None:
-        store.reconcile_queue.enqueue(controller, key)
-
-    children = ChildWorkflows(store, ws, ws.runs_dir, enqueue_parent=enqueue_parent,
-                              executor=lambda: executor, clock=ws.clock,
-                              project_root=ws.project_root)
+    children = ChildWorkflows(store, ws, ws.runs_dir, clock=ws.clock,
+                              launcher=child_launcher(ws, store, executor))
     manager = ControllerManager(store, controllers, clock=ws.clock, config=config,
                                 children=children)
     return manager
+
+
+def child_launcher(ws: Workspace, store: ControllerStore,
+                   executor: AgentStepExecutor | None = None,
+                   max_workers: int = DEFAULT_CHILD_WORKERS) -> LocalChildLauncher:
+    """Child runs as launch rows in the same store, executed in this process."""
+    options = EngineOptions(executor=lambda _record: executor, project_root=ws.project_root)
+    launches: Store = cast(Store, store)  # one SQLite file holds both sides
+    coordinator = LaunchCoordinator(launches, ws, ws.runs_dir, runner_id=runner_id(),
+                                    clock=ws.clock, options=options,
+                                    secrets=environment_secrets())
+    return LocalChildLauncher(coordinator, max_workers=max_workers)
 
 
 def resource_view(store: ControllerStore, controller: str, key: str) -> dict[str, Any]:

@@ -24,14 +24,35 @@ def runner_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+def dead_local_runner(runner: str | None) -> str | None:
+    """`runner` if it names a process of this machine that no longer exists."""
+    if runner is None:
+        return None
+    host, _, pid = runner.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return None
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return runner
+    except PermissionError:
+        return None  # alive, someone else's
+    return None
+
+
+def environment_secrets() -> tuple[str, ...]:
+    """Values of this process's secret-named environment variables (redacted wherever
+    they would be persisted or shown to a model)."""
+    return tuple(v for k, v in os.environ.items()
+                 if any(w in k.upper() for w in ("TOKEN", "SECRET", "PASSWORD", "API_KEY"))
+                 and len(v) >= 8)
+
+
 def detached_coordinator(ws: Workspace, store: Store,
                          executor: AgentStepExecutor | None = None) -> LaunchCoordinator:
     options = EngineOptions(executor=lambda _record: executor, project_root=ws.project_root)
-    secrets = tuple(v for k, v in os.environ.items()
-                    if any(w in k.upper() for w in ("TOKEN", "SECRET", "PASSWORD", "API_KEY"))
-                    and len(v) >= 8)
     return LaunchCoordinator(store, ws, ws.runs_dir, runner_id=runner_id(), clock=ws.clock,
-                             options=options, secrets=secrets)
+                             options=options, secrets=environment_secrets())
 
 
 def _iso(ms: int | None) -> str | None:
@@ -65,7 +86,10 @@ def launch_status(ws: Workspace, store: Store, run_id: str) -> dict[str, Any]:
             run["title"] = safe_message(str(run["title"]))
         view["run"] = run
         # A parked launch's bundle still says `running`; the launch state is the news.
-        if record is None or record.status in ("running", "done"):
+        # A launch that failed after its run started: the run's own ending says more.
+        started_then_failed = record is not None and record.status == "failed" and \
+            record.started_at is not None
+        if record is None or record.status in ("running", "done") or started_then_failed:
             view["status"] = bundle.status
     return view
 

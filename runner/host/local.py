@@ -43,10 +43,13 @@ def crash_injector(spec: str | None) -> CrashPoint | None:
     """
     if not spec:
         return None
+    from runner.launch.coordinator import CRASH_POINTS as LAUNCH_POINTS
+
+    points = (*CRASH_POINTS, *LAUNCH_POINTS)
     point, _, count = spec.partition(":")
-    if point not in CRASH_POINTS or (count and not count.isdigit()) or count == "0":
+    if point not in points or (count and not count.isdigit()) or count == "0":
         raise InputError(f"{CRASH_ENV}='{spec}' is not <point>[:<n>] with a point in "
-                         f"{', '.join(CRASH_POINTS)}")
+                         f"{', '.join(points)}")
     target = int(count or 1)
     seen = 0
 

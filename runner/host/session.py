@@ -16,9 +16,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from runner.compiler import WorkflowDefinition
 from runner.compiler.templates import TemplateError, render_text
-from runner.engine import AgentStep, RunOutcome
+from runner.engine import AgentStep, RunControl, RunOutcome
 from runner.engine.agent import TurnKind
 from runner.errors import WfrunError
 from runner.launch import LaunchCoordinator, PreflightError, fallback_text, message_id
@@ -30,7 +29,7 @@ from runner.launch.intents import (
     NOTIFICATION_TYPE,
     PRESENTATION_TYPE,
 )
-from runner.store import LostRace, NewNotification, StoreError, TurnResolution
+from runner.store import LostRace, NewNotification, StoreError, TurnIntent, TurnResolution
 
 from .protocol import Host, SessionEntry, ToolReply
 from .tool import validate_call
@@ -85,7 +84,6 @@ class SessionController:
         self.active: Activation | None = None
         self._thread: threading.Thread | None = None
         self._step: _StepTurn | None = None
-        self._presentation: tuple[str, str] | None = None  # (run id, text) to deliver
         self.outcomes: list[RunOutcome] = []
         self.errors: list[str] = []
 
@@ -119,7 +117,9 @@ class SessionController:
             self._shutdown = True
             act = self.active
         if act is not None:
-            act.control.park(f"session shutdown: {reason}")
+            # Only this session ever claims its launches, so `auto` here means: resumed
+            # when this session starts again (seed 000 §6), never by a host.
+            act.control.park(f"session shutdown: {reason}", auto_resume=True)
         if self._thread is not None:
             self._thread.join(timeout=10)
 
@@ -147,10 +147,8 @@ class SessionController:
             res = turn.step.handle_tool_call({"action": action, **p})
             return ToolReply(res.message, {"action": action, "ok": res.ok}, is_error=not res.ok)
         if action == "start":
-            presentation = self._presentation[0] if self._presentation else None
             record = self.coordinator.prepare(p["workflow"], p.get("input"),
-                                              session_id=self.session_id,
-                                              presentation_pending=presentation)
+                                              session_id=self.session_id)
             name = record.run_id.rsplit("-", 2)[0]
             return ToolReply(f"Workflow {name} queued (run {record.run_id}).",
                              {"action": "start", "workflow": name, "runId": record.run_id,
@@ -225,9 +223,7 @@ class SessionController:
         record = self.store.launches.get(run_id)
         if record is not None:
             return record.workflow_ref
-        from runner.engine.bundle import MANIFEST, read_json
-
-        manifest = read_json(self.coordinator.runs_dir / run_id / MANIFEST)
+        manifest = self.coordinator.reader.manifest(run_id)
         return str(manifest.get("workflow_ref") or manifest.get("workflow"))
 
     # -- boundaries --------------------------------------------------------------------
@@ -236,16 +232,14 @@ class SessionController:
         if self._shutdown:
             return
         self._activate()
-        # A presentation resolves a pending intent of its run, so it goes first; the
-        # fallback would otherwise take that intent and the model would get two turns.
-        self._deliver_presentation()
         self._deliver_intents()
         self._deliver_notifications()
         self._deliver_step()
 
     def _activate(self) -> None:
         with self._lock:
-            if self.active is not None:
+            if self.active is not None or (self._thread is not None
+                                           and self._thread.is_alive()):
                 return
         try:
             self.coordinator.recover_expired(self.session_id)
@@ -254,79 +248,56 @@ class SessionController:
         record = self.coordinator.claim_next(self.session_id)
         if record is None:
             return
-        # A fresh claim (a new run or a continuation) has no bundle yet: activate it.
-        # Anything with a bundle (parked, or reclaimed after a crash) is resumed.
-        if record.status == "queued" or (record.status == "starting"
-                                         and not self._bundle_exists(record.run_id)):
-            activated = self.coordinator.activate(record)
-            if activated is None:
-                return
-            act: Activation | None = activated
-            target: Callable[[], RunOutcome | None] = partial(self.coordinator.run, activated)
-        else:
-            act = None
-            # The resumed run's control becomes the session's, so pause/cancel reach it.
-            target = partial(self.coordinator.resume_parked, record,
-                             on_control=self._adopt)
+        # Activation happens here, at the boundary; only the nodes run on the worker.
+        act = self.coordinator.begin(record, control=RunControl(), on_start=self._adopt)
+        if act is None:
+            with self._lock:
+                self.active = None
+            return
+        target = partial(self.coordinator.drive, act)
         with self._lock:
-            self.active = act
-            self._thread = threading.Thread(target=self._run,
-                                            args=(target, record.workflow_ref), daemon=True,
+            self._thread = threading.Thread(target=self._run, args=(target,), daemon=True,
                                             name=f"wfrun-run-{record.run_id}")
             self._thread.start()
 
     def _adopt(self, act: Activation) -> None:
+        """The run's control becomes the session's, so pause/cancel reach it."""
         with self._lock:
-            if self.active is None:
-                self.active = act
+            self.active = act
 
-    def _bundle_exists(self, run_id: str) -> bool:
-        return (self.coordinator.runs_dir / run_id).exists()
-
-    def _run(self, target: Callable[[], RunOutcome | None], workflow_ref: str) -> None:
+    def _run(self, target: Callable[[], RunOutcome | None]) -> None:
         try:
             outcome = target()
-        except Exception as exc:  # the worker must never die silently
+        except Exception as exc:  # execute catches everything; this is a last guard
             log.exception("workflow run crashed")
             self.errors.append(f"{type(exc).__name__}: {exc}")
             outcome = None
-        definition = None
-        if outcome is not None and outcome.status in ("completed", "waiting"):
-            # A resumed run has no Activation here; its definition is compiled again.
-            act = self.active
-            if act is None or not act.definition.name:  # a resumed run has a placeholder
-                definition = self._definition(workflow_ref)
-            else:
-                definition = act.definition
         with self._lock:
             self.active = None
             if outcome is not None:
                 self.outcomes.append(outcome)
-                if definition is not None:
-                    self._queue_presentation(definition, outcome)
         if self.host.is_idle() and not self._shutdown:
             self._boundary()
 
-    def _definition(self, workflow_ref: str) -> WorkflowDefinition | None:
+    def _presentation_text(self, intent: TurnIntent) -> str | None:
+        """Render a run's closing presentation from its definition and bundle."""
+        coordinator = self.coordinator
         try:
-            return self.coordinator.resolver.compile(workflow_ref)[0]
-        except WfrunError:
+            record = self.store.launches.get(intent.run_id)
+            if record is None or record.status != "done":
+                return None
+            definition, _ = coordinator.resolver.compile(record.workflow_ref)
+            if definition.digest != record.definition_digest or not definition.presentation:
+                return None
+            state = coordinator.reader.state(intent.run_id)
+            live = partial(coordinator.reader.live, intent.run_id)
+            ctx = {"input": live(state.input), "outputs": live(state.outputs),
+                   "results": live(state.results),
+                   "run": {"id": intent.run_id, "status": state.status}, "project": {}}
+            return render_text(definition.presentation, ctx)[:50_000]
+        except (WfrunError, StoreError, TemplateError) as exc:
+            log.warning("presentation of %s failed: %s", intent.run_id, exc)
             return None
-
-    def _queue_presentation(self, definition: WorkflowDefinition, outcome: RunOutcome) -> None:
-        template = definition.presentation
-        if not template:
-            return
-        ctx = {"input": outcome.state.input, "outputs": outcome.state.outputs,
-               "results": outcome.state.results, "run": {"id": outcome.run_id,
-                                                         "status": outcome.status},
-               "project": {}}
-        try:
-            text = render_text(template, ctx)[:50_000]
-        except TemplateError as exc:
-            log.warning("presentation of %s failed: %s", outcome.run_id, exc)
-            return
-        self._presentation = (outcome.run_id, text)
 
     # -- deliveries --------------------------------------------------------------------
     def _sent_ids(self, key: str) -> dict[str, SessionEntry]:
@@ -352,50 +323,34 @@ class SessionController:
             seen = self._sent_ids("turnIntentId").get(intent.intent_id)
             if seen is not None:
                 # Sent before a crash; resolve without sending it again.
-                resolution = RESOLUTION_BY_TYPE.get(seen.custom_type or "", "fallback")
-                intents.resolve(intent.intent_id, token, resolution=resolution,
-                                message_id=message_id(intent.intent_id, resolution))
+                seen_as = RESOLUTION_BY_TYPE.get(seen.custom_type or "", "fallback")
+                intents.resolve(intent.intent_id, token, resolution=seen_as,
+                                message_id=message_id(intent.intent_id, seen_as))
                 continue
-            text = fallback_text(intent.fallback_facts)
             details = {"schema": MESSAGE_SCHEMA, "turnIntentId": intent.intent_id,
                        "runId": intent.run_id, "cause": intent.cause}
+            kind = DEFERRED_TURN_TYPE
+            resolution: TurnResolution = "fallback"
+            text = None
+            if intent.cause in ("presentation", "controller_interrupted", "claim_lost"):
+                # A run that ended with a presentation: it resolves whatever intent of
+                # the run is pending, instead of a second turn.
+                text = self._presentation_text(intent)
+                if text is not None:
+                    kind, resolution = PRESENTATION_TYPE, "presentation"
+                    details["presentationId"] = f"presentation:{intent.run_id}"
+            if text is None:
+                text = fallback_text(intent.fallback_facts)
             try:
-                self.host.append_message(DEFERRED_TURN_TYPE, text, details,
+                self.host.append_message(kind, text, details,
                                          deliver_as="follow_up", trigger_turn=True)
             except Exception:
                 intents.release_delivery(intent.intent_id, token)
                 raise
             self.coordinator.crash("after_session_append")
-            intents.resolve(intent.intent_id, token, resolution="fallback",
-                            message_id=message_id(intent.intent_id, "fallback"))
-
-    def _deliver_presentation(self) -> None:
-        with self._lock:
-            pending = self._presentation
-            self._presentation = None
-        if pending is None:
-            return
-        run_id, text = pending
-        details: dict[str, Any] = {"schema": MESSAGE_SCHEMA, "runId": run_id,
-                                   "presentationId": f"presentation:{run_id}"}
-        if f"presentation:{run_id}" in self._sent_ids("presentationId"):
-            return
-        # A pending intent for this run is resolved by the presentation, not a second turn.
-        for intent in self.store.turn_intents.list_pending(run_id):
-            if intent.target_session_id != self.session_id:
-                continue
-            claimed = self.store.turn_intents.claim_delivery(intent.intent_id)
-            if not isinstance(claimed, LostRace):
-                details["turnIntentId"] = intent.intent_id
-                self.host.append_message(PRESENTATION_TYPE, text, details,
-                                         deliver_as="follow_up", trigger_turn=True)
-                self.store.turn_intents.resolve(
-                    intent.intent_id, claimed.delivery_claim_token or "",
-                    resolution="presentation",
-                    message_id=message_id(intent.intent_id, "presentation"))
-                return
-        self.host.append_message(PRESENTATION_TYPE, text, details, deliver_as="follow_up",
-                                 trigger_turn=True)
+            intents.resolve(intent.intent_id, token,
+                            resolution=resolution,
+                            message_id=message_id(intent.intent_id, resolution))
 
     def _deliver_notifications(self) -> None:
         notes = self.store.notifications

@@ -14,17 +14,16 @@ import fcntl
 import logging
 import os
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner.controllers import ControllerManager
-from runner.engine import AgentStepExecutor, RunOutcome
+from runner.engine import AgentStepExecutor, RunControl, RunOutcome
 from runner.engine.processes import ProcessRegistry, reap_dead_registries, reap_orphans
 from runner.engine.runner import Observer
 from runner.errors import InputError
 from runner.launch import EngineOptions, LaunchCoordinator
-from runner.launch.coordinator import LEASE_SECONDS, RENEW_EVERY, Activation
+from runner.launch.coordinator import LEASE_SECONDS, RENEW_EVERY
 from runner.store import LaunchRecord, Store
 
 from .launches import runner_id
@@ -99,7 +98,7 @@ class StandaloneHost:
         self.stop_event = threading.Event()
         self._wake = threading.Event()  # a run ended (a slot is free) or the host stops
         self._lock = threading.Lock()
-        self._running: dict[str, tuple[threading.Thread, list[Activation]]] = {}
+        self._running: dict[str, tuple[threading.Thread, RunControl]] = {}
         self.report = HostReport()
 
     # -- lifecycle -------------------------------------------------------------------
@@ -152,50 +151,34 @@ class StandaloneHost:
         return claimed
 
     def _start(self, record: LaunchRecord) -> None:
-        acts: list[Activation] = []
-        thread = threading.Thread(target=self._execute, args=(record, acts), daemon=True,
+        control = RunControl()
+        if self.stop_event.is_set():
+            control.park("host stopping", auto_resume=True)
+        thread = threading.Thread(target=self._execute, args=(record, control), daemon=True,
                                   name=f"wfrun-host-{record.run_id}")
         with self._lock:
-            self._running[record.run_id] = (thread, acts)
+            self._running[record.run_id] = (thread, control)
         self.report.started += 1
         thread.start()
 
-    def _execute(self, record: LaunchRecord, acts: list[Activation]) -> None:
+    def _execute(self, record: LaunchRecord, control: RunControl) -> None:
         try:
-            if not (self.ws.runs_dir / record.run_id).exists():
-                act = self.coordinator.activate(record)
-                if act is None:
-                    self.report.failed_to_start += 1
-                    return
-                acts.append(act)
-                if self.stop_event.is_set():
-                    act.control.park("host stopping")
-                outcome = self.coordinator.run(act)
+            outcome = self.coordinator.execute(record, control=control)
+            if outcome is None:
+                self.report.failed_to_start += 1
             else:
-                outcome = self.coordinator.resume_parked(record, on_control=self._track(acts))
-            if outcome is not None:
                 self.report.outcomes.append(outcome)
-        except Exception:  # one broken run must not take the host down
-            log.exception("run %s crashed in the host", record.run_id)
         finally:
             with self._lock:
                 self._running.pop(record.run_id, None)
             self._wake.set()
 
-    def _track(self, acts: list[Activation]) -> Callable[[Activation], None]:
-        def keep(act: Activation) -> None:
-            acts.append(act)
-            if self.stop_event.is_set():
-                act.control.park("host stopping")
-        return keep
-
     def _park_all(self) -> None:
         """Park every in-flight run at its next safe point, then wait (bounded)."""
         with self._lock:
             running = list(self._running.values())
-        for _, acts in running:
-            for act in acts:
-                act.control.park("host stopping")
+        for _, control in running:
+            control.park("host stopping", auto_resume=True)  # the next host resumes it
         deadline = self.ws.clock.monotonic() + PARK_DEADLINE
         for thread, _ in running:
             thread.join(timeout=max(deadline - self.ws.clock.monotonic(), 0.0))

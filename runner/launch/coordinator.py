@@ -1,22 +1,30 @@
-"""Durable deferred launch: preparation in the tool call, activation at a safe boundary.
+"""Durable deferred launch: preparation in the tool call, one `execute` for every run.
 
-Preparation (`prepare`) runs every check that can run before the reply, then
-commits a `queued` row with the final run id; nothing else is stored when a
-check fails. Activation (`activate`) happens later, at an idle boundary of the
-owning session or in a host: claim -> `starting` -> re-check the source (hash,
-authoritative) -> build the engine and bundle -> `running` -> fence -> first node.
-A startup failure becomes `failed` with a stable code and a safe message, plus
-one eligible turn intent for the owning session, in one store transaction.
+Preparation (`prepare`, in preflight.py) runs every check that can run before
+the reply, then commits a `queued` row with the final run id. Every run, from
+whatever source (`wfrun run`, `wfrun start`, the session tool, continuations,
+controller children), is such a row, and a claimed row is run by `execute`,
+which decides once what the row needs:
+
+    no bundle, or a half-made one     activate: re-check the source, create the
+                                      bundle, `running`, first node
+    a bundle that has ended           record the ending the bundle shows
+    a bundle that is running          resume it (replay, re-run the interrupted node)
+
+and maps how the run ended onto the row (done | failed | cancelled | parked),
+so a launch's terminal state always agrees with its bundle. Any unexpected
+exception on this path is caught at one boundary and fails the launch (the
+bundle ended too, the reservation released, one follow-up for a session).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, TypeVar
 
 from runner.clock import Clock, SystemClock
 from runner.compiler import WorkflowDefinition
@@ -26,10 +34,9 @@ from runner.engine import (
     NotificationSink,
     RunControl,
     RunOutcome,
+    RunReader,
     check_input,
-    new_run_id,
 )
-from runner.engine.bundle import MANIFEST, read_json, read_trace
 from runner.engine.processes import ProcessRegistry
 from runner.engine.runner import Observer, RunDriver
 from runner.errors import (
@@ -38,15 +45,15 @@ from runner.errors import (
     DefinitionInvalid,
     InputError,
     NotFoundError,
-    OperationFailed,
     TemporaryError,
     WfrunError,
 )
+from runner.safety import safe_message, secret_values
 from runner.store import (
+    MAX_ACTIVATION_CRASHES,
     LaunchErrorCode,
     LaunchRecord,
     LostRace,
-    NewLaunch,
     Store,
     StoreError,
     StoreUnavailable,
@@ -55,26 +62,22 @@ from runner.store import (
 
 from .intents import new_intent
 from .keeper import CANCEL_EVENT, LeaseKeeper
-from .safety import safe_message
+from .preflight import Preflight, PreflightError, Resolver, workflow_name
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 LEASE_SECONDS = 30.0
-MIN_REDACTED_INPUT = 8  # shorter input strings are too likely to be ordinary words
 RENEW_EVERY = 10.0
+#: Named points where tests kill the process (WFRUN_CRASH_AT), in the order a run
+#: passes them. The engine's own points (runner.CRASH_POINTS) lie in between.
+CRASH_POINTS = ("after_queued_commit", "after_claim", "during_starting",
+                "before_executor_release", "before_outcome_recorded", "after_session_append")
+#: How an engine ending maps onto the launch row's failure code.
+FAILURE_CODES: dict[str, LaunchErrorCode] = {"failed": "run_failed",
+                                             "timed_out": "run_timed_out"}
 
-
-class Resolver(Protocol):
-    """Finds and compiles a workflow by name or path (raises NotFound/DefinitionInvalid)."""
-
-    def compile(self, ref: str) -> tuple[WorkflowDefinition, str]: ...
-
-
-class PreflightError(InputError):
-    """A start request failed a check; nothing was stored."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
+__all__ = ["CRASH_POINTS", "LEASE_SECONDS", "RENEW_EVERY", "Activation", "EngineOptions",
+           "LaunchCoordinator", "PreflightError", "Resolver"]
 
 
 @dataclass
@@ -85,6 +88,7 @@ class EngineOptions:
     durability: str = "full"
     project_root: Path | None = None
     processes: ProcessRegistry | None = None
+    crash_point: Callable[[str], None] | None = None  # the engine's crash seam (tests)
 
 
 def _classify(exc: BaseException) -> tuple[LaunchErrorCode, str]:
@@ -93,7 +97,7 @@ def _classify(exc: BaseException) -> tuple[LaunchErrorCode, str]:
         return "workflow_not_found", exc.message
     if isinstance(exc, DefinitionInvalid):
         return "workflow_invalid", exc.message
-    if isinstance(exc, InputError) and "input" in exc.message:
+    if isinstance(exc, InputError):
         return "input_invalid", exc.message
     if isinstance(exc, (StoreError, TemporaryError)):
         return "store_unavailable", "the workflow store is unavailable; try again shortly"
@@ -109,19 +113,27 @@ class Activation:
 
     record: LaunchRecord
     token: str
-    definition: WorkflowDefinition
-    engine: Engine
+    definition: WorkflowDefinition | None = None
     control: RunControl = field(default_factory=RunControl)
     claim_lost: bool = False
     driver: RunDriver | None = None
-    checkpoint: str | None = None  # set for continuations: the parent's checkpoint
+    engine: Engine | None = None
+    checkpoint: str | None = None  # a continuation's first boundary: the parent's checkpoint
+    force: bool = False  # resume although the workflow changed (an explicit, recorded choice)
+    outcome: RunOutcome | None = None  # set when the bundle had ended before this claim
+
+    @property
+    def run_id(self) -> str:
+        return self.record.run_id
 
     @property
     def workflow(self) -> str:
-        return self.definition.name or _workflow_name(self.record.workflow_ref)
+        if self.definition is not None and self.definition.name:
+            return self.definition.name
+        return workflow_name(self.record.workflow_ref)
 
 
-class LaunchCoordinator:
+class LaunchCoordinator(Preflight):
     def __init__(self, store: Store, resolver: Resolver, runs_dir: Path, *, runner_id: str,
                  clock: Clock | None = None, options: EngineOptions | None = None,
                  lease_seconds: float = LEASE_SECONDS, renew_every: float = RENEW_EVERY,
@@ -133,6 +145,7 @@ class LaunchCoordinator:
         self.crash: Callable[[str], None] = crash or (lambda _point: None)
         self.resolver = resolver
         self.runs_dir = runs_dir
+        self.reader = RunReader(runs_dir)
         self.runner_id = runner_id
         self.clock = clock or SystemClock()
         self.options = options or EngineOptions()
@@ -144,76 +157,14 @@ class LaunchCoordinator:
         self.scrub_input = scrub_input
 
     def safe(self, text: str, run_input: Any = None) -> str:
-        """Redacted, bounded text; string values of `run_input` (8+ characters) are
-        redacted too, so a message that echoes raw input (a rendered command, a
-        parse error) never carries it into the store or a model-facing turn."""
-        return safe_message(text, self.secrets + _input_strings(run_input))
+        """Redacted, bounded text. Secrets are redacted, not ordinary words: of the run
+        input, values that look like secrets (by key name or shape) and single-token
+        values of 8+ characters (an id, a key, a path) are masked where a message echoes
+        them; phrases ("the change") are left alone."""
+        return safe_message(text, self.secrets + secret_values(run_input)
+                            + _token_values(run_input))
 
-    # -- preparation ---------------------------------------------------------------
-    def prepare(self, ref: str, run_input: Any = None, *, session_id: str | None = None,
-                parent_run_id: str | None = None,
-                presentation_pending: str | None = None) -> LaunchRecord:
-        """Every pre-reply check, then one committed `queued` row with the final run id."""
-        try:
-            definition, stored_ref = self.resolver.compile(ref)
-        except NotFoundError as exc:
-            raise PreflightError("workflow_not_found", exc.message) from None
-        except DefinitionInvalid as exc:
-            raise PreflightError("workflow_invalid", exc.message) from None
-        try:
-            if parent_run_id is not None:
-                # A continuation's input is the answer; the parent's input is carried.
-                self._check_parent(parent_run_id, definition)
-                value = _plain_json(run_input)
-            else:
-                value = check_input(definition, {} if run_input is None else run_input)
-        except PreflightError:
-            raise
-        except InputError as exc:
-            raise PreflightError("input_invalid", exc.message) from None
-        if presentation_pending is not None:
-            raise PreflightError("activation_failed", "the final presentation of run "
-                                 f"{presentation_pending} is still pending; let it arrive, then "
-                                 "start the next workflow")
-        try:
-            if session_id is not None:
-                held = self.store.launches.find_session_reservation(session_id)
-                if held is not None:
-                    raise PreflightError("activation_failed", _reserved(held.run_id, held.status))
-            run_id = new_run_id(definition.name, self.clock.now())
-            source = {"source": definition.source.to_json() if definition.source else None,
-                      "sources": [s.to_json() for s in definition.sources]}
-            result = self.store.launches.enqueue(NewLaunch(
-                run_id=run_id, workflow_ref=stored_ref, source=source,
-                definition_digest=definition.digest, input=value,
-                workflow_path=definition.source.path if definition.source else None,
-                origin_session_id=session_id, parent_run_id=parent_run_id))
-        except StoreError as exc:
-            raise PreflightError("store_unavailable", self.safe(
-                f"the workflow store is unavailable: {exc.message}")) from None
-        except ValueError as exc:  # the store refuses the input (too large, not plain JSON)
-            raise PreflightError("input_invalid", self.safe(str(exc))) from None
-        self.crash("after_queued_commit")
-        if isinstance(result, LostRace):
-            if result.reason == "session_reserved":
-                raise PreflightError("activation_failed",
-                                     _reserved(result.holder or "?", "active"))
-            raise PreflightError("activation_failed", f"could not queue the run ({result.reason})")
-        return result
-
-    def _check_parent(self, parent_run_id: str, definition: WorkflowDefinition) -> None:
-        path = self.runs_dir / parent_run_id / MANIFEST
-        if not path.is_file():
-            raise PreflightError("workflow_not_found", f"no run '{parent_run_id}' to continue")
-        manifest = read_json(path)
-        if manifest.get("status") != "waiting":
-            raise PreflightError("activation_failed", f"run '{parent_run_id}' is "
-                                 f"{manifest.get('status')}, not waiting at a checkpoint")
-        if manifest.get("definition_digest") != definition.digest:
-            raise PreflightError("source_changed", f"the workflow changed since run "
-                                 f"'{parent_run_id}' started; start a new run instead")
-
-    # -- activation ----------------------------------------------------------------
+    # -- claims ----------------------------------------------------------------------
     def claim_next(self, session_id: str | None) -> LaunchRecord | None:
         try:
             return self.store.launches.claim_next(runner_id=self.runner_id, session_id=session_id,
@@ -221,11 +172,115 @@ class LaunchCoordinator:
         except StoreUnavailable:
             return None
 
-    def activate(self, record: LaunchRecord) -> Activation | None:
-        """Take a claimed `starting` launch to `running`; None when it failed or lost."""
-        assert record.claim_token is not None
-        token = record.claim_token
+    def claim(self, run_id: str, *, dead_runner: str | None = None) -> LaunchRecord:
+        """Claim one launch by id (an explicit resume, a foreground run)."""
+        result = self.store.launches.claim(run_id, runner_id=self.runner_id,
+                                           lease_seconds=self.lease_seconds,
+                                           dead_runner=dead_runner)
+        if isinstance(result, LostRace):
+            if result.reason == "not_found":
+                raise NotFoundError(f"no launch '{run_id}'; `wfrun status` lists launches")
+            if result.reason == "lease_active":
+                raise ConflictError(f"run '{run_id}' is being run by another process "
+                                    f"({result.status}); pause or cancel it there")
+            if result.reason == "session_reserved":
+                raise ConflictError(f"run '{run_id}' belongs to a session that is running "
+                                    f"{result.holder}; resume it after that ends")
+            if result.status in ("done", "failed", "cancelled"):
+                raise InputError(f"run '{run_id}' already ended ({result.status}); nothing "
+                                 "to resume")
+            raise ConflictError(f"run '{run_id}' is {result.status}; nothing to resume")
+        return result
+
+    # -- the one execute -----------------------------------------------------------------
+    def execute(self, record: LaunchRecord, *, control: RunControl | None = None,
+                on_start: Callable[[Activation], None] | None = None,
+                force: bool = False) -> RunOutcome | None:
+        """Run a claimed launch to its end (fresh, resumed, or only recorded); returns
+        how the run ended, or None when it failed to start or another runner won."""
+        act = self.begin(record, control=control, on_start=on_start, force=force)
+        return None if act is None else self.drive(act)
+
+    def begin(self, record: LaunchRecord, *, control: RunControl | None = None,
+              on_start: Callable[[Activation], None] | None = None,
+              force: bool = False) -> Activation | None:
+        """The first half of `execute`, up to `running` (a session does it at its idle
+        boundary and drives the run on a worker thread). None: nothing to drive."""
+        assert record.claim_token is not None, "execute needs a claimed launch"
+        act = Activation(record, record.claim_token, control=control or RunControl(),
+                         force=force)
+        if on_start is not None:
+            on_start(act)
+        return act if self._guarded(act, self._begin) else None
+
+    def drive(self, act: Activation) -> RunOutcome | None:
+        """The second half of `execute`: run the nodes, record the ending."""
+        try:
+            return self._guarded(act, self._drive)
+        finally:
+            self._keeper.remove(act)
+
+    def _guarded(self, act: Activation, step: Callable[[Activation], _T]) -> _T | None:
+        """The one boundary of the run path: a lost claim lets go, and any unexpected
+        exception fails the launch instead of leaving it `running` until its lease
+        expires (and crashing again in the next runner)."""
+        try:
+            return step(act)
+        except ClaimLost:
+            self._lost(act)
+            return None
+        except Exception as exc:
+            log.exception("run %s crashed in its runner", act.record.run_id)
+            self._crashed(act, exc)
+            return None
+
+    def _begin(self, act: Activation) -> bool:
+        record = act.record
         self.crash("after_claim")
+        if record.status == "starting" and record.crash_count >= MAX_ACTIVATION_CRASHES:
+            self.fail_launch(record, act.token, "activation_failed",
+                             f"activation crashed {record.crash_count} times in a row; it is "
+                             "not tried again. Check the host log, then start it again")
+            return False
+        engine = self._engine(record, act.token)
+        act.engine = engine
+        if not self.reader.started(record.run_id):
+            # No bundle, or one whose creator died before `run_started` was durable:
+            # nothing ran, and the input is still in the row (it is cleared at running).
+            engine.discard_unstarted(record.run_id, record.parent_run_id)
+            if record.status != "starting":
+                self.fail_launch(record, act.token, "activation_failed",
+                                 "the run bundle is missing; start the workflow again")
+                return False
+            return self._activate(act, engine)
+        if record.status == "starting":
+            running = self.store.launches.mark_running(record.run_id, act.token)
+            if isinstance(running, LostRace):
+                self._lost(act)
+                return False
+            act.record = running
+        status = self.reader.status(record.run_id)
+        if status is not None and status != "running":
+            # The run ended but its runner died before the store recorded it.
+            act.outcome = engine.settle(record.run_id)
+        return True
+
+    def _drive(self, act: Activation) -> RunOutcome | None:
+        engine = act.engine
+        assert engine is not None
+        try:
+            if act.outcome is not None:
+                self.record_outcome(act, act.outcome)
+                return act.outcome
+            if act.driver is None:
+                return self._resume(act, engine)
+            return self._run(act)
+        except ClaimLost:
+            return self._lost(act)  # a cancel's ending is still an outcome
+
+    def _activate(self, act: Activation, engine: Engine) -> bool:
+        """Take a claimed `starting` launch to `running`; False when it failed or lost."""
+        record, token = act.record, act.token
         try:
             definition, _ = self.resolver.compile(record.workflow_ref)
             if definition.digest != record.definition_digest:
@@ -235,19 +290,18 @@ class LaunchCoordinator:
                 value = check_input(definition, value)
         except _SourceChanged:
             self.fail_launch(record, token, "source_changed", "the workflow source changed after "
-                             "it was queued; review the change, then start it again")
-            return None
+                             "it was queued; review the change, then start it again",
+                             fixed=True)
+            return False
         except Exception as exc:
             code, reason = _classify(exc)
-            self.fail_launch(record, token, code, reason)
-            return None
-        try:
-            engine = self._engine(record, token)  # builds the executor: it can fail too
-        except Exception as exc:
-            code, reason = _classify(exc)
-            self.fail_launch(record, token, code, reason)
-            return None
-        act = Activation(record, token, definition, engine)
+            if code in ("workflow_invalid", "workflow_not_found") and self._deleted(record):
+                code, reason = "workflow_not_found", (
+                    f"workflow '{workflow_name(record.workflow_ref)}' no longer exists (its "
+                    "file was removed after the run was queued); restore it or start another")
+            self.fail_launch(record, token, code, self.relative(reason))
+            return False
+        act.definition = definition
         try:
             if record.parent_run_id is not None:
                 # A continuation: the launch input is the answer to the parent's checkpoint.
@@ -257,98 +311,57 @@ class LaunchCoordinator:
             else:
                 _, driver = engine.create(definition, value, workflow_ref=record.workflow_ref,
                                           run_id=record.run_id, control=act.control)
-            bundle = driver.bundle
         except ClaimLost:
-            self._drop_unstarted_bundle(record.run_id)
-            return None  # cancelled or reclaimed while starting; the winner decides
-        except Exception as exc:
+            raise
+        except WfrunError as exc:
             code, reason = _classify(exc)
             self.fail_launch(record, token, code, reason)
-            return None
+            return False
         self.crash("during_starting")
         running = self.store.launches.mark_running(record.run_id, token)
         if isinstance(running, LostRace):
             # Cancellation won the race: record it in the bundle we own, run nothing.
-            bundle.fence = lambda: True
+            driver.bundle.fence = lambda: True
             driver.finish("cancelled", error={"code": "cancelled",
                                                "message": "cancelled before it started"})
-            return None
+            return False
         self._scrub()
         act.record = running
         act.driver = driver
-        return act
+        return True
 
-    def run(self, act: Activation) -> RunOutcome | None:
+    @staticmethod
+    def _deleted(record: LaunchRecord) -> bool:
+        path = record.workflow_path
+        return path is not None and not Path(path).exists()
+
+    def _run(self, act: Activation) -> RunOutcome:
         """Release the engine to run the first node; record how the run ended."""
-        driver = act.driver
+        driver, engine = act.driver, act.engine
         assert driver is not None
+        assert engine is not None
         self.crash("before_executor_release")
         self._keeper.add(act)
-        try:
-            if act.checkpoint is not None:
-                outcome = act.engine.drive_continuation(driver, act.checkpoint)
-            else:
-                outcome = driver.drive(act.definition.start)
-        except ClaimLost:
-            return self._lost(act, driver)
-        finally:
-            self._keeper.remove(act)
+        if act.checkpoint is not None:
+            outcome = engine.drive_continuation(driver, act.checkpoint)
+        else:
+            assert act.definition is not None
+            outcome = driver.drive(act.definition.start)
         self.record_outcome(act, outcome)
         return outcome
 
-    def execute(self, record: LaunchRecord) -> RunOutcome | None:
-        """Run a claimed launch to its end: activate a fresh one, resume one with a bundle."""
-        if not (self.runs_dir / record.run_id).exists():
-            act = self.activate(record)
-            return self.run(act) if act is not None else None
-        return self.resume_parked(record)
-
-    def resume_parked(self, record: LaunchRecord,
-                      on_control: Callable[[Activation], None] | None = None
-                      ) -> RunOutcome | None:
-        """Resume a parked (or crashed running) run this runner just claimed."""
-        assert record.claim_token is not None
-        token = record.claim_token
-        engine = self._engine(record, token)
-        act = Activation(record, token, WorkflowDefinition("", "", {}, {}), engine)
-        if on_control is not None:
-            on_control(act)
-        if record.status == "starting":
-            running = self.store.launches.mark_running(record.run_id, token)
-            if isinstance(running, LostRace):
-                return None
-            act.record = running
+    def _resume(self, act: Activation, engine: Engine) -> RunOutcome:
         self._keeper.add(act)
-        try:
-            outcome = engine.resume(record.run_id, lambda m: self.resolver.compile(
-                str(m.get("workflow_ref")))[0], control=act.control)
-        except ClaimLost:
-            return None
-        except WfrunError as exc:
-            self.fail_launch(act.record, token, "activation_failed", exc.message)
-            return None
-        finally:
-            self._keeper.remove(act)
+
+        def resolve(manifest: dict[str, Any]) -> WorkflowDefinition:
+            definition, _ = self.resolver.compile(str(manifest.get("workflow_ref")))
+            act.definition = definition
+            return definition
+
+        outcome = engine.resume(act.record.run_id, resolve, control=act.control,
+                                force=act.force)
         self.record_outcome(act, outcome)
         return outcome
-
-    def _drop_unstarted_bundle(self, run_id: str) -> None:
-        """Cancellation won while the bundle was being created (the fence failed part
-        way): no node ran, so the half-made bundle goes and the cancelled launch row
-        stays the record, instead of a bundle that says `running` forever."""
-        try:
-            current = self.store.launches.get(run_id)
-        except StoreError:
-            return
-        root = self.runs_dir / run_id
-        if current is None or current.status != "cancelled" or not root.is_dir():
-            return
-        try:
-            events = read_trace(root).events
-        except (OperationFailed, OSError):
-            return
-        if all(event.get("type") == "run_started" for event in events):
-            shutil.rmtree(root, ignore_errors=True)
 
     def _engine(self, record: LaunchRecord, token: str) -> Engine:
         launches = self.store.launches
@@ -378,14 +391,113 @@ class LaunchCoordinator:
         return Engine(runs_dir=self.runs_dir, clock=self.clock, executor=opts.executor(record),
                       notifications=opts.notifications, observer=opts.observer,
                       durability=opts.durability, project_root=opts.project_root,
-                      work_dir=opts.project_root, fence=fence, processes=opts.processes)
+                      work_dir=opts.project_root, fence=fence, processes=opts.processes,
+                      crash_point=opts.crash_point)
 
-    def _lost(self, act: Activation, driver: RunDriver) -> RunOutcome | None:
-        current = self.store.launches.get(act.record.run_id)
-        if current is not None and current.status == "cancelled":
-            driver.bundle.fence = lambda: True
-            return driver.finish("cancelled", error={"code": "cancelled", "message": "cancelled"})
-        driver.bundle.close()
+    # -- endings ---------------------------------------------------------------------
+    def record_outcome(self, act: Activation, outcome: RunOutcome) -> None:
+        """Map an engine outcome onto the launch row, with a follow-up when one is due."""
+        self.crash("before_outcome_recorded")
+        launches = self.store.launches
+        run_id, token = act.record.run_id, act.token
+        if outcome.parked:
+            if act.claim_lost:
+                return  # another runner owns the row now
+            launches.park(run_id, token, mode="auto" if act.control.auto_resume else "explicit")
+            return
+        if outcome.status == "cancelled":
+            launches.cancel(run_id, claim_token=token)
+            return
+        if outcome.status in ("completed", "waiting"):
+            presentation = None
+            session = act.record.origin_session_id
+            if session is not None and act.definition is not None and \
+                    act.definition.presentation:
+                # Durable with the ending: a restarted session still delivers it, and
+                # refuses a new start until it has.
+                presentation = new_intent(session_id=session, run_id=run_id,
+                                          workflow=act.workflow, cause="presentation",
+                                          source="run_presentation", state=outcome.status,
+                                          reason="")
+            launches.finish(run_id, token, waiting=outcome.status == "waiting",
+                            turn_intent=presentation)
+            return
+        error = outcome.error or {}
+        code = FAILURE_CODES.get(outcome.status, "run_failed")
+        if error.get("code") == "interrupted":
+            code = "interrupted"
+        node = error.get("node")
+        reason = str(error.get("message") or f"the run ended {outcome.status}")
+        message = self.safe(f"node '{node}': {reason}" if node else reason, outcome.state.input)
+        intent = None
+        session = act.record.origin_session_id
+        if session is not None:
+            cause: TurnCause = "timed_out" if outcome.status == "timed_out" else "failed"
+            intent = new_intent(session_id=session, run_id=run_id, workflow=act.workflow,
+                                cause=cause, source=f"run_{outcome.status}",
+                                state=outcome.status, reason=message, node=node)
+        launches.fail(run_id, token, code=code, message=message, turn_intent=intent)
+
+    def fail_launch(self, record: LaunchRecord, token: str, code: LaunchErrorCode,
+                    reason: str, *, fixed: bool = False) -> LaunchRecord | LostRace:
+        """Fail a claimed launch with one eligible follow-up for its session. A `fixed`
+        reason is wfrun's own text: it echoes no input, so none is redacted from it."""
+        echoed = None if fixed or record.input_cleared else record.input()
+        message = self.safe(reason, echoed)
+        intent = None
+        if record.origin_session_id is not None:
+            intent = new_intent(session_id=record.origin_session_id, run_id=record.run_id,
+                                workflow=workflow_name(record.workflow_ref),
+                                cause="launch_failed", source="launch_failed",
+                                state="failed_to_start", reason=message, node="$launch")
+        result = self.store.launches.fail(record.run_id, token, code=code, message=message,
+                                          turn_intent=intent)
+        if isinstance(result, LostRace):
+            return result  # a stale handler: the winner (e.g. a cancel) decided
+        self._scrub()
+        try:
+            self.store.run_events.append(record.run_id, "launch_failed",
+                                         {"code": code, "message": message},
+                                         workflow_ref=record.workflow_ref,
+                                         runner_id=self.runner_id)
+        except StoreError:
+            log.warning("could not record the launch_failed event of %s", record.run_id)
+        return result
+
+    def _crashed(self, act: Activation, exc: BaseException) -> None:
+        """An unexpected exception on the run path: end the bundle (if the run began)
+        and the launch as failed, so neither waits for a lease to expire."""
+        started = act.record.status == "running" or act.driver is not None
+        reason = (f"the run crashed ({type(exc).__name__}); see the host log" if started
+                  else _classify(exc)[1])
+        if act.driver is not None:
+            act.driver.bundle.close()  # let go of the lock so the ending can be written
+        if act.engine is not None and self.reader.started(act.record.run_id):
+            try:
+                act.engine.abandon(act.record.run_id, "failed", code="crashed", reason=reason)
+            except Exception:
+                log.exception("could not end the bundle of %s", act.record.run_id)
+        try:
+            self.fail_launch(act.record, act.token,
+                             "run_failed" if started else _classify(exc)[0], reason)
+        except Exception:
+            # The store is down: the lease expires and the next runner settles the run
+            # from its bundle (which says failed, if the write above got through).
+            log.exception("could not record the failure of %s", act.record.run_id)
+
+    def _lost(self, act: Activation) -> RunOutcome | None:
+        """A fence or renewal refused us: a cancel, or another runner took the claim."""
+        try:
+            current = self.store.launches.get(act.record.run_id)
+        except StoreError:
+            current = None
+        if act.driver is not None:
+            act.driver.bundle.close()
+        if current is not None and current.status == "cancelled" and act.engine is not None:
+            if self.reader.started(act.record.run_id):
+                return self._end_cancelled(act.record.run_id)
+            act.engine.discard_unstarted(act.record.run_id, act.record.parent_run_id)
+            return None
         session = act.record.origin_session_id
         if session is not None:
             intent = new_intent(session_id=session, run_id=act.record.run_id,
@@ -399,65 +511,53 @@ class LaunchCoordinator:
                 log.warning("could not record the claim-lost intent for %s", act.record.run_id)
         return None
 
-    def record_outcome(self, act: Activation, outcome: RunOutcome) -> None:
-        """Map an engine outcome onto the launch row, with a follow-up when one is due."""
-        launches = self.store.launches
-        run_id, token = act.record.run_id, act.token
-        if outcome.parked:
-            launches.park(run_id, token)
-            return
-        if outcome.status == "cancelled":
-            launches.cancel(run_id, claim_token=token)
-            return
-        launches.finish(run_id, token)
-        session = act.record.origin_session_id
-        if session is None or outcome.status not in ("failed", "timed_out"):
-            return
-        error = outcome.error or {}
-        cause: TurnCause = "timed_out" if outcome.status == "timed_out" else "failed"
-        intent = new_intent(session_id=session, run_id=run_id, workflow=act.workflow,
-                            cause=cause, source=f"run_{outcome.status}",
-                            state=outcome.status,
-                            reason=self.safe(str(error.get("message", "")), outcome.state.input),
-                            node=error.get("node"))
-        result = self.store.turn_intents.ensure(intent)
-        if not isinstance(result, LostRace):
-            self.store.turn_intents.make_eligible(intent.intent_id)
+    def _end_cancelled(self, run_id: str) -> RunOutcome | None:
+        """The row is `cancelled`: end the bundle the same way. The bundle's lock keeps
+        out a runner still writing it (that runner records the cancel itself)."""
+        engine = Engine(runs_dir=self.runs_dir, clock=self.clock)
+        try:
+            return engine.abandon(run_id, "cancelled", code="cancelled", reason="cancelled")
+        except WfrunError as exc:
+            log.info("run %s: cancel left to its runner (%s)", run_id, exc.message)
+            return None
 
-    # -- failures, cancellation, recovery --------------------------------------------
-    def fail_launch(self, record: LaunchRecord, token: str, code: LaunchErrorCode,
-                    reason: str) -> LaunchRecord | LostRace:
-        message = self.safe(reason, None if record.input_cleared else record.input())
-        intent = None
-        if record.origin_session_id is not None:
-            intent = new_intent(session_id=record.origin_session_id, run_id=record.run_id,
-                                workflow=_workflow_name(record.workflow_ref),
-                                cause="launch_failed", source="launch_failed",
-                                state="failed_to_start", reason=message, node="$launch")
-        result = self.store.launches.fail(record.run_id, token, code=code, message=message,
-                                          turn_intent=intent)
-        if isinstance(result, LostRace):
-            return result  # a stale handler: the winner (e.g. a cancel) decided
-        self._scrub()
-        self.store.run_events.append(record.run_id, "launch_failed",
-                                     {"code": code, "message": message},
-                                     workflow_ref=record.workflow_ref, runner_id=self.runner_id)
-        return result
-
+    # -- cancellation and recovery -----------------------------------------------------
     def cancel(self, run_id: str) -> LaunchRecord:
-        """Cancel a queued/starting/parked launch now, or ask the runner of a running one."""
+        """Cancel a launch now, or ask the live runner of a running one. A running
+        launch whose runner died (its lease expired) is taken over and cancelled."""
         record = self.store.launches.get(run_id)
         if record is None:
             raise NotFoundError(f"no queued or running launch '{run_id}'")
         if record.status == "running":
-            self.store.run_events.append(run_id, CANCEL_EVENT, {}, runner_id=self.runner_id)
-            return record
+            if record.lease_live(self.store.now_ms()):
+                self.store.run_events.append(run_id, CANCEL_EVENT, {}, runner_id=self.runner_id)
+                return record
+            return self._cancel_abandoned(record)
         result = self.store.launches.cancel(run_id)
         if isinstance(result, LostRace):
             if result.status in ("done", "failed", "cancelled"):
                 raise ConflictError(f"run '{run_id}' already ended ({result.status})")
             raise ConflictError(f"run '{run_id}' changed state ({result.status}); try again")
         self._scrub()
+        if self.reader.started(run_id):
+            self._end_cancelled(run_id)  # a parked run: its bundle ends cancelled too
+        return result
+
+    def _cancel_abandoned(self, record: LaunchRecord) -> LaunchRecord:
+        claimed = self.store.launches.claim(record.run_id, runner_id=self.runner_id,
+                                            lease_seconds=self.lease_seconds)
+        if isinstance(claimed, LostRace):
+            raise ConflictError(f"run '{record.run_id}' changed state ({claimed.status}); "
+                                "try again")
+        token = claimed.claim_token or ""
+        engine = self._engine(claimed, token)
+        with contextlib.suppress(InputError):  # already ended in the bundle: the row follows
+            engine.abandon(record.run_id, "cancelled", code="cancelled",
+                           reason="cancelled while its runner was gone")
+        result = self.store.launches.cancel(record.run_id, claim_token=token)
+        if isinstance(result, LostRace):
+            raise ConflictError(f"run '{record.run_id}' changed state ({result.status}); "
+                                "try again")
         return result
 
     def _scrub(self) -> None:
@@ -475,88 +575,25 @@ class LaunchCoordinator:
 
     def recover_expired(self, session_id: str | None = None) -> list[LaunchRecord]:
         """Reconcile `starting` rows whose lease expired with what their bundles show."""
-        out: list[LaunchRecord] = []
-        now = self.store.now_ms()
-        for record in self.store.launches.query(statuses=["starting"], session_id=session_id):
-            if record.lease_live(now):
-                continue
-            outcome, code, message = self._bundle_outcome(record)
-            intent = None
-            if outcome == "failed" and record.origin_session_id is not None:
-                intent = new_intent(session_id=record.origin_session_id, run_id=record.run_id,
-                                    workflow=_workflow_name(record.workflow_ref),
-                                    cause="launch_failed",
-                                    source="recovery", state="failed_to_start",
-                                    reason=message or "", node="$launch")
-            result = self.store.launches.recover_expired_starting(
-                record.run_id, epoch=record.epoch, outcome=outcome, code=code, message=message,
-                turn_intent=intent)
-            if not isinstance(result, LostRace):
-                out.append(result)
-        if any(r.status != "queued" for r in out):
-            self._scrub()
-        return out
+        from .recovery import recover_expired
 
-    def _bundle_outcome(self, record: LaunchRecord) -> tuple[Any, Any, str | None]:
-        path = self.runs_dir / record.run_id / MANIFEST
-        if not path.exists():
-            return "queued", None, None
-        try:
-            manifest = read_json(path)
-        except (OperationFailed, NotFoundError):
-            return "failed", "activation_failed", "the run bundle is unreadable"
-        if manifest.get("definition_digest") != record.definition_digest:
-            return "failed", "source_changed", "the run bundle does not match the launch"
-        try:
-            current, _ = self.resolver.compile(record.workflow_ref)
-        except WfrunError:
-            current = None
-        if current is None or current.digest != record.definition_digest:
-            return "failed", "source_changed", ("the workflow source changed or disappeared "
-                                                "while the run was starting")
-        status = manifest.get("status")
-        mapping = {"running": ("running", None, None), "waiting": ("parked", None, None),
-                   "completed": ("done", None, None), "cancelled": ("cancelled", None, None)}
-        if status in mapping:
-            return mapping[status]
-        return "failed", "activation_failed", f"the run ended {status} during startup"
+        return recover_expired(self, session_id)
 
 
 class _SourceChanged(Exception):
     pass
 
 
-def _input_strings(value: Any) -> tuple[str, ...]:
+def _token_values(value: Any, min_chars: int = 8) -> tuple[str, ...]:
     found: list[str] = []
     stack = [value]
     while stack:
         item = stack.pop()
         if isinstance(item, str):
-            if len(item) >= MIN_REDACTED_INPUT:
+            if len(item) >= min_chars and not any(c.isspace() for c in item):
                 found.append(item)
         elif isinstance(item, dict):
             stack.extend(item.values())
         elif isinstance(item, list):
             stack.extend(item)
-    return tuple(sorted(found, key=len, reverse=True))  # longest first
-
-
-def _plain_json(value: Any) -> Any:
-    import json
-
-    try:
-        return json.loads(json.dumps(value, allow_nan=False))
-    except (TypeError, ValueError):
-        raise InputError("the answer must be JSON") from None
-
-
-def _workflow_name(ref: str) -> str:
-    name = ref.rsplit("/", 1)[-1]
-    for suffix in (".yaml", ".yml"):
-        name = name.removesuffix(suffix)
-    return name
-
-
-def _reserved(run_id: str, status: str) -> str:
-    return (f"this session already has workflow run {run_id} ({status}); wait for it to end or "
-            "cancel it before starting another")
+    return tuple(sorted(found, key=len, reverse=True))

@@ -25,7 +25,7 @@ from runner.store.records import (
     RunEvent,
     TurnIntent,
 )
-from runner.store.states import LaunchStatus, RecoveryOutcome, TurnResolution
+from runner.store.states import LaunchStatus, ParkMode, RecoveryOutcome, TurnResolution
 
 DEFAULT_LEASE_SECONDS = 30.0
 
@@ -63,10 +63,17 @@ class LaunchQueue(Protocol):
         ...
 
     def claim(
-        self, run_id: str, *, runner_id: str, lease_seconds: float = DEFAULT_LEASE_SECONDS
+        self,
+        run_id: str,
+        *,
+        runner_id: str,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        dead_runner: str | None = None,
     ) -> LaunchRecord | LostRace:
         """Claim one launch: queued/parked -> starting, or reclaim an expired
-        starting/running lease (status kept). Installs a new token and bumps `epoch`."""
+        starting/running lease (status kept). Installs a new token and bumps `epoch`.
+        `dead_runner`: the caller knows that runner is dead, so its lease counts as
+        expired (an explicit resume right after a crash need not wait it out)."""
         ...
 
     def claim_next(
@@ -76,8 +83,10 @@ class LaunchQueue(Protocol):
         session_id: str | None = None,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
     ) -> LaunchRecord | None:
-        """Claim the next claimable launch for a session (or a detached host when
-        `session_id` is None), own affinity first, then oldest. None when idle."""
+        """Claim the next claimable launch of a session (only its own launches), or of
+        a detached host when `session_id` is None (only launches without a session),
+        own affinity first, then oldest; parked launches only when parked `auto`.
+        None when idle."""
         ...
 
     def renew_lease(
@@ -94,12 +103,26 @@ class LaunchQueue(Protocol):
         """starting -> running; clears the private input and options."""
         ...
 
-    def park(self, run_id: str, claim_token: str) -> LaunchRecord | LostRace:
-        """running -> parked; releases the claim."""
+    def park(
+        self, run_id: str, claim_token: str, *, mode: ParkMode = "explicit"
+    ) -> LaunchRecord | LostRace:
+        """running -> parked; releases the claim. Only `auto` parks are claimed again
+        by `claim_next`; an `explicit` one waits for `claim(run_id)` (a resume)."""
         ...
 
-    def finish(self, run_id: str, claim_token: str) -> LaunchRecord | LostRace:
-        """running -> done."""
+    def finish(
+        self,
+        run_id: str,
+        claim_token: str,
+        *,
+        waiting: bool = False,
+        turn_intent: NewTurnIntent | None = None,
+    ) -> LaunchRecord | LostRace:
+        """running -> done (`waiting`: the run ended at a checkpoint). A controller's
+        child request linked by run id is settled and its parent key woken in the
+        same transaction, as by `fail` and `cancel`. `turn_intent` (a closing
+        presentation) is ensured and made eligible in the same transaction, unless
+        another intent of the run is pending."""
         ...
 
     def fail(

@@ -36,6 +36,8 @@ TABLE_COLUMNS: Mapping[str, tuple[str, ...]] = {
         "updated_at",
         "started_at",
         "finished_at",
+        "park_mode",
+        "crash_count",
     ),
     "workflow_turn_intents": (
         "intent_id",

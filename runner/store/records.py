@@ -22,6 +22,7 @@ from runner.store.states import (
     LaunchErrorCode,
     LaunchStatus,
     NotificationKind,
+    ParkMode,
     TurnCause,
     TurnResolution,
 )
@@ -167,6 +168,8 @@ class LaunchRecord:
     updated_at: int
     started_at: int | None
     finished_at: int | None
+    park_mode: ParkMode | None = None
+    crash_count: int = 0
 
     @property
     def input_cleared(self) -> bool:

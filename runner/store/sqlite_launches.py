@@ -31,15 +31,19 @@ from runner.store.records import (
 from runner.store.sqlite_db import SqliteDatabase
 from runner.store.sqlite_events import append_event
 from runner.store.sqlite_intents import ensure_intent, make_intent_eligible
+from runner.store.sqlite_queue import wake
 from runner.store.sqlite_schema import sql_in
 from runner.store.states import (
     CLAIMED_STATUSES,
+    CONTROLLER_ERROR_MAX_BYTES,
     LAUNCH_OPERATIONS,
     LAUNCH_STATUSES,
+    PARK_MODES,
     RECOVERY_PATHS,
     RESERVING_STATUSES,
     LaunchStatus,
     Operation,
+    ParkMode,
     RecoveryOutcome,
 )
 
@@ -53,10 +57,13 @@ _RESERVATION_FREE = (
     " SELECT 1 FROM workflow_run_queue r WHERE r.origin_session_id = q.origin_session_id"
     f" AND r.status IN {sql_in(RESERVING_STATUSES)} AND r.run_id <> q.run_id))"
 )
-# A detached host (no session) never activates a launch that waits for its
-# session's idle boundary: queued or starting rows with an origin session.
-_DETACHED_MAY_CLAIM = "(q.origin_session_id IS NULL OR q.status IN ('parked', 'running'))"
-_SESSION_MAY_CLAIM = "(q.origin_session_id IS NULL OR q.origin_session_id = :session)"
+# Detached launches belong to hosts, session launches to their session: a session
+# never activates a `wfrun start` launch (its prompt and input are not that
+# conversation's), and a host never takes a session's launch.
+_DETACHED_MAY_CLAIM = "q.origin_session_id IS NULL"
+_SESSION_MAY_CLAIM = "q.origin_session_id = :session"
+# Only a run parked by a host shutdown resumes by itself; the others wait to be asked.
+_AUTO_RESUME = "(q.status <> 'parked' OR q.park_mode = 'auto')"
 _CONTINUATION_SLOT = "NOT (status IN ('failed', 'cancelled') AND started_at IS NULL)"
 
 
@@ -83,6 +90,8 @@ def launch_from_row(row: sqlite3.Row) -> LaunchRecord:
         updated_at=row["updated_at"],
         started_at=row["started_at"],
         finished_at=row["finished_at"],
+        park_mode=row["park_mode"],
+        crash_count=row["crash_count"],
     )
 
 
@@ -114,10 +123,11 @@ def _guard(
 
 # Column changes per target status; `:now` is bound by the caller.
 _ENTER: dict[LaunchStatus, str] = {
-    "running": "input_json = NULL, launch_options_json = NULL,"
+    "running": "input_json = NULL, launch_options_json = NULL, crash_count = 0,"
     " started_at = COALESCE(started_at, :now)",
     "parked": "claim_token = NULL, claim_expires_at = NULL, input_json = NULL,"
-    " launch_options_json = NULL, started_at = COALESCE(started_at, :now)",
+    " launch_options_json = NULL, started_at = COALESCE(started_at, :now),"
+    " park_mode = :mode, crash_count = 0",
     "queued": "claim_token = NULL, claim_expires_at = NULL, runner_id = NULL",
     "done": "claim_token = NULL, claim_expires_at = NULL, input_json = NULL,"
     " launch_options_json = NULL, started_at = COALESCE(started_at, :now), finished_at = :now",
@@ -125,8 +135,11 @@ _ENTER: dict[LaunchStatus, str] = {
     " launch_options_json = NULL, error_code = :code, error_message = :message,"
     " finished_at = :now",
     "cancelled": "claim_token = NULL, claim_expires_at = NULL, input_json = NULL,"
-    " launch_options_json = NULL, finished_at = :now",
+    " launch_options_json = NULL, finished_at = :now, park_mode = NULL",
 }
+#: What a child workflow request (a controller's, linked by run id) becomes when
+#: its launch ends; the parent's key is woken in the same transaction.
+_CHILD_STATE = {"done": "succeeded", "failed": "failed", "cancelled": "failed"}
 
 
 class SqliteLaunchQueue:
@@ -268,7 +281,12 @@ class SqliteLaunchQueue:
     # --- claims ------------------------------------------------------------------
 
     def claim(
-        self, run_id: str, *, runner_id: str, lease_seconds: float = 30.0
+        self,
+        run_id: str,
+        *,
+        runner_id: str,
+        lease_seconds: float = 30.0,
+        dead_runner: str | None = None,
     ) -> LaunchRecord | LostRace:
         check_id(runner_id, "runner_id")
         lease = lease_ms(lease_seconds)
@@ -278,6 +296,16 @@ class SqliteLaunchQueue:
             if row is None:
                 return LostRace(run_id, "not_found")
             status = row["status"]
+            if dead_runner is not None and row["runner_id"] == dead_runner:
+                # The caller proved the holder dead (same machine, no such process):
+                # its lease is void now, not when it runs out.
+                conn.execute(
+                    "UPDATE workflow_run_queue SET claim_expires_at = ? WHERE run_id = ?"
+                    " AND runner_id = ? AND claim_token IS NOT NULL",
+                    (now, run_id, dead_runner),
+                )
+                row = _load(conn, run_id)
+                assert row is not None
             if status in CLAIMED_STATUSES and row["claim_expires_at"] > now:
                 return LostRace(run_id, "lease_active", status)
             if status not in ("queued", "parked", *CLAIMED_STATUSES):
@@ -302,7 +330,7 @@ class SqliteLaunchQueue:
             now = self._now_ms()
             row = conn.execute(
                 f"SELECT * FROM workflow_run_queue q WHERE {_CLAIMABLE} AND {origin_rule}"
-                f" AND {_RESERVATION_FREE}"
+                f" AND {_RESERVATION_FREE} AND {_AUTO_RESUME}"
                 " ORDER BY CASE WHEN q.affinity_runner_id = :runner THEN 0 ELSE 1 END,"
                 " q.created_at, q.run_id LIMIT 1",
                 {"now": now, "session": session_id, "runner": runner_id},
@@ -322,7 +350,9 @@ class SqliteLaunchQueue:
             " status = CASE WHEN q.status IN ('queued', 'parked') THEN 'starting'"
             " ELSE q.status END,"
             " runner_id = :runner, claim_token = :token, claim_expires_at = :expires,"
-            " epoch = q.epoch + 1, updated_at = :now"
+            " epoch = q.epoch + 1, updated_at = :now, park_mode = NULL,"
+            # Taking over an expired `starting` claim means its runner died activating it.
+            " crash_count = q.crash_count + (q.status = 'starting')"
             " WHERE q.run_id = :run_id AND q.status = :status AND q.epoch = :epoch"
             f" AND {_CLAIMABLE}"
             " RETURNING *",
@@ -373,11 +403,27 @@ class SqliteLaunchQueue:
     def mark_running(self, run_id: str, claim_token: str) -> LaunchRecord | LostRace:
         return self._transition("mark_running", run_id, claim_token)
 
-    def park(self, run_id: str, claim_token: str) -> LaunchRecord | LostRace:
-        return self._transition("park", run_id, claim_token)
+    def park(
+        self, run_id: str, claim_token: str, *, mode: ParkMode = "explicit"
+    ) -> LaunchRecord | LostRace:
+        if mode not in PARK_MODES:
+            raise ValueError(f"unknown park mode {mode!r}")
+        return self._transition("park", run_id, claim_token, {"mode": mode})
 
-    def finish(self, run_id: str, claim_token: str) -> LaunchRecord | LostRace:
-        return self._transition("finish", run_id, claim_token)
+    def finish(
+        self,
+        run_id: str,
+        claim_token: str,
+        *,
+        waiting: bool = False,
+        turn_intent: NewTurnIntent | None = None,
+    ) -> LaunchRecord | LostRace:
+        child = {"child_state": "waiting"} if waiting else {}
+        # A closing presentation yields to an intent already pending for the run (one
+        # pending intent per run and session) instead of undoing the finish.
+        return self._transition(
+            "finish", run_id, claim_token, child, turn_intent, intent_optional=True
+        )
 
     def fail(
         self,
@@ -389,6 +435,8 @@ class SqliteLaunchQueue:
         turn_intent: NewTurnIntent | None = None,
     ) -> LaunchRecord | LostRace:
         extra = {"code": check_error_code(code), "message": bounded_message(message)}
+        if code == "interrupted":
+            extra["child_state"] = "interrupted"  # a controller may start a new attempt
         return self._transition("fail", run_id, claim_token, extra, turn_intent)
 
     def cancel(self, run_id: str, *, claim_token: str | None = None) -> LaunchRecord | LostRace:
@@ -403,6 +451,7 @@ class SqliteLaunchQueue:
         claim_token: str | None,
         extra: dict[str, Any] | None = None,
         turn_intent: NewTurnIntent | None = None,
+        intent_optional: bool = False,
     ) -> LaunchRecord | LostRace:
         op = LAUNCH_OPERATIONS[op_name]
         try:
@@ -415,7 +464,7 @@ class SqliteLaunchQueue:
                 assert row is not None
                 updated = self._apply(conn, row, op.target, now, extra or {})
                 if turn_intent is not None:
-                    self._intent(conn, turn_intent, now)
+                    self._intent(conn, turn_intent, now, optional=intent_optional)
         except _Abort as abort:
             return abort.lost
         return updated
@@ -430,6 +479,7 @@ class SqliteLaunchQueue:
         event: str | None = None,
         payload: dict[str, Any] | None = None,
     ) -> LaunchRecord:
+        child_state = extra.pop("child_state", None)
         params = {
             "now": now,
             "run_id": row["run_id"],
@@ -445,16 +495,21 @@ class SqliteLaunchQueue:
         ).fetchone()
         assert updated is not None, "row changed inside an immediate transaction"
         self._event(conn, updated, now, row["status"], event or f"launch.{target}", payload)
+        if target in _CHILD_STATE:
+            _settle_child(conn, updated, child_state or _CHILD_STATE[target], now)
         return launch_from_row(updated)
 
     @staticmethod
-    def _intent(conn: sqlite3.Connection, intent: NewTurnIntent, now: int) -> None:
+    def _intent(
+        conn: sqlite3.Connection, intent: NewTurnIntent, now: int, *, optional: bool = False
+    ) -> None:
         """Ensure the intent and make it eligible; a lost race aborts the whole
-        transaction (raised as _Abort so the write context rolls back)."""
+        transaction (raised as _Abort so the write context rolls back) unless the
+        intent is `optional`."""
         ensured = ensure_intent(conn, intent, now)
         if not isinstance(ensured, LostRace):
             ensured = make_intent_eligible(conn, intent.intent_id, now)
-        if isinstance(ensured, LostRace):
+        if isinstance(ensured, LostRace) and not optional:
             raise _Abort(ensured)
 
     # --- recovery ----------------------------------------------------------------
@@ -476,6 +531,8 @@ class SqliteLaunchQueue:
             if code is None or message is None:
                 raise ValueError("recovering to failed needs a code and a message")
             extra = {"code": check_error_code(code), "message": bounded_message(message)}
+        if outcome == "parked":
+            extra = {"mode": "explicit"}  # a waiting bundle: it continues when answered
         try:
             with self._db.write() as conn:
                 now = self._now_ms()
@@ -518,6 +575,31 @@ class SqliteLaunchQueue:
             workflow_ref=row["workflow_ref"],
             runner_id=row["runner_id"],
         )
+
+
+def _settle_child(conn: sqlite3.Connection, row: sqlite3.Row, state: str, now: int) -> None:
+    """A controller's child run ended: record it on its request and wake the parent's
+    key, in the transaction that ends the launch (no crash can leave one without the
+    other)."""
+    request = conn.execute(
+        "SELECT w.request_id, r.controller, r.resource_key FROM workflow_requests w"
+        " JOIN resources r ON r.uid = w.resource_uid"
+        " WHERE w.run_id = ? AND w.state IN ('running', 'waiting')",
+        (row["run_id"],),
+    ).fetchone()
+    if request is None:
+        return
+    error = None
+    if state != "succeeded" and state != "waiting":
+        error = bounded_message(
+            row["error_message"] or f"the child run ended {row['status']}",
+            CONTROLLER_ERROR_MAX_BYTES,
+        )
+    conn.execute(
+        "UPDATE workflow_requests SET state = ?, error = ?, updated_at = ? WHERE request_id = ?",
+        (state, error, now, request["request_id"]),
+    )
+    wake(conn, request["controller"], request["resource_key"], now)
 
 
 class _Abort(Exception):

@@ -113,10 +113,26 @@ LaunchErrorCode = Literal[
     "store_unavailable",
     "activation_failed",
     "cancelled",
+    # A run that started and then ended badly (the launch row ends `failed` too, so
+    # queue counts tell the truth; the bundle has the details).
+    "run_failed",
+    "run_timed_out",
+    "interrupted",  # killed mid-node more often than the attempt budget allows
 ]
 LAUNCH_ERROR_CODES: tuple[LaunchErrorCode, ...] = get_args(LaunchErrorCode)
 #: Byte bound of a persisted launch error message (UTF-8).
 ERROR_MESSAGE_MAX_BYTES = 500
+
+#: How a parked launch may be resumed: `auto` (parked by a host shutdown; the next
+#: host resumes it) or `explicit` (parked by a person, a session shutdown or a lost
+#: claim; it resumes only when asked: `wfrun resume`, the `resume` tool action).
+ParkMode = Literal["auto", "explicit"]
+PARK_MODES: tuple[ParkMode, ...] = get_args(ParkMode)
+
+#: A claim taken over from a dead runner counts as a crash; this many in a row
+#: without reaching `running` (or a clean park) make the launch a poison launch,
+#: failed instead of activated again.
+MAX_ACTIVATION_CRASHES = 3
 
 #: Why a turn intent exists (pi-workflows §7, in snake_case).
 TurnCause = Literal[
@@ -126,6 +142,7 @@ TurnCause = Literal[
     "launch_failed",
     "controller_interrupted",
     "claim_lost",
+    "presentation",  # a session run ended with a closing presentation to deliver
 ]
 TURN_CAUSES: tuple[TurnCause, ...] = get_args(TurnCause)
 

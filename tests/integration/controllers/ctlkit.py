@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from waiting import DEADLINE, wait_until
+
 from runner.clock import FakeClock
 from runner.compiler import build_catalog
 from runner.compiler.controllers import compile_controller
@@ -30,6 +32,7 @@ from runner.controllers import (
     load_controller,
 )
 from runner.engine import AgentStepExecutor
+from runner.host.controllers import child_launcher
 from runner.host.local import Workspace
 from runner.store import SqliteStore
 from runner.store.controller_interface import Resource
@@ -95,9 +98,8 @@ class Harness:
         return SqliteStore(store_path(self.root), now=self.clock.now)
 
     def manager(self, **kw: Any) -> ControllerManager:
-        children = ChildWorkflows(self.store, self.ws, self.ws.runs_dir,
-                                  enqueue_parent=self._enqueue_parent,
-                                  executor=lambda: self.executor, project_root=self.root)
+        children = ChildWorkflows(self.store, self.ws, self.ws.runs_dir, clock=self.clock,
+                                  launcher=child_launcher(self.ws, self.store, self.executor))
         m = ControllerManager(self.store, self.controllers, clock=self.clock,
                               config=kw.pop("config", self.config), children=children, **kw)
         self.managers.append(m)
@@ -175,12 +177,8 @@ def start_driver(root: Path, *args: str, env: dict[str, str] | None = None
                             env={**os.environ, **(env or {})})
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float = 15.0, what: str = "") -> None:
-    end = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what or predicate}")
-        time.sleep(0.02)
+def wait_for(predicate: Callable[[], bool], timeout: float = DEADLINE, what: str = "") -> None:
+    wait_until(predicate, timeout=timeout, interval=0.02, what=what or str(predicate))
 
 
 def read_log(path: Path) -> list[dict[str, Any]]:

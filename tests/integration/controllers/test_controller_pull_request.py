@@ -149,7 +149,7 @@ def test_agent_output_saying_merge_now_does_not_authorize_a_merge(
     _repair_then(harness, github, merge_approved=approved)
     req = harness.store.workflow_requests.list()
     assert [(r.state, r.attempt) for r in req] == [("succeeded", 1)]
-    output = harness.managers[0].children._final_output(req[0].run_id)  # type: ignore[union-attr]
+    output = harness.managers[0].children.reader.final_output(req[0].run_id)  # type: ignore[union-attr,arg-type]
     assert output["decision"] == "merge now"
     assert output["merge_approved"] is True
     # the world after the repair

@@ -58,22 +58,26 @@ def _followups(s: Session) -> list[Any]:
 
 # -- 9. lease expiry and recovery at every activation boundary ---------------------------
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 @pytest.mark.parametrize("boundary", ["after_claim", "during_starting",
                                       "before_executor_release"])
 def test_seed09_lease_expiry_and_recovery_at_every_activation_boundary(
         session: Make, boundary: str) -> None:
     if boundary == "before_executor_release":
-        # The worker thread dies after `running`, before the first node.
+        # The worker thread dies after `running`, before the first node, as it would
+        # with its process (a BaseException: nothing on the run path may catch it).
         def hook(point: str) -> None:
             if point == boundary:
-                raise RuntimeError("simulated crash before executor release")
+                raise Crash(boundary)
         crash: Callable[[str], None] = hook
     else:
         crash = crash_at(boundary)
     s = session(_model(), crash=crash)
     if boundary == "before_executor_release":
         s.host.prompt("go")
-        s.controller.wait_quiet(5)
+        thread = s.controller._thread
+        assert thread is not None
+        thread.join(10)
     else:
         with pytest.raises(Crash):
             s.host.prompt("go")
@@ -172,6 +176,28 @@ def test_seed09_recover_expired_reconciles_starting_with_the_bundle(
     else:
         assert pending == []
     assert s.coordinator.recover_expired(s.session_id) == []  # idempotent
+
+
+def test_an_exception_after_running_fails_the_launch_once_and_frees_the_session(
+        session: Make) -> None:
+    """Issue 9 defect 4: an unexpected exception after `running` used to leave the
+    launch running for ever (re-crashing at every lease expiry, holding the session's
+    reservation). Now it fails at once, the bundle agrees, and one follow-up goes out."""
+    def hook(point: str) -> None:
+        if point == "before_executor_release":
+            raise RuntimeError("a sink that raises")
+    s = session(_model(), crash=hook)
+    s.host.prompt("go")
+    s.settle()
+    (row,) = s.launches()
+    assert (row.status, row.error_code, row.epoch) == ("failed", "run_failed", 1)
+    assert row.error_message == "the run crashed (RuntimeError); see the host log"
+    assert s.status(row.run_id)["status"] == "failed"  # the bundle ended too
+    assert s.store.launches.find_session_reservation(s.session_id) is None
+    (follow,) = _followups(s)
+    assert follow.details["runId"] == row.run_id
+    s.store_clock.advance(LEASE + 1)  # nothing left to reclaim
+    assert s.store.launches.claim_next(runner_id="x", session_id=s.session_id) is None
 
 
 # -- 10. cancellation before claim, during starting, before executor release -----------
@@ -279,9 +305,11 @@ def test_seed11_source_change_between_preparation_and_activation(session: Make,
         assert row.error_code == "source_changed"
         assert row.error_message == ("the workflow source changed after it was queued; "
                                      "review the change, then start it again")
-    else:  # the file is gone: named as such, with the command that shows it
-        assert row.error_code in ("workflow_not_found", "workflow_invalid", "source_changed")
-        assert "does not exist" in (row.error_message or "")
+    else:  # the file is gone: named as such, without the path of the user's files
+        assert row.error_code == "workflow_not_found"
+        assert row.error_message == ("workflow 'hello' no longer exists (its file was removed "
+                                     "after the run was queued); restore it or start another")
+        assert str(s.ws.project_root) not in (row.error_message or "")
     assert row.input_cleared
     assert not (s.ws.runs_dir / row.run_id).exists()  # no engine was built
     assert s.store.launches.find_session_reservation(s.session_id) is None

@@ -106,12 +106,12 @@ def _build_states(tmp_path: Path, made: list[Session]) -> dict[str, tuple[str, s
     s = new("s-run-failed")
     run = _begin(s, "boom")
     _settle(s)
-    out[run] = ("done", "failed")
+    out[run] = ("failed", "failed")  # a run that failed after starting: launch failed too
 
     s = new("s-timed-out")
     run = _begin(s, "slow")
     _settle(s)
-    out[run] = ("done", "timed_out")
+    out[run] = ("failed", "timed_out")
 
     s = new("s-run-cancelled")
     run = _begin(s, "plan")
@@ -169,8 +169,12 @@ def test_seed17_status_for_every_launch_and_run_state(tmp_path: Path) -> None:
             else:  # status works from the launch row alone
                 assert view["run"] is None
             if launch == "failed":
-                assert view["error"]["code"] == "source_changed"
-                assert reply.content.endswith(f"(source_changed: {view['error']['message']})")
+                code = {"failed": "source_changed", "timed_out": "run_timed_out"}.get(
+                    status, "run_failed")
+                if status == "failed" and view["run"] is not None:
+                    code = "run_failed"  # it started, then a node failed
+                assert view["error"]["code"] == code
+                assert reply.content.endswith(f"({code}: {view['error']['message']})")
             else:
                 assert view["error"] is None
         # Without a run id: the session's own reservation, or a plain "nothing".

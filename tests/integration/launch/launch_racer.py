@@ -50,14 +50,13 @@ def main(argv: list[str]) -> int:
         if record is None:
             return False
         log(event="claimed", run_id=record.run_id, status=record.status, epoch=record.epoch)
-        act = coordinator.activate(record)
-        if act is None:
+        outcome = coordinator.execute(
+            record, on_start=lambda _act: log(event="activating", run_id=record.run_id))
+        if outcome is None:
             log(event="not_activated", run_id=record.run_id)
             return True
         log(event="activated", run_id=record.run_id)
-        outcome = coordinator.run(act)
-        log(event="ran", run_id=record.run_id,
-            status=None if outcome is None else outcome.status)
+        log(event="ran", run_id=record.run_id, status=outcome.status)
         return True
 
     def cancel_one() -> None:

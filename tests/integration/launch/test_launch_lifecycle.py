@@ -112,7 +112,7 @@ def test_a_cancel_during_bundle_creation_wins_and_leaves_no_running_bundle(
     record = stack.claimed("tiny")
     launches = _CancelAtFence(stack.store.launches, at)
     stack.coordinator.store = _Store(stack.store, launches)  # type: ignore[assignment]
-    assert stack.coordinator.activate(record) is None
+    assert stack.coordinator.execute(record) is None
     assert launches.calls >= at
     assert stack.store.launches.get(record.run_id).status == "cancelled"  # type: ignore[union-attr]
     # No bundle claims the run is running (or exists at all: it never started a node).
@@ -130,7 +130,7 @@ def test_a_cancel_after_the_bundle_is_built_is_recorded_in_it(project: Project) 
 
     stack.coordinator.crash = cancel_now
     record = stack.claimed("tiny")
-    assert stack.coordinator.activate(record) is None
+    assert stack.coordinator.execute(record) is None
     assert stack.store.launches.get(record.run_id).status == "cancelled"  # type: ignore[union-attr]
     assert project.manifest(record.run_id)["status"] == "cancelled"  # type: ignore[index]
     counts = event_counts(project.trace(record.run_id))
@@ -145,31 +145,30 @@ def _keepers(runner_id: str) -> list[threading.Thread]:
 
 def test_the_keeper_renews_a_short_lease_through_a_long_node(project: Project) -> None:
     stack = Stack(project, runner_id="r-keep", lease_seconds=1.5, renew_every=0.2)
-    act = stack.coordinator.activate(stack.claimed("sleepy", {"s": "3.5"}))
-    assert act is not None
-    outcome = stack.coordinator.run(act)
+    record = stack.claimed("sleepy", {"s": "3.5"})
+    outcome = stack.coordinator.execute(record)
     # 3.5 s of node on a 1.5 s lease: only renewals kept the fence passing.
     assert outcome is not None
     assert outcome.status == "completed"
-    assert stack.store.launches.get(act.record.run_id).status == "done"  # type: ignore[union-attr]
+    assert stack.store.launches.get(record.run_id).status == "done"  # type: ignore[union-attr]
 
 
 def test_a_cancel_request_from_another_process_stops_a_running_run(project: Project) -> None:
     stack = Stack(project, runner_id="r-keep")
     other = Stack(project, runner_id="r-other")  # its own store connection, like a CLI
-    act = stack.coordinator.activate(stack.claimed("sleepy", {"s": "20"}))
-    assert act is not None
+    record = stack.claimed("sleepy", {"s": "20"})
     result: dict[str, Any] = {}
-    worker = threading.Thread(target=lambda: result.update(out=stack.coordinator.run(act)))
+    worker = threading.Thread(target=lambda: result.update(
+        out=stack.coordinator.execute(record)))
     t0 = time.monotonic()
     worker.start()
     time.sleep(0.3)
-    assert other.coordinator.cancel(act.record.run_id).status == "running"  # a request
+    assert other.coordinator.cancel(record.run_id).status == "running"  # a request
     worker.join(timeout=15)
     assert not worker.is_alive()
     assert time.monotonic() - t0 < 10  # the 20 s nap was stopped
     assert result["out"].status == "cancelled"
-    assert stack.store.launches.get(act.record.run_id).status == "cancelled"  # type: ignore[union-attr]
+    assert stack.store.launches.get(record.run_id).status == "cancelled"  # type: ignore[union-attr]
     assert not project.effects()
 
 
@@ -177,9 +176,7 @@ def test_one_keeper_thread_serves_every_run_of_a_coordinator(project: Project) -
     runner_id = f"r-solo-{uuid.uuid4().hex[:8]}"
     stack = Stack(project, runner_id=runner_id)
     for _ in range(5):
-        act = stack.coordinator.activate(stack.claimed("tiny"))
-        assert act is not None
-        outcome = stack.coordinator.run(act)
+        outcome = stack.coordinator.execute(stack.claimed("tiny"))
         assert outcome is not None
         assert outcome.status == "completed"
         assert len(_keepers(runner_id)) <= 1
@@ -211,7 +208,7 @@ def test_an_included_file_changed_after_start_fails_activation(project: Project)
     record = stack.claimed("parent")
     child = project.root / ".wfrun" / "workflows" / "child.yaml"
     child.write_text(child.read_text().replace("v1", "v2"))
-    assert stack.coordinator.activate(record) is None
+    assert stack.coordinator.execute(record) is None
     failed = stack.store.launches.get(record.run_id)
     assert failed is not None
     assert (failed.status, failed.error_code) == ("failed", "source_changed")

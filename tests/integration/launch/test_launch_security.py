@@ -174,7 +174,7 @@ def test_no_secret_reaches_errors_follow_ups_events_status_or_the_store_files(
     statuses = {r.run_id: r.status for r in s.store.launches.query()}
     assert statuses == {done.run_id: "done", env_like.run_id: "failed",
                         unexpected.run_id: "failed", known.run_id: "failed",
-                        run_failed.run_id: "done", cancelled.run_id: "cancelled"}
+                        run_failed.run_id: "failed", cancelled.run_id: "cancelled"}
     assert s.project.manifest(run_failed.run_id)["status"] == "failed"  # type: ignore[index]
 
     # Persisted launch errors: safe, bounded, still useful.

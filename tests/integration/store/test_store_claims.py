@@ -63,17 +63,20 @@ def test_claim_next_prefers_own_affinity_then_oldest(store: Store, clock: FakeCl
     assert store.launches.claim_next(runner_id="host-2") is None
 
 
-def test_a_session_claims_its_own_and_detached_launches_only(store: Store) -> None:
+def test_a_session_claims_only_its_own_launches(store: Store) -> None:
+    """Defect 6 of issue 9: a detached launch's prompt is built from private input
+    that belongs to no conversation, so no session may activate it."""
     store.launches.enqueue(launch("theirs", origin_session_id="session-b"))
     store.launches.enqueue(launch("mine", origin_session_id="session-a"))
     store.launches.enqueue(launch("detached"))
     got = set()
     while claimed := store.launches.claim_next(runner_id="h", session_id="session-a"):
         got.add(claimed.run_id)
-    assert got == {"mine", "detached"}
-    theirs = store.launches.get("theirs")
-    assert theirs is not None
-    assert theirs.status == "queued"
+    assert got == {"mine"}
+    for other in ("theirs", "detached"):
+        row = store.launches.get(other)
+        assert row is not None
+        assert row.status == "queued"
 
 
 def test_a_detached_host_never_activates_a_session_launch(store: Store, clock: FakeClock) -> None:
@@ -94,19 +97,57 @@ def test_a_detached_host_never_activates_a_session_launch(store: Store, clock: F
     assert store.launches.claim_next(runner_id="host") is None
 
 
-def test_a_detached_host_resumes_parked_and_expired_running_session_runs(
+def test_a_detached_host_resumes_only_auto_parked_and_expired_detached_runs(
     store: Store, clock: FakeClock
 ) -> None:
-    parked = _running(store, "parked", origin_session_id="session-a")
-    store.launches.park("parked", parked.claim_token or "")
-    running = _running(store, "running", origin_session_id="session-b")
-    assert store.launches.claim_next(runner_id="host") is not None  # the parked one
+    asked = _running(store, "asked")
+    store.launches.park("asked", asked.claim_token or "")  # explicit: a person paused it
+    auto = _running(store, "auto")
+    store.launches.park("auto", auto.claim_token or "", mode="auto")  # a host stopped
+    session = _running(store, "session", origin_session_id="session-b")
+    running = _running(store, "running")
+    claimed = store.launches.claim_next(runner_id="host")
+    assert claimed is not None
+    assert (claimed.run_id, claimed.status, claimed.park_mode) == ("auto", "starting", None)
+    assert store.launches.claim_next(runner_id="host") is None
     clock.advance(31)
+    reclaimed = store.launches.claim_next(runner_id="host", lease_seconds=60)
+    assert reclaimed is not None
+    assert reclaimed.run_id == "auto"  # its own claim expired too: oldest first
     reclaimed = store.launches.claim_next(runner_id="host", lease_seconds=60)
     assert reclaimed is not None
     assert reclaimed.run_id == "running"
     assert reclaimed.status == "running"
     assert reclaimed.epoch == running.epoch + 1
+    assert store.launches.claim_next(runner_id="host") is None  # never the session's
+    assert session.status == "running"
+    # The explicitly parked run resumes when asked for by id.
+    resumed = store.launches.claim("asked", runner_id="cli")
+    assert isinstance(resumed, LaunchRecord)
+    assert resumed.status == "starting"
+
+
+def test_a_session_resumes_its_own_auto_parked_run_only(store: Store) -> None:
+    mine = _running(store, "mine", origin_session_id="session-a")
+    store.launches.park("mine", mine.claim_token or "", mode="explicit")
+    assert store.launches.claim_next(runner_id="s", session_id="session-a") is None
+    parked = store.launches.get("mine")
+    assert parked is not None
+    assert parked.park_mode == "explicit"
+
+
+def test_reclaiming_an_expired_starting_claim_counts_an_activation_crash(
+    store: Store, clock: FakeClock
+) -> None:
+    _claimed(store, lease=5)
+    for crashes in (1, 2):
+        clock.advance(10)
+        again = store.launches.claim("run-1", runner_id="host-2", lease_seconds=5)
+        assert isinstance(again, LaunchRecord)
+        assert again.crash_count == crashes
+    running = store.launches.mark_running("run-1", again.claim_token or "")
+    assert isinstance(running, LaunchRecord)
+    assert running.crash_count == 0
 
 
 def test_claim_of_a_live_claim_loses(store: Store) -> None:

@@ -1,0 +1,105 @@
+"""Foreground runs: `wfrun run`, `start --wait`, `resume` and `answer` as launch rows.
+
+A foreground run is "enqueue, then execute here holding the claim": the same
+row, claim, lease keeper and fence as a run a host activates, so a Ctrl-C parks
+the launch (resumed only when asked), a killed one is reclaimed after its lease
+by `wfrun host` or `wfrun resume`, and `wfrun cancel` works on it either way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runner.engine import AgentStepExecutor, RunControl, RunOutcome
+from runner.engine.processes import reap_dead_registries, registry_for_this_process
+from runner.engine.runner import Observer
+from runner.errors import InputError, NotFoundError, OperationFailed
+from runner.launch import EngineOptions, LaunchCoordinator, PreflightError
+from runner.store import Store
+
+from .launches import dead_local_runner, environment_secrets, runner_id
+from .local import Workspace
+
+
+def foreground_coordinator(ws: Workspace, store: Store, *,
+                           executor: AgentStepExecutor | None = None,
+                           observer: Observer | None = None,
+                           durability: str = "full") -> LaunchCoordinator:
+    options = EngineOptions(executor=lambda _record: executor, observer=observer,
+                            durability=durability, project_root=ws.project_root,
+                            processes=registry_for_this_process(ws.children_dir),
+                            crash_point=ws.crash_point)
+    return LaunchCoordinator(store, ws, ws.runs_dir, runner_id=runner_id(), clock=ws.clock,
+                             options=options, secrets=environment_secrets(),
+                             crash=ws.crash_point)
+
+
+def prepared(coordinator: LaunchCoordinator, ref: str, value: Any, *,
+             parent_run_id: str | None = None) -> str:
+    """Queue a detached launch with affinity to this process; its run id."""
+    try:
+        record = coordinator.prepare(ref, value, parent_run_id=parent_run_id,
+                                     affinity_runner_id=coordinator.runner_id)
+    except PreflightError as exc:
+        if exc.code == "workflow_not_found":
+            raise NotFoundError(f"{exc.message} [{exc.code}]") from None
+        raise InputError(f"{exc.message} [{exc.code}]") from None
+    return record.run_id
+
+
+def execute_here(coordinator: LaunchCoordinator, run_id: str, control: RunControl, *,
+                 force: bool = False) -> RunOutcome:
+    """Claim one launch by id and run it in this process to its end (or its park)."""
+    row = coordinator.store.launches.get(run_id)
+    dead = dead_local_runner(row.runner_id) if row is not None else None
+    record = coordinator.claim(run_id, dead_runner=dead)
+    outcome = coordinator.execute(record, control=control, force=force)
+    if outcome is not None:
+        return outcome
+    row = coordinator.store.launches.get(run_id)
+    if row is not None and row.status == "failed":
+        raise OperationFailed(f"run {run_id} failed to start: {row.error_message} "
+                              f"[{row.error_code}]")
+    status = row.status if row is not None else "gone"
+    raise OperationFailed(f"run {run_id} did not run here ({status}); `wfrun status {run_id}` "
+                          "says where it is")
+
+
+def run_workflow(ws: Workspace, store: Store, ref: str, value: Any, control: RunControl, *,
+                 executor: AgentStepExecutor | None = None, observer: Observer | None = None,
+                 durability: str = "full") -> RunOutcome:
+    coordinator = foreground_coordinator(ws, store, executor=executor, observer=observer,
+                                         durability=durability)
+    return execute_here(coordinator, prepared(coordinator, ref, value), control)
+
+
+def resume_run(ws: Workspace, store: Store, run_id: str, control: RunControl, *,
+               force: bool = False, executor: AgentStepExecutor | None = None,
+               observer: Observer | None = None) -> RunOutcome:
+    """An explicit resume: a parked launch, or one whose runner died (lease expired)."""
+    # Shell process groups left by a runner that died would run on beside the resume.
+    reap_dead_registries(ws.children_dir)
+    if store.launches.get(run_id) is None:
+        # A bundle from before every run had a launch row: resume it directly.
+        engine = ws.engine(executor=executor, observer=observer)
+        return ws.resume(run_id, engine, force=force, control=control)
+    coordinator = foreground_coordinator(ws, store, executor=executor, observer=observer)
+    return execute_here(coordinator, run_id, control, force=force)
+
+
+def answer_run(ws: Workspace, store: Store, run_id: str, answer: Any, control: RunControl, *,
+               executor: AgentStepExecutor | None = None,
+               observer: Observer | None = None) -> RunOutcome:
+    """Continue a waiting run as a new linked launch, run here."""
+    coordinator = foreground_coordinator(ws, store, executor=executor, observer=observer)
+    manifest = coordinator.reader.manifest(run_id)
+    ref = str(manifest.get("workflow_ref") or manifest.get("workflow"))
+    child = prepared(coordinator, ref, answer, parent_run_id=run_id)
+    return execute_here(coordinator, child, control)
+
+
+def start_and_wait(coordinator: LaunchCoordinator, run_id: str, control: RunControl,
+                   observer: Observer | None) -> RunOutcome:
+    """`wfrun start --wait`: the queued launch, executed here."""
+    coordinator.options.observer = observer
+    return execute_here(coordinator, run_id, control)

@@ -1,0 +1,168 @@
+"""Preparation: every check a start can run before the reply, then one `queued` row.
+
+Nothing is stored when a check fails; when they all pass, one committed row holds
+the final run id, the source identity, the digest and the private input. Every
+way of starting a run comes through here (`wfrun run` and `wfrun answer` too).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from runner.compiler import WorkflowDefinition
+from runner.engine import check_input, new_run_id
+from runner.errors import DefinitionInvalid, InputError, NotFoundError, WfrunError
+from runner.store import LaunchRecord, LostRace, NewLaunch, StoreError
+
+if TYPE_CHECKING:
+    from runner.clock import Clock
+    from runner.engine import RunReader
+    from runner.store import Store
+
+
+class Resolver(Protocol):
+    """Finds and compiles a workflow by name or path (raises NotFound/DefinitionInvalid)."""
+
+    def compile(self, ref: str) -> tuple[WorkflowDefinition, str]: ...
+
+
+class PreflightError(InputError):
+    """A start request failed a check; nothing was stored."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class Preflight:
+    """The preparation half of the coordinator (it supplies the attributes below)."""
+
+    store: Store
+    resolver: Resolver
+    reader: RunReader
+    clock: Clock
+    runs_dir: Path
+    crash: Callable[[str], None]
+
+    def safe(self, text: str, run_input: Any = None) -> str:
+        raise NotImplementedError
+
+    def relative(self, text: str) -> str:
+        """Messages shown to a model or kept in the store name files relative to the
+        project, never by absolute path (it says where the user's files live)."""
+        root = str(self.runs_dir.parent.parent) + "/"
+        return text.replace(root, "") if len(root) > 1 else text
+
+    def prepare(self, ref: str, run_input: Any = None, *, session_id: str | None = None,
+                parent_run_id: str | None = None, presentation_pending: str | None = None,
+                affinity_runner_id: str | None = None, run_id: str | None = None
+                ) -> LaunchRecord:
+        """Every pre-reply check, then one committed `queued` row with the final run id."""
+        try:
+            definition, stored_ref = self.resolver.compile(ref)
+        except NotFoundError as exc:
+            raise PreflightError("workflow_not_found", self.relative(exc.message)) from None
+        except DefinitionInvalid as exc:
+            raise PreflightError("workflow_invalid", self.relative(exc.message)) from None
+        try:
+            if parent_run_id is not None:
+                # A continuation's input is the answer; the parent's input is carried.
+                self._check_parent(parent_run_id, definition)
+                value = _plain_json(run_input)
+            else:
+                value = check_input(definition, {} if run_input is None else run_input)
+        except PreflightError:
+            raise
+        except InputError as exc:
+            raise PreflightError("input_invalid", exc.message) from None
+        if presentation_pending is None and session_id is not None:
+            presentation_pending = self._pending_presentation(session_id)
+        if presentation_pending is not None:
+            raise PreflightError("activation_failed", "the final presentation of run "
+                                 f"{presentation_pending} is still pending; let it arrive, then "
+                                 "start the next workflow")
+        try:
+            if session_id is not None:
+                held = self.store.launches.find_session_reservation(session_id)
+                if held is not None:
+                    raise PreflightError("activation_failed", _reserved(held.run_id, held.status))
+            # A controller child's run id is saved on its request before it is queued.
+            run_id = run_id or new_run_id(definition.name, self.clock.now())
+            source = {"source": definition.source.to_json() if definition.source else None,
+                      "sources": [s.to_json() for s in definition.sources]}
+            result = self.store.launches.enqueue(NewLaunch(
+                run_id=run_id, workflow_ref=stored_ref, source=source,
+                definition_digest=definition.digest, input=value,
+                workflow_path=definition.source.path if definition.source else None,
+                origin_session_id=session_id, parent_run_id=parent_run_id,
+                affinity_runner_id=affinity_runner_id))
+        except StoreError as exc:
+            raise PreflightError("store_unavailable", self.safe(
+                f"the workflow store is unavailable: {exc.message}")) from None
+        except ValueError as exc:  # the store refuses the input (too large, not plain JSON)
+            raise PreflightError("input_invalid", self.safe(str(exc))) from None
+        self.crash("after_queued_commit")
+        if isinstance(result, LostRace):
+            if result.reason == "session_reserved":
+                raise PreflightError("activation_failed",
+                                     _reserved(result.holder or "?", "active"))
+            if result.reason == "continuation_exists":
+                raise PreflightError("activation_failed", f"run '{parent_run_id}' was already "
+                                     f"answered (run {result.holder}); each waiting run "
+                                     "continues once")
+            raise PreflightError("activation_failed", f"could not queue the run ({result.reason})")
+        return result
+
+    def _pending_presentation(self, session_id: str) -> str | None:
+        """A run of this session whose closing presentation is not delivered yet."""
+        try:
+            pending = self.store.turn_intents.list_eligible(session_id)
+        except StoreError:
+            return None
+        for intent in pending:
+            if intent.cause == "presentation":
+                return intent.run_id
+        return None
+
+    def _check_parent(self, parent_run_id: str, definition: WorkflowDefinition) -> None:
+        try:
+            manifest = self.reader.manifest(parent_run_id)
+        except NotFoundError:
+            raise PreflightError("workflow_not_found",
+                                 f"no run '{parent_run_id}' to continue") from None
+        except WfrunError as exc:
+            raise PreflightError("activation_failed", exc.message) from None
+        status = self.reader.status(parent_run_id) or manifest.get("status")
+        if status != "waiting":
+            raise PreflightError("activation_failed", f"run '{parent_run_id}' is "
+                                 f"{status}, not waiting at a checkpoint")
+        if self.reader.answered(parent_run_id):
+            child = self.reader.continued_by(parent_run_id)
+            raise PreflightError("activation_failed", f"run '{parent_run_id}' was already "
+                                 f"answered{f' (run {child})' if child else ''}; each waiting "
+                                 "run continues once")
+        if manifest.get("definition_digest") != definition.digest:
+            raise PreflightError("source_changed", f"the workflow changed since run "
+                                 f"'{parent_run_id}' started; start a new run instead")
+
+
+def _plain_json(value: Any) -> Any:
+    try:
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError):
+        raise InputError("the answer must be JSON") from None
+
+
+def workflow_name(ref: str) -> str:
+    name = ref.rsplit("/", 1)[-1]
+    for suffix in (".yaml", ".yml"):
+        name = name.removesuffix(suffix)
+    return name
+
+
+def _reserved(run_id: str, status: str) -> str:
+    return (f"this session already has workflow run {run_id} ({status}); wait for it to end or "
+            "cancel it before starting another")

@@ -1,0 +1,76 @@
+"""Recovery of `starting` launches whose lease expired (seeds/000, "When recovery
+finds starting after a lease expires"): reconcile the row with its bundle.
+
+A reclaim through `execute` reaches the same answers; this pass lets a session
+settle its own abandoned starts at a boundary without claiming them first.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from runner.errors import WfrunError
+from runner.store import LaunchRecord, LostRace
+
+from .intents import new_intent
+from .preflight import workflow_name
+
+if TYPE_CHECKING:
+    from .coordinator import LaunchCoordinator
+
+#: What a started bundle's status means for its `starting` row.
+_BY_STATUS = {"running": "running", "waiting": "parked", "completed": "done",
+              "cancelled": "cancelled"}
+
+
+def recover_expired(coordinator: LaunchCoordinator,
+                    session_id: str | None = None) -> list[LaunchRecord]:
+    store = coordinator.store
+    out: list[LaunchRecord] = []
+    now = store.now_ms()
+    for record in store.launches.query(statuses=["starting"], session_id=session_id):
+        if record.lease_live(now):
+            continue
+        outcome, code, message = bundle_outcome(coordinator, record)
+        intent = None
+        if outcome == "failed" and record.origin_session_id is not None:
+            intent = new_intent(session_id=record.origin_session_id, run_id=record.run_id,
+                                workflow=workflow_name(record.workflow_ref),
+                                cause="launch_failed", source="recovery",
+                                state="failed_to_start", reason=message or "", node="$launch")
+        result = store.launches.recover_expired_starting(
+            record.run_id, epoch=record.epoch, outcome=outcome, code=code, message=message,
+            turn_intent=intent)
+        if not isinstance(result, LostRace):
+            out.append(result)
+    if any(r.status != "queued" for r in out):
+        coordinator._scrub()
+    return out
+
+
+def bundle_outcome(coordinator: LaunchCoordinator, record: LaunchRecord
+                   ) -> tuple[Any, Any, str | None]:
+    reader = coordinator.reader
+    if not reader.started(record.run_id):
+        # No bundle, or a half-made one (no `run_started`): nothing ran, so the launch
+        # goes back to the queue with its input; the next activation starts afresh.
+        return "queued", None, None
+    try:
+        manifest = reader.manifest(record.run_id)
+        status = reader.status(record.run_id)
+        if status == "running":  # the trace is the truth; the manifest never runs ahead of it
+            status = manifest.get("status", status)
+    except WfrunError:
+        return "failed", "activation_failed", "the run bundle is unreadable"
+    if manifest.get("definition_digest") != record.definition_digest:
+        return "failed", "source_changed", "the run bundle does not match the launch"
+    try:
+        current, _ = coordinator.resolver.compile(record.workflow_ref)
+    except WfrunError:
+        current = None
+    if current is None or current.digest != record.definition_digest:
+        return "failed", "source_changed", ("the workflow source changed or disappeared "
+                                            "while the run was starting")
+    if status in _BY_STATUS:
+        return _BY_STATUS[status], None, None
+    return "failed", "activation_failed", f"the run ended {status} during startup"

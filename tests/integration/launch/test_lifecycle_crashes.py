@@ -1,0 +1,224 @@
+"""Issue 9's lifecycle defects, each reproduced with a real SIGKILL of `wfrun run` at a
+named point, then an explicit `wfrun resume` (or `wfrun host --once`) in a new process.
+
+Invariants checked after every recovery: the launch row ends in exactly one terminal
+state that agrees with the bundle, the input is present when the node runs, and a
+completed node's side effect is never repeated.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+WORKFLOW = """\
+input:
+  type: object
+  required: [who]
+  properties: {who: {type: string}, loud: {type: boolean, default: false}}
+start: greet
+nodes:
+  greet:
+    action:
+      shell: ["sh", "-c", "echo \\"$0\\" >> effects.log; echo done", "{{ input.who }}"]
+  close: {compute: "{{ {'greeted': input.who} }}"}
+edges:
+  - {from: greet, to: close}
+"""
+NAP = """\
+start: nap
+nodes:
+  nap:
+    action: {shell: ["sh", "-c", "echo start >> naps.log; sleep 30"]}
+    timeout: 2m
+"""
+
+
+class Proj:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        (root / ".wfrun" / "workflows").mkdir(parents=True)
+        (root / ".wfrun" / "workflows" / "greet.yaml").write_text(WORKFLOW)
+        (root / ".wfrun" / "workflows" / "nap.yaml").write_text(NAP)
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("WFRUN_")}
+        env.update(extra)
+        return env
+
+    def wfrun(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "runner", "--project", str(self.root),
+                               *args], capture_output=True, text=True, cwd=self.root,
+                              env=self.env(**env), timeout=60, check=False)
+
+    def rows(self) -> list[dict[str, Any]]:
+        conn = sqlite3.connect(self.root / ".wfrun" / "state" / "store.sqlite3")
+        conn.row_factory = sqlite3.Row
+        try:
+            return [dict(r) for r in conn.execute(
+                "SELECT run_id, status, error_code, epoch, crash_count FROM workflow_run_queue")]
+        finally:
+            conn.close()
+
+    def bundle_status(self, run_id: str) -> str:
+        manifest = json.loads((self.root / ".wfrun" / "runs" / run_id / "manifest.json")
+                              .read_text())
+        return str(manifest["status"])
+
+    def trace_types(self, run_id: str) -> list[str]:
+        path = self.root / ".wfrun" / "runs" / run_id / "trace.jsonl"
+        return [json.loads(line)["type"] for line in path.read_text().splitlines()]
+
+    def effects(self, name: str = "effects.log") -> list[str]:
+        path = self.root / name
+        return path.read_text().splitlines() if path.exists() else []
+
+    def bundles(self) -> list[str]:
+        runs = self.root / ".wfrun" / "runs"
+        return sorted(p.name for p in runs.iterdir() if not p.name.startswith(".")) \
+            if runs.exists() else []
+
+
+@pytest.fixture
+def proj(tmp_path: Path) -> Proj:
+    return Proj(tmp_path / "p")
+
+
+def _killed_run(proj: Proj, point: str) -> str:
+    out = proj.wfrun("run", "greet", "-i", "who=ada", "-q", WFRUN_CRASH_AT=point)
+    assert out.returncode == -signal.SIGKILL, out
+    (row,) = proj.rows()
+    return str(row["run_id"])
+
+
+@pytest.mark.parametrize("point", ["after_bundle_created", "after_manifest_written"])
+def test_a_kill_while_the_bundle_is_made_reruns_from_the_stored_input(
+        proj: Proj, point: str) -> None:
+    """Defects 1 and 3: the recovered run used to execute with no input (required
+    fields skipped), or fail with "no run ..." leaving a half-made bundle behind."""
+    run_id = _killed_run(proj, point)
+    assert proj.rows()[0]["status"] == "starting"
+    again = proj.wfrun("resume", run_id, "--json")
+    assert again.returncode == 0, again
+    outcome = json.loads(again.stdout)
+    assert outcome["status"] == "completed"
+    assert outcome["final_output"] == {"greeted": "ada"}  # the input was there
+    assert proj.effects() == ["ada"]
+    (row,) = proj.rows()
+    assert (row["status"], row["error_code"]) == ("done", None)
+    assert proj.bundle_status(run_id) == "completed"
+    assert proj.trace_types(run_id).count("run_started") == 1  # made afresh, once
+    assert proj.bundles() == [run_id]
+
+
+def test_a_kill_after_the_run_completed_but_before_the_store_recorded_it(proj: Proj) -> None:
+    """Defect 2: the next runner marked the launch failed while the bundle said done."""
+    run_id = _killed_run(proj, "before_outcome_recorded")
+    assert proj.rows()[0]["status"] == "running"
+    assert proj.bundle_status(run_id) == "completed"
+    again = proj.wfrun("resume", run_id, "--json")
+    assert again.returncode == 0, again
+    assert json.loads(again.stdout)["status"] == "completed"
+    (row,) = proj.rows()
+    assert (row["status"], row["error_code"]) == ("done", None)
+    assert proj.effects() == ["ada"]  # nothing ran again
+
+
+def test_a_killed_foreground_run_is_finished_by_the_host_after_its_lease(proj: Proj) -> None:
+    """Defect 9: a killed `wfrun run` looked running for ever; `wfrun host` never took
+    it. Its lease is made to expire by the store's clock, not by waiting for it."""
+    run_id = _killed_run(proj, "between_nodes")
+    assert proj.effects() == ["ada"]
+    conn = sqlite3.connect(proj.root / ".wfrun" / "state" / "store.sqlite3")
+    with conn:
+        conn.execute("UPDATE workflow_run_queue SET claim_expires_at = 1")  # lease gone
+    conn.close()
+    host = proj.wfrun("host", "--once")
+    assert host.returncode == 0, host
+    (row,) = proj.rows()
+    assert (row["status"], row["epoch"]) == ("done", 2)
+    assert proj.bundle_status(run_id) == "completed"
+    assert proj.effects() == ["ada"]  # the completed node was not repeated
+
+
+def test_cancel_works_on_a_killed_foreground_run(proj: Proj) -> None:
+    """Defect 9: `cancel` refused a killed foreground run (exit 3)."""
+    run_id = _killed_run(proj, "between_nodes")
+    conn = sqlite3.connect(proj.root / ".wfrun" / "state" / "store.sqlite3")
+    with conn:
+        conn.execute("UPDATE workflow_run_queue SET claim_expires_at = 1")
+    conn.close()
+    out = proj.wfrun("cancel", run_id)
+    assert out.returncode == 0, out
+    (row,) = proj.rows()
+    assert row["status"] == "cancelled"
+    assert proj.bundle_status(run_id) == "cancelled"  # the bundle agrees
+    assert proj.wfrun("host", "--once").returncode == 0
+    assert proj.effects() == ["ada"]
+
+
+def test_a_failed_run_ends_its_launch_failed(proj: Proj) -> None:
+    """Defect 5: a run that failed after starting ended its launch row `done`."""
+    (proj.root / ".wfrun" / "workflows" / "bad.yaml").write_text(
+        'start: f\nnodes:\n  f: {action: {shell: ["false"]}}\n')
+    out = proj.wfrun("run", "bad", "-q")
+    assert out.returncode == 1
+    (row,) = proj.rows()
+    assert (row["status"], row["error_code"]) == ("failed", "run_failed")
+
+
+def test_ctrl_c_parks_explicitly_and_no_host_resumes_it_unasked(proj: Proj) -> None:
+    """Defect 10: a run parked by a person resumes only when asked."""
+    proc = subprocess.Popen([sys.executable, "-m", "runner", "--project", str(proj.root),
+                             "run", "nap", "-q"], cwd=proj.root, env=proj.env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = 60.0
+        import time
+
+        end = time.monotonic() + deadline
+        while not proj.effects("naps.log"):
+            assert time.monotonic() < end, "the nap never started"
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    (row,) = proj.rows()
+    assert row["status"] == "parked"
+    assert proj.wfrun("host", "--once").returncode == 0
+    assert proj.rows()[0]["status"] == "parked"  # not resumed by the host
+    assert proj.effects("naps.log") == ["start"]
+    status = proj.wfrun("status", "--json", str(row["run_id"]))
+    assert json.loads(status.stdout)["launch"]["status"] == "parked"
+
+
+def test_a_node_killed_twice_is_not_run_a_third_time(proj: Proj) -> None:
+    """Defect 11: the documented bound (an interrupted node runs at most twice) held
+    only once; after two kills the node ran a third time."""
+    (proj.root / ".wfrun" / "workflows" / "crashy.yaml").write_text(
+        'start: n\nnodes:\n  n:\n    action: {shell: ["sh", "-c", '
+        '"echo ran >> effects.log; kill -9 $PPID; sleep 5"]}\n')
+    out = proj.wfrun("run", "crashy", "-q")
+    assert out.returncode == -signal.SIGKILL, out
+    (row,) = proj.rows()
+    run_id = str(row["run_id"])
+    again = proj.wfrun("resume", run_id, "-q")
+    assert again.returncode == -signal.SIGKILL, again
+    third = proj.wfrun("resume", run_id, "--json")
+    assert third.returncode == 1, third
+    assert json.loads(third.stdout)["error"]["code"] == "interrupted"
+    assert proj.effects() == ["ran", "ran"]
+    (row,) = proj.rows()
+    assert (row["status"], row["error_code"]) == ("failed", "interrupted")
+    assert proj.bundle_status(run_id) == "failed"
