@@ -5,8 +5,10 @@ This module imports nothing from `runner`, so every layer may use it.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -65,6 +67,60 @@ class FakeClock:
             return True
         self.advance(max(seconds, 0.0))
         return False
+
+
+CLOCK_FILE_ENV = "WFRUN_CLOCK_FILE"
+
+
+class FileClock:
+    """A test seam: virtual wall time shared by processes through a file.
+
+    `now()` is the number of epoch seconds written in the file, so a test (and
+    every process it starts with `WFRUN_CLOCK_FILE=path`) agrees on what time it
+    is, and a lease or a delayed wake-up comes due only when the test moves the
+    file on, never because a process was slow to start. `monotonic()` and
+    `sleep()` stay real: polling and shutdown deadlines still pass.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.fspath(path)
+
+    @classmethod
+    def create(cls, path: str | os.PathLike[str], start: float | None = None) -> FileClock:
+        """A clock file set to `start` (default: the real time now)."""
+        clock = cls(path)
+        clock.set(time.time() if start is None else start)
+        return clock
+
+    def now(self) -> float:
+        try:
+            with open(self.path, encoding="ascii") as f:
+                return float(f.read())
+        except (OSError, ValueError) as e:
+            raise RuntimeError(f"{CLOCK_FILE_ENV}={self.path}: no readable time ({e})") from e
+
+    def set(self, ts: float) -> None:
+        """Write the time atomically (a reader sees the old or the new value)."""
+        tmp = f"{self.path}.{os.getpid()}.{threading.get_ident()}.tmp"
+        with open(tmp, "w", encoding="ascii") as f:
+            f.write(repr(float(ts)))
+        os.replace(tmp, self.path)
+
+    def advance(self, seconds: float) -> None:
+        self.set(self.now() + seconds)
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float, wake: threading.Event | None = None) -> bool:
+        return SystemClock().sleep(seconds, wake)
+
+
+def clock_from_env(env: Mapping[str, str] | None = None) -> Clock:
+    """The process clock: a `FileClock` when `WFRUN_CLOCK_FILE` names one (tests
+    only), else the system clock."""
+    path = (os.environ if env is None else env).get(CLOCK_FILE_ENV)
+    return FileClock(path) if path else SystemClock()
 
 
 def iso(ts: float) -> str:
