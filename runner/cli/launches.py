@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from runner.engine import RunControl
-from runner.errors import InputError, NotFoundError, WfrunError
+from runner.errors import InputError, NotFoundError, TemporaryError, WfrunError
 from runner.host.foreground import start_and_wait
 from runner.host.launches import detached_coordinator, explain, launch_status
 from runner.host.local import open_store, parse_input, store_path
@@ -41,6 +41,8 @@ def start_cmd(ctx: Context, ref: str, input_json: str | None, pairs: tuple[str, 
     except PreflightError as exc:
         if exc.code == "workflow_not_found":
             raise NotFoundError(f"{exc.message} [{exc.code}]") from None
+        if exc.code == "store_unavailable":
+            raise TemporaryError(f"{exc.message} [{exc.code}]") from None
         raise InputError(f"{exc.message} [{exc.code}]") from None
     name = record.run_id.rsplit("-", 2)[0]
     if as_json and not wait:

@@ -105,9 +105,9 @@ class Engine:
         now = self.clock.now()
         run_id = run_id or new_run_id(definition.name, now)
         bundle = FolderBundle.create(self.runs_dir, run_id, self.fence, self.durability)
-        if self.crash_point is not None:
-            self.crash_point("after_bundle_created")
         try:
+            if self.crash_point is not None:
+                self.crash_point("after_bundle_created")
             return bundle, self._begin(bundle, definition, value, run_id, now, workflow_ref,
                                        control, parent_run_id, carried, extra)
         except BaseException:

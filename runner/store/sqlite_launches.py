@@ -31,11 +31,10 @@ from runner.store.records import (
 from runner.store.sqlite_db import SqliteDatabase
 from runner.store.sqlite_events import append_event
 from runner.store.sqlite_intents import ensure_intent, make_intent_eligible
-from runner.store.sqlite_queue import wake
+from runner.store.sqlite_requests import settle_child
 from runner.store.sqlite_schema import sql_in
 from runner.store.states import (
     CLAIMED_STATUSES,
-    CONTROLLER_ERROR_MAX_BYTES,
     LAUNCH_OPERATIONS,
     LAUNCH_STATUSES,
     PARK_MODES,
@@ -496,7 +495,7 @@ class SqliteLaunchQueue:
         assert updated is not None, "row changed inside an immediate transaction"
         self._event(conn, updated, now, row["status"], event or f"launch.{target}", payload)
         if target in _CHILD_STATE:
-            _settle_child(conn, updated, child_state or _CHILD_STATE[target], now)
+            settle_child(conn, updated, child_state or _CHILD_STATE[target], now)
         return launch_from_row(updated)
 
     @staticmethod
@@ -575,31 +574,6 @@ class SqliteLaunchQueue:
             workflow_ref=row["workflow_ref"],
             runner_id=row["runner_id"],
         )
-
-
-def _settle_child(conn: sqlite3.Connection, row: sqlite3.Row, state: str, now: int) -> None:
-    """A controller's child run ended: record it on its request and wake the parent's
-    key, in the transaction that ends the launch (no crash can leave one without the
-    other)."""
-    request = conn.execute(
-        "SELECT w.request_id, r.controller, r.resource_key FROM workflow_requests w"
-        " JOIN resources r ON r.uid = w.resource_uid"
-        " WHERE w.run_id = ? AND w.state IN ('running', 'waiting')",
-        (row["run_id"],),
-    ).fetchone()
-    if request is None:
-        return
-    error = None
-    if state != "succeeded" and state != "waiting":
-        error = bounded_message(
-            row["error_message"] or f"the child run ended {row['status']}",
-            CONTROLLER_ERROR_MAX_BYTES,
-        )
-    conn.execute(
-        "UPDATE workflow_requests SET state = ?, error = ?, updated_at = ? WHERE request_id = ?",
-        (state, error, now, request["request_id"]),
-    )
-    wake(conn, request["controller"], request["resource_key"], now)
 
 
 class _Abort(Exception):

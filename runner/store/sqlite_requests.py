@@ -28,6 +28,7 @@ from runner.store.controller_interface import RequestState, WorkflowRequest
 from runner.store.errors import IdentityConflict
 from runner.store.records import LostRace, bounded_message, check_id
 from runner.store.sqlite_db import SqliteDatabase
+from runner.store.sqlite_queue import wake
 from runner.store.states import (
     CONTROLLER_ERROR_MAX_BYTES,
     REQUEST_FINISHED_STATES,
@@ -190,3 +191,28 @@ class SqliteWorkflowRequests:
             params,
         )
         return [request_from_row(row) for row in rows]
+
+
+def settle_child(conn: sqlite3.Connection, row: sqlite3.Row, state: str, now: int) -> None:
+    """A controller's child run ended: record it on its request and wake the parent's
+    key, in the transaction that ends the launch (no crash can leave one without the
+    other)."""
+    request = conn.execute(
+        "SELECT w.request_id, r.controller, r.resource_key FROM workflow_requests w"
+        " JOIN resources r ON r.uid = w.resource_uid"
+        " WHERE w.run_id = ? AND w.state IN ('running', 'waiting')",
+        (row["run_id"],),
+    ).fetchone()
+    if request is None:
+        return
+    error = None
+    if state != "succeeded" and state != "waiting":
+        error = bounded_message(
+            row["error_message"] or f"the child run ended {row['status']}",
+            CONTROLLER_ERROR_MAX_BYTES,
+        )
+    conn.execute(
+        "UPDATE workflow_requests SET state = ?, error = ?, updated_at = ? WHERE request_id = ?",
+        (state, error, now, request["request_id"]),
+    )
+    wake(conn, request["controller"], request["resource_key"], now)

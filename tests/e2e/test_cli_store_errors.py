@@ -119,11 +119,7 @@ def test_commands_on_a_store_a_writer_holds_fail_in_one_line(project: Project) -
 
     line = assert_one_line(start)
     assert "locked" in line or "busy" in line
-    if start.returncode == 2 and line.endswith("[store_unavailable]"):
-        # runner/cli/launches.py maps every PreflightError but workflow_not_found to
-        # InputError (exit 2); a busy store is not bad input and should exit 1.
-        pytest.xfail("wfrun start reports store_unavailable as bad input (exit 2)")
-    assert start.returncode == 1
+    assert start.returncode == 1  # a busy store is not bad input
 
 
 def test_commands_on_a_store_locked_even_for_readers_fail_in_one_line(

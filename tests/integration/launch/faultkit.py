@@ -1,0 +1,247 @@
+"""A seeded fault-injection harness over one real SQLite store (issue 9, "Prove it").
+
+One seed drives a random schedule of detached starts, session launches, foreground
+runs (claimed by id), cancels and restarts. Crashes are injected at every named
+point of the launch and engine path by raising `Crash` (a BaseException, so no
+boundary on the run path can swallow it: the runner is dead from then on), and
+lease expiry is a jump of the store's FakeClock. After the schedule, a final
+recovery drains everything; then the invariants are checked. A failing seed
+replays exactly from its number: `python bench/bench_faults.py --seed N`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runner.clock import FakeClock
+from runner.compiler import build_catalog
+from runner.engine import RunControl, RunReader
+from runner.engine.runner import CRASH_POINTS as ENGINE_POINTS
+from runner.errors import WfrunError
+from runner.host.local import Workspace
+from runner.launch import EngineOptions, LaunchCoordinator, PreflightError
+from runner.launch.coordinator import CRASH_POINTS as LAUNCH_POINTS
+from runner.store import SqliteStore
+
+LEASE = 30.0
+POINTS = tuple(p for p in (*LAUNCH_POINTS, *ENGINE_POINTS)
+               if p not in ("after_session_append",))
+WORKFLOW = """\
+input:
+  type: object
+  required: [who]
+  properties: {who: {type: string}}
+start: first
+nodes:
+  first:
+    action: {shell: ["sh", "-c", "echo \\"$0 $1\\" >> effects.log", "{{ run.id }}", "first"]}
+  second:
+    action: {shell: ["sh", "-c", "echo \\"$0 $1\\" >> effects.log", "{{ run.id }}", "second"]}
+  close: {compute: "{{ {'who': input.who} }}"}
+edges:
+  - {from: first, to: second}
+  - {from: second, to: close}
+"""
+
+
+class Crash(BaseException):
+    """The runner died here (nothing after this point of its thread runs)."""
+
+
+def drop_fds_under(folder: Path) -> None:
+    """A simulated death leaves the dead runner's bundle locks open in this process;
+    a real one releases them with the process (Linux /proc)."""
+    import os
+
+    prefix = str(folder.resolve())
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue
+        if target.startswith(prefix):
+            with contextlib.suppress(OSError):
+                os.close(int(name))
+
+
+@dataclass
+class Report:
+    seed: int
+    launches: int = 0
+    crashes: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seed": self.seed, "launches": self.launches, "crashes": self.crashes,
+                "problems": self.problems}
+
+
+class World:
+    def __init__(self, root: Path, seed: int) -> None:
+        self.root = root
+        self.rng = random.Random(seed)
+        (root / ".wfrun" / "workflows").mkdir(parents=True)
+        (root / ".wfrun" / "workflows" / "job.yaml").write_text(WORKFLOW)
+        self.clock = FakeClock()
+        self.ws = Workspace(build_catalog("workflows", root, None), root, root / ".wfrun")
+        self.store = SqliteStore(root / ".wfrun" / "state" / "store.sqlite3",
+                                 now=self.clock.now)
+        self.reader = RunReader(self.ws.runs_dir)
+        self.crashes = 0
+        self.runners = 0
+
+    def coordinator(self, crash_every: float) -> LaunchCoordinator:
+        """A new runner (a new process, as far as the store can tell)."""
+        self.runners += 1
+        rng = self.rng
+
+        def crash(point: str) -> None:
+            if point in POINTS and rng.random() < crash_every:
+                self.crashes += 1
+                raise Crash(point)
+
+        options = EngineOptions(project_root=self.root, crash_point=crash)
+        return LaunchCoordinator(self.store, self.ws, self.ws.runs_dir,
+                                 runner_id=f"runner-{self.runners}", clock=self.clock,
+                                 options=options, lease_seconds=LEASE, crash=crash,
+                                 scrub_input=False)
+
+    def effects(self) -> list[str]:
+        path = self.root / "effects.log"
+        return path.read_text().splitlines() if path.exists() else []
+
+
+def run_seed(seed: int, *, steps: int = 12, crash_every: float = 0.08) -> Report:
+    tmp = Path(tempfile.mkdtemp(prefix=f"wfrun-fault-{seed}-"))
+    try:
+        return _run(World(tmp / "p", seed), seed, steps, crash_every)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run(w: World, seed: int, steps: int, crash_every: float) -> Report:
+    report = Report(seed)
+    rng = w.rng
+    co = w.coordinator(crash_every)
+    ids: list[str] = []
+    for _ in range(steps):
+        action = rng.choice(["start", "start", "foreground", "drain", "drain", "cancel",
+                             "expire", "restart"])
+        try:
+            if action in ("start", "foreground"):
+                record = co.prepare("job", {"who": f"w{rng.randrange(1000)}"})
+                ids.append(record.run_id)
+                if action == "foreground":
+                    co.execute(co.claim(record.run_id), control=RunControl())
+            elif action == "drain":
+                claimed = co.claim_next(None)
+                if claimed is not None:
+                    co.execute(claimed)
+            elif action == "cancel" and ids:
+                co.cancel(rng.choice(ids))
+            elif action == "expire":
+                w.clock.advance(LEASE + 1)
+            else:
+                co = w.coordinator(crash_every)
+        except Crash:
+            drop_fds_under(w.ws.runs_dir)
+            co = w.coordinator(crash_every)  # the process died; a new one starts later
+            w.clock.advance(LEASE + 1)
+        except (WfrunError, PreflightError):
+            pass  # a refused cancel or claim: the race was lost, nothing changed
+    # Final recovery: no more crashes; expire every lease and drain until idle.
+    co = w.coordinator(0.0)
+    w.clock.advance(LEASE + 1)
+    for _ in range(len(ids) * 3 + 5):
+        claimed = co.claim_next(None)
+        if claimed is None:
+            break
+        co.execute(claimed)
+    for record in w.store.launches.query(statuses=["parked"]):
+        co.execute(co.claim(record.run_id))  # explicit resumes of what a person parked
+    report.launches = len(ids)
+    report.crashes = w.crashes
+    report.problems = check_invariants(w, ids)
+    w.store.close()
+    return report
+
+
+AGREES = {"done": ("completed", "waiting"), "failed": ("failed", "timed_out", None),
+          "cancelled": ("cancelled", None)}
+
+
+def check_invariants(w: World, ids: list[str]) -> list[str]:
+    problems: list[str] = []
+    effects = w.effects()
+    for run_id in ids:
+        record = w.store.launches.get(run_id)
+        if record is None:
+            problems.append(f"{run_id}: launch row lost")
+            continue
+        status = w.reader.status(run_id)
+        if record.status not in AGREES:
+            problems.append(f"{run_id}: launch not terminal ({record.status})")
+            continue
+        if status not in AGREES[record.status]:
+            problems.append(f"{run_id}: launch {record.status} but bundle {status}")
+        if record.status == "failed" and not record.error_code:
+            problems.append(f"{run_id}: failed without a code")
+        if record.input_json is not None:
+            problems.append(f"{run_id}: private input kept after it ended")
+        if w.reader.exists(run_id) and w.reader.started(run_id):
+            trace = w.reader.trace(run_id)
+            if [e["type"] for e in trace].count("run_started") != 1:
+                problems.append(f"{run_id}: run_started is not exactly once")
+            started = trace[0].get("payload", {})
+            if not isinstance(started.get("input"), dict) or "who" not in started["input"]:
+                problems.append(f"{run_id}: a node could run without the input")
+            for node in ("first", "second"):
+                ran = effects.count(f"{run_id} {node}")
+                finished = sum(1 for e in trace if e["type"] == "node_finished"
+                               and e.get("node") == node)
+                # A completed node never runs again; an interrupted one at most twice.
+                if finished and ran > 2:
+                    problems.append(f"{run_id}: {node} ran {ran} times")
+                if ran > 2:
+                    problems.append(f"{run_id}: {node} ran {ran} times (budget is 2)")
+            if status == "completed" and w.reader.final_output(run_id) != started["input"]:
+                problems.append(f"{run_id}: final output does not match the input")
+        elif record.status == "done":
+            problems.append(f"{run_id}: done without a bundle")
+    for held in w.store.launches.query(statuses=["queued", "starting", "running"]):
+        problems.append(f"{held.run_id}: still {held.status} after recovery")
+    return problems
+
+
+def main(argv: list[str]) -> int:
+    """`--seeds N` (default 1000) or `--seed S`: print one JSON line per failing seed
+    and a summary."""
+    import time
+
+    if "--seed" in argv:
+        seeds = [int(argv[argv.index("--seed") + 1])]
+    else:
+        count = int(argv[argv.index("--seeds") + 1]) if "--seeds" in argv else 1000
+        seeds = list(range(count))
+    t0 = time.perf_counter()
+    failed = 0
+    launches = crashes = 0
+    for seed in seeds:
+        report = run_seed(seed)
+        launches += report.launches
+        crashes += report.crashes
+        if report.problems:
+            failed += 1
+            print(json.dumps(report.to_json()))
+    elapsed = time.perf_counter() - t0
+    print(json.dumps({"seeds": len(seeds), "failed": failed, "launches": launches,
+                      "crashes_injected": crashes, "seconds": round(elapsed, 1),
+                      "ms_per_seed": round(elapsed * 1000 / max(len(seeds), 1), 1)}))
+    return 1 if failed else 0
