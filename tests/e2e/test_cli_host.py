@@ -8,12 +8,12 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from waiting import DEADLINE, LineReader, wait_until
 
 ROW_KEYS = {"run_id", "workflow", "status", "started_at", "finished_at", "duration_s",
             "current_node", "parent_run_id", "title"}
@@ -29,13 +29,23 @@ SLOW = """\
       done: {compute: "{{ {'work': outputs.work} }}"}
     edges: [{from: work, to: done}]
 """
+# Step i of `work` waits for the file gate/<i>: the test releases each step only once
+# `show --follow` has printed the view of the step before, so the views it asserts on
+# exist however long the follower took to start.
 SLOW_PY = """\
+import os
 import time
+
+GATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gate")
 
 
 def work(ctx):
     for i in range(1, 9):
-        time.sleep(0.15)
+        end = time.monotonic() + 60
+        while not os.path.exists(os.path.join(GATE, str(i))):
+            if time.monotonic() > end:
+                raise TimeoutError(f"step {i} was never released")
+            time.sleep(0.01)
         ctx.publish_update("progress", "files", {"completed": i, "total": 8, "label": "files"})
     return "all done"
 """
@@ -59,6 +69,8 @@ class Project:
         for name, text in (("slow", SLOW), ("ok", OK), ("fails", FAILS)):
             (folder / f"{name}.yaml").write_text(textwrap.dedent(text))
         (folder / "slow.py").write_text(SLOW_PY)
+        self.gate = folder / "gate"
+        self.gate.mkdir()
         self.procs: list[subprocess.Popen[str]] = []
 
     def argv(self, *args: str) -> list[str]:
@@ -113,16 +125,35 @@ def test_show_follow_json_streams_views_until_the_run_ends(project: Project) -> 
     started = project.json("start", "slow", "--json")
     run_id = started["runId"]
     manifest = project.root / ".wfrun" / "runs" / run_id / "manifest.json"
-    end = time.monotonic() + 20
-    while not manifest.exists():  # the host activates it; views need the bundle
-        assert time.monotonic() < end, "the host did not activate the launch"
-        time.sleep(0.05)
+    wait_until(manifest.exists, what="the host to activate the launch")  # views need it
 
-    done = project.wfrun("show", run_id, "--follow", "--json", timeout=30)
+    follow = subprocess.Popen(project.argv("show", run_id, "--follow", "--json"),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              cwd=project.root)
+    assert follow.stdout is not None
+    assert follow.stderr is not None
+    views: list[dict[str, Any]] = []
+    released = 0
+    try:
+        lines = LineReader(follow.stdout)
+        while (line := lines.next_line()) is not None:
+            view = json.loads(line)
+            views.append(view)
+            shown = max((b["completed"] for b in view["progress"]), default=0)
+            if view["status"] == "running" and shown == released < 8:
+                released += 1  # the follower showed step `shown`: let the next one happen
+                (project.gate / str(released)).touch()
+        code, err = follow.wait(timeout=DEADLINE), follow.stderr.read()
+    finally:
+        if follow.poll() is None:
+            follow.kill()
+        follow.wait(timeout=DEADLINE)
+        follow.stdout.close()
+        follow.stderr.close()
+    assert code == 0, err
 
-    assert done.returncode == 0, done.stderr
-    views = [json.loads(line) for line in done.stdout.splitlines()]
-    assert len(views) >= 3
+    assert released == 8
+    assert len(views) >= 9  # one per step at least, and the end
     assert all(set(v) == VIEW_KEYS | {"progress"} for v in views)
     assert views[-1]["status"] == "completed"
     assert {v["status"] for v in views[:-1]} == {"running"}
@@ -130,7 +161,8 @@ def test_show_follow_json_streams_views_until_the_run_ends(project: Project) -> 
     events = [v["trace_events"] for v in views]
     assert events == sorted(set(events))
     bars = [b for v in views for b in v["progress"]]
-    assert bars
+    assert [b["completed"] for b in bars] == sorted(b["completed"] for b in bars)
+    assert {b["completed"] for b in bars} == set(range(1, 9))  # every step was shown
     assert all(set(b) == BAR_KEYS for b in bars)
     assert bars[-1]["completed"] == 8
     assert bars[-1]["total"] == 8

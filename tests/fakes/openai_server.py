@@ -199,6 +199,7 @@ class _Handler(BaseHTTPRequestHandler):
             if reply.after_headers:
                 self._start_stream()
                 self._event({"choices": [{"index": 0, "delta": {"role": "assistant"}}]})
+            fake.hanging.set()
             fake.stopping.wait(reply.seconds)
             if not reply.after_headers:
                 self._json(200, _completion(Answer(text="too late")))
@@ -293,6 +294,7 @@ class FakeOpenAI:
         self.disconnects = 0
         self.script_errors: list[str] = []
         self.stopping = threading.Event()
+        self.hanging = threading.Event()  # set once a `hang` reply is hanging (headers sent)
         self._lock = threading.Lock()
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.fake = self

@@ -13,7 +13,9 @@ time an effect passes that point, the way a power cut or OOM kill would.
 --once: run passes until nothing is ready, then wait for child runs this
 process started and keep going until nothing is ready and no child is active
 (or --wait seconds passed). --serve: run workers until SIGTERM. Prints `ready`
-on stderr once the manager exists.
+on stderr once the manager exists. With `WFRUN_CLOCK_FILE=path` the store and the
+manager read the time from that file (runner.clock.FileClock), so leases and
+delayed wake-ups come due when the test moves the file on.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from runner.clock import clock_from_env
 from runner.compiler import build_catalog
 from runner.controllers import ManagerConfig
 from runner.controllers.effects import CRASH_POINTS
@@ -63,7 +66,8 @@ def main() -> int:
     ap.add_argument("--wait", type=float, default=10.0)
     args = ap.parse_args()
     root = Path(args.project).resolve()
-    ws = Workspace(build_catalog("workflows", root, None), root, root / ".state")
+    ws = Workspace(build_catalog("workflows", root, None), root, root / ".state",
+                   clock=clock_from_env())
     store = open_store(ws)
     manager = make_manager(ws, store, discover(ws, None),
                            executor=make_executor(args.agent, ws.clock),

@@ -34,7 +34,9 @@ from ctlkit import (
     wait_for,
 )
 from fakes.github_server import FakeGitHub
+from waiting import DEADLINE, wait_until
 
+from runner.clock import CLOCK_FILE_ENV, Clock, FileClock, SystemClock
 from runner.controllers import ControllerManager, is_true
 from runner.store import SqliteStore
 
@@ -54,8 +56,18 @@ def procs() -> Iterator[list[subprocess.Popen[str]]]:
         p.communicate(timeout=5)  # reaps it and closes its pipes
 
 
-def open_store(project: Path) -> SqliteStore:
-    return SqliteStore(store_path(project))
+@pytest.fixture
+def clock(tmp_path: Path) -> FileClock:
+    """Virtual time the test and its driver processes share (`WFRUN_CLOCK_FILE`)."""
+    return FileClock.create(tmp_path / "clock")
+
+
+def clock_env(clock: FileClock) -> dict[str, str]:
+    return {CLOCK_FILE_ENV: clock.path}
+
+
+def open_store(project: Path, clock: Clock | None = None) -> SqliteStore:
+    return SqliteStore(store_path(project), now=(clock or SystemClock()).now)
 
 
 def passes_of(done: subprocess.CompletedProcess[str]) -> int:
@@ -75,7 +87,7 @@ def test_two_worker_processes_never_reconcile_one_key_at_once(
                  "controller", "run"], stdout=subprocess.DEVNULL, stderr=f, text=True))
     for err in errs:
         wait_for(lambda err=err: "controller manager running" in err.read_text(),
-                 timeout=20, what=f"{err.name} to start")
+                 timeout=DEADLINE, what=f"{err.name} to start")
     # More keys than the 8 workers of the two processes, so a worker that finishes a
     # pass usually picks up a key that waited (often last run by the other process).
     keys, passes = [f"k{i}" for i in range(16)], 4
@@ -115,29 +127,36 @@ def test_two_worker_processes_never_reconcile_one_key_at_once(
 
 
 # -- (e) ------------------------------------------------------------------------------------
+# These run on a FileClock shared with the driver processes, so a lease or a delay comes
+# due when the test moves the clock, never because a process was slow to start.
 def test_claim_of_a_sigkilled_process_is_reclaimed_by_a_new_process_after_the_lease(
-        project: Path, tmp_path: Path, procs: list[subprocess.Popen[str]]) -> None:
+        project: Path, tmp_path: Path, procs: list[subprocess.Popen[str]],
+        clock: FileClock) -> None:
     log, block = tmp_path / "passes.jsonl", tmp_path / "block"
     block.write_text("")
-    with open_store(project) as store:
-        ControllerManager(store, [probe_controller(project)]).apply(
+    env = clock_env(clock)
+    with open_store(project, clock) as store:
+        ControllerManager(store, [probe_controller(project)], clock=clock).apply(
             "probe", "k", {"log": str(log), "block_file": str(block)})
-    procs.append(start_driver(project, "--serve", "--lease", "3"))
-    wait_for(lambda: any(e.get("blocked") for e in read_log(log)), timeout=20,
+    procs.append(start_driver(project, "--serve", "--lease", "3", env=env))
+    wait_for(lambda: any(e.get("blocked") for e in read_log(log)), timeout=DEADLINE,
              what="the first pass to block")
     procs[0].kill()
-    assert procs[0].wait(5) == -signal.SIGKILL
+    assert procs[0].wait(DEADLINE) == -signal.SIGKILL
     block.unlink()
-    with open_store(project) as store:
+    with open_store(project, clock) as store:
         held = store.reconcile_queue.get("probe", "k")
         assert held is not None
         assert held.claim_token is not None
         assert held.epoch == 1
-    assert passes_of(run_driver(project, "--once", "--lease", "3")) == 0  # still leased
     expires = (held.claim_expires_at or 0) / 1000
-    time.sleep(max(expires - time.time(), 0) + 0.1)
-    assert passes_of(run_driver(project, "--once", "--lease", "3")) == 1
-    with open_store(project) as store:
+    assert expires == pytest.approx(clock.now() + 3, abs=0.01)  # the lease, in store time
+    assert passes_of(run_driver(project, "--once", "--lease", "3", env=env)) == 0
+    clock.set(expires - 0.01)
+    assert passes_of(run_driver(project, "--once", "--lease", "3", env=env)) == 0  # leased
+    clock.set(expires)
+    assert passes_of(run_driver(project, "--once", "--lease", "3", env=env)) == 1
+    with open_store(project, clock) as store:
         r = store.resources.get("probe", "k")
         assert r is not None
         assert is_true(r.status, "Ready", r.generation)
@@ -147,20 +166,23 @@ def test_claim_of_a_sigkilled_process_is_reclaimed_by_a_new_process_after_the_le
         assert types.count("reconcile_finished") == 1
 
 
-def test_delayed_wake_up_is_kept_across_processes(project: Path) -> None:
-    with open_store(project) as store:
-        ControllerManager(store, [probe_controller(project)]).apply("probe", "k",
-                                                                    {"delay": 2.5})
-    assert passes_of(run_driver(project, "--once")) == 1
-    with open_store(project) as store:
+def test_delayed_wake_up_is_kept_across_processes(project: Path, clock: FileClock) -> None:
+    env = clock_env(clock)
+    with open_store(project, clock) as store:
+        ControllerManager(store, [probe_controller(project)], clock=clock).apply(
+            "probe", "k", {"delay": 2.5})
+    assert passes_of(run_driver(project, "--once", env=env)) == 1
+    with open_store(project, clock) as store:
         row = store.reconcile_queue.get("probe", "k")
         assert row is not None
         due = row.available_at / 1000
-    assert due - time.time() > 0.5, "the delay is too short for this machine"
-    assert passes_of(run_driver(project, "--once")) == 0  # not due yet
-    time.sleep(max(due - time.time(), 0) + 0.05)
-    assert passes_of(run_driver(project, "--once")) == 1
-    with open_store(project) as store:
+    assert due == pytest.approx(clock.now() + 2.5, abs=0.01)
+    assert passes_of(run_driver(project, "--once", env=env)) == 0  # not due yet
+    clock.set(due - 0.01)
+    assert passes_of(run_driver(project, "--once", env=env)) == 0  # still not due
+    clock.set(due)
+    assert passes_of(run_driver(project, "--once", env=env)) == 1
+    with open_store(project, clock) as store:
         r = store.resources.get("probe", "k")
         assert r is not None
         assert r.status["controller_status"]["passes"] == 2
@@ -171,17 +193,18 @@ def test_delayed_wake_up_is_kept_across_processes(project: Path) -> None:
 @pytest.mark.parametrize("point", ["before_provider_call", "after_provider_call",
                                    "after_receipt"])
 def test_sigkill_around_the_merge_converges_to_exactly_one_merge(
-        project: Path, github: FakeGitHub, point: str) -> None:
+        project: Path, github: FakeGitHub, point: str, clock: FileClock) -> None:
     github.add_pull(REPO_NAME, 7, HEAD, checks="success")
-    with open_store(project) as store:
-        ControllerManager(store, [pull_request_controller()]).apply(
+    env = clock_env(clock)
+    with open_store(project, clock) as store:
+        ControllerManager(store, [pull_request_controller()], clock=clock).apply(
             "pull-request", "pr7", pr_spec(github.url, merge_approved=True))
     crashed = run_driver(project, "--once", "--lease", "0.5",
-                         env={"CTL_CRASH_AT": point})
+                         env={"CTL_CRASH_AT": point, **env})
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr
     assert f"crashing at {point}" in crashed.stderr
     effect_key = f"merge:1:{HEAD}"
-    with open_store(project) as store:
+    with open_store(project, clock) as store:
         r = store.resources.get("pull-request", "pr7")
         assert r is not None
         effect = store.effects.get(r.uid, effect_key)
@@ -198,8 +221,8 @@ def test_sigkill_around_the_merge_converges_to_exactly_one_merge(
         assert (effect.state, len(github.merges())) == ("applied", 1)
     seen_before_restart = len(github.requests)
 
-    time.sleep(0.6)  # the dead process's lease runs out
-    assert passes_of(run_driver(project, "--once", "--lease", "0.5")) == 1
+    clock.advance(0.5)  # the dead process's lease runs out (and only then)
+    assert passes_of(run_driver(project, "--once", "--lease", "0.5", env=env)) == 1
     assert len(github.merges()) == 1  # exactly one merge ever reached GitHub
     assert github.pull(REPO_NAME, 7).merged
     after = [(r.method, r.path) for r in github.requests[seen_before_restart:]]
@@ -211,7 +234,7 @@ def test_sigkill_around_the_merge_converges_to_exactly_one_merge(
         assert after[put - 1] == pull
     else:
         assert ("PUT", f"/repos/{REPO_NAME}/pulls/7/merge") not in after
-    with open_store(project) as store:
+    with open_store(project, clock) as store:
         r = store.resources.get("pull-request", "pr7")
         assert r is not None
         ready = next(c for c in r.status["conditions"] if c["type"] == "Ready")
@@ -234,20 +257,24 @@ def test_sigterm_mid_work_then_a_new_process_converges(
             m.apply("probe", f"child{i}", {"child": "slow-child"})
             m.apply("probe", f"count{i}", {"passes": 20, "sleep": 0.05, "log": str(log)})
     procs.append(start_driver(project, "--serve", "--lease", "1"))
-    wait_for(lambda: len(read_log(log)) >= 4, timeout=20, what="some passes")
+    wait_for(lambda: len(read_log(log)) >= 4, timeout=DEADLINE, what="some passes")
     procs[0].send_signal(signal.SIGTERM)
-    assert procs[0].wait(15) == 0
+    assert procs[0].wait(DEADLINE) == 0
     with open_store(project) as store:
         unfinished = [r.key for r in store.resources.list()
                       if not is_true(r.status, "Ready", r.generation)]
     assert unfinished, "SIGTERM should have interrupted work in progress"
-    time.sleep(1.1)  # claims of passes cut short expire
-    for _ in range(8):
+    # The process is gone, so each claim it held expires at most a lease (1 s) after
+    # its last renewal: sleeping past that is a bound, not a guess.
+    time.sleep(1.1)
+
+    def converged() -> bool:
         run_driver(project, "--once", "--lease", "1", "--wait", "10")
         with open_store(project) as store:
-            if all(is_true(r.status, "Ready", r.generation) for r in store.resources.list()):
-                break
-        time.sleep(0.3)
+            return all(is_true(r.status, "Ready", r.generation)
+                       for r in store.resources.list())
+
+    wait_until(converged, timeout=DEADLINE, interval=0.1, what="every resource to be Ready")
     with open_store(project) as store:
         states = {r.key: (r.status.get("conditions"), r.status["controller_status"])
                   for r in store.resources.list()}

@@ -22,7 +22,6 @@ def project(tmp_path: Path) -> Iterator[Project]:
     (root / ".wfrun" / "workflows").mkdir(parents=True)
     for name, text in (("crash", WORKFLOW), ("gate", GATE), ("broken", BROKEN)):
         (root / ".wfrun" / "workflows" / f"{name}.yaml").write_text(textwrap.dedent(text))
-    (root / "b.delay").write_text("0.15\n")
     proj = Project(root, uuid.uuid4().hex)
     yield proj
     for pgid in set(proj.tagged().values()):  # never leave a sleeping orphan behind

@@ -4,10 +4,16 @@ A project holds one four-node workflow. Nodes a, b and c are shell actions that
 append their name to `counts` once their side effect is done, so the file says
 how many times each really ran; d is a compute node whose output (the run's
 final output) proves the outputs of a, b and c survived. Node b records its
-process-group id in `b.pids` and sleeps for as long as `b.delay` says, so a
-test can catch the run inside it. Node c leaves a background `sleep 30` behind
-(holding its output pipe), which the engine must clean up. Every process the run starts carries
-`CRASHTAG=<tag>` in its environment, so leftovers can be found in /proc.
+process-group id in `b.pids`; its n-th attempt waits while the file `b.hold.<n>`
+exists (so a test catches the run inside it for as long as it needs, however slow
+the machine) and first removes `b.hold.<n-1>`, releasing the attempt before it: an
+orphaned first attempt that were still alive would write its `b` beside the rerun.
+Every node takes at least 0.15 s, longer than the engine's state.json throttle
+(STATE_EVERY, 0.1 s), so each node_finished also replaces state.json and the
+`after_state_replace:<n>` crash point names node n. Node c leaves a background
+`sleep 30` behind (holding its output pipe), which the engine must clean up. Every
+process the run starts carries `CRASHTAG=<tag>` in its environment, so leftovers
+can be found in /proc.
 """
 
 from __future__ import annotations
@@ -17,11 +23,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from waiting import DEADLINE, wait_until
 
 from runner.engine.bundle import parse_trace
 from runner.engine.state import fold
@@ -38,7 +45,10 @@ WORKFLOW = """\
       b:
         action:
           use_shell: true
-          shell: "echo $$ >> b.pids; sleep $(cat b.delay); echo b >> counts; echo B"
+          shell: >-
+            echo $$ >> b.pids; n=$(($(wc -l < b.pids))); rm -f b.hold.$((n - 1));
+            sleep 0.15; while [ -e b.hold.$n ]; do sleep 0.01; done;
+            echo b >> counts; echo B
       c:
         action:
           use_shell: true
@@ -82,7 +92,7 @@ BROKEN = """\
 """
 FINAL = {"a": "A", "b": "B", "c": "C"}
 NODES = ("a", "b", "c", "d")
-PROC_TIMEOUT = 20.0
+PROC_TIMEOUT = DEADLINE
 
 
 @dataclass
@@ -121,6 +131,33 @@ class Project:
         return subprocess.run(self.argv("resume", run_id, "--json", "-q"), cwd=self.root,
                               env=self.env(crash_at), capture_output=True, text=True,
                               timeout=PROC_TIMEOUT, check=False)
+
+    def kill_inside_b(self) -> tuple[str, int]:
+        """Start a run, SIGKILL it while b's first attempt is held (once the runner has
+        recorded b's process group for reaping); returns the run id and that group."""
+        (self.root / "b.hold.1").touch()
+        proc = self.start()
+        pids = self.root / "b.pids"
+        wait_for(lambda: pids.exists() and pids.read_text().strip() != "",
+                 what="b to start")
+        group = int(pids.read_text().split()[0])
+        # The runner records a group right after spawning it; kill only once it has.
+        wait_for(lambda: group in self.registered_groups(),
+                 what=lambda: f"the runner to record b's group {group}")
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=PROC_TIMEOUT)
+        return self.only_run(), group
+
+    def registered_groups(self) -> set[int]:
+        """The process groups every runner of this project recorded for reaping."""
+        groups: set[int] = set()
+        for path in (self.root / ".wfrun" / "state" / "children").glob("*.json"):
+            try:
+                entries = json.loads(path.read_text())
+            except (OSError, ValueError):  # mid-replace or gone: look again
+                continue
+            groups.update(int(e["pgid"]) for e in entries)
+        return groups
 
     def only_run(self) -> str:
         names = [n for n in os.listdir(self.runs) if not n.startswith(".")]
@@ -167,12 +204,8 @@ class Project:
         return found
 
 
-def wait_for(predicate: Any, timeout: float = 10.0, what: Any = None) -> None:
-    end = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting: {what() if what else predicate}")
-        time.sleep(0.01)
+def wait_for(predicate: Any, timeout: float = DEADLINE, what: Any = None) -> None:
+    wait_until(predicate, timeout=timeout, what=what or str(predicate))
 
 
 def assert_recovered(project: Project, run_id: str, resumed: subprocess.CompletedProcess[str],
@@ -182,7 +215,7 @@ def assert_recovered(project: Project, run_id: str, resumed: subprocess.Complete
     left alive except the given orphan groups of a killed process."""
     assert resumed.returncode == 0, resumed.stderr
     # SIGKILLed group members may take a moment to become zombies on a loaded machine.
-    wait_for(lambda: set(project.tagged().values()) <= orphans, timeout=2.0,
+    wait_for(lambda: set(project.tagged().values()) <= orphans,
              what=lambda: f"processes left behind: {project.tagged()}")
     outcome = json.loads(resumed.stdout)
     assert outcome["status"] == "completed"

@@ -10,10 +10,9 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 
 import pytest
-from crashkit import NODES, Project, assert_recovered, wait_for
+from crashkit import NODES, Project, assert_recovered
 
 from runner.engine.state import fold
 
@@ -62,27 +61,17 @@ def test_killed_at_a_point_resumes_without_losing_or_repeating_work(
 
 
 def test_killed_inside_a_shell_node_reruns_only_that_node(project: Project) -> None:
-    (project.root / "b.delay").write_text("30\n")  # the killed run's b sleeps 30 s
-    proc = project.start()
-    pids = project.root / "b.pids"
-    wait_for(lambda: pids.exists() and pids.read_text().strip() != "")
-    orphan_group = int(pids.read_text().split()[0])
-    proc.send_signal(signal.SIGKILL)
-    proc.communicate(timeout=10)
-    run_id = project.only_run()
+    run_id, orphan_group = project.kill_inside_b()  # b's first attempt waits for the rerun
     assert project.counts() == {"a": 1}
     events = project.events(run_id)
     assert (events[-1]["type"], events[-1]["node"]) == ("node_started", "b")
 
     # SIGKILL gives the engine no chance to kill b's process group (it runs in its own
-    # session), so the shell and its sleep outlive the killed process...
+    # session), so the shell outlives the killed process...
     assert set(project.tagged().values()) == {orphan_group}
 
-    (project.root / "b.delay").write_text("0.15\n")
-    t0 = time.monotonic()
+    # The orphan never ends by itself: a resume that waited for it would time out.
     resumed = project.resume(run_id)
-    elapsed = time.monotonic() - t0
-    assert elapsed < 10, elapsed
     # ...until the resume reaps it from the dead runner's process registry.
     events = assert_recovered(project, run_id, resumed)
     starts = [e for e in events if e["type"] == "node_started" and e["node"] == "b"]
@@ -91,28 +80,20 @@ def test_killed_inside_a_shell_node_reruns_only_that_node(project: Project) -> N
     assert not starts[1]["payload"]["counts_step"]
     assert project.state_file(run_id)["steps"] == 4  # a rerun is not an extra step
     assert not project.tagged()
-    # b's side effect happened once: the orphan was reaped before it got there.
     assert project.counts() == {"a": 1, "b": 1, "c": 1}
 
 
 def test_resume_reaps_the_orphan_before_it_repeats_a_side_effect(project: Project) -> None:
     """The killed runner's shell group is killed by the resume, so the interrupted
     node's effect is not repeated by an orphan finishing beside the rerun."""
-    (project.root / "b.delay").write_text("2\n")
-    proc = project.start()
-    pids = project.root / "b.pids"
-    wait_for(lambda: pids.exists() and pids.read_text().strip() != "")
-    orphan_group = int(pids.read_text().split()[0])
-    proc.send_signal(signal.SIGKILL)
-    proc.communicate(timeout=10)
-    run_id = project.only_run()
-    (project.root / "b.delay").write_text("0.1\n")
+    run_id, orphan_group = project.kill_inside_b()
     resumed = project.resume(run_id)
     assert_recovered(project, run_id, resumed)
-    # Killed group members linger as zombies here (PID 1 does not reap), so look for
-    # live members only.
+    # The rerun released the first attempt (b.hold.1 is gone): an orphan still alive
+    # then would have written a second `b`, or still be running. Killed group members
+    # linger as zombies here (PID 1 does not reap), so look for live members only.
+    assert not (project.root / "b.hold.1").exists()
     assert orphan_group not in set(project.tagged().values())
-    time.sleep(2.5)  # long enough for the orphan to have finished, had it lived
     assert project.counts() == {"a": 1, "b": 1, "c": 1}
 
 

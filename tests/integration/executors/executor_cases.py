@@ -8,6 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from waiting import DEADLINE
+
 from runner.engine.agent import AgentStep, StepContract
 from runner.engine.control import RunControl
 
@@ -27,8 +29,25 @@ class Case:
     control: RunControl
     updates: list[tuple[str, str, Any]] = field(default_factory=list)
 
-    def cancel_after(self, seconds: float) -> None:
-        threading.Timer(seconds, self.control.cancel).start()
+    cancelled_at: float | None = None
+
+    def cancel_when(self, ready: Callable[[], object], timeout: float = DEADLINE) -> None:
+        """Cancel once `ready()` is true (the child wrote its pid, the server is
+        hanging): the cancel then always lands where the test means it to, however
+        slow the child was to start. Gives up (without cancelling) after `timeout`."""
+        def watch() -> None:
+            end = time.monotonic() + timeout
+            while not ready():
+                if time.monotonic() > end:
+                    return
+                time.sleep(0.01)
+            self.cancel()
+
+        threading.Thread(target=watch, daemon=True).start()
+
+    def cancel(self) -> None:
+        self.cancelled_at = time.monotonic()
+        self.control.cancel()
 
 
 MakeStep = Callable[..., Case]

@@ -16,6 +16,6 @@ def project(tmp_path: Path) -> Iterator[Project]:
     proj = Project(tmp_path / "proj")
     proj.workflow("three", THREE)
     proj.workflow("tiny", TINY)
-    (proj.root / "b.delay").write_text("30\n")
+    (proj.root / "b.hold.1").touch()  # b's first attempt waits until released
     yield proj
     proj.stop_all()

@@ -2,9 +2,13 @@
 
 The `three` workflow has three shell nodes. Each appends a line to `log` once its
 side effect is done (`a`, `b`, `c`), so the file counts how often each node really
-completed; `b` also appends `b-start` when it begins, records the pid of the
-`sleep` it runs in the background (a grandchild of the host) in `sleep.pid`, and
-sleeps for as many seconds as the file `b.delay` says when it starts.
+completed; `b` also appends `b-start` when it begins and records the pid of the
+waiter it runs in the background (a grandchild of the host) in `sleep.pid`. The
+n-th attempt of `b` waits while the file `b.hold.<n>` exists (the `project`
+fixture creates `b.hold.1`, so a test catches the first attempt inside b for as
+long as it needs, however slow the machine), and first removes `b.hold.<n-1>`,
+releasing the attempt before it: an orphaned first attempt still alive when b
+reruns would write its `b` beside the rerun.
 """
 
 from __future__ import annotations
@@ -16,11 +20,12 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from waiting import DEADLINE, wait_until
 
 from runner.compiler import build_catalog
 from runner.engine.bundle import MANIFEST, read_json
@@ -37,7 +42,8 @@ THREE = """\
         action:
           use_shell: true
           shell: >-
-            echo b-start >> log; sleep $(cat b.delay) & echo $! > sleep.pid; wait;
+            echo b-start >> log; n=$(grep -c b-start log); rm -f b.hold.$((n - 1));
+            (while [ -e b.hold.$n ]; do sleep 0.02; done) & echo $! > sleep.pid; wait;
             echo b >> log
       c:
         action: {use_shell: true, shell: "echo c >> log"}
@@ -58,16 +64,9 @@ TINY = """\
 """
 
 
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 15.0,
+def wait_for(what: str, check: Callable[[], Any], timeout: float = DEADLINE,
              every: float = 0.05) -> Any:
-    end = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(every)
+    return wait_until(check, timeout=timeout, interval=every, what=what)
 
 
 def pid_gone(pid: int) -> bool:
@@ -77,6 +76,20 @@ def pid_gone(pid: int) -> bool:
     except OSError:
         return True
     return stat.rsplit(")", 1)[-1].split()[0] == "Z"
+
+
+def group_gone(pgid: int) -> bool:
+    """No live (non-zombie) process is left in the process group."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[-1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return False
+    return True
 
 
 def pgid_of(pid: int) -> int:
@@ -147,10 +160,20 @@ class Project:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(timeout=10)
+        for hold in self.root.glob("b.hold.*"):  # every waiting b ends by itself
+            hold.unlink()
         pid_file = self.root / "sleep.pid"
-        if pid_file.exists():  # never leave a sleeping grandchild behind
+        if pid_file.exists():  # never leave a waiting grandchild behind
             with contextlib.suppress(ValueError, ProcessLookupError, PermissionError):
                 os.kill(int(pid_file.read_text().strip()), signal.SIGKILL)
+
+    def sleep_pid(self) -> int | None:
+        """The pid of b's background waiter, once b wrote it."""
+        try:
+            text = (self.root / "sleep.pid").read_text().strip()
+        except OSError:
+            return None
+        return int(text) if text else None
 
     # -- the store and the bundles ---------------------------------------------------
     def store(self) -> SqliteStore:

@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 import signal
 import textwrap
-import time
 
 import pytest
-from standalonekit import Project, pgid_of, pid_gone, wait_for
+from standalonekit import Project, group_gone, pgid_of, pid_gone, wait_for
+from waiting import DEADLINE
 
 from runner.host.views import show_run
 
@@ -39,33 +39,27 @@ def test_a_second_host_refuses_with_one_line_naming_the_holder(project: Project)
 
 def test_sigkill_mid_run_a_new_host_reaps_the_orphan_and_finishes_the_run_once(
         project: Project) -> None:
-    (project.root / "b.delay").write_text("5\n")  # the orphaned sleep would end 5 s in
-    [run_id] = project.queue("three", [{}])
+    [run_id] = project.queue("three", [{}])  # b's first attempt waits (b.hold.1)
     first = project.host("--no-controllers", **LEASE)
-    wait_for("node b to start its sleep", lambda: (project.root / "sleep.pid").exists()
-             and (project.root / "sleep.pid").read_text().strip())
-    b_started = time.monotonic()
-    orphan = int((project.root / "sleep.pid").read_text())
+    orphan = wait_for("node b to start its waiter", project.sleep_pid)
     assert project.counts() == {"a": 1, "b-start": 1}
     group = pgid_of(orphan)
-    assert group != orphan  # the sleep is a grandchild: the group's leader is b's shell
+    assert group != orphan  # the waiter is a grandchild: the group's leader is b's shell
     # The host records a group right after spawning it; kill only once it has.
     wait_for("the host to record b's group", lambda: group in project.registered_groups())
 
     first.kill()  # SIGKILL: no parking, no cleanup
-    first.wait(timeout=10)
+    first.wait(timeout=DEADLINE)
     assert not pid_gone(orphan), "the shell's group outlives a SIGKILLed host"
     assert project.launch_status(run_id) == "running"  # still claimed by the dead host
-    (project.root / "b.delay").write_text("0.1\n")  # the rerun of b is quick
     second = project.host("--no-controllers", **LEASE)
 
-    wait_for("the new host to reap the orphaned group", lambda: pid_gone(orphan), timeout=10)
-    assert time.monotonic() - b_started < 3.5, "reaped well before the orphan could finish"
-    wait_for("the resumed run to finish", lambda: project.launch_status(run_id) == "done",
-             timeout=30)
-    # Past the moment the orphan would have written its `b`, had it survived.
-    time.sleep(max(0.0, b_started + 5.5 - time.monotonic()))
-
+    wait_for("the new host to reap the orphaned group", lambda: group_gone(group))
+    wait_for("the resumed run to finish", lambda: project.launch_status(run_id) == "done")
+    # The rerun of b released the first attempt: had the orphan been alive then (not
+    # reaped before the rerun), it would have written a second `b` or still be running.
+    assert not (project.root / "b.hold.1").exists()
+    assert group_gone(group)
     assert project.counts() == {"a": 1, "b-start": 2, "b": 1, "c": 1}
     assert project.manifest(run_id)["status"] == "completed"
     record = project.launch(run_id)
@@ -76,33 +70,29 @@ def test_sigkill_mid_run_a_new_host_reaps_the_orphan_and_finishes_the_run_once(
     assert types.count("node_started") == 4
     assert types[-1] == "run_completed"
     second.send_signal(signal.SIGTERM)
-    assert second.wait(timeout=10) == 0
+    assert second.wait(timeout=DEADLINE) == 0
     assert "reaped 1 orphan group(s)" in project.stderr_of(second)
 
 
 def test_sigterm_parks_the_in_flight_run_and_a_later_host_finishes_it(
         project: Project) -> None:
-    [run_id] = project.queue("three", [{}])  # b sleeps 30 s
+    [run_id] = project.queue("three", [{}])  # b's first attempt waits (b.hold.1)
     host = project.host("--no-controllers")
-    wait_for("node b to start its sleep", lambda: (project.root / "sleep.pid").exists()
-             and (project.root / "sleep.pid").read_text().strip())
-    sleeper = int((project.root / "sleep.pid").read_text())
+    sleeper = wait_for("node b to start its waiter", project.sleep_pid)
 
-    t0 = time.monotonic()
+    # b never ends by itself: a host that waited for it would not stop in time.
     host.send_signal(signal.SIGTERM)
-    assert host.wait(timeout=10) == 0
-    assert time.monotonic() - t0 < 10
+    assert host.wait(timeout=DEADLINE) == 0
 
     assert project.launch_status(run_id) == "parked"
     assert project.manifest(run_id)["status"] == "running"  # parked, not ended
     assert "run_completed" not in project.trace_types(run_id)
     assert show_run(project.root / ".wfrun" / "runs", run_id)["status"] == "running"
-    wait_for("the stopped node's group to be killed", lambda: pid_gone(sleeper), timeout=5)
+    wait_for("the stopped node's group to be killed", lambda: pid_gone(sleeper))
     assert project.counts() == {"a": 1, "b-start": 1}
     assert "1 run(s) started, 1 finished or parked" in project.stderr_of(host)
 
-    (project.root / "b.delay").write_text("0\n")
-    later = project.wfrun("host", "--once", "--no-controllers")
+    later = project.wfrun("host", "--once", "--no-controllers", timeout=DEADLINE)
 
     assert later.returncode == 0, later.stderr
     assert project.launch_status(run_id) == "done"
