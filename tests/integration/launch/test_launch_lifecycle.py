@@ -5,6 +5,7 @@ creation, the shared lease keeper, and the compile cache behind `workflow start`
 from __future__ import annotations
 
 import os
+import sqlite3
 import threading
 import time
 import uuid
@@ -231,3 +232,83 @@ def test_an_input_the_store_refuses_is_a_preflight_error_in_the_tool_call(
     assert reply.details["code"] == "input_invalid"
     assert "limit" in reply.content
     assert stack.store.launches.query() == []
+
+
+# -- a claim lost while the run is running ---------------------------------------------
+TWO_STEPS = """\
+    start: one
+    nodes:
+      one: {action: {shell: ["sh", "-c", "echo one >> effects.log"]}}
+      two: {action: {shell: ["sh", "-c", "echo two >> effects.log"]}}
+    edges:
+      - {from: one, to: two}
+"""
+LONG_NAP = """\
+    start: nap
+    nodes:
+      nap:
+        action: {shell: ["sh", "-c", "sleep 20; echo napped >> effects.log"]}
+        timeout: 1m
+"""
+
+
+def _steal(project: Project, run_id: str) -> None:
+    """Another runner takes the claim over (as after a lease it missed)."""
+    thief = SqliteStore(project.store_path)
+    try:
+        conn = sqlite3.connect(project.store_path)
+        with conn:
+            conn.execute("UPDATE workflow_run_queue SET claim_expires_at = 1 WHERE run_id = ?",
+                         (run_id,))
+        conn.close()
+        taken = thief.launches.claim(run_id, runner_id="thief")
+        assert isinstance(taken, LaunchRecord)
+    finally:
+        thief.close()
+
+
+def test_the_fence_stops_a_run_whose_claim_was_taken_between_nodes(project: Project) -> None:
+    project.write_workflow("two", TWO_STEPS)
+    # The keeper is kept out of it (it would renew, and notice, only after 60 s).
+    stack = Stack(project, runner_id="r-fence", lease_seconds=1.5, renew_every=60)
+    record = stack.claimed("two")
+
+    def steal_between_nodes(point: str) -> None:
+        if point == "between_nodes":
+            _steal(project, record.run_id)
+            # A stall past the window in which the fence may answer from its cache
+            # (the last third of the lease): the next write must ask the store.
+            time.sleep(1.2)
+
+    stack.coordinator.options.crash_point = steal_between_nodes
+    assert stack.coordinator.execute(record) is None  # it let go
+    assert (project.root / "effects.log").read_text().splitlines() == ["one"]
+    row = stack.store.launches.get(record.run_id)
+    assert row is not None
+    assert (row.status, row.runner_id) == ("running", "thief")  # the winner decides
+
+
+def test_a_lost_renewal_stops_a_long_node_before_its_next_write(project: Project) -> None:
+    """Only the keeper can notice this: the fence is asked at writes, and the nap
+    writes nothing for 20 s."""
+    project.write_workflow("longnap", LONG_NAP)
+    stack = Stack(project, runner_id="r-keeper", lease_seconds=1.5, renew_every=0.2)
+    record = stack.claimed("longnap")
+    result: dict[str, Any] = {}
+    worker = threading.Thread(target=lambda: result.update(
+        out=stack.coordinator.execute(record)))
+    t0 = time.monotonic()
+    worker.start()
+    end = time.monotonic() + 30
+    while "node_started" not in [e.get("type") for e in project.trace(record.run_id) or []]:
+        assert time.monotonic() < end
+        time.sleep(0.02)
+    _steal(project, record.run_id)
+    worker.join(timeout=30)
+    assert not worker.is_alive()
+    assert time.monotonic() - t0 < 15  # the 20 s nap was stopped, not waited out
+    assert result["out"] is None or result["out"].parked
+    assert not (project.root / "effects.log").exists()
+    row = stack.store.launches.get(record.run_id)
+    assert row is not None
+    assert row.runner_id == "thief"
