@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import IO
 
 import pytest
+from waiting import DEADLINE
 
 FLOW = """\
     start: one
@@ -51,7 +52,7 @@ class DevProcess:
         for line in pipe:
             self.lines[name].put(line.rstrip("\n"))
 
-    def expect(self, stream: str, pattern: str, timeout: float = 15.0) -> str:
+    def expect(self, stream: str, pattern: str, timeout: float = DEADLINE) -> str:
         """The next line on `stream` matching `pattern` (skipped lines are kept in `seen`)."""
         end = time.monotonic() + timeout
         while True:

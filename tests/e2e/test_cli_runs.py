@@ -8,11 +8,11 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from waiting import DEADLINE, wait_until
 
 RUN_VIEW_KEYS = {
     "schema", "run_id", "workflow", "title", "status", "paused", "parent_run_id",
@@ -199,13 +199,8 @@ def test_runs_and_show_json_have_stable_keys(project: Project) -> None:
     assert "completed" in shown.stdout
 
 
-def _wait_for(path: Path, timeout: float = 10) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if path.exists():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"{path} never appeared")
+def _wait_for(path: Path, timeout: float = DEADLINE) -> None:
+    wait_until(path.exists, timeout=timeout, interval=0.02, what=f"{path} to appear")
 
 
 def test_ctrl_c_during_a_shell_node_parks_and_resume_completes(project: Project) -> None:

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from waiting import DEADLINE
+
 from runner.compiler import Catalog, Compiler, build_catalog
 from runner.host.devmode import DevMode
 
@@ -66,7 +68,7 @@ class Dev:
             return [(k, t) for _, k, t in self.lines[mark:]]
 
     def wait_line(self, mark: int, match: Callable[[str, str], bool],
-                  timeout: float = 10.0) -> tuple[str, str]:
+                  timeout: float = DEADLINE) -> tuple[str, str]:
         end = time.monotonic() + timeout
         with self._cond:
             while True:

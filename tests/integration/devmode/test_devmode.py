@@ -7,8 +7,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from devkit import DIGEST, Dev, digest_of, project_catalog
+from waiting import DEADLINE
 
+from runner.host import devmode
 from runner.host.devmode import DEBOUNCE, queued_file_sources
 from runner.host.launches import detached_coordinator
 from runner.host.local import Workspace
@@ -108,7 +111,7 @@ def test_a_workflows_folder_created_after_start_is_picked_up(make_dev: MakeDev) 
     batches = dev.dev.state.batches
 
     dev.folder.mkdir()
-    assert dev.dev.wait_batches(batches + 1)
+    assert dev.dev.wait_batches(batches + 1, timeout=DEADLINE)
     mark = dev.mark()
     dev.save("late.yaml", FLOW)
 
@@ -117,9 +120,14 @@ def test_a_workflows_folder_created_after_start_is_picked_up(make_dev: MakeDev) 
     assert dev.dev.catalog.names() == ["late"]
 
 
-def test_a_burst_of_saves_is_debounced_into_one_batch(make_dev: MakeDev) -> None:
+def test_a_burst_of_saves_is_debounced_into_one_batch(make_dev: MakeDev,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # The shipped window (DEBOUNCE, 30 ms) is shorter than a preemption on a loaded
+    # machine; the debouncing itself is what is tested, on a window the burst fits in.
+    window = max(DEBOUNCE, 0.5)
+    monkeypatch.setattr(devmode, "DEBOUNCE", window)
     dev = make_dev({"flow.yaml": FLOW})
-    batches = dev.settle()
+    batches = dev.settle(quiet=2 * window)
     mark = dev.mark()
 
     t0 = time.monotonic()
@@ -127,9 +135,10 @@ def test_a_burst_of_saves_is_debounced_into_one_batch(make_dev: MakeDev) -> None
         path = dev.save("flow.yaml", FLOW.replace("1 + 1", f"1 + {i}"))
         os.chmod(path, 0o644)
     burst = time.monotonic() - t0
-    assert burst < DEBOUNCE, "the burst itself must fit in the debounce window"
+    assert burst < window, "the burst itself must fit in the debounce window"
 
-    assert dev.settle() == batches + 1
+    assert dev.dev.wait_batches(batches + 1, timeout=DEADLINE)
+    assert dev.settle(quiet=2 * window) == batches + 1  # and no second batch
     lines = dev.since(mark)
     assert lines == [("ok", f"ok flow {digest_of(path, dev.root)}")]  # the last save only
 

@@ -20,6 +20,7 @@ from harness import (
     start_call,
     submit_steps,
 )
+from waiting import wait_until
 
 from runner.host.local import store_path
 from runner.host.protocol import ToolReply
@@ -116,9 +117,8 @@ def _pending_presentation_model(s_ref: list[Session]) -> Scripted:
         reply = view.last_tool_reply
         if reply is None or not reply.content.startswith("Output accepted"):
             return None
-        end = time.monotonic() + 5
-        while not s_ref[0].controller.outcomes and time.monotonic() < end:
-            time.sleep(0.01)
+        wait_until(lambda: s_ref[0].controller.outcomes, timeout=15,
+                   what="the run to end during the turn")
         return start_call("hello", "second")
 
     return Scripted(on_user("go", start_call("hello")), once(after_submit), submit_steps(),

@@ -7,7 +7,6 @@ fails with one eligible `failed` follow-up.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +19,7 @@ from harness import (
     start_call,
     submit_steps,
 )
+from waiting import wait_until
 
 from runner.engine.agent import CONTRACT_RE
 from runner.host.reference import ModelView, ToolCall
@@ -152,9 +152,9 @@ def test_seed18_presentation_sent_once_and_resolving_a_pending_intent(session: M
         reply = view.last_tool_reply
         if reply is None or not reply.content.startswith("Output accepted"):
             return None
-        end = time.monotonic() + 5  # the run ends while this turn is still active
-        while not holder[0].controller.outcomes and time.monotonic() < end:
-            time.sleep(0.01)
+        # the run ends while this turn is still active
+        wait_until(lambda: holder[0].controller.outcomes, timeout=15,
+                   what="the run to end during the turn")
         return "submitted"
 
     model = Scripted(on_user("go", start_call("hello")), once(intent_then_submit),

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from waiting import DEADLINE
 
 from runner.clock import Clock, SystemClock
 from runner.compiler import Compiler, WorkflowDefinition
@@ -90,7 +91,7 @@ class Env:
         return state not in ("Z", "X")
 
     @staticmethod
-    def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
+    def wait_for(predicate: Callable[[], bool], timeout: float = DEADLINE) -> bool:
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             if predicate():
@@ -105,31 +106,14 @@ def env(tmp_path: Path) -> Env:
 
 
 @pytest.fixture
-def later() -> Iterator[Callable[[float, Callable[[], None]], None]]:
-    """Run a callback on a timer thread; every timer is joined at teardown."""
-    timers: list[threading.Timer] = []
-
-    def schedule(delay: float, fn: Callable[[], None]) -> None:
-        t = threading.Timer(delay, fn)
-        t.daemon = True
-        timers.append(t)
-        t.start()
-
-    yield schedule
-    for t in timers:
-        t.cancel()
-        t.join(timeout=5)
-
-
-@pytest.fixture
 def when() -> Iterator[Callable[[Callable[[], bool], Callable[[], None]], None]]:
-    """Call `fn` on a thread as soon as `predicate()` holds (polled for up to 10 s)."""
+    """Call `fn` on a thread as soon as `predicate()` holds (polled for up to DEADLINE)."""
     threads: list[threading.Thread] = []
     stop = threading.Event()
 
     def schedule(predicate: Callable[[], bool], fn: Callable[[], None]) -> None:
         def watch() -> None:
-            end = time.monotonic() + 10
+            end = time.monotonic() + DEADLINE
             while not stop.is_set() and time.monotonic() < end:
                 if predicate():
                     fn()

@@ -76,8 +76,8 @@ RESULT_SWITCH = """
     nodes:
       try:
         action:
-          shell: [sh, -c, 'case "$0" in fail) exit 1;; slow) sleep 5;; esac', "{{ input.mode }}"]
-        timeout: 800ms
+          shell: [sh, -c, 'case "$0" in fail) exit 1;; slow) sleep 30;; esac', "{{ input.mode }}"]
+        timeout: 3s  # far longer than starting sh on a loaded machine, far below 30 s
       good: {compute: "{{ 'ok path' }}"}
       bad: {compute: "{{ 'failed path: ' ~ results.try.error.code }}"}
       slow: {compute: "{{ 'timed out path' }}"}

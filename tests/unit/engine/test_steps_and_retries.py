@@ -182,14 +182,20 @@ def test_a_pause_request_does_not_cut_the_retry_backoff_short(env: Any, when: An
         start: flaky
         nodes:
           flaky:
-            action: {shell: [sh, -c, 'touch started; sleep 0.3; exit 1']}
+            action:
+              shell: [sh, -c, 'touch started; while [ ! -e paused ]; do sleep 0.01; done; exit 1']
             retry: {attempts: 2, backoff: 5s}
     """)
     clock = FakeClock()
     before = clock.monotonic()
     control = RunControl()
+
+    def pause() -> None:
+        control.pause()
+        (env.root / "paused").touch()  # only now does the first attempt end
+
     # The request wakes the engine mid-attempt; the backoff must still happen.
-    when((env.root / "started").exists, control.pause)
+    when((env.root / "started").exists, pause)
     out = env.engine(clock=clock).start(d, control=control)
     assert out.status == "failed"
     assert len(env.events(out.run_id, "node_started")) == 2

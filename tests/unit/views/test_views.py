@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from waiting import DEADLINE
 
 from runner.compiler import Compiler, WorkflowDefinition
 from runner.engine import Engine
@@ -180,13 +181,22 @@ SLOW = """\
       done: {compute: "{{ outputs.work }}"}
     edges: [{from: work, to: done}]
 """
+# Step i waits for the file gate/<i>, which the test writes once `follow` reported the
+# step before: every step is seen on its own, however the threads are scheduled.
 SLOW_PY = """\
+import os
 import time
+
+GATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gate")
 
 
 def work(ctx):
     for i in range(1, 7):
-        time.sleep(0.08)
+        end = time.monotonic() + 60
+        while not os.path.exists(os.path.join(GATE, str(i))):
+            if time.monotonic() > end:
+                raise TimeoutError(f"step {i} was never released")
+            time.sleep(0.01)
         ctx.publish_update("progress", "items", {"completed": i, "total": 6})
     return "finished"
 """
@@ -198,13 +208,24 @@ def test_follow_reports_each_change_and_ends_with_the_run(runs: Runs) -> None:
     engine = Engine(runs_dir=runs.dir, work_dir=runs.root, project_root=runs.root)
     _, driver = engine.create(definition, {})
     run_id = driver.run_id
+    gate = runs.root / "gate"
+    gate.mkdir()
     views: list[dict[str, Any]] = []
-    worker = threading.Thread(target=lambda: (time.sleep(0.2), driver.drive(definition.start)))
+    released = [0]
+
+    def on_view(view: dict[str, Any]) -> None:
+        views.append(view)
+        shown = max((b["completed"] for b in view["progress"]), default=0)
+        if view["status"] == "running" and shown == released[0] < 6:
+            released[0] += 1  # step `shown` was reported: let the next one happen
+            (gate / str(released[0])).touch()
+
+    worker = threading.Thread(target=lambda: driver.drive(definition.start))
     worker.start()
     try:
-        final = follow(runs.dir, run_id, views.append, poll=0.02, timeout=20)
+        final = follow(runs.dir, run_id, on_view, poll=0.02, timeout=DEADLINE)
     finally:
-        worker.join(timeout=20)
+        worker.join(timeout=DEADLINE)
 
     assert final["status"] == "completed"
     assert views[-1]["status"] == "completed"
@@ -213,6 +234,9 @@ def test_follow_reports_each_change_and_ends_with_the_run(runs: Runs) -> None:
     assert counts == sorted(set(counts))  # one view per change, never a repeat
     assert all(set(v) == VIEW_KEYS | {"progress"} for v in views)
     bars = [v["progress"][0] for v in views if v["progress"]]
+    done = [b["completed"] for b in bars]
+    assert done[:6] == [1, 2, 3, 4, 5, 6]  # each step seen on its own
+    assert set(done[6:]) <= {6}  # then the end of the run
     assert bars[-1]["completed"] == 6
     assert bars[-1]["eta_s"] == 0.0
     assert any(b["eta_s"] is not None and b["eta_s"] > 0 for b in bars)
@@ -231,7 +255,7 @@ def test_follow_stops_on_request_or_timeout_while_the_run_is_still_running(
     t0 = time.monotonic()
     view = follow(runs.dir, driver.run_id, lambda _v: None, poll=0.02, timeout=0.2)
     assert view["status"] == "running"
-    assert time.monotonic() - t0 < 2
+    assert 0.2 <= time.monotonic() - t0 < DEADLINE  # it gave up (the run never ends)
 
 
 # -- the documented key sets ---------------------------------------------------------------
