@@ -19,7 +19,6 @@ bundle ended too, the reservation released, one follow-up for a session).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -467,16 +466,29 @@ class LaunchCoordinator(Preflight):
     def _crashed(self, act: Activation, exc: BaseException) -> None:
         """An unexpected exception on the run path: end the bundle (if the run began)
         and the launch as failed, so neither waits for a lease to expire."""
-        started = act.record.status == "running" or act.driver is not None
+        started = act.record.status == "running" or act.driver is not None or \
+            self.reader.started(act.record.run_id)
         reason = (f"the run crashed ({type(exc).__name__}); see the host log" if started
                   else _classify(exc)[1])
         if act.driver is not None:
             act.driver.bundle.close()  # let go of the lock so the ending can be written
-        if act.engine is not None and self.reader.started(act.record.run_id):
+        if self.reader.started(act.record.run_id):
+            # We still hold the claim; the engine may not exist (its factory failed).
+            engine = act.engine or Engine(runs_dir=self.runs_dir, clock=self.clock)
             try:
-                act.engine.abandon(act.record.run_id, "failed", code="crashed", reason=reason)
+                ended = engine.abandon(act.record.run_id, "failed", code="crashed",
+                                       reason=reason)
             except Exception:
                 log.exception("could not end the bundle of %s", act.record.run_id)
+                ended = None
+            if ended is not None and (ended.status, (ended.error or {}).get("code")) != (
+                    "failed", "crashed"):
+                # The run had ended before the exception: its ending is the truth.
+                try:
+                    self.record_outcome(act, ended)
+                except Exception:
+                    log.exception("could not record the ending of %s", act.record.run_id)
+                return
         try:
             self.fail_launch(act.record, act.token,
                              "run_failed" if started else _classify(exc)[0], reason)
@@ -551,9 +563,15 @@ class LaunchCoordinator(Preflight):
                                 "try again")
         token = claimed.claim_token or ""
         engine = self._engine(claimed, token)
-        with contextlib.suppress(InputError):  # already ended in the bundle: the row follows
-            engine.abandon(record.run_id, "cancelled", code="cancelled",
-                           reason="cancelled while its runner was gone")
+        try:
+            outcome = engine.abandon(record.run_id, "cancelled", code="cancelled",
+                                     reason="cancelled while its runner was gone")
+        except InputError:  # a waiting bundle: it ended before the cancel
+            outcome = engine.settle(record.run_id)
+        if outcome.status != "cancelled":
+            # The run had ended before its runner died: record that, not a cancel.
+            self.record_outcome(Activation(claimed, token, engine=engine), outcome)
+            raise ConflictError(f"run '{record.run_id}' already ended ({outcome.status})")
         result = self.store.launches.cancel(record.run_id, claim_token=token)
         if isinstance(result, LostRace):
             raise ConflictError(f"run '{record.run_id}' changed state ({result.status}); "

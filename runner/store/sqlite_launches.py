@@ -127,7 +127,9 @@ _ENTER: dict[LaunchStatus, str] = {
     "parked": "claim_token = NULL, claim_expires_at = NULL, input_json = NULL,"
     " launch_options_json = NULL, started_at = COALESCE(started_at, :now),"
     " park_mode = :mode, crash_count = 0",
-    "queued": "claim_token = NULL, claim_expires_at = NULL, runner_id = NULL",
+    # Only recovery goes back to queued (its runner died while starting): a crash.
+    "queued": "claim_token = NULL, claim_expires_at = NULL, runner_id = NULL,"
+    " crash_count = crash_count + 1",
     "done": "claim_token = NULL, claim_expires_at = NULL, input_json = NULL,"
     " launch_options_json = NULL, started_at = COALESCE(started_at, :now), finished_at = :now",
     "failed": "claim_token = NULL, claim_expires_at = NULL, input_json = NULL,"

@@ -312,3 +312,42 @@ def test_a_lost_renewal_stops_a_long_node_before_its_next_write(project: Project
     row = stack.store.launches.get(record.run_id)
     assert row is not None
     assert row.runner_id == "thief"
+
+
+# -- any exception on the run path ends the launch and the bundle together -----------
+NUL_ARGV = """\
+    input: {type: object, properties: {s: {type: string}}}
+    start: echo
+    nodes:
+      echo: {action: {shell: ["echo", "{{ input.s }}"]}}
+"""
+NOTIFYING = """\
+    start: tell
+    nodes:
+      tell: {notify: {kind: progress, message: "half way"}}
+"""
+
+
+class _RaisingSink:
+    def emit(self, *_args: Any) -> None:
+        raise RuntimeError("the outbox is gone")
+
+
+@pytest.mark.parametrize(("workflow", "text", "value"), [
+    ("nul", NUL_ARGV, {"s": "a\u0000b"}),  # a NUL byte reaching argv
+    ("notifying", NOTIFYING, {}),  # a notification sink that raises
+])
+def test_an_exception_while_running_fails_the_launch_and_its_bundle_at_once(
+        project: Project, workflow: str, text: str, value: Any) -> None:
+    """Issue 9 defect 4: the launch stayed `running` for ever and re-crashed at every
+    lease expiry (epoch 2, 3, 4 ...)."""
+    project.write_workflow(workflow, text)
+    stack = Stack(project)
+    stack.coordinator.options.notifications = _RaisingSink()  # type: ignore[assignment]
+    record = stack.claimed(workflow, value)
+    stack.coordinator.execute(record)
+    row = stack.store.launches.get(record.run_id)
+    assert row is not None
+    assert (row.status, row.error_code, row.epoch) == ("failed", "run_failed", 1)
+    assert project.manifest(record.run_id)["status"] == "failed"  # type: ignore[index]
+    assert stack.coordinator.claim_next(None) is None  # nothing left to re-crash
