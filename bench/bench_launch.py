@@ -12,11 +12,10 @@ project with a one-node compute workflow that has an input schema.
     from the call to the committed `queued` row and the reply (the full preflight:
     resolve + validate the workflow and input, the session reservation, the
     insert). Each launch is cancelled (untimed) to free the session reservation.
-(b) activation after settle: `claim_next` -> `activate` returns with the launch
-    `running` and the bundle created (the first node not yet released). Each run
-    is then driven to its end, untimed.
+(b) activation after settle: `claim_next` -> `execute` of a one-node run to its
+    recorded ending (activation, the node, the ending's commit and fsyncs).
 (c) cycles: N processes on one store file, each looping prepare -> claim ->
-    activate -> run (a detached `wfrun start --wait` without the process start),
+    execute (a detached `wfrun start --wait` without the process start),
     for a fixed time; total completed cycles per second.
 
 Aims (seed 000 / DESIGN §6; 2-core machine): (a) p50 <= 1 ms, p99 <= 10 ms;
@@ -275,7 +274,7 @@ def main(argv: list[str]) -> int:
         print(f"(a) workflow start -> queued row ({s['n']} starts): p50 {s['p50_ms']} ms, "
               f"p90 {s['p90_ms']} ms, p99 {s['p99_ms']} ms, max {s['max_ms']} ms "
               f"(aim p50 <= {AIM_START_P50_MS}, p99 <= {AIM_START_P99_MS})")
-        print(f"(b) claim -> running ({a['n']} activations): p50 {a['p50_ms']} ms, "
+        print(f"(b) claim -> recorded ending of a one-node run ({a['n']} activations): p50 {a['p50_ms']} ms, "
               f"p90 {a['p90_ms']} ms, p99 {a['p99_ms']} ms, max {a['max_ms']} ms")
         print(f"(c) launch+activate+run cycles, {c['procs']} processes, {c['seconds']} s, "
               f"synchronous={c['store_settings'].get('synchronous')} (2 = FULL): "
