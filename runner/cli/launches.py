@@ -13,7 +13,7 @@ from runner.errors import InputError, NotFoundError, TemporaryError, WfrunError
 from runner.host.foreground import start_and_wait
 from runner.host.launches import detached_coordinator, explain, launch_status
 from runner.host.local import open_store, parse_input, store_path
-from runner.launch import PreflightError
+from runner.launch import PreflightError, workflow_name
 
 from .app import cli
 from .context import Context
@@ -44,7 +44,7 @@ def start_cmd(ctx: Context, ref: str, input_json: str | None, pairs: tuple[str, 
         if exc.code == "store_unavailable":
             raise TemporaryError(f"{exc.message} [{exc.code}]") from None
         raise InputError(f"{exc.message} [{exc.code}]") from None
-    name = record.run_id.rsplit("-", 2)[0]
+    name = workflow_name(record.workflow_ref)
     if as_json and not wait:
         click.echo(json.dumps({"action": "start", "workflow": name, "runId": record.run_id,
                                "queued": True}))

@@ -20,7 +20,13 @@ from runner.compiler.templates import TemplateError, render_text
 from runner.engine import AgentStep, RunControl, RunOutcome
 from runner.engine.agent import TurnKind
 from runner.errors import WfrunError
-from runner.launch import LaunchCoordinator, PreflightError, fallback_text, message_id
+from runner.launch import (
+    LaunchCoordinator,
+    PreflightError,
+    fallback_text,
+    message_id,
+    workflow_name,
+)
 from runner.launch.coordinator import Activation
 from runner.launch.intents import (
     AGENT_STEP_TYPE,
@@ -149,7 +155,7 @@ class SessionController:
         if action == "start":
             record = self.coordinator.prepare(p["workflow"], p.get("input"),
                                               session_id=self.session_id)
-            name = record.run_id.rsplit("-", 2)[0]
+            name = workflow_name(record.workflow_ref)
             return ToolReply(f"Workflow {name} queued (run {record.run_id}).",
                              {"action": "start", "workflow": name, "runId": record.run_id,
                               "queued": True})

@@ -6,6 +6,7 @@ from runner.safety import redact, safe_message
 
 from .coordinator import Activation, EngineOptions, LaunchCoordinator, PreflightError, Resolver
 from .intents import fallback_text, intent_id, launch_failed_text, message_id, new_intent
+from .preflight import workflow_name
 
 __all__ = [
     "Activation",
@@ -20,4 +21,5 @@ __all__ = [
     "new_intent",
     "redact",
     "safe_message",
+    "workflow_name",
 ]
