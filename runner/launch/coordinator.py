@@ -60,7 +60,7 @@ from runner.store import (
 )
 
 from .intents import new_intent
-from .keeper import CANCEL_EVENT, LeaseKeeper
+from .keeper import LeaseKeeper
 from .preflight import Preflight, PreflightError, Resolver, workflow_name
 
 log = logging.getLogger(__name__)
@@ -537,46 +537,9 @@ class LaunchCoordinator(Preflight):
     def cancel(self, run_id: str) -> LaunchRecord:
         """Cancel a launch now, or ask the live runner of a running one. A running
         launch whose runner died (its lease expired) is taken over and cancelled."""
-        record = self.store.launches.get(run_id)
-        if record is None:
-            raise NotFoundError(f"no queued or running launch '{run_id}'")
-        if record.status == "running":
-            if record.lease_live(self.store.now_ms()):
-                self.store.run_events.append(run_id, CANCEL_EVENT, {}, runner_id=self.runner_id)
-                return record
-            return self._cancel_abandoned(record)
-        result = self.store.launches.cancel(run_id)
-        if isinstance(result, LostRace):
-            if result.status in ("done", "failed", "cancelled"):
-                raise ConflictError(f"run '{run_id}' already ended ({result.status})")
-            raise ConflictError(f"run '{run_id}' changed state ({result.status}); try again")
-        self._scrub()
-        if self.reader.started(run_id):
-            self._end_cancelled(run_id)  # a parked run: its bundle ends cancelled too
-        return result
+        from .recovery import cancel
 
-    def _cancel_abandoned(self, record: LaunchRecord) -> LaunchRecord:
-        claimed = self.store.launches.claim(record.run_id, runner_id=self.runner_id,
-                                            lease_seconds=self.lease_seconds)
-        if isinstance(claimed, LostRace):
-            raise ConflictError(f"run '{record.run_id}' changed state ({claimed.status}); "
-                                "try again")
-        token = claimed.claim_token or ""
-        engine = self._engine(claimed, token)
-        try:
-            outcome = engine.abandon(record.run_id, "cancelled", code="cancelled",
-                                     reason="cancelled while its runner was gone")
-        except InputError:  # a waiting bundle: it ended before the cancel
-            outcome = engine.settle(record.run_id)
-        if outcome.status != "cancelled":
-            # The run had ended before its runner died: record that, not a cancel.
-            self.record_outcome(Activation(claimed, token, engine=engine), outcome)
-            raise ConflictError(f"run '{record.run_id}' already ended ({outcome.status})")
-        result = self.store.launches.cancel(record.run_id, claim_token=token)
-        if isinstance(result, LostRace):
-            raise ConflictError(f"run '{record.run_id}' changed state ({result.status}); "
-                                "try again")
-        return result
+        return cancel(self, run_id)
 
     def _scrub(self) -> None:
         """After a transition cleared private input: fold the WAL into the database

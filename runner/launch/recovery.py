@@ -1,18 +1,24 @@
-"""Recovery of `starting` launches whose lease expired (seeds/000, "When recovery
-finds starting after a lease expires"): reconcile the row with its bundle.
+"""Recovery and cancellation of launches whose runner may be gone.
 
-A reclaim through `execute` reaches the same answers; this pass lets a session
+`recover_expired`: `starting` rows whose lease expired are reconciled with their
+bundles (seeds/000, "When recovery finds starting after a lease expires"). A
+reclaim through `execute` reaches the same answers; this pass lets a session
 settle its own abandoned starts at a boundary without claiming them first.
+
+`cancel`: queued, starting and parked launches are cancelled at once (and a
+parked bundle ends cancelled too); a running one is asked through a run event,
+or, when its runner is gone, taken over and ended cancelled.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from runner.errors import WfrunError
+from runner.errors import ConflictError, InputError, NotFoundError, WfrunError
 from runner.store import LaunchRecord, LostRace
 
 from .intents import new_intent
+from .keeper import CANCEL_EVENT
 from .preflight import workflow_name
 
 if TYPE_CHECKING:
@@ -74,3 +80,51 @@ def bundle_outcome(coordinator: LaunchCoordinator, record: LaunchRecord
     if status in _BY_STATUS:
         return _BY_STATUS[status], None, None
     return "failed", "activation_failed", f"the run ended {status} during startup"
+
+
+def cancel(co: LaunchCoordinator, run_id: str) -> LaunchRecord:
+    """Cancel a launch now, or ask the live runner of a running one. A running
+    launch whose runner died (its lease expired) is taken over and cancelled."""
+    record = co.store.launches.get(run_id)
+    if record is None:
+        raise NotFoundError(f"no queued or running launch '{run_id}'")
+    if record.status == "running":
+        if record.lease_live(co.store.now_ms()):
+            co.store.run_events.append(run_id, CANCEL_EVENT, {}, runner_id=co.runner_id)
+            return record
+        return _cancel_abandoned(co, record)
+    result = co.store.launches.cancel(run_id)
+    if isinstance(result, LostRace):
+        if result.status in ("done", "failed", "cancelled"):
+            raise ConflictError(f"run '{run_id}' already ended ({result.status})")
+        raise ConflictError(f"run '{run_id}' changed state ({result.status}); try again")
+    co._scrub()
+    if co.reader.started(run_id):
+        co._end_cancelled(run_id)  # a parked run: its bundle ends cancelled too
+    return result
+
+
+def _cancel_abandoned(co: LaunchCoordinator, record: LaunchRecord) -> LaunchRecord:
+    claimed = co.store.launches.claim(record.run_id, runner_id=co.runner_id,
+                                      lease_seconds=co.lease_seconds)
+    if isinstance(claimed, LostRace):
+        raise ConflictError(f"run '{record.run_id}' changed state ({claimed.status}); "
+                            "try again")
+    token = claimed.claim_token or ""
+    engine = co._engine(claimed, token)
+    try:
+        outcome = engine.abandon(record.run_id, "cancelled", code="cancelled",
+                                 reason="cancelled while its runner was gone")
+    except InputError:  # a waiting bundle: it ended before the cancel
+        outcome = engine.settle(record.run_id)
+    if outcome.status != "cancelled":
+        from .coordinator import Activation
+
+        # The run had ended before its runner died: record that, not a cancel.
+        co.record_outcome(Activation(claimed, token, engine=engine), outcome)
+        raise ConflictError(f"run '{record.run_id}' already ended ({outcome.status})")
+    result = co.store.launches.cancel(record.run_id, claim_token=token)
+    if isinstance(result, LostRace):
+        raise ConflictError(f"run '{record.run_id}' changed state ({result.status}); "
+                            "try again")
+    return result
