@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import signal
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,17 +14,17 @@ import click
 from runner.compiler import render_text
 from runner.compiler.yamlio import YamlProblem, load
 from runner.errors import InputError
-from runner.host.controllers import discover, make_manager, resource_view
+from runner.host.controllers import cancel_children, discover, make_manager, resource_view
 from runner.host.local import open_store
 
 from .app import cli
 from .context import Context
 from .runs import agent_option, workspace
 
-VERBS = ("list", "get", "apply", "reconcile", "delete", "events")
+VERBS = ("list", "get", "apply", "reconcile", "delete", "events", "cancel")
 USAGE = ("usage: wfrun controller run [--once] | list NAME | get NAME KEY | "
-         "apply NAME KEY FILE | reconcile NAME KEY | delete NAME KEY | events NAME KEY "
-         "(see `wfrun controller VERB --help`)")
+         "apply NAME KEY FILE | reconcile NAME KEY | delete NAME KEY | events NAME KEY | "
+         "cancel NAME KEY (see `wfrun controller VERB --help`)")
 
 
 @cli.command("controllers")
@@ -116,6 +115,7 @@ def controller_group() -> None:
     wfrun controller reconcile NAME KEY     wake a key
     wfrun controller delete NAME KEY        request deletion
     wfrun controller events NAME KEY        the last 50 lifecycle events
+    wfrun controller cancel NAME KEY        cancel a resource's running child workflows
     wfrun controller run [--once]           run the manager
 
     The older order `wfrun controller NAME VERB ...` is accepted too.
@@ -234,6 +234,32 @@ def events_cmd(ctx: Context, name: str, key: str, as_json: bool) -> None:
         click.echo(f"{e['seq']:>6} {e['type']:22} {json.dumps(e['payload'])[:120]}")
 
 
+@controller_group.command("cancel", short_help="Cancel a resource's running children.")
+@click.argument("name")
+@click.argument("key")
+@json_option
+@click.pass_obj
+def cancel_cmd(ctx: Context, name: str, key: str, as_json: bool) -> None:
+    """Cancel the running child workflows of resource KEY of controller NAME.
+
+    A queued or parked child is cancelled at once; a running one is asked to stop
+    and its runner (this machine's `wfrun controller run` or `wfrun host`) cancels
+    it at the next safe point. Each request becomes `failed` and the resource is
+    woken, so its next pass sees that. Nothing else is touched: other resources,
+    the resource's queue row and other runs stay as they are.
+    """
+    store, _ = _manager(ctx, name)
+    cancelled = cancel_children(workspace(ctx), store, name, key)
+    if as_json:
+        click.echo(json.dumps({"controller": name, "key": key,
+                               "children": [c.to_json() for c in cancelled]}, indent=2))
+        return
+    if not cancelled:
+        click.echo(f"{name}/{key} has no running child workflows")
+    for c in cancelled:
+        click.echo(f"{c.outcome:16} {c.request_key} {c.workflow} run {c.run_id}: {c.message}")
+
+
 @controller_group.command("run", short_help="Run the controller manager.")
 @click.option("--once", is_flag=True,
               help="Process what is ready (and the child runs it starts), then exit.")
@@ -272,10 +298,18 @@ def _run(ctx: Context, ws: Any, store: Any, entries: Any, once: bool,
     if once:
         # Child runs started here finish here (and their parents get the follow-up
         # pass): exiting under them would leave interrupted runs to redo.
-        done = manager.run_until_idle()
-        while manager.children is not None and manager.children.busy:
-            time.sleep(0.05)
-            done += manager.run_until_idle()
+        # A child that ends wakes its parent before it stops counting as busy, so a
+        # pass after "not busy" sees every wake-up; stop only when such a pass found
+        # nothing to do and started nothing.
+        done = 0
+        while True:
+            was_busy = manager.children is not None and manager.children.busy
+            ran = manager.run_until_idle()
+            done += ran
+            if not was_busy and not ran:
+                break
+            if not ran:
+                ws.clock.sleep(0.05)
         click.echo(f"processed {done} reconcile pass{'es' if done != 1 else ''}", err=True)
         return
     stop = threading.Event()

@@ -4,9 +4,11 @@
 request key) plus an input fingerprint. The first call, or one after an
 `interrupted` attempt, saves a new attempt with its run id *before* the run is
 scheduled; attempts are immutable. When a child run ends, its request records
-the outcome and the parent resource is enqueued. A request still `running` from
-a process that died has its bundle marked interrupted, so the next pass starts
-a fresh attempt instead of waiting forever.
+the outcome and the parent resource is enqueued. A request still `running` with
+no run here is settled from its launch row: an ended row settles it, a queued,
+parked or abandoned one is taken over, and no row at all (the process died
+between saving the attempt and queueing it) makes it `interrupted`, so the next
+pass starts a fresh attempt instead of waiting forever.
 
 Child runs are launch rows (the one run lifecycle): `ChildLauncher`, supplied by
 the host, queues and executes them; the store settles a request when its launch
@@ -33,6 +35,11 @@ from runner.store.controller_interface import ControllerStore, Resource, Workflo
 log = logging.getLogger(__name__)
 STATE_BY_RUN = {"completed": "succeeded", "waiting": "waiting", "failed": "failed",
                 "timed_out": "failed", "cancelled": "failed"}
+#: How long (store time) a saved attempt may wait for its launch row before a missing
+#: row means the process that saved it died: another process may be between saving
+#: the attempt and queueing the row (a pass that timed out or lost its claim), and
+#: declaring that attempt interrupted would start a second run beside it.
+QUEUE_GRACE_SECONDS = 30.0
 
 __all__ = ["ChildLauncher", "ChildView", "ChildWorkflows", "Resolver", "fingerprint",
            "load_hook"]
@@ -97,12 +104,14 @@ class ChildWorkflows:
     """
 
     def __init__(self, store: ControllerStore, resolver: Resolver, runs_dir: Path, *,
-                 launcher: ChildLauncher, clock: Clock | None = None) -> None:
+                 launcher: ChildLauncher, clock: Clock | None = None,
+                 queue_grace: float = QUEUE_GRACE_SECONDS) -> None:
         self.store = store
         self.resolver = resolver
         self.reader = RunReader(runs_dir)
         self.launcher = launcher
         self.clock = clock or SystemClock()
+        self.queue_grace = queue_grace
 
     # -- for reconcilers ---------------------------------------------------------------
     def ensure(self, resource: Resource, request_key: str, workflow: str,
@@ -170,6 +179,9 @@ class ChildWorkflows:
         assert run_id is not None
         status = self.launcher.status(run_id)
         if status is None:
+            if self.store.now_ms() - req.updated_at < self.queue_grace * 1000:
+                # Saved moments ago: its process may still be about to queue the row.
+                return req
             # The process died between saving the attempt and queueing the row.
             return self._finish(req, "interrupted", "the child run was never queued")
         if status in ("done", "failed", "cancelled"):

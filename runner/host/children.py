@@ -6,12 +6,16 @@ their lease). This launcher queues the row with the run id the request already
 saved, then executes it on a worker thread, at most `max_workers` at once across
 every controller (the global worker limit). The store settles the child's request
 and wakes the parent's key in the transaction that ends the launch.
+
+Taking over a child whose runner died first reaps the shell process groups that
+dead runners left (`reap`), so an orphaned node does not run on beside its rerun.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from runner.engine import RunControl
@@ -27,8 +31,11 @@ class LocalChildLauncher:
     """Runs controller children in this process, through the launch coordinator."""
 
     def __init__(self, coordinator: LaunchCoordinator, *,
-                 max_workers: int = DEFAULT_CHILD_WORKERS) -> None:
+                 max_workers: int = DEFAULT_CHILD_WORKERS,
+                 reap: Callable[[], object] | None = None) -> None:
         self.coordinator = coordinator
+        # Kills the process groups recorded by runners that are no longer alive.
+        self._reap = reap or (lambda: None)
         self._slots = threading.BoundedSemaphore(max(max_workers, 1))
         self._lock = threading.Lock()
         self._active: dict[str, tuple[threading.Thread, RunControl]] = {}
@@ -52,6 +59,12 @@ class LocalChildLauncher:
         another live runner holds it or it has ended."""
         if self.active(run_id):
             return True
+        # A dead runner's shell groups would go on running the interrupted node
+        # beside its rerun (and repeat its side effect): kill them first.
+        try:
+            self._reap()
+        except OSError as exc:
+            log.warning("could not reap the process groups of dead runners: %s", exc)
         try:
             self.coordinator.claim(run_id)
         except (ConflictError, NotFoundError):

@@ -18,7 +18,8 @@ from runner.controllers import (
     load_controller,
 )
 from runner.engine import AgentStepExecutor
-from runner.errors import DefinitionInvalid, NotFoundError
+from runner.engine.processes import reap_dead_registries, registry_for_this_process
+from runner.errors import ConflictError, DefinitionInvalid, InputError, NotFoundError
 from runner.launch import EngineOptions, LaunchCoordinator
 from runner.store import Store
 from runner.store.controller_interface import ControllerStore
@@ -86,16 +87,81 @@ def make_manager(ws: Workspace, store: ControllerStore, entries: list[Controller
     return manager
 
 
+def child_coordinator(ws: Workspace, store: ControllerStore,
+                      executor: AgentStepExecutor | None = None) -> LaunchCoordinator:
+    """The launch coordinator of controller children (the store's launch side).
+
+    Like a foreground runner's: shell process groups are recorded in this process's
+    registry (so whoever takes a child over from a dead process can reap them), and
+    the `WFRUN_CRASH_AT` test seam reaches the launch and the engine."""
+    options = EngineOptions(executor=lambda _record: executor, project_root=ws.project_root,
+                            processes=registry_for_this_process(ws.children_dir),
+                            crash_point=ws.crash_point)
+    launches: Store = cast(Store, store)  # one SQLite file holds both sides
+    return LaunchCoordinator(launches, ws, ws.runs_dir, runner_id=runner_id(),
+                             clock=ws.clock, options=options,
+                             secrets=environment_secrets(), crash=ws.crash_point)
+
+
 def child_launcher(ws: Workspace, store: ControllerStore,
                    executor: AgentStepExecutor | None = None,
                    max_workers: int = DEFAULT_CHILD_WORKERS) -> LocalChildLauncher:
     """Child runs as launch rows in the same store, executed in this process."""
-    options = EngineOptions(executor=lambda _record: executor, project_root=ws.project_root)
-    launches: Store = cast(Store, store)  # one SQLite file holds both sides
-    coordinator = LaunchCoordinator(launches, ws, ws.runs_dir, runner_id=runner_id(),
-                                    clock=ws.clock, options=options,
-                                    secrets=environment_secrets())
-    return LocalChildLauncher(coordinator, max_workers=max_workers)
+    return LocalChildLauncher(child_coordinator(ws, store, executor),
+                              max_workers=max_workers,
+                              reap=lambda: reap_dead_registries(ws.children_dir))
+
+
+@dataclass(frozen=True)
+class ChildCancel:
+    """What `cancel_children` did to one running child request."""
+
+    request_key: str
+    workflow: str
+    run_id: str | None
+    outcome: str  # cancelled | cancel_requested | ended | not_queued
+    message: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"request_key": self.request_key, "workflow": self.workflow,
+                "run_id": self.run_id, "outcome": self.outcome, "message": self.message}
+
+
+def cancel_children(ws: Workspace, store: ControllerStore, controller: str,
+                    key: str) -> list[ChildCancel]:
+    """Cancel the running child workflows of one resource (`wfrun controller cancel`).
+
+    Each running request's launch row is cancelled: a queued or parked one at once
+    (the store settles its request `failed` and wakes the parent in that
+    transaction); a running one is asked to stop (its runner, in this or another
+    process, cancels it at the next safe point and the same settlement follows);
+    one whose runner died is taken over and cancelled. Nothing else is touched: no
+    other resource's children, no queue row, no other launch."""
+    resource = store.resources.get(controller, key)
+    if resource is None:
+        raise NotFoundError(f"no {controller} resource '{key}'")
+    coordinator = child_coordinator(ws, store)
+    done: list[ChildCancel] = []
+    for req in store.workflow_requests.list(resource.uid, states=["running"]):
+        run_id = req.run_id
+        if run_id is None:
+            continue
+        try:
+            record = coordinator.cancel(run_id)
+        except NotFoundError:
+            outcome, message = "not_queued", (
+                "its run was never queued (the process that asked for it died); the "
+                "next pass records the attempt interrupted")
+        except (ConflictError, InputError) as exc:
+            outcome, message = "ended", exc.message
+        else:
+            if record.status == "cancelled":
+                outcome, message = "cancelled", "cancelled"
+            else:
+                outcome, message = "cancel_requested", (
+                    "its runner stops it at the next safe point")
+        done.append(ChildCancel(req.request_key, req.workflow, run_id, outcome, message))
+    return done
 
 
 def resource_view(store: ControllerStore, controller: str, key: str) -> dict[str, Any]:

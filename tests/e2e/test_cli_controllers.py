@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from typing import Any
 
 import pytest
 from fakes.github_server import FakeGitHub
+from waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "fixtures" / "controllers" / "project"
@@ -235,7 +237,7 @@ def test_every_verb_has_its_own_help(project: Project) -> None:
     expected = {"list": ("NAME", "--json"), "get": ("NAME KEY", "--json"),
                 "apply": ("NAME KEY FILE", "--json"), "reconcile": ("NAME KEY", "--json"),
                 "delete": ("NAME KEY", "--json"), "events": ("NAME KEY", "--json"),
-                "run": ("", "--once")}
+                "cancel": ("NAME KEY", "--json"), "run": ("", "--once")}
     group = project.wfrun("controller", "--help")
     assert group.returncode == 0
     for verb, (args, option) in expected.items():
@@ -267,3 +269,117 @@ def test_new_and_old_argument_orders_do_the_same(project: Project) -> None:
     deleted = project.json("controller", "delete", "probe", "p1", "--json")
     assert deleted["key"] == "p1"
     assert deleted["deletion_timestamp"] is not None
+
+
+#: A child that runs until released: it records its start and its shell's pid, waits
+#: for release.KEY, then records its end. KEY is the probe's child input (its key).
+HELD_CHILD = """\
+name: held-child
+input: {type: object}
+start: hold
+nodes:
+  hold:
+    action:
+      shell: [sh, -c, 'echo $$ > "pid.$KEY"; echo "$KEY" >> starts.log;
+              while [ ! -e "release.$KEY" ]; do sleep 0.02; done; echo "$KEY" >> finished.log']
+      env: {KEY: "{{ input.key }}"}
+"""
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().split() if path.exists() else []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def _child(project: Project, key: str) -> dict[str, Any]:
+    (request,) = project.json("controller", "get", "probe", key, "--json")["workflows"]
+    return dict(request)
+
+
+def _ready_reason(project: Project, key: str) -> str | None:
+    view = project.json("controller", "get", "probe", key, "--json")
+    return next((c["reason"] for c in view["status"]["conditions"] if c["type"] == "Ready"),
+                None)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+def test_cancel_stops_only_the_resources_running_children(project: Project,
+                                                          tmp_path: Path) -> None:
+    """`wfrun controller cancel NAME KEY` asks the live manager to stop KEY's running
+    child (it ends cancelled, its request failed, the resource is woken and settles
+    ChildFailed); another resource's child, a queued detached launch and the queue
+    are left alone. Once the manager stopped (its children parked), cancel ends a
+    parked child itself, and no later manager resumes it."""
+    root = project.root
+    (root / ".wfrun" / "workflows" / "held-child.yaml").write_text(HELD_CHILD)
+    spec = project.file("held.json", json.dumps({"child": "held-child"}))
+    for key in ("p1", "p2"):
+        assert project.wfrun("controller", "apply", "probe", key, spec).returncode == 0
+    detached = project.json("start", "quick-child", "--input", '{"key": "x"}',
+                            "--json")["runId"]
+    err = tmp_path / "serve.err"
+    with err.open("w") as f:
+        serve = subprocess.Popen([sys.executable, "-m", "runner", "--project", str(root),
+                                  "controller", "run"], stdout=subprocess.DEVNULL, stderr=f,
+                                 cwd=root, text=True)
+    try:
+        wait_until(lambda: sorted(_lines(root / "starts.log")) == ["p1", "p2"],
+                   what=lambda: f"both children to start; manager: {err.read_text()}")
+        shells = {key: int((root / f"pid.{key}").read_text()) for key in ("p1", "p2")}
+
+        done = project.json("controller", "cancel", "probe", "p1", "--json")
+        assert (done["controller"], done["key"]) == ("probe", "p1")
+        (child,) = done["children"]
+        assert (child["request_key"], child["workflow"], child["outcome"]) == (
+            "child:1", "held-child", "cancel_requested")
+        run_id = child["run_id"]
+        assert run_id == _child(project, "p1")["run_id"]
+
+        # The manager's runner cancels it; the request fails and wakes p1's next pass.
+        wait_until(lambda: _ready_reason(project, "p1") == "ChildFailed",
+                   what="p1 to settle ChildFailed")
+        assert _child(project, "p1")["state"] == "failed"
+        assert not _alive(shells["p1"])  # its node was stopped, not left running
+        status = project.json("status", run_id, "--json")
+        assert status["launch"]["status"] == "cancelled"
+        assert _lines(root / "finished.log") == []
+
+        # Nothing else moved: p2's child still runs, the detached launch is queued.
+        assert _child(project, "p2")["state"] == "running"
+        assert _alive(shells["p2"])
+        assert project.json("status", detached, "--json")["launch"]["status"] == "queued"
+        again = project.wfrun("controller", "cancel", "probe", "p1")
+        assert again.returncode == 0, again.stderr
+        assert again.stdout == "probe/p1 has no running child workflows\n"
+
+        serve.send_signal(signal.SIGTERM)
+        assert serve.wait(30) == 0, err.read_text()
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+            serve.wait(10)
+
+    # The stop parked p2's child (a later manager would resume it); cancel it now.
+    assert _child(project, "p2")["state"] == "running"
+    text = project.wfrun("controller", "cancel", "probe", "p2")
+    assert text.returncode == 0, text.stderr
+    assert text.stdout.startswith("cancelled        child:1 held-child run ")
+    assert _child(project, "p2")["state"] == "failed"
+    once = project.wfrun("controller", "run", "--once")
+    assert once.returncode == 0, once.stderr
+    assert _ready_reason(project, "p2") == "ChildFailed"
+    assert sorted(_lines(root / "starts.log")) == ["p1", "p2"]  # never resumed
+    assert _lines(root / "finished.log") == []
+    assert project.json("status", detached, "--json")["launch"]["status"] == "queued"
+
+    missing = project.wfrun("controller", "cancel", "probe", "nobody")
+    assert missing.returncode == 3
+    assert missing.stderr == "wfrun: error: no probe resource 'nobody'\n"

@@ -7,8 +7,10 @@ It wires the project's store, discovered controllers and child workflows exactly
 as `wfrun controller run` does (runner.host.controllers.make_manager), plus two
 things the CLI does not expose: the claim lease, and a crash seam. With
 `CTL_CRASH_AT=<point>[:<n>]` in the environment (a point of
-runner.controllers.effects.CRASH_POINTS) the process SIGKILLs itself the n-th
-time an effect passes that point, the way a power cut or OOM kill would.
+runner.controllers.effects.CRASH_POINTS, or `before_child_queued`: a child's
+attempt is saved, its launch row not yet queued) the process SIGKILLs itself the
+n-th time it passes that point, the way a power cut or OOM kill would. The launch
+and engine points (`WFRUN_CRASH_AT`) work here too: child runs read it.
 
 --once: run passes until nothing is ready, then wait for child runs this
 process started and keep going until nothing is ready and no child is active
@@ -28,6 +30,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from runner.clock import clock_from_env
 from runner.compiler import build_catalog
@@ -36,12 +39,15 @@ from runner.controllers.effects import CRASH_POINTS
 from runner.host.controllers import discover, make_manager
 from runner.host.local import Workspace, make_executor, open_store
 
+#: Where a child's attempt is saved but its launch row not yet queued.
+CHILD_POINTS = ("before_child_queued",)
+
 
 def crash_hook(spec: str | None) -> Callable[[str], None] | None:
     if not spec:
         return None
     point, _, count = spec.partition(":")
-    assert point in CRASH_POINTS, spec
+    assert point in CRASH_POINTS + CHILD_POINTS, spec
     target, seen = int(count or 1), [0]
 
     def crash(name: str) -> None:
@@ -76,6 +82,16 @@ def main() -> int:
     hook = crash_hook(os.environ.get("CTL_CRASH_AT"))
     if hook is not None:
         manager.crash = hook
+        if manager.children is not None:
+            launcher: Any = manager.children.launcher
+            launch = launcher.launch
+
+            def crashing_launch(run_id: str, workflow: str, run_input: Any) -> str | None:
+                hook("before_child_queued")
+                result: str | None = launch(run_id, workflow, run_input)
+                return result
+
+            launcher.launch = crashing_launch
     sys.stderr.write("ready\n")
     sys.stderr.flush()
     if args.serve:
@@ -89,11 +105,15 @@ def main() -> int:
     deadline = time.monotonic() + args.wait
     children = manager.children
     while True:
-        passes += manager.run_until_idle()
-        busy = children is not None and children.busy
-        if not busy or time.monotonic() > deadline:
+        # As `wfrun controller run --once`: a child wakes its parent before it stops
+        # counting as busy, so stop after a pass that followed "not busy" found nothing.
+        was_busy = children is not None and children.busy
+        ran = manager.run_until_idle()
+        passes += ran
+        if (not was_busy and not ran) or time.monotonic() > deadline:
             break
-        time.sleep(0.05)
+        if not ran:
+            time.sleep(0.05)
     print(f"passes {passes}")
     if children is not None:
         children.shutdown(grace=5)

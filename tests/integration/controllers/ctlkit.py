@@ -46,6 +46,69 @@ OTHER_HEAD = "ffffeeeeddddccccbbbbaaaa9999888877776666"
 REPO_NAME = "octo/widgets"
 
 
+#: A child workflow held until the test releases it: its shell node marks itself
+#: active (active/KEY), records how many children were active when it started
+#: (starts.log: "KEY N"), waits for release/KEY, then unmarks itself and records the
+#: end (finished.log). KEY is the run input's `key`. Paths are relative to the
+#: project (a child's working directory).
+HELD_CHILD = """\
+name: held-child
+input: {type: object, required: [key]}
+start: hold
+nodes:
+  hold:
+    action:
+      shell: [sh, -c, 'mkdir -p active; echo $$ > "active/$KEY";
+              n=$(ls active | wc -l | tr -d " "); echo "$KEY $n" >> starts.log;
+              while [ ! -e "release/$KEY" ]; do sleep 0.02; done;
+              rm "active/$KEY"; echo "$KEY" >> finished.log']
+      env: {KEY: "{{ input.key }}"}
+  done: {compute: "{{ {'key': input.key} }}"}
+edges:
+  - {from: hold, to: done}
+"""
+
+
+def write_workflow(root: Path, name: str, text: str) -> Path:
+    path = root / ".wfrun" / "workflows" / f"{name}.yaml"
+    path.write_text(text)
+    return path
+
+
+class HeldChildren:
+    """The files held-child runs leave in a project, and their release switches."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        write_workflow(root, "held-child", HELD_CHILD)
+        (root / "release").mkdir(exist_ok=True)
+
+    def release(self, key: str) -> None:
+        (self.root / "release" / key).write_text("")
+
+    def active(self) -> set[str]:
+        folder = self.root / "active"
+        return {p.name for p in folder.iterdir()} if folder.exists() else set()
+
+    def starts(self) -> list[tuple[str, int]]:
+        path = self.root / "starts.log"
+        lines = path.read_text().split("\n") if path.exists() else []
+        return [(k, int(n)) for k, n in (line.split() for line in lines if line.strip())]
+
+    def finished(self) -> list[str]:
+        path = self.root / "finished.log"
+        return path.read_text().split() if path.exists() else []
+
+    def wait_active(self, count: int) -> set[str]:
+        """The active children once at least `count` are."""
+        wait_for(lambda: len(self.active()) >= count, what=f"{count} active children")
+        return self.active()
+
+    def wait_finished(self, key: str) -> None:
+        wait_for(lambda: key in self.finished() and key not in self.active(),
+                 what=f"child {key} to finish")
+
+
 def make_project(root: Path) -> Path:
     """A project whose .wfrun/ holds the fixture workflows and controllers."""
     wf = root / ".wfrun"
