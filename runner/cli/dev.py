@@ -8,8 +8,9 @@ import threading
 import click
 
 from runner.compiler import build_catalog
-from runner.host.devmode import DevMode, queued_file_sources
+from runner.host.devmode import DevMode
 from runner.host.local import parse_input
+from runner.store import LaunchRecord
 
 from .app import cli
 from .context import Context
@@ -40,21 +41,23 @@ def dev_cmd(ctx: Context, names: tuple[str, ...], run_name: str | None, agent: s
         console = err if kind in ("error", "note") else out
         console.print(f"[{style}]{escape(text)}[/]", soft_wrap=True)
 
-    def queued() -> list[tuple[str, str, str]]:
+    def queued() -> list[LaunchRecord]:
+        """Every queued launch (detached or a session's): their sources and digests."""
         from runner.host.local import open_store, store_path
 
         if not store_path(ws).exists():
             return []
         store = open_store(ws)
         try:
-            return queued_file_sources(store)
+            rows: list[LaunchRecord] = store.launches.query(statuses=["queued"])
+            return rows
         finally:
             store.close()
 
     project, user = ctx.project_root, ctx.user_dir
     dev = DevMode(lambda: build_catalog("workflows", project, user), emit, names=names,
                   run=run_name, executor=lambda: ctx.executor(agent, ws.clock),
-                  runs_dir=ws.runs_dir, project_root=project, queued_sources=queued,
+                  runs_dir=ws.runs_dir, project_root=project, queued=queued,
                   run_input=parse_input(input_json, ()) if input_json else None)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

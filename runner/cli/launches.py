@@ -79,7 +79,7 @@ def status_cmd(ctx: Context, run_id: str | None, as_json: bool) -> None:
         if not rows:
             click.echo("no queued, starting, running or parked launches", err=True)
         for row in rows:
-            click.echo(f"{row['runId']}  {row['status']}")
+            click.echo(f"{row['runId']}  {row['status']}{_drift_note(row)}")
         return
     view = launch_status(ws, store, run_id)
     if as_json:
@@ -88,7 +88,15 @@ def status_cmd(ctx: Context, run_id: str | None, as_json: bool) -> None:
     line = f"{run_id}  {view['status']}"
     if view.get("error"):
         line += f"  {view['error'].get('code')}: {view['error'].get('message')}"
-    click.echo(line)
+    click.echo(line + _drift_note(view))
+
+
+def _drift_note(view: dict[str, Any]) -> str:
+    """`  (source changed: FILE DETAIL)` for a queued launch whose source drifted."""
+    source = view.get("source")
+    if not isinstance(source, dict) or not source.get("changed"):
+        return ""
+    return f"  (source changed: {source.get('file')} {source.get('detail')})"
 
 
 @cli.command("cancel")

@@ -7,6 +7,12 @@ the changed files and every workflow that depends on them are recompiled and
 reported: diagnostics, or `ok NAME DIGEST`. Deleted files leave the catalog;
 new files and folders join it. With `run`, a valid save re-runs that workflow
 with the scripted executor and reports the result.
+
+Queued launches (given by `queued`) are checked at start and after every batch:
+a launch whose recorded source file was edited or removed is noted once per
+file and content, and a launch pinned to an older digest of a workflow that now
+compiles to another one is listed once per digest (activation will refuse it
+with source_changed; the digest check there stays the authority).
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,9 +29,11 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
 from runner.compiler import Catalog, Compiler, CompileResult, render_text
-from runner.compiler.discovery import PROJECT_DIR, SUFFIXES
+from runner.compiler.discovery import PROJECT_DIR, SUFFIXES, is_path_ref
 from runner.engine import AgentStepExecutor, Engine
-from runner.store import Store
+from runner.store import LaunchRecord
+
+from .watch import recorded_files, source_drift
 
 log = logging.getLogger(__name__)
 DEBOUNCE = 0.03
@@ -60,7 +68,7 @@ class DevMode:
                  names: tuple[str, ...] = (), run: str | None = None,
                  executor: Callable[[], AgentStepExecutor | None] = lambda: None,
                  runs_dir: Path | None = None, project_root: Path | None = None,
-                 queued_sources: Callable[[], list[tuple[str, str, str]]] | None = None,
+                 queued: Callable[[], Sequence[LaunchRecord]] | None = None,
                  run_input: Any = None) -> None:
         self.run_input = run_input
         self.build_catalog = build_catalog
@@ -70,7 +78,7 @@ class DevMode:
         self.executor = executor
         self.runs_dir = runs_dir
         self.project_root = project_root
-        self.queued_sources = queued_sources
+        self.queued = queued
         self.state = DevState()
         self._pending: set[Path] = set()
         self._first_event: float | None = None
@@ -80,12 +88,15 @@ class DevMode:
         self._observer: Any = None
         self._watched: set[Path] = set()
         self._thread: threading.Thread | None = None
-        self._flagged: set[tuple[str, str, str]] = set()
+        self._flagged: set[tuple[str, str, str | None]] = set()  # (run, file, sha now)
+        self._pinned: set[tuple[str, str]] = set()  # (run, the digest it is behind)
+        self._queued_files: set[Path] = set()
         self.catalog = build_catalog()
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:
         self._check_all()
+        self._flag_queued()
         self._observer = Observer()
         self._handler = _Handler(self)
         self._rewatch()
@@ -128,6 +139,7 @@ class DevMode:
             for source in result.definition.sources:
                 if source.path:
                     wanted.add(Path(source.path).parent)
+        wanted.update(path.parent for path in self._queued_files)  # a path ref elsewhere
         out = set()
         for folder in wanted:
             f = folder
@@ -230,19 +242,40 @@ class DevMode:
             self.emit("error", render_text(result.diagnostics, result.texts))
 
     def _flag_queued(self) -> None:
-        if self.queued_sources is None:
+        if self.queued is None:
             return
-        from runner.compiler.sources import sha256_hex
+        try:
+            records = list(self.queued())
+        except Exception:  # the store is someone else's; dev mode goes on without it
+            log.exception("dev mode could not list queued launches")
+            return
+        self._queued_files = {Path(p) for r in records for p, _ in recorded_files(r)}
+        for record in records:
+            run_id = record.run_id
+            drift = source_drift(record)
+            if drift is not None and (run_id, drift.path, drift.actual) not in self._flagged:
+                self._flagged.add((run_id, drift.path, drift.actual))  # once per file, content
+                what = "changed" if drift.kind == "edited" else f"was {drift.detail}"
+                self.emit("note", f"queued run {run_id}: its source {drift.path} {what}; "
+                          "activation will refuse it (source_changed)")
+            name = self._catalog_name(record.workflow_ref)
+            result = self.state.results.get(name) if name is not None else None
+            if result is None or not result.valid or result.definition is None:
+                continue
+            digest = result.definition.digest
+            if digest != record.definition_digest and (run_id, digest) not in self._pinned:
+                self._pinned.add((run_id, digest))
+                self.emit("note", f"queued launch {run_id} is pinned to an older version of "
+                          f"{name}; it will fail with source_changed")
 
-        for run_id, path, sha in self.queued_sources():
-            try:
-                now = sha256_hex(Path(path).read_bytes())
-            except OSError:
-                now = ""
-            if now != sha and (run_id, path, now) not in self._flagged:
-                self._flagged.add((run_id, path, now))  # once per run, file and content
-                self.emit("note", f"queued run {run_id}: its source {path} changed; activation "
-                          "will refuse it (source_changed)")
+    def _catalog_name(self, ref: str) -> str | None:
+        """The catalog name a launch's stored workflow ref resolves to now."""
+        if not is_path_ref(ref):
+            return ref
+        for entry in self.catalog.active:
+            if entry.path.exists() and str(entry.path.resolve()) == ref:
+                return entry.name
+        return None
 
     def _rerun(self) -> None:
         name = self.run_name
@@ -261,20 +294,3 @@ class DevMode:
             return
         error = f": {outcome.error.get('message')}" if outcome.error else ""
         self.emit("run", f"run {name} {outcome.status} ({outcome.run_id}){error}")
-
-
-def queued_file_sources(store: Store) -> list[tuple[str, str, str]]:
-    """(run id, file, queued sha256) of every file behind every `queued` launch: the
-    workflow's YAML and the hooks and included files it was compiled from."""
-    rows = []
-    for record in store.launches.query(statuses=["queued"]):
-        identity = record.source or {}
-        sources = identity.get("sources") or [identity.get("source") or {}]
-        seen = set()
-        for src in sources:
-            if isinstance(src, dict) and src.get("kind") == "file" and src.get("path"):
-                path = str(src["path"])
-                if path not in seen:
-                    seen.add(path)
-                    rows.append((record.run_id, path, str(src.get("sha256"))))
-    return rows

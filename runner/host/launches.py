@@ -14,10 +14,14 @@ from typing import Any
 from runner.engine import AgentStepExecutor, RunReader
 from runner.errors import NotFoundError, WfrunError
 from runner.launch import EngineOptions, LaunchCoordinator, safe_message
-from runner.store import Store
+from runner.store import LaunchRecord, Store
 
 from .local import Workspace
 from .views import run_row
+from .watch import Drift, source_drift
+
+#: Launch states whose recorded sources the activation hash check has yet to pass.
+DRIFT_STATES = ("queued", "starting")
 
 
 def runner_id() -> str:
@@ -61,14 +65,25 @@ def _iso(ms: int | None) -> str | None:
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat().replace("+00:00", "Z")
 
 
+def launch_drift(record: LaunchRecord | None) -> Drift | None:
+    """How the sources of a queued or starting launch drifted since it was queued (a
+    re-hash of the recorded files; activation's digest check stays the authority)."""
+    if record is None or record.status not in DRIFT_STATES:
+        return None
+    return source_drift(record)
+
+
 def launch_status(ws: Workspace, store: Store, run_id: str) -> dict[str, Any]:
-    """The launch row (before a bundle exists) merged with the run bundle (after)."""
+    """The launch row (before a bundle exists) merged with the run bundle (after).
+
+    `source` says, for a queued or starting launch, whether a file it was compiled
+    from was edited or removed since it was queued (None for other states)."""
     record = store.launches.get(run_id)
     bundle = run_row(RunReader(ws.runs_dir), run_id)
     if record is None and bundle is None:
         raise NotFoundError(f"no launch or run '{run_id}'; `wfrun status` lists launches")
     view: dict[str, Any] = {"runId": run_id, "status": None, "launch": None, "run": None,
-                            "error": None}
+                            "error": None, "source": None}
     if record is not None:
         view["launch"] = {
             "status": record.status, "workflow": record.workflow_ref,
@@ -79,6 +94,10 @@ def launch_status(ws: Workspace, store: Store, run_id: str) -> dict[str, Any]:
         view["status"] = record.status
         if record.error_code:
             view["error"] = {"code": record.error_code, "message": record.error_message}
+        if record.status in DRIFT_STATES:
+            drift = source_drift(record)
+            view["source"] = (drift.to_json(ws.project_root) if drift is not None
+                              else {"changed": False})
     if bundle is not None:
         run = bundle.to_json()
         if run.get("title"):
@@ -130,13 +149,7 @@ def explain(ws: Workspace, store: Store, run_id: str) -> dict[str, Any]:
         reasons.append(f"it holds the one-workflow reservation of session "
                        f"{record.origin_session_id}")
     if status in ("queued", "starting", "parked"):
-        try:
-            current, _ = ws.compile(record.workflow_ref)
-            if current.digest != record.definition_digest:
-                reasons.append("its workflow source changed since it was queued: activation "
-                               "will fail with source_changed")
-        except WfrunError as exc:
-            reasons.append(f"its workflow cannot be compiled now: {exc.message}")
+        reasons.extend(_source_reasons(ws, record))
     try:
         manifest = RunReader(ws.runs_dir).manifest(run_id)
     except NotFoundError:
@@ -144,3 +157,35 @@ def explain(ws: Workspace, store: Store, run_id: str) -> dict[str, Any]:
     if manifest is not None:
         reasons.append(f"bundle status: {manifest.get('status')}")
     return {**view, "reasons": reasons}
+
+
+def _source_reasons(ws: Workspace, record: LaunchRecord) -> list[str]:
+    """What a re-hash of the recorded files and a compile now say about activation."""
+    drift = launch_drift(record)
+    changed: bool | None = None
+    error = None
+    try:
+        current, _ = ws.compile(record.workflow_ref)
+        changed = current.digest != record.definition_digest
+    except WfrunError as exc:
+        error = exc.message
+    reasons = []
+    if drift is not None:
+        where = drift.display(ws.project_root)
+        if drift.kind != "edited":
+            where += f", {drift.detail}"
+        if changed is False:
+            reasons.append(f"the workflow source changed since it was queued ({where}) but its "
+                           "definition did not (same digest): activation goes ahead")
+        elif changed:
+            reasons.append(f"the workflow source changed since it was queued ({where}); "
+                           "activation will fail with source_changed unless you restore it")
+        else:
+            reasons.append(f"the workflow source changed since it was queued ({where}); "
+                           "activation will fail unless you restore it")
+    elif changed:
+        reasons.append("its workflow source changed since it was queued: activation "
+                       "will fail with source_changed")
+    if error is not None:
+        reasons.append(f"its workflow cannot be compiled now: {error}")
+    return reasons

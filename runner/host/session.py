@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runner.compiler.templates import TemplateError, render_text
 from runner.engine import AgentStep, RunControl, RunOutcome
@@ -39,6 +39,9 @@ from runner.store import LostRace, NewNotification, StoreError, TurnIntent, Turn
 
 from .protocol import Host, SessionEntry, ToolReply
 from .tool import validate_call
+
+if TYPE_CHECKING:
+    from .watch import SourceWatch
 
 log = logging.getLogger(__name__)
 RESOLUTION_BY_TYPE: dict[str, TurnResolution] = {
@@ -77,8 +80,10 @@ class SessionExecutor:
 
 class SessionController:
     def __init__(self, host: Host, coordinator: LaunchCoordinator, *,
-                 lister: Lister | None = None, status: StatusReader | None = None) -> None:
+                 lister: Lister | None = None, status: StatusReader | None = None,
+                 watch: SourceWatch | None = None) -> None:
         self.host = host
+        self.watch = watch  # optional, owned (started, stopped) by the session adapter
         self.coordinator = coordinator
         self.store = coordinator.store
         self.lister = lister
@@ -155,6 +160,7 @@ class SessionController:
         if action == "start":
             record = self.coordinator.prepare(p["workflow"], p.get("input"),
                                               session_id=self.session_id)
+            self._watch_queued()
             name = workflow_name(record.workflow_ref)
             return ToolReply(f"Workflow {name} queued (run {record.run_id}).",
                              {"action": "start", "workflow": name, "runId": record.run_id,
@@ -166,6 +172,7 @@ class SessionController:
             ref = self._workflow_ref(parent)
             record = self.coordinator.prepare(ref, p["input"], session_id=self.session_id,
                                               parent_run_id=parent)
+            self._watch_queued()
             return ToolReply(f"Answer queued as run {record.run_id} (continues {parent}).",
                              {"action": "answer", "runId": record.run_id, "parentRunId": parent,
                               "queued": True})
@@ -238,9 +245,21 @@ class SessionController:
         if self._shutdown:
             return
         self._activate()
+        self._watch_queued()
         self._deliver_intents()
         self._deliver_notifications()
         self._deliver_step()
+
+    def _watch_queued(self) -> None:
+        """Hand the optional source watch this session's queued launches (it only
+        reports drift; activation's digest check decides)."""
+        if self.watch is None:
+            return
+        try:
+            self.watch.update(self.store.launches.query(statuses=["queued"],
+                                                        session_id=self.session_id))
+        except StoreError as exc:
+            log.debug("source watch not refreshed: %s", exc.message)
 
     def _activate(self) -> None:
         with self._lock:

@@ -5,6 +5,9 @@ process groups a dead host left behind, then loops: claim detached queued
 launches and parked or abandoned runs (up to `max_runs` at once, each on its own
 thread), and run the controller manager beside them. SIGINT/SIGTERM parks every
 in-flight run at a safe point and exits; `once` drains what is ready and exits.
+While detached launches wait in the queue (for a free slot), a `SourceWatch` on
+their source files logs one line per launch whose source changed; activation's
+digest check still decides.
 """
 
 from __future__ import annotations
@@ -24,10 +27,11 @@ from runner.engine.runner import Observer
 from runner.errors import InputError
 from runner.launch import EngineOptions, LaunchCoordinator
 from runner.launch.coordinator import LEASE_SECONDS, RENEW_EVERY
-from runner.store import LaunchRecord, Store
+from runner.store import LaunchRecord, Store, StoreError
 
 from .launches import runner_id
 from .local import Workspace
+from .watch import Drift, SourceWatch
 
 log = logging.getLogger(__name__)
 PARK_DEADLINE = 8.0
@@ -100,6 +104,9 @@ class StandaloneHost:
         self._lock = threading.Lock()
         self._running: dict[str, tuple[threading.Thread, RunControl]] = {}
         self.report = HostReport()
+        self.watch = SourceWatch(self._drifted, on_clear=self._restored, clock=ws.clock)
+        self._watched_at: float | None = None
+        self._drift_logged: set[str] = set()  # one log line per drifted launch
 
     # -- lifecycle -------------------------------------------------------------------
     def run(self, *, once: bool = False) -> HostReport:
@@ -110,8 +117,10 @@ class StandaloneHost:
                                   + reap_dead_registries(self.ws.children_dir))
             if self.manager is not None and not once:
                 self.manager.start()
+            self.watch.start()
             self._loop(once)
         finally:
+            self.watch.stop()
             self._park_all()
             if self.manager is not None:
                 self.manager.stop(grace=2.0)
@@ -126,6 +135,7 @@ class StandaloneHost:
         while not self.stop_event.is_set():
             self._wake.clear()  # before claiming: a run ending from here on wakes the wait
             claimed = self._claim_ready()
+            self._watch_queued()
             reconciled = 0
             if self.manager is not None and once:
                 reconciled = self.manager.run_until_idle()
@@ -149,6 +159,36 @@ class StandaloneHost:
             claimed += 1
             self._start(record)
         return claimed
+
+    def _watch_queued(self) -> None:
+        """Watch the sources of the detached launches still queued: one query, at most
+        once per poll interval (a busy host wakes on every run that ends)."""
+        now = self.ws.clock.monotonic()
+        if self._watched_at is not None and now - self._watched_at < self.poll:
+            return
+        self._watched_at = now
+        try:
+            queued = self.store.launches.query(statuses=["queued"])
+        except StoreError as exc:
+            log.debug("source watch: cannot list queued launches: %s", exc.message)
+            return
+        detached = [r for r in queued if r.origin_session_id is None]
+        self.watch.update(detached)
+        with self._lock:
+            self._drift_logged &= {r.run_id for r in detached}
+
+    def _drifted(self, record: LaunchRecord, drift: Drift) -> None:
+        with self._lock:
+            if record.run_id in self._drift_logged:
+                return
+            self._drift_logged.add(record.run_id)
+        log.warning("wfrun host: queued launch %s: its workflow source %s was %s; activation "
+                    "re-checks it and refuses a changed definition (source_changed)",
+                    record.run_id, drift.display(self.ws.project_root), drift.detail)
+
+    def _restored(self, record: LaunchRecord) -> None:
+        with self._lock:
+            self._drift_logged.discard(record.run_id)  # a later change is news again
 
     def _start(self, record: LaunchRecord) -> None:
         control = RunControl()

@@ -1,0 +1,390 @@
+"""Source watching for queued launches (DESIGN §6): flag a change early.
+
+A launch records, when it is queued, the sha256 of every file its definition was
+compiled from (the workflow's YAML, included workflows, hook files). `source_drift`
+re-hashes those files and says which one was edited or removed since; `wfrun
+status` and `wfrun why` call it directly (they are separate processes, no watcher
+needed). `SourceWatch` is the live form for long-running hosts (`wfrun host`, a
+session adapter): a watchdog observer on the parent folders of those files,
+debounced, that keeps the set of drifted run ids and calls back once per change.
+
+Neither decides anything. The digest comparison at activation stays the
+authority: an edit that leaves the definition unchanged (a comment) still
+activates, a drift that is restored before activation is forgotten. Not
+detected here (as in the compile cache): a file reached through a symlink that is
+retargeted, since the recorded path is the real one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.observers import Observer
+
+from runner.clock import Clock, SystemClock
+from runner.store import LaunchRecord
+
+log = logging.getLogger(__name__)
+DEBOUNCE = 0.05  # seconds of quiet after the last event of a burst (editors save in bursts)
+MAX_DELAY = 1.0  # a burst that never goes quiet is still checked after this long
+
+DriftKind = Literal["edited", "removed", "unreadable"]
+_DETAIL: dict[str, str] = {"edited": "edited since it was queued", "removed": "removed",
+                           "unreadable": "unreadable"}
+
+
+@dataclass(frozen=True, slots=True)
+class Drift:
+    """One recorded source file of a launch that no longer hashes as it did."""
+
+    run_id: str
+    path: str  # the real path recorded when the launch was queued
+    kind: DriftKind
+    expected: str  # the sha256 recorded then
+    actual: str | None  # the sha256 now (None: removed or unreadable)
+
+    @property
+    def detail(self) -> str:
+        return _DETAIL[self.kind]
+
+    def display(self, root: Path | None) -> str:
+        """The path relative to the project root when it lies inside it."""
+        return display_path(self.path, root)
+
+    def to_json(self, root: Path | None) -> dict[str, Any]:
+        return {"changed": True, "file": self.display(root), "detail": self.detail}
+
+
+def display_path(path: str, root: Path | None) -> str:
+    if root is None:
+        return path
+    for base in {str(root), os.path.realpath(root)}:
+        try:
+            rel = os.path.relpath(path, base)
+        except ValueError:
+            continue
+        if rel != ".." and not rel.startswith(".." + os.sep):
+            return rel
+    return path
+
+
+def recorded_files(record: LaunchRecord) -> list[tuple[str, str]]:
+    """(path, sha256) of every file source a launch was queued with, the workflow's
+    own file first. Built-in sources have no file and are skipped."""
+    identity = record.source or {}
+    out: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    candidates = [identity.get("source"), *(identity.get("sources") or [])]
+    for src in candidates:
+        if not isinstance(src, dict) or src.get("kind") != "file":
+            continue
+        path, sha = src.get("path"), src.get("sha256")
+        if isinstance(path, str) and path and isinstance(sha, str) and path not in seen:
+            seen.add(path)
+            out.append((path, sha))
+    return out
+
+
+def file_sha256(path: str) -> str:
+    """The sha256 of the file's bytes (raises OSError), as the compile cache hashes."""
+    with open(path, "rb") as fh:
+        return hashlib.sha256(fh.read()).hexdigest()
+
+
+def source_drift(record: LaunchRecord) -> Drift | None:
+    """The first recorded source file of `record` that was edited, removed or became
+    unreadable since it was queued; None when every file still hashes the same."""
+    for path, expected in recorded_files(record):
+        try:
+            actual = file_sha256(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return Drift(record.run_id, path, "removed", expected, None)
+        except OSError:
+            return Drift(record.run_id, path, "unreadable", expected, None)
+        if actual != expected:
+            return Drift(record.run_id, path, "edited", expected, actual)
+    return None
+
+
+OnDrift = Callable[[LaunchRecord, Drift], None]
+OnClear = Callable[[LaunchRecord], None]
+
+
+class _Handler(FileSystemEventHandler):
+    def __init__(self, watch: SourceWatch) -> None:
+        self.watch = watch
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        if event.event_type in ("opened", "closed_no_write") or (
+                event.is_directory and event.event_type == "modified"):
+            return  # a folder's "modified" repeats the event of the file inside it
+        for raw in (event.src_path, getattr(event, "dest_path", "") or ""):
+            if raw:
+                self.watch._touch(os.fsdecode(raw), folder=event.is_directory)
+
+
+class SourceWatch:
+    """Watch the source files of a set of queued launches; report drift, decide nothing.
+
+    `update(records)` replaces the watched set (call it whenever the queued launches
+    may have changed: it is cheap when nothing did). A launch that joins the set is
+    checked once at once, so a change made before it was watched is reported too.
+    `on_drift(record, drift)` is called on the watcher's thread when a launch drifts
+    (again only when the file, kind or content changes); `on_clear(record)` when a
+    drifted launch hashes as queued again. `drifted` is the current set of run ids.
+    """
+
+    def __init__(self, on_drift: OnDrift | None = None, *, on_clear: OnClear | None = None,
+                 clock: Clock | None = None, debounce: float = DEBOUNCE,
+                 max_delay: float = MAX_DELAY) -> None:
+        self.on_drift = on_drift
+        self.on_clear = on_clear
+        self.clock: Clock = clock or SystemClock()
+        self.debounce = debounce
+        self.max_delay = max(max_delay, debounce)
+        self.batches = 0  # completed check rounds (tests wait on this)
+        self._records: dict[str, LaunchRecord] = {}
+        self._drift: dict[str, Drift] = {}
+        self._interest: frozenset[str] = frozenset()  # files and their watched ancestors
+        self._watches: dict[str, Any] = {}  # folder -> ObservedWatch
+        self._state = threading.RLock()  # never held while waiting for _pending
+        self._pending = threading.Lock()  # the observer's thread takes only this one
+        self._paths: set[str] = set()
+        self._folders_moved = False  # a folder on a watched path appeared or vanished
+        self._runs: set[str] = set()
+        self._first: float | None = None
+        self._last = 0.0
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._done = threading.Condition()
+        self._observer: Any = None
+        self._thread: threading.Thread | None = None
+        self._handler = _Handler(self)
+
+    # -- lifecycle ---------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        return self._thread is not None
+
+    def start(self) -> None:
+        """Start watching (a no-op when already started)."""
+        with self._state:
+            if self._thread is not None:
+                return
+            self._stop.clear()
+            self._observer = Observer()
+            self._observer.daemon = True
+            self._watches = {}
+            self._observer.start()
+            self._rewatch()
+            self._thread = threading.Thread(target=self._loop, daemon=True,
+                                            name="wfrun-source-watch")
+            self._thread.start()
+            self._queue_runs(set(self._records))
+
+    def stop(self) -> None:
+        """Stop watching (a no-op when not started); the watched set is kept."""
+        with self._state:
+            thread, observer = self._thread, self._observer
+            self._thread, self._observer, self._watches = None, None, {}
+        if thread is None:
+            return
+        self._stop.set()
+        self._wake.set()
+        if observer is not None:
+            try:
+                observer.stop()
+                observer.join(timeout=5)
+            except Exception:  # a stopping observer must not take the host down
+                log.debug("source watch: observer did not stop cleanly", exc_info=True)
+        thread.join(timeout=5)
+
+    def __enter__(self) -> SourceWatch:
+        self.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
+
+    # -- the watched set ----------------------------------------------------------------
+    def update(self, records: Iterable[LaunchRecord]) -> None:
+        """Watch exactly these launches from now on."""
+        wanted = {r.run_id: r for r in records}
+        with self._state:
+            if wanted.keys() == self._records.keys():
+                self._records = wanted  # a run's recorded sources never change
+                return
+            fresh = {run for run, r in wanted.items()
+                     if run not in self._records or self._records[run].source != r.source}
+            for run in set(self._records) - set(wanted):
+                self._drift.pop(run, None)
+            self._records = wanted
+            interest: set[str] = set()
+            for record in wanted.values():
+                for path, _ in recorded_files(record):
+                    interest.add(path)
+                    interest.update(str(p) for p in Path(path).parents)
+            self._interest = frozenset(interest)
+            added = self._rewatch() if self._thread is not None else set()
+            if self._thread is None:
+                return
+            # A folder watched only now: a change made there before the watch began.
+            for run, record in wanted.items():
+                if any(_under(p, added) for p, _ in recorded_files(record)):
+                    fresh.add(run)
+        if fresh:
+            self._queue_runs(fresh)
+
+    @property
+    def drifted(self) -> frozenset[str]:
+        with self._state:
+            return frozenset(self._drift)
+
+    def drift(self, run_id: str) -> Drift | None:
+        with self._state:
+            return self._drift.get(run_id)
+
+    @property
+    def folders(self) -> frozenset[str]:
+        with self._state:
+            return frozenset(self._watches)
+
+    def wait_batches(self, count: int, timeout: float) -> bool:
+        """Block (real time) until `count` check rounds completed; False on timeout."""
+        with self._done:
+            return self._done.wait_for(lambda: self.batches >= count, timeout)
+
+    # -- watching -------------------------------------------------------------------------
+    def _wanted_folders(self) -> set[str]:
+        """The parent folder of every file, or its nearest existing ancestor (so that the
+        folder's re-creation is seen)."""
+        out: set[str] = set()
+        for record in self._records.values():
+            for path, _ in recorded_files(record):
+                folder = Path(path).parent
+                while not folder.is_dir() and folder != folder.parent:
+                    folder = folder.parent
+                out.add(str(folder))
+        return out
+
+    def _rewatch(self) -> set[str]:
+        """Schedule the wanted folders, drop the others (and any whose folder vanished:
+        its inotify watch died with it). Returns the folders newly scheduled."""
+        observer = self._observer
+        if observer is None:
+            return set()
+        wanted = self._wanted_folders()
+        for folder in list(self._watches):
+            if folder not in wanted or not os.path.isdir(folder):
+                watch = self._watches.pop(folder)
+                try:
+                    observer.unschedule(watch)
+                except Exception:  # already gone with its folder
+                    log.debug("source watch: unschedule %s", folder, exc_info=True)
+        added: set[str] = set()
+        for folder in wanted - set(self._watches):
+            try:
+                self._watches[folder] = observer.schedule(self._handler, folder,
+                                                          recursive=False)
+                added.add(folder)
+            except OSError as exc:  # removed in between, or not ours to watch
+                log.debug("source watch: cannot watch %s: %s", folder, exc.strerror)
+        return added
+
+    def _touch(self, path: str, *, folder: bool = False) -> None:
+        """An event for `path` (the observer's thread): note it if it can matter."""
+        if path not in self._interest:
+            return
+        with self._pending:
+            self._paths.add(path)
+            self._folders_moved |= folder or path in self._watches  # (a watched folder's own)
+            self._mark()
+        self._wake.set()
+
+    def _queue_runs(self, runs: set[str]) -> None:
+        with self._pending:
+            self._runs |= runs
+            self._mark()
+        self._wake.set()
+
+    def _mark(self) -> None:
+        now = self.clock.monotonic()
+        self._last = now
+        if self._first is None:
+            self._first = now
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait()
+            if self._stop.is_set():
+                return
+            # Debounce: wait for `debounce` seconds without events (at most `max_delay`).
+            while True:
+                with self._pending:
+                    first, last = self._first or 0.0, self._last
+                left = min(last + self.debounce, first + self.max_delay) - self.clock.monotonic()
+                if left <= 0:
+                    break
+                if self.clock.sleep(left, self._stop):
+                    return
+            with self._pending:
+                paths, self._paths = self._paths, set()
+                runs, self._runs = self._runs, set()
+                folders, self._folders_moved = self._folders_moved, False
+                self._first = None
+                self._wake.clear()
+            try:
+                self._check(paths, runs, rewatch=folders)
+            except Exception:  # the watch survives anything a file system can do
+                log.exception("source watch: checking queued launches failed")
+            with self._done:
+                self.batches += 1
+                self._done.notify_all()
+
+    def _check(self, paths: set[str], runs: set[str], *, rewatch: bool) -> None:
+        with self._state:
+            if rewatch:
+                # Before re-hashing: a file written once the new watch exists is an event.
+                self._rewatch()
+            targets = []
+            for run, record in self._records.items():
+                if run in runs or any(p in paths or _under(p, paths)
+                                      for p, _ in recorded_files(record)):
+                    targets.append(record)
+        for record in targets:
+            drift = source_drift(record)
+            with self._state:
+                if record.run_id not in self._records:
+                    continue  # left the watched set meanwhile (claimed, cancelled)
+                before = self._drift.get(record.run_id)
+                if drift is None:
+                    self._drift.pop(record.run_id, None)
+                elif drift != before:
+                    self._drift[record.run_id] = drift
+            if drift is not None and drift != before:
+                self._call(self.on_drift, record, drift)
+            elif drift is None and before is not None and self.on_clear is not None:
+                self._call(self.on_clear, record)
+
+    @staticmethod
+    def _call(callback: Callable[..., None] | None, *args: Any) -> None:
+        if callback is None:
+            return
+        try:
+            callback(*args)
+        except Exception:
+            log.exception("source watch: a drift callback failed")
+
+
+def _under(path: str, folders: Iterable[str]) -> bool:
+    """True when one of `folders` is an ancestor of `path` (a folder event)."""
+    parents = {str(p) for p in Path(path).parents}
+    return any(f in parents for f in folders)
