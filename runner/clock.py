@@ -42,7 +42,12 @@ class SystemClock:
 
 
 class FakeClock:
-    """A virtual clock: `sleep` advances time instantly; `advance` moves it by hand."""
+    """A virtual clock: `sleep` advances time instantly; `advance` moves it by hand.
+
+    A sleep moves the time for every reader, so only the logic under test sleeps on
+    it; background threads (`runner.leases`, `runner.deadline`) wait on events and
+    only read the time, so virtual time passes when the test (or that logic) says.
+    """
 
     def __init__(self, start: float = 1_700_000_000.0) -> None:
         self._now = start

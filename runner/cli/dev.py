@@ -58,7 +58,8 @@ def dev_cmd(ctx: Context, names: tuple[str, ...], run_name: str | None, agent: s
     dev = DevMode(lambda: build_catalog("workflows", project, user), emit, names=names,
                   run=run_name, executor=lambda: ctx.executor(agent, ws.clock),
                   runs_dir=ws.runs_dir, project_root=project, queued=queued,
-                  run_input=parse_input(input_json, ()) if input_json else None)
+                  run_input=parse_input(input_json, ()) if input_json else None,
+                  clock=ws.clock)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

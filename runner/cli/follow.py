@@ -29,6 +29,7 @@ def _elapsed(started: str | None) -> str:
         t = datetime.fromisoformat(started.replace("Z", "+00:00"))
     except ValueError:
         return ""
+    # Display only: how long a running node has run, as the person watching sees it.
     return f"{(datetime.now(UTC) - t).total_seconds():.1f}s"
 
 
@@ -84,6 +85,6 @@ def follow_run(runs_dir: Path, run_id: str, *, as_json: bool = False) -> dict[st
         finally:
             stop.set()
             ticker.join(timeout=1)
-            time.sleep(0)
+            time.sleep(0)  # display only: yield so the live view's last refresh lands
     run_view(final)
     return final

@@ -43,6 +43,7 @@ class Progress:
     def _render(self) -> Text:
         if self.current is None:
             return Text("")
+        # Display only (a live counter on a terminal), never recorded: the real clock.
         elapsed = time.monotonic() - self.node_started
         line = f"▶ {self.current}  {elapsed:5.1f}s  step {self.steps}"
         if self.last_update:
@@ -55,6 +56,7 @@ class Progress:
         kind, node, p = event["type"], event.get("node"), event.get("payload") or {}
         self.steps = state.steps
         if kind == "node_started":
+            # Display only: the start of the live counter above.
             self.current, self.node_started, self.last_update = node, time.monotonic(), ""
         elif kind in ("node_finished", "node_failed"):
             mark = _MARK.get(str(p.get("outcome")), "?")

@@ -22,17 +22,18 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import queue
 import random
 import secrets
 import threading
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from runner.backoff import backoff_delay as backoff_delay
 from runner.clock import Clock, SystemClock, iso
+from runner.deadline import run_with_deadline
 from runner.errors import InputError, NotFoundError, PermanentError, TemporaryError
+from runner.leases import Renewer
 from runner.store import LostRace, StoreError
 from runner.store.controller_interface import ControllerStore, QueueItem, Resource
 
@@ -44,6 +45,9 @@ from .workflows import ChildWorkflows
 
 log = logging.getLogger(__name__)
 MAX_ERROR_BYTES = 2000
+#: A reconcile timeout bounds how long user code really runs, so it is measured on
+#: the system clock: a test's FakeClock cannot make a hung reconciler return.
+_USER_CODE_CLOCK = SystemClock()
 
 
 @dataclass
@@ -55,12 +59,6 @@ class ManagerConfig:
     shutdown_grace: float = 10.0
     backoff_base: float = 1.0
     backoff_cap: float = 300.0
-
-
-def backoff_delay(errors: int, base: float, cap: float, rng: random.Random) -> float:
-    """base x 2^(errors-1), capped, with jitter d/2 + U(0, d/2) so retries spread out."""
-    d = min(cap, base * (2 ** max(errors - 1, 0)))
-    return float(d / 2 + rng.uniform(0, d / 2))
 
 
 def _bounded(text: str) -> str:
@@ -88,65 +86,13 @@ def _requested_delay(raised: BaseException | None) -> float | None:
     return float(delay) if math.isfinite(delay) and delay >= 0 else None
 
 
-@dataclass
+@dataclass(eq=False)
 class _Claim:
     """A claimed key being worked on; the renewer keeps its lease alive."""
 
     item: QueueItem
     cancelled: threading.Event
     lost: threading.Event = field(default_factory=threading.Event)
-    renewed_at: float = field(default_factory=time.monotonic)
-
-
-class _CallPool:
-    """Reusable daemon threads for reconcile calls that have a timeout.
-
-    A pass hands its call to an idle thread and waits up to the timeout. Python
-    cannot kill a thread, so a call that hangs is abandoned (its thread rejoins the
-    pool only if the call ever returns). Reusing threads instead of starting one per
-    pass keeps the per-pass cost down; idle threads exit after `idle_exit` seconds.
-    """
-
-    def __init__(self, idle_exit: float = 10.0) -> None:
-        self.idle_exit = idle_exit
-        self._lock = threading.Lock()
-        self._idle: list[queue.SimpleQueue[Callable[[], None]]] = []
-
-    def run(self, fn: Callable[[], None], timeout: float) -> bool:
-        """Run `fn` on a pooled thread; False if it did not return within `timeout`."""
-        done = threading.Event()
-        with self._lock:
-            jobs = self._idle.pop() if self._idle else None
-        if jobs is None:
-            jobs = queue.SimpleQueue()
-            threading.Thread(target=self._loop, args=(jobs,), daemon=True,
-                             name="wfrun-reconcile-call").start()
-
-        def job() -> None:
-            try:
-                fn()
-            finally:
-                with self._lock:  # idle again before the caller wakes, so it can reuse us
-                    self._idle.append(jobs)
-                done.set()
-
-        jobs.put(job)
-        return done.wait(timeout)
-
-    def _loop(self, jobs: queue.SimpleQueue[Callable[[], None]]) -> None:
-        while True:
-            try:
-                job = jobs.get(timeout=self.idle_exit)
-            except queue.Empty:
-                with self._lock:
-                    if jobs in self._idle:
-                        self._idle.remove(jobs)
-                        return
-                continue  # taken by a caller that is about to hand over a job
-            job()
-
-
-_CALLS = _CallPool()
 
 
 class ControllerManager:
@@ -170,8 +116,12 @@ class ControllerManager:
         self._lock = threading.Lock()
         self._claim_lock = threading.Lock()
         self._active: dict[tuple[str, str], threading.Event] = {}
-        self._claims: dict[tuple[str, str], _Claim] = {}
-        self._renewer: threading.Thread | None = None
+        # Every held claim renewed at least every lease/3: checked every lease/9,
+        # renewed once 2/9 of the lease has passed since the last renewal.
+        every = max(self.config.lease_seconds / 3, 0.05)
+        self._renewer: Renewer[_Claim] = Renewer(
+            self.clock, self._renew, self._lost, renew_every=every * 2 / 3, tick=every / 3,
+            name="wfrun-lease-renewer")
         self.passes = 0
 
     # -- resources ---------------------------------------------------------------------
@@ -306,14 +256,12 @@ class ControllerManager:
             self.passes += 1
         read = {"generation": resource.generation, "resource_version": resource.resource_version,
                 "attempt": item.consecutive_errors + 1}
-        slot = (item.controller, item.key)
         claim = _Claim(item, cancelled)
-        self._hold(slot, claim)
+        self._renewer.add(claim)
         try:
             result = self._call(ctl, resource, rid, cancelled)
         finally:
-            with self._lock:
-                self._claims.pop(slot, None)
+            self._renewer.remove(claim)
         if claim.lost.is_set():
             events.append(item.controller, item.key, "reconcile_lost", {}, reconcile_id=rid)
             return
@@ -357,66 +305,46 @@ class ControllerManager:
                                effects=Effects(self.store, resource, record, self.crash),
                                workflows=Workflows(self.children, resource), reconcile_id=rid,
                                cancelled=cancelled)
-        box: dict[str, Any] = {}
-
-        def target() -> None:
-            try:
-                box["result"] = ctl.reconcile(ctx, resource)
-            except BaseException as exc:  # user code: report, never crash the worker
-                box["error"] = exc  # kept whole: its type decides the retry
-
         timeout = ctl.timeout
+        raised: BaseException | None = None
+        result: Any = None
         if timeout is None:
-            target()  # no timeout to enforce: run on this worker's thread
-        elif not _CALLS.run(target, timeout):
-            cancelled.set()
-            return _Failure(f"reconcile timed out after {timeout:g}s")
-        if "error" in box:
-            raised: BaseException = box["error"]
+            try:  # no timeout to enforce: run on this worker's thread
+                result = ctl.reconcile(ctx, resource)
+            except BaseException as exc:  # user code: report, never crash the worker
+                raised = exc
+        else:
+            call = run_with_deadline(lambda: ctl.reconcile(ctx, resource),
+                                     deadline=_USER_CODE_CLOCK.monotonic() + timeout,
+                                     monotonic=_USER_CODE_CLOCK.monotonic)
+            if call.ending == "timed_out":
+                cancelled.set()
+                return _Failure(f"reconcile timed out after {timeout:g}s")
+            result, raised = call.value, call.error
+        if raised is not None:  # kept whole: its type decides the retry
             return _Failure(f"{type(raised).__name__}: {raised}", raised)
-        result = box.get("result")
         if not isinstance(result, Result):
             return _Failure("reconcile must return ctx.settled(), ctx.requeue() or "
                             f"ctx.requeue_after(), not {type(result).__name__}")
         return result
 
-    # -- claim renewal -----------------------------------------------------------------------
-    def _hold(self, slot: tuple[str, str], claim: _Claim) -> None:
-        """Register a claim with the renewer (one thread per manager, started on demand)."""
-        with self._lock:
-            self._claims[slot] = claim
-            if self._renewer is None:
-                self._renewer = threading.Thread(target=self._renew_loop, daemon=True,
-                                                 name="wfrun-lease-renewer")
-                self._renewer.start()
+    # -- claim renewal (runner.leases.Renewer, on this manager's clock) -------------------
+    def _renew(self, claim: _Claim) -> bool | None:
+        item = claim.item
+        assert item.claim_token is not None
+        try:
+            renewed = self.store.reconcile_queue.renew(item.controller, item.key,
+                                                       item.claim_token,
+                                                       lease_seconds=self.config.lease_seconds)
+        except StoreError:
+            return None  # a busy store: the next tick tries again
+        return not isinstance(renewed, LostRace)
 
-    def _renew_loop(self) -> None:
-        """Renew every held claim at least every lease/3, on this thread's own timer;
-        a renewal that loses (taken over, expired) cancels its pass. Exits when no claim
-        is held; the next claim starts it again."""
-        every = max(self.config.lease_seconds / 3, 0.05)
-        while True:
-            time.sleep(every / 3)
-            now = time.monotonic()
-            with self._lock:
-                if not self._claims:
-                    self._renewer = None
-                    return
-                due = [c for c in self._claims.values() if now - c.renewed_at >= every * 2 / 3]
-            for claim in due:
-                item = claim.item
-                assert item.claim_token is not None
-                try:
-                    renewed = self.store.reconcile_queue.renew(
-                        item.controller, item.key, item.claim_token,
-                        lease_seconds=self.config.lease_seconds)
-                except StoreError:
-                    continue
-                if isinstance(renewed, LostRace):
-                    claim.lost.set()
-                    claim.cancelled.set()
-                else:
-                    claim.renewed_at = time.monotonic()
+    @staticmethod
+    def _lost(claim: _Claim) -> None:
+        """Taken over or expired: the pass is cancelled and writes nothing."""
+        claim.lost.set()
+        claim.cancelled.set()
 
     def _finish(self, item: QueueItem, token: str, ctl: Controller, resource: Resource,
                 result: Result, rid: str) -> None:

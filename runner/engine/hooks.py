@@ -2,7 +2,8 @@
 
 A hook runs on a worker thread so a timeout, cancel or park can abandon it:
 Python cannot kill a thread, so a hung hook is left behind (daemon) and its
-result ignored, the same policy as non-cooperative callbacks upstream.
+result ignored, the same policy as non-cooperative callbacks upstream, and the
+same helper as the controller manager's reconcile calls (`runner.deadline`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.compiler import HookRef
+from runner.deadline import run_with_deadline
 from runner.errors import OperationFailed
 
 from .control import RunControl
@@ -65,25 +67,13 @@ class HookOutcome:
 
 def run_bounded(fn: Callable[[], Any], deadline: float | None, control: RunControl,
                 monotonic: Callable[[], float]) -> HookOutcome:
-    box: dict[str, Any] = {}
-    done = threading.Event()
-
-    def target() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as exc:  # a hook may raise anything; report, never crash
-            box["error"] = f"{type(exc).__name__}: {exc}"
-        finally:
-            done.set()
-
-    threading.Thread(target=target, daemon=True, name="wfrun-hook").start()
-    while not done.is_set():
-        if control.stopping:
-            return HookOutcome("stopped")
-        if deadline is not None and monotonic() >= deadline:
-            return HookOutcome("timed_out")
-        wait = 0.05 if deadline is None else min(0.05, max(deadline - monotonic(), 0.001))
-        done.wait(wait)
-    if "error" in box:
-        return HookOutcome("raised", error=str(box["error"])[:2000])
-    return HookOutcome("returned", value=box.get("value"))
+    """Run a hook with `runner.deadline` (a pooled thread, abandoned on a stop or at
+    `deadline` on the run's clock)."""
+    call = run_with_deadline(fn, deadline=deadline, monotonic=monotonic,
+                             stop=lambda: control.stopping)
+    if call.ending == "raised":
+        exc = call.error
+        return HookOutcome("raised", error=f"{type(exc).__name__}: {exc}"[:2000])
+    if call.ending == "returned":
+        return HookOutcome("returned", value=call.value)
+    return HookOutcome(call.ending)

@@ -18,7 +18,7 @@ from runner.compiler.templates import TemplateError, render_native, render_text
 
 from .agent import AgentStep, StepContract, TurnKind, reminder_text
 from .hooks import HookError, load_hook, run_bounded
-from .shell import run_shell
+from .procs import run_shell
 
 if TYPE_CHECKING:
     from .runner import RunDriver

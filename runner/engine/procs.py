@@ -1,11 +1,15 @@
 """Child processes in their own group, and the text they leave behind (DESIGN §9).
 
-`run_group` starts an argv list (never a shell unless the caller puts one in
-argv) with `start_new_session=True`, so the child and everything it spawns
-share one process group that we can kill as a whole: SIGTERM first, SIGKILL
-for whatever is left after a grace period. Pipes are drained on threads with
-byte bounds, so a chatty child can neither block on a full pipe nor grow our
-memory without limit.
+One process-group runner for every child wfrun starts: `run_group` (an argv list,
+for the command executor) and `run_shell` (a shell action: argv or a shell line,
+results as data) share one supervisor. The child runs with
+`start_new_session=True`, so it and everything it spawns share one process group,
+and one kill policy (`kill_group`) ends it: SIGTERM to the group, a grace period
+on the Clock, then SIGKILL for whatever is left. The group is killed when the
+caller stops it (cancel, park, deadline) and also when its leader exits, so a job
+the child left behind can neither keep our pipes open nor outlive the step.
+Pipes are drained on threads with byte bounds, so a chatty child can neither
+block on a full pipe nor grow our memory without limit.
 
 Text a child leaves behind is shaped by the one policy in `runner.safety`
 (`redact`, `bound`), re-exported here for older imports, before it is recorded
@@ -19,22 +23,26 @@ import os
 import signal
 import subprocess
 import threading
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, Literal
 
+from runner.clock import Clock, SystemClock
 from runner.safety import REDACTED as REDACTED
 from runner.safety import Keep
 from runner.safety import bound as bound
 from runner.safety import redact as redact
 from runner.safety import secret_env_values as secret_env_values
 
+from .control import RunControl
+from .processes import ProcessRegistry
+
 KILL_GRACE = 1.0
 POLL = 0.02
-# After the leader exits, give the pipes this long to reach EOF before killing
-# stragglers that still hold them open (a background job the CLI forgot).
+# After the group is gone, give the pipes this long to reach EOF; a process that left
+# the group (setsid) may hold them for ever, and its readers are abandoned.
 DRAIN_GRACE = 0.5
+Ending = Literal["exited", "timed_out", "stopped", "not_found", "error"]
 
 
 def safe_text(text: str, limit: int, secrets: Iterable[str] = (), *, keep: Keep = "head") -> str:
@@ -87,25 +95,40 @@ class GroupResult:
     seconds: float
 
 
+@dataclass(frozen=True)
+class ShellResult:
+    ending: Ending
+    exit_code: int | None
+    signal: int | None
+    stdout: str
+    stderr: str
+    stdout_truncated: bool
+    stderr_truncated: bool
+    duration_ms: int
+    error: str | None = None
+
+
 def kill_group(proc: subprocess.Popen[bytes], grace: float = KILL_GRACE,
-               settled: Callable[[], bool] | None = None) -> None:
-    """SIGTERM the child's process group, then SIGKILL whatever is left after `grace`.
+               settled: Callable[[], bool] | None = None, *,
+               clock: Clock | None = None) -> None:
+    """SIGTERM the child's process group, then SIGKILL whatever is left after `grace`
+    seconds on `clock` (default: the system clock).
 
     The wait ends early once the leader has exited and the group is empty, or
     `settled()` says so (the caller may know better: a group whose members are
-    zombies nobody reaps still "exists" for the kernel). Real (not engine) time
-    on purpose: the grace is for the operating system's processes, which a
-    fake clock cannot speed up.
+    zombies nobody reaps still "exists" for the kernel). On a test's FakeClock the
+    grace passes as virtual time, like every other wait of the run.
     """
+    clock = clock or SystemClock()
     pgid = proc.pid  # start_new_session made the child the group leader
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGTERM)
-    end = time.monotonic() + grace
-    while time.monotonic() < end:
+    end = clock.monotonic() + grace
+    while clock.monotonic() < end:
         # Polling also reaps the leader, so it does not keep the group alive as a zombie.
         if proc.poll() is not None and (_group_gone(pgid) or (settled and settled())):
             break
-        time.sleep(POLL)
+        clock.sleep(POLL)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
@@ -120,33 +143,26 @@ def _group_gone(pgid: int) -> bool:
     return False
 
 
-def run_group(
-    argv: Sequence[str],
-    *,
-    stdin: str | None,
-    cwd: str | None,
-    env: Mapping[str, str] | None,
-    should_stop: Callable[[], bool],
-    stdout_cap: int = 1_000_000,
-    stderr_cap: int = 16_384,
-    grace: float = KILL_GRACE,
-) -> GroupResult:
-    """Run `argv` to completion or until `should_stop()`; raises OSError if it cannot start."""
-    start = time.monotonic()
-    proc = subprocess.Popen(
-        list(argv),
-        cwd=cwd,
-        env=dict(env) if env is not None else None,
-        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
+@dataclass
+class _Ran:
+    """What the supervisor leaves: the reaped leader and its drained pipes."""
+
+    proc: subprocess.Popen[bytes]
+    out: _Drain
+    err: _Drain
+    stopped: bool
+
+
+def _supervise(proc: subprocess.Popen[bytes], *, stdin: str | None, out_cap: int,
+               err_cap: int, err_keep: str, should_stop: Callable[[], bool], grace: float,
+               clock: Clock) -> _Ran:
+    """Drain, wait, and kill the group by the one policy (on a stop, and once the
+    leader has exited, so no straggler survives it)."""
     assert proc.stdout is not None
     assert proc.stderr is not None
-    # 4 bytes per character is the UTF-8 worst case; the text is cut to characters below.
-    out = _Drain(proc.stdout, stdout_cap * 4, "head")
-    err = _Drain(proc.stderr, stderr_cap * 4, "tail")
+    # 4 bytes per character is the UTF-8 worst case; the text is cut to characters later.
+    out = _Drain(proc.stdout, out_cap * 4, "head")
+    err = _Drain(proc.stderr, err_cap * 4, err_keep)
     out.start()
     err.start()
     if stdin is not None and proc.stdin is not None:
@@ -159,35 +175,143 @@ def run_group(
     stopped = False
     while True:
         try:
-            proc.wait(timeout=POLL)
+            proc.wait(timeout=POLL)  # a poll of the operating system, not of time
             break
         except subprocess.TimeoutExpired:
             pass
         if should_stop():
             stopped = True
-            kill_group(proc, grace, pipes_closed)
             break
+    # Stopped: the whole group goes. Exited: whatever the leader left in its group
+    # (a background job) goes too; an empty group costs three system calls.
+    kill_group(proc, grace, pipes_closed, clock=clock)
     out.join(timeout=DRAIN_GRACE)
     err.join(timeout=DRAIN_GRACE)
-    if not pipes_closed():
-        kill_group(proc, grace, pipes_closed)
-        # A process that left the group (setsid) may still hold the pipe; the daemon
-        # readers are abandoned rather than letting it block the turn.
-        out.join(timeout=DRAIN_GRACE)
-        err.join(timeout=DRAIN_GRACE)
     for reader in (out, err):
-        # Closing a buffered pipe waits for its lock, which a blocked reader holds.
+        # A process that left the group (setsid) may still hold the pipe: its daemon
+        # reader is abandoned rather than letting it block the step. Closing a buffered
+        # pipe waits for its lock, which a blocked reader holds.
         if not reader.is_alive():
             with contextlib.suppress(OSError):
                 reader.pipe.close()
-    text = bytes(out.data).decode("utf-8", errors="replace")
-    truncated = out.truncated or len(text) > stdout_cap
-    errtext = bytes(err.data).decode("utf-8", errors="replace")
+    return _Ran(proc, out, err, stopped)
+
+
+def _text(drain: _Drain, cap: int, keep: str = "head") -> tuple[str, bool]:
+    """The captured bytes as at most `cap` characters, and whether anything was cut."""
+    text = bytes(drain.data).decode("utf-8", errors="replace")
+    cut = drain.truncated or len(text) > cap
+    return (text[-cap:] if keep == "tail" else text[:cap]), cut
+
+
+def run_group(
+    argv: Sequence[str],
+    *,
+    stdin: str | None,
+    cwd: str | None,
+    env: Mapping[str, str] | None,
+    should_stop: Callable[[], bool],
+    stdout_cap: int = 1_000_000,
+    stderr_cap: int = 16_384,
+    grace: float = KILL_GRACE,
+    clock: Clock | None = None,
+) -> GroupResult:
+    """Run `argv` to completion or until `should_stop()`; raises OSError if it cannot
+    start. `env` None inherits ours; a mapping replaces it. Keeps the head of stdout
+    and the tail of stderr."""
+    clock = clock or SystemClock()
+    start = clock.monotonic()
+    proc = subprocess.Popen(
+        list(argv),
+        cwd=cwd,
+        env=dict(env) if env is not None else None,
+        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    ran = _supervise(proc, stdin=stdin, out_cap=stdout_cap, err_cap=stderr_cap,
+                     err_keep="tail", should_stop=should_stop, grace=grace, clock=clock)
+    stdout, truncated = _text(ran.out, stdout_cap)
+    stderr, _ = _text(ran.err, stderr_cap, "tail")
     return GroupResult(
         returncode=proc.returncode,
-        stdout=text[:stdout_cap],
+        stdout=stdout,
         stdout_truncated=truncated,
-        stderr=errtext[-stderr_cap:],
-        stopped=stopped,
-        seconds=time.monotonic() - start,
+        stderr=stderr,
+        stopped=ran.stopped,
+        seconds=clock.monotonic() - start,
     )
+
+
+def run_shell(
+    command: list[str] | str,
+    *,
+    use_shell: bool,
+    cwd: str | None,
+    env: Mapping[str, str] | None,
+    stdin: str | None,
+    deadline: float | None,
+    cap: int,
+    control: RunControl,
+    clock: Clock,
+    registry: ProcessRegistry | None = None,
+    grace: float = KILL_GRACE,
+) -> ShellResult:
+    """A shell action: `command` (argv, or a shell line with `use_shell`) with `env`
+    added to ours, until it exits, `control` stops it or `deadline` (on `clock`)
+    passes. Never raises for a command that cannot start: that is a result."""
+    start = clock.monotonic()
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    try:
+        proc = subprocess.Popen(
+            command,
+            shell=use_shell,
+            cwd=cwd,
+            env=full_env,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+    except FileNotFoundError as exc:
+        missing = exc.filename or (command[0] if isinstance(command, list) else command)
+        what = "working directory" if cwd and missing == cwd else "command"
+        return _failed("not_found", f"{what} not found: {missing}", start, clock)
+    except PermissionError as exc:
+        return _failed("error", f"permission denied: {exc.filename}", start, clock)
+    except OSError as exc:
+        return _failed("error", f"cannot start command: {exc.strerror}", start, clock)
+    if registry is not None:
+        registry.add(proc.pid, command=str(command)[:200])
+    why: list[Ending] = []
+
+    def should_stop() -> bool:
+        if control.stopping:
+            why.append("stopped")
+        elif deadline is not None and clock.monotonic() >= deadline:
+            why.append("timed_out")
+        return bool(why)
+
+    ran = _supervise(proc, stdin=stdin, out_cap=cap, err_cap=cap, err_keep="head",
+                     should_stop=should_stop, grace=grace, clock=clock)
+    code = proc.returncode
+    stdout, stdout_cut = _text(ran.out, cap)
+    stderr, stderr_cut = _text(ran.err, cap)
+    return ShellResult(
+        ending=why[0] if why else "exited",
+        exit_code=code if code is not None and code >= 0 else None,
+        signal=-code if code is not None and code < 0 else None,
+        stdout=stdout,
+        stderr=stderr,
+        stdout_truncated=stdout_cut,
+        stderr_truncated=stderr_cut,
+        duration_ms=int((clock.monotonic() - start) * 1000),
+    )
+
+
+def _failed(ending: Ending, message: str, start: float, clock: Clock) -> ShellResult:
+    return ShellResult(ending, None, None, "", "", False, False,
+                       int((clock.monotonic() - start) * 1000), message)

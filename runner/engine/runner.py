@@ -9,12 +9,11 @@ resumed one cannot diverge. Completed nodes are never re-run: a node's
 
 from __future__ import annotations
 
-import hashlib
-import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from runner.backoff import ENGINE_JITTER, backoff_delay
 from runner.clock import Clock, iso
 from runner.compiler import Node, WorkflowDefinition
 from runner.compiler.templates import TemplateError, render_native
@@ -67,14 +66,10 @@ class RunOutcome:
 
 def retry_delay(run_id: str, node: str, attempt: int, backoff: float,
                 max_delay: float | None) -> float:
-    """Exponential backoff with jitter that is deterministic per (run, node, attempt)."""
-    base = backoff * (2 ** (attempt - 1))
-    if max_delay is not None:
-        base = min(base, max_delay)
-    seed = hashlib.sha256(f"{run_id}|{node}|{attempt}".encode()).digest()
-    jitter = 0.8 + 0.4 * random.Random(seed).random()
-    delay = base * jitter
-    return float(min(delay, max_delay) if max_delay is not None else delay)
+    """Exponential backoff with jitter that is deterministic per (run, node, attempt)
+    (`runner.backoff`, 80-120 % of the step)."""
+    return backoff_delay(attempt, backoff, max_delay, jitter=ENGINE_JITTER,
+                         seed=f"{run_id}|{node}|{attempt}")
 
 
 class RunDriver:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Any
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
+from runner.clock import Clock, SystemClock
 from runner.compiler import Catalog, Compiler, CompileResult, render_text
 from runner.compiler.discovery import PROJECT_DIR, SUFFIXES, is_path_ref
 from runner.engine import AgentStepExecutor, Engine
@@ -69,7 +69,8 @@ class DevMode:
                  executor: Callable[[], AgentStepExecutor | None] = lambda: None,
                  runs_dir: Path | None = None, project_root: Path | None = None,
                  queued: Callable[[], Sequence[LaunchRecord]] | None = None,
-                 run_input: Any = None) -> None:
+                 run_input: Any = None, clock: Clock | None = None) -> None:
+        self.clock = clock or SystemClock()
         self.run_input = run_input
         self.build_catalog = build_catalog
         self.emit = emit
@@ -117,11 +118,11 @@ class DevMode:
             self._thread.join(timeout=5)
 
     def wait_batches(self, count: int, timeout: float = 10.0) -> bool:
-        end = time.monotonic() + timeout
+        end = self.clock.monotonic() + timeout
         while self.state.batches < count:
-            if time.monotonic() > end:
+            if self.clock.monotonic() > end:
                 return False
-            time.sleep(0.005)
+            self.clock.sleep(0.005)
         return True
 
     # -- watching ----------------------------------------------------------------------
@@ -165,7 +166,7 @@ class DevMode:
         with self._lock:
             self._pending.add(path)
             if self._first_event is None:
-                self._first_event = time.monotonic()
+                self._first_event = self.clock.monotonic()
         self._wake.set()
 
     def _loop(self) -> None:
@@ -173,7 +174,7 @@ class DevMode:
             self._wake.wait()
             if self._stop.is_set():
                 return
-            time.sleep(DEBOUNCE)  # let the save burst finish
+            self.clock.sleep(DEBOUNCE)  # let the save burst finish
             with self._lock:
                 changed, self._pending = self._pending, set()
                 first, self._first_event = self._first_event, None
@@ -226,7 +227,7 @@ class DevMode:
                                                origin=entry.origin)
                 self._report(entry.name, result)
         if first is not None:
-            self.state.last_latency = time.monotonic() - first
+            self.state.last_latency = self.clock.monotonic() - first
             self.state.latencies.append(self.state.last_latency)
         for folder in self._rewatch():
             self.touch(folder)  # a file saved there before the watch began: the next batch
@@ -285,7 +286,7 @@ class DevMode:
             return
         if self.runs_dir is None:
             return
-        engine = Engine(runs_dir=self.runs_dir, executor=self.executor(),
+        engine = Engine(runs_dir=self.runs_dir, clock=self.clock, executor=self.executor(),
                         project_root=self.project_root, work_dir=self.project_root)
         try:
             outcome = engine.start(result.definition, self.run_input or {})

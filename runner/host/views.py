@@ -14,6 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from runner.clock import Clock, SystemClock
 from runner.engine import RunReader, fold
 from runner.errors import InputError, OperationFailed
 
@@ -185,13 +186,14 @@ def progress_bars(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def follow(runs: Path | RunReader, run_id: str, on_view: Any, *, poll: float = 0.2,
-           stop: Any = None, timeout: float | None = None) -> dict[str, Any]:
-    """Call `on_view(view)` whenever the trace grows, until the run ends (or `stop`)."""
-    import time
-
+           stop: Any = None, timeout: float | None = None,
+           clock: Clock | None = None) -> dict[str, Any]:
+    """Call `on_view(view)` whenever the trace grows, until the run ends (or `stop`,
+    or `timeout` seconds on `clock`)."""
+    clock = clock or SystemClock()
     reader = reader_for(runs)
     last = -1
-    started = time.monotonic()
+    started = clock.monotonic()
     while True:
         view = show_run(reader, run_id)
         if view["trace_events"] != last:
@@ -200,6 +202,6 @@ def follow(runs: Path | RunReader, run_id: str, on_view: Any, *, poll: float = 0
             on_view(view)
         if view["status"] != "running" or (stop is not None and stop.is_set()):
             return view
-        if timeout is not None and time.monotonic() - started > timeout:
+        if timeout is not None and clock.monotonic() - started > timeout:
             return view
-        time.sleep(poll)
+        clock.sleep(poll, stop)

@@ -151,7 +151,7 @@ class LaunchCoordinator(Preflight):
         self.lease_seconds = lease_seconds
         self.renew_every = renew_every
         self.secrets = secrets
-        self._keeper = LeaseKeeper(self)
+        self._keeper = LeaseKeeper(store, self.clock, lease_seconds, renew_every, runner_id)
         # Checkpoint after input is cleared, so the -wal file keeps no copy of it.
         self.scrub_input = scrub_input
 

@@ -10,7 +10,8 @@ import pytest
 import runner
 
 SUBPACKAGES = {"annotations", "compiler", "errors", "engine", "store", "launch",
-               "controllers", "host", "cli", "clock", "importlib", "safety", "canonical"}
+               "controllers", "host", "cli", "clock", "importlib", "safety", "canonical",
+               "backoff", "deadline", "leases"}
 
 
 def test_all_names_resolve() -> None:

@@ -82,7 +82,7 @@ class CommandExecutor:
             result = run_group(self.argv, stdin=self._stdin(step, message, kind),
                                cwd=self.cwd, env=env, should_stop=step.should_stop,
                                stdout_cap=STDOUT_CAP, stderr_cap=STDERR_CAP,
-                               grace=self.kill_grace)
+                               grace=self.kill_grace, clock=self.clock)
         except OSError as exc:
             self._fail(self._start_error(exc))
             return
