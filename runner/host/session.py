@@ -434,13 +434,12 @@ class SessionController:
 
     def wait_quiet(self, timeout: float = 30.0) -> None:
         """Block until `quiet()` (for hosts that drive turns on one thread, like tests)."""
-        import time
-
-        end = time.monotonic() + timeout
+        clock = self.coordinator.clock
+        end = clock.monotonic() + timeout
         while not self.quiet():
-            if time.monotonic() > end:
+            if clock.monotonic() > end:
                 raise TimeoutError("the workflow run did not reach a quiet point in time")
-            time.sleep(0.002)
+            clock.sleep(0.002)
 
     def _step_done(self, turn: _StepTurn) -> None:
         with self._lock:

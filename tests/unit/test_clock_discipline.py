@@ -30,14 +30,11 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("cli/progress.py", "Progress.__call__"): "display only: the live counter's start",
     ("cli/follow.py", "_elapsed"): "display only: a running node's age in `show --follow`",
     ("cli/follow.py", "follow_run"): "display only: yield so the live view's last refresh lands",
-    # Owned elsewhere, reported for a follow-up (issue 9); the store takes `now` as an
-    # input and defaults it to the system time.
+    # The store takes `now` as an input and defaults it to the system time.
     ("store/sqlite_store.py", "SqliteStore.__init__"): "the store's `now` input defaults to "
                                                        "the system time",
     ("store/sqlite_store.py", "SqliteStore.reset"): "the store's `now` input defaults to "
                                                     "the system time",
-    ("host/session.py", "SessionController.wait_quiet"): "a test helper's deadline; to move "
-                                                         "onto the session's clock",
 }
 
 
