@@ -236,13 +236,16 @@ class LaunchCoordinator(Preflight):
     def _begin(self, act: Activation) -> bool:
         record = act.record
         self.crash("after_claim")
-        if record.status == "starting" and record.crash_count >= MAX_ACTIVATION_CRASHES:
-            self.fail_launch(record, act.token, "activation_failed",
-                             f"activation crashed {record.crash_count} times in a row; it is "
-                             "not tried again. Check the host log, then start it again")
-            return False
         engine = self._engine(record, act.token)
         act.engine = engine
+        if record.status == "starting" and record.crash_count >= MAX_ACTIVATION_CRASHES:
+            reason = (f"activation crashed {record.crash_count} times in a row; it is not "
+                      "tried again. Check the host log, then start it again")
+            if self.reader.started(record.run_id):
+                engine.abandon(record.run_id, "failed", code="activation_failed",
+                               reason=reason)  # the bundle ends as the launch does
+            self.fail_launch(record, act.token, "activation_failed", reason, fixed=True)
+            return False
         if not self.reader.started(record.run_id):
             # No bundle, or one whose creator died before `run_started` was durable:
             # nothing ran, and the input is still in the row (it is cleared at running).

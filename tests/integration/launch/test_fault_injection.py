@@ -8,7 +8,9 @@ from faultkit import run_seed
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", range(50))
+# 71 and 212 broke invariants in a 1,000-seed run once (cancel of a completed run whose
+# runner died; a poison launch with a started bundle): kept as regressions.
+@pytest.mark.parametrize("seed", [*range(50), 71, 212])
 def test_every_launch_ends_once_in_a_state_its_bundle_agrees_with(seed: int) -> None:
     report = run_seed(seed)
     assert report.problems == [], report.to_json()
