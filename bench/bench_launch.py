@@ -45,9 +45,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from runner.compiler import build_catalog  # noqa: E402
-from runner.host.local import Workspace  # noqa: E402
-from runner.host.protocol import SessionEntry  # noqa: E402
+from runner.host.runtime.local import Workspace  # noqa: E402
 from runner.host.session import SessionController  # noqa: E402
+from runner.host.session.protocol import SessionEntry  # noqa: E402
 from runner.launch import LaunchCoordinator  # noqa: E402
 from runner.store import SqliteStore  # noqa: E402
 
@@ -274,7 +274,8 @@ def main(argv: list[str]) -> int:
         print(f"(a) workflow start -> queued row ({s['n']} starts): p50 {s['p50_ms']} ms, "
               f"p90 {s['p90_ms']} ms, p99 {s['p99_ms']} ms, max {s['max_ms']} ms "
               f"(aim p50 <= {AIM_START_P50_MS}, p99 <= {AIM_START_P99_MS})")
-        print(f"(b) claim -> recorded ending of a one-node run ({a['n']} activations): p50 {a['p50_ms']} ms, "
+        print(f"(b) claim -> recorded ending of a one-node run ({a['n']} activations): "
+              f"p50 {a['p50_ms']} ms, "
               f"p90 {a['p90_ms']} ms, p99 {a['p99_ms']} ms, max {a['max_ms']} ms")
         print(f"(c) launch+activate+run cycles, {c['procs']} processes, {c['seconds']} s, "
               f"synchronous={c['store_settings'].get('synchronous')} (2 = FULL): "

@@ -39,8 +39,8 @@ if TYPE_CHECKING:
         define_controller,
     )
     from runner.engine import AgentStep, AgentStepExecutor, Engine, RunControl, RunOutcome
-    from runner.host.reference import JsonlHost
     from runner.host.session import SessionController
+    from runner.host.session.reference import JsonlHost
     from runner.launch import LaunchCoordinator
     from runner.store import SqliteStore
 
@@ -58,7 +58,7 @@ _LAZY = {
     "ControllerManager": "runner.controllers",
     "ReconcileContext": "runner.controllers",
     "define_controller": "runner.controllers",
-    "JsonlHost": "runner.host.reference",
+    "JsonlHost": "runner.host.session.reference",
     "SessionController": "runner.host.session",
 }
 

@@ -16,7 +16,7 @@ nothing so every layer may use it.
 A reconciler steers its own retries with these (as in kopf): `TemporaryError(msg,
 delay=N)` is retried after exactly N seconds, `PermanentError` is not retried until
 the resource changes or is woken again, anything else backs off exponentially.
-The store keeps its own tree (`runner.store.errors`); `runner.host.errors` maps it
+The store keeps its own tree (`runner.store.errors`); `runner.host.runtime.errors` maps it
 onto this one wherever an error reaches a user.
 """
 

@@ -2,7 +2,7 @@
 
 Every user mistake surfaces as one line on stderr with the exit code its class
 asks for (DESIGN §9); a traceback appears only with `--debug`. Store errors have
-their own tree (the store imports nothing from runner); `runner.host.errors.translate`
+their own tree (the store imports nothing from runner); `runner.host.runtime.errors.translate`
 classifies them here, so no command can leak a traceback for a busy or broken store.
 """
 
@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 import click
 
 from runner.errors import WfrunError
-from runner.host.errors import translate
+from runner.host.runtime.errors import translate
 
 from .context import Context
 

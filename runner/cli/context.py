@@ -53,7 +53,7 @@ class Context:
 
     def executor(self, spec: str | None, clock: Any = None) -> Any:
         """The agent executor a `--agent SPEC` names, with the global openai settings."""
-        from runner.host.local import make_executor
+        from runner.host.runtime.local import make_executor
 
         return make_executor(spec, clock, self.openai)
 

@@ -14,8 +14,8 @@ import click
 from runner.compiler import render_text
 from runner.compiler.yamlio import YamlProblem, load
 from runner.errors import InputError
-from runner.host.controllers import cancel_children, discover, make_manager, resource_view
-from runner.host.local import open_store
+from runner.host.runtime.controllers import cancel_children, discover, make_manager, resource_view
+from runner.host.runtime.local import open_store
 
 from .app import cli
 from .context import Context

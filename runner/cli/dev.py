@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import signal
 import threading
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from runner.compiler import build_catalog
-from runner.host.devmode import DevMode
-from runner.host.local import parse_input
-from runner.store import LaunchRecord
+from runner.host.runtime.devmode import DevMode
+from runner.host.runtime.local import parse_input
+
+if TYPE_CHECKING:
+    pass
 
 from .app import cli
 from .context import Context
@@ -41,15 +44,15 @@ def dev_cmd(ctx: Context, names: tuple[str, ...], run_name: str | None, agent: s
         console = err if kind in ("error", "note") else out
         console.print(f"[{style}]{escape(text)}[/]", soft_wrap=True)
 
-    def queued() -> list[LaunchRecord]:
+    def queued() -> list[Any]:
         """Every queued launch (detached or a session's): their sources and digests."""
-        from runner.host.local import open_store, store_path
+        from runner.host.runtime.local import open_store, store_path
 
         if not store_path(ws).exists():
             return []
         store = open_store(ws)
         try:
-            rows: list[LaunchRecord] = store.launches.query(statuses=["queued"])
+            rows: list[Any] = store.launches.query(statuses=["queued"])
             return rows
         finally:
             store.close()

@@ -8,10 +8,9 @@ from types import FrameType
 
 import click
 
-from runner.host.controllers import discover, make_manager
-from runner.host.local import open_store
-from runner.host.standalone import StandaloneHost
-from runner.launch.coordinator import LEASE_SECONDS
+from runner.host.daemon import LEASE_SECONDS, StandaloneHost
+from runner.host.runtime.controllers import discover, make_manager
+from runner.host.runtime.local import open_store
 
 from .app import cli
 from .context import Context

@@ -9,11 +9,10 @@ from typing import Any
 import click
 
 from runner.engine import RunControl
-from runner.errors import InputError, NotFoundError, TemporaryError, WfrunError
-from runner.host.foreground import start_and_wait
-from runner.host.launches import detached_coordinator, explain, launch_status
-from runner.host.local import open_store, parse_input, store_path
-from runner.launch import PreflightError, workflow_name
+from runner.errors import InputError, NotFoundError
+from runner.host.runtime.foreground import queue_detached, start_and_wait
+from runner.host.runtime.launches import detached_coordinator, explain, launch_status
+from runner.host.runtime.local import open_store, parse_input, reset_store, store_path
 
 from .app import cli
 from .context import Context
@@ -36,25 +35,17 @@ def start_cmd(ctx: Context, ref: str, input_json: str | None, pairs: tuple[str, 
     value = parse_input(input_json, pairs, _input_schema(ws, ref) if pairs else None)
     store = open_store(ws)
     coordinator = detached_coordinator(ws, store, executor=ctx.executor(agent, ws.clock))
-    try:
-        record = coordinator.prepare(ref, value)
-    except PreflightError as exc:
-        if exc.code == "workflow_not_found":
-            raise NotFoundError(f"{exc.message} [{exc.code}]") from None
-        if exc.code == "store_unavailable":
-            raise TemporaryError(f"{exc.message} [{exc.code}]") from None
-        raise InputError(f"{exc.message} [{exc.code}]") from None
-    name = workflow_name(record.workflow_ref)
+    name, run_id = queue_detached(coordinator, ref, value)
     if as_json and not wait:
-        click.echo(json.dumps({"action": "start", "workflow": name, "runId": record.run_id,
+        click.echo(json.dumps({"action": "start", "workflow": name, "runId": run_id,
                                "queued": True}))
     else:
-        click.echo(f"Workflow {name} queued (run {record.run_id}).", err=as_json)
+        click.echo(f"Workflow {name} queued (run {run_id}).", err=as_json)
     if not wait:
         return
     control = RunControl()
     with Progress() as progress, parking_on_interrupt(control):
-        outcome = start_and_wait(coordinator, record.run_id, control, progress)
+        outcome = start_and_wait(coordinator, run_id, control, progress)
     if as_json:
         click.echo(json.dumps({"runId": outcome.run_id, "status": outcome.status,
                                "final_output": outcome.final_output, "error": outcome.error}))
@@ -163,12 +154,5 @@ def store_reset(ctx: Context, yes: bool) -> None:
     if not yes:
         raise InputError("store reset deletes every queued launch and intent; keep the run "
                          "bundles you need (.wfrun/runs/), then run `wfrun store reset --yes`")
-    from runner.store import SqliteStore, StoreError
-
-    ws = workspace(ctx)
-    path = store_path(ws)
-    try:
-        SqliteStore.reset(path).close()
-    except StoreError as exc:
-        raise WfrunError(exc.message) from None
+    path = reset_store(workspace(ctx))
     click.echo(f"store reset: {path} (run bundles untouched)")

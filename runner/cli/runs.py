@@ -15,9 +15,9 @@ import click
 
 from runner.engine import RunControl, RunOutcome
 from runner.errors import WfrunError
-from runner.host.foreground import answer_run, resume_run, run_workflow
-from runner.host.local import Workspace, open_store, parse_answer, parse_input
-from runner.host.views import list_runs, show_run
+from runner.host.runtime.foreground import answer_run, resume_run, run_workflow
+from runner.host.runtime.local import Workspace, open_store, parse_answer, parse_input
+from runner.host.runtime.views import list_runs, show_run
 
 from .app import cli
 from .context import Context

@@ -14,7 +14,7 @@ Invalid arguments (unknown status, oversized JSON, non-JSON values) raise
 `ValueError`; they are programming errors, not store conditions.
 
 The upper layers map these onto `runner.errors` in one place,
-`runner.host.errors.translate` (busy -> TemporaryError, IncompatibleLayout and the
+`runner.host.runtime.errors.translate` (busy -> TemporaryError, IncompatibleLayout and the
 rest -> OperationFailed), so every user boundary shows one line, never a traceback.
 """
 

@@ -242,7 +242,7 @@ HOLDING_AGENT = """
     import time
     from pathlib import Path
 
-    import runner.host.local as local
+    import runner.host.runtime.local as local
 
 
     class Holding:

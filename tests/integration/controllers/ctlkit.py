@@ -32,8 +32,8 @@ from runner.controllers import (
     load_controller,
 )
 from runner.engine import AgentStepExecutor
-from runner.host.controllers import child_launcher
-from runner.host.local import Workspace
+from runner.host.runtime.controllers import child_launcher
+from runner.host.runtime.local import Workspace
 from runner.store import SqliteStore
 from runner.store.controller_interface import Resource
 

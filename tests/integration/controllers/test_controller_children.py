@@ -39,9 +39,9 @@ from runner.controllers import (
 )
 from runner.controllers.workflows import QUEUE_GRACE_SECONDS, ChildView
 from runner.errors import InputError
-from runner.host.children import LocalChildLauncher
-from runner.host.controllers import child_launcher
-from runner.host.local import Workspace
+from runner.host.runtime.children import LocalChildLauncher
+from runner.host.runtime.controllers import child_launcher
+from runner.host.runtime.local import Workspace
 from runner.store import SqliteStore
 from runner.store.controller_interface import Resource, WorkflowRequest
 

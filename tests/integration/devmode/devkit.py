@@ -18,7 +18,7 @@ from typing import Any
 from waiting import DEADLINE
 
 from runner.compiler import Catalog, Compiler, build_catalog
-from runner.host.devmode import DevMode
+from runner.host.runtime.devmode import DevMode
 
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 from harness import Scripted, Session, on_user
 
-from runner.host.reference import ToolCall
+from runner.host.session.reference import ToolCall
 
 pytestmark = pytest.mark.timeout(20)
 

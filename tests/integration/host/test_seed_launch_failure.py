@@ -20,8 +20,8 @@ from harness import (
 )
 
 from runner.errors import OperationFailed
-from runner.host.local import store_path
-from runner.host.reference import ModelView, ToolCall
+from runner.host.runtime.local import store_path
+from runner.host.session.reference import ModelView, ToolCall
 from runner.launch.intents import (
     DEFERRED_TURN_TYPE,
     FACTS_SCHEMA,

@@ -27,7 +27,7 @@ from harness import (
     submit_steps,
 )
 
-from runner.host.reference import ModelView, ToolCall
+from runner.host.session.reference import ModelView, ToolCall
 from runner.launch.intents import AGENT_STEP_TYPE, DEFERRED_TURN_TYPE, launch_failed_text
 from runner.store import StoreUnavailable
 

@@ -22,9 +22,9 @@ from harness import (
 )
 from waiting import wait_until
 
-from runner.host.local import store_path
-from runner.host.protocol import ToolReply
-from runner.host.reference import ModelView, ToolCall
+from runner.host.runtime.local import store_path
+from runner.host.session.protocol import ToolReply
+from runner.host.session.reference import ModelView, ToolCall
 from runner.launch.intents import AGENT_STEP_TYPE, PRESENTATION_TYPE
 
 pytestmark = pytest.mark.timeout(20)

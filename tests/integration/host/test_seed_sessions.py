@@ -22,7 +22,7 @@ from harness import (
 from waiting import wait_until
 
 from runner.engine.agent import CONTRACT_RE
-from runner.host.reference import ModelView, ToolCall
+from runner.host.session.reference import ModelView, ToolCall
 from runner.launch.intents import (
     AGENT_STEP_TYPE,
     DEFERRED_TURN_TYPE,

@@ -16,7 +16,7 @@ from harness import Scripted, make_session, on_user, start_call
 
 from runner.compiler import build_catalog
 from runner.errors import OperationFailed
-from runner.host.local import Workspace, open_store, store_path
+from runner.host.runtime.local import Workspace, open_store, store_path
 from runner.store import (
     LAUNCH_STATUSES,
     RESET_INSTRUCTION,

@@ -25,7 +25,7 @@ from runner.compiler import build_catalog
 from runner.engine import RunControl, RunReader
 from runner.engine.runner import CRASH_POINTS as ENGINE_POINTS
 from runner.errors import WfrunError
-from runner.host.local import Workspace
+from runner.host.runtime.local import Workspace
 from runner.launch import EngineOptions, LaunchCoordinator, PreflightError
 from runner.launch.coordinator import CRASH_POINTS as LAUNCH_POINTS
 from runner.store import SqliteStore

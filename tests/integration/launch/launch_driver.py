@@ -34,10 +34,10 @@ from pathlib import Path
 
 from runner.compiler import build_catalog
 from runner.engine.agent import CONTRACT_RE
-from runner.host.local import Workspace
-from runner.host.protocol import SessionEntry
-from runner.host.reference import JsonlHost, ModelReply, ModelView, ToolCall
+from runner.host.runtime.local import Workspace
 from runner.host.session import SessionController, SessionExecutor
+from runner.host.session.protocol import SessionEntry
+from runner.host.session.reference import JsonlHost, ModelReply, ModelView, ToolCall
 from runner.launch import EngineOptions, LaunchCoordinator
 from runner.launch.intents import AGENT_STEP_TYPE, DEFERRED_TURN_TYPE
 from runner.store import SqliteStore

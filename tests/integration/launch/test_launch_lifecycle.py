@@ -17,7 +17,7 @@ from launch_it_kit import Project, event_counts
 
 from runner.compiler import build_catalog
 from runner.errors import WfrunError
-from runner.host.local import Workspace
+from runner.host.runtime.local import Workspace
 from runner.launch import EngineOptions, LaunchCoordinator
 from runner.store import LaunchRecord, SqliteStore
 
@@ -220,8 +220,8 @@ def test_an_input_the_store_refuses_is_a_preflight_error_in_the_tool_call(
         project: Project) -> None:
     """A 2 MiB input passes the schema but not the store's 1 MiB bound: the tool call
     answers with an error (it used to raise out of the host's turn) and stores nothing."""
-    from runner.host.reference import JsonlHost
     from runner.host.session import SessionController
+    from runner.host.session.reference import JsonlHost
 
     stack = Stack(project)
     controller = SessionController(JsonlHost(project.session_log, lambda _v: "ok"),

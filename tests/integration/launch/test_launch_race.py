@@ -20,7 +20,7 @@ import pytest
 from launch_it_kit import RACER, TERMINAL, TINY, Project, event_counts
 
 from runner.compiler import build_catalog
-from runner.host.local import Workspace
+from runner.host.runtime.local import Workspace
 from runner.launch import LaunchCoordinator
 from runner.store import SqliteStore
 

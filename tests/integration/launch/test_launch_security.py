@@ -26,9 +26,9 @@ from launch_it_kit import Project
 
 from runner.compiler import WorkflowDefinition, build_catalog
 from runner.errors import OperationFailed, WfrunError
-from runner.host.local import Workspace
-from runner.host.reference import JsonlHost, ModelReply, ModelView, ToolCall
+from runner.host.runtime.local import Workspace
 from runner.host.session import SessionController, SessionExecutor
+from runner.host.session.reference import JsonlHost, ModelReply, ModelView, ToolCall
 from runner.launch import EngineOptions, LaunchCoordinator
 from runner.launch.intents import DEFERRED_TURN_TYPE
 from runner.store import SqliteStore

@@ -29,8 +29,8 @@ from waiting import DEADLINE, wait_until
 
 from runner.compiler import build_catalog
 from runner.engine.bundle import MANIFEST, read_json
-from runner.host.launches import detached_coordinator
-from runner.host.local import Workspace
+from runner.host.runtime.launches import detached_coordinator
+from runner.host.runtime.local import Workspace
 from runner.store import LaunchRecord, SqliteStore
 
 THREE = """\

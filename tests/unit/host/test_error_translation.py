@@ -1,4 +1,4 @@
-"""`runner.host.errors.translate`: the store's tree classified onto runner.errors.
+"""`runner.host.runtime.errors.translate`: the store's tree classified onto runner.errors.
 
 The busy case comes from a real SQLite lock (another connection mid-transaction),
 so it proves the store's own error carries what the classification reads.
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from runner.errors import NotFoundError, OperationFailed, TemporaryError, WfrunError
-from runner.host.errors import BUSY_MESSAGE, translate
+from runner.host.runtime.errors import BUSY_MESSAGE, translate
 from runner.store import SqliteStore
 from runner.store.errors import (
     RESET_INSTRUCTION,

@@ -11,7 +11,7 @@ import pytest
 from runner.clock import FakeClock
 from runner.compiler import build_catalog
 from runner.errors import ConflictError, DefinitionInvalid, InputError, NotFoundError
-from runner.host.local import Workspace
+from runner.host.runtime.local import Workspace
 from runner.launch import LaunchCoordinator, PreflightError
 from runner.launch.coordinator import _classify
 from runner.store import SqliteStore, StoreUnavailable

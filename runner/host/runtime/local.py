@@ -287,6 +287,20 @@ def store_path(ws: Workspace) -> Path:
     return base / "state" / "store.sqlite3"
 
 
+def reset_store(ws: Workspace) -> Path:
+    """`wfrun store reset --yes`: delete and recreate the store; bundles are kept."""
+    from runner.store import SqliteStore, StoreError
+
+    path = store_path(ws)
+    try:
+        SqliteStore.reset(path).close()
+    except StoreError as exc:
+        from runner.errors import OperationFailed
+
+        raise OperationFailed(exc.message) from None
+    return path
+
+
 def open_store(ws: Workspace) -> Any:
     """Open the project's store, mapping store errors onto the CLI's error classes."""
     from runner.store import IncompatibleLayout, SqliteStore, StoreError, StoreUnavailable

@@ -13,8 +13,8 @@ from typing import Any
 from runner.engine import AgentStepExecutor, RunControl, RunOutcome
 from runner.engine.processes import reap_dead_registries, registry_for_this_process
 from runner.engine.runner import Observer
-from runner.errors import InputError, NotFoundError, OperationFailed
-from runner.launch import EngineOptions, LaunchCoordinator, PreflightError
+from runner.errors import InputError, NotFoundError, OperationFailed, TemporaryError, WfrunError
+from runner.launch import EngineOptions, LaunchCoordinator, PreflightError, workflow_name
 from runner.store import Store
 
 from .launches import dead_local_runner, environment_secrets, runner_id
@@ -41,10 +41,28 @@ def prepared(coordinator: LaunchCoordinator, ref: str, value: Any, *,
         record = coordinator.prepare(ref, value, parent_run_id=parent_run_id,
                                      affinity_runner_id=coordinator.runner_id)
     except PreflightError as exc:
-        if exc.code == "workflow_not_found":
-            raise NotFoundError(f"{exc.message} [{exc.code}]") from None
-        raise InputError(f"{exc.message} [{exc.code}]") from None
+        raise preflight_error(exc) from None
     return record.run_id
+
+
+def preflight_error(exc: PreflightError) -> WfrunError:
+    """A refused start as the CLI's error classes (exit 3 not found, 1 a busy store,
+    2 anything the caller should fix), with its stable code."""
+    text = f"{exc.message} [{exc.code}]"
+    if exc.code == "workflow_not_found":
+        return NotFoundError(text)
+    if exc.code == "store_unavailable":
+        return TemporaryError(text)
+    return InputError(text)
+
+
+def queue_detached(coordinator: LaunchCoordinator, ref: str, value: Any) -> tuple[str, str]:
+    """`wfrun start`: one queued detached launch; (workflow name, run id)."""
+    try:
+        record = coordinator.prepare(ref, value)
+    except PreflightError as exc:
+        raise preflight_error(exc) from None
+    return workflow_name(record.workflow_ref), record.run_id
 
 
 def execute_here(coordinator: LaunchCoordinator, run_id: str, control: RunControl, *,

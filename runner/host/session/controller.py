@@ -41,7 +41,7 @@ from .protocol import Host, SessionEntry, ToolReply
 from .tool import validate_call
 
 if TYPE_CHECKING:
-    from .watch import SourceWatch
+    from runner.host.runtime.watch import SourceWatch
 
 log = logging.getLogger(__name__)
 RESOLUTION_BY_TYPE: dict[str, TurnResolution] = {

@@ -29,11 +29,12 @@ from runner.launch import EngineOptions, LaunchCoordinator
 from runner.launch.coordinator import LEASE_SECONDS, RENEW_EVERY
 from runner.store import LaunchRecord, Store, StoreError
 
-from .launches import runner_id
-from .local import Workspace
-from .watch import Drift, SourceWatch
+from .runtime.launches import runner_id
+from .runtime.local import Workspace
+from .runtime.watch import Drift, SourceWatch
 
 log = logging.getLogger(__name__)
+__all__ = ["LEASE_SECONDS", "HostLock", "HostReport", "StandaloneHost"]
 PARK_DEADLINE = 8.0
 
 
