@@ -242,21 +242,26 @@ class SqliteDatabase:
         self._lock = threading.Lock()
         self._write_lock = _write_lock_for(path)
         _opened(path, +1)
-        self._connections: list[tuple[int, sqlite3.Connection]] = []
+        self._connections: list[tuple[int, int, sqlite3.Connection]] = []
         self._closed = False
 
     def connection(self) -> sqlite3.Connection:
         """This thread's connection, opened with the store's pragmas on first use."""
-        if self._closed:
-            raise StoreError(f"the store at {self.path} is closed")
         pid = os.getpid()
         cached: tuple[int, sqlite3.Connection] | None = getattr(self._local, "conn", None)
+        if self._closed:
+            if cached is not None and cached[0] == pid:
+                # Closed by another thread: this thread closes its own connection, here,
+                # where nothing else can be using it.
+                self._local.conn = None
+                cached[1].close()
+            raise StoreError(f"the store at {self.path} is closed")
         if cached is not None and cached[0] == pid:
             return cached[1]
         conn = self._connect()
         self._local.conn = (pid, conn)
         with self._lock:
-            self._connections.append((pid, conn))
+            self._connections.append((pid, threading.get_ident(), conn))
         return conn
 
     def _connect(self) -> sqlite3.Connection:
@@ -377,16 +382,24 @@ class SqliteDatabase:
                 raise IncompatibleLayout(str(self.path), drift)
 
     def close(self) -> None:
-        """Close every connection this process opened (idempotent)."""
+        """Close the store (idempotent): this thread's connection and those of threads
+        that have ended now; a live thread closes its own at its next use. Closing a
+        connection another thread is in the middle of using can crash the interpreter
+        (a lease keeper reading run events while its owner closes the store did)."""
         pid = os.getpid()
+        me = threading.get_ident()
+        alive = {t.ident for t in threading.enumerate()}
         with self._lock:
             connections, self._connections = self._connections, []
             was_closed, self._closed = self._closed, True
         if not was_closed:
             _opened(self.path, -1)
-        for owner, conn in connections:
-            if owner == pid:
+        for owner, thread, conn in connections:
+            if owner == pid and (thread == me or thread not in alive):
                 conn.close()
+        cached = getattr(self._local, "conn", None)
+        if cached is not None:
+            self._local.conn = None
 
 
 def open_database(path: Path, *, now_ms: int, busy_timeout_ms: int) -> SqliteDatabase:
