@@ -137,8 +137,19 @@ def explain(ws: Workspace, store: Store, run_id: str) -> dict[str, Any]:
         reasons.append(f"{status} on runner {record.runner_id}; lease "
                        + (f"expires in {left / 1000:.1f}s" if live else
                           "expired: another runner may recover it"))
+        dead = dead_local_runner(record.runner_id)
+        if dead is not None:
+            reasons.append(f"its runner (process {dead.rpartition(':')[2]}) is "
+                           f"gone: `wfrun resume {run_id}` takes it over now, `wfrun host` "
+                           "after the lease, `wfrun cancel` ends it")
     elif status == "parked":
-        reasons.append("parked: a host (or `wfrun resume`) continues it at the interrupted node")
+        if record.park_mode == "auto":
+            reasons.append("parked by a host or session shutdown: the next `wfrun host` (or "
+                           "its session, when it starts again) continues it at the "
+                           "interrupted node")
+        else:
+            reasons.append(f"parked on request (Ctrl-C or a pause): it waits for `wfrun "
+                           f"resume {run_id}`; no host resumes it by itself")
     elif status == "failed":
         reasons.append(f"failed to start or run: {record.error_code}: {record.error_message}")
     elif status == "cancelled":

@@ -152,6 +152,9 @@ def test_a_killed_foreground_run_is_finished_by_the_host_after_its_lease(proj: P
 def test_cancel_works_on_a_killed_foreground_run(proj: Proj) -> None:
     """Defect 9: `cancel` refused a killed foreground run (exit 3)."""
     run_id = _killed_run(proj, "between_nodes")
+    why = proj.wfrun("why", run_id)
+    assert why.returncode == 0, why
+    assert f"is gone: `wfrun resume {run_id}` takes it over now" in why.stdout
     conn = sqlite3.connect(proj.root / ".wfrun" / "state" / "store.sqlite3")
     with conn:
         conn.execute("UPDATE workflow_run_queue SET claim_expires_at = 1")
@@ -196,6 +199,8 @@ def test_ctrl_c_parks_explicitly_and_no_host_resumes_it_unasked(proj: Proj) -> N
             proc.kill()
     (row,) = proj.rows()
     assert row["status"] == "parked"
+    why = proj.wfrun("why", str(row["run_id"]))
+    assert f"waits for `wfrun resume {row['run_id']}`" in why.stdout
     assert proj.wfrun("host", "--once").returncode == 0
     assert proj.rows()[0]["status"] == "parked"  # not resumed by the host
     assert proj.effects("naps.log") == ["start"]
