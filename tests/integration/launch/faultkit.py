@@ -1,9 +1,12 @@
 """A seeded fault-injection harness over one real SQLite store (issue 9, "Prove it").
 
-One seed drives a random schedule of detached starts, session launches, foreground
-runs (claimed by id), cancels and restarts. Crashes are injected at every named
-point of the launch and engine path by raising `Crash` (a BaseException, so no
-boundary on the run path can swallow it: the runner is dead from then on), and
+One seed drives a random schedule of detached starts, session launches (claimed
+only at their own session's boundary), foreground runs (claimed by id), cancels and
+restarts. Controller children are the same rows; their crash matrix runs with real
+processes in tests/integration/controllers/test_controller_child_crashes.py.
+Crashes are injected at every named point of the launch and engine path by
+raising `Crash` (a BaseException, so no boundary on the run path can swallow it:
+the runner is dead from then on), and
 lease expiry is a jump of the store's FakeClock. After the schedule, a final
 recovery drains everything; then the invariants are checked. A failing seed
 replays exactly from its number: `python bench/bench_faults.py --seed N`.
@@ -31,6 +34,7 @@ from runner.launch.coordinator import CRASH_POINTS as LAUNCH_POINTS
 from runner.store import SqliteStore
 
 LEASE = 30.0
+SESSIONS = ("session-a", "session-b")  # launches only their own session activates
 POINTS = tuple(p for p in (*LAUNCH_POINTS, *ENGINE_POINTS)
                if p not in ("after_session_append",))
 WORKFLOW = """\
@@ -132,16 +136,21 @@ def _run(w: World, seed: int, steps: int, crash_every: float) -> Report:
     co = w.coordinator(crash_every)
     ids: list[str] = []
     for _ in range(steps):
-        action = rng.choice(["start", "start", "foreground", "drain", "drain", "cancel",
-                             "expire", "restart"])
+        action = rng.choice(["start", "start", "session", "foreground", "drain", "drain",
+                             "session_drain", "cancel", "expire", "restart"])
         try:
-            if action in ("start", "foreground"):
-                record = co.prepare("job", {"who": f"w{rng.randrange(1000)}"})
+            if action in ("start", "foreground", "session"):
+                session = rng.choice(SESSIONS) if action == "session" else None
+                record = co.prepare("job", {"who": f"w{rng.randrange(1000)}"},
+                                    session_id=session)
                 ids.append(record.run_id)
                 if action == "foreground":
                     co.execute(co.claim(record.run_id), control=RunControl())
-            elif action == "drain":
-                claimed = co.claim_next(None)
+            elif action in ("drain", "session_drain"):
+                session = rng.choice(SESSIONS) if action == "session_drain" else None
+                if session is not None:
+                    co.recover_expired(session)  # a session boundary, as the controller does
+                claimed = co.claim_next(session)
                 if claimed is not None:
                     co.execute(claimed)
             elif action == "cancel" and ids:
@@ -159,11 +168,14 @@ def _run(w: World, seed: int, steps: int, crash_every: float) -> Report:
     # Final recovery: no more crashes; expire every lease and drain until idle.
     co = w.coordinator(0.0)
     w.clock.advance(LEASE + 1)
-    for _ in range(len(ids) * 3 + 5):
-        claimed = co.claim_next(None)
-        if claimed is None:
-            break
-        co.execute(claimed)
+    for session in (None, *SESSIONS):
+        for _ in range(len(ids) * 3 + 5):
+            if session is not None:
+                co.recover_expired(session)
+            claimed = co.claim_next(session)
+            if claimed is None:
+                break
+            co.execute(claimed)
     for record in w.store.launches.query(statuses=["parked"]):
         co.execute(co.claim(record.run_id))  # explicit resumes of what a person parked
     report.launches = len(ids)
@@ -217,6 +229,25 @@ def check_invariants(w: World, ids: list[str]) -> list[str]:
             problems.append(f"{run_id}: done without a bundle")
     for held in w.store.launches.query(statuses=["queued", "starting", "running"]):
         problems.append(f"{held.run_id}: still {held.status} after recovery")
+    for session in SESSIONS:
+        held = w.store.launches.find_session_reservation(session)
+        if held is not None:
+            problems.append(f"{session}: reservation held by {held.run_id} ({held.status})")
+        if session in {r.origin_session_id for r in w.store.launches.query()}:
+            # At most one follow-up per run, and one only for a run that failed.
+            for intent in w.store.turn_intents.list_eligible(session):
+                row = w.store.launches.get(intent.run_id)
+                if intent.cause in ("launch_failed", "failed", "timed_out") and (
+                        row is None or row.status != "failed"):
+                    problems.append(f"{intent.run_id}: a failure follow-up for a "
+                                    f"{row.status if row else 'missing'} launch")
+    for run_id in ids:
+        pending = w.store.turn_intents.list_pending(run_id)
+        if len(pending) > 1:
+            problems.append(f"{run_id}: {len(pending)} pending follow-ups")
+        record = w.store.launches.get(run_id)
+        if record is not None and record.origin_session_id is None and pending:
+            problems.append(f"{run_id}: a detached launch has a session follow-up")
     return problems
 
 
