@@ -213,16 +213,19 @@ def test_host_killed_mid_node_the_taker_reaps_the_orphan_before_the_rerun(
                               env=env_of(clock)))
     wait_for(lambda: len(log_lines(project, "child.log")) == 1, what="the node to start")
     orphan = int(log_lines(project, "child.log")[0].split()[1])
-    procs[0].kill()
-    assert procs[0].wait(DEADLINE) == -signal.SIGKILL
-    assert alive(orphan)  # the node's shell outlived its host
+    try:
+        procs[0].kill()
+        assert procs[0].wait(DEADLINE) == -signal.SIGKILL
+        assert alive(orphan)  # the node's shell outlived its host
 
-    clock.advance(AFTER_LEASES)
-    procs.append(start_driver(project, "--once", "--lease", "0.5", "--wait", "60",
-                              env=env_of(clock)))
-    wait_for(lambda: len(log_lines(project, "child.log")) == 2, what="the node to rerun")
-    wait_for(lambda: not alive(orphan), timeout=5, what="the orphan to be reaped")
-    (project / "release").write_text("")
+        clock.advance(AFTER_LEASES)
+        procs.append(start_driver(project, "--once", "--lease", "0.5", "--wait", "60",
+                                  env=env_of(clock)))
+        wait_for(lambda: len(log_lines(project, "child.log")) == 2, what="the node to rerun")
+        wait_for(lambda: not alive(orphan), timeout=5, what="the orphan to be reaped")
+    finally:
+        # Whatever failed above, no shell may poll for `release` after the test.
+        (project / "release").write_text("")
     assert procs[1].wait(DEADLINE) == 0
     run_id = assert_settled_once(project, clock, 1)
     lines = log_lines(project, "child.log")
