@@ -206,8 +206,14 @@ def tighten_permissions(path: Path) -> None:
         if stat.S_IMODE(path.parent.stat().st_mode) != DIR_MODE:
             path.parent.chmod(DIR_MODE)
         for candidate in (path, *sidecar_paths(path)):
-            if candidate.exists() and stat.S_IMODE(candidate.stat().st_mode) != FILE_MODE:
-                candidate.chmod(FILE_MODE)
+            try:
+                if stat.S_IMODE(candidate.stat().st_mode) != FILE_MODE:
+                    candidate.chmod(FILE_MODE)
+            except FileNotFoundError:
+                # Absent, or a sidecar another opener's connection just removed (a
+                # rollback journal comes and goes): nothing to secure.
+                if candidate == path:
+                    raise
     except OSError as exc:
         raise StoreUnavailable(f"cannot secure the store at {path}: {exc.strerror}") from None
 
