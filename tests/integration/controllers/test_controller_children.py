@@ -328,7 +328,11 @@ def test_spec_change_while_a_child_runs(h: Harness, held: HeldChildren) -> None:
         third = request(h, "gen", "k", "child:3")
         held.release("k-g2")
         held.release("k-g3")
-        h.drain(m, lambda: is_true(h.resource("gen", "k").status, "Ready", 3))
+        # Ready needs child:3 only; child:2's end wakes one more pass of its own, which
+        # may come after Ready: wait for both to be seen, not for whichever is first.
+        h.drain(m, lambda: is_true(h.resource("gen", "k").status, "Ready", 3) and (
+            h.resource("gen", "k").status["controller_status"]["children"].get("2")
+            == "succeeded"))
         final = h.resource("gen", "k")
         assert final.status["observed_generation"] == 3
         assert final.status["controller_status"] == {"generation_seen": 3, "children": {
