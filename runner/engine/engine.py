@@ -332,21 +332,9 @@ class Engine:
         runner held it). Nodes are not run."""
         if status == "failed":
             return self.interrupt(run_id, reason, code=code)
-        manifest = self.manifest(run_id)
-        if manifest.get("status") in TERMINAL or manifest.get("status") == "waiting":
-            raise InputError(f"run '{run_id}' already ended ({manifest.get('status')})")
-        bundle = FolderBundle.open(self.runs_dir, run_id, self.fence, self.durability)
-        try:
-            bundle.repair()
-            state = fold(run_id, bundle.read_trace())
-        except BaseException:
-            bundle.close()
-            raise
-        driver = self._bare_driver(run_id, bundle, state)
-        if state.terminal:
-            bundle.replace_state(state.to_json())
-            driver._close_bundle()
-            return driver.outcome()
+        driver = self._open_unended(run_id)
+        if driver.state.terminal:
+            return self._finish_projections(driver)
         return driver.finish("cancelled", error={"code": code, "message": reason})
 
     def settle(self, run_id: str) -> RunOutcome:
@@ -379,6 +367,15 @@ class Engine:
     def interrupt(self, run_id: str, reason: str = "interrupted", *,
                   code: str = "interrupted") -> RunOutcome:
         """End a run abandoned by a dead process: `run_interrupted`, then `run_failed`."""
+        driver = self._open_unended(run_id)
+        if driver.state.terminal:
+            return self._finish_projections(driver)
+        driver.emit("run_interrupted", {"reason": reason, "node": driver.state.current_node},
+                    sync=True)
+        return driver.finish("failed", error={"code": code, "message": reason})
+
+    def _open_unended(self, run_id: str) -> RunDriver:
+        """Open a run whose manifest has not ended, repaired and folded, for an ending."""
         manifest = self.manifest(run_id)
         if manifest.get("status") in TERMINAL or manifest.get("status") == "waiting":
             raise InputError(f"run '{run_id}' already ended ({manifest.get('status')})")
@@ -389,15 +386,14 @@ class Engine:
         except BaseException:
             bundle.close()
             raise
-        driver = self._bare_driver(run_id, bundle, state)
-        if state.terminal:
-            # The ending made it to the trace but not to the projections.
-            bundle.replace_state(state.to_json())
-            driver._close_bundle()
-            return driver.outcome()
-        driver.emit("run_interrupted", {"reason": reason, "node": state.current_node},
-                    sync=True)
-        return driver.finish("failed", error={"code": code, "message": reason})
+        return self._bare_driver(run_id, bundle, state)
+
+    @staticmethod
+    def _finish_projections(driver: RunDriver) -> RunOutcome:
+        """The ending made it to the trace but not to the projections: write them."""
+        driver.bundle.replace_state(driver.state.to_json())
+        driver._close_bundle()
+        return driver.outcome()
 
     # -- reading ---------------------------------------------------------------------
     def manifest(self, run_id: str) -> dict[str, Any]:
