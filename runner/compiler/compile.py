@@ -111,7 +111,7 @@ class Compiler:
         definition = WorkflowDefinition(
             name=wf.name, start=wf.start, nodes=nodes, edges=edges, title=wf.title,
             description=wf.description, input_schema=wf.input_schema, max_steps=wf.max_steps,
-            presentation=wf.presentation,
+            presentation=wf.presentation, secrets=wf.secrets, env=wf.env,
             exits={k: v[0] for k, v in wf.exits.items()},
             source=unit.source, sources=tuple(_dedupe(unit.sources)))
         snapshot = definition.snapshot()

@@ -231,6 +231,8 @@ class WorkflowDefinition:
     max_steps: int = DEFAULT_MAX_STEPS
     presentation: str | None = None
     exits: Mapping[str, str] = field(default_factory=dict)  # exit name -> node id
+    secrets: tuple[str, ...] = ()  # names of secrets resolved at activation (never stored)
+    env: tuple[str, ...] = ()  # environment variables templates may read as env.NAME
     source: Source | None = None
     sources: tuple[Source, ...] = ()  # every file that went into it (YAML, hooks, children)
     digest: str = ""
@@ -250,6 +252,9 @@ class WorkflowDefinition:
             "nodes": {nid: n.to_json() for nid, n in self.nodes.items()},
             # Sorted by source: the order edges are written in carries no meaning.
             "edges": [e.to_json() for _, e in sorted(self.edges.items())],
+            # Only when declared, so workflows without them keep their digests.
+            **({"secrets": list(self.secrets)} if self.secrets else {}),
+            **({"env": list(self.env)} if self.env else {}),
         }
 
     def to_json(self) -> dict[str, Any]:

@@ -37,7 +37,9 @@ from .sources import sha256_hex
 from .templates import check_syntax
 
 TOP_KEYS = ("version", "name", "title", "description", "input", "start", "nodes", "edges",
-            "includes", "exits", "max_steps", "presentation", "defaults")
+            "includes", "exits", "max_steps", "presentation", "defaults", "secrets", "env")
+# `secrets:` and `env:` name environment variables (DESIGN §9, runner/engine/secrets.py).
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DEFAULTS_KEYS = ("timeout", "retry")
 NODE_COMMON_KEYS = ("timeout", "retry", "description")
 RETRY_KEYS = ("attempts", "backoff", "max_delay")
@@ -108,6 +110,8 @@ class RawWorkflow:
     exits: dict[str, tuple[str, KeyPath]] = field(default_factory=dict)
     max_steps: int = DEFAULT_MAX_STEPS
     presentation: str | None = None
+    secrets: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()
     hooks: list[HookRef] = field(default_factory=list)
     # Every node id written in the file, including nodes that failed their own checks,
     # so edges to them do not cascade into 'unknown node' errors.
@@ -271,6 +275,24 @@ def case_key(value: Any) -> str:
     return str(value)
 
 
+def _env_names(c: _Checker, value: Any, key: str) -> tuple[str, ...]:
+    """`secrets:` / `env:`: a list of environment variable names, each once."""
+    if not isinstance(value, list):
+        c.sink.error("wrong-type", f"{key} must be a list of environment variable names, not "
+                     f"{_type_name(value)}", (key,))
+        return ()
+    names: list[str] = []
+    for i, item in enumerate(value):
+        if not isinstance(item, str) or not ENV_NAME_RE.match(item):
+            c.sink.error("invalid-name", f"{key} entry {item!r} must be an environment "
+                         "variable name matching [A-Za-z_][A-Za-z0-9_]*", (key, i))
+        elif item in names:
+            c.sink.error("duplicate-name", f"'{item}' is listed twice in {key}", (key, i))
+        else:
+            names.append(item)
+    return tuple(names)
+
+
 def parse_workflow(data: Any, name: str, path: Path, sink: DiagnosticSink) -> RawWorkflow | None:
     """Check one document's shape; returns None only when it is not a mapping."""
     c = _Checker(sink, path.parent)
@@ -307,6 +329,10 @@ def parse_workflow(data: Any, name: str, path: Path, sink: DiagnosticSink) -> Ra
     if "max_steps" in data:
         wf.max_steps = c.integer(data["max_steps"], ("max_steps",), "max_steps", 1,
                                  1_000_000) or DEFAULT_MAX_STEPS
+    if "secrets" in data:
+        wf.secrets = _env_names(c, data["secrets"], "secrets")
+    if "env" in data:
+        wf.env = _env_names(c, data["env"], "env")
 
     default_timeout: float | None = DEFAULT_NODE_TIMEOUT
     default_retry = Retry()

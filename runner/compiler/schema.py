@@ -138,6 +138,13 @@ def workflow_schema() -> dict[str, Any]:
                   "additionalProperties": exit_},
         "max_steps": {"type": "integer", "minimum": 1},
         "presentation": TEMPLATE,
+        "secrets": {"type": "array", "uniqueItems": True,
+                    "items": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
+                    "description": "Secrets resolved from the environment or --secret at "
+                                   "activation, as {{ secrets.NAME }}; never stored, masked."},
+        "env": {"type": "array", "uniqueItems": True,
+                "items": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
+                "description": "Environment variables templates may read as {{ env.NAME }}."},
         "defaults": _obj({"timeout": DURATION, "retry": retry}, DEFAULTS_KEYS),
     }, TOP_KEYS, ("start", "nodes"), "A wfrun workflow (format version 1).")
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": SCHEMA_ID,
