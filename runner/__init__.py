@@ -1,8 +1,8 @@
 """wfrun: declarative, durable workflows for agent and automation work.
 
 The public API is what `__all__` lists; every other module is private. The
-compiler and the error tree load eagerly; the engine, store, controller and host
-names load on first use, so `wfrun --help` does not pay for them.
+error tree and the clock load eagerly; the compiler, engine, store, controller and
+host names load on first use, so `wfrun --help` does not pay for them.
 """
 
 from __future__ import annotations
@@ -11,14 +11,6 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from runner.clock import Clock, FakeClock, SystemClock
-from runner.compiler import (
-    Compiler,
-    CompileResult,
-    Diagnostic,
-    WorkflowDefinition,
-    build_catalog,
-    find_project_root,
-)
 from runner.errors import (
     ClaimLost,
     ConflictError,
@@ -32,6 +24,14 @@ from runner.errors import (
 )
 
 if TYPE_CHECKING:
+    from runner.compiler import (
+        Compiler,
+        CompileResult,
+        Diagnostic,
+        WorkflowDefinition,
+        build_catalog,
+        find_project_root,
+    )
     from runner.controllers import (
         Condition,
         ControllerManager,
@@ -46,7 +46,15 @@ if TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
+# The compiler is lazy too: `wfrun hook claude-code` runs on every prompt and stop
+# and must not pay for YAML, Jinja2 and NetworkX (runner/host/mcp/hook.py).
 _LAZY = {
+    "Compiler": "runner.compiler",
+    "CompileResult": "runner.compiler",
+    "Diagnostic": "runner.compiler",
+    "WorkflowDefinition": "runner.compiler",
+    "build_catalog": "runner.compiler",
+    "find_project_root": "runner.compiler",
     "AgentStep": "runner.engine",
     "AgentStepExecutor": "runner.engine",
     "Engine": "runner.engine",
