@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Literal
 
 __all__ = [
+    "MASK",
     "MAX_SAFE_BYTES",
     "MIN_SECRET_CHARS",
     "REDACTED",
@@ -32,6 +33,9 @@ __all__ = [
     "Keep",
     "bound",
     "is_secret_name",
+    "mask",
+    "mask_json",
+    "mask_values",
     "one_line",
     "redact",
     "safe_message",
@@ -43,6 +47,9 @@ MAX_SAFE_BYTES = 500
 #: Known secret values shorter than this are never replaced: they match ordinary text.
 MIN_SECRET_CHARS = 4
 REDACTED = "[redacted]"
+#: What a *known* secret value (a declared secret, a writeOnly input, a secret-named
+#: environment variable) becomes, wherever it occurs: GitHub Actions' mask.
+MASK = "***"
 ELLIPSIS = "…"
 _ELLIPSIS_BYTES = len(ELLIPSIS.encode())
 
@@ -122,6 +129,43 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
     for pattern, mask in _MASKS:
         text = pattern.sub(mask, text)
     return text
+
+
+def mask_values(values: Iterable[str]) -> tuple[str, ...]:
+    """The strings `mask` replaces for these known secrets, longest first: each value
+    and, for a multi-line one, each of its lines (a log may show one line of a key
+    file on its own). Values and lines under `MIN_SECRET_CHARS` are left out; callers
+    refuse such secrets rather than mask ordinary text."""
+    found: set[str] = set()
+    for value in values:
+        if len(value) >= MIN_SECRET_CHARS:
+            found.add(value)
+        for line in value.splitlines():
+            line = line.strip()
+            if len(line) >= MIN_SECRET_CHARS:
+                found.add(line)
+    return tuple(sorted(found, key=lambda s: (-len(s), s)))
+
+
+def mask(text: str, values: tuple[str, ...]) -> str:
+    """`text` with every occurrence of each of `values` (from `mask_values`) as `MASK`."""
+    for value in values:
+        if value in text:
+            text = text.replace(value, MASK)
+    return text
+
+
+def mask_json(value: object, values: tuple[str, ...]) -> object:
+    """A decoded JSON value with `mask` applied to every string in it, keys included."""
+    if not values:
+        return value
+    if isinstance(value, str):
+        return mask(value, values)
+    if isinstance(value, Mapping):
+        return {mask(str(k), values): mask_json(v, values) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [mask_json(v, values) for v in value]
+    return value
 
 
 def one_line(text: str) -> str:

@@ -129,6 +129,8 @@ def _json_round_trip(value: Any) -> Any:
 
 
 UpdateSink = Callable[[str, str, Any], None]
+# What a process-running executor saw: stdout, stderr, whether each was cut, exit code.
+LogSink = Callable[[str, str, bool, bool, "int | None"], None]
 
 
 @dataclass
@@ -141,6 +143,7 @@ class AgentStep:
     deadline: float | None  # on the engine clock's monotonic scale
     monotonic: Callable[[], float]
     on_update: UpdateSink | None = None
+    on_log: LogSink | None = None  # the step's logs (`wfrun logs`), when an executor has some
     decision_field: str | None = None
     choices: tuple[str, ...] = ()
     _output: Any = None
@@ -157,6 +160,12 @@ class AgentStep:
     @property
     def output(self) -> Any:
         return self._output
+
+    def log(self, stdout: str, stderr: str, stdout_cut: bool = False, stderr_cut: bool = False,
+            exit_code: int | None = None) -> None:
+        """Record what the executor's process printed (masked and kept by the engine)."""
+        if self.on_log is not None:
+            self.on_log(stdout, stderr, stdout_cut, stderr_cut, exit_code)
 
     def should_stop(self) -> bool:
         """True when the executor must end the turn now (cancel, park, timeout)."""

@@ -30,6 +30,8 @@ from .bundle import (
 from .control import RunControl
 from .processes import ProcessRegistry
 from .runner import CrashPoint, NotificationSink, Observer, RunDriver, RunOutcome
+from .secrets import EMPTY, NO_SOURCE, RunSecrets, SecretSource, split_input
+from .secrets import resolve as resolve_secrets
 from .state import TERMINAL, TRACE_SCHEMA, RunState, fold
 
 BUNDLE_SCHEMA = "wfrun.run-bundle.v1"
@@ -77,16 +79,20 @@ class Engine:
     fence: Fence = always
     crash_point: CrashPoint | None = None  # test seam: called at named points (runner.py)
     processes: ProcessRegistry | None = None  # records shell process groups for reaping
+    # Where secrets, writeOnly input fields and env values come from at start and resume.
+    secret_source: SecretSource = NO_SOURCE
 
     def _driver(self, run_id: str, definition: WorkflowDefinition, bundle: FolderBundle,
-                state: RunState, control: RunControl | None) -> RunDriver:
+                state: RunState, control: RunControl | None,
+                secrets: RunSecrets = EMPTY) -> RunDriver:
         return RunDriver(run_id=run_id, definition=definition, bundle=bundle, state=state,
                          clock=self.clock, control=control or RunControl(),
                          executor=self.executor, notifications=self.notifications,
                          observer=self.observer,
                          work_dir=str(self.work_dir or self.project_root or Path.cwd()),
                          project_root=str(self.project_root) if self.project_root else None,
-                         crash_point=self.crash_point, processes=self.processes)
+                         crash_point=self.crash_point, processes=self.processes,
+                         secrets=secrets)
 
     # -- start ---------------------------------------------------------------------
     def start(self, definition: WorkflowDefinition, run_input: Any = None, *,
@@ -104,12 +110,14 @@ class Engine:
                extra: dict[str, Any] | None = None) -> tuple[FolderBundle, RunDriver]:
         now = self.clock.now()
         run_id = run_id or new_run_id(definition.name, now)
+        # Before the bundle: a missing secret leaves nothing behind.
+        secrets = resolve_secrets(definition, self.secret_source, value)
         bundle = FolderBundle.create(self.runs_dir, run_id, self.fence, self.durability)
         try:
             if self.crash_point is not None:
                 self.crash_point("after_bundle_created")
             return bundle, self._begin(bundle, definition, value, run_id, now, workflow_ref,
-                                       control, parent_run_id, carried, extra)
+                                       control, parent_run_id, carried, extra, secrets)
         except BaseException:
             bundle.close()  # never keep the run locked after a refused write
             raise
@@ -117,9 +125,11 @@ class Engine:
     def _begin(self, bundle: FolderBundle, definition: WorkflowDefinition, value: Any,
                run_id: str, now: float, workflow_ref: str | None, control: RunControl | None,
                parent_run_id: str | None, carried: dict[str, Any] | None,
-               extra: dict[str, Any] | None) -> RunDriver:
+               extra: dict[str, Any] | None, secrets: RunSecrets = EMPTY) -> RunDriver:
+        value = {**value, **secrets.hidden} if secrets.hidden else value
         try:
-            title = render_text(definition.title, {"input": value}) if definition.title else None
+            title = secrets.mask(render_text(definition.title, {"input": value})) \
+                if definition.title else None
         except TemplateError:
             title = None
         bundle.write_workflow(definition.snapshot())
@@ -142,8 +152,11 @@ class Engine:
         })
         if self.crash_point is not None:
             self.crash_point("after_manifest_written")
-        driver = self._driver(run_id, definition, bundle, RunState(run_id), control)
-        payload: dict[str, Any] = {"workflow": definition.name, "input": value,
+        driver = self._driver(run_id, definition, bundle, RunState(run_id), control, secrets)
+        # writeOnly fields are recorded as `***` whatever their length; the driver keeps
+        # their values in memory (`RunSecrets.hidden`).
+        stored, _ = split_input(definition, value)
+        payload: dict[str, Any] = {"workflow": definition.name, "input": stored,
                                    "digest": definition.digest, "parent_run_id": parent_run_id}
         if carried is not None:
             payload["carried"] = carried
@@ -167,6 +180,9 @@ class Engine:
             repaired = bundle.repair()
             state = fold(run_id, bundle.read_trace())
             definition = resolve(manifest)
+            # Nothing secret was stored: resolve it all again, or refuse before any node.
+            secrets = resolve_secrets(definition, self.secret_source, state.input) \
+                if state.status == "running" else EMPTY
         except BaseException:
             bundle.close()
             raise
@@ -177,7 +193,7 @@ class Engine:
                 f"the workflow changed since run '{run_id}' started (digest "
                 f"{str(manifest.get('definition_digest'))[:19]}… is now {definition.digest[:19]}…);"
                 f" cancel it and start again, or resume with --force")
-        driver = self._driver(run_id, definition, bundle, state, control)
+        driver = self._driver(run_id, definition, bundle, state, control, secrets)
         try:
             if state.status != "running":
                 # The terminal event made it to the trace but the projections did not.

@@ -13,12 +13,22 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from runner.compiler import ActionSpec, AgentSpec, CheckpointSpec, ComputeSpec, Node, NotifySpec
+from runner.compiler import (
+    ActionSpec,
+    AgentSpec,
+    CheckpointSpec,
+    ComputeSpec,
+    FailSpec,
+    Node,
+    NotifySpec,
+)
 from runner.compiler.templates import TemplateError, render_native, render_text
+from runner.safety import mask, mask_values, redact, secret_env_values
 
 from .agent import AgentStep, StepContract, TurnKind, reminder_text
 from .hooks import HookError, load_hook, run_bounded
 from .procs import run_shell
+from .secrets import check_no_nul
 
 if TYPE_CHECKING:
     from .runner import RunDriver
@@ -64,6 +74,8 @@ class HookContext:
     run: dict[str, Any]
     project: dict[str, Any]
     publish_update: Callable[[str, str, Any], None]
+    secrets: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
 
 
 def execute(driver: RunDriver, node: Node, attempt: str, deadline: float | None,
@@ -73,7 +85,7 @@ def execute(driver: RunDriver, node: Node, attempt: str, deadline: float | None,
         if isinstance(spec, ComputeSpec):
             return _compute(driver, spec, deadline, ctx)
         if isinstance(spec, ActionSpec):
-            return _action(driver, spec, deadline, ctx)
+            return _action(driver, node, attempt, spec, deadline, ctx)
         if isinstance(spec, AgentSpec):
             return _agent(driver, node, spec, attempt, deadline, ctx)
         if isinstance(spec, NotifySpec):
@@ -81,6 +93,9 @@ def execute(driver: RunDriver, node: Node, attempt: str, deadline: float | None,
         if isinstance(spec, CheckpointSpec):
             summary = render_text(spec.summary, ctx) if spec.summary else None
             return NodeResult("ok", {"summary": summary})
+        if isinstance(spec, FailSpec):
+            # A failure on purpose: the run loop ends the run with this error.
+            return _fail(spec.code, render_text(spec.message, ctx))
     except TemplateError as exc:
         return _fail("template_error", f"template failed: {exc}")
     return _fail("unsupported", f"node kind '{node.kind}' cannot run here")
@@ -89,7 +104,8 @@ def execute(driver: RunDriver, node: Node, attempt: str, deadline: float | None,
 def _hook_context(driver: RunDriver, ctx: dict[str, Any]) -> HookContext:
     return HookContext(input=ctx["input"], outputs=ctx["outputs"], results=ctx["results"],
                        run=ctx["run"], project=ctx["project"],
-                       publish_update=driver.publish_update)
+                       publish_update=driver.publish_update,
+                       secrets=dict(ctx.get("secrets") or {}), env=dict(ctx.get("env") or {}))
 
 
 def _call(driver: RunDriver, hook: Any, deadline: float | None,
@@ -120,8 +136,24 @@ def _compute(driver: RunDriver, spec: ComputeSpec, deadline: float | None,
     return bad or NodeResult("ok", value)
 
 
-def _action(driver: RunDriver, spec: ActionSpec, deadline: float | None,
-            ctx: dict[str, Any]) -> NodeResult:
+def _nul_problem(command: list[str] | str, cwd: str | None,
+                env: dict[str, str]) -> str | None:
+    """Popen refuses a NUL in argv, env or cwd; say which one holds it instead."""
+    args = [command] if isinstance(command, str) else command
+    for i, arg in enumerate(args):
+        problem = check_no_nul("the command" if isinstance(command, str)
+                               else f"argument {i} of the command", arg)
+        if problem:
+            return problem
+    for name, value in env.items():
+        problem = check_no_nul(f"environment variable {name}", name + value)
+        if problem:
+            return problem
+    return check_no_nul("the working directory", cwd) if cwd is not None else None
+
+
+def _action(driver: RunDriver, node: Node, attempt: str, spec: ActionSpec,
+            deadline: float | None, ctx: dict[str, Any]) -> NodeResult:
     if spec.call is not None:
         return _call(driver, spec.call, deadline, ctx)
     command: list[str] | str
@@ -135,9 +167,20 @@ def _action(driver: RunDriver, spec: ActionSpec, deadline: float | None,
         cwd = os.path.join(base, cwd)
     env = {k: render_text(v, ctx) for k, v in spec.env.items()}
     stdin = render_text(spec.stdin, ctx) if spec.stdin is not None else None
+    nul = _nul_problem(command, cwd, env)
+    if nul is not None:
+        return _fail("nul_byte", nul)
     res = run_shell(command, use_shell=spec.use_shell, cwd=cwd or base, env=env, stdin=stdin,
                     deadline=deadline, cap=spec.output_cap, control=driver.control,
                     clock=driver.clock, registry=driver.processes)
+    # Values of secret-named variables this action sets are masked like run secrets.
+    own = mask_values(secret_env_values(env))
+    stdout, stderr = mask(res.stdout, own), mask(res.stderr, own)
+    # A parked node runs again on resume; its partial output is not a log of the step.
+    parked = res.ending == "stopped" and driver.control.stop_reason == "park"
+    if res.ending in ("exited", "timed_out", "stopped") and not parked:
+        driver.record_log(node.id, attempt, stdout, stderr, res.stdout_truncated,
+                          res.stderr_truncated, res.exit_code)
     if res.ending == "stopped":
         return _stopped(driver)
     shown = command if isinstance(command, str) else " ".join(command)
@@ -148,8 +191,8 @@ def _action(driver: RunDriver, spec: ActionSpec, deadline: float | None,
         "command": command,
         "exit_code": res.exit_code,
         "signal": res.signal,
-        "stdout": res.stdout,
-        "stderr": res.stderr,
+        "stdout": stdout,
+        "stderr": stderr,
         "duration_ms": res.duration_ms,
         "truncated": res.stdout_truncated or res.stderr_truncated,
     }
@@ -159,12 +202,13 @@ def _action(driver: RunDriver, spec: ActionSpec, deadline: float | None,
                                               "message": f"'{shown[:200]}' timed out"},
                           extra=extra)
     if res.exit_code != 0 and not spec.allow_nonzero_exit:
-        tail = res.stderr.strip().splitlines()[-3:] if res.stderr.strip() else []
-        detail = (": " + " | ".join(tail))[:500] if tail else ""
+        tail = stderr.strip().splitlines()[-3:] if stderr.strip() else []
+        # Credential-shaped text in the tail is redacted too; `wfrun logs` has it all.
+        detail = (": " + redact(" | ".join(tail)))[:500] if tail else ""
         code = res.exit_code if res.exit_code is not None else f"signal {res.signal}"
         return _fail("nonzero_exit", f"'{shown[:200]}' exited with {code}{detail}", **extra)
     if spec.parse is not None:
-        pctx = dict(ctx, stdout=res.stdout, stderr=res.stderr, exit_code=res.exit_code)
+        pctx = dict(ctx, stdout=stdout, stderr=stderr, exit_code=res.exit_code)
         try:
             parsed = render_native(spec.parse, pctx)
         except TemplateError as exc:
@@ -196,11 +240,16 @@ def _agent(driver: RunDriver, node: Node, spec: AgentSpec, attempt: str,
                      "scripted:FILE, command:'CMD' or openai")
     contract = StepContract(driver.run_id, driver.definition.name, node.id, attempt,
                             dict(spec.output) if spec.output is not None else None)
-    prompt = render_text(spec.prompt, ctx) + contract.render()
+    # A model never sees a secret: the prompt is masked before it leaves the engine.
+    prompt = driver.secrets.mask(render_text(spec.prompt, ctx)) + contract.render()
+
+    def log(stdout: str, stderr: str, out_cut: bool, err_cut: bool, code: int | None) -> None:
+        driver.record_log(node.id, attempt, stdout, stderr, out_cut, err_cut, code)
+
     step = AgentStep(contract=contract, prompt=prompt, control=driver.control,
                      deadline=deadline, monotonic=driver.clock.monotonic,
                      on_update=driver.publish_update, decision_field=spec.decision_field,
-                     choices=spec.choices)
+                     choices=spec.choices, on_log=log)
     kind: TurnKind = "resume" if driver.resuming_node == node.id else "step"
     driver.prompt_sent(node.id, attempt, kind, prompt)
     reminders = 0
@@ -212,7 +261,7 @@ def _agent(driver: RunDriver, node: Node, spec: AgentSpec, attempt: str,
                 return _fail("no_submission", f"the agent ended {reminders + 1} turns without an "
                              f"accepted submission{last}")
             reminders += 1
-            text = reminder_text(step, spec.reminders - reminders)
+            text = driver.secrets.mask(reminder_text(step, spec.reminders - reminders))
             driver.prompt_sent(node.id, attempt, "reminder", text)
             driver.turn(step, text, "reminder")
     finally:

@@ -284,6 +284,9 @@ def run_shell(
         return _failed("error", f"permission denied: {exc.filename}", start, clock)
     except OSError as exc:
         return _failed("error", f"cannot start command: {exc.strerror}", start, clock)
+    except ValueError:  # a NUL byte in argv, env or cwd (nodes.py checks first, with detail)
+        return _failed("error", "the command, its environment or working directory contains "
+                       "a NUL byte", start, clock)
     if registry is not None:
         registry.add(proc.pid, command=str(command)[:200])
     why: list[Ending] = []

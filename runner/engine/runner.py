@@ -17,6 +17,7 @@ from runner.backoff import ENGINE_JITTER, backoff_delay
 from runner.clock import Clock, iso
 from runner.compiler import Node, WorkflowDefinition
 from runner.compiler.templates import TemplateError, render_native
+from runner.safety import bound
 
 from .agent import AgentStep, AgentStepExecutor, TurnKind
 from .artifacts import externalize, has_artifacts, internalize
@@ -26,6 +27,7 @@ from .control import RunControl
 from .nodes import NodeResult, execute, new_attempt_id
 from .processes import ProcessRegistry
 from .routing import route
+from .secrets import EMPTY, RunSecrets, restore_input
 from .state import TRACE_SCHEMA, RunState
 
 Observer = Callable[[dict[str, Any], RunState], None]
@@ -43,6 +45,9 @@ MAX_UPDATE_PAIRS = 1024
 # parking always rewrite it, so it is exact whenever a run stops.
 STATE_EVERY = 0.1
 _NODE_ENDS = frozenset({"node_finished", "node_failed"})
+#: Each stream of one attempt's log keeps at most this many bytes (its head for stdout,
+#: and stderr too: the action's own output cap usually cuts first).
+LOG_CAP = 1_048_576
 
 
 def _no_crash(_point: str) -> None:
@@ -78,7 +83,8 @@ class RunDriver:
                  executor: AgentStepExecutor | None, notifications: NotificationSink | None,
                  observer: Observer | None, work_dir: str, project_root: str | None,
                  crash_point: CrashPoint | None = None,
-                 processes: ProcessRegistry | None = None) -> None:
+                 processes: ProcessRegistry | None = None,
+                 secrets: RunSecrets = EMPTY) -> None:
         self.run_id = run_id
         self.definition = definition
         self.bundle = bundle
@@ -93,6 +99,8 @@ class RunDriver:
         self.resuming_node: str | None = None
         self.crash = crash_point or _no_crash
         self.processes = processes
+        # Resolved for this process only; every recorded event is masked with them.
+        self.secrets = secrets
         # Whether any recorded value holds an artifact ref or an escape: only then does
         # `context` pay for a walk over every output (checked per event, not per node).
         self._refs = has_artifacts([state.input, state.outputs, state.results,
@@ -111,7 +119,10 @@ class RunDriver:
             event["node"] = node
         if attempt is not None:
             event["attempt"] = attempt
-        event["payload"] = externalize(payload or {}, self.bundle.write_artifact)
+        # Masked before anything is written: the trace, artifacts, the state folded from
+        # them and every view of them only ever hold `***` for a secret.
+        event["payload"] = externalize(self.secrets.mask_json(payload or {}),
+                                       self.bundle.write_artifact)
         if not self._refs and payload and has_artifacts(event["payload"]):
             self._refs = True
         self.bundle.append([event], sync=sync)
@@ -140,6 +151,17 @@ class RunDriver:
         except Exception as exc:  # an executor bug ends the turn, never the run loop
             step.rejections.append(f"executor error: {type(exc).__name__}")
 
+    def record_log(self, node: str, attempt: str, stdout: str, stderr: str,
+                   stdout_cut: bool = False, stderr_cut: bool = False,
+                   exit_code: int | None = None) -> None:
+        """One attempt's stdout and stderr (`wfrun logs`): bounded, masked by `emit`,
+        long streams in artifacts/ by the size rule."""
+        out, err = bound(stdout, LOG_CAP), bound(stderr, LOG_CAP)
+        self.emit("node_log", {"stdout": out, "stderr": err,
+                               "stdout_truncated": stdout_cut or out != stdout,
+                               "stderr_truncated": stderr_cut or err != stderr,
+                               "exit_code": exit_code}, node=node, attempt=attempt)
+
     def publish_update(self, kind: str, key: str, data: Any) -> None:
         now = self.clock.monotonic()
         self._tokens = min(UPDATE_BURST, self._tokens + (now - self._token_at) * UPDATE_RATE)
@@ -164,8 +186,10 @@ class RunDriver:
     def context(self, scope: str) -> dict[str, Any]:
         st = self.state
         outputs, results = scoped(st.outputs, scope), scoped(st.results, scope)
-        run_input = st.input if not scope else st.scope_inputs.get(scope)
+        run_input = restore_input(st.input, self.secrets.hidden) if not scope \
+            else st.scope_inputs.get(scope)
         ctx = {"input": run_input, "outputs": outputs, "results": results,
+               "secrets": dict(self.secrets.secrets), "env": dict(self.secrets.env),
                "run": {"id": self.run_id, "workflow": self.definition.name, "step": st.steps,
                        "started_at": st.started_at, "parent_run_id": st.parent_run_id},
                "project": {"root": self.project_root}}
@@ -217,6 +241,8 @@ class RunDriver:
                 return self.park()
             if result.outcome == "cancelled":
                 return self.finish("cancelled", error=result.error)
+            if node.kind == "fail":
+                return self.finish("failed", error={**(result.error or {}), "node": node.id})
             if node.kind == "checkpoint" and result.outcome == "ok":
                 return self.wait(node.id, result.output)
             nxt = self.next_after(node.id, result.outcome, result.output, result.error,

@@ -24,6 +24,7 @@ from runner.controllers import ControllerManager
 from runner.engine import AgentStepExecutor, RunControl, RunOutcome
 from runner.engine.processes import ProcessRegistry, reap_dead_registries, reap_orphans
 from runner.engine.runner import Observer
+from runner.engine.secrets import SecretSource
 from runner.errors import InputError
 from runner.launch import EngineOptions, LaunchCoordinator
 from runner.launch.coordinator import LEASE_SECONDS, RENEW_EVERY
@@ -95,7 +96,8 @@ class StandaloneHost:
         self.poll = poll
         options = EngineOptions(executor=lambda _r: executor, observer=observer,
                                 durability=durability, project_root=ws.project_root,
-                                processes=self.processes)
+                                processes=self.processes,
+                                secret_source=SecretSource(environ=dict(os.environ)))
         self.coordinator = LaunchCoordinator(store, ws, ws.runs_dir, runner_id=runner_id(),
                                              clock=ws.clock, options=options,
                                              lease_seconds=lease_seconds,

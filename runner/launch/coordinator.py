@@ -38,6 +38,8 @@ from runner.engine import (
 )
 from runner.engine.processes import ProcessRegistry
 from runner.engine.runner import Observer, RunDriver
+from runner.engine.secrets import NO_SOURCE, SecretSource, restore_input
+from runner.engine.secrets import resolve as resolve_secrets
 from runner.errors import (
     ClaimLost,
     ConflictError,
@@ -88,6 +90,8 @@ class EngineOptions:
     project_root: Path | None = None
     processes: ProcessRegistry | None = None
     crash_point: Callable[[str], None] | None = None  # the engine's crash seam (tests)
+    # Secrets and env values (`--secret`, the environment), resolved at each activation.
+    secret_source: SecretSource = NO_SOURCE
 
 
 def _classify(exc: BaseException) -> tuple[LaunchErrorCode, str]:
@@ -151,6 +155,9 @@ class LaunchCoordinator(Preflight):
         self.lease_seconds = lease_seconds
         self.renew_every = renew_every
         self.secrets = secrets
+        # writeOnly input fields of launches queued here: never in the store, only in
+        # this process's memory until the launch activates (see docs/secrets.md).
+        self.held: dict[str, dict[str, Any]] = {}
         self._keeper = LeaseKeeper(store, self.clock, lease_seconds, renew_every, runner_id)
         # Checkpoint after input is cleared, so the -wal file keeps no copy of it.
         self.scrub_input = scrub_input
@@ -160,7 +167,9 @@ class LaunchCoordinator(Preflight):
         input, values that look like secrets (by key name or shape) and single-token
         values of 8+ characters (an id, a key, a path) are masked where a message echoes
         them; phrases ("the change") are left alone."""
-        return safe_message(text, self.secrets + secret_values(run_input)
+        known = [str(v) for held in self.held.values() for v in held.values()]
+        known += list(self.options.secret_source.given.values())
+        return safe_message(text, self.secrets + tuple(known) + secret_values(run_input)
                             + _token_values(run_input))
 
     # -- claims ----------------------------------------------------------------------
@@ -287,8 +296,10 @@ class LaunchCoordinator(Preflight):
             definition, _ = self.resolver.compile(record.workflow_ref)
             if definition.digest != record.definition_digest:
                 raise _SourceChanged()
-            value = record.input()
+            value = restore_input(record.input(), self.held.get(record.run_id, {}))
             if record.parent_run_id is None:
+                # A missing secret or writeOnly value is a clear failure before the bundle.
+                resolve_secrets(definition, self._secret_source(record.run_id), value)
                 value = check_input(definition, value)
         except _SourceChanged:
             self.fail_launch(record, token, "source_changed", "the workflow source changed after "
@@ -394,7 +405,14 @@ class LaunchCoordinator(Preflight):
                       notifications=opts.notifications, observer=opts.observer,
                       durability=opts.durability, project_root=opts.project_root,
                       work_dir=opts.project_root, fence=fence, processes=opts.processes,
-                      crash_point=opts.crash_point)
+                      crash_point=opts.crash_point,
+                      secret_source=self._secret_source(record.run_id))
+
+    def _secret_source(self, run_id: str) -> SecretSource:
+        base = self.options.secret_source
+        held = {k: v for k, v in self.held.get(run_id, {}).items() if isinstance(v, str)}
+        return SecretSource(given={**base.given, **held}, environ=base.environ) if held \
+            else base
 
     # -- endings ---------------------------------------------------------------------
     def record_outcome(self, act: Activation, outcome: RunOutcome) -> None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from runner.compiler import WorkflowDefinition
 from runner.engine import check_input, new_run_id
+from runner.engine.secrets import split_input
 from runner.errors import DefinitionInvalid, InputError, NotFoundError, WfrunError
 from runner.store import LaunchRecord, LostRace, NewLaunch, StoreError
 
@@ -46,6 +47,7 @@ class Preflight:
     clock: Clock
     runs_dir: Path
     crash: Callable[[str], None]
+    held: dict[str, dict[str, Any]]
 
     def safe(self, text: str, run_input: Any = None) -> str:
         raise NotImplementedError
@@ -91,6 +93,11 @@ class Preflight:
                     raise PreflightError("activation_failed", _reserved(held.run_id, held.status))
             # A controller child's run id is saved on its request before it is queued.
             run_id = run_id or new_run_id(definition.name, self.clock.now())
+            hidden: dict[str, Any] = {}
+            if parent_run_id is None:
+                # writeOnly fields never reach the store: the row holds `***`, this
+                # process holds the value (a host elsewhere cannot activate it).
+                value, hidden = split_input(definition, value)
             source = {"source": definition.source.to_json() if definition.source else None,
                       "sources": [s.to_json() for s in definition.sources]}
             result = self.store.launches.enqueue(NewLaunch(
@@ -104,6 +111,8 @@ class Preflight:
                 f"the workflow store is unavailable: {exc.message}")) from None
         except ValueError as exc:  # the store refuses the input (too large, not plain JSON)
             raise PreflightError("input_invalid", self.safe(str(exc))) from None
+        if hidden and not isinstance(result, LostRace):
+            self.held[run_id] = hidden
         self.crash("after_queued_commit")
         if isinstance(result, LostRace):
             if result.reason == "session_reserved":

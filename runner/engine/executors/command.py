@@ -86,6 +86,12 @@ class CommandExecutor:
         except OSError as exc:
             self._fail(self._start_error(exc))
             return
+        except ValueError:  # Popen refuses a NUL byte in argv, env or cwd
+            self._fail("the agent command, its environment or working directory contains a "
+                       "NUL byte")
+            return
+        step.log(result.stdout, result.stderr, result.stdout_truncated, False,
+                 result.returncode)
         self._settle(step, result)
 
     # -- helpers ---------------------------------------------------------------

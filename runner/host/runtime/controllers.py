@@ -5,6 +5,7 @@ The CLI and the standalone host call these; they hold no state of their own.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -19,6 +20,7 @@ from runner.controllers import (
 )
 from runner.engine import AgentStepExecutor
 from runner.engine.processes import reap_dead_registries, registry_for_this_process
+from runner.engine.secrets import SecretSource
 from runner.errors import ConflictError, DefinitionInvalid, InputError, NotFoundError
 from runner.launch import EngineOptions, LaunchCoordinator
 from runner.store import Store
@@ -96,7 +98,8 @@ def child_coordinator(ws: Workspace, store: ControllerStore,
     the `WFRUN_CRASH_AT` test seam reaches the launch and the engine."""
     options = EngineOptions(executor=lambda _record: executor, project_root=ws.project_root,
                             processes=registry_for_this_process(ws.children_dir),
-                            crash_point=ws.crash_point)
+                            crash_point=ws.crash_point,
+                            secret_source=SecretSource(environ=dict(os.environ)))
     launches: Store = cast(Store, store)  # one SQLite file holds both sides
     return LaunchCoordinator(launches, ws, ws.runs_dir, runner_id=runner_id(),
                              clock=ws.clock, options=options,

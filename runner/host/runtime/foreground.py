@@ -8,11 +8,14 @@ by `wfrun host` or `wfrun resume`, and `wfrun cancel` works on it either way.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from typing import Any
 
 from runner.engine import AgentStepExecutor, RunControl, RunOutcome
 from runner.engine.processes import reap_dead_registries, registry_for_this_process
 from runner.engine.runner import Observer
+from runner.engine.secrets import SecretSource
 from runner.errors import InputError, NotFoundError, OperationFailed, TemporaryError, WfrunError
 from runner.launch import EngineOptions, LaunchCoordinator, PreflightError, workflow_name
 from runner.store import Store
@@ -21,14 +24,20 @@ from .launches import dead_local_runner, environment_secrets, runner_id
 from .local import Workspace
 
 
+def secret_source(given: Mapping[str, str] | None = None) -> SecretSource:
+    """This process's secrets: `--secret` values first, then its environment."""
+    return SecretSource(given=dict(given or {}), environ=dict(os.environ))
+
+
 def foreground_coordinator(ws: Workspace, store: Store, *,
                            executor: AgentStepExecutor | None = None,
                            observer: Observer | None = None,
-                           durability: str = "full") -> LaunchCoordinator:
+                           durability: str = "full",
+                           secrets: Mapping[str, str] | None = None) -> LaunchCoordinator:
     options = EngineOptions(executor=lambda _record: executor, observer=observer,
                             durability=durability, project_root=ws.project_root,
                             processes=registry_for_this_process(ws.children_dir),
-                            crash_point=ws.crash_point)
+                            crash_point=ws.crash_point, secret_source=secret_source(secrets))
     return LaunchCoordinator(store, ws, ws.runs_dir, runner_id=runner_id(), clock=ws.clock,
                              options=options, secrets=environment_secrets(),
                              crash=ws.crash_point)
@@ -85,31 +94,37 @@ def execute_here(coordinator: LaunchCoordinator, run_id: str, control: RunContro
 
 def run_workflow(ws: Workspace, store: Store, ref: str, value: Any, control: RunControl, *,
                  executor: AgentStepExecutor | None = None, observer: Observer | None = None,
-                 durability: str = "full") -> RunOutcome:
+                 durability: str = "full",
+                 secrets: Mapping[str, str] | None = None) -> RunOutcome:
     coordinator = foreground_coordinator(ws, store, executor=executor, observer=observer,
-                                         durability=durability)
+                                         durability=durability, secrets=secrets)
     return execute_here(coordinator, prepared(coordinator, ref, value), control)
 
 
 def resume_run(ws: Workspace, store: Store, run_id: str, control: RunControl, *,
                force: bool = False, executor: AgentStepExecutor | None = None,
-               observer: Observer | None = None) -> RunOutcome:
+               observer: Observer | None = None,
+               secrets: Mapping[str, str] | None = None) -> RunOutcome:
     """An explicit resume: a parked launch, or one whose runner died (lease expired)."""
     # Shell process groups left by a runner that died would run on beside the resume.
     reap_dead_registries(ws.children_dir)
     if store.launches.get(run_id) is None:
         # A bundle from before every run had a launch row: resume it directly.
         engine = ws.engine(executor=executor, observer=observer)
+        engine.secret_source = secret_source(secrets)
         return ws.resume(run_id, engine, force=force, control=control)
-    coordinator = foreground_coordinator(ws, store, executor=executor, observer=observer)
+    coordinator = foreground_coordinator(ws, store, executor=executor, observer=observer,
+                                         secrets=secrets)
     return execute_here(coordinator, run_id, control, force=force)
 
 
 def answer_run(ws: Workspace, store: Store, run_id: str, answer: Any, control: RunControl, *,
                executor: AgentStepExecutor | None = None,
-               observer: Observer | None = None) -> RunOutcome:
+               observer: Observer | None = None,
+               secrets: Mapping[str, str] | None = None) -> RunOutcome:
     """Continue a waiting run as a new linked launch, run here."""
-    coordinator = foreground_coordinator(ws, store, executor=executor, observer=observer)
+    coordinator = foreground_coordinator(ws, store, executor=executor, observer=observer,
+                                         secrets=secrets)
     manifest = coordinator.reader.manifest(run_id)
     ref = str(manifest.get("workflow_ref") or manifest.get("workflow"))
     child = prepared(coordinator, ref, answer, parent_run_id=run_id)

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from runner.engine import AgentStepExecutor, RunReader
+from runner.engine.secrets import SecretSource
 from runner.errors import NotFoundError, WfrunError
 from runner.launch import EngineOptions, LaunchCoordinator, safe_message
 from runner.store import LaunchRecord, Store
@@ -54,7 +55,9 @@ def environment_secrets() -> tuple[str, ...]:
 
 def detached_coordinator(ws: Workspace, store: Store,
                          executor: AgentStepExecutor | None = None) -> LaunchCoordinator:
-    options = EngineOptions(executor=lambda _record: executor, project_root=ws.project_root)
+    # A detached run's secrets come from this process's environment (`wfrun host`'s).
+    options = EngineOptions(executor=lambda _record: executor, project_root=ws.project_root,
+                            secret_source=SecretSource(environ=dict(os.environ)))
     return LaunchCoordinator(store, ws, ws.runs_dir, runner_id=runner_id(), clock=ws.clock,
                              options=options, secrets=environment_secrets())
 
