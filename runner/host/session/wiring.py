@@ -1,0 +1,75 @@
+"""One agent session wired to a project: store, launch coordinator and controller.
+
+Every real adapter (`wfrun bridge`, `runner.AgentSession`) needs the same parts
+around its `Host`: the project's store, a coordinator whose agent steps go into
+the session (the `session` executor) and whose `notify` nodes write the outbox,
+and a `SessionController` with the catalog lister and the status view. Built here
+once so the adapters differ only in how they talk to their agent runtime.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from runner.clock import Clock
+from runner.engine.processes import registry_for_this_process
+from runner.host.runtime.launches import environment_secrets, launch_status, runner_id
+from runner.host.runtime.local import Workspace, open_store, store_path
+from runner.launch import EngineOptions, LaunchCoordinator
+from runner.store import SqliteStore, Store
+
+from .controller import SessionController, SessionExecutor
+from .protocol import Host
+
+LIST_PAGE = 20
+
+
+@dataclass
+class SessionRuntime:
+    """What an adapter holds for one session; `close()` releases the store."""
+
+    ws: Workspace
+    store: Store
+    coordinator: LaunchCoordinator
+    controller: SessionController
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def open_session(host: Host, ws: Workspace, *, store_clock: Clock | None = None) -> SessionRuntime:
+    """Wire `host` to the project of `ws`. `store_clock` times leases (default the
+    workspace clock; tests pass a `FileClock` shared with their process)."""
+    if store_clock is None:
+        store = open_store(ws)
+    else:
+        store = SqliteStore(store_path(ws), now=store_clock.now)
+    options = EngineOptions(project_root=ws.project_root,
+                            processes=registry_for_this_process(ws.children_dir),
+                            crash_point=ws.crash_point)
+    coordinator = LaunchCoordinator(store, ws, ws.runs_dir, runner_id=runner_id(),
+                                    clock=ws.clock, options=options,
+                                    secrets=environment_secrets(), crash=ws.crash_point)
+    controller = SessionController(host, coordinator, lister=lambda offset: list_text(ws, offset),
+                                   status=lambda run_id: launch_status(ws, store, run_id))
+    options.executor = lambda _record: SessionExecutor(controller)
+    options.notifications = controller.notification_sink()
+    return SessionRuntime(ws, store, coordinator, controller)
+
+
+def list_text(ws: Workspace, offset: int = 0) -> str:
+    """The `list` action's reply: one line per workflow the session can start."""
+    entries = ws.catalog.active
+    page = entries[offset:offset + LIST_PAGE]
+    if not page:
+        return "no workflows found" if not entries else f"no workflows after offset {offset}"
+    lines = [f"- {e.name} ({e.origin})" for e in page]
+    rest = len(entries) - offset - len(page)
+    if rest > 0:
+        lines.append(f"... {rest} more; call list with offset {offset + len(page)}")
+    return "\n".join(lines)
+
+
+def status_of(runtime: SessionRuntime, run_id: str) -> dict[str, Any]:
+    return launch_status(runtime.ws, runtime.store, run_id)
