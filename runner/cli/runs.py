@@ -17,6 +17,7 @@ from runner.engine import RunControl, RunOutcome
 from runner.errors import WfrunError
 from runner.host.runtime.foreground import answer_run, resume_run, run_workflow
 from runner.host.runtime.local import Workspace, open_store, parse_answer, parse_input
+from runner.host.runtime.secrets import parse_secrets
 from runner.host.runtime.views import list_runs, show_run
 
 from .app import cli
@@ -68,6 +69,12 @@ def agent_option(f: Callable[..., Any]) -> Callable[..., Any]:
                         help="Agent for agent steps: scripted:FILE, command:'CMD' or openai.")(f)
 
 
+def secret_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--secret", "secret_pairs", multiple=True, metavar="NAME=VALUE|@FILE",
+                        help="A secret for this run (default: the environment variable "
+                        "NAME); never stored, masked as *** everywhere.")(f)
+
+
 def _finish(outcome: RunOutcome, as_json: bool, ws: Workspace) -> None:
     if as_json:
         click.echo(json.dumps({"run_id": outcome.run_id, "status": outcome.status,
@@ -94,22 +101,25 @@ def _finish(outcome: RunOutcome, as_json: bool, ws: Workspace) -> None:
 @click.option("--input", "input_json", metavar="JSON", help="Run input as a JSON value.")
 @click.option("-i", "pairs", multiple=True, metavar="KEY=VALUE", help="One input field.")
 @agent_option
+@secret_option
 @click.option("--durability", type=click.Choice(["full", "normal"]), default="full",
               show_default=True, help="full fsyncs the trace after every node.")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 @click.pass_obj
 def run_cmd(ctx: Context, ref: str, input_json: str | None, pairs: tuple[str, ...],
-            agent: str | None, durability: str, as_json: bool, quiet: bool) -> None:
+            agent: str | None, secret_pairs: tuple[str, ...], durability: str, as_json: bool,
+            quiet: bool) -> None:
     """Run a workflow in the foreground (exit 0 completed, 1 failed, 4 waiting)."""
     ws = workspace(ctx)
     value = parse_input(input_json, pairs, _input_schema(ws, ref) if pairs else None)
+    secrets = parse_secrets(secret_pairs)
     control = RunControl()
     store = open_store(ws)
     with Progress(quiet) as progress, parking_on_interrupt(control):
         outcome = run_workflow(ws, store, ref, value, control,
                                executor=ctx.executor(agent, ws.clock), observer=progress,
-                               durability=durability)
+                               durability=durability, secrets=secrets)
     _finish(outcome, as_json, ws)
 
 
@@ -117,18 +127,22 @@ def run_cmd(ctx: Context, ref: str, input_json: str | None, pairs: tuple[str, ..
 @click.argument("run_id", metavar="RUN")
 @click.option("--force", is_flag=True, help="Resume even though the workflow changed.")
 @agent_option
+@secret_option
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--quiet", "-q", is_flag=True)
 @click.pass_obj
-def resume_cmd(ctx: Context, run_id: str, force: bool, agent: str | None, as_json: bool,
-               quiet: bool) -> None:
-    """Resume a parked or interrupted run at the node it was in."""
+def resume_cmd(ctx: Context, run_id: str, force: bool, agent: str | None,
+               secret_pairs: tuple[str, ...], as_json: bool, quiet: bool) -> None:
+    """Resume a parked or interrupted run at the node it was in (secrets are resolved
+    again: nothing secret was stored)."""
     ws = workspace(ctx)
+    secrets = parse_secrets(secret_pairs)
     control = RunControl()
     store = open_store(ws)
     with Progress(quiet) as progress, parking_on_interrupt(control):
         outcome = resume_run(ws, store, run_id, control, force=force,
-                             executor=ctx.executor(agent, ws.clock), observer=progress)
+                             executor=ctx.executor(agent, ws.clock), observer=progress,
+                             secrets=secrets)
     _finish(outcome, as_json, ws)
 
 
@@ -136,18 +150,21 @@ def resume_cmd(ctx: Context, run_id: str, force: bool, agent: str | None, as_jso
 @click.argument("run_id", metavar="RUN")
 @click.argument("answer", required=False, metavar="[JSON|TEXT]")
 @agent_option
+@secret_option
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--quiet", "-q", is_flag=True)
 @click.pass_obj
 def answer_cmd(ctx: Context, run_id: str, answer: str | None, agent: str | None,
-               as_json: bool, quiet: bool) -> None:
+               secret_pairs: tuple[str, ...], as_json: bool, quiet: bool) -> None:
     """Continue a waiting run as a new linked run, with the answer at its checkpoint."""
     ws = workspace(ctx)
+    secrets = parse_secrets(secret_pairs)
     control = RunControl()
     store = open_store(ws)
     with Progress(quiet) as progress, parking_on_interrupt(control):
         outcome = answer_run(ws, store, run_id, parse_answer(answer), control,
-                             executor=ctx.executor(agent, ws.clock), observer=progress)
+                             executor=ctx.executor(agent, ws.clock), observer=progress,
+                             secrets=secrets)
     _finish(outcome, as_json, ws)
 
 
