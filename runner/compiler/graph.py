@@ -100,6 +100,10 @@ def check_local(wf: RawWorkflow, children: dict[str, LocalGraph],
     for edge in wf.edges:
         fkp = (*edge.key_path, "from")
         valid_source = source_ok(edge.source, fkp)
+        source_node = wf.nodes.get(edge.source)
+        if source_node is not None and source_node.kind == "fail":
+            sink.error("fail-has-edge", f"'{edge.source}' is a fail node: it ends the run, so "
+                       "it cannot have an outgoing edge", fkp)
         if valid_source and edge.source in g.edges:
             sink.error("multiple-edges", f"'{edge.source}' already has an outgoing edge; a node "
                        "has at most one (use a switch to branch)", fkp)
@@ -199,7 +203,7 @@ def check_included(parent: LocalGraph, mount: str, sink: DiagnosticSink) -> None
     exit_sources = {src for src, _ in child.workflow.exits.values()}
     for nid in child.terminals:
         node = child.workflow.nodes[nid]
-        if node.kind == "checkpoint" or nid in exit_sources:
+        if node.kind in ("checkpoint", "fail") or nid in exit_sources:
             continue
         sink.error("unmapped-terminal", f"included workflow '{child.workflow.name}' can end at "
                    f"node '{nid}', which no exit maps; declare it under the child's 'exits'",

@@ -15,10 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 NodeKind = Literal[
-    "agent", "decision", "compute", "action", "notify", "checkpoint",
+    "agent", "decision", "compute", "action", "notify", "checkpoint", "fail",
     "include_entry", "include_exit",
 ]
-AUTHOR_KINDS: tuple[str, ...] = ("agent", "decision", "compute", "action", "notify", "checkpoint")
+AUTHOR_KINDS: tuple[str, ...] = ("agent", "decision", "compute", "action", "notify", "checkpoint",
+                                 "fail")
+DEFAULT_FAIL_CODE = "workflow_failed"
 RESERVED_NODE_IDS = frozenset({"list", "start", "status", "cancel", "pause", "resume", "answer"})
 OUTCOMES: tuple[str, ...] = ("ok", "failed", "timed_out", "cancelled")
 DEFAULT_NODE_TIMEOUT = 15 * 60.0
@@ -128,6 +130,17 @@ class CheckpointSpec:
 
 
 @dataclass(frozen=True)
+class FailSpec:
+    """Ends the run `failed` on purpose with a rendered message and a stable code."""
+
+    message: str
+    code: str = DEFAULT_FAIL_CODE
+
+    def to_json(self) -> dict[str, Any]:
+        return {"message": self.message, "code": self.code}
+
+
+@dataclass(frozen=True)
 class IncludeEntrySpec:
     """Entering a mounted child: renders `input` in the parent's scope."""
 
@@ -151,7 +164,7 @@ class IncludeExitSpec:
         return {"mount": self.mount, "exit": self.exit, "from": self.source}
 
 
-Spec = (AgentSpec | ComputeSpec | ActionSpec | NotifySpec | CheckpointSpec
+Spec = (AgentSpec | ComputeSpec | ActionSpec | NotifySpec | CheckpointSpec | FailSpec
         | IncludeEntrySpec | IncludeExitSpec)
 
 

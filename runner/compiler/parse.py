@@ -18,6 +18,7 @@ from .durations import DurationError, parse_duration
 from .jsonschemas import schema_problem
 from .model import (
     AUTHOR_KINDS,
+    DEFAULT_FAIL_CODE,
     DEFAULT_MAX_STEPS,
     DEFAULT_NODE_TIMEOUT,
     DEFAULT_OUTPUT_CAP,
@@ -28,6 +29,7 @@ from .model import (
     AgentSpec,
     CheckpointSpec,
     ComputeSpec,
+    FailSpec,
     HookRef,
     NotifySpec,
     Retry,
@@ -51,6 +53,7 @@ KIND_KEYS: dict[str, tuple[str, ...]] = {
                "output_cap", "parse"),
     "notify": ("kind", "message"),
     "checkpoint": ("summary",),
+    "fail": ("message", "code"),
 }
 EDGE_KEYS = ("from", "to", "switch")
 SWITCH_KEYS = ("on", "cases", "default")
@@ -61,6 +64,7 @@ ID_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 PATH_RE = re.compile(r"^\$(?:output|result)?(?:\.[A-Za-z0-9_-]+)*$")
 MODULE_HOOK_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_]\w*$")
+FAIL_CODE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 FILE_HOOK_RE = re.compile(r"^(\.{1,2}/[^:]+\.py):([A-Za-z_]\w*)$")
 MAX_OUTPUT_CAP = 64 * 1024 * 1024
 
@@ -483,6 +487,9 @@ def _node(c: _Checker, node_id: str, spec: Any, kp: KeyPath, default_timeout: fl
         parsed = _action(c, body, bkp)
     elif kind == "notify":
         parsed = _notify(c, body, bkp)
+    elif kind == "fail":
+        parsed = _fail_spec(c, body, bkp)
+        retry = Retry()  # failing on purpose again would fail the same way
     else:
         parsed = _checkpoint(c, body, bkp)
     if parsed is None:
@@ -703,6 +710,28 @@ def _checkpoint(c: _Checker, body: Any, kp: KeyPath) -> CheckpointSpec | None:
     summary = c.string(m["summary"], (*kp, "summary"), "summary", template=True) if (
         "summary" in m) else None
     return CheckpointSpec(summary=summary)
+
+
+def _fail_spec(c: _Checker, body: Any, kp: KeyPath) -> FailSpec | None:
+    if isinstance(body, str):
+        body = {"message": body}
+    m = c.mapping(body, kp, "fail")
+    if m is None:
+        return None
+    c.keys(m, KIND_KEYS["fail"], kp, "fail", required=("message",))
+    message = c.string(m["message"], (*kp, "message"), "message", template=True) if (
+        "message" in m) else None
+    code = DEFAULT_FAIL_CODE
+    if "code" in m:
+        raw = m["code"]
+        if not isinstance(raw, str) or not FAIL_CODE_RE.match(raw):
+            c.sink.error("invalid-value", "fail code must be a word of letters, digits and _ "
+                         f"(like tests_failed), not {raw!r}", (*kp, "code"))
+            return None
+        code = raw
+    if message is None:
+        return None
+    return FailSpec(message=message, code=code)
 
 
 def _edges(c: _Checker, wf: RawWorkflow, value: Any) -> None:

@@ -97,6 +97,11 @@ def workflow_schema() -> dict[str, Any]:
             KIND_KEYS["notify"], ("message",))]},
         "checkpoint": {"anyOf": [{"type": "null"}, TEMPLATE,
                                  _obj({"summary": TEMPLATE}, KIND_KEYS["checkpoint"])]},
+        "fail": {"anyOf": [TEMPLATE, _obj(
+            {"message": TEMPLATE, "code": {"type": "string",
+                                           "pattern": "^[A-Za-z][A-Za-z0-9_]{0,63}$"}},
+            KIND_KEYS["fail"], ("message",),
+            "Ends the run failed on purpose (exit 1) with this message and code.")]},
     }
     common = {"timeout": DURATION, "retry": retry, "description": {"type": "string"}}
     assert set(common) == set(NODE_COMMON_KEYS)

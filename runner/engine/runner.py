@@ -243,6 +243,8 @@ class RunDriver:
                 return self.finish("cancelled", error=result.error)
             if node.kind == "fail":
                 return self.finish("failed", error={**(result.error or {}), "node": node.id})
+            if node.kind == "fail":
+                return self.finish("failed", error={**(result.error or {}), "node": node.id})
             if node.kind == "checkpoint" and result.outcome == "ok":
                 return self.wait(node.id, result.output)
             nxt = self.next_after(node.id, result.outcome, result.output, result.error,

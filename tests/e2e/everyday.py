@@ -1,0 +1,54 @@
+"""A temp project driven through the real CLI in subprocesses (issue 13's e2e tests)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+
+class Project:
+    def __init__(self, root: Path, *, create: bool = True) -> None:
+        self.root = root
+        if create:
+            (root / ".wfrun" / "workflows").mkdir(parents=True)
+
+    def workflow(self, name: str, text: str) -> Path:
+        path = self.root / ".wfrun" / "workflows" / f"{name}.yaml"
+        path.write_text(textwrap.dedent(text))
+        return path
+
+    def file(self, name: str, text: str) -> Path:
+        path = self.root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+        return path
+
+    def argv(self, *args: str, project: bool = True) -> list[str]:
+        flag = ["--project", str(self.root)] if project else []
+        return [sys.executable, "-m", "runner", *flag, *args]
+
+    def wfrun(self, *args: str, timeout: float = 60, stdin: str | None = None,
+              env: dict[str, str] | None = None, project: bool = True,
+              cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+        # COLUMNS=80 as a CI runner has it: output to a pipe must still be complete.
+        return subprocess.run(self.argv(*args, project=project), capture_output=True, text=True,
+                              timeout=timeout, cwd=cwd or self.root, input=stdin,
+                              env={**os.environ, "COLUMNS": "80", **(env or {})})
+
+    def json(self, *args: str, **kw: Any) -> Any:
+        done = self.wfrun(*args, **kw)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    def runs(self, *args: str) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = self.json("runs", "--json", *args)["runs"]
+        return rows
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.root / ".wfrun" / "runs"
