@@ -74,6 +74,17 @@ def run_view(view: dict[str, Any]) -> None:
     console.print(table)
     if view.get("error"):
         console.print(f"[red]error:[/] {escape(str(view['error'].get('message')))}")
+    failure = view.get("failure")
+    if failure and (failure.get("stdout_tail") or failure.get("stderr_tail")):
+        for stream in ("stdout", "stderr"):
+            lines = failure.get(f"{stream}_tail") or []
+            if lines:
+                console.print(f"[bold]{escape(str(failure['node']))} {stream}[/] (last "
+                              f"{len(lines)} lines):")
+                for line in lines:
+                    console.print("  " + escape(line), highlight=False, soft_wrap=True)
+        console.print(f"  all of it: wfrun logs {escape(view['run_id'])} "
+                      f"{escape(str(failure['node']))}")
     if view.get("final_output") is not None:
         console.print("final output:")
         console.print_json(json.dumps(view["final_output"]))

@@ -18,6 +18,8 @@ from runner.clock import Clock, SystemClock
 from runner.engine import RunReader, fold
 from runner.errors import InputError, OperationFailed
 
+from .logs import failure_summary
+
 VIEW_SCHEMA = "wfrun.run-view.v1"
 
 
@@ -135,6 +137,8 @@ def show_run(runs: Path | RunReader, run_id: str) -> dict[str, Any]:
         "updates": list(state.updates.values()),
         "trace_events": len(trace.events),
         "trace_torn": trace.torn,
+        # The failed node's error and the last lines of its stdout and stderr.
+        "failure": failure_summary(reader, run_id, trace.events),
     }
     # Long strings live in artifacts/; a view shows the real values.
     live: dict[str, Any] = reader.live(run_id, view)

@@ -1,0 +1,83 @@
+"""`wfrun logs RUN [NODE]`: what shell actions and command agents printed.
+
+The logs themselves go to stdout (so `wfrun logs RUN test --stdout > out.txt` is the
+step's output and nothing else); the header naming each node and stream goes to
+stderr. Secrets were masked before the logs were recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from runner.host.runtime.logs import StepLog, follow_logs, run_logs
+
+from .app import cli
+from .context import Context
+from .runs import EXIT, workspace
+
+
+def _print(entry: StepLog, streams: tuple[str, ...], headers: bool) -> None:
+    for stream in streams:
+        text = entry.stdout if stream == "stdout" else entry.stderr
+        cut = entry.stdout_truncated if stream == "stdout" else entry.stderr_truncated
+        if headers:
+            code = f", exit {entry.exit_code}" if entry.exit_code is not None else ""
+            note = ", cut at the output cap" if cut else ""
+            click.echo(f"--- {entry.node} {stream} (attempt {entry.attempt}{code}{note}) ---",
+                       err=True)
+        if text:
+            sys.stdout.write(text if text.endswith("\n") else text + "\n")
+            sys.stdout.flush()
+
+
+@cli.command("logs")
+@click.argument("run_id", metavar="RUN")
+@click.argument("node", required=False, metavar="[NODE]")
+@click.option("--follow", "-f", is_flag=True, help="Print logs as steps finish, until the "
+              "run ends.")
+@click.option("--stdout", "only_stdout", is_flag=True, help="Only standard output.")
+@click.option("--stderr", "only_stderr", is_flag=True, help="Only standard error.")
+@click.option("--json", "as_json", is_flag=True, help="The logs as JSON (JSON Lines with "
+              "--follow).")
+@click.pass_obj
+def logs_cmd(ctx: Context, run_id: str, node: str | None, follow: bool, only_stdout: bool,
+             only_stderr: bool, as_json: bool) -> None:
+    """Show the stdout and stderr of a run's shell actions and command agents."""
+    if only_stdout and only_stderr:
+        raise click.UsageError("--stdout and --stderr exclude each other; give neither for "
+                               "both streams")
+    streams = ("stdout",) if only_stdout else ("stderr",) if only_stderr else \
+        ("stdout", "stderr")
+    ws = workspace(ctx)
+
+    def emit(entry: StepLog) -> None:
+        if as_json:
+            data = entry.to_json()
+            for stream in ("stdout", "stderr"):
+                if stream not in streams:
+                    data.pop(stream)
+                    data.pop(f"{stream}_truncated")
+            click.echo(json.dumps(data, ensure_ascii=False))
+        else:
+            _print(entry, streams, headers=True)
+
+    if follow:
+        status = follow_logs(ws.runs_dir, run_id, node, emit, clock=ws.clock)
+        sys.exit(EXIT.get(status, 0))
+    entries = run_logs(ws.runs_dir, run_id, node)
+    if as_json:
+        click.echo(json.dumps({"run_id": run_id, "logs": [
+            {k: v for k, v in e.to_json().items()
+             if k.split("_")[0] in streams or k.split("_")[0] not in ("stdout", "stderr")}
+            for e in entries]}, indent=2, ensure_ascii=False))
+        return
+    if not entries:
+        where = f"node '{node}' of run {run_id}" if node else f"run {run_id}"
+        click.echo(f"wfrun: {where} has no logs (only shell actions and command agents "
+                   "record them)", err=True)
+        return
+    for entry in entries:
+        emit(entry)

@@ -1,0 +1,121 @@
+"""Step logs: what each shell action and command agent printed (`wfrun logs`, `show`).
+
+The engine records one `node_log` event per attempt (stdout and stderr, bounded,
+secrets already masked, long streams in artifacts/); this module reads them back
+through `RunReader`, never from bundle files, so it works on a run another
+process is executing.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from runner.clock import Clock, SystemClock
+from runner.engine import RunReader, fold
+from runner.errors import NotFoundError
+
+Stream = Literal["stdout", "stderr"]
+LOG_EVENT = "node_log"
+SUMMARY_LINES = 10  # `show` prints this many last lines of each stream of a failed node
+
+
+@dataclass(frozen=True)
+class StepLog:
+    node: str
+    attempt: str | None
+    at: str | None
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    stdout_truncated: bool
+    stderr_truncated: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _reader(runs: Path | RunReader) -> RunReader:
+    return runs if isinstance(runs, RunReader) else RunReader(runs)
+
+
+def _entries(reader: RunReader, run_id: str, events: list[dict[str, Any]],
+             node: str | None) -> list[StepLog]:
+    found = []
+    for event in events:
+        if event.get("type") != LOG_EVENT or (node is not None and event.get("node") != node):
+            continue
+        p = reader.live(run_id, event.get("payload") or {})  # artifacts read back
+        code = p.get("exit_code")
+        found.append(StepLog(str(event.get("node")), event.get("attempt"), event.get("at"),
+                             code if isinstance(code, int) else None,
+                             str(p.get("stdout") or ""), str(p.get("stderr") or ""),
+                             bool(p.get("stdout_truncated")), bool(p.get("stderr_truncated"))))
+    return found
+
+
+def _check_node(run_id: str, events: list[dict[str, Any]], node: str) -> None:
+    ran = list(dict.fromkeys(str(e["node"]) for e in events
+                             if e.get("type") == "node_started" and e.get("node")))
+    if node not in ran:
+        listed = ", ".join(ran) if ran else "none yet"
+        raise NotFoundError(f"run '{run_id}' has no node '{node}' that ran (nodes that ran: "
+                            f"{listed})")
+
+
+def run_logs(runs: Path | RunReader, run_id: str, node: str | None = None) -> list[StepLog]:
+    """Every recorded log of the run (or of one node), oldest first."""
+    reader = _reader(runs)
+    events = reader.trace(run_id)  # InputError / NotFoundError for a bad run id
+    if node is not None:
+        _check_node(run_id, events, node)
+    return _entries(reader, run_id, events, node)
+
+
+def follow_logs(runs: Path | RunReader, run_id: str, node: str | None,
+                on_log: Callable[[StepLog], None], *, clock: Clock | None = None,
+                poll: float = 0.2, stop: threading.Event | None = None) -> str:
+    """Call `on_log` for each log as it is recorded until the run stops running (or
+    `stop` is set); the run's status then. A node that has not run yet is waited for."""
+    clock = clock or SystemClock()
+    reader = _reader(runs)
+    seen = 0
+    while True:
+        events = reader.trace(run_id)
+        logs = [e for e in events if e.get("type") == LOG_EVENT]
+        for entry in _entries(reader, run_id, logs[seen:], node):
+            on_log(entry)
+        seen = len(logs)
+        status = fold(run_id, events).status if events else "running"
+        if status != "running" or (stop is not None and stop.is_set()):
+            if node is not None and status != "running":
+                _check_node(run_id, events, node)
+            return status
+        clock.sleep(poll, stop)
+
+
+def last_lines(text: str, count: int = SUMMARY_LINES) -> list[str]:
+    return text.rstrip("\n").splitlines()[-count:] if text.strip() else []
+
+
+def failure_summary(runs: Path | RunReader, run_id: str,
+                    events: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """For a run that failed in a node: that node, its error and the last lines of both
+    streams of its last logged attempt (None when no node failed it)."""
+    state = fold(run_id, events) if events else None
+    if state is None or state.status not in ("failed", "timed_out") or not state.error:
+        return None
+    node = state.error.get("node")
+    if not isinstance(node, str):
+        return None
+    logs = _entries(_reader(runs), run_id, events, node)
+    summary: dict[str, Any] = {"node": node, "error": state.error.get("message"),
+                               "stdout_tail": [], "stderr_tail": [], "exit_code": None}
+    if logs:
+        last = logs[-1]
+        summary.update({"stdout_tail": last_lines(last.stdout),
+                        "stderr_tail": last_lines(last.stderr), "exit_code": last.exit_code})
+    return summary
