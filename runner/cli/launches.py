@@ -17,13 +17,21 @@ from runner.host.runtime.local import open_store, parse_input, reset_store, stor
 from .app import cli
 from .context import Context
 from .progress import Progress
-from .runs import EXIT, _input_schema, agent_option, parking_on_interrupt, workspace
+from .runs import (
+    EXIT,
+    INPUT_HELP,
+    PAIR_HELP,
+    _input_schema,
+    agent_option,
+    parking_on_interrupt,
+    workspace,
+)
 
 
 @cli.command("start")
 @click.argument("ref", metavar="NAME|PATH")
-@click.option("--input", "input_json", metavar="JSON", help="Run input as a JSON value.")
-@click.option("-i", "pairs", multiple=True, metavar="KEY=VALUE", help="One input field.")
+@click.option("--input", "input_json", metavar="JSON|@FILE|-", help=INPUT_HELP)
+@click.option("-i", "pairs", multiple=True, metavar="KEY=VALUE", help=PAIR_HELP)
 @click.option("--wait", is_flag=True, help="Activate and run the launch in this process.")
 @agent_option
 @click.option("--json", "as_json", is_flag=True)

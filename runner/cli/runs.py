@@ -96,10 +96,15 @@ def _finish(outcome: RunOutcome, as_json: bool, ws: Workspace) -> None:
     sys.exit(EXIT.get(status, 1))
 
 
+INPUT_HELP = "Run input as JSON; @FILE reads it from a file, - from stdin."
+PAIR_HELP = ("One input field, a string unless the input schema types it; KEY=@FILE takes "
+             "a file's text.")
+
+
 @cli.command("run")
 @click.argument("ref", metavar="NAME|PATH")
-@click.option("--input", "input_json", metavar="JSON", help="Run input as a JSON value.")
-@click.option("-i", "pairs", multiple=True, metavar="KEY=VALUE", help="One input field.")
+@click.option("--input", "input_json", metavar="JSON|@FILE|-", help=INPUT_HELP)
+@click.option("-i", "pairs", multiple=True, metavar="KEY=VALUE", help=PAIR_HELP)
 @agent_option
 @secret_option
 @click.option("--durability", type=click.Choice(["full", "normal"]), default="full",

@@ -1,4 +1,4 @@
-"""`--input` and `-i key=value`: JSON where it parses, text where the schema wants text."""
+"""`--input` and `-i key=value`: strings unless the input schema types the field."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ SCHEMA = {"type": "object", "properties": {"command": {"type": "string"},
                                            "n": {"type": "integer"}}}
 
 
-def test_pairs_are_json_where_they_parse_and_text_otherwise() -> None:
-    assert parse_input(None, ("n=3", "flag=true", "name=ada")) == {
-        "n": 3, "flag": True, "name": "ada"}
+def test_without_a_schema_pairs_are_strings() -> None:
+    assert parse_input(None, ("n=3", "flag=true", "name=ada", "version=1.10")) == {
+        "n": "3", "flag": "true", "name": "ada", "version": "1.10"}
 
 
 def test_string_fields_keep_the_text_even_when_it_looks_like_json() -> None:
@@ -22,7 +22,7 @@ def test_string_fields_keep_the_text_even_when_it_looks_like_json() -> None:
 
 
 def test_pairs_extend_an_input_object() -> None:
-    assert parse_input('{"a": 1}', ("b=2",)) == {"a": 1, "b": 2}
+    assert parse_input('{"a": 1}', ("b=2",)) == {"a": 1, "b": "2"}
 
 
 @pytest.mark.parametrize(("text", "pairs", "needle"), [

@@ -198,20 +198,43 @@ class Workspace:
         return engine.answer(run_id, answer, self.resolver, control=control)
 
 
+def _read_text(path: str, what: str) -> str:
+    """A file named on the command line (`@FILE`), or stdin for `-`, as text."""
+    import sys
+
+    if path == "-":
+        return sys.stdin.read()
+    try:
+        with open(os.path.expanduser(path), encoding="utf-8") as fh:
+            return fh.read()
+    except UnicodeDecodeError:
+        raise InputError(f"{what}: '{path}' is not UTF-8 text") from None
+    except OSError as exc:
+        raise InputError(f"{what}: cannot read '{path}': {exc.strerror}") from None
+
+
 def parse_input(json_text: str | None, pairs: tuple[str, ...],
                 schema: Mapping[str, Any] | None = None) -> Any:
-    """`--input JSON` and/or `-i key=value`.
+    """`--input JSON|@FILE|-` and/or `-i key=value|key=@FILE`.
 
-    A `-i` value is parsed as JSON (so `n=3` is a number) unless the workflow's
-    input schema says that field is a string: then `name=true` stays "true".
+    `--input` is always JSON (`@FILE` reads it from a file, `-` from stdin). A `-i`
+    value is a string (`version=1.10` stays "1.10") unless the workflow's input
+    schema declares that field another type: then it is read as JSON, so
+    `times=3` is 3 for an integer field. `key=@FILE` takes the file's text;
+    `key=@@x` is the literal string "@x".
     """
     value: Any = {}
     if json_text is not None:
+        source = "--input"
+        if json_text == "-" or json_text.startswith("@"):
+            name = json_text if json_text == "-" else json_text[1:]
+            source = f"--input {'(stdin)' if name == '-' else json_text}"
+            json_text = _read_text(name, "--input")
         try:
             value = json.loads(json_text)
         except json.JSONDecodeError as exc:
-            raise InputError(f"--input is not valid JSON: {exc.msg} at column {exc.colno}") \
-                from None
+            raise InputError(f"{source} is not valid JSON: {exc.msg} at line {exc.lineno} "
+                             f"column {exc.colno}") from None
     props = (schema or {}).get("properties") or {}
     for pair in pairs:
         if "=" not in pair:
@@ -219,16 +242,19 @@ def parse_input(json_text: str | None, pairs: tuple[str, ...],
         if not isinstance(value, dict):
             raise InputError("-i key=value needs --input to be a JSON object")
         key, raw = pair.split("=", 1)
+        if raw.startswith("@@"):
+            raw = raw[1:]
+        elif raw.startswith("@") and len(raw) > 1:
+            raw = _read_text(raw[1:], f"-i {key}=@FILE")
         declared = props.get(key, {}).get("type") if isinstance(props.get(key), dict) else None
-        wants_text = declared == "string" or (isinstance(declared, list)
-                                              and declared == ["string"])
-        if wants_text:
-            value[key] = raw
+        types = set(declared) if isinstance(declared, list) else {declared}
+        if not types - {None, "string"}:
+            value[key] = raw  # a string field, or no declared type: the text as given
             continue
         try:
             value[key] = json.loads(raw)
         except ValueError:
-            value[key] = raw
+            value[key] = raw  # the schema check names the field and the type it wants
     return value
 
 
