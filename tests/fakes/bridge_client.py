@@ -93,6 +93,7 @@ class BridgeClient:
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._reader: threading.Thread | None = None
+        self._err: io.TextIOWrapper | None = None
 
     # -- process -----------------------------------------------------------------
     def start(self) -> BridgeClient:
@@ -101,8 +102,8 @@ class BridgeClient:
         assert self.proc.stderr is not None
 
 
-        self.stderr = LineReader(io.TextIOWrapper(self.proc.stderr, encoding="utf-8",
-                                                  errors="replace"))
+        self._err = io.TextIOWrapper(self.proc.stderr, encoding="utf-8", errors="replace")
+        self.stderr = LineReader(self._err)
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
         return self
@@ -113,12 +114,27 @@ class BridgeClient:
         if self.proc.stdin and not self.proc.stdin.closed:
             with contextlib.suppress(BrokenPipeError):
                 self.proc.stdin.close()
-        return self.proc.wait(timeout)
+        code = self.proc.wait(timeout)
+        self._release()
+        return code
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(DEADLINE)
+        self._release()
+
+    def _release(self) -> None:
+        """Join the readers (they end at EOF) and close every pipe."""
+        assert self.proc is not None
+        if self._reader is not None:
+            self._reader.join(DEADLINE)
+        if self.stderr is not None:
+            self.stderr._thread.join(DEADLINE)
+        for stream in (self.proc.stdin, self.proc.stdout, self._err):
+            if stream is not None and not stream.closed:
+                with contextlib.suppress(OSError):
+                    stream.close()
 
     # -- the wire ------------------------------------------------------------------
     def send(self, doc: dict[str, Any]) -> None:

@@ -1,0 +1,153 @@
+"""`wfrun bridge` protocol behaviour through a real subprocess: ordering, settle, errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import Project
+from fakes.bridge_client import BridgeError
+
+from runner.host.session.tool import WORKFLOW_TOOL
+from runner.launch.intents import AGENT_STEP_TYPE
+
+pytestmark = pytest.mark.timeout(60)
+START = {"action": "start", "workflow": "review", "input": {"task": "x"}}
+
+
+def test_bridge_serves_workflow_tool_schema_unchanged(project: Project) -> None:
+    client = project.bridge(initialize=False)
+    assert client.request("tools/list") == {"tools": [WORKFLOW_TOOL]}
+    hello = client.initialize("s-42")
+    assert hello["protocolVersion"] == 1
+    assert hello["sessionId"] == "s-42"
+    assert hello["tools"] == [WORKFLOW_TOOL]
+    assert hello["server"]["name"] == "wfrun"
+    assert client.close() == 0
+
+
+def test_bridge_parallel_tool_calls_behave_as_if_sequential(project: Project) -> None:
+    client = project.bridge()
+    client.request("session/start", {"reason": "startup"})
+    client.request("turn/started")
+    # One model message, three tool calls sent before any reply is read.
+    replies = client.request_many([
+        ("tool/call", {"callId": "a", "name": "workflow", "arguments": START}),
+        ("tool/call", {"callId": "b", "name": "workflow", "arguments": START}),
+        ("tool/call", {"callId": "c", "name": "workflow", "arguments": {"action": "status"}}),
+    ])
+    first, second, status = replies
+    assert first["isError"] is False
+    run_id = first["details"]["runId"]
+    assert second["isError"] is True
+    assert second["details"]["code"] == "activation_failed"
+    assert run_id in second["content"]  # the refusal names the run the first call queued
+    assert status["content"] == f"Run {run_id}: queued"
+    with project.store() as store:
+        assert [r.run_id for r in store.launches.query()] == [run_id]
+    assert client.close() == 0
+
+
+def test_bridge_settle_reply_waits_until_the_activated_run_is_quiet(project: Project) -> None:
+    client = project.bridge()
+    client.request("session/start", {"reason": "startup"})
+    client.request("turn/started")
+    run_id = client.tool(START)["details"]["runId"]
+    assert client.log.custom() == []  # nothing starts during the initiating turn
+    settled = client.request("turn/settled", {"aborted": False})
+    # At the moment of the reply the run has reached its agent step, in the log.
+    (step,) = client.log.custom(AGENT_STEP_TYPE)
+    assert step["details"]["runId"] == run_id
+    assert settled == {"quiet": True, "turnRequested": True}
+    assert client.turn_requested.is_set()
+    # The model's next turn submits; the run ends and the settle says no more turns.
+    client.request("turn/started")
+    done = client.tool({"action": "submit", "step": "plan",
+                        "attempt": step["details"]["attempt"], "output": {"summary": "s"}})
+    assert done["isError"] is False
+    assert client.request("turn/settled", {})["turnRequested"] is False
+    with project.store() as store:
+        record = store.launches.get(run_id)
+        assert record is not None
+        assert record.status == "done"
+    assert client.close() == 0
+
+
+def test_bridge_stdin_close_parks_the_active_run(project: Project) -> None:
+    client = project.bridge()
+    client.request("session/start", {"reason": "startup"})
+    client.request("turn/started")
+    run_id = client.tool(START)["details"]["runId"]
+    client.request("turn/settled", {})
+    assert client.log.custom(AGENT_STEP_TYPE)  # the run waits on the session
+    assert client.close() == 0  # the client went away without session/shutdown
+    with project.store() as store:
+        record = store.launches.get(run_id)
+        assert record is not None
+        assert record.status == "parked"
+
+
+def test_bridge_refuses_bad_messages_with_one_line_errors_and_keeps_serving(
+        project: Project) -> None:
+    client = project.bridge(initialize=False)
+    with pytest.raises(BridgeError) as early:
+        client.request("tool/call", {"name": "workflow", "arguments": START})
+    assert early.value.code == -32002
+    assert "send initialize" in early.value.message
+    with pytest.raises(BridgeError) as version:
+        client.request("initialize", {"protocolVersion": 2, "sessionId": "s"})
+    assert version.value.code == -32602
+    assert version.value.message == ("protocolVersion 2 is not supported; this wfrun bridge "
+                                     "speaks 1")
+    client.initialize()
+    with pytest.raises(BridgeError) as unknown:
+        client.request("turn/finished")
+    assert unknown.value.code == -32601
+    assert "unknown method 'turn/finished'" in unknown.value.message
+    assert "turn/settled" in unknown.value.message
+    with pytest.raises(BridgeError) as param:
+        client.request("turn/settled", {"aborted": "yes"})
+    assert param.value.code == -32602
+    assert param.value.message == "'aborted' must be true or false"
+    with pytest.raises(BridgeError) as again:
+        client.request("initialize", {"protocolVersion": 1, "sessionId": "other"})
+    assert "already" in again.value.message
+    client.send_raw(b"{not json\n")
+    client.send_raw(b"[1, 2]\n")
+    client.request("ping")  # the replies to the bad lines came before this one
+    codes = [doc["error"]["code"] for doc in client.protocol_errors]
+    assert codes == [-32700, -32600]
+    assert all("\n" not in doc["error"]["message"] for doc in client.protocol_errors)
+    # A bad tool call is the model's to fix: a normal result with isError.
+    reply = client.request("tool/call", {"name": "workflow",
+                                         "arguments": {"action": "start", "flow": "x"}})
+    assert reply["isError"] is True
+    assert reply["content"] == "action 'start' does not take flow; it takes workflow, input"
+    raw = client.request("tool/call", {"name": "workflow", "arguments": "{oops"})
+    assert raw["isError"] is True
+    assert "not valid JSON" in raw["content"]
+    client.request("session/start", {"reason": "startup"})  # still serving
+    assert client.close() == 0
+    assert client.stderr is not None
+    assert not [line for line in client.stderr.lines if "Traceback" in line]
+
+
+def test_wfrun_bridge_outside_a_project_is_one_line_error(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "runner", "bridge"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=30, input="")
+    assert done.returncode == 2
+    assert done.stdout == ""
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("wfrun: error: no .wfrun/ folder")
+
+
+def test_bridge_tool_call_json_text_arguments_are_accepted(project: Project) -> None:
+    client = project.bridge()
+    reply = client.request("tool/call", {"callId": "x", "name": "workflow",
+                                         "arguments": json.dumps({"action": "list"})})
+    assert reply["isError"] is False
+    assert "- review (project)" in reply["content"]
+    assert client.close() == 0
