@@ -35,6 +35,7 @@ from runner.host.runtime.local import Workspace
 from runner.host.session.protocol import DeliverAs, SessionEntry, ToolReply
 from runner.host.session.tool import WORKFLOW_TOOL
 from runner.host.session.wiring import SessionRuntime, open_session
+from runner.store import StoreError
 
 from . import wire
 from .wire import WireError
@@ -42,6 +43,7 @@ from .wire import WireError
 log = logging.getLogger(__name__)
 HOST_CALL_TIMEOUT = 60.0  # a client that never answers must not hang wfrun forever
 DEFAULT_SETTLE_TIMEOUT = 30.0
+LAUNCH_VIEW_LIMIT = 20
 
 
 class HostCallFailed(WfrunError):
@@ -212,6 +214,14 @@ class BridgeServer:
             self._reply(doc, {})
         elif method == wire.TOOLS_LIST:
             self._reply(doc, {"tools": [WORKFLOW_TOOL]})
+        elif method == wire.SESSION_LAUNCHES:
+            # Read-only, so answered here: a view must not wait behind a long settle.
+            try:
+                self._reply(doc, self._launches(doc["params"]))
+            except WireError as exc:
+                self._fail(doc, exc)
+            except StoreError as exc:
+                self._fail(doc, WireError(wire.INTERNAL_ERROR, exc.message))
         elif method not in wire.CLIENT_METHODS:
             self._fail(doc, WireError(wire.METHOD_NOT_FOUND,
                                       f"unknown method '{method}'; this wfrun bridge speaks "
@@ -293,6 +303,17 @@ class BridgeServer:
         return {"protocolVersion": wire.PROTOCOL_VERSION, "sessionId": sid,
                 "server": {"name": "wfrun", "version": __version__},
                 "tools": [WORKFLOW_TOOL]}
+
+    def _launches(self, params: dict[str, Any]) -> dict[str, Any]:
+        """This session's launches, newest last (a view for status lines; the store
+        stays the truth)."""
+        runtime, host = self._session()
+        limit = int(wire.field_number(params, "limit", LAUNCH_VIEW_LIMIT))
+        rows = runtime.store.launches.query(session_id=host.sid)[-max(limit, 1):]
+        return {"launches": [
+            {"runId": r.run_id, "workflow": r.workflow_ref, "status": r.status,
+             "error": ({"code": r.error_code, "message": r.error_message}
+                       if r.error_code else None)} for r in rows]}
 
     def _session(self) -> tuple[SessionRuntime, RemoteHost]:
         if self.runtime is None or self.host is None:

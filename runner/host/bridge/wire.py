@@ -25,8 +25,9 @@ TURN_STARTED = "turn/started"
 TURN_SETTLED = "turn/settled"
 SESSION_SHUTDOWN = "session/shutdown"
 PING = "ping"
+SESSION_LAUNCHES = "session/launches"  # a read-only view for the client's UI (added in v1)
 CLIENT_METHODS = (INITIALIZE, TOOLS_LIST, SESSION_START, TOOL_CALL, TURN_STARTED,
-                  TURN_SETTLED, SESSION_SHUTDOWN, PING)
+                  TURN_SETTLED, SESSION_SHUTDOWN, PING, SESSION_LAUNCHES)
 
 # Bridge -> client (the Host). Requests wait for a result; notifications do not.
 APPEND_MESSAGE = "host/appendMessage"
