@@ -71,8 +71,9 @@ class TraceRead:
     torn: bool
 
 
-def parse_trace(data: bytes) -> TraceRead:
-    """Events of the longest valid prefix: whole lines, parseable, seq 1, 2, 3..."""
+def parse_trace(data: bytes, first_seq: int = 1) -> TraceRead:
+    """Events of the longest valid prefix: whole lines, parseable, seq 1, 2, 3...
+    (`first_seq` for a tail read from the middle of the file)."""
     events: list[dict[str, Any]] = []
     pos = 0
     while pos < len(data):
@@ -83,7 +84,7 @@ def parse_trace(data: bytes) -> TraceRead:
             event = json.loads(data[pos:end])
         except ValueError:
             break
-        if not isinstance(event, dict) or event.get("seq") != len(events) + 1:
+        if not isinstance(event, dict) or event.get("seq") != len(events) + first_seq:
             break
         events.append(event)
         pos = end + 1

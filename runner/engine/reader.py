@@ -22,7 +22,7 @@ from runner.errors import InputError, NotFoundError, OperationFailed
 
 from . import bundle as _bundle
 from .artifacts import has_artifacts, internalize
-from .bundle import MANIFEST, TRACE, TraceRead
+from .bundle import MANIFEST, TRACE, WORKFLOW, TraceRead, parse_trace
 from .state import RunState, fold
 
 # The folder of continuation markers (`<runs_dir>/.continued/<parent run id>` holds the
@@ -139,6 +139,36 @@ class RunReader:
             return _bundle.read_trace(root)
         except OSError as exc:
             raise OperationFailed(f"cannot read the trace of run '{run_id}': "
+                                  f"{exc.strerror}") from None
+
+    def trace_tail(self, run_id: str, offset: int, next_seq: int) -> TraceRead:
+        """The whole, valid events written after byte `offset` (which ends event
+        `next_seq - 1`); `valid_bytes` is the offset to pass next time. Reads only
+        the new bytes, so a live view can follow a long trace cheaply."""
+        root = self._existing(run_id)
+        try:
+            with open(root / TRACE, "rb") as fh:
+                fh.seek(offset)
+                data = fh.read()
+        except FileNotFoundError:
+            return TraceRead([], offset, False)
+        except OSError as exc:
+            raise OperationFailed(f"cannot read the trace of run '{run_id}': "
+                                  f"{exc.strerror}") from None
+        read = parse_trace(data, next_seq)
+        return TraceRead(read.events, offset + read.valid_bytes, read.torn)
+
+    def workflow(self, run_id: str) -> dict[str, Any]:
+        """The definition snapshot the run was started from (`workflow.json`)."""
+        path = self._root(run_id) / WORKFLOW
+        try:
+            return _bundle.read_json(path)
+        except NotFoundError:
+            raise NotFoundError(f"run '{run_id}' has no workflow snapshot") from None
+        except OperationFailed:
+            raise OperationFailed(f"run '{run_id}' has a damaged workflow snapshot") from None
+        except OSError as exc:
+            raise OperationFailed(f"cannot read the workflow snapshot of run '{run_id}': "
                                   f"{exc.strerror}") from None
 
     def trace(self, run_id: str) -> list[dict[str, Any]]:

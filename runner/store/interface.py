@@ -54,6 +54,28 @@ class LaunchQueue(Protocol):
         """Launches, oldest first, optionally filtered by status and origin session."""
         ...
 
+    def page(
+        self,
+        *,
+        statuses: Iterable[LaunchStatus] | None = None,
+        workflow_ref: str | None = None,
+        newest_first: bool = True,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[LaunchRecord]:
+        """One page of launches by creation time (newest first by default), filtered
+        by status and workflow ref, paged in SQL (the UI's run list: every run is a
+        launch row)."""
+        ...
+
+    def counts(self, *, workflow_ref: str | None = None) -> dict[str, int]:
+        """How many launches are in each status (statuses with none are left out)."""
+        ...
+
+    def workflow_counts(self) -> dict[str, int]:
+        """How many launches each workflow ref has, sorted by ref."""
+        ...
+
     def find_session_reservation(self, session_id: str) -> LaunchRecord | None:
         """The queued/starting/running launch that reserves `session_id`, if any."""
         ...
