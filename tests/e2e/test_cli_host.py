@@ -20,7 +20,7 @@ ROW_KEYS = {"run_id", "workflow", "status", "started_at", "finished_at", "durati
 VIEW_KEYS = {"schema", "run_id", "workflow", "title", "status", "paused", "parent_run_id",
              "definition_digest", "started_at", "finished_at", "current_node", "steps",
              "waiting_on", "timeline", "outputs", "final_output", "error", "updates",
-             "trace_events", "trace_torn"}
+             "trace_events", "trace_torn", "failure"}
 BAR_KEYS = {"node", "key", "label", "completed", "total", "unit", "eta_s"}
 SLOW = """\
     start: work

@@ -18,6 +18,7 @@ RUN_VIEW_KEYS = {
     "schema", "run_id", "workflow", "title", "status", "paused", "parent_run_id",
     "definition_digest", "started_at", "finished_at", "current_node", "steps", "waiting_on",
     "timeline", "outputs", "final_output", "error", "updates", "trace_events", "trace_torn",
+    "failure",
 }
 RUN_ROW_KEYS = {"run_id", "workflow", "status", "started_at", "finished_at", "duration_s",
                 "current_node", "parent_run_id", "title"}
