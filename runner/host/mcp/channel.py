@@ -1,0 +1,84 @@
+"""How a Claude Code hook reaches the `wfrun mcp` server of the same Claude process.
+
+Claude Code starts the MCP server once per process (its parent pid is the Claude
+process) and runs every hook as a new short-lived process with `CLAUDE_PID` set
+to that same pid. So the server listens on a Unix socket named after its parent
+pid, and a hook connects to the socket named after `CLAUDE_PID`: no registry, no
+guessing, and two Claude processes in one project never meet. The session itself
+is named by Claude's `session_id` (the server reads `CLAUDE_CODE_SESSION_ID` at
+start; every hook message carries the id, so a `/clear` rebinds the server).
+
+The socket lives in a private 0700 folder under the temp dir (a socket path has a
+~100-byte limit that a project path could exceed). One request line, one reply
+line, then the connection closes. A stale socket of a dead process refuses the
+connection, which the hook treats as "no server". Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+from pathlib import Path
+from typing import Any
+
+PROTOCOL = 1
+#: The settle reply waits for a just-activated run to reach a quiet point; a hook
+#: must still answer Claude Code even if the server is wedged.
+REPLY_TIMEOUT = 120.0
+
+
+class ChannelError(Exception):
+    """The server could not be reached or answered badly."""
+
+
+def socket_dir() -> Path:
+    base = Path(os.environ.get("TMPDIR") or tempfile.gettempdir())
+    path = base / f"wfrun-{os.getuid()}"
+    path.mkdir(mode=0o700, exist_ok=True)
+    st = path.lstat()
+    if not path.is_dir() or path.is_symlink() or st.st_uid != os.getuid():
+        raise ChannelError(f"{path} is not a private folder of this user")
+    if st.st_mode & 0o077:
+        os.chmod(path, 0o700)
+    return path
+
+
+def socket_path(claude_pid: int) -> Path:
+    return socket_dir() / f"claude-{claude_pid}.sock"
+
+
+def call(claude_pid: int, request: dict[str, Any], timeout: float = REPLY_TIMEOUT,
+         ) -> dict[str, Any] | None:
+    """Send one request; the reply, or None when no server listens for that process."""
+    path = socket_path(claude_pid)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        try:
+            sock.connect(str(path))
+        except (FileNotFoundError, ConnectionRefusedError):
+            return None
+        sock.sendall(json.dumps({"v": PROTOCOL, **request}).encode() + b"\n")
+        chunks = []
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            if chunk.endswith(b"\n"):
+                break
+    except OSError as exc:
+        raise ChannelError(f"the wfrun mcp server did not answer: {exc}") from None
+    finally:
+        sock.close()
+    if not chunks:
+        raise ChannelError("the wfrun mcp server closed the connection without a reply")
+    try:
+        reply = json.loads(b"".join(chunks))
+    except ValueError:
+        raise ChannelError("the wfrun mcp server sent a malformed reply") from None
+    if not isinstance(reply, dict):
+        raise ChannelError("the wfrun mcp server sent a malformed reply")
+    return reply

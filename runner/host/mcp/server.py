@@ -1,0 +1,274 @@
+"""`wfrun mcp`: the `workflow` tool as a stdio MCP server on the official MCP SDK.
+
+One process serves one agent session. The session controller (the same one every
+host uses) answers tool calls; its `Host` is the wfrun session log (sessionlog.py),
+because MCP can carry a tool and nothing else: no turn-settled signal, no way to
+start a turn, no session log. What fills the gap depends on the client:
+
+- `--client claude-code`: Claude Code's hooks (`wfrun hook claude-code`) report
+  session start, turn start and turn settled over a Unix socket named after the
+  Claude process (channel.py); the Stop hook turns a pending message into one more
+  model turn. Launches activate only when the Stop hook says the turn settled.
+- `--client none` (any other MCP client): no hooks. The gap before each `workflow`
+  call is the only boundary wfrun sees, so queued launches activate there and
+  pending messages (a startup failure's follow-up, an agent step) are returned
+  ahead of that call's own reply (docs/hosts.md, "Other MCP clients").
+
+Tool calls and hook events are serialized under one lock: Claude Code runs the
+tool calls of one message in parallel, and two parallel starts must behave as if
+made one after the other. Replies carry only text content: Claude Code shows a
+`structuredContent` to the model instead of the text when both are present.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import signal
+import socket
+import socketserver
+import threading
+from collections.abc import Iterable
+from typing import Any, Literal
+
+import anyio
+import anyio.to_thread
+import mcp_types as types
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+
+from runner.clock import Clock
+from runner.host.runtime.local import Workspace
+from runner.host.session.protocol import DeliverAs, SessionEntry, ToolReply
+from runner.host.session.tool import WORKFLOW_TOOL
+from runner.host.session.wiring import SessionRuntime, open_session
+
+from . import channel
+from .hook import render
+from .sessionlog import SessionLog
+
+log = logging.getLogger(__name__)
+Client = Literal["claude-code", "none"]
+SETTLE_TIMEOUT = 60.0  # the settle reply waits this long for a just-activated run
+SERVER_NAME = "wfrun"
+
+
+class LogHost:
+    """The `Host` of an MCP session: messages go to the wfrun session log; turns are
+    known only from hook events (never idle while a turn is open)."""
+
+    def __init__(self, session_log: SessionLog, sid: str, *, hooks: bool) -> None:
+        self.log = session_log
+        self.sid = sid
+        self.hooks = hooks
+        self.turn_open = False
+
+    def session_id(self) -> str:
+        return self.sid
+
+    def is_idle(self) -> bool:
+        # Without hooks nothing says a turn is open; the boundary is the tool call gap.
+        return not self.turn_open if self.hooks else True
+
+    def append_message(self, custom_type: str, content: str, details: dict[str, Any], *,
+                       deliver_as: DeliverAs = "follow_up", trigger_turn: bool = False) -> str:
+        return self.log.append_message(custom_type, content, details, deliver_as=deliver_as,
+                                       trigger_turn=trigger_turn)
+
+    def read_session_entries(self) -> Iterable[SessionEntry]:
+        return [SessionEntry(m.id, "custom_message", custom_type=m.custom_type,
+                             content=m.content, details=m.details)
+                for m in self.log.messages()]
+
+    def abort_turn(self) -> None:
+        log.info("abort requested; an MCP server cannot abort the client's turn")
+
+    def notify(self, text: str, level: str = "info") -> None:
+        log.log(logging.WARNING if level in ("warning", "error") else logging.INFO, "%s", text)
+
+
+class McpSession:
+    """The session behind one `wfrun mcp` process (rebinds when Claude's id changes)."""
+
+    def __init__(self, ws: Workspace, session_id: str, *, client: Client,
+                 store_clock: Clock | None = None,
+                 settle_timeout: float = SETTLE_TIMEOUT) -> None:
+        if ws.project_root is None:
+            raise ValueError("an MCP session needs a project")
+        self.ws = ws
+        self.client = client
+        self.store_clock = store_clock
+        self.settle_timeout = settle_timeout
+        self.lock = threading.Lock()
+        self._calls = itertools.count(1)
+        self.host, self.runtime = self._bind(session_id)
+
+    @property
+    def hooks(self) -> bool:
+        return self.client == "claude-code"
+
+    def _bind(self, session_id: str) -> tuple[LogHost, SessionRuntime]:
+        assert self.ws.project_root is not None
+        session_log = SessionLog.for_session(self.ws.project_root / ".wfrun", session_id)
+        host = LogHost(session_log, session_id, hooks=self.hooks)
+        return host, open_session(host, self.ws, store_clock=self.store_clock)
+
+    # -- the tool ----------------------------------------------------------------------
+    def tool_call(self, name: str, args: dict[str, Any]) -> ToolReply:
+        with self.lock:
+            controller = self.runtime.controller
+            if not self.hooks:
+                controller.on_session_start("tool_call")  # the only boundary we see
+                self._wait_quiet()
+            reply = controller.on_tool_call(f"mcp-{next(self._calls)}", name, args)
+            if self.hooks:
+                return reply
+            pending = self.host.log.pending()
+            if not pending:
+                return reply
+            # The reply is the delivery: it goes out as this call's result.
+            self.host.log.mark_delivered([m.id for m in pending], "tool-reply")
+            return ToolReply(render(pending) + "\n\n" + reply.content, reply.details,
+                             reply.is_error)
+
+    # -- hook events -------------------------------------------------------------------
+    def hook_event(self, request: dict[str, Any]) -> dict[str, Any]:
+        event = request.get("event")
+        session_id = request.get("session_id")
+        if not isinstance(session_id, str) or event not in (
+                "session_start", "turn_started", "turn_settled"):
+            return {"ok": False, "error": "unknown hook event or missing session id"}
+        with self.lock:
+            if session_id != self.host.sid:
+                self._rebind(session_id)
+            controller = self.runtime.controller
+            if event == "turn_started":
+                self.host.turn_open = True
+                controller.on_turn_started()
+                return {"ok": True}
+            if event == "turn_settled":
+                self.host.turn_open = False
+                controller.on_turn_settled(bool(request.get("aborted")))
+            else:
+                controller.on_session_start(str(request.get("reason") or "startup"))
+            return self._wait_quiet()
+
+    def _wait_quiet(self) -> dict[str, Any]:
+        try:
+            self.runtime.controller.wait_quiet(self.settle_timeout)
+        except TimeoutError as exc:
+            return {"ok": False, "error": str(exc)}
+        return {"ok": True}
+
+    def _rebind(self, session_id: str) -> None:
+        """Claude started another session in this process (`/clear`): the old one shuts
+        down (its run parks, to resume when that session is back) and the new one binds."""
+        log.info("session %s replaces %s", session_id, self.host.sid)
+        self.runtime.controller.on_session_shutdown("clear")
+        self.runtime.close()
+        self.host, self.runtime = self._bind(session_id)
+
+    def close(self, reason: str = "exit") -> None:
+        with self.lock:
+            self.runtime.controller.on_session_shutdown(reason)
+            self.runtime.close()
+
+
+# -- the hooks' socket ---------------------------------------------------------------
+class _HookHandler(socketserver.StreamRequestHandler):
+    server: _HookServer
+
+    def handle(self) -> None:
+        import json
+
+        line = self.rfile.readline(1 << 20)
+        try:
+            request = json.loads(line)
+            reply = (self.server.session.hook_event(request) if isinstance(request, dict)
+                     else {"ok": False, "error": "a request is one JSON object"})
+        except ValueError:
+            reply = {"ok": False, "error": "a request is one JSON object on one line"}
+        except Exception as exc:  # one bad event must not take the session down
+            log.exception("hook event failed")
+            reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        self.wfile.write(json.dumps(reply).encode() + b"\n")
+
+
+class _HookServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+    session: McpSession
+
+
+def listen_for_hooks(session: McpSession, claude_pid: int) -> _HookServer:
+    path = channel.socket_path(claude_pid)
+    if path.exists():
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(str(path))
+        except OSError:
+            path.unlink(missing_ok=True)  # a dead process's socket
+        else:
+            raise RuntimeError(f"another wfrun mcp server already serves Claude process "
+                               f"{claude_pid} ({path})")
+        finally:
+            probe.close()
+    old = os.umask(0o177)
+    try:
+        server = _HookServer(str(path), _HookHandler)
+    finally:
+        os.umask(old)
+    server.session = session
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},
+                     daemon=True, name="wfrun-hooks").start()
+    return server
+
+
+# -- MCP ---------------------------------------------------------------------------------
+def tool_definition() -> types.Tool:
+    return types.Tool(name=str(WORKFLOW_TOOL["name"]),
+                      description=str(WORKFLOW_TOOL["description"]),
+                      input_schema=WORKFLOW_TOOL["parameters"])
+
+
+def build_server(session: McpSession) -> Server[Any]:
+    async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[tool_definition()])
+
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        args = dict(params.arguments or {})
+        reply = await anyio.to_thread.run_sync(session.tool_call, params.name, args)
+        return types.CallToolResult(content=[types.TextContent(type="text", text=reply.content)],
+                                    is_error=reply.is_error,
+                                    _meta={"wfrun": reply.details} if reply.details else None)
+
+    return Server(SERVER_NAME, on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+def serve_stdio(ws: Workspace, session_id: str, *, client: Client,
+                store_clock: Clock | None = None, claude_pid: int | None = None) -> None:
+    """Serve MCP on stdin/stdout until the client closes stdin (or SIGTERM)."""
+    session = McpSession(ws, session_id, client=client, store_clock=store_clock)
+    pid = claude_pid or os.getppid()  # Claude Code starts this server directly
+    hooks = listen_for_hooks(session, pid) if session.hooks else None
+    server = build_server(session)
+
+    def on_term(_sig: int, _frame: Any) -> None:
+        raise KeyboardInterrupt  # leaves the event loop; the finally parks the run
+
+    signal.signal(signal.SIGTERM, on_term)
+
+    async def run() -> None:
+        async with stdio_server() as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+
+    try:
+        anyio.run(run)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if hooks is not None:
+            hooks.shutdown()
+            hooks.server_close()
+            channel.socket_path(pid).unlink(missing_ok=True)
+        session.close()
