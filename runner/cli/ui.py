@@ -1,0 +1,45 @@
+"""`wfrun ui`: serve the read-only web view of this project on 127.0.0.1."""
+
+from __future__ import annotations
+
+import click
+
+from runner.errors import OperationFailed
+from runner.host.runtime.launches import environment_secrets
+
+from .app import cli
+from .context import Context
+from .runs import workspace
+
+
+@cli.command("ui")
+@click.option("--port", type=click.IntRange(0, 65535), default=0, show_default="a free port",
+              help="Port to listen on.")
+@click.option("--host", "host", metavar="ADDRESS",
+              help="Listen on this address instead of 127.0.0.1 (needs a token).")
+@click.option("--token", envvar="WFRUN_UI_TOKEN", metavar="TOKEN",
+              help="Require this token (made up for you when --host is not loopback).")
+@click.option("--open", "open_browser", is_flag=True, help="Open the page in a browser.")
+@click.pass_obj
+def ui_cmd(ctx: Context, port: int, host: str | None, token: str | None,
+           open_browser: bool) -> None:
+    """Serve a read-only web view: runs, live run graphs, the queue, workflows and
+    controller resources. Ctrl-C stops it."""
+    try:
+        from runner.ui.data import Site
+        from runner.ui.server import check_bind, serve
+    except ImportError as exc:  # the web stack is the `ui` extra
+        raise OperationFailed(f"wfrun ui needs the web extra ({exc.name} is missing): "
+                              "pip install 'wfrun[ui]'") from None
+    config = check_bind(host, token)
+    site = Site(workspace(ctx), user_dir=ctx.user_dir, secrets=environment_secrets())
+
+    def ready(url: str) -> None:
+        click.echo(f"wfrun ui: {url}")
+        click.echo("read-only; Ctrl-C stops it", err=True)
+        if open_browser:
+            import webbrowser
+
+            webbrowser.open(url)
+
+    serve(site, config, port, on_ready=ready)

@@ -1,0 +1,295 @@
+"""`wfrun ui`: a Starlette app served by uvicorn on a socket bound here (ADR 0005).
+
+Read-only: every route is GET (HEAD); nothing changes a run, a launch or a
+resource. The guard keeps the page local: it answers only for the host names it
+was bound to (a DNS-rebinding page cannot reach it), and with a token it answers
+only requests that carry it (first as `?token=`, which sets an HttpOnly cookie,
+then the cookie or an `Authorization: Bearer` header). Every response carries a
+Content-Security-Policy that allows only this server's own scripts and styles, a
+second wall behind the escaping of user text.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import ipaddress
+import secrets
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
+from starlette.requests import Request
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from runner.errors import InputError, NotFoundError, OperationFailed
+from runner.host.runtime.errors import translate
+
+from . import data
+from .data import Site
+from .live import RunTail, run_events
+from .pages import render
+from .runview import run_live
+
+STATIC = Path(__file__).parent / "static"
+COOKIE = "wfrun_ui_token"
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+       "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+@dataclass(frozen=True)
+class UiConfig:
+    host: str = "127.0.0.1"
+    port: int = 0
+    token: str | None = None
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(host: str | None, token: str | None) -> UiConfig:
+    """The address to bind: loopback unless `--host` names another, which then needs a
+    token (one is made when none is given)."""
+    if host is None or host == "":
+        return UiConfig("127.0.0.1", 0, token or None)
+    if not is_loopback(host):
+        try:
+            ipaddress.ip_address(host.strip("[]"))
+        except ValueError:
+            raise InputError(f"--host must be an IP address to bind (such as 0.0.0.0 or "
+                             f"192.0.2.10), got {host!r}") from None
+        return UiConfig(host.strip("[]"), 0, token or secrets.token_urlsafe(24))
+    return UiConfig(host.strip("[]"), 0, token or None)
+
+
+def bind_socket(config: UiConfig, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((config.host, port))
+    except OSError as exc:
+        sock.close()
+        if port:
+            raise OperationFailed(f"cannot listen on {config.host}:{port}: {exc.strerror}; "
+                                  "pick another --port or leave it out for a free one") \
+                from None
+        raise OperationFailed(f"cannot listen on {config.host}: {exc.strerror}") from None
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+def url_of(config: UiConfig, port: int) -> str:
+    host = f"[{config.host}]" if ":" in config.host else config.host
+    suffix = f"?token={quote(config.token)}" if config.token else ""
+    return f"http://{host}:{port}/{suffix}"
+
+
+class Guard(BaseHTTPMiddleware):
+    def __init__(self, app: Any, *, hosts: tuple[str, ...], token: str | None) -> None:
+        super().__init__(app)
+        self.hosts = hosts
+        self.token = token
+
+    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
+        host = request.headers.get("host", "")
+        name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+        if name not in self.hosts:
+            return PlainTextResponse(f"wfrun ui answers only for {', '.join(self.hosts)}",
+                                     status_code=421)
+        if request.method not in ("GET", "HEAD"):
+            return PlainTextResponse("wfrun ui is read-only", status_code=405)
+        if self.token is not None:
+            given = request.query_params.get("token")
+            if given is not None and hmac.compare_digest(given, self.token):
+                # Move the token from the URL to a cookie, then show the page without it.
+                response: Response = RedirectResponse(request.url.path, status_code=303)
+                response.set_cookie(COOKIE, self.token, httponly=True, samesite="strict")
+                return _secure(response)
+            bearer = request.headers.get("authorization", "").removeprefix("Bearer ")
+            cookie = request.cookies.get(COOKIE, "")
+            if not (hmac.compare_digest(cookie, self.token)
+                    or hmac.compare_digest(bearer, self.token)):
+                return _secure(PlainTextResponse(
+                    "this wfrun ui needs its token: open the URL it printed", status_code=401))
+        return _secure(await call_next(request))
+
+
+def _secure(response: Response) -> Response:
+    response.headers["Content-Security-Policy"] = CSP
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["Referrer-Policy"] = "no-referrer"
+    response.headers["X-Frame-Options"] = "DENY"
+    response.headers.setdefault("Cache-Control", "no-store")
+    return response
+
+
+def _error(request: Request, exc: Exception) -> Response:
+    error = translate(exc)
+    if error is None:
+        raise exc
+    code = 400 if isinstance(error, InputError) and not isinstance(error, NotFoundError) \
+        else 404 if isinstance(error, NotFoundError) else 503
+    message = " ".join(error.message.split())
+    if request.url.path.startswith("/api/"):
+        return JSONResponse({"error": message}, status_code=code)
+    return HTMLResponse(render("error.html", message=message, code=code), status_code=code)
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def build_app(site: Site, config: UiConfig | None = None, *,
+              poll: float | None = None) -> Starlette:
+    config = config or UiConfig()
+    hosts = tuple(dict.fromkeys((*LOOPBACK_NAMES, config.host)
+                                if is_loopback(config.host) or config.host in ("0.0.0.0", "::")
+                                else (config.host, *LOOPBACK_NAMES)))
+    if config.host in ("0.0.0.0", "::"):
+        hosts = ("*",)
+
+    def page(name: str, gather: Callable[[Request], dict[str, Any]]) -> Handler:
+        async def endpoint(request: Request) -> Response:
+            try:
+                view = gather(request)
+            except Exception as exc:
+                return _error(request, exc)
+            if request.url.path.startswith("/api/"):
+                return JSONResponse(view)
+            return HTMLResponse(render(name, view=view, path=request.url.path))
+        return endpoint
+
+    def q(request: Request, key: str) -> str | None:
+        return request.query_params.get(key)
+
+    def queue(request: Request) -> dict[str, Any]:
+        return data.queue_page(site)
+
+    def workflows(request: Request) -> dict[str, Any]:
+        return data.workflows_page(site)
+
+    def workflow(request: Request) -> dict[str, Any]:
+        return data.workflow_page(site, request.path_params["name"])
+
+    def controllers(request: Request) -> dict[str, Any]:
+        return data.controllers_page(site)
+
+    def runs(request: Request) -> dict[str, Any]:
+        return data.runs_page(site, status=q(request, "status"), workflow=q(request, "workflow"),
+                              order=q(request, "order"), page=q(request, "page"),
+                              per_page=q(request, "per_page"))
+
+    def run(request: Request) -> dict[str, Any]:
+        run_id = request.path_params["run_id"]
+        view = data.run_page(site, run_id)
+        view.pop("snapshot", None)
+        return view
+
+    def run_json(request: Request) -> dict[str, Any]:
+        run_id = request.path_params["run_id"]
+        view = data.run_page(site, run_id)
+        snapshot = view.pop("snapshot", None)
+        view.pop("graph", None)
+        if snapshot is not None:
+            tail = RunTail(site.reader, run_id)
+            tail.poll()
+            view["live"] = tail.reader.live(run_id, run_live(run_id, tail.events, snapshot,
+                                                             site.secrets))
+        return view
+
+    async def events(request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        try:
+            if not site.reader.exists(run_id):
+                data.run_page(site, run_id)  # NotFoundError unless a launch row exists
+        except Exception as exc:
+            return _error(request, exc)
+        options = {} if poll is None else {"poll": poll}
+        stream = run_events(site, run_id, disconnected=request.is_disconnected, **options)
+        return StreamingResponse(stream, media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-store",
+                                          "X-Accel-Buffering": "no"})
+
+    async def home(request: Request) -> Response:
+        return RedirectResponse("/runs", status_code=303)
+
+    async def healthz(request: Request) -> Response:
+        return PlainTextResponse("ok")
+
+    def resource(request: Request) -> dict[str, Any]:
+        return data.resource_page(site, request.path_params["controller"],
+                                  request.path_params["key"])
+
+    routes = [
+        Route("/", home),
+        Route("/healthz", healthz),
+        Route("/runs", page("runs.html", runs)),
+        Route("/api/runs", page("", runs)),
+        Route("/runs/{run_id}", page("run.html", run)),
+        Route("/api/runs/{run_id}", page("", run_json)),
+        Route("/api/runs/{run_id}/events", events),
+        Route("/queue", page("queue.html", queue)),
+        Route("/api/queue", page("", queue)),
+        Route("/workflows", page("workflows.html", workflows)),
+        Route("/api/workflows", page("", workflows)),
+        Route("/workflows/{name}", page("workflow.html", workflow)),
+        Route("/api/workflows/{name}", page("", workflow)),
+        Route("/controllers", page("controllers.html", controllers)),
+        Route("/api/controllers", page("", controllers)),
+        Route("/controllers/{controller}/{key:path}", page("resource.html", resource)),
+        Route("/api/controllers/{controller}/{key:path}", page("", resource)),
+        Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
+    ]
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        return _error(request, NotFoundError(f"nothing at {request.url.path}"))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        site.close()
+
+    return Starlette(routes=routes,
+                     middleware=[Middleware(Guard, hosts=hosts, token=config.token)],
+                     exception_handlers={404: not_found}, lifespan=lifespan)
+
+
+def serve(site: Site, config: UiConfig, port: int, *,
+          on_ready: Callable[[str], None]) -> None:
+    """Bind, report the URL, then serve until interrupted (Ctrl-C, SIGTERM)."""
+    import uvicorn
+
+    sock = bind_socket(config, port)
+    bound = sock.getsockname()[1]
+    app = build_app(site, config)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False,
+                                           lifespan="on", timeout_graceful_shutdown=1))
+    on_ready(url_of(config, bound))
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
+

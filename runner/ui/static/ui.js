@@ -1,0 +1,173 @@
+// wfrun ui: live run page. No framework, no build step, no network beyond this server.
+// User text only ever reaches the DOM through textContent or attribute setters, never
+// as markup, so a title or output holding <script> shows as text.
+"use strict";
+
+function el(tag, text, cls) {
+  const node = document.createElement(tag);
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  if (cls) node.className = cls;
+  return node;
+}
+
+function json(value) {
+  return value === undefined || value === null ? "" : JSON.stringify(value, null, 2);
+}
+
+function shortTime(text) {
+  return text ? String(text).replace("T", " ").replace(/Z$/, "").slice(0, 23) : "";
+}
+
+function ms(value) {
+  if (typeof value !== "number") return "";
+  return value < 1000 ? value + " ms" : (value / 1000).toFixed(1) + " s";
+}
+
+function eta(seconds) {
+  if (typeof seconds !== "number") return "";
+  if (seconds < 60) return "ETA " + Math.round(seconds) + " s";
+  return "ETA " + Math.floor(seconds / 60) + " min " + Math.round(seconds % 60) + " s";
+}
+
+function setStatus(status) {
+  const badge = document.getElementById("run-status");
+  if (!badge) return;
+  badge.textContent = status;
+  badge.dataset.status = status;
+  badge.className = "badge status-" + status;
+}
+
+function renderGraph(nodes) {
+  for (const g of document.querySelectorAll("#graph g.node")) {
+    const state = nodes[g.dataset.node];  // a property read: no selector built from ids
+    if (state === undefined) continue;
+    g.dataset.state = state;
+    const label = g.querySelector(".node-state");
+    if (label) label.textContent = state;
+  }
+}
+
+function renderTimeline(rows) {
+  const body = document.querySelector("#timeline tbody");
+  if (!body) return;
+  body.replaceChildren();
+  for (const row of rows) {
+    const tr = el("tr");
+    tr.dataset.node = row.node;
+    tr.dataset.outcome = row.outcome;
+    tr.append(el("td", row.node), el("td", row.kind), el("td", row.retry + 1),
+      el("td", shortTime(row.started_at)), el("td", ms(row.duration_ms)));
+    const outcome = el("td");
+    outcome.append(el("span", row.outcome + (row.will_retry ? " (retrying)" : ""),
+      "badge outcome-" + row.outcome));
+    tr.append(outcome, el("td", row.error || "", "error-text"));
+    body.append(tr);
+  }
+}
+
+function renderError(error) {
+  const box = document.getElementById("run-error");
+  if (!box) return;
+  box.replaceChildren();
+  if (!error) { box.hidden = true; return; }
+  box.hidden = false;
+  box.append(el("h2", "Error"));
+  const line = el("p", (error.code ? error.code + ": " : "") + (error.message || json(error)),
+    "error-message");
+  line.id = "run-error-message";
+  box.append(line);
+  if (error.node) box.append(el("p", "at node " + error.node, "meta"));
+}
+
+function renderProgress(bars) {
+  const box = document.getElementById("progress");
+  if (!box) return;
+  box.replaceChildren();
+  box.hidden = !bars.length;
+  for (const bar of bars) {
+    const row = el("div", null, "bar");
+    row.dataset.node = bar.node;
+    row.dataset.key = bar.key;
+    const meter = el("progress");
+    if (typeof bar.total === "number") meter.max = bar.total;
+    if (typeof bar.completed === "number") meter.value = bar.completed;
+    const done = bar.completed === null || bar.completed === undefined ? "?" : bar.completed;
+    const total = bar.total === null || bar.total === undefined ? "?" : bar.total;
+    row.append(el("span", bar.label, "label"), meter,
+      el("span", done + " / " + total + (bar.unit ? " " + bar.unit : ""), "count"),
+      el("span", eta(bar.eta_s), "eta"));
+    box.append(row);
+  }
+}
+
+function renderUpdates(updates) {
+  const list = document.getElementById("updates");
+  if (!list) return;
+  list.replaceChildren();
+  for (const u of updates) list.append(el("li", json(u)));
+}
+
+function renderLogs(logs) {
+  const box = document.getElementById("logs");
+  if (!box) return;
+  const open = new Set();
+  for (const d of box.querySelectorAll("details[open]")) open.add(d.dataset.node);
+  box.replaceChildren();
+  for (const [node, lines] of Object.entries(logs)) {
+    const details = el("details", null, "log");
+    details.dataset.node = node;
+    if (open.has(node)) details.open = true;
+    details.append(el("summary", node + " (" + lines.length + " lines)"), el("pre", lines.join("\n")));
+    box.append(details);
+  }
+}
+
+function render(view) {
+  setStatus(view.status);
+  const steps = document.getElementById("run-steps");
+  if (steps) steps.textContent = String(view.steps);
+  const node = document.getElementById("run-node");
+  if (node) node.textContent = view.current_node || "";
+  renderGraph(view.nodes || {});
+  renderTimeline(view.timeline || []);
+  renderError(view.error);
+  renderProgress(view.progress || []);
+  renderUpdates(view.updates || []);
+  const outputs = document.getElementById("outputs");
+  if (outputs) outputs.textContent = json(view.outputs);
+  const final = document.getElementById("final-output");
+  if (final) final.textContent = json(view.final_output);
+  renderLogs(view.logs || {});
+  document.body.dataset.seq = String(view.seq);
+}
+
+function followRun() {
+  const run = document.getElementById("run");
+  if (!run || !window.EventSource) return;
+  const source = new EventSource(run.dataset.events);
+  document.body.dataset.live = "connecting";
+  source.addEventListener("open", () => { document.body.dataset.live = "open"; });
+  source.addEventListener("run", (e) => {
+    render(JSON.parse(e.data));
+    document.body.dataset.live = "open";
+  });
+  source.addEventListener("launch", (e) => {
+    const launch = JSON.parse(e.data);
+    if (launch.status) setStatus(launch.status);
+  });
+  source.addEventListener("end", () => {
+    source.close();
+    document.body.dataset.live = "ended";
+  });
+}
+
+function autoSubmitFilters() {
+  for (const select of document.querySelectorAll("form.filters select")) {
+    select.addEventListener("change", () => select.form.submit());
+  }
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  if (document.body.dataset.page === "run") followRun();
+  autoSubmitFilters();
+});
