@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .budget import DEFAULT_BUDGET, TemplateBudget
+
 NodeKind = Literal[
     "agent", "decision", "compute", "action", "notify", "checkpoint", "fail",
     "include_entry", "include_exit",
@@ -246,6 +248,7 @@ class WorkflowDefinition:
     exits: Mapping[str, str] = field(default_factory=dict)  # exit name -> node id
     secrets: tuple[str, ...] = ()  # names of secrets resolved at activation (never stored)
     env: tuple[str, ...] = ()  # environment variables templates may read as env.NAME
+    template_budget: TemplateBudget = DEFAULT_BUDGET  # per render (compiler/budget.py)
     source: Source | None = None
     sources: tuple[Source, ...] = ()  # every file that went into it (YAML, hooks, children)
     digest: str = ""
@@ -268,6 +271,8 @@ class WorkflowDefinition:
             # Only when declared, so workflows without them keep their digests.
             **({"secrets": list(self.secrets)} if self.secrets else {}),
             **({"env": list(self.env)} if self.env else {}),
+            **({"template_budget": self.template_budget.to_json()}
+               if self.template_budget != DEFAULT_BUDGET else {}),
         }
 
     def to_json(self) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .budget import DEFAULT_BUDGET, TemplateBudget, budget_from_yaml
 from .diagnostics import DiagnosticSink, KeyPath, did_you_mean
 from .durations import DurationError, parse_duration
 from .jsonschemas import schema_problem
@@ -36,10 +37,11 @@ from .model import (
     Spec,
 )
 from .sources import sha256_hex
-from .templates import check_syntax
+from .templates import check_budget, check_syntax
 
 TOP_KEYS = ("version", "name", "title", "description", "input", "start", "nodes", "edges",
-            "includes", "exits", "max_steps", "presentation", "defaults", "secrets", "env")
+            "includes", "exits", "max_steps", "presentation", "defaults", "secrets", "env",
+            "template_budget")
 # `secrets:` and `env:` name environment variables (DESIGN §9, runner/engine/secrets.py).
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DEFAULTS_KEYS = ("timeout", "retry")
@@ -117,6 +119,7 @@ class RawWorkflow:
     secrets: tuple[str, ...] = ()
     env: tuple[str, ...] = ()
     hooks: list[HookRef] = field(default_factory=list)
+    template_budget: TemplateBudget = DEFAULT_BUDGET
     # Every node id written in the file, including nodes that failed their own checks,
     # so edges to them do not cascade into 'unknown node' errors.
     declared: set[str] = field(default_factory=set)
@@ -129,6 +132,7 @@ class _Checker:
         self.sink = sink
         self.base_dir = base_dir
         self.hooks: list[HookRef] = []
+        self.budget = DEFAULT_BUDGET  # what constant template parts are tried against
 
     # -- shapes -----------------------------------------------------------------
     def mapping(self, value: Any, kp: KeyPath, what: str) -> dict[str, Any] | None:
@@ -167,6 +171,10 @@ class _Checker:
         if problem is not None:
             _, message = problem
             self.sink.error("template-syntax", f"template syntax error: {message}", kp)
+            return
+        over = check_budget(text, self.budget)
+        if over is not None:
+            self.sink.error("template-budget", f"template over its budget: {over[1]}", kp)
 
     def templates_in(self, value: Any, kp: KeyPath) -> None:
         """Check every string inside an input mapping or list as a template."""
@@ -310,6 +318,11 @@ def parse_workflow(data: Any, name: str, path: Path, sink: DiagnosticSink) -> Ra
         return None
     c.keys(data, TOP_KEYS, (), "the workflow", required=("start", "nodes"))
     wf = RawWorkflow(name=name, path=path)
+    if "template_budget" in data:  # first: the template checks below use it
+        wf.template_budget, problems = budget_from_yaml(data["template_budget"])
+        c.budget = wf.template_budget
+        for where, message, at_key in problems:
+            sink.error("invalid-budget", message, ("template_budget", *where), at_key=at_key)
 
     if "version" in data and data["version"] != 1:
         sink.error("unsupported-version", "only format version 1 exists; remove 'version' or "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .budget import BUDGET_KEYS, CEILING
 from .model import OUTCOMES
 from .parse import (
     DEFAULTS_KEYS,
@@ -151,6 +152,12 @@ def workflow_schema() -> dict[str, Any]:
                 "items": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
                 "description": "Environment variables templates may read as {{ env.NAME }}."},
         "defaults": _obj({"timeout": DURATION, "retry": retry}, DEFAULTS_KEYS),
+        "template_budget": _obj({
+            "seconds": {"type": "number", "exclusiveMinimum": 0, "maximum": CEILING.seconds},
+            **{k: {"type": "integer", "minimum": 1, "maximum": getattr(CEILING, k)}
+               for k in BUDGET_KEYS if k != "seconds"},
+        }, BUDGET_KEYS, (), "Per-render template limits (docs/workflows.md), up to a "
+                            "hard ceiling."),
     }, TOP_KEYS, ("start", "nodes"), "A wfrun workflow (format version 1).")
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": SCHEMA_ID,
             "title": "wfrun workflow", **top}

@@ -13,18 +13,36 @@ import json
 import re
 import threading
 from collections.abc import Mapping
-from functools import lru_cache
+from functools import lru_cache, update_wrapper
 from typing import Any
 
-from jinja2 import StrictUndefined, Template, TemplateSyntaxError, Undefined, UndefinedError
+from jinja2 import (
+    StrictUndefined,
+    Template,
+    TemplateSyntaxError,
+    Undefined,
+    UndefinedError,
+    nodes,
+    pass_context,
+)
 from jinja2.exceptions import SecurityError
-from jinja2.nativetypes import NativeEnvironment
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.nativetypes import NativeEnvironment, native_concat
+from jinja2.runtime import Context
+from jinja2.sandbox import ImmutableSandboxedEnvironment, safe_range
+from jinja2.utils import generate_lorem_ipsum
+from jinja2.visitor import NodeTransformer
+
+from . import budget as _b
+from .budget import DEFAULT_BUDGET, Guard, Scope, TemplateBudget
 
 __all__ = [
     "SecurityError",
+    "TemplateBudgetExceeded",
     "TemplateError",
+    "TemplateStopped",
+    "TemplateTimedOut",
     "UndefinedError",
+    "check_budget",
     "check_syntax",
     "is_template",
     "render_native",
@@ -36,33 +54,278 @@ class TemplateError(Exception):
     """A template failed to render; the message is safe to show the author."""
 
 
-class _NativeSandbox(NativeEnvironment, ImmutableSandboxedEnvironment):
-    """Native values with the immutable sandbox's attribute and call checks."""
+class TemplateBudgetExceeded(TemplateError):
+    """The render went over its `template_budget`."""
+
+
+class TemplateStopped(TemplateError):
+    """The run was cancelled or parked during the render."""
+
+
+class TemplateTimedOut(TemplateError):
+    """The node's timeout passed during the render."""
 
 
 def _tojson(value: Any) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
 
 
-def _make_text() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(undefined=StrictUndefined, autoescape=False,
-                                        keep_trailing_newline=True)
-    env.filters["tojson"] = _tojson
+def _guard() -> Guard:
+    # Renders always run under a guard (see _render); a bare env call (a test, the
+    # optimizer) still gets sizes checked against the default budget.
+    return _b.active() or Guard(_default_scope())
+
+
+def _default_scope() -> Scope:
+    from runner.clock import SystemClock
+
+    return Scope(DEFAULT_BUDGET, SystemClock().monotonic)
+
+
+# -- the instrumented AST: every loop iteration and `~` concatenation is counted --------
+
+class _Instrument(NodeTransformer):
+    def visit_For(self, node: nodes.For) -> nodes.Node:
+        self.generic_visit(node)
+        node.iter = nodes.Filter(node.iter, "wfrun_iter", [], [], None, None,
+                                 lineno=node.iter.lineno)
+        return node
+
+    def visit_Concat(self, node: nodes.Concat) -> nodes.Node:
+        self.generic_visit(node)
+        return nodes.Filter(node, "wfrun_sized", [], [], None, None, lineno=node.lineno)
+
+
+@pass_context
+def _iter_filter(_ctx: Context, value: Any) -> Any:
+    return _b.budgeted_iter(_guard(), value)
+
+
+@pass_context
+def _sized_filter(_ctx: Context, value: Any) -> Any:
+    guard = _guard()
+    guard.tick()
+    return guard.value(value, "a concatenation")
+
+
+def _estimate_replace(s: str, old: str, new: str) -> int:
+    if not old:
+        return len(s) + (len(s) + 1) * len(new)
+    return len(s) + (len(s) // len(old)) * len(new)
+
+
+def _join_items(guard: Guard, items: Any, sep: str) -> list[Any]:
+    listed = list(items)
+    limit = guard.budget.max_size
+    guard.size(_b.weight(listed, limit) + len(sep) * len(listed), "a join")
+    return listed
+
+
+def _check_filter(guard: Guard, name: str, args: tuple[Any, ...],
+                  kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """Size pre-checks per filter; returns the arguments to call it with."""
+    _b.check_int_args(guard, args[1:], kwargs, f"the filter '{name}'")
+    if not args:
+        return args
+    value = args[0]
+    if name in ("tojson", "string", "pprint", "list", "urlencode", "xmlattr", "unique",
+                "sort", "dictsort", "batch", "slice", "map", "reverse"):
+        guard.value(value, f"the input of '{name}'")
+    elif name == "format" and isinstance(value, str):
+        if _b.check_format_widths(guard, value, braces=False):
+            _b.check_int_args(guard, args[1:], kwargs, "a format width")
+    elif name == "replace" and len(args) >= 3:
+        old, new = str(args[1]), str(args[2])
+        guard.size(_estimate_replace(str(value), old, new), "a replace")
+    elif name == "join":
+        sep = str(args[1]) if len(args) > 1 else str(kwargs.get("d", ""))
+        return (_join_items(guard, value, sep), *args[1:])
+    elif name == "indent":
+        width = args[1] if len(args) > 1 else kwargs.get("width", 4)
+        if isinstance(width, str):
+            guard.size(len(str(value)) + len(width) * (str(value).count("\n") + 1),
+                       "an indent")
+    elif name == "center" and len(args) > 1 and isinstance(args[1], int):
+        guard.size(args[1], "a centred string")
+    return args
+
+
+def _checked_sum(guard: Guard, fn: Any, lead: tuple[Any, ...], args: tuple[Any, ...],
+                 kwargs: dict[str, Any]) -> Any:
+    """`sum` of lists or strings is quadratic in C; add them up here, checked."""
+    start = args[3] if len(args) > 3 else kwargs.get("start", 0)
+    if not isinstance(start, (list, tuple, str)):
+        return fn(*lead, *args, **kwargs)
+    attribute = args[1] if len(args) > 1 else kwargs.get("attribute")
+    if attribute is not None:
+        return fn(*lead, *args, **kwargs)
+    total: list[Any] = list(start) if not isinstance(start, str) else []
+    text = isinstance(start, str)
+    parts: list[Any] = [start] if text else []
+    size = len(start)
+    for item in args[0]:
+        guard.iterate()
+        size += _b.weight(item, guard.budget.max_size)
+        guard.size(size, "a sum")
+        if text:
+            parts.append(item)
+        else:
+            total.extend(item)
+    return "".join(parts) if text else total
+
+
+def _wrap_filter(name: str, fn: Any) -> Any:
+    from jinja2.utils import _PassArg
+
+    pass_arg = _PassArg.from_obj(fn)
+
+    def wrapper(context: Context, *args: Any, **kwargs: Any) -> Any:
+        guard = _guard()
+        guard.tick()
+        lead: tuple[Any, ...] = ()
+        if pass_arg is _PassArg.context:
+            lead = (context,)
+        elif pass_arg is _PassArg.eval_context:
+            lead = (context.eval_ctx,)
+        elif pass_arg is _PassArg.environment:
+            lead = (context.environment,)
+        args = _check_filter(guard, name, args, kwargs)
+        if name == "sum":
+            result = _checked_sum(guard, fn, lead, args, kwargs)
+        else:
+            result = fn(*lead, *args, **kwargs)
+        return guard.value(result, f"the result of '{name}'")
+
+    update_wrapper(wrapper, fn)
+    # pass_context marks the wrapper as never constant-folded at compile time, when
+    # no guard is active (`{{ 'a' | center(10**10) }}` would otherwise run in the parser).
+    wrapper.jinja_pass_arg = _PassArg.context  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _lipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> str:
+    # About 12 characters per word, `max` words per paragraph, `n` paragraphs.
+    _guard().size(abs(int(n)) * abs(int(max)) * 12, "lipsum")
+    return str(generate_lorem_ipsum(n, html, min, max))
+
+
+def _range(*args: int) -> range:
+    _guard().tick()
+    return safe_range(*args)
+
+
+_STR_WIDTH_METHODS = frozenset({"center", "ljust", "rjust", "zfill"})
+
+
+def _check_call(guard: Guard, obj: Any, args: tuple[Any, ...],
+                kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    target = getattr(obj, "__wrapped__", obj)
+    owner = getattr(target, "__self__", None)
+    if not isinstance(owner, str):
+        return args
+    name = getattr(target, "__name__", "")
+    if name in _STR_WIDTH_METHODS:
+        _b.check_int_args(guard, args, kwargs, f"str.{name}")
+    elif name == "expandtabs":
+        size = args[0] if args else kwargs.get("tabsize", 8)
+        if isinstance(size, int):
+            guard.size(len(owner) + owner.count("\t") * abs(size), "str.expandtabs")
+    elif name == "replace" and len(args) >= 2:
+        guard.size(_estimate_replace(owner, str(args[0]), str(args[1])), "str.replace")
+    elif name == "join" and args:
+        return (_join_items(guard, args[0], owner), *args[1:])
+    elif name in ("format", "format_map") and _b.check_format_widths(guard, owner, braces=True):
+        _b.check_int_args(guard, args, kwargs, "a format width")
+    return args
+
+
+class _Guarded(ImmutableSandboxedEnvironment):
+    """The immutable sandbox plus the budget: checked calls, operators and attribute
+    reads, counted loops, sized outputs."""
+
+    intercepted_binops = frozenset({"*", "**", "+", "%"})
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.filters = {name: _wrap_filter(name, fn) for name, fn in self.filters.items()}
+        self.filters["wfrun_iter"] = _iter_filter
+        self.filters["wfrun_sized"] = _sized_filter
+        self.globals["range"] = _range
+        self.globals["lipsum"] = _lipsum
+        self.finalize = _finalize
+
+    def _parse(self, source: str, name: str | None, filename: str | None) -> nodes.Template:
+        tree = super()._parse(source, name, filename)
+        result: nodes.Template = _Instrument().visit(tree)
+        return result
+
+    def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:
+        _b.check_binop(_guard(), operator, left, right)
+        return self.binop_table[operator](left, right)
+
+    def call(__self, __context: Context, __obj: Any, *args: Any,
+             **kwargs: Any) -> Any:
+        guard = _guard()
+        guard.tick()
+        args = _check_call(guard, __obj, args, kwargs)
+        result = super().call(__context, __obj, *args, **kwargs)
+        return guard.value(result, "a call's result")
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        guard = _b.active()
+        if guard is not None:
+            guard.tick()
+        return super().getattr(obj, attribute)
+
+    def getitem(self, obj: Any, argument: Any) -> Any:
+        guard = _b.active()
+        if guard is not None:
+            guard.tick()
+        return super().getitem(obj, argument)
+
+
+def _finalize(value: Any) -> Any:
+    guard = _guard()
+    guard.tick()
+    return guard.value(value, "an output value")
+
+
+def _shell_quote(value: Any) -> str:
+    """One shell word: the way to put a value into `sh -c` or `use_shell: true`."""
+    import shlex
+
+    if isinstance(value, (list, tuple)):
+        return " ".join(shlex.quote(str(v)) for v in value)
+    return shlex.quote(value if isinstance(value, str) else _tojson(value))
+
+
+_EXTRA_FILTERS: dict[str, Any] = {"tojson": _tojson, "shell_quote": _shell_quote}
+
+
+class _NativeSandbox(NativeEnvironment, _Guarded):
+    """Native values with the immutable sandbox's attribute and call checks."""
+
+
+def _make_text() -> _Guarded:
+    env = _Guarded(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
     env.policies["json.dumps_function"] = _tojson
+    for name, fn in _EXTRA_FILTERS.items():
+        env.filters[name] = _wrap_filter(name, fn)
     return env
 
 
 def _make_native() -> _NativeSandbox:
     env = _NativeSandbox(undefined=StrictUndefined, autoescape=False)
-    env.filters["tojson"] = _tojson
+    for name, fn in _EXTRA_FILTERS.items():
+        env.filters[name] = _wrap_filter(name, fn)
     return env
 
 
 _local = threading.local()
 
 
-def _text_env() -> ImmutableSandboxedEnvironment:
-    env: ImmutableSandboxedEnvironment | None = getattr(_local, "text", None)
+def _text_env() -> _Guarded:
+    env: _Guarded | None = getattr(_local, "text", None)
     if env is None:
         env = _local.text = _make_text()
     return env
@@ -110,13 +373,137 @@ def check_syntax(text: str) -> tuple[int, str] | None:
     return _parse_problem(text)
 
 
+def check_budget(text: str, budget: TemplateBudget = DEFAULT_BUDGET) -> tuple[int, str] | None:
+    """For a template that parses: None when the parts of it that do not depend on the
+    run fit the budget (tried for at most 1 s); else (line, message)."""
+    if not is_template(text) or _only_simple_tags(text):
+        return None
+    return _constant_problem(text, budget)
+
+
 @lru_cache(maxsize=2048)
 def _parse_problem(text: str) -> tuple[int, str] | None:
     try:
         _text_env().parse(text)
     except TemplateSyntaxError as exc:
         return (exc.lineno or 1, exc.message or "invalid template")
+    except (RecursionError, MemoryError):
+        return (1, "the template is nested too deeply to parse")
     return None
+
+
+# -- validate time: what does not depend on the run is tried under the budget ---------
+
+_RISKY = (nodes.BinExpr, nodes.Call, nodes.Filter, nodes.Concat)
+_CONSTANT_LEAVES = (nodes.Const, nodes.TemplateData)
+
+
+@lru_cache(maxsize=2048)
+def _constant_problem(text: str, budget: TemplateBudget) -> tuple[int, str] | None:
+    from jinja2 import meta
+
+    env = _text_env()
+    try:
+        tree = env.parse(text)
+        free = meta.find_undeclared_variables(tree) - set(env.globals)
+    except Exception:  # the runtime reports whatever this cannot analyse
+        return None
+    problem = _walk_constants(tree, budget, 1)
+    if problem is None and not free:  # nothing from the run: all of it is a constant
+        problem = _evaluate(tree, budget, native=False)[1]
+    return problem
+
+
+def _walk_constants(node: nodes.Node, budget: TemplateBudget,
+                    loops: int) -> tuple[int, str] | None:
+    if isinstance(node, nodes.For):
+        count = _constant_length(node.iter, budget)
+        if isinstance(count, tuple):
+            return count
+        if count is not None:
+            loops *= max(count, 1)
+            if loops > budget.max_iterations:
+                return (node.lineno, f"these loops would run {loops:,} iterations, over the "
+                        f"budget of {budget.max_iterations:,} (template_budget.max_iterations)")
+        for child in (*node.body, *node.else_):
+            problem = _walk_constants(child, budget, loops)
+            if problem:
+                return problem
+        return None
+    if isinstance(node, nodes.Expr) and _is_constant(node) and _is_risky(node):
+        return _evaluate(node, budget, native=True)[1]
+    for child in node.iter_child_nodes():
+        problem = _walk_constants(child, budget, loops)
+        if problem:
+            return problem
+    return None
+
+
+def _constant_length(expr: nodes.Node, budget: TemplateBudget) -> int | tuple[int, str] | None:
+    inner = expr.node if isinstance(expr, nodes.Filter) and expr.name == "wfrun_iter" else expr
+    if not (isinstance(inner, nodes.Expr) and _is_constant(inner)):
+        return None
+    counted = nodes.Filter(nodes.Filter(inner, "list", [], [], None, None, lineno=inner.lineno),
+                           "length", [], [], None, None, lineno=inner.lineno)
+    value, problem = _evaluate(counted, budget, native=True)
+    if problem is not None:
+        return problem
+    return value if isinstance(value, int) else None
+
+
+def _is_constant(node: nodes.Node) -> bool:
+    if isinstance(node, nodes.Name):
+        return node.name in ("range", "lipsum", "dict", "joiner", "cycler")
+    if isinstance(node, (nodes.Concat, nodes.Filter, nodes.Call, nodes.BinExpr,
+                         nodes.UnaryExpr, nodes.List, nodes.Tuple, nodes.Dict, nodes.Pair,
+                         nodes.Getattr, nodes.Getitem, nodes.CondExpr, nodes.Compare,
+                         nodes.Operand, nodes.Slice, nodes.Keyword, nodes.Test, nodes.And,
+                         nodes.Or, nodes.Not, *_CONSTANT_LEAVES)):
+        return all(_is_constant(c) for c in node.iter_child_nodes())
+    return False
+
+
+def _is_risky(node: nodes.Node) -> bool:
+    return isinstance(node, _RISKY) or any(_is_risky(c) for c in node.iter_child_nodes())
+
+
+_NOT_CONSTANT = object()
+
+
+def _evaluate(node: nodes.Node, budget: TemplateBudget, *,
+              native: bool) -> tuple[Any, tuple[int, str] | None]:
+    """Render a constant part under the budget (for at most VALIDATE_SECONDS): its
+    value, or (line, message) when it goes over the budget."""
+    from runner.clock import SystemClock
+
+    env: _Guarded = _native_env() if native else _text_env()
+    tree = node if isinstance(node, nodes.Template) else nodes.Template(
+        [nodes.Output([node], lineno=node.lineno)], lineno=node.lineno)
+    guard = Guard(Scope(budget, SystemClock().monotonic), seconds=_b.VALIDATE_SECONDS,
+                  validating=True)
+    try:
+        with _b.guarding(guard):
+            code = env.compile(tree.set_environment(env))  # type: ignore[call-overload]
+            template = env.template_class.from_code(env, code, env.make_globals(None))
+            return _collect(template, {}, guard, native=native), None
+    except _b.RenderBudgetError as exc:
+        return None, (getattr(node, "lineno", 1) or 1, str(exc))
+    except Exception:  # an undefined name, a type error: the run reports it in context
+        return _NOT_CONSTANT, None
+
+
+def _collect(template: Template, context: Mapping[str, Any], guard: Guard, *,
+             native: bool) -> Any:
+    ctx = template.new_context(dict(context))
+    parts: list[Any] = []
+    for chunk in template.root_render_func(ctx):
+        guard.tick()
+        if isinstance(chunk, str):
+            guard.emitted(chunk)
+        parts.append(chunk)
+    if native:
+        return guard.value(native_concat(parts), "the expression's value")
+    return "".join(parts)
 
 
 _CACHE_SIZE = 512
@@ -140,15 +527,33 @@ def _compiled(text: str, *, native: bool) -> Template:
     return template
 
 
+def _render(text: str, context: Mapping[str, Any], *, native: bool) -> Any:
+    guard = Guard(_b.current_scope() or _default_scope())
+    try:
+        with _b.guarding(guard):
+            guard.tick()
+            return _collect(_compiled(text, native=native), context, guard, native=native)
+    except _b.RenderStopped as exc:
+        raise TemplateStopped(str(exc)) from None
+    except _b.RenderTimedOut as exc:
+        raise TemplateTimedOut(str(exc)) from None
+    except _b.RenderBudgetError as exc:
+        raise TemplateBudgetExceeded(f"over the template budget: {exc}") from None
+    except (UndefinedError, SecurityError, TemplateSyntaxError) as exc:
+        raise TemplateError(str(exc)) from None
+    except MemoryError:
+        raise TemplateBudgetExceeded("the template ran out of memory") from None
+    except RecursionError:
+        raise TemplateError("the template recursed too deeply") from None
+    except Exception as exc:  # a filter on the wrong type, a division by zero...
+        raise TemplateError(f"{type(exc).__name__}: {exc}") from None
+
+
 def render_text(text: str, context: Mapping[str, Any]) -> str:
     if not is_template(text):
         return text
-    try:
-        return _compiled(text, native=False).render(**context)
-    except (UndefinedError, SecurityError, TemplateSyntaxError) as exc:
-        raise TemplateError(str(exc)) from None
-    except Exception as exc:  # a filter on the wrong type, a division by zero...
-        raise TemplateError(f"{type(exc).__name__}: {exc}") from None
+    result: str = _render(text, context, native=False)
+    return result
 
 
 def render_native(value: Any, context: Mapping[str, Any]) -> Any:
@@ -156,12 +561,7 @@ def render_native(value: Any, context: Mapping[str, Any]) -> Any:
     if isinstance(value, str):
         if not is_template(value):
             return value
-        try:
-            result = _compiled(value, native=True).render(**context)
-        except (UndefinedError, SecurityError, TemplateSyntaxError) as exc:
-            raise TemplateError(str(exc)) from None
-        except Exception as exc:
-            raise TemplateError(f"{type(exc).__name__}: {exc}") from None
+        result = _render(value, context, native=True)
         if isinstance(result, Undefined):
             # A lone undefined expression comes back as the Undefined object itself.
             try:
@@ -169,9 +569,38 @@ def render_native(value: Any, context: Mapping[str, Any]) -> Any:
             except UndefinedError as exc:
                 raise TemplateError(str(exc)) from None
             raise TemplateError("expression is undefined")
+        missing = _first_undefined(result)
+        if missing is not None:
+            where, undefined = missing
+            raise TemplateError(f"{where}: {_undefined_message(undefined)}")
         return result
     if isinstance(value, dict):
         return {k: render_native(v, context) for k, v in value.items()}
     if isinstance(value, list):
         return [render_native(v, context) for v in value]
     return value
+
+
+def _undefined_message(value: Undefined) -> str:
+    try:
+        str(value)
+    except UndefinedError as exc:
+        return str(exc)
+    return "a value is undefined"
+
+
+def _first_undefined(value: Any) -> tuple[str, Undefined] | None:
+    """An undefined value inside a built mapping or list (`{{ {'a': input.nope} }}`),
+    with its place, so the error names the missing key instead of 'not JSON'."""
+    stack: list[tuple[str, Any]] = [("$", value)]
+    seen = 0
+    while stack and seen < 100_000:
+        where, v = stack.pop()
+        seen += 1
+        if isinstance(v, Undefined):
+            return where, v
+        if isinstance(v, dict):
+            stack.extend((f"{where}.{k}", item) for k, item in v.items())
+        elif isinstance(v, (list, tuple)):
+            stack.extend((f"{where}[{i}]", item) for i, item in enumerate(v))
+    return None

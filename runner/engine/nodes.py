@@ -22,7 +22,13 @@ from runner.compiler import (
     Node,
     NotifySpec,
 )
-from runner.compiler.templates import TemplateError, render_native, render_text
+from runner.compiler.templates import (
+    TemplateError,
+    TemplateStopped,
+    TemplateTimedOut,
+    render_native,
+    render_text,
+)
 from runner.safety import mask, mask_values, redact, secret_env_values
 
 from .agent import AgentStep, StepContract, TurnKind, reminder_text
@@ -96,6 +102,10 @@ def execute(driver: RunDriver, node: Node, attempt: str, deadline: float | None,
         if isinstance(spec, FailSpec):
             # A failure on purpose: the run loop ends the run with this error.
             return _fail(spec.code, render_text(spec.message, ctx))
+    except TemplateStopped:
+        return _stopped(driver)
+    except TemplateTimedOut as exc:
+        return NodeResult("timed_out", error={"code": "timed_out", "message": str(exc)})
     except TemplateError as exc:
         return _fail("template_error", f"template failed: {exc}")
     return _fail("unsupported", f"node kind '{node.kind}' cannot run here")
@@ -211,6 +221,8 @@ def _action(driver: RunDriver, node: Node, attempt: str, spec: ActionSpec,
         pctx = dict(ctx, stdout=stdout, stderr=stderr, exit_code=res.exit_code)
         try:
             parsed = render_native(spec.parse, pctx)
+        except (TemplateStopped, TemplateTimedOut):
+            raise  # `execute` turns these into the node's cancelled or timed-out ending
         except TemplateError as exc:
             return _fail("parse_error", f"parse failed: {exc}", **extra)
         value, bad = _json_value(parsed, "parse")

@@ -16,6 +16,8 @@ from typing import Any, Protocol
 from runner.backoff import ENGINE_JITTER, backoff_delay
 from runner.clock import Clock, iso
 from runner.compiler import Node, WorkflowDefinition
+from runner.compiler.budget import Scope
+from runner.compiler.budget import scoped as scoped_budget
 from runner.compiler.templates import TemplateError, render_native
 from runner.safety import bound
 
@@ -183,6 +185,12 @@ class RunDriver:
             self.notifications.emit(self.run_id, node, attempt, notification_id, kind, message)
 
     # -- context -----------------------------------------------------------------
+    def template_scope(self, deadline: float | None) -> scoped_budget:
+        """Renders inside get the workflow's budget, the node's deadline, and stop when
+        the run is cancelled or parked (compiler/budget.py)."""
+        return scoped_budget(Scope(self.definition.template_budget, self.clock.monotonic,
+                                   deadline, lambda: self.control.stopping))
+
     def context(self, scope: str) -> dict[str, Any]:
         st = self.state
         outputs, results = scoped(st.outputs, scope), scoped(st.results, scope)
@@ -241,8 +249,6 @@ class RunDriver:
                 return self.park()
             if result.outcome == "cancelled":
                 return self.finish("cancelled", error=result.error)
-            if node.kind == "fail":
-                return self.finish("failed", error={**(result.error or {}), "node": node.id})
             if node.kind == "fail":
                 return self.finish("failed", error={**(result.error or {}), "node": node.id})
             if node.kind == "checkpoint" and result.outcome == "ok":
@@ -305,7 +311,8 @@ class RunDriver:
         spec = node.spec
         ctx = self.context(node.scope)
         try:
-            child_input = render_native(getattr(spec, "input", None) or {}, ctx)
+            with self.template_scope(None):
+                child_input = render_native(getattr(spec, "input", None) or {}, ctx)
         except TemplateError as exc:
             return self.finish("failed", error={"code": "template_error", "node": node.id,
                                                 "message": f"include input: {exc}"})
@@ -334,7 +341,8 @@ class RunDriver:
             self.emit("node_started", {"kind": node.kind, "scope": node.scope, "retry": k,
                                        "counts_step": not resumed, "resumed": resumed},
                       node=node.id, attempt=attempt)
-            result = execute(self, node, attempt, deadline, self.context(node.scope))
+            with self.template_scope(deadline):
+                result = execute(self, node, attempt, deadline, self.context(node.scope))
             self.resuming_node = None
             resumed = False
             duration = int((self.clock.monotonic() - start_mono) * 1000)

@@ -1,0 +1,295 @@
+"""The per-render template budget: time, output size, intermediate sizes, iterations.
+
+A template is user code run on user data (agent output, other people's YAML), so
+every render is bounded without a thread that could outlive it: the sandbox in
+`templates.py` calls `Guard` before each call, filter, operator, loop iteration and
+output chunk (a cooperative deadline plus size checks made *before* the
+allocation). See docs/adr/0005-template-budget-in-process.md for why this and not
+a subprocess.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass, fields
+from typing import Any
+
+MIB = 1024 * 1024
+# Python refuses int <-> str conversions past 4,300 digits; no template needs an
+# integer that cannot be printed, so arithmetic stops there (about 14,300 bits).
+MAX_INT_BITS = 14_300
+
+
+@dataclass(frozen=True)
+class TemplateBudget:
+    """Per render. Sizes are in characters (strings) or items (lists, mappings),
+    counted through nested values and shared references."""
+
+    seconds: float = 5.0
+    max_output: int = 16 * MIB  # characters a text render produces
+    max_size: int = 16 * MIB  # the weight of any one value the template builds
+    max_iterations: int = 1_000_000  # loop iterations, all loops of one render
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+DEFAULT_BUDGET = TemplateBudget()
+#: What a workflow's `template_budget:` may raise the budget to, and no further.
+CEILING = TemplateBudget(seconds=300.0, max_output=256 * MIB, max_size=256 * MIB,
+                         max_iterations=100_000_000)
+# A constant template is tried at validate time for at most this long.
+VALIDATE_SECONDS = 1.0
+
+
+class RenderBudgetError(Exception):
+    """The render went over its budget; the message names the limit and the key."""
+
+
+class RenderStopped(Exception):
+    """The run was cancelled or parked while a template rendered."""
+
+
+class RenderTimedOut(Exception):
+    """The node's `timeout` passed while a template rendered."""
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What the engine sets around a node: its budget, clock, deadline and stop flag."""
+
+    budget: TemplateBudget
+    monotonic: Callable[[], float]
+    deadline: float | None = None  # the node's timeout, on `monotonic`
+    stop: Callable[[], bool] | None = None  # true once the run is cancelled or parked
+
+
+class Guard:
+    """One render's running totals; every check is cheap so it can run per operation."""
+
+    def __init__(self, scope: Scope, seconds: float | None = None, *,
+                 validating: bool = False) -> None:
+        self.validating = validating
+        self.budget = budget = scope.budget
+        self.monotonic = scope.monotonic
+        self.stop = scope.stop
+        self.seconds = budget.seconds if seconds is None else min(seconds, budget.seconds)
+        own = self.monotonic() + self.seconds
+        self.node_deadline = scope.deadline
+        self.deadline = own if scope.deadline is None else min(own, scope.deadline)
+        self.iterations = 0
+        self.output = 0
+
+    def tick(self) -> None:
+        if self.stop is not None and self.stop():
+            raise RenderStopped("the run was stopped while a template rendered")
+        if self.monotonic() > self.deadline:
+            if self.node_deadline is not None and self.deadline >= self.node_deadline:
+                raise RenderTimedOut("the node's timeout passed while a template rendered")
+            if self.validating:
+                raise RenderBudgetError(f"its constant parts take over {self.seconds:g} s "
+                                        "to evaluate")
+            raise RenderBudgetError(
+                f"the template ran longer than its budget of {self.seconds:g} s "
+                f"(template_budget.seconds, at most {CEILING.seconds:g})")
+
+    def iterate(self) -> None:
+        self.iterations += 1
+        if self.iterations > self.budget.max_iterations:
+            raise RenderBudgetError(
+                f"the template's loops ran more than {self.budget.max_iterations:,} "
+                f"iterations (template_budget.max_iterations)")
+        if self.iterations & 63 == 0:  # the clock every 64 iterations: loops are hot
+            self.tick()
+
+    def emitted(self, chunk: str) -> None:
+        self.output += len(chunk)
+        if self.output > self.budget.max_output:
+            raise RenderBudgetError(
+                f"the template's output passed {self.budget.max_output:,} characters "
+                f"(template_budget.max_output)")
+
+    # -- sizes, checked before the allocation --------------------------------------
+    def size(self, n: int, what: str) -> None:
+        if n > self.budget.max_size:
+            raise RenderBudgetError(
+                f"{what} would hold {_amount(n)} characters or items, over the budget of "
+                f"{self.budget.max_size:,} (template_budget.max_size)")
+
+    def value(self, value: Any, what: str = "a value") -> Any:
+        self.size(weight(value, self.budget.max_size), what)
+        return value
+
+    def bits(self, n: int, what: str) -> None:
+        if n > MAX_INT_BITS:
+            raise RenderBudgetError(f"{what} would have about {_amount(n * 3 // 10)} digits; "
+                                    f"templates stop at 4,300")
+
+
+def _amount(n: int) -> str:
+    return f"{n:,}" if n < 10**15 else f"about 10^{len(str(n)) - 1}"
+
+
+def weight(value: Any, limit: int) -> int:
+    """A value's size counted through nesting and shared references, stopping once
+    past `limit` (so `[x] * n` of a big `x` costs at most `limit` steps)."""
+    total = 0
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, (str, bytes)):
+            total += len(v)
+        elif isinstance(v, (list, tuple, set, frozenset)):
+            total += len(v) + 1
+            if total > limit:
+                return total
+            stack.extend(v)
+        elif isinstance(v, dict):
+            total += 2 * len(v) + 1
+            if total > limit:
+                return total
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        else:
+            total += 1
+        if total > limit:
+            return total
+    return total
+
+
+_ACTIVE: ContextVar[Guard | None] = ContextVar("wfrun_template_guard", default=None)
+_SCOPE: ContextVar[Scope | None] = ContextVar("wfrun_template_scope", default=None)
+
+
+def active() -> Guard | None:
+    return _ACTIVE.get()
+
+
+def current_scope() -> Scope | None:
+    return _SCOPE.get()
+
+
+class scoped:
+    """`with scoped(Scope(...)):` every render on this thread (or task) uses it."""
+
+    def __init__(self, scope: Scope) -> None:
+        self.scope = scope
+
+    def __enter__(self) -> Scope:
+        self._token = _SCOPE.set(self.scope)
+        return self.scope
+
+    def __exit__(self, *exc: object) -> None:
+        _SCOPE.reset(self._token)
+
+
+class guarding:
+    """Makes `guard` the active one for the duration of one render."""
+
+    def __init__(self, guard: Guard) -> None:
+        self.guard = guard
+
+    def __enter__(self) -> Guard:
+        self._token = _ACTIVE.set(self.guard)
+        return self.guard
+
+    def __exit__(self, *exc: object) -> None:
+        _ACTIVE.reset(self._token)
+
+
+def budgeted_iter(guard: Guard, iterable: Any) -> Iterator[Any]:
+    for item in iterable:
+        guard.iterate()
+        yield item
+
+
+# -- pre-checks for the operations that can multiply a size -----------------------
+
+_PERCENT_SPEC = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(\*|\d+)?(?:\.(\*|\d+))?")
+_BRACE_SPEC = re.compile(r"\{[^{}]*?:([^{}]*)\}")
+_DIGITS = re.compile(r"\d+")
+
+
+def check_format_widths(guard: Guard, fmt: str, *, braces: bool) -> bool:
+    """A `%`/`format` width or precision is an allocation the template asks for.
+    True when a width comes from the arguments (`%*d`, `{:{}}`)."""
+    if braces:
+        specs = [m.group(1) for m in _BRACE_SPEC.finditer(fmt)]
+        numbers = [int(d) for spec in specs for d in _DIGITS.findall(spec) if len(d) < 30]
+        too_long = any(len(d) >= 30 for spec in specs for d in _DIGITS.findall(spec))
+    else:
+        groups = [g for m in _PERCENT_SPEC.finditer(fmt) for g in m.groups() if g]
+        too_long = any(len(g) >= 30 for g in groups if g != "*")
+        numbers = [int(g) for g in groups if g != "*" and len(g) < 30]
+    if too_long:
+        guard.size(10**30, "a format width")
+    for n in numbers:
+        guard.size(n, "a format width")
+    return ("{" in "".join(specs)) if braces else "*" in groups
+
+
+def check_int_args(guard: Guard, args: tuple[Any, ...], kwargs: dict[str, Any],
+                   what: str) -> None:
+    """Widths, counts and lengths passed to filters and string methods."""
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, int) and not isinstance(a, bool) and abs(a) > guard.budget.max_size:
+            guard.size(abs(a), what)
+
+
+def check_binop(guard: Guard, op: str, left: Any, right: Any) -> None:
+    guard.tick()
+    ints = (isinstance(left, int) and isinstance(right, int)
+            and not isinstance(left, bool) and not isinstance(right, bool))
+    if op == "**":
+        if ints and right > 1 and abs(left) > 1:
+            guard.bits(abs(left).bit_length() * right, f"{left} ** {right}")
+    elif op == "*":
+        if ints:
+            guard.bits(abs(left).bit_length() + abs(right).bit_length(), "a product")
+            return
+        seq, n = (left, right) if isinstance(right, int) else (right, left)
+        if isinstance(n, int) and isinstance(seq, (str, bytes, list, tuple)) and n > 1:
+            limit = guard.budget.max_size
+            guard.size(weight(seq, limit) * n, "a repetition")
+    elif op == "+":
+        if isinstance(left, (str, list, tuple)) and isinstance(right, (str, list, tuple)):
+            limit = guard.budget.max_size
+            guard.size(weight(left, limit) + weight(right, limit), "a concatenation")
+    elif op == "%" and isinstance(left, str) and check_format_widths(guard, left, braces=False):
+        star = right if isinstance(right, tuple) else (right,)
+        check_int_args(guard, star, {}, "a format width")
+
+
+# -- `template_budget:` in a workflow ---------------------------------------------------
+
+BUDGET_KEYS = ("seconds", "max_output", "max_size", "max_iterations")
+
+
+Problem = tuple[tuple[str, ...], str, bool]  # (key path, message, at the key)
+
+
+def budget_from_yaml(value: Any) -> tuple[TemplateBudget, list[Problem]]:
+    """The workflow's budget and its problems; unknown or bad keys keep their
+    defaults. `seconds` is a number of seconds; sizes are counts."""
+    problems: list[Problem] = []
+    if not isinstance(value, dict):
+        return DEFAULT_BUDGET, [((), "template_budget must be a mapping of "
+                                     f"{', '.join(BUDGET_KEYS)}", False)]
+    chosen: dict[str, Any] = {}
+    for key, v in value.items():
+        if key not in BUDGET_KEYS:
+            problems.append(((str(key),), f"unknown key '{key}' in template_budget; expected "
+                             f"one of: {', '.join(BUDGET_KEYS)}", True))
+            continue
+        ceiling = getattr(CEILING, key)
+        number = (isinstance(v, (int, float)) if key == "seconds" else isinstance(v, int))
+        if isinstance(v, bool) or not number or not 0 < v <= ceiling:
+            kind = "a number of seconds" if key == "seconds" else "a whole number"
+            most = f"{ceiling:g}" if key == "seconds" else f"{ceiling:,}"
+            problems.append(((key,), f"template_budget.{key} must be {kind} above 0 and at "
+                             f"most {most}", False))
+            continue
+        chosen[key] = float(v) if key == "seconds" else v
+    return TemplateBudget(**chosen), problems
