@@ -32,7 +32,13 @@ from runner.safety import (
     secret_env_values,
 )
 
-__all__ = ["MASK", "RunSecrets", "SecretSource", "resolve", "restore_input", "write_only_fields"]
+__all__ = ["MASK", "RunSecrets", "SecretMissing", "SecretSource", "resolve", "restore_input",
+           "write_only_fields"]
+
+
+class SecretMissing(InputError):
+    """A secret or writeOnly value the run needs was not given; nothing was changed, and
+    the run can start or resume once it is."""
 
 
 @dataclass(frozen=True)
@@ -111,7 +117,7 @@ def resolve(definition: WorkflowDefinition, source: SecretSource, value: Any) ->
     missing = [n for n in definition.secrets if not source.lookup(n)]
     if missing:
         names = ", ".join(missing)
-        raise InputError(
+        raise SecretMissing(
             f"workflow '{definition.name}' needs secret{'s' if len(missing) > 1 else ''} "
             f"{names}: set {'them' if len(missing) > 1 else 'it'} in the environment or pass "
             f"--secret {missing[0]}=VALUE (or --secret {missing[0]}=@FILE)")
@@ -129,7 +135,7 @@ def resolve(definition: WorkflowDefinition, source: SecretSource, value: Any) ->
             if real == MASK:
                 given = source.given.get(name)
                 if given is None:
-                    raise InputError(
+                    raise SecretMissing(
                         f"input field '{name}' is secret (writeOnly) and was kept nowhere; "
                         f"give it again with --secret {name}=VALUE")
                 real = given

@@ -38,7 +38,7 @@ from runner.engine import (
 )
 from runner.engine.processes import ProcessRegistry
 from runner.engine.runner import Observer, RunDriver
-from runner.engine.secrets import NO_SOURCE, SecretSource, restore_input
+from runner.engine.secrets import NO_SOURCE, SecretMissing, SecretSource, restore_input
 from runner.engine.secrets import resolve as resolve_secrets
 from runner.errors import (
     ClaimLost,
@@ -363,7 +363,7 @@ class LaunchCoordinator(Preflight):
         self.record_outcome(act, outcome)
         return outcome
 
-    def _resume(self, act: Activation, engine: Engine) -> RunOutcome:
+    def _resume(self, act: Activation, engine: Engine) -> RunOutcome | None:
         self._keeper.add(act)
 
         def resolve(manifest: dict[str, Any]) -> WorkflowDefinition:
@@ -371,8 +371,14 @@ class LaunchCoordinator(Preflight):
             act.definition = definition
             return definition
 
-        outcome = engine.resume(act.record.run_id, resolve, control=act.control,
-                                force=act.force)
+        try:
+            outcome = engine.resume(act.record.run_id, resolve, control=act.control,
+                                    force=act.force)
+        except SecretMissing as exc:
+            # Nothing ran and nothing is lost: park it until it is resumed with the value.
+            log.warning("run %s not resumed: %s", act.record.run_id, exc.message)
+            self.store.launches.park(act.record.run_id, act.token, mode="explicit")
+            return None
         self.record_outcome(act, outcome)
         return outcome
 

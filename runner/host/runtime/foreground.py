@@ -12,10 +12,11 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from runner.engine import AgentStepExecutor, RunControl, RunOutcome
+from runner.engine import AgentStepExecutor, RunControl, RunOutcome, RunReader
 from runner.engine.processes import reap_dead_registries, registry_for_this_process
 from runner.engine.runner import Observer
 from runner.engine.secrets import SecretSource
+from runner.engine.secrets import resolve as resolve_secrets
 from runner.errors import InputError, NotFoundError, OperationFailed, TemporaryError, WfrunError
 from runner.launch import EngineOptions, LaunchCoordinator, PreflightError, workflow_name
 from runner.store import Store
@@ -115,7 +116,22 @@ def resume_run(ws: Workspace, store: Store, run_id: str, control: RunControl, *,
         return ws.resume(run_id, engine, force=force, control=control)
     coordinator = foreground_coordinator(ws, store, executor=executor, observer=observer,
                                          secrets=secrets)
+    _check_secrets(ws, coordinator.reader, run_id, coordinator.options.secret_source)
     return execute_here(coordinator, run_id, control, force=force)
+
+
+def _check_secrets(ws: Workspace, reader: RunReader, run_id: str, source: SecretSource) -> None:
+    """Refuse a resume that lacks a secret before anything is claimed (nothing secret was
+    stored, so it must be given again); other problems are left to the resume itself."""
+    try:
+        if reader.status(run_id) != "running":
+            return
+        manifest = reader.manifest(run_id)
+        definition, _ = ws.compile(str(manifest.get("workflow_ref") or manifest["workflow"]))
+        run_input = reader.state(run_id).input
+    except (WfrunError, KeyError):
+        return
+    resolve_secrets(definition, source, run_input)
 
 
 def answer_run(ws: Workspace, store: Store, run_id: str, answer: Any, control: RunControl, *,
