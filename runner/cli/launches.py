@@ -9,10 +9,10 @@ from typing import Any
 import click
 
 from runner.engine import RunControl
-from runner.errors import InputError, NotFoundError
+from runner.errors import InputError
 from runner.host.runtime.foreground import queue_detached, start_and_wait
 from runner.host.runtime.launches import detached_coordinator, explain, launch_status
-from runner.host.runtime.local import open_store, parse_input, reset_store, store_path
+from runner.host.runtime.local import check_store, open_store, parse_input, reset_store
 
 from .app import cli
 from .context import Context
@@ -68,7 +68,7 @@ def start_cmd(ctx: Context, ref: str, input_json: str | None, pairs: tuple[str, 
 def status_cmd(ctx: Context, run_id: str | None, as_json: bool) -> None:
     """Launch and run state; works before a run bundle exists."""
     ws = workspace(ctx)
-    store = open_store(ws)
+    store = open_store(ws, read_only=True)  # a view: it reads a read-only project too
     if run_id is None:
         rows = [launch_status(ws, store, r.run_id) for r in store.launches.query(
             statuses=["queued", "starting", "running", "parked"])]
@@ -120,7 +120,7 @@ def cancel_cmd(ctx: Context, run_id: str) -> None:
 def why_cmd(ctx: Context, run_id: str, as_json: bool) -> None:
     """Explain why a run is not running (state, owner, lease, reservation, source)."""
     ws = workspace(ctx)
-    facts = explain(ws, open_store(ws), run_id)
+    facts = explain(ws, open_store(ws, read_only=True), run_id)
     if as_json:
         click.echo(json.dumps(facts, indent=2))
         return
@@ -137,17 +137,9 @@ def store_group() -> None:
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 def store_check(ctx: Context, as_json: bool) -> None:
-    """Open the store and verify its schema and table layout."""
-    ws = workspace(ctx)
-    path = store_path(ws)
-    if not path.exists():
-        raise NotFoundError(f"no store at {path} yet; it is created on the first start")
-    store = open_store(ws)
-    counts: dict[str, Any] = {}
-    for status in ("queued", "starting", "running", "parked", "done", "failed", "cancelled"):
-        counts[status] = len(store.launches.query(statuses=[status]))
-    info = {"path": str(path), "schema": store.schema_id, "ok": True, "launches": counts}
-    store.close()
+    """Open the store read-only and verify its layout and every page (quick_check)."""
+    info = check_store(workspace(ctx))
+    path = info["path"]
     if as_json:
         click.echo(json.dumps(info, indent=2))
     else:

@@ -3,10 +3,20 @@
     StoreError                  base of everything the store raises on purpose
     ├── StoreUnavailable        the store cannot be reached or is busy: try again later
     │   ├── StoreBusy           another connection holds the lock past the busy timeout
+    │   ├── StoreDiskFull       no space left on its device: free space, run it again
+    │   ├── StoreReadOnly       its file system or folder is read-only: make it writable
+    │   ├── StoreNoPermission   this user may not read or write it: run as its owner
     │   └── SqliteTooOld        the SQLite library is older than the store needs
-    ├── IncompatibleLayout      the store file has another layout: keep bundles, reset it
+    ├── StoreCorrupt            the file is damaged: keep a copy, restore or salvage it
+    ├── IncompatibleLayout      a readable store with another layout: keep bundles, reset it
     ├── IdentityConflict        an id was reused with different content: a caller bug
     └── InputCleared            the private launch input was already cleared
+
+Only IncompatibleLayout advises `wfrun store reset`: it follows a layout the store
+read completely and found different. A damaged, full, read-only, locked or
+forbidden file is a machine fault whose advice loses nothing (reset would delete
+every queued launch); `runner.store.faults` tells them apart by SQLite's result
+code and errno, never by message text.
 
 A *lost race* is not an exception: every conditional update returns a
 `LostRace` value instead of changing anything (see `records.LostRace`).
@@ -57,6 +67,22 @@ class IncompatibleLayout(StoreError):
         super().__init__(
             f"incompatible store layout at {location}: {self.detail}. {RESET_INSTRUCTION}"
         )
+
+
+class StoreDiskFull(StoreUnavailable):
+    """No space is left on the device holding the store; free some, then try again."""
+
+
+class StoreReadOnly(StoreUnavailable):
+    """The store is on a read-only file system or folder; make it writable."""
+
+
+class StoreNoPermission(StoreUnavailable):
+    """This user may not read or write the store; run wfrun as the project's owner."""
+
+
+class StoreCorrupt(StoreError):
+    """The store file is damaged; keep a copy, then restore or salvage it."""
 
 
 class IdentityConflict(StoreError):

@@ -4,15 +4,21 @@ Open procedure (see docs/store.md):
 
 1. Refuse SQLite older than 3.35 (RETURNING, partial indexes, UPSERT).
 2. An existing file is inspected through a read-only connection before anything
-   writes to it: a file in WAL mode with no `-wal` beside it is read with
-   `immutable=1` so not even the `-shm`/`-wal` sidecars appear; otherwise `mode=ro`.
-   Another layout raises IncompatibleLayout and leaves the file byte-identical.
+   writes to it: a file in WAL mode that nobody has open (no `-shm` beside it) is
+   read with `immutable=1` so not even the `-shm`/`-wal` sidecars appear; otherwise
+   `mode=ro`. Another layout raises IncompatibleLayout and leaves the file
+   byte-identical. A damaged, full, read-only or forbidden file raises its own
+   class (`runner.store.faults`), never IncompatibleLayout.
 3. A missing store is built complete (WAL, schema) in a private temporary file
    created 0600 (folder 0700) before its first SQLite open, so SQLite creates
    `-wal`/`-shm` with the same mode, and hard-linked into place: others see no
    store or a finished one. An existing empty file is set up in place.
 4. Every connection sets WAL, `synchronous=FULL`, `busy_timeout`, `foreign_keys=ON`
    and `secure_delete=ON`.
+
+A read-only database (`read_only=True`, for views such as `wfrun status`) never
+creates, sets up or tightens anything and opens `mode=ro`, or `immutable=1` when
+its folder cannot be written and no `-wal` exists (a read-only project).
 
 One connection per thread (and per process: a connection never crosses fork()).
 Every writing transaction is `BEGIN IMMEDIATE`; sqlite3 runs in autocommit mode
@@ -21,6 +27,7 @@ Every writing transaction is `BEGIN IMMEDIATE`; sqlite3 runs in autocommit mode
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 import sqlite3
@@ -31,7 +38,15 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Literal
 
-from runner.store.errors import IncompatibleLayout, SqliteTooOld, StoreError, StoreUnavailable
+from runner.store import faults, sqlite_faults
+from runner.store.errors import (
+    IncompatibleLayout,
+    SqliteTooOld,
+    StoreCorrupt,
+    StoreError,
+    StoreReadOnly,
+    StoreUnavailable,
+)
 from runner.store.sqlite_schema import create_schema, layout_drift, read_layout, schema_id_drift
 
 MIN_SQLITE_VERSION = (3, 35, 0)
@@ -41,6 +56,9 @@ FILE_MODE = 0o600
 SIDECAR_SUFFIXES = ("-wal", "-shm", "-journal")
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _WAL_SWITCH_ATTEMPTS = 200
+# What link(2) says on a file system without hard links (FAT, some FUSE mounts).
+_NO_HARD_LINKS = frozenset({errno.EPERM, errno.EXDEV, errno.EMLINK, errno.ENOTSUP,
+                            errno.EOPNOTSUPP, errno.ENOSYS})
 
 
 def check_sqlite_version() -> None:
@@ -95,20 +113,25 @@ def inspect_existing(path: Path) -> FileState:
         with path.open("rb") as handle:
             header = handle.read(100)
     except OSError as exc:
-        raise StoreUnavailable(f"cannot read the store at {path}: {exc.strerror}") from None
+        raise faults.from_os(exc, path, "read") from None
     if not header:
         return "empty"
-    if not header.startswith(_SQLITE_MAGIC) or len(header) < 100:
-        raise IncompatibleLayout(str(path), "the file is not a SQLite database")
-    wal_path = path.with_name(path.name + "-wal")
-    if header[18] == 2 and not wal_path.exists():
-        # WAL-mode file that nobody has open: read it as immutable (no -shm/-wal).
-        # Trust the answer only if nobody changed the file meanwhile.
+    if not header.startswith(_SQLITE_MAGIC):
+        # Not a layout wfrun could read: a damaged header or another program's file.
+        # Either way deleting it (reset) is not the advice; moving it aside is.
+        raise faults.corrupt(path, "the file is not a SQLite database")
+    if len(header) < 100:
+        raise faults.corrupt(path, f"the file is truncated to {len(header)} bytes")
+    wal_path, shm_path = sidecar_paths(path)[:2]
+    if header[18] == 2 and not shm_path.exists():
+        # WAL-mode file that nobody has open (an open one has its -shm): read it as
+        # immutable, so refusing it creates no -shm/-wal. Trust the answer only if
+        # nobody changed the file meanwhile.
         error: StoreError | None = None
         state: FileState = "empty"
         try:
             state = _inspect_uri(path, path.absolute().as_uri() + "?mode=ro&immutable=1")
-        except (IncompatibleLayout, StoreUnavailable) as exc:
+        except StoreError as exc:
             error = exc
         after = path.stat()
         unchanged = (before.st_ino, before.st_size, before.st_mtime_ns) == (
@@ -116,26 +139,28 @@ def inspect_existing(path: Path) -> FileState:
             after.st_size,
             after.st_mtime_ns,
         )
-        if unchanged and not wal_path.exists():
-            if error is not None:
+        if unchanged and not shm_path.exists():
+            if isinstance(error, IncompatibleLayout) or (error and not wal_path.exists()):
                 raise error
-            return state
-    return _inspect_uri(path, path.absolute().as_uri() + "?mode=ro")
+            if error is None and not wal_path.exists():
+                return state
+            # A -wal left beside it may hold commits the immutable read skipped.
+    return _inspect_uri(path, read_only_uri(path))
 
 
 def _inspect_uri(path: Path, uri: str) -> FileState:
     try:
         conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=5.0)
     except sqlite3.Error as exc:
-        raise StoreUnavailable(f"cannot open the store at {path}: {exc}") from None
+        raise sqlite_faults.from_sqlite(exc, path) from None
     try:
         layout = read_layout(conn)
         if layout.empty:
             return "empty"
         drift = layout_drift(layout) or schema_id_drift(conn)
     except sqlite3.DatabaseError as exc:
-        if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
-            raise StoreUnavailable(f"the store at {path} is busy: {exc}") from None
+        if sqlite_faults.is_machine_fault(exc):  # damaged, full, locked, read-only: not a layout
+            raise sqlite_faults.from_sqlite(exc, path) from None
         raise IncompatibleLayout(str(path), f"the file cannot be read as a store ({exc})") from None
     finally:
         conn.close()
@@ -152,7 +177,7 @@ def create_private_file(path: Path) -> bool:
     except FileExistsError:
         return False
     except OSError as exc:
-        raise StoreUnavailable(f"cannot create the store at {path}: {exc.strerror}") from None
+        raise faults.from_os(exc, path, "create") from None
     try:
         os.fchmod(fd, FILE_MODE)
     finally:
@@ -184,7 +209,9 @@ def create_store_file(path: Path, now_ms: int) -> None:
         _fsync_folder(path.parent)
     except sqlite3.Error as exc:
         raise translate(exc, path) from None
-    except OSError:
+    except OSError as exc:
+        if exc.errno not in _NO_HARD_LINKS:
+            raise faults.from_os(exc, path, "create") from None  # full, read-only, ...
         create_private_file(path)  # no hard links here: set it up in place
     finally:
         for leftover in (temp, *sidecar_paths(temp)):
@@ -215,16 +242,12 @@ def tighten_permissions(path: Path) -> None:
                 if candidate == path:
                     raise
     except OSError as exc:
-        raise StoreUnavailable(f"cannot secure the store at {path}: {exc.strerror}") from None
+        raise faults.from_os(exc, path, "secure") from None
 
 
 def translate(exc: sqlite3.Error, path: Path) -> StoreError:
-    """Map a sqlite3 error onto the store's exception tree."""
-    if isinstance(exc, sqlite3.IntegrityError):
-        return StoreError(f"store constraint violated in {path}: {exc}")
-    if isinstance(exc, sqlite3.OperationalError):
-        return StoreUnavailable(f"store at {path} unavailable: {exc}")
-    return StoreError(f"store error in {path}: {exc}")
+    """Map a sqlite3 error onto the store's exception tree (see `faults`)."""
+    return sqlite_faults.from_sqlite(exc, path)
 
 
 _WRITE_LOCKS: dict[str, threading.Lock] = {}
@@ -241,9 +264,11 @@ def _write_lock_for(path: Path) -> threading.Lock:
 class SqliteDatabase:
     """Connections (one per thread and process) and transactions on one store file."""
 
-    def __init__(self, path: Path, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> None:
+    def __init__(self, path: Path, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+                 read_only: bool = False) -> None:
         self.path = path
         self.busy_timeout_ms = busy_timeout_ms
+        self.read_only = read_only
         self._local = threading.local()
         self._lock = threading.Lock()
         self._write_lock = _write_lock_for(path)
@@ -273,16 +298,20 @@ class SqliteDatabase:
     def _connect(self) -> sqlite3.Connection:
         try:
             conn = sqlite3.connect(
-                str(self.path),
+                read_only_uri(self.path) if self.read_only else str(self.path),
                 timeout=self.busy_timeout_ms / 1000,
                 isolation_level=None,
                 check_same_thread=False,
+                uri=self.read_only,
             )
         except sqlite3.Error as exc:
             raise translate(exc, self.path) from None
         try:
             conn.row_factory = sqlite3.Row
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+            if self.read_only:
+                conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # opens it now
+                return conn
             mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
             if str(mode).lower() != "wal":
                 mode = self._switch_to_wal(conn)
@@ -376,6 +405,19 @@ class SqliteDatabase:
         except sqlite3.Error as exc:
             raise translate(exc, self.path) from None
 
+    def integrity_problems(self, limit: int) -> list[str]:
+        """`PRAGMA quick_check(limit)`: the problems found, or [] for a sound file.
+        Damage bad enough to stop the check itself is reported as its one problem."""
+        try:
+            rows = self.connection().execute(f"PRAGMA quick_check({int(limit)})").fetchall()
+        except sqlite3.DatabaseError as exc:
+            if sqlite_faults.is_machine_fault(exc) and not isinstance(
+                    translate(exc, self.path), StoreCorrupt):
+                raise translate(exc, self.path) from None
+            return [str(exc)]
+        problems = [str(row[0]) for row in rows]
+        return [] if problems == ["ok"] else problems
+
     def initialize(self, now_ms: int) -> None:
         """Create the schema in an empty store, or verify what another process made."""
         with self.write() as conn:
@@ -408,19 +450,65 @@ class SqliteDatabase:
             self._local.conn = None
 
 
-def open_database(path: Path, *, now_ms: int, busy_timeout_ms: int) -> SqliteDatabase:
-    """Run the open procedure and return a ready database."""
+def read_only_uri(path: Path) -> str:
+    """`mode=ro`, or `immutable=1` where SQLite could not create or grow the `-shm` a
+    WAL read needs (a read-only or full file system, a folder this user may not write)
+    and no `-wal` holds commits an immutable read would skip. Immutable reads assume
+    nobody writes meanwhile: true of a read-only mount, and of a full disk but for
+    commits already in a `-wal`, which is why a non-empty one is never skipped."""
+    uri = path.absolute().as_uri() + "?mode=ro"
+    fault = faults.file_system_fault(path)
+    if fault is None:
+        return uri
+    wal, shm = sidecar_paths(path)[:2]
+    try:
+        wal_empty = wal.stat().st_size == 0
+    except FileNotFoundError:
+        wal_empty = True
+    if wal_empty:
+        return uri + "&immutable=1"
+    if shm.exists() and isinstance(fault, StoreReadOnly):
+        return uri  # SQLite reads a WAL through an existing -shm on a read-only mount
+    if isinstance(fault, StoreReadOnly):
+        raise StoreReadOnly(
+            f"the store {path} is in a read-only folder and its {wal.name} holds commits "
+            f"without a {shm.name} to read them by; nothing was changed. Make the folder "
+            "writable once (any wfrun command then folds them in)"
+        )
+    raise fault
+
+
+def open_database(path: Path, *, now_ms: int, busy_timeout_ms: int,
+                  read_only: bool = False) -> SqliteDatabase:
+    """Run the open procedure and return a ready database. `read_only` opens an
+    existing, set-up store for reading only (it creates and changes nothing)."""
     check_sqlite_version()
     if path.is_dir():
         raise StoreUnavailable(f"the store path {path} is a directory")
     if not path.exists():
         orphans = [p.name for p in sidecar_paths(path) if p.exists()]
         if orphans and not path.exists():  # SQLite could replay an orphaned WAL
-            raise IncompatibleLayout(
-                str(path), "the store file is missing but " + ", ".join(orphans) + " remain"
+            # Not a layout mismatch: resetting would delete the commits in the orphan.
+            raise StoreCorrupt(
+                f"the store file {path} is missing but {', '.join(orphans)} remain(s) beside "
+                "it; nothing was changed. Restore the store file from a backup, or move the "
+                "leftover file(s) aside to start a new, empty store"
             )
+        if read_only:
+            raise StoreUnavailable(f"no store at {path} yet; it is created on the first start")
         create_store_file(path, now_ms)
     state = inspect_existing(path)
+    if read_only:
+        if state == "empty":
+            raise StoreUnavailable(f"the store {path} is empty (not set up yet); "
+                                   "any command that writes sets it up")
+        db = SqliteDatabase(path, busy_timeout_ms=busy_timeout_ms, read_only=True)
+        try:
+            db.connection()
+        except BaseException:
+            db.close()
+            raise
+        return db
     tighten_permissions(path)
     db = SqliteDatabase(path, busy_timeout_ms=busy_timeout_ms)
     try:

@@ -2,6 +2,7 @@
 
     store = SqliteStore(project / ".wfrun/state/store.sqlite3")      # opens or creates
     SqliteStore.reset(project / ".wfrun/state/store.sqlite3")        # `wfrun store reset`
+    SqliteStore(path, read_only=True)     # views: creates and changes nothing (`wfrun status`)
 
 The caller decides the path; the store never looks at run bundles.
 """
@@ -30,6 +31,7 @@ from runner.store.sqlite_notifications import SqliteNotifications
 from runner.store.sqlite_queue import SqliteReconcileQueue
 from runner.store.sqlite_requests import SqliteWorkflowRequests
 from runner.store.sqlite_resources import SqliteResources
+from runner.store.sqlite_retention import SqliteRetention
 
 if TYPE_CHECKING:
     from runner.store.controller_interface import ControllerStore
@@ -51,11 +53,13 @@ class SqliteStore:
         *,
         now: Callable[[], float] = time.time,
         busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+        read_only: bool = False,
     ) -> None:
         self._path = Path(path)
         self._now = now
         self._db: SqliteDatabase = open_database(
-            self._path, now_ms=self.now_ms(), busy_timeout_ms=busy_timeout_ms
+            self._path, now_ms=self.now_ms(), busy_timeout_ms=busy_timeout_ms,
+            read_only=read_only,
         )
         self._launches = SqliteLaunchQueue(self._db, self.now_ms)
         self._turn_intents = SqliteTurnIntents(self._db, self.now_ms)
@@ -66,6 +70,7 @@ class SqliteStore:
         self._effects = SqliteEffects(self._db, self.now_ms)
         self._workflow_requests = SqliteWorkflowRequests(self._db, self.now_ms)
         self._controller_events = SqliteControllerEvents(self._db, self.now_ms)
+        self._retention = SqliteRetention(self._db, self.now_ms)
 
     @classmethod
     def reset(
@@ -107,6 +112,11 @@ class SqliteStore:
     def run_events(self) -> SqliteRunEvents:
         return self._run_events
 
+    @property
+    def retention(self) -> SqliteRetention:
+        """Forgetting pruned runs and trimming history (`wfrun prune`)."""
+        return self._retention
+
     # --- controller side (ControllerStore) ---------------------------------------
 
     @property
@@ -143,6 +153,11 @@ class SqliteStore:
         either file.
         """
         self._db.checkpoint()
+
+    def integrity_problems(self, limit: int = 20) -> list[str]:
+        """SQLite's `quick_check` of every page and index (empty: the file is sound).
+        It reads the whole file, so only `wfrun store check` asks."""
+        return self._db.integrity_problems(limit)
 
     def close(self) -> None:
         self._db.close()

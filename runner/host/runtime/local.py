@@ -30,7 +30,7 @@ from runner.compiler.discovery import PROJECT_DIR, is_path_ref
 from runner.engine import AgentStepExecutor, Engine, RunControl, RunOutcome
 from runner.engine.processes import reap_dead_registries, registry_for_this_process
 from runner.engine.runner import CRASH_POINTS, CrashPoint, NotificationSink, Observer
-from runner.errors import DefinitionInvalid, InputError, NotFoundError
+from runner.errors import DefinitionInvalid, InputError, NotFoundError, OperationFailed, WfrunError
 
 CRASH_ENV = "WFRUN_CRASH_AT"
 
@@ -327,21 +327,50 @@ def reset_store(ws: Workspace) -> Path:
     return path
 
 
-def open_store(ws: Workspace) -> Any:
-    """Open the project's store, mapping store errors onto the CLI's error classes."""
-    from runner.store import IncompatibleLayout, SqliteStore, StoreError, StoreUnavailable
+def check_store(ws: Workspace) -> dict[str, Any]:
+    """`wfrun store check`: the layout (on open) and every page and index (SQLite's
+    quick_check), read-only; a damaged store is one error line, never reset advice."""
+    from runner.store import StoreError, faults
 
+    path = store_path(ws)
+    if not path.exists():
+        raise NotFoundError(f"no store at {path} yet; it is created on the first start")
+    store = open_store(ws, read_only=True)
     try:
-        return SqliteStore(store_path(ws), now=ws.clock.now)
-    except IncompatibleLayout as exc:
-        from runner.errors import OperationFailed
-
-        raise OperationFailed(exc.message) from None
-    except StoreUnavailable as exc:
-        from runner.errors import TemporaryError
-
-        raise TemporaryError(exc.message) from None
+        problems = store.integrity_problems()
+        if problems:
+            detail = f"{len(problems)} problem(s), first: {problems[0]}"
+            raise faults.corrupt(path, detail)
+        launches = {status: len(store.launches.query(statuses=[status])) for status in (
+            "queued", "starting", "running", "parked", "done", "failed", "cancelled")}
     except StoreError as exc:
-        from runner.errors import OperationFailed
+        raise _store_error(exc, path) from None
+    finally:
+        store.close()
+    return {"path": str(path), "schema": store.schema_id, "ok": True, "launches": launches}
 
-        raise OperationFailed(exc.message) from None
+
+def open_store(ws: Workspace, *, read_only: bool = False) -> Any:
+    """Open the project's store, mapping store errors onto the CLI's error classes.
+
+    `read_only` (the views: status, why, store check) reads an existing store without
+    creating, setting up or tightening anything, so it works in a read-only project;
+    with no store yet it opens (creates) one as every other command does."""
+    from runner.store import SqliteStore, StoreError
+
+    path = store_path(ws)
+    try:
+        if read_only and path.is_file() and path.stat().st_size > 0:
+            return SqliteStore(path, now=ws.clock.now, read_only=True)
+        return SqliteStore(path, now=ws.clock.now)
+    except (StoreError, OSError) as exc:
+        raise _store_error(exc, path) from None
+
+
+def _store_error(exc: BaseException, path: Path) -> WfrunError:
+    from runner.host.runtime.errors import translate
+    from runner.store import faults
+
+    if isinstance(exc, OSError):
+        exc = faults.from_os(exc, path, "open")
+    return translate(exc) or OperationFailed(str(exc))

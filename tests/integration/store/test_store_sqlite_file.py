@@ -19,6 +19,8 @@ from runner.store import (
     LaunchRecord,
     SqliteStore,
     SqliteTooOld,
+    StoreCorrupt,
+    StoreError,
     StoreUnavailable,
 )
 from runner.store.sqlite_schema import DDL
@@ -199,6 +201,12 @@ def _old_layout() -> list[str]:
     return [*ddl, f"INSERT INTO schema_info VALUES (1, '{SCHEMA_ID}', 0)"]
 
 
+def _refusal(path: Path) -> str:
+    with pytest.raises(StoreError) as caught:
+        SqliteStore(path)
+    return str(caught.value)
+
+
 def _assert_refused(path: Path, fragment: str) -> None:
     before = _snapshot(path.parent)
     with pytest.raises(IncompatibleLayout) as caught:
@@ -258,10 +266,23 @@ def test_a_changed_state_contract_is_refused(path: Path) -> None:
     _assert_refused(path, "table workflow_run_queue: constraints differ")
 
 
-def test_a_file_that_is_not_sqlite_is_refused(path: Path) -> None:
+def _assert_refused_as_damaged(path: Path, fragment: str) -> None:
+    """Refused, untouched, and never with the reset advice (it would delete the file)."""
+    before = _snapshot(path.parent)
+    with pytest.raises(StoreCorrupt) as caught:
+        SqliteStore(path)
+    message = str(caught.value)
+    assert fragment in message
+    assert "store reset" not in message
+    assert "\n" not in message
+    assert _snapshot(path.parent) == before
+
+
+def test_a_file_that_is_not_sqlite_is_refused_as_damaged(path: Path) -> None:
     path.parent.mkdir(parents=True)
     path.write_bytes(b"this is not a database, keep it\n" * 10)
-    _assert_refused(path, "not a SQLite database")
+    _assert_refused_as_damaged(path, "not a SQLite database")
+    assert "keep a copy of the file" in _refusal(path)
 
 
 def test_an_empty_file_becomes_a_store(path: Path) -> None:
@@ -331,7 +352,8 @@ def test_orphaned_sidecars_without_a_store_file_are_refused(path: Path) -> None:
         wal = Path(f"{path}-wal").read_bytes()
     path.unlink()
     Path(f"{path}-wal").write_bytes(wal or b"x")
-    _assert_refused(path, "the store file is missing but store.sqlite3-wal remain")
+    _assert_refused_as_damaged(path, "is missing but store.sqlite3-wal remain(s)")
+    assert "move the leftover file(s) aside" in _refusal(path)
     assert not path.exists()
     with SqliteStore.reset(path) as store:
         assert store.launches.query() == []
