@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         define_controller,
     )
     from runner.engine import AgentStep, AgentStepExecutor, Engine, RunControl, RunOutcome
+    from runner.host.inprocess import AgentSession
     from runner.host.session import SessionController
     from runner.host.session.reference import JsonlHost
     from runner.launch import LaunchCoordinator
@@ -49,6 +50,7 @@ __version__ = "0.1.0"
 # The compiler is lazy too: `wfrun hook claude-code` runs on every prompt and stop
 # and must not pay for YAML, Jinja2 and NetworkX (runner/host/mcp/hook.py).
 _LAZY = {
+    "AgentSession": "runner.host.inprocess",
     "Compiler": "runner.compiler",
     "CompileResult": "runner.compiler",
     "Diagnostic": "runner.compiler",
@@ -85,6 +87,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "AgentSession",
     "AgentStep",
     "AgentStepExecutor",
     "ClaimLost",

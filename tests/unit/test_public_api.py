@@ -56,3 +56,14 @@ def test_permanent_error_is_a_public_operation_failure() -> None:
     assert runner.PermanentError("no such repository").exit_code == 1
     assert runner.PermanentError().message == (
         "A failure that retrying cannot fix; nothing is retried until the input changes.")
+
+
+def test_agent_session_is_public_and_loads_lazily() -> None:
+    # The in-process host for agent frameworks (docs/hosts.md): exported, and only
+    # importing it pulls in the session machinery.
+    assert "AgentSession" in runner.__all__
+    code = ("import sys, runner; before = 'runner.host.inprocess' in sys.modules; "
+            "cls = runner.AgentSession; print(before, cls.__module__, callable(cls.open))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=30)
+    assert out.stdout.split() == ["False", "runner.host.inprocess.agent_session", "True"]

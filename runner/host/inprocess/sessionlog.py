@@ -1,0 +1,70 @@
+"""A wfrun-owned session log for in-process hosts: JSONL, fsynced, private.
+
+Agent frameworks keep their conversation in memory and drop the `details` of
+wfrun's messages, so the in-process host keeps its own log of what wfrun
+appended; the delivery scan for a turn-intent id reads it after a crash. One
+entry per line; a torn last line (a crash mid-write) is skipped on load.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from runner.host.session.protocol import SessionEntry
+
+
+class SessionLog:
+    def __init__(self, path: Path, session_id: str) -> None:
+        self.path = path
+        self.session_id = session_id
+        self._entries: list[SessionEntry] = []
+        self._lock = threading.Lock()
+        if path.exists():
+            self._load()
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self._write({"type": "session", "version": 1, "id": session_id})
+
+    def _load(self) -> None:
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            try:
+                raw = json.loads(line)
+            except ValueError:
+                continue  # a torn last line after a crash
+            if not isinstance(raw, dict) or raw.get("type") == "session" or "id" not in raw:
+                continue
+            details = raw.get("details")
+            self._entries.append(SessionEntry(
+                id=str(raw["id"]), type=str(raw.get("type")), role=raw.get("role"),
+                custom_type=raw.get("custom_type"), content=raw.get("content"),
+                details=details if isinstance(details, dict) else None,
+                parent_id=raw.get("parent_id")))
+
+    def _write(self, raw: dict[str, Any]) -> None:
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(raw, sort_keys=True, default=str) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def append(self, type_: str, *, role: str | None = None, custom_type: str | None = None,
+               content: Any = None, details: dict[str, Any] | None = None) -> SessionEntry:
+        with self._lock:
+            entry = SessionEntry(f"e{len(self._entries) + 1}", type_, role, custom_type,
+                                 content, details,
+                                 self._entries[-1].id if self._entries else None)
+            # Durable before it is visible: a crash never leaves an entry the scan
+            # trusted but the file lacks.
+            self._write({"id": entry.id, "parent_id": entry.parent_id, "type": type_,
+                         "role": role, "custom_type": custom_type, "content": content,
+                         "details": details})
+            self._entries.append(entry)
+            return entry
+
+    def entries(self) -> list[SessionEntry]:
+        with self._lock:
+            return list(self._entries)
