@@ -12,7 +12,7 @@ import click
 from runner.clock import CLOCK_FILE_ENV, clock_from_env
 from runner.errors import InputError
 from runner.host.mcp import hook as claude_hook
-from runner.host.mcp.sessionlog import SESSION_ID_RE
+from runner.host.mcp.sessionlog import valid_session_id
 
 from .app import cli
 from .context import Context
@@ -40,7 +40,7 @@ def mcp_cmd(ctx: Context, client: str, session_id: str | None) -> None:
         claude = os.environ.get("CLAUDE_CODE_SESSION_ID")
         session_id = (wfrun_session(claude) if claude and client == "claude-code"
                       else f"mcp:{uuid.uuid4().hex[:16]}")
-    if not SESSION_ID_RE.match(session_id):
+    if not valid_session_id(session_id):
         raise InputError(f"--session {session_id!r}: use letters, digits, '_', '.', ':' "
                          "and '-' (at most 128)")
     ws = workspace(ctx)

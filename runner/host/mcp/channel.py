@@ -16,12 +16,14 @@ connection, which the hook treats as "no server". Standard library only.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
-import tempfile
-from pathlib import Path
-from typing import Any
+
+TYPE_CHECKING = False  # no typing, pathlib or tempfile at run time (hook latency)
+if TYPE_CHECKING:
+    from typing import Any
 
 PROTOCOL = 1
 #: The settle reply waits for a just-activated run to reach a quiet point; a hook
@@ -33,20 +35,23 @@ class ChannelError(Exception):
     """The server could not be reached or answered badly."""
 
 
-def socket_dir() -> Path:
-    base = Path(os.environ.get("TMPDIR") or tempfile.gettempdir())
-    path = base / f"wfrun-{os.getuid()}"
-    path.mkdir(mode=0o700, exist_ok=True)
-    st = path.lstat()
-    if not path.is_dir() or path.is_symlink() or st.st_uid != os.getuid():
+def socket_dir() -> str:
+    import stat
+
+    path = os.path.join(os.environ.get("TMPDIR") or "/tmp", f"wfrun-{os.getuid()}")
+    if not os.path.lexists(path):
+        with contextlib.suppress(FileExistsError):  # another hook made it just now
+            os.mkdir(path, 0o700)
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
         raise ChannelError(f"{path} is not a private folder of this user")
     if st.st_mode & 0o077:
         os.chmod(path, 0o700)
     return path
 
 
-def socket_path(claude_pid: int) -> Path:
-    return socket_dir() / f"claude-{claude_pid}.sock"
+def socket_path(claude_pid: int) -> str:
+    return os.path.join(socket_dir(), f"claude-{claude_pid}.sock")
 
 
 def call(claude_pid: int, request: dict[str, Any], timeout: float = REPLY_TIMEOUT,
@@ -57,7 +62,7 @@ def call(claude_pid: int, request: dict[str, Any], timeout: float = REPLY_TIMEOU
     sock.settimeout(timeout)
     try:
         try:
-            sock.connect(str(path))
+            sock.connect(path)
         except (FileNotFoundError, ConnectionRefusedError):
             return None
         sock.sendall(json.dumps({"v": PROTOCOL, **request}).encode() + b"\n")

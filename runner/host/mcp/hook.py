@@ -29,12 +29,14 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Mapping
-from pathlib import Path
-from typing import IO, Any
 
 from . import channel
 from .sessionlog import LogMessage, SessionLog, SessionLogError
+
+TYPE_CHECKING = False  # no typing or pathlib at run time (hook latency)
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import IO, Any
 
 SESSION_PREFIX = "claude-code:"
 #: Claude Code has its own built-in `Workflow` tool; the model must call ours.
@@ -51,13 +53,17 @@ def wfrun_session(claude_session_id: str) -> str:
     return SESSION_PREFIX + claude_session_id
 
 
-def find_wfrun_dir(start: Path) -> Path | None:
+def find_wfrun_dir(start: str) -> str | None:
     """`.wfrun/` of the nearest ancestor of `start` (like the compiler's discovery)."""
-    here = start.resolve()
-    for folder in (here, *here.parents):
-        if (folder / ".wfrun").is_dir():
-            return folder / ".wfrun"
-    return None
+    folder = os.path.realpath(start)
+    while True:
+        candidate = os.path.join(folder, ".wfrun")
+        if os.path.isdir(candidate):
+            return candidate
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return None
+        folder = parent
 
 
 def render(messages: list[LogMessage]) -> str:
@@ -91,7 +97,7 @@ class Hook:
         self.stdout = stdout
         project = env.get("WFRUN_PROJECT") or env.get("CLAUDE_PROJECT_DIR") \
             or str(event.get("cwd") or "") or os.getcwd()
-        wfrun_dir = find_wfrun_dir(Path(project))
+        wfrun_dir = find_wfrun_dir(project)
         if wfrun_dir is None:
             raise HookError(f"no .wfrun/ folder in {project} or any parent; run "
                             "`wfrun integrate claude-code` in the project")

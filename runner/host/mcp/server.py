@@ -30,6 +30,7 @@ import socket
 import socketserver
 import threading
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any, Literal
 
 import anyio
@@ -201,7 +202,7 @@ class _HookServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 
 
 def listen_for_hooks(session: McpSession, claude_pid: int) -> _HookServer:
-    path = channel.socket_path(claude_pid)
+    path = Path(channel.socket_path(claude_pid))
     if path.exists():
         probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -270,5 +271,5 @@ def serve_stdio(ws: Workspace, session_id: str, *, client: Client,
         if hooks is not None:
             hooks.shutdown()
             hooks.server_close()
-            channel.socket_path(pid).unlink(missing_ok=True)
+            Path(channel.socket_path(pid)).unlink(missing_ok=True)
         session.close()

@@ -26,61 +26,74 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import re
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+import string
 
-SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
-LOG_DIR = ("state", "mcp-sessions")  # under <project>/.wfrun/
+# No typing, dataclasses or pathlib at run time: each costs the hook milliseconds.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+SESSION_ID_CHARS = frozenset(string.ascii_letters + string.digits + "_.:-")
+LOG_DIR = os.path.join("state", "mcp-sessions")  # under <project>/.wfrun/
 
 
 class SessionLogError(Exception):
     """The log cannot be used (a bad session id, an unreadable or unwritable file)."""
 
 
-@dataclass(frozen=True)
 class LogMessage:
-    id: str
-    custom_type: str
-    content: str
-    details: dict[str, Any]
-    deliver_as: str
-    trigger_turn: bool
-    delivered: bool
+    """One `message` record and whether a `delivered` record follows it."""
+
+    __slots__ = ("content", "custom_type", "deliver_as", "delivered", "details", "id",
+                 "trigger_turn")
+
+    def __init__(self, id: str, custom_type: str, content: str, details: dict[str, Any],
+                 deliver_as: str, trigger_turn: bool, delivered: bool) -> None:
+        self.id = id
+        self.custom_type = custom_type
+        self.content = content
+        self.details = details
+        self.deliver_as = deliver_as
+        self.trigger_turn = trigger_turn
+        self.delivered = delivered
 
 
-def private_dir(path: Path) -> Path:
-    """Create `path` (and parents) 0700; refuse a symlink in its place."""
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    if path.is_symlink() or not path.is_dir():
+def valid_session_id(session_id: str) -> bool:
+    return (0 < len(session_id) <= 128 and session_id[0] not in "_.:-"
+            and set(session_id) <= SESSION_ID_CHARS)
+
+
+def private_dir(path: str) -> str:
+    """Create `path` (and parents) 0700; refuse a symlink or a file in its place."""
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    if os.path.islink(path) or not os.path.isdir(path):
         raise SessionLogError(f"{path} is not a private folder (a symlink or a file)")
-    if path.stat().st_mode & 0o077:
+    if os.stat(path).st_mode & 0o077:
         os.chmod(path, 0o700)
     return path
 
 
-def log_path(project_dir: Path, session_id: str) -> Path:
-    if not SESSION_ID_RE.match(session_id):
+def log_path(wfrun_dir: str | os.PathLike[str], session_id: str) -> str:
+    if not valid_session_id(session_id):
         raise SessionLogError(f"session id {session_id!r} is not usable as a log name "
                               "(letters, digits, '_', '.', ':' and '-', at most 128)")
-    return project_dir.joinpath(*LOG_DIR) / f"{session_id.replace(':', '_')}.jsonl"
+    return os.path.join(os.fspath(wfrun_dir), LOG_DIR, f"{session_id.replace(':', '_')}.jsonl")
 
 
 class SessionLog:
     """One session's log file; cheap to construct (nothing is read until asked)."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.fspath(path)
 
     @classmethod
-    def for_session(cls, wfrun_dir: Path, session_id: str) -> SessionLog:
+    def for_session(cls, wfrun_dir: str | os.PathLike[str], session_id: str) -> SessionLog:
         """The log of `session_id` in the project whose `.wfrun/` folder is `wfrun_dir`."""
         return cls(log_path(wfrun_dir, session_id))
 
     # -- writing ---------------------------------------------------------------------
     def _open_locked(self) -> int:
-        private_dir(self.path.parent)
+        private_dir(os.path.dirname(self.path))
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
         except OSError as exc:
@@ -129,7 +142,8 @@ class SessionLog:
     # -- reading ---------------------------------------------------------------------
     def _records(self) -> list[dict[str, Any]]:
         try:
-            raw = self.path.read_bytes()
+            with open(self.path, "rb") as fh:
+                raw = fh.read()
         except FileNotFoundError:
             return []
         except OSError as exc:
