@@ -139,6 +139,7 @@ def run_page(site: Site, run_id: str) -> dict[str, Any]:
         return site.mask({"run_id": run_id, "bundle": False, "launch": _launch(record),
                           "why": _why(site, store, run_id), "title": None,
                           "workflow": record.workflow_ref, "graph": None,
+                          "started_at": None, "definition_digest": None,
                           "parent_run_id": record.parent_run_id, "continued_by": None})
     manifest = reader.manifest(run_id)
     try:
