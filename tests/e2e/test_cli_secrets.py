@@ -8,6 +8,7 @@ CLI output and every request the fake model received is searched: zero hits. The
 commands themselves did receive the real values (they compare a hash).
 """
 
+# ruff: noqa: E501  (workflows embedded as YAML keep their long lines)
 from __future__ import annotations
 
 import hashlib
@@ -197,7 +198,8 @@ def test_canaries_reach_commands_but_no_byte_wfrun_writes_and_no_model_message(
     # The command got the real values; its logs show them masked, on both streams.
     logs = project.wfrun("logs", run_id, "check", env=env)
     assert logs.returncode == 0, logs.stderr
-    assert "token-matches" in logs.stdout and "password-matches" in logs.stdout
+    assert "token-matches" in logs.stdout
+    assert "password-matches" in logs.stdout
     assert "token=*** password=*** api=***" in logs.stdout
     assert "on stderr: *** *** ***" in logs.stdout  # --stdout/--stderr not given: both
     only_err = project.wfrun("logs", run_id, "check", "--stderr", env=env)
