@@ -1,0 +1,90 @@
+"""The template budget through the real CLI (issue 10 item 1): `validate` rejects what
+is constant, `run` fails a node cleanly on what comes from the input, with peak memory
+measured on the real child process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from everyday import Project
+
+REPEAT = """\
+    start: a
+    input:
+      type: object
+      properties: {s: {type: string}, n: {type: integer}}
+    nodes:
+      a:
+        compute: "{{ input.s * input.n }}"
+    """
+
+
+def test_run_fails_the_node_on_a_huge_repetition_with_bounded_memory(tmp_path: Path) -> None:
+    project = Project(tmp_path)
+    project.workflow("repeat", REPEAT)
+    argv = project.argv("run", "repeat", "-q", "--json", "--input",
+                        json.dumps({"s": "ab" * 50, "n": 10**9}))
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            cwd=project.root, env={**os.environ, "COLUMNS": "80"})
+    # wait4 gives this child's own peak RSS; the pipes are small (one JSON line).
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    out, err = proc.stdout.read().decode(), proc.stderr.read().decode()
+    proc.stdout.close()
+    proc.stderr.close()
+    assert proc.returncode == 1, (out, err)
+    assert "Traceback" not in out + err
+    outcome = json.loads(out)
+    assert outcome["status"] == "failed"
+    text = json.dumps(outcome)
+    assert "template_budget.max_size" in text
+    # 100 characters times 10^9 would be 100 GB; the check happens before allocating.
+    peak_mib = usage.ru_maxrss / 1024
+    assert peak_mib < 300, f"peak RSS {peak_mib:.0f} MiB"
+    assert not any(p.stat().st_size > 1024 * 1024 for p in project.runs_dir.rglob("*")
+                   if p.is_file())
+
+
+def test_validate_rejects_constant_abuse_with_positions(tmp_path: Path) -> None:
+    project = Project(tmp_path)
+    project.workflow("abuse", """\
+        start: a
+        nodes:
+          a:
+            compute: "{{ 7**999999999 }}"
+          b:
+            notify:
+              message: "{{ lipsum(10**6) }}"
+          c:
+            agent: "{% for i in range(10**5) %}{% for j in range(10**5) %}{% endfor %}{% endfor %}"
+        edges:
+          - {from: a, to: b}
+          - {from: b, to: c}
+        """)
+    done = project.wfrun("validate", "abuse", "--format", "json", timeout=60)
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout)
+    diags = [d for f in report["files"] for d in f["diagnostics"]]
+    found = sorted((d["code"], d["line"]) for d in diags)
+    assert found == [("template-budget", 4), ("template-budget", 7), ("template-budget", 9)]
+    assert "Traceback" not in done.stderr
+
+
+def test_a_workflow_budget_applies_at_run_time(tmp_path: Path) -> None:
+    project = Project(tmp_path)
+    project.workflow("tight", """\
+        template_budget: {max_size: 1000}
+        start: a
+        nodes:
+          a:
+            compute: "{{ input.s * 2000 }}"
+        """)
+    done = project.wfrun("run", "tight", "-q", "--json", "-i", "s=x")
+    assert done.returncode == 1, done.stderr
+    assert "over the budget of 1,000" in done.stdout
+    assert project.wfrun("validate", "tight").returncode == 0
