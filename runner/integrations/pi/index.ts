@@ -266,6 +266,7 @@ export default async function wfrun(pi: Pi): Promise<void> {
   let ctxNow: Ctx | undefined;
   let settling = false; // inside an agent_settled handler: Pi defers triggered runs
   let toolRegistered = false;
+  let active = false; // between session_start and session_shutdown
   const controllers = new Controllers();
   const waitingAppends: { customType: string; details: Json; done: () => void }[] = [];
   const argv = wfrunCommand();
@@ -389,10 +390,9 @@ export default async function wfrun(pi: Pi): Promise<void> {
       parameters: tool.parameters, // the bridge serves WORKFLOW_TOOL: one source of truth
       async execute(toolCallId: string, params: Json, _signal: Json, _onUpdate: Json, ctx: Ctx) {
         ctxNow = ctx ?? ctxNow;
-        if (!bridge || bridge.exited !== undefined) {
-          throw new Error(`wfrun is not available in this session (${bridge?.exited ?? "no bridge"})`);
-        }
-        const reply = await bridge.request("tool/call", { name: tool.name, callId: toolCallId, arguments: params });
+        const b = await liveBridge(ctxNow);
+        if (!b) throw new Error(`wfrun is not available in this session (${bridge?.exited ?? "no bridge"})`);
+        const reply = await b.request("tool/call", { name: tool.name, callId: toolCallId, arguments: params });
         void render();
         return { content: [{ type: "text", text: String(reply.content ?? "") }],
                  details: reply.details ?? {}, isError: Boolean(reply.isError) };
@@ -400,8 +400,28 @@ export default async function wfrun(pi: Pi): Promise<void> {
     });
   }
 
+  /** The bridge, started again if it died (a crash must not cost the session its
+   * workflows): the new one recovers like a resumed session. */
+  async function liveBridge(ctx: Ctx): Promise<Bridge | undefined> {
+    if (bridge && bridge.exited === undefined) return bridge;
+    if (!active) return undefined;
+    const dead = bridge?.exited;
+    try {
+      const b = await ensureBridge(ctx);
+      if (dead !== undefined) {
+        ctx.ui.notify(`wfrun: the bridge ${dead}; started a new one`, "warning");
+        b.request("session/start", { reason: "resume", idle: ctx.isIdle() }).catch(fail("session resume"));
+      }
+      return b;
+    } catch (e) {
+      ctx.ui.notify(`wfrun: ${(e as Error).message}`, "error");
+      return undefined;
+    }
+  }
+
   pi.on("session_start", async (event: Json, ctx: Ctx) => {
     ctxNow = ctx;
+    active = true;
     let b: Bridge;
     try {
       b = await ensureBridge(ctx);
@@ -417,12 +437,13 @@ export default async function wfrun(pi: Pi): Promise<void> {
 
   pi.on("agent_start", async (_event: Json, ctx: Ctx) => {
     ctxNow = ctx;
-    bridge?.request("turn/started", {}).catch(fail("turn start"));
+    const b = await liveBridge(ctx);
+    b?.request("turn/started", {}).catch(fail("turn start"));
   });
 
   pi.on("agent_settled", async (event: Json, ctx: Ctx) => {
     ctxNow = ctx;
-    const b = bridge;
+    const b = await liveBridge(ctx);
     if (!b) return;
     const settled = b.request("turn/settled", { aborted: Boolean(event.aborted) })
       .then(() => render(), fail("turn settled"));
@@ -440,6 +461,7 @@ export default async function wfrun(pi: Pi): Promise<void> {
   });
 
   pi.on("session_shutdown", async (event: Json) => {
+    active = false;
     const b = bridge;
     bridge = undefined;
     if (b) {

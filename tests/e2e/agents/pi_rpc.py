@@ -53,7 +53,7 @@ def write_agent_dir(agent_dir: Path, base_url: str, *, retry: bool = False,
                     "contextWindow": 128000, "maxTokens": 4096}]}}}
     settings = {"defaultProvider": "fake", "defaultModel": "fake-model",
                 "defaultProjectTrust": "never",
-                "compaction": {"enabled": compaction},
+                "compaction": {"enabled": compaction, "keepRecentTokens": 1},
                 "retry": {"enabled": retry, "maxRetries": 3, "baseDelayMs": 50,
                           "maxAgentDelayMs": 200}}
     (agent_dir / "models.json").write_text(json.dumps(models))
@@ -130,9 +130,12 @@ class PiRpc:
                     if predicate(record):
                         return record
                 left = end - time.monotonic()
-                if left <= 0:
+                gone = bool(self.records) and self.records[-1].get("type") == "_eof"
+                if left <= 0 or gone:
+                    timeout = round(timeout - left, 1) if gone else timeout
                     tail = "\n".join(self.stderr[-15:])
-                    raise AssertionError(f"timed out after {timeout} s waiting for {what}; "
+                    why = "Pi exited" if gone else "timed out"
+                    raise AssertionError(f"{why} after {timeout} s waiting for {what}; "
                                          f"last records: {self.records[-5:]}\nstderr:\n{tail}")
                 self._cond.wait(left)
 
@@ -207,6 +210,9 @@ class PiRpc:
 
 
 def session_entries(path: Path) -> list[Record]:
+    """The session file's entries ([] before Pi writes it: it does so lazily)."""
+    if not path.exists():
+        return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
