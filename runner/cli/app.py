@@ -73,7 +73,7 @@ def cli(ctx: click.Context, project: str | None, debug: bool, openai_base_url: s
 
 
 def main() -> None:
-    from . import bridge, controllers, definitions, dev, host, integrate, launches, logs, mcp, runs, ui  # noqa: F401  (registers commands)
+    from . import bridge, controllers, definitions, dev, host, housekeeping, integrate, launches, logs, mcp, runs, ui  # noqa: F401  (registers commands)
 
     try:
         cli.main(prog_name="wfrun")

@@ -41,6 +41,8 @@ def list_cmd(ctx: Context, as_json: bool) -> None:
             "shadowed_by": entry.shadowed_by,
             "digest": result.definition.digest if result.valid and result.definition else None,
             "title": result.definition.title if result.definition else None,
+            "description": result.definition.description if result.definition else None,
+            "inputs": _inputs(result.definition.input_schema) if result.definition else [],
         })
     if as_json:
         _echo_json({"project": str(catalog.project_root) if catalog.project_root else None,
@@ -52,6 +54,19 @@ def list_cmd(ctx: Context, as_json: bool) -> None:
     workflow_table(rows, catalog.project_root)
     for d in catalog.problems:
         click.echo(render_text([d]), err=True)
+
+
+def _inputs(schema: Any) -> list[dict[str, Any]]:
+    """The input fields a workflow's schema declares: name, type, required, description."""
+    if not isinstance(schema, dict) or not isinstance(schema.get("properties"), dict):
+        return []
+    required = set(schema.get("required") or [])
+    out = []
+    for name, prop in schema["properties"].items():
+        prop = prop if isinstance(prop, dict) else {}
+        out.append({"name": name, "type": prop.get("type"), "required": name in required,
+                    "description": prop.get("description")})
+    return out
 
 
 def _targets(ctx: Context, refs: tuple[str, ...]) -> list[tuple[str, Path | None, str | None]]:

@@ -31,8 +31,12 @@ PARKED_EXIT = 130
 def workspace(ctx: Context) -> Workspace:
     import platformdirs
 
+    from runner.clock import clock_from_env
+
     state_dir = ctx.user_dir or Path(platformdirs.user_state_dir("wfrun"))
-    return Workspace(ctx.catalog("workflows"), ctx.project_root, state_dir)
+    # The system clock, or a test's clock file (WFRUN_CLOCK_FILE) for times like --since.
+    return Workspace(ctx.catalog("workflows"), ctx.project_root, state_dir,
+                     clock=clock_from_env())
 
 
 @contextmanager
@@ -175,19 +179,32 @@ def answer_cmd(ctx: Context, run_id: str, answer: str | None, agent: str | None,
 
 @cli.command("runs")
 @click.option("--status", "status", metavar="STATUS",
-              type=click.Choice(["running", "paused", "waiting", "completed", "failed",
-                                 "timed_out", "cancelled"]), help="Only runs in this state.")
+              type=click.Choice(["running", "paused", "waiting", "continued", "completed",
+                                 "failed", "timed_out", "cancelled"]),
+              help="Only runs in this state (continued: answered checkpoints).")
+@click.option("--workflow", "-w", "workflow", metavar="NAME", help="Only runs of this workflow.")
+@click.option("--since", "since", metavar="AGE|DATE",
+              help="Only runs started within AGE (2h, 7d) or since DATE (2026-01-31).")
+@click.option("--limit", "-n", "limit", type=click.IntRange(min=1), metavar="N",
+              help="At most N runs (the newest).")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
-def runs_cmd(ctx: Context, status: str | None, as_json: bool) -> None:
+def runs_cmd(ctx: Context, status: str | None, workflow: str | None, since: str | None,
+             limit: int | None, as_json: bool) -> None:
     """List runs, newest first."""
-    rows = list_runs(workspace(ctx).runs_dir, status)
+    from runner.host.runtime.housekeeping import parse_since
+    from runner.host.runtime.views import RunFilter
+
+    ws = workspace(ctx)
+    where = RunFilter(status=status, workflow=workflow, limit=limit,
+                      since=parse_since(since, ws.clock.now()) if since else None)
+    rows = list_runs(ws.runs_dir, where=where)
     if as_json:
         click.echo(json.dumps({"runs": [r.to_json() for r in rows]}, indent=2))
         return
     from .tables import runs_table
 
-    runs_table(rows)
+    runs_table(rows, filtered=where.narrows)
 
 
 @cli.command("show")

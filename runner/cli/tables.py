@@ -9,11 +9,22 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+# Off a terminal (a pipe, a CI log) nothing is cut: lines are as long as their values.
+UNBOUNDED = 100_000
+
+
+def make_console(stderr: bool = False) -> Console:
+    """A terminal gets its own width; anything else gets full values (COLUMNS aside)."""
+    out = Console(stderr=stderr)
+    if out.is_terminal:
+        return out
+    return Console(stderr=stderr, width=UNBOUNDED)
+
 
 def workflow_table(rows: list[dict[str, Any]], project: Path | None) -> None:
-    console = Console()
+    out = make_console()
     table = Table(box=None, pad_edge=False, header_style="bold")
-    for col in ("NAME", "SOURCE", "VALID", "PATH"):
+    for col in ("NAME", "SOURCE", "VALID", "INPUTS", "DESCRIPTION", "PATH"):
         table.add_column(col)
     for row in rows:
         valid = "[green]yes[/]" if row["valid"] else "[red]no[/]"
@@ -22,17 +33,30 @@ def workflow_table(rows: list[dict[str, Any]], project: Path | None) -> None:
         if row["shadowed_by"]:
             name = f"[dim]{name}[/]"
             source = f"[dim]{source} (shadowed by {row['shadowed_by']})[/]"
-        table.add_row(name, source, valid, escape(str(row["path"])))
-    console.print(table)
+        inputs = ", ".join(f"{i['name']}{'' if i['required'] else '?'}"
+                           for i in row.get("inputs") or [])
+        about = str(row.get("description") or row.get("title") or "")
+        table.add_row(name, source, valid, escape(inputs or "-"),
+                      escape(_first_sentence(about)),
+                      escape(str(row["path"])))
+    out.print(table)
     if project is None:
-        Console(stderr=True).print(
+        make_console(stderr=True).print(
             "[dim]no .wfrun/ folder here or above; showing user and built-in workflows[/]")
 
 
-def runs_table(rows: list[Any]) -> None:
-    console = Console()
+def _first_sentence(text: str) -> str:
+    """A description's first sentence: the table's summary (`--json` has all of it)."""
+    flat = " ".join(text.split())
+    end = flat.find(". ")
+    return flat if end < 0 else flat[:end + 1]
+
+
+def runs_table(rows: list[Any], *, filtered: bool = False) -> None:
+    out = make_console()
     if not rows:
-        Console(stderr=True).print("no runs yet")
+        # An empty filter result is not an empty project.
+        make_console(stderr=True).print("no runs match" if filtered else "no runs yet")
         return
     table = Table(box=None, pad_edge=False, header_style="bold")
     table.add_column("RUN", no_wrap=True, overflow="fold", min_width=len(rows[0].run_id))
@@ -40,13 +64,15 @@ def runs_table(rows: list[Any]) -> None:
         table.add_column(col)
     for r in rows:
         dur = f"{r.duration_s:.1f}s" if r.duration_s is not None else "-"
+        node = f"→ {r.continued_by}" if r.continued_by else (r.current_node or "")
         table.add_row(r.run_id, r.workflow, _status(r.status), r.started_at or "-", dur,
-                      r.current_node or "")
-    console.print(table)
+                      escape(node))
+    out.print(table)
 
 
 _STATUS_STYLE = {"completed": "green", "failed": "red", "timed_out": "red",
-                 "cancelled": "yellow", "waiting": "cyan", "running": "blue", "paused": "yellow"}
+                 "cancelled": "yellow", "waiting": "cyan", "running": "blue", "paused": "yellow",
+                 "continued": "cyan"}
 
 
 def _status(status: str) -> str:
@@ -56,13 +82,20 @@ def _status(status: str) -> str:
 def run_view(view: dict[str, Any]) -> None:
     import json
 
-    console = Console()
+    console = make_console()
     console.print(f"[bold]{view['run_id']}[/]  {view['workflow']}  {_status(view['status'])}"
                   + ("  (paused)" if view.get("paused") else ""))
     if view.get("title") and view["title"] != view["workflow"]:
         console.print(f"  {escape(str(view['title']))}")
     console.print(f"  started {view['started_at']}  finished {view['finished_at'] or '-'}  "
                   f"steps {view['steps']}")
+    if view.get("parent_run_id"):
+        console.print(f"  continues {escape(str(view['parent_run_id']))}")
+    if view.get("continued_by"):
+        console.print(f"  answered; continued by {escape(str(view['continued_by']))}")
+    elif view.get("status") == "waiting":
+        console.print(f"  waiting at {escape(str(view.get('waiting_on')))}; answer it with: "
+                      f"wfrun answer {view['run_id']} '<json or text>'")
     table = Table(box=None, pad_edge=False, header_style="bold")
     for col in ("NODE", "KIND", "OUTCOME", "MS", "ERROR"):
         table.add_column(col)

@@ -49,9 +49,10 @@ class LaunchQueue(Protocol):
         *,
         statuses: Iterable[LaunchStatus] | None = None,
         session_id: str | None = None,
-        limit: int = 1000,
+        limit: int | None = None,
     ) -> list[LaunchRecord]:
-        """Launches, oldest first, optionally filtered by status and origin session."""
+        """Launches, oldest first, optionally filtered by status and origin session;
+        every match unless `limit` is given (no silent cap)."""
         ...
 
     def page(

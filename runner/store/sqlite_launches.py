@@ -161,7 +161,7 @@ class SqliteLaunchQueue:
         *,
         statuses: Iterable[LaunchStatus] | None = None,
         session_id: str | None = None,
-        limit: int = 1000,
+        limit: int | None = None,
     ) -> list[LaunchRecord]:
         clauses: list[str] = []
         params: list[object] = []
@@ -176,9 +176,10 @@ class SqliteLaunchQueue:
             clauses.append("origin_session_id = ?")
             params.append(session_id)
         where = " AND ".join(clauses) or "1"
+        # SQLite reads LIMIT -1 as "no limit".
         rows = self._db.read(
             f"SELECT * FROM workflow_run_queue WHERE {where} ORDER BY created_at, run_id LIMIT ?",
-            (*params, limit),
+            (*params, -1 if limit is None else max(limit, 0)),
         )
         return [launch_from_row(row) for row in rows]
 

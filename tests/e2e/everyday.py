@@ -45,8 +45,8 @@ class Project:
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)
 
-    def runs(self, *args: str) -> list[dict[str, Any]]:
-        rows: list[dict[str, Any]] = self.json("runs", "--json", *args)["runs"]
+    def runs(self, *args: str, env: dict[str, str] | None = None) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = self.json("runs", "--json", *args, env=env)["runs"]
         return rows
 
     @property

@@ -315,7 +315,8 @@ def test_list_shows_precedence_and_shadowed_entries(project: Path, tmp_path: Pat
     assert [(r["source"], r["shadowed_by"]) for r in out["workflows"]
             if r["name"] == "mine"] == [("user", None)]
     for r in out["workflows"]:
-        assert set(r) == {"name", "source", "path", "valid", "shadowed_by", "digest", "title"}
+        assert set(r) == {"name", "source", "path", "valid", "shadowed_by", "digest", "title",
+                          "description", "inputs"}
 
     # The name resolves to the winner everywhere.
     graph = wfrun("--project", str(project), "graph", name, env=env)

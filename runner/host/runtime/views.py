@@ -34,12 +34,14 @@ class RunRow:
     current_node: str | None
     parent_run_id: str | None
     title: str | None
+    continued_by: str | None = None  # the run `wfrun answer` started from this one
 
     def to_json(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "workflow": self.workflow, "status": self.status,
                 "started_at": self.started_at, "finished_at": self.finished_at,
                 "duration_s": self.duration_s, "current_node": self.current_node,
-                "parent_run_id": self.parent_run_id, "title": self.title}
+                "parent_run_id": self.parent_run_id, "title": self.title,
+                "continued_by": self.continued_by}
 
 
 def _parse_iso(text: str | None) -> datetime | None:
@@ -73,23 +75,53 @@ def run_row(runs: Path | RunReader, run_id: str) -> RunRow | None:
     status = state.status if state.trace_seq else str(manifest.get("status", "running"))
     if status == "running" and state.paused:
         status = "paused"
+    continued_by = reader.continued_by(run_id) if status == "waiting" else None
+    if continued_by is not None:
+        status = "continued"  # answered: its bundle stays `waiting`, the work went on
     return RunRow(run_id=run_id, workflow=str(manifest.get("workflow", "")), status=status,
                   started_at=manifest.get("started_at"), finished_at=state.finished_at,
                   duration_s=_duration(manifest.get("started_at"), state.finished_at),
                   current_node=state.current_node, parent_run_id=manifest.get("parent_run_id"),
-                  title=manifest.get("title"))
+                  title=manifest.get("title"), continued_by=continued_by)
 
 
-def list_runs(runs: Path | RunReader, status: str | None = None) -> list[RunRow]:
-    """Runs newest first; `status` filters (running, paused, waiting, completed, ...)."""
+@dataclass(frozen=True)
+class RunFilter:
+    """What `wfrun runs` narrows the list to; every field None keeps every run."""
+
+    status: str | None = None
+    workflow: str | None = None
+    since: float | None = None  # epoch seconds: runs started at or after it
+    limit: int | None = None
+
+    @property
+    def narrows(self) -> bool:
+        return any(v is not None for v in (self.status, self.workflow, self.since))
+
+
+def list_runs(runs: Path | RunReader, status: str | None = None, *,
+              where: RunFilter | None = None) -> list[RunRow]:
+    """Runs newest first; `status` filters (running, paused, waiting, continued,
+    completed, ...), `where` by workflow, start time and count too."""
+    where = where or RunFilter(status=status)
+    status = where.status if where.status is not None else status
     reader = reader_for(runs)
     rows = []
     for run_id in reader.list_ids():
+        if where.workflow is not None and not run_id.startswith(f"{where.workflow}-"):
+            continue  # run ids begin with the workflow name: skip the read
         row = run_row(reader, run_id)
-        if row is not None and (status is None or row.status == status):
-            rows.append(row)
+        if row is None or (status is not None and row.status != status):
+            continue
+        if where.workflow is not None and row.workflow != where.workflow:
+            continue
+        if where.since is not None:
+            started = _parse_iso(row.started_at)
+            if started is None or started.timestamp() < where.since:
+                continue
+        rows.append(row)
     rows.sort(key=lambda r: (r.started_at or "", r.run_id), reverse=True)
-    return rows
+    return rows if where.limit is None else rows[:where.limit]
 
 
 def show_run(runs: Path | RunReader, run_id: str) -> dict[str, Any]:
@@ -124,6 +156,7 @@ def show_run(runs: Path | RunReader, run_id: str) -> dict[str, Any]:
         "status": state.status,
         "paused": state.paused,
         "parent_run_id": manifest.get("parent_run_id"),
+        "continued_by": reader.continued_by(run_id) if state.status == "waiting" else None,
         "definition_digest": manifest.get("definition_digest"),
         "started_at": manifest.get("started_at"),
         "finished_at": state.finished_at,

@@ -1,0 +1,57 @@
+"""Removing an ended run's bundle (`wfrun prune`): the one place bundles are deleted.
+
+Only a bundle whose trace says it ended (completed, failed, timed_out, cancelled,
+or waiting) is removed, under the bundle's own lock, so a run some process holds
+open is never deleted from under it. The folder is first renamed to a dot-name
+(which `RunReader.list_ids` skips) and then deleted: a crash in between leaves
+an invisible leftover that the next prune finishes, never a half-deleted run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from pathlib import Path
+
+from runner.errors import InputError, OperationFailed
+
+from .bundle import ENDED, FolderBundle, read_trace
+from .reader import CONTINUED, valid_run_id
+from .state import fold
+
+LEFTOVER = ".removing-"
+
+
+def remove_ended_run(runs_dir: Path, run_id: str) -> None:
+    """Delete the bundle of an ended run, and its continuation marker."""
+    if not valid_run_id(run_id):
+        raise InputError(f"'{run_id}' is not a run id")
+    bundle = FolderBundle.open(runs_dir, run_id)  # NotFoundError; InputError when held
+    try:
+        status = fold(run_id, read_trace(bundle.root).events).status
+        if status not in ENDED:
+            raise OperationFailed(f"run '{run_id}' is {status}; only ended runs are removed")
+        hidden = runs_dir / f"{LEFTOVER}{run_id}"
+        os.rename(bundle.root, hidden)
+    finally:
+        bundle.close()
+    _rmtree(hidden)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(runs_dir / CONTINUED / run_id)
+
+
+def finish_leftovers(runs_dir: Path) -> int:
+    """Delete folders an interrupted removal left behind; how many there were."""
+    try:
+        names = [e.name for e in os.scandir(runs_dir) if e.name.startswith(LEFTOVER)]
+    except FileNotFoundError:
+        return 0
+    for name in names:
+        _rmtree(runs_dir / name)
+    return len(names)
+
+
+def _rmtree(path: Path) -> None:
+    # A sealed bundle's files are 0400, but deleting needs only the folders' write bit.
+    shutil.rmtree(path)

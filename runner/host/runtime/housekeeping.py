@@ -1,0 +1,224 @@
+"""`wfrun init` and `wfrun prune`, and the `--since`/`--older-than` times they read.
+
+Prune is a plan, then (with `--yes`) its execution: the plan lists every ended
+run older than the cut-off and says, for each one it keeps, why. A run that has
+not ended (running, paused, waiting for an answer) or that a launch row, a
+pending follow-up, an undelivered notification or a controller's request still
+points at is never removed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from runner.compiler.discovery import PROJECT_DIR
+from runner.compiler.durations import DurationError, parse_duration
+from runner.engine.removal import finish_leftovers, remove_ended_run
+from runner.errors import InputError, NotFoundError, OperationFailed
+
+from .local import Workspace
+from .views import RunRow, list_runs
+
+# `wfrun runs --status` names for ended runs; `continued` is an answered checkpoint.
+PRUNABLE = ("completed", "failed", "timed_out", "cancelled", "continued")
+GITIGNORE_LINES = (".wfrun/runs/", ".wfrun/state/")
+EXAMPLE_NAME = "hello"
+EXAMPLE = """\
+# A first workflow: `wfrun run hello -i name=you`. The format: docs/workflows.md.
+title: "hello {{ input.name }}"
+description: Greets someone, runs one command and fails on purpose when it fails.
+input:
+  type: object
+  required: [name]
+  properties: {name: {type: string, description: who to greet}}
+start: greet
+nodes:
+  greet: {compute: "{{ {'greeting': 'hello ' ~ input.name} }}"}
+  check:
+    action: {shell: [sh, -c, "echo checking for {{ input.name }}"]}
+  done: {notify: {kind: final, message: "{{ outputs.greet.greeting }}"}}
+  broken: {fail: {message: "the check failed: {{ results.check.error.message }}"}}
+edges:
+  - {from: greet, to: check}
+  - {from: check, switch: {on: $result.outcome, cases: {ok: done, failed: broken}}}
+"""
+
+
+def parse_age(text: str, what: str) -> float:
+    """`30m`, `2h`, `7d`, ... as seconds; an InputError naming `what` otherwise."""
+    try:
+        seconds = parse_duration(text.strip())
+    except DurationError as exc:
+        raise InputError(f"{what} takes an age like 2h or 7d, not '{text}': {exc}") from None
+    if seconds is None:
+        raise InputError(f"{what} takes an age like 2h or 7d, not '{text}'")
+    return seconds
+
+
+def parse_since(text: str, now: float) -> float:
+    """`--since`: an age (`2h`, `7d`: that long before `now`) or an ISO date or time
+    (`2026-01-31`, `2026-01-31T12:00:00Z`, UTC unless it says otherwise); epoch s."""
+    stripped = text.strip()
+    if stripped[:4].isdigit() and "-" in stripped:
+        try:
+            at = datetime.fromisoformat(stripped.replace("Z", "+00:00"))
+        except ValueError:
+            raise InputError(f"--since '{text}' is not a date like 2026-01-31 or "
+                             "2026-01-31T12:00:00Z, nor an age like 2h or 7d") from None
+        return (at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp()
+    return now - parse_age(stripped, "--since")
+
+
+# -- init ------------------------------------------------------------------------------
+@dataclass
+class InitReport:
+    root: Path
+    created: list[str] = field(default_factory=list)  # paths relative to root
+    kept: list[str] = field(default_factory=list)  # already there, left alone
+
+    def to_json(self) -> dict[str, Any]:
+        return {"project": str(self.root), "created": self.created, "kept": self.kept}
+
+
+def init_project(root: Path) -> InitReport:
+    """`.wfrun/workflows/` with an example workflow and the `.gitignore` lines for
+    runs and state; anything already there is kept as it is (safe to run again)."""
+    try:
+        root = root.expanduser().resolve(strict=True)
+    except (OSError, RuntimeError):
+        raise NotFoundError(f"folder '{root}' does not exist; create it first") from None
+    if not root.is_dir():
+        raise InputError(f"'{root}' is not a folder")
+    report = InitReport(root)
+    workflows = root / PROJECT_DIR / "workflows"
+    for folder in (root / PROJECT_DIR, workflows):
+        rel = str(folder.relative_to(root)) + "/"
+        if folder.is_dir():
+            report.kept.append(rel)
+            continue
+        try:
+            folder.mkdir(mode=0o755)
+        except OSError as exc:
+            raise OperationFailed(f"cannot create {folder}: {exc.strerror}") from None
+        report.created.append(rel)
+    example = workflows / f"{EXAMPLE_NAME}.yaml"
+    rel = str(example.relative_to(root))
+    if any(workflows.glob("*.y*ml")):
+        report.kept.append(str(workflows.relative_to(root)) + "/*.yaml")
+    else:
+        _write_new(example, EXAMPLE)
+        report.created.append(rel)
+    _gitignore(root / ".gitignore", report)
+    return report
+
+
+def _write_new(path: Path, text: str) -> None:
+    try:
+        with open(path, "x", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError as exc:
+        raise OperationFailed(f"cannot write {path}: {exc.strerror}") from None
+
+
+def _gitignore(path: Path, report: InitReport) -> None:
+    try:
+        existing = path.read_text(encoding="utf-8") if path.exists() else ""
+    except (OSError, UnicodeDecodeError):
+        raise OperationFailed(f"cannot read {path}; add {' and '.join(GITIGNORE_LINES)} "
+                              "to it yourself") from None
+    present = {line.strip() for line in existing.splitlines()}
+    missing = [line for line in GITIGNORE_LINES if line not in present]
+    if not missing:
+        report.kept.append(".gitignore")
+        return
+    block = ("" if not existing or existing.endswith("\n") else "\n") + (
+        "# wfrun: run bundles and the local store (docs/hosts.md)\n" if existing == ""
+        or "# wfrun" not in existing else "") + "".join(f"{line}\n" for line in missing)
+    try:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(block)
+    except OSError as exc:
+        raise OperationFailed(f"cannot write {path}: {exc.strerror}") from None
+    report.created.append(".gitignore" if not existing else ".gitignore (appended)")
+
+
+# -- prune -----------------------------------------------------------------------------
+@dataclass
+class PrunePlan:
+    cutoff: float
+    remove: list[RunRow] = field(default_factory=list)
+    keep: dict[str, str] = field(default_factory=dict)  # run id -> why it stays
+
+    def to_json(self, *, removed: bool) -> dict[str, Any]:
+        return {"cutoff": datetime.fromtimestamp(self.cutoff, UTC).isoformat(),
+                "removed" if removed else "would_remove": [r.run_id for r in self.remove],
+                "kept": [{"run_id": k, "why": v} for k, v in sorted(self.keep.items())]}
+
+
+def plan_prune(ws: Workspace, store: Any, older_than: float, now: float,
+               statuses: tuple[str, ...] = ()) -> PrunePlan:
+    """Ended runs that started before `now - older_than` (only `statuses`, if given)."""
+    for status in statuses:
+        if status not in PRUNABLE:
+            raise InputError(f"--status {status} is not an ended state; prune takes "
+                             f"{', '.join(PRUNABLE)}")
+    plan = PrunePlan(cutoff=now - older_than)
+    old: list[RunRow] = []
+    for row in list_runs(ws.runs_dir):
+        started = _epoch(row.started_at or row.finished_at)
+        if started is None or started >= plan.cutoff:
+            continue
+        if row.status not in PRUNABLE:
+            plan.keep[row.run_id] = f"it is {row.status}, not ended"
+            continue
+        if statuses and row.status not in statuses:
+            continue
+        old.append(row)
+    pinned = store.retention.pinned([r.run_id for r in old]) if store is not None else {}
+    for row in old:
+        if row.run_id in pinned:
+            plan.keep[row.run_id] = pinned[row.run_id]
+        else:
+            plan.remove.append(row)
+    return plan
+
+
+def execute_prune(ws: Workspace, store: Any, plan: PrunePlan) -> PrunePlan:
+    """Remove the planned bundles, then their store rows and old history. A run that
+    changed since the plan (held open, resumed) is kept and reported, not forced."""
+    finish_leftovers(ws.runs_dir)
+    done = PrunePlan(plan.cutoff, keep=dict(plan.keep))
+    pinned = store.retention.pinned([r.run_id for r in plan.remove]) if store else {}
+    for row in plan.remove:
+        if row.run_id in pinned:
+            done.keep[row.run_id] = pinned[row.run_id]
+            continue
+        try:
+            remove_ended_run(ws.runs_dir, row.run_id)
+        except (InputError, OperationFailed) as exc:  # held by a process, or changed
+            done.keep[row.run_id] = exc.message
+            continue
+        done.remove.append(row)
+    if store is not None:
+        store.retention.forget_runs([r.run_id for r in done.remove])
+        store.retention.trim(int(plan.cutoff * 1000))
+    return done
+
+
+def _epoch(text: str | None) -> float | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def store_if_present(ws: Workspace) -> Any:
+    """The project's store when it exists (prune never creates one)."""
+    from .local import open_store, store_path
+
+    return open_store(ws) if store_path(ws).exists() else None
