@@ -12,6 +12,7 @@ import sys
 
 import click
 
+from runner.errors import InputError
 from runner.host.runtime.logs import StepLog, follow_logs, run_logs
 
 from .app import cli
@@ -47,8 +48,8 @@ def logs_cmd(ctx: Context, run_id: str, node: str | None, follow: bool, only_std
              only_stderr: bool, as_json: bool) -> None:
     """Show the stdout and stderr of a run's shell actions and command agents."""
     if only_stdout and only_stderr:
-        raise click.UsageError("--stdout and --stderr exclude each other; give neither for "
-                               "both streams")
+        raise InputError("--stdout and --stderr exclude each other; give neither for both "
+                         "streams")
     streams = ("stdout",) if only_stdout else ("stderr",) if only_stderr else \
         ("stdout", "stderr")
     ws = workspace(ctx)

@@ -111,8 +111,20 @@ def failure_summary(runs: Path | RunReader, run_id: str,
     node = state.error.get("node")
     if not isinstance(node, str):
         return None
-    logs = _entries(_reader(runs), run_id, events, node)
-    summary: dict[str, Any] = {"node": node, "error": state.error.get("message"),
+    reader = _reader(runs)
+    logs = _entries(reader, run_id, events, node)
+    error = state.error.get("message")
+    if not logs:
+        # Failed on purpose (a `fail` node after a failed check, say): the last node that
+        # failed with logs is the one to look at.
+        failed = [e for e in events if e.get("type") == "node_failed"]
+        for event in reversed(failed):
+            logs = _entries(reader, run_id, events, str(event.get("node")))
+            if logs:
+                node = str(event.get("node"))
+                error = ((event.get("payload") or {}).get("error") or {}).get("message")
+                break
+    summary: dict[str, Any] = {"node": node, "error": error,
                                "stdout_tail": [], "stderr_tail": [], "exit_code": None}
     if logs:
         last = logs[-1]
