@@ -88,6 +88,7 @@ class BridgeClient:
         self.notices: list[dict[str, Any]] = []  # its notifications
         self.turn_requested = threading.Event()
         self.protocol_errors: list[dict[str, Any]] = []
+        self.stderr_lines: list[str] = []  # everything it wrote to stderr, once it exited
         self._ids = itertools.count(1)
         self._pending: dict[int, _Slot] = {}
         self._lock = threading.Lock()
@@ -129,8 +130,8 @@ class BridgeClient:
         assert self.proc is not None
         if self._reader is not None:
             self._reader.join(DEADLINE)
-        if self.stderr is not None:
-            self.stderr._thread.join(DEADLINE)
+        if self.stderr is not None and not self.stderr_lines:
+            self.stderr_lines = [*self.stderr.lines, *self.stderr.rest()]  # to EOF
         for stream in (self.proc.stdin, self.proc.stdout, self._err):
             if stream is not None and not stream.closed:
                 with contextlib.suppress(OSError):
@@ -181,7 +182,11 @@ class BridgeClient:
         assert self.proc is not None
         assert self.proc.stdout is not None
         for raw in self.proc.stdout:
-            doc = json.loads(raw)
+            try:
+                doc = json.loads(raw)
+            except ValueError:  # not protocol: the bridge let something else onto stdout
+                self.protocol_errors.append({"raw": raw.decode("utf-8", "replace")})
+                continue
             if "method" in doc:
                 self._host_call(doc)
                 continue

@@ -131,8 +131,7 @@ def test_bridge_refuses_bad_messages_with_one_line_errors_and_keeps_serving(
     assert "not valid JSON" in raw["content"]
     client.request("session/start", {"reason": "startup"})  # still serving
     assert client.close() == 0
-    assert client.stderr is not None
-    assert not [line for line in client.stderr.lines if "Traceback" in line]
+    assert not [line for line in client.stderr_lines if "Traceback" in line]
 
 
 def test_wfrun_bridge_outside_a_project_is_one_line_error(tmp_path: Path) -> None:
@@ -151,3 +150,23 @@ def test_bridge_tool_call_json_text_arguments_are_accepted(project: Project) -> 
     assert reply["isError"] is False
     assert "- review (project)" in reply["content"]
     assert client.close() == 0
+
+
+def test_bridge_keeps_stdout_for_the_protocol_when_a_hook_prints(project: Project) -> None:
+    project.write("noisy", """
+        start: shout
+        nodes:
+          shout: {compute: {call: "./noisy.py:shout"}}
+    """)
+    (project.workflows / "noisy.py").write_text(
+        "def shout(ctx):\n    print('hello from a hook', flush=True)\n    return {'ok': True}\n")
+    client = project.bridge()
+    client.request("session/start", {"reason": "startup"})
+    client.request("turn/started")
+    run_id = client.tool({"action": "start", "workflow": "noisy"})["details"]["runId"]
+    assert client.request("turn/settled", {}) == {"quiet": True, "turnRequested": False}
+    assert client.tool({"action": "status", "runId": run_id})["content"] == (
+        f"Run {run_id}: completed")
+    assert client.close() == 0
+    assert client.protocol_errors == []  # every stdout line was a protocol message
+    assert "hello from a hook" in client.stderr_lines
