@@ -249,8 +249,13 @@ def _syntax(exc: MarkedYAMLError, path: str, text: str) -> Diagnostic:
             column=lines[line - 1].index("\t") + 1,
         )
     context = f" {exc.context}" if exc.context else ""
+    hint = None
+    if "unexpected ':'" in problem:
+        # `{call: ./hooks.py:score}`: in a flow mapping a bare ':' ends the key.
+        hint = "quote a value that contains ':', like \"./hooks.py:score\""
     return Diagnostic(
-        path, "yaml-syntax", _one_line(f"{problem}{context}"), line=line, column=column
+        path, "yaml-syntax", _one_line(f"{problem}{context}"), line=line, column=column,
+        hint=hint,
     )
 
 
