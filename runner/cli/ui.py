@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from runner.errors import OperationFailed
+from runner.errors import InputError, OperationFailed
 from runner.host.runtime.launches import environment_secrets
 
 from .app import cli
@@ -13,18 +13,22 @@ from .runs import workspace
 
 
 @cli.command("ui")
-@click.option("--port", type=click.IntRange(0, 65535), default=0, show_default="a free port",
-              help="Port to listen on.")
+@click.option("--port", "port_text", default="0", metavar="N",
+              help="Port to listen on (default: a free one).")
 @click.option("--host", "host", metavar="ADDRESS",
               help="Listen on this address instead of 127.0.0.1 (needs a token).")
 @click.option("--token", envvar="WFRUN_UI_TOKEN", metavar="TOKEN",
               help="Require this token (made up for you when --host is not loopback).")
 @click.option("--open", "open_browser", is_flag=True, help="Open the page in a browser.")
 @click.pass_obj
-def ui_cmd(ctx: Context, port: int, host: str | None, token: str | None,
+def ui_cmd(ctx: Context, port_text: str, host: str | None, token: str | None,
            open_browser: bool) -> None:
     """Serve a read-only web view: runs, live run graphs, the queue, workflows and
     controller resources. Ctrl-C stops it."""
+    if not port_text.isdigit() or int(port_text) > 65535:
+        raise InputError(f"--port must be a port number from 0 to 65535 (0: a free one), "
+                         f"got {port_text!r}")
+    port = int(port_text)
     try:
         from runner.ui.data import Site
         from runner.ui.server import check_bind, serve

@@ -117,7 +117,7 @@ class Guard(BaseHTTPMiddleware):
     async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
         host = request.headers.get("host", "")
         name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
-        if name not in self.hosts:
+        if "*" not in self.hosts and name not in self.hosts:
             return PlainTextResponse(f"wfrun ui answers only for {', '.join(self.hosts)}",
                                      status_code=421)
         if request.method not in ("GET", "HEAD"):
@@ -165,11 +165,9 @@ Handler = Callable[[Request], Awaitable[Response]]
 def build_app(site: Site, config: UiConfig | None = None, *,
               poll: float | None = None) -> Starlette:
     config = config or UiConfig()
-    hosts = tuple(dict.fromkeys((*LOOPBACK_NAMES, config.host)
-                                if is_loopback(config.host) or config.host in ("0.0.0.0", "::")
-                                else (config.host, *LOOPBACK_NAMES)))
-    if config.host in ("0.0.0.0", "::"):
-        hosts = ("*",)
+    # A wildcard bind answers under any of the machine's names: the token guards it.
+    hosts = ("*",) if config.host in ("0.0.0.0", "::") else (
+        tuple(dict.fromkeys((config.host, *LOOPBACK_NAMES))))
 
     def page(name: str, gather: Callable[[Request], dict[str, Any]]) -> Handler:
         async def endpoint(request: Request) -> Response:

@@ -1,0 +1,176 @@
+"""`wfrun ui` as an HTTP server (no browser): bind rules, the Host and token guard,
+read-only methods, one-line errors, the SSE stream, JSON views. A real `wfrun ui`
+subprocess and a real HTTP client on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+
+import httpx
+import pytest
+from uikit import Project, ui_server, wait_for_node
+
+QUICK = """\
+name: quick
+title: "quick {{ input.n }}"
+start: one
+nodes:
+  one:
+    compute: "{{ {'n': input.n} }}"
+"""
+
+HOLD = """\
+name: hold
+start: hold
+nodes:
+  hold:
+    action:
+      shell: "while [ ! -f release ]; do sleep 0.05; done"
+      use_shell: true
+"""
+
+
+def test_it_listens_on_loopback_on_a_free_port_and_prints_the_url(project: Project) -> None:
+    with ui_server(project) as ui:
+        assert ui.url.startswith("http://127.0.0.1:")
+        assert ui.url.endswith("/")
+        assert httpx.get(f"{ui.base}/healthz").text == "ok"
+        page = httpx.get(f"{ui.base}/runs")
+        assert page.status_code == 200
+        assert "default-src 'none'" in page.headers["content-security-policy"]
+        assert page.headers["x-frame-options"] == "DENY"
+
+
+def test_it_is_read_only_and_answers_only_for_its_own_host_names(project: Project) -> None:
+    with ui_server(project) as ui:
+        for method in ("POST", "PUT", "DELETE", "PATCH"):
+            done = httpx.request(method, f"{ui.base}/runs")
+            assert done.status_code == 405, method
+        rebound = httpx.get(f"{ui.base}/runs", headers={"Host": "evil.example:80"})
+        assert rebound.status_code == 421
+        assert httpx.get(f"{ui.base}/runs", headers={"Host": "localhost"}).status_code == 200
+
+
+def test_a_token_is_required_when_given(project: Project) -> None:
+    with ui_server(project, "--token", "s3cret-token-value") as ui:
+        assert ui.url.endswith("/?token=s3cret-token-value")
+        assert httpx.get(f"{ui.base}/runs").status_code == 401
+        assert httpx.get(f"{ui.base}/runs", headers={"Authorization": "Bearer nope"}) \
+            .status_code == 401
+        with httpx.Client(follow_redirects=True) as client:
+            first = client.get(ui.url)  # token in the URL -> HttpOnly cookie, then the page
+            assert first.status_code == 200
+            assert first.url.params.get("token") is None
+            assert client.get(f"{ui.base}/api/runs").status_code == 200
+        ok = httpx.get(f"{ui.base}/api/runs",
+                       headers={"Authorization": "Bearer s3cret-token-value"})
+        assert ok.status_code == 200
+
+
+def test_another_bind_address_needs_a_token_and_gets_one(project: Project) -> None:
+    with ui_server(project, "--host", "0.0.0.0") as ui:
+        assert "?token=" in ui.url
+        port = ui.base.rsplit(":", 1)[1]
+        assert httpx.get(f"http://127.0.0.1:{port}/runs").status_code == 401
+        with httpx.Client(follow_redirects=True) as client:
+            assert client.get(ui.url.replace("0.0.0.0", "127.0.0.1")).status_code == 200
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--host", "example.com"), "wfrun: error: --host must be an IP address to bind"),
+    (("--port", "70000"), "wfrun: error: --port must be a port number from 0 to 65535"),
+    (("--port", "x"), "wfrun: error: --port must be a port number from 0 to 65535"),
+])
+def test_bad_options_are_one_line_errors(project: Project, args: tuple[str, ...],
+                                         message: str) -> None:
+    done = project.wfrun("ui", *args)
+    assert done.returncode == 2
+    assert done.stderr.startswith(message)
+    assert "Traceback" not in done.stderr
+
+
+def test_a_port_in_use_is_a_one_line_error(project: Project) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = project.wfrun("ui", "--port", str(port))
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(f"wfrun: error: cannot listen on 127.0.0.1:{port}")
+
+
+def test_unknown_things_are_404_pages_and_bad_filters_400(project: Project) -> None:
+    project.workflow("quick", QUICK)
+    assert project.wfrun("run", "quick", "-i", "n=1").returncode == 0
+    with ui_server(project) as ui:
+        missing = httpx.get(f"{ui.base}/runs/quick-nope")
+        assert missing.status_code == 404
+        assert "no run &#39;quick-nope&#39;" in missing.text
+        assert httpx.get(f"{ui.base}/api/runs/.hidden").status_code in (400, 404)
+        assert httpx.get(f"{ui.base}/nowhere").status_code == 404
+        assert httpx.get(f"{ui.base}/api/runs?page=0").json() == {
+            "error": "page must be a whole number from 1 to 1000000000, got '0'"}
+        assert httpx.get(f"{ui.base}/api/runs?per_page=x").status_code == 400
+        assert httpx.get(f"{ui.base}/workflows/nope").status_code == 404
+        assert httpx.get(f"{ui.base}/controllers/probe/nope").status_code == 404
+
+
+def test_the_json_runs_view_pages_in_the_store(project: Project) -> None:
+    project.workflow("quick", QUICK)
+    for n in range(5):
+        assert project.wfrun("run", "quick", "-i", f"n={n}").returncode == 0
+    with ui_server(project) as ui:
+        view = httpx.get(f"{ui.base}/api/runs?per_page=2&page=2").json()
+        assert view["total"] == 5
+        assert view["pages"] == 3
+        assert [r["title"] for r in view["rows"]] == ["quick 2", "quick 1"]
+        assert view["counts"]["done"] == 5
+        assert {r["status"] for r in view["rows"]} == {"completed"}
+
+
+def test_a_project_without_a_store_shows_nothing_and_creates_nothing(
+        project: Project) -> None:
+    with ui_server(project) as ui:
+        assert httpx.get(f"{ui.base}/api/runs").json()["rows"] == []
+        assert httpx.get(f"{ui.base}/api/queue").json()["groups"]["queued"] == []
+    assert not (project.root / ".wfrun" / "state").exists()
+
+
+def test_the_event_stream_follows_the_trace_until_the_run_ends(project: Project) -> None:
+    project.workflow("hold", HOLD)
+    runner = subprocess.Popen(project.argv("run", "hold"), cwd=project.root,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        from waiting import wait_until
+
+        run_id = wait_until(lambda: (project.run_ids() or [None])[0], what="the bundle")
+        wait_for_node(project, run_id, "hold")
+        with ui_server(project) as ui, httpx.stream(
+                "GET", f"{ui.base}/api/runs/{run_id}/events", timeout=30) as stream:
+            assert stream.headers["content-type"].startswith("text/event-stream")
+            events: list[tuple[str, dict[str, object]]] = []
+            kind = ""
+            for line in stream.iter_lines():
+                if line.startswith("event: "):
+                    kind = line[7:]
+                elif line.startswith("data: "):
+                    events.append((kind, json.loads(line[6:])))
+                    if kind == "run" and len(events) == 1:
+                        assert events[0][1]["nodes"] == {"hold": "running"}
+                        (project.root / "release").write_text("go")
+                    if kind == "end":
+                        break
+        runs = [data for kind, data in events if kind == "run"]
+        assert runs[-1]["status"] == "completed"
+        assert runs[-1]["nodes"] == {"hold": "ok"}
+        assert events[-1] == ("end", {"status": "completed"})
+        assert runner.wait(timeout=30) == 0
+    finally:
+        (project.root / "release").write_text("go")
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()
