@@ -65,10 +65,10 @@ class World:
         return path
 
     def pi(self, *, retry: bool = False, session_file: Path | None = None,
-           env: dict[str, str] | None = None) -> PiRpc:
+           env: dict[str, str] | None = None, legacy: bool = False) -> PiRpc:
         agent = write_agent_dir(self.root / "agent", self.server.base_url, retry=retry)
         pi = PiRpc.start(self.project, agent, self.sessions, session_file=session_file,
-                         env=env)
+                         env=env, legacy=legacy)
         self.pis.append(pi)
         return pi
 

