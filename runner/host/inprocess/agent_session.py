@@ -39,7 +39,7 @@ from runner.host.session.protocol import DeliverAs, SessionEntry, ToolReply
 from runner.host.session.tool import WORKFLOW_TOOL
 from runner.host.session.wiring import SessionRuntime, open_session
 
-from .sessionlog import SessionLog
+from .sessionlog import TURN_TYPE, SessionLog
 
 T = TypeVar("T")
 SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -52,7 +52,8 @@ class _LogHost:
     def __init__(self, log: SessionLog) -> None:
         self.log = log
         self.in_turn = False
-        self.pending: list[tuple[str, bool]] = []  # (model-visible text, asks for a turn)
+        # (model-visible text, asks for a turn); restored from the log on reopen
+        self.pending: list[tuple[str, bool]] = log.unread()
         self.notices: list[tuple[str, str]] = []
         self._lock = threading.Lock()
 
@@ -66,7 +67,7 @@ class _LogHost:
     def append_message(self, custom_type: str, content: str, details: dict[str, Any], *,
                        deliver_as: DeliverAs = "follow_up", trigger_turn: bool = False) -> str:
         entry = self.log.append("custom_message", custom_type=custom_type, content=content,
-                                details=details)
+                                details=details, trigger_turn=trigger_turn)
         with self._lock:
             self.pending.append((content, trigger_turn))
         return entry.id
@@ -171,6 +172,7 @@ class AgentSession:
         `text` after any passive wfrun notes delivered while idle."""
         if text is not None:
             self._host.log.append("message", role="user", content=text)
+        self._host.log.append(TURN_TYPE)  # what came before is this turn's input
         with self._host._lock:
             notes = [t for t, trigger in self._host.pending if not trigger]
             self._host.pending = [(t, trigger) for t, trigger in self._host.pending if trigger]

@@ -16,12 +16,15 @@ from typing import Any
 
 from runner.host.session.protocol import SessionEntry
 
+TURN_TYPE = "turn"  # a marker: a turn began here (its input was everything before it)
+
 
 class SessionLog:
     def __init__(self, path: Path, session_id: str) -> None:
         self.path = path
         self.session_id = session_id
         self._entries: list[SessionEntry] = []
+        self._triggers: set[str] = set()  # ids of messages that asked for a turn
         self._lock = threading.Lock()
         if path.exists():
             self._load()
@@ -38,6 +41,8 @@ class SessionLog:
             if not isinstance(raw, dict) or raw.get("type") == "session" or "id" not in raw:
                 continue
             details = raw.get("details")
+            if raw.get("trigger_turn"):
+                self._triggers.add(str(raw["id"]))
             self._entries.append(SessionEntry(
                 id=str(raw["id"]), type=str(raw.get("type")), role=raw.get("role"),
                 custom_type=raw.get("custom_type"), content=raw.get("content"),
@@ -52,7 +57,8 @@ class SessionLog:
             os.fsync(fh.fileno())
 
     def append(self, type_: str, *, role: str | None = None, custom_type: str | None = None,
-               content: Any = None, details: dict[str, Any] | None = None) -> SessionEntry:
+               content: Any = None, details: dict[str, Any] | None = None,
+               trigger_turn: bool = False) -> SessionEntry:
         with self._lock:
             entry = SessionEntry(f"e{len(self._entries) + 1}", type_, role, custom_type,
                                  content, details,
@@ -61,9 +67,24 @@ class SessionLog:
             # trusted but the file lacks.
             self._write({"id": entry.id, "parent_id": entry.parent_id, "type": type_,
                          "role": role, "custom_type": custom_type, "content": content,
-                         "details": details})
+                         "details": details, "trigger_turn": trigger_turn})
             self._entries.append(entry)
+            if trigger_turn:
+                self._triggers.add(entry.id)
             return entry
+
+    def unread(self) -> list[tuple[str, bool]]:
+        """wfrun's messages after the last turn began: (text, asks for a turn). After a
+        crash these are what the model has not seen yet; the reopened session hands
+        them to the next turn instead of losing them."""
+        with self._lock:
+            out: list[tuple[str, bool]] = []
+            for entry in self._entries:
+                if entry.type == TURN_TYPE:
+                    out = []
+                elif entry.type == "custom_message":
+                    out.append((str(entry.content), entry.id in self._triggers))
+            return out
 
     def entries(self) -> list[SessionEntry]:
         with self._lock:

@@ -42,9 +42,10 @@ def root(tmp_path: Path) -> Path:
 
 
 def submit_for(text: str) -> dict[str, object]:
-    found = CONTRACT_RE.search(text)
+    found = list(CONTRACT_RE.finditer(text))  # the newest contract is the current attempt
     assert found, text
-    return {"action": "submit", "step": found.group("step"), "attempt": found.group("attempt"),
+    return {"action": "submit", "step": found[-1].group("step"),
+            "attempt": found[-1].group("attempt"),
             "output": {"summary": "done"}}
 
 
@@ -133,6 +134,8 @@ def test_agent_session_close_parks_and_reopen_resumes_the_step(root: Path) -> No
     try:
         text = again.next_input()
         assert text is not None
+        # No turn ran after the first step was handed out, so it is still unread.
+        assert text.count("Workflow step contract") == 2
         steps = again.messages(AGENT_STEP_TYPE)
         assert [s.details["kind"] for s in steps if s.details] == ["step", "resume"]
         with again.turn():
