@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from fakes.openai_server import FakeOpenAI
 from fakes.pi_model import RuleModel
-from pi_rpc import PiRpc, write_agent_dir
+from pi_rpc import EXTENSION, PiRpc, write_agent_dir
 
 from runner.store import LaunchRecord, SqliteStore
 
@@ -65,10 +65,14 @@ class World:
         return path
 
     def pi(self, *, retry: bool = False, session_file: Path | None = None,
-           env: dict[str, str] | None = None, legacy: bool = False) -> PiRpc:
-        agent = write_agent_dir(self.root / "agent", self.server.base_url, retry=retry)
+           env: dict[str, str] | None = None, legacy: bool = False,
+           installed: bool = False) -> PiRpc:
+        """`installed`: no `-e`; Pi loads what `wfrun integrate pi` put in the
+        (trusted) project."""
+        agent = write_agent_dir(self.root / "agent", self.server.base_url, retry=retry,
+                                trust=installed)
         pi = PiRpc.start(self.project, agent, self.sessions, session_file=session_file,
-                         env=env, legacy=legacy)
+                         env=env, legacy=legacy, extension=None if installed else EXTENSION)
         self.pis.append(pi)
         return pi
 

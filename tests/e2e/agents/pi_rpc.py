@@ -46,7 +46,7 @@ def require_pi() -> None:
 
 
 def write_agent_dir(agent_dir: Path, base_url: str, *, retry: bool = False,
-                    compaction: bool = False) -> Path:
+                    compaction: bool = False, trust: bool = False) -> Path:
     """A Pi config folder: one custom provider on the fake server, nothing online."""
     agent_dir.mkdir(parents=True, exist_ok=True)
     models = {"providers": {"fake": {
@@ -55,7 +55,7 @@ def write_agent_dir(agent_dir: Path, base_url: str, *, retry: bool = False,
                     "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0},
                     "contextWindow": 128000, "maxTokens": 4096}]}}}
     settings = {"defaultProvider": "fake", "defaultModel": "fake-model",
-                "defaultProjectTrust": "never",
+                "defaultProjectTrust": "always" if trust else "never",
                 "compaction": {"enabled": compaction, "keepRecentTokens": 1},
                 "retry": {"enabled": retry, "maxRetries": 3, "baseDelayMs": 50,
                           "maxAgentDelayMs": 200}}
@@ -76,14 +76,16 @@ class PiRpc:
 
     @classmethod
     def start(cls, project: Path, agent_dir: Path, session_dir: Path, *,
-              extension: Path = EXTENSION, session_file: Path | None = None,
+              extension: Path | None = EXTENSION, session_file: Path | None = None,
               env: dict[str, str] | None = None, legacy: bool = False) -> PiRpc:
         require_pi()
         if legacy and not LEGACY_CLI.is_file():
             raise AssertionError(f"Pi 0.73 is not installed at {LEGACY_CLI}; run ./scripts/setup")
         node = "/usr/bin/node" if legacy else str(NODE_BIN / "node")
         argv = [node, str(LEGACY_CLI if legacy else PI_CLI), "--mode", "rpc",
-                "--session-dir", str(session_dir), "-e", str(extension)]
+                "--session-dir", str(session_dir)]
+        if extension is not None:  # None: only what Pi discovers (a trusted project's)
+            argv += ["-e", str(extension)]
         if session_file is not None:
             argv += ["--session", str(session_file)]
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("PI_")}
