@@ -115,3 +115,20 @@ def test_wheel_marks_the_package_as_typed(wheel: Path, installed: Path) -> None:
     with zipfile.ZipFile(wheel) as zf:
         assert zf.read("runner/py.typed") == b""
     assert (installed / "runner" / "py.typed").is_file()
+
+
+def test_wheel_ships_the_ui_templates_and_static_assets(wheel: Path) -> None:
+    """`wfrun ui` loads nothing from a CDN: every template, script and stylesheet is
+    package data in the wheel."""
+    ui = REPO / "runner" / "ui"
+    expected = sorted(p.relative_to(REPO).as_posix()
+                      for folder in ("templates", "static") for p in (ui / folder).iterdir())
+    assert "runner/ui/static/ui.js" in expected
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+        assert [n for n in expected if n not in names] == []
+        for name in expected:
+            assert zf.read(name) == (REPO / name).read_bytes()
+        script = zf.read("runner/ui/static/ui.js").decode()
+    assert "http://" not in script
+    assert "https://" not in script
