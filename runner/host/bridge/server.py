@@ -373,6 +373,9 @@ def serve_stdio(ws: Workspace, *, store_clock: Clock | None = None) -> None:
         raise KeyboardInterrupt  # leaves the read loop; serve() then shuts down
 
     signal.signal(signal.SIGTERM, on_term)
+    # A Ctrl-C in the client's terminal reaches its whole process group; the client
+    # decides what it means (Pi: abort the turn), and ends us by closing stdin.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         server.serve()
     except KeyboardInterrupt:

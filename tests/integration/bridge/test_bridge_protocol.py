@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -170,3 +171,20 @@ def test_bridge_keeps_stdout_for_the_protocol_when_a_hook_prints(project: Projec
     assert client.close() == 0
     assert client.protocol_errors == []  # every stdout line was a protocol message
     assert "hello from a hook" in client.stderr_lines
+
+
+def test_bridge_ignores_sigint_and_ends_its_session_on_sigterm(project: Project) -> None:
+    client = project.bridge()
+    client.request("session/start", {"reason": "startup"})
+    client.request("turn/started")
+    run_id = client.tool(START)["details"]["runId"]
+    client.request("turn/settled", {})
+    assert client.proc is not None
+    client.proc.send_signal(signal.SIGINT)  # the user's Ctrl-C in the client's terminal
+    assert client.request("ping") == {}  # still serving
+    client.proc.send_signal(signal.SIGTERM)
+    assert client.proc.wait(30) == 0
+    with project.store() as store:
+        record = store.launches.get(run_id)
+        assert record is not None
+        assert record.status == "parked"  # shut down, not abandoned
