@@ -178,6 +178,7 @@ class RunDriver:
 
     def notify(self, node: str, attempt: str, notification_id: str, kind: str,
                message: str) -> None:
+        message = self.secrets.mask(message)  # it goes to the store's outbox and a session
         self.emit("notification_emitted", {"notification_id": notification_id, "kind": kind,
                                            "message": message}, node=node, attempt=attempt,
                   sync=True)

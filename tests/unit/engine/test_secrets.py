@@ -203,3 +203,27 @@ def test_declaring_secrets_changes_the_digest_and_none_keeps_it(tmp_path: Path) 
     assert plain.digest != declared.digest
     assert "secrets" not in plain.snapshot()
     assert json.loads(json.dumps(declared.snapshot()))["secrets"] == ["X_TOKEN"]
+
+
+class _Sink:
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+
+    def emit(self, run_id: str, node: str, attempt: str, notification_id: str, kind: str,
+             message: str) -> None:
+        self.messages.append(message)
+
+
+def test_a_notification_leaves_the_engine_masked(env: Any) -> None:
+    d = env.workflow("""
+        secrets: [DEPLOY_TOKEN]
+        start: tell
+        nodes:
+          tell: {notify: {kind: final, message: "deployed with {{ secrets.DEPLOY_TOKEN }}"}}
+    """)
+    sink = _Sink()
+    out = env.engine(secret_source=SecretSource(given={"DEPLOY_TOKEN": TOKEN}),
+                     notifications=sink).start(d)
+    assert out.status == "completed"
+    assert sink.messages == [f"deployed with {MASK}"]
+    _assert_nowhere(env.runs, TOKEN)
