@@ -7,7 +7,8 @@
     │   ├── DefinitionInvalid  a definition has diagnostics: fix the file (exit 1)
     │   └── PermanentError     retrying cannot help: stop until the input changes
     ├── TemporaryError         try again later, after `delay` seconds (exit 1)
-    │   └── ClaimLost          another worker owns this claim now: stop writing
+    │   ├── ClaimLost          another worker owns this claim now: stop writing
+    │   └── MachineFault       the disk is full, read-only or forbidden: fix it, run again
     └── ConflictError          the state changed underneath: re-read and decide again
 
 Messages are one line, safe to show, and say what to fix. This module imports
@@ -21,6 +22,8 @@ onto this one wherever an error reaches a user.
 """
 
 from __future__ import annotations
+
+import errno
 
 
 class WfrunError(Exception):
@@ -74,6 +77,34 @@ class TemporaryError(WfrunError):
 
 class ClaimLost(TemporaryError):
     """The claim on this work expired or was taken over; stop writing."""
+
+
+class MachineFault(TemporaryError):
+    """The machine refused a write (disk full, read-only, no permission); nothing was lost."""
+
+    def __init__(self, problem: str, todo: str) -> None:
+        super().__init__(f"{problem}; {todo}, then run it again")
+        self.problem = problem  # "cannot write X: no space left on the device"
+        self.todo = todo  # "free some space"
+
+
+# What each refusal asks of the user; every other errno is not a machine fault.
+_FAULT_ADVICE = {
+    errno.ENOSPC: ("no space left on the device", "free some space"),
+    errno.EDQUOT: ("the disk quota is used up", "free some space or raise the quota"),
+    errno.EROFS: ("the file system is read-only", "make it writable"),
+    errno.EACCES: ("permission denied", "run wfrun as the project's owner or fix its modes"),
+    errno.EPERM: ("operation not permitted", "run wfrun as the project's owner"),
+}
+
+
+def machine_fault(exc: BaseException, writing: str) -> MachineFault | None:
+    """An OSError of a full, read-only or forbidden file system as a MachineFault
+    naming what was being written (`writing`) and what to do; None for anything else."""
+    if not isinstance(exc, OSError) or exc.errno not in _FAULT_ADVICE:
+        return None
+    what, todo = _FAULT_ADVICE[exc.errno]
+    return MachineFault(f"cannot write {exc.filename or writing}: {what}", todo)
 
 
 class ConflictError(WfrunError):

@@ -8,6 +8,7 @@ from types import FrameType
 
 import click
 
+from runner.errors import MachineFault
 from runner.host.daemon import LEASE_SECONDS, StandaloneHost
 from runner.host.runtime.controllers import discover, make_manager
 from runner.host.runtime.local import open_store
@@ -56,6 +57,10 @@ def host_cmd(ctx: Context, agent: str | None, once: bool, max_runs: int,
                        f"{__import__('os').getpid()}); Ctrl-C stops it", err=True)
         report = host.run(once=once)
     store.close()
+    fault = host.coordinator.faults.last
+    if once and fault is not None:  # one line; each launch it touched waits (logged)
+        raise MachineFault(f"{fault.problem}; the launches it refused stay queued or parked",
+                           fault.todo)
     done = len(report.outcomes)
     click.echo(f"wfrun host: {report.started} run(s) started, {done} finished or parked, "
                f"{report.failed_to_start} failed to start"

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from runner.canonical import canonical_json
 from runner.errors import ClaimLost, InputError, NotFoundError, OperationFailed
+from runner.private import private_dirs
 
 MANIFEST = "manifest.json"
 WORKFLOW = "workflow.json"
@@ -92,21 +93,36 @@ def parse_trace(data: bytes, first_seq: int = 1) -> TraceRead:
 
 
 def _private_dir(path: Path) -> None:
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    private_dirs(path)  # parents too: a WFRUN_HOME made here is 0700 under any umask
     os.chmod(path, 0o700)
 
 
+def _write_all(fd: int, data: bytes) -> None:
+    """Every byte or an OSError: a nearly full disk first writes short, then refuses
+    (ENOSPC); a short write taken for a whole one would leave a truncated file."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        if written <= 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        view = view[written:]
+
+
 def _write_private(path: Path, data: bytes, *, sync: bool = False) -> None:
-    """Atomically replace `path` with a 0600 file."""
+    """Atomically replace `path` with a 0600 file (a refused write leaves no temp file)."""
     tmp = path.with_name(f".{path.name}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        os.write(fd, data)
-        if sync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        try:
+            _write_all(fd, data)
+            if sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 class FolderBundle:
@@ -161,8 +177,11 @@ class FolderBundle:
                 raise InputError(f"run '{self.run_id}' is being executed by another process"
                                  f"{_holder(self.root / LOCK)}") from None
             raise
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
+        # The pid only names the holder in messages; the flock is the lock. A full disk
+        # refuses it, and removing a half-made bundle must still work there.
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+            os.write(fd, str(os.getpid()).encode())
         self._lock_fd = fd
 
     def close(self) -> None:
@@ -186,7 +205,7 @@ class FolderBundle:
         if self._trace_fd is None:
             self._trace_fd = os.open(self.root / TRACE, os.O_WRONLY | os.O_APPEND | os.O_CREAT,
                                      0o600)
-        os.write(self._trace_fd, data)
+        _write_all(self._trace_fd, data)  # refused midway: a torn tail, repaired on resume
         if sync and self.sync:
             os.fsync(self._trace_fd)
 

@@ -17,6 +17,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from runner.private import private_dirs
+
 
 def _start_time(pid: int) -> str | None:
     """The process start time in clock ticks since boot (field 22 of /proc/PID/stat)."""
@@ -50,7 +52,7 @@ class ProcessRegistry:
                 self._save()
 
     def _save(self) -> None:
-        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private_dirs(self.path.parent)
         tmp = self.path.with_name(self.path.name + ".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:

@@ -25,9 +25,10 @@ from runner.engine import AgentStepExecutor, RunControl, RunOutcome
 from runner.engine.processes import ProcessRegistry, reap_dead_registries, reap_orphans
 from runner.engine.runner import Observer
 from runner.engine.secrets import SecretSource
-from runner.errors import InputError
+from runner.errors import InputError, machine_fault
 from runner.launch import EngineOptions, LaunchCoordinator
 from runner.launch.coordinator import LEASE_SECONDS, RENEW_EVERY
+from runner.private import private_dirs
 from runner.store import LaunchRecord, Store, StoreError
 
 from .runtime.launches import runner_id
@@ -56,8 +57,14 @@ class HostLock:
         self.fd: int | None = None
 
     def acquire(self) -> None:
-        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            private_dirs(self.path.parent)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            fault = machine_fault(exc, str(self.path))
+            if fault is None:
+                raise
+            raise fault from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -68,8 +75,11 @@ class HostLock:
                                  + (f" (pid {holder})" if holder else "")
                                  + "; stop it first") from None
             raise
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, str(os.getpid()).encode())
+        except OSError as exc:  # a full disk: the pid is a courtesy, the flock is the lock
+            log.warning("wfrun host: cannot write its pid to %s (%s)", self.path, exc.strerror)
         self.fd = fd
 
     def release(self) -> None:

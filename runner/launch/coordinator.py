@@ -48,6 +48,7 @@ from runner.errors import (
     NotFoundError,
     TemporaryError,
     WfrunError,
+    machine_fault,
 )
 from runner.safety import safe_message, secret_values
 from runner.store import (
@@ -61,6 +62,7 @@ from runner.store import (
     TurnCause,
 )
 
+from .faults import FaultGate, hold
 from .intents import new_intent
 from .keeper import LeaseKeeper
 from .preflight import Preflight, PreflightError, Resolver, workflow_name
@@ -158,6 +160,7 @@ class LaunchCoordinator(Preflight):
         # writeOnly input fields of launches queued here: never in the store, only in
         # this process's memory until the launch activates (see docs/secrets.md).
         self.held: dict[str, dict[str, Any]] = {}
+        self.faults = FaultGate(self.clock)  # claiming waits after a full/read-only disk
         self._keeper = LeaseKeeper(store, self.clock, lease_seconds, renew_every, runner_id)
         # Checkpoint after input is cleared, so the -wal file keeps no copy of it.
         self.scrub_input = scrub_input
@@ -174,6 +177,8 @@ class LaunchCoordinator(Preflight):
 
     # -- claims ----------------------------------------------------------------------
     def claim_next(self, session_id: str | None) -> LaunchRecord | None:
+        if self.faults.active():
+            return None  # the disk refused a bundle moments ago: let the launches wait
         try:
             return self.store.launches.claim_next(runner_id=self.runner_id, session_id=session_id,
                                                   lease_seconds=self.lease_seconds)
@@ -238,6 +243,10 @@ class LaunchCoordinator(Preflight):
             self._lost(act)
             return None
         except Exception as exc:
+            fault = machine_fault(exc, f"the run bundle of {act.record.run_id}")
+            if fault is not None:  # a full or read-only disk: the launch waits
+                hold(self, act, fault)
+                return None
             log.exception("run %s crashed in its runner", act.record.run_id)
             self._crashed(act, exc)
             return None

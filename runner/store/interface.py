@@ -164,6 +164,11 @@ class LaunchQueue(Protocol):
         """
         ...
 
+    def release(self, run_id: str, claim_token: str) -> LaunchRecord | LostRace:
+        """starting -> queued by the claim holder, input kept, no crash counted: the
+        run bundle could not be written (a full or read-only disk), so nothing began."""
+        ...
+
     def cancel(self, run_id: str, *, claim_token: str | None = None) -> LaunchRecord | LostRace:
         """-> cancelled. Without a token: queued|starting|parked (beats activation).
         With the claim token: starting|running (the holder records a cancel)."""

@@ -38,6 +38,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Literal
 
+from runner.private import private_dirs
 from runner.store import faults, sqlite_faults
 from runner.store.errors import (
     IncompatibleLayout,
@@ -172,7 +173,7 @@ def _inspect_uri(path: Path, uri: str) -> FileState:
 def create_private_file(path: Path) -> bool:
     """Create the folder (0700) and an empty file (0600); False if it already existed."""
     try:
-        path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+        private_dirs(path.parent)  # each folder it makes 0700, whatever the umask
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE)
     except FileExistsError:
         return False

@@ -127,9 +127,10 @@ _ENTER: dict[LaunchStatus, str] = {
     "parked": "claim_token = NULL, claim_expires_at = NULL, input_json = NULL,"
     " launch_options_json = NULL, started_at = COALESCE(started_at, :now),"
     " park_mode = :mode, crash_count = 0",
-    # Only recovery goes back to queued (its runner died while starting): a crash.
+    # Recovery goes back to queued (its runner died while starting): a crash; a release
+    # (the disk refused the bundle) is not one (:crashed 0).
     "queued": "claim_token = NULL, claim_expires_at = NULL, runner_id = NULL,"
-    " crash_count = crash_count + 1",
+    " crash_count = crash_count + :crashed",
     "done": "claim_token = NULL, claim_expires_at = NULL, input_json = NULL,"
     " launch_options_json = NULL, started_at = COALESCE(started_at, :now), finished_at = :now",
     "failed": "claim_token = NULL, claim_expires_at = NULL, input_json = NULL,"
@@ -486,6 +487,9 @@ class SqliteLaunchQueue:
             extra["child_state"] = "interrupted"  # a controller may start a new attempt
         return self._transition("fail", run_id, claim_token, extra, turn_intent)
 
+    def release(self, run_id: str, claim_token: str) -> LaunchRecord | LostRace:
+        return self._transition("release", run_id, claim_token, {"crashed": 0})
+
     def cancel(self, run_id: str, *, claim_token: str | None = None) -> LaunchRecord | LostRace:
         if claim_token is None:
             return self._transition("cancel", run_id, None)
@@ -528,6 +532,7 @@ class SqliteLaunchQueue:
     ) -> LaunchRecord:
         child_state = extra.pop("child_state", None)
         params = {
+            "crashed": 1,
             "now": now,
             "run_id": row["run_id"],
             "status": row["status"],

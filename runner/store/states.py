@@ -86,6 +86,9 @@ LAUNCH_OPERATIONS: Mapping[str, Operation] = {
         Operation("cancel", ("queued", "starting", "parked"), "cancelled", needs_claim=False),
         # Cancellation recorded by the claim holder (the engine honoured a cancel).
         Operation("cancel_claimed", ("starting", "running"), "cancelled", needs_claim=True),
+        # The claim holder could not write the run bundle (a full or read-only disk):
+        # nothing began, so the launch goes back to the queue, input kept.
+        Operation("release", ("starting",), "queued", needs_claim=True),
     )
 }
 

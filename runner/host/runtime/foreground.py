@@ -17,7 +17,14 @@ from runner.engine.processes import reap_dead_registries, registry_for_this_proc
 from runner.engine.runner import Observer
 from runner.engine.secrets import SecretSource
 from runner.engine.secrets import resolve as resolve_secrets
-from runner.errors import InputError, NotFoundError, OperationFailed, TemporaryError, WfrunError
+from runner.errors import (
+    InputError,
+    MachineFault,
+    NotFoundError,
+    OperationFailed,
+    TemporaryError,
+    WfrunError,
+)
 from runner.launch import EngineOptions, LaunchCoordinator, PreflightError, workflow_name
 from runner.store import Store
 
@@ -85,6 +92,13 @@ def execute_here(coordinator: LaunchCoordinator, run_id: str, control: RunContro
     if outcome is not None:
         return outcome
     row = coordinator.store.launches.get(run_id)
+    fault = coordinator.faults.last
+    if fault is not None and row is not None and row.status == "parked":
+        raise TemporaryError(f"run {run_id} is parked: {fault.problem}; {fault.todo}, then "
+                             f"`wfrun resume {run_id}` continues it")
+    if fault is not None:
+        raise MachineFault(f"run {run_id} did not start (nothing ran): {fault.problem}",
+                           fault.todo)
     if row is not None and row.status == "failed":
         raise OperationFailed(f"run {run_id} failed to start: {row.error_message} "
                               f"[{row.error_code}]")

@@ -1,5 +1,5 @@
 """runner.store stands alone: no imports from the rest of runner but the shared policy
-modules (runner.safety, runner.canonical), injected time."""
+modules (runner.safety, runner.canonical, runner.private), injected time."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def _imports(path: Path) -> set[str]:
 
 
 #: The root-level policy modules (standard library only) every layer shares.
-SHARED_POLICIES = {"runner.safety", "runner.canonical"}
+SHARED_POLICIES = {"runner.safety", "runner.canonical", "runner.private"}
 
 
 def test_the_store_imports_nothing_from_the_rest_of_runner_but_the_shared_policies() -> None:
