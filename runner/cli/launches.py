@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from typing import Any
 
@@ -39,6 +40,12 @@ from .runs import (
 def start_cmd(ctx: Context, ref: str, input_json: str | None, pairs: tuple[str, ...],
               wait: bool, agent: str | None, as_json: bool) -> None:
     """Queue a detached launch (a host activates it; --wait runs it here)."""
+    source = click.get_current_context().get_parameter_source("agent")
+    if agent and not wait and source == click.core.ParameterSource.COMMANDLINE:
+        # The host that activates the launch uses its own --agent; this one would be lost.
+        raise InputError("--agent applies only with --wait (the run happens here); without "
+                         "it, start the host with the agent: wfrun host --agent "
+                         f"{shlex.quote(agent)}")
     ws = workspace(ctx)
     value = parse_input(input_json, pairs, _input_schema(ws, ref) if pairs else None)
     store = open_store(ws)

@@ -151,6 +151,9 @@ class AgentStep:
     _closed: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
     rejections: list[str] = field(default_factory=list)
+    # Set by an executor that cannot reach its agent at all (program not found, exit
+    # status, connection refused): a reminder cannot help, so the step fails at once.
+    unavailable: str | None = None
 
     # -- for executors ----------------------------------------------------------
     @property
@@ -177,6 +180,11 @@ class AgentStep:
         if self.deadline is None:
             return None
         return max(self.deadline - self.monotonic(), 0.0)
+
+    def give_up(self, reason: str) -> None:
+        """The agent cannot be reached (a setup problem): fail the step now, with `reason`
+        (already redacted and bounded by the executor)."""
+        self.unavailable = reason
 
     def handle_tool_call(self, args: dict[str, Any]) -> ToolResult:
         """Dispatch a `workflow` tool call made during this step."""

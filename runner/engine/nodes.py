@@ -268,8 +268,13 @@ def _agent(driver: RunDriver, node: Node, spec: AgentSpec, attempt: str,
     try:
         driver.turn(step, prompt, kind)
         while not step.accepted and not step.should_stop():
+            if step.unavailable is not None:
+                return _fail("agent_unavailable", f"the agent could not run: {step.unavailable}")
             if reminders >= spec.reminders:
                 last = f"; last rejection: {step.rejections[-1]}" if step.rejections else ""
+                error = getattr(executor, "last_error", None)
+                if not last and error:
+                    last = f"; last turn: {error}"
                 return _fail("no_submission", f"the agent ended {reminders + 1} turns without an "
                              f"accepted submission{last}")
             reminders += 1

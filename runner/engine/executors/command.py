@@ -84,11 +84,11 @@ class CommandExecutor:
                                stdout_cap=STDOUT_CAP, stderr_cap=STDERR_CAP,
                                grace=self.kill_grace, clock=self.clock)
         except OSError as exc:
-            self._fail(self._start_error(exc))
+            self._give_up(step, self._start_error(exc))
             return
         except ValueError:  # Popen refuses a NUL byte in argv, env or cwd
-            self._fail("the agent command, its environment or working directory contains a "
-                       "NUL byte")
+            self._give_up(step, "the agent command, its environment or working directory "
+                          "contains a NUL byte")
             return
         step.log(result.stdout, result.stderr, result.stdout_truncated, False,
                  result.returncode)
@@ -121,6 +121,12 @@ class CommandExecutor:
     def _fail(self, reason: str) -> None:
         self.last_error = safe_message(reason, self._secrets(), ERROR_CAP)
 
+    def _give_up(self, step: AgentStep, reason: str) -> None:
+        """A failure no reminder can fix (cannot start, non-zero exit): the step fails."""
+        self._fail(reason)
+        assert self.last_error is not None
+        step.give_up(self.last_error)
+
     def _start_error(self, exc: OSError) -> str:
         program = self.argv[0]
         if isinstance(exc, FileNotFoundError):
@@ -140,8 +146,10 @@ class CommandExecutor:
             code = result.returncode
             how = f"was killed by signal {-code}" if code is not None and code < 0 \
                 else f"exited with status {code}"
-            tail = result.stderr.strip()
-            self._fail(f"agent command {how}" + (f"; stderr: {tail}" if tail else ""))
+            # The end of stderr says why; the whole of it is in `wfrun logs`.
+            tail = " | ".join(result.stderr.strip().splitlines()[-5:])
+            self._give_up(step, f"agent command {self.argv[0]} {how}"
+                          + (f"; stderr: {tail}" if tail else ""))
             return
         if not result.stdout.strip():
             self._fail("agent command printed nothing on stdout")

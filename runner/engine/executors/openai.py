@@ -53,6 +53,10 @@ TOOL_NAME = str(STEP_TOOL_SCHEMA["name"])
 T = TypeVar("T")
 
 
+# Answers that mean the endpoint, key or model is wrong: asking again cannot help.
+SETUP_STATUSES = frozenset({401, 403, 404})
+
+
 class _Stopped(Exception):
     """The step asked us to stop (cancel, park, deadline) while a request was live."""
 
@@ -186,6 +190,8 @@ class OpenAIExecutor:
                     return
                 except (httpx.HTTPError, StreamError) as exc:
                     self._fail(_describe(exc, self._shown_endpoint))
+                    if isinstance(exc, httpx.ConnectError) and self.last_error:
+                        step.give_up(self.last_error)  # nothing listens: a setup problem
                     return
                 if reply is None:
                     return  # an HTTP error status, already recorded
@@ -227,6 +233,8 @@ class OpenAIExecutor:
                 detail = await _error_detail(response)
                 self._fail(f"HTTP {response.status_code} from {self._shown_endpoint}"
                            + (f": {detail}" if detail else ""))
+                if response.status_code in SETUP_STATUSES and self.last_error:
+                    step.give_up(self.last_error)  # a wrong key, URL or model name
                 return None
             if "text/event-stream" in response.headers.get("content-type", ""):
                 return await read_sse_reply(response.aiter_lines())
