@@ -298,10 +298,8 @@ class BridgeServer:
         host = RemoteHost(self.peer, sid, idle=wire.field_bool(params, "idle", True))
         self.runtime = open_session(host, self.ws, store_clock=self.store_clock)
         self.host = host
-        from runner import __version__
-
         return {"protocolVersion": wire.PROTOCOL_VERSION, "sessionId": sid,
-                "server": {"name": "wfrun", "version": __version__},
+                "server": {"name": "wfrun", "version": _version()},
                 "tools": [WORKFLOW_TOOL]}
 
     def _launches(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -356,6 +354,17 @@ class BridgeServer:
             self.runtime.controller.on_session_shutdown(reason)
         finally:
             self.runtime.close()
+
+
+def _version() -> str:
+    # Not `runner.__version__`: importing the package root here would tie this layer
+    # to everything the root re-exports (import-linter's host layers).
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("wfrun")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def serve_stdio(ws: Workspace, *, store_clock: Clock | None = None) -> None:
