@@ -110,3 +110,28 @@ def test_pi_older_than_1_6_is_refused_with_a_clear_message(world: World) -> None
     assert "workflow" not in tools  # no tool, so nothing can be queued unsafely
     assert not (world.project / ".wfrun" / "state").exists()  # no bridge, no store
     pi.close()
+
+
+def test_workflow_command_reports_and_starts_at_the_idle_boundary(world: World) -> None:
+    world.write("quick", COMPUTE_WF)
+    pi = world.pi()
+
+    def notified(text: str) -> dict[str, Any]:
+        at = pi.mark()
+        pi.send({"type": "prompt", "message": text})
+        return pi.wait_record(lambda r: r.get("method") == "notify", f"{text}'s reply", at)
+
+    assert notified("/workflow status")["message"] == \
+        "no workflow is queued or running in this session"
+    bad = notified("/workflow start quick {not json")
+    assert (bad["notifyType"], bad["message"]) == (
+        "error", "wfrun: /workflow start NAME [JSON]: the input is not valid JSON")
+    started = notified("/workflow start quick")
+    queued = RUN_RE.search(str(started["message"]))
+    assert queued is not None, started
+    run = queued.group("run")
+    # Typed while idle, no turn follows: the command itself is the boundary.
+    wait_until(lambda: world.launch(run).status == "done",
+               what=lambda: f"{run} done (now {world.launch(run).status})")
+    assert world.server.requests == []  # no model turn was needed
+    assert pi.close() == 0
