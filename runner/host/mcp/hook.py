@@ -66,10 +66,11 @@ def find_wfrun_dir(start: str) -> str | None:
         folder = parent
 
 
-def render(messages: list[LogMessage]) -> str:
-    """What the model reads: the messages' own texts, oldest first, then the tool note."""
+def render(messages: list[LogMessage], *, note: str | None = TOOL_NOTE) -> str:
+    """What the model reads: the messages' own texts, oldest first, then the tool note
+    (Claude Code only: another client names the tool its own way)."""
     texts = [m.content.strip() for m in messages if m.content.strip()]
-    return "\n\n".join([*texts, TOOL_NOTE])
+    return "\n\n".join([*texts, note] if note else texts)
 
 
 def _read_event(stdin: IO[str]) -> dict[str, Any]:

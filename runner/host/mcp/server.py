@@ -130,7 +130,7 @@ class McpSession:
                 return reply
             # The reply is the delivery: it goes out as this call's result.
             self.host.log.mark_delivered([m.id for m in pending], "tool-reply")
-            return ToolReply(render(pending) + "\n\n" + reply.content, reply.details,
+            return ToolReply(render(pending, note=None) + "\n\n" + reply.content, reply.details,
                              reply.is_error)
 
     # -- hook events -------------------------------------------------------------------
