@@ -113,17 +113,20 @@ def runs_page(site: Site, *, status: str | None = None, workflow: str | None = N
     reader = site.reader
     for record in records:
         bundle = run_row(reader, record.run_id)
-        view["rows"].append(site.mask({
+        # Ids, states and times are ours; only the free text needs masking.
+        text = site.mask({"title": bundle.title if bundle else None,
+                          "error": record.error_message})
+        view["rows"].append({
             "run_id": record.run_id, "workflow": record.workflow_ref,
             "launch": record.status,
             "status": display_status(record, bundle.status if bundle else None),
-            "title": bundle.title if bundle else None,
+            "title": text["title"],
             "created_at": record.created_at,
             "started_at": bundle.started_at if bundle else None,
             "duration_s": bundle.duration_s if bundle else None,
             "current_node": bundle.current_node if bundle else None,
             "parent_run_id": record.parent_run_id,
-            "error": record.error_message}))
+            "error": text["error"]})
     return view
 
 
