@@ -112,8 +112,8 @@ class Hook:
 
     def tell(self, request: dict[str, Any]) -> dict[str, Any] | None:
         """The server's reply, or None when no server runs for this Claude process."""
-        if self.claude_pid is None:
-            return None
+        if self.claude_pid is None or self.warnings:
+            return None  # no server, or it failed once already in this event
         try:
             return channel.call(self.claude_pid, {"session_id": self.session, **request})
         except channel.ChannelError as exc:
