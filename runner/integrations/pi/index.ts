@@ -426,6 +426,8 @@ export default async function wfrun(pi: Pi): Promise<void> {
     try {
       b = await ensureBridge(ctx);
     } catch (e) {
+      // Not a wfrun project, or a broken store: say so once, then stay out of the way.
+      active = false;
       ctx.ui.notify(`wfrun: ${(e as Error).message}`, "error");
       return;
     }

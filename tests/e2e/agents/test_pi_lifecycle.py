@@ -3,6 +3,7 @@ message behave as sequential; the status line; the refusal of a bridge-less star
 
 from __future__ import annotations
 
+import shutil
 from typing import Any
 
 import pytest
@@ -134,4 +135,24 @@ def test_workflow_command_reports_and_starts_at_the_idle_boundary(world: World) 
     wait_until(lambda: world.launch(run).status == "done",
                what=lambda: f"{run} done (now {world.launch(run).status})")
     assert world.server.requests == []  # no model turn was needed
+    assert pi.close() == 0
+
+
+def test_pi_outside_a_wfrun_project_says_so_once_and_offers_no_tool(world: World) -> None:
+    shutil.rmtree(world.project / ".wfrun")
+
+    def rule(messages: Messages) -> Reply | None:
+        return Answer(text="Fine.")
+
+    world.model.rules.append(rule)
+    pi = world.pi()
+    error = pi.wait_record(lambda r: r.get("method") == "notify", "the bridge's refusal")
+    assert error["notifyType"] == "error"
+    assert str(error["message"]).startswith("wfrun: wfrun bridge exited (")
+    assert "no .wfrun/ folder in this directory or any parent" in str(error["message"])
+    for _ in range(2):
+        pi.wait_settled(pi.prompt("hello"))
+    tools = [t["function"]["name"] for t in world.server.requests[-1].body.get("tools", [])]
+    assert "workflow" not in tools
+    assert len(pi.notifications()) == 1  # not once per turn
     assert pi.close() == 0

@@ -102,6 +102,7 @@ def test_seed_scenario_through_real_pi(world: World) -> None:
                and r.get("method") == "setWidget" and r.get("widgetKey") == "wfrun"]
     assert any(any(first in line and "failed" in line and "source_changed" in line
                    for line in (w.get("widgetLines") or [])) for w in widgets), widgets
+    assert pi.count(lambda r: r.get("type") == "extension_error") == 0
     assert pi.close() == 0
 
 
