@@ -19,7 +19,7 @@ from runner.compiler import Node, WorkflowDefinition
 from runner.compiler.budget import Scope
 from runner.compiler.budget import scoped as scoped_budget
 from runner.compiler.templates import TemplateError, render_native
-from runner.safety import bound
+from runner.safety import bound, redact
 
 from .agent import AgentStep, AgentStepExecutor, TurnKind
 from .artifacts import externalize, has_artifacts, internalize
@@ -158,7 +158,8 @@ class RunDriver:
                    exit_code: int | None = None) -> None:
         """One attempt's stdout and stderr (`wfrun logs`): bounded, masked by `emit`,
         long streams in artifacts/ by the size rule."""
-        out, err = bound(stdout, LOG_CAP), bound(stderr, LOG_CAP)
+        # stderr is diagnostics: credential-shaped text is redacted as well (runner.safety).
+        out, err = bound(stdout, LOG_CAP), bound(redact(stderr), LOG_CAP)
         self.emit("node_log", {"stdout": out, "stderr": err,
                                "stdout_truncated": stdout_cut or out != stdout,
                                "stderr_truncated": stderr_cut or err != stderr,

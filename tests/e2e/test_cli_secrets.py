@@ -31,7 +31,8 @@ TOKEN = "canary-deploy-token-5f1c"  # declared secret, from the environment
 PASSWORD = "canary-password-77aa"  # writeOnly input field
 API_KEY = "canary-api-key-9d3e"  # MY_API_KEY in the environment (secret-named)
 FILE_SECRET = "canary-file-secret-c0de"  # --secret NAME=@FILE
-CANARIES = (TOKEN, PASSWORD, API_KEY, FILE_SECRET)
+UNKNOWN_KEY = "canary-unknown-key-4242"  # printed as CONFIG_API_KEY=..., known to nobody
+CANARIES = (TOKEN, PASSWORD, API_KEY, FILE_SECRET, UNKNOWN_KEY)
 VISIBLE = "ci-box-visible-name"  # an `env:` allowlisted, non-secret value
 
 
@@ -66,6 +67,7 @@ nodes:
           [ "$(printf %s "$P" | sha256sum | cut -c1-64)" = "{sha(PASSWORD)}" ] && echo password-matches
           echo "token=$T password=$P api=$MY_API_KEY"
           echo "on stderr: $T $P $MY_API_KEY" >&2
+          cat config.env >&2
           exit 3
       env: {{T: "{{{{ secrets.DEPLOY_TOKEN }}}}", P: "{{{{ input.password }}}}"}}
   boom:
@@ -125,6 +127,8 @@ class Project:
         (folder / "fromfile.yaml").write_text(FILE_WORKFLOW)
         (folder / "slow.yaml").write_text(RESUME_WORKFLOW)
         (root / "agent.py").write_text(AGENT_PY)
+        # A config file a command prints: its key is known to nobody, its shape says secret.
+        (root / "config.env").write_text(f"CONFIG_API_KEY={UNKNOWN_KEY}\n")
         (root / "gate").mkdir()
         self.outputs: list[str] = []  # everything the CLI printed, searched at the end
 
@@ -203,7 +207,8 @@ def test_canaries_reach_commands_but_no_byte_wfrun_writes_and_no_model_message(
     assert "token=*** password=*** api=***" in logs.stdout
     assert "on stderr: *** *** ***" in logs.stdout  # --stdout/--stderr not given: both
     only_err = project.wfrun("logs", run_id, "check", "--stderr", env=env)
-    assert only_err.stdout.strip() == "on stderr: *** *** ***"
+    assert only_err.stdout.splitlines() == ["on stderr: *** *** ***",
+                                            "CONFIG_API_KEY=[redacted]"]
 
     show = project.wfrun("show", run_id, "--json", env=env)
     view = json.loads(show.stdout)

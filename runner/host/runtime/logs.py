@@ -114,7 +114,9 @@ def failure_summary(runs: Path | RunReader, run_id: str,
     reader = _reader(runs)
     logs = _entries(reader, run_id, events, node)
     error = state.error.get("message")
-    if not logs:
+    kinds = {e.get("node"): (e.get("payload") or {}).get("kind") for e in events
+             if e.get("type") == "node_started"}
+    if not logs and kinds.get(node) == "fail":
         # Failed on purpose (a `fail` node after a failed check, say): the last node that
         # failed with logs is the one to look at.
         failed = [e for e in events if e.get("type") == "node_failed"]
