@@ -185,7 +185,9 @@ def _action(driver: RunDriver, node: Node, attempt: str, spec: ActionSpec,
                     clock=driver.clock, registry=driver.processes)
     # Values of secret-named variables this action sets are masked like run secrets.
     own = mask_values(secret_env_values(env))
-    stdout, stderr = mask(res.stdout, own), mask(res.stderr, own)
+    # stderr is diagnostics: credential-shaped text in it (`OTHER_API_KEY=...` from a
+    # config file) is redacted too. stdout is data, so only known values are masked.
+    stdout, stderr = mask(res.stdout, own), redact(mask(res.stderr, own))
     # A parked node runs again on resume; its partial output is not a log of the step.
     parked = res.ending == "stopped" and driver.control.stop_reason == "park"
     if res.ending in ("exited", "timed_out", "stopped") and not parked:
@@ -213,8 +215,7 @@ def _action(driver: RunDriver, node: Node, attempt: str, spec: ActionSpec,
                           extra=extra)
     if res.exit_code != 0 and not spec.allow_nonzero_exit:
         tail = stderr.strip().splitlines()[-3:] if stderr.strip() else []
-        # Credential-shaped text in the tail is redacted too; `wfrun logs` has it all.
-        detail = (": " + redact(" | ".join(tail)))[:500] if tail else ""
+        detail = (": " + " | ".join(tail))[:500] if tail else ""
         code = res.exit_code if res.exit_code is not None else f"signal {res.signal}"
         return _fail("nonzero_exit", f"'{shown[:200]}' exited with {code}{detail}", **extra)
     if spec.parse is not None:
