@@ -61,6 +61,9 @@ def host_cmd(ctx: Context, agent: str | None, once: bool, max_runs: int,
     if once and fault is not None:  # one line; each launch it touched waits (logged)
         raise MachineFault(f"{fault.problem}; the launches it refused stay queued or parked",
                            fault.todo)
+    refused = host.coordinator.claim_error
+    if once and refused is not None and not report.started:
+        raise refused  # busy, full or read-only store: nothing was claimed (one line)
     done = len(report.outcomes)
     click.echo(f"wfrun host: {report.started} run(s) started, {done} finished or parked, "
                f"{report.failed_to_start} failed to start"

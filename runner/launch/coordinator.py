@@ -161,6 +161,7 @@ class LaunchCoordinator(Preflight):
         # this process's memory until the launch activates (see docs/secrets.md).
         self.held: dict[str, dict[str, Any]] = {}
         self.faults = FaultGate(self.clock)  # claiming waits after a full/read-only disk
+        self.claim_error: StoreUnavailable | None = None  # the last claim the store refused
         self._keeper = LeaseKeeper(store, self.clock, lease_seconds, renew_every, runner_id)
         # Checkpoint after input is cleared, so the -wal file keeps no copy of it.
         self.scrub_input = scrub_input
@@ -180,10 +181,14 @@ class LaunchCoordinator(Preflight):
         if self.faults.active():
             return None  # the disk refused a bundle moments ago: let the launches wait
         try:
-            return self.store.launches.claim_next(runner_id=self.runner_id, session_id=session_id,
-                                                  lease_seconds=self.lease_seconds)
-        except StoreUnavailable:
+            claimed = self.store.launches.claim_next(
+                runner_id=self.runner_id, session_id=session_id,
+                lease_seconds=self.lease_seconds)
+        except StoreUnavailable as exc:
+            self.claim_error = exc  # busy, full, read-only: `wfrun host --once` says so
             return None
+        self.claim_error = None
+        return claimed
 
     def claim(self, run_id: str, *, dead_runner: str | None = None) -> LaunchRecord:
         """Claim one launch by id (an explicit resume, a foreground run)."""

@@ -57,12 +57,13 @@ def hold(co: LaunchCoordinator, act: Activation, fault: MachineFault) -> None:
     co.faults.record(fault)
     record, token = act.record, act.token
     run_id = record.run_id
+    foreground = record.affinity_runner_id == co.runner_id  # `wfrun run`: it tells its user
     if act.driver is not None:
         act.driver.bundle.close()
     try:
         if not co.reader.started(run_id):
             _discard(co, act)
-            if record.affinity_runner_id == co.runner_id:  # a foreground run: it tells
+            if foreground:
                 co.fail_launch(record, token, "activation_failed",
                                f"{fault.problem}; {fault.todo}, then start it again",
                                fixed=True)
@@ -76,7 +77,7 @@ def hold(co: LaunchCoordinator, act: Activation, fault: MachineFault) -> None:
         if current is not None and current.status == "starting":
             co.store.launches.mark_running(run_id, token)
         parked = co.store.launches.park(run_id, token, mode="explicit")
-        if not isinstance(parked, LostRace):
+        if not isinstance(parked, LostRace) and not foreground:
             log.warning("run %s is parked: %s; %s, then `wfrun resume %s` continues it",
                         run_id, fault.problem, fault.todo, run_id)
     except StoreError as exc:
