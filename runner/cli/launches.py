@@ -50,7 +50,7 @@ def start_cmd(ctx: Context, ref: str, input_json: str | None, pairs: tuple[str, 
     value = parse_input(input_json, pairs, _input_schema(ws, ref) if pairs else None)
     store = open_store(ws)
     coordinator = detached_coordinator(ws, store, executor=ctx.executor(agent, ws.clock))
-    name, run_id = queue_detached(coordinator, ref, value)
+    name, run_id = queue_detached(coordinator, ref, value, here=wait)
     if as_json and not wait:
         click.echo(json.dumps({"action": "start", "workflow": name, "runId": run_id,
                                "queued": True}))

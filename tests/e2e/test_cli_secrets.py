@@ -333,3 +333,26 @@ def test_a_write_only_field_needs_its_value_again_to_resume(project: Project) ->
     logs = project.wfrun("logs", run_id, "wait", "--stdout")
     assert logs.stdout == "pw ***\n"
     project.assert_no_canary_anywhere()
+
+
+@pytest.mark.timeout(120)
+def test_start_refuses_a_write_only_value_for_a_host_and_runs_it_with_wait(
+        project: Project) -> None:
+    (project.root / ".wfrun" / "workflows" / "login.yaml").write_text(textwrap.dedent("""\
+        input: {type: object, properties: {password: {type: string, writeOnly: true}}}
+        start: use
+        nodes:
+          use: {action: {shell: [sh, -c, 'echo "using $P"'], env: {P: "{{ input.password }}"}}}
+        """))
+    refused = project.wfrun("start", "login", "-i", f"password={PASSWORD}")
+    assert refused.returncode == 2, refused.stderr
+    assert "input field 'password' is secret (writeOnly)" in refused.stderr
+    assert "wfrun start --wait" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    assert project.wfrun("status", "--json").stdout.count('"runId"') == 0  # nothing queued
+
+    waited = project.wfrun("start", "login", "-i", f"password={PASSWORD}", "--wait", "--json")
+    assert waited.returncode == 0, waited.stderr
+    run_id = json.loads(waited.stdout.strip().splitlines()[-1])["runId"]
+    assert project.wfrun("logs", run_id, "use", "--stdout").stdout == "using ***\n"
+    project.assert_no_canary_anywhere()

@@ -15,7 +15,7 @@ from typing import Any
 from runner.engine import AgentStepExecutor, RunControl, RunOutcome, RunReader
 from runner.engine.processes import reap_dead_registries, registry_for_this_process
 from runner.engine.runner import Observer
-from runner.engine.secrets import SecretSource
+from runner.engine.secrets import SecretSource, write_only_fields
 from runner.engine.secrets import resolve as resolve_secrets
 from runner.errors import (
     InputError,
@@ -73,8 +73,22 @@ def preflight_error(exc: PreflightError) -> WfrunError:
     return InputError(text)
 
 
-def queue_detached(coordinator: LaunchCoordinator, ref: str, value: Any) -> tuple[str, str]:
-    """`wfrun start`: one queued detached launch; (workflow name, run id)."""
+def queue_detached(coordinator: LaunchCoordinator, ref: str, value: Any, *,
+                   here: bool = False) -> tuple[str, str]:
+    """`wfrun start`: one queued detached launch; (workflow name, run id). Unless it runs
+    `here` (`--wait`), a writeOnly input value is refused: it would stay in this
+    process's memory, out of reach of the host that activates the launch."""
+    if not here and isinstance(value, dict):
+        try:
+            definition, _ = coordinator.resolver.compile(ref)
+        except WfrunError:
+            definition = None  # prepare reports it
+        secret = [f for f in write_only_fields(definition) if f in value] if definition else []
+        if secret:
+            raise InputError(f"input field '{secret[0]}' is secret (writeOnly) and is never "
+                             "stored, so a host cannot activate this launch with it: use "
+                             "`wfrun start --wait` or `wfrun run`, or declare a secret "
+                             "(secrets:) that the host reads from its environment")
     try:
         record = coordinator.prepare(ref, value)
     except PreflightError as exc:
