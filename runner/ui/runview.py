@@ -145,6 +145,9 @@ def run_live(run_id: str, events: list[dict[str, Any]], snapshot: dict[str, Any]
     node_ids = [str(n) for n in (snapshot.get("nodes") or {})]
     updates = [u for u in state.updates.values()
                if not (isinstance(u, dict) and u.get("type") == "progress")]
+    nodes = node_states(events, node_ids, state.status if events else "running")
+    if state.status == "waiting" and state.waiting_on in nodes:
+        nodes[str(state.waiting_on)] = "waiting"  # the checkpoint that asks the question
     view = {
         "run_id": run_id,
         "status": status,
@@ -152,7 +155,7 @@ def run_live(run_id: str, events: list[dict[str, Any]], snapshot: dict[str, Any]
         "steps": state.steps,
         "waiting_on": state.waiting_on,
         "finished_at": state.finished_at,
-        "nodes": node_states(events, node_ids, state.status if events else "running"),
+        "nodes": nodes,
         "timeline": timeline(events),
         "outputs": state.outputs,
         "final_output": state.final_output,

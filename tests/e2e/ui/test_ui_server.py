@@ -174,3 +174,35 @@ def test_the_event_stream_follows_the_trace_until_the_run_ends(project: Project)
         if runner.poll() is None:
             runner.kill()
             runner.wait()
+
+
+APPROVE = """\
+name: approve
+start: ask
+nodes:
+  ask: {checkpoint: {summary: "Ship {{ input.what }}?"}}
+  after: {compute: "{{ {'answer': outputs.ask.answer} }}"}
+edges:
+  - {from: ask, to: after}
+"""
+
+
+def test_a_waiting_run_links_to_its_continuation_and_back(project: Project) -> None:
+    project.workflow("approve", APPROVE)
+    assert project.wfrun("run", "approve", "-i", "what=it").returncode == 4  # waiting
+    (parent,) = project.run_ids()
+    assert project.wfrun("answer", parent, "yes").returncode == 0
+    (child,) = [r for r in project.run_ids() if r != parent]
+    with ui_server(project) as ui:
+        parent_view = httpx.get(f"{ui.base}/api/runs/{parent}").json()
+        assert parent_view["continued_by"] == child
+        assert parent_view["live"]["status"] == "waiting"
+        assert parent_view["live"]["nodes"] == {"ask": "waiting", "after": "skipped"}
+        assert f'id="continued-link" href="/runs/{child}"' in \
+            httpx.get(f"{ui.base}/runs/{parent}").text
+        child_view = httpx.get(f"{ui.base}/api/runs/{child}").json()
+        assert child_view["parent_run_id"] == parent
+        assert child_view["live"]["status"] == "completed"
+        assert child_view["live"]["outputs"]["after"] == {"answer": "yes"}
+        assert f'id="parent-link" href="/runs/{parent}"' in \
+            httpx.get(f"{ui.base}/runs/{child}").text
