@@ -184,16 +184,23 @@ class Bridge {
 }
 
 // -- the controller manager child --------------------------------------------------------
+// `wfrun controller run` does not read stdin, so a small sh keeps the pipe from Pi
+// and stops the manager (SIGTERM: graceful, claims released, rows kept) when the
+// pipe closes: at shutdown, or when Pi dies without one. No manager outlives Pi.
+const WATCHDOG = '"$@" controller run </dev/null & pid=$!; cat >/dev/null; ' +
+  'kill -TERM "$pid" 2>/dev/null; wait "$pid"';
+
 class Controllers {
   private child: ChildProcess | undefined;
   private exited: Promise<void> | undefined;
 
   start(argv: string[], cwd: string): void {
     if (this.child) return;
-    const child = spawn(argv[0], [...argv.slice(1), "controller", "run"], {
-      cwd, env: process.env, stdio: ["ignore", "ignore", "pipe"],
+    const child = spawn("/bin/sh", ["-c", WATCHDOG, "wfrun-controllers", ...argv], {
+      cwd, env: process.env, stdio: ["pipe", "ignore", "pipe"], detached: true,
     });
     child.stderr!.on("data", (chunk: Buffer) => process.stderr.write(chunk));
+    child.stdin!.on("error", () => {});
     this.exited = new Promise((resolve) => {
       child.on("exit", () => resolve());
       child.on("error", () => resolve());
@@ -201,16 +208,18 @@ class Controllers {
     this.child = child;
   }
 
-  get pid(): number | undefined {
-    return this.child?.pid;
-  }
-
-  /** Idempotent: SIGTERM stops the manager gracefully (claims released, rows kept). */
+  /** Idempotent: close the pipe, wait; SIGKILL the group only after a grace period. */
   async stop(): Promise<void> {
     const child = this.child;
     if (!child || !this.exited) return;
-    if (child.exitCode === null && child.signalCode === null) child.kill("SIGTERM");
-    const timer = setTimeout(() => child.kill("SIGKILL"), STOP_GRACE_MS);
+    child.stdin!.end();
+    const timer = setTimeout(() => {
+      try {
+        if (child.pid) process.kill(-child.pid, "SIGKILL");
+      } catch {
+        // already gone
+      }
+    }, STOP_GRACE_MS);
     await this.exited;
     clearTimeout(timer);
   }

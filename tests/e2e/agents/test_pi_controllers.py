@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -68,3 +69,18 @@ def test_controller_command_lists_and_reconciles_inside_pi(world: World) -> None
 
     assert pi.close() == 0  # session_shutdown stops the manager
     wait_until(lambda: not _alive(manager_pid), what="the controller manager to stop")
+
+
+def test_pi_killed_alone_leaves_no_controller_manager_behind(world: World) -> None:
+    shutil.copytree(PROBE, world.project / ".wfrun" / "controllers")
+    log = world.root / "passes.jsonl"
+    spec = world.root / "spec.json"
+    spec.write_text(json.dumps({"log": str(log)}))
+    subprocess.run([str(VENV_BIN / "wfrun"), "controller", "apply", "probe", "k1", str(spec)],
+                   cwd=world.project, check=True, capture_output=True)
+    pi = world.pi()
+    (first,) = wait_until(lambda: _passes(log), what="the manager Pi started to reconcile k1")
+    manager_pid = int(first["pid"])
+    os.kill(pi.proc.pid, signal.SIGKILL)  # only Pi: no shutdown handler runs
+    pi.proc.wait(30)
+    wait_until(lambda: not _alive(manager_pid), what="the orphaned manager to stop")
