@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -148,6 +149,16 @@ class Project:
         self.outputs += [done.stdout, done.stderr]
         return done
 
+    def launch_rows(self) -> int:
+        store = self.root / ".wfrun" / "state" / "store.sqlite3"
+        if not store.exists():
+            return 0
+        conn = sqlite3.connect(store.as_uri() + "?mode=ro", uri=True)
+        try:
+            return int(conn.execute("SELECT count(*) FROM workflow_run_queue").fetchone()[0])
+        finally:
+            conn.close()
+
     def run_id(self, done: subprocess.CompletedProcess[str]) -> str:
         return str(json.loads(done.stdout)["run_id"])
 
@@ -247,10 +258,11 @@ def test_a_secret_from_a_file_and_a_missing_one(project: Project, tmp_path: Path
     assert logs.stdout == "got ***\n"
 
     missing = project.wfrun("run", "fromfile")
-    assert missing.returncode != 0
+    assert missing.returncode == 2  # refused before anything is queued
     assert "needs secret FROM_FILE" in missing.stderr
     assert "--secret FROM_FILE=" in missing.stderr
     assert len(missing.stderr.strip().splitlines()) == 1, missing.stderr
+    assert project.launch_rows() == 1  # only the first run's
 
     bad = project.wfrun("run", "fromfile", "--secret", "FROM_FILE=@/no/such/file")
     assert bad.returncode == 2
@@ -349,7 +361,7 @@ def test_start_refuses_a_write_only_value_for_a_host_and_runs_it_with_wait(
     assert "input field 'password' is secret (writeOnly)" in refused.stderr
     assert "wfrun start --wait" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1
-    assert project.wfrun("status", "--json").stdout.count('"runId"') == 0  # nothing queued
+    assert project.launch_rows() == 0  # nothing was queued
 
     waited = project.wfrun("start", "login", "-i", f"password={PASSWORD}", "--wait", "--json")
     assert waited.returncode == 0, waited.stderr

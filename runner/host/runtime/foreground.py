@@ -127,7 +127,19 @@ def run_workflow(ws: Workspace, store: Store, ref: str, value: Any, control: Run
                  secrets: Mapping[str, str] | None = None) -> RunOutcome:
     coordinator = foreground_coordinator(ws, store, executor=executor, observer=observer,
                                          durability=durability, secrets=secrets)
+    _preflight_secrets(coordinator, ref, value)
     return execute_here(coordinator, prepared(coordinator, ref, value), control)
+
+
+def _preflight_secrets(coordinator: LaunchCoordinator, ref: str, value: Any) -> None:
+    """This process will run it: a missing or too short secret is refused before
+    anything is queued (other problems are the preflight's to report)."""
+    try:
+        definition, _ = coordinator.resolver.compile(ref)
+    except WfrunError:
+        return
+    resolve_secrets(definition, coordinator.options.secret_source,
+                    {} if value is None else value)
 
 
 def resume_run(ws: Workspace, store: Store, run_id: str, control: RunControl, *,
