@@ -68,7 +68,7 @@ def main() -> int:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("WFRUN_", "CLAUDE"))}
         env.update(WFRUN_HOME=str(Path(tmp) / "home"), PYTHONDONTWRITEBYTECODE="1")
         session = "0b5e7a1c-bench-0000-0000-000000000000"
-        server_env = dict(env, CLAUDE_CODE_SESSION_ID=session)
+        server_env = dict(env, CLAUDE_CODE_SESSION_ID=session, WFRUN_CLAUDE_PID=str(os.getpid()))
         server = subprocess.Popen([*WFRUN, "--project", str(root), "mcp", "--client",
                                    "claude-code"], cwd=root, env=server_env,
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE,

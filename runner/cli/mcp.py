@@ -28,8 +28,11 @@ from .runs import workspace
 @click.option("--session", "session_id", metavar="ID",
               help="The session's id (default: Claude Code's CLAUDE_CODE_SESSION_ID, else "
                    "a new one). Reuse an id to continue a session after a restart.")
+@click.option("--claude-pid", type=click.IntRange(2), envvar="WFRUN_CLAUDE_PID", hidden=True,
+              help="The Claude process whose hooks this server answers (default: the "
+                   "nearest ancestor named claude, else the parent; benchmarks set it).")
 @click.pass_obj
-def mcp_cmd(ctx: Context, client: str, session_id: str | None) -> None:
+def mcp_cmd(ctx: Context, client: str, session_id: str | None, claude_pid: int | None) -> None:
     """Serve the `workflow` tool over MCP on stdin/stdout (one session per process)."""
     from runner.host.mcp.hook import wfrun_session
     from runner.host.mcp.server import serve_stdio
@@ -47,7 +50,7 @@ def mcp_cmd(ctx: Context, client: str, session_id: str | None) -> None:
     open_store(ws).close()  # a broken or busy store is a one-line error before the protocol
     store_clock = clock_from_env() if os.environ.get(CLOCK_FILE_ENV) else None
     serve_stdio(ws, session_id, client="claude-code" if client == "claude-code" else "none",
-                store_clock=store_clock)
+                store_clock=store_clock, claude_pid=claude_pid)
 
 
 @cli.group("hook")

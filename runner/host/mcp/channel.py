@@ -54,6 +54,34 @@ def socket_path(claude_pid: int) -> str:
     return os.path.join(socket_dir(), f"claude-{claude_pid}.sock")
 
 
+def _parent_and_name(pid: int) -> tuple[int, str] | None:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as fh:
+            stat = fh.read()
+    except OSError:
+        return None
+    name = stat[stat.find("(") + 1:stat.rfind(")")]
+    fields = stat[stat.rfind(")") + 2:].split()
+    return (int(fields[1]), name) if len(fields) > 1 and fields[1].isdigit() else None
+
+
+def claude_process(start: int | None = None, max_depth: int = 8) -> int:
+    """The Claude process this server serves: the nearest ancestor named `claude`
+    (a user may wrap the server in `uv run` or a shell), else the parent."""
+    parent = os.getppid() if start is None else start
+    pid = parent
+    for _ in range(max_depth):
+        found = _parent_and_name(pid)
+        if found is None:
+            break
+        if found[1] == "claude":
+            return pid
+        if found[0] <= 1:
+            break
+        pid = found[0]
+    return parent
+
+
 def call(claude_pid: int, request: dict[str, Any], timeout: float = REPLY_TIMEOUT,
          ) -> dict[str, Any] | None:
     """Send one request; the reply, or None when no server listens for that process."""

@@ -250,7 +250,7 @@ def serve_stdio(ws: Workspace, session_id: str, *, client: Client,
                 store_clock: Clock | None = None, claude_pid: int | None = None) -> None:
     """Serve MCP on stdin/stdout until the client closes stdin (or SIGTERM)."""
     session = McpSession(ws, session_id, client=client, store_clock=store_clock)
-    pid = claude_pid or os.getppid()  # Claude Code starts this server directly
+    pid = claude_pid or channel.claude_process()  # the hooks' CLAUDE_PID
     hooks = listen_for_hooks(session, pid) if session.hooks else None
     server = build_server(session)
 

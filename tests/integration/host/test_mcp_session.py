@@ -22,6 +22,7 @@ from runner.host.mcp.server import McpSession, listen_for_hooks
 from runner.host.mcp.sessionlog import SessionLog
 from runner.host.runtime.local import Workspace
 from runner.launch.intents import AGENT_STEP_TYPE, DEFERRED_TURN_TYPE
+from runner.store import SqliteStore
 
 pytestmark = pytest.mark.timeout(60)
 PID = 31337
@@ -42,6 +43,7 @@ class World:
         ws = Workspace(build_catalog("workflows", root, None), root, root / ".wfrun" / "state")
         self.session = McpSession(ws, "claude-code:s-1", client="claude-code")
         self.server = listen_for_hooks(self.session, PID)
+        self.closed = False
 
     def hook(self, name: str, sid: str = "s-1", **extra: Any) -> dict[str, Any] | None:
         event = {"hook_event_name": name, "session_id": sid, "cwd": str(self.root), **extra}
@@ -59,6 +61,9 @@ class World:
         return SessionLog.for_session(self.root / ".wfrun", f"claude-code:{sid}")
 
     def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
         self.server.shutdown()
         self.server.server_close()
         self.session.close()
@@ -90,6 +95,15 @@ def test_nothing_activates_until_the_stop_hook_then_the_step_blocks_once(world: 
     assert [m.custom_type for m in world.log().messages()] == [AGENT_STEP_TYPE]
     assert world.log().pending() == []
     assert world.session.host.turn_open  # the block is the model's next turn
+    # Claude exits (stdin closes): the session shuts down and the open run parks.
+    world.close()
+    store = SqliteStore(world.root / ".wfrun" / "state" / "store.sqlite3")
+    try:
+        parked = store.launches.get(run_id)
+    finally:
+        store.close()
+    assert parked is not None
+    assert parked.status == "parked"
 
 
 def test_a_failed_start_is_one_block_and_a_repeated_stop_sends_nothing(world: World) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import json
 import os
+import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -172,3 +174,26 @@ def test_the_hook_path_loads_no_heavy_module(project: Path) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, env=env, cwd=project)
     assert out.stdout.strip() == "0 []", out.stderr
+
+
+def test_the_server_finds_its_claude_process_through_a_wrapper(tmp_path: Path) -> None:
+    """A server started through a shell (or `uv run`) still answers the hooks of the
+    Claude process above it: the nearest ancestor named `claude`."""
+    fake_claude = tmp_path / "claude"
+    shutil.copy("/bin/sh", fake_claude)
+    probe = ("from runner.host.mcp.channel import claude_process; import os; "
+             "print(claude_process(), os.getppid())")
+    # claude -> sh (the wrapper) -> python: the claude pid, not the wrapper's.
+    script = f"{shlex.quote(sys.executable)} -c {shlex.quote(probe)}; true"
+    out = subprocess.run([str(fake_claude), "-c", f"/bin/sh -c {shlex.quote(script)}; "
+                          "echo claude=$$"], capture_output=True, text=True, timeout=60)
+    found, parent = out.stdout.split()[0:2]
+    claude_pid = out.stdout.split("claude=")[1].strip()
+    assert found == claude_pid, out.stdout
+    assert parent != claude_pid  # the wrapper was the parent
+    # With no claude above it, the parent is the answer.
+    direct = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                            timeout=60)
+    found, parent = direct.stdout.split()
+    # (unless these tests themselves run under a Claude Code process)
+    assert found == parent or Path(f"/proc/{found}/comm").read_text().strip() == "claude"
