@@ -281,4 +281,6 @@ def resource_page(site: Site, controller: str, key: str) -> dict[str, Any]:
                        "payload": e.payload, "recorded_at": e.recorded_at}
                       for e in events[-EVENTS_SHOWN:]][::-1]
     view["indeterminate"] = sum(1 for e in view["effects"] if e["state"] == "indeterminate")
-    return site.mask(view)
+    # Metadata is ours (a uid looks like a token to the redactor); the rest is user data.
+    metadata = view.pop("metadata")
+    return {"metadata": metadata, **site.mask(view)}

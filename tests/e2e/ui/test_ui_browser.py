@@ -15,6 +15,8 @@ import pytest
 from uikit import REPO, Project, ui_server, wait_for_node
 from waiting import wait_until
 
+from runner.store import SqliteStore
+
 pytestmark = pytest.mark.slow
 
 HOLD = """\
@@ -200,6 +202,16 @@ def test_a_controller_resource_shows_its_conditions(project: Project, page: Any,
     assert project.wfrun("controller", "apply", "probe", "p1", str(spec)).returncode == 0
     done = project.wfrun("controller", "run", "--once")
     assert done.returncode == 0, done.stderr
+    # Two effects as a provider call leaves them: one applied, one whose outcome is unknown.
+    store = SqliteStore(project.root / ".wfrun" / "state" / "store.sqlite3")
+    resource = store.resources.get("probe", "p1")
+    assert resource is not None
+    for key, state in (("comment", "applied"), ("merge", "indeterminate")):
+        store.effects.reserve(resource.uid, key, generation=1, kind=key,
+                              request_fingerprint=f"fp-{key}")
+        store.effects.complete(resource.uid, key, state=state,  # type: ignore[arg-type]
+                               error="timed out reading the reply" if key == "merge" else None)
+    store.close()
     with ui_server(project) as ui:
         page.goto(f"{ui.base}/controllers")
         page.click('section[data-controller="probe"] tr[data-key="p1"] a')
@@ -207,8 +219,15 @@ def test_a_controller_resource_shows_its_conditions(project: Project, page: Any,
         ready = page.locator('#conditions tr[data-type="Ready"]')
         assert ready.get_attribute("data-status") == "True"
         assert page.text_content("#generation") == "1"
+        assert page.text_content("#observed-generation") == "1"
+        assert "redacted" not in page.text_content("#metadata")
         assert json.loads(page.text_content("#spec")) == {"value": "v1"}
         assert page.locator("#events tbody tr").count() >= 1
+        assert page.text_content("#indeterminate-count") == "1 indeterminate"
+        flagged = page.locator("#effects tr.indeterminate")
+        assert flagged.count() == 1
+        assert "timed out reading the reply" in flagged.text_content()
+        assert page.locator('#effects tr[data-state="applied"]').count() == 1
         shot(page, shots, "resource")
     assert not page.js_errors
 
