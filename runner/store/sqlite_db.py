@@ -30,8 +30,10 @@ from __future__ import annotations
 import errno
 import os
 import secrets
+import shutil
 import sqlite3
 import stat
+import tempfile
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
@@ -145,8 +147,31 @@ def inspect_existing(path: Path) -> FileState:
                 raise error
             if error is None and not wal_path.exists():
                 return state
-            # A -wal left beside it may hold commits the immutable read skipped.
+            if wal_path.exists():
+                # A -wal left beside it may hold commits the immutable read skipped, and
+                # reading them in place would create the -shm: read a private copy.
+                return _inspect_copy(path, wal_path)
     return _inspect_uri(path, read_only_uri(path))
+
+
+def _inspect_copy(path: Path, wal_path: Path) -> FileState:
+    """Inspect a copy of the file and its -wal in a private temporary folder, so a
+    refused store is left byte- and file-identical (no -shm appears beside it)."""
+    with tempfile.TemporaryDirectory(prefix="wfrun-inspect-") as folder:
+        copy = Path(folder) / path.name
+        try:
+            shutil.copyfile(path, copy)
+            shutil.copyfile(wal_path, copy.with_name(copy.name + "-wal"))
+        except FileNotFoundError:  # its owner opened and checkpointed it meanwhile
+            return _inspect_uri(path, read_only_uri(path))
+        except OSError as exc:
+            raise faults.from_os(exc, path, "read") from None
+        try:
+            return _inspect_uri(copy, copy.absolute().as_uri() + "?mode=ro")
+        except IncompatibleLayout as exc:
+            raise IncompatibleLayout(str(path), exc.detail) from None
+        except StoreError as exc:
+            raise type(exc)(exc.message.replace(str(copy), str(path))) from None
 
 
 def _inspect_uri(path: Path, uri: str) -> FileState:

@@ -72,9 +72,16 @@ def test_every_operation_is_built_from_valid_transitions(name: str) -> None:
         assert is_valid_transition(source, op.target), (name, source)
 
 
-def test_operations_cover_every_transition_except_recovery() -> None:
+def test_operations_cover_every_transition() -> None:
     covered = {(s, op.target) for op in LAUNCH_OPERATIONS.values() for s in op.sources}
-    assert LAUNCH_TRANSITIONS - covered == {("starting", "queued")}  # recovery only
+    assert covered <= LAUNCH_TRANSITIONS
+    assert covered == LAUNCH_TRANSITIONS  # starting -> queued: recovery, and a release
+
+
+def test_only_the_claim_holder_releases_a_starting_launch_back_to_the_queue() -> None:
+    release = LAUNCH_OPERATIONS["release"]
+    assert (release.sources, release.target, release.needs_claim) == (
+        ("starting",), "queued", True)
 
 
 def test_only_the_holder_of_a_claim_may_leave_starting_or_running_except_cancel() -> None:
