@@ -84,7 +84,7 @@ def wfrun(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def make_runs(root: Path, count: int) -> dict[str, int]:

@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import quote
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
@@ -172,7 +173,8 @@ def build_app(site: Site, config: UiConfig | None = None, *,
     def page(name: str, gather: Callable[[Request], dict[str, Any]]) -> Handler:
         async def endpoint(request: Request) -> Response:
             try:
-                view = gather(request)
+                # Off the event loop: bundle and store reads block, live streams must not.
+                view = await run_in_threadpool(gather, request)
             except Exception as exc:
                 return _error(request, exc)
             if request.url.path.startswith("/api/"):
