@@ -14,7 +14,7 @@ import pytest
 
 from runner.errors import NotFoundError, OperationFailed, TemporaryError, WfrunError
 from runner.host.runtime.errors import BUSY_MESSAGE, translate
-from runner.store import SqliteStore
+from runner.store import SqliteStore, faults
 from runner.store.errors import (
     RESET_INSTRUCTION,
     IdentityConflict,
@@ -65,6 +65,13 @@ def test_a_write_on_a_locked_store_is_a_temporary_busy_error(
      "request id r belongs to another request"),
     (StoreError("store error in s: disk I/O error"), OperationFailed,
      "store error in s: disk I/O error"),
+    # Machine faults: each says what to do, none advises a reset (issue 10).
+    (faults.disk_full(Path("s")), TemporaryError, faults.disk_full(Path("s")).message),
+    (faults.read_only(Path("s")), OperationFailed, faults.read_only(Path("s")).message),
+    (faults.no_permission(Path("s"), "denied"), OperationFailed,
+     faults.no_permission(Path("s"), "denied").message),
+    (faults.corrupt(Path("s"), "database disk image is malformed"), OperationFailed,
+     faults.corrupt(Path("s"), "database disk image is malformed").message),
 ])
 def test_store_errors_are_classified_by_what_the_caller_should_do(
         raised: StoreError, kind: type[WfrunError], message: str) -> None:
@@ -73,6 +80,8 @@ def test_store_errors_are_classified_by_what_the_caller_should_do(
     assert error is not None
     assert error.message == message
     assert error.exit_code == 1  # DESIGN §9: the store never means bad input or not found
+    if not isinstance(raised, IncompatibleLayout):
+        assert "store reset" not in error.message  # only a real layout mismatch
 
 
 def _cannot_open(path: Path) -> None:
