@@ -115,11 +115,14 @@ class Hook:
         if self.claude_pid is None or self.warnings:
             return None  # no server, or it failed once already in this event
         try:
-            return channel.call(self.claude_pid, {"session_id": self.session, **request})
+            reply = channel.call(self.claude_pid, {"session_id": self.session, **request})
         except channel.ChannelError as exc:
             # Still hand over what the log holds; say why nothing else happened.
             self.warnings.append(str(exc))
             return None
+        if reply is not None and reply.get("ok") is not True:
+            self.warnings.append(f"the wfrun mcp server: {reply.get('error') or 'failed'}")
+        return reply
 
     def run(self) -> None:
         if self.name == "SessionStart":

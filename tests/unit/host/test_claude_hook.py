@@ -197,3 +197,34 @@ def test_the_server_finds_its_claude_process_through_a_wrapper(tmp_path: Path) -
     found, parent = direct.stdout.split()
     # (unless these tests themselves run under a Claude Code process)
     assert found == parent or Path(f"/proc/{found}/comm").read_text().strip() == "claude"
+
+
+def test_a_server_error_reply_is_a_warning_and_nothing_else_is_asked(
+        project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(channel.socket_path(4243))
+    listener.listen(4)
+    requests: list[dict[str, Any]] = []
+
+    def answer_once() -> None:
+        conn, _ = listener.accept()
+        requests.append(json.loads(conn.recv(4096)))
+        conn.sendall(b'{"ok": false, "error": "the run did not reach a quiet point"}\n')
+        conn.close()
+
+    thread = threading.Thread(target=answer_once, daemon=True)
+    thread.start()
+    log_of(project).append_message("wfrun-deferred-turn", "failed", {}, deliver_as="follow_up",
+                                   trigger_turn=True)
+    try:
+        code, out, err = hook(project, {"hook_event_name": "Stop"}, CLAUDE_PID="4243")
+    finally:
+        thread.join(timeout=10)
+        listener.close()
+    assert code == 0
+    assert json.loads(out)["decision"] == "block"
+    assert err == "wfrun: warning: the wfrun mcp server: the run did not reach a quiet point\n"
+    assert [r["event"] for r in requests] == ["turn_settled"]
+    assert requests[0]["session_id"] == f"claude-code:{SID}"
+    assert requests[0]["v"] == 1
