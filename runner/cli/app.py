@@ -66,6 +66,8 @@ class WfrunGroup(click.Group):
 def cli(ctx: click.Context, project: str | None, debug: bool, openai_base_url: str | None,
         openai_model: str | None, openai_api_key: str | None) -> None:
     """wfrun: declarative, durable workflows for agent and automation work."""
+    if debug:
+        _show_hook_tracebacks()
     settings = {"WFRUN_OPENAI_BASE_URL": openai_base_url, "WFRUN_OPENAI_MODEL": openai_model,
                 "WFRUN_OPENAI_API_KEY": openai_api_key}
     ctx.obj = Context(project_flag=project, debug=debug,
@@ -73,7 +75,20 @@ def cli(ctx: click.Context, project: str | None, debug: bool, openai_base_url: s
 
 
 def main() -> None:
-    from . import bridge, controllers, definitions, dev, host, housekeeping, integrate, launches, logs, mcp, runs, ui  # noqa: F401  (registers commands)
+    from . import (  # noqa: F401  (registers commands)
+        bridge,
+        controllers,
+        definitions,
+        dev,
+        host,
+        housekeeping,
+        integrate,
+        launches,
+        logs,
+        mcp,
+        runs,
+        ui,
+    )
 
     try:
         cli.main(prog_name="wfrun")
@@ -82,6 +97,19 @@ def main() -> None:
         if error is None or _debug_requested():
             raise
         fail(error)
+
+
+def _show_hook_tracebacks() -> None:
+    """`--debug`: a raising hook's traceback on stderr (it is never recorded)."""
+    import logging
+
+    from runner.engine.hooks import TRACEBACKS
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("wfrun: debug: %(message)s"))
+    TRACEBACKS.addHandler(handler)
+    TRACEBACKS.setLevel(logging.DEBUG)
+    TRACEBACKS.propagate = False
 
 
 def _debug_requested() -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import logging
 import sys
 import threading
 from collections.abc import Callable
@@ -23,6 +24,9 @@ from runner.errors import OperationFailed
 from .control import RunControl
 
 _lock = threading.Lock()
+# A raising hook's traceback goes only here (never into the trace: DESIGN §9); the CLI
+# prints this logger on stderr with --debug.
+TRACEBACKS = logging.getLogger("runner.hooks")
 
 
 class HookError(OperationFailed):
@@ -73,6 +77,9 @@ def run_bounded(fn: Callable[[], Any], deadline: float | None, control: RunContr
                              stop=lambda: control.stopping)
     if call.ending == "raised":
         exc = call.error
+        if exc is not None and TRACEBACKS.isEnabledFor(logging.DEBUG):
+            TRACEBACKS.debug("a hook raised %s", type(exc).__name__,
+                             exc_info=(type(exc), exc, exc.__traceback__))
         return HookOutcome("raised", error=f"{type(exc).__name__}: {exc}"[:2000])
     if call.ending == "returned":
         return HookOutcome("returned", value=call.value)
