@@ -17,7 +17,8 @@ from waiting import wait_until
 
 from runner.store import SqliteStore
 
-pytestmark = pytest.mark.slow
+# Chromium start-up and several CLI runs: generous under a loaded machine.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 HOLD = """\
 name: hold

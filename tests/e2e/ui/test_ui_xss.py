@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 from uikit import REPO, Project, ui_server
 
-pytestmark = pytest.mark.slow
+# Chromium start-up and several CLI runs: generous under a loaded machine.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 PAYLOADS = (
     "<script>window.__xss=1</script>",
