@@ -12,8 +12,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from conftest import AGENT_WF, RUN_RE, TOOL, ClaudeWorld, answer
+import pytest
+from claude_kit import AGENT_WF, RUN_RE, TOOL, ClaudeWorld, answer
 from fakes.anthropic_server import Body, Reply, last_turn_results, last_user_text
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]  # real Claude Code processes
+
 
 RESERVED_RE = re.compile(r"this session already has workflow run (?P<run>[\w-]+) \(queued\)")
 

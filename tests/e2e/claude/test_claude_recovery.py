@@ -14,10 +14,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from conftest import AGENT_WF, FAILED_RE, RUN_RE, TOOL, ClaudeWorld, answer, feedback_texts
+import pytest
+from claude_kit import AGENT_WF, FAILED_RE, RUN_RE, TOOL, ClaudeWorld, answer, feedback_texts
 from fakes.anthropic_server import Body, Reply, last_turn_results, last_user_text
 
 from runner.launch.intents import DEFERRED_TURN_TYPE
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]  # real Claude Code processes
+
 
 CRASH = {"WFRUN_CRASH_AT": "after_session_append"}
 

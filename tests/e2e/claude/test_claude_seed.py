@@ -16,11 +16,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from conftest import AGENT_WF, FAILED_RE, RUN_RE, TOOL, ClaudeWorld, answer, feedback_texts
+import pytest
+from claude_kit import AGENT_WF, FAILED_RE, RUN_RE, TOOL, ClaudeWorld, answer, feedback_texts
 from fakes.anthropic_server import Body, Reply, last_turn_results, last_user_text, tool_names
 
 from runner.engine.agent import CONTRACT_RE
 from runner.launch.intents import AGENT_STEP_TYPE, DEFERRED_TURN_TYPE
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]  # real Claude Code processes
+
 
 
 def test_seed_scenario_through_claude_code(cc: ClaudeWorld) -> None:
