@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.host.session.protocol import SessionEntry
+from runner.private import private_dirs
 
 TURN_TYPE = "turn"  # a marker: a turn began here (its input was everything before it)
 
@@ -29,7 +30,7 @@ class SessionLog:
         if path.exists():
             self._load()
         else:
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            private_dirs(path.parent)
             self._write({"type": "session", "version": 1, "id": session_id})
 
     def _load(self) -> None:
