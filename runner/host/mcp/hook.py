@@ -42,7 +42,7 @@ SESSION_PREFIX = "claude-code:"
 #: Claude Code has its own built-in `Workflow` tool; the model must call ours.
 TOOL_NOTE = ("(wfrun: call the mcp__wfrun__workflow tool for this, not the built-in "
              "Workflow tool.)")
-MAX_STDIN = 1 << 20
+MAX_STDIN = 64 << 20  # a Stop event carries the last assistant message, which can be long
 
 
 class HookError(Exception):
@@ -76,7 +76,7 @@ def render(messages: list[LogMessage], *, note: str | None = TOOL_NOTE) -> str:
 def _read_event(stdin: IO[str]) -> dict[str, Any]:
     raw = stdin.read(MAX_STDIN + 1)
     if len(raw) > MAX_STDIN:
-        raise HookError("the hook input is larger than 1 MiB; is this a Claude Code hook?")
+        raise HookError("the hook input is larger than 64 MiB; is this a Claude Code hook?")
     try:
         event = json.loads(raw)
     except ValueError:
