@@ -17,6 +17,7 @@ import fcntl
 import logging
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,6 +48,20 @@ class HostReport:
     failed_to_start: int = 0
     reaped: list[int] = field(default_factory=list)
     reconciles: int = 0
+
+    def counts(self) -> dict[str, int]:
+        """Finished runs by how they ended: completed, failed, timed_out, cancelled,
+        waiting (at a checkpoint) and parked (stopped, to be resumed)."""
+        out: dict[str, int] = {}
+        for outcome in self.outcomes:
+            key = "parked" if outcome.parked else outcome.status
+            out[key] = out.get(key, 0) + 1
+        return out
+
+
+# Called once per launch the host executed: its run id and outcome (None: it failed to
+# start; the launch row says why).
+RunEnded = Callable[[str, RunOutcome | None], None]
 
 
 class HostLock:
@@ -93,7 +108,8 @@ class StandaloneHost:
                  executor: AgentStepExecutor | None = None,
                  manager: ControllerManager | None = None, max_runs: int = 4,
                  poll: float = 0.5, observer: Observer | None = None,
-                 durability: str = "full", lease_seconds: float = LEASE_SECONDS) -> None:
+                 durability: str = "full", lease_seconds: float = LEASE_SECONDS,
+                 on_run_ended: RunEnded | None = None) -> None:
         if ws.project_root is None:
             raise InputError("wfrun host needs a project (a folder with .wfrun/); pass --project")
         self.ws = ws
@@ -112,19 +128,26 @@ class StandaloneHost:
                                              clock=ws.clock, options=options,
                                              lease_seconds=lease_seconds,
                                              renew_every=min(RENEW_EVERY, lease_seconds / 3))
+        self.coordinator.faults.announce = True  # launches a full disk left waiting
         self.stop_event = threading.Event()
         self._wake = threading.Event()  # a run ended (a slot is free) or the host stops
         self._lock = threading.Lock()
         self._running: dict[str, tuple[threading.Thread, RunControl]] = {}
         self.report = HostReport()
+        self.on_run_ended = on_run_ended
         self.watch = SourceWatch(self._drifted, on_clear=self._restored, clock=ws.clock)
         self._watched_at: float | None = None
         self._drift_logged: set[str] = set()  # one log line per drifted launch
 
     # -- lifecycle -------------------------------------------------------------------
-    def run(self, *, once: bool = False) -> HostReport:
+    def run(self, *, once: bool = False,
+            on_ready: Callable[[], None] | None = None) -> HostReport:
+        """Hold the project's host lock and work; `on_ready` is called once the lock is
+        held (a refused second host says so before anything else)."""
         self.lock.acquire()
         try:
+            if on_ready is not None:
+                on_ready()
             # Groups of a dead host, and of dead foreground runners (`wfrun run`).
             self.report.reaped = (reap_orphans(self.processes.path)
                                   + reap_dead_registries(self.ws.children_dir))
@@ -221,6 +244,11 @@ class StandaloneHost:
                 self.report.failed_to_start += 1
             else:
                 self.report.outcomes.append(outcome)
+            if self.on_run_ended is not None:
+                try:
+                    self.on_run_ended(record.run_id, outcome)
+                except Exception:  # a display problem never ends the host
+                    log.exception("wfrun host: cannot report run %s", record.run_id)
         finally:
             with self._lock:
                 self._running.pop(record.run_id, None)

@@ -42,7 +42,13 @@ class FaultGate:
         self.clock = clock
         self.hold_off = hold_off
         self.last: MachineFault | None = None
+        self.announce = False  # a host sets it: its log is where the news goes
         self._at: float | None = None
+
+    def say(self, text: str, *args: object) -> None:
+        """One line per launch left waiting: a warning in a host's log (`announce`), a
+        debug line where a command reports the fault itself (`wfrun start --wait`)."""
+        (log.warning if self.announce else log.debug)(text, *args)
 
     def record(self, fault: MachineFault) -> None:
         self.last, self._at = fault, self.clock.monotonic()
@@ -70,7 +76,7 @@ def hold(co: LaunchCoordinator, act: Activation, fault: MachineFault) -> None:
                 return
             released = co.store.launches.release(run_id, token)
             if not isinstance(released, LostRace):
-                log.warning("run %s stays queued: %s; %s and it starts again", run_id,
+                co.faults.say("run %s stays queued: %s; %s and it starts again", run_id,
                             fault.problem, fault.todo)
             return
         current = co.store.launches.get(run_id)
@@ -78,7 +84,7 @@ def hold(co: LaunchCoordinator, act: Activation, fault: MachineFault) -> None:
             co.store.launches.mark_running(run_id, token)
         parked = co.store.launches.park(run_id, token, mode="explicit")
         if not isinstance(parked, LostRace) and not foreground:
-            log.warning("run %s is parked: %s; %s, then `wfrun resume %s` continues it",
+            co.faults.say("run %s is parked: %s; %s, then `wfrun resume %s` continues it",
                         run_id, fault.problem, fault.todo, run_id)
     except StoreError as exc:
         # The store is on the same refusing disk: its lease expires and recovery

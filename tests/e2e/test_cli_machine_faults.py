@@ -185,6 +185,14 @@ def test_a_full_bundle_disk_leaves_detached_launches_queued(project: Project,
         assert project.rows()[failed[1]][0] == "failed"
         assert [p.name for p in project.runs.iterdir()] == ["filler"]
 
+        # `start --wait` queued a detached launch first: that one stays queued.
+        waited = project.wfrun("start", "greet", "--wait")
+        one_line_error(waited, "stays queued", "wfrun resume")
+        kept = QUEUED.match(waited.stdout.strip())  # its "queued" notice
+        assert kept is not None, waited.stdout
+        queued.append(kept[1])
+        assert project.rows()[kept[1]] == ("queued", 0, True)
+
         filler.unlink()
         ok(host_once(project))
         rows = project.rows()

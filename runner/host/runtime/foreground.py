@@ -110,6 +110,10 @@ def execute_here(coordinator: LaunchCoordinator, run_id: str, control: RunContro
     if fault is not None and row is not None and row.status == "parked":
         raise TemporaryError(f"run {run_id} is parked: {fault.problem}; {fault.todo}, then "
                              f"`wfrun resume {run_id}` continues it")
+    if fault is not None and row is not None and row.status == "queued":  # start --wait
+        raise TemporaryError(f"run {run_id} did not start: {fault.problem}; it stays queued: "
+                             f"{fault.todo}, then `wfrun resume {run_id}` (or a `wfrun host`) "
+                             "starts it")
     if fault is not None:
         raise MachineFault(f"run {run_id} did not start (nothing ran): {fault.problem}",
                            fault.todo)
