@@ -25,6 +25,7 @@ import anyio
 import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from waiting import wait_until
 
 from runner.engine.agent import CONTRACT_RE
 from runner.host.mcp.sessionlog import SessionLog
@@ -183,3 +184,31 @@ def test_bad_session_id_and_missing_project_are_one_line_errors(tmp_path: Path,
     assert nowhere.returncode == 2
     assert "no .wfrun/ folder" in nowhere.stderr
     assert len(nowhere.stderr.strip().splitlines()) == 1
+
+
+def test_a_second_server_for_one_claude_process_is_a_one_line_error(
+        project: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "TMPDIR": str(tmp_path), "WFRUN_CLAUDE_PID": "4244"}
+    cmd = [sys.executable, "-m", "runner", "--project", str(project), "mcp", "--client",
+           "claude-code", "--session", "s-dup"]
+    first = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+    try:
+        sock = tmp_path / f"wfrun-{os.getuid()}" / "claude-4244.sock"
+        wait_until(sock.exists, what="the first server's socket")
+        second = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60,
+                                stdin=subprocess.DEVNULL)
+        assert second.returncode == 1
+        assert second.stderr.startswith("wfrun: error: another wfrun mcp server already "
+                                        "serves Claude process 4244")
+        assert len(second.stderr.strip().splitlines()) == 1
+        assert sock.exists()  # the first server's socket is untouched
+    finally:
+        assert first.stdin is not None
+        first.stdin.close()  # the client leaves: the server shuts down and cleans up
+        first.wait(timeout=60)
+        for pipe in (first.stdout, first.stderr):
+            if pipe:
+                pipe.close()
+    assert first.returncode == 0
+    assert not sock.exists()

@@ -40,6 +40,7 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
 from runner.clock import Clock
+from runner.errors import ConflictError, OperationFailed
 from runner.host.runtime.local import Workspace
 from runner.host.session.protocol import DeliverAs, SessionEntry, ToolReply
 from runner.host.session.tool import WORKFLOW_TOOL
@@ -202,7 +203,10 @@ class _HookServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 
 
 def listen_for_hooks(session: McpSession, claude_pid: int) -> _HookServer:
-    path = Path(channel.socket_path(claude_pid))
+    try:
+        path = Path(channel.socket_path(claude_pid))
+    except (channel.ChannelError, OSError) as exc:
+        raise OperationFailed(f"cannot make the hooks' socket folder: {exc}") from None
     if path.exists():
         probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -210,8 +214,8 @@ def listen_for_hooks(session: McpSession, claude_pid: int) -> _HookServer:
         except OSError:
             path.unlink(missing_ok=True)  # a dead process's socket
         else:
-            raise RuntimeError(f"another wfrun mcp server already serves Claude process "
-                               f"{claude_pid} ({path})")
+            raise ConflictError(f"another wfrun mcp server already serves Claude process "
+                                f"{claude_pid} ({path}); configure wfrun once in .mcp.json")
         finally:
             probe.close()
     old = os.umask(0o177)
@@ -251,7 +255,11 @@ def serve_stdio(ws: Workspace, session_id: str, *, client: Client,
     """Serve MCP on stdin/stdout until the client closes stdin (or SIGTERM)."""
     session = McpSession(ws, session_id, client=client, store_clock=store_clock)
     pid = claude_pid or channel.claude_process()  # the hooks' CLAUDE_PID
-    hooks = listen_for_hooks(session, pid) if session.hooks else None
+    try:
+        hooks = listen_for_hooks(session, pid) if session.hooks else None
+    except BaseException:
+        session.close()
+        raise
     server = build_server(session)
 
     def on_term(_sig: int, _frame: Any) -> None:
