@@ -204,8 +204,14 @@ class Compiler:
 
     def _resolve(self, ref: str, base: Path) -> tuple[Path, str, Origin | None] | Diagnostic:
         if is_path_ref(ref):
-            path = _real(base / Path(ref).expanduser())
-            if not path.exists() and not path.is_symlink():  # a link loop is read_source's
+            try:
+                path = _real(base / Path(ref).expanduser())
+                missing = not path.exists() and not path.is_symlink()  # a loop: read_source's
+            except (OSError, ValueError, RuntimeError) as exc:  # too long, NUL, a link loop
+                return Diagnostic("", "workflow-not-found",
+                                  f"included file '{ref[:120]}' cannot be used: "
+                                  f"{getattr(exc, 'strerror', None) or exc}")
+            if missing:
                 return Diagnostic("", "workflow-not-found",
                                   f"included file '{ref}' does not exist")
             return path, path.as_posix(), None

@@ -50,12 +50,28 @@ class Diagnostic:
         return out
 
 
+MAX_PER_FILE = 200
+
+
 class DiagnosticSink:
     """Collects diagnostics for one file while a validator walks it."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.items: list[Diagnostic] = []
+        self.dropped = 0
+
+    def _full(self) -> bool:
+        """Past MAX_PER_FILE problems the rest are counted, not kept: a generated file
+        with 100,000 mistakes would otherwise take minutes and a gigabyte to report."""
+        if len(self.items) < MAX_PER_FILE:
+            return False
+        if not self.dropped:
+            self.items.append(Diagnostic(
+                self.path, "too-many-errors", f"more than {MAX_PER_FILE} problems in this "
+                "file; the rest are not shown: fix these and validate again"))
+        self.dropped += 1
+        return True
 
     def error(
         self,
@@ -68,6 +84,8 @@ class DiagnosticSink:
         line: int = 0,
         column: int = 0,
     ) -> None:
+        if self._full():
+            return
         self.items.append(
             Diagnostic(
                 self.path, code, message, "error", line, column, hint, key_path, at_key
@@ -83,6 +101,8 @@ class DiagnosticSink:
         at_key: bool = False,
         hint: str | None = None,
     ) -> None:
+        if self._full():
+            return
         self.items.append(
             Diagnostic(self.path, code, message, "warning", 0, 0, hint, key_path, at_key)
         )

@@ -29,6 +29,9 @@ FILE_LEVEL_CODES = {
     "invalid-name": "test_compiler_sources.py::test_catalog_rejects_bad_names",
     "duplicate-name": "test_compiler_sources.py::test_catalog_reports_yaml_and_yml_twins",
     "unreadable-folder": "test_compiler_sources.py::test_unreadable_folder",
+    "unknown-folder": "test_cli_everyday_output.py::test_a_misnamed_workflow_folder_is_warned",
+    "too-many-errors": "test_cli_hostile_yaml.py::test_a_file_with_a_hundred_thousand_errors_is_"
+                       "capped",
 }
 
 

@@ -1,0 +1,94 @@
+"""YAML the C loader accepts but the rest used not to (issue 10 item 3), through the
+real CLI: each bad file gets its positioned diagnostic, never a traceback, and never
+hides the results of the other files (`list`, `validate`, `host` with a bad controller)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+from everyday import Project
+from waiting import wait_for_line
+
+BAD = {
+    "tag_float": ('start: a\nnodes:\n  a: {compute: !!float ""}\n', "yaml-value", 3, 16),
+    "tag_int": ('start: a\nnodes:\n  a: {compute: !!int "0x"}\n', "yaml-value", 3, 16),
+    "tag_bool": ('start: a\nnodes:\n  a: {compute: !!bool "maybe"}\n', "yaml-value", 3, 16),
+    "tag_date": ('start: a\nnodes:\n  a: {compute: !!timestamp "2020-13-45"}\n', "yaml-value",
+                 3, 16),
+    "tag_set": ("start: a\nnodes: !!set {a, b}\n", "wrong-type", 2, 8),
+    "seq_key": ('start: a\nnodes:\n  ? [{a: 1}]\n  : {compute: "1"}\n', "yaml-value", 0, 0),
+    "long_int": ("start: a\nmax_steps: " + "9" * 5000 + '\nnodes:\n  a: {compute: "1"}\n',
+                 "yaml-value", 2, 12),
+    "long_include": ("start: x\nincludes:\n  x: ./" + "a" * 5000 + '.yaml\nnodes:\n'
+                     '  a: {compute: "1"}\n', "workflow-not-found", 3, 6),
+}
+GOOD = 'start: a\nnodes:\n  a: {compute: "{{ 1 + 1 }}"}\n'
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Project:
+    proj = Project(tmp_path)
+    for name, (text, *_rest) in BAD.items():
+        proj.workflow(name, text)
+    proj.workflow("good", GOOD)
+    return proj
+
+
+def test_validate_reports_every_bad_file_and_the_good_one(project: Project) -> None:
+    done = project.wfrun("validate", "--format", "json")
+    assert done.returncode == 1
+    assert "Traceback" not in done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    files = {f["name"]: f for f in report["files"]}
+    assert files["good"]["valid"] is True
+    for name, (_text, code, line, column) in BAD.items():
+        diags = files[name]["diagnostics"]
+        assert (code, line, column) in [(d["code"], d["line"], d["column"]) for d in diags], \
+            (name, diags)
+        for d in diags:
+            assert "\n" not in d["message"]
+
+
+def test_list_shows_every_file(project: Project) -> None:
+    listed = project.wfrun("list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert "Traceback" not in listed.stderr
+    rows = json.loads(listed.stdout)
+    rows = rows.get("workflows", rows) if isinstance(rows, dict) else rows
+    valid = {r["name"]: r["valid"] for r in rows}
+    assert valid["good"] is True
+    assert all(valid[name] is False for name in BAD)
+
+
+def test_host_starts_with_a_bad_controller_file(project: Project) -> None:
+    folder = project.root / ".wfrun" / "controllers"
+    folder.mkdir()
+    (folder / "broken.yaml").write_text('kind: x\nspec: !!int "0x"\n')
+    proc = subprocess.Popen(project.argv("host"), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, cwd=project.root)
+    try:
+        assert proc.stdout is not None
+        wait_for_line(proc.stdout, r"wfrun host running for")
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    assert "Traceback" not in rest
+
+
+def test_a_file_with_a_hundred_thousand_errors_is_capped(tmp_path: Path) -> None:
+    proj = Project(tmp_path)
+    lines = ["start: n0", "nodes:"] + [f"  n{i}: {{agent: x, bogus: 1}}" for i in range(20_000)]
+    proj.workflow("huge", "\n".join(lines) + "\n")
+    done = proj.wfrun("validate", "huge", "--format", "json", timeout=120)
+    assert done.returncode == 1
+    diags = json.loads(done.stdout)["files"][0]["diagnostics"]
+    assert len(diags) == 201
+    assert diags[0]["code"] == "too-many-errors"
+    assert all(d["line"] > 0 for d in diags[1:])  # still placed on their lines
