@@ -138,6 +138,7 @@ class StandaloneHost:
         self.watch = SourceWatch(self._drifted, on_clear=self._restored, clock=ws.clock)
         self._watched_at: float | None = None
         self._drift_logged: set[str] = set()  # one log line per drifted launch
+        self._claim_error_logged: str | None = None
 
     # -- lifecycle -------------------------------------------------------------------
     def run(self, *, once: bool = False,
@@ -171,6 +172,8 @@ class StandaloneHost:
         while not self.stop_event.is_set():
             self._wake.clear()  # before claiming: a run ending from here on wakes the wait
             claimed = self._claim_ready()
+            if not once:  # --once ends with the error line itself
+                self._report_claim_error()
             self._watch_queued()
             reconciled = 0
             if self.manager is not None and once:
@@ -195,6 +198,18 @@ class StandaloneHost:
             claimed += 1
             self._start(record)
         return claimed
+
+    def _report_claim_error(self) -> None:
+        """One log line when the store starts (or stops) refusing claims: busy, full,
+        read-only; the host keeps polling and its launches wait, none is lost."""
+        refused = self.coordinator.claim_error
+        text = refused.message if refused is not None else None
+        if text != self._claim_error_logged:
+            if text is not None:
+                log.warning("wfrun host: cannot claim launches: %s", text)
+            elif self._claim_error_logged is not None:
+                log.warning("wfrun host: the store accepts claims again")
+            self._claim_error_logged = text
 
     def _watch_queued(self) -> None:
         """Watch the sources of the detached launches still queued: one query, at most

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import machinefaults as mf
 import pytest
+from waiting import LineReader, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 QUEUED = re.compile(r"^Workflow greet queued \(run (greet-\d{8}T\d{6}Z-[0-9a-f]{8})\)\.$")
@@ -330,6 +331,32 @@ def test_every_command_under_a_held_write_lock(project: Project) -> None:
     one_line_error(done["start"], "busy")
     one_line_error(done["run"], "busy")
     assert project.rows()[queued] == ("queued", 0, True)
+
+
+def test_a_running_host_says_once_when_the_store_refuses_claims_and_when_it_is_back(
+        project: Project) -> None:
+    queued = project.start()
+    conn = sqlite3.connect(project.store, isolation_level=None)
+    conn.execute("BEGIN IMMEDIATE")
+    host = subprocess.Popen(
+        [sys.executable, "-m", "runner", "--project", str(project.root), "host",
+         "--no-controllers", "--quiet"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        text=True, cwd=project.root)
+    try:
+        assert host.stderr is not None
+        lines = LineReader(host.stderr)
+        refused = lines.wait_for("cannot claim launches").rstrip("\n")
+        assert refused == (f"wfrun host: cannot claim launches: the store {project.store} is "
+                           "busy (locked by another process); try again")
+        conn.execute("ROLLBACK")
+        lines.wait_for("the store accepts claims again")
+        wait_until(lambda: project.rows()[queued][0] == "done", what="the launch to run")
+    finally:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        conn.close()
+        host.terminate()
+        host.communicate(timeout=30)  # drains and closes its stderr pipe
 
 
 # --- missing permissions ----------------------------------------------------------------
