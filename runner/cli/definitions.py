@@ -117,12 +117,13 @@ def validate_cmd(ctx: Context, refs: tuple[str, ...], fmt: str) -> None:
     if fmt == "json":
         _echo_json({"files": [r.to_json() for r in results],
                     "problems": [d.to_json() for d in problems],
-                    "valid": all(r.valid for r in results) and not problems})
+                    "valid": all(r.valid for r in results)
+                    and not any(d.severity == "error" for d in problems)})
     else:
         _print_text(results, problems)
     if missing:
         sys.exit(NotFoundError.exit_code)
-    if problems or not all(r.valid for r in results):
+    if any(d.severity == "error" for d in problems) or not all(r.valid for r in results):
         sys.exit(DefinitionInvalid.exit_code)
 
 

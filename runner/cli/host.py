@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from types import FrameType
+from typing import Any
 
 import click
 
+from runner.engine import RunOutcome
 from runner.errors import MachineFault
-from runner.host.daemon import LEASE_SECONDS, StandaloneHost
+from runner.host.daemon import LEASE_SECONDS, HostReport, StandaloneHost
 from runner.host.runtime.controllers import discover, make_manager
 from runner.host.runtime.local import open_store
 
@@ -42,9 +45,14 @@ def host_cmd(ctx: Context, agent: str | None, once: bool, max_runs: int,
         entries = discover(ws, ctx.user_dir)
         if any(e.result.valid and e.shadowed_by is None for e in entries):
             manager = make_manager(ws, store, entries, executor=executor)
+    def ended(run_id: str, outcome: RunOutcome | None) -> None:
+        if not quiet:
+            click.echo(f"wfrun host: {_ended_line(store, run_id, outcome)}", err=True)
+
     with Progress(quiet=quiet or not sys.stderr.isatty()) as progress:
         host = StandaloneHost(ws, store, executor=executor, manager=manager,
-                              max_runs=max_runs, observer=progress, lease_seconds=lease)
+                              max_runs=max_runs, observer=progress, lease_seconds=lease,
+                              on_run_ended=ended)
 
         def stop(signum: int, frame: FrameType | None) -> None:
             click.echo("\nwfrun host: parking in-flight runs and stopping...", err=True)
@@ -52,10 +60,12 @@ def host_cmd(ctx: Context, agent: str | None, once: bool, max_runs: int,
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, stop)
-        if not once:
-            click.echo(f"wfrun host running for {ws.project_root} (pid "
-                       f"{__import__('os').getpid()}); Ctrl-C stops it", err=True)
-        report = host.run(once=once)
+        def ready() -> None:  # only once the lock is held: a refused host prints no banner
+            if not once and not quiet:
+                click.echo(f"wfrun host running for {ws.project_root} (pid {os.getpid()}); "
+                           "Ctrl-C stops it", err=True)
+
+        report = host.run(once=once, on_ready=ready)
     store.close()
     fault = host.coordinator.faults.last
     if once and fault is not None:  # one line; each launch it touched waits (logged)
@@ -64,8 +74,35 @@ def host_cmd(ctx: Context, agent: str | None, once: bool, max_runs: int,
     refused = host.coordinator.claim_error
     if once and refused is not None and not report.started:
         raise refused  # busy, full or read-only store: nothing was claimed (one line)
-    done = len(report.outcomes)
-    click.echo(f"wfrun host: {report.started} run(s) started, {done} finished or parked, "
-               f"{report.failed_to_start} failed to start"
-               + (f", reaped {len(report.reaped)} orphan group(s)" if report.reaped else ""),
-               err=True)
+    if not quiet:
+        click.echo(f"wfrun host: {summary(report)}", err=True)
+
+
+def summary(report: HostReport) -> str:
+    """`3 run(s) started: 1 completed, 1 failed, 1 parked` (failures counted as such)."""
+    counts = report.counts()
+    if report.failed_to_start:
+        counts["failed to start"] = report.failed_to_start
+    order = ("completed", "failed", "timed_out", "cancelled", "waiting", "parked",
+             "failed to start")
+    parts = [f"{counts[k]} {k.replace('_', ' ')}" for k in order if counts.get(k)]
+    text = f"{report.started} run(s) started" + (f": {', '.join(parts)}" if parts else "")
+    if report.reaped:
+        text += f"; reaped {len(report.reaped)} orphan group(s)"
+    return text
+
+
+def _ended_line(store: Any, run_id: str, outcome: RunOutcome | None) -> str:
+    """One line per run the host finished with, parked or could not start."""
+    if outcome is None:
+        row = store.launches.get(run_id)
+        why = f": {row.error_message} [{row.error_code}]" if row is not None and \
+            row.error_code else ""
+        return f"run {run_id} failed to start{why}"
+    if outcome.parked:
+        return f"run {run_id} parked (resumed by the next host)"
+    line = f"run {run_id} {outcome.status}"
+    message = (outcome.error or {}).get("message")
+    if message:
+        line += f": {' '.join(str(message).split())[:300]}"
+    return line

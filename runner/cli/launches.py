@@ -36,9 +36,10 @@ from .runs import (
 @click.option("--wait", is_flag=True, help="Activate and run the launch in this process.")
 @agent_option
 @click.option("--json", "as_json", is_flag=True)
+@click.option("--quiet", "-q", is_flag=True, help="Only data and errors.")
 @click.pass_obj
 def start_cmd(ctx: Context, ref: str, input_json: str | None, pairs: tuple[str, ...],
-              wait: bool, agent: str | None, as_json: bool) -> None:
+              wait: bool, agent: str | None, as_json: bool, quiet: bool) -> None:
     """Queue a detached launch (a host activates it; --wait runs it here)."""
     source = click.get_current_context().get_parameter_source("agent")
     if agent and not wait and source == click.core.ParameterSource.COMMANDLINE:
@@ -54,17 +55,21 @@ def start_cmd(ctx: Context, ref: str, input_json: str | None, pairs: tuple[str, 
     if as_json and not wait:
         click.echo(json.dumps({"action": "start", "workflow": name, "runId": run_id,
                                "queued": True}))
+    elif quiet:
+        if not as_json:
+            click.echo(run_id)  # the data: the run id alone
     else:
         click.echo(f"Workflow {name} queued (run {run_id}).", err=as_json)
     if not wait:
         return
     control = RunControl()
-    with Progress() as progress, parking_on_interrupt(control):
+    with Progress(quiet) as progress, parking_on_interrupt(control):
         outcome = start_and_wait(coordinator, run_id, control, progress)
     if as_json:
         click.echo(json.dumps({"runId": outcome.run_id, "status": outcome.status,
                                "final_output": outcome.final_output, "error": outcome.error}))
-    click.echo(f"wfrun: run {outcome.run_id} {outcome.status}", err=True)
+    if not (quiet and outcome.status == "completed" and not outcome.parked):
+        click.echo(f"wfrun: run {outcome.run_id} {outcome.status}", err=True)
     sys.exit(130 if outcome.parked else EXIT.get(outcome.status, 1))
 
 

@@ -64,7 +64,8 @@ class Progress:
             extra = ""
             if kind == "node_failed":
                 err = p.get("error") or {}
-                extra = f"  [dim]{escape(str(err.get('message', ''))[:160])}[/]"
+                message = " ".join(str(err.get("message", "")).split())  # one line
+                extra = f"  [dim]{escape(message[:160])}[/]"
                 if p.get("will_retry"):
                     extra += f"  [yellow]retry in {p.get('retry_in_ms', 0) / 1000:.1f}s[/]"
             self.console.print(f"{mark} {escape(str(node))}  [dim]{ms} ms[/]{extra}",

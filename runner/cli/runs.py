@@ -96,7 +96,9 @@ def _finish(outcome: RunOutcome, as_json: bool, ws: Workspace) -> None:
         msg += f": {outcome.error.get('message', '')}"
     if status == "waiting":
         msg += f"; answer it with: wfrun answer {outcome.run_id} '<json or text>'"
-    click.echo(msg, err=True)
+    # -q: a run that completed says nothing beyond its data; anything else still tells.
+    if not (status == "completed" and click.get_current_context().params.get("quiet")):
+        click.echo(msg, err=True)
     sys.exit(EXIT.get(status, 1))
 
 

@@ -107,6 +107,8 @@ def build_catalog(kind: Kind, project_root: Path | None, user_dir: Path | None) 
         "builtin": builtin_folder(kind),
     }
     catalog = Catalog(kind, project_root, folders)
+    if project_root is not None:
+        _misnamed_folders(project_root / PROJECT_DIR, kind, catalog.problems)
     winners: dict[str, Origin] = {}
     for origin in ORIGINS:
         folder = folders[origin]
@@ -124,6 +126,27 @@ def build_catalog(kind: Kind, project_root: Path | None, user_dir: Path | None) 
                 winners[name] = origin
             catalog.entries.append(CatalogEntry(name, origin, path, shadowed_by))
     return catalog
+
+
+# What `.wfrun/` may hold besides definitions: run bundles, the store, anything else.
+KNOWN_PROJECT_ENTRIES = frozenset({"workflows", "controllers", "runs", "state"})
+
+
+def _misnamed_folders(project_dir: Path, kind: Kind, problems: list[Diagnostic]) -> None:
+    """A warning for `.wfrun/workflow/` and the like: a folder wfrun does not read
+    whose name is close to the one it does (files there would be silently ignored)."""
+    try:
+        names = sorted(e.name for e in os.scandir(project_dir) if e.is_dir())
+    except OSError:
+        return
+    for name in names:
+        if name in KNOWN_PROJECT_ENTRIES or name.startswith("."):
+            continue
+        if did_you_mean(name, (kind,)) or name.lower() == kind:
+            problems.append(Diagnostic(
+                (project_dir / name).as_posix(), "unknown-folder",
+                f"wfrun does not read {PROJECT_DIR}/{name}/; its files are ignored",
+                severity="warning", hint=f"did you mean {PROJECT_DIR}/{kind}/? (rename it)"))
 
 
 def _list(folder: Path, problems: list[Diagnostic]) -> Iterator[Path]:

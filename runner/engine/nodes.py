@@ -195,7 +195,7 @@ def _action(driver: RunDriver, node: Node, attempt: str, spec: ActionSpec,
                           res.stderr_truncated, res.exit_code)
     if res.ending == "stopped":
         return _stopped(driver)
-    shown = command if isinstance(command, str) else " ".join(command)
+    shown = first_line(command if isinstance(command, str) else " ".join(command))
     if res.ending in ("not_found", "error"):
         return _fail("command_not_found" if res.ending == "not_found" else "command_error",
                      res.error or "command failed to start")
@@ -239,6 +239,14 @@ def _notify(driver: RunDriver, node: Node, spec: NotifySpec, attempt: str,
     driver.notify(node.id, attempt, notification_id, spec.kind, message)
     return NodeResult("ok", {"notification_id": notification_id, "kind": spec.kind,
                              "message": message})
+
+
+def first_line(text: str) -> str:
+    """A multi-line script as its first non-empty line and an ellipsis (for messages)."""
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    if len(lines) <= 1:
+        return text.strip()
+    return lines[0].rstrip() + " …"
 
 
 def new_attempt_id() -> str:

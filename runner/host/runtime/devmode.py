@@ -48,6 +48,9 @@ class DevState:
     batches: int = 0  # completed processing rounds (tests wait on this)
     last_latency: float | None = None  # event -> output, seconds
     latencies: list[float] = field(default_factory=list)
+    # The diagnostics last printed per name, with the texts they were about: one save
+    # seen in two batches (or an invalid file re-checked) is not printed twice.
+    shown_errors: dict[str, str] = field(default_factory=dict)
 
 
 class _Handler(FileSystemEventHandler):
@@ -238,9 +241,15 @@ class DevMode:
     def _report(self, name: str, result: CompileResult) -> None:
         self.state.results[name] = result
         if result.valid and result.definition is not None:
+            self.state.shown_errors.pop(name, None)
             self.emit("ok", f"ok {name} {result.definition.digest}")
-        else:
-            self.emit("error", render_text(result.diagnostics, result.texts))
+            return
+        text = render_text(result.diagnostics, result.texts)
+        key = text + "\0" + "\0".join(f"{k}\0{v}" for k, v in sorted(result.texts.items()))
+        if self.state.shown_errors.get(name) == key:
+            return  # the same files with the same problems: already on screen
+        self.state.shown_errors[name] = key
+        self.emit("error", text)
 
     def _flag_queued(self) -> None:
         if self.queued is None:

@@ -18,6 +18,7 @@ from runner.engine.runner import Observer
 from runner.engine.secrets import SecretSource, write_only_fields
 from runner.engine.secrets import resolve as resolve_secrets
 from runner.errors import (
+    DefinitionInvalid,
     InputError,
     MachineFault,
     NotFoundError,
@@ -63,11 +64,14 @@ def prepared(coordinator: LaunchCoordinator, ref: str, value: Any, *,
 
 
 def preflight_error(exc: PreflightError) -> WfrunError:
-    """A refused start as the CLI's error classes (exit 3 not found, 1 a busy store,
-    2 anything the caller should fix), with its stable code."""
+    """A refused start as the CLI's error classes (exit 3 not found, 1 a busy store or
+    an invalid definition, as `wfrun validate` exits; 2 anything else the caller should
+    fix), with its stable code."""
     text = f"{exc.message} [{exc.code}]"
     if exc.code == "workflow_not_found":
         return NotFoundError(text)
+    if exc.code == "workflow_invalid":
+        return DefinitionInvalid(text)
     if exc.code == "store_unavailable":
         return TemporaryError(text)
     return InputError(text)
