@@ -7,7 +7,9 @@ import json
 from runner.compiler import WorkflowDefinition
 
 _ICONS = {"agent": "●", "compute": "ƒ", "action": "$", "notify": "!", "checkpoint": "◆",
-          "include_entry": "↘", "include_exit": "↗"}
+          "fail": "✗", "include_entry": "↘", "include_exit": "↗"}
+# The entry marker's id cannot clash with a node's: node ids get the "n_" prefix.
+_START_ID = "start_marker"
 
 
 def _label(definition: WorkflowDefinition, nid: str) -> str:
@@ -47,7 +49,7 @@ def _mid(nid: str) -> str:
 
 
 def _mermaid(d: WorkflowDefinition) -> str:
-    lines = ["flowchart TD"]
+    lines = ["flowchart TD", f"    {_START_ID}(((start))) --> {_mid(d.start)}"]
     for nid in d.nodes:
         lines.append(f'    {_mid(nid)}["{_label(d, nid)}"]')
     for src, edge in d.edges.items():
@@ -62,7 +64,9 @@ def _mermaid(d: WorkflowDefinition) -> str:
 
 
 def _dot(d: WorkflowDefinition) -> str:
-    lines = [f"digraph {json.dumps(d.name)} {{", "  rankdir=TB;"]
+    lines = [f"digraph {json.dumps(d.name)} {{", "  rankdir=TB;",
+             f'  {_START_ID} [label="start", shape=circle];',
+             f"  {_START_ID} -> {json.dumps(d.start)};"]
     for nid in d.nodes:
         shape = "diamond" if getattr(d.nodes[nid].spec, "decision_field", None) else "box"
         lines.append(f"  {json.dumps(nid)} [label={json.dumps(_label(d, nid))}, shape={shape}];")
