@@ -59,6 +59,9 @@ FILE_MODE = 0o600
 SIDECAR_SUFFIXES = ("-wal", "-shm", "-journal")
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _WAL_SWITCH_ATTEMPTS = 200
+# A live -shm is at least one 32 KiB region; a smaller one is a stub a refused open
+# left (growing it is what failed on a full disk).
+_SHM_MIN_BYTES = 32 * 1024
 # What link(2) says on a file system without hard links (FAT, some FUSE mounts).
 _NO_HARD_LINKS = frozenset({errno.EPERM, errno.EXDEV, errno.EMLINK, errno.ENOTSUP,
                             errno.EOPNOTSUPP, errno.ENOSYS})
@@ -491,10 +494,14 @@ def read_only_uri(path: Path) -> str:
         wal_empty = wal.stat().st_size == 0
     except FileNotFoundError:
         wal_empty = True
+    try:
+        shm_ready = shm.stat().st_size >= _SHM_MIN_BYTES
+    except FileNotFoundError:
+        shm_ready = False
+    if shm_ready:
+        return uri  # SQLite reads a WAL through a live -shm, even a read-only one
     if wal_empty:
         return uri + "&immutable=1"
-    if shm.exists() and isinstance(fault, StoreReadOnly):
-        return uri  # SQLite reads a WAL through an existing -shm on a read-only mount
     if isinstance(fault, StoreReadOnly):
         raise StoreReadOnly(
             f"the store {path} is in a read-only folder and its {wal.name} holds commits "
