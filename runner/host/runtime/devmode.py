@@ -18,6 +18,7 @@ with source_changed; the digest check there stays the authority).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from runner.clock import Clock, SystemClock
 from runner.compiler import Catalog, Compiler, CompileResult, render_text
 from runner.compiler.discovery import PROJECT_DIR, SUFFIXES, is_path_ref
 from runner.engine import AgentStepExecutor, Engine
+from runner.engine.secrets import SecretSource
 from runner.store import LaunchRecord
 
 from .watch import recorded_files, source_drift
@@ -295,8 +297,10 @@ class DevMode:
             return
         if self.runs_dir is None:
             return
+        # Secrets come from this process's environment, and are masked like any run's.
         engine = Engine(runs_dir=self.runs_dir, clock=self.clock, executor=self.executor(),
-                        project_root=self.project_root, work_dir=self.project_root)
+                        project_root=self.project_root, work_dir=self.project_root,
+                        secret_source=SecretSource(environ=dict(os.environ)))
         try:
             outcome = engine.start(result.definition, self.run_input or {})
         except Exception as exc:
