@@ -112,14 +112,18 @@ def _drift_note(view: dict[str, Any]) -> str:
 
 @cli.command("cancel")
 @click.argument("run_id", metavar="RUN")
+@click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
-def cancel_cmd(ctx: Context, run_id: str) -> None:
+def cancel_cmd(ctx: Context, run_id: str, as_json: bool) -> None:
     """Cancel a queued, starting or parked launch (a running one is asked to stop)."""
     ws = workspace(ctx)
     store = open_store(ws)
     coordinator = detached_coordinator(ws, store)
     record = coordinator.cancel(run_id)
-    if record.status == "running":
+    if as_json:
+        click.echo(json.dumps({"runId": run_id, "status": record.status,
+                               "requested": record.status == "running"}))
+    elif record.status == "running":
         click.echo(f"Cancellation of run {run_id} requested; its runner stops it.")
     else:
         click.echo(f"Workflow run {run_id} cancelled.")

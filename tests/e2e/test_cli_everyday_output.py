@@ -132,3 +132,9 @@ def test_a_misnamed_workflow_folder_is_warned(project: Project) -> None:
     assert "did you mean .wfrun/workflows/?" in done.stderr
     listed = project.wfrun("list")
     assert "unknown-folder" in listed.stderr
+
+
+def test_cancel_prints_json_when_asked(project: Project) -> None:
+    queued = project.json("start", "ok", "--json")["runId"]
+    out = project.json("cancel", queued, "--json")
+    assert out == {"runId": queued, "status": "cancelled", "requested": False}
