@@ -96,5 +96,6 @@ def from_os(exc: OSError, path: Path, doing: str) -> StoreError:
     if exc.errno == errno.EROFS:
         return read_only(path)
     if exc.errno in (errno.EACCES, errno.EPERM):
-        return file_system_fault(path) or no_permission(path, exc.strerror or "denied")
+        where = f" on {exc.filename}" if exc.filename else ""
+        return no_permission(path, f"{exc.strerror or 'denied'}{where}")
     return StoreUnavailable(f"cannot {doing} the store at {path}: {exc.strerror}")
