@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from runner.canonical import canonical_json
 
+from .schemarefs import ref_problem
+
 if TYPE_CHECKING:
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import ValidationError
@@ -27,15 +29,21 @@ def canonical(value: Any) -> str:
 
 
 def schema_problem(schema: dict[str, Any]) -> str | None:
+    found = schema_problem_at(schema)
+    return found[0] if found else None
+
+
+def schema_problem_at(schema: dict[str, Any]) -> tuple[str, tuple[str | int, ...]] | None:
+    """(message, path of the offending key inside the schema), or None when valid."""
     try:
         key = canonical(schema)
     except (TypeError, ValueError):
-        return "it contains values that are not JSON"
+        return "it contains values that are not JSON", ()
     return _problem(key)
 
 
 @lru_cache(maxsize=4096)
-def _problem(key: str) -> str | None:
+def _problem(key: str) -> tuple[str, tuple[str | int, ...]] | None:
     schema = json.loads(key)
     if _plainly_valid(schema):
         return None
@@ -45,9 +53,12 @@ def _problem(key: str) -> str | None:
     try:
         Draft202012Validator.check_schema(schema)
     except SchemaError as exc:
-        where = "/".join(str(p) for p in exc.absolute_path)
-        return f"{exc.message}" + (f" (at {where})" if where else "")
-    return None
+        path = tuple(exc.absolute_path)
+        where = "/".join(str(p) for p in path)
+        return f"{exc.message}" + (f" (at {where})" if where else ""), path
+    except RecursionError:
+        return "it is nested too deeply", ()
+    return ref_problem(schema)
 
 
 # The meta-schema check walks `$dynamicRef`s and costs about a millisecond per
@@ -128,15 +139,22 @@ def _plainly_valid(schema: Any, depth: int = 0) -> bool:
 
 @lru_cache(maxsize=1024)
 def _validator(key: str) -> Draft202012Validator:
-    from jsonschema import Draft202012Validator
+    from .schemarefs import bounded_validator
 
-    return Draft202012Validator(json.loads(key))
+    return bounded_validator(json.loads(key))
 
 
 def validation_errors(schema: dict[str, Any] | Any, value: Any, limit: int = 5) -> list[str]:
     """Human messages for why `value` does not match `schema` (empty when it does)."""
+    from referencing.exceptions import Unresolvable
+
     validator = _validator(canonical(schema))
-    errors = sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
+    try:
+        errors = sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
+    except Unresolvable as exc:  # compiled schemas are checked; a hand-made one may not be
+        return [f"value: the schema refers to something it does not hold ({exc})"]
+    except RecursionError:
+        return ["value: the schema or the value nests too deeply to check"]
     if not errors:
         return []
     from jsonschema.exceptions import best_match

@@ -16,7 +16,7 @@ from typing import Any
 from .budget import DEFAULT_BUDGET, TemplateBudget, budget_from_yaml
 from .diagnostics import DiagnosticSink, KeyPath, did_you_mean
 from .durations import DurationError, parse_duration
-from .jsonschemas import schema_problem
+from .jsonschemas import schema_problem_at
 from .model import (
     AUTHOR_KINDS,
     DEFAULT_FAIL_CODE,
@@ -223,9 +223,11 @@ class _Checker:
             self.sink.error("wrong-type", f"{what} must be a JSON Schema mapping, not "
                             f"{_type_name(value)}", kp)
             return None
-        problem = schema_problem(value)
-        if problem is not None:
-            self.sink.error("invalid-schema", f"{what} is not a valid JSON Schema: {problem}", kp)
+        found = schema_problem_at(value)
+        if found is not None:
+            problem, inner = found  # placed on the offending key, not on `input:`/`output:`
+            self.sink.error("invalid-schema", f"{what} is not a valid JSON Schema: {problem}",
+                            (*kp, *inner))
             return None
         return value
 
