@@ -112,7 +112,10 @@ def execute(driver: RunDriver, node: Node, attempt: str, deadline: float | None,
 
 
 def _hook_context(driver: RunDriver, ctx: dict[str, Any]) -> HookContext:
-    return HookContext(input=ctx["input"], outputs=ctx["outputs"], results=ctx["results"],
+    # Copies: the context's outputs/results are the driver's live per-scope views
+    # (engine/context.py), which user code must not be able to change.
+    return HookContext(input=ctx["input"], outputs=dict(ctx["outputs"]),
+                       results=dict(ctx["results"]),
                        run=ctx["run"], project=ctx["project"],
                        publish_update=driver.publish_update,
                        secrets=dict(ctx.get("secrets") or {}), env=dict(ctx.get("env") or {}))

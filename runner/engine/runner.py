@@ -24,7 +24,7 @@ from runner.safety import bound, redact
 from .agent import AgentStep, AgentStepExecutor, TurnKind
 from .artifacts import externalize, has_artifacts, internalize
 from .bundle import FolderBundle
-from .context import scoped
+from .context import ScopedValues
 from .control import RunControl
 from .nodes import NodeResult, execute, new_attempt_id
 from .processes import ProcessRegistry
@@ -46,6 +46,7 @@ MAX_UPDATE_PAIRS = 1024
 # atomic file replace each. Run-level events (start, resume, pause, wait, end) and
 # parking always rewrite it, so it is exact whenever a run stops.
 STATE_EVERY = 0.1
+STATE_SHARE = 20.0
 _NODE_ENDS = frozenset({"node_finished", "node_failed"})
 #: Each stream of one attempt's log keeps at most this many bytes (its head for stdout,
 #: and stderr too: the action's own output cap usually cuts first).
@@ -107,9 +108,12 @@ class RunDriver:
         # `context` pay for a walk over every output (checked per event, not per node).
         self._refs = has_artifacts([state.input, state.outputs, state.results,
                                     state.scope_inputs])
+        # Each scope's outputs/results as nodes see them, kept up to date per event.
+        self._scoped = ScopedValues(state, self._live_value)
         self._tokens = UPDATE_BURST
         self._token_at = clock.monotonic()
         self._state_at = clock.monotonic()
+        self._state_every = STATE_EVERY
 
     # -- recording ---------------------------------------------------------------
     def emit(self, kind: str, payload: dict[str, Any] | None = None, *, node: str | None = None,
@@ -129,14 +133,18 @@ class RunDriver:
             self._refs = True
         self.bundle.append([event], sync=sync)
         self.state.apply(event)
+        self._scoped.applied(event)
         if state:
             finished = kind in _NODE_ENDS
             if finished:
                 self.crash("after_trace_append")
             now = self.clock.monotonic()
-            if not finished or now - self._state_at >= STATE_EVERY:
+            if not finished or now - self._state_at >= self._state_every:
                 self.bundle.replace_state(self.state.to_json())
-                self._state_at = now
+                self._state_at = self.clock.monotonic()
+                # The rewrite grows with the run (every output): space them so they
+                # take at most ~1/STATE_SHARE of the run, or a 5,000-node run is O(n²).
+                self._state_every = max(STATE_EVERY, (self._state_at - now) * STATE_SHARE)
                 if finished:
                     self.crash("after_state_replace")
         if self.observer is not None:
@@ -195,17 +203,21 @@ class RunDriver:
 
     def context(self, scope: str) -> dict[str, Any]:
         st = self.state
-        outputs, results = scoped(st.outputs, scope), scoped(st.results, scope)
         run_input = restore_input(st.input, self.secrets.hidden) if not scope \
             else st.scope_inputs.get(scope)
-        ctx = {"input": run_input, "outputs": outputs, "results": results,
+        if self._refs:
+            run_input = self.live(run_input)
+        ctx = {"input": run_input, "outputs": self._scoped.outputs(scope),
+               "results": self._scoped.results(scope),
                "secrets": dict(self.secrets.secrets), "env": dict(self.secrets.env),
                "run": {"id": self.run_id, "workflow": self.definition.name, "step": st.steps,
                        "started_at": st.started_at, "parent_run_id": st.parent_run_id},
                "project": {"root": self.project_root}}
-        if self._refs and has_artifacts(ctx):
-            ctx = internalize(ctx, self.bundle.read_artifact)
         return ctx
+
+    def _live_value(self, value: Any) -> Any:
+        # Only a run that has recorded a ref or an escape pays for the walk.
+        return self.live(value) if self._refs else value
 
     def live(self, value: Any) -> Any:
         """A recorded value as nodes see it: artifact refs read back, escapes removed.
