@@ -1,0 +1,109 @@
+"""`PostgresStore`: the launch side of the store on one Postgres database.
+
+    store = PostgresStore("postgresql://wfrun@db.internal/wfrun")   # opens or creates
+    PostgresStore.reset(url)            # `wfrun store reset`: wfrun's tables only
+
+The tables live in the first schema of the URL's search_path (`?options=-csearch_path%3Dx`
+picks another), so several projects or tests can share one database. Leases and
+delays use the database clock unless a clock is injected (`now=`, for tests).
+
+Not yet on Postgres: the controller side (`ControllerStore`), run bundles in the
+database and retention; see docs/store.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from runner.store.layout import SCHEMA_ID
+from runner.store.postgres.db import DEFAULT_POOL_SIZE, PostgresDatabase, mask_url
+from runner.store.postgres.launches import PostgresLaunchQueue
+from runner.store.postgres.outbox import (
+    PostgresNotifications,
+    PostgresRunEvents,
+    PostgresTurnIntents,
+)
+from runner.store.postgres.schema import open_schema, reset_schema
+from runner.store.postgres.wakeups import LaunchWakeups
+
+if TYPE_CHECKING:
+    from runner.store.interface import Store
+
+
+class PostgresStore:
+    """The durable store (launch side) on Postgres; safe to share between threads
+    (a connection pool) and between processes and machines (row locks)."""
+
+    def __init__(self, url: str, *, now: Callable[[], float] | None = None,
+                 pool_size: int = DEFAULT_POOL_SIZE, _reset: bool = False) -> None:
+        self._url = url
+        self._db = PostgresDatabase(url, now=now, pool_size=pool_size)
+        try:
+            if _reset:
+                reset_schema(self._db)
+            else:
+                open_schema(self._db)
+        except BaseException:
+            self._db.close()
+            raise
+        self._launches = PostgresLaunchQueue(self._db)
+        self._turn_intents = PostgresTurnIntents(self._db)
+        self._notifications = PostgresNotifications(self._db)
+        self._run_events = PostgresRunEvents(self._db)
+
+    @classmethod
+    def reset(cls, url: str, *, now: Callable[[], float] | None = None) -> PostgresStore:
+        """Drop wfrun's tables in the URL's schema (nothing else) and create them again.
+        Run bundles are elsewhere and untouched. Stop every host using the store first."""
+        return cls(url, now=now, _reset=True)
+
+    @property
+    def location(self) -> str:
+        """The URL with its password masked: safe to print."""
+        return mask_url(self._url)
+
+    @property
+    def schema_id(self) -> str:
+        return SCHEMA_ID
+
+    @property
+    def launches(self) -> PostgresLaunchQueue:
+        return self._launches
+
+    @property
+    def turn_intents(self) -> PostgresTurnIntents:
+        return self._turn_intents
+
+    @property
+    def notifications(self) -> PostgresNotifications:
+        return self._notifications
+
+    @property
+    def run_events(self) -> PostgresRunEvents:
+        return self._run_events
+
+    def launch_wakeups(self) -> LaunchWakeups:
+        """A listener for detached launches becoming claimable (ids only)."""
+        return LaunchWakeups(self._url)
+
+    def now_ms(self) -> int:
+        return self._db.now_ms()
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> PostgresStore:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self.location!r})"
+
+
+if TYPE_CHECKING:
+    _conforms: type[Store] = PostgresStore

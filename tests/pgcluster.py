@@ -1,0 +1,112 @@
+"""A throwaway PostgreSQL 15 cluster for tests: initdb, start, schemas, stop.
+
+`initdb` refuses to run as root, so the server runs as the `postgres` user
+(runuser) with its data folder inside a private temporary folder owned by that
+user. It listens on a free port on 127.0.0.1 only, keeps its unix socket in the
+temporary folder, and runs with the default durability settings (fsync on).
+`pg_ctl -w` waits for the server to accept connections: nothing here races a
+timer against start-up.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+from pathlib import Path
+
+import psycopg
+
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+_START_ATTEMPTS = 5  # a free port can be taken between picking it and the server binding it
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class PgCluster:
+    """One cluster; `url(schema)` connects with that schema first on the search path."""
+
+    def __init__(self) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="wfrun-pg-"))
+        self.data = self.root / "data"
+        self.sockets = self.root / "sockets"
+        self.log = self.root / "server.log"
+        self.port = 0
+        self._user = pwd.getpwnam("postgres")
+        self._started = False
+
+    def _as_postgres(self, *args: str) -> subprocess.CompletedProcess[str]:
+        command = [str(PG_BIN / args[0]), *args[1:]]
+        if os.geteuid() == 0:
+            command = ["runuser", "-u", "postgres", "--", *command]
+        return subprocess.run(command, capture_output=True, text=True, check=False, cwd=self.root)
+
+    def start(self) -> None:
+        os.chown(self.root, self._user.pw_uid, self._user.pw_gid)
+        self.root.chmod(0o700)
+        self.sockets.mkdir(mode=0o700)
+        os.chown(self.sockets, self._user.pw_uid, self._user.pw_gid)
+        done = self._as_postgres(
+            "initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust", "-E", "UTF8",
+            "--locale=C.UTF-8",
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"initdb failed: {done.stderr.strip()}")
+        for _ in range(_START_ATTEMPTS):
+            self.port = _free_port()
+            options = (
+                f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.sockets}"
+                " -c max_connections=200"
+            )
+            done = self._as_postgres(
+                "pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "120",
+                "-o", options, "start",
+            )
+            if done.returncode == 0:
+                self._started = True
+                return
+        raise RuntimeError(f"pg_ctl start failed: {done.stderr.strip()} {self.read_log()}")
+
+    def read_log(self) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-2000:]
+        except OSError:
+            return ""
+
+    def restart(self) -> None:
+        done = self._as_postgres(
+            "pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "120",
+            "-m", "fast", "restart",
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"pg_ctl restart failed: {done.stderr.strip()}")
+
+    def stop(self) -> None:
+        if self._started:
+            self._as_postgres("pg_ctl", "-D", str(self.data), "-w", "-m", "immediate", "stop")
+            self._started = False
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    @property
+    def admin_url(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def url(self, schema: str | None = None) -> str:
+        if schema is None:
+            return self.admin_url
+        return f"{self.admin_url}?options=-csearch_path%3D{schema}"
+
+    def create_schema(self, schema: str) -> str:
+        """A fresh, empty schema; returns the URL that uses it."""
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+            conn.execute(f'CREATE SCHEMA "{schema}"')
+        return self.url(schema)
