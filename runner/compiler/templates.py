@@ -321,20 +321,29 @@ def _make_native() -> _NativeSandbox:
     return env
 
 
-_local = threading.local()
+# One text and one native environment per process, shared by every thread: they hold
+# no per-render state (the budget guard is a ContextVar, budget.py) and Jinja's
+# compiled templates are safe to render from several threads at once. Per-thread
+# copies meant every run thread of `wfrun host` recompiled every template.
+_lock = threading.Lock()
+_envs: dict[str, Any] = {}
 
 
 def _text_env() -> _Guarded:
-    env: _Guarded | None = getattr(_local, "text", None)
+    env: _Guarded | None = _envs.get("text")
     if env is None:
-        env = _local.text = _make_text()
+        with _lock:
+            env = _envs.get("text") or _make_text()
+            _envs["text"] = env
     return env
 
 
 def _native_env() -> _NativeSandbox:
-    env: _NativeSandbox | None = getattr(_local, "native", None)
+    env: _NativeSandbox | None = _envs.get("native")
     if env is None:
-        env = _local.native = _make_native()
+        with _lock:
+            env = _envs.get("native") or _make_native()
+            _envs["native"] = env
     return env
 
 
@@ -509,21 +518,21 @@ def _collect(template: Template, context: Mapping[str, Any], guard: Guard, *,
 _CACHE_SIZE = 512
 
 
+_CACHES: dict[bool, dict[str, Template]] = {False: {}, True: {}}
+
+
 def _compiled(text: str, *, native: bool) -> Template:
-    """A compiled template, cached per thread: compiling costs far more than rendering,
-    and a run renders the same few templates node after node."""
-    key = "native" if native else "text"
-    cache: dict[str, Template] | None = getattr(_local, f"cache_{key}", None)
-    if cache is None:
-        cache = {}
-        setattr(_local, f"cache_{key}", cache)
+    """A compiled template, cached per process: compiling costs far more than rendering,
+    and every run renders the same few templates node after node."""
+    cache = _CACHES[native]
     template = cache.get(text)
     if template is None:
         env = _native_env() if native else _text_env()
-        template = env.from_string(text)
-        if len(cache) >= _CACHE_SIZE:
-            cache.pop(next(iter(cache)))  # drop the oldest entry
-        cache[text] = template
+        template = env.from_string(text)  # outside the lock: two threads may both compile
+        with _lock:
+            if len(cache) >= _CACHE_SIZE:
+                cache.pop(next(iter(cache)), None)  # drop the oldest entry
+            cache[text] = template
     return template
 
 
