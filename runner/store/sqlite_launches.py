@@ -31,6 +31,7 @@ from runner.store.records import (
 from runner.store.sqlite_db import SqliteDatabase
 from runner.store.sqlite_events import append_event
 from runner.store.sqlite_intents import ensure_intent, make_intent_eligible
+from runner.store.sqlite_launch_pages import LaunchPages
 from runner.store.sqlite_requests import settle_child
 from runner.store.sqlite_schema import sql_in
 from runner.store.states import (
@@ -144,7 +145,7 @@ _ENTER: dict[LaunchStatus, str] = {
 _CHILD_STATE = {"done": "succeeded", "failed": "failed", "cancelled": "failed"}
 
 
-class SqliteLaunchQueue:
+class SqliteLaunchQueue(LaunchPages):
     """`LaunchQueue` on SQLite."""
 
     def __init__(self, db: SqliteDatabase, now_ms: Callable[[], int]) -> None:
@@ -183,51 +184,6 @@ class SqliteLaunchQueue:
             (*params, -1 if limit is None else max(limit, 0)),
         )
         return [launch_from_row(row) for row in rows]
-
-    def page(
-        self,
-        *,
-        statuses: Iterable[LaunchStatus] | None = None,
-        workflow_ref: str | None = None,
-        newest_first: bool = True,
-        limit: int = 50,
-        offset: int = 0,
-    ) -> list[LaunchRecord]:
-        clauses: list[str] = []
-        params: list[object] = []
-        if statuses is not None:
-            wanted = list(statuses)
-            unknown = [s for s in wanted if s not in LAUNCH_STATUSES]
-            if unknown:
-                raise ValueError(f"unknown launch status(es) {unknown}")
-            clauses.append(f"status IN ({', '.join('?' for _ in wanted)})" if wanted else "0")
-            params.extend(wanted)
-        if workflow_ref is not None:
-            clauses.append("workflow_ref = ?")
-            params.append(workflow_ref)
-        where = " AND ".join(clauses) or "1"
-        order = "DESC" if newest_first else "ASC"
-        rows = self._db.read(
-            f"SELECT * FROM workflow_run_queue WHERE {where}"
-            f" ORDER BY created_at {order}, run_id {order} LIMIT ? OFFSET ?",
-            (*params, max(limit, 0), max(offset, 0)),
-        )
-        return [launch_from_row(row) for row in rows]
-
-    def counts(self, *, workflow_ref: str | None = None) -> dict[str, int]:
-        where, params = ("workflow_ref = ?", (workflow_ref,)) if workflow_ref else ("1", ())
-        rows = self._db.read(
-            f"SELECT status, COUNT(*) FROM workflow_run_queue WHERE {where} GROUP BY status",
-            params,
-        )
-        return {str(row[0]): int(row[1]) for row in rows}
-
-    def workflow_counts(self) -> dict[str, int]:
-        rows = self._db.read(
-            "SELECT workflow_ref, COUNT(*) FROM workflow_run_queue GROUP BY workflow_ref"
-            " ORDER BY workflow_ref"
-        )
-        return {str(row[0]): int(row[1]) for row in rows}
 
     def find_session_reservation(self, session_id: str) -> LaunchRecord | None:
         rows = self._db.read(

@@ -1,0 +1,65 @@
+"""Paged reads of `workflow_run_queue` for list views (`wfrun ui`'s run list).
+
+Every run is a launch row, so a list view pages here, in SQL, instead of folding
+every run bundle. A mixin of `SqliteLaunchQueue` (kept apart so that module stays
+small); reads only, each in its own snapshot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from runner.store.records import LaunchRecord
+from runner.store.sqlite_db import SqliteDatabase
+from runner.store.states import LAUNCH_STATUSES, LaunchStatus
+
+
+class LaunchPages:
+    _db: SqliteDatabase
+
+    def page(
+        self,
+        *,
+        statuses: Iterable[LaunchStatus] | None = None,
+        workflow_ref: str | None = None,
+        newest_first: bool = True,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[LaunchRecord]:
+        from runner.store.sqlite_launches import launch_from_row  # it imports this module
+
+        clauses: list[str] = []
+        params: list[object] = []
+        if statuses is not None:
+            wanted = list(statuses)
+            unknown = [s for s in wanted if s not in LAUNCH_STATUSES]
+            if unknown:
+                raise ValueError(f"unknown launch status(es) {unknown}")
+            clauses.append(f"status IN ({', '.join('?' for _ in wanted)})" if wanted else "0")
+            params.extend(wanted)
+        if workflow_ref is not None:
+            clauses.append("workflow_ref = ?")
+            params.append(workflow_ref)
+        where = " AND ".join(clauses) or "1"
+        order = "DESC" if newest_first else "ASC"
+        rows = self._db.read(
+            f"SELECT * FROM workflow_run_queue WHERE {where}"
+            f" ORDER BY created_at {order}, run_id {order} LIMIT ? OFFSET ?",
+            (*params, max(limit, 0), max(offset, 0)),
+        )
+        return [launch_from_row(row) for row in rows]
+
+    def counts(self, *, workflow_ref: str | None = None) -> dict[str, int]:
+        where, params = ("workflow_ref = ?", (workflow_ref,)) if workflow_ref else ("1", ())
+        rows = self._db.read(
+            f"SELECT status, COUNT(*) FROM workflow_run_queue WHERE {where} GROUP BY status",
+            params,
+        )
+        return {str(row[0]): int(row[1]) for row in rows}
+
+    def workflow_counts(self) -> dict[str, int]:
+        rows = self._db.read(
+            "SELECT workflow_ref, COUNT(*) FROM workflow_run_queue GROUP BY workflow_ref"
+            " ORDER BY workflow_ref"
+        )
+        return {str(row[0]): int(row[1]) for row in rows}
