@@ -83,7 +83,8 @@ class PostgresDatabase:
     """A connection pool on one database (and schema: the URL's search_path)."""
 
     def __init__(self, url: str, *, now: Callable[[], float] | None = None,
-                 pool_size: int = DEFAULT_POOL_SIZE) -> None:
+                 pool_size: int = DEFAULT_POOL_SIZE,
+                 connect_timeout: float = CONNECT_TIMEOUT_SECONDS) -> None:
         self.url = url
         self.where = mask_url(url)
         self._now = now
@@ -92,13 +93,13 @@ class PostgresDatabase:
             min_size=1,
             max_size=pool_size,
             open=False,
-            timeout=CONNECT_TIMEOUT_SECONDS,
+            timeout=connect_timeout,
             kwargs={"row_factory": dict_row, "autocommit": True},
             connection_class=psycopg.Connection[Row],
             name="wfrun-store",
         )
         try:
-            self._pool.open(wait=True, timeout=CONNECT_TIMEOUT_SECONDS)
+            self._pool.open(wait=True, timeout=connect_timeout)
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
             self._pool.close()
             raise translate(exc, self.where) from None

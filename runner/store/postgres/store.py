@@ -18,7 +18,12 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from runner.store.layout import SCHEMA_ID
-from runner.store.postgres.db import DEFAULT_POOL_SIZE, PostgresDatabase, mask_url
+from runner.store.postgres.db import (
+    CONNECT_TIMEOUT_SECONDS,
+    DEFAULT_POOL_SIZE,
+    PostgresDatabase,
+    mask_url,
+)
 from runner.store.postgres.launches import PostgresLaunchQueue
 from runner.store.postgres.outbox import (
     PostgresNotifications,
@@ -37,9 +42,11 @@ class PostgresStore:
     (a connection pool) and between processes and machines (row locks)."""
 
     def __init__(self, url: str, *, now: Callable[[], float] | None = None,
-                 pool_size: int = DEFAULT_POOL_SIZE, _reset: bool = False) -> None:
+                 pool_size: int = DEFAULT_POOL_SIZE,
+                 connect_timeout: float = CONNECT_TIMEOUT_SECONDS, _reset: bool = False) -> None:
         self._url = url
-        self._db = PostgresDatabase(url, now=now, pool_size=pool_size)
+        self._db = PostgresDatabase(url, now=now, pool_size=pool_size,
+                                    connect_timeout=connect_timeout)
         try:
             if _reset:
                 reset_schema(self._db)

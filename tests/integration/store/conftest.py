@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import secrets
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
