@@ -26,8 +26,9 @@ from .runs import workspace
               help="claude-code: turns come from `wfrun hook claude-code`; none: any MCP "
                    "client without hooks (pending messages ride on the next tool reply).")
 @click.option("--session", "session_id", metavar="ID",
-              help="The session's id (default: Claude Code's CLAUDE_CODE_SESSION_ID, else "
-                   "a new one). Reuse an id to continue a session after a restart.")
+              help="The session's id (default: with --client claude-code, Claude Code's "
+                   "CLAUDE_CODE_SESSION_ID; else a new one per process). Reuse an id to "
+                   "continue a session, its follow-ups and parked runs, after a restart.")
 @click.option("--claude-pid", type=click.IntRange(2), envvar="WFRUN_CLAUDE_PID", hidden=True,
               help="The Claude process whose hooks this server answers (default: the "
                    "nearest ancestor named claude, else the parent; benchmarks set it).")
