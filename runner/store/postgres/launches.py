@@ -20,6 +20,7 @@ from psycopg import errors as pg_errors
 
 from runner.store.postgres.db import Conn, PostgresDatabase, Row
 from runner.store.postgres.outbox import append_event, ensure_intent, make_intent_eligible
+from runner.store.postgres.reconcile import wake
 from runner.store.postgres.wakeups import LAUNCH_CHANNEL, notify
 from runner.store.records import (
     INPUT_MAX_BYTES,
@@ -167,15 +168,7 @@ def settle_child(conn: Conn, row: Row, state: str, now: int) -> None:
         " WHERE request_id = %s",
         (state, error, now, request["request_id"]),
     )
-    conn.execute(
-        "INSERT INTO reconcile_queue (controller, resource_key, available_at)"
-        " VALUES (%s, %s, %s) ON CONFLICT (controller, resource_key) DO UPDATE SET"
-        " available_at = CASE WHEN reconcile_queue.claim_token IS NULL"
-        " THEN LEAST(reconcile_queue.available_at, excluded.available_at)"
-        " ELSE reconcile_queue.available_at END,"
-        " dirty = CASE WHEN reconcile_queue.claim_token IS NULL THEN 0 ELSE 1 END",
-        (request["controller"], request["resource_key"], now),
-    )
+    wake(conn, request["controller"], request["resource_key"], now)
 
 
 class PostgresLaunchQueue:

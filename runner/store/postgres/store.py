@@ -1,4 +1,4 @@
-"""`PostgresStore`: the launch side of the store on one Postgres database.
+"""`PostgresStore`: the store (launch and controller sides) on one Postgres database.
 
     store = PostgresStore("postgresql://wfrun@db.internal/wfrun")   # opens or creates
     PostgresStore.reset(url)            # `wfrun store reset`: wfrun's tables only
@@ -7,8 +7,8 @@ The tables live in the first schema of the URL's search_path (`?options=-csearch
 picks another), so several projects or tests can share one database. Leases and
 delays use the database clock unless a clock is injected (`now=`, for tests).
 
-Not yet on Postgres: the controller side (`ControllerStore`), run bundles in the
-database and retention; see docs/store.md.
+Not yet on Postgres: run bundles in the database and retention (`wfrun prune`);
+see docs/store.md.
 """
 
 from __future__ import annotations
@@ -24,21 +24,28 @@ from runner.store.postgres.db import (
     PostgresDatabase,
     mask_url,
 )
+from runner.store.postgres.feeds import (
+    PostgresControllerEvents,
+    PostgresEffects,
+    PostgresWorkflowRequests,
+)
 from runner.store.postgres.launches import PostgresLaunchQueue
 from runner.store.postgres.outbox import (
     PostgresNotifications,
     PostgresRunEvents,
     PostgresTurnIntents,
 )
+from runner.store.postgres.reconcile import PostgresReconcileQueue, PostgresResources
 from runner.store.postgres.schema import open_schema, reset_schema
 from runner.store.postgres.wakeups import LaunchWakeups
 
 if TYPE_CHECKING:
+    from runner.store.controller_interface import ControllerStore
     from runner.store.interface import Store
 
 
 class PostgresStore:
-    """The durable store (launch side) on Postgres; safe to share between threads
+    """The durable store on Postgres; safe to share between threads
     (a connection pool) and between processes and machines (row locks)."""
 
     def __init__(self, url: str, *, now: Callable[[], float] | None = None,
@@ -59,6 +66,11 @@ class PostgresStore:
         self._turn_intents = PostgresTurnIntents(self._db)
         self._notifications = PostgresNotifications(self._db)
         self._run_events = PostgresRunEvents(self._db)
+        self._resources = PostgresResources(self._db)
+        self._reconcile_queue = PostgresReconcileQueue(self._db)
+        self._effects = PostgresEffects(self._db)
+        self._workflow_requests = PostgresWorkflowRequests(self._db)
+        self._controller_events = PostgresControllerEvents(self._db)
 
     @classmethod
     def reset(cls, url: str, *, now: Callable[[], float] | None = None) -> PostgresStore:
@@ -91,6 +103,28 @@ class PostgresStore:
     def run_events(self) -> PostgresRunEvents:
         return self._run_events
 
+    # --- controller side (ControllerStore) ---------------------------------------
+
+    @property
+    def resources(self) -> PostgresResources:
+        return self._resources
+
+    @property
+    def reconcile_queue(self) -> PostgresReconcileQueue:
+        return self._reconcile_queue
+
+    @property
+    def effects(self) -> PostgresEffects:
+        return self._effects
+
+    @property
+    def workflow_requests(self) -> PostgresWorkflowRequests:
+        return self._workflow_requests
+
+    @property
+    def controller_events(self) -> PostgresControllerEvents:
+        return self._controller_events
+
     def launch_wakeups(self) -> LaunchWakeups:
         """A listener for detached launches becoming claimable (ids only)."""
         return LaunchWakeups(self._url)
@@ -114,3 +148,4 @@ class PostgresStore:
 
 if TYPE_CHECKING:
     _conforms: type[Store] = PostgresStore
+    _conforms_controller: type[ControllerStore] = PostgresStore

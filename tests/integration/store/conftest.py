@@ -1,9 +1,9 @@
 """The `store` fixture, parametrized over every Store implementation.
 
 SQLite runs every module; Postgres (a throwaway cluster for the session, a fresh
-schema per test) runs the launch-side conformance modules in `POSTGRES_MODULES`.
-The controller side, retention and the SQLite file tests stay SQLite-only until
-the Postgres backend has them (docs/store.md).
+schema per test) runs the conformance modules in `POSTGRES_MODULES` (launch and
+controller sides). Retention and the SQLite file, lock and fault tests stay
+SQLite-only (docs/store.md).
 """
 
 from __future__ import annotations
@@ -33,6 +33,9 @@ def _sqlite(tmp_path: Path) -> Backend:
 
 #: The modules whose every test also runs on Postgres.
 POSTGRES_MODULES = frozenset({
+    "test_controller_queue",
+    "test_controller_records",
+    "test_controller_resources",
     "test_store_claims",
     "test_store_launch_queue",
     "test_store_outbox",
