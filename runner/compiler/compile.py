@@ -21,6 +21,7 @@ from .discovery import Catalog, Origin, is_path_ref
 from .graph import LocalGraph, check_included, check_local, flatten, to_networkx
 from .model import Source, WorkflowDefinition
 from .parse import RawWorkflow, parse_workflow
+from .references import check_references
 from .sources import SourceText, read_source
 from .yamlio import YamlProblem, load, locate_all
 
@@ -170,6 +171,7 @@ class Compiler:
         finally:
             self._stack.pop()
         graph = check_local(wf, children, sink)
+        check_references(graph, sink)
         for mount in children:
             check_included(graph, mount, sink)
         return _Unit(graph, source, sources, locate_all(sink.items, read.text), read.text)

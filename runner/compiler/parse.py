@@ -120,6 +120,8 @@ class RawWorkflow:
     env: tuple[str, ...] = ()
     hooks: list[HookRef] = field(default_factory=list)
     template_budget: TemplateBudget = DEFAULT_BUDGET
+    # (key path, text) of every template, for the reference checks (references.py).
+    templates: list[tuple[KeyPath, str]] = field(default_factory=list)
     # Every node id written in the file, including nodes that failed their own checks,
     # so edges to them do not cascade into 'unknown node' errors.
     declared: set[str] = field(default_factory=set)
@@ -133,6 +135,7 @@ class _Checker:
         self.base_dir = base_dir
         self.hooks: list[HookRef] = []
         self.budget = DEFAULT_BUDGET  # what constant template parts are tried against
+        self.templates: list[tuple[KeyPath, str]] = []
 
     # -- shapes -----------------------------------------------------------------
     def mapping(self, value: Any, kp: KeyPath, what: str) -> dict[str, Any] | None:
@@ -167,6 +170,7 @@ class _Checker:
         return value
 
     def template(self, text: str, kp: KeyPath) -> None:
+        self.templates.append((kp, text))
         problem = check_syntax(text)
         if problem is not None:
             _, message = problem
@@ -378,6 +382,7 @@ def parse_workflow(data: Any, name: str, path: Path, sink: DiagnosticSink) -> Ra
     if "exits" in data:
         _exits(c, wf, data["exits"])
     wf.hooks = c.hooks
+    wf.templates = c.templates
     return wf
 
 

@@ -1,0 +1,140 @@
+"""Static checks of what templates and switches refer to (issue 13 item 5).
+
+`validate` used to pass `{{ inptu.x }}`, `{{ outputs.nosuch }}` and `$result.status`;
+each failed only when the run got there. Per file, after the graph checks:
+
+- a name no template can see (`inptu`) is `unknown-name`, with did-you-mean;
+- `outputs.X` / `results.X` naming no node or include is `unknown-node-ref`, and one
+  naming a node that cannot have run before this one is `node-not-before`;
+- `input.X` for a key the input schema does not declare is `unknown-input-key` (an
+  error when the schema forbids other keys, else a warning);
+- a switch on `$result.F` for a field results do not have is `unknown-result-field`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from functools import lru_cache
+from typing import Any
+
+from jinja2 import nodes
+
+from .diagnostics import DiagnosticSink, KeyPath, did_you_mean
+from .graph import LocalGraph
+
+CONTEXT = ("input", "outputs", "results", "run", "project", "secrets", "env")
+GLOBALS = ("range", "lipsum", "dict", "cycler", "joiner", "namespace", "true", "false",
+           "none", "True", "False", "None", "loop", "self", "caller", "varargs", "kwargs")
+PARSE_CONTEXT = ("stdout", "stderr", "exit_code")
+RESULT_FIELDS = ("outcome", "error", "exit_code")
+
+
+@lru_cache(maxsize=2048)
+def _refs(text: str) -> tuple[frozenset[str], tuple[tuple[str, str, int], ...]] | None:
+    """(free names, (root, key, line) for `root.key`), or None when it does not parse."""
+    from jinja2 import meta
+
+    from .templates import _text_env
+
+    try:
+        tree = _text_env().parse(text)
+        free = frozenset(meta.find_undeclared_variables(tree))
+    except Exception:  # a syntax error: reported as template-syntax already
+        return None
+    found: list[tuple[str, str, int]] = []
+    for node in _walk(tree):
+        key: Any = None
+        if isinstance(node, nodes.Getattr):
+            key = node.attr
+        elif isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Const):
+            key = node.arg.value
+        target = getattr(node, "node", None)
+        if isinstance(key, str) and isinstance(target, nodes.Name) and target.ctx == "load" \
+                and target.name in ("input", "outputs", "results"):
+            found.append((target.name, key, node.lineno))
+    return free, tuple(found)
+
+
+def _walk(node: nodes.Node) -> Iterator[nodes.Node]:
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(n.iter_child_nodes())
+
+
+def _before(g: LocalGraph) -> dict[str, set[str]]:
+    """For each node or mount: the nodes and mounts that can have run before it."""
+    succ: dict[str, set[str]] = {}
+    for source, edge in g.edges.items():
+        src = source.split(".", 1)[0]  # an include's exit leaves from its mount
+        targets = {edge.to} if edge.to else set()
+        targets |= set(edge.cases.values())
+        if edge.default:
+            targets.add(edge.default)
+        succ.setdefault(src, set()).update(t for t in targets if t)
+    preds: dict[str, set[str]] = {}
+    for src, targets in succ.items():
+        for t in targets:
+            preds.setdefault(t, set()).add(src)
+    out: dict[str, set[str]] = {}
+    for nid in (*g.workflow.nodes, *g.workflow.includes):
+        seen: set[str] = set()
+        todo = list(preds.get(nid, ()))
+        while todo:
+            p = todo.pop()
+            if p not in seen:
+                seen.add(p)
+                todo.extend(preds.get(p, ()))
+        out[nid] = seen
+    return out
+
+
+def check_references(g: LocalGraph, sink: DiagnosticSink) -> None:
+    wf = g.workflow
+    ids = sorted(set(wf.nodes) | set(wf.includes))
+    before = _before(g)
+    schema = wf.input_schema if isinstance(wf.input_schema, dict) else None
+    props = schema.get("properties") if schema else None
+    closed = schema is not None and schema.get("additionalProperties") is False
+    for kp, text in wf.templates:
+        if len(kp) < 2 or kp[0] not in ("nodes", "includes") or not isinstance(kp[1], str):
+            continue
+        here = kp[1]
+        refs = _refs(text)
+        if refs is None:
+            continue
+        free, found = refs
+        known = (*CONTEXT, *GLOBALS, *(PARSE_CONTEXT if "parse" in kp else ()))
+        for name in sorted(free - set(known)):
+            sink.error("unknown-name", f"templates here cannot see '{name}'", kp,
+                       hint=did_you_mean(name, CONTEXT) or f"they see: {', '.join(CONTEXT)}")
+        for root, key, _line in found:
+            if root == "input":
+                if isinstance(props, dict) and key not in props:
+                    message = f"the input schema has no property '{key}'"
+                    hint = did_you_mean(key, sorted(props))
+                    if closed:
+                        sink.error("unknown-input-key", message, kp, hint=hint)
+                    else:
+                        sink.warning("unknown-input-key", message, kp, hint=hint)
+                continue
+            if key not in ids:
+                sink.error("unknown-node-ref", f"{root}.{key} names no node or include in this "
+                           "workflow", kp, hint=did_you_mean(key, ids))
+            elif key not in before.get(here, set()) and key in before:
+                sink.error("node-not-before", f"{root}.{key}: node '{key}' cannot have run "
+                           f"before '{here}' (no path leads from it to here)", kp)
+    for edge in g.edges.values():
+        on = edge.on or ""
+        if on.startswith("$result."):
+            field = on.split(".")[1]
+            if field not in RESULT_FIELDS:
+                sink.error("unknown-result-field", f"$result has no field '{field}'",
+                           _on_path(edge.key_path),
+                           hint=did_you_mean(field, RESULT_FIELDS)
+                           or f"$result has: {', '.join(RESULT_FIELDS)}")
+
+
+def _on_path(kp: KeyPath) -> KeyPath:
+    return (*kp, "switch", "on")
