@@ -20,7 +20,8 @@ A read-only database (`read_only=True`, for views such as `wfrun status`) never
 creates, sets up or tightens anything and opens `mode=ro`, or `immutable=1` when
 its folder cannot be written and no `-wal` exists (a read-only project).
 
-One connection per thread (and per process: a connection never crosses fork()).
+One connection per thread at a time (and per process: a connection never crosses
+fork()); a finished thread's connection is reused by the next thread.
 Every writing transaction is `BEGIN IMMEDIATE`; sqlite3 runs in autocommit mode
 (`isolation_level=None`) so Python never opens a deferred transaction itself.
 """
@@ -35,6 +36,7 @@ import sqlite3
 import stat
 import tempfile
 import threading
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -290,8 +292,33 @@ def _write_lock_for(path: Path) -> threading.Lock:
         return _WRITE_LOCKS.setdefault(key, threading.Lock())
 
 
+class _Slot:
+    """A thread's hold on a connection. When the thread ends, Python drops its
+    thread-local data and this hands the connection back to the store's pool, so
+    the next thread (the host starts one per run) skips the open and its PRAGMAs."""
+
+    __slots__ = ("conn", "db", "pid")
+
+    def __init__(self, pid: int, conn: sqlite3.Connection, db: SqliteDatabase) -> None:
+        self.pid, self.conn = pid, conn
+        self.db: weakref.ref[SqliteDatabase] | None = weakref.ref(db)
+
+    def __del__(self) -> None:
+        # Runs at thread exit (or when the slot is replaced): only a list append, which
+        # needs no lock, so it can never deadlock with a lock held where the GC runs.
+        # A connection of a closed store, or one left inside a transaction, is not
+        # reused: dropped here, sqlite3 closes it.
+        db = self.db() if self.db is not None else None
+        try:
+            if db is not None and not db._closed and not self.conn.in_transaction:
+                db._pool.append((self.pid, self.conn))
+        except Exception:  # a closed connection: nothing to hand back
+            pass
+
+
 class SqliteDatabase:
-    """Connections (one per thread and process) and transactions on one store file."""
+    """Connections (one per thread at a time, never across fork(), pooled when their
+    thread ends) and transactions on one store file."""
 
     def __init__(self, path: Path, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
                  read_only: bool = False) -> None:
@@ -302,27 +329,46 @@ class SqliteDatabase:
         self._lock = threading.Lock()
         self._write_lock = _write_lock_for(path)
         _opened(path, +1)
-        self._connections: list[tuple[int, int, sqlite3.Connection]] = []
+        # id(conn) -> (pid, owning thread, conn): close() closes what no live thread uses.
+        self._connections: dict[int, tuple[int, int, sqlite3.Connection]] = {}
+        self._pool: list[tuple[int, sqlite3.Connection]] = []
         self._closed = False
 
     def connection(self) -> sqlite3.Connection:
-        """This thread's connection, opened with the store's pragmas on first use."""
+        """This thread's connection: its own, a pooled one, or a new one opened with the
+        store's pragmas."""
         pid = os.getpid()
-        cached: tuple[int, sqlite3.Connection] | None = getattr(self._local, "conn", None)
+        cached: _Slot | None = getattr(self._local, "slot", None)
         if self._closed:
-            if cached is not None and cached[0] == pid:
+            if cached is not None and cached.pid == pid:
                 # Closed by another thread: this thread closes its own connection, here,
                 # where nothing else can be using it.
-                self._local.conn = None
-                cached[1].close()
+                self._local.slot = None
+                cached.db = None  # not back into the pool
+                cached.conn.close()
             raise StoreError(f"the store at {self.path} is closed")
-        if cached is not None and cached[0] == pid:
-            return cached[1]
-        conn = self._connect()
-        self._local.conn = (pid, conn)
-        with self._lock:
-            self._connections.append((pid, threading.get_ident(), conn))
+        if cached is not None and cached.pid == pid:
+            return cached.conn
+        conn = self._pooled(pid)
+        if conn is None:
+            conn = self._connect()
+            with self._lock:
+                self._connections[id(conn)] = (pid, threading.get_ident(), conn)
+        self._local.slot = _Slot(pid, conn, self)
         return conn
+
+    def _pooled(self, pid: int) -> sqlite3.Connection | None:
+        """A connection a finished thread of this process handed back, now this thread's
+        (recorded as such under the lock, so close() leaves it to this thread)."""
+        with self._lock:
+            if self._closed:
+                raise StoreError(f"the store at {self.path} is closed")
+            while self._pool:
+                owner, conn = self._pool.pop()
+                if owner == pid and id(conn) in self._connections:
+                    self._connections[id(conn)] = (pid, threading.get_ident(), conn)
+                    return conn
+        return None
 
     def _connect(self) -> sqlite3.Connection:
         try:
@@ -467,16 +513,18 @@ class SqliteDatabase:
         me = threading.get_ident()
         alive = {t.ident for t in threading.enumerate()}
         with self._lock:
-            connections, self._connections = self._connections, []
+            connections, self._connections = self._connections, {}
             was_closed, self._closed = self._closed, True
+            self._pool.clear()
         if not was_closed:
             _opened(self.path, -1)
-        for owner, thread, conn in connections:
+        for owner, thread, conn in connections.values():
             if owner == pid and (thread == me or thread not in alive):
                 conn.close()
-        cached = getattr(self._local, "conn", None)
+        cached: _Slot | None = getattr(self._local, "slot", None)
         if cached is not None:
-            self._local.conn = None
+            cached.db = None
+            self._local.slot = None
 
 
 def read_only_uri(path: Path) -> str:
