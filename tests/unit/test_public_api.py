@@ -11,7 +11,7 @@ import runner
 
 SUBPACKAGES = {"annotations", "compiler", "errors", "engine", "store", "launch",
                "controllers", "host", "cli", "clock", "importlib", "safety", "canonical",
-               "backoff", "deadline", "leases", "private"}
+               "backoff", "deadline", "leases", "private", "ui"}
 
 
 def test_all_names_resolve() -> None:
