@@ -74,3 +74,22 @@ def test_masking_replaces_known_values_and_credential_shapes() -> None:
     out = masked(value, ("hunter2-swordfish",))
     assert "hunter2-swordfish" not in repr(out)
     assert "a" * 36 not in out["gh"]
+
+
+def test_progress_with_an_eta_and_a_timed_out_node() -> None:
+    def progress(seq: int, done: int) -> dict[str, Any]:
+        event = ev(seq, "update_published", "a", type="progress", key="files",
+                   data={"completed": done, "total": 10, "label": "files", "unit": "files"})
+        event["at"] = f"2026-01-01T00:00:{seq:02d}Z"  # one second apart
+        return event
+
+    events = [START, ev(2, "node_started", "a"), progress(3, 2), progress(4, 4),
+              ev(5, "node_failed", "a", outcome="timed_out", duration_ms=900_000,
+                 error={"code": "timeout", "message": "timed out after 15m"}),
+              ev(6, "run_timed_out", error={"code": "timeout", "message": "timed out"})]
+    view = run_live("r", events, SNAPSHOT)
+    assert view["status"] == "timed_out"
+    assert view["nodes"] == {"a": "timed_out", "b": "skipped", "c": "skipped"}
+    (bar,) = view["progress"]
+    assert (bar["completed"], bar["total"], bar["label"]) == (4, 10, "files")
+    assert bar["eta_s"] == 3.0  # 6 left at 2 per second
