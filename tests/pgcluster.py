@@ -16,9 +16,11 @@ import shutil
 import socket
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
+import pytest
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 _START_ATTEMPTS = 5  # a free port can be taken between picking it and the server binding it
@@ -110,3 +112,15 @@ class PgCluster:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
             conn.execute(f'CREATE SCHEMA "{schema}"')
         return self.url(schema)
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[PgCluster]:
+    """One PostgreSQL 15 cluster for the session (per importing conftest or module),
+    stopped and removed at the end, also when tests fail."""
+    cluster = PgCluster()
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()

@@ -55,6 +55,9 @@ class WfrunGroup(click.Group):
 @click.option("--project", "project", metavar="DIR", envvar="WFRUN_PROJECT",
               help="Project folder holding .wfrun/ (default: nearest ancestor of the cwd).")
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+@click.option("--store", "store", metavar="URL", envvar="WFRUN_STORE",
+              help="The store: 'sqlite' (default) or postgresql://USER@HOST/DB "
+                   "(also WFRUN_STORE, or `store:` in .wfrun/config.yaml).")
 @click.option("--openai-base-url", envvar="WFRUN_OPENAI_BASE_URL", metavar="URL",
               help="--agent openai: an OpenAI-compatible endpoint (…/v1).")
 @click.option("--openai-model", envvar="WFRUN_OPENAI_MODEL", metavar="MODEL",
@@ -63,14 +66,17 @@ class WfrunGroup(click.Group):
               help="--agent openai: the API key (prefer the environment variable).")
 @click.version_option(package_name="wfrun", prog_name="wfrun")
 @click.pass_context
-def cli(ctx: click.Context, project: str | None, debug: bool, openai_base_url: str | None,
-        openai_model: str | None, openai_api_key: str | None) -> None:
+def cli(ctx: click.Context, project: str | None, debug: bool, store: str | None,
+        openai_base_url: str | None, openai_model: str | None,
+        openai_api_key: str | None) -> None:
     """wfrun: declarative, durable workflows for agent and automation work."""
     if debug:
         _show_hook_tracebacks()
     settings = {"WFRUN_OPENAI_BASE_URL": openai_base_url, "WFRUN_OPENAI_MODEL": openai_model,
                 "WFRUN_OPENAI_API_KEY": openai_api_key}
-    ctx.obj = Context(project_flag=project, debug=debug,
+    if ctx.get_parameter_source("store") is not click.core.ParameterSource.COMMANDLINE:
+        store = None  # WFRUN_STORE is read (and named in errors) by the store choice itself
+    ctx.obj = Context(project_flag=project, debug=debug, store=store,
                       openai={k: v for k, v in settings.items() if v})
 
 

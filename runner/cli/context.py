@@ -16,6 +16,7 @@ from runner.errors import InputError
 class Context:
     project_flag: str | None
     debug: bool = False
+    store: str | None = None  # --store / WFRUN_STORE (runner/host/runtime/storeconfig.py)
     openai: dict[str, str] = field(default_factory=dict)
     _catalogs: dict[str, Catalog] = field(default_factory=dict)
 

@@ -36,7 +36,7 @@ def workspace(ctx: Context) -> Workspace:
     state_dir = ctx.user_dir or Path(platformdirs.user_state_dir("wfrun"))
     # The system clock, or a test's clock file (WFRUN_CLOCK_FILE) for times like --since.
     return Workspace(ctx.catalog("workflows"), ctx.project_root, state_dir,
-                     clock=clock_from_env())
+                     clock=clock_from_env(), store_flag=ctx.store)
 
 
 @contextmanager

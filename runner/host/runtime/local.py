@@ -31,6 +31,7 @@ from runner.engine import AgentStepExecutor, Engine, RunControl, RunOutcome
 from runner.engine.processes import reap_dead_registries, registry_for_this_process
 from runner.engine.runner import CRASH_POINTS, CrashPoint, NotificationSink, Observer
 from runner.errors import DefinitionInvalid, InputError, NotFoundError, OperationFailed, WfrunError
+from runner.host.runtime.storeconfig import StoreChoice, choose_store
 
 CRASH_ENV = "WFRUN_CRASH_AT"
 
@@ -97,6 +98,7 @@ class Workspace:
     clock: Clock = field(default_factory=SystemClock)
     crash_point: CrashPoint | None = field(
         default_factory=lambda: crash_injector(os.environ.get(CRASH_ENV)))
+    store_flag: str | None = None  # `--store`; else WFRUN_STORE, config.yaml, SQLite
     _compiled: dict[str, _Compiled] = field(default_factory=dict, init=False, repr=False,
                                             compare=False)
 
@@ -313,12 +315,19 @@ def store_path(ws: Workspace) -> Path:
     return base / "state" / "store.sqlite3"
 
 
-def reset_store(ws: Workspace) -> Path:
-    """`wfrun store reset --yes`: delete and recreate the store; bundles are kept."""
+def reset_store(ws: Workspace) -> Path | str:
+    """`wfrun store reset --yes`: delete and recreate the store; bundles are kept.
+    Returns the SQLite path, or the Postgres URL with its password masked."""
     from runner.store import SqliteStore, StoreError
 
-    path = store_path(ws)
+    choice = store_choice(ws)
     try:
+        if choice.url is not None:
+            from runner.store.postgres import PostgresStore
+
+            PostgresStore.reset(choice.url).close()
+            return choice.shown
+        path = store_path(ws)
         SqliteStore.reset(path).close()
     except StoreError as exc:
         from runner.errors import OperationFailed
@@ -327,11 +336,19 @@ def reset_store(ws: Workspace) -> Path:
     return path
 
 
+def store_choice(ws: Workspace) -> StoreChoice:
+    """The store in force for `ws` (runner/host/runtime/storeconfig.py)."""
+    return choose_store(ws.store_flag, ws.project_root)
+
+
 def check_store(ws: Workspace) -> dict[str, Any]:
     """`wfrun store check`: the layout (on open) and every page and index (SQLite's
     quick_check), read-only; a damaged store is one error line, never reset advice."""
     from runner.store import StoreError, faults
 
+    choice = store_choice(ws)
+    if choice.url is not None:
+        return _check_postgres(ws, choice)
     path = store_path(ws)
     if not path.exists():
         raise NotFoundError(f"no store at {path} yet; it is created on the first start")
@@ -358,6 +375,9 @@ def open_store(ws: Workspace, *, read_only: bool = False) -> Any:
     with no store yet it opens (creates) one as every other command does."""
     from runner.store import SqliteStore, StoreError
 
+    choice = store_choice(ws)
+    if choice.url is not None:
+        return _open_postgres(choice)
     path = store_path(ws)
     try:
         if read_only and path.is_file() and path.stat().st_size > 0:
@@ -365,6 +385,42 @@ def open_store(ws: Workspace, *, read_only: bool = False) -> Any:
         return SqliteStore(path, now=ws.clock.now)
     except (StoreError, OSError) as exc:
         raise _store_error(exc, path) from None
+
+
+def _open_postgres(choice: StoreChoice) -> Any:
+    """The Postgres store the choice names (leases on the database clock)."""
+    from runner.store import StoreError
+
+    assert choice.url is not None
+    try:
+        from runner.store.postgres import PostgresStore
+    except ImportError:
+        raise InputError(f"{choice.origin} names a Postgres store but psycopg is not "
+                         "installed; install wfrun[postgres]") from None
+    try:
+        return PostgresStore(choice.url)
+    except StoreError as exc:
+        from runner.host.runtime.errors import translate
+
+        raise translate(exc) or OperationFailed(exc.message) from None
+
+
+def _check_postgres(ws: Workspace, choice: StoreChoice) -> dict[str, Any]:
+    """`wfrun store check` on Postgres: the layout check (on open) and the counts."""
+    from runner.store import StoreError
+
+    store = _open_postgres(choice)
+    try:
+        counts = store.launches.counts()
+    except StoreError as exc:
+        from runner.host.runtime.errors import translate
+
+        raise translate(exc) or OperationFailed(exc.message) from None
+    finally:
+        store.close()
+    launches = {status: counts.get(status, 0) for status in (
+        "queued", "starting", "running", "parked", "done", "failed", "cancelled")}
+    return {"path": choice.shown, "schema": store.schema_id, "ok": True, "launches": launches}
 
 
 def _store_error(exc: BaseException, path: Path) -> WfrunError:

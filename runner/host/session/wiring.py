@@ -15,7 +15,7 @@ from typing import Any
 from runner.clock import Clock
 from runner.engine.processes import registry_for_this_process
 from runner.host.runtime.launches import environment_secrets, launch_status, runner_id
-from runner.host.runtime.local import Workspace, open_store, store_path
+from runner.host.runtime.local import Workspace, open_store, store_choice, store_path
 from runner.launch import EngineOptions, LaunchCoordinator
 from runner.store import SqliteStore, Store
 
@@ -41,8 +41,8 @@ class SessionRuntime:
 def open_session(host: Host, ws: Workspace, *, store_clock: Clock | None = None) -> SessionRuntime:
     """Wire `host` to the project of `ws`. `store_clock` times leases (default the
     workspace clock; tests pass a `FileClock` shared with their process)."""
-    if store_clock is None:
-        store = open_store(ws)
+    if store_clock is None or store_choice(ws).url is not None:
+        store = open_store(ws)  # Postgres times leases on the database clock
     else:
         store = SqliteStore(store_path(ws), now=store_clock.now)
     options = EngineOptions(project_root=ws.project_root,

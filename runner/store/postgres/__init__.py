@@ -6,8 +6,8 @@ embedded default never loads psycopg.
 
 from __future__ import annotations
 
-from runner.store.postgres.db import is_postgres_url, mask_url
 from runner.store.postgres.store import PostgresStore
 from runner.store.postgres.wakeups import LaunchWakeups
+from runner.store.urls import is_postgres_url, mask_url
 
 __all__ = ["LaunchWakeups", "PostgresStore", "is_postgres_url", "mask_url"]

@@ -15,11 +15,10 @@ URL's password never appears in a message (`mask_url`).
 
 from __future__ import annotations
 
-import re
+import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import psycopg_pool
@@ -33,32 +32,18 @@ from runner.store.errors import (
     StoreReadOnly,
     StoreUnavailable,
 )
+from runner.store.urls import mask_url
+
+# The pool logs each failed reconnection attempt; the store raises StoreUnavailable
+# for the caller instead, so those records stay out of the user's terminal.
+logging.getLogger("psycopg.pool").addHandler(logging.NullHandler())
+logging.getLogger("psycopg.pool").propagate = False
 
 Row = dict[str, Any]
 Conn = psycopg.Connection[Row]
 DEFAULT_POOL_SIZE = 8
 CONNECT_TIMEOUT_SECONDS = 10.0
 _DB_NOW_MS = "SELECT (extract(epoch FROM now()) * 1000)::bigint AS now_ms"
-
-
-def is_postgres_url(value: str) -> bool:
-    return value.startswith(("postgresql://", "postgres://"))
-
-
-def mask_url(url: str) -> str:
-    """The URL with any password replaced by `***` (also `password=` parameters)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "postgresql://***"
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, host = netloc.rsplit("@", 1)
-        if ":" in userinfo:
-            userinfo = userinfo.split(":", 1)[0] + ":***"
-        netloc = f"{userinfo}@{host}"
-    query = re.sub(r"(?i)(password=)[^&]*", r"\1***", parts.query)
-    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
 
 
 def translate(exc: BaseException, where: str) -> StoreError:
@@ -74,7 +59,7 @@ def translate(exc: BaseException, where: str) -> StoreError:
     if isinstance(exc, (psycopg.OperationalError, psycopg_pool.PoolTimeout,
                         psycopg.InterfaceError)):
         return StoreUnavailable(
-            f"cannot reach the database at {where} ({text}); it is retried, or check the "
+            f"cannot reach the database at {where} ({text}); try again, or check the "
             "server and the URL")
     return StoreError(f"database error at {where}: {text}")
 
@@ -88,6 +73,12 @@ class PostgresDatabase:
         self.url = url
         self.where = mask_url(url)
         self._now = now
+        try:
+            # One direct attempt first: an unreachable server or a refused login is one
+            # line with libpq's reason now, not a pool retrying until its timeout.
+            psycopg.connect(url, connect_timeout=max(1, round(connect_timeout))).close()
+        except psycopg.Error as exc:
+            raise translate(exc, self.where) from None
         self._pool: psycopg_pool.ConnectionPool[Conn] = psycopg_pool.ConnectionPool(
             url,
             min_size=1,

@@ -22,7 +22,6 @@ from runner.store.postgres.db import (
     CONNECT_TIMEOUT_SECONDS,
     DEFAULT_POOL_SIZE,
     PostgresDatabase,
-    mask_url,
 )
 from runner.store.postgres.feeds import (
     PostgresControllerEvents,
@@ -38,6 +37,7 @@ from runner.store.postgres.outbox import (
 from runner.store.postgres.reconcile import PostgresReconcileQueue, PostgresResources
 from runner.store.postgres.schema import open_schema, reset_schema
 from runner.store.postgres.wakeups import LaunchWakeups
+from runner.store.urls import mask_url
 
 if TYPE_CHECKING:
     from runner.store.controller_interface import ControllerStore

@@ -12,7 +12,8 @@ from __future__ import annotations
 import psycopg
 from psycopg.rows import dict_row
 
-from runner.store.postgres.db import Conn, Row, mask_url, translate
+from runner.store.postgres.db import Conn, Row, translate
+from runner.store.urls import mask_url
 
 LAUNCH_CHANNEL = "wfrun_launch"
 

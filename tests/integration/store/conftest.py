@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from pgcluster import PgCluster
+from pgcluster import PgCluster, pg_cluster  # noqa: F401  (the session's cluster)
 from storekit import Backend, FakeClock
 
 from runner.store import SqliteStore, Store
@@ -68,18 +68,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         if metafunc.module.__name__.rsplit(".", 1)[-1] in POSTGRES_MODULES:
             names.append("postgres")
         metafunc.parametrize("backend", names, indirect=True)
-
-
-@pytest.fixture(scope="session")
-def pg_cluster() -> Iterator[PgCluster]:
-    """One PostgreSQL 15 cluster for the session, stopped and removed at the end
-    (also when tests fail: the fixture's finally runs)."""
-    cluster = PgCluster()
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture
