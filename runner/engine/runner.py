@@ -46,7 +46,7 @@ MAX_UPDATE_PAIRS = 1024
 # atomic file replace each. Run-level events (start, resume, pause, wait, end) and
 # parking always rewrite it, so it is exact whenever a run stops.
 STATE_EVERY = 0.1
-STATE_SHARE = 20.0
+STATE_SPREAD = 64
 _NODE_ENDS = frozenset({"node_finished", "node_failed"})
 #: Each stream of one attempt's log keeps at most this many bytes (its head for stdout,
 #: and stderr too: the action's own output cap usually cuts first).
@@ -113,7 +113,7 @@ class RunDriver:
         self._tokens = UPDATE_BURST
         self._token_at = clock.monotonic()
         self._state_at = clock.monotonic()
-        self._state_every = STATE_EVERY
+        self._ends_since_state = 0
 
     # -- recording ---------------------------------------------------------------
     def emit(self, kind: str, payload: dict[str, Any] | None = None, *, node: str | None = None,
@@ -139,12 +139,15 @@ class RunDriver:
             if finished:
                 self.crash("after_trace_append")
             now = self.clock.monotonic()
-            if not finished or now - self._state_at >= self._state_every:
+            self._ends_since_state += finished
+            # A rewrite costs O(recorded values): after a node it also waits for
+            # 1/STATE_SPREAD of the run's node count, so it stays O(1) per node
+            # (a 5,000-node run would otherwise be O(n²) in state.json alone).
+            if not finished or (now - self._state_at >= STATE_EVERY and self._ends_since_state
+                                >= len(self.state.results) // STATE_SPREAD):
                 self.bundle.replace_state(self.state.to_json())
-                self._state_at = self.clock.monotonic()
-                # The rewrite grows with the run (every output): space them so they
-                # take at most ~1/STATE_SHARE of the run, or a 5,000-node run is O(n²).
-                self._state_every = max(STATE_EVERY, (self._state_at - now) * STATE_SHARE)
+                self._state_at = now
+                self._ends_since_state = 0
                 if finished:
                     self.crash("after_state_replace")
         if self.observer is not None:

@@ -1,0 +1,166 @@
+"""What one trivial 3-node queued run costs: CPU, SQL statements, commits, file syscalls.
+
+    .venv/bin/python bench/bench_run_cost.py            # 200 runs
+    .venv/bin/python bench/bench_run_cost.py -n 50 --no-scrub
+
+One process, one real `SqliteStore` (WAL, synchronous=FULL) in a temporary project,
+a 3-node compute chain. Each cycle is `prepare` (the committed `queued` row) ->
+`claim_next` -> `execute` (activation, 3 nodes, the ending), i.e. a detached
+`wfrun start` + host slot without process start-up. Counted per run, from the
+second run on (the first pays imports and compiles):
+
+- CPU ms (time.process_time) and wall ms, median;
+- SQL statements sent (sqlite3's trace callback: every statement, PRAGMAs and
+  BEGIN/COMMIT included) and COMMITs;
+- file-system calls made through Python's os module: fsync, fdatasync, renames
+  (os.replace/rename), chmods (os.chmod/fchmod), mkdir calls (and how many of them
+  failed because the folder existed), files created (os.open with O_CREAT).
+
+Printed beside them, measured in the same run: one fsync'd 1-line append and one
+WAL synchronous=FULL commit of a one-row insert on this disk, so the figures can be
+compared with the disk's floor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench_engine import time_fsync  # noqa: E402
+from benchkit import machine  # noqa: E402
+
+from runner.compiler import build_catalog  # noqa: E402
+from runner.host.runtime.local import Workspace  # noqa: E402
+from runner.launch import LaunchCoordinator  # noqa: E402
+from runner.store import SqliteStore  # noqa: E402
+
+WORKFLOW = """\
+start: a
+nodes:
+  a: {compute: "{{ 1 }}"}
+  b: {compute: "{{ outputs.a + 1 }}"}
+  c: {compute: "{{ outputs.b + 1 }}"}
+edges:
+  - {from: a, to: b}
+  - {from: b, to: c}
+"""
+
+COUNTS: collections.Counter[str] = collections.Counter()
+
+
+def _counting(name: str, fn: Callable[..., Any],
+              key: Callable[..., str | None] | None = None) -> Callable[..., Any]:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        label = key(*args, **kwargs) if key else name
+        try:
+            return fn(*args, **kwargs)
+        except FileExistsError:
+            COUNTS[f"{name} (failed: exists)"] += 1
+            raise
+        finally:
+            if label:
+                COUNTS[label] += 1
+    return wrapper
+
+
+def _open_key(path: Any, flags: int, *args: Any, **kwargs: Any) -> str | None:
+    return "files created (O_CREAT)" if flags & os.O_CREAT else None
+
+
+def install_counters() -> None:
+    os.fsync = _counting("fsync", os.fsync)  # type: ignore[assignment]
+    os.fdatasync = _counting("fdatasync", os.fdatasync)  # type: ignore[assignment]
+    os.replace = _counting("rename", os.replace)  # type: ignore[assignment]
+    os.rename = _counting("rename", os.rename)  # type: ignore[assignment]
+    os.chmod = _counting("chmod", os.chmod)  # type: ignore[assignment]
+    os.fchmod = _counting("chmod", os.fchmod)  # type: ignore[assignment]
+    os.mkdir = _counting("mkdir", os.mkdir)  # type: ignore[assignment]
+    os.open = _counting("open", os.open, _open_key)  # type: ignore[assignment]
+
+
+def trace(statement: str) -> None:
+    COUNTS["SQL statements"] += 1
+    head = statement.lstrip().split(None, 1)[0].upper() if statement.strip() else ""
+    if head == "COMMIT":
+        COUNTS["SQL COMMITs"] += 1
+    elif head in ("SELECT", "INSERT", "UPDATE", "DELETE", "PRAGMA", "BEGIN"):
+        COUNTS[f"SQL {head}"] += 1
+
+
+def commit_cost(folder: Path, n: int = 100) -> float:
+    conn = sqlite3.connect(folder / "probe.sqlite3", isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = FULL")
+    conn.execute("CREATE TABLE t (x INTEGER)")
+    times = []
+    for i in range(n):
+        t0 = time.perf_counter()
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("INSERT INTO t VALUES (?)", (i,))
+        conn.execute("COMMIT")
+        times.append((time.perf_counter() - t0) * 1000)
+    conn.close()
+    return statistics.median(times)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("-n", type=int, default=200)
+    parser.add_argument("--no-scrub", action="store_true",
+                        help="no WAL checkpoint after input is cleared (to compare)")
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="wfrun-bench-runcost-"))
+    root = tmp / "proj"
+    (root / ".wfrun" / "workflows").mkdir(parents=True)
+    (root / ".wfrun" / "workflows" / "three.yaml").write_text(WORKFLOW)
+    fsync_ms, commit_ms = time_fsync(tmp), commit_cost(tmp)
+    ws = Workspace(build_catalog("workflows", root, None), root, root / ".wfrun")
+    store = SqliteStore(root / ".wfrun" / "state" / "store.sqlite3")
+    coord = LaunchCoordinator(store, ws, ws.runs_dir, runner_id="bench-cost",
+                              scrub_input=not args.no_scrub)
+    install_counters()
+    cpu, wall = [], []
+    traced: set[int] = set()
+    for i in range(args.n + 1):
+        conn = store._db.connection()  # this thread's (pooled) connection
+        if id(conn) not in traced:
+            conn.set_trace_callback(trace)
+            traced.add(id(conn))
+        if i == 1:
+            COUNTS.clear()  # the first run pays imports and compiles
+        c0, t0 = time.process_time(), time.perf_counter()
+        coord.prepare("three", None)
+        record = coord.claim_next(None)
+        assert record is not None
+        outcome = coord.execute(record)
+        cpu.append((time.process_time() - c0) * 1000)
+        wall.append((time.perf_counter() - t0) * 1000)
+        if outcome is None or outcome.status != "completed" or outcome.final_output != 3:
+            sys.exit(f"the run did not complete: {outcome}")
+    store.close()
+    runs = args.n
+    print(f"machine: {machine()}")
+    print(f"disk: one fsync'd append {fsync_ms:.3f} ms; one WAL FULL commit {commit_ms:.3f} ms")
+    print(f"3-node queued run (prepare -> claim -> execute), {runs} runs, "
+          f"scrub {'off' if args.no_scrub else 'on'}:")
+    print(f"  CPU  median {statistics.median(cpu[1:]):.2f} ms per run")
+    print(f"  wall median {statistics.median(wall[1:]):.2f} ms per run")
+    for name in sorted(COUNTS):
+        print(f"  {name:<28} {COUNTS[name] / runs:6.2f} per run")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
