@@ -10,11 +10,14 @@ import secrets
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import psycopg
 import pytest
 from pgcluster import PgCluster, pg_cluster  # noqa: F401  (the session's cluster)
+
+from runner.clock import FileClock
 
 PASSWORD = "pw-NEVER-PRINTED-42"
 
@@ -119,3 +122,20 @@ def test_an_unreachable_database_is_one_masked_line(project: Path) -> None:
     assert PASSWORD not in done.stderr
     assert "wfrun:***@127.0.0.1:1" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_prune_on_postgres_forgets_the_pruned_runs_rows(
+    project: Path, url: str, tmp_path: Path
+) -> None:
+    clock = FileClock.create(tmp_path / "clock", time.time() - 40 * 86400)
+    old = {"WFRUN_CLOCK_FILE": str(clock.path)}
+    done = wfrun(project, "--store", url, "run", "greet", "-i", "name=old", env=old)
+    assert done.returncode == 0, done.stderr
+    clock.set(time.time())
+    queued = wfrun(project, "--store", url, "start", "greet", "-i", "name=later", env=old)
+    assert queued.returncode == 0, queued.stderr
+    pruned = wfrun(project, "--store", url, "prune", "--older-than", "30d", "--yes", env=old)
+    assert pruned.returncode == 0, pruned.stderr
+    assert "removed" in pruned.stdout
+    assert _launches(url) == [("greet", "queued")]  # the old run's row went, not the queued
+    assert PASSWORD not in pruned.stdout + pruned.stderr

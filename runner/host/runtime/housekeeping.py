@@ -219,6 +219,8 @@ def _epoch(text: str | None) -> float | None:
 
 def store_if_present(ws: Workspace) -> Any:
     """The project's store when it exists (prune never creates one)."""
-    from .local import open_store, store_path
+    from .local import open_store, store_choice, store_path
 
+    if store_choice(ws).url is not None:  # Postgres: always there (its pins must count)
+        return open_store(ws)
     return open_store(ws) if store_path(ws).exists() else None

@@ -7,8 +7,8 @@ The tables live in the first schema of the URL's search_path (`?options=-csearch
 picks another), so several projects or tests can share one database. Leases and
 delays use the database clock unless a clock is injected (`now=`, for tests).
 
-Not yet on Postgres: run bundles in the database and retention (`wfrun prune`);
-see docs/store.md.
+Not yet on Postgres: run bundles in the database (they stay files on the host's
+disk); see docs/store.md.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from runner.store.postgres.outbox import (
     PostgresTurnIntents,
 )
 from runner.store.postgres.reconcile import PostgresReconcileQueue, PostgresResources
+from runner.store.postgres.retention import PostgresRetention
 from runner.store.postgres.schema import open_schema, reset_schema
 from runner.store.postgres.wakeups import LaunchWakeups
 from runner.store.urls import mask_url
@@ -71,6 +72,7 @@ class PostgresStore:
         self._effects = PostgresEffects(self._db)
         self._workflow_requests = PostgresWorkflowRequests(self._db)
         self._controller_events = PostgresControllerEvents(self._db)
+        self._retention = PostgresRetention(self._db)
 
     @classmethod
     def reset(cls, url: str, *, now: Callable[[], float] | None = None) -> PostgresStore:
@@ -102,6 +104,11 @@ class PostgresStore:
     @property
     def run_events(self) -> PostgresRunEvents:
         return self._run_events
+
+    @property
+    def retention(self) -> PostgresRetention:
+        """Forgetting pruned runs and trimming history (`wfrun prune`)."""
+        return self._retention
 
     # --- controller side (ControllerStore) ---------------------------------------
 

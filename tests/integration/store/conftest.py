@@ -2,8 +2,8 @@
 
 SQLite runs every module; Postgres (a throwaway cluster for the session, a fresh
 schema per test) runs the conformance modules in `POSTGRES_MODULES` (launch and
-controller sides). Retention and the SQLite file, lock and fault tests stay
-SQLite-only (docs/store.md).
+controller sides). The SQLite file, lock, race and fault tests stay SQLite-only;
+retention on Postgres is tested in test_store_postgres.py (docs/store.md).
 """
 
 from __future__ import annotations

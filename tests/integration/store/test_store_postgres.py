@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 from pgcluster import PgCluster
-from storekit import launch
+from storekit import FakeClock, launch
 from waiting import wait_until
 
 from runner.store import IncompatibleLayout, LaunchRecord, LostRace, StoreUnavailable
@@ -224,3 +224,41 @@ def test_an_unreachable_server_is_one_masked_line(pg_cluster: PgCluster) -> None
 )
 def test_mask_url(raw: str, shown: str) -> None:
     assert mask_url(raw) == shown
+
+
+FP = "sha256:" + "ab" * 32
+GONE_UID = "f" * 32
+
+
+def test_retention_pins_forgets_and_trims_as_on_sqlite(url: str) -> None:
+    clock = FakeClock()
+    with PostgresStore(url, now=clock.now) as s:
+        s.launches.enqueue(launch("run-queued"))
+        s.launches.enqueue(launch("run-cancelled"))
+        s.launches.cancel("run-cancelled")
+        ids = ["run-queued", "run-cancelled", "run-unknown"]
+        assert s.retention.pinned(ids) == {"run-queued": "its launch is queued"}
+        assert s.retention.forget_runs(ids) == 1
+        assert s.launches.get("run-queued") is not None
+        assert s.launches.get("run-cancelled") is None
+        assert s.run_events.read(run_id="run-cancelled") == []
+
+        live = s.resources.apply("ctl", "live", {"n": 1})
+        for uid in (live.uid, GONE_UID):
+            s.effects.reserve(uid, "done", generation=1, kind="k", request_fingerprint=FP)
+            s.effects.complete(uid, "done", state="applied")
+            s.effects.reserve(uid, "open", generation=1, kind="k", request_fingerprint=FP)
+        s.launches.enqueue(launch("run-old-done"))
+        s.launches.cancel("run-old-done")
+        clock.advance(100)
+        cutoff = s.now_ms()
+        s.launches.enqueue(launch("run-new"))
+        s.launches.cancel("run-new")
+        trimmed = s.retention.trim(cutoff)
+        assert trimmed.effects == 1
+        assert s.effects.get(GONE_UID, "done") is None
+        assert s.effects.get(GONE_UID, "open") is not None
+        assert s.effects.get(live.uid, "done") is not None
+        assert s.run_events.read(run_id="run-old-done") == []
+        assert s.run_events.read(run_id="run-queued") != []
+        assert s.run_events.read(run_id="run-new") != []
