@@ -4,6 +4,7 @@
     .venv/bin/python bench/bench_graph_size.py --sizes 10,500   # other sizes
     .venv/bin/python bench/bench_graph_size.py --check          # exit 1 if the aim is missed
     .venv/bin/python bench/bench_graph_size.py --profile 5000   # cProfile of one run, top 25
+    .venv/bin/python bench/bench_graph_size.py --root DIR       # `runner` from DIR (before)
 
 For each size N: a chain of N compute nodes where node i renders
 `{{ outputs.n<i-1> + 1 }}` (so every node reads the previous node's output through
@@ -33,9 +34,15 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+# `--root DIR` (first argument) imports `runner` from DIR instead: a copy of an older
+# commit (`git archive COMMIT runner | tar -x -C DIR`), to compare in one run.
+ROOT = REPO
+if len(sys.argv) > 2 and sys.argv[1] == "--root":
+    ROOT = Path(sys.argv[2]).resolve()
+    del sys.argv[1:3]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(1, str(REPO / "bench"))
 
-from bench_engine import time_fsync  # noqa: E402
 from benchkit import machine  # noqa: E402
 
 from runner.compiler import Compiler, WorkflowDefinition  # noqa: E402
@@ -81,10 +88,13 @@ def runs_for(n: int) -> int:
 
 
 def main() -> int:
+    from bench_engine import time_fsync  # here: it puts REPO first on sys.path
+
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)))
     parser.add_argument("--check", action="store_true", help="exit 1 if the aim is missed")
     parser.add_argument("--profile", type=int, metavar="N", help="profile one N-node run")
+    parser.add_argument("--runs", type=int, help="timed runs per size (default 7/5/3)")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     tmp = Path(tempfile.mkdtemp(prefix="wfrun-bench-graph-"))
@@ -101,6 +111,7 @@ def main() -> int:
             print(out.getvalue())
             return 0
         print(f"machine: {machine()}")
+        print(f"runner imported from {ROOT}")
         print(f"one fsync'd append on this disk: {time_fsync(tmp):.3f} ms")
         print("compute chain, each node reads the previous output; durability full; "
               "CPU ms per node (process_time of Engine.start / N):")
@@ -110,7 +121,7 @@ def main() -> int:
             definition = compile_chain(tmp, n)
             first = run_once(tmp, definition, n, f"{n}-first") * 1000 / n
             per_node = [run_once(tmp, definition, n, f"{n}-{i}") * 1000 / n
-                        for i in range(runs_for(n))]
+                        for i in range(args.runs or runs_for(n))]
             medians[n] = statistics.median(per_node)
             print(f"  {n:>6} nodes: median {medians[n]:.3f}  best {min(per_node):.3f}  "
                   f"({len(per_node)} runs: " + " ".join(f"{t:.3f}" for t in per_node)

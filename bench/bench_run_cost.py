@@ -2,9 +2,11 @@
 
     .venv/bin/python bench/bench_run_cost.py            # 200 runs
     .venv/bin/python bench/bench_run_cost.py -n 50 --no-scrub
+    .venv/bin/python bench/bench_run_cost.py --root DIR     # `runner` from DIR (before)
 
 One process, one real `SqliteStore` (WAL, synchronous=FULL) in a temporary project,
-a 3-node compute chain. Each cycle is `prepare` (the committed `queued` row) ->
+a 3-node compute chain, each cycle on a new thread as `wfrun host` runs each run
+(`--same-thread`: all on one). Each cycle is `prepare` (the committed `queued` row) ->
 `claim_next` -> `execute` (activation, 3 nodes, the ending), i.e. a detached
 `wfrun start` + host slot without process start-up. Counted per run, from the
 second run on (the first pays imports and compiles):
@@ -30,15 +32,22 @@ import sqlite3
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+# `--root DIR` (first argument) imports `runner` from DIR instead: a copy of an older
+# commit (`git archive COMMIT runner | tar -x -C DIR`), to compare in one run.
+ROOT = REPO
+if len(sys.argv) > 2 and sys.argv[1] == "--root":
+    ROOT = Path(sys.argv[2]).resolve()
+    del sys.argv[1:3]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(1, str(REPO / "bench"))
 
-from bench_engine import time_fsync  # noqa: E402
 from benchkit import machine  # noqa: E402
 
 from runner.compiler import build_catalog  # noqa: E402
@@ -88,6 +97,7 @@ def install_counters() -> None:
     os.fchmod = _counting("chmod", os.fchmod)  # type: ignore[assignment]
     os.mkdir = _counting("mkdir", os.mkdir)  # type: ignore[assignment]
     os.open = _counting("open", os.open, _open_key)  # type: ignore[assignment]
+    sqlite3.connect = _counting("SQLite connections opened", sqlite3.connect)  # type: ignore[assignment]
 
 
 def trace(statement: str) -> None:
@@ -116,10 +126,15 @@ def commit_cost(folder: Path, n: int = 100) -> float:
 
 
 def main() -> int:
+    from bench_engine import time_fsync  # here: it puts REPO first on sys.path
+
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("-n", type=int, default=200)
     parser.add_argument("--no-scrub", action="store_true",
                         help="no WAL checkpoint after input is cleared (to compare)")
+    parser.add_argument("--same-thread", action="store_true",
+                        help="run every cycle on the main thread (default: a new thread "
+                             "per run, as `wfrun host` does)")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="wfrun-bench-runcost-"))
     root = tmp / "proj"
@@ -133,18 +148,32 @@ def main() -> int:
     install_counters()
     cpu, wall = [], []
     traced: set[int] = set()
-    for i in range(args.n + 1):
-        conn = store._db.connection()  # this thread's (pooled) connection
+
+    def traced_connection() -> None:
+        conn = store._db.connection()  # this thread's connection (pooled or new)
         if id(conn) not in traced:
             conn.set_trace_callback(trace)
             traced.add(id(conn))
-        if i == 1:
-            COUNTS.clear()  # the first run pays imports and compiles
-        c0, t0 = time.process_time(), time.perf_counter()
+
+    def cycle() -> Any:
+        traced_connection()
         coord.prepare("three", None)
         record = coord.claim_next(None)
         assert record is not None
-        outcome = coord.execute(record)
+        return coord.execute(record)
+
+    for i in range(args.n + 1):
+        if i == 1:
+            COUNTS.clear()  # the first run pays imports and compiles
+        c0, t0 = time.process_time(), time.perf_counter()
+        if args.same_thread:
+            outcome = cycle()
+        else:  # as `wfrun host` does: a new thread per run
+            box: list[Any] = []
+            thread = threading.Thread(target=lambda out=box: out.append(cycle()))
+            thread.start()
+            thread.join()
+            outcome = box[0] if box else None
         cpu.append((time.process_time() - c0) * 1000)
         wall.append((time.perf_counter() - t0) * 1000)
         if outcome is None or outcome.status != "completed" or outcome.final_output != 3:
@@ -152,8 +181,10 @@ def main() -> int:
     store.close()
     runs = args.n
     print(f"machine: {machine()}")
+    print(f"runner imported from {ROOT}")
     print(f"disk: one fsync'd append {fsync_ms:.3f} ms; one WAL FULL commit {commit_ms:.3f} ms")
     print(f"3-node queued run (prepare -> claim -> execute), {runs} runs, "
+          f"{'one thread' if args.same_thread else 'a new thread per run'}, "
           f"scrub {'off' if args.no_scrub else 'on'}:")
     print(f"  CPU  median {statistics.median(cpu[1:]):.2f} ms per run")
     print(f"  wall median {statistics.median(wall[1:]):.2f} ms per run")
