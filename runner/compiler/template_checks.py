@@ -1,0 +1,111 @@
+"""Validate time: the parts of a template that do not depend on the run are tried
+under the workflow's budget (for at most `budget.VALIDATE_SECONDS`), and constant
+loop nests are counted without running them (`template-budget` diagnostics)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from jinja2 import nodes
+
+from . import budget as _b
+from .budget import Guard, Scope, TemplateBudget
+from .templates import _collect, _Guarded, _native_env, _text_env
+
+_RISKY = (nodes.BinExpr, nodes.Call, nodes.Filter, nodes.Concat)
+_CONSTANT_LEAVES = (nodes.Const, nodes.TemplateData)
+
+
+@lru_cache(maxsize=2048)
+def constant_problem(text: str, budget: TemplateBudget) -> tuple[int, str] | None:
+    from jinja2 import meta
+
+    env = _text_env()
+    try:
+        tree = env.parse(text)
+        free = meta.find_undeclared_variables(tree) - set(env.globals)
+    except Exception:  # the runtime reports whatever this cannot analyse
+        return None
+    problem = _walk_constants(tree, budget, 1)
+    if problem is None and not free:  # nothing from the run: all of it is a constant
+        problem = _evaluate(tree, budget, native=False)[1]
+    return problem
+
+
+def _walk_constants(node: nodes.Node, budget: TemplateBudget,
+                    loops: int) -> tuple[int, str] | None:
+    if isinstance(node, nodes.For):
+        count = _constant_length(node.iter, budget)
+        if isinstance(count, tuple):
+            return count
+        if count is not None:
+            loops *= max(count, 1)
+            if loops > budget.max_iterations:
+                return (node.lineno, f"these loops would run {loops:,} iterations, over the "
+                        f"budget of {budget.max_iterations:,} (template_budget.max_iterations)")
+        for child in (*node.body, *node.else_):
+            problem = _walk_constants(child, budget, loops)
+            if problem:
+                return problem
+        return None
+    if isinstance(node, nodes.Expr) and _is_constant(node) and _is_risky(node):
+        return _evaluate(node, budget, native=True)[1]
+    for child in node.iter_child_nodes():
+        problem = _walk_constants(child, budget, loops)
+        if problem:
+            return problem
+    return None
+
+
+def _constant_length(expr: nodes.Node, budget: TemplateBudget) -> int | tuple[int, str] | None:
+    inner = expr.node if isinstance(expr, nodes.Filter) and expr.name == "wfrun_iter" else expr
+    if not (isinstance(inner, nodes.Expr) and _is_constant(inner)):
+        return None
+    counted = nodes.Filter(nodes.Filter(inner, "list", [], [], None, None, lineno=inner.lineno),
+                           "length", [], [], None, None, lineno=inner.lineno)
+    value, problem = _evaluate(counted, budget, native=True)
+    if problem is not None:
+        return problem
+    return value if isinstance(value, int) else None
+
+
+def _is_constant(node: nodes.Node) -> bool:
+    if isinstance(node, nodes.Name):
+        return node.name in ("range", "lipsum", "dict", "joiner", "cycler")
+    if isinstance(node, (nodes.Concat, nodes.Filter, nodes.Call, nodes.BinExpr,
+                         nodes.UnaryExpr, nodes.List, nodes.Tuple, nodes.Dict, nodes.Pair,
+                         nodes.Getattr, nodes.Getitem, nodes.CondExpr, nodes.Compare,
+                         nodes.Operand, nodes.Slice, nodes.Keyword, nodes.Test, nodes.And,
+                         nodes.Or, nodes.Not, *_CONSTANT_LEAVES)):
+        return all(_is_constant(c) for c in node.iter_child_nodes())
+    return False
+
+
+def _is_risky(node: nodes.Node) -> bool:
+    return isinstance(node, _RISKY) or any(_is_risky(c) for c in node.iter_child_nodes())
+
+
+_NOT_CONSTANT = object()
+
+
+def _evaluate(node: nodes.Node, budget: TemplateBudget, *,
+              native: bool) -> tuple[Any, tuple[int, str] | None]:
+    """Render a constant part under the budget (for at most VALIDATE_SECONDS): its
+    value, or (line, message) when it goes over the budget."""
+    from runner.clock import SystemClock
+
+    env: _Guarded = _native_env() if native else _text_env()
+    tree = node if isinstance(node, nodes.Template) else nodes.Template(
+        [nodes.Output([node], lineno=node.lineno)], lineno=node.lineno)
+    guard = Guard(Scope(budget, SystemClock().monotonic), seconds=_b.VALIDATE_SECONDS,
+                  validating=True)
+    try:
+        with _b.guarding(guard):
+            code = env.compile(tree.set_environment(env))  # type: ignore[call-overload]
+            template = env.template_class.from_code(env, code, env.make_globals(None))
+            return _collect(template, {}, guard, native=native), None
+    except _b.RenderBudgetError as exc:
+        return None, (getattr(node, "lineno", 1) or 1, str(exc))
+    except Exception:  # an undefined name, a type error: the run reports it in context
+        return _NOT_CONSTANT, None
