@@ -407,12 +407,20 @@ class LaunchCoordinator(Preflight):
         known = {"running": False, "expires": 0}
 
         def fence() -> bool:
-            if known["running"] and self.store.now_ms() + margin_ms < known["expires"]:
-                return True
-            try:
-                held = launches.check_claim(record.run_id, token)
-            except StoreError:
-                return False
+            # A database that went away (a restart, a network blip; Postgres raises plain
+            # StoreUnavailable) is waited for, up to a third of the lease, and asked again:
+            # only its answer says the claim is still ours, so nothing runs unfenced.
+            give_up = self.clock.monotonic() + self.lease_seconds / 3
+            while True:
+                try:  # on Postgres `now_ms` asks the database too
+                    if known["running"] and self.store.now_ms() + margin_ms < known["expires"]:
+                        return True
+                    held = launches.check_claim(record.run_id, token)
+                    break
+                except StoreError as exc:
+                    if type(exc) is not StoreUnavailable or self.clock.monotonic() >= give_up:
+                        return False
+                    self.clock.sleep(0.2)
             if isinstance(held, LostRace):
                 known["running"] = False
                 return False
