@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import World
 from pi_rpc import REPO, VENV_BIN
+from pi_world import World
 from waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]

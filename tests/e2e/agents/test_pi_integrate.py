@@ -8,10 +8,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import World
 from fakes.openai_server import Answer, Messages, Reply
 from fakes.pi_model import last
 from pi_rpc import EXTENSION, VENV_BIN
+from pi_world import World
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 WFRUN = str(VENV_BIN / "wfrun")

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import AGENT_WF, FAILED_RE, RUN_RE, World
 from fakes.openai_server import Answer, Messages, Reply
 from fakes.pi_model import last, text_of
 from pi_rpc import PiRpc, custom_messages
+from pi_world import AGENT_WF, FAILED_RE, RUN_RE, World
 from waiting import wait_until
 
 from runner.clock import CLOCK_FILE_ENV, FileClock

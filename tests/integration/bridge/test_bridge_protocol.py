@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import Project
+from bridge_world import Project
 from fakes.bridge_client import BridgeError
 
 from runner.host.session.tool import WORKFLOW_TOOL

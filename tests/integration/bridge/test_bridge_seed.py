@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import AGENT_WF, Agent, Project
+from bridge_world import AGENT_WF, Agent, Project
 from fakes.bridge_client import BridgeError
 
 from runner.clock import CLOCK_FILE_ENV, FileClock
