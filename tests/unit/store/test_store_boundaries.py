@@ -9,7 +9,7 @@ from pathlib import Path
 import runner.store
 
 STORE = Path(runner.store.__file__).parent
-MODULES = sorted(STORE.glob("*.py"))
+MODULES = sorted(STORE.rglob("*.py"))  # the Postgres package too
 
 
 def _imports(path: Path) -> set[str]:
@@ -43,6 +43,12 @@ def test_only_sqlite_modules_import_sqlite3() -> None:
     for path in MODULES:
         if "sqlite3" in _imports(path):
             assert path.name.startswith("sqlite_"), path.name
+
+
+def test_only_the_postgres_package_imports_psycopg() -> None:
+    for path in MODULES:
+        if {"psycopg", "psycopg_pool"} & {n.split(".")[0] for n in _imports(path)}:
+            assert path.parent.name == "postgres", path.name
 
 
 def test_time_is_injected_the_wall_clock_is_only_a_default() -> None:
