@@ -32,7 +32,6 @@ from runner.store.sqlite_queue import SqliteReconcileQueue
 from runner.store.sqlite_requests import SqliteWorkflowRequests
 from runner.store.sqlite_resources import SqliteResources
 from runner.store.sqlite_retention import SqliteRetention
-from runner.store.sqlite_retention import SqliteRetention
 
 if TYPE_CHECKING:
     from runner.store.controller_interface import ControllerStore
@@ -71,7 +70,6 @@ class SqliteStore:
         self._effects = SqliteEffects(self._db, self.now_ms)
         self._workflow_requests = SqliteWorkflowRequests(self._db, self.now_ms)
         self._controller_events = SqliteControllerEvents(self._db, self.now_ms)
-        self._retention = SqliteRetention(self._db, self.now_ms)
         self._retention = SqliteRetention(self._db, self.now_ms)
 
     @classmethod
@@ -113,11 +111,6 @@ class SqliteStore:
     @property
     def run_events(self) -> SqliteRunEvents:
         return self._run_events
-
-    @property
-    def retention(self) -> SqliteRetention:
-        """Forgetting pruned runs and trimming history (`wfrun prune`)."""
-        return self._retention
 
     @property
     def retention(self) -> SqliteRetention:
