@@ -1,6 +1,6 @@
 """wfrun inside a pydantic-ai loop, through `runner.AgentSession`.
 
-One `Agent.run_sync` is one turn; the message history carries the conversation
+One `Agent.run` is one turn; the message history carries the conversation
 from turn to turn, and whatever wfrun asks the model to see next (a launch
 failure, an agent step) is the next run's prompt.
 
@@ -11,6 +11,7 @@ failure, an agent step) is the next run's prompt.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 from typing import Any
@@ -47,13 +48,15 @@ def main(project: str, prompt: str, *, base_url: str | None = None,
                       tools=[workflow_tool(session)])
         history: list[ModelMessage] = []
 
-        def one_turn(text: str) -> str:
+        async def one_turn(text: str) -> str:
             nonlocal history
-            result = agent.run_sync(text, message_history=history)
+            result = await agent.run(text, message_history=history)
             history = result.all_messages()
             return str(result.output)
 
-        return session.run(one_turn, prompt)
+        # One event loop for every turn, closed at the end (`run_sync` would leave the
+        # thread's implicit loop open behind it).
+        return asyncio.run(session.arun(one_turn, prompt))
 
 
 if __name__ == "__main__":
