@@ -17,14 +17,10 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from runner.store.layout import SCHEMA_ID
-from runner.store.sqlite_db import (
-    DEFAULT_BUSY_TIMEOUT_MS,
-    SqliteDatabase,
-    open_database,
-    remove_store_files,
-)
+from runner.store.sqlite_db import SqliteDatabase, open_database
 from runner.store.sqlite_effects import SqliteControllerEvents, SqliteEffects
 from runner.store.sqlite_events import SqliteRunEvents
+from runner.store.sqlite_files import DEFAULT_BUSY_TIMEOUT_MS, remove_store_files
 from runner.store.sqlite_intents import SqliteTurnIntents
 from runner.store.sqlite_launches import SqliteLaunchQueue
 from runner.store.sqlite_notifications import SqliteNotifications
