@@ -77,7 +77,8 @@ def test_seed18_continuation_answers_a_waiting_run(session: Make) -> None:
     assert answer.content == f"Answer queued as run {child} (continues {parent})."
     assert answer.details == {"is_error": False, "action": "answer", "runId": child,
                               "parentRunId": parent, "queued": True}
-    assert s.status(parent)["status"] == "waiting"
+    # Answered: the parent no longer waits; it reads as continued by the child run.
+    assert s.status(parent)["status"] == "continued"
     row = s.launch(child)
     assert row.parent_run_id == parent
     assert row.status == "done"
