@@ -16,26 +16,11 @@ from typing import Any
 import pytest
 from fakes.openai_server import FakeOpenAI
 from fakes.pi_model import RuleModel
+from fakes.seed_workflow import AGENT_WF
 from pi_rpc import EXTENSION, PiRpc, write_agent_dir
 
 from runner.store import LaunchRecord, SqliteStore
 
-AGENT_WF = """
-    input:
-      type: object
-      required: [task]
-      properties: {task: {type: string}}
-    start: plan
-    nodes:
-      plan:
-        agent:
-          prompt: "Plan {{ input.task }}."
-          output:
-            type: object
-            required: [summary]
-            properties: {summary: {type: string}}
-"""
-RUN_RE = re.compile(r"queued \(run (?P<run>[\w-]+)\)")
 FAILED_RE = re.compile(
     r"^Workflow (?P<wf>\w+) failed to start \(run (?P<run>[\w-]+)\): (?P<reason>.+)\. "
     r"Inspect the error and call workflow start again only after you correct the cause\.$",

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from fakes.openai_server import Answer, Messages, Reply, Status
 from fakes.pi_model import last, text_of
-from pi_world import RUN_RE, World
+from fakes.seed_workflow import RUN_RE
+from pi_world import World
 from waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]

@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 from fakes.openai_server import Answer, Messages, Reply, call, contract_of
 from fakes.pi_model import last, text_of
+from fakes.seed_workflow import AGENT_WF, RUN_RE
 from pi_rpc import VENV_BIN, custom_messages
-from pi_world import AGENT_WF, FAILED_RE, RUN_RE, World
+from pi_world import FAILED_RE, World
 from waiting import wait_until
 
 from runner.launch.intents import AGENT_STEP_TYPE, DEFERRED_TURN_TYPE

@@ -35,22 +35,6 @@ CLAUDE = REPO / ".tools" / "claude-code" / "node_modules" / ".bin" / "claude"
 WFRUN = REPO / ".venv" / "bin" / "wfrun"
 TOOL = "mcp__wfrun__workflow"
 
-AGENT_WF = """
-    input:
-      type: object
-      required: [task]
-      properties: {task: {type: string}}
-    start: plan
-    nodes:
-      plan:
-        agent:
-          prompt: "Plan {{ input.task }}."
-          output:
-            type: object
-            required: [summary]
-            properties: {summary: {type: string}}
-"""
-RUN_RE = re.compile(r"queued \(run (?P<run>[\w-]+)\)")
 FAILED_RE = re.compile(
     r"Workflow (?P<wf>\w+) failed to start \(run (?P<run>[\w-]+)\): (?P<reason>.+?)\. "
     r"Inspect the error and call workflow start again only after you correct the cause\.")

@@ -13,8 +13,9 @@ import re
 from typing import Any
 
 import pytest
-from claude_kit import AGENT_WF, RUN_RE, TOOL, ClaudeWorld, answer
+from claude_kit import TOOL, ClaudeWorld, answer
 from fakes.anthropic_server import Body, Reply, last_turn_results, last_user_text
+from fakes.seed_workflow import AGENT_WF, RUN_RE
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]  # real Claude Code processes
 

@@ -17,8 +17,9 @@ import json
 from typing import Any
 
 import pytest
-from claude_kit import AGENT_WF, FAILED_RE, RUN_RE, TOOL, ClaudeWorld, answer, feedback_texts
+from claude_kit import FAILED_RE, TOOL, ClaudeWorld, answer, feedback_texts
 from fakes.anthropic_server import Body, Reply, last_turn_results, last_user_text, tool_names
+from fakes.seed_workflow import AGENT_WF, RUN_RE
 
 from runner.engine.agent import CONTRACT_RE
 from runner.launch.intents import AGENT_STEP_TYPE, DEFERRED_TURN_TYPE

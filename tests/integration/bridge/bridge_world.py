@@ -17,24 +17,9 @@ from typing import Any
 
 import pytest
 from fakes.bridge_client import BridgeClient, SessionLog
+from fakes.seed_workflow import AGENT_WF
 
 from runner.store import SqliteStore
-
-AGENT_WF = """
-    input:
-      type: object
-      required: [task]
-      properties: {task: {type: string}}
-    start: plan
-    nodes:
-      plan:
-        agent:
-          prompt: "Plan {{ input.task }}."
-          output:
-            type: object
-            required: [summary]
-            properties: {summary: {type: string}}
-"""
 
 #: model(input text, tool replies so far this turn) -> tool-call argument objects or text
 Model = Callable[[str, list[dict[str, Any]]], "list[dict[str, Any]] | str"]

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bridge_world import AGENT_WF, Agent, Project
+from bridge_world import Agent, Project
 from fakes.bridge_client import BridgeError
+from fakes.seed_workflow import AGENT_WF
 
 from runner.clock import CLOCK_FILE_ENV, FileClock
 from runner.engine.agent import CONTRACT_RE

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from fakes.openai_server import FakeOpenAI
 from fakes.seed_model import FAILED_RE, SeedModel
+from fakes.seed_workflow import AGENT_WF
 
 from runner import AgentSession
 from runner.launch.intents import AGENT_STEP_TYPE, DEFERRED_TURN_TYPE
@@ -29,21 +30,6 @@ from runner.store import SqliteStore
 
 pytestmark = pytest.mark.timeout(60)
 EXAMPLES = Path(__file__).resolve().parents[3] / "docs" / "examples"
-AGENT_WF = """
-    input:
-      type: object
-      required: [task]
-      properties: {task: {type: string}}
-    start: plan
-    nodes:
-      plan:
-        agent:
-          prompt: "Plan {{ input.task }}."
-          output:
-            type: object
-            required: [summary]
-            properties: {summary: {type: string}}
-"""
 
 
 def load(name: str) -> ModuleType:

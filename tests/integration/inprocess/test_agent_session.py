@@ -9,27 +9,13 @@ import threading
 from pathlib import Path
 
 import pytest
+from fakes.seed_workflow import AGENT_WF
 
 from runner import AgentSession, InputError
 from runner.engine.agent import CONTRACT_RE
 from runner.launch.intents import AGENT_STEP_TYPE
 
 pytestmark = pytest.mark.timeout(60)
-AGENT_WF = """
-    input:
-      type: object
-      required: [task]
-      properties: {task: {type: string}}
-    start: plan
-    nodes:
-      plan:
-        agent:
-          prompt: "Plan {{ input.task }}."
-          output:
-            type: object
-            required: [summary]
-            properties: {summary: {type: string}}
-"""
 START = {"action": "start", "workflow": "review", "input": {"task": "x"}}
 
 
