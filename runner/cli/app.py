@@ -4,28 +4,91 @@ Every user mistake surfaces as one line on stderr with the exit code its class
 asks for (DESIGN §9); a traceback appears only with `--debug`. Store errors have
 their own tree (the store imports nothing from runner); `runner.host.runtime.errors.translate`
 classifies them here, so no command can leak a traceback for a busy or broken store.
+
+Commands load on first use (issue 15, cold start): `COMMANDS` names each command's
+module and its one-line help, so `wfrun --help` lists every command without importing
+any, and `wfrun status` imports only the module that defines `status`.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
-from runner.errors import WfrunError
-from runner.host.runtime.errors import translate
+if TYPE_CHECKING:
+    from runner.errors import WfrunError
 
-from .context import Context
+#: name -> (module under runner.cli, the command's first help sentence). The one
+#: source of truth for the command list; tests/unit/cli/test_lazy_commands.py checks
+#: that every command is here with the short help its own docstring gives.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "answer": ("runs", "Continue a waiting run as a new linked run, with the answer at its "
+                       "checkpoint."),
+    "bridge": ("bridge", "Serve one agent session over stdio: JSON-RPC 2.0, one message per "
+                         "line."),
+    "cancel": ("launches", "Cancel a queued, starting or parked launch (a running one is "
+                           "asked to stop)."),
+    "controller": ("controllers", "Manage controller resources, or run the controller "
+                                  "manager in the foreground."),
+    "controllers": ("controllers", "List controllers from the project, the user folder and "
+                                   "the built-ins."),
+    "dev": ("dev", "Watch workflow sources; print diagnostics or `ok NAME DIGEST` on every "
+                   "save."),
+    "graph": ("definitions", "Print a workflow's compiled graph."),
+    "hook": ("mcp", "Agent-client hooks (run by the client, not by hand)."),
+    "host": ("host", "Run detached launches, resume parked runs and run controllers (one per "
+                     "project)."),
+    "init": ("housekeeping", "Make DIR (default: here) a wfrun project: .wfrun/workflows/ "
+                             "with an example workflow, and .gitignore lines for run bundles "
+                             "and the store."),
+    "integrate": ("integrate", "Install wfrun's adapter for an agent client (pi, ...) in "
+                               "this project."),
+    "list": ("definitions", "List workflows from the project, the user folder and the "
+                            "built-ins."),
+    "logs": ("logs", "Show the stdout and stderr of a run's shell actions and command "
+                     "agents."),
+    "mcp": ("mcp", "Serve the `workflow` tool over MCP on stdin/stdout (one session per "
+                   "process)."),
+    "prune": ("housekeeping", "Delete ended runs older than AGE, their store rows, and store "
+                              "history older than AGE; never a run that has not ended or "
+                              "that a launch still points at."),
+    "resume": ("runs", "Resume a parked or interrupted run at the node it was in (secrets "
+                       "are resolved again: nothing secret was stored)."),
+    "run": ("runs", "Run a workflow in the foreground (exit 0 completed, 1 failed, 4 "
+                    "waiting)."),
+    "runs": ("runs", "List runs, newest first."),
+    "schema": ("definitions", "Print the JSON Schema of the workflow YAML format (for "
+                              "editors)."),
+    "show": ("runs", "Show a run: status, node timeline, outputs and errors."),
+    "start": ("launches", "Queue a detached launch (a host activates it; --wait runs it "
+                          "here)."),
+    "status": ("launches", "Launch and run state; works before a run bundle exists."),
+    "store": ("launches", "Inspect or reset the project's durable store."),
+    "ui": ("ui", "Serve a read-only web view: runs, live run graphs, the queue, workflows "
+                 "and controller resources."),
+    "validate": ("definitions", "Validate workflows (all of them when no name is given)."),
+    "why": ("launches", "Explain why a run is not running (state, owner, lease, reservation, "
+                        "source)."),
+}
 
 
 @dataclass
 class Options:
     project: str | None
     debug: bool
+
+
+def _translate(exc: BaseException) -> WfrunError | None:
+    # Imported on the error path only: it loads the store's exception tree.
+    from runner.host.runtime.errors import translate
+
+    return translate(exc)
 
 
 def fail(error: WfrunError) -> NoReturn:
@@ -35,6 +98,31 @@ def fail(error: WfrunError) -> NoReturn:
 
 
 class WfrunGroup(click.Group):
+    """The top-level group: lazy commands (`COMMANDS`) and the error boundary."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(COMMANDS) | set(self.commands))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            # Importing the module registers its commands on `cli` (@cli.command).
+            importlib.import_module(f"{__package__}.{COMMANDS[cmd_name][0]}")
+        return self.commands.get(cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list from `COMMANDS`, shortened exactly as click shortens a loaded
+        command's help, without importing any command module."""
+        commands: list[tuple[str, click.Command]] = []
+        for name in self.list_commands(ctx):
+            cmd = self.commands.get(name) or click.Command(name, help=COMMANDS[name][1])
+            if not cmd.hidden:
+                commands.append((name, cmd))
+        if not commands:
+            return
+        limit = formatter.width - 6 - max(len(name) for name, _ in commands)
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, cmd.get_short_help_str(limit)) for name, cmd in commands])
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
@@ -42,7 +130,7 @@ class WfrunGroup(click.Group):
             click.echo("wfrun: interrupted", err=True)
             sys.exit(130)
         except Exception as exc:
-            error = translate(exc)
+            error = _translate(exc)
             if error is None:  # a bug: its traceback is the useful report
                 raise
             if ctx.obj is not None and getattr(ctx.obj, "debug", False):
@@ -70,6 +158,8 @@ def cli(ctx: click.Context, project: str | None, debug: bool, store: str | None,
         openai_base_url: str | None, openai_model: str | None,
         openai_api_key: str | None) -> None:
     """wfrun: declarative, durable workflows for agent and automation work."""
+    from .context import Context
+
     if debug:
         _show_hook_tracebacks()
     settings = {"WFRUN_OPENAI_BASE_URL": openai_base_url, "WFRUN_OPENAI_MODEL": openai_model,
@@ -81,25 +171,11 @@ def cli(ctx: click.Context, project: str | None, debug: bool, store: str | None,
 
 
 def main() -> None:
-    from . import (  # noqa: F401  (registers commands)
-        bridge,
-        controllers,
-        definitions,
-        dev,
-        host,
-        housekeeping,
-        integrate,
-        launches,
-        logs,
-        mcp,
-        runs,
-        ui,
-    )
-
+    # Commands are not imported here: WfrunGroup.get_command loads the one invoked.
     try:
         cli.main(prog_name="wfrun")
     except Exception as exc:  # raised outside a command, e.g. while building the context
-        error = translate(exc)
+        error = _translate(exc)
         if error is None or _debug_requested():
             raise
         fail(error)

@@ -5,11 +5,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from runner.compiler import Catalog, build_catalog, find_project_root
-from runner.compiler.discovery import PROJECT_DIR, Kind, user_folder_default
 from runner.errors import InputError
+
+if TYPE_CHECKING:  # the compiler loads on first use: `wfrun --help` never pays for it
+    from runner.compiler import Catalog
+    from runner.compiler.discovery import Kind
+
+PROJECT_DIR = ".wfrun"  # runner.compiler.discovery.PROJECT_DIR (a test keeps them equal)
 
 
 @dataclass
@@ -34,6 +38,8 @@ class Context:
                 raise InputError(f"'{self.project_flag}' has no {PROJECT_DIR}/ folder; create "
                                  f"it with: mkdir -p {self.project_flag}/{PROJECT_DIR}/workflows")
             return root
+        from runner.compiler import find_project_root
+
         return find_project_root(Path.cwd())
 
     def require_project(self) -> Path:
@@ -45,6 +51,8 @@ class Context:
 
     @property
     def user_dir(self) -> Path | None:
+        from runner.compiler.discovery import user_folder_default
+
         platform_dir: Path | None = None
         if not os.environ.get("WFRUN_HOME"):
             import platformdirs
@@ -60,5 +68,7 @@ class Context:
 
     def catalog(self, kind: Kind = "workflows") -> Catalog:
         if kind not in self._catalogs:
+            from runner.compiler import build_catalog
+
             self._catalogs[kind] = build_catalog(kind, self.project_root, self.user_dir)
         return self._catalogs[kind]
