@@ -11,6 +11,8 @@ from typing import Any
 
 from runner.clock import Clock, SystemClock, compact_utc, iso
 from runner.compiler import WorkflowDefinition
+from runner.compiler.budget import Scope
+from runner.compiler.budget import scoped as scoped_budget
 from runner.compiler.jsonschemas import validation_errors
 from runner.compiler.templates import TemplateError, render_text
 from runner.errors import InputError, NotFoundError, OperationFailed
@@ -128,8 +130,10 @@ class Engine:
                extra: dict[str, Any] | None, secrets: RunSecrets = EMPTY) -> RunDriver:
         value = {**value, **secrets.hidden} if secrets.hidden else value
         try:
-            title = secrets.mask(render_text(definition.title, {"input": value})) \
-                if definition.title else None
+            # The title is a template like any node's: the workflow's budget, not the default.
+            with scoped_budget(Scope(definition.template_budget, self.clock.monotonic)):
+                title = secrets.mask(render_text(definition.title, {"input": value})) \
+                    if definition.title else None
         except TemplateError:
             title = None
         bundle.write_workflow(definition.snapshot())
