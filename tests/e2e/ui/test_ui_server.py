@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
+from pathlib import Path
 
 import httpx
 import pytest
 from uikit import Project, ui_server, wait_for_node
+from waiting import wait_until
 
 QUICK = """\
 name: quick
@@ -206,3 +208,15 @@ def test_a_waiting_run_links_to_its_continuation_and_back(project: Project) -> N
         assert child_view["live"]["outputs"]["after"] == {"answer": "yes"}
         assert f'id="parent-link" href="/runs/{parent}"' in \
             httpx.get(f"{ui.base}/runs/{child}").text
+
+
+def test_open_hands_the_printed_url_to_the_browser(project: Project, tmp_path: Path) -> None:
+    # webbrowser honours $BROWSER: a real program that records the URL it is given.
+    seen = tmp_path / "opened.txt"
+    browser = tmp_path / "browser.sh"
+    browser.write_text(f'#!/bin/sh\nprintf "%s" "$1" > "{seen}.tmp" && mv "{seen}.tmp" "{seen}"\n')
+    browser.chmod(0o755)
+    with ui_server(project, "--open", env={"BROWSER": str(browser)}) as ui:
+        wait_until(seen.exists, what="the browser program to be started")
+        assert seen.read_text() == ui.url
+        assert httpx.get(ui.url, follow_redirects=True).status_code == 200
