@@ -9,15 +9,10 @@ from typing import Any
 
 import click
 
-from runner.engine import RunControl
 from runner.errors import InputError
-from runner.host.runtime.foreground import queue_detached, start_and_wait
-from runner.host.runtime.launches import detached_coordinator, explain, launch_status
-from runner.host.runtime.local import check_store, open_store, parse_input, reset_store
 
 from .app import cli
 from .context import Context
-from .progress import Progress
 from .runs import (
     EXIT,
     INPUT_HELP,
@@ -41,6 +36,13 @@ from .runs import (
 def start_cmd(ctx: Context, ref: str, input_json: str | None, pairs: tuple[str, ...],
               wait: bool, agent: str | None, as_json: bool, quiet: bool) -> None:
     """Queue a detached launch (a host activates it; --wait runs it here)."""
+    from runner.engine import RunControl
+    from runner.host.runtime.foreground import queue_detached, start_and_wait
+    from runner.host.runtime.launches import detached_coordinator
+    from runner.host.runtime.local import open_store, parse_input
+
+    from .progress import Progress
+
     source = click.get_current_context().get_parameter_source("agent")
     if agent and not wait and source == click.core.ParameterSource.COMMANDLINE:
         # The host that activates the launch uses its own --agent; this one would be lost.
@@ -79,6 +81,9 @@ def start_cmd(ctx: Context, ref: str, input_json: str | None, pairs: tuple[str, 
 @click.pass_obj
 def status_cmd(ctx: Context, run_id: str | None, as_json: bool) -> None:
     """Launch and run state; works before a run bundle exists."""
+    from runner.host.runtime.launches import launch_status
+    from runner.host.runtime.local import open_store
+
     ws = workspace(ctx)
     store = open_store(ws, read_only=True)  # a view: it reads a read-only project too
     if run_id is None:
@@ -116,6 +121,9 @@ def _drift_note(view: dict[str, Any]) -> str:
 @click.pass_obj
 def cancel_cmd(ctx: Context, run_id: str, as_json: bool) -> None:
     """Cancel a queued, starting or parked launch (a running one is asked to stop)."""
+    from runner.host.runtime.launches import detached_coordinator
+    from runner.host.runtime.local import open_store
+
     ws = workspace(ctx)
     store = open_store(ws)
     coordinator = detached_coordinator(ws, store)
@@ -135,6 +143,9 @@ def cancel_cmd(ctx: Context, run_id: str, as_json: bool) -> None:
 @click.pass_obj
 def why_cmd(ctx: Context, run_id: str, as_json: bool) -> None:
     """Explain why a run is not running (state, owner, lease, reservation, source)."""
+    from runner.host.runtime.launches import explain
+    from runner.host.runtime.local import open_store
+
     ws = workspace(ctx)
     facts = explain(ws, open_store(ws, read_only=True), run_id)
     if as_json:
@@ -154,6 +165,8 @@ def store_group() -> None:
 @click.pass_obj
 def store_check(ctx: Context, as_json: bool) -> None:
     """Open the store read-only and verify its layout and every page (quick_check)."""
+    from runner.host.runtime.local import check_store
+
     info = check_store(workspace(ctx))
     path = info["path"]
     if as_json:
@@ -167,6 +180,8 @@ def store_check(ctx: Context, as_json: bool) -> None:
 @click.pass_obj
 def store_reset(ctx: Context, yes: bool) -> None:
     """Delete and recreate the store file; never touches run bundles."""
+    from runner.host.runtime.local import reset_store
+
     if not yes:
         raise InputError("store reset deletes every queued launch and intent; keep the run "
                          "bundles you need (.wfrun/runs/), then run `wfrun store reset --yes`")

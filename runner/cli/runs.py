@@ -9,20 +9,18 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from runner.engine import RunControl, RunOutcome
 from runner.errors import WfrunError
-from runner.host.runtime.foreground import answer_run, resume_run, run_workflow
-from runner.host.runtime.local import Workspace, open_store, parse_answer, parse_input
-from runner.host.runtime.secrets import parse_secrets
-from runner.host.runtime.views import list_runs, show_run
 
 from .app import cli
 from .context import Context
-from .progress import Progress
+
+if TYPE_CHECKING:  # the runtime loads inside each command (`status` imports this module)
+    from runner.engine import RunControl, RunOutcome
+    from runner.host.runtime.local import Workspace
 
 EXIT = {"completed": 0, "failed": 1, "timed_out": 1, "cancelled": 1, "waiting": 4}
 PARKED_EXIT = 130
@@ -32,6 +30,7 @@ def workspace(ctx: Context) -> Workspace:
     import platformdirs
 
     from runner.clock import clock_from_env
+    from runner.host.runtime.local import Workspace
 
     state_dir = ctx.user_dir or Path(platformdirs.user_state_dir("wfrun"))
     # The system clock, or a test's clock file (WFRUN_CLOCK_FILE) for times like --since.
@@ -122,6 +121,13 @@ def run_cmd(ctx: Context, ref: str, input_json: str | None, pairs: tuple[str, ..
             agent: str | None, secret_pairs: tuple[str, ...], durability: str, as_json: bool,
             quiet: bool) -> None:
     """Run a workflow in the foreground (exit 0 completed, 1 failed, 4 waiting)."""
+    from runner.engine import RunControl
+    from runner.host.runtime.foreground import run_workflow
+    from runner.host.runtime.local import open_store, parse_input
+    from runner.host.runtime.secrets import parse_secrets
+
+    from .progress import Progress
+
     ws = workspace(ctx)
     value = parse_input(input_json, pairs, _input_schema(ws, ref) if pairs else None)
     secrets = parse_secrets(secret_pairs)
@@ -146,6 +152,13 @@ def resume_cmd(ctx: Context, run_id: str, force: bool, agent: str | None,
                secret_pairs: tuple[str, ...], as_json: bool, quiet: bool) -> None:
     """Resume a parked or interrupted run at the node it was in (secrets are resolved
     again: nothing secret was stored)."""
+    from runner.engine import RunControl
+    from runner.host.runtime.foreground import resume_run
+    from runner.host.runtime.local import open_store
+    from runner.host.runtime.secrets import parse_secrets
+
+    from .progress import Progress
+
     ws = workspace(ctx)
     secrets = parse_secrets(secret_pairs)
     control = RunControl()
@@ -168,6 +181,13 @@ def resume_cmd(ctx: Context, run_id: str, force: bool, agent: str | None,
 def answer_cmd(ctx: Context, run_id: str, answer: str | None, agent: str | None,
                secret_pairs: tuple[str, ...], as_json: bool, quiet: bool) -> None:
     """Continue a waiting run as a new linked run, with the answer at its checkpoint."""
+    from runner.engine import RunControl
+    from runner.host.runtime.foreground import answer_run
+    from runner.host.runtime.local import open_store, parse_answer
+    from runner.host.runtime.secrets import parse_secrets
+
+    from .progress import Progress
+
     ws = workspace(ctx)
     secrets = parse_secrets(secret_pairs)
     control = RunControl()
@@ -195,7 +215,7 @@ def runs_cmd(ctx: Context, status: str | None, workflow: str | None, since: str 
              limit: int | None, as_json: bool) -> None:
     """List runs, newest first."""
     from runner.host.runtime.housekeeping import parse_since
-    from runner.host.runtime.views import RunFilter
+    from runner.host.runtime.views import RunFilter, list_runs
 
     ws = workspace(ctx)
     where = RunFilter(status=status, workflow=workflow, limit=limit,
@@ -216,6 +236,8 @@ def runs_cmd(ctx: Context, status: str | None, workflow: str | None, since: str 
 @click.pass_obj
 def show_cmd(ctx: Context, run_id: str, as_json: bool, follow: bool) -> None:
     """Show a run: status, node timeline, outputs and errors."""
+    from runner.host.runtime.views import show_run
+
     runs_dir = workspace(ctx).runs_dir
     if follow:
         from .follow import follow_run
