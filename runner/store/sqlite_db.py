@@ -1,4 +1,4 @@
-"""The SQLite store: the open procedure, connections and transactions (the file on disk is sqlite_files.py).
+"""The SQLite store: the open procedure, connections, transactions (the file: sqlite_files.py).
 
 Open procedure (see docs/store.md):
 
