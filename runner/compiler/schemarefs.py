@@ -4,7 +4,9 @@ A schema comes from someone else's YAML, so applying it must not reach the netwo
 (a `$ref` to an http URL was fetched with no timeout), loop (`$ref` chains that come
 back to themselves without consuming input) or backtrack for seconds (`^(a+)+$`).
 Only local references (`#/...` pointers and `#name` anchors) are allowed, every one
-must resolve, and `pattern`/`patternProperties` run in the `regex` module with a
+must resolve, and every regex a schema holds (`pattern`, which `propertyNames` uses
+too, `patternProperties`, and the keys `additionalProperties` and
+`unevaluatedProperties` check against it) runs in the `regex` module with a
 timeout (docs/adr/0006-template-budget-in-process.md says why not re2).
 """
 
@@ -205,6 +207,89 @@ def _additional_properties(validator: Any, aP: Any, instance: Any,
                               "unexpected)")
 
 
+class _SlowPattern(Exception):
+    def __init__(self, pattern: str) -> None:
+        super().__init__(pattern)
+        self.pattern = pattern
+
+
+def _unevaluated_properties(validator: Any, uP: Any, instance: Any,
+                            schema: Any) -> Iterator[Any]:
+    """jsonschema's own, with the keys that `patternProperties` evaluates found by the
+    bounded search (its helper calls `re.search` directly)."""
+    from jsonschema.exceptions import ValidationError
+
+    if not validator.is_type(instance, "object"):
+        return
+    try:
+        evaluated = _evaluated_keys(validator, instance, schema)
+    except _SlowPattern as slow:
+        yield ValidationError(_too_slow(slow.pattern))
+        return
+    unevaluated = [k for k in instance if k not in evaluated
+                   and next(validator.descend(instance[k], uP, path=k, schema_path=k),
+                            None) is not None]
+    if not unevaluated:
+        return
+    shown = ", ".join(repr(k) for k in sorted(unevaluated, key=str)[:10])
+    verb = "was" if len(unevaluated) == 1 else "were"
+    if uP is False:
+        yield ValidationError(f"Unevaluated properties are not allowed ({shown} {verb} "
+                              "unexpected)")
+    else:
+        yield ValidationError(f"Unevaluated properties are not valid under the given schema "
+                              f"({shown} {verb} unevaluated and invalid)")
+
+
+def _valid(errors: Iterator[Any]) -> bool:
+    return next(errors, None) is None
+
+
+def _evaluated_keys(validator: Any, instance: dict[str, Any], schema: Any) -> set[str]:
+    """jsonschema's `find_evaluated_property_keys_by_schema` (4.x), keyword for keyword;
+    raises `_SlowPattern` when a `patternProperties` regex runs past its time."""
+    if validator.is_type(schema, "boolean"):
+        return set()
+    keys: set[str] = set()
+    for keyword in ("$ref", "$dynamicRef"):
+        ref = schema.get(keyword)
+        if ref is not None:
+            # jsonschema's helper follows references the same way (a private attribute).
+            resolved = validator._resolver.lookup(ref)
+            keys |= _evaluated_keys(
+                validator.evolve(schema=resolved.contents, _resolver=resolved.resolver),
+                instance, resolved.contents)
+    properties = schema.get("properties")
+    if validator.is_type(properties, "object"):
+        keys |= properties.keys() & instance.keys()
+    for keyword in ("additionalProperties", "unevaluatedProperties"):
+        sub = schema.get(keyword)
+        if sub is not None:
+            keys |= {k for k, v in instance.items() if _valid(validator.descend(v, sub))}
+    for patrn in schema.get("patternProperties", {}):
+        for k in instance:
+            found = _search(patrn, k)
+            if found is None:
+                raise _SlowPattern(patrn)
+            if found:
+                keys.add(k)
+    for name, sub in schema.get("dependentSchemas", {}).items():
+        if name in instance:
+            keys |= _evaluated_keys(validator, instance, sub)
+    for keyword in ("allOf", "oneOf", "anyOf"):
+        for sub in schema.get(keyword, []):
+            if _valid(validator.descend(instance, sub)):
+                keys |= _evaluated_keys(validator, instance, sub)
+    if "if" in schema:
+        if validator.evolve(schema=schema["if"]).is_valid(instance):
+            keys |= _evaluated_keys(validator, instance, schema["if"])
+            if "then" in schema:
+                keys |= _evaluated_keys(validator, instance, schema["then"])
+        elif "else" in schema:
+            keys |= _evaluated_keys(validator, instance, schema["else"])
+    return keys
+
+
 def _refuse(uri: str) -> Any:
     from referencing.exceptions import NoSuchResource
 
@@ -219,6 +304,7 @@ def bounded_validator(schema: Any) -> Draft202012Validator:
         "pattern": _pattern,
         "patternProperties": _pattern_properties,
         "additionalProperties": _additional_properties,
+        "unevaluatedProperties": _unevaluated_properties,
     })
     registry: Registry[Any] = Registry(retrieve=_refuse)  # type: ignore[call-arg]
     validator: Draft202012Validator = cls(schema, registry=registry)

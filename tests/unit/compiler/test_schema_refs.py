@@ -93,6 +93,44 @@ def test_catastrophic_patterns_are_bounded() -> None:
     assert any("ran longer than" in e for e in validation_errors(props, {"a" * 60 + "!": 1}))
 
 
+UNEVALUATED = {"type": "object", "patternProperties": {"^(a+)+$": {"type": "integer"}},
+               "unevaluatedProperties": False}
+
+
+@pytest.mark.timeout(30)  # `re` takes minutes on this key: a regression fails, not hangs
+def test_unevaluated_properties_match_pattern_properties_with_the_bound() -> None:
+    key = "a" * 30 + "!"
+    errors = validation_errors(UNEVALUATED, {key: 1})
+    assert len(errors) == 1
+    assert f"{key!r} was unexpected" in errors[0]
+    assert validation_errors(UNEVALUATED, {"a" * 30: 1, "aaa": 2}) == []
+    assert validation_errors(UNEVALUATED, {"aaa": "x"})  # matched keys still checked
+    evil = {**UNEVALUATED, "patternProperties": {"^(a|aa)+$": {}}}
+    slow = validation_errors(evil, {"a" * 60 + "!": 1})
+    # patternProperties and unevaluatedProperties each report the slow pattern.
+    assert len(slow) == 2
+    assert all("ran longer than" in e for e in slow)
+
+
+@pytest.mark.timeout(30)
+def test_unevaluated_properties_follow_refs_and_subschemas() -> None:
+    schema = {"$defs": {"x": {"patternProperties": {"^x-": {}}}},
+              "allOf": [{"$ref": "#/$defs/x"}], "properties": {"p": {}},
+              "if": {"required": ["p"]}, "then": {"properties": {"q": {}}},
+              "unevaluatedProperties": False}
+    assert validation_errors(schema, {"p": 1, "q": 2, "x-a": 3}) == []
+    [error] = validation_errors(schema, {"q": 2, "x-a": 3})
+    assert "'q' was unexpected" in error
+
+
+@pytest.mark.timeout(30)
+def test_property_names_patterns_are_bounded() -> None:
+    names = {"type": "object", "propertyNames": {"pattern": "^(a|aa)+$"}}
+    [slow] = validation_errors(names, {"a" * 60 + "!": 1})
+    assert "ran longer than" in slow
+    assert validation_errors({"propertyNames": {"pattern": "^(a+)+$"}}, {"a" * 30: 1}) == []
+
+
 def test_patterns_still_match() -> None:
     schema = {"type": "object", "properties": {"v": {"type": "string", "pattern": r"^\d+$"}},
               "patternProperties": {"^x-": {"type": "integer"}}, "additionalProperties": False}
