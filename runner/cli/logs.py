@@ -2,7 +2,9 @@
 
 The logs themselves go to stdout (so `wfrun logs RUN test --stdout > out.txt` is the
 step's output and nothing else); the header naming each node and stream goes to
-stderr. Secrets were masked before the logs were recorded.
+stderr. Secrets were masked before the logs were recorded. With `--follow`, a running
+step's output is printed as the step prints it (from its live log), and its recorded
+log then adds only the rest; with `--json`, live chunks are JSON lines with "live": true.
 """
 
 from __future__ import annotations
@@ -13,17 +15,24 @@ import sys
 import click
 
 from runner.errors import InputError
-from runner.host.runtime.logs import StepLog, follow_logs, run_logs
+from runner.host.runtime.logs import LiveText, StepLog, follow_logs, run_logs
 
 from .app import cli
 from .context import Context
 from .runs import EXIT, workspace
 
 
-def _print(entry: StepLog, streams: tuple[str, ...], headers: bool) -> None:
+def _print(entry: StepLog, streams: tuple[str, ...], headers: bool,
+           streamed: set[tuple[str | None, str]] | None = None) -> None:
     for stream in streams:
         text = entry.stdout if stream == "stdout" else entry.stderr
         cut = entry.stdout_truncated if stream == "stdout" else entry.stderr_truncated
+        if streamed is not None and (entry.attempt, stream) in streamed:
+            streamed.discard((entry.attempt, stream))
+            if text:  # the rest of a stream shown live: no second header
+                sys.stdout.write(text if text.endswith("\n") else text + "\n")
+                sys.stdout.flush()
+            continue
         if headers:
             code = f", exit {entry.exit_code}" if entry.exit_code is not None else ""
             note = ", cut at the output cap" if cut else ""
@@ -37,8 +46,8 @@ def _print(entry: StepLog, streams: tuple[str, ...], headers: bool) -> None:
 @cli.command("logs")
 @click.argument("run_id", metavar="RUN")
 @click.argument("node", required=False, metavar="[NODE]")
-@click.option("--follow", "-f", is_flag=True, help="Print logs as steps finish, until the "
-              "run ends.")
+@click.option("--follow", "-f", is_flag=True, help="Print a running step's output as it is "
+              "printed, and each log as it is recorded, until the run ends.")
 @click.option("--stdout", "only_stdout", is_flag=True, help="Only standard output.")
 @click.option("--stderr", "only_stderr", is_flag=True, help="Only standard error.")
 @click.option("--json", "as_json", is_flag=True, help="The logs as JSON (JSON Lines with "
@@ -66,7 +75,29 @@ def logs_cmd(ctx: Context, run_id: str, node: str | None, follow: bool, only_std
             _print(entry, streams, headers=True)
 
     if follow:
-        status = follow_logs(ws.runs_dir, run_id, node, emit, clock=ws.clock)
+        streamed: set[tuple[str | None, str]] = set()
+
+        def live(chunk: LiveText) -> None:
+            if chunk.stream not in streams:
+                return
+            if as_json:
+                click.echo(json.dumps(chunk.to_json(), ensure_ascii=False))
+                return
+            if (chunk.attempt, chunk.stream) not in streamed:
+                streamed.add((chunk.attempt, chunk.stream))
+                click.echo(f"--- {chunk.node} {chunk.stream} (attempt {chunk.attempt}, "
+                           "running) ---", err=True)
+            sys.stdout.write(chunk.text)
+            sys.stdout.flush()
+
+        def recorded(entry: StepLog) -> None:
+            if as_json:
+                emit(entry)
+            else:
+                _print(entry, streams, headers=True, streamed=streamed)
+
+        status = follow_logs(ws.runs_dir, run_id, node, recorded, clock=ws.clock,
+                             on_live=live)
         sys.exit(EXIT.get(status, 0))
     entries = run_logs(ws.runs_dir, run_id, node)
     if as_json:

@@ -31,6 +31,7 @@ WORKFLOW = "workflow.json"
 STATE = "state.json"
 TRACE = "trace.jsonl"
 ARTIFACTS = "artifacts"
+LOGS = "logs"  # live logs of running attempts (engine/livelog.py), not a record
 LOCK = ".lock"
 ARTIFACT_THRESHOLD = 4096  # UTF-8 bytes; longer strings move to artifacts/
 # Statuses whose bundle is sealed: the terminal ones, and `waiting` (an answer continues
@@ -237,6 +238,13 @@ class FolderBundle:
 
     def read_artifact(self, ref: dict[str, Any]) -> bytes:
         return read_artifact(self.root, ref)
+
+    def live_logs(self) -> Path:
+        """The folder for running attempts' live logs (created 0700 on first use)."""
+        self._check()
+        path = self.root / LOGS
+        _private_dir(path)
+        return path
 
     def repair(self) -> int:
         """Truncate a torn or corrupt trace tail; returns the bytes dropped."""

@@ -183,11 +183,16 @@ def _action(driver: RunDriver, node: Node, attempt: str, spec: ActionSpec,
     nul = _nul_problem(command, cwd, env)
     if nul is not None:
         return _fail("nul_byte", nul)
-    res = run_shell(command, use_shell=spec.use_shell, cwd=cwd or base, env=env, stdin=stdin,
-                    deadline=deadline, cap=spec.output_cap, control=driver.control,
-                    clock=driver.clock, registry=driver.processes)
     # Values of secret-named variables this action sets are masked like run secrets.
     own = mask_values(secret_env_values(env))
+    live = driver.live_log(node.id, attempt, own, spec.output_cap)
+    try:
+        res = run_shell(command, use_shell=spec.use_shell, cwd=cwd or base, env=env,
+                        stdin=stdin, deadline=deadline, cap=spec.output_cap,
+                        control=driver.control, clock=driver.clock,
+                        registry=driver.processes, sinks=(live.stdout.feed, live.stderr.feed))
+    finally:
+        live.close()
     # stderr is diagnostics: credential-shaped text in it (`OTHER_API_KEY=...` from a
     # config file) is redacted too. stdout is data, so only known values are masked.
     stdout, stderr = mask(res.stdout, own), redact(mask(res.stderr, own))
@@ -196,6 +201,7 @@ def _action(driver: RunDriver, node: Node, attempt: str, spec: ActionSpec,
     if res.ending in ("exited", "timed_out", "stopped") and not parked:
         driver.record_log(node.id, attempt, stdout, stderr, res.stdout_truncated,
                           res.stderr_truncated, res.exit_code)
+    live.remove()  # recorded (or re-run on resume): followers read the event now
     if res.ending == "stopped":
         return _stopped(driver)
     shown = first_line(command if isinstance(command, str) else " ".join(command))

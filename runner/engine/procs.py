@@ -44,6 +44,7 @@ POLL = 0.02
 # the group (setsid) may hold them for ever, and its readers are abandoned.
 DRAIN_GRACE = 0.5
 Ending = Literal["exited", "timed_out", "stopped", "not_found", "error"]
+Sink = Callable[[bytes], None]
 
 
 def safe_text(text: str, limit: int, secrets: Iterable[str] = (), *, keep: Keep = "head") -> str:
@@ -55,9 +56,10 @@ def safe_text(text: str, limit: int, secrets: Iterable[str] = (), *, keep: Keep 
 class _Drain(threading.Thread):
     """Reads a pipe to EOF, keeping the first (or last) `cap` bytes."""
 
-    def __init__(self, pipe: IO[bytes], cap: int, keep: str) -> None:
+    def __init__(self, pipe: IO[bytes], cap: int, keep: str, sink: Sink | None = None) -> None:
         super().__init__(daemon=True)
         self.pipe = pipe
+        self.sink = sink  # each chunk as read (a live log), before any cut
         self.cap = cap
         self.keep = keep
         self.data = bytearray()
@@ -69,6 +71,11 @@ class _Drain(threading.Thread):
                 chunk = self.pipe.read1(65536)  # type: ignore[attr-defined]
                 if not chunk:
                     break
+                if self.sink is not None:
+                    try:
+                        self.sink(chunk)
+                    except Exception:  # a broken live view must not lose the output
+                        self.sink = None
                 self.data += chunk
                 if len(self.data) > self.cap:
                     self.truncated = True
@@ -156,14 +163,14 @@ class _Ran:
 
 def _supervise(proc: subprocess.Popen[bytes], *, stdin: str | None, out_cap: int,
                err_cap: int, err_keep: str, should_stop: Callable[[], bool], grace: float,
-               clock: Clock) -> _Ran:
+               clock: Clock, sinks: tuple[Sink, Sink] | None = None) -> _Ran:
     """Drain, wait, and kill the group by the one policy (on a stop, and once the
     leader has exited, so no straggler survives it)."""
     assert proc.stdout is not None
     assert proc.stderr is not None
     # 4 bytes per character is the UTF-8 worst case; the text is cut to characters later.
-    out = _Drain(proc.stdout, out_cap * 4, "head")
-    err = _Drain(proc.stderr, err_cap * 4, err_keep)
+    out = _Drain(proc.stdout, out_cap * 4, "head", sinks[0] if sinks else None)
+    err = _Drain(proc.stderr, err_cap * 4, err_keep, sinks[1] if sinks else None)
     out.start()
     err.start()
     if stdin is not None and proc.stdin is not None:
@@ -249,10 +256,11 @@ def run_group(
     stderr_cap: int = 16_384,
     grace: float = KILL_GRACE,
     clock: Clock | None = None,
+    sinks: tuple[Sink, Sink] | None = None,
 ) -> GroupResult:
     """Run `argv` to completion or until `should_stop()`; raises OSError if it cannot
     start. `env` None inherits ours; a mapping replaces it. Keeps the head of stdout
-    and the tail of stderr."""
+    and the tail of stderr; `sinks` (stdout, stderr) see every chunk as it is read."""
     clock = clock or SystemClock()
     start = clock.monotonic()
     proc = subprocess.Popen(
@@ -265,7 +273,8 @@ def run_group(
         start_new_session=True,
     )
     ran = _supervise(proc, stdin=stdin, out_cap=stdout_cap, err_cap=stderr_cap,
-                     err_keep="tail", should_stop=should_stop, grace=grace, clock=clock)
+                     err_keep="tail", should_stop=should_stop, grace=grace, clock=clock,
+                     sinks=sinks)
     stdout, truncated = _text(ran.out, stdout_cap)
     stderr, _ = _text(ran.err, stderr_cap, "tail")
     return GroupResult(
@@ -291,10 +300,12 @@ def run_shell(
     clock: Clock,
     registry: ProcessRegistry | None = None,
     grace: float = KILL_GRACE,
+    sinks: tuple[Sink, Sink] | None = None,
 ) -> ShellResult:
     """A shell action: `command` (argv, or a shell line with `use_shell`) with `env`
     added to ours, until it exits, `control` stops it or `deadline` (on `clock`)
-    passes. Never raises for a command that cannot start: that is a result."""
+    passes. Never raises for a command that cannot start: that is a result. `sinks`
+    (stdout, stderr) see every chunk as it is read: the live log."""
     start = clock.monotonic()
     full_env = dict(os.environ)
     if env:
@@ -333,7 +344,7 @@ def run_shell(
         return bool(why)
 
     ran = _supervise(proc, stdin=stdin, out_cap=cap, err_cap=cap, err_keep="head",
-                     should_stop=should_stop, grace=grace, clock=clock)
+                     should_stop=should_stop, grace=grace, clock=clock, sinks=sinks)
     code = proc.returncode
     stdout, stdout_cut = _text(ran.out, cap)
     stderr, stderr_cut = _text(ran.err, cap)

@@ -22,7 +22,8 @@ from runner.errors import InputError, NotFoundError, OperationFailed
 
 from . import bundle as _bundle
 from .artifacts import has_artifacts, internalize
-from .bundle import MANIFEST, TRACE, WORKFLOW, TraceRead, parse_trace
+from .bundle import LOGS, MANIFEST, TRACE, WORKFLOW, TraceRead, parse_trace
+from .livelog import live_log_name
 from .state import RunState, fold
 
 # The folder of continuation markers (`<runs_dir>/.continued/<parent run id>` holds the
@@ -202,6 +203,24 @@ class RunReader:
         except OSError as exc:
             raise OperationFailed(f"cannot read an artifact of run '{run_id}': "
                                   f"{exc.strerror}") from None
+
+    def live_log(self, run_id: str, node: str, attempt: str, stream: str,
+                 offset: int = 0) -> bytes | None:
+        """The bytes of a running attempt's live log from `offset` (engine/livelog.py),
+        or None when there is none (not started, or its `node_log` is recorded)."""
+        root = self._existing(run_id)
+        name = live_log_name(node, attempt, stream)
+        if "/" in name or name.startswith("."):
+            return None  # ids from the trace; never a path out of logs/
+        try:
+            with open(root / LOGS / name, "rb") as f:
+                f.seek(offset)
+                return f.read()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise OperationFailed(f"cannot read the live log of node '{node}' of run "
+                                  f"'{run_id}': {exc.strerror}") from None
 
     # -- listing ----------------------------------------------------------------------
     def list_ids(self) -> list[str]:

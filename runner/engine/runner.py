@@ -19,13 +19,14 @@ from runner.compiler import Node, WorkflowDefinition
 from runner.compiler.budget import Scope
 from runner.compiler.budget import scoped as scoped_budget
 from runner.compiler.templates import TemplateError, render_native
-from runner.safety import bound, redact
+from runner.safety import bound, mask_values, redact
 
 from .agent import AgentStep, AgentStepExecutor, TurnKind
 from .artifacts import externalize, has_artifacts, internalize
 from .bundle import FolderBundle
 from .context import ScopedValues
 from .control import RunControl
+from .livelog import LiveLog
 from .nodes import NodeResult, execute, new_attempt_id
 from .processes import ProcessRegistry
 from .routing import route
@@ -176,6 +177,14 @@ class RunDriver:
                                "stdout_truncated": stdout_cut or out != stdout,
                                "stderr_truncated": stderr_cut or err != stderr,
                                "exit_code": exit_code}, node=node, attempt=attempt)
+
+    def live_log(self, node: str, attempt: str, extra: tuple[str, ...],
+                 cap_chars: int) -> LiveLog:
+        """The live log of a running attempt (`logs --follow`), masked like its event
+        will be: the run's secrets and `extra` (the step's own secret-named values)."""
+        values = mask_values([*self.secrets.masked, *extra])
+        return LiveLog(self.bundle.live_logs(), node, attempt, values, cap_bytes=LOG_CAP,
+                       cap_chars=cap_chars)
 
     def publish_update(self, kind: str, key: str, data: Any) -> None:
         now = self.clock.monotonic()

@@ -3,14 +3,16 @@
 The engine records one `node_log` event per attempt (stdout and stderr, bounded,
 secrets already masked, long streams in artifacts/); this module reads them back
 through `RunReader`, never from bundle files, so it works on a run another
-process is executing.
+process is executing. While an attempt runs, `follow_logs` tails its live log
+(engine/livelog.py) and then takes only the rest from the recorded event.
 """
 
 from __future__ import annotations
 
+import codecs
 import threading
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,6 +21,7 @@ from runner.engine import RunReader, fold
 from runner.errors import NotFoundError
 
 Stream = Literal["stdout", "stderr"]
+STREAMS: tuple[Stream, ...] = ("stdout", "stderr")
 LOG_EVENT = "node_log"
 SUMMARY_LINES = 10  # `show` prints this many last lines of each stream of a failed node
 
@@ -75,26 +78,93 @@ def run_logs(runs: Path | RunReader, run_id: str, node: str | None = None) -> li
     return _entries(reader, run_id, events, node)
 
 
+@dataclass(frozen=True)
+class LiveText:
+    """Output a running attempt printed since the last call (its live log)."""
+
+    node: str
+    attempt: str
+    stream: Stream
+    text: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "live": True}
+
+
+class _Tail:
+    """What has been read of one stream of one running attempt's live log."""
+
+    def __init__(self) -> None:
+        self.offset = 0
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.shown = ""
+
+
+def _rest(entry: StepLog, tails: dict[tuple[str, str], _Tail]) -> StepLog:
+    """`entry` without what its live log already showed (all of it when the two differ,
+    which a mask that only whole lines reveal can cause)."""
+    rest = {}
+    for stream in ("stdout", "stderr"):
+        text = getattr(entry, stream)
+        tail = tails.pop((str(entry.attempt), stream), None)
+        shown = tail.shown if tail is not None else ""
+        rest[stream] = text[len(shown):] if shown and text.startswith(shown) else text
+    return replace(entry, stdout=rest["stdout"], stderr=rest["stderr"])
+
+
+def _running(events: list[dict[str, Any]], run_id: str) -> tuple[str, str] | None:
+    """The (node, attempt) running now whose log is not recorded yet, if any."""
+    state = fold(run_id, events) if events else None
+    if state is None or state.current_node is None or state.current_attempt is None:
+        return None
+    attempt = str(state.current_attempt)
+    if any(e.get("type") == LOG_EVENT and e.get("attempt") == attempt for e in events):
+        return None
+    return state.current_node, attempt
+
+
 def follow_logs(runs: Path | RunReader, run_id: str, node: str | None,
                 on_log: Callable[[StepLog], None], *, clock: Clock | None = None,
-                poll: float = 0.2, stop: threading.Event | None = None) -> str:
+                poll: float = 0.2, stop: threading.Event | None = None,
+                on_live: Callable[[LiveText], None] | None = None) -> str:
     """Call `on_log` for each log as it is recorded until the run stops running (or
-    `stop` is set); the run's status then. A node that has not run yet is waited for."""
+    `stop` is set); the run's status then. A node that has not run yet is waited for.
+
+    With `on_live`, a running attempt's output is passed on as it is printed (its live
+    log), and its recorded log then carries only the rest."""
     clock = clock or SystemClock()
     reader = _reader(runs)
     seen = 0
+    tails: dict[tuple[str, str], _Tail] = {}
     while True:
         events = reader.trace(run_id)
         logs = [e for e in events if e.get("type") == LOG_EVENT]
         for entry in _entries(reader, run_id, logs[seen:], node):
-            on_log(entry)
+            on_log(_rest(entry, tails))
         seen = len(logs)
         status = fold(run_id, events).status if events else "running"
+        running = _running(events, run_id) if on_live is not None else None
+        if on_live is not None and running is not None and node in (None, running[0]):
+            for stream in STREAMS:
+                _tail_live(reader, run_id, running, stream, tails, on_live)
         if status != "running" or (stop is not None and stop.is_set()):
             if node is not None and status != "running":
                 _check_node(run_id, events, node)
             return status
         clock.sleep(poll, stop)
+
+
+def _tail_live(reader: RunReader, run_id: str, running: tuple[str, str], stream: Stream,
+               tails: dict[tuple[str, str], _Tail], on_live: Callable[[LiveText], None]) -> None:
+    tail = tails.setdefault((running[1], stream), _Tail())
+    data = reader.live_log(run_id, running[0], running[1], stream, tail.offset)
+    if not data:
+        return
+    tail.offset += len(data)
+    text = tail.decoder.decode(data)
+    if text:
+        tail.shown += text
+        on_live(LiveText(running[0], running[1], stream, text))
 
 
 def last_lines(text: str, count: int = SUMMARY_LINES) -> list[str]:
