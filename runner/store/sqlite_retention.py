@@ -15,11 +15,12 @@ anything still acts on:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from runner.store.sqlite_db import SqliteDatabase
 from runner.store.states import TERMINAL_STATUSES
+from runner.store.trimming import Trimmed
+from runner.store.trimming import cutoffs as _cutoffs
 
 # SQLite's default limit on `?` parameters is 999 (older builds); chunks stay under it.
 _CHUNK = 500
@@ -38,20 +39,6 @@ def _chunks(items: Iterable[str]) -> Iterator[list[str]]:
 
 def _marks(batch: list[str]) -> str:
     return ", ".join("?" for _ in batch)
-
-
-@dataclass(frozen=True)
-class Trimmed:
-    """How many rows one retention pass removed, per table."""
-
-    run_events: int = 0
-    controller_events: int = 0
-    effects: int = 0
-    workflow_requests: int = 0
-
-    def to_json(self) -> dict[str, int]:
-        return {"run_events": self.run_events, "controller_events": self.controller_events,
-                "effects": self.effects, "workflow_requests": self.workflow_requests}
 
 
 class SqliteRetention:
@@ -106,24 +93,28 @@ class SqliteRetention:
                 conn.execute(f"DELETE FROM run_events WHERE run_id IN ({marks})", batch)
         return gone
 
-    def trim(self, before_ms: int) -> Trimmed:
+    def trim(self, before_ms: int, *,
+             tables: Mapping[str, int] | None = None) -> Trimmed:
         """Remove history recorded before `before_ms`: run events of runs whose launch
         is terminal or gone, controller events, and final effects and workflow
-        requests of resources that no longer exist."""
+        requests of resources that no longer exist. `tables` gives a table its own
+        cut-off (the project's `retention:` settings); the rest use `before_ms`."""
+        cut = _cutoffs(before_ms, tables)
         terminal = _marks(list(TERMINAL_STATUSES))
         with self._db.write() as conn:
             run_events = conn.execute(
                 "DELETE FROM run_events WHERE recorded_at < ? AND run_id NOT IN ("
                 f"SELECT run_id FROM workflow_run_queue WHERE status NOT IN ({terminal}))",
-                (before_ms, *TERMINAL_STATUSES)).rowcount
+                (cut["run_events"], *TERMINAL_STATUSES)).rowcount
             controller_events = conn.execute(
-                "DELETE FROM controller_events WHERE recorded_at < ?", (before_ms,)).rowcount
+                "DELETE FROM controller_events WHERE recorded_at < ?",
+                (cut["controller_events"],)).rowcount
             effects = conn.execute(
                 "DELETE FROM effects WHERE state IN ('applied', 'rejected')"
                 " AND completed_at < ? AND resource_uid NOT IN (SELECT uid FROM resources)",
-                (before_ms,)).rowcount
+                (cut["effects"],)).rowcount
             requests = conn.execute(
                 "DELETE FROM workflow_requests WHERE state IN ('succeeded', 'failed')"
                 " AND updated_at < ? AND resource_uid NOT IN (SELECT uid FROM resources)",
-                (before_ms,)).rowcount
+                (cut["workflow_requests"],)).rowcount
         return Trimmed(run_events, controller_events, effects, requests)

@@ -142,3 +142,45 @@ def test_prune_refuses_a_bad_age_or_status(project: Project) -> None:
     status = project.wfrun("prune", "--older-than", "1d", "--status", "running")
     assert status.returncode == 2
     assert "Traceback" not in bad.stderr + status.stderr
+
+
+def test_retention_settings_give_a_history_table_its_own_age(
+        project: Project, tmp_path: Path) -> None:
+    clock, env = _clock(tmp_path, time.time() - 10 * DAY)
+    ran = json.loads(project.wfrun("run", "quick", "--json", "-q", env=env).stdout)
+    clock.set(time.time())
+
+    def events() -> int:
+        db = sqlite3.connect(project.root / ".wfrun" / "state" / "store.sqlite3")
+        try:
+            (n,) = db.execute("SELECT count(*) FROM run_events WHERE run_id = ?",
+                              (ran["run_id"],)).fetchone()
+        finally:
+            db.close()
+        return int(n)
+
+    assert events() > 0
+    # Without settings the history follows --older-than: 10 days is not 30.
+    project.json("prune", "--older-than", "30d", "--yes", "--json", env=env)
+    assert events() > 0
+    config = project.root / ".wfrun" / "config.yaml"
+    config.write_text("retention:\n  run_events: 5d\n")
+    dry = project.json("prune", "--older-than", "30d", "--json", env=env)
+    cut = dry["history_cutoffs"]
+    # ISO times in UTC compare as text: 5 days ago is after 30 days ago.
+    assert cut["run_events"] > cut["effects"] == cut["controller_events"] == dry["cutoff"]
+    done = project.json("prune", "--older-than", "30d", "--yes", "--json", env=env)
+    assert done["removed"] == []  # the run is 10 days old: its bundle and row stay
+    assert events() == 0  # ... but its events were older than the table's 5 days
+    assert [r["run_id"] for r in project.runs()] == [ran["run_id"]]
+
+    config.write_text("retention:\n  run_event: 5d\n")
+    bad = project.wfrun("prune", "--older-than", "30d", env=env)
+    assert bad.returncode == 2
+    assert bad.stderr.startswith("wfrun: error: .wfrun/config.yaml retention: no table "
+                                 "'run_event'; retention takes run_events,")
+    config.write_text("retention:\n  effects: soon\n")
+    bad = project.wfrun("prune", "--older-than", "30d", env=env)
+    assert bad.returncode == 2
+    assert "retention effects takes an age like 2h or 7d" in bad.stderr
+    assert "Traceback" not in bad.stderr

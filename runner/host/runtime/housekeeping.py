@@ -9,6 +9,7 @@ points at is never removed.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,8 +19,10 @@ from runner.compiler.discovery import PROJECT_DIR
 from runner.compiler.durations import DurationError, parse_duration
 from runner.engine.removal import finish_leftovers, remove_ended_run
 from runner.errors import InputError, NotFoundError, OperationFailed
+from runner.store.trimming import TRIMMED_TABLES
 
 from .local import Workspace
+from .storeconfig import CONFIG_FILE, load_config
 from .views import RunRow, list_runs
 
 # `wfrun runs --status` names for ended runs; `continued` is an answered checkpoint.
@@ -151,21 +154,53 @@ class PrunePlan:
     cutoff: float
     remove: list[RunRow] = field(default_factory=list)
     keep: dict[str, str] = field(default_factory=dict)  # run id -> why it stays
+    # A store table's own history cut-off (epoch s), from `retention:` in config.yaml.
+    history: dict[str, float] = field(default_factory=dict)
 
     def to_json(self, *, removed: bool) -> dict[str, Any]:
-        return {"cutoff": datetime.fromtimestamp(self.cutoff, UTC).isoformat(),
+        def iso(at: float) -> str:
+            return datetime.fromtimestamp(at, UTC).isoformat()
+
+        history = {name: iso(self.history.get(name, self.cutoff)) for name in TRIMMED_TABLES}
+        return {"cutoff": iso(self.cutoff),
                 "removed" if removed else "would_remove": [r.run_id for r in self.remove],
-                "kept": [{"run_id": k, "why": v} for k, v in sorted(self.keep.items())]}
+                "kept": [{"run_id": k, "why": v} for k, v in sorted(self.keep.items())],
+                "history_cutoffs": history}
+
+
+def retention_settings(project_root: Path | None) -> dict[str, float]:
+    """`retention:` in `.wfrun/config.yaml`: a store table that only grows, each with
+    the age its history is kept for (`effects: 90d`); tables not named follow
+    `--older-than`."""
+    if project_root is None:
+        return {}
+    data = load_config(project_root).get("retention")
+    origin = f"{PROJECT_DIR}/{CONFIG_FILE} retention"
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping):
+        raise InputError(f"{origin} must map tables to ages, for example "
+                         "`retention: {run_events: 30d, effects: 90d}`")
+    ages: dict[str, float] = {}
+    for name, value in data.items():
+        if name not in TRIMMED_TABLES:
+            raise InputError(f"{origin}: no table {name!r}; retention takes "
+                             f"{', '.join(TRIMMED_TABLES)}")
+        ages[str(name)] = parse_age(str(value), f"{origin} {name}")
+    return ages
 
 
 def plan_prune(ws: Workspace, store: Any, older_than: float, now: float,
                statuses: tuple[str, ...] = ()) -> PrunePlan:
-    """Ended runs that started before `now - older_than` (only `statuses`, if given)."""
+    """Ended runs that started before `now - older_than` (only `statuses`, if given),
+    and each history table's cut-off (`retention:` settings, else the same age)."""
     for status in statuses:
         if status not in PRUNABLE:
             raise InputError(f"--status {status} is not an ended state; prune takes "
                              f"{', '.join(PRUNABLE)}")
-    plan = PrunePlan(cutoff=now - older_than)
+    plan = PrunePlan(cutoff=now - older_than,
+                     history={name: now - age
+                              for name, age in retention_settings(ws.project_root).items()})
     old: list[RunRow] = []
     for row in list_runs(ws.runs_dir):
         started = _epoch(row.started_at or row.finished_at)
@@ -190,7 +225,7 @@ def execute_prune(ws: Workspace, store: Any, plan: PrunePlan) -> PrunePlan:
     """Remove the planned bundles, then their store rows and old history. A run that
     changed since the plan (held open, resumed) is kept and reported, not forced."""
     finish_leftovers(ws.runs_dir)
-    done = PrunePlan(plan.cutoff, keep=dict(plan.keep))
+    done = PrunePlan(plan.cutoff, keep=dict(plan.keep), history=dict(plan.history))
     pinned = store.retention.pinned([r.run_id for r in plan.remove]) if store else {}
     for row in plan.remove:
         if row.run_id in pinned:
@@ -204,7 +239,8 @@ def execute_prune(ws: Workspace, store: Any, plan: PrunePlan) -> PrunePlan:
         done.remove.append(row)
     if store is not None:
         store.retention.forget_runs([r.run_id for r in done.remove])
-        store.retention.trim(int(plan.cutoff * 1000))
+        store.retention.trim(int(plan.cutoff * 1000),
+                             tables={k: int(v * 1000) for k, v in plan.history.items()})
     return done
 
 

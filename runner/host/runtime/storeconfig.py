@@ -45,13 +45,14 @@ def _parse(value: object, origin: str) -> StoreChoice:
                      "postgresql://USER@HOST/DB URL")
 
 
-def _from_config(project_root: Path) -> StoreChoice | None:
+def load_config(project_root: Path) -> Mapping[str, object]:
+    """`.wfrun/config.yaml` as a mapping ({} when there is none)."""
     path = project_root / PROJECT_DIR / CONFIG_FILE
     origin = f"{PROJECT_DIR}/{CONFIG_FILE}"
     try:
         raw = path.read_bytes()[: _CONFIG_MAX_BYTES + 1]
     except FileNotFoundError:
-        return None
+        return {}
     except OSError as exc:
         raise InputError(f"{origin} cannot be read: {exc.strerror}") from None
     if len(raw) > _CONFIG_MAX_BYTES:
@@ -65,12 +66,17 @@ def _from_config(project_root: Path) -> StoreChoice | None:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else "not YAML"
         raise InputError(f"{origin} is not valid YAML ({first})") from None
     if data is None:
-        return None
+        return {}
     if not isinstance(data, Mapping):
         raise InputError(f"{origin} must be a mapping (for example `store: sqlite`)")
+    return data
+
+
+def _from_config(project_root: Path) -> StoreChoice | None:
+    data = load_config(project_root)
     if "store" not in data:
         return None
-    return _parse(data["store"], f"{origin} store")
+    return _parse(data["store"], f"{PROJECT_DIR}/{CONFIG_FILE} store")
 
 
 def choose_store(flag: str | None, project_root: Path | None,

@@ -4,11 +4,12 @@ kept whole; history is trimmed only where nothing acts on it any more."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from runner.store.postgres.db import PostgresDatabase
-from runner.store.sqlite_retention import Trimmed
 from runner.store.states import TERMINAL_STATUSES
+from runner.store.trimming import Trimmed
+from runner.store.trimming import cutoffs as _cutoffs
 
 _TERMINAL = list(TERMINAL_STATUSES)
 
@@ -56,20 +57,23 @@ class PostgresRetention:
             conn.execute("DELETE FROM run_events WHERE run_id = ANY(%s)", (free,))
         return gone
 
-    def trim(self, before_ms: int) -> Trimmed:
+    def trim(self, before_ms: int, *,
+             tables: Mapping[str, int] | None = None) -> Trimmed:
+        cut = _cutoffs(before_ms, tables)
         with self._db.write() as conn:
             run_events = conn.execute(
                 "DELETE FROM run_events WHERE recorded_at < %s AND run_id NOT IN ("
                 "SELECT run_id FROM workflow_run_queue WHERE NOT (status = ANY(%s)))",
-                (before_ms, _TERMINAL)).rowcount
+                (cut["run_events"], _TERMINAL)).rowcount
             controller_events = conn.execute(
-                "DELETE FROM controller_events WHERE recorded_at < %s", (before_ms,)).rowcount
+                "DELETE FROM controller_events WHERE recorded_at < %s",
+                (cut["controller_events"],)).rowcount
             effects = conn.execute(
                 "DELETE FROM effects WHERE state IN ('applied', 'rejected')"
                 " AND completed_at < %s AND resource_uid NOT IN (SELECT uid FROM resources)",
-                (before_ms,)).rowcount
+                (cut["effects"],)).rowcount
             requests = conn.execute(
                 "DELETE FROM workflow_requests WHERE state IN ('succeeded', 'failed')"
                 " AND updated_at < %s AND resource_uid NOT IN (SELECT uid FROM resources)",
-                (before_ms,)).rowcount
+                (cut["workflow_requests"],)).rowcount
         return Trimmed(run_events, controller_events, effects, requests)

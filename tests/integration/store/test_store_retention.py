@@ -66,3 +66,16 @@ def test_trim_keeps_what_a_live_resource_or_launch_still_needs(
     assert s.run_events.read(run_id="run-old-queued") != []  # its launch is not terminal
     assert s.run_events.read(run_id="run-new") != []  # newer than the cut-off
     assert trimmed.run_events >= 2
+
+
+def test_trim_gives_each_named_table_its_own_cutoff(store: Any, clock: FakeClock) -> None:
+    s = _sqlite(store)
+    s.launches.enqueue(launch("run-done"))
+    s.launches.cancel("run-done")
+    clock.advance(100)
+    later = s.now_ms()
+    # Everything is older than `later`, but only run_events gets that cut-off.
+    trimmed = s.retention.trim(0, tables={"run_events": later})
+    assert trimmed.run_events >= 1
+    assert s.run_events.read(run_id="run-done") == []
+    assert trimmed.controller_events == trimmed.effects == trimmed.workflow_requests == 0
