@@ -20,6 +20,7 @@ from typing import Any, Literal, Protocol
 from runner.compiler.jsonschemas import validation_errors
 
 from .control import RunControl
+from .livelog import LiveLog
 
 TurnKind = Literal["step", "reminder", "resume"]
 CONTRACT_RE = re.compile(
@@ -144,6 +145,9 @@ class AgentStep:
     monotonic: Callable[[], float]
     on_update: UpdateSink | None = None
     on_log: LogSink | None = None  # the step's logs (`wfrun logs`), when an executor has some
+    # A process-running executor's live log for one turn (`logs --follow`): open it
+    # before the process starts, `remove` it once `log` has recorded the turn.
+    open_live: Callable[[int], LiveLog] | None = None
     decision_field: str | None = None
     choices: tuple[str, ...] = ()
     _output: Any = None

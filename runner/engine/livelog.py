@@ -21,6 +21,7 @@ import codecs
 import contextlib
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from runner.safety import bound, mask, redact
@@ -32,9 +33,11 @@ STREAMS = ("stdout", "stderr")
 LINE_HOLD = 65_536
 
 
-def live_log_name(node: str, attempt: str, stream: str) -> str:
-    """The file name of one stream of one attempt, inside the bundle's `logs/` folder."""
-    return f"{node}.{attempt}.{stream}"
+def live_log_name(node: str, attempt: str, stream: str, turn: int = 0) -> str:
+    """The file name of one stream of one attempt, inside the bundle's `logs/` folder.
+    `turn` counts the attempt's logs recorded before this one (a command agent logs each
+    turn; a shell action has only turn 0)."""
+    return f"{node}.{attempt}.{stream}" if turn == 0 else f"{node}.{attempt}-{turn}.{stream}"
 
 
 class LiveStream:
@@ -113,12 +116,17 @@ class LiveLog:
     """Both streams of one running attempt; `remove` once its `node_log` is recorded."""
 
     def __init__(self, folder: Path, node: str, attempt: str, secrets: tuple[str, ...], *,
-                 cap_bytes: int, cap_chars: int) -> None:
-        self.paths = [folder / live_log_name(node, attempt, s) for s in STREAMS]
+                 cap_bytes: int, cap_chars: int, turn: int = 0) -> None:
+        self.paths = [folder / live_log_name(node, attempt, s, turn) for s in STREAMS]
         self.stdout = LiveStream(self.paths[0], secrets, cap_bytes=cap_bytes,
                                  cap_chars=cap_chars, lines=False)
         self.stderr = LiveStream(self.paths[1], secrets, cap_bytes=cap_bytes,
                                  cap_chars=cap_chars, lines=True)
+
+    @property
+    def sinks(self) -> tuple[Callable[[bytes], None], Callable[[bytes], None]]:
+        """What `procs.run_shell` / `run_group` call with each chunk they read."""
+        return self.stdout.feed, self.stderr.feed
 
     def close(self) -> None:
         self.stdout.close()

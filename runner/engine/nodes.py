@@ -33,6 +33,7 @@ from runner.safety import mask, mask_values, redact, secret_env_values
 
 from .agent import AgentStep, StepContract, TurnKind, reminder_text
 from .hooks import HookError, load_hook, run_bounded
+from .livelog import LiveLog
 from .procs import run_shell
 from .secrets import check_no_nul
 
@@ -190,7 +191,7 @@ def _action(driver: RunDriver, node: Node, attempt: str, spec: ActionSpec,
         res = run_shell(command, use_shell=spec.use_shell, cwd=cwd or base, env=env,
                         stdin=stdin, deadline=deadline, cap=spec.output_cap,
                         control=driver.control, clock=driver.clock,
-                        registry=driver.processes, sinks=(live.stdout.feed, live.stderr.feed))
+                        registry=driver.processes, sinks=live.sinks)
     finally:
         live.close()
     # stderr is diagnostics: credential-shaped text in it (`OTHER_API_KEY=...` from a
@@ -276,10 +277,13 @@ def _agent(driver: RunDriver, node: Node, spec: AgentSpec, attempt: str,
     def log(stdout: str, stderr: str, out_cut: bool, err_cut: bool, code: int | None) -> None:
         driver.record_log(node.id, attempt, stdout, stderr, out_cut, err_cut, code)
 
+    def open_live(cap_chars: int) -> LiveLog:
+        return driver.live_log(node.id, attempt, (), cap_chars)
+
     step = AgentStep(contract=contract, prompt=prompt, control=driver.control,
                      deadline=deadline, monotonic=driver.clock.monotonic,
                      on_update=driver.publish_update, decision_field=spec.decision_field,
-                     choices=spec.choices, on_log=log)
+                     choices=spec.choices, on_log=log, open_live=open_live)
     kind: TurnKind = "resume" if driver.resuming_node == node.id else "step"
     driver.prompt_sent(node.id, attempt, kind, prompt)
     reminders = 0

@@ -205,11 +205,11 @@ class RunReader:
                                   f"{exc.strerror}") from None
 
     def live_log(self, run_id: str, node: str, attempt: str, stream: str,
-                 offset: int = 0) -> bytes | None:
+                 offset: int = 0, turn: int = 0) -> bytes | None:
         """The bytes of a running attempt's live log from `offset` (engine/livelog.py),
         or None when there is none (not started, or its `node_log` is recorded)."""
         root = self._existing(run_id)
-        name = live_log_name(node, attempt, stream)
+        name = live_log_name(node, attempt, stream, turn)
         if "/" in name or name.startswith("."):
             return None  # ids from the trace; never a path out of logs/
         try:

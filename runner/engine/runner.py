@@ -115,6 +115,7 @@ class RunDriver:
         self._token_at = clock.monotonic()
         self._state_at = clock.monotonic()
         self._ends_since_state = 0
+        self._logs: dict[str, int] = {}  # attempt -> node_log events recorded
 
     # -- recording ---------------------------------------------------------------
     def emit(self, kind: str, payload: dict[str, Any] | None = None, *, node: str | None = None,
@@ -173,6 +174,7 @@ class RunDriver:
         long streams in artifacts/ by the size rule."""
         # stderr is diagnostics: credential-shaped text is redacted as well (runner.safety).
         out, err = bound(stdout, LOG_CAP), bound(redact(stderr), LOG_CAP)
+        self._logs[attempt] = self._logs.get(attempt, 0) + 1  # names the next live log
         self.emit("node_log", {"stdout": out, "stderr": err,
                                "stdout_truncated": stdout_cut or out != stdout,
                                "stderr_truncated": stderr_cut or err != stderr,
@@ -184,7 +186,7 @@ class RunDriver:
         will be: the run's secrets and `extra` (the step's own secret-named values)."""
         values = mask_values([*self.secrets.masked, *extra])
         return LiveLog(self.bundle.live_logs(), node, attempt, values, cap_bytes=LOG_CAP,
-                       cap_chars=cap_chars)
+                       cap_chars=cap_chars, turn=self._logs.get(attempt, 0))
 
     def publish_update(self, kind: str, key: str, data: Any) -> None:
         now = self.clock.monotonic()

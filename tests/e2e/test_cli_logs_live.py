@@ -79,7 +79,8 @@ def test_follow_prints_a_running_steps_output_before_it_ends_with_secrets_masked
         follower = subprocess.Popen(project.argv("logs", run_id, "--follow"),
                                     cwd=project.root, text=True, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE)
-        assert follower.stdout is not None and follower.stderr is not None
+        assert follower.stdout is not None
+        assert follower.stderr is not None
         out = LineReader(follower.stdout)
         err = LineReader(follower.stderr)
         # The step is still blocked on gate/one: this line can only come from the live log.
@@ -95,7 +96,8 @@ def test_follow_prints_a_running_steps_output_before_it_ends_with_secrets_masked
         assert out.wait_for(r"^mid-line$")
         text = live.read_text()
         assert text == "first-line\n***\nmid-line\n"
-        assert "tok-AB" not in text and SECRET not in text
+        assert "tok-AB" not in text
+        assert SECRET not in text
         (gate / "two").touch()
         rest = out.rest()
         assert rest == ["last-line"]
@@ -122,3 +124,55 @@ def test_follow_prints_a_running_steps_output_before_it_ends_with_secrets_masked
             for pipe in (follower.stdout, follower.stderr):
                 if pipe is not None:
                     pipe.close()
+
+
+# A command agent that says it is working (stderr), waits for a release file, then submits.
+AGENT_PY = """\
+import json, os, pathlib, sys, time
+sys.stdin.read()
+print("agent-working", file=sys.stderr, flush=True)
+while not pathlib.Path(sys.argv[1]).exists():
+    time.sleep(0.02)
+print("agent-done", file=sys.stderr, flush=True)
+print(json.dumps({"answer": 42}))
+"""
+
+
+@pytest.mark.timeout(120)
+def test_follow_streams_a_command_agents_stderr_while_its_turn_runs(project: Project) -> None:
+    release = project.root / "release"
+    (project.root / "agent.py").write_text(AGENT_PY)
+    project.workflow("ask", """\
+        start: ask
+        nodes:
+          ask:
+            agent:
+              prompt: "Answer."
+              output: {type: object}
+        """)
+    agent = f"command:{sys.executable} {project.root / 'agent.py'} {release}"
+    runner = subprocess.Popen(project.argv("run", "ask", "-q", "--agent", agent),
+                              cwd=project.root, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    follower: subprocess.Popen[str] | None = None
+    try:
+        run_id = wait_until(lambda: project.run_id("ask"), what="the run bundle")
+        follower = subprocess.Popen(project.argv("logs", run_id, "ask", "--follow", "--stderr"),
+                                    cwd=project.root, text=True, stdout=subprocess.PIPE,
+                                    stderr=subprocess.DEVNULL)
+        assert follower.stdout is not None
+        out = LineReader(follower.stdout)
+        assert out.wait_for(r"^agent-working$")  # the agent is still waiting for `release`
+        release.touch()
+        assert out.rest() == ["agent-done"]
+        assert follower.wait(timeout=60) == 0
+        assert runner.wait(timeout=60) == 0
+        assert not list((project.runs / run_id / "logs").iterdir())  # recorded, then removed
+    finally:
+        for proc in (runner, follower):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+            if proc is not None:
+                proc.wait(timeout=30)
+        if follower is not None and follower.stdout is not None:
+            follower.stdout.close()

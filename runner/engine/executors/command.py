@@ -78,20 +78,28 @@ class CommandExecutor:
             self._fail("the step was stopped before the command started")
             return
         env = self._child_env(step, kind)
+        live = step.open_live(STDOUT_CAP) if step.open_live is not None else None
         try:
             result = run_group(self.argv, stdin=self._stdin(step, message, kind),
                                cwd=self.cwd, env=env, should_stop=step.should_stop,
                                stdout_cap=STDOUT_CAP, stderr_cap=STDERR_CAP,
-                               grace=self.kill_grace, clock=self.clock)
-        except OSError as exc:
-            self._give_up(step, self._start_error(exc))
+                               grace=self.kill_grace, clock=self.clock,
+                               sinks=live.sinks if live is not None else None)
+        except (OSError, ValueError) as exc:
+            if live is not None:
+                live.remove()
+            if isinstance(exc, OSError):
+                self._give_up(step, self._start_error(exc))
+            else:  # Popen refuses a NUL byte in argv, env or cwd
+                self._give_up(step, "the agent command, its environment or working "
+                              "directory contains a NUL byte")
             return
-        except ValueError:  # Popen refuses a NUL byte in argv, env or cwd
-            self._give_up(step, "the agent command, its environment or working directory "
-                          "contains a NUL byte")
-            return
+        if live is not None:
+            live.close()
         step.log(result.stdout, result.stderr, result.stdout_truncated, False,
                  result.returncode)
+        if live is not None:
+            live.remove()  # the turn is recorded: followers read its event now
         self._settle(step, result)
 
     # -- helpers ---------------------------------------------------------------

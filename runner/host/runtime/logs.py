@@ -94,7 +94,8 @@ class LiveText:
 class _Tail:
     """What has been read of one stream of one running attempt's live log."""
 
-    def __init__(self) -> None:
+    def __init__(self, turn: int) -> None:
+        self.turn = turn  # the attempt's logs recorded before this live one
         self.offset = 0
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self.shown = ""
@@ -112,15 +113,15 @@ def _rest(entry: StepLog, tails: dict[tuple[str, str], _Tail]) -> StepLog:
     return replace(entry, stdout=rest["stdout"], stderr=rest["stderr"])
 
 
-def _running(events: list[dict[str, Any]], run_id: str) -> tuple[str, str] | None:
-    """The (node, attempt) running now whose log is not recorded yet, if any."""
+def _running(events: list[dict[str, Any]], run_id: str) -> tuple[str, str, int] | None:
+    """The (node, attempt, turn) running now, if any: turn counts the attempt's logs
+    recorded so far (a command agent logs each turn, and its next one is live)."""
     state = fold(run_id, events) if events else None
     if state is None or state.current_node is None or state.current_attempt is None:
         return None
     attempt = str(state.current_attempt)
-    if any(e.get("type") == LOG_EVENT and e.get("attempt") == attempt for e in events):
-        return None
-    return state.current_node, attempt
+    turn = sum(1 for e in events if e.get("type") == LOG_EVENT and e.get("attempt") == attempt)
+    return state.current_node, attempt, turn
 
 
 def follow_logs(runs: Path | RunReader, run_id: str, node: str | None,
@@ -154,17 +155,21 @@ def follow_logs(runs: Path | RunReader, run_id: str, node: str | None,
         clock.sleep(poll, stop)
 
 
-def _tail_live(reader: RunReader, run_id: str, running: tuple[str, str], stream: Stream,
-               tails: dict[tuple[str, str], _Tail], on_live: Callable[[LiveText], None]) -> None:
-    tail = tails.setdefault((running[1], stream), _Tail())
-    data = reader.live_log(run_id, running[0], running[1], stream, tail.offset)
+def _tail_live(reader: RunReader, run_id: str, running: tuple[str, str, int],
+               stream: Stream, tails: dict[tuple[str, str], _Tail],
+               on_live: Callable[[LiveText], None]) -> None:
+    node, attempt, turn = running
+    tail = tails.get((attempt, stream))
+    if tail is None or tail.turn != turn:
+        tail = tails[(attempt, stream)] = _Tail(turn)
+    data = reader.live_log(run_id, node, attempt, stream, tail.offset, turn)
     if not data:
         return
     tail.offset += len(data)
     text = tail.decoder.decode(data)
     if text:
         tail.shown += text
-        on_live(LiveText(running[0], running[1], stream, text))
+        on_live(LiveText(node, attempt, stream, text))
 
 
 def last_lines(text: str, count: int = SUMMARY_LINES) -> list[str]:

@@ -48,7 +48,8 @@ def test_stderr_is_redacted_by_whole_lines(tmp_path: Path) -> None:
     s.feed(f"{key[8:]}\nnext\n".encode())
     s.close()
     written = (tmp_path / "s").read_text()
-    assert key not in written and key[8:] not in written
+    assert key not in written
+    assert key[8:] not in written
     assert written.endswith("next\n")
 
 
@@ -74,4 +75,5 @@ def test_files_are_private_and_removed_once_recorded(tmp_path: Path) -> None:
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     assert path.read_text() == "out\n"
     log.remove()
-    assert not path.exists() and not (folder / "build.a1b2.stderr").exists()
+    assert not path.exists()
+    assert not (folder / "build.a1b2.stderr").exists()
