@@ -138,6 +138,7 @@ class FolderBundle:
         self._lock_fd: int | None = None
         self._trace_fd: int | None = None
         self._sealed = False
+        self._logs_ready = False
 
     # -- opening --------------------------------------------------------------
     @classmethod
@@ -243,7 +244,9 @@ class FolderBundle:
         """The folder for running attempts' live logs (created 0700 on first use)."""
         self._check()
         path = self.root / LOGS
-        _private_dir(path)
+        if not self._logs_ready:  # once per open bundle: a shell step pays no mkdir/chmod
+            _private_dir(path)
+            self._logs_ready = True
         return path
 
     def repair(self) -> int:
