@@ -28,8 +28,9 @@ from runner.safety import bound, mask, redact
 
 #: Which streams a live log has, in the order `logs` prints them.
 STREAMS = ("stdout", "stderr")
-#: A stderr line longer than this (characters) is flushed unredacted-by-pattern rather
-#: than held back for ever; known secret values are still masked.
+#: A stderr line longer than this (characters) is flushed in pieces rather than held back
+#: for ever; known secret values are still masked chunk-safely, but a credential-shaped
+#: pattern split across two pieces may not be (the recorded event redacts it whole).
 LINE_HOLD = 65_536
 
 
