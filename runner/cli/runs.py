@@ -208,25 +208,30 @@ def answer_cmd(ctx: Context, run_id: str, answer: str | None, agent: str | None,
 @click.option("--since", "since", metavar="AGE|DATE",
               help="Only runs started within AGE (2h, 7d) or since DATE (2026-01-31).")
 @click.option("--limit", "-n", "limit", type=click.IntRange(min=1), metavar="N",
-              help="At most N runs (the newest).")
+              help="At most N runs, the newest (default 50; it says when more match).")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 def runs_cmd(ctx: Context, status: str | None, workflow: str | None, since: str | None,
              limit: int | None, as_json: bool) -> None:
-    """List runs, newest first."""
+    """List runs, newest first (a page from the store: only its runs' bundles are read)."""
     from runner.host.runtime.housekeeping import parse_since
-    from runner.host.runtime.views import RunFilter, list_runs
+    from runner.host.runtime.runlist import list_runs_paged
+    from runner.host.runtime.views import RunFilter
 
     ws = workspace(ctx)
     where = RunFilter(status=status, workflow=workflow, limit=limit,
                       since=parse_since(since, ws.clock.now()) if since else None)
-    rows = list_runs(ws.runs_dir, where=where)
+    page = list_runs_paged(ws, where)
     if as_json:
-        click.echo(json.dumps({"runs": [r.to_json() for r in rows]}, indent=2))
-        return
-    from .tables import runs_table
+        click.echo(json.dumps({"runs": [r.to_json() for r in page.rows]}, indent=2))
+    else:
+        from .tables import runs_table
 
-    runs_table(rows, filtered=where.narrows)
+        runs_table(page.rows, filtered=where.narrows)
+    if page.more:
+        # No silent limit: the page is full and more runs match.
+        click.echo(f"wfrun: the newest {page.limit} runs shown, more match; "
+                   "--limit N shows more", err=True)
 
 
 @cli.command("show")

@@ -60,13 +60,15 @@ class LaunchQueue(Protocol):
         *,
         statuses: Iterable[LaunchStatus] | None = None,
         workflow_ref: str | None = None,
+        run_id_prefix: str | None = None,
+        updated_since: int | None = None,
         newest_first: bool = True,
         limit: int = 50,
         offset: int = 0,
     ) -> list[LaunchRecord]:
         """One page of launches by creation time (newest first by default), filtered
-        by status and workflow ref, paged in SQL (the UI's run list: every run is a
-        launch row)."""
+        by status, workflow ref, run id prefix and last change (epoch ms), paged in SQL
+        (the UI's run list and `wfrun runs`: every run is a launch row)."""
         ...
 
     def counts(self, *, workflow_ref: str | None = None) -> dict[str, int]:

@@ -1,4 +1,4 @@
-"""Paged reads of `workflow_run_queue` for list views (`wfrun ui`'s run list).
+"""Paged reads of `workflow_run_queue` for list views (`wfrun ui`'s run list, `wfrun runs`).
 
 Every run is a launch row, so a list view pages here, in SQL, instead of folding
 every run bundle. A mixin of `SqliteLaunchQueue` (kept apart so that module stays
@@ -14,6 +14,11 @@ from runner.store.sqlite_db import SqliteDatabase
 from runner.store.states import LAUNCH_STATUSES, LaunchStatus
 
 
+def prefix_end(prefix: str) -> str:
+    """The least string greater than every string that starts with `prefix`."""
+    return prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
 class LaunchPages:
     _db: SqliteDatabase
 
@@ -22,6 +27,8 @@ class LaunchPages:
         *,
         statuses: Iterable[LaunchStatus] | None = None,
         workflow_ref: str | None = None,
+        run_id_prefix: str | None = None,
+        updated_since: int | None = None,
         newest_first: bool = True,
         limit: int = 50,
         offset: int = 0,
@@ -40,6 +47,13 @@ class LaunchPages:
         if workflow_ref is not None:
             clauses.append("workflow_ref = ?")
             params.append(workflow_ref)
+        if run_id_prefix:
+            # A range on the primary key (binary collation), not a LIKE that scans.
+            clauses.append("run_id >= ? AND run_id < ?")
+            params.extend((run_id_prefix, prefix_end(run_id_prefix)))
+        if updated_since is not None:
+            clauses.append("updated_at >= ?")
+            params.append(updated_since)
         where = " AND ".join(clauses) or "1"
         order = "DESC" if newest_first else "ASC"
         rows = self._db.read(

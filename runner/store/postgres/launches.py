@@ -200,7 +200,8 @@ class PostgresLaunchQueue:
         return [launch_from_row(row) for row in rows]
 
     def page(self, *, statuses: Iterable[LaunchStatus] | None = None,
-             workflow_ref: str | None = None, newest_first: bool = True, limit: int = 50,
+             workflow_ref: str | None = None, run_id_prefix: str | None = None,
+             updated_since: int | None = None, newest_first: bool = True, limit: int = 50,
              offset: int = 0) -> list[LaunchRecord]:
         clauses: list[str] = []
         params: list[object] = []
@@ -208,6 +209,12 @@ class PostgresLaunchQueue:
         if workflow_ref is not None:
             clauses.append("workflow_ref = %s")
             params.append(workflow_ref)
+        if run_id_prefix:
+            clauses.append("starts_with(run_id, %s)")
+            params.append(run_id_prefix)
+        if updated_since is not None:
+            clauses.append("updated_at >= %s")
+            params.append(updated_since)
         where = " AND ".join(clauses) or "TRUE"
         order = "DESC" if newest_first else "ASC"
         rows = self._db.read(
