@@ -162,5 +162,6 @@ def test_a_project_without_a_store_lists_nothing_and_creates_nothing(tmp_path: P
     (tmp_path / ".wfrun").mkdir()
     ws = Workspace(build_catalog("workflows", tmp_path, None), tmp_path, tmp_path / "state")
     page = list_runs_paged(ws, RunFilter())
-    assert page.rows == [] and page.more is False
+    assert page.rows == []
+    assert page.more is False
     assert not (tmp_path / ".wfrun" / "state").exists()
