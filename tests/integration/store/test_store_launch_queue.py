@@ -208,3 +208,25 @@ def test_query_filters_by_status_and_session_oldest_first(store: Store, clock: F
     assert [r.run_id for r in store.launches.query(limit=1)] == ["run-0"]
     with pytest.raises(ValueError, match="unknown launch status"):
         store.launches.query(statuses=["claimed"])  # type: ignore[list-item]
+
+
+def test_page_filters_by_run_id_prefix_and_last_change_newest_first(
+        store: Store, clock: FakeClock) -> None:
+    # `wfrun runs --workflow quick` pages on the run-id prefix `quick-`; `--since` on
+    # the row's last change (issue 15).
+    for run_id in ("quick-1", "quick-two-1", "quicker-1", "quick-2", "other-1"):
+        clock.advance(1)
+        store.launches.enqueue(launch(run_id))
+    cut = int(clock.now() * 1000)
+    clock.advance(1)
+    _claim(store, "quick-1")  # changed after the cut
+    page = store.launches.page(run_id_prefix="quick-")
+    assert [r.run_id for r in page] == ["quick-2", "quick-two-1", "quick-1"]
+    assert [r.run_id for r in store.launches.page(run_id_prefix="quick-", limit=1,
+                                                  offset=1)] == ["quick-two-1"]
+    assert [r.run_id for r in store.launches.page(updated_since=cut)] == ["other-1",
+                                                                          "quick-1"]
+    assert [r.run_id for r in store.launches.page(updated_since=cut + 1)] == ["quick-1"]
+    assert [r.run_id for r in store.launches.page(
+        statuses=["queued"], run_id_prefix="quick-", newest_first=False)] == [
+        "quick-two-1", "quick-2"]
