@@ -10,8 +10,9 @@ Bundle statuses are not launch statuses: `--status` maps each one onto the launc
 statuses whose rows can hold such a bundle (`CANDIDATES`, from the coordinator's
 ending map), pages those in SQL and checks each bundle. `completed`, `waiting` and
 `continued` all end as `done` rows, so `--status waiting` and `continued` read the
-bundles of done rows newest first until the page is full: their cost grows with
-the number of done runs newer than the last match, not with the whole store.
+manifests of done rows newest first until the page is full (and fold only those
+that match): their cost grows with the number of done runs newer than the last
+match, and with every done run when fewer than a page match.
 
 A bundle without a launch row (made by a wfrun before every run was a launch row)
 is not listed; `wfrun show RUN` still reads it and `wfrun prune` still sees it. A
@@ -26,7 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.engine import RunReader
-from runner.store import LaunchStatus
+from runner.errors import InputError, OperationFailed
+from runner.store import LaunchRecord, LaunchStatus
 
 from .local import Workspace, open_store, store_choice, store_path
 from .views import RunFilter, RunRow, _parse_iso, run_row
@@ -54,6 +56,9 @@ CANDIDATES: Mapping[str | None, tuple[LaunchStatus, ...]] = {
 }
 
 
+_ENDINGS = ("completed", "waiting", "failed", "timed_out", "cancelled")
+
+
 @dataclass(frozen=True)
 class RunPage:
     rows: list[RunRow]
@@ -73,6 +78,20 @@ def _matches(row: RunRow, where: RunFilter) -> bool:
     return True
 
 
+def _ended_otherwise(reader: RunReader, record: LaunchRecord, status: str | None) -> bool:
+    """A done row whose manifest names another ending than `status` asks for: skipped
+    on one small JSON read instead of a fold of its trace (the scan `--status waiting`
+    makes over done rows). The manifest is written before the launch is finished; one
+    that still says running, or none, is left to the full read."""
+    if status not in ("waiting", "continued", "completed") or record.status != "done":
+        return False
+    try:
+        said = reader.manifest(record.run_id).get("status")
+    except (InputError, OperationFailed, OSError):
+        return False
+    return said in _ENDINGS and said != ("completed" if status == "completed" else "waiting")
+
+
 def page_runs(store: Any, reader: RunReader, where: RunFilter) -> RunPage:
     """The newest runs that match `where`, at most `where.limit` (DEFAULT_LIMIT)."""
     limit = where.limit if where.limit is not None else DEFAULT_LIMIT
@@ -88,6 +107,8 @@ def page_runs(store: Any, reader: RunReader, where: RunFilter) -> RunPage:
         records = store.launches.page(statuses=statuses, run_id_prefix=prefix,
                                       updated_since=changed, limit=chunk, offset=offset)
         for record in records:
+            if _ended_otherwise(reader, record, where.status):
+                continue
             row = run_row(reader, record.run_id)
             if row is not None and _matches(row, where):
                 rows.append(row)
