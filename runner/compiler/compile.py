@@ -161,7 +161,7 @@ class Compiler:
         except YamlProblem as problem:
             return _Unit(None, source, [source], [problem.diagnostic], read.text)
         wf = parse_workflow(data, name, read.path, sink)
-        if wf is None:
+        if wf is None or sink.stopped:  # past the cap the later checks could add nothing
             return _Unit(None, source, [source], locate_all(sink.items, read.text), read.text)
         sources = [source] + [Source("file", h.sha256 or "", path=h.file)
                               for h in wf.hooks if h.file]

@@ -108,6 +108,12 @@ class DiagnosticSink:
         )
 
     @property
+    def stopped(self) -> bool:
+        """True once a problem was dropped: walkers stop early, as nothing more is kept
+        (and `too-many-errors` already makes the file invalid)."""
+        return self.dropped > 0
+
+    @property
     def has_errors(self) -> bool:
         return any(d.severity == "error" for d in self.items)
 

@@ -146,6 +146,8 @@ class _Checker:
 
     def keys(self, m: Mapping[Any, Any], allowed: tuple[str, ...], kp: KeyPath,
              what: str, required: tuple[str, ...] = ()) -> None:
+        if self.sink.stopped:  # past the cap: skip the 'did you mean' work as well
+            return
         for k in m:
             if not isinstance(k, str) or k not in allowed:
                 hint = did_you_mean(str(k), allowed)
@@ -442,6 +444,8 @@ def _nodes(c: _Checker, wf: RawWorkflow, value: Any, default_timeout: float | No
     if not m:
         c.sink.error("no-nodes", "a workflow needs at least one node", ("nodes",))
     for node_id, spec in m.items():
+        if c.sink.stopped:  # a generated file with 100,000 mistakes: nothing more is kept
+            break
         kp: KeyPath = ("nodes", node_id)
         if c.ident(node_id, kp, "node id", at_key=True) is None:
             continue
@@ -467,7 +471,7 @@ def _node(c: _Checker, node_id: str, spec: Any, kp: KeyPath, default_timeout: fl
     kinds = [k for k in m if k in AUTHOR_KINDS]
     allowed = (*AUTHOR_KINDS, *NODE_COMMON_KEYS)
     for k in m:
-        if k not in allowed:
+        if k not in allowed and not c.sink.stopped:
             hint = did_you_mean(str(k), allowed)
             c.sink.error("unknown-key", f"unknown key '{k}' in node '{node_id}'", (*kp, k),
                          at_key=True, hint=hint or "a node has one kind key: "
@@ -759,6 +763,8 @@ def _edges(c: _Checker, wf: RawWorkflow, value: Any) -> None:
         c.sink.error("wrong-type", f"edges must be a list, not {_type_name(value)}", ("edges",))
         return
     for i, item in enumerate(value):
+        if c.sink.stopped:
+            break
         kp: KeyPath = ("edges", i)
         m = c.mapping(item, kp, "an edge")
         if m is None:
