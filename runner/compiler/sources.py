@@ -11,9 +11,10 @@ from pathlib import Path
 
 from .diagnostics import Diagnostic
 
-# Generous for hand-written YAML (a generated 2,000-node workflow is ~150 KiB),
-# small enough that a stray data file cannot stall validation.
-MAX_DEFINITION_BYTES = 4 * 1024 * 1024
+# Generous for hand-written YAML (a generated 2,000-node workflow is ~150 KiB; the
+# biggest bench file ~0.5 MiB), small enough that any file at the cap validates in
+# about a second: a workflow this big is a mistake (a data file, generated junk).
+MAX_DEFINITION_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -40,28 +41,33 @@ def read_source(path: Path, display: str | None = None) -> SourceText | Diagnost
         return _os_error(shown, exc)
     if not path.is_file():
         return Diagnostic(shown, "not-a-file", "not a regular file")
-    if size > MAX_DEFINITION_BYTES:
-        return Diagnostic(
-            shown,
-            "file-too-large",
-            f"file is {size:,} bytes; definitions are limited to {MAX_DEFINITION_BYTES:,} bytes",
-            hint="split the workflow with includes",
-        )
     try:
-        data = path.read_bytes()
+        with path.open("rb") as f:  # never more than the cap and one byte, whatever stat said
+            data = f.read(MAX_DEFINITION_BYTES + 1)
+            if len(data) > MAX_DEFINITION_BYTES:
+                size = max(size, len(data), f.seek(0, 2))
     except OSError as exc:
         return _os_error(shown, exc)
+    if len(data) > MAX_DEFINITION_BYTES:
+        return too_large(shown, data, size)
     return decode_source(path, data, shown)
+
+
+def too_large(shown: str, data: bytes, size: int) -> Diagnostic:
+    """One diagnostic, placed where the cap is passed; nothing of the file is parsed."""
+    before = data[:MAX_DEFINITION_BYTES]
+    line = before.count(b"\n") + 1
+    column = len(before[before.rfind(b"\n") + 1:].decode("utf-8", "replace")) + 1
+    return Diagnostic(
+        shown, "file-too-large",
+        f"file is {size:,} bytes; definitions are limited to {MAX_DEFINITION_BYTES:,} bytes "
+        "(1 MiB), passed here", line=line, column=column,
+        hint="split the workflow with includes, or is this not a workflow?")
 
 
 def decode_source(path: Path, data: bytes, shown: str) -> SourceText | Diagnostic:
     if len(data) > MAX_DEFINITION_BYTES:
-        return Diagnostic(
-            shown,
-            "file-too-large",
-            f"file is {len(data):,} bytes; definitions are limited to "
-            f"{MAX_DEFINITION_BYTES:,} bytes",
-        )
+        return too_large(shown, data, len(data))
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -13,6 +13,8 @@ import pytest
 from everyday import Project
 from waiting import wait_for_line
 
+from runner.compiler.sources import MAX_DEFINITION_BYTES
+
 BAD = {
     "tag_float": ('start: a\nnodes:\n  a: {compute: !!float ""}\n', "yaml-value", 3, 16),
     "tag_int": ('start: a\nnodes:\n  a: {compute: !!int "0x"}\n', "yaml-value", 3, 16),
@@ -92,3 +94,52 @@ def test_a_file_with_a_hundred_thousand_errors_is_capped(tmp_path: Path) -> None
     assert len(diags) == 201
     assert diags[0]["code"] == "too-many-errors"
     assert all(d["line"] > 0 for d in diags[1:])  # still placed on their lines
+
+
+def _mistakes(limit: int) -> str:
+    """As many `{agent: x, bogus: 1}` nodes (two mistakes each) as fit in `limit` bytes."""
+    lines, size = ["start: n0", "nodes:"], 20
+    i = 0
+    while True:
+        line = f"  n{i}: {{agent: x, bogus: 1}}"
+        if size + len(line) + 1 > limit:
+            return "\n".join(lines) + "\n"
+        lines.append(line)
+        size += len(line) + 1
+        i += 1
+
+
+@pytest.mark.timeout(120)  # generous: the point is minutes (26 s, 477 MB) became instant
+def test_a_file_over_the_size_cap_is_one_positioned_diagnostic(tmp_path: Path) -> None:
+    proj = Project(tmp_path)
+    text = _mistakes(4 * 1024 * 1024)  # the fuzz case: 4 MiB, ~134,000 mistakes
+    proj.workflow("huge", text)
+    proj.workflow("good", GOOD)
+    done = proj.wfrun("validate", "--format", "json", timeout=110)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    files = {f["name"]: f for f in json.loads(done.stdout)["files"]}
+    assert files["good"]["valid"] is True
+    [diag] = files["huge"]["diagnostics"]
+    assert diag["code"] == "file-too-large"
+    assert f"{MAX_DEFINITION_BYTES:,} bytes" in diag["message"]
+    # Placed at the first byte past the cap, counted from the text (nothing parsed).
+    head = text.encode()[:MAX_DEFINITION_BYTES]
+    assert (diag["line"], diag["column"]) == (
+        head.count(b"\n") + 1, len(head) - head.rfind(b"\n"))
+
+
+@pytest.mark.timeout(120)
+def test_a_file_at_the_cap_with_every_node_wrong_stops_at_the_error_cap(
+        tmp_path: Path) -> None:
+    proj = Project(tmp_path)
+    text = _mistakes(MAX_DEFINITION_BYTES)
+    assert len(text.encode()) <= MAX_DEFINITION_BYTES
+    proj.workflow("full", text)
+    done = proj.wfrun("validate", "full", "--format", "json", timeout=110)
+    assert done.returncode == 1, done.stderr
+    diags = json.loads(done.stdout)["files"][0]["diagnostics"]
+    assert len(diags) == 201
+    assert diags[0]["code"] == "too-many-errors"
+    assert {d["code"] for d in diags[1:]} <= {"unknown-key", "missing-key"}
+    assert all(d["line"] > 0 for d in diags[1:])
