@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/fuzz_definitions.py                 # 10,000 cases, seed 0
     .venv/bin/python bench/fuzz_definitions.py --cases 20000 --seed 7
+    .venv/bin/python bench/fuzz_definitions.py --sizes          # big files only
 
 Cases come from tests/fuzzing.py (structure-aware mutations of fixtures/definitions/
 valid plus hostile YAML snippets). Two passes over the same cases:
@@ -13,12 +14,17 @@ valid plus hostile YAML snippets). Two passes over the same cases:
    valid JSON naming every file, with no traceback on stderr.
 
 Prints the figures and exits 1 when any traceback, hang or invalid output is found.
+
+`--sizes` instead times `wfrun validate --format json` (one process each: wall, CPU,
+peak RSS) on the big cases: 4 MiB with ~134,000 mistakes (over the cap), a file at the
+1 MiB cap with every node wrong, and a valid 1 MiB chain. Aim: at most 2 s per file.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import signal
 import subprocess
@@ -115,12 +121,66 @@ def through_cli(cases: list[tuple[str, str | bytes]], root: Path) -> dict[str, A
     return {"invalid_outputs": len(bad), "examples": bad[:3]}
 
 
+def _mistakes(limit: int) -> str:
+    lines, size, i = ["start: n0", "nodes:"], 20, 0
+    while size + 40 < limit:
+        lines.append(f"  n{i}: {{agent: x, bogus: 1}}")
+        size += len(lines[-1]) + 1
+        i += 1
+    return "\n".join(lines) + "\n"
+
+
+def _chain(limit: int) -> str:
+    nodes, edges, size, i = ["start: n0", "nodes:"], ["edges:"], 20, 0
+    while size + 200 < limit:  # the last node and the headers fit in the margin
+        nodes.append(f'  n{i}: {{compute: "{{{{ {i} + 1 }}}}"}}')
+        edges.append(f"  - {{from: n{i}, to: n{i + 1}}}")
+        size += len(nodes[-1]) + len(edges[-1]) + 2
+        i += 1
+    nodes.append(f'  n{i}: {{compute: "1"}}')
+    return "\n".join(nodes + edges) + "\n"
+
+
+def sizes(root: Path) -> int:
+    from runner.compiler.sources import MAX_DEFINITION_BYTES as CAP
+
+    cases = {"over_cap_4mib_mistakes": _mistakes(4 * 1024 * 1024),
+             "at_cap_mistakes": _mistakes(CAP), "at_cap_valid_chain": _chain(CAP)}
+    slow = 0
+    for name, text in cases.items():
+        project = root / name
+        (project / ".wfrun" / "workflows").mkdir(parents=True)
+        (project / ".wfrun" / "workflows" / f"{name}.yaml").write_text(text)
+        argv = [sys.executable, "-m", "runner", "--project", str(project), "validate", name,
+                "--format", "json"]
+        start = time.perf_counter()
+        with (root / f"{name}.json").open("w+b") as sink:
+            proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.DEVNULL)
+            _, status, usage = os.wait4(proc.pid, 0)  # this child's own CPU and peak RSS
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            wall = time.perf_counter() - start
+            sink.seek(0)
+            out = sink.read()
+        diags = json.loads(out)["files"][0]["diagnostics"]
+        codes = sorted({d["code"] for d in diags})[:3]
+        print(f"{name}: {len(text.encode()) / 2**20:.2f} MiB, {wall:.2f} s wall, "
+              f"{usage.ru_utime + usage.ru_stime:.2f} s CPU, {usage.ru_maxrss / 1024:.0f} MiB "
+              f"peak RSS, {len(diags)} diagnostics {codes}, exit {proc.returncode}")
+        slow += (usage.ru_utime + usage.ru_stime) > 2.0
+    print(f"aim: <= 2 s CPU per file; {slow} over")
+    return 1 if slow else 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--cases", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-cli", action="store_true")
+    parser.add_argument("--sizes", action="store_true", help="time the big-file cases only")
     args = parser.parse_args()
+    if args.sizes:
+        with tempfile.TemporaryDirectory() as tmp:
+            return sizes(Path(tmp))
     rng = random.Random(args.seed)
     cases = [case(rng) for _ in range(args.cases)]
     with tempfile.TemporaryDirectory() as tmp:
