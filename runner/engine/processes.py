@@ -5,11 +5,17 @@ SIGKILL of a host does not kill the process groups its shell nodes started
 `host.children.json`; the next host kills the groups still alive. A group is
 identified by its leader's pid *and* its kernel start time, so a recycled pid
 is never killed by mistake.
+
+A host killed between starting a command and recording its group leaves a group
+no file names. So every command also carries a mark in its environment (the
+folder, the runner's pid and start time; inherited by all it spawns), and reaping
+also looks through /proc for marks of this folder whose runner is gone.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import signal
@@ -31,11 +37,21 @@ def _start_time(pid: int) -> str | None:
     return rest[19] if len(rest) > 19 else None
 
 
+MARK_ENV = "WFRUN_RUNNER_MARK"
+
+
+def _folder_key(folder: Path) -> str:
+    return hashlib.sha256(os.path.realpath(folder).encode()).hexdigest()[:16]
+
+
 class ProcessRegistry:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
         self._groups: dict[int, dict[str, Any]] = {}
+        me = os.getpid()
+        # Set in every command's environment (see the module doc).
+        self.mark = f"{_folder_key(path.parent)}:{me}:{_start_time(me)}"
 
     def add(self, pgid: int, **info: Any) -> None:
         with self._lock:
@@ -104,6 +120,39 @@ def reap_dead_registries(folder: Path) -> list[int]:
         if pid == os.getpid() or _alive(pid):
             continue
         killed.extend(reap_orphans(folder / name))
+    killed.extend(_reap_marked(folder))
+    return killed
+
+
+def _reap_marked(folder: Path) -> list[int]:
+    """Kill the groups of processes marked by a runner of `folder` that is gone (its
+    pid dead or now another process's): those started but never recorded."""
+    prefix = f"{MARK_ENV}={_folder_key(folder)}:".encode()
+    mine = {os.getpid(), os.getpgrp()}
+    killed: list[int] = []
+    try:
+        pids = [int(n) for n in os.listdir("/proc") if n.isdigit()]
+    except OSError:
+        return killed
+    for pid in pids:
+        if pid in mine:
+            continue
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:  # gone, or another user's
+            continue
+        mark = next((v for v in environ.split(b"\0") if v.startswith(prefix)), None)
+        if mark is None:
+            continue
+        runner_pid, _, start = mark[len(prefix):].decode(errors="replace").partition(":")
+        if not runner_pid.isdigit() or (_start_time(int(runner_pid)) == start
+                                        and _alive(int(runner_pid))):
+            continue  # its runner still lives (a zombie runner counts as gone)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            pgid = os.getpgid(pid)
+            if pgid > 1 and pgid not in mine and pgid not in killed:
+                os.killpg(pgid, signal.SIGKILL)
+                killed.append(pgid)
     return killed
 
 

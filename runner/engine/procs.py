@@ -36,7 +36,7 @@ from runner.safety import redact as redact
 from runner.safety import secret_env_values as secret_env_values
 
 from .control import RunControl
-from .processes import ProcessRegistry
+from .processes import MARK_ENV, ProcessRegistry
 
 KILL_GRACE = 1.0
 POLL = 0.02
@@ -310,6 +310,8 @@ def run_shell(
     full_env = dict(os.environ)
     if env:
         full_env.update(env)
+    if registry is not None:  # found by the next runner even if `add` never happens
+        full_env[MARK_ENV] = registry.mark
     try:
         proc = subprocess.Popen(
             command,

@@ -5,13 +5,22 @@ from __future__ import annotations
 import contextlib
 import json
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from standalonekit import pid_gone, wait_for
 
-from runner.engine.processes import ProcessRegistry, reap_orphans
+from runner.clock import SystemClock
+from runner.engine import RunControl
+from runner.engine.processes import (
+    MARK_ENV,
+    ProcessRegistry,
+    reap_dead_registries,
+    reap_orphans,
+)
+from runner.engine.procs import run_shell
 
 
 @pytest.fixture
@@ -86,3 +95,48 @@ def test_reap_of_a_missing_or_torn_file_is_a_no_op(tmp_path: Path) -> None:
     torn = tmp_path / "torn.json"
     torn.write_text('[{"pgid": 12')
     assert reap_orphans(torn) == []
+
+
+RUNNER = """
+import os, subprocess, sys, time
+from pathlib import Path
+from runner.engine.processes import MARK_ENV, registry_for_this_process
+registry = registry_for_this_process(Path(sys.argv[1]))
+# Killed between starting a command and recording its group: only the mark is left.
+child = subprocess.Popen(["sleep", "300"], start_new_session=True,
+                         env={**os.environ, MARK_ENV: registry.mark})
+print(child.pid, registry.mark, flush=True)
+time.sleep(300)
+"""
+
+
+def test_a_group_started_but_never_recorded_is_found_by_its_mark(
+        tmp_path: Path, spawn: list[subprocess.Popen[str]]) -> None:
+    folder = tmp_path / "children"
+    folder.mkdir()
+    runner = group(spawn, sys.executable, "-c", RUNNER, str(folder))
+    assert runner.stdout is not None
+    child_text, mark = runner.stdout.readline().split()
+    child = int(child_text)
+    assert not (folder / f"{runner.pid}.json").exists()  # nothing was recorded
+    assert mark.split(":")[1] == str(runner.pid)
+
+    assert reap_dead_registries(folder) == []  # its runner lives: not an orphan
+    assert not pid_gone(child)
+    runner.kill()
+    runner.wait(timeout=10)
+    other = tmp_path / "other-project"
+    other.mkdir()
+    assert reap_dead_registries(other) == []  # another folder's runners: not ours
+    assert not pid_gone(child)
+
+    assert reap_dead_registries(folder) == [child]
+    wait_for("the unrecorded orphan to die", lambda: pid_gone(child))
+
+
+def test_every_shell_command_carries_its_runners_mark(tmp_path: Path) -> None:
+    registry = ProcessRegistry(tmp_path / "children" / "runner.json")
+    result = run_shell(["sh", "-c", f'printf %s "${MARK_ENV}"'], use_shell=False, cwd=None,
+                       env=None, stdin=None, deadline=None, cap=4096, control=RunControl(),
+                       clock=SystemClock(), registry=registry)
+    assert result.stdout == registry.mark
