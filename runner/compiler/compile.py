@@ -23,7 +23,7 @@ from .model import Source, WorkflowDefinition
 from .parse import RawWorkflow, parse_workflow
 from .references import check_references
 from .sources import SourceText, read_source
-from .yamlio import YamlProblem, load, locate_all
+from .yamlio import YamlProblem, access, load, locate_all
 
 
 @dataclass
@@ -160,7 +160,11 @@ class Compiler:
             data = load(read.text, sink.path)
         except YamlProblem as problem:
             return _Unit(None, source, [source], [problem.diagnostic], read.text)
-        wf = parse_workflow(data, name, read.path, sink)
+        try:
+            with access(sink.path):  # a big file's nodes are read as the checks reach them
+                wf = parse_workflow(data, name, read.path, sink)
+        except YamlProblem as problem:
+            return _Unit(None, source, [source], [problem.diagnostic], read.text)
         if wf is None or sink.stopped:  # past the cap the later checks could add nothing
             return _Unit(None, source, [source], locate_all(sink.items, read.text), read.text)
         sources = [source] + [Source("file", h.sha256 or "", path=h.file)

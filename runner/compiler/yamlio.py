@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ruamel.yaml import YAML
@@ -136,8 +136,18 @@ class YamlProblem(Exception):
 
 
 def load(text: str, path: str) -> Any:
-    """Parse YAML into plain JSON-like data, or raise `YamlProblem`."""
+    """Parse YAML into plain JSON-like data, or raise `YamlProblem`.
+
+    A big file's `nodes:` comes back as a `LazyNodes` mapping: each node is built
+    when the checks reach it, so a file with 100,000 mistakes stops being read once
+    the 200-problem cap is hit (`access` turns its errors into `YamlProblem` too)."""
     _check_depth(text, path)
+    _local.composed = None
+    if len(text) > LAZY_MIN:
+        with access(path):
+            lazy = _load_lazy(text)
+        if lazy is not None:
+            return lazy
     try:
         data = _fast().load(text)
     except DuplicateKeyError as exc:
@@ -160,6 +170,115 @@ def load(text: str, path: str) -> Any:
         if exc.code == "yaml-too-deep":
             _check_depth(text, path, force=True)  # raises with the position when it can
         raise YamlProblem(Diagnostic(path, exc.code, exc.message)) from None
+
+
+# Past this size `nodes:` is built node by node as the checks walk it.
+LAZY_MIN = 256 * 1024
+
+
+class LazyNodes(dict[str, Any]):
+    """`nodes:` of a big file: keys now, each value built (and made plain) on access.
+
+    Only `items()` and item access are used by the checks (parse.py `_nodes`); the
+    underlying dict holds the composed YAML nodes."""
+
+    def __init__(self, pairs: list[tuple[str, Any]], build: Any) -> None:
+        super().__init__(pairs)
+        self._build = build
+
+    def __getitem__(self, key: str) -> Any:
+        return self._build(super().__getitem__(key))
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self[key] if key in self else default  # noqa: SIM401 (this is get)
+
+    def items(self) -> Iterator[tuple[str, Any]]:  # type: ignore[override]
+        for key in self:
+            yield key, self[key]
+
+    def values(self) -> Iterator[Any]:  # type: ignore[override]
+        for key in self:
+            yield self[key]
+
+
+def _load_lazy(text: str) -> Any | None:
+    """The document with a lazy `nodes:`, or None when the plain load should run
+    (no top-level mapping with a plain `nodes:` mapping: merge keys, tagged or
+    non-string or duplicate keys)."""
+    y = _fast()
+    constructor, parser = y.get_constructor_parser(text)
+    try:
+        root = constructor.composer.get_single_node()
+    except (YAMLError, RecursionError, *_VALUE_ERRORS):
+        return None  # the plain load reports it, with its position
+    finally:
+        parser.dispose()
+    if not isinstance(root, MappingNode) or root.tag != "tag:yaml.org,2002:map":
+        return None
+    found = [(k, v) for k, v in root.value
+             if isinstance(k, ScalarNode) and k.value == "nodes" and not k.style]
+    top_keys = [k.value for k, _v in root.value if isinstance(k, ScalarNode)]
+    if len(found) != 1 or len(set(top_keys)) != len(root.value):
+        return None
+    _local.composed = (text, root)  # NodePositionMap places this text's problems from it
+    key_node, nodes = found[0]
+    if not isinstance(nodes, MappingNode) or nodes.tag != "tag:yaml.org,2002:map":
+        return None
+    keys: list[str] = []
+    for k, _v in nodes.value:
+        if not isinstance(k, ScalarNode) or k.tag != _STR_TAG or k.style \
+                or k.value == "<<":
+            return None
+        keys.append(k.value)
+    if len(set(keys)) != len(keys):
+        return None  # the plain load reports the duplicate with its position
+    rest = MappingNode(root.tag, [(k, v) for k, v in root.value if v is not nodes],
+                       root.start_mark, root.end_mark)
+    budget = [MAX_VALUES]
+    try:
+        data = _plain(constructor.construct_document(rest), 0, set(), budget)
+    except (YAMLError, RecursionError, _Limit, *_VALUE_ERRORS):
+        return None
+
+    def build(node: Any) -> Any:
+        try:
+            value = constructor.construct_object(node, deep=True)
+            return _plain(value, 2, set(), budget)
+        except _VALUE_ERRORS as exc:
+            raise _BadValue(node, exc) from None
+
+    data[key_node.value] = LazyNodes(list(zip(keys, (v for _k, v in nodes.value),
+                                              strict=True)), build)
+    return data
+
+
+class access:
+    """Turns what loading raises (now, or later from a `LazyNodes` value) into
+    `YamlProblem`, with the same diagnostics as a plain load."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
+        if exc is None or isinstance(exc, YamlProblem):
+            return
+        path = self.path
+        if isinstance(exc, DuplicateKeyError):
+            raise YamlProblem(_duplicate(exc, path)) from None
+        if isinstance(exc, MarkedYAMLError):
+            raise YamlProblem(Diagnostic(path, "yaml-syntax", _one_line(str(exc)))) from None
+        if isinstance(exc, YAMLError):
+            raise YamlProblem(Diagnostic(path, "yaml-syntax", _one_line(str(exc)))) from None
+        if isinstance(exc, RecursionError):
+            raise YamlProblem(Diagnostic(path, "yaml-too-deep", "YAML nesting is too deep")) \
+                from None
+        if isinstance(exc, _BadValue):
+            raise YamlProblem(exc.diagnostic(path)) from None
+        if isinstance(exc, _Limit):
+            raise YamlProblem(Diagnostic(path, exc.code, exc.message)) from None
 
 
 # Deeper than any real workflow, shallow enough for every later recursive walk
@@ -364,8 +483,13 @@ class NodePositionMap:
     mistakes took two minutes just to place its first 200 diagnostics)."""
 
     def __init__(self, text: str) -> None:
+        composed = getattr(_local, "composed", None)
+        _local.composed = None
+        if composed is not None and composed[0] is text:  # the lazy load's own tree
+            self._root: Any = composed[1]
+            return
         try:
-            self._root: Any = _fast().compose(text)
+            self._root = _fast().compose(text)
         except (YAMLError, RecursionError, *_VALUE_ERRORS):
             self._root = None
 
