@@ -1,5 +1,5 @@
-"""`wfrun mcp` (the `workflow` tool as a stdio MCP server), `wfrun hook claude-code`
-and `wfrun integrate claude-code` (docs/hosts.md, "Claude Code")."""
+"""`wfrun mcp` (the `workflow` tool as a stdio MCP server) and `wfrun hook claude-code`
+(docs/hosts.md, "Claude Code"; `wfrun integrate claude-code` is in integrate.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from runner.host.mcp.sessionlog import valid_session_id
 
 from .app import cli
 from .context import Context
-from .integrate import integrate
 from .runs import workspace
 
 
@@ -63,18 +62,3 @@ def hook_group() -> None:
 def hook_claude_code() -> None:
     """One Claude Code hook event: JSON on stdin, a decision on stdout."""
     sys.exit(claude_hook.main())
-
-
-@integrate.command("claude-code")
-@click.pass_obj
-def integrate_claude_code(ctx: Context) -> None:
-    """Write .mcp.json and the hooks in .claude/settings.json (merged, idempotent)."""
-    from runner.host.mcp.integrate import integrate as write_files
-
-    root = ctx.require_project()
-    done = write_files(root)
-    for path in (done.mcp_json, done.settings):
-        state = "updated" if path in done.changed else "up to date"
-        click.echo(f"{path.relative_to(root)}: {state}")
-    click.echo("Claude Code now sees the tool as mcp__wfrun__workflow; start `claude` in "
-               f"{root}.")
