@@ -222,6 +222,8 @@ def runs_cmd(ctx: Context, status: str | None, workflow: str | None, since: str 
     where = RunFilter(status=status, workflow=workflow, limit=limit,
                       since=parse_since(since, ws.clock.now()) if since else None)
     page = list_runs_paged(ws, where)
+    if page.note:
+        click.echo(f"wfrun: {page.note}", err=True)
     if as_json:
         click.echo(json.dumps({"runs": [r.to_json() for r in page.rows]}, indent=2))
     else:

@@ -384,7 +384,8 @@ def open_store(ws: Workspace, *, read_only: bool = False) -> Any:
             return SqliteStore(path, now=ws.clock.now, read_only=True)
         return SqliteStore(path, now=ws.clock.now)
     except (StoreError, OSError) as exc:
-        raise _store_error(exc, path) from None
+        # Chained to the store's own error, so a caller can tell a damaged store.
+        raise _store_error(exc, path) from exc
 
 
 def _open_postgres(choice: StoreChoice) -> Any:

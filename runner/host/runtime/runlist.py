@@ -14,6 +14,10 @@ manifests of done rows newest first until the page is full (and fold only those
 that match): their cost grows with the number of done runs newer than the last
 match, and with every done run when fewer than a page match.
 
+A damaged store cannot page anything, but the bundles do not live in it: the list
+then falls back to folding every bundle (slow, and said so on stderr), so the runs
+stay visible while the store is restored.
+
 A bundle without a launch row (made by a wfrun before every run was a launch row)
 is not listed; `wfrun show RUN` still reads it and `wfrun prune` still sees it. A
 row without a readable bundle (queued, failed or cancelled before it started, a
@@ -27,11 +31,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.engine import RunReader
-from runner.errors import InputError, OperationFailed
+from runner.errors import InputError, OperationFailed, WfrunError
 from runner.store import LaunchRecord, LaunchStatus
+from runner.store.errors import StoreCorrupt
 
 from .local import Workspace, open_store, store_choice, store_path
-from .views import RunFilter, RunRow, _parse_iso, run_row
+from .views import RunFilter, RunRow, _parse_iso, list_runs, run_row
 
 #: Rows a page shows unless `--limit` says otherwise (more is said, never cut silently).
 DEFAULT_LIMIT = 50
@@ -64,6 +69,7 @@ class RunPage:
     rows: list[RunRow]
     more: bool  # more runs match than the page shows
     limit: int
+    note: str | None = None  # said on stderr: how the list was made, when not the usual way
 
 
 def _matches(row: RunRow, where: RunFilter) -> bool:
@@ -126,8 +132,19 @@ def list_runs_paged(ws: Workspace, where: RunFilter) -> RunPage:
     limit = where.limit if where.limit is not None else DEFAULT_LIMIT
     if store_choice(ws).url is None and not store_path(ws).is_file():
         return RunPage(rows=[], more=False, limit=limit)
-    store = open_store(ws, read_only=True)
+    reader = RunReader(ws.runs_dir)
     try:
-        return page_runs(store, RunReader(ws.runs_dir), where)
-    finally:
-        store.close()
+        store = open_store(ws, read_only=True)
+        try:
+            return page_runs(store, reader, where)
+        finally:
+            store.close()
+    except (StoreCorrupt, WfrunError) as exc:
+        damaged = exc if isinstance(exc, StoreCorrupt) else exc.__cause__
+        if not isinstance(damaged, StoreCorrupt):
+            raise
+        rows = list_runs(reader, where=RunFilter(status=where.status, workflow=where.workflow,
+                                                 since=where.since, limit=limit + 1))
+        return RunPage(rows=rows[:limit], more=len(rows) > limit, limit=limit,
+                       note="the store is damaged (`wfrun store check` says how to restore "
+                            "it); these runs were read from their bundles")
