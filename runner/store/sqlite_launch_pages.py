@@ -19,6 +19,17 @@ def prefix_end(prefix: str) -> str:
     return prefix[:-1] + chr(ord(prefix[-1]) + 1)
 
 
+
+def status_clause(statuses: Iterable[LaunchStatus], params: list[object]) -> str:
+    """`status IN (...)` for `statuses` (appended to `params`); an unknown status is a
+    programming error, and no statuses match nothing."""
+    wanted = list(statuses)
+    unknown = [s for s in wanted if s not in LAUNCH_STATUSES]
+    if unknown:
+        raise ValueError(f"unknown launch status(es) {unknown}")
+    params.extend(wanted)
+    return f"status IN ({', '.join('?' for _ in wanted)})" if wanted else "0"
+
 class LaunchPages:
     _db: SqliteDatabase
 
@@ -38,12 +49,7 @@ class LaunchPages:
         clauses: list[str] = []
         params: list[object] = []
         if statuses is not None:
-            wanted = list(statuses)
-            unknown = [s for s in wanted if s not in LAUNCH_STATUSES]
-            if unknown:
-                raise ValueError(f"unknown launch status(es) {unknown}")
-            clauses.append(f"status IN ({', '.join('?' for _ in wanted)})" if wanted else "0")
-            params.extend(wanted)
+            clauses.append(status_clause(statuses, params))
         if workflow_ref is not None:
             clauses.append("workflow_ref = ?")
             params.append(workflow_ref)

@@ -31,13 +31,12 @@ from runner.store.records import (
 from runner.store.sqlite_db import SqliteDatabase
 from runner.store.sqlite_events import append_event
 from runner.store.sqlite_intents import ensure_intent, make_intent_eligible
-from runner.store.sqlite_launch_pages import LaunchPages
+from runner.store.sqlite_launch_pages import LaunchPages, status_clause
 from runner.store.sqlite_requests import settle_child
 from runner.store.sqlite_schema import sql_in
 from runner.store.states import (
     CLAIMED_STATUSES,
     LAUNCH_OPERATIONS,
-    LAUNCH_STATUSES,
     PARK_MODES,
     RECOVERY_PATHS,
     RESERVING_STATUSES,
@@ -168,12 +167,7 @@ class SqliteLaunchQueue(LaunchPages):
         clauses: list[str] = []
         params: list[object] = []
         if statuses is not None:
-            wanted = list(statuses)
-            unknown = [s for s in wanted if s not in LAUNCH_STATUSES]
-            if unknown:
-                raise ValueError(f"unknown launch status(es) {unknown}")
-            clauses.append(f"status IN ({', '.join('?' for _ in wanted)})" if wanted else "0")
-            params.extend(wanted)
+            clauses.append(status_clause(statuses, params))
         if session_id is not None:
             clauses.append("origin_session_id = ?")
             params.append(session_id)

@@ -23,6 +23,8 @@ from typing import Any
 
 import anyio
 import pytest
+from fakes.seed_workflow import AGENT_WF as SEED_WF
+from fakes.seed_workflow import RUN_RE
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from waiting import wait_until
@@ -34,22 +36,7 @@ from runner.launch.intents import DEFERRED_TURN_TYPE
 from runner.store import SqliteStore
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
-AGENT_WF = textwrap.dedent("""
-    input:
-      type: object
-      required: [task]
-      properties: {task: {type: string}}
-    start: plan
-    nodes:
-      plan:
-        agent:
-          prompt: "Plan {{ input.task }}."
-          output:
-            type: object
-            required: [summary]
-            properties: {summary: {type: string}}
-""").lstrip()
-RUN_RE = re.compile(r"queued \(run (?P<run>[\w-]+)\)")
+AGENT_WF = textwrap.dedent(SEED_WF).lstrip()
 FAILED_RE = re.compile(r"^Workflow review failed to start \(run (?P<run>[\w-]+)\): .+\. "
                        r"Inspect the error and call workflow start again only after you "
                        r"correct the cause\.")
