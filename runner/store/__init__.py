@@ -41,7 +41,7 @@ from runner.store.records import (
     RunEvent,
     TurnIntent,
 )
-from runner.store.sqlite_store import SqliteStore
+from runner.store.sqlite.store import SqliteStore
 from runner.store.states import (
     LAUNCH_ERROR_CODES,
     LAUNCH_OPERATIONS,

@@ -1,6 +1,6 @@
 """Machine faults on the store's files: their messages, and OS errors and the file
 system told apart by errno and statvfs (backend-neutral; SQLite's result codes are
-read in `sqlite_faults`).
+read in `runner.store.sqlite.faults`).
 
 Each fault gets its own class and one line saying what to do that loses nothing;
 only a readable file with another layout ever earns the reset advice

@@ -31,9 +31,9 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("cli/follow.py", "_elapsed"): "display only: a running node's age in `show --follow`",
     ("cli/follow.py", "follow_run"): "display only: yield so the live view's last refresh lands",
     # The store takes `now` as an input and defaults it to the system time.
-    ("store/sqlite_store.py", "SqliteStore.__init__"): "the store's `now` input defaults to "
+    ("store/sqlite/store.py", "SqliteStore.__init__"): "the store's `now` input defaults to "
                                                        "the system time",
-    ("store/sqlite_store.py", "SqliteStore.reset"): "the store's `now` input defaults to "
+    ("store/sqlite/store.py", "SqliteStore.reset"): "the store's `now` input defaults to "
                                                     "the system time",
 }
 

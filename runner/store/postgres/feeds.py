@@ -1,5 +1,5 @@
 """`effects`, `workflow_requests` and `controller_events` on Postgres: the same rules
-as on SQLite (runner/store/sqlite_effects.py and sqlite_requests.py describe them).
+as on SQLite (runner/store/sqlite/effects.py and requests.py describe them).
 Rows are locked (`FOR UPDATE`) before a guarded change."""
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from runner.store.controller_interface import (
 from runner.store.errors import IdentityConflict
 from runner.store.postgres.db import Conn, PostgresDatabase, Row
 from runner.store.records import LostRace, bounded_message, check_id
-from runner.store.sqlite_effects import EFFECT_OPEN_STATES, EFFECT_OUTCOMES, event_payload
-from runner.store.sqlite_requests import request_id_for
+from runner.store.sqlite.effects import EFFECT_OPEN_STATES, EFFECT_OUTCOMES, event_payload
+from runner.store.sqlite.requests import request_id_for
 from runner.store.states import (
     CONTROLLER_ERROR_MAX_BYTES,
     REQUEST_FINISHED_STATES,

@@ -36,7 +36,7 @@ from runner.store.records import (
     lease_ms,
     new_claim_token,
 )
-from runner.store.sqlite_schema import sql_in
+from runner.store.sqlite.schema import sql_in
 from runner.store.states import (
     CLAIMED_STATUSES,
     CONTROLLER_ERROR_MAX_BYTES,

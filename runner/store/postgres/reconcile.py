@@ -1,5 +1,5 @@
 """`resources` and `reconcile_queue` on Postgres: the same rules as on SQLite
-(runner/store/sqlite_resources.py and sqlite_queue.py describe them).
+(runner/store/sqlite/resources.py and queue.py describe them).
 
 Rows are locked (`FOR UPDATE`) before a guarded change; `claim_next` takes the
 first ready key with `FOR UPDATE SKIP LOCKED`, so controller hosts sharing a
@@ -30,9 +30,9 @@ from runner.store.records import (
     lease_ms,
     new_claim_token,
 )
-from runner.store.sqlite_effects import event_payload
-from runner.store.sqlite_queue import QUEUE_OUTCOMES, EventSpec, delay_ms
-from runner.store.sqlite_resources import encode_object
+from runner.store.sqlite.effects import event_payload
+from runner.store.sqlite.queue import QUEUE_OUTCOMES, EventSpec, delay_ms
+from runner.store.sqlite.resources import encode_object
 from runner.store.states import CONTROLLER_ERROR_MAX_BYTES
 
 _WAKE = (

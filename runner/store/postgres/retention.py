@@ -1,5 +1,5 @@
 """Retention on Postgres for `wfrun prune`: the same rules as on SQLite
-(runner/store/sqlite_retention.py): a run something still points at is pinned and
+(runner/store/sqlite/retention.py): a run something still points at is pinned and
 kept whole; history is trimmed only where nothing acts on it any more."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Postgres DDL for `wfrun.controller-store.v1`, the exact-layout check and reset.
 
-The DDL is the SQLite DDL (`sqlite_schema.DDL`, where the CHECK constraints and
+The DDL is the SQLite DDL (`runner.store.sqlite.schema.DDL`, where the CHECK constraints and
 partial unique indexes of the state contract are written) rewritten for Postgres
 word by word: 64-bit integers for millisecond times, `octet_length` for byte
 bounds, identity columns for the event feeds. One text holds the contract.
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from runner.store.errors import IncompatibleLayout
 from runner.store.layout import SCHEMA_ID, TABLE_COLUMNS, TABLES, describe_column_drift
 from runner.store.postgres.db import Conn, PostgresDatabase
-from runner.store.sqlite_schema import DDL as SQLITE_DDL
+from runner.store.sqlite.schema import DDL as SQLITE_DDL
 
 _REWRITES: tuple[tuple[str, str], ...] = (
     (r"INTEGER PRIMARY KEY AUTOINCREMENT", "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"),

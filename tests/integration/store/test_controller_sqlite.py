@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from runner.store import IncompatibleLayout, LostRace, SqliteStore
-from runner.store.sqlite_schema import DDL
+from runner.store.sqlite.schema import DDL
 
 C = "race"
 KEYS = 40

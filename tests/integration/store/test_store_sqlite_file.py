@@ -23,7 +23,7 @@ from runner.store import (
     StoreError,
     StoreUnavailable,
 )
-from runner.store.sqlite_schema import DDL
+from runner.store.sqlite.schema import DDL
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import pytest
 
 from runner.store import SCHEMA_ID, TABLE_COLUMNS, TABLES
 from runner.store.layout import describe_column_drift, describe_table_drift
-from runner.store.sqlite_schema import (
+from runner.store.sqlite.schema import (
     DDL,
     create_schema,
     expected_layout,

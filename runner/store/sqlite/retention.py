@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
-from runner.store.sqlite_db import SqliteDatabase
+from runner.store.sqlite.db import SqliteDatabase
 from runner.store.states import TERMINAL_STATUSES
 from runner.store.trimming import Trimmed
 from runner.store.trimming import cutoffs as _cutoffs

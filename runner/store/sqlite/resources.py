@@ -26,8 +26,8 @@ from collections.abc import Callable, Iterable, Mapping
 
 from runner.store.controller_interface import SPEC_MAX_BYTES, STATUS_MAX_BYTES, Resource
 from runner.store.records import LostRace, canonical_json, check_id
-from runner.store.sqlite_db import SqliteDatabase
-from runner.store.sqlite_queue import wake
+from runner.store.sqlite.db import SqliteDatabase
+from runner.store.sqlite.queue import wake
 
 
 def resource_from_row(row: sqlite3.Row) -> Resource:

@@ -28,8 +28,8 @@ from typing import get_args
 
 from runner.store.controller_interface import QueueItem, QueueOutcome
 from runner.store.records import LostRace, bounded_message, check_id, lease_ms, new_claim_token
-from runner.store.sqlite_db import SqliteDatabase
-from runner.store.sqlite_effects import event_payload, insert_event
+from runner.store.sqlite.db import SqliteDatabase
+from runner.store.sqlite.effects import event_payload, insert_event
 from runner.store.states import CONTROLLER_ERROR_MAX_BYTES
 
 #: (event type, payload, reconcile id) of a controller event written with a queue change.

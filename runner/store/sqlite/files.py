@@ -1,6 +1,6 @@
 """The SQLite store file on disk: version check, sidecars, read-only inspection,
 private creation, permissions and removal (the file half of the open procedure in
-sqlite_db.py; see docs/store.md)."""
+db.py; see docs/store.md)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Literal
 
 from runner.private import private_dirs
-from runner.store import faults, sqlite_faults
+from runner.store import faults
 from runner.store.errors import (
     IncompatibleLayout,
     SqliteTooOld,
@@ -25,7 +25,8 @@ from runner.store.errors import (
     StoreReadOnly,
     StoreUnavailable,
 )
-from runner.store.sqlite_schema import create_schema, layout_drift, read_layout, schema_id_drift
+from runner.store.sqlite import faults as sqlite_faults
+from runner.store.sqlite.schema import create_schema, layout_drift, read_layout, schema_id_drift
 
 MIN_SQLITE_VERSION = (3, 35, 0)
 DEFAULT_BUSY_TIMEOUT_MS = 5000

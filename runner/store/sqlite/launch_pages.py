@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from runner.store.records import LaunchRecord
-from runner.store.sqlite_db import SqliteDatabase
+from runner.store.sqlite.db import SqliteDatabase
 from runner.store.states import LAUNCH_STATUSES, LaunchStatus
 
 
@@ -44,7 +44,7 @@ class LaunchPages:
         limit: int = 50,
         offset: int = 0,
     ) -> list[LaunchRecord]:
-        from runner.store.sqlite_launches import launch_from_row  # it imports this module
+        from runner.store.sqlite.launches import launch_from_row  # it imports this module
 
         clauses: list[str] = []
         params: list[object] = []

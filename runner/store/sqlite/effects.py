@@ -30,7 +30,7 @@ from runner.store.records import (
     check_id,
     json_object,
 )
-from runner.store.sqlite_db import SqliteDatabase
+from runner.store.sqlite.db import SqliteDatabase
 from runner.store.states import CONTROLLER_ERROR_MAX_BYTES
 
 #: States an effect may be completed from, and the states it may be completed to.

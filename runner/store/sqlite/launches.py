@@ -28,12 +28,12 @@ from runner.store.records import (
     lease_ms,
     new_claim_token,
 )
-from runner.store.sqlite_db import SqliteDatabase
-from runner.store.sqlite_events import append_event
-from runner.store.sqlite_intents import ensure_intent, make_intent_eligible
-from runner.store.sqlite_launch_pages import LaunchPages, status_clause
-from runner.store.sqlite_requests import settle_child
-from runner.store.sqlite_schema import sql_in
+from runner.store.sqlite.db import SqliteDatabase
+from runner.store.sqlite.events import append_event
+from runner.store.sqlite.intents import ensure_intent, make_intent_eligible
+from runner.store.sqlite.launch_pages import LaunchPages, status_clause
+from runner.store.sqlite.requests import settle_child
+from runner.store.sqlite.schema import sql_in
 from runner.store.states import (
     CLAIMED_STATUSES,
     LAUNCH_OPERATIONS,

@@ -17,17 +17,17 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from runner.store.layout import SCHEMA_ID
-from runner.store.sqlite_db import SqliteDatabase, open_database
-from runner.store.sqlite_effects import SqliteControllerEvents, SqliteEffects
-from runner.store.sqlite_events import SqliteRunEvents
-from runner.store.sqlite_files import DEFAULT_BUSY_TIMEOUT_MS, remove_store_files
-from runner.store.sqlite_intents import SqliteTurnIntents
-from runner.store.sqlite_launches import SqliteLaunchQueue
-from runner.store.sqlite_notifications import SqliteNotifications
-from runner.store.sqlite_queue import SqliteReconcileQueue
-from runner.store.sqlite_requests import SqliteWorkflowRequests
-from runner.store.sqlite_resources import SqliteResources
-from runner.store.sqlite_retention import SqliteRetention
+from runner.store.sqlite.db import SqliteDatabase, open_database
+from runner.store.sqlite.effects import SqliteControllerEvents, SqliteEffects
+from runner.store.sqlite.events import SqliteRunEvents
+from runner.store.sqlite.files import DEFAULT_BUSY_TIMEOUT_MS, remove_store_files
+from runner.store.sqlite.intents import SqliteTurnIntents
+from runner.store.sqlite.launches import SqliteLaunchQueue
+from runner.store.sqlite.notifications import SqliteNotifications
+from runner.store.sqlite.queue import SqliteReconcileQueue
+from runner.store.sqlite.requests import SqliteWorkflowRequests
+from runner.store.sqlite.resources import SqliteResources
+from runner.store.sqlite.retention import SqliteRetention
 
 if TYPE_CHECKING:
     from runner.store.controller_interface import ControllerStore

@@ -1,4 +1,4 @@
-"""The SQLite store: the open procedure, connections, transactions (the file: sqlite_files.py).
+"""The SQLite store: the open procedure, connections, transactions (the file: files.py).
 
 Open procedure (see docs/store.md):
 
@@ -37,14 +37,14 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from runner.store import sqlite_faults
 from runner.store.errors import (
     IncompatibleLayout,
     StoreCorrupt,
     StoreError,
     StoreUnavailable,
 )
-from runner.store.sqlite_files import (
+from runner.store.sqlite import faults as sqlite_faults
+from runner.store.sqlite.files import (
     DEFAULT_BUSY_TIMEOUT_MS,
     check_sqlite_version,
     create_store_file,
@@ -54,7 +54,7 @@ from runner.store.sqlite_files import (
     tighten_permissions,
     track_open,
 )
-from runner.store.sqlite_schema import create_schema, layout_drift, read_layout, schema_id_drift
+from runner.store.sqlite.schema import create_schema, layout_drift, read_layout, schema_id_drift
 
 _WAL_SWITCH_ATTEMPTS = 200
 

@@ -14,7 +14,7 @@ import sqlite3
 from collections.abc import Callable
 
 from runner.store.records import PAYLOAD_MAX_BYTES, RunEvent, json_object
-from runner.store.sqlite_db import SqliteDatabase
+from runner.store.sqlite.db import SqliteDatabase
 
 
 def append_event(

@@ -21,7 +21,7 @@ from runner.store.records import (
     lease_ms,
     new_claim_token,
 )
-from runner.store.sqlite_db import SqliteDatabase
+from runner.store.sqlite.db import SqliteDatabase
 from runner.store.states import NOTIFICATION_KINDS
 
 _FIELDS = (

@@ -27,8 +27,8 @@ from collections.abc import Callable, Iterable
 from runner.store.controller_interface import RequestState, WorkflowRequest
 from runner.store.errors import IdentityConflict
 from runner.store.records import LostRace, bounded_message, check_id
-from runner.store.sqlite_db import SqliteDatabase
-from runner.store.sqlite_queue import wake
+from runner.store.sqlite.db import SqliteDatabase
+from runner.store.sqlite.queue import wake
 from runner.store.states import (
     CONTROLLER_ERROR_MAX_BYTES,
     REQUEST_FINISHED_STATES,

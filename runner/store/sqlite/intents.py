@@ -25,7 +25,7 @@ from runner.store.records import (
     lease_ms,
     new_claim_token,
 )
-from runner.store.sqlite_db import SqliteDatabase
+from runner.store.sqlite.db import SqliteDatabase
 from runner.store.states import TURN_CAUSES, TURN_RESOLUTIONS, TurnResolution
 
 _IDENTITY = (
