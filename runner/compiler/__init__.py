@@ -1,37 +1,71 @@
 """YAML source -> validated definition -> NetworkX graph + digest (DESIGN §3).
 
 Pure apart from reading files: no processes, network or databases.
+
+The names below load on first use (PEP 562): `wfrun status` needs only
+`discovery` (where the project is) and must not pay for YAML and Jinja2 because
+the package was touched (issue 15, cold start).
 """
 
 from __future__ import annotations
 
-from .compile import Compiler, CompileResult, digest_of
-from .diagnostics import Diagnostic, render_text, summary_line
-from .discovery import (
-    Catalog,
-    CatalogEntry,
-    build_catalog,
-    builtin_folder,
-    find_project_root,
-    is_path_ref,
-)
-from .durations import format_duration, parse_duration
-from .model import (
-    ActionSpec,
-    AgentSpec,
-    CheckpointSpec,
-    ComputeSpec,
-    Edge,
-    FailSpec,
-    HookRef,
-    IncludeEntrySpec,
-    IncludeExitSpec,
-    Node,
-    NotifySpec,
-    Retry,
-    Source,
-    WorkflowDefinition,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .compile import Compiler, CompileResult, digest_of
+    from .diagnostics import Diagnostic, render_text, summary_line
+    from .discovery import (
+        Catalog,
+        CatalogEntry,
+        build_catalog,
+        builtin_folder,
+        find_project_root,
+        is_path_ref,
+    )
+    from .durations import format_duration, parse_duration
+    from .model import (
+        ActionSpec,
+        AgentSpec,
+        CheckpointSpec,
+        ComputeSpec,
+        Edge,
+        FailSpec,
+        HookRef,
+        IncludeEntrySpec,
+        IncludeExitSpec,
+        Node,
+        NotifySpec,
+        Retry,
+        Source,
+        WorkflowDefinition,
+    )
+
+#: public name -> the submodule that defines it
+_LAZY: dict[str, str] = {
+    **dict.fromkeys(("Compiler", "CompileResult", "digest_of"), "compile"),
+    **dict.fromkeys(("Diagnostic", "render_text", "summary_line"), "diagnostics"),
+    **dict.fromkeys(("Catalog", "CatalogEntry", "build_catalog", "builtin_folder",
+                     "find_project_root", "is_path_ref"), "discovery"),
+    **dict.fromkeys(("format_duration", "parse_duration"), "durations"),
+    **dict.fromkeys(("ActionSpec", "AgentSpec", "CheckpointSpec", "ComputeSpec", "Edge",
+                     "FailSpec", "HookRef", "IncludeEntrySpec", "IncludeExitSpec", "Node",
+                     "NotifySpec", "Retry", "Source", "WorkflowDefinition"), "model"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "ActionSpec",

@@ -8,13 +8,17 @@ resolves to the highest; the others stay listed as shadowed.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from .diagnostics import Diagnostic, did_you_mean
-from .parse import NAME_RE
+
+#: A definition's name (its file name without the suffix). Here, not in parse.py: finding
+#: the project must not load the format checks and Jinja2 (cold start).
+NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
 Origin = Literal["project", "user", "builtin"]
 Kind = Literal["workflows", "controllers"]

@@ -63,7 +63,6 @@ INCLUDE_KEYS = ("workflow", "input")
 EXIT_KEYS = ("from",)
 
 ID_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
-NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 PATH_RE = re.compile(r"^\$(?:output|result)?(?:\.[A-Za-z0-9_-]+)*$")
 MODULE_HOOK_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_]\w*$")
 FAIL_CODE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")

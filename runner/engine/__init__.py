@@ -1,17 +1,51 @@
 """Finite execution of one run; run bundles; the agent-step contract (DESIGN §4).
 
 Imports only `runner.compiler` (and the leaf modules `runner.errors`, `runner.clock`).
+
+The names below load on first use (PEP 562): a view that reads a bundle
+(`RunReader`, `fold`) must not pay for the executor, the node kinds and Jinja2
+(issue 15, cold start).
 """
 
 from __future__ import annotations
 
-from .agent import AgentStep, AgentStepExecutor, StepContract, ToolResult, parse_tolerant
-from .bundle import BundleWriter, FolderBundle
-from .control import RunControl
-from .engine import Engine, check_input, new_run_id
-from .reader import RunReader
-from .runner import NotificationSink, RunOutcome
-from .state import TERMINAL, RunState, fold
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .agent import AgentStep, AgentStepExecutor, StepContract, ToolResult, parse_tolerant
+    from .bundle import BundleWriter, FolderBundle
+    from .control import RunControl
+    from .engine import Engine, check_input, new_run_id
+    from .reader import RunReader
+    from .runner import NotificationSink, RunOutcome
+    from .state import TERMINAL, RunState, fold
+
+#: public name -> the submodule that defines it
+_LAZY: dict[str, str] = {
+    **dict.fromkeys(("AgentStep", "AgentStepExecutor", "StepContract", "ToolResult",
+                     "parse_tolerant"), "agent"),
+    **dict.fromkeys(("BundleWriter", "FolderBundle"), "bundle"),
+    "RunControl": "control",
+    **dict.fromkeys(("Engine", "check_input", "new_run_id"), "engine"),
+    "RunReader": "reader",
+    **dict.fromkeys(("NotificationSink", "RunOutcome"), "runner"),
+    **dict.fromkeys(("TERMINAL", "RunState", "fold"), "state"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "TERMINAL",

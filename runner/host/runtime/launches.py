@@ -9,17 +9,20 @@ from __future__ import annotations
 import os
 import socket
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from runner.engine import AgentStepExecutor, RunReader
-from runner.engine.secrets import SecretSource
+from runner.engine.reader import RunReader
 from runner.errors import NotFoundError, WfrunError
-from runner.launch import EngineOptions, LaunchCoordinator, safe_message
-from runner.store import LaunchRecord, Store
+from runner.safety import safe_message
 
+from .drift import Drift, source_drift
 from .local import Workspace
 from .views import run_row
-from .watch import Drift, source_drift
+
+if TYPE_CHECKING:
+    from runner.engine import AgentStepExecutor
+    from runner.launch import LaunchCoordinator
+    from runner.store import LaunchRecord, Store
 
 #: Launch states whose recorded sources the activation hash check has yet to pass.
 DRIFT_STATES = ("queued", "starting")
@@ -55,6 +58,11 @@ def environment_secrets() -> tuple[str, ...]:
 
 def detached_coordinator(ws: Workspace, store: Store,
                          executor: AgentStepExecutor | None = None) -> LaunchCoordinator:
+    # Here, not at the top: `status` and `why` read rows and bundles and must not load
+    # the coordinator, the engine's executors and Jinja2 (issue 15, cold start).
+    from runner.engine.secrets import SecretSource
+    from runner.launch import EngineOptions, LaunchCoordinator
+
     # A detached run's secrets come from this process's environment (`wfrun host`'s).
     options = EngineOptions(executor=lambda _record: executor, project_root=ws.project_root,
                             secret_source=SecretSource(environ=dict(os.environ)))

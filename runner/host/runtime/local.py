@@ -15,23 +15,20 @@ import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runner.clock import Clock, SystemClock
-from runner.compiler import (
-    Catalog,
-    Compiler,
-    Diagnostic,
-    Source,
-    WorkflowDefinition,
-    render_text,
-)
 from runner.compiler.discovery import PROJECT_DIR, is_path_ref
-from runner.engine import AgentStepExecutor, Engine, RunControl, RunOutcome
 from runner.engine.processes import reap_dead_registries, registry_for_this_process
-from runner.engine.runner import CRASH_POINTS, CrashPoint, NotificationSink, Observer
 from runner.errors import DefinitionInvalid, InputError, NotFoundError, OperationFailed, WfrunError
 from runner.host.runtime.storeconfig import StoreChoice, choose_store
+
+if TYPE_CHECKING:
+    # Loaded where they are used: `wfrun status` and `runs` build a Workspace but never
+    # compile or run, and must not pay for the compiler's checks or the engine (issue 15).
+    from runner.compiler import Catalog, Source, WorkflowDefinition
+    from runner.engine import AgentStepExecutor, Engine, RunControl, RunOutcome
+    from runner.engine.runner import CrashPoint, NotificationSink, Observer
 
 CRASH_ENV = "WFRUN_CRASH_AT"
 
@@ -44,6 +41,7 @@ def crash_injector(spec: str | None) -> CrashPoint | None:
     """
     if not spec:
         return None
+    from runner.engine.runner import CRASH_POINTS
     from runner.launch.coordinator import CRASH_POINTS as LAUNCH_POINTS
 
     points = (*CRASH_POINTS, *LAUNCH_POINTS)
@@ -122,6 +120,8 @@ class Workspace:
         cached = self._compiled.get(key)
         if cached is not None and cached.fresh(self.catalog, self._root_path(ref)):
             return cached.definition, cached.stored
+        from runner.compiler import Compiler, Diagnostic, render_text
+
         out = Compiler(self.catalog).compile_name(ref)
         if isinstance(out, Diagnostic):
             hint = f" ({out.hint})" if out.hint else ""
@@ -173,6 +173,8 @@ class Workspace:
     def engine(self, *, executor: AgentStepExecutor | None = None,
                notifications: NotificationSink | None = None, observer: Observer | None = None,
                durability: str = "full") -> Engine:
+        from runner.engine import Engine
+
         return Engine(runs_dir=self.runs_dir, clock=self.clock, executor=executor,
                       notifications=notifications, observer=observer, durability=durability,
                       project_root=self.project_root,

@@ -2,7 +2,7 @@
 
 A launch records, when it is queued, the sha256 of every file its definition was
 compiled from (the workflow's YAML, included workflows, hook files). `source_drift`
-re-hashes those files and says which one was edited or removed since; `wfrun
+(drift.py) re-hashes those files and says which one was edited or removed since; `wfrun
 status` and `wfrun why` call it directly (they are separate processes, no watcher
 needed). `SourceWatch` is the live form for long-running hosts (`wfrun host`, a
 session adapter): a watchdog observer on the parent folders of those files,
@@ -17,14 +17,12 @@ retargeted, since the recorded path is the real one.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
@@ -32,87 +30,16 @@ from watchdog.observers import Observer
 from runner.clock import Clock, SystemClock
 from runner.store import LaunchRecord
 
+# The drift check itself lives in drift.py, which `status` and `why` import without
+# watchdog (issue 15, cold start); its names stay importable from here.
+from .drift import Drift as Drift
+from .drift import display_path as display_path
+from .drift import recorded_files as recorded_files
+from .drift import source_drift as source_drift
+
 log = logging.getLogger(__name__)
 DEBOUNCE = 0.05  # seconds of quiet after the last event of a burst (editors save in bursts)
 MAX_DELAY = 1.0  # a burst that never goes quiet is still checked after this long
-
-DriftKind = Literal["edited", "removed", "unreadable"]
-_DETAIL: dict[str, str] = {"edited": "edited since it was queued", "removed": "removed",
-                           "unreadable": "unreadable"}
-
-
-@dataclass(frozen=True, slots=True)
-class Drift:
-    """One recorded source file of a launch that no longer hashes as it did."""
-
-    run_id: str
-    path: str  # the real path recorded when the launch was queued
-    kind: DriftKind
-    expected: str  # the sha256 recorded then
-    actual: str | None  # the sha256 now (None: removed or unreadable)
-
-    @property
-    def detail(self) -> str:
-        return _DETAIL[self.kind]
-
-    def display(self, root: Path | None) -> str:
-        """The path relative to the project root when it lies inside it."""
-        return display_path(self.path, root)
-
-    def to_json(self, root: Path | None) -> dict[str, Any]:
-        return {"changed": True, "file": self.display(root), "detail": self.detail}
-
-
-def display_path(path: str, root: Path | None) -> str:
-    if root is None:
-        return path
-    for base in {str(root), os.path.realpath(root)}:
-        try:
-            rel = os.path.relpath(path, base)
-        except ValueError:
-            continue
-        if rel != ".." and not rel.startswith(".." + os.sep):
-            return rel
-    return path
-
-
-def recorded_files(record: LaunchRecord) -> list[tuple[str, str]]:
-    """(path, sha256) of every file source a launch was queued with, the workflow's
-    own file first. Built-in sources have no file and are skipped."""
-    identity = record.source or {}
-    out: list[tuple[str, str]] = []
-    seen: set[str] = set()
-    candidates = [identity.get("source"), *(identity.get("sources") or [])]
-    for src in candidates:
-        if not isinstance(src, dict) or src.get("kind") != "file":
-            continue
-        path, sha = src.get("path"), src.get("sha256")
-        if isinstance(path, str) and path and isinstance(sha, str) and path not in seen:
-            seen.add(path)
-            out.append((path, sha))
-    return out
-
-
-def file_sha256(path: str) -> str:
-    """The sha256 of the file's bytes (raises OSError), as the compile cache hashes."""
-    with open(path, "rb") as fh:
-        return hashlib.sha256(fh.read()).hexdigest()
-
-
-def source_drift(record: LaunchRecord) -> Drift | None:
-    """The first recorded source file of `record` that was edited, removed or became
-    unreadable since it was queued; None when every file still hashes the same."""
-    for path, expected in recorded_files(record):
-        try:
-            actual = file_sha256(path)
-        except (FileNotFoundError, NotADirectoryError):
-            return Drift(record.run_id, path, "removed", expected, None)
-        except OSError:
-            return Drift(record.run_id, path, "unreadable", expected, None)
-        if actual != expected:
-            return Drift(record.run_id, path, "edited", expected, actual)
-    return None
-
 
 OnDrift = Callable[[LaunchRecord, Drift], None]
 OnClear = Callable[[LaunchRecord], None]
