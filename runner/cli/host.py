@@ -32,9 +32,13 @@ from .runs import agent_option, workspace
 @click.option("--lease", "lease", type=click.FloatRange(0.5, 3600), default=LEASE_SECONDS,
               envvar="WFRUN_LEASE_SECONDS", hidden=True,
               help="Claim lease in seconds (tests shorten it; renewed every lease/3).")
+@click.option("--poll", "poll", type=click.FloatRange(0.05, 3600), default=0.5,
+              envvar="WFRUN_HOST_POLL", hidden=True,
+              help="Idle poll interval in seconds (a Postgres store also wakes the host "
+                   "by notice; tests lengthen it to prove that).")
 @click.pass_obj
 def host_cmd(ctx: Context, agent: str | None, once: bool, max_runs: int,
-             no_controllers: bool, quiet: bool, lease: float) -> None:
+             no_controllers: bool, quiet: bool, lease: float, poll: float) -> None:
     """Run detached launches, resume parked runs and run controllers (one per project)."""
     ws = workspace(ctx)
     ctx.require_project()
@@ -52,7 +56,7 @@ def host_cmd(ctx: Context, agent: str | None, once: bool, max_runs: int,
     with Progress(quiet=quiet or not sys.stderr.isatty()) as progress:
         host = StandaloneHost(ws, store, executor=executor, manager=manager,
                               max_runs=max_runs, observer=progress, lease_seconds=lease,
-                              on_run_ended=ended)
+                              poll=poll, on_run_ended=ended)
 
         def stop(signum: int, frame: FrameType | None) -> None:
             click.echo("\nwfrun host: parking in-flight runs and stopping...", err=True)

@@ -3,11 +3,13 @@
 It holds an advisory lock (`.wfrun/state/host.lock`, naming its pid), reaps the
 process groups a dead host left behind, then loops: claim detached queued
 launches and parked or abandoned runs (up to `max_runs` at once, each on its own
-thread), and run the controller manager beside them. SIGINT/SIGTERM parks every
-in-flight run at a safe point and exits; `once` drains what is ready and exits.
-While detached launches wait in the queue (for a free slot), a `SourceWatch` on
-their source files logs one line per launch whose source changed; activation's
-digest check still decides.
+thread), and run the controller manager beside them. Idle, it sleeps until a run
+ends, the store announces a claimable launch (Postgres: LISTEN/NOTIFY, through
+`LaunchListener`) or the poll interval passes (SQLite has no notices: it polls).
+SIGINT/SIGTERM parks every in-flight run at a safe point and exits; `once` drains
+what is ready and exits. While detached launches wait in the queue (for a free
+slot), a `SourceWatch` on their source files logs one line per launch whose source
+changed; activation's digest check still decides.
 """
 
 from __future__ import annotations
@@ -29,8 +31,10 @@ from runner.engine.secrets import SecretSource
 from runner.errors import InputError, machine_fault
 from runner.launch import EngineOptions, LaunchCoordinator
 from runner.launch.coordinator import LEASE_SECONDS, RENEW_EVERY
+from runner.launch.wakeups import LaunchListener
 from runner.private import private_dirs
 from runner.store import LaunchRecord, Store, StoreError
+from runner.store.wakeups import launch_wakeups
 
 from .runtime.launches import runner_id
 from .runtime.local import Workspace
@@ -131,6 +135,7 @@ class StandaloneHost:
         self.coordinator.faults.announce = True  # launches a full disk left waiting
         self.stop_event = threading.Event()
         self._wake = threading.Event()  # a run ended (a slot is free) or the host stops
+        self.idle = threading.Event()  # set while the loop sleeps (tests and benches wait on it)
         self._lock = threading.Lock()
         self._running: dict[str, tuple[threading.Thread, RunControl]] = {}
         self.report = HostReport()
@@ -139,6 +144,7 @@ class StandaloneHost:
         self._watched_at: float | None = None
         self._drift_logged: set[str] = set()  # one log line per drifted launch
         self._claim_error_logged: str | None = None
+        self.listener: LaunchListener | None = None  # while running, if the store has notices
 
     # -- lifecycle -------------------------------------------------------------------
     def run(self, *, once: bool = False,
@@ -155,8 +161,14 @@ class StandaloneHost:
             if self.manager is not None and not once:
                 self.manager.start()
             self.watch.start()
+            wakeups = None if once else launch_wakeups(self.store)
+            if wakeups is not None:  # listening before the first claim: no notice falls between
+                self.listener = LaunchListener(wakeups, self._wake.set)
+                self.listener.start()
             self._loop(once)
         finally:
+            if self.listener is not None:
+                self.listener.stop()
             self.watch.stop()
             self._park_all()
             if self.manager is not None:
@@ -183,8 +195,11 @@ class StandaloneHost:
                 busy = bool(self._running)
             if once and not claimed and not busy and not reconciled:
                 return
-            # Sleep until a run ends (a slot frees up) or the poll interval passes.
+            # Sleep until a run ends (a slot frees up), a notice announces a launch or
+            # the poll interval passes.
+            self.idle.set()
             self._wake.wait(self.poll)
+            self.idle.clear()
 
     def _claim_ready(self) -> int:
         claimed = 0
