@@ -85,7 +85,12 @@ class Options:
 
 
 def _translate(exc: BaseException) -> WfrunError | None:
-    # Imported on the error path only: it loads the store's exception tree.
+    # No store error can exist before the store's exception tree is loaded, and loading
+    # it (the whole store package) for click's own exits (`start --help`) costs ~30 ms.
+    if "runner.store.errors" not in sys.modules:
+        from runner.errors import WfrunError
+
+        return exc if isinstance(exc, WfrunError) else None
     from runner.host.runtime.errors import translate
 
     return translate(exc)
