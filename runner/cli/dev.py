@@ -46,9 +46,9 @@ def dev_cmd(ctx: Context, names: tuple[str, ...], run_name: str | None, agent: s
 
     def queued() -> list[Any]:
         """Every queued launch (detached or a session's): their sources and digests."""
-        from runner.host.runtime.local import open_store, store_path
+        from runner.host.runtime.local import open_store, store_exists
 
-        if not store_path(ws).exists():
+        if not store_exists(ws):
             return []
         store = open_store(ws)
         try:
@@ -61,6 +61,7 @@ def dev_cmd(ctx: Context, names: tuple[str, ...], run_name: str | None, agent: s
     dev = DevMode(lambda: build_catalog("workflows", project, user), emit, names=names,
                   run=run_name, executor=lambda: ctx.executor(agent, ws.clock),
                   runs_dir=ws.runs_dir, project_root=project, queued=queued,
+                  rows=ws.bundle_rows(),
                   run_input=parse_input(input_json, ()) if input_json else None,
                   clock=ws.clock)
     stop = threading.Event()

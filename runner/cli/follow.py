@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from rich.console import Group, RenderableType
@@ -61,7 +60,8 @@ def render(view: dict[str, Any]) -> RenderableType:
     return Group(*parts)
 
 
-def follow_run(runs_dir: Path, run_id: str, *, as_json: bool = False) -> dict[str, Any]:
+def follow_run(runs_dir: Any, run_id: str, *, as_json: bool = False) -> dict[str, Any]:
+    # runs_dir: a folder or the workspace's reader (bundles in the database)
     if as_json:
         # One JSON view per change, one per line (JSON Lines), ending with the final view.
         return follow(runs_dir, run_id, lambda v: print(json.dumps(v), flush=True))

@@ -96,10 +96,10 @@ def logs_cmd(ctx: Context, run_id: str, node: str | None, follow: bool, only_std
             else:
                 _print(entry, streams, headers=True, streamed=streamed)
 
-        status = follow_logs(ws.runs_dir, run_id, node, recorded, clock=ws.clock,
+        status = follow_logs(ws.reader(), run_id, node, recorded, clock=ws.clock,
                              on_live=live)
         sys.exit(EXIT.get(status, 0))
-    entries = run_logs(ws.runs_dir, run_id, node)
+    entries = run_logs(ws.reader(), run_id, node)
     if as_json:
         click.echo(json.dumps({"run_id": run_id, "logs": [
             {k: v for k, v in e.to_json().items()

@@ -245,7 +245,7 @@ def show_cmd(ctx: Context, run_id: str, as_json: bool, follow: bool) -> None:
     """Show a run: status, node timeline, outputs and errors."""
     from runner.host.runtime.views import show_run
 
-    runs_dir = workspace(ctx).runs_dir
+    runs_dir = workspace(ctx).reader()  # folders, or rows on a Postgres store
     if follow:
         from .follow import follow_run
 

@@ -28,6 +28,7 @@ from runner.clock import Clock, SystemClock
 from runner.compiler import WorkflowDefinition
 from runner.engine import RunReader, new_run_id
 from runner.engine.hooks import load_hook
+from runner.engine.rows import BundleRows
 from runner.errors import InputError, WfrunError
 from runner.store import IdentityConflict, LostRace
 from runner.store.controller_interface import ControllerStore, Resource, WorkflowRequest
@@ -105,10 +106,11 @@ class ChildWorkflows:
 
     def __init__(self, store: ControllerStore, resolver: Resolver, runs_dir: Path, *,
                  launcher: ChildLauncher, clock: Clock | None = None,
-                 queue_grace: float = QUEUE_GRACE_SECONDS) -> None:
+                 queue_grace: float = QUEUE_GRACE_SECONDS,
+                 rows: BundleRows | None = None) -> None:
         self.store = store
         self.resolver = resolver
-        self.reader = RunReader(runs_dir)
+        self.reader = RunReader(runs_dir, rows)  # rows: bundles in the database
         self.launcher = launcher
         self.clock = clock or SystemClock()
         self.queue_grace = queue_grace

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,30 +14,23 @@ from runner.compiler.budget import Scope
 from runner.compiler.budget import scoped as scoped_budget
 from runner.compiler.jsonschemas import validation_errors
 from runner.compiler.templates import TemplateError, render_text
-from runner.errors import InputError, NotFoundError, OperationFailed
+from runner.errors import InputError, OperationFailed
 
 from .agent import AgentStepExecutor
 from .artifacts import has_artifacts, internalize
-from .bundle import (
-    MANIFEST,
-    STATE,
-    TRACE,
-    WORKFLOW,
-    Fence,
-    FolderBundle,
-    always,
-    read_json,
-)
+from .bundle import STATE, TRACE, WORKFLOW, Fence, always
 from .control import RunControl
 from .processes import ProcessRegistry
+from .rows import BundleRows
 from .runner import CrashPoint, NotificationSink, Observer, RunDriver, RunOutcome
 from .secrets import EMPTY, NO_SOURCE, RunSecrets, SecretSource, split_input
 from .secrets import resolve as resolve_secrets
+from .space import CONTINUED as CONTINUED  # re-exported: the marker folder
+from .space import BundleSpace, RunBundle, space_for
 from .state import TERMINAL, TRACE_SCHEMA, RunState, fold
 
 BUNDLE_SCHEMA = "wfrun.run-bundle.v1"
 Resolver = Callable[[dict[str, Any]], WorkflowDefinition]
-CONTINUED = ".continued"
 #: How many times one node may start without ending (its process died each time)
 #: before resume gives up on it: the first run and one re-run. A node's side effects
 #: therefore happen at most twice however often its runner is killed.
@@ -68,7 +60,8 @@ def check_input(definition: WorkflowDefinition, value: Any) -> Any:
 
 @dataclass
 class Engine:
-    """Runs workflows into bundles under `runs_dir`."""
+    """Runs workflows into bundles under `runs_dir`, or into `rows` when given (the
+    database: `runs_dir` then holds only this host's live logs)."""
 
     runs_dir: Path
     clock: Clock = field(default_factory=SystemClock)
@@ -83,8 +76,14 @@ class Engine:
     processes: ProcessRegistry | None = None  # records shell process groups for reaping
     # Where secrets, writeOnly input fields and env values come from at start and resume.
     secret_source: SecretSource = NO_SOURCE
+    rows: BundleRows | None = None  # bundles in the database (engine/rows.py)
+    claim: str | None = None  # the launch's claim token: the database checks it per write
 
-    def _driver(self, run_id: str, definition: WorkflowDefinition, bundle: FolderBundle,
+    @property
+    def space(self) -> BundleSpace:
+        return space_for(self.runs_dir, self.rows)
+
+    def _driver(self, run_id: str, definition: WorkflowDefinition, bundle: RunBundle,
                 state: RunState, control: RunControl | None,
                 secrets: RunSecrets = EMPTY) -> RunDriver:
         return RunDriver(run_id=run_id, definition=definition, bundle=bundle, state=state,
@@ -109,12 +108,12 @@ class Engine:
                workflow_ref: str | None = None, run_id: str | None = None,
                control: RunControl | None = None, parent_run_id: str | None = None,
                carried: dict[str, Any] | None = None,
-               extra: dict[str, Any] | None = None) -> tuple[FolderBundle, RunDriver]:
+               extra: dict[str, Any] | None = None) -> tuple[RunBundle, RunDriver]:
         now = self.clock.now()
         run_id = run_id or new_run_id(definition.name, now)
         # Before the bundle: a missing secret leaves nothing behind.
         secrets = resolve_secrets(definition, self.secret_source, value)
-        bundle = FolderBundle.create(self.runs_dir, run_id, self.fence, self.durability)
+        bundle = self.space.create(run_id, self.fence, self.durability, self.claim)
         try:
             if self.crash_point is not None:
                 self.crash_point("after_bundle_created")
@@ -124,7 +123,7 @@ class Engine:
             bundle.close()  # never keep the run locked after a refused write
             raise
 
-    def _begin(self, bundle: FolderBundle, definition: WorkflowDefinition, value: Any,
+    def _begin(self, bundle: RunBundle, definition: WorkflowDefinition, value: Any,
                run_id: str, now: float, workflow_ref: str | None, control: RunControl | None,
                parent_run_id: str | None, carried: dict[str, Any] | None,
                extra: dict[str, Any] | None, secrets: RunSecrets = EMPTY) -> RunDriver:
@@ -179,7 +178,7 @@ class Engine:
         if manifest.get("status") == "waiting":
             raise InputError(f"run '{run_id}' is waiting at a checkpoint; continue it with "
                              f"`wfrun answer {run_id} ...`")
-        bundle = FolderBundle.open(self.runs_dir, run_id, self.fence, self.durability)
+        bundle = self.space.open(run_id, self.fence, self.durability, self.claim)
         try:
             repaired = bundle.repair()
             state = fold(run_id, bundle.read_trace())
@@ -264,7 +263,8 @@ class Engine:
         if manifest.get("status") != "waiting":
             raise InputError(f"run '{parent_run_id}' is {manifest.get('status')}, not waiting "
                              "at a checkpoint")
-        parent_bundle = FolderBundle(self.runs_dir / parent_run_id, parent_run_id)
+        space = self.space
+        parent_bundle = space.view(parent_run_id)
         parent = fold(parent_run_id, parent_bundle.read_trace())
         definition = definition or resolve(manifest)
         if definition.digest != manifest.get("definition_digest"):
@@ -273,13 +273,9 @@ class Engine:
         checkpoint = parent.waiting_on
         if checkpoint is None:
             raise OperationFailed(f"run '{parent_run_id}' does not record its checkpoint")
-        marker_dir = self.runs_dir / CONTINUED
-        marker_dir.mkdir(mode=0o700, exist_ok=True)
-        try:
-            fd = os.open(marker_dir / parent_run_id, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
+        if not space.mark_continued(parent_run_id):
             raise InputError(f"run '{parent_run_id}' was already answered; each waiting run "
-                             "continues once") from None
+                             "continues once")
         # The parent's values as recorded (artifact refs into its own bundle, escapes)
         # become real values again; the new bundle records them its own way.
         def live(value: Any) -> Any:
@@ -299,13 +295,9 @@ class Engine:
                                         "checkpoint": checkpoint, "answer": answer,
                                         "carried_steps": parent.steps})
         except BaseException:
-            os.close(fd)
-            os.unlink(marker_dir / parent_run_id)  # nothing continued it: answer again later
+            space.unmark_continued(parent_run_id, "")  # nothing continued it: answer again
             raise
-        try:
-            os.write(fd, driver.run_id.encode())
-        finally:
-            os.close(fd)
+        space.set_continued(parent_run_id, driver.run_id)
         driver.state.last_node = checkpoint
         return driver, checkpoint
 
@@ -328,21 +320,11 @@ class Engine:
         """Remove a half-made bundle (its creator died before `run_started` was durable):
         no node ran, so nothing is lost, and the launch starts afresh from its stored
         input. A bundle whose trace has begun is never touched. True if one was removed."""
-        root = self.runs_dir / run_id
-        if not root.is_dir():
+        space = self.space
+        if not space.discard_unstarted(run_id):
             return False
-        if FolderBundle.started(root):
-            return False
-        bundle = FolderBundle(root, run_id)
-        bundle.remove_unstarted()
         if parent_run_id is not None:
-            marker = self.runs_dir / CONTINUED / parent_run_id
-            try:
-                owner = marker.read_text()
-            except OSError:
-                owner = None
-            if owner is not None and owner in ("", run_id):
-                marker.unlink(missing_ok=True)  # the continuation slot is free again
+            space.unmark_continued(parent_run_id, run_id)
         return True
 
     def abandon(self, run_id: str, status: str = "failed", *, code: str = "interrupted",
@@ -362,9 +344,9 @@ class Engine:
         projections if its runner died between the trace's ending and the manifest."""
         manifest = self.manifest(run_id)
         if manifest.get("status") in TERMINAL or manifest.get("status") == "waiting":
-            bundle = FolderBundle(self.runs_dir / run_id, run_id)
+            bundle = self.space.view(run_id)
             return self._bare_driver(run_id, bundle, fold(run_id, bundle.read_trace())).outcome()
-        bundle = FolderBundle.open(self.runs_dir, run_id, self.fence, self.durability)
+        bundle = self.space.open(run_id, self.fence, self.durability, self.claim)
         try:
             bundle.repair()
             state = fold(run_id, bundle.read_trace())
@@ -378,7 +360,7 @@ class Engine:
             raise
         return driver.outcome()
 
-    def _bare_driver(self, run_id: str, bundle: FolderBundle, state: RunState) -> RunDriver:
+    def _bare_driver(self, run_id: str, bundle: RunBundle, state: RunState) -> RunDriver:
         return RunDriver(run_id=run_id, definition=WorkflowDefinition("", "", {}, {}),
                          bundle=bundle, state=state, clock=self.clock, control=RunControl(),
                          executor=None, notifications=None, observer=None, work_dir=".",
@@ -399,7 +381,7 @@ class Engine:
         manifest = self.manifest(run_id)
         if manifest.get("status") in TERMINAL or manifest.get("status") == "waiting":
             raise InputError(f"run '{run_id}' already ended ({manifest.get('status')})")
-        bundle = FolderBundle.open(self.runs_dir, run_id, self.fence, self.durability)
+        bundle = self.space.open(run_id, self.fence, self.durability, self.claim)
         try:
             bundle.repair()
             state = fold(run_id, bundle.read_trace())
@@ -417,12 +399,4 @@ class Engine:
 
     # -- reading ---------------------------------------------------------------------
     def manifest(self, run_id: str) -> dict[str, Any]:
-        if not run_id or "/" in run_id or run_id.startswith("."):
-            raise InputError(f"'{run_id}' is not a run id")
-        path = self.runs_dir / run_id / MANIFEST
-        if not path.is_file():
-            raise NotFoundError(f"no run '{run_id}'; `wfrun runs` lists runs")
-        try:
-            return read_json(path)
-        except OperationFailed:
-            raise OperationFailed(f"run '{run_id}' has a damaged manifest") from None
+        return self.space.manifest(run_id)

@@ -9,6 +9,10 @@ prefix of the trace (the truth), never taken from `state.json`, which may lag.
 A run id that could name a path outside `runs_dir` ('/', a leading '.', empty)
 is an `InputError` where the caller asked for a run's contents; the yes/no
 questions (`exists`, `started`, `status`, `continued_by`) answer no for it.
+
+With `rows` (the store's database, engine/rows.py) the same questions are answered
+from the bundle rows; `runs_dir` then holds only the live logs of attempts running
+on this host (a live log of another host's run is not visible here).
 """
 
 from __future__ import annotations
@@ -21,9 +25,12 @@ from typing import Any
 from runner.errors import InputError, NotFoundError, OperationFailed
 
 from . import bundle as _bundle
+from . import dbbundle as _db
 from .artifacts import has_artifacts, internalize
 from .bundle import LOGS, MANIFEST, TRACE, WORKFLOW, TraceRead, parse_trace
 from .livelog import live_log_name
+from .rows import BundleRows
+from .space import started_row
 from .state import RunState, fold
 
 # The folder of continuation markers (`<runs_dir>/.continued/<parent run id>` holds the
@@ -40,10 +47,13 @@ def valid_run_id(run_id: str) -> bool:
 class RunReader:
     """Read-only access to the run bundles under `runs_dir`."""
 
-    def __init__(self, runs_dir: Path) -> None:
+    def __init__(self, runs_dir: Path, rows: BundleRows | None = None) -> None:
         self.runs_dir = runs_dir
+        self.rows = rows
 
     def __repr__(self) -> str:
+        if self.rows is not None:
+            return f"RunReader({str(self.runs_dir)!r}, rows={self.rows!r})"
         return f"RunReader({str(self.runs_dir)!r})"
 
     # -- paths ------------------------------------------------------------------------
@@ -54,6 +64,10 @@ class RunReader:
 
     def _existing(self, run_id: str) -> Path:
         root = self._root(run_id)
+        if self.rows is not None:
+            if not self.rows.bundle_exists(run_id):
+                raise NotFoundError(f"no run '{run_id}'; `wfrun runs` lists runs")
+            return root
         if not root.is_dir():
             raise NotFoundError(f"no run '{run_id}'; `wfrun runs` lists runs")
         return root
@@ -61,12 +75,16 @@ class RunReader:
     # -- yes/no questions ---------------------------------------------------------------
     def exists(self, run_id: str) -> bool:
         """The bundle folder exists, even half-made (no manifest or no trace yet)."""
+        if self.rows is not None:
+            return valid_run_id(run_id) and self.rows.bundle_exists(run_id)
         return valid_run_id(run_id) and (self.runs_dir / run_id).is_dir()
 
     def started(self, run_id: str) -> bool:
         """The trace holds its `run_started` event (always the first one, fsync'd)."""
         if not valid_run_id(run_id):
             return False
+        if self.rows is not None:
+            return started_row(self.rows.first_event(run_id))
         try:
             with open(self.runs_dir / run_id / TRACE, "rb") as fh:
                 line = fh.readline()
@@ -102,6 +120,9 @@ class RunReader:
         """
         if not valid_run_id(run_id):
             return None
+        if self.rows is not None:
+            child = self.rows.continued_by(run_id)
+            return child if child and valid_run_id(child) else None
         try:
             text = (self.runs_dir / CONTINUED / run_id).read_text().strip()
         except (FileNotFoundError, NotADirectoryError):
@@ -113,10 +134,15 @@ class RunReader:
 
     def answered(self, run_id: str) -> bool:
         """A continuation of this run was begun (its marker exists): it continues once."""
+        if self.rows is not None:
+            return valid_run_id(run_id) and self.rows.continued_by(run_id) is not None
         return valid_run_id(run_id) and (self.runs_dir / CONTINUED / run_id).exists()
 
     # -- contents ---------------------------------------------------------------------
     def manifest(self, run_id: str) -> dict[str, Any]:
+        if self.rows is not None:
+            return self._document(run_id, "manifest", "no run '{run_id}'; `wfrun runs` "
+                                  "lists runs")
         path = self._root(run_id) / MANIFEST
         if not path.is_file():
             raise NotFoundError(f"no run '{run_id}'; `wfrun runs` lists runs")
@@ -136,6 +162,8 @@ class RunReader:
         An existing bundle without a trace (half-made) has no events.
         """
         root = self._existing(run_id)
+        if self.rows is not None:
+            return _db.read_trace(self.rows, run_id)
         try:
             return _bundle.read_trace(root)
         except OSError as exc:
@@ -147,6 +175,10 @@ class RunReader:
         `next_seq - 1`); `valid_bytes` is the offset to pass next time. Reads only
         the new bytes, so a live view can follow a long trace cheaply."""
         root = self._existing(run_id)
+        if self.rows is not None:
+            # Rows, not bytes: the offset grows by each event's text, as a file's would.
+            read = _db.parse_events(self.rows.read_events(run_id, next_seq - 1), next_seq)
+            return TraceRead(read.events, offset + read.valid_bytes, read.torn)
         try:
             with open(root / TRACE, "rb") as fh:
                 fh.seek(offset)
@@ -161,6 +193,9 @@ class RunReader:
 
     def workflow(self, run_id: str) -> dict[str, Any]:
         """The definition snapshot the run was started from (`workflow.json`)."""
+        if self.rows is not None:
+            return self._document(run_id, "workflow", "run '{run_id}' has no workflow "
+                                  "snapshot")
         path = self._root(run_id) / WORKFLOW
         try:
             return _bundle.read_json(path)
@@ -171,6 +206,14 @@ class RunReader:
         except OSError as exc:
             raise OperationFailed(f"cannot read the workflow snapshot of run '{run_id}': "
                                   f"{exc.strerror}") from None
+
+    def _document(self, run_id: str, kind: str, missing: str) -> dict[str, Any]:
+        assert self.rows is not None
+        self._root(run_id)  # an InputError for a path-like id
+        try:
+            return _db.read_document(self.rows, run_id, kind)
+        except NotFoundError:
+            raise NotFoundError(missing.format(run_id=run_id)) from None
 
     def trace(self, run_id: str) -> list[dict[str, Any]]:
         """Events of the valid prefix of the trace (a torn tail is left out, not repaired)."""
@@ -193,6 +236,8 @@ class RunReader:
     def read_artifact(self, run_id: str, ref: dict[str, Any]) -> bytes:
         root = self._existing(run_id)
         try:
+            if self.rows is not None:
+                return _db.read_artifact(self.rows, run_id, ref)
             return _bundle.read_artifact(root, ref)
         except OperationFailed:
             raise OperationFailed(f"run '{run_id}' has an invalid artifact reference "
@@ -225,6 +270,8 @@ class RunReader:
     # -- listing ----------------------------------------------------------------------
     def list_ids(self) -> list[str]:
         """Run ids of the bundle folders, sorted; dot-entries (`.continued`) are skipped."""
+        if self.rows is not None:
+            return [r for r in self.rows.bundle_ids() if valid_run_id(r)]
         try:
             entries = list(os.scandir(self.runs_dir))
         except FileNotFoundError:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from runner.backoff import ENGINE_JITTER, backoff_delay
 from runner.clock import Clock, iso
@@ -23,7 +23,6 @@ from runner.safety import bound, mask_values, redact
 
 from .agent import AgentStep, AgentStepExecutor, TurnKind
 from .artifacts import externalize, has_artifacts, internalize
-from .bundle import FolderBundle
 from .context import ScopedValues
 from .control import RunControl
 from .livelog import LiveLog
@@ -32,6 +31,9 @@ from .processes import ProcessRegistry
 from .routing import route
 from .secrets import EMPTY, RunSecrets, restore_input
 from .state import TRACE_SCHEMA, RunState
+
+if TYPE_CHECKING:
+    from .space import RunBundle
 
 Observer = Callable[[dict[str, Any], RunState], None]
 # A test seam: the engine calls it at named points (see CRASH_POINTS); the host may
@@ -82,7 +84,7 @@ def retry_delay(run_id: str, node: str, attempt: int, backoff: float,
 
 
 class RunDriver:
-    def __init__(self, *, run_id: str, definition: WorkflowDefinition, bundle: FolderBundle,
+    def __init__(self, *, run_id: str, definition: WorkflowDefinition, bundle: RunBundle,
                  state: RunState, clock: Clock, control: RunControl,
                  executor: AgentStepExecutor | None, notifications: NotificationSink | None,
                  observer: Observer | None, work_dir: str, project_root: str | None,

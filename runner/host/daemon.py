@@ -131,7 +131,8 @@ class StandaloneHost:
         self.coordinator = LaunchCoordinator(store, ws, ws.runs_dir, runner_id=runner_id(),
                                              clock=ws.clock, options=options,
                                              lease_seconds=lease_seconds,
-                                             renew_every=min(RENEW_EVERY, lease_seconds / 3))
+                                             renew_every=min(RENEW_EVERY, lease_seconds / 3),
+                                             rows=ws.bundle_rows(store))
         self.coordinator.faults.announce = True  # launches a full disk left waiting
         self.stop_event = threading.Event()
         self._wake = threading.Event()  # a run ended (a slot is free) or the host stops

@@ -37,6 +37,7 @@ from runner.engine import (
     check_input,
 )
 from runner.engine.processes import ProcessRegistry
+from runner.engine.rows import BundleRows
 from runner.engine.runner import Observer, RunDriver
 from runner.engine.secrets import NO_SOURCE, SecretMissing, SecretSource, restore_input
 from runner.engine.secrets import resolve as resolve_secrets
@@ -144,13 +145,15 @@ class LaunchCoordinator(Preflight):
                  lease_seconds: float = LEASE_SECONDS, renew_every: float = RENEW_EVERY,
                  secrets: tuple[str, ...] = (),
                  crash: Callable[[str], None] | None = None,
-                 scrub_input: bool = True) -> None:
+                 scrub_input: bool = True, rows: BundleRows | None = None) -> None:
         self.store = store
         # Crash injection for tests: called at named points, a no-op in production.
         self.crash: Callable[[str], None] = crash or (lambda _point: None)
         self.resolver = resolver
         self.runs_dir = runs_dir
-        self.reader = RunReader(runs_dir)
+        # Bundles in the store's database (Postgres): any host can resume any run.
+        self.rows = rows
+        self.reader = RunReader(runs_dir, rows)
         self.runner_id = runner_id
         self.clock = clock or SystemClock()
         self.options = options or EngineOptions()
@@ -434,7 +437,13 @@ class LaunchCoordinator(Preflight):
                       durability=opts.durability, project_root=opts.project_root,
                       work_dir=opts.project_root, fence=fence, processes=opts.processes,
                       crash_point=opts.crash_point,
-                      secret_source=self._secret_source(record.run_id))
+                      secret_source=self._secret_source(record.run_id),
+                      rows=self.rows, claim=token)
+
+    def bare_engine(self) -> Engine:
+        """An engine that only records endings (no claim: unfenced, as a folder's lock
+        or the launch's own state decides who may write)."""
+        return Engine(runs_dir=self.runs_dir, clock=self.clock, rows=self.rows)
 
     def _secret_source(self, run_id: str) -> SecretSource:
         base = self.options.secret_source
@@ -523,7 +532,7 @@ class LaunchCoordinator(Preflight):
             act.driver.bundle.close()  # let go of the lock so the ending can be written
         if self.reader.started(act.record.run_id):
             # We still hold the claim; the engine may not exist (its factory failed).
-            engine = act.engine or Engine(runs_dir=self.runs_dir, clock=self.clock)
+            engine = act.engine or self.bare_engine()
             try:
                 ended = engine.abandon(act.record.run_id, "failed", code="crashed",
                                        reason=reason)
@@ -575,7 +584,7 @@ class LaunchCoordinator(Preflight):
     def _end_cancelled(self, run_id: str) -> RunOutcome | None:
         """The row is `cancelled`: end the bundle the same way. The bundle's lock keeps
         out a runner still writing it (that runner records the cancel itself)."""
-        engine = Engine(runs_dir=self.runs_dir, clock=self.clock)
+        engine = self.bare_engine()
         try:
             return engine.abandon(run_id, "cancelled", code="cancelled", reason="cancelled")
         except WfrunError as exc:

@@ -24,7 +24,6 @@ import logging
 from typing import TYPE_CHECKING
 
 from runner.clock import Clock
-from runner.engine import Engine
 from runner.errors import MachineFault
 from runner.store import LostRace, StoreError
 
@@ -96,7 +95,7 @@ def hold(co: LaunchCoordinator, act: Activation, fault: MachineFault) -> None:
 def _discard(co: LaunchCoordinator, act: Activation) -> None:
     """Remove the half-made bundle; a read-only disk keeps it, and the next activation
     removes it (it never began, so nothing in it counts)."""
-    engine = act.engine or Engine(runs_dir=co.runs_dir, clock=co.clock)
+    engine = act.engine or co.bare_engine()
     try:
         engine.discard_unstarted(act.record.run_id, act.record.parent_run_id)
     except OSError as exc:

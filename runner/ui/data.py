@@ -17,7 +17,7 @@ from runner.engine import RunReader
 from runner.errors import InputError, NotFoundError, WfrunError
 from runner.host.runtime.controllers import discover, resource_view
 from runner.host.runtime.launches import explain
-from runner.host.runtime.local import Workspace, open_store, store_path
+from runner.host.runtime.local import Workspace, open_store, store_exists
 from runner.host.runtime.views import run_row
 from runner.store import LaunchRecord, Store
 from runner.store.controller_interface import ControllerStore
@@ -44,13 +44,13 @@ class Site:
 
     @property
     def reader(self) -> RunReader:
-        return RunReader(self.ws.runs_dir)
+        return self.ws.reader(self.store())  # folders, or rows on a Postgres store
 
     def store(self) -> Store | None:
         """The project's store, opened on first use; None while it does not exist (the
         UI never creates one)."""
         if self._store is None:
-            if not store_path(self.ws).exists():
+            if not store_exists(self.ws):
                 return None
             self._store = cast(Store, open_store(self.ws))
         return self._store

@@ -83,7 +83,8 @@ def make_manager(ws: Workspace, store: ControllerStore, entries: list[Controller
         raise NotFoundError(f"no controller named '{only}'; `wfrun controllers` lists them")
     manager: ControllerManager
     children = ChildWorkflows(store, ws, ws.runs_dir, clock=ws.clock,
-                              launcher=child_launcher(ws, store, executor))
+                              launcher=child_launcher(ws, store, executor),
+                              rows=ws.bundle_rows(store))
     manager = ControllerManager(store, controllers, clock=ws.clock, config=config,
                                 children=children)
     return manager
@@ -103,7 +104,8 @@ def child_coordinator(ws: Workspace, store: ControllerStore,
     launches: Store = cast(Store, store)  # one SQLite file holds both sides
     return LaunchCoordinator(launches, ws, ws.runs_dir, runner_id=runner_id(),
                              clock=ws.clock, options=options,
-                             secrets=environment_secrets(), crash=ws.crash_point)
+                             secrets=environment_secrets(), crash=ws.crash_point,
+                             rows=ws.bundle_rows(store))
 
 
 def child_launcher(ws: Workspace, store: ControllerStore,

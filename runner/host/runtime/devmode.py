@@ -74,8 +74,10 @@ class DevMode:
                  executor: Callable[[], AgentStepExecutor | None] = lambda: None,
                  runs_dir: Path | None = None, project_root: Path | None = None,
                  queued: Callable[[], Sequence[LaunchRecord]] | None = None,
-                 run_input: Any = None, clock: Clock | None = None) -> None:
+                 run_input: Any = None, clock: Clock | None = None,
+                 rows: Any = None) -> None:
         self.clock = clock or SystemClock()
+        self.rows = rows  # bundles in the database (a Postgres store), else folders
         self.run_input = run_input
         self.build_catalog = build_catalog
         self.emit = emit
@@ -300,7 +302,8 @@ class DevMode:
         # Secrets come from this process's environment, and are masked like any run's.
         engine = Engine(runs_dir=self.runs_dir, clock=self.clock, executor=self.executor(),
                         project_root=self.project_root, work_dir=self.project_root,
-                        secret_source=SecretSource(environ=dict(os.environ)))
+                        secret_source=SecretSource(environ=dict(os.environ)),
+                        rows=self.rows)
         try:
             outcome = engine.start(result.definition, self.run_input or {})
         except Exception as exc:

@@ -49,7 +49,7 @@ def foreground_coordinator(ws: Workspace, store: Store, *,
                             crash_point=ws.crash_point, secret_source=secret_source(secrets))
     return LaunchCoordinator(store, ws, ws.runs_dir, runner_id=runner_id(), clock=ws.clock,
                              options=options, secrets=environment_secrets(),
-                             crash=ws.crash_point)
+                             crash=ws.crash_point, rows=ws.bundle_rows(store))
 
 
 def prepared(coordinator: LaunchCoordinator, ref: str, value: Any, *,

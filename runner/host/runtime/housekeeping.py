@@ -202,7 +202,7 @@ def plan_prune(ws: Workspace, store: Any, older_than: float, now: float,
                      history={name: now - age
                               for name, age in retention_settings(ws.project_root).items()})
     old: list[RunRow] = []
-    for row in list_runs(ws.runs_dir):
+    for row in list_runs(ws.reader(store)):
         started = _epoch(row.started_at or row.finished_at)
         if started is None or started >= plan.cutoff:
             continue
@@ -232,7 +232,7 @@ def execute_prune(ws: Workspace, store: Any, plan: PrunePlan) -> PrunePlan:
             done.keep[row.run_id] = pinned[row.run_id]
             continue
         try:
-            remove_ended_run(ws.runs_dir, row.run_id)
+            remove_ended_run(ws.runs_dir, row.run_id, ws.bundle_rows(store))
         except (InputError, OperationFailed) as exc:  # held by a process, or changed
             done.keep[row.run_id] = exc.message
             continue

@@ -11,7 +11,6 @@ import socket
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from runner.engine.reader import RunReader
 from runner.errors import NotFoundError, WfrunError
 from runner.safety import safe_message
 
@@ -67,7 +66,8 @@ def detached_coordinator(ws: Workspace, store: Store,
     options = EngineOptions(executor=lambda _record: executor, project_root=ws.project_root,
                             secret_source=SecretSource(environ=dict(os.environ)))
     return LaunchCoordinator(store, ws, ws.runs_dir, runner_id=runner_id(), clock=ws.clock,
-                             options=options, secrets=environment_secrets())
+                             options=options, secrets=environment_secrets(),
+                             rows=ws.bundle_rows(store))
 
 
 def _iso(ms: int | None) -> str | None:
@@ -90,7 +90,7 @@ def launch_status(ws: Workspace, store: Store, run_id: str) -> dict[str, Any]:
     `source` says, for a queued or starting launch, whether a file it was compiled
     from was edited or removed since it was queued (None for other states)."""
     record = store.launches.get(run_id)
-    bundle = run_row(RunReader(ws.runs_dir), run_id)
+    bundle = run_row(ws.reader(store), run_id)
     if record is None and bundle is None:
         raise NotFoundError(f"no launch or run '{run_id}'; `wfrun status` lists launches")
     view: dict[str, Any] = {"runId": run_id, "status": None, "launch": None, "run": None,
@@ -173,7 +173,7 @@ def explain(ws: Workspace, store: Store, run_id: str) -> dict[str, Any]:
     if status in ("queued", "starting", "parked"):
         reasons.extend(_source_reasons(ws, record))
     try:
-        manifest = RunReader(ws.runs_dir).manifest(run_id)
+        manifest = ws.reader(store).manifest(run_id)
     except NotFoundError:
         manifest = None
     if manifest is not None:

@@ -27,7 +27,8 @@ if TYPE_CHECKING:
     # Loaded where they are used: `wfrun status` and `runs` build a Workspace but never
     # compile or run, and must not pay for the compiler's checks or the engine (issue 15).
     from runner.compiler import Catalog, Source, WorkflowDefinition
-    from runner.engine import AgentStepExecutor, Engine, RunControl, RunOutcome
+    from runner.engine import AgentStepExecutor, Engine, RunControl, RunOutcome, RunReader
+    from runner.engine.rows import BundleRows
     from runner.engine.runner import CrashPoint, NotificationSink, Observer
 
 CRASH_ENV = "WFRUN_CRASH_AT"
@@ -99,12 +100,33 @@ class Workspace:
     store_flag: str | None = None  # `--store`; else WFRUN_STORE, config.yaml, SQLite
     _compiled: dict[str, _Compiled] = field(default_factory=dict, init=False, repr=False,
                                             compare=False)
+    _rows_store: Any = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def runs_dir(self) -> Path:
         if self.project_root is not None:
             return self.project_root / PROJECT_DIR / "runs"
         return self.state_dir / "runs"
+
+    def bundle_rows(self, store: Any = None) -> BundleRows | None:
+        """Where run bundles live: the store's database on Postgres (every host on it
+        can then resume a run), None on SQLite (folders under `runs_dir`). `store`: an
+        open store to take them from; else the chosen store is opened once, here."""
+        if store is not None:
+            rows: BundleRows | None = getattr(store, "bundles", None)
+            return rows
+        if self._rows_store is None:
+            if store_choice(self).url is None:
+                return None
+            self._rows_store = open_store(self)  # kept open for this process's life
+        rows = getattr(self._rows_store, "bundles", None)
+        return rows
+
+    def reader(self, store: Any = None) -> RunReader:
+        """Read-only access to this workspace's runs, folders or rows."""
+        from runner.engine.reader import RunReader
+
+        return RunReader(self.runs_dir, self.bundle_rows(store))
 
     # -- definitions ---------------------------------------------------------------
     def compile(self, ref: str) -> tuple[WorkflowDefinition, str]:
@@ -179,7 +201,8 @@ class Workspace:
                       notifications=notifications, observer=observer, durability=durability,
                       project_root=self.project_root,
                       work_dir=self.project_root or Path.cwd(), crash_point=self.crash_point,
-                      processes=registry_for_this_process(self.children_dir))
+                      processes=registry_for_this_process(self.children_dir),
+                      rows=self.bundle_rows())
 
     @property
     def children_dir(self) -> Path:
@@ -309,6 +332,12 @@ def make_executor(spec: str | None, clock: Clock | None = None,
         chat: AgentStepExecutor = openai.OpenAIExecutor.from_env(environ)
         return chat
     raise InputError(f"unknown agent '{spec}'; use scripted:FILE, command:'CMD' or openai")
+
+
+def store_exists(ws: Workspace) -> bool:
+    """Whether the store is there to read: a Postgres store always is (its tables are
+    created on first open); the SQLite file once the first start made it."""
+    return store_choice(ws).url is not None or store_path(ws).exists()
 
 
 def store_path(ws: Workspace) -> Path:

@@ -136,7 +136,7 @@ def list_runs_paged(ws: Workspace, where: RunFilter) -> RunPage:
     try:
         store = open_store(ws, read_only=True)
         try:
-            return page_runs(store, reader, where)
+            return page_runs(store, ws.reader(store), where)
         finally:
             store.close()
     except (StoreCorrupt, WfrunError) as exc:

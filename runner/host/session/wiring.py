@@ -50,7 +50,8 @@ def open_session(host: Host, ws: Workspace, *, store_clock: Clock | None = None)
                             crash_point=ws.crash_point)
     coordinator = LaunchCoordinator(store, ws, ws.runs_dir, runner_id=runner_id(),
                                     clock=ws.clock, options=options,
-                                    secrets=environment_secrets(), crash=ws.crash_point)
+                                    secrets=environment_secrets(), crash=ws.crash_point,
+                                    rows=ws.bundle_rows(store))
     controller = SessionController(host, coordinator, lister=lambda offset: list_text(ws, offset),
                                    status=lambda run_id: launch_status(ws, store, run_id))
     options.executor = lambda _record: SessionExecutor(controller)

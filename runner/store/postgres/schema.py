@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from runner.store.errors import IncompatibleLayout
 from runner.store.layout import SCHEMA_ID, TABLE_COLUMNS, TABLES, describe_column_drift
+from runner.store.postgres.bundles import BUNDLE_COLUMNS, BUNDLE_DDL, BUNDLE_TABLES
 from runner.store.postgres.db import Conn, PostgresDatabase
 from runner.store.sqlite.schema import DDL as SQLITE_DDL
 
@@ -41,7 +42,12 @@ def _postgres(statement: str) -> str:
     return statement
 
 
-DDL: tuple[str, ...] = tuple(_postgres(statement) for statement in SQLITE_DDL)
+# Run bundles (postgres/bundles.py) are Postgres-only tables beside the contract's;
+# a reset keeps them (`IF NOT EXISTS`), as it keeps a SQLite store's bundle folders.
+DDL: tuple[str, ...] = tuple(_postgres(statement) for statement in SQLITE_DDL) + tuple(
+    s.replace("CREATE TABLE ", "CREATE TABLE IF NOT EXISTS ", 1) for s in BUNDLE_DDL)
+ALL_TABLES: tuple[str, ...] = (*TABLES, *BUNDLE_TABLES)
+ALL_COLUMNS = {**TABLE_COLUMNS, **BUNDLE_COLUMNS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +63,7 @@ def _lock(conn: Conn) -> None:
 
 
 def read_layout(conn: Conn) -> Layout:
-    ours = list(TABLES)
+    ours = list(ALL_TABLES)
     rows = conn.execute(
         "SELECT table_name FROM information_schema.tables"
         " WHERE table_schema = current_schema() AND table_name = ANY(%s) ORDER BY table_name",
@@ -133,12 +139,12 @@ def layout_drift(conn: Conn) -> str | None:
     """One phrase naming the first way the store differs from the contract."""
     actual = read_layout(conn)
     expected = expected_layout(conn)
-    missing = [t for t in TABLES if t not in actual.tables]
+    missing = [t for t in ALL_TABLES if t not in actual.tables]
     if missing:
         return "missing table(s) " + ", ".join(missing)
-    for table in TABLES:
+    for table in ALL_TABLES:
         names = tuple(str(c[0]) for c in actual.columns[table])
-        drift = describe_column_drift(table, TABLE_COLUMNS[table], names)
+        drift = describe_column_drift(table, ALL_COLUMNS[table], names)
         if drift:
             return drift
         if actual.columns[table] != expected.columns[table]:

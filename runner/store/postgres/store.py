@@ -7,8 +7,8 @@ The tables live in the first schema of the URL's search_path (`?options=-csearch
 picks another), so several projects or tests can share one database. Leases and
 delays use the database clock unless a clock is injected (`now=`, for tests).
 
-Not yet on Postgres: run bundles in the database (they stay files on the host's
-disk); see docs/store.md.
+Run bundles live in the same database (`bundles`, postgres/bundles.py: the engine's
+rows protocol), so any host on it can resume any run; see docs/store.md.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from runner.store.layout import SCHEMA_ID
+from runner.store.postgres.bundles import PostgresBundleRows
 from runner.store.postgres.db import (
     CONNECT_TIMEOUT_SECONDS,
     DEFAULT_POOL_SIZE,
@@ -73,11 +74,12 @@ class PostgresStore:
         self._workflow_requests = PostgresWorkflowRequests(self._db)
         self._controller_events = PostgresControllerEvents(self._db)
         self._retention = PostgresRetention(self._db)
+        self._bundles = PostgresBundleRows(self._db)
 
     @classmethod
     def reset(cls, url: str, *, now: Callable[[], float] | None = None) -> PostgresStore:
         """Drop wfrun's tables in the URL's schema (nothing else) and create them again.
-        Run bundles are elsewhere and untouched. Stop every host using the store first."""
+        The run bundle tables are kept. Stop every host using the store first."""
         return cls(url, now=now, _reset=True)
 
     @property
@@ -104,6 +106,11 @@ class PostgresStore:
     @property
     def run_events(self) -> PostgresRunEvents:
         return self._run_events
+
+    @property
+    def bundles(self) -> PostgresBundleRows:
+        """Run bundles as rows (the engine's `BundleRows`, wired in by the host)."""
+        return self._bundles
 
     @property
     def retention(self) -> PostgresRetention:

@@ -1,0 +1,206 @@
+"""A run bundle held as database rows (`BundleRows`, engine/rows.py).
+
+The same narrow interface as `FolderBundle` and the same write order: trace
+events (one transaction per append, keyed by run id and `seq`), then the state
+document, then the manifest; artifacts (strings over 4 KiB, engine/artifacts.py)
+are rows keyed by their sha256 under the run. Every write first passes the
+caller's fence (as a folder's does) and then the database checks the launch's
+claim token in the same transaction as the write, so a host whose claim was
+taken over writes nothing however late it wakes. A committed transaction is
+durable, so there is no fsync, no torn tail to repair and no lock file: the
+claim is the single-writer guarantee.
+
+Live logs of a running attempt stay files on the host that runs it
+(`<runs_dir>/<run id>/logs/`): they are scratch, removed once the attempt's
+`node_log` event is recorded in the trace.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from runner.errors import ClaimLost, NotFoundError, OperationFailed
+from runner.private import private_dirs
+
+from .bundle import ARTIFACTS, ENDED, LOGS, Fence, TraceRead, always, dumps
+from .rows import BundleRows
+
+
+class DatabaseBundle:
+    """One run's rows, open for writing by the holder of `claim` (None: unfenced)."""
+
+    def __init__(self, rows: BundleRows, run_id: str, logs_root: Path,
+                 fence: Fence = always, claim: str | None = None) -> None:
+        self.rows = rows
+        self.run_id = run_id
+        self.logs_root = logs_root  # this host's folder for the run's live logs
+        self._fence = fence
+        self.claim = claim
+        self._sealed = False
+
+    @property
+    def fence(self) -> Fence:
+        return self._fence
+
+    @fence.setter
+    def fence(self, fence: Fence) -> None:
+        # The coordinator drops the fence when a cancel won before the run started: the
+        # row no longer holds our claim, and the cancelled ending is still ours to write.
+        self._fence = fence
+        self.claim = None
+
+    # -- opening ----------------------------------------------------------------
+    @classmethod
+    def create(cls, rows: BundleRows, run_id: str, logs_root: Path, fence: Fence = always,
+               claim: str | None = None) -> DatabaseBundle:
+        if not fence():
+            raise ClaimLost(f"no claim on run '{run_id}'; not creating it")
+        bundle = cls(rows, run_id, logs_root, fence, claim)
+        result = rows.create_bundle(run_id, claim)
+        if result == "exists":
+            raise OperationFailed(f"run '{run_id}' already exists")
+        bundle._result(result)
+        return bundle
+
+    @classmethod
+    def open(cls, rows: BundleRows, run_id: str, logs_root: Path, fence: Fence = always,
+             claim: str | None = None) -> DatabaseBundle:
+        if rows.read_document(run_id, "manifest") is None:
+            raise NotFoundError(f"no run '{run_id}' in the database; `wfrun runs` lists runs")
+        bundle = cls(rows, run_id, logs_root, fence, claim)
+        if rows.bundle_sealed(run_id):
+            bundle._sealed = True
+        else:
+            try:
+                if bundle.read_manifest().get("status") in ENDED:
+                    bundle._sealed = True
+            except OperationFailed:
+                pass
+        return bundle
+
+    def close(self) -> None:
+        """Nothing is held open: each write was its own transaction."""
+
+    # -- writes -----------------------------------------------------------------
+    def _check(self) -> None:
+        if self._sealed:
+            raise OperationFailed(f"run '{self.run_id}' has ended; its bundle is immutable")
+        if not self._fence():
+            raise ClaimLost(f"lost the claim on run '{self.run_id}'; another runner owns it")
+
+    def _result(self, result: str) -> None:
+        if result == "ok":
+            return
+        if result == "fenced":
+            raise ClaimLost(f"lost the claim on run '{self.run_id}'; another runner owns it")
+        if result == "sealed":
+            self._sealed = True
+            raise OperationFailed(f"run '{self.run_id}' has ended; its bundle is immutable")
+        if result == "exists":
+            raise ClaimLost(f"run '{self.run_id}' was written by another runner; letting go")
+        raise NotFoundError(f"run '{self.run_id}' is not in the database (removed?)")
+
+    def append(self, events: Iterable[dict[str, Any]], *, sync: bool) -> None:
+        self._check()
+        rows = [(int(e["seq"]), dumps(e)) for e in events]
+        self._result(self.rows.append_events(self.run_id, rows, self.claim))
+
+    def replace_state(self, state: dict[str, Any]) -> None:
+        self._check()
+        self._result(self.rows.put_document(self.run_id, "state", dumps(state), self.claim))
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
+        self._check()
+        text = json.dumps(manifest, indent=2, sort_keys=True)
+        self._result(self.rows.put_document(self.run_id, "manifest", text, self.claim))
+
+    def write_workflow(self, snapshot: dict[str, Any]) -> None:
+        self._check()
+        self._result(self.rows.put_document(self.run_id, "workflow", dumps(snapshot),
+                                            self.claim))
+
+    def write_artifact(self, data: bytes, media_type: str) -> dict[str, Any]:
+        self._check()
+        digest = hashlib.sha256(data).hexdigest()
+        self._result(self.rows.put_artifact(self.run_id, digest, data, self.claim))
+        return {"path": f"{ARTIFACTS}/sha256-{digest}.txt", "media_type": media_type,
+                "bytes": len(data), "sha256": digest}
+
+    def read_artifact(self, ref: dict[str, Any]) -> bytes:
+        return read_artifact(self.rows, self.run_id, ref)
+
+    def live_logs(self) -> Path:
+        self._check()
+        path = self.logs_root / self.run_id / LOGS
+        private_dirs(path)
+        return path
+
+    def repair(self) -> int:
+        """A transaction commits whole: there is never a torn tail."""
+        self._check()
+        return 0
+
+    def truncate_to(self, seq: int) -> None:
+        self._check()
+        self._result(self.rows.truncate_events(self.run_id, seq, self.claim))
+
+    def seal(self) -> None:
+        self._check()
+        self._result(self.rows.seal_bundle(self.run_id, self.claim))
+        self._sealed = True
+
+    # -- reads ------------------------------------------------------------------
+    def read_trace(self) -> list[dict[str, Any]]:
+        return read_trace(self.rows, self.run_id).events
+
+    def read_manifest(self) -> dict[str, Any]:
+        return read_document(self.rows, self.run_id, "manifest")
+
+
+def parse_events(texts: list[str], first_seq: int = 1) -> TraceRead:
+    """The events of consecutive rows from `first_seq` (a gap or a bad row ends it)."""
+    events: list[dict[str, Any]] = []
+    size = 0
+    for text in texts:
+        try:
+            event = json.loads(text)
+        except ValueError:
+            break
+        if not isinstance(event, dict) or event.get("seq") != len(events) + first_seq:
+            break
+        events.append(event)
+        size += len(text) + 1
+    return TraceRead(events, size, len(events) != len(texts))
+
+
+def read_trace(rows: BundleRows, run_id: str) -> TraceRead:
+    return parse_events(rows.read_events(run_id))
+
+
+def read_document(rows: BundleRows, run_id: str, kind: str) -> dict[str, Any]:
+    text = rows.read_document(run_id, kind)
+    if text is None:
+        raise NotFoundError(f"run '{run_id}' has no {kind} in the database")
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise OperationFailed(f"run '{run_id}' has a damaged {kind}") from None
+    if not isinstance(value, dict):
+        raise OperationFailed(f"run '{run_id}' has a damaged {kind}")
+    return value
+
+
+def read_artifact(rows: BundleRows, run_id: str, ref: dict[str, Any]) -> bytes:
+    rel = str(ref.get("path", ""))
+    prefix = f"{ARTIFACTS}/sha256-"
+    digest = rel[len(prefix):].removesuffix(".txt") if rel.startswith(prefix) else ""
+    if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+        raise OperationFailed(f"invalid artifact reference {rel!r}")
+    data = rows.read_artifact(run_id, digest)
+    if data is None:
+        raise FileNotFoundError(rel)
+    return data

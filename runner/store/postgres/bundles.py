@@ -1,0 +1,230 @@
+"""Run bundles in Postgres: the engine's rows protocol (runner/engine/rows.py).
+
+When the store is Postgres, every run's bundle lives here instead of a folder on
+one host's disk, so any host sharing the database can resume a run whose host
+died. The store imports nothing from the engine; the host hands this object to
+the engine, which checks it structurally.
+
+    run_bundles        one row per run: sealed flag and the three documents
+                       (manifest, workflow snapshot, state) as JSON text
+    run_trace          (run_id, seq) -> the event's canonical JSON: the truth
+    run_artifacts      (run_id, sha256) -> bytes of a string over 4 KiB
+    run_continuations  parent run -> the run that continued it ('' while begun)
+
+Every write is one transaction. A write with a claim token first locks the
+run's launch row `FOR SHARE` and requires that token, a claimed status and an
+unexpired lease (the database clock, or the injected one), so a takeover's
+claim (an UPDATE of that row) waits for a write in flight, and afterwards the
+old holder's writes are refused (`fenced`) and change nothing. A sealed bundle
+refuses every write (`sealed`). Trace rows are keyed by seq: an event whose seq
+is taken is refused whole (`exists`), so two writers never interleave.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from runner.store.postgres.db import Conn, PostgresDatabase
+from runner.store.sqlite.schema import sql_in
+from runner.store.states import CLAIMED_STATUSES
+
+BUNDLE_COLUMNS: dict[str, tuple[str, ...]] = {
+    "run_bundles": ("run_id", "created_at", "sealed", "manifest", "workflow", "state"),
+    "run_trace": ("run_id", "seq", "event"),
+    "run_artifacts": ("run_id", "sha256", "data"),
+    "run_continuations": ("parent_run_id", "child_run_id"),
+}
+BUNDLE_TABLES: tuple[str, ...] = tuple(BUNDLE_COLUMNS)
+
+BUNDLE_DDL: tuple[str, ...] = (
+    "CREATE TABLE run_bundles ("
+    " run_id TEXT PRIMARY KEY CHECK (octet_length(run_id) BETWEEN 1 AND 512),"
+    " created_at BIGINT NOT NULL,"
+    " sealed BOOLEAN NOT NULL DEFAULT false,"
+    " manifest TEXT, workflow TEXT, state TEXT)",
+    "CREATE TABLE run_trace ("
+    " run_id TEXT NOT NULL REFERENCES run_bundles (run_id) ON DELETE CASCADE,"
+    " seq BIGINT NOT NULL CHECK (seq >= 1),"
+    " event TEXT NOT NULL,"
+    " PRIMARY KEY (run_id, seq))",
+    "CREATE TABLE run_artifacts ("
+    " run_id TEXT NOT NULL REFERENCES run_bundles (run_id) ON DELETE CASCADE,"
+    " sha256 TEXT NOT NULL CHECK (octet_length(sha256) = 64),"
+    " data BYTEA NOT NULL,"
+    " PRIMARY KEY (run_id, sha256))",
+    "CREATE TABLE run_continuations ("
+    " parent_run_id TEXT PRIMARY KEY,"
+    " child_run_id TEXT NOT NULL DEFAULT '')",
+)
+
+_DOCUMENTS = {"manifest": "manifest", "workflow": "workflow", "state": "state"}
+_DB_NOW = "(extract(epoch FROM now()) * 1000)::bigint"
+
+
+class _Refused(Exception):
+    """Rolls the write's transaction back and names why."""
+
+    def __init__(self, result: str) -> None:
+        super().__init__(result)
+        self.result = result
+
+
+class PostgresBundleRows:
+    """`BundleRows` on the store's connection pool."""
+
+    def __init__(self, db: PostgresDatabase) -> None:
+        self._db = db
+
+    def __repr__(self) -> str:
+        return f"PostgresBundleRows({self._db.where!r})"
+
+    # -- the fence -------------------------------------------------------------
+    def _fence(self, conn: Conn, run_id: str, claim: str | None) -> None:
+        if claim is None:
+            return
+        params: tuple[object, ...] = (run_id, claim)
+        now_sql = _DB_NOW
+        if self._db.injected_clock:
+            now_sql, params = "%s", (run_id, claim, self._db.now_ms())
+        held = conn.execute(
+            "SELECT 1 FROM workflow_run_queue WHERE run_id = %s AND claim_token = %s"
+            f" AND status IN {sql_in(CLAIMED_STATUSES)} AND claim_expires_at > {now_sql}"
+            " FOR SHARE", params).fetchone()
+        if held is None:
+            raise _Refused("fenced")
+
+    def _open_for_write(self, conn: Conn, run_id: str, claim: str | None) -> None:
+        self._fence(conn, run_id, claim)
+        row = conn.execute("SELECT sealed FROM run_bundles WHERE run_id = %s FOR SHARE",
+                           (run_id,)).fetchone()
+        if row is None:
+            raise _Refused("missing")
+        if row["sealed"]:
+            raise _Refused("sealed")
+
+    def _write(self, run_id: str, claim: str | None, sql: str,
+               params: Sequence[object], *, want: int | None = None) -> str:
+        try:
+            with self._db.write() as conn:
+                self._open_for_write(conn, run_id, claim)
+                cur = conn.execute(sql, params)
+                if want is not None and cur.rowcount != want:
+                    raise _Refused("exists")
+        except _Refused as refused:
+            return refused.result
+        return "ok"
+
+    # -- writes ----------------------------------------------------------------
+    def create_bundle(self, run_id: str, claim: str | None) -> str:
+        try:
+            with self._db.write() as conn:
+                self._fence(conn, run_id, claim)
+                now = self._db.now_ms(conn)
+                cur = conn.execute(
+                    "INSERT INTO run_bundles (run_id, created_at) VALUES (%s, %s)"
+                    " ON CONFLICT DO NOTHING", (run_id, now))
+                if cur.rowcount != 1:
+                    raise _Refused("exists")
+        except _Refused as refused:
+            return refused.result
+        return "ok"
+
+    def append_events(self, run_id: str, events: Sequence[tuple[int, str]],
+                      claim: str | None) -> str:
+        seqs = [seq for seq, _ in events]
+        texts = [text for _, text in events]
+        return self._write(
+            run_id, claim,
+            "INSERT INTO run_trace (run_id, seq, event)"
+            " SELECT %s, s, e FROM unnest(%s::bigint[], %s::text[]) AS t(s, e)"
+            " ON CONFLICT DO NOTHING", (run_id, seqs, texts), want=len(events))
+
+    def put_document(self, run_id: str, kind: str, text: str, claim: str | None) -> str:
+        column = _DOCUMENTS.get(kind)
+        if column is None:
+            raise ValueError(f"unknown bundle document {kind!r}")
+        return self._write(run_id, claim,
+                           f"UPDATE run_bundles SET {column} = %s WHERE run_id = %s",
+                           (text, run_id))
+
+    def put_artifact(self, run_id: str, sha256: str, data: bytes, claim: str | None) -> str:
+        return self._write(run_id, claim,
+                           "INSERT INTO run_artifacts (run_id, sha256, data) VALUES (%s, %s, %s)"
+                           " ON CONFLICT DO NOTHING", (run_id, sha256, data))
+
+    def truncate_events(self, run_id: str, after_seq: int, claim: str | None) -> str:
+        return self._write(run_id, claim,
+                           "DELETE FROM run_trace WHERE run_id = %s AND seq > %s",
+                           (run_id, after_seq))
+
+    def seal_bundle(self, run_id: str, claim: str | None) -> str:
+        return self._write(run_id, claim,
+                           "UPDATE run_bundles SET sealed = true WHERE run_id = %s", (run_id,))
+
+    # -- reads -----------------------------------------------------------------
+    def bundle_exists(self, run_id: str) -> bool:
+        return bool(self._db.read("SELECT 1 FROM run_bundles WHERE run_id = %s", (run_id,)))
+
+    def bundle_sealed(self, run_id: str) -> bool:
+        rows = self._db.read("SELECT sealed FROM run_bundles WHERE run_id = %s", (run_id,))
+        return bool(rows) and bool(rows[0]["sealed"])
+
+    def read_events(self, run_id: str, after_seq: int = 0) -> list[str]:
+        rows = self._db.read("SELECT event FROM run_trace WHERE run_id = %s AND seq > %s"
+                             " ORDER BY seq", (run_id, after_seq))
+        return [str(r["event"]) for r in rows]
+
+    def first_event(self, run_id: str) -> str | None:
+        rows = self._db.read("SELECT event FROM run_trace WHERE run_id = %s AND seq = 1",
+                             (run_id,))
+        return str(rows[0]["event"]) if rows else None
+
+    def read_document(self, run_id: str, kind: str) -> str | None:
+        column = _DOCUMENTS.get(kind)
+        if column is None:
+            raise ValueError(f"unknown bundle document {kind!r}")
+        rows = self._db.read(f"SELECT {column} AS doc FROM run_bundles WHERE run_id = %s",
+                             (run_id,))
+        return None if not rows or rows[0]["doc"] is None else str(rows[0]["doc"])
+
+    def read_artifact(self, run_id: str, sha256: str) -> bytes | None:
+        rows = self._db.read("SELECT data FROM run_artifacts WHERE run_id = %s AND sha256 = %s",
+                             (run_id, sha256))
+        return bytes(rows[0]["data"]) if rows else None
+
+    def bundle_ids(self) -> list[str]:
+        return [str(r["run_id"]) for r in
+                self._db.read("SELECT run_id FROM run_bundles ORDER BY run_id")]
+
+    def remove_bundle(self, run_id: str, *, unstarted_only: bool) -> bool:
+        guard = (" AND NOT EXISTS (SELECT 1 FROM run_trace t WHERE t.run_id = b.run_id"
+                 " AND t.seq = 1)") if unstarted_only else ""
+        with self._db.write() as conn:
+            cur = conn.execute(f"DELETE FROM run_bundles b WHERE b.run_id = %s{guard}",
+                               (run_id,))
+            if cur.rowcount and not unstarted_only:
+                conn.execute("DELETE FROM run_continuations WHERE parent_run_id = %s",
+                             (run_id,))
+            return cur.rowcount == 1
+
+    # -- continuation markers --------------------------------------------------
+    def mark_continued(self, parent_run_id: str) -> bool:
+        with self._db.write() as conn:
+            cur = conn.execute("INSERT INTO run_continuations (parent_run_id) VALUES (%s)"
+                               " ON CONFLICT DO NOTHING", (parent_run_id,))
+            return cur.rowcount == 1
+
+    def set_continued(self, parent_run_id: str, child_run_id: str) -> None:
+        with self._db.write() as conn:
+            conn.execute("UPDATE run_continuations SET child_run_id = %s"
+                         " WHERE parent_run_id = %s", (child_run_id, parent_run_id))
+
+    def unmark_continued(self, parent_run_id: str, child_run_id: str) -> None:
+        with self._db.write() as conn:
+            conn.execute("DELETE FROM run_continuations WHERE parent_run_id = %s"
+                         " AND child_run_id IN ('', %s)", (parent_run_id, child_run_id))
+
+    def continued_by(self, parent_run_id: str) -> str | None:
+        rows = self._db.read("SELECT child_run_id FROM run_continuations"
+                             " WHERE parent_run_id = %s", (parent_run_id,))
+        return str(rows[0]["child_run_id"]) if rows else None

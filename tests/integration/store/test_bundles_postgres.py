@@ -1,0 +1,119 @@
+"""Run bundles in Postgres (runner/store/postgres/bundles.py): the bundle-space
+conformance suite (tests/bundlespaces.py) with real launch rows as the fence, the
+layout check over the bundle tables, and a reset that keeps them."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from bundlespaces import *  # noqa: F403  (the conformance tests)
+from bundlespaces import Holder, Kit
+from pgcluster import PgCluster
+from storekit import FakeClock, launch
+
+from runner.engine import RunReader
+from runner.store import IncompatibleLayout, LostRace
+from runner.store.postgres import PostgresStore
+
+LEASE = 30.0
+
+
+@pytest.fixture
+def url(pg_cluster: PgCluster) -> str:
+    return pg_cluster.create_schema(f"pgb_{secrets.token_hex(4)}")
+
+
+@pytest.fixture
+def pg(url: str) -> Iterator[tuple[PostgresStore, FakeClock]]:
+    clock = FakeClock()
+    with PostgresStore(url, now=clock.now, pool_size=2) as store:
+        yield store, clock
+
+
+@pytest.fixture
+def kit(pg: tuple[PostgresStore, FakeClock], tmp_path: Path) -> Kit:
+    store, clock = pg
+
+    def claim(run_id: str, runner: str) -> str:
+        if store.launches.get(run_id) is None:
+            store.launches.enqueue(launch(run_id))
+        else:
+            clock.advance(LEASE + 1)  # the previous holder's lease expires
+        record = store.launches.claim(run_id, runner_id=runner, lease_seconds=LEASE)
+        assert not isinstance(record, LostRace), record
+        assert record.claim_token is not None
+        return record.claim_token
+
+    def hold(run_id: str) -> Holder:
+        # The fence callable always says yes: only the launch row, checked in each
+        # write's transaction, can refuse.
+        token = claim(run_id, f"host-{secrets.token_hex(3)}")
+        return Holder(claim=token, revoke=lambda: claim(run_id, "thief"))
+
+    return Kit("postgres", tmp_path / "runs", store.bundles, hold)
+
+
+def test_bundles_live_only_in_the_database(kit: Kit, url: str) -> None:
+    definition = kit.workflow("""
+        start: a
+        nodes:
+          a: {compute: "{{ 'z' * 5000 }}"}
+    """)
+    out = kit.engine(kit.hold("pg-run-1")).start(definition, run_id="pg-run-1")
+    assert out.status == "completed", out.error
+    assert not (kit.runs / "pg-run-1").exists()  # nothing on this host's disk
+    with psycopg.connect(url) as conn:
+        counts = conn.execute(
+            "SELECT (SELECT count(*) FROM run_trace WHERE run_id = 'pg-run-1'),"
+            " (SELECT count(*) FROM run_artifacts WHERE run_id = 'pg-run-1'),"
+            " (SELECT sealed FROM run_bundles WHERE run_id = 'pg-run-1')").fetchone()
+    assert counts == (len(kit.reader().trace("pg-run-1")), 1, True)
+    # Another host (another folder) reads the same run.
+    other = RunReader(kit.runs.parent / "elsewhere", kit.rows)
+    assert other.final_output("pg-run-1") == "z" * 5000
+
+
+def test_a_write_without_the_claim_changes_nothing(pg: tuple[PostgresStore, FakeClock]) -> None:
+    store, clock = pg
+    rows = store.bundles
+    store.launches.enqueue(launch("pg-run-2"))
+    record = store.launches.claim("pg-run-2", runner_id="a", lease_seconds=LEASE)
+    assert not isinstance(record, LostRace)
+    assert record.claim_token is not None
+    token = record.claim_token
+    assert rows.create_bundle("pg-run-2", token) == "ok"
+    assert rows.append_events("pg-run-2", [(1, '{"seq": 1}')], token) == "ok"
+    assert rows.append_events("pg-run-2", [(1, '{"seq": 1}')], token) == "exists"
+    assert rows.append_events("pg-run-2", [(2, "{}")], "not-the-token") == "fenced"
+    clock.advance(LEASE + 1)  # the lease ran out: the old token is refused at once
+    assert rows.append_events("pg-run-2", [(2, "{}")], token) == "fenced"
+    assert rows.put_document("pg-run-2", "state", "{}", token) == "fenced"
+    assert rows.put_artifact("pg-run-2", "ab" * 32, b"x", token) == "fenced"
+    assert rows.seal_bundle("pg-run-2", token) == "fenced"
+    assert rows.read_events("pg-run-2") == ['{"seq": 1}']
+    assert rows.create_bundle("pg-run-3", "no-launch") == "fenced"
+    assert not rows.bundle_exists("pg-run-3")
+
+
+def test_the_layout_check_covers_the_bundle_tables(url: str) -> None:
+    PostgresStore(url, pool_size=1).close()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("ALTER TABLE run_trace DROP COLUMN event")
+    with pytest.raises(IncompatibleLayout, match="run_trace"):
+        PostgresStore(url, pool_size=1)
+
+
+def test_a_store_reset_keeps_the_bundles(kit: Kit, url: str) -> None:
+    definition = kit.workflow("""
+        start: a
+        nodes:
+          a: {compute: "{{ 7 }}"}
+    """)
+    assert kit.engine().start(definition, run_id="pg-run-4").status == "completed"
+    PostgresStore.reset(url).close()
+    with PostgresStore(url, pool_size=1) as store:
+        assert RunReader(kit.runs, store.bundles).final_output("pg-run-4") == 7
