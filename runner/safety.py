@@ -20,6 +20,7 @@ may use it.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Literal
@@ -74,38 +75,42 @@ _KEY = rf"(?<![A-Za-z0-9_-])([A-Za-z0-9_-]*?(?:{_SECRET_WORDS}))(?![A-Za-z0-9_-]
 # Each entry: a pattern and the name of the group that holds the secret; only that
 # group is replaced, so the surrounding text ("Authorization: Bearer ", "key=") stays.
 _SECRET_GROUP = "s"
-_PATTERNS: tuple[re.Pattern[str], ...] = (
-    # PEM private key blocks (multi-line; before whitespace is folded).
-    re.compile(r"(?P<s>-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?"
-               r"(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z))", re.DOTALL),
-    # "api_key": "..." / password='...' : the whole quoted value, spaces included.
-    re.compile(rf"(?i){_KEY}(['\"]?[ \t]*[:=][ \t]*)(?P<q>['\"])"
-               rf"(?P<s>(?:\\.|(?!(?P=q))[^\\\n])+)(?P=q)"),
-    # Authorization headers: whatever follows the scheme is the credential, however short.
-    re.compile(r"(?i)(?<![A-Za-z0-9_-])(?:proxy-)?authorization[ \t]*[:=][ \t]*"
-               r"(?:(?:bearer|basic|token|digest|negotiate)[ \t]+"
-               r"|(?!(?:bearer|basic|token|digest|negotiate)\b))"
-               r"(?!\[redacted\])(?P<s>[^\s\"',;]+)"),
-    # Bearer/basic credentials elsewhere, when they look like one (a digit or symbol, or long).
-    re.compile(r"(?i)\b(?:bearer|basic)[ \t]+(?!\[redacted\])"
-               r"(?P<s>(?=[A-Za-z]*[0-9._~+/=-]|[A-Za-z]{20})[A-Za-z0-9._~+/=-]{4,})"),
-    # KEY=value / key: value (env files, log lines, CLI flags).
-    re.compile(rf"(?i){_KEY}(['\"]?[ \t]*[:=][ \t]*)(?!\[redacted\])"
-               rf"(?!(?:bearer|basic)\b)(?P<s>[^\s\"',;&]{{3,}})"),
-    # Well-known token shapes.
-    re.compile(r"\b(?P<s>sk-[A-Za-z0-9_-]{6,}|(?:pk|rk)-[A-Za-z0-9_-]{10,})"),
-    re.compile(r"\b(?P<s>(?:sk|pk|rk)_(?:live|test)_[A-Za-z0-9]{10,})"),
-    re.compile(r"\b(?P<s>gh[pousr]_[A-Za-z0-9]{16,}|github_pat_[A-Za-z0-9_]{20,})"),
-    re.compile(r"\b(?P<s>xox[abeprs]-[A-Za-z0-9-]{8,})"),
-    re.compile(r"\b(?P<s>(?:AKIA|ASIA)[0-9A-Z]{16})\b"),
-    re.compile(r"\b(?P<s>eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*)"),
-    # Long opaque runs of letters *and* digits look like keys. Words, paths and run ids
-    # (short segments between dashes) do not match; nor do our own `sha256:` digests.
-    re.compile(r"(?<![A-Za-z0-9])(?<!sha256:)(?<!sha1:)"
-               r"(?P<s>(?=[A-Za-z]*[0-9])(?=[0-9]*[A-Za-z])[A-Za-z0-9]{32,})(?![A-Za-z0-9])"),
-    # Credentials inside URLs: scheme://user:password@host.
-    re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://(?!\[redacted\])(?P<s>[^/\s:@]+:[^/\s@]+)@"),
-)
+@functools.cache
+def _patterns() -> tuple[re.Pattern[str], ...]:
+    # Compiled on first use: a few ms that most commands (`wfrun status`, `--help`)
+    # never need to pay at start-up (issue 15, cold start).
+    return (
+        # PEM private key blocks (multi-line; before whitespace is folded).
+        re.compile(r"(?P<s>-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?"
+                   r"(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z))", re.DOTALL),
+        # "api_key": "..." / password='...' : the whole quoted value, spaces included.
+        re.compile(rf"(?i){_KEY}(['\"]?[ \t]*[:=][ \t]*)(?P<q>['\"])"
+                   rf"(?P<s>(?:\\.|(?!(?P=q))[^\\\n])+)(?P=q)"),
+        # Authorization headers: whatever follows the scheme is the credential, however short.
+        re.compile(r"(?i)(?<![A-Za-z0-9_-])(?:proxy-)?authorization[ \t]*[:=][ \t]*"
+                   r"(?:(?:bearer|basic|token|digest|negotiate)[ \t]+"
+                   r"|(?!(?:bearer|basic|token|digest|negotiate)\b))"
+                   r"(?!\[redacted\])(?P<s>[^\s\"',;]+)"),
+        # Bearer/basic credentials elsewhere, when they look like one (a digit or symbol, or long).
+        re.compile(r"(?i)\b(?:bearer|basic)[ \t]+(?!\[redacted\])"
+                   r"(?P<s>(?=[A-Za-z]*[0-9._~+/=-]|[A-Za-z]{20})[A-Za-z0-9._~+/=-]{4,})"),
+        # KEY=value / key: value (env files, log lines, CLI flags).
+        re.compile(rf"(?i){_KEY}(['\"]?[ \t]*[:=][ \t]*)(?!\[redacted\])"
+                   rf"(?!(?:bearer|basic)\b)(?P<s>[^\s\"',;&]{{3,}})"),
+        # Well-known token shapes.
+        re.compile(r"\b(?P<s>sk-[A-Za-z0-9_-]{6,}|(?:pk|rk)-[A-Za-z0-9_-]{10,})"),
+        re.compile(r"\b(?P<s>(?:sk|pk|rk)_(?:live|test)_[A-Za-z0-9]{10,})"),
+        re.compile(r"\b(?P<s>gh[pousr]_[A-Za-z0-9]{16,}|github_pat_[A-Za-z0-9_]{20,})"),
+        re.compile(r"\b(?P<s>xox[abeprs]-[A-Za-z0-9-]{8,})"),
+        re.compile(r"\b(?P<s>(?:AKIA|ASIA)[0-9A-Z]{16})\b"),
+        re.compile(r"\b(?P<s>eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*)"),
+        # Long opaque runs of letters *and* digits look like keys. Words, paths and run ids
+        # (short segments between dashes) do not match; nor do our own `sha256:` digests.
+        re.compile(r"(?<![A-Za-z0-9])(?<!sha256:)(?<!sha1:)"
+                   r"(?P<s>(?=[A-Za-z]*[0-9])(?=[0-9]*[A-Za-z])[A-Za-z0-9]{32,})(?![A-Za-z0-9])"),
+        # Credentials inside URLs: scheme://user:password@host.
+        re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://(?!\[redacted\])(?P<s>[^/\s:@]+:[^/\s@]+)@"),
+    )
 
 
 def _masker(pattern: re.Pattern[str]) -> Callable[[re.Match[str]], str]:
@@ -117,7 +122,9 @@ def _masker(pattern: re.Pattern[str]) -> Callable[[re.Match[str]], str]:
     return mask
 
 
-_MASKS = tuple((pattern, _masker(pattern)) for pattern in _PATTERNS)
+@functools.cache
+def _masks() -> tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], str]], ...]:
+    return tuple((pattern, _masker(pattern)) for pattern in _patterns())
 
 
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
@@ -126,7 +133,7 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
     for secret in sorted({s for s in secrets if len(s) >= MIN_SECRET_CHARS},
                          key=lambda s: (-len(s), s)):
         text = text.replace(secret, REDACTED)
-    for pattern, mask in _MASKS:
+    for pattern, mask in _masks():
         text = pattern.sub(mask, text)
     return text
 
@@ -249,4 +256,4 @@ def secret_env_values(env: Mapping[str, str]) -> list[str]:
 
 
 def _shaped_secrets(text: str) -> list[str]:
-    return [m.group(_SECRET_GROUP) for pattern in _PATTERNS for m in pattern.finditer(text)]
+    return [m.group(_SECRET_GROUP) for pattern in _patterns() for m in pattern.finditer(text)]
