@@ -1,0 +1,158 @@
+"""Run bundles in the database, end to end: two `wfrun host` processes in separate
+folders (no shared files) on one throwaway Postgres. Host A runs a launch until its
+second node blocks, is SIGKILLed, and host B takes the run over after A's lease and
+finishes it from the bundle in the database: node one's side effect is not repeated,
+the launch ends once, and `wfrun show` / `wfrun logs` from a third folder print it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from pgcluster import PgCluster, pg_cluster  # noqa: F401  (the session's cluster)
+from waiting import wait_until
+
+pytestmark = pytest.mark.timeout(300)
+
+HERE = Path(__file__).parent
+WORKFLOW = """
+    start: one
+    nodes:
+      one: {action: {shell: [sh, -c, 'echo "{{ run.id }}" >> "$1"; echo one-ran', sh, EFFECTS]}}
+      two:
+        action:
+          shell: [sh, -c, 'echo x >> "$1"; while [ ! -e "$2" ]; do sleep 0.05; done; echo two-ran',
+                  sh, STARTED, GO]
+      three: {compute: "{{ 'L' * 5000 }}"}
+    edges:
+      - {from: one, to: two}
+      - {from: two, to: three}
+"""
+
+
+def wfrun(folder: Path, url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "WFRUN_STORE"}
+    return subprocess.run([sys.executable, "-m", "runner", "--project", str(folder),
+                           "--store", url, *args], capture_output=True, text=True,
+                          timeout=120, cwd=folder, env=env, check=False)
+
+
+class Hosts:
+    def __init__(self, root: Path, url: str) -> None:
+        self.root, self.url = root, url
+        self.effects, self.started, self.go = (root / "effects", root / "started",
+                                               root / "go")
+        text = textwrap.dedent(WORKFLOW).replace("EFFECTS", str(self.effects)).replace(
+            "STARTED", str(self.started)).replace("GO", str(self.go))
+        for name in ("enqueuer", "a", "b", "viewer"):
+            folder = root / name / ".wfrun" / "workflows"
+            folder.mkdir(parents=True)
+            (folder / "blocky.yaml").write_text(text)
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def folder(self, name: str) -> Path:
+        return self.root / name
+
+    def enqueue(self) -> str:
+        done = subprocess.run(
+            [sys.executable, str(HERE / "pg_enqueue.py"), str(self.folder("enqueuer")),
+             self.url, "blocky", "1"], capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    def start(self, name: str) -> None:
+        log = (self.root / f"{name}.log").open("ab")
+        self.procs[name] = subprocess.Popen(
+            [sys.executable, "-m", "runner", "--project", str(self.folder(name)), "--store",
+             self.url, "host", "--lease", "2", "--max-runs", "1", "--no-controllers"],
+            stdout=subprocess.DEVNULL, stderr=log, cwd=self.folder(name),
+            start_new_session=True)
+        log.close()
+
+    def kill(self, name: str) -> None:
+        process = self.procs[name]
+        os.killpg(process.pid, signal.SIGKILL)  # the host and its shell step
+        process.wait()
+
+    def stop_all(self) -> None:
+        for process in self.procs.values():
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in self.procs.values():
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+
+    def launch(self, run_id: str) -> tuple[str, str | None]:
+        with psycopg.connect(self.url) as conn:
+            row = conn.execute("SELECT status, error_message FROM workflow_run_queue"
+                               " WHERE run_id = %s", (run_id,)).fetchone()
+        assert row is not None
+        return str(row[0]), row[1]
+
+    def events(self, run_id: str) -> list[str]:
+        with psycopg.connect(self.url) as conn:
+            rows = conn.execute("SELECT type FROM run_events WHERE run_id = %s ORDER BY seq",
+                                (run_id,)).fetchall()
+        return [str(r[0]) for r in rows]
+
+
+@pytest.fixture
+def hosts(pg_cluster: PgCluster, tmp_path: Path) -> Iterator[Hosts]:  # noqa: F811
+    made = Hosts(tmp_path, pg_cluster.create_schema(f"bundles_{secrets.token_hex(4)}"))
+    try:
+        yield made
+    finally:
+        made.stop_all()
+
+
+def test_a_run_taken_over_by_another_host_finishes_from_the_database(hosts: Hosts) -> None:
+    run_id = hosts.enqueue()
+    hosts.start("a")
+    wait_until(hosts.started.exists, timeout=120, what="node two running on host A")
+    hosts.kill("a")
+    assert hosts.launch(run_id)[0] == "running"
+    hosts.go.write_text("")  # node two may finish now, wherever it runs again
+    hosts.start("b")
+    wait_until(lambda: hosts.launch(run_id)[0] in ("done", "failed", "cancelled"),
+               timeout=120, what=lambda: f"the launch ended: {hosts.launch(run_id)}")
+    status, message = hosts.launch(run_id)
+    assert status == "done", message
+    assert hosts.effects.read_text().split() == [run_id]  # node one ran once, on A
+    assert hosts.started.read_text() == "x\nx\n"  # node two: interrupted on A, re-run on B
+    events = hosts.events(run_id)
+    assert events.count("launch.reclaimed") == 1
+    assert events.count("launch.running") == 1
+    assert sum(events.count(f"launch.{s}") for s in ("done", "failed", "cancelled")) == 1
+    for name in ("a", "b", "enqueuer"):  # no host holds a bundle file
+        assert not (hosts.folder(name) / ".wfrun" / "runs" / run_id / "trace.jsonl").exists()
+
+    viewer = hosts.folder("viewer")
+    shown = wfrun(viewer, hosts.url, "show", run_id, "--json")
+    assert shown.returncode == 0, shown.stderr
+    view = json.loads(shown.stdout)
+    assert view["status"] == "completed"
+    assert json.dumps(view).count("L" * 5000) >= 1  # the >4 KiB output, read back
+    text = wfrun(viewer, hosts.url, "show", run_id)
+    assert text.returncode == 0, text.stderr
+    assert run_id in text.stdout
+    logs = wfrun(viewer, hosts.url, "logs", run_id)
+    assert logs.returncode == 0, logs.stderr
+    assert "one-ran" in logs.stdout
+    assert "two-ran" in logs.stdout
+    runs = wfrun(viewer, hosts.url, "runs")
+    assert runs.returncode == 0, runs.stderr
+    assert run_id in runs.stdout
+    assert not (viewer / ".wfrun" / "runs" / run_id).exists()
