@@ -76,6 +76,8 @@ class Dialect:
     skip_locked: str
     #: The LIMIT value that means "no limit".
     unlimited: int | None
+    #: Null-safe equality (`a IS b`; SQLite before 3.39 lacks IS NOT DISTINCT FROM).
+    same: str
 
 
 class Transaction(Protocol):

@@ -25,7 +25,8 @@ from runner.store.postgres.db import Conn, PostgresDatabase
 from runner.store.postgres.wakeups import notify
 
 DIALECT = Dialect(name="postgres", lock=" FOR UPDATE",
-                  skip_locked=" FOR UPDATE SKIP LOCKED", unlimited=None)
+                  skip_locked=" FOR UPDATE SKIP LOCKED", unlimited=None,
+                  same="IS NOT DISTINCT FROM")
 _NO_PARAMS: Params = {}
 # `:name` not preceded by another `:` (so `x::bigint` stays a cast).
 _NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")

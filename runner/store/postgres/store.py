@@ -17,8 +17,13 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from runner.store.domain.events import RunEvents
+from runner.store.domain.intents import TurnIntents
+from runner.store.domain.launches import LaunchQueue
+from runner.store.domain.notifications import Notifications
 from runner.store.layout import SCHEMA_ID
 from runner.store.postgres.bundles import PostgresBundleRows
+from runner.store.postgres.connector import PostgresConnector
 from runner.store.postgres.db import (
     CONNECT_TIMEOUT_SECONDS,
     DEFAULT_POOL_SIZE,
@@ -29,12 +34,7 @@ from runner.store.postgres.feeds import (
     PostgresEffects,
     PostgresWorkflowRequests,
 )
-from runner.store.postgres.launches import PostgresLaunchQueue
-from runner.store.postgres.outbox import (
-    PostgresNotifications,
-    PostgresRunEvents,
-    PostgresTurnIntents,
-)
+from runner.store.postgres.queries import LAUNCH_SIDE, RUN_EVENTS
 from runner.store.postgres.reconcile import PostgresReconcileQueue, PostgresResources
 from runner.store.postgres.retention import PostgresRetention
 from runner.store.postgres.schema import open_schema, reset_schema
@@ -64,10 +64,12 @@ class PostgresStore:
         except BaseException:
             self._db.close()
             raise
-        self._launches = PostgresLaunchQueue(self._db)
-        self._turn_intents = PostgresTurnIntents(self._db)
-        self._notifications = PostgresNotifications(self._db)
-        self._run_events = PostgresRunEvents(self._db)
+        # The launch side is the backend-neutral domain over this database's connector.
+        connector = PostgresConnector(self._db)
+        self._run_events = RunEvents(connector, RUN_EVENTS)
+        self._launches = LaunchQueue(connector, self._run_events, LAUNCH_SIDE)
+        self._turn_intents = TurnIntents(connector)
+        self._notifications = Notifications(connector)
         self._resources = PostgresResources(self._db)
         self._reconcile_queue = PostgresReconcileQueue(self._db)
         self._effects = PostgresEffects(self._db)
@@ -92,19 +94,19 @@ class PostgresStore:
         return SCHEMA_ID
 
     @property
-    def launches(self) -> PostgresLaunchQueue:
+    def launches(self) -> LaunchQueue:
         return self._launches
 
     @property
-    def turn_intents(self) -> PostgresTurnIntents:
+    def turn_intents(self) -> TurnIntents:
         return self._turn_intents
 
     @property
-    def notifications(self) -> PostgresNotifications:
+    def notifications(self) -> Notifications:
         return self._notifications
 
     @property
-    def run_events(self) -> PostgresRunEvents:
+    def run_events(self) -> RunEvents:
         return self._run_events
 
     @property

@@ -16,7 +16,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from runner.store.domain.events import RunEvents
+from runner.store.domain.intents import TurnIntents
+from runner.store.domain.launches import LaunchQueue
+from runner.store.domain.notifications import Notifications
 from runner.store.layout import SCHEMA_ID
+from runner.store.sqlite.connector import SqliteConnector
 from runner.store.sqlite.controllers import (
     SqliteControllerEvents,
     SqliteEffects,
@@ -25,11 +30,7 @@ from runner.store.sqlite.controllers import (
     SqliteWorkflowRequests,
 )
 from runner.store.sqlite.db import SqliteDatabase, open_database
-from runner.store.sqlite.events import SqliteRunEvents
 from runner.store.sqlite.files import DEFAULT_BUSY_TIMEOUT_MS, remove_store_files
-from runner.store.sqlite.intents import SqliteTurnIntents
-from runner.store.sqlite.launches import SqliteLaunchQueue
-from runner.store.sqlite.notifications import SqliteNotifications
 from runner.store.sqlite.retention import SqliteRetention
 
 if TYPE_CHECKING:
@@ -60,10 +61,12 @@ class SqliteStore:
             self._path, now_ms=self.now_ms(), busy_timeout_ms=busy_timeout_ms,
             read_only=read_only,
         )
-        self._launches = SqliteLaunchQueue(self._db, self.now_ms)
-        self._turn_intents = SqliteTurnIntents(self._db, self.now_ms)
-        self._notifications = SqliteNotifications(self._db, self.now_ms)
-        self._run_events = SqliteRunEvents(self._db, self.now_ms)
+        # The launch side is the backend-neutral domain over this file's connector.
+        connector = SqliteConnector(self._db, self.now_ms)
+        self._run_events = RunEvents(connector)
+        self._launches = LaunchQueue(connector, self._run_events)
+        self._turn_intents = TurnIntents(connector)
+        self._notifications = Notifications(connector)
         self._resources = SqliteResources(self._db, self.now_ms)
         self._reconcile_queue = SqliteReconcileQueue(self._db, self.now_ms)
         self._effects = SqliteEffects(self._db, self.now_ms)
@@ -96,19 +99,19 @@ class SqliteStore:
         return SCHEMA_ID
 
     @property
-    def launches(self) -> SqliteLaunchQueue:
+    def launches(self) -> LaunchQueue:
         return self._launches
 
     @property
-    def turn_intents(self) -> SqliteTurnIntents:
+    def turn_intents(self) -> TurnIntents:
         return self._turn_intents
 
     @property
-    def notifications(self) -> SqliteNotifications:
+    def notifications(self) -> Notifications:
         return self._notifications
 
     @property
-    def run_events(self) -> SqliteRunEvents:
+    def run_events(self) -> RunEvents:
         return self._run_events
 
     @property

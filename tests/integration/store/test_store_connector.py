@@ -129,10 +129,12 @@ def test_in_params_and_limits(connector: Connector) -> None:
     with connector.read() as tx:
         picked = tx.all(f"SELECT k FROM items WHERE k IN {marks} ORDER BY k", params)
         nothing = tx.all(f"SELECT k FROM items WHERE k IN {none_marks}", none_params)
+        unnoted = tx.all(f"SELECT k FROM items WHERE note {tx.dialect.same} :note", {"note": None})
         everything = tx.all("SELECT k FROM items ORDER BY k LIMIT :limit",
                              {"limit": tx.dialect.unlimited})
     assert [r["k"] for r in picked] == ["k1", "k3"]
     assert nothing == []
+    assert len(unnoted) == 4
     assert len(everything) == 4
 
 

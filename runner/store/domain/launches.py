@@ -1,0 +1,478 @@
+"""`workflow_run_queue`: durable deferred launches (seed 000), written once over the seam.
+
+Every operation is one write transaction: it reads the row (locked:
+`dialect.lock`), checks the expected status (`states.LAUNCH_OPERATIONS`), the claim
+token and the lease, then issues an UPDATE guarded by the same status and the epoch
+it read (the fence). `claim_next` takes the first claimable row
+(`dialect.skip_locked`: hosts on one Postgres never wait on each other's
+candidates). A failed check returns `LostRace` and writes nothing. Each transition
+appends a `launch.*` run event in the same transaction (`events.EventLog`, last),
+and a detached row that becomes claimable is announced (`tx.notify`, ids only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from runner.store.connector import Connector, Row, Transaction, UniqueViolation, in_params, named
+from runner.store.domain import intents, pages
+from runner.store.domain.events import EventLog, RunEvents
+from runner.store.domain.pages import LaunchPages, launch_from_row, status_clause
+from runner.store.domain.workflow_requests import settle_child
+from runner.store.records import (
+    INPUT_MAX_BYTES,
+    LaunchRecord,
+    LostRace,
+    NewLaunch,
+    NewTurnIntent,
+    bounded_message,
+    canonical_json,
+    check_error_code,
+    check_id,
+    json_object,
+    lease_ms,
+    new_claim_token,
+)
+from runner.store.states import (
+    CLAIMED_STATUSES,
+    LAUNCH_OPERATIONS,
+    PARK_MODES,
+    RECOVERY_PATHS,
+    RESERVING_STATUSES,
+    LaunchStatus,
+    Operation,
+    ParkMode,
+    RecoveryOutcome,
+)
+
+#: Wake-ups for hosts waiting on detached launches (Postgres LISTEN/NOTIFY).
+LAUNCH_CHANNEL = "wfrun_launch"
+
+_CLAIMED, _CLAIMED_PARAMS = in_params("claimed", CLAIMED_STATUSES)
+_RESERVING, _RESERVING_PARAMS = in_params("reserving", RESERVING_STATUSES)
+_FIXED: dict[str, object] = {**_CLAIMED_PARAMS, **_RESERVING_PARAMS}
+
+_CLAIMABLE = (
+    "(q.status IN ('queued', 'parked')"
+    f" OR (q.status IN {_CLAIMED} AND q.claim_expires_at <= :now))"
+)
+# A parked launch cannot take its session back while another launch reserves it.
+_RESERVATION_FREE = (
+    "NOT (q.status = 'parked' AND q.origin_session_id IS NOT NULL AND EXISTS ("
+    " SELECT 1 FROM workflow_run_queue r WHERE r.origin_session_id = q.origin_session_id"
+    f" AND r.status IN {_RESERVING} AND r.run_id <> q.run_id))"
+)
+# Detached launches belong to hosts, session launches to their session: a session
+# never activates a `wfrun start` launch (its prompt and input are not that
+# conversation's), and a host never takes a session's launch.
+_ORIGIN = {True: "q.origin_session_id IS NULL", False: "q.origin_session_id = :session"}
+# Only a run parked by a host shutdown resumes by itself; the others wait to be asked.
+_AUTO_RESUME = "(q.status <> 'parked' OR q.park_mode = 'auto')"
+_CONTINUATION_SLOT = "NOT (status IN ('failed', 'cancelled') AND started_at IS NULL)"
+
+SQL: Mapping[str, str] = {
+    "load": "SELECT * FROM workflow_run_queue WHERE run_id = :run_id",
+    "reservation": "SELECT * FROM workflow_run_queue WHERE origin_session_id = :session"
+    f" AND status IN {_RESERVING} AND run_id <> :run_id",
+    "continuation": "SELECT * FROM workflow_run_queue WHERE parent_run_id = :parent"
+    f" AND {_CONTINUATION_SLOT}",
+    "query": "SELECT * FROM workflow_run_queue WHERE {where} ORDER BY created_at, run_id"
+    " LIMIT :limit",
+    "recoverable": f"SELECT * FROM workflow_run_queue q WHERE {_CLAIMABLE}{{session}}"
+    " ORDER BY q.created_at, q.run_id",
+    "insert": "INSERT INTO workflow_run_queue (run_id, workflow_ref, workflow_path,"
+    " workflow_source_json, definition_digest, input_json, launch_options_json, status,"
+    " affinity_runner_id, origin_session_id, parent_run_id, created_at, updated_at)"
+    " VALUES (:run_id, :workflow_ref, :workflow_path, :source, :digest, :input, :options,"
+    " 'queued', :affinity, :origin, :parent, :now, :now) RETURNING *",
+    "void_lease": "UPDATE workflow_run_queue SET claim_expires_at = :now WHERE run_id = :run_id"
+    " AND runner_id = :dead AND claim_token IS NOT NULL",
+    "next": f"SELECT * FROM workflow_run_queue q WHERE {_CLAIMABLE} AND {{origin}}"
+    f" AND {_RESERVATION_FREE} AND {_AUTO_RESUME}"
+    " ORDER BY CASE WHEN q.affinity_runner_id = :runner THEN 0 ELSE 1 END,"
+    " q.created_at, q.run_id LIMIT 1",
+    "take": "UPDATE workflow_run_queue AS q SET"
+    " status = CASE WHEN q.status IN ('queued', 'parked') THEN 'starting' ELSE q.status END,"
+    " runner_id = :runner, claim_token = :token, claim_expires_at = :expires,"
+    " epoch = q.epoch + 1, updated_at = :now, park_mode = NULL,"
+    # Taking over an expired `starting` claim means its runner died activating it.
+    " crash_count = q.crash_count + CASE WHEN q.status = 'starting' THEN 1 ELSE 0 END"
+    " WHERE q.run_id = :run_id AND q.status = :status AND q.epoch = :epoch"
+    f" AND {_CLAIMABLE} RETURNING *",
+    "renew": "UPDATE workflow_run_queue SET claim_expires_at = :expires, updated_at = :now"
+    " WHERE run_id = :run_id AND claim_token = :token AND claim_expires_at > :now RETURNING *",
+    "enter": "UPDATE workflow_run_queue SET status = :target, updated_at = :now, {columns}"
+    " WHERE run_id = :run_id AND status = :status AND epoch = :epoch RETURNING *",
+}
+
+#: Column changes per target status (the `enter` statement's `{columns}`).
+_ENTER: dict[LaunchStatus, str] = {
+    "running": "input_json = NULL, launch_options_json = NULL, crash_count = 0,"
+    " started_at = COALESCE(started_at, :now)",
+    "parked": "claim_token = NULL, claim_expires_at = NULL, input_json = NULL,"
+    " launch_options_json = NULL, started_at = COALESCE(started_at, :now),"
+    " park_mode = :mode, crash_count = 0",
+    # Recovery goes back to queued (its runner died while starting): a crash; a release
+    # (the disk refused the bundle) is not one (:crashed 0).
+    "queued": "claim_token = NULL, claim_expires_at = NULL, runner_id = NULL,"
+    " crash_count = crash_count + :crashed",
+    "done": "claim_token = NULL, claim_expires_at = NULL, input_json = NULL,"
+    " launch_options_json = NULL, started_at = COALESCE(started_at, :now), finished_at = :now",
+    "failed": "claim_token = NULL, claim_expires_at = NULL, input_json = NULL,"
+    " launch_options_json = NULL, error_code = :code, error_message = :message,"
+    " finished_at = :now",
+    "cancelled": "claim_token = NULL, claim_expires_at = NULL, input_json = NULL,"
+    " launch_options_json = NULL, finished_at = :now, park_mode = NULL",
+}
+#: What a child workflow request (a controller's, linked by run id) becomes when
+#: its launch ends; the parent's key is woken in the same transaction.
+_CHILD_STATE = {"done": "succeeded", "failed": "failed", "cancelled": "failed"}
+#: The fence and lease renewal: a live claim in starting|running.
+_HOLD = Operation("hold", CLAIMED_STATUSES, "running", needs_claim=True)
+
+
+def guard(row: Row | None, run_id: str, op: Operation, token: str | None,
+          now: int) -> LostRace | None:
+    """Why `op` may not run on `row` now, or None."""
+    if row is None:
+        return LostRace(run_id, "not_found")
+    if row["status"] not in op.sources:
+        return LostRace(run_id, "wrong_status", row["status"])
+    if op.needs_claim:
+        if token is None or row["claim_token"] != token:
+            return LostRace(run_id, "token_mismatch", row["status"])
+        if row["claim_expires_at"] <= now:
+            return LostRace(run_id, "lease_expired", row["status"])
+    return None
+
+
+class _Abort(Exception):
+    """Rolls a transaction back and returns its `LostRace` (a lost intent race)."""
+
+    def __init__(self, lost: LostRace) -> None:
+        super().__init__(lost.reason)
+        self.lost = lost
+
+
+class LaunchQueue(LaunchPages):
+    """`LaunchQueue` over a connector. `overrides` holds the backend's named queries
+    per domain module (`{"launches": {...}, "pages": {...}, "intents": {...}}`);
+    `run_events` appends the transitions' events. A child run's ending settles its
+    controller request in the same transaction (`workflow_requests.settle_child`)."""
+
+    def __init__(self, connector: Connector, run_events: RunEvents,
+                 overrides: Mapping[str, Mapping[str, str]] | None = None) -> None:
+        mine = overrides or {}
+        super().__init__(connector, named(pages.SQL, mine.get("pages")))
+        self._connector = connector
+        self._events = run_events
+        self._sql = named(SQL, mine.get("launches"))
+        self._intent_sql = named(intents.SQL, mine.get("intents"))
+
+    # --- reads -------------------------------------------------------------------
+
+    def get(self, run_id: str) -> LaunchRecord | None:
+        with self._connector.read() as tx:
+            row = tx.one(self._sql["load"], {"run_id": run_id})
+        return launch_from_row(row) if row else None
+
+    def query(self, *, statuses: Iterable[LaunchStatus] | None = None,
+              session_id: str | None = None, limit: int | None = None) -> list[LaunchRecord]:
+        clauses: list[str] = []
+        params: dict[str, object] = {}
+        if statuses is not None:
+            clauses.append(status_clause(statuses, params))
+        if session_id is not None:
+            clauses.append("origin_session_id = :session")
+            params["session"] = session_id
+        with self._connector.read() as tx:
+            params["limit"] = tx.dialect.unlimited if limit is None else max(limit, 0)
+            rows = tx.all(self._sql["query"].format(where=" AND ".join(clauses) or "1 = 1"),
+                          params)
+        return [launch_from_row(row) for row in rows]
+
+    def find_session_reservation(self, session_id: str) -> LaunchRecord | None:
+        with self._connector.read() as tx:
+            row = tx.one(self._sql["reservation"], {**_FIXED, "session": session_id,
+                                                    "run_id": ""})
+        return launch_from_row(row) if row else None
+
+    def find_continuation(self, parent_run_id: str) -> LaunchRecord | None:
+        with self._connector.read() as tx:
+            row = tx.one(self._sql["continuation"], {"parent": parent_run_id})
+        return launch_from_row(row) if row else None
+
+    def list_recoverable(self, *, session_id: str | None = None) -> list[LaunchRecord]:
+        with self._connector.read() as tx:
+            rule = "" if session_id is None else " AND q.origin_session_id = :session"
+            rows = tx.all(self._sql["recoverable"].format(session=rule),
+                          {**_FIXED, "now": tx.now_ms(), "session": session_id})
+        return [launch_from_row(row) for row in rows]
+
+    # --- enqueue -----------------------------------------------------------------
+
+    def enqueue(self, launch: NewLaunch) -> LaunchRecord | LostRace:
+        check_id(launch.run_id, "run_id")
+        check_id(launch.workflow_ref, "workflow_ref")
+        check_id(launch.definition_digest, "definition_digest")
+        for name in ("origin_session_id", "parent_run_id", "affinity_runner_id"):
+            if getattr(launch, name) is not None:
+                check_id(getattr(launch, name), name)
+        if launch.parent_run_id == launch.run_id:
+            raise ValueError(f"launch {launch.run_id} cannot continue itself")
+        values = {
+            "run_id": launch.run_id, "workflow_ref": launch.workflow_ref,
+            "workflow_path": launch.workflow_path,
+            "source": json_object(launch.source, what="source identity"),
+            "digest": launch.definition_digest,
+            "input": canonical_json(launch.input, what="launch input",
+                                    max_bytes=INPUT_MAX_BYTES),
+            "options": None if launch.options is None else json_object(
+                launch.options, what="launch options"),
+            "affinity": launch.affinity_runner_id, "origin": launch.origin_session_id,
+            "parent": launch.parent_run_id}
+        with self._events.writing() as (tx, log):
+            lost = self._enqueue_conflict(tx, launch)
+            if lost is not None:
+                return lost
+            try:
+                with tx.savepoint():  # a unique index may refuse it; the rest is kept
+                    row = tx.one(self._sql["insert"], {**values, "now": tx.now_ms()})
+            except UniqueViolation:
+                return self._enqueue_conflict(tx, launch) or LostRace(
+                    launch.run_id, "already_exists")
+            assert row is not None
+            self._event(log, row, None, "launch.queued")
+            if launch.origin_session_id is None:
+                tx.notify(LAUNCH_CHANNEL, launch.run_id)
+        return launch_from_row(row)
+
+    def _enqueue_conflict(self, tx: Transaction, launch: NewLaunch) -> LostRace | None:
+        existing = tx.one(self._sql["load"], {"run_id": launch.run_id})
+        if existing is not None:
+            return LostRace(launch.run_id, "already_exists", existing["status"])
+        if launch.origin_session_id is not None:
+            holder = tx.one(self._sql["reservation"], {
+                **_FIXED, "session": launch.origin_session_id, "run_id": launch.run_id})
+            if holder is not None:
+                return LostRace(launch.run_id, "session_reserved", holder["status"],
+                                holder["run_id"])
+        if launch.parent_run_id is not None:
+            holder = tx.one(self._sql["continuation"], {"parent": launch.parent_run_id})
+            if holder is not None:
+                return LostRace(launch.run_id, "continuation_exists", holder["status"],
+                                holder["run_id"])
+        return None
+
+    # --- claims ------------------------------------------------------------------
+
+    def _load(self, tx: Transaction, run_id: str) -> Row | None:
+        return tx.one(self._sql["load"] + tx.dialect.lock, {"run_id": run_id})
+
+    def claim(self, run_id: str, *, runner_id: str, lease_seconds: float = 30.0,
+              dead_runner: str | None = None) -> LaunchRecord | LostRace:
+        check_id(runner_id, "runner_id")
+        lease = lease_ms(lease_seconds)
+        with self._events.writing() as (tx, log):
+            now = tx.now_ms()
+            row = self._load(tx, run_id)
+            if row is None:
+                return LostRace(run_id, "not_found")
+            status = row["status"]
+            if dead_runner is not None and row["runner_id"] == dead_runner:
+                # The caller proved the holder dead (same machine, no such process):
+                # its lease is void now, not when it runs out.
+                tx.run(self._sql["void_lease"], {"now": now, "run_id": run_id,
+                                                 "dead": dead_runner})
+                row = self._load(tx, run_id)
+                assert row is not None
+            if status in CLAIMED_STATUSES and row["claim_expires_at"] > now:
+                return LostRace(run_id, "lease_active", status)
+            if status not in ("queued", "parked", *CLAIMED_STATUSES):
+                return LostRace(run_id, "wrong_status", status)
+            if status == "parked" and row["origin_session_id"] is not None:
+                holder = tx.one(self._sql["reservation"], {
+                    **_FIXED, "session": row["origin_session_id"], "run_id": run_id})
+                if holder is not None:
+                    return LostRace(run_id, "session_reserved", status, holder["run_id"])
+            try:
+                with tx.savepoint():
+                    return self._take(tx, log, row, runner_id, lease)
+            except UniqueViolation:
+                # Another launch of the session took the reservation meanwhile.
+                return LostRace(run_id, "session_reserved", status)
+
+    def claim_next(self, *, runner_id: str, session_id: str | None = None,
+                   lease_seconds: float = 30.0) -> LaunchRecord | None:
+        check_id(runner_id, "runner_id")
+        lease = lease_ms(lease_seconds)
+        with self._events.writing() as (tx, log):
+            sql = self._sql["next"].format(origin=_ORIGIN[session_id is None])
+            row = tx.one(sql + tx.dialect.skip_locked, {
+                **_FIXED, "now": tx.now_ms(), "session": session_id, "runner": runner_id})
+            if row is None:
+                return None
+            taken = self._take(tx, log, row, runner_id, lease)
+        return taken if isinstance(taken, LaunchRecord) else None
+
+    def _take(self, tx: Transaction, log: EventLog, row: Row, runner_id: str,
+              lease: int) -> LaunchRecord | LostRace:
+        """Claim a row already checked to be claimable, guarded by its status and epoch."""
+        now = tx.now_ms()
+        claimed = tx.one(self._sql["take"], {
+            **_FIXED, "runner": runner_id, "token": new_claim_token(), "expires": now + lease,
+            "now": now, "run_id": row["run_id"], "status": row["status"],
+            "epoch": row["epoch"]})
+        if claimed is None:
+            return LostRace(row["run_id"], "epoch_mismatch", row["status"])
+        event = "launch.starting" if row["status"] != claimed["status"] else "launch.reclaimed"
+        self._event(log, claimed, row["status"], event)
+        return launch_from_row(claimed)
+
+    def renew_lease(self, run_id: str, claim_token: str, *,
+                    lease_seconds: float = 30.0) -> LaunchRecord | LostRace:
+        lease = lease_ms(lease_seconds)
+        with self._connector.write() as tx:
+            now = tx.now_ms()
+            row = self._load(tx, run_id)
+            lost = guard(row, run_id, _HOLD, claim_token, now)
+            if lost is not None:
+                return lost
+            renewed = tx.one(self._sql["renew"], {"expires": now + lease, "now": now,
+                                                  "run_id": run_id, "token": claim_token})
+        assert renewed is not None
+        return launch_from_row(renewed)
+
+    def check_claim(self, run_id: str, claim_token: str) -> LaunchRecord | LostRace:
+        with self._connector.read() as tx:
+            now = tx.now_ms()
+            row = tx.one(self._sql["load"], {"run_id": run_id})
+        lost = guard(row, run_id, _HOLD, claim_token, now)
+        if lost is not None:
+            return lost
+        assert row is not None
+        return launch_from_row(row)
+
+    # --- transitions -------------------------------------------------------------
+
+    def mark_running(self, run_id: str, claim_token: str) -> LaunchRecord | LostRace:
+        return self._transition("mark_running", run_id, claim_token)
+
+    def park(self, run_id: str, claim_token: str, *,
+             mode: ParkMode = "explicit") -> LaunchRecord | LostRace:
+        if mode not in PARK_MODES:
+            raise ValueError(f"unknown park mode {mode!r}")
+        return self._transition("park", run_id, claim_token, {"mode": mode})
+
+    def finish(self, run_id: str, claim_token: str, *, waiting: bool = False,
+               turn_intent: NewTurnIntent | None = None) -> LaunchRecord | LostRace:
+        child = {"child_state": "waiting"} if waiting else {}
+        # A closing presentation yields to an intent already pending for the run (one
+        # pending intent per run and session) instead of undoing the finish.
+        return self._transition("finish", run_id, claim_token, child, turn_intent,
+                                intent_optional=True)
+
+    def fail(self, run_id: str, claim_token: str, *, code: str, message: str,
+             turn_intent: NewTurnIntent | None = None) -> LaunchRecord | LostRace:
+        extra = {"code": check_error_code(code), "message": bounded_message(message)}
+        if code == "interrupted":
+            extra["child_state"] = "interrupted"  # a controller may start a new attempt
+        return self._transition("fail", run_id, claim_token, extra, turn_intent)
+
+    def release(self, run_id: str, claim_token: str) -> LaunchRecord | LostRace:
+        return self._transition("release", run_id, claim_token, {"crashed": 0})
+
+    def cancel(self, run_id: str, *, claim_token: str | None = None) -> LaunchRecord | LostRace:
+        if claim_token is None:
+            return self._transition("cancel", run_id, None)
+        return self._transition("cancel_claimed", run_id, claim_token)
+
+    def _transition(self, op_name: str, run_id: str, claim_token: str | None,
+                    extra: dict[str, Any] | None = None,
+                    turn_intent: NewTurnIntent | None = None,
+                    intent_optional: bool = False) -> LaunchRecord | LostRace:
+        op = LAUNCH_OPERATIONS[op_name]
+        try:
+            with self._events.writing() as (tx, log):
+                row = self._load(tx, run_id)
+                lost = guard(row, run_id, op, claim_token, tx.now_ms())
+                if lost is not None:
+                    return lost
+                assert row is not None
+                updated = self._apply(tx, log, row, op.target, extra or {})
+                if turn_intent is not None:
+                    self._intent(tx, turn_intent, optional=intent_optional)
+        except _Abort as abort:
+            return abort.lost
+        return updated
+
+    def _apply(self, tx: Transaction, log: EventLog, row: Row, target: LaunchStatus,
+               extra: dict[str, Any], event: str | None = None,
+               payload: dict[str, Any] | None = None) -> LaunchRecord:
+        child_state = extra.pop("child_state", None)
+        params = {"crashed": 1, "now": tx.now_ms(), "run_id": row["run_id"],
+                  "status": row["status"], "epoch": row["epoch"], "target": target, **extra}
+        updated = tx.one(self._sql["enter"].format(columns=_ENTER[target]), params)
+        assert updated is not None, "row changed under its lock"
+        self._event(log, updated, row["status"], event or f"launch.{target}", payload)
+        if target in _CHILD_STATE:
+            settle_child(tx, updated, child_state or _CHILD_STATE[target])
+        if updated["origin_session_id"] is None and (
+                target == "queued" or (target == "parked" and updated["park_mode"] == "auto")):
+            tx.notify(LAUNCH_CHANNEL, updated["run_id"])
+        return launch_from_row(updated)
+
+    def _intent(self, tx: Transaction, intent: NewTurnIntent, *, optional: bool = False) -> None:
+        """Ensure the intent and make it eligible; a lost race aborts the whole
+        transaction (raised as _Abort so the write context rolls back) unless the
+        intent is `optional`."""
+        ensured = intents.ensure_intent(tx, self._intent_sql, intent)
+        if not isinstance(ensured, LostRace):
+            ensured = intents.make_intent_eligible(tx, self._intent_sql, intent.intent_id)
+        if isinstance(ensured, LostRace) and not optional:
+            raise _Abort(ensured)
+
+    # --- recovery ----------------------------------------------------------------
+
+    def recover_expired_starting(self, run_id: str, *, epoch: int, outcome: RecoveryOutcome,
+                                 code: str | None = None, message: str | None = None,
+                                 turn_intent: NewTurnIntent | None = None,
+                                 ) -> LaunchRecord | LostRace:
+        if outcome not in RECOVERY_PATHS:
+            raise ValueError(f"unknown recovery outcome {outcome!r}")
+        extra: dict[str, Any] = {}
+        if outcome == "failed":
+            if code is None or message is None:
+                raise ValueError("recovering to failed needs a code and a message")
+            extra = {"code": check_error_code(code), "message": bounded_message(message)}
+        if outcome == "parked":
+            extra = {"mode": "explicit"}  # a waiting bundle: it continues when answered
+        try:
+            with self._events.writing() as (tx, log):
+                row = self._load(tx, run_id)
+                if row is None:
+                    return LostRace(run_id, "not_found")
+                if row["status"] != "starting":
+                    return LostRace(run_id, "wrong_status", row["status"])
+                if row["epoch"] != epoch:
+                    return LostRace(run_id, "epoch_mismatch", row["status"])
+                if row["claim_expires_at"] > tx.now_ms():
+                    return LostRace(run_id, "lease_active", row["status"])
+                payload = {"path": list(RECOVERY_PATHS[outcome])}
+                updated = self._apply(tx, log, row, outcome, extra, "launch.recovered", payload)
+                if turn_intent is not None:
+                    self._intent(tx, turn_intent)
+        except _Abort as abort:
+            return abort.lost
+        return updated
+
+    @staticmethod
+    def _event(log: EventLog, row: Row, previous: str | None, event_type: str,
+               payload: dict[str, Any] | None = None) -> None:
+        body: dict[str, Any] = {"from": previous, "to": row["status"], "epoch": row["epoch"]}
+        if row["error_code"] is not None:
+            body["error_code"] = row["error_code"]
+        body.update(payload or {})
+        log.add(row["run_id"], event_type, body, workflow_ref=row["workflow_ref"],
+                runner_id=row["runner_id"])

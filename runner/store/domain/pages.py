@@ -1,0 +1,104 @@
+"""Reads of `workflow_run_queue` for list views (`wfrun ui`'s run list, `wfrun runs`).
+
+Every run is a launch row, so a list view pages here, in SQL, instead of folding
+every run bundle. Reads only, each statement in its own snapshot.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+
+from runner.store.connector import Connector, Row, in_params
+from runner.store.records import LaunchRecord
+from runner.store.states import LAUNCH_STATUSES, LaunchStatus
+
+SQL: Mapping[str, str] = {
+    # A range on the primary key (binary collation), not a LIKE that scans. Postgres
+    # overrides it: its text order follows the database's collation.
+    "prefix": "run_id >= :prefix AND run_id < :prefix_end",
+}
+
+
+def launch_from_row(row: Row) -> LaunchRecord:
+    return LaunchRecord(
+        run_id=row["run_id"], workflow_ref=row["workflow_ref"],
+        workflow_path=row["workflow_path"], source=json.loads(row["workflow_source_json"]),
+        definition_digest=row["definition_digest"], input_json=row["input_json"],
+        options_json=row["launch_options_json"], status=row["status"],
+        runner_id=row["runner_id"], claim_token=row["claim_token"],
+        claim_expires_at=row["claim_expires_at"], epoch=row["epoch"],
+        affinity_runner_id=row["affinity_runner_id"],
+        origin_session_id=row["origin_session_id"], parent_run_id=row["parent_run_id"],
+        error_code=row["error_code"], error_message=row["error_message"],
+        created_at=row["created_at"], updated_at=row["updated_at"],
+        started_at=row["started_at"], finished_at=row["finished_at"],
+        park_mode=row["park_mode"], crash_count=row["crash_count"])
+
+
+def prefix_end(prefix: str) -> str:
+    """The least string greater than every string that starts with `prefix`."""
+    return prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
+def status_clause(statuses: Iterable[LaunchStatus], params: dict[str, object]) -> str:
+    """`status IN (...)` for `statuses` (added to `params`); an unknown status is a
+    programming error, and no statuses match nothing."""
+    wanted = list(statuses)
+    unknown = [s for s in wanted if s not in LAUNCH_STATUSES]
+    if unknown:
+        raise ValueError(f"unknown launch status(es) {unknown}")
+    marks, named = in_params("status", wanted)
+    params.update(named)
+    return f"status IN {marks}"
+
+
+class LaunchPages:
+    """The paged, read-only side of `LaunchQueue` (a base of `domain.launches.LaunchQueue`)."""
+
+    def __init__(self, connector: Connector, sql: Mapping[str, str]) -> None:
+        self._connector = connector
+        self._pages_sql = sql
+
+    def page(self, *, statuses: Iterable[LaunchStatus] | None = None,
+             workflow_ref: str | None = None, run_id_prefix: str | None = None,
+             updated_since: int | None = None, newest_first: bool = True, limit: int = 50,
+             offset: int = 0) -> list[LaunchRecord]:
+        clauses: list[str] = []
+        params: dict[str, object] = {"limit": max(limit, 0), "offset": max(offset, 0)}
+        if statuses is not None:
+            clauses.append(status_clause(statuses, params))
+        if workflow_ref is not None:
+            clauses.append("workflow_ref = :workflow_ref")
+            params["workflow_ref"] = workflow_ref
+        if run_id_prefix:
+            clauses.append(self._pages_sql["prefix"])
+            params.update(prefix=run_id_prefix, prefix_end=prefix_end(run_id_prefix))
+        if updated_since is not None:
+            clauses.append("updated_at >= :updated_since")
+            params["updated_since"] = updated_since
+        where = " AND ".join(clauses) or "1 = 1"
+        order = "DESC" if newest_first else "ASC"
+        # No index orders by created_at (one would change the store layout): the sort
+        # runs over run ids only and the page's whole rows are fetched by primary key,
+        # ~3x less work at 100,000 rows than sorting whole rows (SQLite).
+        sort = f"created_at {order}, run_id {order}"
+        with self._connector.read() as tx:
+            rows = tx.all(
+                "SELECT * FROM workflow_run_queue WHERE run_id IN"
+                f" (SELECT run_id FROM workflow_run_queue WHERE {where}"
+                f" ORDER BY {sort} LIMIT :limit OFFSET :offset) ORDER BY {sort}", params)
+        return [launch_from_row(row) for row in rows]
+
+    def counts(self, *, workflow_ref: str | None = None) -> dict[str, int]:
+        where = "workflow_ref = :ref" if workflow_ref else "1 = 1"
+        with self._connector.read() as tx:
+            rows = tx.all(f"SELECT status, COUNT(*) AS n FROM workflow_run_queue WHERE {where}"
+                          " GROUP BY status", {"ref": workflow_ref})
+        return {str(row["status"]): int(row["n"]) for row in rows}
+
+    def workflow_counts(self) -> dict[str, int]:
+        with self._connector.read() as tx:
+            rows = tx.all("SELECT workflow_ref, COUNT(*) AS n FROM workflow_run_queue"
+                          " GROUP BY workflow_ref ORDER BY workflow_ref")
+        return {str(row["workflow_ref"]): int(row["n"]) for row in rows}
