@@ -21,6 +21,7 @@ from runner.store.domain.events import RunEvents
 from runner.store.domain.intents import TurnIntents
 from runner.store.domain.launches import LaunchQueue
 from runner.store.domain.notifications import Notifications
+from runner.store.domain.retention import Retention
 from runner.store.layout import SCHEMA_ID
 from runner.store.postgres.bundles import PostgresBundleRows
 from runner.store.postgres.connector import PostgresConnector
@@ -36,7 +37,6 @@ from runner.store.postgres.feeds import (
 )
 from runner.store.postgres.queries import LAUNCH_SIDE, RUN_EVENTS
 from runner.store.postgres.reconcile import PostgresReconcileQueue, PostgresResources
-from runner.store.postgres.retention import PostgresRetention
 from runner.store.postgres.schema import open_schema, reset_schema
 from runner.store.postgres.wakeups import LaunchWakeups
 from runner.store.urls import mask_url
@@ -75,7 +75,7 @@ class PostgresStore:
         self._effects = PostgresEffects(self._db)
         self._workflow_requests = PostgresWorkflowRequests(self._db)
         self._controller_events = PostgresControllerEvents(self._db)
-        self._retention = PostgresRetention(self._db)
+        self._retention = Retention(connector)
         self._bundles = PostgresBundleRows(self._db)
 
     @classmethod
@@ -115,7 +115,7 @@ class PostgresStore:
         return self._bundles
 
     @property
-    def retention(self) -> PostgresRetention:
+    def retention(self) -> Retention:
         """Forgetting pruned runs and trimming history (`wfrun prune`)."""
         return self._retention
 

@@ -20,6 +20,7 @@ from runner.store.domain.events import RunEvents
 from runner.store.domain.intents import TurnIntents
 from runner.store.domain.launches import LaunchQueue
 from runner.store.domain.notifications import Notifications
+from runner.store.domain.retention import Retention
 from runner.store.layout import SCHEMA_ID
 from runner.store.sqlite.connector import SqliteConnector
 from runner.store.sqlite.controllers import (
@@ -31,7 +32,6 @@ from runner.store.sqlite.controllers import (
 )
 from runner.store.sqlite.db import SqliteDatabase, open_database
 from runner.store.sqlite.files import DEFAULT_BUSY_TIMEOUT_MS, remove_store_files
-from runner.store.sqlite.retention import SqliteRetention
 
 if TYPE_CHECKING:
     from runner.store.controller_interface import ControllerStore
@@ -72,7 +72,7 @@ class SqliteStore:
         self._effects = SqliteEffects(self._db, self.now_ms)
         self._workflow_requests = SqliteWorkflowRequests(self._db, self.now_ms)
         self._controller_events = SqliteControllerEvents(self._db, self.now_ms)
-        self._retention = SqliteRetention(self._db, self.now_ms)
+        self._retention = Retention(connector)
 
     @classmethod
     def reset(
@@ -115,7 +115,7 @@ class SqliteStore:
         return self._run_events
 
     @property
-    def retention(self) -> SqliteRetention:
+    def retention(self) -> Retention:
         """Forgetting pruned runs and trimming history (`wfrun prune`)."""
         return self._retention
 
