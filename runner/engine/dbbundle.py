@@ -10,6 +10,13 @@ taken over writes nothing however late it wakes. A committed transaction is
 durable, so there is no fsync, no torn tail to repair and no lock file: the
 claim is the single-writer guarantee.
 
+A write the database could not take (`unavailable`: a restart, a network blip) is
+tried again every 0.2 s on the engine's clock for up to `PATIENCE` seconds, as the
+fence waits for a vanished store; the first try may have committed before its
+answer was lost, so a retry that finds its own write already there counts as done.
+Past the patience the run is let go (`ClaimLost`): nothing more is written, and the
+launch's lease expires so a host that reaches the database resumes it.
+
 Live logs of a running attempt stay files on the host that runs it
 (`<runs_dir>/<run id>/logs/`): they are scratch, removed once the attempt's
 `node_log` event is recorded in the trace.
@@ -19,23 +26,29 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from runner.clock import Clock, SystemClock
 from runner.errors import ClaimLost, NotFoundError, OperationFailed
 from runner.private import private_dirs
 
 from .bundle import ARTIFACTS, ENDED, LOGS, Fence, TraceRead, always, dumps
 from .rows import BundleRows
 
+PATIENCE = 10.0  # seconds a write waits for an unreachable database (a third of a lease)
+RETRY_EVERY = 0.2
+
 
 class DatabaseBundle:
     """One run's rows, open for writing by the holder of `claim` (None: unfenced)."""
 
     def __init__(self, rows: BundleRows, run_id: str, logs_root: Path,
-                 fence: Fence = always, claim: str | None = None) -> None:
+                 fence: Fence = always, claim: str | None = None,
+                 clock: Clock | None = None) -> None:
         self.rows = rows
+        self.clock = clock or SystemClock()
         self.run_id = run_id
         self.logs_root = logs_root  # this host's folder for the run's live logs
         self._fence = fence
@@ -56,11 +69,13 @@ class DatabaseBundle:
     # -- opening ----------------------------------------------------------------
     @classmethod
     def create(cls, rows: BundleRows, run_id: str, logs_root: Path, fence: Fence = always,
-               claim: str | None = None) -> DatabaseBundle:
+               claim: str | None = None, clock: Clock | None = None) -> DatabaseBundle:
         if not fence():
             raise ClaimLost(f"no claim on run '{run_id}'; not creating it")
-        bundle = cls(rows, run_id, logs_root, fence, claim)
-        result = rows.create_bundle(run_id, claim)
+        bundle = cls(rows, run_id, logs_root, fence, claim, clock)
+        # A retried create that finds the bundle made it itself: the run id is this
+        # launch's, and only its claim holder creates it.
+        result = bundle._patiently(lambda: rows.create_bundle(run_id, claim), {"exists"})
         if result == "exists":
             raise OperationFailed(f"run '{run_id}' already exists")
         bundle._result(result)
@@ -68,10 +83,10 @@ class DatabaseBundle:
 
     @classmethod
     def open(cls, rows: BundleRows, run_id: str, logs_root: Path, fence: Fence = always,
-             claim: str | None = None) -> DatabaseBundle:
+             claim: str | None = None, clock: Clock | None = None) -> DatabaseBundle:
         if rows.read_document(run_id, "manifest") is None:
             raise NotFoundError(f"no run '{run_id}' in the database; `wfrun runs` lists runs")
-        bundle = cls(rows, run_id, logs_root, fence, claim)
+        bundle = cls(rows, run_id, logs_root, fence, claim, clock)
         if rows.bundle_sealed(run_id):
             bundle._sealed = True
         else:
@@ -92,6 +107,28 @@ class DatabaseBundle:
         if not self._fence():
             raise ClaimLost(f"lost the claim on run '{self.run_id}'; another runner owns it")
 
+    def _patiently(self, write: Callable[[], str], done: set[str] | None = None,
+                   landed: Callable[[], bool] | None = None) -> str:
+        """`write()` until the database answers; after an `unavailable`, an answer in
+        `done` (or `landed()`) means the earlier try had committed."""
+        give_up = self.clock.monotonic() + PATIENCE
+        retried = False
+        while True:
+            result = write()
+            if result != "unavailable":
+                if retried and (result in (done or set()) or (
+                        result == "exists" and landed is not None and landed())):
+                    return "ok"
+                return result
+            if self.clock.monotonic() >= give_up:
+                raise ClaimLost(f"cannot reach the database holding run '{self.run_id}'; "
+                                "letting go of it (a host that reaches it resumes the run)")
+            retried = True
+            self.clock.sleep(RETRY_EVERY)
+
+    def _write(self, write: Callable[[], str], done: set[str] | None = None) -> None:
+        self._result(self._patiently(write, done))
+
     def _result(self, result: str) -> None:
         if result == "ok":
             return
@@ -107,26 +144,35 @@ class DatabaseBundle:
     def append(self, events: Iterable[dict[str, Any]], *, sync: bool) -> None:
         self._check()
         rows = [(int(e["seq"]), dumps(e)) for e in events]
-        self._result(self.rows.append_events(self.run_id, rows, self.claim))
+        if not rows:
+            return
+
+        def landed() -> bool:  # the earlier try committed these very events
+            have = self.rows.read_events(self.run_id, rows[0][0] - 1)[:len(rows)]
+            return have == [text for _, text in rows]
+
+        self._result(self._patiently(
+            lambda: self.rows.append_events(self.run_id, rows, self.claim), landed=landed))
 
     def replace_state(self, state: dict[str, Any]) -> None:
         self._check()
-        self._result(self.rows.put_document(self.run_id, "state", dumps(state), self.claim))
+        text = dumps(state)
+        self._write(lambda: self.rows.put_document(self.run_id, "state", text, self.claim))
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         self._check()
         text = json.dumps(manifest, indent=2, sort_keys=True)
-        self._result(self.rows.put_document(self.run_id, "manifest", text, self.claim))
+        self._write(lambda: self.rows.put_document(self.run_id, "manifest", text, self.claim))
 
     def write_workflow(self, snapshot: dict[str, Any]) -> None:
         self._check()
-        self._result(self.rows.put_document(self.run_id, "workflow", dumps(snapshot),
-                                            self.claim))
+        text = dumps(snapshot)
+        self._write(lambda: self.rows.put_document(self.run_id, "workflow", text, self.claim))
 
     def write_artifact(self, data: bytes, media_type: str) -> dict[str, Any]:
         self._check()
         digest = hashlib.sha256(data).hexdigest()
-        self._result(self.rows.put_artifact(self.run_id, digest, data, self.claim))
+        self._write(lambda: self.rows.put_artifact(self.run_id, digest, data, self.claim))
         return {"path": f"{ARTIFACTS}/sha256-{digest}.txt", "media_type": media_type,
                 "bytes": len(data), "sha256": digest}
 
@@ -146,11 +192,11 @@ class DatabaseBundle:
 
     def truncate_to(self, seq: int) -> None:
         self._check()
-        self._result(self.rows.truncate_events(self.run_id, seq, self.claim))
+        self._write(lambda: self.rows.truncate_events(self.run_id, seq, self.claim))
 
     def seal(self) -> None:
         self._check()
-        self._result(self.rows.seal_bundle(self.run_id, self.claim))
+        self._write(lambda: self.rows.seal_bundle(self.run_id, self.claim), {"sealed"})
         self._sealed = True
 
     # -- reads ------------------------------------------------------------------

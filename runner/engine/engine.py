@@ -81,7 +81,7 @@ class Engine:
 
     @property
     def space(self) -> BundleSpace:
-        return space_for(self.runs_dir, self.rows)
+        return space_for(self.runs_dir, self.rows, self.clock)
 
     def _driver(self, run_id: str, definition: WorkflowDefinition, bundle: RunBundle,
                 state: RunState, control: RunControl | None,

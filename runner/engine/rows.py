@@ -13,10 +13,12 @@ is an unfenced write (an ending recorded by whoever holds the launch, or a
 run outside the launch queue), as `always` is for a folder.
 
 Write results are one word: `ok`, `fenced` (the claim is not held), `sealed`
-(the run has ended; its bundle is immutable), `missing` (no such bundle) or
-`exists` (create: the run id is taken). Trace events are the canonical JSON
-text of each event, keyed by run id and `seq`; a second event with a taken
-`seq` is refused as `exists`, so two writers can never interleave a trace.
+(the run has ended; its bundle is immutable), `missing` (no such bundle),
+`exists` (create: the run id is taken) or `unavailable` (the database could not
+be reached; the write may or may not have committed, and the caller retries).
+Trace events are the canonical JSON text of each event, keyed by run id and
+`seq`; a second event with a taken `seq` is refused as `exists`, so two writers
+can never interleave a trace.
 """
 
 from __future__ import annotations
@@ -76,12 +78,24 @@ class MemoryRows:
         self._bundles: dict[str, _Bundle] = {}
         self._continued: dict[str, str] = {}
         self._revoked: set[str] = set()
+        # The next `outages` writes answer `unavailable` (a database restart, for tests),
+        # after committing when `commit_then_fail` (the answer lost with the connection).
+        self.outages = 0
+        self.commit_then_fail = False
         self._holds = holds
         self._lock = threading.Lock()
         self.writes = 0  # transactions that changed something (tests count them)
 
     def revoke(self, claim: str) -> None:
         self._revoked.add(claim)
+
+    def _faulty(self, write: Callable[..., str], *args: object) -> str:
+        if self.outages <= 0:
+            return write(*args)
+        self.outages -= 1
+        if self.commit_then_fail:
+            write(*args)
+        return "unavailable"
 
     def _fenced(self, run_id: str, claim: str | None) -> bool:
         if claim is None:
@@ -101,7 +115,7 @@ class MemoryRows:
         return "ok", bundle
 
     # -- writes ----------------------------------------------------------------
-    def create_bundle(self, run_id: str, claim: str | None) -> str:
+    def _create_bundle(self, run_id: str, claim: str | None) -> str:
         with self._lock:
             if self._fenced(run_id, claim):
                 return "fenced"
@@ -111,7 +125,7 @@ class MemoryRows:
             self.writes += 1
             return "ok"
 
-    def append_events(self, run_id: str, events: Sequence[tuple[int, str]],
+    def _append_events(self, run_id: str, events: Sequence[tuple[int, str]],
                       claim: str | None) -> str:
         with self._lock:
             result, bundle = self._writable(run_id, claim)
@@ -123,7 +137,7 @@ class MemoryRows:
             self.writes += 1
             return "ok"
 
-    def put_document(self, run_id: str, kind: str, text: str, claim: str | None) -> str:
+    def _put_document(self, run_id: str, kind: str, text: str, claim: str | None) -> str:
         if kind not in DOCUMENTS:
             raise ValueError(f"unknown bundle document {kind!r}")
         with self._lock:
@@ -134,7 +148,7 @@ class MemoryRows:
             self.writes += 1
             return "ok"
 
-    def put_artifact(self, run_id: str, sha256: str, data: bytes, claim: str | None) -> str:
+    def _put_artifact(self, run_id: str, sha256: str, data: bytes, claim: str | None) -> str:
         with self._lock:
             result, bundle = self._writable(run_id, claim)
             if bundle is None:
@@ -143,7 +157,7 @@ class MemoryRows:
             self.writes += 1
             return "ok"
 
-    def truncate_events(self, run_id: str, after_seq: int, claim: str | None) -> str:
+    def _truncate_events(self, run_id: str, after_seq: int, claim: str | None) -> str:
         with self._lock:
             result, bundle = self._writable(run_id, claim)
             if bundle is None:
@@ -153,7 +167,7 @@ class MemoryRows:
             self.writes += 1
             return "ok"
 
-    def seal_bundle(self, run_id: str, claim: str | None) -> str:
+    def _seal_bundle(self, run_id: str, claim: str | None) -> str:
         with self._lock:
             result, bundle = self._writable(run_id, claim)
             if bundle is None:
@@ -161,6 +175,25 @@ class MemoryRows:
             bundle.sealed = True
             self.writes += 1
             return "ok"
+
+    def create_bundle(self, run_id: str, claim: str | None) -> str:
+        return self._faulty(self._create_bundle, run_id, claim)
+
+    def append_events(self, run_id: str, events: Sequence[tuple[int, str]],
+                      claim: str | None) -> str:
+        return self._faulty(self._append_events, run_id, events, claim)
+
+    def put_document(self, run_id: str, kind: str, text: str, claim: str | None) -> str:
+        return self._faulty(self._put_document, run_id, kind, text, claim)
+
+    def put_artifact(self, run_id: str, sha256: str, data: bytes, claim: str | None) -> str:
+        return self._faulty(self._put_artifact, run_id, sha256, data, claim)
+
+    def truncate_events(self, run_id: str, after_seq: int, claim: str | None) -> str:
+        return self._faulty(self._truncate_events, run_id, after_seq, claim)
+
+    def seal_bundle(self, run_id: str, claim: str | None) -> str:
+        return self._faulty(self._seal_bundle, run_id, claim)
 
     # -- reads -----------------------------------------------------------------
     def bundle_exists(self, run_id: str) -> bool:

@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 from typing import Any, Protocol
 
+from runner.clock import Clock
 from runner.errors import InputError, NotFoundError, OperationFailed
 
 from . import dbbundle
@@ -135,22 +136,23 @@ class FolderSpace:
 class DatabaseSpace:
     """Bundles as rows (`BundleRows`); `runs_dir` holds only this host's live logs."""
 
-    def __init__(self, rows: BundleRows, runs_dir: Path) -> None:
+    def __init__(self, rows: BundleRows, runs_dir: Path, clock: Clock | None = None) -> None:
         self.rows = rows
         self.runs_dir = runs_dir
+        self.clock = clock  # times retries while the database is unreachable
 
     def create(self, run_id: str, fence: Fence = always, durability: str = "full",
                claim: str | None = None) -> DatabaseBundle:
         _check_id(run_id)
-        return DatabaseBundle.create(self.rows, run_id, self.runs_dir, fence, claim)
+        return DatabaseBundle.create(self.rows, run_id, self.runs_dir, fence, claim, self.clock)
 
     def open(self, run_id: str, fence: Fence = always, durability: str = "full",
              claim: str | None = None) -> DatabaseBundle:
         _check_id(run_id)
-        return DatabaseBundle.open(self.rows, run_id, self.runs_dir, fence, claim)
+        return DatabaseBundle.open(self.rows, run_id, self.runs_dir, fence, claim, self.clock)
 
     def view(self, run_id: str) -> DatabaseBundle:
-        return DatabaseBundle(self.rows, run_id, self.runs_dir)
+        return DatabaseBundle(self.rows, run_id, self.runs_dir, clock=self.clock)
 
     def manifest(self, run_id: str) -> dict[str, Any]:
         _check_id(run_id)
@@ -183,5 +185,6 @@ def started_row(text: str | None) -> bool:
     return bool(parsed.events) and parsed.events[0].get("type") == "run_started"
 
 
-def space_for(runs_dir: Path, rows: BundleRows | None) -> FolderSpace | DatabaseSpace:
-    return FolderSpace(runs_dir) if rows is None else DatabaseSpace(rows, runs_dir)
+def space_for(runs_dir: Path, rows: BundleRows | None,
+              clock: Clock | None = None) -> FolderSpace | DatabaseSpace:
+    return FolderSpace(runs_dir) if rows is None else DatabaseSpace(rows, runs_dir, clock)

@@ -251,6 +251,14 @@ class LaunchCoordinator(Preflight):
             self._lost(act)
             return None
         except Exception as exc:
+            if type(exc) is StoreUnavailable:
+                # The database went away (a restart, a network blip) under a read of the
+                # launch or its bundle: let go as for a lost claim; the lease expires and
+                # a runner that reaches the database takes the launch over. Nothing fails.
+                log.warning("run %s: the store is unreachable; letting go (%s)",
+                            act.record.run_id, exc)
+                self._lost(act)
+                return None
             fault = machine_fault(exc, f"the run bundle of {act.record.run_id}")
             if fault is not None:  # a full or read-only disk: the launch waits
                 hold(self, act, fault)

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +22,8 @@ import psycopg
 import pytest
 from pgcluster import PgCluster, pg_cluster  # noqa: F401  (the session's cluster)
 from waiting import wait_until
+
+from runner.clock import FileClock
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -40,8 +43,9 @@ WORKFLOW = """
 """
 
 
-def wfrun(folder: Path, url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "WFRUN_STORE"}
+def wfrun(folder: Path, url: str, *args: str,
+          env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**{k: v for k, v in os.environ.items() if k != "WFRUN_STORE"}, **(env or {})}
     return subprocess.run([sys.executable, "-m", "runner", "--project", str(folder),
                            "--store", url, *args], capture_output=True, text=True,
                           timeout=120, cwd=folder, env=env, check=False)
@@ -156,3 +160,51 @@ def test_a_run_taken_over_by_another_host_finishes_from_the_database(hosts: Host
     assert runs.returncode == 0, runs.stderr
     assert run_id in runs.stdout
     assert not (viewer / ".wfrun" / "runs" / run_id).exists()
+
+
+ASK = """
+    start: one
+    nodes:
+      one: {compute: "{{ 'first' }}"}
+      ask: {checkpoint: "go on?"}
+      done: {compute: "{{ {'one': outputs.one, 'answer': outputs.ask.answer} }}"}
+    edges:
+      - {from: one, to: ask}
+      - {from: ask, to: done}
+"""
+
+
+def test_a_waiting_run_is_answered_and_pruned_from_another_folder(
+    pg_cluster: PgCluster, tmp_path: Path  # noqa: F811
+) -> None:
+    url = pg_cluster.create_schema(f"answer_{secrets.token_hex(4)}")
+    first, second = tmp_path / "first", tmp_path / "second"
+    for folder in (first, second):
+        (folder / ".wfrun" / "workflows").mkdir(parents=True)
+        (folder / ".wfrun" / "workflows" / "ask.yaml").write_text(textwrap.dedent(ASK))
+    # The runs start "two days ago" on a shared clock file, so prune sees them as old.
+    clock = FileClock.create(tmp_path / "clock", time.time() - 2 * 86400)
+    at = {"WFRUN_CLOCK_FILE": str(clock.path)}
+    started = wfrun(first, url, "run", "ask", "--json", env=at)
+    assert started.returncode == 4, started.stderr  # 4: waiting at a checkpoint
+    parent = json.loads(started.stdout)["run_id"]
+    assert json.loads(started.stdout)["status"] == "waiting"
+    answered = wfrun(second, url, "answer", parent, "yes", "--json", env=at)
+    assert answered.returncode == 0, answered.stderr
+    child = json.loads(answered.stdout)
+    assert child["status"] == "completed", child
+    assert child["final_output"] == {"one": "first", "answer": "yes"}
+    again = wfrun(first, url, "answer", parent, "no")
+    assert again.returncode != 0
+    assert "already answered" in again.stderr
+    assert len(again.stderr.strip().splitlines()) == 1  # one line, no traceback
+    for folder in (first, second):
+        assert not (folder / ".wfrun" / "runs" / parent).exists()
+    pruned = wfrun(second, url, "prune", "--older-than", "1d", "--yes", "--json")
+    assert pruned.returncode == 0, pruned.stderr
+    gone = wfrun(first, url, "show", parent)
+    assert gone.returncode != 0
+    assert "no run" in gone.stderr
+    with psycopg.connect(url) as conn:
+        left = conn.execute("SELECT count(*) FROM run_bundles").fetchone()
+    assert left == (0,)

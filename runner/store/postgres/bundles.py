@@ -17,13 +17,17 @@ unexpired lease (the database clock, or the injected one), so a takeover's
 claim (an UPDATE of that row) waits for a write in flight, and afterwards the
 old holder's writes are refused (`fenced`) and change nothing. A sealed bundle
 refuses every write (`sealed`). Trace rows are keyed by seq: an event whose seq
-is taken is refused whole (`exists`), so two writers never interleave.
+is taken is refused whole (`exists`), so two writers never interleave. A write that
+cannot reach the database (a restart, a network blip: plain `StoreUnavailable`) is
+`unavailable`; the engine waits and tries again (the write may have committed
+before the connection broke, which the engine's retry accounts for). Reads raise.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from runner.store.errors import StoreUnavailable
 from runner.store.postgres.db import Conn, PostgresDatabase
 from runner.store.sqlite.schema import sql_in
 from runner.store.states import CLAIMED_STATUSES
@@ -112,6 +116,10 @@ class PostgresBundleRows:
                     raise _Refused("exists")
         except _Refused as refused:
             return refused.result
+        except StoreUnavailable as exc:
+            if type(exc) is not StoreUnavailable:
+                raise  # a full, read-only or forbidden database is a machine fault
+            return "unavailable"
         return "ok"
 
     # -- writes ----------------------------------------------------------------
@@ -127,6 +135,10 @@ class PostgresBundleRows:
                     raise _Refused("exists")
         except _Refused as refused:
             return refused.result
+        except StoreUnavailable as exc:
+            if type(exc) is not StoreUnavailable:
+                raise
+            return "unavailable"
         return "ok"
 
     def append_events(self, run_id: str, events: Sequence[tuple[int, str]],

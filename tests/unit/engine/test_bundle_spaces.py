@@ -11,7 +11,11 @@ import pytest
 from bundlespaces import *  # noqa: F403  (the conformance tests)
 from bundlespaces import Holder, Kit
 
+from runner.clock import FakeClock
+from runner.engine import Engine
+from runner.engine.dbbundle import PATIENCE
 from runner.engine.rows import MemoryRows
+from runner.errors import ClaimLost
 
 
 @pytest.fixture(params=["folder", "memory"])
@@ -46,3 +50,65 @@ def test_memory_rows_refuse_a_revoked_claim_and_a_sealed_bundle() -> None:
     assert rows.put_document("r", "manifest", "{}", None) == "sealed"
     assert rows.append_events("nope", [(1, "{}")], None) == "missing"
     assert rows.read_events("r") == ["{}"]
+
+
+_THREE = """
+    start: a
+    nodes:
+      a: {compute: "{{ 1 }}"}
+      b: {compute: "{{ outputs.a + 1 }}"}
+      c: {compute: "{{ 'w' * 5000 }}"}
+    edges:
+      - {from: a, to: b}
+      - {from: b, to: c}
+"""
+
+
+@pytest.mark.parametrize("answer_lost", [False, True])
+def test_writes_wait_out_a_database_outage(tmp_path: Path, answer_lost: bool) -> None:
+    """Every write during an outage answers `unavailable`; with `answer_lost` it had
+    committed first (the connection broke before the answer). Either way the run ends
+    once, each event once, in order."""
+    kit = Kit("memory", tmp_path / "runs", MemoryRows(), lambda _r: Holder())
+    definition = kit.workflow(_THREE)
+    rows = kit.rows
+    assert isinstance(rows, MemoryRows)
+    clock = FakeClock()
+    outcome = None
+    for outage_at in range(1, 16):  # an outage at each write of the run in turn
+        rows.outages, rows.commit_then_fail = 0, answer_lost
+        engine = Engine(runs_dir=kit.runs, clock=clock, rows=rows, claim="c")
+        run_id = f"wf-outage-{outage_at}"
+        writes = rows.writes
+
+        def crash(point: str, at: int = outage_at, base: int = writes) -> None:
+            if rows.writes - base >= at and rows.outages == 0:
+                rows.outages = 3
+        engine.crash_point = crash
+        outcome = engine.start(definition, run_id=run_id)
+        assert outcome.status == "completed", (outage_at, outcome.error)
+        trace = kit.reader().trace(run_id)
+        assert [e["seq"] for e in trace] == list(range(1, len(trace) + 1))
+        assert [e["type"] for e in trace].count("run_completed") == 1
+        assert kit.reader().final_output(run_id) == "w" * 5000
+        assert rows.bundle_sealed(run_id)
+    assert outcome is not None
+
+
+def test_an_outage_past_the_patience_lets_go_of_the_run(tmp_path: Path) -> None:
+    rows = MemoryRows()
+    kit = Kit("memory", tmp_path / "runs", rows, lambda _r: Holder())
+    definition = kit.workflow(_THREE)
+    clock = FakeClock()
+
+    def crash(point: str) -> None:
+        if point == "between_nodes":
+            rows.outages = 10**9  # the database never comes back
+    engine = Engine(runs_dir=kit.runs, clock=clock, rows=rows, claim="c", crash_point=crash)
+    started = clock.monotonic()
+    with pytest.raises(ClaimLost, match="cannot reach the database"):
+        engine.start(definition, run_id="wf-gone")
+    assert clock.monotonic() - started >= PATIENCE
+    rows.outages = 0
+    assert kit.reader().status("wf-gone") == "running"  # left for a runner to resume
+    assert not rows.bundle_sealed("wf-gone")
