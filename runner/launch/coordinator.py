@@ -20,6 +20,7 @@ bundle ended too, the reservation released, one follow-up for a session).
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,6 +73,13 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 LEASE_SECONDS = 30.0
 RENEW_EVERY = 10.0
+#: An activation's input scrub (a WAL checkpoint) is batched: it runs when this
+#: coordinator finds the queue empty, when a run it claimed by id ends, or once
+#: SCRUB_BATCH activations or SCRUB_SECONDS have passed since the first one owed
+#: (checked at each activation, claim and run end, and every CANCEL_POLL by the keeper
+#: while a run executes). docs/store.md has the bound.
+SCRUB_BATCH = 64
+SCRUB_SECONDS = 1.0
 #: Named points where tests kill the process (WFRUN_CRASH_AT), in the order a run
 #: passes them. The engine's own points (runner.CRASH_POINTS) lie in between.
 CRASH_POINTS = ("after_queued_commit", "after_claim", "during_starting",
@@ -127,6 +135,15 @@ class Activation:
     checkpoint: str | None = None  # a continuation's first boundary: the parent's checkpoint
     force: bool = False  # resume although the workflow changed (an explicit, recorded choice)
     outcome: RunOutcome | None = None  # set when the bundle had ended before this claim
+    by_id: bool = False  # claimed by id (foreground, resume): no claim loop follows it
+    # What the fence last learned of the row: `mark_running`'s answer counts, so the
+    # first write after it asks the store nothing.
+    lease: dict[str, Any] = field(default_factory=lambda: {"running": False, "expires": 0})
+
+    def running(self, record: LaunchRecord) -> None:
+        """The row is `running` under this claim (mark_running's committed answer)."""
+        self.record = record
+        self.lease.update(running=True, expires=record.claim_expires_at or 0)
 
     @property
     def run_id(self) -> str:
@@ -165,9 +182,14 @@ class LaunchCoordinator(Preflight):
         self.held: dict[str, dict[str, Any]] = {}
         self.faults = FaultGate(self.clock)  # claiming waits after a full/read-only disk
         self.claim_error: StoreUnavailable | None = None  # the last claim the store refused
-        self._keeper = LeaseKeeper(store, self.clock, lease_seconds, renew_every, runner_id)
+        self._keeper = LeaseKeeper(store, self.clock, lease_seconds, renew_every, runner_id,
+                                   tick=lambda: self._scrub_later(owe=False))
         # Checkpoint after input is cleared, so the -wal file keeps no copy of it.
         self.scrub_input = scrub_input
+        self._scrub_lock = threading.Lock()
+        self._scrubs_owed = 0
+        self._owed_since = 0.0
+        self._by_id: set[str] = set()  # launches claimed by id, not yet begun
 
     def safe(self, text: str, run_input: Any = None) -> str:
         """Redacted, bounded text. Secrets are redacted, not ordinary words: of the run
@@ -191,6 +213,10 @@ class LaunchCoordinator(Preflight):
             self.claim_error = exc  # busy, full, read-only: `wfrun host --once` says so
             return None
         self.claim_error = None
+        if claimed is None:
+            self.flush_scrub()  # idle: no activation's input outlives the busy spell
+        else:
+            self._scrub_later(owe=False)
         return claimed
 
     def claim(self, run_id: str, *, dead_runner: str | None = None) -> LaunchRecord:
@@ -211,6 +237,8 @@ class LaunchCoordinator(Preflight):
                 raise InputError(f"run '{run_id}' already ended ({result.status}); nothing "
                                  "to resume")
             raise ConflictError(f"run '{run_id}' is {result.status}; nothing to resume")
+        with self._scrub_lock:
+            self._by_id.add(run_id)
         return result
 
     # -- the one execute -----------------------------------------------------------------
@@ -230,6 +258,10 @@ class LaunchCoordinator(Preflight):
         assert record.claim_token is not None, "execute needs a claimed launch"
         act = Activation(record, record.claim_token, control=control or RunControl(),
                          force=force)
+        with self._scrub_lock:
+            if record.run_id in self._by_id:
+                self._by_id.discard(record.run_id)
+                act.by_id = True
         if on_start is not None:
             on_start(act)
         return act if self._guarded(act, self._begin) else None
@@ -240,6 +272,10 @@ class LaunchCoordinator(Preflight):
             return self._guarded(act, self._drive)
         finally:
             self._keeper.remove(act)
+            if act.by_id:
+                self.flush_scrub()  # no claim loop follows a run claimed by id
+            else:
+                self._scrub_later(owe=False)
 
     def _guarded(self, act: Activation, step: Callable[[Activation], _T]) -> _T | None:
         """The one boundary of the run path: a lost claim lets go, and any unexpected
@@ -270,7 +306,7 @@ class LaunchCoordinator(Preflight):
     def _begin(self, act: Activation) -> bool:
         record = act.record
         self.crash("after_claim")
-        engine = self._engine(record, act.token)
+        engine = self._engine(record, act.token, act.lease)
         act.engine = engine
         if record.status == "starting" and record.crash_count >= MAX_ACTIVATION_CRASHES:
             reason = (f"activation crashed {record.crash_count} times in a row; it is not "
@@ -294,7 +330,7 @@ class LaunchCoordinator(Preflight):
             if isinstance(running, LostRace):
                 self._lost(act)
                 return False
-            act.record = running
+            act.running(running)
         status = self.reader.status(record.run_id)
         if status is not None and status != "running":
             # The run ended but its runner died before the store recorded it.
@@ -363,8 +399,8 @@ class LaunchCoordinator(Preflight):
             driver.finish("cancelled", error={"code": "cancelled",
                                                "message": "cancelled before it started"})
             return False
-        self._scrub()
-        act.record = running
+        self._scrub_later()
+        act.running(running)
         act.driver = driver
         return True
 
@@ -407,7 +443,8 @@ class LaunchCoordinator(Preflight):
         self.record_outcome(act, outcome)
         return outcome
 
-    def _engine(self, record: LaunchRecord, token: str) -> Engine:
+    def _engine(self, record: LaunchRecord, token: str,
+                known: dict[str, Any] | None = None) -> Engine:
         launches = self.store.launches
 
         # While the row is `running` and our lease has a third of its length left,
@@ -415,7 +452,7 @@ class LaunchCoordinator(Preflight):
         # running row needs our token. Only then is the fence answered locally; every
         # other write asks the store.
         margin_ms = self.lease_seconds * 1000 / 3
-        known = {"running": False, "expires": 0}
+        known = {"running": False, "expires": 0} if known is None else known
 
         def fence() -> bool:
             # A database that went away (a restart, a network blip; Postgres raises plain
@@ -611,14 +648,37 @@ class LaunchCoordinator(Preflight):
         """After a transition cleared private input: fold the WAL into the database
         file and truncate it, so no stale WAL frame keeps a copy (`secure_delete`
         already zeroes it in the database file). Best effort: a busy store keeps the
-        frames until the next scrub or checkpoint."""
+        frames until the next scrub or checkpoint. This scrubs what is owed too."""
         checkpoint = getattr(self.store, "checkpoint", None)
+        with self._scrub_lock:
+            self._scrubs_owed = 0
         if not self.scrub_input or checkpoint is None:
             return
         try:
             checkpoint()
         except StoreError as exc:
             log.debug("could not checkpoint the store after clearing input: %s", exc.message)
+
+    def _scrub_later(self, *, owe: bool = True) -> None:
+        """An activation cleared input: scrub now only once the batch is due (a
+        checkpoint per run made every later commit grow the WAL again)."""
+        now = self.clock.monotonic()
+        with self._scrub_lock:
+            if owe:
+                if not self._scrubs_owed:
+                    self._owed_since = now
+                self._scrubs_owed += 1
+            due = self._scrubs_owed >= SCRUB_BATCH or (
+                self._scrubs_owed > 0 and now - self._owed_since >= SCRUB_SECONDS)
+        if due:
+            self._scrub()
+
+    def flush_scrub(self) -> None:
+        """Scrub the input of the activations since the last scrub, if any."""
+        with self._scrub_lock:
+            owed = self._scrubs_owed > 0
+        if owed:
+            self._scrub()
 
     def recover_expired(self, session_id: str | None = None) -> list[LaunchRecord]:
         """Reconcile `starting` rows whose lease expired with what their bundles show."""

@@ -15,6 +15,7 @@ times are on the coordinator's Clock; the thread never advances a fake one.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -38,8 +39,9 @@ class _Kept:
 
 class LeaseKeeper:
     def __init__(self, store: Store, clock: Clock, lease_seconds: float, renew_every: float,
-                 runner_id: str = "") -> None:
+                 runner_id: str = "", tick: Callable[[], None] = lambda: None) -> None:
         self.store = store
+        self.tick = tick  # the coordinator's due work (its batched input scrub)
         self.clock = clock
         self.lease_seconds = lease_seconds
         self.renew_every = renew_every
@@ -68,6 +70,7 @@ class LeaseKeeper:
 
     # -- on the renewer's thread ---------------------------------------------------------
     def _poll(self, kept: _Kept) -> None:
+        self.tick()
         act = kept.act
         try:
             for event in self.store.run_events.read(run_id=act.record.run_id,
