@@ -7,7 +7,6 @@ exists, then add what the bundle says once it does.
 from __future__ import annotations
 
 import os
-import socket
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +27,8 @@ DRIFT_STATES = ("queued", "starting")
 
 
 def runner_id() -> str:
+    import socket  # here: `status` never names a runner (cold start)
+
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
@@ -35,6 +36,8 @@ def dead_local_runner(runner: str | None) -> str | None:
     """`runner` if it names a process of this machine that no longer exists."""
     if runner is None:
         return None
+    import socket
+
     host, _, pid = runner.rpartition(":")
     if host != socket.gethostname() or not pid.isdigit():
         return None

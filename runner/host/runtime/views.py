@@ -8,7 +8,6 @@ run is exact even when `state.json` lags the trace.
 from __future__ import annotations
 
 import itertools
-import statistics
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -189,6 +188,8 @@ def eta_seconds(samples: list[tuple[float, float]], total: float | None) -> floa
     rates = rates[-8:]
     if not rates:
         return None
+    import statistics  # here: it loads fractions and decimal, which the views never need
+
     rate = statistics.median(rates)  # an even count averages the two middle rates
     remaining = max(total - samples[-1][1], 0.0)
     return remaining / rate if rate > 0 else None
