@@ -8,11 +8,13 @@ Agents and hooks call wfrun on every turn, so each figure is the whole process a
 shell starts it (the console script when installed, else `python -m runner`):
 interpreter start, imports, the command, exit. The commands run interleaved, one of
 each per round, so a burst of load elsewhere hits them all alike; the load average
-is printed before and after. The project has one finished run: `status` reads the
-store (no active launch), `runs` lists that run, `validate NAME` compiles one small
-workflow with an input schema and a template, and `hook claude-code` answers a Stop
-event with nothing to deliver and no `wfrun mcp` server (bench/bench_hook.py measures
-it against a live server). Aims (issue 15), p50 on a quiet machine: <= 150 ms for
+is printed before and after, and each command's CPU time (user + system) beside its
+wall time: on a loaded machine the wall time waits for a core, the CPU time hardly.
+The project has one finished run: `status` reads the store (no active launch),
+`runs` lists that run, `validate NAME` compiles one small workflow with an input
+schema and a template, and `hook claude-code` answers a Stop event with nothing to
+deliver and no `wfrun mcp` server (bench/bench_hook.py measures it against a live
+server). Aims (issue 15), p50 on a quiet machine: <= 150 ms for
 --help, status and validate NAME; <= 100 ms for the hook. `runs` has no aim of its
 own and is shown for comparison.
 """
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -50,14 +53,21 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def timed(cmd: list[str], cwd: Path, env: dict[str, str], stdin: bytes | None = None) -> float:
+def timed(cmd: list[str], cwd: Path, env: dict[str, str],
+          stdin: bytes | None = None) -> tuple[float, float]:
+    """(wall ms, CPU ms) of one process. The CPU time (user + system, from the child's
+    rusage) barely moves with load elsewhere, so it says what a quiet machine's wall
+    time would be when the measured wall is inflated by waiting for a core."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     out = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, timeout=120, input=stdin)
     elapsed = (time.perf_counter() - start) * 1000
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1000
     if out.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed (exit {out.returncode}): "
                          f"{out.stderr.decode()[-300:]}")
-    return elapsed
+    return elapsed, cpu
 
 
 def main() -> int:
@@ -90,12 +100,16 @@ def main() -> int:
         for name, cmd in commands.items():  # warm-up: byte-code caches, the store file
             timed(cmd, root, env, stdin.get(name))
         samples: dict[str, list[float]] = {name: [] for name in commands}
+        cpu: dict[str, list[float]] = {name: [] for name in commands}
         for _ in range(args.n):
             for name, cmd in commands.items():
-                samples[name].append(timed(cmd, root, env, stdin.get(name)))
+                wall, used = timed(cmd, root, env, stdin.get(name))
+                samples[name].append(wall)
+                cpu[name].append(used)
     load_after = os.getloadavg()
     figures = {name: {"p50_ms": round(statistics.median(v), 1),
-                      "p95_ms": round(pct(v, 0.95), 1), "min_ms": round(min(v), 1)}
+                      "p95_ms": round(pct(v, 0.95), 1), "min_ms": round(min(v), 1),
+                      "cpu_p50_ms": round(statistics.median(cpu[name]), 1)}
                for name, v in samples.items()}
     missed = [name for name, aim in AIMS_P50_MS.items() if figures[name]["p50_ms"] > aim]
     load = f"load average {load_before[0]:.2f} before, {load_after[0]:.2f} after"
@@ -106,13 +120,14 @@ def main() -> int:
     else:
         print(f"machine: {machine()}; {load}")
         print(f"{args.n} runs each, interleaved")
-        print(f"{'command':<25}{'p50 ms':>9}{'p95 ms':>9}{'min ms':>9}{'aim p50':>9}")
+        print(f"{'command':<25}{'p50 ms':>9}{'p95 ms':>9}{'min ms':>9}{'CPU p50':>9}"
+              f"{'aim p50':>9}")
         for name, f in figures.items():
             aim = AIMS_P50_MS.get(name)
             mark = "  (over the aim)" if name in missed else ""
             shown = f"{aim:.0f}" if aim else "-"
             print(f"{name:<25}{f['p50_ms']:>9.1f}{f['p95_ms']:>9.1f}{f['min_ms']:>9.1f}"
-                  f"{shown:>9}{mark}")
+                  f"{f['cpu_p50_ms']:>9.1f}{shown:>9}{mark}")
     return 1 if args.check and missed else 0
 
 
