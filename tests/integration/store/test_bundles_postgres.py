@@ -117,3 +117,41 @@ def test_a_store_reset_keeps_the_bundles(kit: Kit, url: str) -> None:
     PostgresStore.reset(url).close()
     with PostgresStore(url, pool_size=1) as store:
         assert RunReader(kit.runs, store.bundles).final_output("pg-run-4") == 7
+
+
+def test_the_ui_and_status_read_a_postgres_project_without_a_sqlite_file(
+    url: str, tmp_path: Path
+) -> None:
+    from runner.compiler import build_catalog
+    from runner.engine import RunControl
+    from runner.host.runtime.foreground import run_workflow
+    from runner.host.runtime.launches import launch_status
+    from runner.host.runtime.local import Workspace, open_store, store_exists, store_path
+    from runner.ui.data import Site, run_page, runs_page
+
+    project = tmp_path / "project"
+    (project / ".wfrun" / "workflows").mkdir(parents=True)
+    (project / ".wfrun" / "workflows" / "hi.yaml").write_text(
+        "start: a\nnodes:\n  a: {compute: \"{{ 'h' * 5000 }}\"}\n")
+    ws = Workspace(build_catalog("workflows", project, None), project, tmp_path / "state",
+                   store_flag=url)
+    store = open_store(ws)
+    try:
+        outcome = run_workflow(ws, store, "hi", {}, RunControl())
+        assert outcome.status == "completed"
+        assert launch_status(ws, store, outcome.run_id)["run"]["status"] == "completed"
+    finally:
+        store.close()
+    assert not store_path(ws).exists()
+    assert store_exists(ws)  # a Postgres project has a store without a SQLite file
+    assert not (ws.runs_dir / outcome.run_id / "manifest.json").exists()
+    site = Site(Workspace(build_catalog("workflows", project, None), project,
+                          tmp_path / "state", store_flag=url))
+    try:
+        page = runs_page(site)
+        assert [r["run_id"] for r in page["rows"]] == [outcome.run_id]
+        assert page["rows"][0]["status"] == "completed"
+        assert run_page(site, outcome.run_id)["bundle"] is True
+        assert site.reader.final_output(outcome.run_id) == "h" * 5000
+    finally:
+        site.close()
