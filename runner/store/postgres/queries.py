@@ -5,14 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-#: `LaunchQueue`'s overrides, per domain module.
+#: The launch side's overrides, per domain module (`domain.launch_side.LaunchSide`).
 LAUNCH_SIDE: Mapping[str, Mapping[str, str]] = {
     # Text order follows the database's collation, so a prefix is not a key range.
     "pages": {"prefix": "starts_with(run_id, :prefix)"},
-}
-
-#: `RunEvents`: appends take turns until commit so `seq` order is commit order
-#: (domain/events.py); one transaction-scoped advisory lock per schema.
-RUN_EVENTS: Mapping[str, str] = {
-    "order_appends": "SELECT pg_advisory_xact_lock(hashtext(current_schema() || '.run_events'))",
+    # Appends take turns until commit so `seq` order is commit order (domain/events.py):
+    # one transaction-scoped advisory lock per schema.
+    "events": {"order_appends":
+               "SELECT pg_advisory_xact_lock(hashtext(current_schema() || '.run_events'))"},
 }

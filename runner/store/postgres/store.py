@@ -17,11 +17,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from runner.store.domain.events import RunEvents
-from runner.store.domain.intents import TurnIntents
-from runner.store.domain.launches import LaunchQueue
-from runner.store.domain.notifications import Notifications
-from runner.store.domain.retention import Retention
+from runner.store.domain.launch_side import LaunchSide
 from runner.store.layout import SCHEMA_ID
 from runner.store.postgres.bundles import PostgresBundleRows
 from runner.store.postgres.connector import PostgresConnector
@@ -35,7 +31,7 @@ from runner.store.postgres.feeds import (
     PostgresEffects,
     PostgresWorkflowRequests,
 )
-from runner.store.postgres.queries import LAUNCH_SIDE, RUN_EVENTS
+from runner.store.postgres.queries import LAUNCH_SIDE
 from runner.store.postgres.reconcile import PostgresReconcileQueue, PostgresResources
 from runner.store.postgres.schema import open_schema, reset_schema
 from runner.store.postgres.wakeups import LaunchWakeups
@@ -46,7 +42,7 @@ if TYPE_CHECKING:
     from runner.store.interface import Store
 
 
-class PostgresStore:
+class PostgresStore(LaunchSide):
     """The durable store on Postgres; safe to share between threads
     (a connection pool) and between processes and machines (row locks)."""
 
@@ -66,16 +62,12 @@ class PostgresStore:
             raise
         # The launch side is the backend-neutral domain over this database's connector.
         connector = PostgresConnector(self._db)
-        self._run_events = RunEvents(connector, RUN_EVENTS)
-        self._launches = LaunchQueue(connector, self._run_events, LAUNCH_SIDE)
-        self._turn_intents = TurnIntents(connector)
-        self._notifications = Notifications(connector)
+        super().__init__(connector, LAUNCH_SIDE)
         self._resources = PostgresResources(self._db)
         self._reconcile_queue = PostgresReconcileQueue(self._db)
         self._effects = PostgresEffects(self._db)
         self._workflow_requests = PostgresWorkflowRequests(self._db)
         self._controller_events = PostgresControllerEvents(self._db)
-        self._retention = Retention(connector)
         self._bundles = PostgresBundleRows(self._db)
 
     @classmethod
@@ -94,30 +86,9 @@ class PostgresStore:
         return SCHEMA_ID
 
     @property
-    def launches(self) -> LaunchQueue:
-        return self._launches
-
-    @property
-    def turn_intents(self) -> TurnIntents:
-        return self._turn_intents
-
-    @property
-    def notifications(self) -> Notifications:
-        return self._notifications
-
-    @property
-    def run_events(self) -> RunEvents:
-        return self._run_events
-
-    @property
     def bundles(self) -> PostgresBundleRows:
         """Run bundles as rows (the engine's `BundleRows`, wired in by the host)."""
         return self._bundles
-
-    @property
-    def retention(self) -> Retention:
-        """Forgetting pruned runs and trimming history (`wfrun prune`)."""
-        return self._retention
 
     # --- controller side (ControllerStore) ---------------------------------------
 

@@ -42,11 +42,10 @@ class SqliteTransaction:
     def dialect(self) -> Dialect:
         return DIALECT
 
-    def _run(self, sql: str, params: Params) -> sqlite3.Cursor:
-        cursor = self._conn.cursor()
-        cursor.row_factory = _dict_row
+    @contextmanager
+    def _translated(self) -> Iterator[None]:
         try:
-            return cursor.execute(sql, params)
+            yield
         except sqlite3.IntegrityError as exc:
             if "UNIQUE constraint failed" in str(exc):
                 raise UniqueViolation(f"{exc} (store {self._db.path})") from None
@@ -54,30 +53,30 @@ class SqliteTransaction:
         except sqlite3.Error as exc:
             raise translate(exc, self._db.path) from None
 
+    def _run(self, sql: str, params: Params) -> sqlite3.Cursor:
+        cursor = self._conn.cursor()
+        cursor.row_factory = _dict_row
+        with self._translated():
+            return cursor.execute(sql, params)
+
     def all(self, sql: str, params: Params = _NO_PARAMS) -> list[Row]:
         cursor = self._run(sql, params)
-        try:
+        with self._translated():
             rows: list[Row] = cursor.fetchall()
-        except sqlite3.Error as exc:
-            raise translate(exc, self._db.path) from None
         return rows
 
     def one(self, sql: str, params: Params = _NO_PARAMS) -> Row | None:
-        rows = self.all(sql, params)
-        return rows[0] if rows else None
+        cursor = self._run(sql, params)
+        with self._translated():
+            row: Row | None = cursor.fetchone()
+        return row
 
     def run(self, sql: str, params: Params = _NO_PARAMS) -> int:
         return self._run(sql, params).rowcount
 
     def many(self, sql: str, rows: Sequence[Params]) -> None:
-        try:
+        with self._translated():
             self._conn.executemany(sql, rows)
-        except sqlite3.IntegrityError as exc:
-            if "UNIQUE constraint failed" in str(exc):
-                raise UniqueViolation(f"{exc} (store {self._db.path})") from None
-            raise translate(exc, self._db.path) from None
-        except sqlite3.Error as exc:
-            raise translate(exc, self._db.path) from None
 
     def now_ms(self) -> int:
         if self._now is None:

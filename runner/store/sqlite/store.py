@@ -16,11 +16,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from runner.store.domain.events import RunEvents
-from runner.store.domain.intents import TurnIntents
-from runner.store.domain.launches import LaunchQueue
-from runner.store.domain.notifications import Notifications
-from runner.store.domain.retention import Retention
+from runner.store.domain.launch_side import LaunchSide
 from runner.store.layout import SCHEMA_ID
 from runner.store.sqlite.connector import SqliteConnector
 from runner.store.sqlite.controllers import (
@@ -38,7 +34,7 @@ if TYPE_CHECKING:
     from runner.store.interface import Store
 
 
-class SqliteStore:
+class SqliteStore(LaunchSide):
     """The durable store on one SQLite file.
 
     `now` returns wall-clock seconds since the Unix epoch (float); the store keeps
@@ -62,17 +58,12 @@ class SqliteStore:
             read_only=read_only,
         )
         # The launch side is the backend-neutral domain over this file's connector.
-        connector = SqliteConnector(self._db, self.now_ms)
-        self._run_events = RunEvents(connector)
-        self._launches = LaunchQueue(connector, self._run_events)
-        self._turn_intents = TurnIntents(connector)
-        self._notifications = Notifications(connector)
+        super().__init__(SqliteConnector(self._db, self.now_ms))
         self._resources = SqliteResources(self._db, self.now_ms)
         self._reconcile_queue = SqliteReconcileQueue(self._db, self.now_ms)
         self._effects = SqliteEffects(self._db, self.now_ms)
         self._workflow_requests = SqliteWorkflowRequests(self._db, self.now_ms)
         self._controller_events = SqliteControllerEvents(self._db, self.now_ms)
-        self._retention = Retention(connector)
 
     @classmethod
     def reset(
@@ -97,27 +88,6 @@ class SqliteStore:
     @property
     def schema_id(self) -> str:
         return SCHEMA_ID
-
-    @property
-    def launches(self) -> LaunchQueue:
-        return self._launches
-
-    @property
-    def turn_intents(self) -> TurnIntents:
-        return self._turn_intents
-
-    @property
-    def notifications(self) -> Notifications:
-        return self._notifications
-
-    @property
-    def run_events(self) -> RunEvents:
-        return self._run_events
-
-    @property
-    def retention(self) -> Retention:
-        """Forgetting pruned runs and trimming history (`wfrun prune`)."""
-        return self._retention
 
     # --- controller side (ControllerStore) ---------------------------------------
 
