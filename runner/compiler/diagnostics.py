@@ -8,7 +8,6 @@ the happy path never pays for the slow round-trip loader.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
@@ -120,6 +119,8 @@ class DiagnosticSink:
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str | None:
     """A 'did you mean' hint for a misspelled key, node id or workflow name."""
+    import difflib  # only a mistake needs it; finding the project must not (cold start)
+
     matches = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f"did you mean '{matches[0]}'?" if matches else None
 
