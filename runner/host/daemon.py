@@ -43,6 +43,7 @@ from .runtime.watch import Drift, SourceWatch
 log = logging.getLogger(__name__)
 __all__ = ["LEASE_SECONDS", "HostLock", "HostReport", "StandaloneHost"]
 PARK_DEADLINE = 8.0
+CLAIM_RETRY = 1.0  # seconds between claims while the store refuses them
 
 
 @dataclass
@@ -199,7 +200,10 @@ class StandaloneHost:
             # Sleep until a run ends (a slot frees up), a notice announces a launch or
             # the poll interval passes.
             self.idle.set()
-            self._wake.wait(self.poll)
+            # A refused claim (the database restarting) is retried soon: the notice
+            # that it is back may have come before the claim that failed.
+            refused = self.coordinator.claim_error is not None
+            self._wake.wait(min(self.poll, CLAIM_RETRY) if refused else self.poll)
             self.idle.clear()
 
     def _claim_ready(self) -> int:

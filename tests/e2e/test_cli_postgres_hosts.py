@@ -31,6 +31,8 @@ from waiting import wait_until
 pytestmark = pytest.mark.timeout(420)
 
 LAUNCHES = 30
+AFTER_RESTART = 6
+IDLE_POLL = 60.0  # the batch after the restart must not wait for it (0.75 of it)
 HERE = Path(__file__).parent
 TERMINAL = ("done", "failed", "cancelled")
 WORKFLOW = """
@@ -66,12 +68,13 @@ class Fleet:
         assert done.returncode == 0, done.stderr
         return done.stdout.split()
 
-    def start(self, name: str) -> None:
+    def start(self, name: str, *extra: str) -> None:
         folder = self.root / name
         log = (self.root / f"{name}.log").open("ab")
         self.hosts[name] = subprocess.Popen(
             [sys.executable, "-m", "runner", "--project", str(folder), "--store", self.url,
-             "host", "--lease", str(self.lease), "--max-runs", "2", "--no-controllers"],
+             "host", "--lease", str(self.lease), "--max-runs", "2", "--no-controllers",
+             *extra],
             stdout=subprocess.DEVNULL, stderr=log, cwd=folder, start_new_session=True)
         log.close()
 
@@ -108,9 +111,9 @@ class Fleet:
             out[str(run_id)][str(kind)] += 1
         return out
 
-    def all_ended(self) -> bool:
+    def all_ended(self, launches: int = LAUNCHES) -> bool:
         counts = self.counts()
-        return sum(counts[s] for s in TERMINAL) == LAUNCHES
+        return sum(counts[s] for s in TERMINAL) == launches
 
     def check_invariants(self, ids: list[str]) -> dict[str, tuple[str, str | None, str | None]]:
         rows = self.rows()
@@ -162,12 +165,17 @@ def test_hosts_survive_the_server_restarting_under_load(
     fleet: Fleet, pg_cluster: PgCluster  # noqa: F811
 ) -> None:
     ids = fleet.enqueue(LAUNCHES)
-    for name in ("h1", "h2", "h3"):
-        fleet.start(name)
+    for name in ("h1", "h2", "h3"):  # a poll far beyond the waits: notices wake them
+        fleet.start(name, "--poll", str(IDLE_POLL))
     wait_until(lambda: fleet.counts()["done"] >= 5, timeout=180, what="five runs done")
     pg_cluster.restart()
     wait_until(fleet.all_ended, timeout=240, what=lambda: f"every launch ended: {fleet.counts()}")
     assert all(p.poll() is None for p in fleet.hosts.values())  # no host died of it
+    # The hosts listen again: a batch queued while they are idle after the restart is
+    # claimed on its notices (their poll would take IDLE_POLL seconds).
+    ids += fleet.enqueue(AFTER_RESTART)
+    wait_until(lambda: fleet.all_ended(LAUNCHES + AFTER_RESTART), timeout=IDLE_POLL * 0.75,
+               what=lambda: f"the batch queued after the restart: {fleet.counts()}")
     rows = fleet.check_invariants(ids)
     # With leases longer than the restart, no run changed hands: every one finished,
     # each side effect once.
