@@ -17,6 +17,7 @@ import fcntl
 import hashlib
 import json
 import os
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,6 +99,28 @@ def _private_dir(path: Path) -> None:
     os.chmod(path, 0o700)
 
 
+# Runs folders this process has made private: a run's bundle pays no stat and chmod of
+# its parent (a removed folder is made again: its bundle's mkdir says so).
+_PRIVATE_RUNS: set[Path] = set()
+_PRIVATE_LOCK = threading.Lock()
+
+
+def _make_bundle_dir(runs_dir: Path, root: Path) -> None:
+    with _PRIVATE_LOCK:
+        known = runs_dir in _PRIVATE_RUNS
+    if not known:
+        _private_dir(runs_dir)
+    try:
+        os.mkdir(root, 0o700)
+    except FileNotFoundError:
+        if not known:
+            raise
+        _private_dir(runs_dir)  # removed since (a test, a hand): once more, made private
+        os.mkdir(root, 0o700)
+    with _PRIVATE_LOCK:
+        _PRIVATE_RUNS.add(runs_dir)
+
+
 def _write_all(fd: int, data: bytes) -> None:
     """Every byte or an OSError: a nearly full disk first writes short, then refuses
     (ENOSPC); a short write taken for a whole one would leave a truncated file."""
@@ -146,10 +169,9 @@ class FolderBundle:
                durability: str = "full") -> FolderBundle:
         if not fence():
             raise ClaimLost(f"no claim on run '{run_id}'; not creating it")
-        _private_dir(runs_dir)
         root = runs_dir / run_id
         try:
-            os.mkdir(root, 0o700)
+            _make_bundle_dir(runs_dir, root)
         except FileExistsError:
             raise OperationFailed(f"run '{run_id}' already exists") from None
         bundle = cls(root, run_id, fence, durability)
@@ -217,8 +239,9 @@ class FolderBundle:
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         self._check()
-        _write_private(self.root / MANIFEST,
-                       (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode(),
+        # Compact canonical JSON: the C encoder (indenting takes Python's slow one, twice
+        # per run); `wfrun show` is the readable view.
+        _write_private(self.root / MANIFEST, (dumps(manifest) + "\n").encode(),
                        sync=self.sync)
 
     def write_workflow(self, snapshot: dict[str, Any]) -> None:
