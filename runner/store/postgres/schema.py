@@ -22,11 +22,11 @@ import re
 import secrets
 from dataclasses import dataclass
 
+from runner.store.ddl import DDL as SQLITE_DDL
 from runner.store.errors import IncompatibleLayout
 from runner.store.layout import SCHEMA_ID, TABLE_COLUMNS, TABLES, describe_column_drift
 from runner.store.postgres.bundles import BUNDLE_COLUMNS, BUNDLE_DDL, BUNDLE_TABLES
 from runner.store.postgres.db import Conn, PostgresDatabase
-from runner.store.sqlite.schema import DDL as SQLITE_DDL
 
 _REWRITES: tuple[tuple[str, str], ...] = (
     (r"INTEGER PRIMARY KEY AUTOINCREMENT", "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"),

@@ -1,7 +1,8 @@
-"""SQLite DDL for `wfrun.controller-store.v1` and the exact-layout check.
+"""The SQLite schema: creating `wfrun.controller-store.v1` (runner/store/ddl.py) and
+the exact-layout check.
 
 The check compares a store file with a fresh in-memory database built from the
-DDL below: the set of tables, every table's columns (name, type, NOT NULL,
+DDL: the set of tables, every table's columns (name, type, NOT NULL,
 default, primary key), and the normalized SQL of every table and index, which
 carries the CHECK constraints of the state contract and the partial unique
 indexes. Any difference refuses the file; nothing is migrated.
@@ -10,230 +11,18 @@ indexes. Any difference refuses the file; nothing is migrated.
 from __future__ import annotations
 
 import functools
-import re
 import sqlite3
-from collections.abc import Iterable
 from dataclasses import dataclass
 
-from runner.store.controller_interface import SPEC_MAX_BYTES, STATUS_MAX_BYTES
+# Re-exported: tests and postgres/bundles.py import them from here.
+from runner.store.ddl import DDL as DDL
+from runner.store.ddl import sql_in as sql_in
 from runner.store.layout import (
     SCHEMA_ID,
     TABLE_COLUMNS,
     TABLES,
     describe_column_drift,
     describe_table_drift,
-)
-from runner.store.states import (
-    CLAIMED_STATUSES,
-    CONTROLLER_ERROR_MAX_BYTES,
-    EFFECT_STATES,
-    ERROR_MESSAGE_MAX_BYTES,
-    INPUT_STATUSES,
-    LAUNCH_ERROR_CODES,
-    LAUNCH_STATUSES,
-    NOTIFICATION_KINDS,
-    PARK_MODES,
-    RESERVING_STATUSES,
-    TERMINAL_STATUSES,
-    TURN_CAUSES,
-    TURN_RESOLUTIONS,
-    WORKFLOW_REQUEST_STATES,
-)
-
-
-def sql_in(values: Iterable[str]) -> str:
-    """`('a', 'b')` for a fixed set of contract words (never user input)."""
-    words = list(values)
-    for word in words:
-        if not re.fullmatch(r"[a-z_]+", word):
-            raise ValueError(f"not a contract word: {word!r}")
-    return "(" + ", ".join(f"'{w}'" for w in words) + ")"
-
-
-DDL: tuple[str, ...] = (
-    """CREATE TABLE schema_info (
-    singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
-    schema_id TEXT NOT NULL,
-    created_at INTEGER NOT NULL
-)""",
-    f"""CREATE TABLE workflow_run_queue (
-    run_id TEXT PRIMARY KEY,
-    workflow_ref TEXT NOT NULL,
-    workflow_path TEXT,
-    workflow_source_json TEXT NOT NULL,
-    definition_digest TEXT NOT NULL,
-    input_json TEXT,
-    launch_options_json TEXT,
-    status TEXT NOT NULL CHECK (status IN {sql_in(LAUNCH_STATUSES)}),
-    runner_id TEXT,
-    claim_token TEXT,
-    claim_expires_at INTEGER,
-    epoch INTEGER NOT NULL DEFAULT 0 CHECK (epoch >= 0),
-    affinity_runner_id TEXT,
-    origin_session_id TEXT,
-    parent_run_id TEXT CHECK (parent_run_id IS NULL OR parent_run_id <> run_id),
-    error_code TEXT CHECK (error_code IS NULL OR error_code IN {sql_in(LAUNCH_ERROR_CODES)}),
-    error_message TEXT CHECK (
-        error_message IS NULL
-        OR length(CAST(error_message AS BLOB)) <= {ERROR_MESSAGE_MAX_BYTES}),
-    created_at INTEGER NOT NULL,
-    updated_at INTEGER NOT NULL,
-    started_at INTEGER,
-    finished_at INTEGER,
-    park_mode TEXT CHECK (park_mode IS NULL OR park_mode IN {sql_in(PARK_MODES)}),
-    crash_count INTEGER NOT NULL DEFAULT 0 CHECK (crash_count >= 0),
-    CHECK ((status = 'parked') = (park_mode IS NOT NULL)),
-    CHECK ((status IN {sql_in(CLAIMED_STATUSES)}) = (claim_token IS NOT NULL)),
-    CHECK ((claim_token IS NULL) = (claim_expires_at IS NULL)),
-    CHECK ((status = 'failed') = (error_code IS NOT NULL)),
-    CHECK ((error_code IS NULL) = (error_message IS NULL)),
-    CHECK (status IN {sql_in(INPUT_STATUSES)}
-           OR (input_json IS NULL AND launch_options_json IS NULL)),
-    CHECK ((status IN {sql_in(TERMINAL_STATUSES)}) = (finished_at IS NOT NULL))
-)""",
-    """CREATE INDEX workflow_run_queue_claimable
-    ON workflow_run_queue (status, claim_expires_at)""",
-    f"""CREATE UNIQUE INDEX workflow_run_queue_session_reservation
-    ON workflow_run_queue (origin_session_id)
-    WHERE origin_session_id IS NOT NULL AND status IN {sql_in(RESERVING_STATUSES)}""",
-    """CREATE UNIQUE INDEX workflow_run_queue_parent
-    ON workflow_run_queue (parent_run_id)
-    WHERE parent_run_id IS NOT NULL
-      AND NOT (status IN ('failed', 'cancelled') AND started_at IS NULL)""",
-    f"""CREATE TABLE workflow_turn_intents (
-    intent_id TEXT PRIMARY KEY,
-    source_event_id TEXT NOT NULL,
-    run_id TEXT NOT NULL,
-    workflow_ref TEXT NOT NULL,
-    target_session_id TEXT NOT NULL,
-    cause TEXT NOT NULL CHECK (cause IN {sql_in(TURN_CAUSES)}),
-    node_id TEXT,
-    attempt_id TEXT,
-    fallback_facts_json TEXT NOT NULL,
-    requested_at INTEGER NOT NULL,
-    eligible_at INTEGER,
-    resolved_at INTEGER,
-    resolution TEXT CHECK (resolution IS NULL OR resolution IN {sql_in(TURN_RESOLUTIONS)}),
-    resolution_message_id TEXT,
-    delivery_claim_token TEXT,
-    delivery_claim_expires_at INTEGER,
-    CHECK ((resolved_at IS NULL) = (resolution IS NULL)
-           AND (resolved_at IS NULL) = (resolution_message_id IS NULL)),
-    CHECK ((delivery_claim_token IS NULL) = (delivery_claim_expires_at IS NULL)),
-    CHECK (resolved_at IS NULL OR eligible_at IS NOT NULL)
-)""",
-    """CREATE UNIQUE INDEX workflow_turn_intents_one_pending
-    ON workflow_turn_intents (run_id, target_session_id)
-    WHERE resolved_at IS NULL""",
-    """CREATE INDEX workflow_turn_intents_eligible
-    ON workflow_turn_intents (target_session_id, eligible_at, intent_id)
-    WHERE resolved_at IS NULL AND eligible_at IS NOT NULL""",
-    f"""CREATE TABLE workflow_notifications (
-    notification_id TEXT PRIMARY KEY,
-    run_id TEXT NOT NULL,
-    node_id TEXT NOT NULL,
-    attempt_id TEXT NOT NULL,
-    notification_index INTEGER NOT NULL CHECK (notification_index > 0),
-    target_session_id TEXT NOT NULL,
-    kind TEXT NOT NULL CHECK (kind IN {sql_in(NOTIFICATION_KINDS)}),
-    content TEXT NOT NULL,
-    created_at INTEGER NOT NULL,
-    delivery_claim_token TEXT,
-    delivery_claim_expires_at INTEGER,
-    delivered_at INTEGER,
-    UNIQUE (run_id, node_id, notification_index),
-    CHECK ((delivery_claim_token IS NULL) = (delivery_claim_expires_at IS NULL))
-)""",
-    """CREATE INDEX workflow_notifications_pending
-    ON workflow_notifications (target_session_id, created_at, notification_id)
-    WHERE delivered_at IS NULL""",
-    """CREATE TABLE run_events (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    recorded_at INTEGER NOT NULL,
-    run_id TEXT NOT NULL,
-    workflow_ref TEXT,
-    type TEXT NOT NULL,
-    runner_id TEXT,
-    payload_json TEXT NOT NULL
-)""",
-    """CREATE INDEX run_events_by_run ON run_events (run_id, seq)""",
-    f"""CREATE TABLE resources (
-    controller TEXT NOT NULL,
-    resource_key TEXT NOT NULL,
-    uid TEXT NOT NULL UNIQUE,
-    resource_version INTEGER NOT NULL CHECK (resource_version > 0),
-    generation INTEGER NOT NULL CHECK (generation > 0),
-    spec_json TEXT NOT NULL CHECK (length(CAST(spec_json AS BLOB)) <= {SPEC_MAX_BYTES}),
-    status_json TEXT NOT NULL CHECK (length(CAST(status_json AS BLOB)) <= {STATUS_MAX_BYTES}),
-    deletion_timestamp INTEGER,
-    finalizers_json TEXT NOT NULL DEFAULT '[]',
-    created_at INTEGER NOT NULL,
-    updated_at INTEGER NOT NULL,
-    PRIMARY KEY (controller, resource_key)
-)""",
-    f"""CREATE TABLE reconcile_queue (
-    controller TEXT NOT NULL,
-    resource_key TEXT NOT NULL,
-    available_at INTEGER NOT NULL,
-    dirty INTEGER NOT NULL DEFAULT 0 CHECK (dirty IN (0, 1)),
-    claim_token TEXT,
-    claim_expires_at INTEGER,
-    epoch INTEGER NOT NULL DEFAULT 0 CHECK (epoch >= 0),
-    runner_id TEXT,
-    consecutive_errors INTEGER NOT NULL DEFAULT 0 CHECK (consecutive_errors >= 0),
-    last_error TEXT CHECK (
-        last_error IS NULL OR length(CAST(last_error AS BLOB)) <= {CONTROLLER_ERROR_MAX_BYTES}),
-    PRIMARY KEY (controller, resource_key),
-    CHECK ((claim_token IS NULL) = (claim_expires_at IS NULL)
-           AND (claim_token IS NULL) = (runner_id IS NULL)),
-    CHECK (dirty = 0 OR claim_token IS NOT NULL)
-) WITHOUT ROWID""",
-    """CREATE INDEX reconcile_queue_ready
-    ON reconcile_queue (available_at, controller, resource_key)""",
-    f"""CREATE TABLE effects (
-    resource_uid TEXT NOT NULL,
-    effect_key TEXT NOT NULL,
-    generation INTEGER NOT NULL CHECK (generation > 0),
-    kind TEXT NOT NULL,
-    state TEXT NOT NULL CHECK (state IN {sql_in(EFFECT_STATES)}),
-    request_fingerprint TEXT NOT NULL,
-    started_at INTEGER NOT NULL,
-    completed_at INTEGER,
-    external_ref TEXT,
-    error TEXT CHECK (error IS NULL OR length(CAST(error AS BLOB)) <= {CONTROLLER_ERROR_MAX_BYTES}),
-    PRIMARY KEY (resource_uid, effect_key),
-    CHECK ((state = 'pending') = (completed_at IS NULL))
-)""",
-    f"""CREATE TABLE workflow_requests (
-    request_id TEXT PRIMARY KEY,
-    resource_uid TEXT NOT NULL,
-    request_key TEXT NOT NULL,
-    input_fingerprint TEXT NOT NULL,
-    workflow TEXT NOT NULL,
-    run_id TEXT,
-    state TEXT NOT NULL CHECK (state IN {sql_in(WORKFLOW_REQUEST_STATES)}),
-    attempt INTEGER NOT NULL CHECK (attempt >= 0),
-    error TEXT CHECK (error IS NULL OR length(CAST(error AS BLOB)) <= {CONTROLLER_ERROR_MAX_BYTES}),
-    created_at INTEGER NOT NULL,
-    updated_at INTEGER NOT NULL,
-    UNIQUE (resource_uid, request_key),
-    CHECK ((run_id IS NULL) = (attempt = 0)),
-    CHECK (state <> 'pending' OR attempt = 0),
-    CHECK (state NOT IN ('running', 'waiting') OR attempt > 0)
-)""",
-    """CREATE UNIQUE INDEX workflow_requests_by_run
-    ON workflow_requests (run_id) WHERE run_id IS NOT NULL""",
-    """CREATE TABLE controller_events (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    recorded_at INTEGER NOT NULL,
-    controller TEXT NOT NULL,
-    resource_key TEXT NOT NULL,
-    type TEXT NOT NULL,
-    reconcile_id TEXT,
-    payload_json TEXT NOT NULL
-)""",
-    """CREATE INDEX controller_events_by_resource
-    ON controller_events (controller, resource_key, seq DESC)""",
 )
 
 
