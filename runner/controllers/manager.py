@@ -25,7 +25,7 @@ import math
 import random
 import secrets
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,15 +35,28 @@ from runner.deadline import run_with_deadline
 from runner.errors import InputError, NotFoundError, PermanentError, TemporaryError
 from runner.leases import Renewer
 from runner.store import LostRace, StoreError
-from runner.store.controller_interface import ControllerStore, QueueItem, Resource
+from runner.store.controller_interface import (
+    ClaimedPass,
+    ControllerStore,
+    PassEnd,
+    PassResult,
+    QueueItem,
+    QueueOutcome,
+    Resource,
+)
 
 from .conditions import Result, apply_patch
 from .context import ReconcileContext, Workflows
 from .definitions import Controller
 from .effects import Effects
+from .groupcommit import GroupCommit
 from .workflows import ChildWorkflows
 
 log = logging.getLogger(__name__)
+#: Where a crash test may stop the process (`ControllerManager.crash`): a batch of
+#: keys claimed, none reconciled yet; and the ends of passes collected for a group
+#: commit, not yet committed.
+MANAGER_CRASH_POINTS = ("after_batch_claim", "before_group_commit")
 MAX_ERROR_BYTES = 2000
 #: A reconcile timeout bounds how long user code really runs, so it is measured on
 #: the system clock: a test's FakeClock cannot make a hung reconciler return.
@@ -59,6 +72,9 @@ class ManagerConfig:
     shutdown_grace: float = 10.0
     backoff_base: float = 1.0
     backoff_cap: float = 300.0
+    #: Keys one worker claims in one transaction (1 with per-controller limits, so a
+    #: waiting key never holds a controller's slot).
+    claim_batch: int = 8
 
 
 def _bounded(text: str) -> str:
@@ -123,6 +139,10 @@ class ControllerManager:
             self.clock, self._renew, self._lost, renew_every=every * 2 / 3, tick=every / 3,
             name="wfrun-lease-renewer")
         self.passes = 0
+        self.claims = 0  # claim transactions that took at least one key
+        # The ends of passes finishing together on several workers share one commit.
+        self.ends: GroupCommit[PassEnd, PassResult] = GroupCommit(
+            self._commit_ends, done=self._ended, failed=self._not_ended)
 
     # -- resources ---------------------------------------------------------------------
     def controller(self, name: str) -> Controller:
@@ -170,40 +190,127 @@ class ControllerManager:
 
     def reconcile_one(self) -> bool:
         """Claim and process one available key; False when nothing is available."""
+        ran = self._run_batch(1) > 0
+        self.ends.flush()
+        return ran
+
+    def run_until_idle(self, max_passes: int = 1000) -> int:
+        """Process available work on this thread until none is left (for tests, --once)."""
+        done = 0
+        while done < max_passes:
+            ran = self._run_batch(min(self._batch_size(), max_passes - done))
+            if not ran:
+                break
+            done += ran
+        self.ends.flush()  # every pass run here is committed when this returns
+        return done
+
+    def _batch_size(self) -> int:
+        return 1 if self.config.per_controller else max(1, self.config.claim_batch)
+
+    def _claim(self, limit: int) -> list[tuple[ClaimedPass, _Claim, str]]:
+        """Claim up to `limit` keys in one transaction (each with its started record)."""
         # With per-controller limits, counting busy slots and claiming must be one step,
         # or two workers both see a free slot and both claim.
         with self._claim_lock if self.config.per_controller else contextlib.nullcontext():
             eligible = self._eligible()
             if eligible is not None and not eligible:
-                return False
-            rid = secrets.token_hex(8)
+                return []
+            rids: dict[tuple[str, str], str] = {}
+
+            def started(item: QueueItem) -> tuple[str, dict[str, Any], str]:
+                rid = rids[(item.controller, item.key)] = secrets.token_hex(8)
+                return ("reconcile_started", {"runner": self.runner_id}, rid)
+
             try:
-                # The started record commits with the claim: one write, not two.
-                item = self.store.reconcile_queue.claim_next(
+                claimed = self.store.reconcile_queue.claim_batch(
                     runner_id=self.runner_id, lease_seconds=self.config.lease_seconds,
-                    controllers=eligible,
-                    claim_event=("reconcile_started", {"runner": self.runner_id}, rid))
+                    limit=limit, controllers=eligible, claim_event=started)
             except StoreError as exc:
                 log.warning("claim failed: %s", exc)
-                return False
-            if item is None:
-                return False
-            slot = (item.controller, item.key)
+                return []
+            batch = []
             with self._lock:
-                self._active[slot] = threading.Event()
+                self.claims += bool(claimed)
+                for c in claimed:
+                    cancelled = threading.Event()
+                    self._active[(c.item.controller, c.item.key)] = cancelled
+                    batch.append((c, _Claim(c.item, cancelled),
+                                  rids[(c.item.controller, c.item.key)]))
+        return batch
+
+    def _run_batch(self, limit: int) -> int:
+        """Claim a batch and reconcile its keys one after another on this thread; keys
+        not reached when the manager stops are released at once. Returns passes run."""
+        batch = self._claim(limit)
+        if not batch:
+            return 0
+        self.crash("after_batch_claim")
+        for _, claim, _ in batch:  # held (and renewed) while they wait their turn
+            self._renewer.add(claim)
+        done = 0
         try:
-            self._process(item, rid)
+            for i, (claimed, claim, rid) in enumerate(batch):
+                if i and self._stop.is_set():
+                    self._release(batch[i:])
+                    break
+                if claim.lost.is_set():  # taken over while it waited: not ours to run
+                    self.store.controller_events.append(
+                        claim.item.controller, claim.item.key, "reconcile_lost", {},
+                        reconcile_id=rid)
+                    continue
+                # The first key's resource was read by the claim's own transaction; the
+                # others are read again just before their reconciler is called.
+                resource = (claimed.resource if i == 0 else
+                            self.store.resources.get(claim.item.controller, claim.item.key))
+                self._process(claim, resource, rid)
+                done += 1
         finally:
             with self._lock:
-                self._active.pop(slot, None)
-        return True
-
-    def run_until_idle(self, max_passes: int = 1000) -> int:
-        """Process available work on this thread until none is left (for tests, --once)."""
-        done = 0
-        while done < max_passes and self.reconcile_one():
-            done += 1
+                for _, claim, _ in batch:
+                    self._renewer.remove(claim)
+                    self._active.pop((claim.item.controller, claim.item.key), None)
         return done
+
+    def _release(self, rest: list[tuple[ClaimedPass, _Claim, str]]) -> None:
+        """Hand back claimed keys this manager will not reconcile (it is stopping)."""
+        ends = []
+        for _, claim, rid in rest:
+            self._renewer.remove(claim)
+            assert claim.item.claim_token is not None
+            ends.append(PassEnd(claim.item.controller, claim.item.key, claim.item.claim_token,
+                                outcome="requeue",
+                                events=[("reconcile_released", {"reason": "stopping"}, rid)]))
+        try:
+            self.store.reconcile_queue.finish_passes(ends)
+        except StoreError as exc:  # the claims expire after their lease instead
+            log.warning("releasing claims failed: %s", exc)
+
+    def _commit_ends(self, ends: Sequence[PassEnd]) -> list[PassResult]:
+        self.crash("before_group_commit")
+        return self.store.reconcile_queue.finish_passes(ends)
+
+    def _end(self, end: PassEnd) -> None:
+        """End one pass (status CAS, events, queue completion) in the next group commit."""
+        self.ends.submit(end)
+
+    def _ended(self, end: PassEnd, result: PassResult) -> None:
+        if isinstance(result, ValueError):
+            # A status the store refuses (too big, not JSON): the pass fails, retried later.
+            message = _bounded(str(result))
+            self.store.reconcile_queue.complete(
+                end.controller, end.key, end.claim_token, outcome="error",
+                delay=self.config.backoff_base, error=message,
+                events=[("reconcile_failed", {"error": message},
+                         end.events[0][2] if end.events else None)])
+        elif isinstance(result, LostRace):
+            log.info("pass of %s/%s ended after its claim was taken over; nothing written",
+                     end.controller, end.key)
+
+    @staticmethod
+    def _not_ended(ends: Sequence[PassEnd], exc: Exception) -> None:
+        log.warning("%d pass end(s) not committed (%s); their claims expire and the keys "
+                    "are reconciled again", len(ends), exc)
 
     def start(self) -> None:
         self._stop.clear()
@@ -222,13 +329,15 @@ class ControllerManager:
         for t in self._threads:
             t.join(timeout=max(end - self.clock.monotonic(), 0.0))
         self._threads = [t for t in self._threads if t.is_alive()]
+        # Ends handed in by the workers are committed before stop returns.
+        self.ends.flush(max(end - self.clock.monotonic(), 0.0))
         if self.children is not None:
             self.children.shutdown(grace=1.0)
 
     def _worker(self) -> None:
         while not self._stop.is_set():
             try:
-                worked = self.reconcile_one()
+                worked = self._run_batch(self._batch_size()) > 0
             except Exception:  # a worker never dies; the pass already recorded its error
                 log.exception("reconcile worker error")
                 worked = False
@@ -236,34 +345,34 @@ class ControllerManager:
                 self._stop.wait(self.config.idle_poll)
 
     # -- one pass ----------------------------------------------------------------------------
-    def _process(self, item: QueueItem, rid: str) -> None:
+    def _process(self, claim: _Claim, resource: Resource | None, rid: str) -> None:
+        item = claim.item
         assert item.claim_token is not None
         token = item.claim_token
-        q, events = self.store.reconcile_queue, self.store.controller_events
         ctl = self.controllers.get(item.controller)
         if ctl is None:
-            q.complete(item.controller, item.key, token, outcome="requeue_after", delay=60.0,
-                       error="no such controller in this manager",
-                       events=[("reconcile_skipped", {"reason": "unknown controller"}, rid)])
+            self._renewer.remove(claim)
+            self._end(PassEnd(item.controller, item.key, token, outcome="requeue_after",
+                              delay=60.0, error="no such controller in this manager",
+                              events=[("reconcile_skipped", {"reason": "unknown controller"},
+                                       rid)]))
             return
-        resource = self.store.resources.get(item.controller, item.key)
         if resource is None:
-            q.complete(item.controller, item.key, token, outcome="settled",
-                       events=[("reconcile_skipped", {"reason": "no resource"}, rid)])
+            self._renewer.remove(claim)
+            self._end(PassEnd(item.controller, item.key, token, outcome="settled",
+                              events=[("reconcile_skipped", {"reason": "no resource"}, rid)]))
             return
         with self._lock:
-            cancelled = self._active.setdefault((item.controller, item.key), threading.Event())
             self.passes += 1
         read = {"generation": resource.generation, "resource_version": resource.resource_version,
                 "attempt": item.consecutive_errors + 1}
-        claim = _Claim(item, cancelled)
-        self._renewer.add(claim)
         try:
-            result = self._call(ctl, resource, rid, cancelled)
+            result = self._call(ctl, resource, rid, claim.cancelled)
         finally:
             self._renewer.remove(claim)
         if claim.lost.is_set():
-            events.append(item.controller, item.key, "reconcile_lost", {}, reconcile_id=rid)
+            self.store.controller_events.append(item.controller, item.key, "reconcile_lost",
+                                                {}, reconcile_id=rid)
             return
         if isinstance(result, _Failure):
             self._fail(item, token, read, result, rid)
@@ -273,16 +382,16 @@ class ControllerManager:
     def _fail(self, item: QueueItem, token: str, read: dict[str, Any], failure: _Failure,
               rid: str) -> None:
         """Record a failed pass and schedule the next one as its exception asks."""
-        q = self.store.reconcile_queue
         message = _bounded(failure.message)
         if isinstance(failure.raised, PermanentError):
             # Settled, not retried: retrying cannot help until the spec changes or
             # someone wakes the key (a wake-up during this pass still gets its pass).
             # The row goes away, so the event is where the error stays visible.
-            q.complete(item.controller, item.key, token, outcome="settled", error=message,
-                       events=[("reconcile_failed", {**read, "error": message,
-                                                     "retry": "never", "retry_in": None},
-                                rid)])
+            self._end(PassEnd(item.controller, item.key, token, outcome="settled",
+                              error=message,
+                              events=[("reconcile_failed", {**read, "error": message,
+                                                            "retry": "never",
+                                                            "retry_in": None}, rid)]))
             return
         delay = _requested_delay(failure.raised)
         retry = "delay"
@@ -290,10 +399,11 @@ class ControllerManager:
             retry = "backoff"
             delay = backoff_delay(item.consecutive_errors + 1, self.config.backoff_base,
                                   self.config.backoff_cap, self.rng)
-        q.complete(item.controller, item.key, token, outcome="error", delay=delay,
-                   error=message,
-                   events=[("reconcile_failed", {**read, "error": message, "retry": retry,
-                                                 "retry_in": round(delay, 3)}, rid)])
+        self._end(PassEnd(item.controller, item.key, token, outcome="error", delay=delay,
+                          error=message,
+                          events=[("reconcile_failed", {**read, "error": message,
+                                                        "retry": retry,
+                                                        "retry_in": round(delay, 3)}, rid)]))
 
     def _call(self, ctl: Controller, resource: Resource, rid: str,
               cancelled: threading.Event) -> Result | _Failure:
@@ -348,20 +458,55 @@ class ControllerManager:
 
     def _finish(self, item: QueueItem, token: str, ctl: Controller, resource: Resource,
                 result: Result, rid: str) -> None:
-        q, events, resources = (self.store.reconcile_queue, self.store.controller_events,
-                                self.store.resources)
         c, k = item.controller, item.key
         try:
             status = apply_patch(resource.status, result.patch,
                                  generation=resource.generation, now=iso(self.clock.now()))
+        except ValueError as exc:
+            self._invalid(item, token, exc, rid)
+            return
+        if result.patch.finalizers is not None or resource.deletion_timestamp is not None:
+            self._finish_with_finalizers(item, token, ctl, resource, status, result, rid)
+            return
+        outcome: QueueOutcome = "settled"
+        delay = 0.0
+        if result.kind == "requeue":
+            outcome = "requeue"
+        elif result.kind == "requeue_after":
+            outcome, delay = "requeue_after", result.delay
+        elif ctl.resync:
+            outcome, delay = "requeue_after", ctl.resync
+        # Status CAS, queue completion and the finished record: one transaction, shared
+        # with the passes other workers finish meanwhile.
+        self._end(PassEnd(
+            c, k, token, outcome=outcome, delay=delay,
+            events=[("reconcile_finished", {"result": result.kind, "delay": result.delay,
+                                            "generation": resource.generation}, rid)],
+            status=status, expected_version=resource.resource_version,
+            # The resource changed while we worked: our status is stale; look again.
+            conflict_events=[("reconcile_conflict",
+                              {"read_version": resource.resource_version}, rid)]))
+
+    def _invalid(self, item: QueueItem, token: str, exc: ValueError, rid: str) -> None:
+        """A status that cannot be made (too big, not JSON): the pass fails, retried later."""
+        message = _bounded(str(exc))
+        self.store.reconcile_queue.complete(
+            item.controller, item.key, token, outcome="error", delay=self.config.backoff_base,
+            error=message, events=[("reconcile_failed", {"error": message}, rid)])
+
+    def _finish_with_finalizers(self, item: QueueItem, token: str, ctl: Controller,
+                                resource: Resource,
+                                status: dict[str, Any], result: Result, rid: str) -> None:
+        """The rare pass that changes finalizers or meets a deletion: one write at a time."""
+        q, events, resources = (self.store.reconcile_queue, self.store.controller_events,
+                                self.store.resources)
+        c, k = item.controller, item.key
+        try:
             updated = resources.update_status(c, k, resource.resource_version, status)
         except ValueError as exc:
-            message = _bounded(str(exc))
-            q.complete(c, k, token, outcome="error", delay=self.config.backoff_base,
-                       error=message, events=[("reconcile_failed", {"error": message}, rid)])
+            self._invalid(item, token, exc, rid)
             return
         if isinstance(updated, LostRace):
-            # The resource changed while we worked: our status is stale; look again.
             q.complete(c, k, token, outcome="requeue",
                        events=[("reconcile_conflict",
                                 {"read_version": resource.resource_version}, rid)])

@@ -10,7 +10,7 @@ from the store's clock; durations passed in are seconds.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -106,6 +106,41 @@ class ControllerEvent:
     payload: dict[str, Json]
 
 
+@dataclass(frozen=True, slots=True)
+class ClaimedPass:
+    """One key of a batch claim, and its resource as the claim's transaction read it
+    (None: no such resource)."""
+
+    item: QueueItem
+    resource: Resource | None
+
+
+@dataclass(frozen=True, slots=True)
+class PassEnd:
+    """How one claimed pass ends, for `ReconcileQueue.finish_passes`.
+
+    With `status`, the status compare-and-swap against `expected_version` is made
+    first; if it loses, `conflict_events` are recorded instead of `events` and the key
+    is requeued at once (the pass's status was stale)."""
+
+    controller: str
+    key: str
+    claim_token: str
+    outcome: QueueOutcome
+    delay: float = 0.0
+    error: str | None = None
+    events: Sequence[EventSpec] = ()
+    status: Mapping[str, object] | None = None
+    expected_version: int | None = None
+    conflict_events: Sequence[EventSpec] = ()
+
+
+#: What became of one PassEnd: "finished"; "conflict" (status CAS lost, requeued);
+#: LostRace (the claim was taken over: nothing written); ValueError (a status or an
+#: event that cannot be stored: nothing written, the pass still holds its claim).
+PassResult = Literal["finished", "conflict"] | LostRace | ValueError
+
+
 class Resources(Protocol):
     def apply(self, controller: str, key: str, spec: Mapping[str, object],
               initial_status: Mapping[str, object] | None = None) -> Resource:
@@ -165,6 +200,20 @@ class ReconcileQueue(Protocol):
         row is available now). `error` increments consecutive_errors; others reset it.
         Returns the remaining row, None when deleted, LostRace when not the holder.
         `events` are recorded in the same transaction, only while the claim holds."""
+        ...
+
+    def claim_batch(self, *, runner_id: str, lease_seconds: float, limit: int,
+                    controllers: Iterable[str] | None = None,
+                    claim_event: Callable[[QueueItem], EventSpec] | None = None
+                    ) -> list[ClaimedPass]:
+        """Up to `limit` of the oldest available keys claimed in one transaction, as
+        `claim_next` claims one, each with its resource read in that transaction and
+        `claim_event(item)` recorded for it."""
+        ...
+
+    def finish_passes(self, ends: Sequence[PassEnd]) -> list[PassResult]:
+        """End several claimed passes in one transaction (a group commit): for each,
+        only while its claim holds, the status CAS, its events and its `complete`."""
         ...
 
     def get(self, controller: str, key: str) -> QueueItem | None: ...

@@ -7,7 +7,8 @@ other's candidates and one key is reconciled by one holder at a time."""
 
 from __future__ import annotations
 
-from runner.store.domain.controller_queue import WAKE, KeyedQueue
+from runner.store.domain.controller_passes import PassQueue
+from runner.store.domain.controller_queue import WAKE
 from runner.store.domain.controller_resources import ResourceTable
 from runner.store.postgres.connector import PostgresConnector, to_psycopg
 from runner.store.postgres.db import Conn, PostgresDatabase, Row
@@ -28,7 +29,7 @@ class PostgresResources(ResourceTable):
         super().__init__(PostgresConnector(db))
 
 
-class PostgresReconcileQueue(KeyedQueue):
+class PostgresReconcileQueue(PassQueue):
     """`ReconcileQueue` on Postgres."""
 
     def __init__(self, db: PostgresDatabase) -> None:

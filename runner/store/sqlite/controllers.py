@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from runner.store.domain.controller_events import ControllerEventFeed
-from runner.store.domain.controller_queue import KeyedQueue
+from runner.store.domain.controller_passes import PassQueue
 from runner.store.domain.controller_resources import ResourceTable
 from runner.store.domain.effects import EffectLedger
 from runner.store.domain.workflow_requests import RequestBook
@@ -16,7 +16,7 @@ from runner.store.sqlite.connector import SqliteConnector
 from runner.store.sqlite.db import SqliteDatabase
 
 
-class SqliteReconcileQueue(KeyedQueue):
+class SqliteReconcileQueue(PassQueue):
     """`ReconcileQueue` on SQLite."""
 
     def __init__(self, db: SqliteDatabase, now_ms: Callable[[], int]) -> None:

@@ -33,6 +33,7 @@ def _sqlite(tmp_path: Path) -> Backend:
 
 #: The modules whose every test also runs on Postgres.
 POSTGRES_MODULES = frozenset({
+    "test_controller_passes",
     "test_controller_queue",
     "test_controller_records",
     "test_controller_resources",
