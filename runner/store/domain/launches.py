@@ -73,6 +73,7 @@ _CONTINUATION_SLOT = "NOT (status IN ('failed', 'cancelled') AND started_at IS N
 
 SQL: Mapping[str, str] = {
     "load": "SELECT * FROM workflow_run_queue WHERE run_id = :run_id",
+    "fence": "SELECT *, {now} AS fence_now FROM workflow_run_queue WHERE run_id = :run_id",
     "reservation": "SELECT * FROM workflow_run_queue WHERE origin_session_id = :session"
     f" AND status IN {_RESERVING} AND run_id <> :run_id",
     "continuation": "SELECT * FROM workflow_run_queue WHERE parent_run_id = :parent"
@@ -204,10 +205,10 @@ class LaunchQueue(LaunchPages):
         return launch_from_row(row) if row else None
 
     def list_recoverable(self, *, session_id: str | None = None) -> list[LaunchRecord]:
-        with self._connector.read() as tx:
-            rule = "" if session_id is None else " AND q.origin_session_id = :session"
-            rows = tx.all(self._sql["recoverable"].format(session=rule),
-                          {**_FIXED, "now": tx.now_ms(), "session": session_id})
+        rule = "" if session_id is None else " AND q.origin_session_id = :session"
+        with self._connector.read() as tx:  # the clock inside the statement: one round trip
+            sql = self._sql["recoverable"].format(session=rule).replace(":now", tx.now_sql())
+            rows = tx.all(sql, {**_FIXED, "session": session_id})
         return [launch_from_row(row) for row in rows]
 
     # --- enqueue -----------------------------------------------------------------
@@ -345,10 +346,10 @@ class LaunchQueue(LaunchPages):
         return launch_from_row(renewed)
 
     def check_claim(self, run_id: str, claim_token: str) -> LaunchRecord | LostRace:
+        # The fence runs once per node: its row and the clock in one statement.
         with self._connector.read() as tx:
-            now = tx.now_ms()
-            row = tx.one(self._sql["load"], {"run_id": run_id})
-        lost = guard(row, run_id, _HOLD, claim_token, now)
+            row = tx.one(self._sql["fence"].format(now=tx.now_sql()), {"run_id": run_id})
+        lost = guard(row, run_id, _HOLD, claim_token, 0 if row is None else row["fence_now"])
         if lost is not None:
             return lost
         assert row is not None

@@ -28,6 +28,8 @@ DIALECT = Dialect(name="postgres", lock=" FOR UPDATE",
                   skip_locked=" FOR UPDATE SKIP LOCKED", unlimited=None,
                   same="IS NOT DISTINCT FROM")
 _NO_PARAMS: Params = {}
+#: The database clock in integer milliseconds (the transaction's start).
+DB_NOW_MS = "(extract(epoch FROM now()) * 1000)::bigint"
 # `:name` not preceded by another `:` (so `x::bigint` stays a cast).
 _NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 
@@ -80,6 +82,11 @@ class PostgresTransaction:
         if self._now is None:
             self._now = self._db.now_ms(self._conn)
         return self._now
+
+    def now_sql(self) -> str:
+        if self._now is None and not self._db.injected_clock:
+            return DB_NOW_MS
+        return str(int(self.now_ms()))
 
     @contextmanager
     def savepoint(self) -> Iterator[None]:

@@ -83,6 +83,9 @@ class SqliteTransaction:
             self._now = self._clock()
         return self._now
 
+    def now_sql(self) -> str:
+        return str(int(self.now_ms()))
+
     @contextmanager
     def savepoint(self) -> Iterator[None]:
         self._savepoints += 1

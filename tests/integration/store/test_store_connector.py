@@ -116,6 +116,7 @@ def test_the_clock_is_fixed_per_transaction(connector: Connector) -> None:
     with connector.write() as tx:
         first = tx.now_ms()
         assert tx.now_ms() == first
+        assert tx.one(f"SELECT {tx.now_sql()} AS n") == {"n": first}
     with connector.write() as tx:
         assert tx.now_ms() > first
 
@@ -163,6 +164,8 @@ def test_postgres_skip_locked_passes_a_row_another_transaction_holds(
             assert holder.one(head + holder.dialect.skip_locked) == {"k": "a"}
             with connector.write() as other:
                 assert other.one(head + other.dialect.skip_locked) == {"k": "b"}
+                in_statement = other.one(f"SELECT {other.now_sql()} AS n")
+                assert in_statement == {"n": other.now_ms()}  # now(): the transaction's start
                 clock = other.now_ms()  # the database clock: milliseconds since 1970
                 assert clock > 1_700_000_000_000
     finally:
