@@ -25,11 +25,11 @@ and two more for effect tests, one per kind of provider safety:
                                               is 422
 
 Tests set the state (`add_pull`, `set_head`, `set_checks`, `set_title`,
-`pull.mergeable`, `pull.merged`) and read `requests` (method, path, headers, body)
-and `comments` afterwards. `on_request(method, path)` runs before each answer (to
-race a push in); `merge_fault` and `comment_fault` simulate a provider whose
-answer is lost: `"apply_then_500"` does it and answers 500, `"500"` answers 500
-without doing it.
+`pull.mergeable`, `pull.merged`) and read `requests` (method, path, headers, body,
+the answer's status) and `comments` afterwards. `on_request(method, path)` runs
+before each answer (to race a push in); `merge_fault` and `comment_fault` simulate
+a provider whose answer is lost: `"apply_then_500"` does it and answers 500, `"500"`
+answers 500 without doing it.
 
 Use the `github` fixture, or `FakeGitHub.start()` / `.stop()` by hand.
 """
@@ -86,6 +86,7 @@ class Recorded:
     path: str
     headers: dict[str, str]
     body: Any
+    status: int = 0  # the answer's status code, once answered
 
 
 @dataclass
@@ -202,8 +203,8 @@ class FakeGitHub:
             self.on_request(method, path)
         headers = dict(h.headers.items())
         with self._lock:
-            self.requests.append(Recorded(method, path, headers, body))
             code, answer, extra = self._route(method, path, body, h.headers)
+            self.requests.append(Recorded(method, path, headers, body, code))
         data = json.dumps(answer).encode()
         h.send_response(code)
         h.send_header("Content-Type", "application/json")
