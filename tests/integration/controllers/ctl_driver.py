@@ -7,10 +7,11 @@ It wires the project's store, discovered controllers and child workflows exactly
 as `wfrun controller run` does (runner.host.runtime.controllers.make_manager), plus two
 things the CLI does not expose: the claim lease, and a crash seam. With
 `CTL_CRASH_AT=<point>[:<n>]` in the environment (a point of
-runner.controllers.effects.CRASH_POINTS, or `before_child_queued`: a child's
-attempt is saved, its launch row not yet queued) the process SIGKILLs itself the
-n-th time it passes that point, the way a power cut or OOM kill would. The launch
-and engine points (`WFRUN_CRASH_AT`) work here too: child runs read it.
+runner.controllers.effects.CRASH_POINTS or manager.MANAGER_CRASH_POINTS, or
+`before_child_queued`: a child's attempt is saved, its launch row not yet queued)
+the process SIGKILLs itself the n-th time it passes that point, the way a power
+cut or OOM kill would. The launch and engine points (`WFRUN_CRASH_AT`) work here
+too: child runs read it.
 
 --once: run passes until nothing is ready, then wait for child runs this
 process started and keep going until nothing is ready and no child is active
@@ -36,6 +37,7 @@ from runner.clock import clock_from_env
 from runner.compiler import build_catalog
 from runner.controllers import ManagerConfig
 from runner.controllers.effects import CRASH_POINTS
+from runner.controllers.manager import MANAGER_CRASH_POINTS
 from runner.host.runtime.controllers import discover, make_manager
 from runner.host.runtime.local import Workspace, make_executor, open_store
 
@@ -47,7 +49,7 @@ def crash_hook(spec: str | None) -> Callable[[str], None] | None:
     if not spec:
         return None
     point, _, count = spec.partition(":")
-    assert point in CRASH_POINTS + CHILD_POINTS, spec
+    assert point in CRASH_POINTS + CHILD_POINTS + MANAGER_CRASH_POINTS, spec
     target, seen = int(count or 1), [0]
 
     def crash(name: str) -> None:
