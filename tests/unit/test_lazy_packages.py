@@ -1,0 +1,52 @@
+"""runner.compiler and runner.engine load their public names on first use (PEP 562).
+
+The public API stays as it was: every name in `__all__` resolves to the object its
+submodule defines, `from runner.engine import Engine` works, and an unknown name is
+an AttributeError. Importing the package alone loads none of its submodules (in a
+fresh interpreter, as a command would).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+
+import pytest
+
+PACKAGES = ("runner.compiler", "runner.engine")
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_every_public_name_resolves_to_its_submodule_object(package: str) -> None:
+    module = importlib.import_module(package)
+    lazy: dict[str, str] = module._LAZY
+    assert sorted(lazy) == sorted(module.__all__)
+    for name in module.__all__:
+        defining = importlib.import_module(f"{package}.{lazy[name]}")
+        assert getattr(module, name) is getattr(defining, name), name
+    assert set(module.__all__) <= set(dir(module))
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        module.nope  # noqa: B018
+
+
+def test_from_imports_keep_working() -> None:
+    from runner.compiler import Compiler, WorkflowDefinition
+    from runner.engine import Engine, RunReader
+    from runner.engine.engine import Engine as DefinedEngine
+    from runner.engine.reader import RunReader as DefinedReader
+
+    assert Engine is DefinedEngine
+    assert RunReader is DefinedReader
+    assert Compiler.__module__ == "runner.compiler.compile"
+    assert WorkflowDefinition.__module__ == "runner.compiler.model"
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_importing_the_package_loads_no_submodule(package: str) -> None:
+    code = (f"import json, sys, {package}\n"
+            f"print(json.dumps(sorted(m for m in sys.modules if m.startswith('{package}.'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True)
+    assert json.loads(out.stdout) == []
