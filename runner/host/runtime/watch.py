@@ -81,6 +81,9 @@ class SourceWatch:
         self._records: dict[str, LaunchRecord] = {}
         self._drift: dict[str, Drift] = {}
         self._interest: frozenset[str] = frozenset()  # files and their watched ancestors
+        # Each watched launch's files and their folders, computed once per launch: a
+        # draining host updates the set on every claim (it was O(queued) path parsing).
+        self._launch_paths: dict[str, frozenset[str]] = {}
         self._watches: dict[str, Any] = {}  # folder -> ObservedWatch
         self._state = threading.RLock()  # never held while waiting for _pending
         self._pending = threading.Lock()  # the observer's thread takes only this one
@@ -153,18 +156,17 @@ class SourceWatch:
                      if run not in self._records or self._records[run].source != r.source}
             for run in set(self._records) - set(wanted):
                 self._drift.pop(run, None)
+                self._launch_paths.pop(run, None)
             self._records = wanted
-            interest: set[str] = set()
-            for record in wanted.values():
-                for path, _ in recorded_files(record):
-                    interest.add(path)
-                    interest.update(str(p) for p in Path(path).parents)
-            self._interest = frozenset(interest)
+            for run, record in wanted.items():
+                if run in fresh or run not in self._launch_paths:
+                    self._launch_paths[run] = _interest_of(record)
+            self._interest = frozenset().union(*self._launch_paths.values())
             added = self._rewatch() if self._thread is not None else set()
             if self._thread is None:
                 return
             # A folder watched only now: a change made there before the watch began.
-            for run, record in wanted.items():
+            for run, record in wanted.items() if added else ():
                 if any(_under(p, added) for p, _ in recorded_files(record)):
                     fresh.add(run)
         if fresh:
@@ -309,6 +311,15 @@ class SourceWatch:
             callback(*args)
         except Exception:
             log.exception("source watch: a drift callback failed")
+
+
+def _interest_of(record: LaunchRecord) -> frozenset[str]:
+    """The launch's recorded files and every folder above them."""
+    interest: set[str] = set()
+    for path, _ in recorded_files(record):
+        interest.add(path)
+        interest.update(str(p) for p in Path(path).parents)
+    return frozenset(interest)
 
 
 def _under(path: str, folders: Iterable[str]) -> bool:
