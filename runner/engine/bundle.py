@@ -162,6 +162,7 @@ class FolderBundle:
         self._trace_fd: int | None = None
         self._sealed = False
         self._logs_ready = False
+        self._manifest: str | None = None  # the text this writer last wrote (no re-read)
 
     # -- opening --------------------------------------------------------------
     @classmethod
@@ -215,6 +216,7 @@ class FolderBundle:
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # releases the flock
             self._lock_fd = None
+        self._manifest = None  # unlocked: another writer may change it from now on
 
     # -- writes ---------------------------------------------------------------
     def _check(self) -> None:
@@ -241,8 +243,9 @@ class FolderBundle:
         self._check()
         # Compact canonical JSON: the C encoder (indenting takes Python's slow one, twice
         # per run); `wfrun show` is the readable view.
-        _write_private(self.root / MANIFEST, (dumps(manifest) + "\n").encode(),
-                       sync=self.sync)
+        text = dumps(manifest) + "\n"
+        _write_private(self.root / MANIFEST, text.encode(), sync=self.sync)
+        self._manifest = text
 
     def write_workflow(self, snapshot: dict[str, Any]) -> None:
         self._check()
@@ -339,6 +342,9 @@ class FolderBundle:
         return read_trace(self.root).events
 
     def read_manifest(self) -> dict[str, Any]:
+        if self._manifest is not None:  # held under the lock: nobody else writes it
+            value: dict[str, Any] = json.loads(self._manifest)
+            return value
         return read_json(self.root / MANIFEST)
 
 
