@@ -127,7 +127,7 @@ class StandaloneHost:
         self.poll = poll
         options = EngineOptions(executor=lambda _r: executor, observer=observer,
                                 durability=durability, project_root=ws.project_root,
-                                processes=self.processes,
+                                processes=self.processes, crash_point=ws.crash_point,
                                 secret_source=SecretSource(environ=dict(os.environ)))
         self.coordinator = LaunchCoordinator(store, ws, ws.runs_dir, runner_id=runner_id(),
                                              clock=ws.clock, options=options,

@@ -52,16 +52,17 @@ def wfrun(folder: Path, url: str, *args: str,
 
 
 class Hosts:
-    def __init__(self, root: Path, url: str) -> None:
-        self.root, self.url = root, url
+    def __init__(self, root: Path, url: str, workflow: str = WORKFLOW,
+                 name: str = "blocky") -> None:
+        self.root, self.url, self.name = root, url, name
         self.effects, self.started, self.go = (root / "effects", root / "started",
                                                root / "go")
-        text = textwrap.dedent(WORKFLOW).replace("EFFECTS", str(self.effects)).replace(
+        text = textwrap.dedent(workflow).replace("EFFECTS", str(self.effects)).replace(
             "STARTED", str(self.started)).replace("GO", str(self.go))
-        for name in ("enqueuer", "a", "b", "viewer"):
-            folder = root / name / ".wfrun" / "workflows"
+        for host in ("enqueuer", "a", "b", "viewer"):
+            folder = root / host / ".wfrun" / "workflows"
             folder.mkdir(parents=True)
-            (folder / "blocky.yaml").write_text(text)
+            (folder / f"{name}.yaml").write_text(text)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def folder(self, name: str) -> Path:
@@ -70,7 +71,7 @@ class Hosts:
     def enqueue(self) -> str:
         done = subprocess.run(
             [sys.executable, str(HERE / "pg_enqueue.py"), str(self.folder("enqueuer")),
-             self.url, "blocky", "1"], capture_output=True, text=True, timeout=120, check=False)
+             self.url, self.name, "1"], capture_output=True, text=True, timeout=120, check=False)
         assert done.returncode == 0, done.stderr
         return done.stdout.strip()
 
@@ -208,3 +209,49 @@ def test_a_waiting_run_is_answered_and_pruned_from_another_folder(
     with psycopg.connect(url) as conn:
         left = conn.execute("SELECT count(*) FROM run_bundles").fetchone()
     assert left == (0,)
+
+
+CRASHY = """
+    start: one
+    nodes:
+      one: {action: {shell: [sh, -c, 'echo "{{ run.id }}" >> "$1"; echo one-ran', sh, EFFECTS]}}
+      two: {compute: "{{ outputs.one ~ '!' }}"}
+    edges:
+      - {from: one, to: two}
+"""
+
+
+@pytest.mark.parametrize("point", ["after_bundle_created", "after_manifest_written",
+                                   "after_trace_append"])
+def test_a_host_killed_at_an_engine_crash_point_is_finished_by_another(
+    pg_cluster: PgCluster, tmp_path: Path, point: str  # noqa: F811
+) -> None:
+    """WFRUN_CRASH_AT SIGKILLs host A at the point (the bundle is in the database by
+    then, whole or half-made); host B, in another folder, takes the launch over after
+    A's lease and finishes it: one terminal state, node one's side effect once (A
+    dies before it starts, or after its `node_finished` is in the database)."""
+    b = Hosts(tmp_path, pg_cluster.create_schema(f"crash_{secrets.token_hex(4)}"), CRASHY,
+              "crashy")
+    run_id = b.enqueue()
+    env = {k: v for k, v in os.environ.items() if k != "WFRUN_STORE"}
+    killed = subprocess.run(
+        [sys.executable, "-m", "runner", "--project", str(b.folder("a")), "--store", b.url,
+         "host", "--lease", "1", "--no-controllers", "--once"],
+        capture_output=True, text=True, timeout=120, cwd=b.folder("a"),
+        env={**env, "WFRUN_CRASH_AT": point}, check=False)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    # B keeps polling until A's lease has expired and it can take the launch over.
+    try:
+        b.start("b")
+        wait_until(lambda: b.launch(run_id)[0] in ("done", "failed", "cancelled"),
+                   timeout=120, what=lambda: f"the launch ended: {b.launch(run_id)}")
+    finally:
+        b.stop_all()
+    assert b.launch(run_id)[0] == "done", b.launch(run_id)
+    events = b.events(run_id)
+    assert sum(events.count(f"launch.{s}") for s in ("done", "failed", "cancelled")) == 1
+    # A died before node one started, or after its ending was durable: it ran once.
+    assert b.effects.read_text().split() == [run_id]
+    shown = wfrun(b.folder("viewer"), b.url, "show", run_id, "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["status"] == "completed"
