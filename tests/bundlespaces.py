@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from runner.canonical import canonical_json
 from runner.clock import SystemClock
 from runner.compiler import Compiler, WorkflowDefinition
 from runner.engine import Engine, RunReader
@@ -36,6 +37,7 @@ __all__ = [
     "test_a_crash_after_the_manifest_leaves_a_discardable_bundle",
     "test_a_fenced_out_writer_writes_nothing",
     "test_a_run_starts_completes_and_is_sealed",
+    "test_a_trace_is_followed_from_an_offset",
     "test_an_interrupted_run_resumes_without_repeating_a_completed_node",
     "test_strings_over_4_kib_move_to_artifacts",
 ]
@@ -287,3 +289,28 @@ def test_strings_over_4_kib_move_to_artifacts(kit: Kit) -> None:
     assert reader.final_output("wf-run-7") == {"long": "é" * 2100, "edge": "y" * 4096}
     with pytest.raises(OperationFailed, match="invalid artifact reference"):
         reader.read_artifact("wf-run-7", {"path": "../../etc/passwd"})
+
+
+def test_a_trace_is_followed_from_an_offset(kit: Kit) -> None:
+    """`trace_tail` (the UI's live view) from the offset that ends event 3: offsets
+    count each event's line in bytes, in a folder and in rows alike."""
+    definition = kit.workflow("""
+        start: a
+        nodes:
+          a: {compute: "{{ 'é' }}"}
+          b: {compute: "{{ outputs.a }}"}
+        edges:
+          - {from: a, to: b}
+    """)
+    out = kit.engine(kit.hold("wf-run-8")).start(definition, run_id="wf-run-8")
+    assert out.status == "completed", out.error
+    reader = kit.reader()
+    whole = reader.read_trace("wf-run-8")
+    lines = [len(canonical_json(e).encode()) + 1 for e in whole.events]
+    assert whole.valid_bytes == sum(lines)
+    offset = sum(lines[:3])
+    rest = reader.trace_tail("wf-run-8", offset, 4)
+    assert rest.events == whole.events[3:]
+    assert rest.valid_bytes == whole.valid_bytes
+    assert not rest.torn
+    assert reader.trace_tail("wf-run-8", rest.valid_bytes, len(whole.events) + 1).events == []

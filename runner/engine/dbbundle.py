@@ -219,7 +219,7 @@ def parse_events(texts: list[str], first_seq: int = 1) -> TraceRead:
         if not isinstance(event, dict) or event.get("seq") != len(events) + first_seq:
             break
         events.append(event)
-        size += len(text) + 1
+        size += len(text.encode()) + 1  # a trace line's bytes, as in a folder
     return TraceRead(events, size, len(events) != len(texts))
 
 
