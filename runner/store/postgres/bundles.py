@@ -99,7 +99,9 @@ class PostgresBundleRows:
 
     def _open_for_write(self, conn: Conn, run_id: str, claim: str | None) -> None:
         self._fence(conn, run_id, claim)
-        row = conn.execute("SELECT sealed FROM run_bundles WHERE run_id = %s FOR SHARE",
+        # FOR UPDATE, not SHARE: two writers of one bundle queue here instead of both
+        # holding a share lock and deadlocking on the UPDATE that follows.
+        row = conn.execute("SELECT sealed FROM run_bundles WHERE run_id = %s FOR UPDATE",
                            (run_id,)).fetchone()
         if row is None:
             raise _Refused("missing")
