@@ -38,13 +38,14 @@ from runner.store.domain.controller_queue import (
     event_rows,
     event_texts,
     holder_guard,
+    keys_clause,
     load_item,
     queue_item_from_row,
 )
 from runner.store.domain.controller_resources import (
     encode_status,
     resource_from_row,
-    write_status,
+    swap_status,
 )
 from runner.store.records import LostRace, check_id, lease_ms
 
@@ -55,7 +56,7 @@ MAX_BATCH = 256
 class _Prepared:
     """One PassEnd checked and encoded before the transaction opens."""
 
-    __slots__ = ("conflict", "end", "error", "events", "status_json", "wait")
+    __slots__ = ("end", "error", "events", "status_json", "wait")
 
     def __init__(self, end: PassEnd) -> None:
         checked_outcome(end.outcome)
@@ -63,7 +64,6 @@ class _Prepared:
         self.wait = delay_ms(end.delay)
         self.error = bounded_error(end.error)
         self.events = event_texts(end.controller, end.key, end.events)
-        self.conflict = event_texts(end.controller, end.key, end.conflict_events)
         self.status_json: str | None = None
         if end.status is not None:
             if end.expected_version is None:
@@ -80,10 +80,11 @@ def _finish_one(tx: Tx, p: _Prepared) -> PassResult:
     assert row is not None
     if p.status_json is not None:
         assert end.expected_version is not None
-        written = write_status(tx, end.controller, end.key, end.expected_version,
-                               p.status_json)
+        written = swap_status(tx, end.controller, end.key, end.expected_version,
+                              p.status_json)
         if isinstance(written, LostRace):
-            insert_events(tx, event_rows(tx, end.controller, end.key, p.conflict))
+            conflict = event_texts(end.controller, end.key, end.conflict_events)
+            insert_events(tx, event_rows(tx, end.controller, end.key, conflict))
             end_claim(tx, row, end.claim_token, "requeue", 0, None)
             return "conflict"
     insert_events(tx, event_rows(tx, end.controller, end.key, p.events))
@@ -108,13 +109,9 @@ class PassQueue(KeyedQueue):
             if not rows:
                 return []
             items = [queue_item_from_row(row) for row in rows]
-            pairs = ", ".join(f"(:rc{i}, :rk{i})" for i in range(len(items)))
-            params: dict[str, object] = {}
-            for i, item in enumerate(items):
-                params[f"rc{i}"], params[f"rk{i}"] = item.controller, item.key
+            which, params = keys_clause("r", ((i.controller, i.key) for i in items))
             found = {(r["controller"], r["resource_key"]): r for r in tx.all(
-                f"SELECT * FROM resources WHERE (controller, resource_key) IN (VALUES {pairs})",
-                params)}
+                f"SELECT * FROM resources WHERE {which}", params)}
             if claim_event is not None:
                 events: list[dict[str, object]] = []
                 for item in items:

@@ -84,6 +84,17 @@ def wake(tx: Tx, controller: str, key: str, available_at: int) -> Row:
     return row
 
 
+def keys_clause(prefix: str, keys: Iterable[tuple[str, str]]) -> tuple[str, dict[str, object]]:
+    """`((controller = :p0c AND resource_key = :p0k) OR ...)` and its parameters: an OR
+    of primary-key lookups (SQLite scans the table for a row-value IN (VALUES ...))."""
+    terms: list[str] = []
+    params: dict[str, object] = {}
+    for i, (controller, key) in enumerate(keys):
+        terms.append(f"(controller = :{prefix}{i}c AND resource_key = :{prefix}{i}k)")
+        params[f"{prefix}{i}c"], params[f"{prefix}{i}k"] = controller, key
+    return f"({' OR '.join(terms) or '1 = 0'})", params
+
+
 def name_of(controller: str, key: str) -> str:
     return f"{controller}/{key}"
 
@@ -169,18 +180,20 @@ def claim_rows(tx: Tx, *, runner_id: str, lease: int, limit: int,
         f" WHERE {' AND '.join(clauses)}"
         " ORDER BY available_at, controller, resource_key LIMIT :limit" + tx.dialect.skip_locked,
         {"now": now, "limit": limit, **params})
-    claimed: list[Row] = []
-    for row in found:
-        got = tx.one(
-            "UPDATE reconcile_queue SET claim_token = :token, claim_expires_at = :until,"
-            " available_at = :until, runner_id = :runner, epoch = epoch + 1, dirty = 0"
-            " WHERE controller = :controller AND resource_key = :key AND epoch = :epoch"
-            " RETURNING *",
-            {"token": new_claim_token(), "until": now + lease, "runner": runner_id,
-             "controller": row["controller"], "key": row["resource_key"],
-             "epoch": row["epoch"]})
-        assert got is not None, "row changed under its lock"
-        claimed.append(got)
+    if not found:
+        return []
+    # One UPDATE for the whole batch, with one fresh token: a token only ever guards
+    # together with its (controller, key) and epoch, so keys claimed together may share
+    # it, and a reclaim of any of them installs another.
+    which, keys = keys_clause("u", ((r["controller"], r["resource_key"]) for r in found))
+    got = {(r["controller"], r["resource_key"]): r for r in tx.all(
+        "UPDATE reconcile_queue SET claim_token = :token, claim_expires_at = :until,"
+        " available_at = :until, runner_id = :runner, epoch = epoch + 1, dirty = 0"
+        f" WHERE {which} RETURNING *",
+        {"token": new_claim_token(), "until": now + lease, "runner": runner_id, **keys})}
+    claimed = [got[(row["controller"], row["resource_key"])] for row in found]
+    assert all(c["epoch"] == row["epoch"] + 1 for c, row in zip(claimed, found, strict=True)), \
+        "row changed under its lock"
     return claimed
 
 

@@ -51,6 +51,11 @@ _CAS = {
 }
 
 
+_SWAP = ("UPDATE resources SET status_json = :value, resource_version = resource_version + 1,"
+         " updated_at = :now WHERE controller = :controller AND resource_key = :key"
+         " AND resource_version = :version AND status_json <> :value")
+
+
 def resource_from_row(row: Row) -> Resource:
     return Resource(
         controller=row["controller"],
@@ -126,6 +131,20 @@ def write_status(tx: Tx, controller: str, key: str, expected_version: int,
     if row["status_json"] == status_json:
         return row
     return cas_write(tx, row, "status_json", status_json)
+
+
+def swap_status(tx: Tx, controller: str, key: str, expected_version: int,
+                status_json: str) -> bool | LostRace:
+    """The status CAS of a pass, in one guarded UPDATE when it succeeds (the common
+    case): True when written or already equal, else the lost race."""
+    params = {"value": status_json, "now": tx.now_ms(), "controller": controller,
+              "key": key, "version": expected_version}
+    if tx.run(_SWAP, params):
+        return True
+    row = tx.one("SELECT resource_version, status_json FROM resources"
+                 " WHERE controller = :controller AND resource_key = :key", params)
+    lost = version_guard(row, controller, key, expected_version)
+    return True if lost is None else lost
 
 
 class ResourceTable:
