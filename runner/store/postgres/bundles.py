@@ -27,9 +27,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from runner.store.ddl import sql_in
 from runner.store.errors import StoreUnavailable
 from runner.store.postgres.db import Conn, PostgresDatabase
-from runner.store.sqlite.schema import sql_in
 from runner.store.states import CLAIMED_STATUSES
 
 BUNDLE_COLUMNS: dict[str, tuple[str, ...]] = {
