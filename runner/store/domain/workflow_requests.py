@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping
 
-from runner.store.connector import Connector, Row, in_params
+from runner.store.connector import Connector, Row, UniqueViolation, in_params
 from runner.store.connector import Transaction as Tx
 from runner.store.controller_interface import RequestState, WorkflowRequest
 from runner.store.domain.controller_events import read_all
@@ -72,6 +72,16 @@ def request_from_row(row: Row) -> WorkflowRequest:
 
 def _load(tx: Tx, request_id: str) -> Row | None:
     return tx.one(_LOAD + tx.dialect.lock, {"id": request_id})
+
+
+def _attempt_row(tx: Tx, request_id: str, attempt: int) -> Row | LostRace:
+    """The request's row (locked) if `attempt` is its current attempt."""
+    row = _load(tx, request_id)
+    if row is None:
+        return LostRace(request_id, "not_found")
+    if row["attempt"] != attempt:
+        return LostRace(request_id, "stale_attempt", row["state"])
+    return row
 
 
 def _bounded(error: str | None) -> str | None:
@@ -146,25 +156,23 @@ class RequestBook:
                       run_id: str) -> WorkflowRequest | LostRace:
         check_id(run_id, "run_id")
         with self._c.write() as tx:
-            row = _load(tx, request_id)
-            if row is None:
-                return LostRace(request_id, "not_found")
-            if row["attempt"] != expected_attempt:
-                return LostRace(request_id, "stale_attempt", row["state"])
+            row = _attempt_row(tx, request_id, expected_attempt)
+            if isinstance(row, LostRace):
+                return row
             if row["state"] not in _STARTABLE:
                 return LostRace(request_id, "wrong_status", row["state"])
-            # Checked before the write (the unique index stays the backstop): a failed
-            # statement would abort a Postgres transaction, and run ids are fresh anyway.
-            if tx.one("SELECT 1 AS taken FROM workflow_requests WHERE run_id = :run"
-                      " AND request_id <> :id", {"run": run_id, "id": request_id}):
+            try:
+                with tx.savepoint():  # the run id's unique index may refuse it
+                    started = tx.one(
+                        "UPDATE workflow_requests SET attempt = attempt + 1, run_id = :run,"
+                        " state = 'running', error = NULL, updated_at = :now"
+                        " WHERE request_id = :id AND attempt = :attempt AND state = :was"
+                        " RETURNING *",
+                        {"run": run_id, "now": tx.now_ms(), "id": request_id,
+                         "attempt": expected_attempt, "was": row["state"]})
+            except UniqueViolation:
                 raise IdentityConflict(
-                    f"run id {run_id} already belongs to another workflow request")
-            started = tx.one(
-                "UPDATE workflow_requests SET attempt = attempt + 1, run_id = :run,"
-                " state = 'running', error = NULL, updated_at = :now"
-                " WHERE request_id = :id AND attempt = :attempt AND state = :was RETURNING *",
-                {"run": run_id, "now": tx.now_ms(), "id": request_id,
-                 "attempt": expected_attempt, "was": row["state"]})
+                    f"run id {run_id} already belongs to another workflow request") from None
         assert started is not None
         return request_from_row(started)
 
@@ -174,11 +182,9 @@ class RequestBook:
             raise ValueError(f"a workflow request cannot finish as {state!r}")
         message = _bounded(error)
         with self._c.write() as tx:
-            row = _load(tx, request_id)
-            if row is None:
-                return LostRace(request_id, "not_found")
-            if row["attempt"] != attempt:
-                return LostRace(request_id, "stale_attempt", row["state"])
+            row = _attempt_row(tx, request_id, attempt)
+            if isinstance(row, LostRace):
+                return row
             current = row["state"]
             if current in REQUEST_FINISHED_STATES:
                 if (current, row["error"]) == (state, message):
