@@ -46,8 +46,9 @@ class DatabaseBundle:
 
     def __init__(self, rows: BundleRows, run_id: str, logs_root: Path,
                  fence: Fence = always, claim: str | None = None,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, durability: str = "full") -> None:
         self.rows = rows
+        self.sync = durability == "full"  # normal: no write waits for the log flush
         self.clock = clock or SystemClock()
         self.run_id = run_id
         self.logs_root = logs_root  # this host's folder for the run's live logs
@@ -69,10 +70,11 @@ class DatabaseBundle:
     # -- opening ----------------------------------------------------------------
     @classmethod
     def create(cls, rows: BundleRows, run_id: str, logs_root: Path, fence: Fence = always,
-               claim: str | None = None, clock: Clock | None = None) -> DatabaseBundle:
+               claim: str | None = None, clock: Clock | None = None,
+               durability: str = "full") -> DatabaseBundle:
         if not fence():
             raise ClaimLost(f"no claim on run '{run_id}'; not creating it")
-        bundle = cls(rows, run_id, logs_root, fence, claim, clock)
+        bundle = cls(rows, run_id, logs_root, fence, claim, clock, durability)
         # A retried create that finds the bundle made it itself: the run id is this
         # launch's, and only its claim holder creates it.
         result = bundle._patiently(lambda: rows.create_bundle(run_id, claim), {"exists"})
@@ -83,10 +85,11 @@ class DatabaseBundle:
 
     @classmethod
     def open(cls, rows: BundleRows, run_id: str, logs_root: Path, fence: Fence = always,
-             claim: str | None = None, clock: Clock | None = None) -> DatabaseBundle:
+             claim: str | None = None, clock: Clock | None = None,
+             durability: str = "full") -> DatabaseBundle:
         if rows.read_document(run_id, "manifest") is None:
             raise NotFoundError(f"no run '{run_id}' in the database; `wfrun runs` lists runs")
-        bundle = cls(rows, run_id, logs_root, fence, claim, clock)
+        bundle = cls(rows, run_id, logs_root, fence, claim, clock, durability)
         if rows.bundle_sealed(run_id):
             bundle._sealed = True
         else:
@@ -151,23 +154,28 @@ class DatabaseBundle:
             have = self.rows.read_events(self.run_id, rows[0][0] - 1)[:len(rows)]
             return have == [text for _, text in rows]
 
+        durable = sync and self.sync  # what a folder fsyncs waits for the log flush
         self._result(self._patiently(
-            lambda: self.rows.append_events(self.run_id, rows, self.claim), landed=landed))
+            lambda: self.rows.append_events(self.run_id, rows, self.claim, durable),
+            landed=landed))
 
     def replace_state(self, state: dict[str, Any]) -> None:
         self._check()
         text = dumps(state)
-        self._write(lambda: self.rows.put_document(self.run_id, "state", text, self.claim))
+        self._write(lambda: self.rows.put_document(self.run_id, "state", text, self.claim,
+                                                   False))  # a projection of the trace
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         self._check()
         text = json.dumps(manifest, indent=2, sort_keys=True)
-        self._write(lambda: self.rows.put_document(self.run_id, "manifest", text, self.claim))
+        self._write(lambda: self.rows.put_document(self.run_id, "manifest", text, self.claim,
+                                                   self.sync))
 
     def write_workflow(self, snapshot: dict[str, Any]) -> None:
         self._check()
         text = dumps(snapshot)
-        self._write(lambda: self.rows.put_document(self.run_id, "workflow", text, self.claim))
+        self._write(lambda: self.rows.put_document(self.run_id, "workflow", text, self.claim,
+                                                   False))  # durable with the manifest
 
     def write_artifact(self, data: bytes, media_type: str) -> dict[str, Any]:
         self._check()

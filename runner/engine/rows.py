@@ -19,6 +19,11 @@ be reached; the write may or may not have committed, and the caller retries).
 Trace events are the canonical JSON text of each event, keyed by run id and
 `seq`; a second event with a taken `seq` is refused as `exists`, so two writers
 can never interleave a trace.
+
+`durable=False` is a write a folder would not fsync (`node_started`, the state
+projection, the workflow snapshot): the database may commit it without waiting
+for its log flush. A crash can then lose only a suffix of such writes, never one
+that a durable write after it depends on (the log is flushed in order).
 """
 
 from __future__ import annotations
@@ -37,8 +42,9 @@ class BundleRows(Protocol):
 
     def create_bundle(self, run_id: str, claim: str | None) -> str: ...
     def append_events(self, run_id: str, events: Sequence[tuple[int, str]],
-                      claim: str | None) -> str: ...
-    def put_document(self, run_id: str, kind: str, text: str, claim: str | None) -> str: ...
+                      claim: str | None, durable: bool = True) -> str: ...
+    def put_document(self, run_id: str, kind: str, text: str, claim: str | None,
+                     durable: bool = True) -> str: ...
     def put_artifact(self, run_id: str, sha256: str, data: bytes, claim: str | None) -> str: ...
     def truncate_events(self, run_id: str, after_seq: int, claim: str | None) -> str: ...
     def seal_bundle(self, run_id: str, claim: str | None) -> str: ...
@@ -180,10 +186,11 @@ class MemoryRows:
         return self._faulty(self._create_bundle, run_id, claim)
 
     def append_events(self, run_id: str, events: Sequence[tuple[int, str]],
-                      claim: str | None) -> str:
+                      claim: str | None, durable: bool = True) -> str:
         return self._faulty(self._append_events, run_id, events, claim)
 
-    def put_document(self, run_id: str, kind: str, text: str, claim: str | None) -> str:
+    def put_document(self, run_id: str, kind: str, text: str, claim: str | None,
+                     durable: bool = True) -> str:
         return self._faulty(self._put_document, run_id, kind, text, claim)
 
     def put_artifact(self, run_id: str, sha256: str, data: bytes, claim: str | None) -> str:

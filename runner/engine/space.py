@@ -144,12 +144,14 @@ class DatabaseSpace:
     def create(self, run_id: str, fence: Fence = always, durability: str = "full",
                claim: str | None = None) -> DatabaseBundle:
         _check_id(run_id)
-        return DatabaseBundle.create(self.rows, run_id, self.runs_dir, fence, claim, self.clock)
+        return DatabaseBundle.create(self.rows, run_id, self.runs_dir, fence, claim, self.clock,
+                                     durability)
 
     def open(self, run_id: str, fence: Fence = always, durability: str = "full",
              claim: str | None = None) -> DatabaseBundle:
         _check_id(run_id)
-        return DatabaseBundle.open(self.rows, run_id, self.runs_dir, fence, claim, self.clock)
+        return DatabaseBundle.open(self.rows, run_id, self.runs_dir, fence, claim, self.clock,
+                                   durability)
 
     def view(self, run_id: str) -> DatabaseBundle:
         return DatabaseBundle(self.rows, run_id, self.runs_dir, clock=self.clock)

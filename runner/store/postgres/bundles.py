@@ -109,9 +109,14 @@ class PostgresBundleRows:
             raise _Refused("sealed")
 
     def _write(self, run_id: str, claim: str | None, sql: str,
-               params: Sequence[object], *, want: int | None = None) -> str:
+               params: Sequence[object], *, want: int | None = None,
+               durable: bool = True) -> str:
         try:
             with self._db.write() as conn:
+                if not durable:
+                    # What a folder would not fsync: commit without waiting for the WAL
+                    # flush (a crash loses at most a suffix of such writes, in order).
+                    conn.execute("SET LOCAL synchronous_commit = off")
                 self._open_for_write(conn, run_id, claim)
                 cur = conn.execute(sql, params)
                 if want is not None and cur.rowcount != want:
@@ -144,22 +149,24 @@ class PostgresBundleRows:
         return "ok"
 
     def append_events(self, run_id: str, events: Sequence[tuple[int, str]],
-                      claim: str | None) -> str:
+                      claim: str | None, durable: bool = True) -> str:
         seqs = [seq for seq, _ in events]
         texts = [text for _, text in events]
         return self._write(
             run_id, claim,
             "INSERT INTO run_trace (run_id, seq, event)"
             " SELECT %s, s, e FROM unnest(%s::bigint[], %s::text[]) AS t(s, e)"
-            " ON CONFLICT DO NOTHING", (run_id, seqs, texts), want=len(events))
+            " ON CONFLICT DO NOTHING", (run_id, seqs, texts), want=len(events),
+            durable=durable)
 
-    def put_document(self, run_id: str, kind: str, text: str, claim: str | None) -> str:
+    def put_document(self, run_id: str, kind: str, text: str, claim: str | None,
+                     durable: bool = True) -> str:
         column = _DOCUMENTS.get(kind)
         if column is None:
             raise ValueError(f"unknown bundle document {kind!r}")
         return self._write(run_id, claim,
                            f"UPDATE run_bundles SET {column} = %s WHERE run_id = %s",
-                           (text, run_id))
+                           (text, run_id), durable=durable)
 
     def put_artifact(self, run_id: str, sha256: str, data: bytes, claim: str | None) -> str:
         return self._write(run_id, claim,
