@@ -88,16 +88,16 @@ def _bounded(error: str | None) -> str | None:
     return None if error is None else bounded_message(error, CONTROLLER_ERROR_MAX_BYTES)
 
 
-SETTLE_FIND = (
+_SETTLE_FIND = (
     "SELECT w.request_id, r.controller, r.resource_key FROM workflow_requests w"
     " JOIN resources r ON r.uid = w.resource_uid"
     " WHERE w.run_id = :run AND w.state IN ('running', 'waiting')"
 )
-SETTLE_UPDATE = ("UPDATE workflow_requests SET state = :state, error = :error,"
-                 " updated_at = :now WHERE request_id = :id")
+_SETTLE_UPDATE = ("UPDATE workflow_requests SET state = :state, error = :error,"
+                  " updated_at = :now WHERE request_id = :id")
 
 
-def child_error(error_message: object, status: object, state: str) -> str | None:
+def _child_error(error_message: object, status: object, state: str) -> str | None:
     """The error a child's ending leaves on its request (None when it succeeded or waits)."""
     if state in ("succeeded", "waiting"):
         return None
@@ -109,12 +109,12 @@ def settle_child(tx: Tx, launch: Mapping[str, object], state: str) -> None:
     request and wake the parent's key, in the transaction that ends the launch (no
     crash can leave one without the other)."""
     lock = f"{tx.dialect.lock} OF w" if tx.dialect.lock else ""
-    request = tx.one(SETTLE_FIND + lock, {"run": launch["run_id"]})
+    request = tx.one(_SETTLE_FIND + lock, {"run": launch["run_id"]})
     if request is None:
         return
     now = tx.now_ms()
-    tx.run(SETTLE_UPDATE, {"state": state, "now": now, "id": request["request_id"],
-                           "error": child_error(launch["error_message"], launch["status"],
+    tx.run(_SETTLE_UPDATE, {"state": state, "now": now, "id": request["request_id"],
+                           "error": _child_error(launch["error_message"], launch["status"],
                                                 state)})
     wake(tx, request["controller"], request["resource_key"], now)
 

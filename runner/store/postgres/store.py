@@ -21,18 +21,19 @@ from runner.store.domain.launch_side import LaunchSide
 from runner.store.layout import SCHEMA_ID
 from runner.store.postgres.bundles import PostgresBundleRows
 from runner.store.postgres.connector import PostgresConnector
+from runner.store.postgres.controllers import (
+    PostgresControllerEvents,
+    PostgresEffects,
+    PostgresReconcileQueue,
+    PostgresResources,
+    PostgresWorkflowRequests,
+)
 from runner.store.postgres.db import (
     CONNECT_TIMEOUT_SECONDS,
     DEFAULT_POOL_SIZE,
     PostgresDatabase,
 )
-from runner.store.postgres.feeds import (
-    PostgresControllerEvents,
-    PostgresEffects,
-    PostgresWorkflowRequests,
-)
 from runner.store.postgres.queries import LAUNCH_SIDE
-from runner.store.postgres.reconcile import PostgresReconcileQueue, PostgresResources
 from runner.store.postgres.schema import open_schema, reset_schema
 from runner.store.postgres.wakeups import LaunchWakeups
 from runner.store.urls import mask_url
