@@ -255,3 +255,37 @@ def test_a_host_killed_at_an_engine_crash_point_is_finished_by_another(
     shown = wfrun(b.folder("viewer"), b.url, "show", run_id, "--json")
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["status"] == "completed"
+
+
+CONTROLLERS = Path(__file__).resolve().parents[2] / "fixtures" / "controllers" / "project"
+
+
+def test_a_controllers_child_workflow_runs_into_the_database(
+    pg_cluster: PgCluster, tmp_path: Path  # noqa: F811
+) -> None:
+    """A controller's child run is a launch row like any other: on Postgres its bundle
+    is rows, so another folder shows it and the parent's pass sees it succeed."""
+    import shutil
+
+    url = pg_cluster.create_schema(f"children_{secrets.token_hex(4)}")
+    project, viewer = tmp_path / "project", tmp_path / "viewer"
+    shutil.copytree(CONTROLLERS / "workflows", project / ".wfrun" / "workflows")
+    shutil.copytree(CONTROLLERS / "controllers", project / ".wfrun" / "controllers")
+    (viewer / ".wfrun").mkdir(parents=True)
+    spec = tmp_path / "probe.json"
+    spec.write_text(json.dumps({"child": "slow-child"}))
+    applied = wfrun(project, url, "controller", "apply", "probe", "p1", str(spec))
+    assert applied.returncode == 0, applied.stderr
+    done = wfrun(project, url, "controller", "run", "--once")
+    assert done.returncode == 0, done.stderr
+    got = wfrun(project, url, "controller", "get", "probe", "p1", "--json")
+    assert got.returncode == 0, got.stderr
+    view = json.loads(got.stdout)
+    ready = next(c for c in view["status"]["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("True", "Done")
+    (child,) = view["workflows"]
+    assert (child["workflow"], child["state"]) == ("slow-child", "succeeded")
+    shown = wfrun(viewer, url, "show", child["run_id"], "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["status"] == "completed"
+    assert not (project / ".wfrun" / "runs" / child["run_id"] / "trace.jsonl").exists()
