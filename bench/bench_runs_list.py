@@ -90,8 +90,8 @@ def make_project(root: Path, size: int) -> None:
     with sqlite3.connect(store_path(ws)) as db:
         db.executemany(
             "INSERT INTO workflow_run_queue (run_id, workflow_ref, workflow_source_json,"
-            " definition_digest, status, created_at, updated_at, started_at, finished_at)"
-            " VALUES (?, ?, ?, ?, 'done', ?, ?, ?, ?)", rows)
+            " definition_digest, status, created_at, updated_at, started_at, finished_at,"
+            " ending) VALUES (?, ?, ?, ?, 'done', ?, ?, ?, ?, 'completed')", rows)
 
 
 def child(root: Path, args: list[str]) -> tuple[float, float, str]:

@@ -25,7 +25,13 @@ from runner.store.records import (
     RunEvent,
     TurnIntent,
 )
-from runner.store.states import LaunchStatus, ParkMode, RecoveryOutcome, TurnResolution
+from runner.store.states import (
+    LaunchEnding,
+    LaunchStatus,
+    ParkMode,
+    RecoveryOutcome,
+    TurnResolution,
+)
 
 DEFAULT_LEASE_SECONDS = 30.0
 
@@ -65,10 +71,12 @@ class LaunchQueue(Protocol):
         newest_first: bool = True,
         limit: int = 50,
         offset: int = 0,
+        ending: LaunchEnding | None = None,
     ) -> list[LaunchRecord]:
         """One page of launches by creation time (newest first by default), filtered
-        by status, workflow ref, run id prefix and last change (epoch ms), paged in SQL
-        (the UI's run list and `wfrun runs`: every run is a launch row)."""
+        by status, workflow ref, run id prefix, last change (epoch ms) and, for `done`
+        rows, how the run ended (`ending`: other statuses pass), paged in SQL (the UI's
+        run list and `wfrun runs`: every run is a launch row)."""
         ...
 
     def counts(self, *, workflow_ref: str | None = None) -> dict[str, int]:

@@ -38,6 +38,7 @@ TABLE_COLUMNS: Mapping[str, tuple[str, ...]] = {
         "finished_at",
         "park_mode",
         "crash_count",
+        "ending",
     ),
     "workflow_turn_intents": (
         "intent_id",

@@ -19,6 +19,7 @@ from runner.store.errors import InputCleared
 from runner.store.states import (
     ERROR_MESSAGE_MAX_BYTES,
     LAUNCH_ERROR_CODES,
+    LaunchEnding,
     LaunchErrorCode,
     LaunchStatus,
     NotificationKind,
@@ -170,6 +171,7 @@ class LaunchRecord:
     finished_at: int | None
     park_mode: ParkMode | None = None
     crash_count: int = 0
+    ending: LaunchEnding | None = None
 
     @property
     def input_cleared(self) -> bool:

@@ -132,6 +132,12 @@ ERROR_MESSAGE_MAX_BYTES = 500
 ParkMode = Literal["auto", "explicit"]
 PARK_MODES: tuple[ParkMode, ...] = get_args(ParkMode)
 
+#: How a `done` launch's run ended: its bundle `completed`, or it is `waiting` for an
+#: answer (a `wfrun answer` continues it as a new run). Kept on the row so run lists
+#: page by it in SQL; NULL for every other status.
+LaunchEnding = Literal["completed", "waiting"]
+LAUNCH_ENDINGS: tuple[LaunchEnding, ...] = get_args(LaunchEnding)
+
 #: A claim taken over from a dead runner counts as a crash; this many in a row
 #: without reaching `running` (or a clean park) make the launch a poison launch,
 #: failed instead of activated again.

@@ -9,10 +9,10 @@ bundle fold did.
 Bundle statuses are not launch statuses: `--status` maps each one onto the launch
 statuses whose rows can hold such a bundle (`CANDIDATES`, from the coordinator's
 ending map), pages those in SQL and checks each bundle. `completed`, `waiting` and
-`continued` all end as `done` rows, so `--status waiting` and `continued` read the
-manifests of done rows newest first until the page is full (and fold only those
-that match): their cost grows with the number of done runs newer than the last
-match, and with every done run when fewer than a page match.
+`continued` all end as `done` rows; the row's `ending` (completed or waiting, set
+by the transaction that finishes the launch) splits them in SQL too (`ENDINGS`), so
+`--status waiting` opens no completed run's bundle. A continued run is a waiting
+one that was answered: both page the waiting rows and the bundle tells them apart.
 
 A damaged store cannot page anything, but the bundles do not live in it: the list
 then falls back to folding every bundle (slow, and said so on stderr), so the runs
@@ -31,9 +31,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.engine import RunReader
-from runner.errors import InputError, OperationFailed, WfrunError
-from runner.store import LaunchRecord, LaunchStatus
+from runner.errors import WfrunError
+from runner.store import LaunchStatus
 from runner.store.errors import StoreCorrupt
+from runner.store.states import LaunchEnding
 
 from .local import Workspace, open_store, store_choice, store_path
 from .views import RunFilter, RunRow, _parse_iso, list_runs, run_row
@@ -61,7 +62,9 @@ CANDIDATES: Mapping[str | None, tuple[LaunchStatus, ...]] = {
 }
 
 
-_ENDINGS = ("completed", "waiting", "failed", "timed_out", "cancelled")
+#: The `ending` of the done rows each bundle status can be (`continued`: answered).
+ENDINGS: Mapping[str | None, LaunchEnding] = {
+    "completed": "completed", "waiting": "waiting", "continued": "waiting"}
 
 
 @dataclass(frozen=True)
@@ -84,20 +87,6 @@ def _matches(row: RunRow, where: RunFilter) -> bool:
     return True
 
 
-def _ended_otherwise(reader: RunReader, record: LaunchRecord, status: str | None) -> bool:
-    """A done row whose manifest names another ending than `status` asks for: skipped
-    on one small JSON read instead of a fold of its trace (the scan `--status waiting`
-    makes over done rows). The manifest is written before the launch is finished; one
-    that still says running, or none, is left to the full read."""
-    if status not in ("waiting", "continued", "completed") or record.status != "done":
-        return False
-    try:
-        said = reader.manifest(record.run_id).get("status")
-    except (InputError, OperationFailed, OSError):
-        return False
-    return said in _ENDINGS and said != ("completed" if status == "completed" else "waiting")
-
-
 def page_runs(store: Any, reader: RunReader, where: RunFilter) -> RunPage:
     """The newest runs that match `where`, at most `where.limit` (DEFAULT_LIMIT)."""
     limit = where.limit if where.limit is not None else DEFAULT_LIMIT
@@ -111,10 +100,9 @@ def page_runs(store: Any, reader: RunReader, where: RunFilter) -> RunPage:
     offset, chunk = 0, max(FIRST_CHUNK, limit + 1)
     while len(rows) <= limit:
         records = store.launches.page(statuses=statuses, run_id_prefix=prefix,
-                                      updated_since=changed, limit=chunk, offset=offset)
+                                      updated_since=changed, limit=chunk, offset=offset,
+                                      ending=ENDINGS.get(where.status))
         for record in records:
-            if _ended_otherwise(reader, record, where.status):
-                continue
             row = run_row(reader, record.run_id)
             if row is not None and _matches(row, where):
                 rows.append(row)

@@ -119,7 +119,8 @@ _ENTER: dict[LaunchStatus, str] = {
     "queued": "claim_token = NULL, claim_expires_at = NULL, runner_id = NULL,"
     " crash_count = crash_count + :crashed",
     "done": "claim_token = NULL, claim_expires_at = NULL, input_json = NULL,"
-    " launch_options_json = NULL, started_at = COALESCE(started_at, :now), finished_at = :now",
+    " launch_options_json = NULL, started_at = COALESCE(started_at, :now), finished_at = :now,"
+    " ending = :ending",
     "failed": "claim_token = NULL, claim_expires_at = NULL, input_json = NULL,"
     " launch_options_json = NULL, error_code = :code, error_message = :message,"
     " finished_at = :now",
@@ -368,7 +369,9 @@ class LaunchQueue(LaunchPages):
 
     def finish(self, run_id: str, claim_token: str, *, waiting: bool = False,
                turn_intent: NewTurnIntent | None = None) -> LaunchRecord | LostRace:
-        child = {"child_state": "waiting"} if waiting else {}
+        child: dict[str, Any] = {"ending": "waiting" if waiting else "completed"}
+        if waiting:
+            child["child_state"] = "waiting"
         # A closing presentation yields to an intent already pending for the run (one
         # pending intent per run and session) instead of undoing the finish.
         return self._transition("finish", run_id, claim_token, child, turn_intent,
@@ -449,6 +452,8 @@ class LaunchQueue(LaunchPages):
             extra = {"code": check_error_code(code), "message": bounded_message(message)}
         if outcome == "parked":
             extra = {"mode": "explicit"}  # a waiting bundle: it continues when answered
+        if outcome == "done":
+            extra = {"ending": "completed"}  # a waiting bundle recovers to parked
         try:
             with self._events.writing() as (tx, log):
                 row = self._load(tx, run_id)

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 
 from runner.store.connector import Connector, Row, in_params
 from runner.store.records import LaunchRecord
-from runner.store.states import LAUNCH_STATUSES, LaunchStatus
+from runner.store.states import LAUNCH_ENDINGS, LAUNCH_STATUSES, LaunchEnding, LaunchStatus
 
 SQL: Mapping[str, str] = {
     # A range on the primary key (binary collation), not a LIKE that scans. Postgres
@@ -33,7 +33,7 @@ def launch_from_row(row: Row) -> LaunchRecord:
         error_code=row["error_code"], error_message=row["error_message"],
         created_at=row["created_at"], updated_at=row["updated_at"],
         started_at=row["started_at"], finished_at=row["finished_at"],
-        park_mode=row["park_mode"], crash_count=row["crash_count"])
+        park_mode=row["park_mode"], crash_count=row["crash_count"], ending=row["ending"])
 
 
 def prefix_end(prefix: str) -> str:
@@ -63,7 +63,7 @@ class LaunchPages:
     def page(self, *, statuses: Iterable[LaunchStatus] | None = None,
              workflow_ref: str | None = None, run_id_prefix: str | None = None,
              updated_since: int | None = None, newest_first: bool = True, limit: int = 50,
-             offset: int = 0) -> list[LaunchRecord]:
+             offset: int = 0, ending: LaunchEnding | None = None) -> list[LaunchRecord]:
         clauses: list[str] = []
         params: dict[str, object] = {"limit": max(limit, 0), "offset": max(offset, 0)}
         if statuses is not None:
@@ -77,6 +77,11 @@ class LaunchPages:
         if updated_since is not None:
             clauses.append("updated_at >= :updated_since")
             params["updated_since"] = updated_since
+        if ending is not None:
+            if ending not in LAUNCH_ENDINGS:
+                raise ValueError(f"unknown launch ending {ending!r}")
+            clauses.append("(status <> 'done' OR ending = :ending)")
+            params["ending"] = ending
         where = " AND ".join(clauses) or "1 = 1"
         order = "DESC" if newest_first else "ASC"
         # No index orders by created_at (one would change the store layout): the sort

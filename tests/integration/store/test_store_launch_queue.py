@@ -230,3 +230,37 @@ def test_page_filters_by_run_id_prefix_and_last_change_newest_first(
     assert [r.run_id for r in store.launches.page(
         statuses=["queued"], run_id_prefix="quick-", newest_first=False)] == [
         "quick-two-1", "quick-2"]
+
+
+def test_a_done_row_keeps_how_its_run_ended_and_pages_by_it(
+    store: Store, clock: FakeClock
+) -> None:
+    for run_id in ("run-done", "run-wait", "run-fail", "run-live"):
+        assert isinstance(store.launches.enqueue(launch(run_id)), LaunchRecord)
+    def running(run_id: str) -> str:
+        token = _claim(store, run_id).claim_token
+        assert token is not None
+        assert isinstance(store.launches.mark_running(run_id, token), LaunchRecord)
+        return token
+
+    done = store.launches.finish("run-done", running("run-done"))
+    waiting = store.launches.finish("run-wait", running("run-wait"), waiting=True)
+    failed = store.launches.fail("run-fail", running("run-fail"), code="activation_failed",
+                                 message="no bundle")
+    live = _claim(store, "run-live")
+    assert isinstance(done, LaunchRecord)
+    assert isinstance(waiting, LaunchRecord)
+    assert isinstance(failed, LaunchRecord)
+    assert (done.ending, waiting.ending, failed.ending) == ("completed", "waiting", None)
+    assert live.ending is None
+    assert store.launches.get("run-wait") == waiting
+
+    def ids(**where: object) -> set[str]:
+        return {r.run_id for r in store.launches.page(**where)}  # type: ignore[arg-type]
+
+    # Only done rows are filtered by their ending; other statuses pass.
+    assert ids(ending="waiting") == {"run-wait", "run-fail", "run-live"}
+    assert ids(statuses=["done", "starting"], ending="completed") == {"run-done", "run-live"}
+    assert ids(statuses=["done"]) == {"run-done", "run-wait"}
+    with pytest.raises(ValueError, match="ending"):
+        store.launches.page(ending="continued")  # type: ignore[arg-type]

@@ -86,6 +86,20 @@ def test_schema_info_is_a_singleton() -> None:
             " VALUES ('r', 'w', '{}', 'd', '{}', 'done', 0, 0, 0)",
             (),
         ),
+        # done without how its run ended
+        (
+            "INSERT INTO workflow_run_queue (run_id, workflow_ref, workflow_source_json,"
+            " definition_digest, status, created_at, updated_at, finished_at)"
+            " VALUES ('r', 'w', '{}', 'd', 'done', 0, 0, 0)",
+            (),
+        ),
+        # an ending on a row that is not done
+        (
+            "INSERT INTO workflow_run_queue (run_id, workflow_ref, workflow_source_json,"
+            " definition_digest, status, created_at, updated_at, ending)"
+            " VALUES ('r', 'w', '{}', 'd', 'queued', 0, 0, 'completed')",
+            (),
+        ),
         # failed without a code
         (
             "INSERT INTO workflow_run_queue (run_id, workflow_ref, workflow_source_json,"

@@ -158,6 +158,17 @@ def test_a_filter_that_skips_many_rows_still_fills_the_page(project: Project) ->
     assert len(project.page(limit=71)) == 71
 
 
+def test_waiting_pages_in_sql_and_opens_no_completed_bundle(project: Project) -> None:
+    waiting = project.run("approve")
+    answered = project.run("approve")
+    project.answer(answered)
+    completed = [project.run("quick", {"n": i}) for i in range(5)]
+    reader = CountingReader(project.ws.runs_dir)
+    assert project.page(reader, status="waiting") == [waiting]
+    assert not set(reader.opened) & set(completed)  # the row's ending said so
+    assert project.page(status="continued") == [answered]
+
+
 def test_a_project_without_a_store_lists_nothing_and_creates_nothing(tmp_path: Path) -> None:
     (tmp_path / ".wfrun").mkdir()
     ws = Workspace(build_catalog("workflows", tmp_path, None), tmp_path, tmp_path / "state")
