@@ -124,7 +124,7 @@ def test_prune_never_removes_a_run_whose_launch_is_not_terminal(
     # A launch row that points at the run and is not terminal (as a crashed runner
     # can leave one): the bundle ended, but the row still owns the run.
     db.execute("UPDATE workflow_run_queue SET status = 'parked', park_mode = 'explicit', "
-               "finished_at = NULL, claim_token = NULL, "
+               "finished_at = NULL, ending = NULL, claim_token = NULL, "
                "claim_expires_at = NULL, runner_id = NULL WHERE run_id = ?", (ran["run_id"],))
     db.commit()
     db.close()
