@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from .control import RunControl
     from .engine import Engine, check_input, new_run_id
     from .reader import RunReader
+    from .rows import BundleRows, MemoryRows
     from .runner import NotificationSink, RunOutcome
     from .state import TERMINAL, RunState, fold
 
@@ -29,6 +30,7 @@ _LAZY: dict[str, str] = {
     "RunControl": "control",
     **dict.fromkeys(("Engine", "check_input", "new_run_id"), "engine"),
     "RunReader": "reader",
+    **dict.fromkeys(("BundleRows", "MemoryRows"), "rows"),
     **dict.fromkeys(("NotificationSink", "RunOutcome"), "runner"),
     **dict.fromkeys(("TERMINAL", "RunState", "fold"), "state"),
 }
@@ -54,9 +56,11 @@ __all__ = [
     "TERMINAL",
     "AgentStep",
     "AgentStepExecutor",
+    "BundleRows",
     "BundleWriter",
     "Engine",
     "FolderBundle",
+    "MemoryRows",
     "NotificationSink",
     "RunControl",
     "RunOutcome",
