@@ -55,6 +55,7 @@ class DatabaseBundle:
         self._fence = fence
         self.claim = claim
         self._sealed = False
+        self._manifest: str | None = None  # the text this writer last wrote
 
     @property
     def fence(self) -> Fence:
@@ -170,6 +171,7 @@ class DatabaseBundle:
         text = json.dumps(manifest, indent=2, sort_keys=True)
         self._write(lambda: self.rows.put_document(self.run_id, "manifest", text, self.claim,
                                                    self.sync))
+        self._manifest = text  # the run's claim makes this writer its only one
 
     def write_workflow(self, snapshot: dict[str, Any]) -> None:
         self._check()
@@ -212,6 +214,9 @@ class DatabaseBundle:
         return read_trace(self.rows, self.run_id).events
 
     def read_manifest(self) -> dict[str, Any]:
+        if self._manifest is not None:  # closing a run reads no row to update its status
+            value: dict[str, Any] = json.loads(self._manifest)
+            return value
         return read_document(self.rows, self.run_id, "manifest")
 
 
