@@ -83,28 +83,38 @@ class PostgresBundleRows:
         return f"PostgresBundleRows({self._db.where!r})"
 
     # -- the fence -------------------------------------------------------------
+    def _held_sql(self, claim_param: str) -> tuple[str, tuple[object, ...]]:
+        """The fence as an EXISTS over the launch row (locked FOR SHARE)."""
+        now_sql, now = (("%s", (self._db.now_ms(),)) if self._db.injected_clock
+                        else (_DB_NOW, ()))
+        return ("EXISTS (SELECT 1 FROM workflow_run_queue q WHERE q.run_id = %s"
+                f" AND q.claim_token = {claim_param}"
+                f" AND q.status IN {sql_in(CLAIMED_STATUSES)}"
+                f" AND q.claim_expires_at > {now_sql} FOR SHARE)"), now
+
     def _fence(self, conn: Conn, run_id: str, claim: str | None) -> None:
         if claim is None:
             return
-        params: tuple[object, ...] = (run_id, claim)
-        now_sql = _DB_NOW
-        if self._db.injected_clock:
-            now_sql, params = "%s", (run_id, claim, self._db.now_ms())
-        held = conn.execute(
-            "SELECT 1 FROM workflow_run_queue WHERE run_id = %s AND claim_token = %s"
-            f" AND status IN {sql_in(CLAIMED_STATUSES)} AND claim_expires_at > {now_sql}"
-            " FOR SHARE", params).fetchone()
-        if held is None:
+        held, now = self._held_sql("%s")
+        row = conn.execute(f"SELECT {held} AS held", (run_id, claim, *now)).fetchone()
+        if row is None or not row["held"]:
             raise _Refused("fenced")
 
     def _open_for_write(self, conn: Conn, run_id: str, claim: str | None) -> None:
-        self._fence(conn, run_id, claim)
-        # FOR UPDATE, not SHARE: two writers of one bundle queue here instead of both
-        # holding a share lock and deadlocking on the UPDATE that follows.
-        row = conn.execute("SELECT sealed FROM run_bundles WHERE run_id = %s FOR UPDATE",
-                           (run_id,)).fetchone()
+        # One statement: the fence and the bundle row, FOR UPDATE (not SHARE: two
+        # writers of one bundle queue here instead of deadlocking on the UPDATE after).
+        params: tuple[object, ...] = (run_id,)
+        held = "true"
+        if claim is not None:
+            held, now = self._held_sql("%s")
+            params = (run_id, claim, *now, run_id)
+        row = conn.execute(f"SELECT b.sealed, {held} AS held FROM run_bundles b"
+                           " WHERE b.run_id = %s FOR UPDATE OF b", params).fetchone()
         if row is None:
+            self._fence(conn, run_id, claim)  # a stale writer is told so first
             raise _Refused("missing")
+        if not row["held"]:
+            raise _Refused("fenced")
         if row["sealed"]:
             raise _Refused("sealed")
 
