@@ -19,7 +19,7 @@ convention, checked by type, never by message text):
 
 from __future__ import annotations
 
-import contextlib
+import collections
 import logging
 import math
 import random
@@ -74,7 +74,7 @@ class ManagerConfig:
     backoff_cap: float = 300.0
     #: Keys one worker claims in one transaction (1 with per-controller limits, so a
     #: waiting key never holds a controller's slot).
-    claim_batch: int = 8
+    claim_batch: int = 16
 
 
 def _bounded(text: str) -> str:
@@ -111,6 +111,17 @@ class _Claim:
     lost: threading.Event = field(default_factory=threading.Event)
 
 
+@dataclass(eq=False)
+class _Work:
+    """A claimed key waiting for (or in) its pass; `fresh`: its resource row was read by
+    the claim's transaction just now."""
+
+    claimed: ClaimedPass
+    claim: _Claim
+    rid: str
+    fresh: bool
+
+
 class ControllerManager:
     def __init__(self, store: ControllerStore, controllers: Iterable[Controller], *,
                  runner_id: str | None = None, clock: Clock | None = None,
@@ -131,6 +142,8 @@ class ControllerManager:
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._claim_lock = threading.Lock()
+        self._ready: collections.deque[_Work] = collections.deque()  # claimed, waiting
+        self._wake = threading.Condition()
         self._active: dict[tuple[str, str], threading.Event] = {}
         # Every held claim renewed at least every lease/3: checked every lease/9,
         # renewed once 2/9 of the lease has passed since the last renewal.
@@ -190,97 +203,144 @@ class ControllerManager:
 
     def reconcile_one(self) -> bool:
         """Claim and process one available key; False when nothing is available."""
-        ran = self._run_batch(1) > 0
+        work = self._next(limit=1)
+        if work is not None:
+            self._run(work)
         self.ends.flush()
-        return ran
+        return work is not None
 
     def run_until_idle(self, max_passes: int = 1000) -> int:
         """Process available work on this thread until none is left (for tests, --once)."""
         done = 0
         while done < max_passes:
-            ran = self._run_batch(min(self._batch_size(), max_passes - done))
-            if not ran:
+            work = self._next(limit=min(self._batch_size(), max_passes - done))
+            if work is None:
                 break
-            done += ran
+            self._run(work)
+            done += 1
         self.ends.flush()  # every pass run here is committed when this returns
+        if not any(t.is_alive() for t in self._threads):
+            self._release_ready()
         return done
 
     def _batch_size(self) -> int:
         return 1 if self.config.per_controller else max(1, self.config.claim_batch)
 
-    def _claim(self, limit: int) -> list[tuple[ClaimedPass, _Claim, str]]:
-        """Claim up to `limit` keys in one transaction (each with its started record)."""
-        # With per-controller limits, counting busy slots and claiming must be one step,
+    def _next(self, limit: int, *, worker: bool = False) -> _Work | None:
+        """The next claimed key to reconcile: one another worker's batch claim left
+        ready, or the first of a new batch claimed now (the rest are left ready for
+        the other workers, which are woken). None when nothing is available."""
+        if worker and self._stop.is_set():
+            return None  # a stopping manager hands its ready keys back instead
+        with self._lock:
+            work = self._ready.popleft() if self._ready else None
+            low = len(self._ready) < max(self.config.workers, 1)
+        if work is not None:
+            # Running low: claim the next batch now, while the other workers still have
+            # keys, instead of all of them waiting on one claim's commit later.
+            if worker and low and self._claim_lock.acquire(blocking=False):
+                try:
+                    self._fill(limit)
+                finally:
+                    self._claim_lock.release()
+            return work
+        # One claimer at a time; the others wait here, then find its batch ready. With
+        # per-controller limits, counting busy slots and claiming must also be one step,
         # or two workers both see a free slot and both claim.
-        with self._claim_lock if self.config.per_controller else contextlib.nullcontext():
-            eligible = self._eligible()
-            if eligible is not None and not eligible:
-                return []
-            rids: dict[tuple[str, str], str] = {}
-
-            def started(item: QueueItem) -> tuple[str, dict[str, Any], str]:
-                rid = rids[(item.controller, item.key)] = secrets.token_hex(8)
-                return ("reconcile_started", {"runner": self.runner_id}, rid)
-
-            try:
-                claimed = self.store.reconcile_queue.claim_batch(
-                    runner_id=self.runner_id, lease_seconds=self.config.lease_seconds,
-                    limit=limit, controllers=eligible, claim_event=started)
-            except StoreError as exc:
-                log.warning("claim failed: %s", exc)
-                return []
-            batch = []
+        with self._claim_lock:
             with self._lock:
-                self.claims += bool(claimed)
-                for c in claimed:
-                    cancelled = threading.Event()
-                    self._active[(c.item.controller, c.item.key)] = cancelled
-                    batch.append((c, _Claim(c.item, cancelled),
-                                  rids[(c.item.controller, c.item.key)]))
+                if self._ready:
+                    return self._ready.popleft()
+            if worker and self._stop.is_set():
+                return None
+            batch = self._claim(limit)
+            if not batch:
+                return None
+            self._hold(batch[1:], batch)
+        return batch[0]
+
+    def _fill(self, limit: int) -> None:
+        """Claim a batch straight into the ready keys (under the claim lock)."""
+        if not self._stop.is_set():
+            batch = self._claim(limit)
+            if batch:
+                self._hold(batch, batch)
+
+    def _hold(self, ready: list[_Work], batch: list[_Work]) -> None:
+        self.crash("after_batch_claim")
+        for work in batch:  # held (and renewed) while they wait their turn
+            self._renewer.add(work.claim)
+        if ready:
+            with self._lock:
+                self._ready.extend(ready)
+            with self._wake:  # as many idle workers as there are keys for them
+                self._wake.notify(len(ready))
+
+    def _claim(self, limit: int) -> list[_Work]:
+        """Claim up to `limit` keys in one transaction (each with its started record)."""
+        eligible = self._eligible()
+        if eligible is not None and not eligible:
+            return []
+        rids: dict[tuple[str, str], str] = {}
+
+        def started(item: QueueItem) -> tuple[str, dict[str, Any], str]:
+            rid = rids[(item.controller, item.key)] = secrets.token_hex(8)
+            return ("reconcile_started", {"runner": self.runner_id}, rid)
+
+        try:
+            claimed = self.store.reconcile_queue.claim_batch(
+                runner_id=self.runner_id, lease_seconds=self.config.lease_seconds,
+                limit=limit, controllers=eligible, claim_event=started)
+        except StoreError as exc:
+            log.warning("claim failed: %s", exc)
+            return []
+        batch = []
+        with self._lock:
+            self.claims += bool(claimed)
+            for i, c in enumerate(claimed):
+                cancelled = threading.Event()
+                self._active[(c.item.controller, c.item.key)] = cancelled
+                batch.append(_Work(c, _Claim(c.item, cancelled),
+                                   rids[(c.item.controller, c.item.key)], fresh=i == 0))
         return batch
 
-    def _run_batch(self, limit: int) -> int:
-        """Claim a batch and reconcile its keys one after another on this thread; keys
-        not reached when the manager stops are released at once. Returns passes run."""
-        batch = self._claim(limit)
-        if not batch:
-            return 0
-        self.crash("after_batch_claim")
-        for _, claim, _ in batch:  # held (and renewed) while they wait their turn
-            self._renewer.add(claim)
-        done = 0
+    def _run(self, work: _Work) -> None:
+        """Reconcile one claimed key on this thread."""
+        claim = work.claim
+        item = claim.item
         try:
-            for i, (claimed, claim, rid) in enumerate(batch):
-                if i and self._stop.is_set():
-                    self._release(batch[i:])
-                    break
-                if claim.lost.is_set():  # taken over while it waited: not ours to run
-                    self.store.controller_events.append(
-                        claim.item.controller, claim.item.key, "reconcile_lost", {},
-                        reconcile_id=rid)
-                    continue
-                # The first key's resource was read by the claim's own transaction; the
-                # others are read again just before their reconciler is called.
-                resource = (claimed.resource if i == 0 else
-                            self.store.resources.get(claim.item.controller, claim.item.key))
-                self._process(claim, resource, rid)
-                done += 1
+            if claim.lost.is_set():  # taken over while it waited: not ours to run
+                self.store.controller_events.append(item.controller, item.key,
+                                                    "reconcile_lost", {},
+                                                    reconcile_id=work.rid)
+                return
+            # The first key of a batch uses the row its claim's transaction read; a key
+            # that waited its turn is read again just before its reconciler is called.
+            resource = (work.claimed.resource if work.fresh else
+                        self.store.resources.get(item.controller, item.key))
+            self._process(claim, resource, work.rid)
         finally:
-            with self._lock:
-                for _, claim, _ in batch:
-                    self._renewer.remove(claim)
-                    self._active.pop((claim.item.controller, claim.item.key), None)
-        return done
-
-    def _release(self, rest: list[tuple[ClaimedPass, _Claim, str]]) -> None:
-        """Hand back claimed keys this manager will not reconcile (it is stopping)."""
-        ends = []
-        for _, claim, rid in rest:
             self._renewer.remove(claim)
-            assert claim.item.claim_token is not None
-            ends.append(PassEnd(claim.item.controller, claim.item.key, claim.item.claim_token,
+            with self._lock:
+                self._active.pop((item.controller, item.key), None)
+
+    def _release_ready(self) -> None:
+        """Hand back claimed keys nobody will reconcile now (the manager is stopping)."""
+        with self._lock:
+            rest, self._ready = list(self._ready), collections.deque()
+            for work in rest:
+                self._active.pop((work.claim.item.controller, work.claim.item.key), None)
+        if not rest:
+            return
+        ends = []
+        for work in rest:
+            self._renewer.remove(work.claim)
+            item = work.claim.item
+            assert item.claim_token is not None
+            ends.append(PassEnd(item.controller, item.key, item.claim_token,
                                 outcome="requeue",
-                                events=[("reconcile_released", {"reason": "stopping"}, rid)]))
+                                events=[("reconcile_released", {"reason": "stopping"},
+                                         work.rid)]))
         try:
             self.store.reconcile_queue.finish_passes(ends)
         except StoreError as exc:  # the claims expire after their lease instead
@@ -325,24 +385,33 @@ class ControllerManager:
         with self._lock:
             for event in self._active.values():
                 event.set()
+        with self._wake:
+            self._wake.notify_all()
         end = self.clock.monotonic() + (self.config.shutdown_grace if grace is None else grace)
         for t in self._threads:
             t.join(timeout=max(end - self.clock.monotonic(), 0.0))
         self._threads = [t for t in self._threads if t.is_alive()]
-        # Ends handed in by the workers are committed before stop returns.
+        # Ends handed in by the workers are committed before stop returns, and keys
+        # claimed for them but not reached are handed back.
         self.ends.flush(max(end - self.clock.monotonic(), 0.0))
+        if not self._threads:
+            self._release_ready()
         if self.children is not None:
             self.children.shutdown(grace=1.0)
 
     def _worker(self) -> None:
         while not self._stop.is_set():
             try:
-                worked = self._run_batch(self._batch_size()) > 0
+                work = self._next(self._batch_size(), worker=True)
+                if work is not None:
+                    self._run(work)
             except Exception:  # a worker never dies; the pass already recorded its error
                 log.exception("reconcile worker error")
-                worked = False
-            if not worked:
-                self._stop.wait(self.config.idle_poll)
+                work = None
+            if work is None:
+                with self._wake:  # woken early by another worker's batch, or by stop()
+                    if not self._stop.is_set():
+                        self._wake.wait(self.config.idle_poll)
 
     # -- one pass ----------------------------------------------------------------------------
     def _process(self, claim: _Claim, resource: Resource | None, rid: str) -> None:

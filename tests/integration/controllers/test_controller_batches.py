@@ -88,3 +88,30 @@ def test_four_workers_share_commits_and_stop_leaves_nothing_uncommitted(
         events = store.controller_events.read(controller="noop", limit=10_000)
         finished = [e.key for e in events if e.type == "reconcile_finished"]
         assert sorted(finished) == keys  # one finished record per pass, none lost
+
+
+def test_a_batch_is_shared_by_the_workers_so_slow_passes_still_run_in_parallel(
+        tmp_path: Path) -> None:
+    # One worker claims all four keys in one transaction; the other three are woken and
+    # take them from the batch, so four slow passes run at once (the barrier needs all
+    # four inside a pass together; one worker running its batch alone would break it).
+    barrier = threading.Barrier(4, timeout=DEADLINE)
+    met: list[str] = []
+
+    def reconcile(ctx: ReconcileContext, resource: Any) -> Result:
+        barrier.wait()
+        met.append(resource.key)
+        return ctx.settled(None, READY)
+
+    with SqliteStore(tmp_path / "store.sqlite3") as store:
+        manager = ControllerManager(
+            store, [define_controller("slow", reconcile, timeout=None)],
+            config=ManagerConfig(workers=4, claim_batch=8, idle_poll=DEADLINE))
+        for key in ("a", "b", "c", "d"):
+            manager.apply("slow", key, {})
+        manager.start()
+        wait_until(lambda: len(met) == 4, timeout=DEADLINE, what="four passes together")
+        manager.stop(grace=DEADLINE)
+        assert manager.claims == 1  # one claim transaction took all four
+        assert sorted(met) == ["a", "b", "c", "d"]
+        assert store.reconcile_queue.list() == []
