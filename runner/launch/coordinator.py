@@ -79,6 +79,8 @@ RENEW_EVERY = 10.0
 #: (checked at each activation, claim and run end, and every CANCEL_POLL by the keeper
 #: while a run executes). docs/store.md has the bound.
 SCRUB_BATCH = 64
+#: How often a let-go run's lease hand-back asks an unreachable store again.
+GIVE_BACK_EVERY = 0.5
 SCRUB_SECONDS = 1.0
 #: Named points where tests kill the process (WFRUN_CRASH_AT), in the order a run
 #: passes them. The engine's own points (runner.CRASH_POINTS) lie in between.
@@ -608,6 +610,12 @@ class LaunchCoordinator(Preflight):
             current = None
         if act.driver is not None:
             act.driver.bundle.close()
+        if current is None or (current.claim_token == act.token
+                               and current.status in ("starting", "running")):
+            # We let go but may still hold the claim (the store was unreachable): hand
+            # the lease back so recovery takes the run now, not when the lease runs out.
+            self._keeper.remove(act)  # no renewal may race the hand-back
+            self.give_back(act.record.run_id, act.token)
         if current is not None and current.status == "cancelled" and act.engine is not None:
             if self.reader.started(act.record.run_id):
                 return self._end_cancelled(act.record.run_id)
@@ -625,6 +633,32 @@ class LaunchCoordinator(Preflight):
             except StoreError:
                 log.warning("could not record the claim-lost intent for %s", act.record.run_id)
         return None
+
+    def give_back(self, run_id: str, token: str) -> None:
+        """Expire our own lease on `run_id` (fenced by `token`: a claim taken since is
+        not touched); a store that does not answer is asked again on a thread every
+        GIVE_BACK_EVERY seconds until it does or the lease has run out by itself."""
+        if self._give_back_once(run_id, token):
+            return
+        threading.Thread(target=self._give_back_later, args=(run_id, token), daemon=True,
+                         name=f"wfrun-give-back-{run_id}").start()
+
+    def _give_back_once(self, run_id: str, token: str) -> bool:
+        """True when the store answered (whether or not the claim was still ours)."""
+        try:
+            if self.store.launches.yield_lease(run_id, token):
+                log.info("run %s: lease given back (the run is let go)", run_id)
+        except StoreError as exc:
+            log.debug("run %s: cannot give the lease back yet (%s)", run_id, exc.message)
+            return False
+        return True
+
+    def _give_back_later(self, run_id: str, token: str) -> None:
+        give_up = self.clock.monotonic() + self.lease_seconds
+        while self.clock.monotonic() < give_up:
+            self.clock.sleep(GIVE_BACK_EVERY)
+            if self._give_back_once(run_id, token):
+                return
 
     def _end_cancelled(self, run_id: str) -> RunOutcome | None:
         """The row is `cancelled`: end the bundle the same way. The bundle's lock keeps

@@ -128,6 +128,11 @@ class LaunchQueue(Protocol):
         """Extend a live claim; an expired lease cannot be renewed."""
         ...
 
+    def yield_lease(self, run_id: str, claim_token: str) -> bool:
+        """Expire our own live lease now (token-fenced) so recovery may take the run at
+        once; False when the claim was no longer ours."""
+        ...
+
     def check_claim(self, run_id: str, claim_token: str) -> LaunchRecord | LostRace:
         """The engine's fence: token matches, status starting|running, lease unexpired."""
         ...

@@ -101,6 +101,9 @@ SQL: Mapping[str, str] = {
     " crash_count = q.crash_count + CASE WHEN q.status = 'starting' THEN 1 ELSE 0 END"
     " WHERE q.run_id = :run_id AND q.status = :status AND q.epoch = :epoch"
     f" AND {_CLAIMABLE} RETURNING *",
+    "yield": "UPDATE workflow_run_queue SET claim_expires_at = :now, updated_at = :now"
+    " WHERE run_id = :run_id AND claim_token = :token AND claim_expires_at > :now"
+    f" AND status IN {_CLAIMED} RETURNING origin_session_id",
     "renew": "UPDATE workflow_run_queue SET claim_expires_at = :expires, updated_at = :now"
     " WHERE run_id = :run_id AND claim_token = :token AND claim_expires_at > :now RETURNING *",
     "enter": "UPDATE workflow_run_queue SET status = :target, updated_at = :now, {columns}"
@@ -345,6 +348,18 @@ class LaunchQueue(LaunchPages):
                                                   "run_id": run_id, "token": claim_token})
         assert renewed is not None
         return launch_from_row(renewed)
+
+    def yield_lease(self, run_id: str, claim_token: str) -> bool:
+        """End our own live lease now (the claim stays until someone takes it): a host
+        that let go of a run while the store was unreachable hands it to recovery at
+        once instead of after the lease. Fenced by the token; True when it was ours."""
+        with self._connector.write() as tx:
+            now = tx.now_ms()
+            row = tx.one(self._sql["yield"], {**_FIXED, "now": now, "run_id": run_id,
+                                              "token": claim_token})
+            if row is not None and row["origin_session_id"] is None:
+                tx.notify(LAUNCH_CHANNEL, run_id)  # an idle host claims it on the notice
+        return row is not None
 
     def check_claim(self, run_id: str, claim_token: str) -> LaunchRecord | LostRace:
         # The fence runs once per node: its row and the clock in one statement.

@@ -16,6 +16,10 @@ from runner.store.postgres.db import Conn, Row, translate
 from runner.store.urls import mask_url
 
 LAUNCH_CHANNEL = "wfrun_launch"
+#: Seconds a (re)connect of the listening connection may take: a server that
+#: accepts no connection (restarting, a dropped network) must not hold the
+#: listener's thread, which also has to see `stop`.
+CONNECT_TIMEOUT = 5
 
 
 def notify(conn: Conn, channel: str, item_id: str) -> None:
@@ -33,7 +37,8 @@ class LaunchWakeups:
     def _connect(self) -> psycopg.Connection[Row]:
         if self._conn is None or self._conn.closed:
             try:
-                conn = psycopg.connect(self._url, autocommit=True, row_factory=dict_row)
+                conn = psycopg.connect(self._url, autocommit=True, row_factory=dict_row,
+                                       connect_timeout=CONNECT_TIMEOUT)
                 row = conn.execute("SELECT %s || '_' || current_schema() AS name",
                                    (self._channel,)).fetchone()
                 assert row is not None

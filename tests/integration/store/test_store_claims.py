@@ -232,6 +232,31 @@ def test_reclaim_after_expiry_bumps_the_epoch_and_fences_out_the_old_holder(
     assert events == ["launch.queued", "launch.starting", "launch.running", "launch.reclaimed"]
 
 
+def test_a_holder_gives_its_lease_back_and_recovery_takes_the_run_at_once(
+    store: Store, clock: FakeClock
+) -> None:
+    old = _running(store)
+    token = old.claim_token or ""
+    assert store.launches.yield_lease("run-1", "not-the-token") is False
+    assert isinstance(store.launches.check_claim("run-1", token), LaunchRecord)
+    assert store.launches.yield_lease("run-1", token) is True
+    # No wait for the 30 s lease: the fence refuses the old holder, the next claim takes it.
+    assert store.launches.check_claim("run-1", token) == LostRace(
+        "run-1", "lease_expired", "running"
+    )
+    assert store.launches.renew_lease("run-1", token) == LostRace(
+        "run-1", "lease_expired", "running"
+    )
+    assert store.launches.yield_lease("run-1", token) is False  # already given back
+    new = store.launches.claim_next(runner_id="host-2")
+    assert new is not None and new.run_id == "run-1"
+    assert new.epoch == old.epoch + 1 and new.status == "running"
+    assert store.launches.yield_lease("run-1", token) is False  # the new claim is untouched
+    assert store.launches.get("run-1") == new
+    store.launches.finish("run-1", new.claim_token or "")
+    assert store.launches.yield_lease("run-1", new.claim_token or "") is False  # ended
+
+
 def test_the_fence_needs_starting_or_running(store: Store) -> None:
     record = _running(store)
     token = record.claim_token or ""
