@@ -57,7 +57,8 @@ def test_bundle_folders_are_0700_and_files_0600(env: Any, when: Any) -> None:
     assert _mode(root / "artifacts") == 0o700
     files = [p for p in root.rglob("*") if p.is_file()]
     names = {p.name for p in files}
-    assert {"manifest.json", "workflow.json", "state.json", "trace.jsonl", ".lock"} <= names
+    assert {"manifest.json", "workflow.json", "state.json", "trace.jsonl"} <= names
+    assert ".lock" not in names  # the writer locks the folder itself
     assert any(p.parent.name == "artifacts" for p in files)
     for p in files:
         assert _mode(p) == 0o600, p
