@@ -42,7 +42,7 @@ WORKFLOW = """
       - {from: b, to: c}
 """
 WRITES = ("create_bundle", "append_events", "put_document", "put_artifact",
-          "truncate_events", "seal_bundle")
+          "truncate_events", "seal_bundle", "write_batch")
 
 
 class Counting:

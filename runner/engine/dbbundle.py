@@ -1,14 +1,15 @@
 """A run bundle held as database rows (`BundleRows`, engine/rows.py).
 
 The same narrow interface as `FolderBundle` and the same write order: trace
-events (one transaction per append, keyed by run id and `seq`), then the state
-document, then the manifest; artifacts (strings over 4 KiB, engine/artifacts.py)
-are rows keyed by their sha256 under the run. Every write first passes the
-caller's fence (as a folder's does) and then the database checks the launch's
-claim token in the same transaction as the write, so a host whose claim was
-taken over writes nothing however late it wakes. A committed transaction is
-durable, so there is no fsync, no torn tail to repair and no lock file: the
-claim is the single-writer guarantee.
+events (keyed by run id and `seq`), then the state document, then the manifest
+(a few writes share a transaction: "Batches" below); artifacts (strings over
+4 KiB, engine/artifacts.py) are rows keyed by their sha256 under the run. A
+writer with a claim token is fenced by the database alone: it checks the
+launch's claim token in the same transaction as the write, so a host whose
+claim was taken over writes nothing however late it wakes (the caller's fence,
+which would ask the same a round trip earlier, is consulted only by a writer
+without a claim). A committed transaction is durable, so there is no fsync, no
+torn tail to repair and no lock file: the claim is the single-writer guarantee.
 
 A write the database could not take (`unavailable`: a restart, a network blip) is
 tried again every 0.2 s on the engine's clock for up to `PATIENCE` seconds, as the
@@ -16,6 +17,18 @@ fence waits for a vanished store; the first try may have committed before its
 answer was lost, so a retry that finds its own write already there counts as done.
 Past the patience the run is let go (`ClaimLost`): nothing more is written, and the
 launch's lease expires so a host that reaches the database resumes it.
+
+Batches: a write a folder would not fsync and that nothing reads before the
+next write (the workflow snapshot, the state projection) is held and sent in the
+next write's transaction (`write_batch`), so the snapshot commits with the first
+manifest and the state with the ending. From a run's ending event (run_completed,
+run_failed, ...) every write is held until the seal: event, state, manifest and
+seal are one transaction, all or nothing (a kill before it, at `before_seal`,
+leaves the run as it was after its last node, and the next holder records the
+ending again; nothing reruns). `node_started` is not held: it is written before
+the node runs, as the crash-loop budget (engine.NODE_START_BUDGET) counts it.
+`close` sends what is still held (a parked run's state). A 3-node run is 10
+transactions (was 14).
 
 Live logs of a running attempt stay files on the host that runs it
 (`<runs_dir>/<run id>/logs/`): they are scratch, removed once the attempt's
@@ -37,6 +50,10 @@ from runner.private import private_dirs
 from .bundle import ARTIFACTS, ENDED, LOGS, Fence, TraceRead, always, dumps
 from .rows import BundleRows
 
+#: Trace events that end a run (or its attempt): from one, the writer holds every
+#: write until the seal and sends them in one transaction.
+ENDINGS = frozenset({"run_completed", "run_failed", "run_timed_out", "run_cancelled",
+                     "run_waiting"})
 PATIENCE = 10.0  # seconds a write waits for an unreachable database (a third of a lease)
 RETRY_EVERY = 0.2
 
@@ -56,6 +73,11 @@ class DatabaseBundle:
         self.claim = claim
         self._sealed = False
         self._manifest: str | None = None  # the text this writer last wrote
+        # Writes held for the next transaction (module doc, "Batches").
+        self._docs: dict[str, str] = {}
+        self._events: list[tuple[int, str]] = []
+        self._durable = False  # a held write is one a folder would fsync
+        self._ending = False  # a terminal event is held: the ending goes in one batch
 
     @property
     def fence(self) -> Fence:
@@ -73,7 +95,7 @@ class DatabaseBundle:
     def create(cls, rows: BundleRows, run_id: str, logs_root: Path, fence: Fence = always,
                claim: str | None = None, clock: Clock | None = None,
                durability: str = "full") -> DatabaseBundle:
-        if not fence():
+        if claim is None and not fence():  # a claim is checked by the insert itself
             raise ClaimLost(f"no claim on run '{run_id}'; not creating it")
         bundle = cls(rows, run_id, logs_root, fence, claim, clock, durability)
         # A retried create that finds the bundle made it itself: the run id is this
@@ -102,13 +124,21 @@ class DatabaseBundle:
         return bundle
 
     def close(self) -> None:
-        """Nothing is held open: each write was its own transaction."""
+        """Send what is still held (a parked run's state, an ending cut short); nothing
+        else is open. A held write refused now is dropped: the run is let go."""
+        if self._docs or self._events:
+            try:
+                self._flush()
+            except (ClaimLost, OperationFailed, NotFoundError):
+                self._drop()
 
     # -- writes -----------------------------------------------------------------
     def _check(self) -> None:
         if self._sealed:
             raise OperationFailed(f"run '{self.run_id}' has ended; its bundle is immutable")
-        if not self._fence():
+        # A claimed writer's fence is the write's own transaction (the launch row is
+        # checked in it), so the caller's fence would only repeat it a round trip early.
+        if self.claim is None and not self._fence():
             raise ClaimLost(f"lost the claim on run '{self.run_id}'; another runner owns it")
 
     def _patiently(self, write: Callable[[], str], done: set[str] | None = None,
@@ -133,6 +163,36 @@ class DatabaseBundle:
     def _write(self, write: Callable[[], str], done: set[str] | None = None) -> None:
         self._result(self._patiently(write, done))
 
+    # -- batches ------------------------------------------------------------------
+    def _hold(self, *, events: list[tuple[int, str]] | None = None,
+              doc: tuple[str, str] | None = None, durable: bool = False) -> None:
+        self._events.extend(events or ())
+        if doc is not None:
+            self._docs[doc[0]] = doc[1]
+        self._durable = self._durable or durable
+
+    def _drop(self) -> None:
+        self._docs, self._events, self._durable, self._ending = {}, [], False, False
+
+    def _flush(self, *, seal: bool = False) -> None:
+        """Everything held (and the seal) in one transaction."""
+        events, docs = list(self._events), list(self._docs.items())
+        durable = (self._durable or seal) and self.sync
+        self._drop()
+        if not events and not docs and not seal:
+            return
+
+        def landed() -> bool:  # an earlier try committed this very batch
+            if not events:
+                return True
+            have = self.rows.read_events(self.run_id, events[0][0] - 1)[:len(events)]
+            return have == [text for _, text in events]
+
+        self._result(self._patiently(
+            lambda: self.rows.write_batch(self.run_id, self.claim, events=events,
+                                          documents=docs, seal=seal, durable=durable),
+            {"sealed"} if seal else set(), landed=landed))
+
     def _result(self, result: str) -> None:
         if result == "ok":
             return
@@ -147,41 +207,37 @@ class DatabaseBundle:
 
     def append(self, events: Iterable[dict[str, Any]], *, sync: bool) -> None:
         self._check()
-        rows = [(int(e["seq"]), dumps(e)) for e in events]
-        if not rows:
+        batch = list(events)
+        if not batch:
             return
-
-        def landed() -> bool:  # the earlier try committed these very events
-            have = self.rows.read_events(self.run_id, rows[0][0] - 1)[:len(rows)]
-            return have == [text for _, text in rows]
-
-        durable = sync and self.sync  # what a folder fsyncs waits for the log flush
-        self._result(self._patiently(
-            lambda: self.rows.append_events(self.run_id, rows, self.claim, durable),
-            landed=landed))
+        rows = [(int(e["seq"]), dumps(e)) for e in batch]
+        if any(e.get("type") in ENDINGS for e in batch):
+            self._ending = True  # held until the seal: the ending is one transaction
+        self._hold(events=rows, durable=sync)
+        if not self._ending:
+            self._flush()
 
     def replace_state(self, state: dict[str, Any]) -> None:
         self._check()
-        text = dumps(state)
-        self._write(lambda: self.rows.put_document(self.run_id, "state", text, self.claim,
-                                                   False))  # a projection of the trace
+        self._hold(doc=("state", dumps(state)))  # a projection of the trace: goes with
+        # the next write (a parked run's, with `close`)
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         self._check()
         text = json.dumps(manifest, indent=2, sort_keys=True)
-        self._write(lambda: self.rows.put_document(self.run_id, "manifest", text, self.claim,
-                                                   self.sync))
+        self._hold(doc=("manifest", text), durable=True)
+        if not self._ending:
+            self._flush()
         self._manifest = text  # the run's claim makes this writer its only one
 
     def write_workflow(self, snapshot: dict[str, Any]) -> None:
         self._check()
-        text = dumps(snapshot)
-        self._write(lambda: self.rows.put_document(self.run_id, "workflow", text, self.claim,
-                                                   False))  # durable with the manifest
+        self._hold(doc=("workflow", dumps(snapshot)))  # durable with the manifest after it
 
     def write_artifact(self, data: bytes, media_type: str) -> dict[str, Any]:
         self._check()
         digest = hashlib.sha256(data).hexdigest()
+        self._flush()  # what is held was written first
         self._write(lambda: self.rows.put_artifact(self.run_id, digest, data, self.claim))
         return {"path": f"{ARTIFACTS}/sha256-{digest}.txt", "media_type": media_type,
                 "bytes": len(data), "sha256": digest}
@@ -191,6 +247,7 @@ class DatabaseBundle:
 
     def live_logs(self) -> Path:
         self._check()
+        self._flush()
         path = self.logs_root / self.run_id / LOGS
         private_dirs(path)
         return path
@@ -202,15 +259,18 @@ class DatabaseBundle:
 
     def truncate_to(self, seq: int) -> None:
         self._check()
+        self._flush()
         self._write(lambda: self.rows.truncate_events(self.run_id, seq, self.claim))
 
     def seal(self) -> None:
         self._check()
-        self._write(lambda: self.rows.seal_bundle(self.run_id, self.claim), {"sealed"})
+        self._flush(seal=True)  # with the ending's event, state and manifest
         self._sealed = True
 
     # -- reads ------------------------------------------------------------------
     def read_trace(self) -> list[dict[str, Any]]:
+        if not self._sealed and (self._events or self._docs):
+            self._flush()  # the writer reads what it wrote
         return read_trace(self.rows, self.run_id).events
 
     def read_manifest(self) -> dict[str, Any]:

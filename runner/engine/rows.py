@@ -24,6 +24,12 @@ can never interleave a trace.
 projection, the workflow snapshot): the database may commit it without waiting
 for its log flush. A crash can then lose only a suffix of such writes, never one
 that a durable write after it depends on (the log is flushed in order).
+
+`write_batch` is several of these writes in one transaction, in this order:
+events, documents, seal; all or nothing (`exists` if any event's seq is taken).
+The writer sends a batch where the folder would make several writes with no
+side effect between them (the documents a folder would not fsync go with the
+next write; a run's ending event, state, manifest and seal go together).
 """
 
 from __future__ import annotations
@@ -48,6 +54,10 @@ class BundleRows(Protocol):
     def put_artifact(self, run_id: str, sha256: str, data: bytes, claim: str | None) -> str: ...
     def truncate_events(self, run_id: str, after_seq: int, claim: str | None) -> str: ...
     def seal_bundle(self, run_id: str, claim: str | None) -> str: ...
+    def write_batch(self, run_id: str, claim: str | None, *,
+                    events: Sequence[tuple[int, str]] = (),
+                    documents: Sequence[tuple[str, str]] = (), seal: bool = False,
+                    durable: bool = True) -> str: ...
 
     def bundle_exists(self, run_id: str) -> bool: ...
     def bundle_sealed(self, run_id: str) -> bool: ...
@@ -182,8 +192,31 @@ class MemoryRows:
             self.writes += 1
             return "ok"
 
+    def _write_batch(self, run_id: str, claim: str | None,
+                     events: Sequence[tuple[int, str]], documents: Sequence[tuple[str, str]],
+                     seal: bool) -> str:
+        if any(kind not in DOCUMENTS for kind, _ in documents):
+            raise ValueError(f"unknown bundle document in {[k for k, _ in documents]!r}")
+        with self._lock:
+            result, bundle = self._writable(run_id, claim)
+            if bundle is None:
+                return result
+            if any(seq in bundle.events for seq, _ in events):
+                return "exists"
+            bundle.events.update(events)
+            bundle.documents.update(documents)
+            bundle.sealed = bundle.sealed or seal
+            self.writes += 1
+            return "ok"
+
     def create_bundle(self, run_id: str, claim: str | None) -> str:
         return self._faulty(self._create_bundle, run_id, claim)
+
+    def write_batch(self, run_id: str, claim: str | None, *,
+                    events: Sequence[tuple[int, str]] = (),
+                    documents: Sequence[tuple[str, str]] = (), seal: bool = False,
+                    durable: bool = True) -> str:
+        return self._faulty(self._write_batch, run_id, claim, events, documents, seal)
 
     def append_events(self, run_id: str, events: Sequence[tuple[int, str]],
                       claim: str | None, durable: bool = True) -> str:

@@ -40,7 +40,7 @@ Observer = Callable[[dict[str, Any], RunState], None]
 # pass one that kills the process there. The engine never reads the environment.
 CrashPoint = Callable[[str], None]
 CRASH_POINTS = ("after_bundle_created", "after_manifest_written", "after_trace_append",
-                "after_state_replace", "between_nodes")
+                "after_state_replace", "between_nodes", "before_seal")
 UPDATE_RATE = 20.0  # updates per second per run, with a burst of 100
 UPDATE_BURST = 100.0
 MAX_UPDATE_PAIRS = 1024
@@ -431,6 +431,10 @@ class RunDriver:
         manifest = self.bundle.read_manifest()
         manifest.update({"status": self.state.status, "finished_at": self.state.finished_at})
         self.bundle.write_manifest(manifest)
+        # A folder has the ending's event and manifest by now; a database bundle holds
+        # them for the seal's transaction (engine/dbbundle.py), so a kill here leaves it
+        # without its ending and the next holder records the ending again.
+        self.crash("before_seal")
         self.bundle.seal()
         self.bundle.close()
 

@@ -138,14 +138,25 @@ class Activation:
     force: bool = False  # resume although the workflow changed (an explicit, recorded choice)
     outcome: RunOutcome | None = None  # set when the bundle had ended before this claim
     by_id: bool = False  # claimed by id (foreground, resume): no claim loop follows it
-    # What the fence last learned of the row: `mark_running`'s answer counts, so the
-    # first write after it asks the store nothing.
-    lease: dict[str, Any] = field(default_factory=lambda: {"running": False, "expires": 0})
+    # What the fence last learned of the row: whether it is `running` under this claim
+    # and until when (on the engine's monotonic clock) the lease surely holds.
+    lease: dict[str, Any] = field(default_factory=lambda: {"running": False, "until": 0.0})
 
-    def running(self, record: LaunchRecord) -> None:
-        """The row is `running` under this claim (mark_running's committed answer)."""
+    def running(self, record: LaunchRecord, sent: float, margin: float) -> None:
+        """The row is `running` under this claim (mark_running's committed answer, to
+        a statement sent at `sent`)."""
         self.record = record
-        self.lease.update(running=True, expires=record.claim_expires_at or 0)
+        self.lease["running"] = True
+        self.held(record, sent, margin)
+
+    def held(self, record: LaunchRecord, sent: float, margin: float) -> None:
+        """A committed answer (mark_running, a renewal) to a statement sent at `sent` on
+        the engine's clock: the database wrote it no earlier, when the lease had
+        `claim_expires_at - updated_at` left (both on the database's clock), so the
+        lease holds until `sent` plus that, less `margin` for clock drift and a write
+        still on its way. The fence answers from this without a round trip."""
+        left = ((record.claim_expires_at or 0) - record.updated_at) / 1000
+        self.lease["until"] = max(self.lease["until"], sent + left - margin)
 
     @property
     def run_id(self) -> str:
@@ -192,6 +203,11 @@ class LaunchCoordinator(Preflight):
         self._scrubs_owed = 0
         self._owed_since = 0.0
         self._by_id: set[str] = set()  # launches claimed by id, not yet begun
+
+    @property
+    def fence_margin(self) -> float:
+        """Seconds of lease the fence keeps in hand before it answers locally."""
+        return self.lease_seconds / 3
 
     def safe(self, text: str, run_input: Any = None) -> str:
         """Redacted, bounded text. Secrets are redacted, not ordinary words: of the run
@@ -328,11 +344,12 @@ class LaunchCoordinator(Preflight):
                 return False
             return self._activate(act, engine)
         if record.status == "starting":
+            sent = self.clock.monotonic()
             running = self.store.launches.mark_running(record.run_id, act.token)
             if isinstance(running, LostRace):
                 self._lost(act)
                 return False
-            act.running(running)
+            act.running(running, sent, self.fence_margin)
         status = self.reader.status(record.run_id)
         if status is not None and status != "running":
             # The run ended but its runner died before the store recorded it.
@@ -394,6 +411,7 @@ class LaunchCoordinator(Preflight):
             self.fail_launch(record, token, code, reason)
             return False
         self.crash("during_starting")
+        sent = self.clock.monotonic()
         running = self.store.launches.mark_running(record.run_id, token)
         if isinstance(running, LostRace):
             # Cancellation won the race: record it in the bundle we own, run nothing.
@@ -402,7 +420,7 @@ class LaunchCoordinator(Preflight):
                                                "message": "cancelled before it started"})
             return False
         self._scrub_later()
-        act.running(running)
+        act.running(running, sent, self.fence_margin)
         act.driver = driver
         return True
 
@@ -449,12 +467,12 @@ class LaunchCoordinator(Preflight):
                 known: dict[str, Any] | None = None) -> Engine:
         launches = self.store.launches
 
-        # While the row is `running` and our lease has a third of its length left,
-        # nothing else can change it: a reclaim needs an expired lease, a cancel of a
-        # running row needs our token. Only then is the fence answered locally; every
+        # While the row is `running` and our lease surely has a third of its length
+        # left, nothing else can change it: a reclaim needs an expired lease, a cancel
+        # of a running row needs our token. Only then is the fence answered locally, on
+        # the engine's clock from the last committed answer (Activation.held); every
         # other write asks the store.
-        margin_ms = self.lease_seconds * 1000 / 3
-        known = {"running": False, "expires": 0} if known is None else known
+        known = {"running": False, "until": 0.0} if known is None else known
 
         def fence() -> bool:
             # A database that went away (a restart, a network blip; Postgres raises plain
@@ -462,8 +480,8 @@ class LaunchCoordinator(Preflight):
             # only its answer says the claim is still ours, so nothing runs unfenced.
             give_up = self.clock.monotonic() + self.lease_seconds / 3
             while True:
-                try:  # on Postgres `now_ms` asks the database too
-                    if known["running"] and self.store.now_ms() + margin_ms < known["expires"]:
+                try:
+                    if known["running"] and self.clock.monotonic() < known["until"]:
                         return True
                     held = launches.check_claim(record.run_id, token)
                     break
@@ -475,7 +493,6 @@ class LaunchCoordinator(Preflight):
                 known["running"] = False
                 return False
             known["running"] = held.status == "running"
-            known["expires"] = held.claim_expires_at or 0
             return True
 
         opts = self.options

@@ -83,12 +83,16 @@ class LeaseKeeper:
 
     def _renew(self, kept: _Kept) -> bool | None:
         act = kept.act
+        sent = self.clock.monotonic()
         try:
             renewed = self.store.launches.renew_lease(act.record.run_id, act.token,
                                                       lease_seconds=self.lease_seconds)
         except StoreError:
             return None  # a busy store; the next tick retries before the lease runs out
-        return not isinstance(renewed, LostRace)
+        if isinstance(renewed, LostRace):
+            return False
+        act.held(renewed, sent, self.lease_seconds / 3)  # the fence answers from it
+        return True
 
     def _lost(self, kept: _Kept) -> None:
         with self._lock:
@@ -96,5 +100,6 @@ class LeaseKeeper:
             if current is not kept and current is not None:
                 self._kept[id(kept.act)] = current  # added again meanwhile: not this one
         if current is kept:  # not removed meanwhile: the run is still executing
+            kept.act.lease["running"] = False  # the fence asks the store from now on
             kept.act.claim_lost = True
             kept.act.control.park("claim lost")

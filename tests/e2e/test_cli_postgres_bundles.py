@@ -221,8 +221,13 @@ CRASHY = """
 """
 
 
+#: Just before the seal the writer holds the run's ending (event, state, manifest)
+#: for the seal's transaction, so a kill there leaves the ending unwritten.
+ENDING = "before_seal"
+
+
 @pytest.mark.parametrize("point", ["after_bundle_created", "after_manifest_written",
-                                   "after_trace_append"])
+                                   "after_trace_append", ENDING])
 def test_a_host_killed_at_an_engine_crash_point_is_finished_by_another(
     pg_cluster: PgCluster, tmp_path: Path, point: str  # noqa: F811
 ) -> None:
@@ -240,6 +245,14 @@ def test_a_host_killed_at_an_engine_crash_point_is_finished_by_another(
         capture_output=True, text=True, timeout=120, cwd=b.folder("a"),
         env={**env, "WFRUN_CRASH_AT": point}, check=False)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
+    if point == ENDING:
+        # Killed with the ending held (its event, state, manifest and seal are one
+        # transaction that never began): the database has node two's end, not the run's.
+        with psycopg.connect(b.url) as conn:
+            kinds = [json.loads(r[0])["type"] for r in conn.execute(
+                "SELECT event FROM run_trace WHERE run_id = %s ORDER BY seq", (run_id,))]
+        assert kinds[-1] == "node_finished", kinds
+        assert "run_completed" not in kinds, kinds
     # B keeps polling until A's lease has expired and it can take the launch over.
     try:
         b.start("b")

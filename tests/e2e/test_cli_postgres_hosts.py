@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -164,7 +165,12 @@ def test_hosts_survive_the_server_restarting_under_load(
         fleet.start(name, "--poll", str(IDLE_POLL))
     wait_until(lambda: fleet.counts()["done"] >= 5, timeout=180, what="five runs done")
     pg_cluster.restart()
-    wait_until(fleet.all_ended, timeout=240, what=lambda: f"every launch ended: {fleet.counts()}")
+    restarted = time.monotonic()
+    # A host that let go of a run while the server was down gives its lease back once
+    # it answers again: the runs are taken over at once, not after the 120 s lease.
+    wait_until(fleet.all_ended, timeout=fleet.lease / 2,
+               what=lambda: f"every launch ended well before the lease: {fleet.counts()}")
+    assert time.monotonic() - restarted < fleet.lease / 2
     assert all(p.poll() is None for p in fleet.hosts.values())  # no host died of it
     # The hosts listen again: a batch queued while they are idle after the restart is
     # claimed on its notices (their poll would take IDLE_POLL seconds).
@@ -172,7 +178,6 @@ def test_hosts_survive_the_server_restarting_under_load(
     wait_until(lambda: fleet.all_ended(LAUNCHES + AFTER_RESTART), timeout=IDLE_POLL * 0.75,
                what=lambda: f"the batch queued after the restart: {fleet.counts()}")
     rows = fleet.check_invariants(ids)
-    # With leases longer than the restart, no run changed hands: every one finished,
-    # each side effect once.
+    # Every one finished; a side effect repeats only for a run handed over (its
+    # interrupted node runs again), never twice for one that stayed with its host.
     assert {status for status, _, _ in rows.values()} == {"done"}
-    assert collections.Counter(fleet.effects.read_text().split()) == {i: 1 for i in ids}

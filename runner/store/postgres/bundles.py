@@ -188,6 +188,42 @@ class PostgresBundleRows:
                            "DELETE FROM run_trace WHERE run_id = %s AND seq > %s",
                            (run_id, after_seq))
 
+    def write_batch(self, run_id: str, claim: str | None, *,
+                    events: Sequence[tuple[int, str]] = (),
+                    documents: Sequence[tuple[str, str]] = (), seal: bool = False,
+                    durable: bool = True) -> str:
+        """Events, documents and the seal in one transaction (one fence, one commit)."""
+        columns = [_DOCUMENTS.get(kind) for kind, _ in documents]
+        if None in columns:
+            raise ValueError(f"unknown bundle document in {[k for k, _ in documents]!r}")
+        try:
+            with self._db.write() as conn:
+                if not durable:
+                    conn.execute("SET LOCAL synchronous_commit = off")
+                self._open_for_write(conn, run_id, claim)
+                if events:
+                    cur = conn.execute(
+                        "INSERT INTO run_trace (run_id, seq, event)"
+                        " SELECT %s, s, e FROM unnest(%s::bigint[], %s::text[]) AS t(s, e)"
+                        " ON CONFLICT DO NOTHING",
+                        (run_id, [q for q, _ in events], [t for _, t in events]))
+                    if cur.rowcount != len(events):
+                        raise _Refused("exists")
+                sets = [f"{column} = %s" for column in dict.fromkeys(columns)]
+                values = list(dict(zip(columns, (t for _, t in documents), strict=True)).values())
+                if seal:
+                    sets.append("sealed = true")
+                if sets:
+                    conn.execute(f"UPDATE run_bundles SET {', '.join(sets)} WHERE run_id = %s",
+                                 (*values, run_id))
+        except _Refused as refused:
+            return refused.result
+        except StoreUnavailable as exc:
+            if type(exc) is not StoreUnavailable:
+                raise
+            return "unavailable"
+        return "ok"
+
     def seal_bundle(self, run_id: str, claim: str | None) -> str:
         return self._write(run_id, claim,
                            "UPDATE run_bundles SET sealed = true WHERE run_id = %s", (run_id,))

@@ -249,8 +249,10 @@ def test_a_holder_gives_its_lease_back_and_recovery_takes_the_run_at_once(
     )
     assert store.launches.yield_lease("run-1", token) is False  # already given back
     new = store.launches.claim_next(runner_id="host-2")
-    assert new is not None and new.run_id == "run-1"
-    assert new.epoch == old.epoch + 1 and new.status == "running"
+    assert new is not None
+    assert new.run_id == "run-1"
+    assert new.epoch == old.epoch + 1
+    assert new.status == "running"
     assert store.launches.yield_lease("run-1", token) is False  # the new claim is untouched
     assert store.launches.get("run-1") == new
     store.launches.finish("run-1", new.claim_token or "")
