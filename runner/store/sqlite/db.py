@@ -312,9 +312,14 @@ class SqliteDatabase:
             self._pool.clear()
         if not was_closed:
             track_open(self.path, -1)
-            with self._write_lock:  # no writer of this process is mid-turn
-                if not open_in_this_process(self.path):
-                    self._writer_turn.close()
+            # Only when no writer of this process is mid-turn (never waits: close() may
+            # run inside a transaction); otherwise the descriptor stays for the next close.
+            if self._write_lock.acquire(blocking=False):
+                try:
+                    if not open_in_this_process(self.path):
+                        self._writer_turn.close()
+                finally:
+                    self._write_lock.release()
         for owner, thread, conn in connections.values():
             if owner == pid and (thread == me or thread not in alive):
                 conn.close()

@@ -199,3 +199,26 @@ def test_a_forked_child_does_not_share_its_parents_turn(tmp_path: Path) -> None:
         turn.release()
     assert _rows(db) == []
     db.close()
+
+
+def _open_wlocks(path: Path) -> int:
+    target = str(wlock_path(path).resolve())
+    count = 0
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            count += os.readlink(f"/proc/self/fd/{name}") == target
+        except OSError:
+            continue
+    return count
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="needs Linux /proc")
+def test_the_last_handle_closed_closes_the_sidecar(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite3"
+    first, second = _open(path), SqliteDatabase(path)
+    assert _open_wlocks(path) == 1  # one descriptor for every handle of the process
+    first.close()
+    assert _open_wlocks(path) == 1  # `second` still writes
+    _insert(second, "still")
+    second.close()
+    assert _open_wlocks(path) == 0  # no descriptor per store opened over a process's life
