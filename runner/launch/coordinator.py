@@ -334,10 +334,14 @@ class LaunchCoordinator(Preflight):
                                reason=reason)  # the bundle ends as the launch does
             self.fail_launch(record, act.token, "activation_failed", reason, fixed=True)
             return False
-        if not self.reader.started(record.run_id):
+        first = self.rows is not None and record.status == "starting" and record.epoch == 1
+        if first or not self.reader.started(record.run_id):
             # No bundle, or one whose creator died before `run_started` was durable:
             # nothing ran, and the input is still in the row (it is cleared at running).
-            engine.discard_unstarted(record.run_id, record.parent_run_id)
+            # A database bundle is created only under a claim, so on the first claim
+            # there is none to look for or discard (a read and a write less per run).
+            if not first:
+                engine.discard_unstarted(record.run_id, record.parent_run_id)
             if record.status != "starting":
                 self.fail_launch(record, act.token, "activation_failed",
                                  "the run bundle is missing; start the workflow again")
