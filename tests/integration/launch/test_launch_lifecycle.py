@@ -351,3 +351,38 @@ def test_an_exception_while_running_fails_the_launch_and_its_bundle_at_once(
     assert (row.status, row.error_code, row.epoch) == ("failed", "run_failed", 1)
     assert project.manifest(record.run_id)["status"] == "failed"  # type: ignore[index]
     assert stack.coordinator.claim_next(None) is None  # nothing left to re-crash
+
+
+def test_a_running_launch_is_fenced_from_its_lease_end_without_asking_the_store(
+    project: Project
+) -> None:
+    """After `mark_running` the fence answers from the lease that answer showed (on the
+    engine's clock, a third of the lease kept in hand): a run asks the store nothing
+    per node while its lease is young; a stale one asks (the steal test above)."""
+    project.write_workflow("two", TWO_STEPS)
+    stack = Stack(project, runner_id="r-local", lease_seconds=60, renew_every=20)
+    record = stack.claimed("two")
+    launches, store = stack.store.launches, stack.store
+    asked: list[str] = []
+    clock_reads: list[int] = []
+    real, real_now = launches.check_claim, store.now_ms
+
+    def counting(run_id: str, token: str) -> Any:
+        current = launches.get(run_id)
+        asked.append(current.status if current is not None else "gone")
+        return real(run_id, token)
+
+    def now_ms() -> int:  # on Postgres a round trip per call
+        clock_reads.append(1)
+        return real_now()
+
+    setattr(launches, "check_claim", counting)  # noqa: B010  (instrumented, still real)
+    setattr(store, "now_ms", now_ms)  # noqa: B010
+    outcome = stack.coordinator.execute(record)
+    assert outcome is not None
+    assert outcome.status == "completed"
+    assert (project.root / "effects.log").read_text().splitlines() == ["one", "two"]
+    # Asked while `starting` (the bundle's creation), never once the row was running.
+    assert asked
+    assert set(asked) == {"starting"}
+    assert clock_reads == []  # nor read the store's clock to judge the lease
