@@ -4,6 +4,8 @@
     .venv/bin/python bench/bench_launch.py --check    # exit 1 if an aim is missed
     .venv/bin/python bench/bench_launch.py --profile  # cProfile of the start path, top 30
     .venv/bin/python bench/bench_launch.py --json     # figures as one JSON object
+    .venv/bin/python bench/bench_launch.py --root DIR ...  # `runner` from DIR (an older
+        commit: `git archive COMMIT runner | tar -x -C DIR`), to compare in one session
 
 Everything runs on a real `SqliteStore` (WAL, synchronous=FULL) in a temporary
 project with a one-node compute workflow that has an input schema.
@@ -16,7 +18,9 @@ project with a one-node compute workflow that has an input schema.
     recorded ending (activation, the node, the ending's commit and fsyncs).
 (c) cycles: N processes on one store file, each looping prepare -> claim ->
     execute (a detached `wfrun start --wait` without the process start),
-    for a fixed time; total completed cycles per second.
+    for a fixed time; total completed cycles per second, and the mean wait to
+    begin a store write (from asking for `SqliteDatabase.write` to holding it: the
+    in-process lock, the writers' turn, SQLite's busy handler).
 
 Aims (seed 000 / DESIGN §6; 2-core machine): (a) p50 <= 1 ms, p99 <= 10 ms;
 (c) >= 500 cycles/s with 4 processes.
@@ -42,7 +46,11 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+ROOT = REPO
+if sys.argv[1:2] == ["--root"]:
+    ROOT = Path(sys.argv[2]).resolve()
+    del sys.argv[1:3]
+sys.path.insert(0, str(ROOT))
 
 from runner.compiler import build_catalog  # noqa: E402
 from runner.host.runtime.local import Workspace  # noqa: E402
@@ -166,12 +174,34 @@ def bench_activation(root: Path, n: int) -> dict[str, Any]:
 
 
 # -- (c) sustained cycles --------------------------------------------------------------
+def _timed_writes() -> list[float]:
+    """Wrap SqliteDatabase.write in this worker process: how long each write waited."""
+    from contextlib import contextmanager
+
+    from runner.store.sqlite import db
+
+    waits: list[float] = []
+    plain = db.SqliteDatabase.write
+
+    @contextmanager
+    def write(self: Any) -> Any:
+        t0 = time.perf_counter()
+        with plain(self) as conn:
+            waits.append(time.perf_counter() - t0)
+            yield conn
+
+    db.SqliteDatabase.write = write  # type: ignore[method-assign]
+    return waits
+
+
 def worker(root: Path, seconds: float, start_at: float) -> None:
+    waits = _timed_writes()
     store, coord = coordinator(root, f"bench-{os.getpid()}")
     while time.time() < start_at:
         time.sleep(0.001)
     end = time.monotonic() + seconds
     cpu0 = time.process_time()
+    del waits[:]  # the store's open and the start-up wait are not cycles
     done = 0
     busy = 0
     while time.monotonic() < end:
@@ -183,7 +213,8 @@ def worker(root: Path, seconds: float, start_at: float) -> None:
         outcome = coord.execute(claimed)
         if outcome is not None and outcome.status == "completed":
             done += 1
-    print(json.dumps({"done": done, "lost": busy, "cpu_s": time.process_time() - cpu0}))
+    print(json.dumps({"done": done, "lost": busy, "cpu_s": time.process_time() - cpu0,
+                      "writes": len(waits), "wait_s": sum(waits)}))
     store.close()
 
 
@@ -192,7 +223,8 @@ def bench_cycles(root: Path, procs: int, seconds: float) -> dict[str, Any]:
     settings = setup.settings()
     setup.close()
     start_at = time.time() + 1.5  # every worker imported and opened before the clock runs
-    children = [subprocess.Popen([sys.executable, __file__, "--worker", str(root),
+    rooted = ["--root", str(ROOT)] if ROOT != REPO else []
+    children = [subprocess.Popen([sys.executable, __file__, *rooted, "--worker", str(root),
                                   str(seconds), str(start_at), "1" if SCRUB else "0"],
                                  stdout=subprocess.PIPE, text=True) for _ in range(procs)]
     results = []
@@ -206,6 +238,8 @@ def bench_cycles(root: Path, procs: int, seconds: float) -> dict[str, Any]:
     return {"procs": procs, "seconds": seconds, "cycles": done,
             "cycles_per_s": round(done / seconds, 1), "lost": sum(r["lost"] for r in results),
             "per_proc": [r["done"] for r in results],
+            "wait_ms_per_write": round(sum(r["wait_s"] for r in results) * 1000
+                                       / max(sum(r["writes"] for r in results), 1), 3),
             "cpu_ms_per_cycle": round(cpu / max(done, 1) * 1000, 3),
             "cpu_bound_cycles_per_s": round((os.cpu_count() or 1) / max(cpu / max(done, 1),
                                                                         1e-9), 1),
@@ -281,6 +315,8 @@ def main(argv: list[str]) -> int:
               f"synchronous={c['store_settings'].get('synchronous')} (2 = FULL): "
               f"{c['cycles_per_s']} cycles/s ({c['cycles']} total, per process "
               f"{c['per_proc']}, lost {c['lost']}) (aim >= {AIM_CYCLES_PER_S})")
+        print(f"    mean wait to begin a store write {c['wait_ms_per_write']} ms; "
+              f"runner imported from {ROOT}")
         print(f"    CPU {c['cpu_ms_per_cycle']} ms per cycle (this process tree): at most "
               f"{c['cpu_bound_cycles_per_s']} cycles/s on {m['cpus']} idle CPUs")
         print(f"    load average at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
