@@ -99,7 +99,14 @@ def summary(report: HostReport) -> str:
 def _ended_line(store: Any, run_id: str, outcome: RunOutcome | None) -> str:
     """One line per run the host finished with, parked or could not start."""
     if outcome is None:
-        row = store.launches.get(run_id)
+        try:
+            row = store.launches.get(run_id)
+        except Exception:  # a store error (cli may not import runner.store)
+            # The store is away: say what is known; a report line never stops the host.
+            return f"run {run_id} let go (the store did not answer)"
+        if row is not None and row.status in ("queued", "starting", "running"):
+            # Let go (the store was unreachable, or another host took it): not an end.
+            return f"run {run_id} let go; it is carried on from the queue"
         why = f": {row.error_message} [{row.error_code}]" if row is not None and \
             row.error_code else ""
         return f"run {run_id} failed to start{why}"
