@@ -49,14 +49,12 @@ from runner.store.sqlite.files import (
     check_sqlite_version,
     create_store_file,
     inspect_existing,
-    open_in_this_process,
     read_only_uri,
     sidecar_paths,
     tighten_permissions,
     track_open,
 )
 from runner.store.sqlite.schema import create_schema, layout_drift, read_layout, schema_id_drift
-from runner.store.sqlite.writerlock import WriterLock
 
 _WAL_SWITCH_ATTEMPTS = 200
 
@@ -65,19 +63,15 @@ def translate(exc: sqlite3.Error, path: Path) -> StoreError:
     return sqlite_faults.from_sqlite(exc, path)
 
 
-_WRITE_LOCKS: dict[str, tuple[threading.Lock, WriterLock]] = {}
+_WRITE_LOCKS: dict[str, threading.Lock] = {}
 _WRITE_LOCKS_GUARD = threading.Lock()
 
 
-def _write_lock_for(path: Path) -> tuple[threading.Lock, WriterLock]:
-    """One in-process writer lock per store file, shared by every handle on it, and
-    the process's handle on the file's cross-process `.wlock` (held only under it)."""
+def _write_lock_for(path: Path) -> threading.Lock:
+    """One in-process writer lock per store file, shared by every handle on it."""
     key = os.path.realpath(path)
     with _WRITE_LOCKS_GUARD:
-        locks = _WRITE_LOCKS.get(key)
-        if locks is None:
-            locks = _WRITE_LOCKS[key] = (threading.Lock(), WriterLock(Path(key)))
-        return locks
+        return _WRITE_LOCKS.setdefault(key, threading.Lock())
 
 
 class _Slot:
@@ -115,7 +109,7 @@ class SqliteDatabase:
         self.read_only = read_only
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._write_lock, self._writer_turn = _write_lock_for(path)
+        self._write_lock = _write_lock_for(path)
         track_open(path, +1)
         # id(conn) -> (pid, owning thread, conn): close() closes what no live thread uses.
         self._connections: dict[int, tuple[int, int, sqlite3.Connection]] = {}
@@ -210,19 +204,13 @@ class SqliteDatabase:
     def write(self) -> Iterator[sqlite3.Connection]:
         """A `BEGIN IMMEDIATE` transaction: committed on success, rolled back on error.
 
-        Threads of this process take turns on a Python lock first, then wfrun's
-        processes on the file's `.wlock` (`writerlock`): SQLite's own busy handler
-        waits by sleeping (1, 2, 5, 10 ms ...), which wasted most of the time when
-        several writers met. A foreign writer is still waited for by SQLite's busy
-        timeout, and its one-line "busy" error is unchanged.
+        Threads of this process take turns on a Python lock first: SQLite's own busy
+        handler waits by sleeping (1, 2, 5, 10 ms ...), which wastes most of the time
+        when several workers of one process write at once. Other processes still
+        contend through SQLite's lock and busy timeout.
         """
         with self._write_lock:
-            turn = self._writer_turn.acquire(self.busy_timeout_ms)
-            try:
-                yield from self._write()
-            finally:
-                if turn:
-                    self._writer_turn.release()
+            yield from self._write()
 
     def _write(self) -> Iterator[sqlite3.Connection]:
         conn = self.connection()
@@ -312,14 +300,6 @@ class SqliteDatabase:
             self._pool.clear()
         if not was_closed:
             track_open(self.path, -1)
-            # Only when no writer of this process is mid-turn (never waits: close() may
-            # run inside a transaction); otherwise the descriptor stays for the next close.
-            if self._write_lock.acquire(blocking=False):
-                try:
-                    if not open_in_this_process(self.path):
-                        self._writer_turn.close()
-                finally:
-                    self._write_lock.release()
         for owner, thread, conn in connections.values():
             if owner == pid and (thread == me or thread not in alive):
                 conn.close()

@@ -343,9 +343,7 @@ def test_openers_racing_to_create_a_store_agree(tmp_path: Path, precreated: bool
         finally:
             for opened in stores:
                 opened.close()
-        # The writers' turn sidecar (writerlock.py) stays: it holds no data.
-        assert sorted(p.name for p in path.parent.iterdir()) == ["store.sqlite3",
-                                                                  "store.sqlite3.wlock"]
+        assert sorted(p.name for p in path.parent.iterdir()) == ["store.sqlite3"]
 
 
 def test_orphaned_sidecars_without_a_store_file_are_refused(path: Path) -> None:
