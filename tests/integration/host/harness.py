@@ -10,6 +10,12 @@ here talks to a real model. The store clock is a `FakeClock` the test controls
 (`s.store_clock.advance(...)` expires leases); the engine runs on the system
 clock so step deadlines behave normally.
 
+The store is SQLite (`store_url=None`) or the Postgres schema `store_url` names; on
+Postgres the URL goes into the project's `.wfrun/config.yaml` (so `wfrun ...` picks it
+up the way a user's project does) and run bundles are rows, chosen by
+`Workspace.bundle_rows` as the product chooses them. `has_bundle`, `manifest`,
+`trace` and `put_manifest` read and write a bundle of either kind.
+
 The API is kept small and stable: other test modules (the crash helpers) import
 `make_session`, `Session`, `Scripted` and the workflow texts below.
 """
@@ -31,7 +37,7 @@ from runner.host.runtime.local import Workspace, store_path
 from runner.host.session import SessionController, SessionExecutor
 from runner.host.session.reference import JsonlHost, Model, ModelReply, ModelView, ToolCall
 from runner.launch import EngineOptions, LaunchCoordinator
-from runner.store import LaunchRecord, SqliteStore
+from runner.store import LaunchRecord, SqliteStore, Store
 
 #: One agent step, then done. The step contract arrives as a session message.
 AGENT_WF = """
@@ -71,7 +77,7 @@ class Session:
     host: JsonlHost
     controller: SessionController
     coordinator: LaunchCoordinator
-    store: SqliteStore
+    store: Store
     ws: Workspace
     options: EngineOptions
     store_clock: FakeClock
@@ -79,6 +85,7 @@ class Session:
     session_id: str
     crash: Callable[[str], None] | None = None
     family: list[Session] = field(default_factory=list)  # this session and its restarts
+    store_url: str | None = None  # a Postgres schema; None: the project's SQLite file
 
     # -- workflows -------------------------------------------------------------
     @property
@@ -101,6 +108,54 @@ class Session:
 
     def status(self, run_id: str) -> dict[str, Any]:
         return launch_status(self.ws, self.store, run_id)
+
+    # -- run bundles (folders on SQLite, rows on Postgres) ------------------------------
+    def has_bundle(self, run_id: str) -> bool:
+        return self.ws.reader(self.store).exists(run_id)
+
+    def manifest(self, run_id: str) -> dict[str, Any]:
+        return self.ws.reader(self.store).manifest(run_id)
+
+    def trace(self, run_id: str) -> list[dict[str, Any]]:
+        return self.ws.reader(self.store).trace(run_id)
+
+    def bundle_ids(self) -> list[str]:
+        return self.ws.reader(self.store).list_ids()
+
+    def committed(self, sql: str) -> list[tuple[Any, ...]]:
+        """`sql` on a new connection of its own: only what is committed, as another
+        process sees it."""
+        if self.store_url is None:
+            import sqlite3
+
+            conn = sqlite3.connect(store_path(self.ws))
+            try:
+                return conn.execute(sql).fetchall()
+            finally:
+                conn.close()
+        import psycopg
+
+        with psycopg.connect(self.store_url) as pg:
+            return pg.execute(sql).fetchall()
+
+    def stored_bytes(self) -> dict[str, bytes]:
+        """Everything the store holds at rest: each SQLite file (after a checkpoint), or
+        each Postgres table of the schema as text."""
+        if self.store_url is None:
+            self.store.checkpoint()  # type: ignore[attr-defined]
+            return {f.name: f.read_bytes() for f in store_path(self.ws).parent.iterdir()}
+        tables = [name for (name,) in self.committed(
+            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")]
+        return {t: "\n".join(str(r) for r in self.committed(
+            f'SELECT t::text FROM "{t}" t')).encode() for t in tables}
+
+    def put_manifest(self, run_id: str, text: str) -> None:
+        """Overwrite a bundle's manifest (a test forging what a dead process left)."""
+        rows = self.ws.bundle_rows(self.store)
+        if rows is None:
+            (self.ws.runs_dir / run_id / "manifest.json").write_text(text)
+        else:
+            rows.put_document(run_id, "manifest", text, None)
 
     # -- the session log -----------------------------------------------------------
     def messages(self, custom_type: str | None = None) -> list[Any]:
@@ -125,7 +180,7 @@ class Session:
         same store file and session log. The old controller is not shut down (a crash)."""
         again = _build(self.root, model or self.model, session_id=self.session_id,
                        store_clock=self.store_clock, crash=crash, start=start,
-                       family=self.family)
+                       family=self.family, store_url=self.store_url)
         return again
 
     def shutdown(self, reason: str = "quit") -> None:
@@ -146,24 +201,37 @@ class Session:
 
 def make_session(tmp_path: Path, model: Model, workflows: dict[str, str], *,
                  session_id: str = "session-1", store_clock: FakeClock | None = None,
-                 crash: Callable[[str], None] | None = None, start: bool = True) -> Session:
+                 crash: Callable[[str], None] | None = None, start: bool = True,
+                 store_url: str | None = None) -> Session:
     """A project under `tmp_path/proj` with `workflows` (name -> YAML), and a started session."""
     root = tmp_path / "proj"
     wf_dir = root / ".wfrun" / "workflows"
     wf_dir.mkdir(parents=True, exist_ok=True)
     for name, text in workflows.items():
         (wf_dir / f"{name}.yaml").write_text(dedent(text))
+    if store_url is not None:
+        (root / ".wfrun" / "config.yaml").write_text(f"store: '{store_url}'\n")
     return _build(root, model, session_id=session_id, store_clock=store_clock or FakeClock(),
-                  crash=crash, start=start, family=[])
+                  crash=crash, start=start, family=[], store_url=store_url)
+
+
+def open_test_store(ws: Workspace, store_url: str | None, clock: FakeClock) -> Store:
+    """The session's store on the test's clock: the SQLite file, or the Postgres schema."""
+    if store_url is None:
+        return SqliteStore(store_path(ws), now=clock.now)
+    from runner.store.postgres import PostgresStore
+
+    return PostgresStore(store_url, now=clock.now, pool_size=2)
 
 
 def _build(root: Path, model: Model, *, session_id: str, store_clock: FakeClock,
-           crash: Callable[[str], None] | None, start: bool, family: list[Session]) -> Session:
+           crash: Callable[[str], None] | None, start: bool, family: list[Session],
+           store_url: str | None = None) -> Session:
     ws = Workspace(build_catalog("workflows", root, None), root, root / ".wfrun" / "state")
-    store = SqliteStore(store_path(ws), now=store_clock.now)
+    store = open_test_store(ws, store_url, store_clock)
     options = EngineOptions(project_root=root)
     coordinator = LaunchCoordinator(store, ws, ws.runs_dir, runner_id=f"test:{session_id}",
-                                    options=options, crash=crash)
+                                    options=options, crash=crash, rows=ws.bundle_rows(store))
     host = JsonlHost(root / "sessions" / f"{session_id}.jsonl", model, sid=session_id)
     controller = SessionController(host, coordinator,
                                    status=lambda run_id: launch_status(ws, store, run_id))
@@ -172,7 +240,7 @@ def _build(root: Path, model: Model, *, session_id: str, store_clock: FakeClock,
     host.listener = controller
     host.quiet = controller.wait_quiet
     session = Session(root, host, controller, coordinator, store, ws, options, store_clock,
-                      model, session_id, crash, family)
+                      model, session_id, crash, family, store_url)
     family.append(session)
     if start:
         host.start("resume" if len(host.read_session_entries()) else "startup")

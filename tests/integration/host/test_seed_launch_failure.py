@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Callable
 from typing import Any
 
@@ -20,7 +19,6 @@ from harness import (
 )
 
 from runner.errors import OperationFailed
-from runner.host.runtime.local import store_path
 from runner.host.session.reference import ModelView, ToolCall
 from runner.launch.intents import (
     DEFERRED_TURN_TYPE,
@@ -106,13 +104,10 @@ def test_seed12_safe_error_redaction_and_byte_bounds(session: Make, kind: str) -
         out = wfrun(s.root, *args)
         assert out.code == 0, out
         _no_secret(f"wfrun {' '.join(args)}", out.stdout + out.stderr)
-    # Nothing secret is anywhere in the store files, not even the cleared input.
-    s.store.checkpoint()
-    path = store_path(s.ws)
-    for file in path.parent.iterdir():
-        data = file.read_bytes()
+    # Nothing secret is anywhere in the store, not even the cleared input.
+    for name, data in s.stored_bytes().items():
         for secret in SECRETS:
-            assert secret.encode() not in data, f"{secret} in {file.name}"
+            assert secret.encode() not in data, f"{secret} in {name}"
 
 
 def test_seed13_one_durable_launch_failure_turn_intent(session: Make) -> None:
@@ -132,13 +127,11 @@ def test_seed13_one_durable_launch_failure_turn_intent(session: Make) -> None:
 
     def spy(custom_type: str, content: str, details: dict[str, Any], **kw: Any) -> str:
         if custom_type == DEFERRED_TURN_TYPE:  # what another process sees at send time
-            conn = sqlite3.connect(store_path(s.ws))
-            at_append.append(conn.execute(
+            at_append.append(s.committed(
                 "SELECT intent_id, cause, eligible_at IS NOT NULL, resolved_at IS NULL, "
-                "delivery_claim_token IS NOT NULL FROM workflow_turn_intents").fetchall())
-            at_append.append(conn.execute(
-                "SELECT status, error_code FROM workflow_run_queue").fetchall())
-            conn.close()
+                "delivery_claim_token IS NOT NULL FROM workflow_turn_intents"))
+            at_append.append(s.committed(
+                "SELECT status, error_code FROM workflow_run_queue"))
         return real(custom_type, content, details, **kw)
 
     s.host.append_message = spy  # type: ignore[method-assign]
@@ -159,9 +152,7 @@ def test_seed13_one_durable_launch_failure_turn_intent(session: Make) -> None:
     assert set(intent.fallback_facts) == FACT_KEYS
     assert intent.fallback_facts["schema"] == FACTS_SCHEMA
     assert intent.fallback_facts["observedState"] == "failed_to_start"
-    conn = sqlite3.connect(store_path(s.ws))
-    assert conn.execute("SELECT count(*) FROM workflow_turn_intents").fetchone() == (1,)
-    conn.close()
+    assert s.committed("SELECT count(*) FROM workflow_turn_intents") == [(1,)]
     (follow,) = _followups(s)
     assert follow.details == {"schema": "wfrun.deferred-turn-message.v1",
                               "turnIntentId": expected_id, "runId": run_id,

@@ -46,10 +46,9 @@ def _step_messages(s: Session, run_id: str) -> list[Any]:
 
 
 def _trace_types(s: Session, run_id: str) -> list[str]:
-    path = s.ws.runs_dir / run_id / "trace.jsonl"
-    if not path.exists():
+    if not s.has_bundle(run_id):
         return []
-    return [json.loads(line)["type"] for line in path.read_text().splitlines()]
+    return [event["type"] for event in s.trace(run_id)]
 
 
 def _followups(s: Session) -> list[Any]:
@@ -86,7 +85,7 @@ def test_seed09_lease_expiry_and_recovery_at_every_activation_boundary(
                     "before_executor_release": "running"}[boundary]
     assert row.status == expected_row
     assert row.epoch == 1
-    assert (s.ws.runs_dir / row.run_id).exists() == (boundary != "after_claim")
+    assert s.has_bundle(row.run_id) == (boundary != "after_claim")
     assert "node_started" not in _trace_types(s, row.run_id)  # nothing ran
     drop_fds_under(s.ws.runs_dir)  # the dead process's bundle lock goes with it
 
@@ -152,15 +151,14 @@ def test_seed09_recover_expired_reconciles_starting_with_the_bundle(
         s.host.prompt("go")
     drop_fds_under(s.ws.runs_dir)
     (row,) = s.launches()
-    manifest = s.ws.runs_dir / row.run_id / "manifest.json"
     if bundle in ("waiting", "completed", "cancelled", "failed"):
-        data = json.loads(manifest.read_text())
+        data = s.manifest(row.run_id)
         data["status"] = bundle
-        manifest.write_text(json.dumps(data))
+        s.put_manifest(row.run_id, json.dumps(data))
     elif bundle == "source_changed":
         s.write_workflow("hello", CHANGED_AGENT_WF)
     elif bundle == "unreadable":
-        manifest.write_text("{torn")
+        s.put_manifest(row.run_id, "{torn")
     assert s.coordinator.recover_expired(s.session_id) == []  # the lease is still live
     s.store_clock.advance(LEASE + 1)
     (recovered,) = s.coordinator.recover_expired(s.session_id)
@@ -229,7 +227,7 @@ def test_seed10_cancellation_before_claim(session: Make) -> None:
     (row,) = s.launches()
     cancel = [e for e in s.tool_results() if e.details.get("action") == "cancel"]
     assert cancel[0].content == f"Workflow run {row.run_id} cancelled."
-    assert not (s.ws.runs_dir / row.run_id).exists()
+    assert not s.has_bundle(row.run_id)
     _assert_cancelled_cleanly(s, row.run_id)
 
 
@@ -253,8 +251,7 @@ def test_seed10_cancellation_during_starting(session: Make, point: str) -> None:
     (row,) = s.launches()
     _assert_cancelled_cleanly(s, row.run_id)
     if point == "during_starting":
-        manifest = json.loads((s.ws.runs_dir / row.run_id / "manifest.json").read_text())
-        assert manifest["status"] == "cancelled"  # the bundle records it; nothing ran
+        assert s.manifest(row.run_id)["status"] == "cancelled"  # recorded; nothing ran
 
 
 def test_seed10_cancellation_before_executor_release(session: Make) -> None:
@@ -272,8 +269,7 @@ def test_seed10_cancellation_before_executor_release(session: Make) -> None:
     s.settle()
     (row,) = s.launches()
     assert replies[0].content == f"Workflow run {row.run_id} is being cancelled."
-    manifest = json.loads((s.ws.runs_dir / row.run_id / "manifest.json").read_text())
-    assert manifest["status"] == "cancelled"
+    assert s.manifest(row.run_id)["status"] == "cancelled"
     _assert_cancelled_cleanly(s, row.run_id)
 
 
@@ -311,7 +307,7 @@ def test_seed11_source_change_between_preparation_and_activation(session: Make,
                                      "after the run was queued); restore it or start another")
         assert str(s.ws.project_root) not in (row.error_message or "")
     assert row.input_cleared
-    assert not (s.ws.runs_dir / row.run_id).exists()  # no engine was built
+    assert not s.has_bundle(row.run_id)  # no engine was built
     assert s.store.launches.find_session_reservation(s.session_id) is None
     (follow,) = _followups(s)
     assert follow.content == launch_failed_text("hello", row.run_id, row.error_message or "")

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import re
-import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,7 +20,6 @@ from harness import (
 )
 from waiting import wait_until
 
-from runner.host.runtime.local import store_path
 from runner.host.session.protocol import ToolReply
 from runner.host.session.reference import ModelView, ToolCall
 from runner.launch.intents import AGENT_STEP_TYPE, PRESENTATION_TYPE
@@ -39,12 +36,8 @@ def _replies(s: Session) -> list[dict[str, Any]]:
 
 def _committed_rows(s: Session) -> list[tuple[str, str, str | None]]:
     """The queue as another connection sees it: only committed rows."""
-    conn = sqlite3.connect(store_path(s.ws))
-    try:
-        return conn.execute("SELECT run_id, status, origin_session_id FROM workflow_run_queue "
-                            "ORDER BY created_at, run_id").fetchall()
-    finally:
-        conn.close()
+    return s.committed("SELECT run_id, status, origin_session_id FROM workflow_run_queue "
+                       "ORDER BY created_at, run_id")
 
 
 def test_seed04_one_session_reservation_and_different_session_independence(
@@ -69,7 +62,7 @@ def test_seed04_one_session_reservation_and_different_session_independence(
     assert len(b_rows) == 1
     assert b_rows[0].status == "done"
     assert a.launch(held).status == "queued"
-    assert not (a.ws.runs_dir / held).exists()
+    assert not a.has_bundle(held)
     # A's own turn settles: now A's launch activates, and it still holds A's reservation.
     a.controller.on_turn_settled(False)
     assert a.launch(held).status == "running"
@@ -197,7 +190,7 @@ def test_seed07_zero_engine_activity_before_the_turn_settles(session: Make,
         s = holder[0]
         run_id = reply.details["runId"]
         time.sleep(0.3)  # give any stray background activation time to show itself
-        observed.append({"bundle": (s.ws.runs_dir / run_id).exists(),
+        observed.append({"bundle": s.has_bundle(run_id),
                          "marker": marker.exists(), "status": s.launch(run_id).status,
                          "thread": s.controller._thread, "steps": len(s.messages())})
         return ToolCall("workflow", {"action": "status", "runId": run_id})
@@ -215,7 +208,7 @@ def test_seed07_zero_engine_activity_before_the_turn_settles(session: Make,
     (run,) = s.launches()
     assert run.status == "done"
     assert marker.exists()
-    assert (s.ws.runs_dir / run.run_id / "manifest.json").exists()
+    assert s.manifest(run.run_id)["run_id"] == run.run_id
 
 
 class _Duplicating:
@@ -247,10 +240,8 @@ def test_seed08_duplicate_settle_and_session_start_events_give_one_activation(
     (run,) = s.launches()
     assert run.status == "done"
     assert run.epoch == 1  # claimed exactly once
-    bundles = [p for p in s.ws.runs_dir.iterdir() if not p.name.startswith(".")]
-    assert [p.name for p in bundles] == [run.run_id]
-    trace = [json.loads(line) for line in
-             (s.ws.runs_dir / run.run_id / "trace.jsonl").read_text().splitlines()]
+    assert s.bundle_ids() == [run.run_id]
+    trace = s.trace(run.run_id)
     assert [e["type"] for e in trace].count("run_started") == 1
     steps = s.messages(AGENT_STEP_TYPE)
     assert [m.details["kind"] for m in steps] == ["step"]  # no reminder was spent either

@@ -64,12 +64,14 @@ def _settle(s: Session) -> None:
     s.controller.wait_quiet(10)
 
 
-def _build_states(tmp_path: Path, made: list[Session]) -> dict[str, tuple[str, str]]:
+def _build_states(tmp_path: Path, made: list[Session],
+                  store_url: str | None) -> dict[str, tuple[str, str]]:
     """run id -> (expected launch state, expected status) for every state."""
     out: dict[str, tuple[str, str]] = {}
 
     def new(name: str, **kw: Any) -> Session:
-        s = make_session(tmp_path, Scripted(), WORKFLOWS, session_id=name, **kw)
+        s = make_session(tmp_path, Scripted(), WORKFLOWS, session_id=name,
+                         store_url=store_url, **kw)
         made.append(s)
         return s
 
@@ -139,12 +141,13 @@ def _build_states(tmp_path: Path, made: list[Session]) -> dict[str, tuple[str, s
     return out
 
 
-def test_seed17_status_for_every_launch_and_run_state(tmp_path: Path) -> None:
+def test_seed17_status_for_every_launch_and_run_state(tmp_path: Path,
+                                                      store_url: str | None) -> None:
     made: list[Session] = []
     try:
-        expected = _build_states(tmp_path, made)
+        expected = _build_states(tmp_path, made, store_url)
         observer = made[0]
-        with_bundle = {r for r in expected if (observer.ws.runs_dir / r).exists()}
+        with_bundle = {r for r in expected if observer.has_bundle(r)}
         assert len(with_bundle) == 7  # all but queued, starting, and the two that never ran
         launch_states = {launch for launch, _ in expected.values()}
         assert launch_states == {"queued", "starting", "running", "parked", "done", "failed",

@@ -2,6 +2,10 @@
 
 The store is opened the way a session (and the CLI) opens it: the workspace's
 `store_path`, through `open_store` or the session harness.
+
+SQLite-only (no `store_url`): these tests read and forge the store file itself (its
+sqlite_master, file mode and bytes); the Postgres layout check, refusal and reset
+rule are tested in tests/integration/store/test_store_postgres.py.
 """
 
 from __future__ import annotations
