@@ -1,8 +1,11 @@
 """One agent session on the real launch stack, optionally SIGKILLed at a named point.
 
     python launch_driver.py PROJECT SESSION_LOG POINT [--prompt TEXT] [--offset SECONDS]
+                            [--store URL]
 
-The stack is the production one: `SqliteStore` at PROJECT/.wfrun/state/store.sqlite3,
+The stack is the production one: `SqliteStore` at PROJECT/.wfrun/state/store.sqlite3
+(or, with `--store postgresql://...`, that `PostgresStore` with the run bundles as
+rows in it, from `Workspace.bundle_rows` as a host chooses them),
 a `Workspace` over PROJECT's workflows, a `LaunchCoordinator` with short leases,
 a `SessionController` and a `JsonlHost` whose session log is SESSION_LOG (an
 existing log is loaded, like a host restart). The coordinator's crash hook kills
@@ -40,7 +43,7 @@ from runner.host.session.protocol import SessionEntry
 from runner.host.session.reference import JsonlHost, ModelReply, ModelView, ToolCall
 from runner.launch import EngineOptions, LaunchCoordinator
 from runner.launch.intents import AGENT_STEP_TYPE, DEFERRED_TURN_TYPE
-from runner.store import SqliteStore
+from runner.store import SqliteStore, Store
 
 LEASE_SECONDS = 2.0
 TRIGGERS = (AGENT_STEP_TYPE, DEFERRED_TURN_TYPE)
@@ -98,6 +101,18 @@ class Model:
                                      "input": {"task": "crash matrix"}})
 
 
+def open_store(project: Path, url: str | None, offset: float) -> Store:
+    """The store on a clock `offset` seconds ahead (leases a killed process held expire)."""
+    def now() -> float:
+        return time.time() + offset
+
+    if url is None:
+        return SqliteStore(project / ".wfrun" / "state" / "store.sqlite3", now=now)
+    from runner.store.postgres import PostgresStore
+
+    return PostgresStore(url, now=now, pool_size=2)
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("project", type=Path)
@@ -105,6 +120,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("point")
     ap.add_argument("--prompt")
     ap.add_argument("--offset", type=float, default=0.0)
+    ap.add_argument("--store", default=None, help="a postgresql:// URL; default SQLite")
     args = ap.parse_args(argv)
     project: Path = args.project.resolve()
     point: str = args.point
@@ -114,14 +130,14 @@ def main(argv: list[str]) -> int:
             os.kill(os.getpid(), signal.SIGKILL)
 
     ws = Workspace(build_catalog("workflows", project, None), project, project / ".wfrun")
-    store = SqliteStore(project / ".wfrun" / "state" / "store.sqlite3",
-                        now=lambda: time.time() + args.offset)
+    store = open_store(project, args.store, args.offset)
     model = Model(project)
     host = JsonlHost(args.session_log, model)
     options = EngineOptions(project_root=project)
     coordinator = LaunchCoordinator(store, ws, ws.runs_dir, runner_id=f"driver-{os.getpid()}",
                                     options=options, lease_seconds=LEASE_SECONDS,
-                                    renew_every=LEASE_SECONDS / 4, crash=crash)
+                                    renew_every=LEASE_SECONDS / 4, crash=crash,
+                                    rows=ws.bundle_rows(store))
     controller = SessionController(host, coordinator)
     options.executor = lambda _record: SessionExecutor(controller)
     options.notifications = controller.notification_sink()

@@ -2,7 +2,9 @@
 
 The evidence a test reads after a crash and restart is all on disk: the store
 file, the run bundles, the session log (JSONL) and `effects.log`, where every
-shell node appends `<node> <run id>` once its side effect is done.
+shell node appends `<node> <run id>` once its side effect is done. A `Project`
+with a `store_url` keeps its store (and its run bundles, as rows) in that
+Postgres schema instead; the same views read it.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from runner.engine.bundle import MANIFEST, parse_trace
-from runner.store import SqliteStore
+from runner.engine.reader import RunReader
+from runner.store import SqliteStore, Store
 
 HERE = Path(__file__).resolve().parent
 DRIVER = HERE / "launch_driver.py"
@@ -54,6 +57,7 @@ TINY = """\
 @dataclass
 class Project:
     root: Path
+    store_url: str | None = None  # a Postgres schema; None: the SQLite file
 
     @property
     def store_path(self) -> Path:
@@ -79,16 +83,32 @@ class Project:
                 "--offset", str(offset)]
         if prompt is not None:
             argv += ["--prompt", prompt]
+        if self.store_url is not None:
+            argv += ["--store", self.store_url]
         return subprocess.run(argv, cwd=self.root, capture_output=True, text=True,
                               timeout=timeout, check=False)
 
     # -- evidence --------------------------------------------------------------------
+    def open_store(self) -> Store:
+        if self.store_url is None:
+            return SqliteStore(self.store_path)
+        from runner.store.postgres import PostgresStore
+
+        return PostgresStore(self.store_url, pool_size=1)
+
     def launches(self) -> list[Any]:
-        with SqliteStore(self.store_path) as store:
+        with self.open_store() as store:
             return store.launches.query()
 
-    def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
-        """Raw rows, read-only (the intents table keeps resolved intents too)."""
+    def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+        """Raw rows by column name, read-only (the intents table keeps resolved intents
+        too). `sql` in the backend's own placeholder style."""
+        if self.store_url is not None:
+            import psycopg
+            from psycopg.rows import dict_row
+
+            with psycopg.connect(self.store_url, row_factory=dict_row) as pg:
+                return pg.execute(sql, params).fetchall()
         conn = sqlite3.connect(self.store_path.as_uri() + "?mode=ro", uri=True)
         conn.row_factory = sqlite3.Row
         try:
@@ -124,12 +144,24 @@ class Project:
                        if line.strip())  # type: ignore[misc]
 
     def trace(self, run_id: str) -> list[dict[str, Any]]:
+        if self.store_url is not None:
+            with self.open_store() as store:
+                reader = RunReader(self.runs_dir, store.bundles)  # type: ignore[attr-defined]
+                return reader.trace(run_id) if reader.exists(run_id) else []
         path = self.runs_dir / run_id / "trace.jsonl"
         if not path.exists():
             return []
         return parse_trace(path.read_bytes()).events
 
     def manifest(self, run_id: str) -> dict[str, Any] | None:
+        if self.store_url is not None:
+            with self.open_store() as store:
+                text = store.bundles.read_document(  # type: ignore[attr-defined]
+                    run_id, "manifest")
+            if text is None:
+                return None
+            document: dict[str, Any] = json.loads(text)
+            return document
         path = self.runs_dir / run_id / MANIFEST
         if not path.exists():
             return None
@@ -137,6 +169,9 @@ class Project:
         return data
 
     def bundles(self) -> list[str]:
+        if self.store_url is not None:
+            with self.open_store() as store:
+                return sorted(store.bundles.bundle_ids())  # type: ignore[attr-defined]
         if not self.runs_dir.exists():
             return []
         return sorted(p.name for p in self.runs_dir.iterdir() if not p.name.startswith("."))

@@ -9,7 +9,8 @@ the session but before its turn intent is resolved.
 After the restart nothing is lost (every launch ends, the run completes), nothing
 is activated twice (one bundle and one `run_started` per run, each shell side
 effect once), and every turn intent has at most one follow-up in the session log.
-A second restart changes nothing.
+A second restart changes nothing. Every point runs on both backends (`store_url`:
+the SQLite file, or a Postgres schema with the run bundles as rows).
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ ACTIVATION_POINTS = {
 
 
 @pytest.fixture
-def project(tmp_path: Path) -> Project:
-    proj = Project(tmp_path / "proj")
+def project(tmp_path: Path, store_url: str | None) -> Project:
+    proj = Project(tmp_path / "proj", store_url)
     proj.write_workflow("steady", STEADY)
     return proj
 
@@ -70,6 +71,9 @@ def assert_consistent(project: Project) -> None:
             assert project.manifest(record.run_id) is None
             assert not [k for k in effects if k[1] == record.run_id]
     assert set(project.bundles()) == {r.run_id for r in launches if r.status == "done"}
+    if project.store_url is not None:  # the bundles are rows (only live logs are files)
+        assert not [p for p in project.runs_dir.rglob("*")
+                    if p.name in ("trace.jsonl", "manifest.json")]
     # At most one follow-up per turn intent, and every intent resolved exactly once.
     follow_ups = Counter(e["details"]["turnIntentId"] for e in project.custom(DEFERRED_TURN_TYPE))
     assert all(n == 1 for n in follow_ups.values()), follow_ups
