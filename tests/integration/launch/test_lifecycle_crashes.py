@@ -3,21 +3,29 @@ named point, then an explicit `wfrun resume` (or `wfrun host --once`) in a new p
 
 Invariants checked after every recovery: the launch row ends in exactly one terminal
 state that agrees with the bundle, the input is present when the node runs, and a
-completed node's side effect is never repeated.
+completed node's side effect is never repeated. Every test runs on both backends:
+the project's SQLite file, and a fresh Postgres schema chosen the way a user chooses
+it (`WFRUN_STORE`), its run bundles then rows in the database.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
+from psycopg.rows import dict_row
+
+from runner.engine.reader import RunReader
 
 WORKFLOW = """\
 input:
@@ -43,14 +51,17 @@ nodes:
 
 
 class Proj:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, store_url: str | None) -> None:
         self.root = root
+        self.store_url = store_url
         (root / ".wfrun" / "workflows").mkdir(parents=True)
         (root / ".wfrun" / "workflows" / "greet.yaml").write_text(WORKFLOW)
         (root / ".wfrun" / "workflows" / "nap.yaml").write_text(NAP)
 
     def env(self, **extra: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("WFRUN_")}
+        if self.store_url is not None:
+            env["WFRUN_STORE"] = self.store_url
         env.update(extra)
         return env
 
@@ -59,37 +70,60 @@ class Proj:
                                *args], capture_output=True, text=True, cwd=self.root,
                               env=self.env(**env), timeout=60, check=False)
 
-    def rows(self) -> list[dict[str, Any]]:
+    def sql(self, statement: str) -> list[dict[str, Any]]:
+        """One statement on a connection of its own, committed."""
+        if self.store_url is not None:
+            with psycopg.connect(self.store_url, row_factory=dict_row) as pg:
+                cur = pg.execute(statement)
+                return cur.fetchall() if cur.description else []
         conn = sqlite3.connect(self.root / ".wfrun" / "state" / "store.sqlite3")
         conn.row_factory = sqlite3.Row
         try:
-            return [dict(r) for r in conn.execute(
-                "SELECT run_id, status, error_code, epoch, crash_count FROM workflow_run_queue")]
+            with conn:
+                return [dict(r) for r in conn.execute(statement)]
         finally:
             conn.close()
 
+    def rows(self) -> list[dict[str, Any]]:
+        return self.sql("SELECT run_id, status, error_code, epoch, crash_count "
+                        "FROM workflow_run_queue")
+
+    def expire_leases(self) -> None:
+        self.sql("UPDATE workflow_run_queue SET claim_expires_at = 1")
+
+    def reader(self) -> Any:
+        """The runs as `wfrun show` reads them: folders, or rows on Postgres."""
+        runs = self.root / ".wfrun" / "runs"
+        if self.store_url is None:
+            return contextlib.nullcontext(RunReader(runs))
+        from runner.store.postgres import PostgresStore
+
+        @contextlib.contextmanager
+        def on_rows() -> Iterator[RunReader]:
+            with PostgresStore(self.store_url or "", pool_size=1) as store:
+                yield RunReader(runs, store.bundles)
+        return on_rows()
+
     def bundle_status(self, run_id: str) -> str:
-        manifest = json.loads((self.root / ".wfrun" / "runs" / run_id / "manifest.json")
-                              .read_text())
-        return str(manifest["status"])
+        with self.reader() as reader:
+            return str(reader.manifest(run_id)["status"])
 
     def trace_types(self, run_id: str) -> list[str]:
-        path = self.root / ".wfrun" / "runs" / run_id / "trace.jsonl"
-        return [json.loads(line)["type"] for line in path.read_text().splitlines()]
+        with self.reader() as reader:
+            return [e["type"] for e in reader.trace(run_id)]
 
     def effects(self, name: str = "effects.log") -> list[str]:
         path = self.root / name
         return path.read_text().splitlines() if path.exists() else []
 
     def bundles(self) -> list[str]:
-        runs = self.root / ".wfrun" / "runs"
-        return sorted(p.name for p in runs.iterdir() if not p.name.startswith(".")) \
-            if runs.exists() else []
+        with self.reader() as reader:
+            return list(reader.list_ids())
 
 
 @pytest.fixture
-def proj(tmp_path: Path) -> Proj:
-    return Proj(tmp_path / "p")
+def proj(tmp_path: Path, store_url: str | None) -> Proj:
+    return Proj(tmp_path / "p", store_url)
 
 
 def _killed_run(proj: Proj, point: str) -> str:
@@ -137,10 +171,7 @@ def test_a_killed_foreground_run_is_finished_by_the_host_after_its_lease(proj: P
     it. Its lease is made to expire by the store's clock, not by waiting for it."""
     run_id = _killed_run(proj, "between_nodes")
     assert proj.effects() == ["ada"]
-    conn = sqlite3.connect(proj.root / ".wfrun" / "state" / "store.sqlite3")
-    with conn:
-        conn.execute("UPDATE workflow_run_queue SET claim_expires_at = 1")  # lease gone
-    conn.close()
+    proj.expire_leases()  # the lease is gone
     host = proj.wfrun("host", "--once")
     assert host.returncode == 0, host
     (row,) = proj.rows()
@@ -155,10 +186,7 @@ def test_cancel_works_on_a_killed_foreground_run(proj: Proj) -> None:
     why = proj.wfrun("why", run_id)
     assert why.returncode == 0, why
     assert f"is gone: `wfrun resume {run_id}` takes it over now" in why.stdout
-    conn = sqlite3.connect(proj.root / ".wfrun" / "state" / "store.sqlite3")
-    with conn:
-        conn.execute("UPDATE workflow_run_queue SET claim_expires_at = 1")
-    conn.close()
+    proj.expire_leases()
     out = proj.wfrun("cancel", run_id)
     assert out.returncode == 0, out
     (row,) = proj.rows()
