@@ -250,7 +250,9 @@ def test_a_fenced_out_writer_writes_nothing(kit: Kit) -> None:
         kit.engine(first, crash_point=crash).start(definition, run_id="wf-run-6")
     reader = kit.reader()
     before = reader.trace("wf-run-6")
-    assert before[-1]["type"] == "node_finished"
+    # Node one's end went in one append with node two's start; node two never ran.
+    assert [(e["type"], e.get("node")) for e in before[-2:]] == [
+        ("node_finished", "one"), ("node_started", "two")]
     assert reader.manifest("wf-run-6")["status"] == "running"
     # The stale writer tries again: refused before anything is written.
     with pytest.raises(ClaimLost):

@@ -4,7 +4,8 @@
 its control. Each event is appended to the trace first and then applied to the
 state with the same `RunState.apply` a resume replays, so a live run and a
 resumed one cannot diverge. Completed nodes are never re-run: a node's
-`node_finished` is fsync'd before the next node starts.
+`node_finished` is fsync'd before the next node starts, in one append with that
+node's `node_started` (the loop routes first; `emit(hold=)`).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ Observer = Callable[[dict[str, Any], RunState], None]
 # pass one that kills the process there. The engine never reads the environment.
 CrashPoint = Callable[[str], None]
 CRASH_POINTS = ("after_bundle_created", "after_manifest_written", "after_trace_append",
-                "after_state_replace", "between_nodes", "before_seal")
+                "after_state_replace", "after_routing", "between_nodes", "before_seal")
 UPDATE_RATE = 20.0  # updates per second per run, with a burst of 100
 UPDATE_BURST = 100.0
 MAX_UPDATE_PAIRS = 1024
@@ -118,10 +119,18 @@ class RunDriver:
         self._state_at = clock.monotonic()
         self._ends_since_state = 0
         self._logs: dict[str, int] = {}  # attempt -> node_log events recorded
+        # A node's end not yet written: (event, sync, state); see `emit(hold=)`.
+        self._held: list[tuple[dict[str, Any], bool, bool]] = []
+        self._between = False  # a node ended and the loop routed on: crash seam pending
 
     # -- recording ---------------------------------------------------------------
     def emit(self, kind: str, payload: dict[str, Any] | None = None, *, node: str | None = None,
-             attempt: str | None = None, sync: bool = False, state: bool = False) -> None:
+             attempt: str | None = None, sync: bool = False, state: bool = False,
+             hold: bool = False) -> None:
+        """Record one event. `hold`: a node's end that the loop routes from before it is
+        written; it goes to the store in one append with the next event (the next node's
+        `node_started`, an include's entry, the run's ending), so a 3-node run pays one
+        durable write per node boundary instead of two. Applied to the state at once."""
         event: dict[str, Any] = {"schema": TRACE_SCHEMA, "seq": self.state.trace_seq + 1,
                                  "at": iso(self.clock.now()), "type": kind,
                                  "run_id": self.run_id}
@@ -135,9 +144,35 @@ class RunDriver:
                                        self.bundle.write_artifact)
         if not self._refs and payload and has_artifacts(event["payload"]):
             self._refs = True
-        self.bundle.append([event], sync=sync)
+        if hold:
+            self.state.apply(event)
+            self._scoped.applied(event)
+            self._held.append((event, sync, state))
+            return
+        held, self._held = self._held, []
+        self.bundle.append([*(e for e, _, _ in held), event],
+                           sync=sync or any(s for _, s, _ in held))
+        for e, _, s in held:  # applied when held; what follows a write follows it now
+            self._recorded(e, s)
         self.state.apply(event)
         self._scoped.applied(event)
+        self._recorded(event, state)
+        if held and self._between and kind in ("node_started", "include_entered"):
+            # The last node's end and what comes next are recorded; the next node's
+            # work has not begun.
+            self._between = False
+            self.crash("between_nodes")
+
+    def flush_held(self) -> None:
+        """Write a held node end alone (parking, letting go of the run)."""
+        held, self._held = self._held, []
+        if held:
+            self.bundle.append([e for e, _, _ in held], sync=any(s for _, s, _ in held))
+            for e, _, s in held:
+                self._recorded(e, s)
+
+    def _recorded(self, event: dict[str, Any], state: bool) -> None:
+        kind = event["type"]
         if state:
             finished = kind in _NODE_ENDS
             if finished:
@@ -251,6 +286,7 @@ class RunDriver:
         try:
             return self._drive(at)
         except BaseException:
+            # A node end still held is not written: the node runs again, as after a kill.
             self.bundle.close()  # a refused write (ClaimLost) or a bug: let go of the run
             raise
 
@@ -289,7 +325,10 @@ class RunDriver:
             if isinstance(nxt, RunOutcome):
                 return nxt
             if nxt is not None:
-                self.crash("between_nodes")
+                # Routed, the node's end still held: a kill here loses it (the node runs
+                # again), as a kill just before its end was written always did.
+                self.crash("after_routing")
+                self._between = True
             at = nxt
 
     def next_after(self, node_id: str, outcome: str, output: Any, error: dict[str, Any] | None,
@@ -383,14 +422,15 @@ class RunDriver:
                     "duration_ms": duration, **result.extra}
             if result.outcome == "ok":
                 self.emit("node_finished", {**base, "output": result.output}, node=node.id,
-                          attempt=attempt, sync=True, state=True)
+                          attempt=attempt, sync=True, state=True, hold=True)
                 return result
             retry = result.outcome in ("failed", "timed_out") and k + 1 < attempts
             delay = retry_delay(self.run_id, node.id, k + 1, node.retry.backoff,
                                 node.retry.max_delay) if retry else 0.0
+            # A retry waits out its delay: its end is written now, not held.
             self.emit("node_failed", {**base, "error": result.error, "will_retry": retry,
                                       "retry_in_ms": int(delay * 1000)},
-                      node=node.id, attempt=attempt, sync=True, state=True)
+                      node=node.id, attempt=attempt, sync=True, state=True, hold=not retry)
             if not retry:
                 return result
             self.control.rearm()  # a pause request or a finished hook may have set wake
@@ -423,6 +463,7 @@ class RunDriver:
 
     def park(self) -> RunOutcome:
         """Stop without a terminal event; `resume` continues at the interrupted node."""
+        self.flush_held()
         self.bundle.replace_state(self.state.to_json())
         self.bundle.close()
         return RunOutcome(self.run_id, "running", True, None, None, self.state)

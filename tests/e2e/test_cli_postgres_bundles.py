@@ -246,12 +246,13 @@ def test_a_host_killed_at_an_engine_crash_point_is_finished_by_another(
         env={**env, "WFRUN_CRASH_AT": point}, check=False)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     if point == ENDING:
-        # Killed with the ending held (its event, state, manifest and seal are one
-        # transaction that never began): the database has node two's end, not the run's.
+        # Killed with the ending held (node two's end, the run's event, state, manifest
+        # and seal are one transaction that never began): the database has node two's
+        # start, neither its end nor the run's.
         with psycopg.connect(b.url) as conn:
             kinds = [json.loads(r[0])["type"] for r in conn.execute(
                 "SELECT event FROM run_trace WHERE run_id = %s ORDER BY seq", (run_id,))]
-        assert kinds[-1] == "node_finished", kinds
+        assert kinds[-2:] == ["node_finished", "node_started"], kinds
         assert "run_completed" not in kinds, kinds
     # B keeps polling until A's lease has expired and it can take the launch over.
     try:

@@ -22,8 +22,9 @@ pytestmark = pytest.mark.slow
 @pytest.mark.parametrize(
     ("crash_at", "done"),
     [
-        ("between_nodes:1", ("a",)),  # a finished, b not started
-        ("between_nodes:2", ("a", "b")),  # b finished, c not started
+        # A node's end is appended with the next node's node_started (one append).
+        ("between_nodes:1", ("a",)),  # a finished and b recorded as started, b not run
+        ("between_nodes:2", ("a", "b")),  # b finished, c recorded, not run
         ("after_trace_append:2", ("a", "b")),  # b's node_finished appended, state.json not
         ("after_state_replace:2", ("a", "b")),  # b's node_finished and state.json written
     ],
@@ -35,8 +36,8 @@ def test_killed_at_a_point_resumes_without_losing_or_repeating_work(
     # What the kill left: completed nodes' side effects, durably recorded, nothing more.
     assert project.counts() == {n: 1 for n in done}
     events = project.events(run_id)
-    assert events[-1]["type"] == "node_finished"
-    assert events[-1]["node"] == done[-1]
+    assert (events[-2]["type"], events[-2]["node"]) == ("node_finished", done[-1])
+    assert (events[-1]["type"], events[-1]["node"]) == ("node_started", NODES[len(done)])
     assert project.manifest(run_id)["status"] == "running"
     # state.json is a projection that may trail the trace but never leads it, and it is
     # exactly the fold of the trace prefix it names.
@@ -45,10 +46,10 @@ def test_killed_at_a_point_resumes_without_losing_or_repeating_work(
     assert 1 <= seq <= len(events)
     assert state == fold(run_id, events[:seq]).to_json()
     if crash_at.startswith("after_trace_append"):
-        assert seq < len(events)  # killed between the append and the replace
+        assert seq < len(events) - 1  # killed between the append and the replace
         assert done[-1] not in state["outputs"]
     if crash_at.startswith("after_state_replace"):
-        assert seq == len(events)
+        assert seq == len(events) - 1  # through the node's end, not the next start
         assert done[-1] in state["outputs"]
 
     resumed = project.resume(run_id)
@@ -100,9 +101,12 @@ def test_resume_reaps_the_orphan_before_it_repeats_a_side_effect(project: Projec
 def test_torn_trace_tail_is_repaired_on_resume(project: Project) -> None:
     run_id = project.run_killed_at("after_trace_append:2")
     data = project.trace_bytes(run_id)
-    last_start = data.rstrip(b"\n").rfind(b"\n") + 1
-    last = data[last_start:]
+    # b's end and c's start were one append: the kill tore it inside b's line.
+    lines = data.splitlines(keepends=True)
+    assert b'"type":"node_started"' in lines[-1]
+    last = lines[-2]
     assert b'"type":"node_finished"' in last
+    last_start = len(data) - len(lines[-1]) - len(last)
     cut = last_start + len(last) // 2
     trace = project.runs / run_id / "trace.jsonl"
     trace.write_bytes(data[:cut])  # half a line: the write the kill interrupted

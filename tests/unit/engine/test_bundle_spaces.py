@@ -112,3 +112,40 @@ def test_an_outage_past_the_patience_lets_go_of_the_run(tmp_path: Path) -> None:
     rows.outages = 0
     assert kit.reader().status("wf-gone") == "running"  # left for a runner to resume
     assert not rows.bundle_sealed("wf-gone")
+
+
+_TRIVIAL = """
+    start: a
+    nodes:
+      a: {compute: "{{ 1 }}"}
+      b: {compute: "{{ outputs.a + 1 }}"}
+      c: {compute: "{{ outputs.b + 1 }}"}
+    edges:
+      - {from: a, to: b}
+      - {from: b, to: c}
+"""
+
+
+def test_a_node_end_goes_with_the_next_nodes_start_in_one_write(tmp_path: Path) -> None:
+    """The loop routes before it writes a node's end: [a ended, b started] is one
+    transaction, and the last node's end is in the ending's. A 3-node run: create,
+    snapshot + manifest, run_started, a started, [a, b], [b, c], [c + ending + seal]."""
+    rows = MemoryRows()
+    kit = Kit("memory", tmp_path / "runs", rows, lambda _r: Holder())
+    definition = kit.workflow(_TRIVIAL)
+    seen: list[tuple[str, int]] = []
+    engine = Engine(runs_dir=kit.runs, clock=FakeClock(), rows=rows, claim="c",
+                    crash_point=lambda point: seen.append((point, rows.writes)))
+    before = rows.writes
+    assert engine.start(definition, run_id="wf-seven").final_output == 3
+    assert rows.writes - before == 7
+    trace = [(e["type"], e.get("node")) for e in kit.reader().trace("wf-seven")]
+    assert trace == [("run_started", None), ("node_started", "a"), ("node_finished", "a"),
+                     ("node_started", "b"), ("node_finished", "b"), ("node_started", "c"),
+                     ("node_finished", "c"), ("run_completed", None)]
+    # between_nodes comes after the pair is written (the next node has not run), and
+    # after_routing before it (the end is still held).
+    points = [p for p, _ in seen if p in ("after_routing", "between_nodes")]
+    assert points == ["after_routing", "between_nodes"] * 2
+    at = dict((p, w) for p, w in seen if p in ("after_routing", "between_nodes"))
+    assert at["between_nodes"] == at["after_routing"] + 1
