@@ -1,4 +1,5 @@
-"""A seeded fault-injection harness over one real SQLite store (issue 9, "Prove it").
+"""A seeded fault-injection harness over one real store (issue 9, "Prove it"): the
+SQLite file, or (`store_url`) a Postgres schema with the run bundles as rows.
 
 One seed drives a random schedule of detached starts, session launches (claimed
 only at their own session's boundary), foreground runs (claimed by id), cancels and
@@ -31,7 +32,7 @@ from runner.errors import WfrunError
 from runner.host.runtime.local import Workspace
 from runner.launch import EngineOptions, LaunchCoordinator, PreflightError
 from runner.launch.coordinator import CRASH_POINTS as LAUNCH_POINTS
-from runner.store import SqliteStore
+from runner.store import SqliteStore, Store
 
 LEASE = 30.0
 SESSIONS = ("session-a", "session-b")  # launches only their own session activates
@@ -80,6 +81,7 @@ class Report:
     seed: int
     launches: int = 0
     crashes: int = 0
+    points: set[str] = field(default_factory=set)  # the crash points that fired
     problems: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
@@ -87,18 +89,27 @@ class Report:
                 "problems": self.problems}
 
 
+def open_store(root: Path, store_url: str | None, clock: FakeClock) -> Store:
+    if store_url is None:
+        return SqliteStore(root / ".wfrun" / "state" / "store.sqlite3", now=clock.now)
+    from runner.store.postgres import PostgresStore
+
+    return PostgresStore(store_url, now=clock.now, pool_size=2)
+
+
 class World:
-    def __init__(self, root: Path, seed: int) -> None:
+    def __init__(self, root: Path, seed: int, store_url: str | None = None) -> None:
         self.root = root
         self.rng = random.Random(seed)
         (root / ".wfrun" / "workflows").mkdir(parents=True)
         (root / ".wfrun" / "workflows" / "job.yaml").write_text(WORKFLOW)
         self.clock = FakeClock()
         self.ws = Workspace(build_catalog("workflows", root, None), root, root / ".wfrun")
-        self.store = SqliteStore(root / ".wfrun" / "state" / "store.sqlite3",
-                                 now=self.clock.now)
-        self.reader = RunReader(self.ws.runs_dir)
+        self.store = open_store(root, store_url, self.clock)
+        self.rows = self.ws.bundle_rows(self.store)  # None on SQLite: bundle folders
+        self.reader = RunReader(self.ws.runs_dir, self.rows)
         self.crashes = 0
+        self.points: set[str] = set()
         self.runners = 0
 
     def coordinator(self, crash_every: float) -> LaunchCoordinator:
@@ -109,23 +120,26 @@ class World:
         def crash(point: str) -> None:
             if point in POINTS and rng.random() < crash_every:
                 self.crashes += 1
+                self.points.add(point)
                 raise Crash(point)
 
         options = EngineOptions(project_root=self.root, crash_point=crash)
         return LaunchCoordinator(self.store, self.ws, self.ws.runs_dir,
                                  runner_id=f"runner-{self.runners}", clock=self.clock,
                                  options=options, lease_seconds=LEASE, crash=crash,
-                                 scrub_input=False)
+                                 scrub_input=False, rows=self.rows)
 
     def effects(self) -> list[str]:
         path = self.root / "effects.log"
         return path.read_text().splitlines() if path.exists() else []
 
 
-def run_seed(seed: int, *, steps: int = 12, crash_every: float = 0.08) -> Report:
+def run_seed(seed: int, *, steps: int = 12, crash_every: float = 0.08,
+             store_url: str | None = None) -> Report:
+    """One seed; `store_url`: an empty Postgres schema to run it on (else SQLite)."""
     tmp = Path(tempfile.mkdtemp(prefix=f"wfrun-fault-{seed}-"))
     try:
-        return _run(World(tmp / "p", seed), seed, steps, crash_every)
+        return _run(World(tmp / "p", seed, store_url), seed, steps, crash_every)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -180,6 +194,7 @@ def _run(w: World, seed: int, steps: int, crash_every: float) -> Report:
         co.execute(co.claim(record.run_id))  # explicit resumes of what a person parked
     report.launches = len(ids)
     report.crashes = w.crashes
+    report.points = set(w.points)
     report.problems = check_invariants(w, ids)
     w.store.close()
     return report
