@@ -26,9 +26,13 @@ run_failed, ...) every write is held until the seal: event, state, manifest and
 seal are one transaction, all or nothing (a kill before it, at `before_seal`,
 leaves the run as it was after its last node, and the next holder records the
 ending again; nothing reruns). `node_started` is not held: it is written before
-the node runs, as the crash-loop budget (engine.NODE_START_BUDGET) counts it.
-`close` sends what is still held (a parked run's state). A 3-node run is 10
-transactions (was 14).
+the node runs, as the crash-loop budget (engine.NODE_START_BUDGET) counts it; the
+engine sends a node's end in one append with the next node's start (or with the
+run's ending). The bundle's row is created by the first write, with the snapshot,
+the first manifest and `run_started`: a creator killed before it leaves no row.
+`close` sends what is still held (a parked run's state). A 3-node run is 5
+transactions (was 14, then 10): [create, snapshot, manifest, run_started], [a
+started], [a ended, b started], [b ended, c started], [c ended, ending, seal].
 
 Live logs of a running attempt stay files on the host that runs it
 (`<runs_dir>/<run id>/logs/`): they are scratch, removed once the attempt's
@@ -78,6 +82,7 @@ class DatabaseBundle:
         self._events: list[tuple[int, str]] = []
         self._durable = False  # a held write is one a folder would fsync
         self._ending = False  # a terminal event is held: the ending goes in one batch
+        self._create = False  # the bundle's row goes with the first write (`create`)
 
     @property
     def fence(self) -> Fence:
@@ -98,12 +103,10 @@ class DatabaseBundle:
         if claim is None and not fence():  # a claim is checked by the insert itself
             raise ClaimLost(f"no claim on run '{run_id}'; not creating it")
         bundle = cls(rows, run_id, logs_root, fence, claim, clock, durability)
-        # A retried create that finds the bundle made it itself: the run id is this
-        # launch's, and only its claim holder creates it.
-        result = bundle._patiently(lambda: rows.create_bundle(run_id, claim), {"exists"})
-        if result == "exists":
-            raise OperationFailed(f"run '{run_id}' already exists")
-        bundle._result(result)
+        # The row is inserted by the first write's transaction, with the snapshot, the
+        # first manifest and `run_started` (module doc, "Batches"): a run that dies
+        # before it leaves nothing, not a half-made bundle.
+        bundle._create = True
         return bundle
 
     @classmethod
@@ -126,6 +129,9 @@ class DatabaseBundle:
     def close(self) -> None:
         """Send what is still held (a parked run's state, an ending cut short); nothing
         else is open. A held write refused now is dropped: the run is let go."""
+        if self._create:  # never begun (no `run_started`): leave no row at all
+            self._drop()
+            self._create = False
         if self._docs or self._events:
             try:
                 self._flush()
@@ -178,8 +184,9 @@ class DatabaseBundle:
         """Everything held (and the seal) in one transaction."""
         events, docs = list(self._events), list(self._docs.items())
         durable = (self._durable or seal) and self.sync
+        create = self._create
         self._drop()
-        if not events and not docs and not seal:
+        if not events and not docs and not seal and not create:
             return
 
         def landed() -> bool:  # an earlier try committed this very batch
@@ -188,10 +195,15 @@ class DatabaseBundle:
             have = self.rows.read_events(self.run_id, events[0][0] - 1)[:len(events)]
             return have == [text for _, text in events]
 
-        self._result(self._patiently(
+        result = self._patiently(
             lambda: self.rows.write_batch(self.run_id, self.claim, events=events,
-                                          documents=docs, seal=seal, durable=durable),
-            {"sealed"} if seal else set(), landed=landed))
+                                          documents=docs, seal=seal, durable=durable,
+                                          create=create),
+            {"sealed"} if seal else set(), landed=landed)
+        if create and result == "exists":  # not our earlier try (`landed` said so)
+            raise OperationFailed(f"run '{self.run_id}' already exists")
+        self._create = False
+        self._result(result)
 
     def _result(self, result: str) -> None:
         if result == "ok":
@@ -226,7 +238,7 @@ class DatabaseBundle:
         self._check()
         text = json.dumps(manifest, indent=2, sort_keys=True)
         self._hold(doc=("manifest", text), durable=True)
-        if not self._ending:
+        if not self._ending and not self._create:  # the first waits for `run_started`
             self._flush()
         self._manifest = text  # the run's claim makes this writer its only one
 

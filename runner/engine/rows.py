@@ -57,7 +57,7 @@ class BundleRows(Protocol):
     def write_batch(self, run_id: str, claim: str | None, *,
                     events: Sequence[tuple[int, str]] = (),
                     documents: Sequence[tuple[str, str]] = (), seal: bool = False,
-                    durable: bool = True) -> str: ...
+                    durable: bool = True, create: bool = False) -> str: ...
 
     def bundle_exists(self, run_id: str) -> bool: ...
     def bundle_sealed(self, run_id: str) -> bool: ...
@@ -194,10 +194,16 @@ class MemoryRows:
 
     def _write_batch(self, run_id: str, claim: str | None,
                      events: Sequence[tuple[int, str]], documents: Sequence[tuple[str, str]],
-                     seal: bool) -> str:
+                     seal: bool, create: bool) -> str:
         if any(kind not in DOCUMENTS for kind, _ in documents):
             raise ValueError(f"unknown bundle document in {[k for k, _ in documents]!r}")
         with self._lock:
+            if create:  # the bundle's row first, in the same transaction
+                if self._fenced(run_id, claim):
+                    return "fenced"
+                if run_id in self._bundles:
+                    return "exists"
+                self._bundles[run_id] = _Bundle()
             result, bundle = self._writable(run_id, claim)
             if bundle is None:
                 return result
@@ -215,8 +221,8 @@ class MemoryRows:
     def write_batch(self, run_id: str, claim: str | None, *,
                     events: Sequence[tuple[int, str]] = (),
                     documents: Sequence[tuple[str, str]] = (), seal: bool = False,
-                    durable: bool = True) -> str:
-        return self._faulty(self._write_batch, run_id, claim, events, documents, seal)
+                    durable: bool = True, create: bool = False) -> str:
+        return self._faulty(self._write_batch, run_id, claim, events, documents, seal, create)
 
     def append_events(self, run_id: str, events: Sequence[tuple[int, str]],
                       claim: str | None, durable: bool = True) -> str:

@@ -140,16 +140,19 @@ class PostgresBundleRows:
         return "ok"
 
     # -- writes ----------------------------------------------------------------
+    def _insert_bundle(self, conn: Conn, run_id: str, claim: str | None) -> None:
+        self._fence(conn, run_id, claim)
+        now_sql, now = (("%s", (self._db.now_ms(),)) if self._db.injected_clock
+                        else (_DB_NOW, ()))  # the server's clock inside the insert
+        cur = conn.execute("INSERT INTO run_bundles (run_id, created_at)"
+                           f" VALUES (%s, {now_sql}) ON CONFLICT DO NOTHING", (run_id, *now))
+        if cur.rowcount != 1:
+            raise _Refused("exists")
+
     def create_bundle(self, run_id: str, claim: str | None) -> str:
         try:
             with self._db.write() as conn:
-                self._fence(conn, run_id, claim)
-                now = self._db.now_ms(conn)
-                cur = conn.execute(
-                    "INSERT INTO run_bundles (run_id, created_at) VALUES (%s, %s)"
-                    " ON CONFLICT DO NOTHING", (run_id, now))
-                if cur.rowcount != 1:
-                    raise _Refused("exists")
+                self._insert_bundle(conn, run_id, claim)
         except _Refused as refused:
             return refused.result
         except StoreUnavailable as exc:
@@ -191,8 +194,10 @@ class PostgresBundleRows:
     def write_batch(self, run_id: str, claim: str | None, *,
                     events: Sequence[tuple[int, str]] = (),
                     documents: Sequence[tuple[str, str]] = (), seal: bool = False,
-                    durable: bool = True) -> str:
-        """Events, documents and the seal in one transaction (one fence, one commit)."""
+                    durable: bool = True, create: bool = False) -> str:
+        """Events, documents and the seal in one transaction (one fence, one commit);
+        with `create`, the bundle's row is inserted first in it (a run's first write:
+        its row, snapshot, manifest and `run_started` commit together or not at all)."""
         columns = [_DOCUMENTS.get(kind) for kind, _ in documents]
         if None in columns:
             raise ValueError(f"unknown bundle document in {[k for k, _ in documents]!r}")
@@ -200,6 +205,8 @@ class PostgresBundleRows:
             with self._db.write() as conn:
                 if not durable:
                     conn.execute("SET LOCAL synchronous_commit = off")
+                if create:
+                    self._insert_bundle(conn, run_id, claim)
                 self._open_for_write(conn, run_id, claim)
                 if events:
                     cur = conn.execute(

@@ -128,8 +128,8 @@ _TRIVIAL = """
 
 def test_a_node_end_goes_with_the_next_nodes_start_in_one_write(tmp_path: Path) -> None:
     """The loop routes before it writes a node's end: [a ended, b started] is one
-    transaction, and the last node's end is in the ending's. A 3-node run: create,
-    snapshot + manifest, run_started, a started, [a, b], [b, c], [c + ending + seal]."""
+    transaction, and the last node's end is in the ending's. A 3-node run: [create,
+    snapshot, manifest, run_started], a started, [a, b], [b, c], [c + ending + seal]."""
     rows = MemoryRows()
     kit = Kit("memory", tmp_path / "runs", rows, lambda _r: Holder())
     definition = kit.workflow(_TRIVIAL)
@@ -138,7 +138,7 @@ def test_a_node_end_goes_with_the_next_nodes_start_in_one_write(tmp_path: Path) 
                     crash_point=lambda point: seen.append((point, rows.writes)))
     before = rows.writes
     assert engine.start(definition, run_id="wf-seven").final_output == 3
-    assert rows.writes - before == 7
+    assert rows.writes - before == 5
     trace = [(e["type"], e.get("node")) for e in kit.reader().trace("wf-seven")]
     assert trace == [("run_started", None), ("node_started", "a"), ("node_finished", "a"),
                      ("node_started", "b"), ("node_finished", "b"), ("node_started", "c"),
