@@ -140,13 +140,19 @@ class PostgresBundleRows:
         return "ok"
 
     # -- writes ----------------------------------------------------------------
-    def _insert_bundle(self, conn: Conn, run_id: str, claim: str | None) -> None:
-        self._fence(conn, run_id, claim)
+    def _insert_bundle(self, conn: Conn, run_id: str, claim: str | None, *,
+                       fenced_after: bool = False) -> None:
+        """The bundle's row. `fenced_after`: the caller's next statement is the fence
+        (`_open_for_write`), whose refusal rolls this insert back with the rest."""
+        if not fenced_after:
+            self._fence(conn, run_id, claim)
         now_sql, now = (("%s", (self._db.now_ms(),)) if self._db.injected_clock
                         else (_DB_NOW, ()))  # the server's clock inside the insert
         cur = conn.execute("INSERT INTO run_bundles (run_id, created_at)"
                            f" VALUES (%s, {now_sql}) ON CONFLICT DO NOTHING", (run_id, *now))
         if cur.rowcount != 1:
+            if fenced_after:
+                self._fence(conn, run_id, claim)  # a stale writer is told so first
             raise _Refused("exists")
 
     def create_bundle(self, run_id: str, claim: str | None) -> str:
@@ -206,7 +212,7 @@ class PostgresBundleRows:
                 if not durable:
                     conn.execute("SET LOCAL synchronous_commit = off")
                 if create:
-                    self._insert_bundle(conn, run_id, claim)
+                    self._insert_bundle(conn, run_id, claim, fenced_after=True)
                 self._open_for_write(conn, run_id, claim)
                 if events:
                     cur = conn.execute(

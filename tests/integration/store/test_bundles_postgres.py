@@ -97,6 +97,33 @@ def test_a_write_without_the_claim_changes_nothing(pg: tuple[PostgresStore, Fake
     assert rows.read_events("pg-run-2") == ['{"seq": 1}']
     assert rows.create_bundle("pg-run-3", "no-launch") == "fenced"
     assert not rows.bundle_exists("pg-run-3")
+    # A first write that creates the row: fenced after its insert, which rolls back.
+    first = [(1, '{"seq": 1}')]
+    assert rows.write_batch("pg-run-3", "no-launch", events=first,
+                            documents=[("manifest", "{}")], create=True) == "fenced"
+    assert not rows.bundle_exists("pg-run-3")
+    assert rows.write_batch("pg-run-2", token, events=[(2, "{}")], create=True) == "fenced"
+    assert rows.read_events("pg-run-2") == ['{"seq": 1}']
+
+
+def test_a_first_write_creates_the_bundle_with_its_documents_and_events(
+        pg: tuple[PostgresStore, FakeClock]) -> None:
+    store, _clock = pg
+    rows = store.bundles
+    store.launches.enqueue(launch("pg-run-4"))
+    record = store.launches.claim("pg-run-4", runner_id="a", lease_seconds=LEASE)
+    assert not isinstance(record, LostRace)
+    token = record.claim_token
+    assert token is not None
+    events, docs = [(1, '{"seq": 1}')], [("manifest", '{"m": 1}'), ("workflow", "{}")]
+    assert rows.write_batch("pg-run-4", token, events=events, documents=docs,
+                            create=True) == "ok"
+    assert rows.read_events("pg-run-4") == ['{"seq": 1}']
+    assert rows.read_document("pg-run-4", "manifest") == '{"m": 1}'
+    # Again (a retry whose first answer was lost): the row is there, nothing is doubled.
+    assert rows.write_batch("pg-run-4", token, events=events, documents=docs,
+                            create=True) == "exists"
+    assert rows.read_events("pg-run-4") == ['{"seq": 1}']
 
 
 def test_the_layout_check_covers_the_bundle_tables(url: str) -> None:
