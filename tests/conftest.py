@@ -4,6 +4,7 @@ import os
 from pathlib import Path
 
 import pytest
+from pgcluster import pg_cluster  # noqa: F401  (one throwaway Postgres cluster per session and worker)
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"

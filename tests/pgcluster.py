@@ -116,8 +116,9 @@ class PgCluster:
 
 @pytest.fixture(scope="session")
 def pg_cluster() -> Iterator[PgCluster]:
-    """One PostgreSQL 15 cluster for the session (per importing conftest or module),
-    stopped and removed at the end, also when tests fail."""
+    """One PostgreSQL 15 cluster for the session (registered once, in tests/conftest.py:
+    a module importing this fixture would get a cluster of its own), stopped and
+    removed at the end, also when tests fail."""
     cluster = PgCluster()
     try:
         cluster.start()

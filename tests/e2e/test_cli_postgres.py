@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from pgcluster import PgCluster, pg_cluster  # noqa: F401  (the session's cluster)
+from pgcluster import PgCluster
 
 from runner.clock import FileClock
 
@@ -23,7 +23,7 @@ PASSWORD = "pw-NEVER-PRINTED-42"
 
 
 @pytest.fixture
-def url(pg_cluster: PgCluster) -> str:  # noqa: F811
+def url(pg_cluster: PgCluster) -> str:
     plain = pg_cluster.create_schema(f"cli_{secrets.token_hex(4)}")
     return plain.replace("postgres@", f"postgres:{PASSWORD}@")  # trust auth ignores it
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from pgcluster import PgCluster, pg_cluster  # noqa: F401  (the session's cluster)
+from pgcluster import PgCluster
 from waiting import wait_until
 
 from runner.clock import FileClock
@@ -115,7 +115,7 @@ class Hosts:
 
 
 @pytest.fixture
-def hosts(pg_cluster: PgCluster, tmp_path: Path) -> Iterator[Hosts]:  # noqa: F811
+def hosts(pg_cluster: PgCluster, tmp_path: Path) -> Iterator[Hosts]:
     made = Hosts(tmp_path, pg_cluster.create_schema(f"bundles_{secrets.token_hex(4)}"))
     try:
         yield made
@@ -176,7 +176,7 @@ ASK = """
 
 
 def test_a_waiting_run_is_answered_and_pruned_from_another_folder(
-    pg_cluster: PgCluster, tmp_path: Path  # noqa: F811
+    pg_cluster: PgCluster, tmp_path: Path
 ) -> None:
     url = pg_cluster.create_schema(f"answer_{secrets.token_hex(4)}")
     first, second = tmp_path / "first", tmp_path / "second"
@@ -229,7 +229,7 @@ ENDING = "before_seal"
 @pytest.mark.parametrize("point", ["after_bundle_created", "after_manifest_written",
                                    "after_trace_append", ENDING])
 def test_a_host_killed_at_an_engine_crash_point_is_finished_by_another(
-    pg_cluster: PgCluster, tmp_path: Path, point: str  # noqa: F811
+    pg_cluster: PgCluster, tmp_path: Path, point: str
 ) -> None:
     """WFRUN_CRASH_AT SIGKILLs host A at the point (the bundle is in the database by
     then, whole or half-made); host B, in another folder, takes the launch over after
@@ -275,7 +275,7 @@ CONTROLLERS = Path(__file__).resolve().parents[2] / "fixtures" / "controllers" /
 
 
 def test_a_controllers_child_workflow_runs_into_the_database(
-    pg_cluster: PgCluster, tmp_path: Path  # noqa: F811
+    pg_cluster: PgCluster, tmp_path: Path
 ) -> None:
     """A controller's child run is a launch row like any other: on Postgres its bundle
     is rows, so another folder shows it and the parent's pass sees it succeed."""

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 from fakes.github_server import FakeGitHub
-from pgcluster import PgCluster, pg_cluster  # noqa: F401  (the session's cluster)
+from pgcluster import PgCluster
 from waiting import wait_until
 
 from runner.store.postgres import PostgresStore
@@ -144,7 +144,7 @@ def github() -> Iterator[FakeGitHub]:
 
 
 @pytest.fixture
-def hosts(pg_cluster: PgCluster, tmp_path: Path) -> Iterator[Hosts]:  # noqa: F811
+def hosts(pg_cluster: PgCluster, tmp_path: Path) -> Iterator[Hosts]:
     made = Hosts(tmp_path, pg_cluster.create_schema(f"ctl_{secrets.token_hex(4)}"))
     try:
         yield made

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from pgcluster import PgCluster, pg_cluster  # noqa: F401  (the session's cluster)
+from pgcluster import PgCluster
 from waiting import wait_until
 
 from runner.compiler import build_catalog
@@ -170,7 +170,7 @@ class Drain:
 
 
 @pytest.fixture
-def drain(pg_cluster: PgCluster, tmp_path: Path) -> Iterator[Drain]:  # noqa: F811
+def drain(pg_cluster: PgCluster, tmp_path: Path) -> Iterator[Drain]:
     made = Drain(tmp_path, pg_cluster.create_schema(f"drain_{secrets.token_hex(4)}"),
                  tmp_path / "effects.log")
     for name in HOSTS:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from pgcluster import PgCluster, pg_cluster  # noqa: F401  (the session's cluster)
+from pgcluster import PgCluster
 from waiting import wait_until
 
 pytestmark = pytest.mark.timeout(420)
@@ -133,7 +133,7 @@ class Fleet:
 
 
 @pytest.fixture
-def fleet(pg_cluster: PgCluster, tmp_path: Path, request: pytest.FixtureRequest  # noqa: F811
+def fleet(pg_cluster: PgCluster, tmp_path: Path, request: pytest.FixtureRequest
           ) -> Iterator[Fleet]:
     url = pg_cluster.create_schema(f"fleet_{secrets.token_hex(4)}")
     made = Fleet(tmp_path, url, lease=request.param)
@@ -158,7 +158,7 @@ def test_three_hosts_drain_the_queue_with_one_killed_and_restarted(fleet: Fleet)
 
 @pytest.mark.parametrize("fleet", [120.0], indirect=True)
 def test_hosts_survive_the_server_restarting_under_load(
-    fleet: Fleet, pg_cluster: PgCluster  # noqa: F811
+    fleet: Fleet, pg_cluster: PgCluster
 ) -> None:
     ids = fleet.enqueue(LAUNCHES)
     for name in ("h1", "h2", "h3"):  # a poll far beyond the waits: notices wake them

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from harness import AGENT_WF, Session, make_session
-from pgcluster import PgCluster, pg_cluster  # noqa: F401  (the session's cluster)
+from pgcluster import PgCluster
 
 _SCHEMAS = itertools.count()
 

@@ -11,7 +11,7 @@ import itertools
 import secrets
 
 import pytest
-from pgcluster import PgCluster, pg_cluster  # noqa: F401  (the session's cluster)
+from pgcluster import PgCluster
 
 _SCHEMAS = itertools.count()
 

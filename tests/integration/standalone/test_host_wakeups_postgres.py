@@ -16,7 +16,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from pgcluster import PgCluster, pg_cluster  # noqa: F401  (the session's cluster)
+from pgcluster import PgCluster
 from waiting import wait_until
 
 from runner.compiler import build_catalog
@@ -73,7 +73,7 @@ class Running:
 
 
 @pytest.fixture
-def running(pg_cluster: PgCluster, tmp_path: Path) -> Iterator[Running]:  # noqa: F811
+def running(pg_cluster: PgCluster, tmp_path: Path) -> Iterator[Running]:
     schema = f"wake_{secrets.token_hex(4)}"
     url = pg_cluster.create_schema(schema)
     ws = _workspace(tmp_path / "host", url)
@@ -113,7 +113,7 @@ def test_an_idle_host_claims_a_new_launch_on_its_notice(running: Running) -> Non
 
 
 def test_a_killed_listening_connection_reconnects_and_loses_no_launch(
-        running: Running, pg_cluster: PgCluster) -> None:  # noqa: F811
+        running: Running, pg_cluster: PgCluster) -> None:
     running.wait_idle()  # listening since before its first claim
     listener = running.host.listener
     assert listener is not None

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from pgcluster import PgCluster, pg_cluster  # noqa: F401  (the session's cluster)
+from pgcluster import PgCluster
 from storekit import Backend, FakeClock
 
 from runner.store import SqliteStore, Store

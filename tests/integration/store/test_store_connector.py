@@ -9,7 +9,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from pgcluster import PgCluster, pg_cluster  # noqa: F401  (the session's cluster)
+from pgcluster import PgCluster
 
 from runner.store.connector import Connector, Transaction, UniqueViolation, in_params, named
 from runner.store.errors import StoreError
@@ -151,7 +151,7 @@ def test_postgres_placeholders_are_rewritten_mechanically() -> None:
 
 
 def test_postgres_skip_locked_passes_a_row_another_transaction_holds(
-        pg_cluster: PgCluster) -> None:  # noqa: F811
+        pg_cluster: PgCluster) -> None:
     url = pg_cluster.create_schema(f"seam_{secrets.token_hex(4)}")
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(_TABLE)
