@@ -35,7 +35,6 @@ import json
 import os
 import secrets
 import signal
-import sqlite3
 import statistics
 import subprocess
 import sys
@@ -53,7 +52,7 @@ sys.path.insert(0, str(REPO / "tests"))  # pgcluster
 sys.path.insert(0, str(REPO / "bench"))
 
 import psycopg  # noqa: E402
-from benchkit import machine  # noqa: E402
+from benchkit import machine, sqlite_commit_cost  # noqa: E402
 from pgcluster import PgCluster  # noqa: E402
 
 from runner.compiler import build_catalog  # noqa: E402
@@ -98,22 +97,6 @@ def fsync_cost(folder: Path, n: int = 50) -> float:
             f.flush()
             os.fsync(f.fileno())
             times.append((time.perf_counter() - t) * 1000)
-    return statistics.median(times)
-
-
-def sqlite_commit_cost(folder: Path, n: int = 50) -> float:
-    conn = sqlite3.connect(folder / "probe.sqlite3", isolation_level=None)
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("PRAGMA synchronous = FULL")
-    conn.execute("CREATE TABLE t (x INTEGER)")
-    times = []
-    for i in range(n):
-        t = time.perf_counter()
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute("INSERT INTO t VALUES (?)", (i,))
-        conn.execute("COMMIT")
-        times.append((time.perf_counter() - t) * 1000)
-    conn.close()
     return statistics.median(times)
 
 

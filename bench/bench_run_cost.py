@@ -48,7 +48,7 @@ if len(sys.argv) > 2 and sys.argv[1] == "--root":
 sys.path.insert(0, str(ROOT))
 sys.path.insert(1, str(REPO / "bench"))
 
-from benchkit import machine  # noqa: E402
+from benchkit import machine, sqlite_commit_cost  # noqa: E402
 
 from runner.compiler import build_catalog  # noqa: E402
 from runner.host.runtime.local import Workspace  # noqa: E402
@@ -109,22 +109,6 @@ def trace(statement: str) -> None:
         COUNTS[f"SQL {head}"] += 1
 
 
-def commit_cost(folder: Path, n: int = 100) -> float:
-    conn = sqlite3.connect(folder / "probe.sqlite3", isolation_level=None)
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("PRAGMA synchronous = FULL")
-    conn.execute("CREATE TABLE t (x INTEGER)")
-    times = []
-    for i in range(n):
-        t0 = time.perf_counter()
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute("INSERT INTO t VALUES (?)", (i,))
-        conn.execute("COMMIT")
-        times.append((time.perf_counter() - t0) * 1000)
-    conn.close()
-    return statistics.median(times)
-
-
 def main() -> int:
     from bench_engine import time_fsync  # here: it puts REPO first on sys.path
 
@@ -140,7 +124,7 @@ def main() -> int:
     root = tmp / "proj"
     (root / ".wfrun" / "workflows").mkdir(parents=True)
     (root / ".wfrun" / "workflows" / "three.yaml").write_text(WORKFLOW)
-    fsync_ms, commit_ms = time_fsync(tmp), commit_cost(tmp)
+    fsync_ms, commit_ms = time_fsync(tmp), sqlite_commit_cost(tmp)
     ws = Workspace(build_catalog("workflows", root, None), root, root / ".wfrun")
     store = SqliteStore(root / ".wfrun" / "state" / "store.sqlite3")
     coord = LaunchCoordinator(store, ws, ws.runs_dir, runner_id="bench-cost",

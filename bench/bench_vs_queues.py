@@ -300,11 +300,10 @@ def main(argv: list[str]) -> int:
     others = ensure_venv(args.venv) if set(systems) - {"wfrun"} else Path(sys.executable)
     sys.path.insert(0, str(REPO / "bench"))
     from bench_engine import time_fsync
-    from bench_run_cost import commit_cost
-    from benchkit import machine
+    from benchkit import machine, sqlite_commit_cost
 
     with tempfile.TemporaryDirectory(prefix="wfrun-bench-vs-disk-") as tmp:
-        fsync_ms, commit_ms = time_fsync(Path(tmp)), commit_cost(Path(tmp))
+        fsync_ms, commit_ms = time_fsync(Path(tmp)), sqlite_commit_cost(Path(tmp))
     rounds: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
     for r in range(args.rounds):
         order = systems[r % len(systems):] + systems[:r % len(systems)]

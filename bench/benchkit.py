@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import platform
+import sqlite3
+import statistics
+import time
 from pathlib import Path
 
 
@@ -19,3 +22,22 @@ def machine() -> str:
         pass
     return (f"{os.cpu_count()} CPU ({cpu}), {platform.system()} {platform.release()}, "
             f"Python {platform.python_version()}")
+
+
+def sqlite_commit_cost(folder: Path, n: int = 100) -> float:
+    """Median milliseconds of one WAL, synchronous=FULL commit of one row on this disk."""
+    conn = sqlite3.connect(folder / "commit-probe.sqlite3", isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("CREATE TABLE IF NOT EXISTS t (x INTEGER)")
+        times = []
+        for i in range(n):
+            started = time.perf_counter()
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("INSERT INTO t VALUES (?)", (i,))
+            conn.execute("COMMIT")
+            times.append((time.perf_counter() - started) * 1000)
+    finally:
+        conn.close()
+    return statistics.median(times)
