@@ -1,6 +1,6 @@
 """Finite execution of one run; run bundles; the agent-step contract (DESIGN §4).
 
-Imports only `runner.compiler` (and the leaf modules `runner.errors`, `runner.clock`).
+Imports only `runner.compiler` (and the leaf modules `runner.errors`, `runner.clock`, `runner.lazy`).
 
 The names below load on first use (PEP 562): a view that reads a bundle
 (`RunReader`, `fold`) must not pay for the executor, the node kinds and Jinja2
@@ -9,8 +9,9 @@ The names below load on first use (PEP 562): a view that reads a bundle
 
 from __future__ import annotations
 
-import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from runner.lazy import lazy_names
 
 if TYPE_CHECKING:
     from .agent import AgentStep, AgentStepExecutor, StepContract, ToolResult, parse_tolerant
@@ -36,20 +37,7 @@ _LAZY: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    # __import__, not importlib.import_module: only the former is listed by
-    # `python -X importtime`, the tool that shows what a command loads.
-    __import__(f"{__name__}.{module}")
-    value = getattr(sys.modules[f"{__name__}.{module}"], name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY)
 
 
 __all__ = [
