@@ -60,6 +60,19 @@ def read_only(folder: Path) -> Iterator[Path]:
         _umount(folder)
 
 
+@contextmanager
+def mirror(folder: Path, at: Path) -> Iterator[Path]:
+    """`folder` bind-mounted read-only at `at`: the same files on a path other users can
+    walk, whatever the modes of the folders above `folder` (a `mktemp -d` is 0700)."""
+    at.mkdir(parents=True, exist_ok=True)
+    _mount("--bind", str(folder), str(at))
+    try:
+        _mount("-o", "remount,bind,ro", str(at))
+        yield at
+    finally:
+        _umount(at)
+
+
 def fill(folder: Path) -> Path:
     """Write a filler file until the file system refuses (ENOSPC); returns it."""
     filler = folder / "filler"

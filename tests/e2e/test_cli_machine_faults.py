@@ -20,6 +20,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import machinefaults as mf
@@ -368,7 +369,11 @@ def test_a_running_host_says_once_when_the_store_refuses_claims_and_when_it_is_b
 
 
 def test_another_user_gets_one_line(tmp_path: Path) -> None:
-    """Run as `nobody` (root ignores modes): the store folder is root's, 0700."""
+    """Run as `nobody` (root ignores modes): the store folder is root's, 0700.
+
+    `nobody` runs this checkout and its venv through a read-only bind mount in a folder
+    anyone can walk: the checkout itself may sit under a private folder (`mktemp -d`).
+    """
     shared = Path(f"/tmp/wfrun-perm-{os.getpid()}-{tmp_path.name}")
     shared.mkdir(mode=0o755)
     try:
@@ -383,18 +388,37 @@ def test_another_user_gets_one_line(tmp_path: Path) -> None:
         home = shared / "home"
         home.mkdir(mode=0o777)
         os.chmod(home, 0o777)
-        for args in (("status",), ("start", "greet"), ("cancel", queued)):
-            done = subprocess.run(
-                ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
-                 sys.executable, "-m", "runner", "--project", str(project.root), *args],
-                capture_output=True, text=True, timeout=60, cwd=shared,
-                env={**os.environ, "WFRUN_HOME": str(home), "HOME": str(home)})
-            if "setpriv" in done.stderr and done.returncode != 0 and "wfrun" not in done.stderr:
-                pytest.skip(f"setpriv is not permitted here: {done.stderr.strip()}")
-            one_line_error(done, "permission denied", "Run wfrun as the user who owns")
+        with as_another_user(shared / "checkout") as command:
+            for args in (("status",), ("start", "greet"), ("cancel", queued)):
+                done = subprocess.run(
+                    [*command, "--project", str(project.root), *args],
+                    capture_output=True, text=True, timeout=60, cwd=shared,
+                    env={**os.environ, "WFRUN_HOME": str(home), "HOME": str(home),
+                         "PYTHONPATH": str(shared / "checkout")})
+                if ("setpriv" in done.stderr and done.returncode != 0
+                        and "wfrun" not in done.stderr):
+                    pytest.skip(f"setpriv is not permitted here: {done.stderr.strip()}")
+                one_line_error(done, "permission denied", "Run wfrun as the user who owns")
         assert project.rows()[queued] == ("queued", 0, True)
     finally:
         subprocess.run(["rm", "-rf", str(shared)], check=False)
+
+
+@contextmanager
+def as_another_user(at: Path) -> Iterator[list[str]]:
+    """`python -m runner` as `nobody`, from this checkout mirrored at `at`."""
+    checkout = Path(__file__).resolve().parents[2]
+    python = Path(sys.executable)
+    with mf.mirror(checkout, at):
+        if python.is_relative_to(checkout):
+            yield ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+                   str(at / python.relative_to(checkout)), "-m", "runner"]
+            return
+        # A venv outside the checkout gets its own mirror.
+        prefix = Path(sys.prefix)
+        with mf.mirror(prefix, at.with_name("prefix")) as mirrored:
+            yield ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+                   str(mirrored / python.relative_to(prefix)), "-m", "runner"]
 
 
 # --- private folders -----------------------------------------------------------------------
