@@ -11,7 +11,8 @@ a 3-node compute chain, each cycle on a new thread as `wfrun host` runs each run
 `wfrun start` + host slot without process start-up. Counted per run, from the
 second run on (the first pays imports and compiles):
 
-- CPU ms (time.process_time) and wall ms, median;
+- CPU ms (time.process_time) and wall ms, median; the mean CPU split into user and
+  kernel time (os.times over all the runs);
 - SQL statements sent (sqlite3's trace callback: every statement, PRAGMAs and
   BEGIN/COMMIT included) and COMMITs;
 - file-system calls made through Python's os module: fsync, fdatasync, renames
@@ -131,6 +132,7 @@ def main() -> int:
                               scrub_input=not args.no_scrub)
     install_counters()
     cpu, wall = [], []
+    times0 = os.times()
     traced: set[int] = set()
 
     def traced_connection() -> None:
@@ -149,6 +151,7 @@ def main() -> int:
     for i in range(args.n + 1):
         if i == 1:
             COUNTS.clear()  # the first run pays imports and compiles
+            times0 = os.times()
         c0, t0 = time.process_time(), time.perf_counter()
         if args.same_thread:
             outcome = cycle()
@@ -162,8 +165,12 @@ def main() -> int:
         wall.append((time.perf_counter() - t0) * 1000)
         if outcome is None or outcome.status != "completed" or outcome.final_output != 3:
             sys.exit(f"the run did not complete: {outcome}")
+    times1 = os.times()
     store.close()
     runs = args.n
+    # os.times ticks in 10 ms: only the totals over all runs split user from kernel time.
+    user = (times1.user - times0.user) / runs * 1000
+    kernel = (times1.system - times0.system) / runs * 1000
     print(f"machine: {machine()}")
     print(f"runner imported from {ROOT}")
     print(f"disk: one fsync'd append {fsync_ms:.3f} ms; one WAL FULL commit {commit_ms:.3f} ms")
@@ -171,6 +178,7 @@ def main() -> int:
           f"{'one thread' if args.same_thread else 'a new thread per run'}, "
           f"scrub {'off' if args.no_scrub else 'on'}:")
     print(f"  CPU  median {statistics.median(cpu[1:]):.2f} ms per run")
+    print(f"  CPU  mean   {user + kernel:.2f} ms per run: user {user:.2f}, kernel {kernel:.2f}")
     print(f"  wall median {statistics.median(wall[1:]):.2f} ms per run")
     for name in sorted(COUNTS):
         print(f"  {name:<28} {COUNTS[name] / runs:6.2f} per run")

@@ -3,10 +3,11 @@
 The engine writes only through `BundleWriter`; `FolderBundle` is the default
 implementation (`.wfrun/runs/<run-id>/`, folders 0700, files 0600). The trace
 (`trace.jsonl`) is the truth; `state.json` and `manifest.json` are projections
-rebuilt from it, so only trace appends are fsync'd. Write order per step:
-append trace (fsync) -> replace state atomically -> manifest. Every write
-first passes the caller's fence; a stale writer writes nothing. A terminal
-bundle is immutable (its files become read-only).
+rebuilt from it (state.json is never fsync'd; the manifest is, at creation and at
+the end). Write order per step: append trace (fsync) -> replace state atomically
+-> manifest. At creation the workflow snapshot is held and written with the first
+manifest. Every write first passes the caller's fence; a stale writer writes
+nothing. A terminal bundle is immutable (its files become read-only).
 """
 
 from __future__ import annotations
@@ -132,6 +133,20 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
+def _create_private(path: Path, data: bytes) -> None:
+    """Write a new 0600 file in place: for a file no reader looks at yet (a refused
+    write removes what it began)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        try:
+            _write_all(fd, data)
+        finally:
+            os.close(fd)
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+
+
 def _write_private(path: Path, data: bytes, *, sync: bool = False) -> None:
     """Atomically replace `path` with a 0600 file (a refused write leaves no temp file)."""
     tmp = path.with_name(f".{path.name}.tmp")
@@ -163,6 +178,8 @@ class FolderBundle:
         self._sealed = False
         self._logs_ready = False
         self._manifest: str | None = None  # the text this writer last wrote (no re-read)
+        self._snapshot: bytes | None = None  # workflow.json, held for the next write
+        self._fresh = False  # created by this writer, no manifest yet
 
     # -- opening --------------------------------------------------------------
     @classmethod
@@ -177,6 +194,7 @@ class FolderBundle:
             raise OperationFailed(f"run '{run_id}' already exists") from None
         bundle = cls(root, run_id, fence, durability)
         bundle._acquire()
+        bundle._fresh = True
         return bundle
 
     @classmethod
@@ -215,6 +233,7 @@ class FolderBundle:
             os.close(self._lock_fd)  # releases the flock
             self._lock_fd = None
         self._manifest = None  # unlocked: another writer may change it from now on
+        self._snapshot = None  # never written: a bundle without its manifest is half-made
 
     # -- writes ---------------------------------------------------------------
     def _check(self) -> None:
@@ -222,6 +241,19 @@ class FolderBundle:
             raise OperationFailed(f"run '{self.run_id}' has ended; its bundle is immutable")
         if not self.fence():
             raise ClaimLost(f"lost the claim on run '{self.run_id}'; another runner owns it")
+        if self._snapshot is not None:
+            self._write_snapshot()
+
+    def _write_snapshot(self) -> None:
+        data, self._snapshot = self._snapshot, None
+        assert data is not None
+        path = self.root / WORKFLOW
+        try:
+            # In place, no temp file and rename: it is written before the manifest, and
+            # readers find a bundle by its manifest (a bundle without one is half-made).
+            _create_private(path, data)
+        except FileExistsError:
+            _write_private(path, data)
 
     def append(self, events: Iterable[dict[str, Any]], *, sync: bool) -> None:
         self._check()
@@ -244,12 +276,20 @@ class FolderBundle:
         text = dumps(manifest) + "\n"
         _write_private(self.root / MANIFEST, text.encode(), sync=self.sync)
         self._manifest = text
+        self._fresh = False
 
     def write_workflow(self, snapshot: dict[str, Any]) -> None:
-        self._check()
         # Compact: the C encoder is several times faster than the indenting one, and
         # this snapshot grows with the workflow (`wfrun show` is the readable view).
-        _write_private(self.root / WORKFLOW, (dumps(snapshot) + "\n").encode())
+        data = (dumps(snapshot) + "\n").encode()
+        if self._fresh and not self._sealed:
+            # Creating the bundle: held for the first manifest, and written after that
+            # write's fence check (one claim check for both, as a database bundle
+            # writes them in one transaction); nothing else happens between the two.
+            self._snapshot = data
+            return
+        self._check()
+        _write_private(self.root / WORKFLOW, data)
 
     def write_artifact(self, data: bytes, media_type: str) -> dict[str, Any]:
         self._check()

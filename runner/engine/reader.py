@@ -202,6 +202,10 @@ class RunReader:
         except NotFoundError:
             raise NotFoundError(f"run '{run_id}' has no workflow snapshot") from None
         except OperationFailed:
+            if not (path.parent / MANIFEST).is_file():
+                # Being written: the snapshot is written in place just before the
+                # manifest, so a bundle without a manifest has none to show yet.
+                raise NotFoundError(f"run '{run_id}' has no workflow snapshot") from None
             raise OperationFailed(f"run '{run_id}' has a damaged workflow snapshot") from None
         except OSError as exc:
             raise OperationFailed(f"cannot read the workflow snapshot of run '{run_id}': "

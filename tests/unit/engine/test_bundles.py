@@ -228,6 +228,35 @@ def test_a_fenced_writer_raises_claim_lost_and_writes_nothing(env: Any, when: An
     assert out.status == "completed"
 
 
+def test_creation_writes_the_snapshot_with_the_first_manifest_under_one_fence_check(
+        tmp_path: Path) -> None:
+    checks = {"n": 0, "held": True}
+
+    def fence() -> bool:
+        checks["n"] += 1
+        return checks["held"]
+
+    bundle = FolderBundle.create(tmp_path, "r1", fence)
+    bundle.write_workflow({"name": "wf"})
+    assert checks["n"] == 1  # the folder's own check; the snapshot is held
+    assert not (bundle.root / "workflow.json").exists()
+    bundle.write_manifest({"run_id": "r1", "status": "running"})
+    assert checks["n"] == 2
+    assert json.loads((bundle.root / "workflow.json").read_text()) == {"name": "wf"}
+    assert _mode(bundle.root / "workflow.json") == 0o600
+    assert sorted(p.name for p in bundle.root.iterdir()) == ["manifest.json", "workflow.json"]
+    bundle.close()
+
+    # A claim lost between the two writes: neither file is written, not one byte.
+    lost = FolderBundle.create(tmp_path, "r2", fence)
+    lost.write_workflow({"name": "wf"})
+    checks["held"] = False
+    with pytest.raises(ClaimLost):
+        lost.write_manifest({"run_id": "r2", "status": "running"})
+    lost.close()
+    assert list(lost.root.iterdir()) == []
+
+
 def test_losing_the_claim_mid_run_stops_writes_and_releases_the_bundle(env: Any) -> None:
     claim = {"held": True, "dropped": False}
     env.write("hooks.py", """
