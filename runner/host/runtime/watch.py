@@ -24,7 +24,18 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.events import (
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirMovedEvent,
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
 from watchdog.observers import Observer
 
 from runner.clock import Clock, SystemClock
@@ -40,6 +51,14 @@ from .drift import source_drift as source_drift
 log = logging.getLogger(__name__)
 DEBOUNCE = 0.05  # seconds of quiet after the last event of a burst (editors save in bursts)
 MAX_DELAY = 1.0  # a burst that never goes quiet is still checked after this long
+
+# The changes that can make a launch drift. Not opens and closes without a write: the
+# host itself reads a workflow's file at every activation (the compile cache re-hashes
+# it), and each read woke two watcher threads for an event the handler drops (inotify
+# is asked for these events only).
+EVENTS: list[type[FileSystemEvent]] = [
+    FileCreatedEvent, DirCreatedEvent, FileDeletedEvent, DirDeletedEvent, FileModifiedEvent,
+    FileMovedEvent, DirMovedEvent, FileClosedEvent]
 
 OnDrift = Callable[[LaunchRecord, Drift], None]
 OnClear = Callable[[LaunchRecord], None]
@@ -222,7 +241,8 @@ class SourceWatch:
         for folder in wanted - set(self._watches):
             try:
                 self._watches[folder] = observer.schedule(self._handler, folder,
-                                                          recursive=False)
+                                                          recursive=False,
+                                                          event_filter=EVENTS)
                 added.add(folder)
             except OSError as exc:  # removed in between, or not ours to watch
                 log.debug("source watch: cannot watch %s: %s", folder, exc.strerror)

@@ -9,6 +9,7 @@ import textwrap
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from waiting import DEADLINE, wait_until
@@ -311,3 +312,30 @@ def test_a_session_controller_hands_its_queued_launches_to_its_watch(
         assert watch.drifted == {run_id}
     finally:
         store.close()
+
+
+def test_reading_a_watched_file_delivers_no_event(tmp_path: Path, seen: Seen,
+                                                 watch: SourceWatch) -> None:
+    # The host reads a workflow's file at every activation (the compile cache re-hashes
+    # it): inotify is not asked for opens and unwritten closes, so a read wakes nobody.
+    folder = _project(tmp_path)
+    record = queued(tmp_path, "flow")
+    delivered: list[str] = []
+    handle = watch._handler.on_any_event
+
+    def recording(event: Any) -> None:
+        delivered.append(event.event_type)
+        handle(event)
+
+    watch._handler.on_any_event = recording  # type: ignore[method-assign]
+    watch.update([record])
+    watch.start()
+    assert watch.wait_batches(1, DEADLINE)
+    for _ in range(10):
+        (folder / "flow.yaml").read_bytes()
+    # Written in place (no rename): the events of the write arrive after the reads'.
+    (folder / "flow.yaml").write_text("start: one\nnodes:\n  one: {compute: '{{ 5 }}'}\n")
+    seen.wait(1)
+    assert [d.kind for d in seen.drifts] == ["edited"]
+    assert "modified" in delivered
+    assert not {"opened", "closed_no_write"} & set(delivered), delivered
