@@ -49,12 +49,14 @@ from runner.store.sqlite.files import (
     check_sqlite_version,
     create_store_file,
     inspect_existing,
+    open_in_this_process,
     read_only_uri,
     sidecar_paths,
     tighten_permissions,
     track_open,
 )
 from runner.store.sqlite.schema import create_schema, layout_drift, read_layout, schema_id_drift
+from runner.store.sqlite.writelock import Turn, WriteLock
 
 _WAL_SWITCH_ATTEMPTS = 200
 
@@ -63,15 +65,19 @@ def translate(exc: sqlite3.Error, path: Path) -> StoreError:
     return sqlite_faults.from_sqlite(exc, path)
 
 
-_WRITE_LOCKS: dict[str, threading.Lock] = {}
+_WRITE_LOCKS: dict[str, tuple[threading.Lock, WriteLock]] = {}
 _WRITE_LOCKS_GUARD = threading.Lock()
 
 
-def _write_lock_for(path: Path) -> threading.Lock:
-    """One in-process writer lock per store file, shared by every handle on it."""
+def _write_lock_for(path: Path) -> tuple[threading.Lock, WriteLock]:
+    """One in-process writer lock per store file, shared by every handle on it, and
+    the process's place in the file's writers' queue (`writelock`), used only under it."""
     key = os.path.realpath(path)
     with _WRITE_LOCKS_GUARD:
-        return _WRITE_LOCKS.setdefault(key, threading.Lock())
+        locks = _WRITE_LOCKS.get(key)
+        if locks is None:
+            locks = _WRITE_LOCKS[key] = (threading.Lock(), WriteLock(Path(key)))
+        return locks
 
 
 class _Slot:
@@ -109,7 +115,7 @@ class SqliteDatabase:
         self.read_only = read_only
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._write_lock = _write_lock_for(path)
+        self._write_lock, self._turns = _write_lock_for(path)
         track_open(path, +1)
         # id(conn) -> (pid, owning thread, conn): close() closes what no live thread uses.
         self._connections: dict[int, tuple[int, int, sqlite3.Connection]] = {}
@@ -204,13 +210,24 @@ class SqliteDatabase:
     def write(self) -> Iterator[sqlite3.Connection]:
         """A `BEGIN IMMEDIATE` transaction: committed on success, rolled back on error.
 
-        Threads of this process take turns on a Python lock first: SQLite's own busy
-        handler waits by sleeping (1, 2, 5, 10 ms ...), which wastes most of the time
-        when several workers of one process write at once. Other processes still
-        contend through SQLite's lock and busy timeout.
+        Threads of this process take turns on a Python lock first, then wfrun's
+        processes in the file's first-come, first-served writers' queue (`writelock`):
+        SQLite's own busy handler waits by sleeping (1, 2, 5, 10 ms ...), which wasted
+        most of the time when several writers met. A foreign writer is still waited
+        for by SQLite's busy timeout, with the same one-line "busy" error.
         """
         with self._write_lock:
-            yield from self._write()
+            turn = self._take_turn()
+            try:
+                yield from self._write()
+            finally:
+                if turn is not None:
+                    self._turns.release(turn)
+
+    def _take_turn(self) -> Turn | None:
+        # A read-only handle creates nothing, not even the sidecar; SQLite refuses
+        # its writes.
+        return None if self.read_only else self._turns.acquire(self.busy_timeout_ms)
 
     def _write(self) -> Iterator[sqlite3.Connection]:
         conn = self.connection()
@@ -256,11 +273,19 @@ class SqliteDatabase:
             raise translate(exc, self.path) from None
 
     def checkpoint(self) -> None:
-        """Copy the WAL into the database file and truncate the WAL to zero bytes."""
-        try:
-            self.connection().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
-        except sqlite3.Error as exc:
-            raise translate(exc, self.path) from None
+        """Copy the WAL into the database file and truncate the WAL to zero bytes.
+
+        In the writers' turn: a TRUNCATE checkpoint takes SQLite's write lock, and
+        outside the turn it slept in the busy handler while wfrun's writers went on."""
+        with self._write_lock:
+            turn = self._take_turn()
+            try:
+                self.connection().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            except sqlite3.Error as exc:
+                raise translate(exc, self.path) from None
+            finally:
+                if turn is not None:
+                    self._turns.release(turn)
 
     def integrity_problems(self, limit: int) -> list[str]:
         """`PRAGMA quick_check(limit)`: the problems found, or [] for a sound file.
@@ -300,6 +325,14 @@ class SqliteDatabase:
             self._pool.clear()
         if not was_closed:
             track_open(self.path, -1)
+            # The last handle of the process lets the sidecar go; only when no writer of
+            # this process is mid-turn (never waits: close() may run inside a write).
+            if self._write_lock.acquire(blocking=False):
+                try:
+                    if not open_in_this_process(self.path):
+                        self._turns.close()
+                finally:
+                    self._write_lock.release()
         for owner, thread, conn in connections.values():
             if owner == pid and (thread == me or thread not in alive):
                 conn.close()
