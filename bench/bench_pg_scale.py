@@ -18,7 +18,9 @@ Per row:
    (`LaunchCoordinator.prepare`; p50 is the `workflow start` figure) while the hosts
    drain them;
 3. runs/s = N / (last `launch.done` - first claim), on the store's own clock;
-4. once done, the hosts stop; per run: committed transactions (pg_stat_database),
+4. once done, the hosts stop; per run: write transactions (the BEGINs counted by
+   pg_stat_statements: idle hosts' empty claim polls and lease renewals are in),
+   committed transactions (pg_stat_database: autocommit reads are in too),
    statements, i.e. round trips including BEGIN/COMMIT (pg_stat_statements), and WAL
    flushes (pg_stat_wal.wal_sync), queueing included;
 5. pick-up latency: with the hosts idle again, K launches queued one at a time,
@@ -118,10 +120,11 @@ class Counters:
     commits: int
     statements: int
     wal_syncs: int
+    writes: int = 0  # write transactions: BEGINs (reads autocommit, without one)
 
     def __sub__(self, other: Counters) -> Counters:
         return Counters(self.commits - other.commits, self.statements - other.statements,
-                        self.wal_syncs - other.wal_syncs)
+                        self.wal_syncs - other.wal_syncs, self.writes - other.writes)
 
 
 class Server:
@@ -154,10 +157,15 @@ class Server:
                 "SELECT coalesce(sum(s.calls), 0) FROM pg_stat_statements s"
                 " JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = 'bench'").fetchone()
             wal = conn.execute("SELECT wal_sync FROM pg_stat_wal").fetchone()
+            writes = conn.execute(
+                "SELECT coalesce(sum(s.calls), 0) FROM pg_stat_statements s"
+                " JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = 'bench'"
+                " AND s.query = 'BEGIN'").fetchone()
         assert commits is not None
         assert statements is not None
         assert wal is not None
-        return Counters(int(commits[0]), int(statements[0]), int(wal[0]))
+        assert writes is not None
+        return Counters(int(commits[0]), int(statements[0]), int(wal[0]), int(writes[0]))
 
     def top_statements(self, limit: int = 25) -> list[tuple[int, str]]:
         with psycopg.connect(self.cluster.admin_url, autocommit=True) as conn:
@@ -324,6 +332,7 @@ def bench_row(root: Path, backend: str, hosts: int, max_runs: int, launches: int
             "commits": (spent.commits - monitor_reads * reads.commits) / launches,
             "statements": (spent.statements - monitor_reads * reads.statements) / launches,
             "wal_syncs": (spent.wal_syncs - monitor_reads * reads.wal_syncs) / launches,
+            "writes": (spent.writes - monitor_reads * reads.writes) / launches,
         }
         fleet.start()
 
@@ -363,7 +372,8 @@ def measure_reads(server: Server, ws: Workspace) -> Counters:
         done_count(ws)
     server.quiet()
     spent = server.counters() - before
-    return Counters(spent.commits // 5, spent.statements // 5, spent.wal_syncs // 5)
+    return Counters(spent.commits // 5, spent.statements // 5, spent.wal_syncs // 5,
+                    spent.writes // 5)
 
 
 def main() -> int:
@@ -423,7 +433,8 @@ def print_row(r: Row) -> None:
     who = f"{r.hosts} host(s)" if r.backend == "postgres" else f"1 host, {r.slots} slots"
     per = ""
     if r.per_run:
-        per = (f"  per run: {r.per_run['commits']:.1f} commits, "
+        per = (f"  per run: {r.per_run['writes']:.2f} write transactions "
+               f"({r.per_run['commits']:.1f} server commits with autocommit reads), "
                f"{r.per_run['statements']:.1f} statements, "
                f"{r.per_run['wal_syncs']:.1f} WAL flushes")
     print(f"{r.backend:8} {who:17} {r.runs_per_s:6.1f} runs/s  pick-up p50 "

@@ -30,9 +30,16 @@ the node runs, as the crash-loop budget (engine.NODE_START_BUDGET) counts it; th
 engine sends a node's end in one append with the next node's start (or with the
 run's ending). The bundle's row is created by the first write, with the snapshot,
 the first manifest and `run_started`: a creator killed before it leaves no row.
-`close` sends what is still held (a parked run's state). A 3-node run is 5
-transactions (was 14, then 10): [create, snapshot, manifest, run_started], [a
-started], [a ended, b started], [b ended, c started], [c ended, ending, seal].
+`close` sends what is still held (a parked run's state).
+
+Joined to its launch (a claimed run of the launch queue, `LaunchLink` in
+engine/runner.py): the first write also waits for the first node's start, and
+commits in the launch's `running` transition (`begin`); the seal commits in the
+transition that records how the run ended. A 3-node run is then 4 transactions, and its
+launch 6 with the enqueue and the claim (was 14, then 10, then 9): [create,
+snapshot, manifest, run_started, a started, `running`], [a ended, b started],
+[b ended, c started], [c ended, ending, seal, the launch's ending]. A run that
+ends before any node starts sends its first write as soon as its ending comes.
 
 Live logs of a running attempt stay files on the host that runs it
 (`<runs_dir>/<run id>/logs/`): they are scratch, removed once the attempt's
@@ -52,7 +59,7 @@ from runner.errors import ClaimLost, NotFoundError, OperationFailed
 from runner.private import private_dirs
 
 from .bundle import ARTIFACTS, ENDED, LOGS, Fence, TraceRead, always, dumps
-from .rows import BundleRows
+from .rows import BundleRows, LaunchStep
 
 #: Trace events that end a run (or its attempt): from one, the writer holds every
 #: write until the seal and sends them in one transaction.
@@ -83,6 +90,9 @@ class DatabaseBundle:
         self._durable = False  # a held write is one a folder would fsync
         self._ending = False  # a terminal event is held: the ending goes in one batch
         self._create = False  # the bundle's row goes with the first write (`create`)
+        # The launch's `running` step, for a claimed launch's run (set by the engine):
+        # the first write commits in it (module doc); the seal is given its ending.
+        self.begin: Callable[[], LaunchStep | None] | None = None
 
     @property
     def fence(self) -> Fence:
@@ -148,16 +158,17 @@ class DatabaseBundle:
             raise ClaimLost(f"lost the claim on run '{self.run_id}'; another runner owns it")
 
     def _patiently(self, write: Callable[[], str], done: set[str] | None = None,
-                   landed: Callable[[], bool] | None = None) -> str:
+                   landed: Callable[[], bool] | None = None,
+                   maybe: tuple[str, ...] = ("exists",)) -> str:
         """`write()` until the database answers; after an `unavailable`, an answer in
-        `done` (or `landed()`) means the earlier try had committed."""
+        `done` (or one in `maybe` and `landed()`) means the earlier try had committed."""
         give_up = self.clock.monotonic() + PATIENCE
         retried = False
         while True:
             result = write()
             if result != "unavailable":
                 if retried and (result in (done or set()) or (
-                        result == "exists" and landed is not None and landed())):
+                        result in maybe and landed is not None and landed())):
                     return "ok"
                 return result
             if self.clock.monotonic() >= give_up:
@@ -180,14 +191,18 @@ class DatabaseBundle:
     def _drop(self) -> None:
         self._docs, self._events, self._durable, self._ending = {}, [], False, False
 
-    def _flush(self, *, seal: bool = False) -> None:
-        """Everything held (and the seal) in one transaction."""
+    def _flush(self, *, seal: bool = False, ending: LaunchStep | None = None) -> None:
+        """Everything held (and the seal) in one transaction; with the launch's
+        `running` when it creates the row, or with `ending` (the launch's) when given."""
         events, docs = list(self._events), list(self._docs.items())
         durable = (self._durable or seal) and self.sync
         create = self._create
         self._drop()
         if not events and not docs and not seal and not create:
             return
+        launch = ending
+        if create and self.begin is not None:
+            launch = self.begin()  # then an ending is recorded apart (rare)
 
         def landed() -> bool:  # an earlier try committed this very batch
             if not events:
@@ -198,8 +213,10 @@ class DatabaseBundle:
         result = self._patiently(
             lambda: self.rows.write_batch(self.run_id, self.claim, events=events,
                                           documents=docs, seal=seal, durable=durable,
-                                          create=create),
-            {"sealed"} if seal else set(), landed=landed)
+                                          create=create, launch=launch),
+            {"sealed"} if seal else set(), landed=landed,
+            # A transition whose first try committed refuses its retry by its guard.
+            maybe=("exists",) if launch is None else ("exists", "fenced"))
         if create and result == "exists":  # not our earlier try (`landed` said so)
             raise OperationFailed(f"run '{self.run_id}' already exists")
         self._create = False
@@ -224,10 +241,16 @@ class DatabaseBundle:
             return
         rows = [(int(e["seq"]), dumps(e)) for e in batch]
         if any(e.get("type") in ENDINGS for e in batch):
+            if self._create and self.begin is not None:
+                self._flush()  # the row and the launch's `running` before the ending
             self._ending = True  # held until the seal: the ending is one transaction
         self._hold(events=rows, durable=sync)
-        if not self._ending:
-            self._flush()
+        if self._ending:
+            return
+        if self._create and self.begin is not None and all(
+                e.get("type") == "run_started" for e in batch):
+            return  # the first write waits for the first node's start (module doc)
+        self._flush()
 
     def replace_state(self, state: dict[str, Any]) -> None:
         self._check()
@@ -274,9 +297,11 @@ class DatabaseBundle:
         self._flush()
         self._write(lambda: self.rows.truncate_events(self.run_id, seq, self.claim))
 
-    def seal(self) -> None:
+    def seal(self, ending: LaunchStep | None = None) -> None:
+        """Seal with the ending's event, state and manifest, and with `ending` (the
+        launch's transition recording how the run ended) when given one."""
         self._check()
-        self._flush(seal=True)  # with the ending's event, state and manifest
+        self._flush(seal=True, ending=ending)
         self._sealed = True
 
     # -- reads ------------------------------------------------------------------

@@ -20,9 +20,10 @@ from .agent import AgentStepExecutor
 from .artifacts import has_artifacts, internalize
 from .bundle import STATE, TRACE, WORKFLOW, Fence, always
 from .control import RunControl
+from .dbbundle import DatabaseBundle
 from .processes import ProcessRegistry
 from .rows import BundleRows
-from .runner import CrashPoint, NotificationSink, Observer, RunDriver, RunOutcome
+from .runner import CrashPoint, LaunchLink, NotificationSink, Observer, RunDriver, RunOutcome
 from .secrets import EMPTY, NO_SOURCE, RunSecrets, SecretSource, split_input
 from .secrets import resolve as resolve_secrets
 from .space import CONTINUED as CONTINUED  # re-exported: the marker folder
@@ -78,6 +79,8 @@ class Engine:
     secret_source: SecretSource = NO_SOURCE
     rows: BundleRows | None = None  # bundles in the database (engine/rows.py)
     claim: str | None = None  # the launch's claim token: the database checks it per write
+    # The claimed launch a database bundle's first write and seal commit with (rows.py).
+    launch: LaunchLink | None = None
 
     @property
     def space(self) -> BundleSpace:
@@ -86,7 +89,9 @@ class Engine:
     def _driver(self, run_id: str, definition: WorkflowDefinition, bundle: RunBundle,
                 state: RunState, control: RunControl | None,
                 secrets: RunSecrets = EMPTY) -> RunDriver:
-        return RunDriver(run_id=run_id, definition=definition, bundle=bundle, state=state,
+        if self.launch is not None and isinstance(bundle, DatabaseBundle):
+            bundle.begin = self.launch.running  # a bare driver records endings apart
+        driver = RunDriver(run_id=run_id, definition=definition, bundle=bundle, state=state,
                          clock=self.clock, control=control or RunControl(),
                          executor=self.executor, notifications=self.notifications,
                          observer=self.observer,
@@ -94,6 +99,8 @@ class Engine:
                          project_root=str(self.project_root) if self.project_root else None,
                          crash_point=self.crash_point, processes=self.processes,
                          secrets=secrets)
+        driver.launch = self.launch
+        return driver
 
     # -- start ---------------------------------------------------------------------
     def start(self, definition: WorkflowDefinition, run_input: Any = None, *,

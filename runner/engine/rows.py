@@ -30,6 +30,13 @@ events, documents, seal; all or nothing (`exists` if any event's seq is taken).
 The writer sends a batch where the folder would make several writes with no
 side effect between them (the documents a folder would not fsync go with the
 next write; a run's ending event, state, manifest and seal go together).
+
+`launch` joins a batch to the run's launch row: a `LaunchStep` is a transition of
+the launch (made by the launch layer, which holds the claim) that runs the batch
+inside its own transaction, so the run's first write and the launch's `running`,
+and the run's seal and the launch's ending, are each one commit (`LaunchLink`,
+engine/runner.py, hands the steps to the bundle). The transition's guard on the launch row is then
+the batch's fence.
 """
 
 from __future__ import annotations
@@ -37,10 +44,18 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 #: The per-run documents besides the trace.
 DOCUMENTS = ("manifest", "workflow", "state")
+
+
+class LaunchStep(Protocol):
+    """A launch transition that runs a bundle write in its transaction: `run(write)`
+    calls `write(tx)` under the launch row's lock and answers with the write's word;
+    `fenced` when the transition's guard refused (nothing was written)."""
+
+    def run(self, write: Callable[[Any], str]) -> str: ...
 
 
 class BundleRows(Protocol):
@@ -57,7 +72,8 @@ class BundleRows(Protocol):
     def write_batch(self, run_id: str, claim: str | None, *,
                     events: Sequence[tuple[int, str]] = (),
                     documents: Sequence[tuple[str, str]] = (), seal: bool = False,
-                    durable: bool = True, create: bool = False) -> str: ...
+                    durable: bool = True, create: bool = False,
+                    launch: LaunchStep | None = None) -> str: ...
 
     def bundle_exists(self, run_id: str) -> bool: ...
     def bundle_sealed(self, run_id: str) -> bool: ...
@@ -221,7 +237,11 @@ class MemoryRows:
     def write_batch(self, run_id: str, claim: str | None, *,
                     events: Sequence[tuple[int, str]] = (),
                     documents: Sequence[tuple[str, str]] = (), seal: bool = False,
-                    durable: bool = True, create: bool = False) -> str:
+                    durable: bool = True, create: bool = False,
+                    launch: LaunchStep | None = None) -> str:
+        if launch is not None:  # the transition's guard fences the batch
+            return self._faulty(lambda: launch.run(lambda _tx: self._write_batch(
+                run_id, None, events, documents, seal, create)))
         return self._faulty(self._write_batch, run_id, claim, events, documents, seal, create)
 
     def append_events(self, run_id: str, events: Sequence[tuple[int, str]],

@@ -26,10 +26,12 @@ from .agent import AgentStep, AgentStepExecutor, TurnKind
 from .artifacts import externalize, has_artifacts, internalize
 from .context import ScopedValues
 from .control import RunControl
+from .dbbundle import DatabaseBundle
 from .livelog import LiveLog
 from .nodes import NodeResult, execute, new_attempt_id
 from .processes import ProcessRegistry
 from .routing import route
+from .rows import LaunchStep
 from .secrets import EMPTY, RunSecrets, restore_input
 from .state import TRACE_SCHEMA, RunState
 
@@ -84,6 +86,19 @@ def retry_delay(run_id: str, node: str, attempt: int, backoff: float,
                          seed=f"{run_id}|{node}|{attempt}")
 
 
+class LaunchLink(Protocol):
+    """The claimed launch a run's database bundle belongs to (the launch layer makes
+    it, runner/launch/link.py): its transitions commit in the bundle's writes."""
+
+    def running(self) -> LaunchStep | None:
+        """The step that takes the launch to `running`, for the run's first write."""
+        ...
+
+    def ended(self, outcome: RunOutcome) -> LaunchStep | None:
+        """The step that records how the run ended, for its seal (None: recorded apart)."""
+        ...
+
+
 class RunDriver:
     def __init__(self, *, run_id: str, definition: WorkflowDefinition, bundle: RunBundle,
                  state: RunState, clock: Clock, control: RunControl,
@@ -92,6 +107,7 @@ class RunDriver:
                  crash_point: CrashPoint | None = None,
                  processes: ProcessRegistry | None = None,
                  secrets: RunSecrets = EMPTY) -> None:
+        self.launch: LaunchLink | None = None  # set by the engine (a claimed launch)
         self.run_id = run_id
         self.definition = definition
         self.bundle = bundle
@@ -476,7 +492,11 @@ class RunDriver:
         # them for the seal's transaction (engine/dbbundle.py), so a kill here leaves it
         # without its ending and the next holder records the ending again.
         self.crash("before_seal")
-        self.bundle.seal()
+        if isinstance(self.bundle, DatabaseBundle) and self.launch is not None:
+            # Joined to its launch, the seal also records how the launch ended.
+            self.bundle.seal(self.launch.ended(self.outcome()))
+        else:
+            self.bundle.seal()
         self.bundle.close()
 
     def outcome(self) -> RunOutcome:

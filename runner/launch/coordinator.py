@@ -67,6 +67,7 @@ from runner.store import (
 from .faults import FaultGate, hold
 from .intents import new_intent
 from .keeper import LeaseKeeper
+from .link import Link, Step, Transition
 from .preflight import Preflight, PreflightError, Resolver, workflow_name
 
 log = logging.getLogger(__name__)
@@ -85,7 +86,8 @@ SCRUB_SECONDS = 1.0
 #: Named points where tests kill the process (WFRUN_CRASH_AT), in the order a run
 #: passes them. The engine's own points (runner.CRASH_POINTS) lie in between.
 CRASH_POINTS = ("after_queued_commit", "after_claim", "during_starting",
-                "before_executor_release", "before_outcome_recorded", "after_session_append")
+                "before_executor_release", "after_running", "before_outcome_recorded",
+                "after_session_append")
 #: How an engine ending maps onto the launch row's failure code.
 FAILURE_CODES: dict[str, LaunchErrorCode] = {"failed": "run_failed",
                                              "timed_out": "run_timed_out"}
@@ -141,6 +143,7 @@ class Activation:
     # What the fence last learned of the row: whether it is `running` under this claim
     # and until when (on the engine's monotonic clock) the lease surely holds.
     lease: dict[str, Any] = field(default_factory=lambda: {"running": False, "until": 0.0})
+    recorded: bool = False  # the ending committed with the bundle's seal (link.py)
 
     def running(self, record: LaunchRecord, sent: float, margin: float) -> None:
         """The row is `running` under this claim (mark_running's committed answer, to
@@ -324,7 +327,7 @@ class LaunchCoordinator(Preflight):
     def _begin(self, act: Activation) -> bool:
         record = act.record
         self.crash("after_claim")
-        engine = self._engine(record, act.token, act.lease)
+        engine = self._engine(record, act.token, act.lease, act)
         act.engine = engine
         if record.status == "starting" and record.crash_count >= MAX_ACTIVATION_CRASHES:
             reason = (f"activation crashed {record.crash_count} times in a row; it is not "
@@ -415,6 +418,11 @@ class LaunchCoordinator(Preflight):
             self.fail_launch(record, token, code, reason)
             return False
         self.crash("during_starting")
+        if self.rows is not None:
+            # The bundle's first write takes the launch to `running` (link.py): a cancel
+            # that won meanwhile refuses that write, and `_lost` ends the launch.
+            act.driver = driver
+            return True
         sent = self.clock.monotonic()
         running = self.store.launches.mark_running(record.run_id, token)
         if isinstance(running, LostRace):
@@ -439,6 +447,8 @@ class LaunchCoordinator(Preflight):
         assert driver is not None
         assert engine is not None
         self.crash("before_executor_release")
+        if self.rows is None:
+            self.crash("after_running")  # as with database bundles (`_link`), before a node
         self._keeper.add(act)
         if act.checkpoint is not None:
             outcome = engine.drive_continuation(driver, act.checkpoint)
@@ -468,7 +478,7 @@ class LaunchCoordinator(Preflight):
         return outcome
 
     def _engine(self, record: LaunchRecord, token: str,
-                known: dict[str, Any] | None = None) -> Engine:
+                known: dict[str, Any] | None = None, act: Activation | None = None) -> Engine:
         launches = self.store.launches
 
         # While the row is `running` and our lease surely has a third of its length
@@ -506,7 +516,35 @@ class LaunchCoordinator(Preflight):
                       work_dir=opts.project_root, fence=fence, processes=opts.processes,
                       crash_point=opts.crash_point,
                       secret_source=self._secret_source(record.run_id),
-                      rows=self.rows, claim=token)
+                      rows=self.rows, claim=token,
+                      launch=None if self.rows is None or act is None else self._link(act))
+
+    def _link(self, act: Activation) -> Link:
+        """The launch's transitions that commit in its database bundle's writes."""
+        launches = self.store.launches
+        run_id, token = act.record.run_id, act.token
+
+        def running() -> Step:
+            sent = self.clock.monotonic()
+
+            def ran(record: LaunchRecord) -> None:
+                act.running(record, sent, self.fence_margin)
+                self._scrub_later()
+                self.crash("after_running")  # with the first node's start; it has not run
+
+            return Step(lambda bundle: launches.mark_running(run_id, token, bundle=bundle),
+                        ran)
+
+        def ended(outcome: RunOutcome) -> Step | None:
+            if outcome.parked:
+                return None
+
+            def recorded(_record: LaunchRecord) -> None:
+                act.recorded = True
+
+            return Step(self._ending(act, outcome), recorded)
+
+        return Link(running, ended)
 
     def bare_engine(self) -> Engine:
         """An engine that only records endings (no claim: unfenced, as a folder's lock
@@ -523,16 +561,23 @@ class LaunchCoordinator(Preflight):
     def record_outcome(self, act: Activation, outcome: RunOutcome) -> None:
         """Map an engine outcome onto the launch row, with a follow-up when one is due."""
         self.crash("before_outcome_recorded")
-        launches = self.store.launches
-        run_id, token = act.record.run_id, act.token
+        if act.recorded:
+            return  # committed with the bundle's seal (link.py)
         if outcome.parked:
             if act.claim_lost:
                 return  # another runner owns the row now
-            launches.park(run_id, token, mode="auto" if act.control.auto_resume else "explicit")
+            self.store.launches.park(act.record.run_id, act.token,
+                                     mode="auto" if act.control.auto_resume else "explicit")
             return
+        self._ending(act, outcome)(None)
+
+    def _ending(self, act: Activation, outcome: RunOutcome) -> Transition:
+        """The transition that records how a run ended (not parked) on its launch; it
+        takes the bundle's seal along when given one (link.py)."""
+        launches = self.store.launches
+        run_id, token = act.record.run_id, act.token
         if outcome.status == "cancelled":
-            launches.cancel(run_id, claim_token=token)
-            return
+            return lambda bundle: launches.cancel(run_id, claim_token=token, bundle=bundle)
         if outcome.status in ("completed", "waiting"):
             presentation = None
             session = act.record.origin_session_id
@@ -544,9 +589,9 @@ class LaunchCoordinator(Preflight):
                                           workflow=act.workflow, cause="presentation",
                                           source="run_presentation", state=outcome.status,
                                           reason="")
-            launches.finish(run_id, token, waiting=outcome.status == "waiting",
-                            turn_intent=presentation)
-            return
+            waiting = outcome.status == "waiting"
+            return lambda bundle: launches.finish(run_id, token, waiting=waiting,
+                                                  turn_intent=presentation, bundle=bundle)
         error = outcome.error or {}
         code = FAILURE_CODES.get(outcome.status, "run_failed")
         if error.get("code") == "interrupted":
@@ -561,7 +606,8 @@ class LaunchCoordinator(Preflight):
             intent = new_intent(session_id=session, run_id=run_id, workflow=act.workflow,
                                 cause=cause, source=f"run_{outcome.status}",
                                 state=outcome.status, reason=message, node=node)
-        launches.fail(run_id, token, code=code, message=message, turn_intent=intent)
+        return lambda bundle: launches.fail(run_id, token, code=code, message=message,
+                                            turn_intent=intent, bundle=bundle)
 
     def fail_launch(self, record: LaunchRecord, token: str, code: LaunchErrorCode,
                     reason: str, *, fixed: bool = False) -> LaunchRecord | LostRace:

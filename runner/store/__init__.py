@@ -23,6 +23,8 @@ from runner.store.errors import (
 )
 from runner.store.interface import (
     DEFAULT_LEASE_SECONDS,
+    BundleRefused,
+    BundleWrite,
     LaunchQueue,
     Notifications,
     RunEvents,
@@ -75,6 +77,8 @@ __all__ = [
     "TABLES",
     "TABLE_COLUMNS",
     "TERMINAL_STATUSES",
+    "BundleRefused",
+    "BundleWrite",
     "IdentityConflict",
     "IncompatibleLayout",
     "InputCleared",

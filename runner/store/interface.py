@@ -12,8 +12,8 @@ The conformance suite in `tests/integration/store/` runs against this interface.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Protocol
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
 
 from runner.store.records import (
     LaunchRecord,
@@ -34,6 +34,20 @@ from runner.store.states import (
 )
 
 DEFAULT_LEASE_SECONDS = 30.0
+
+#: A run bundle's own statements, run in a launch transition's transaction when the
+#: bundles live in the store's database (runner/engine/rows.py): given the open
+#: transaction, "ok", or the word that refuses the write (`fenced`, `sealed`,
+#: `missing`, `exists`), which rolls the transition back with it.
+BundleWrite = Callable[[Any], str]
+
+
+class BundleRefused(Exception):
+    """The bundle write in a transition refused (`word`); nothing was committed."""
+
+    def __init__(self, word: str) -> None:
+        super().__init__(word)
+        self.word = word
 
 
 class LaunchQueue(Protocol):
@@ -137,8 +151,11 @@ class LaunchQueue(Protocol):
         """The engine's fence: token matches, status starting|running, lease unexpired."""
         ...
 
-    def mark_running(self, run_id: str, claim_token: str) -> LaunchRecord | LostRace:
-        """starting -> running; clears the private input and options."""
+    def mark_running(self, run_id: str, claim_token: str, *,
+                     bundle: BundleWrite | None = None) -> LaunchRecord | LostRace:
+        """starting -> running; clears the private input and options. With `bundle`,
+        the run bundle's first write commits in the same transaction (or neither
+        does, and `BundleRefused` says why); so do `finish`, `fail` and `cancel`."""
         ...
 
     def park(
@@ -155,6 +172,7 @@ class LaunchQueue(Protocol):
         *,
         waiting: bool = False,
         turn_intent: NewTurnIntent | None = None,
+        bundle: BundleWrite | None = None,
     ) -> LaunchRecord | LostRace:
         """running -> done (`waiting`: the run ended at a checkpoint). A controller's
         child request linked by run id is settled and its parent key woken in the
@@ -171,6 +189,7 @@ class LaunchQueue(Protocol):
         code: str,
         message: str,
         turn_intent: NewTurnIntent | None = None,
+        bundle: BundleWrite | None = None,
     ) -> LaunchRecord | LostRace:
         """starting|running -> failed with a stable code and a bounded safe message.
 
@@ -184,7 +203,8 @@ class LaunchQueue(Protocol):
         run bundle could not be written (a full or read-only disk), so nothing began."""
         ...
 
-    def cancel(self, run_id: str, *, claim_token: str | None = None) -> LaunchRecord | LostRace:
+    def cancel(self, run_id: str, *, claim_token: str | None = None,
+               bundle: BundleWrite | None = None) -> LaunchRecord | LostRace:
         """-> cancelled. Without a token: queued|starting|parked (beats activation).
         With the claim token: starting|running (the holder records a cancel)."""
         ...

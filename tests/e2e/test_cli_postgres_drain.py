@@ -38,6 +38,7 @@ from pgcluster import PgCluster
 from waiting import wait_until
 
 from runner.compiler import build_catalog
+from runner.engine.engine import NODE_START_BUDGET
 from runner.host.runtime.launches import detached_coordinator
 from runner.host.runtime.local import Workspace, open_store
 
@@ -233,10 +234,18 @@ def test_three_hosts_drain_1000_launches_with_one_sigkilled_every_100_runs(
             assert status == "done", (run_id, status, code, message)
             assert all(effects[(run_id, n)] == 1 for n in "abc"), run_id
     assert taken_over, "no run of a killed host was taken over by another host"
-    failed = {r: rows[r][2:] for r in taken_over if rows[r][0] != "done"}
+    # A run whose node was interrupted by two kills in a row (its taker killed too, as the
+    # kills go round the hosts about a lease apart) ends failed by the crash-loop budget
+    # (engine.NODE_START_BUDGET) rather than run that node a third time; any other run a
+    # host took over must end done.
+    looped = {r for r, (status, epoch, code, message) in rows.items()
+              if status == "failed" and code == "interrupted" and epoch >= 3
+              and f"interrupted {NODE_START_BUDGET} times" in str(message)}
+    failed = {r: rows[r][2:] for r in taken_over if rows[r][0] != "done" and r not in looped}
     assert not failed, (f"{len(failed)} of {len(taken_over)} runs taken over by another "
                         f"host did not finish: {sorted(failed.items())[:3]}")
-    assert all(status == "done" for status, _, _, _ in rows.values())
+    assert all(status == "done" for r, (status, _, _, _) in rows.items() if r not in looped)
+    assert len(looped) <= drain.kills // 2, looped  # two kills each
     print(f"\n{LAUNCHES} launches, {drain.kills} SIGKILLs, "
           f"{sum(1 for r in rows.values() if r[1] > 1)} runs claimed again, "
-          f"{len(taken_over)} taken over by another folder")
+          f"{len(taken_over)} taken over by another folder, {len(looped)} interrupted twice")

@@ -20,6 +20,7 @@ from runner.store.domain import intents, pages
 from runner.store.domain.events import EventLog, RunEvents
 from runner.store.domain.pages import LaunchPages, launch_from_row, status_clause
 from runner.store.domain.workflow_requests import settle_child
+from runner.store.interface import BundleRefused, BundleWrite
 from runner.store.records import (
     INPUT_MAX_BYTES,
     LaunchRecord,
@@ -373,8 +374,9 @@ class LaunchQueue(LaunchPages):
 
     # --- transitions -------------------------------------------------------------
 
-    def mark_running(self, run_id: str, claim_token: str) -> LaunchRecord | LostRace:
-        return self._transition("mark_running", run_id, claim_token)
+    def mark_running(self, run_id: str, claim_token: str, *,
+                     bundle: BundleWrite | None = None) -> LaunchRecord | LostRace:
+        return self._transition("mark_running", run_id, claim_token, bundle=bundle)
 
     def park(self, run_id: str, claim_token: str, *,
              mode: ParkMode = "explicit") -> LaunchRecord | LostRace:
@@ -383,34 +385,39 @@ class LaunchQueue(LaunchPages):
         return self._transition("park", run_id, claim_token, {"mode": mode})
 
     def finish(self, run_id: str, claim_token: str, *, waiting: bool = False,
-               turn_intent: NewTurnIntent | None = None) -> LaunchRecord | LostRace:
+               turn_intent: NewTurnIntent | None = None,
+               bundle: BundleWrite | None = None) -> LaunchRecord | LostRace:
         child: dict[str, Any] = {"ending": "waiting" if waiting else "completed"}
         if waiting:
             child["child_state"] = "waiting"
         # A closing presentation yields to an intent already pending for the run (one
         # pending intent per run and session) instead of undoing the finish.
         return self._transition("finish", run_id, claim_token, child, turn_intent,
-                                intent_optional=True)
+                                intent_optional=True, bundle=bundle)
 
     def fail(self, run_id: str, claim_token: str, *, code: str, message: str,
-             turn_intent: NewTurnIntent | None = None) -> LaunchRecord | LostRace:
+             turn_intent: NewTurnIntent | None = None,
+             bundle: BundleWrite | None = None) -> LaunchRecord | LostRace:
         extra = {"code": check_error_code(code), "message": bounded_message(message)}
         if code == "interrupted":
             extra["child_state"] = "interrupted"  # a controller may start a new attempt
-        return self._transition("fail", run_id, claim_token, extra, turn_intent)
+        return self._transition("fail", run_id, claim_token, extra, turn_intent,
+                                bundle=bundle)
 
     def release(self, run_id: str, claim_token: str) -> LaunchRecord | LostRace:
         return self._transition("release", run_id, claim_token, {"crashed": 0})
 
-    def cancel(self, run_id: str, *, claim_token: str | None = None) -> LaunchRecord | LostRace:
+    def cancel(self, run_id: str, *, claim_token: str | None = None,
+               bundle: BundleWrite | None = None) -> LaunchRecord | LostRace:
         if claim_token is None:
-            return self._transition("cancel", run_id, None)
-        return self._transition("cancel_claimed", run_id, claim_token)
+            return self._transition("cancel", run_id, None, bundle=bundle)
+        return self._transition("cancel_claimed", run_id, claim_token, bundle=bundle)
 
     def _transition(self, op_name: str, run_id: str, claim_token: str | None,
                     extra: dict[str, Any] | None = None,
                     turn_intent: NewTurnIntent | None = None,
-                    intent_optional: bool = False) -> LaunchRecord | LostRace:
+                    intent_optional: bool = False,
+                    bundle: BundleWrite | None = None) -> LaunchRecord | LostRace:
         op = LAUNCH_OPERATIONS[op_name]
         try:
             with self._events.writing() as (tx, log):
@@ -419,6 +426,12 @@ class LaunchQueue(LaunchPages):
                 if lost is not None:
                     return lost
                 assert row is not None
+                if bundle is not None:
+                    # The bundle's write under this row's lock: the guard above is its
+                    # fence, and a refusal rolls the transition back with it.
+                    word = bundle(tx)
+                    if word != "ok":
+                        raise BundleRefused(word)
                 updated = self._apply(tx, log, row, op.target, extra or {})
                 if turn_intent is not None:
                     self._intent(tx, turn_intent, optional=intent_optional)

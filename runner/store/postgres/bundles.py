@@ -25,10 +25,12 @@ before the connection broke, which the engine's retry accounts for). Reads raise
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 from runner.store.ddl import sql_in
 from runner.store.errors import StoreUnavailable
+from runner.store.postgres.connector import PostgresTransaction
 from runner.store.postgres.db import Conn, PostgresDatabase
 from runner.store.states import CLAIMED_STATUSES
 
@@ -63,6 +65,19 @@ BUNDLE_DDL: tuple[str, ...] = (
 
 _DOCUMENTS = {"manifest": "manifest", "workflow": "workflow", "state": "state"}
 _DB_NOW = "(extract(epoch FROM now()) * 1000)::bigint"
+
+
+class LaunchStep(Protocol):
+    """A launch transition that runs a bundle write in its transaction
+    (runner/engine/rows.py): `run(write)` is the write's result word."""
+
+    def run(self, write: Callable[[Any], str]) -> str: ...
+
+
+def _conn(tx: Any) -> Conn:
+    """The psycopg connection of the transition's transaction (this backend's own)."""
+    assert isinstance(tx, PostgresTransaction), tx
+    return tx.conn
 
 
 class _Refused(Exception):
@@ -200,35 +215,34 @@ class PostgresBundleRows:
     def write_batch(self, run_id: str, claim: str | None, *,
                     events: Sequence[tuple[int, str]] = (),
                     documents: Sequence[tuple[str, str]] = (), seal: bool = False,
-                    durable: bool = True, create: bool = False) -> str:
+                    durable: bool = True, create: bool = False,
+                    launch: LaunchStep | None = None) -> str:
         """Events, documents and the seal in one transaction (one fence, one commit);
         with `create`, the bundle's row is inserted first in it (a run's first write:
-        its row, snapshot, manifest and `run_started` commit together or not at all)."""
+        its row, snapshot, manifest and `run_started` commit together or not at all).
+        With `launch`, the launch's transition runs the batch inside its own
+        transaction: its guard on the launch row (locked) is the fence, and the
+        run's first write and `running`, or its seal and ending, are one commit."""
         columns = [_DOCUMENTS.get(kind) for kind, _ in documents]
         if None in columns:
             raise ValueError(f"unknown bundle document in {[k for k, _ in documents]!r}")
+
+        def batch(conn: Conn, fenced_by: str | None) -> str:
+            try:
+                self._batch(conn, run_id, fenced_by, events, documents, seal, create)
+            except _Refused as refused:
+                return refused.result
+            return "ok"
+
+        if launch is not None:
+            return launch.run(lambda tx: batch(_conn(tx), None))
         try:
             with self._db.write() as conn:
                 if not durable:
                     conn.execute("SET LOCAL synchronous_commit = off")
-                if create:
-                    self._insert_bundle(conn, run_id, claim, fenced_after=True)
-                self._open_for_write(conn, run_id, claim)
-                if events:
-                    cur = conn.execute(
-                        "INSERT INTO run_trace (run_id, seq, event)"
-                        " SELECT %s, s, e FROM unnest(%s::bigint[], %s::text[]) AS t(s, e)"
-                        " ON CONFLICT DO NOTHING",
-                        (run_id, [q for q, _ in events], [t for _, t in events]))
-                    if cur.rowcount != len(events):
-                        raise _Refused("exists")
-                sets = [f"{column} = %s" for column in dict.fromkeys(columns)]
-                values = list(dict(zip(columns, (t for _, t in documents), strict=True)).values())
-                if seal:
-                    sets.append("sealed = true")
-                if sets:
-                    conn.execute(f"UPDATE run_bundles SET {', '.join(sets)} WHERE run_id = %s",
-                                 (*values, run_id))
+                result = batch(conn, claim)
+                if result != "ok":
+                    raise _Refused(result)
         except _Refused as refused:
             return refused.result
         except StoreUnavailable as exc:
@@ -236,6 +250,29 @@ class PostgresBundleRows:
                 raise
             return "unavailable"
         return "ok"
+
+    def _batch(self, conn: Conn, run_id: str, claim: str | None,
+               events: Sequence[tuple[int, str]], documents: Sequence[tuple[str, str]],
+               seal: bool, create: bool) -> None:
+        if create:
+            self._insert_bundle(conn, run_id, claim, fenced_after=True)
+        self._open_for_write(conn, run_id, claim)
+        if events:
+            cur = conn.execute(
+                "INSERT INTO run_trace (run_id, seq, event)"
+                " SELECT %s, s, e FROM unnest(%s::bigint[], %s::text[]) AS t(s, e)"
+                " ON CONFLICT DO NOTHING",
+                (run_id, [q for q, _ in events], [t for _, t in events]))
+            if cur.rowcount != len(events):
+                raise _Refused("exists")
+        columns = [_DOCUMENTS[kind] for kind, _ in documents]
+        sets = [f"{column} = %s" for column in dict.fromkeys(columns)]
+        values = list(dict(zip(columns, (t for _, t in documents), strict=True)).values())
+        if seal:
+            sets.append("sealed = true")
+        if sets:
+            conn.execute(f"UPDATE run_bundles SET {', '.join(sets)} WHERE run_id = %s",
+                         (*values, run_id))
 
     def seal_bundle(self, run_id: str, claim: str | None) -> str:
         return self._write(run_id, claim,

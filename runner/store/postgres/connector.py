@@ -52,6 +52,12 @@ class PostgresTransaction:
     def dialect(self) -> Dialect:
         return DIALECT
 
+    @property
+    def conn(self) -> Conn:
+        """The psycopg connection: for this backend's own statements in the same
+        transaction (run bundles, store/postgres/bundles.py)."""
+        return self._conn
+
     def _run(self, sql: str, params: Params) -> psycopg.Cursor[Row]:
         try:
             return self._conn.execute(to_psycopg(sql), params)

@@ -81,11 +81,14 @@ def test_seed09_lease_expiry_and_recovery_at_every_activation_boundary(
         with pytest.raises(Crash):
             s.host.prompt("go")
     (row,) = s.launches()
+    # A database bundle's first write commits with `running` (runner/launch/link.py):
+    # before the first node's start there is neither.
+    in_db = s.store_url is not None
     expected_row = {"after_claim": "starting", "during_starting": "starting",
-                    "before_executor_release": "running"}[boundary]
+                    "before_executor_release": "starting" if in_db else "running"}[boundary]
     assert row.status == expected_row
     assert row.epoch == 1
-    assert s.has_bundle(row.run_id) == (boundary != "after_claim")
+    assert s.has_bundle(row.run_id) == (boundary != "after_claim" and not in_db)
     assert "node_started" not in _trace_types(s, row.run_id)  # nothing ran
     drop_fds_under(s.ws.runs_dir)  # the dead process's bundle lock goes with it
 
@@ -151,6 +154,17 @@ def test_seed09_recover_expired_reconciles_starting_with_the_bundle(
         s.host.prompt("go")
     drop_fds_under(s.ws.runs_dir)
     (row,) = s.launches()
+    if s.store_url is not None and bundle != "none":
+        # A database bundle is made by the write that takes the launch to `running`
+        # (runner/launch/link.py): a `starting` launch never has one to reconcile, so
+        # recovery always finds none and queues the launch again, input kept.
+        assert not s.has_bundle(row.run_id)
+        s.store_clock.advance(LEASE + 1)
+        (recovered,) = s.coordinator.recover_expired(s.session_id)
+        assert (recovered.run_id, recovered.status) == (row.run_id, "queued")
+        assert not recovered.input_cleared
+        assert s.store.turn_intents.list_pending(row.run_id) == []
+        return
     if bundle in ("waiting", "completed", "cancelled", "failed"):
         data = s.manifest(row.run_id)
         data["status"] = bundle
@@ -250,8 +264,12 @@ def test_seed10_cancellation_during_starting(session: Make, point: str) -> None:
     assert states == ["starting"]
     (row,) = s.launches()
     _assert_cancelled_cleanly(s, row.run_id)
-    if point == "during_starting":
+    if point == "during_starting" and s.store_url is None:
         assert s.manifest(row.run_id)["status"] == "cancelled"  # recorded; nothing ran
+    elif point == "during_starting":
+        # The bundle's first write was refused with `running` (runner/launch/link.py):
+        # nothing was written, as for a launch cancelled before its claim.
+        assert not s.has_bundle(row.run_id)
 
 
 def test_seed10_cancellation_before_executor_release(session: Make) -> None:

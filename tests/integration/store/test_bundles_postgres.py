@@ -16,6 +16,7 @@ from pgcluster import PgCluster
 from storekit import FakeClock, launch
 
 from runner.engine import RunReader
+from runner.launch.link import Step, Transition
 from runner.store import IncompatibleLayout, LostRace
 from runner.store.postgres import PostgresStore
 
@@ -124,6 +125,56 @@ def test_a_first_write_creates_the_bundle_with_its_documents_and_events(
     assert rows.write_batch("pg-run-4", token, events=events, documents=docs,
                             create=True) == "exists"
     assert rows.read_events("pg-run-4") == ['{"seq": 1}']
+
+
+def test_a_batch_in_a_launch_transition_commits_with_it_or_not_at_all(
+        pg: tuple[PostgresStore, FakeClock]) -> None:
+    """runner/launch/link.py: the first write rides `mark_running`, the seal `finish`;
+    a refused batch rolls the transition back, a refused guard writes no batch."""
+    store, clock = pg
+    rows, launches = store.bundles, store.launches
+    store.launches.enqueue(launch("pg-run-5"))
+    record = launches.claim("pg-run-5", runner_id="a", lease_seconds=LEASE)
+    assert not isinstance(record, LostRace)
+    token = record.claim_token
+    assert token is not None
+
+    def step(transition: Transition) -> Step:
+        return Step(transition)
+
+    first = [(1, '{"seq": 1}'), (2, '{"seq": 2}')]
+    # The batch refuses (its events' seq is taken by a row made meanwhile): `running`
+    # is rolled back with it.
+    assert rows.create_bundle("pg-run-5", token) == "ok"
+    assert rows.append_events("pg-run-5", first[:1], token) == "ok"
+    running = step(lambda bundle: launches.mark_running("pg-run-5", token, bundle=bundle))
+    assert rows.write_batch("pg-run-5", token, events=first, launch=running) == "exists"
+    assert launches.get("pg-run-5").status == "starting"  # type: ignore[union-attr]
+    assert rows.remove_bundle("pg-run-5", unstarted_only=False)
+    # Accepted: the bundle's row, its events and `running` are one commit.
+    assert rows.write_batch("pg-run-5", token, events=first, create=True,
+                            documents=[("manifest", "{}")], launch=running) == "ok"
+    row = launches.get("pg-run-5")
+    assert row is not None
+    assert (row.status, row.input_cleared) == ("running", True)
+    assert len(rows.read_events("pg-run-5")) == 2
+    # The seal rides `finish`: both, or (a lost claim) neither.
+    ending = [(3, '{"seq": 3}')]
+    finish = step(lambda bundle: launches.finish("pg-run-5", "not-the-token", bundle=bundle))
+    assert rows.write_batch("pg-run-5", token, events=ending, seal=True,
+                            launch=finish) == "fenced"
+    assert not rows.bundle_sealed("pg-run-5")
+    assert len(rows.read_events("pg-run-5")) == 2
+    finish = step(lambda bundle: launches.finish("pg-run-5", token, bundle=bundle))
+    assert rows.write_batch("pg-run-5", token, events=ending, seal=True,
+                            launch=finish) == "ok"
+    assert rows.bundle_sealed("pg-run-5")
+    assert launches.get("pg-run-5").status == "done"  # type: ignore[union-attr]
+    # A guard that refuses never runs the batch: a sealed bundle stays as it was.
+    clock.advance(LEASE + 1)
+    again = step(lambda bundle: launches.mark_running("pg-run-5", token, bundle=bundle))
+    assert rows.write_batch("pg-run-5", None, events=[(4, "{}")], launch=again) == "fenced"
+    assert len(rows.read_events("pg-run-5")) == 3
 
 
 def test_the_layout_check_covers_the_bundle_tables(url: str) -> None:

@@ -1,0 +1,65 @@
+"""A claimed launch joined to its run's database bundle (engine/rows.py, `LaunchLink`).
+
+When run bundles live in the store's database, two of the launch's own commits
+go into the bundle's: the run's first write (its row, snapshot, manifest,
+`run_started` and the first node's start) commits in the launch's `running`
+transition, and the run's seal in the transition that records how it ended
+(`finish`, `fail` or the holder's `cancel`). The launch row and its bundle then
+never disagree at those two points, and a 3-node run costs 6 commits in all
+(docs/store.md). The transition's guard (claim token, status, lease, on the
+locked launch row) is the bundle write's fence: a refused guard writes nothing.
+
+A folder bundle has no transaction to share: the coordinator records the launch
+apart, as before (coordinator.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from runner.engine import RunOutcome
+from runner.engine.rows import LaunchStep
+from runner.store import BundleRefused, BundleWrite, LaunchRecord, LostRace, StoreUnavailable
+
+Transition = Callable[[BundleWrite | None], LaunchRecord | LostRace]
+
+
+class Step:
+    """One launch transition that carries a bundle write (`LaunchStep`)."""
+
+    def __init__(self, transition: Transition,
+                 then: Callable[[LaunchRecord], None] | None = None) -> None:
+        self._transition = transition
+        self._then = then
+
+    def run(self, write: Callable[[Any], str]) -> str:
+        try:
+            result = self._transition(write)
+        except BundleRefused as refused:
+            return refused.word
+        except StoreUnavailable as exc:
+            if type(exc) is not StoreUnavailable:
+                raise  # a full or read-only database is a machine fault, not a blip
+            return "unavailable"  # the bundle retries (it may have committed)
+        if isinstance(result, LostRace):
+            return "fenced"
+        if self._then is not None:
+            self._then(result)
+        return "ok"
+
+
+class Link:
+    """`LaunchLink` from two factories: the `running` step, and the ending's for an
+    outcome (None: the coordinator records that ending apart)."""
+
+    def __init__(self, running: Callable[[], Step],
+                 ended: Callable[[RunOutcome], Step | None]) -> None:
+        self._running = running
+        self._ended = ended
+
+    def running(self) -> LaunchStep | None:
+        return self._running()
+
+    def ended(self, outcome: RunOutcome) -> LaunchStep | None:
+        return self._ended(outcome)
