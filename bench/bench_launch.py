@@ -22,6 +22,9 @@ project with a one-node compute workflow that has an input schema.
     for a fixed time; total completed cycles per second, and the mean wait to
     begin a store write (from asking for `SqliteDatabase.write` to holding it: the
     in-process lock, the writers' turn, SQLite's busy handler).
+(d) turns: N processes on one store file, each writing one row per transaction in a
+    tight loop: writes/s and each process's share (the writers' turn alone: is it
+    fair, and how fast does it hand over).
 
 Aims (seed 000 / DESIGN §6; 2-core machine): (a) p50 <= 1 ms, p99 <= 10 ms;
 (c) >= 500 cycles/s with 4 processes.
@@ -262,6 +265,46 @@ def bench_cycles(root: Path, procs: int, seconds: float) -> dict[str, Any]:
             "store_settings": settings}
 
 
+# -- (d) the writers' turn alone ------------------------------------------------------
+def turn_worker(path: Path, seconds: float, start_at: float) -> None:
+    from runner.store.sqlite.db import SqliteDatabase
+
+    db = SqliteDatabase(path)
+    while time.time() < start_at:
+        time.sleep(0.001)
+    end = time.monotonic() + seconds
+    n = 0
+    while time.monotonic() < end:
+        with db.write() as conn:
+            conn.execute("INSERT INTO t VALUES (?)", ("x" * 100,))
+        n += 1
+    print(json.dumps({"writes": n}))
+    db.close()
+
+
+def bench_turns(folder: Path, procs: int, seconds: float) -> dict[str, Any]:
+    from runner.store.sqlite.db import open_database
+
+    path = folder / "turns.sqlite3"
+    db = open_database(path, now_ms=0, busy_timeout_ms=30_000)
+    with db.write() as conn:
+        conn.execute("CREATE TABLE t (v TEXT)")
+    db.close()
+    start_at = time.time() + 1.0
+    rooted = ["--root", str(ROOT)] if ROOT != REPO else []
+    children = [subprocess.Popen([sys.executable, __file__, *rooted, "--turn-worker", str(path),
+                                  str(seconds), str(start_at)], stdout=subprocess.PIPE, text=True)
+                for _ in range(procs)]
+    counts = []
+    for child in children:
+        out, _ = child.communicate(timeout=seconds + 60)
+        if child.returncode != 0:
+            raise SystemExit(f"a turn worker failed ({child.returncode})")
+        counts.append(json.loads(out.strip().splitlines()[-1])["writes"])
+    return {"procs": procs, "seconds": seconds, "writes_per_s": round(sum(counts) / seconds),
+            "per_proc": counts, "min_share": round(min(counts) / max(sum(counts), 1), 3)}
+
+
 def fsync_probe(folder: Path, n: int = 50) -> float:
     path = folder / "probe"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -279,6 +322,9 @@ def fsync_probe(folder: Path, n: int = 50) -> float:
 
 def main(argv: list[str]) -> int:
     global SCRUB
+    if argv[:1] == ["--turn-worker"]:
+        turn_worker(Path(argv[1]), float(argv[2]), float(argv[3]))
+        return 0
     if argv[:1] == ["--worker"]:
         SCRUB = argv[4] == "1"
         worker(Path(argv[1]), float(argv[2]), float(argv[3]))
@@ -317,6 +363,7 @@ def main(argv: list[str]) -> int:
                   for i in range(max(args.rounds, 1))]
         figures["cycles"] = sorted(rounds, key=lambda r: r["cycles_per_s"])[len(rounds) // 2]
         figures["cycles"]["rounds_cycles_per_s"] = [r["cycles_per_s"] for r in rounds]
+        figures["turns"] = bench_turns(base, args.procs, min(args.seconds, 3.0))
     aims = {"cycles": figures["cycles"]["cycles_per_s"] >= AIM_CYCLES_PER_S}
     if "start" in figures:
         aims["start_p50"] = figures["start"]["p50_ms"] <= AIM_START_P50_MS
@@ -349,6 +396,11 @@ def main(argv: list[str]) -> int:
         print(f"    runner imported from {ROOT}")
         print(f"    CPU {c['cpu_ms_per_cycle']} ms per cycle (this process tree): at most "
               f"{c['cpu_bound_cycles_per_s']} cycles/s on {m['cpus']} idle CPUs")
+        t = figures["turns"]
+        print(f"(d) the writers' turn alone, {t['procs']} processes writing one row per "
+              f"transaction for {t['seconds']} s: {t['writes_per_s']} writes/s, per process "
+              f"{t['per_proc']} (the smallest share {t['min_share']:.0%}; fair: "
+              f"{1 / t['procs']:.0%})")
         print(f"    load average at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
         print("aims met: " + ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in aims.items()))
     return 0 if (all(aims.values()) or not args.check) else 1
