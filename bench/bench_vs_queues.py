@@ -3,6 +3,9 @@
     .venv/bin/python bench/bench_vs_queues.py                 # 3 rounds of 300 pipelines
     .venv/bin/python bench/bench_vs_queues.py -n 500 --rounds 5
     .venv/bin/python bench/bench_vs_queues.py --systems wfrun,huey --json
+    .venv/bin/python bench/bench_vs_queues.py --systems wfrun,huey --before DIR
+                            # also `runner` from DIR (`git archive C runner`), interleaved
+    .venv/bin/python bench/bench_vs_queues.py --root DIR    # wfrun's `runner` from DIR
 
 Bench only: not part of scripts/setup or the test suite. On its first run it makes a
 bench venv, `.bench-venv/` at the repository root (gitignored), and installs huey 3.x
@@ -51,6 +54,7 @@ REPO = Path(__file__).resolve().parent.parent
 VENV = REPO / ".bench-venv"
 REQUIREMENTS = ("huey>=3,<4", "dbos>=3,<4")
 SYSTEMS = ("wfrun", "huey", "dbos")
+BEFORE = "before"  # wfrun from `--before DIR`, to compare two versions in one run
 STEPS = 3
 DRAIN_TIMEOUT_S = 180.0
 
@@ -82,8 +86,8 @@ edges:
 """
 
 
-def child_wfrun(folder: Path, n: int, cli: bool) -> dict[str, Any]:
-    sys.path.insert(0, str(REPO))
+def child_wfrun(folder: Path, n: int, cli: bool, runner_root: Path = REPO) -> dict[str, Any]:
+    sys.path.insert(0, str(runner_root))
     from runner.compiler import build_catalog
     from runner.host.daemon import StandaloneHost
     from runner.host.runtime.launches import detached_coordinator
@@ -132,12 +136,13 @@ def child_wfrun(folder: Path, n: int, cli: bool) -> dict[str, Any]:
         queue(n, n)
         argv = [sys.executable, "-m", "runner", "--project", str(root), "host", "--once",
                 "--max-runs", "4", "--no-controllers", "-q"]
+        env = {**os.environ, "PYTHONPATH": str(runner_root)}
         r0, t1 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
-        subprocess.run(argv, check=True, capture_output=True, cwd=root)
+        subprocess.run(argv, check=True, capture_output=True, cwd=root, env=env)
         took = time.perf_counter() - t1
         r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t2 = time.perf_counter()  # the interpreter start and imports: an empty queue
-        subprocess.run(argv, check=True, capture_output=True, cwd=root)
+        subprocess.run(argv, check=True, capture_output=True, cwd=root, env=env)
         empty = time.perf_counter() - t2
         if done() != 2 * n:
             raise SystemExit(f"wfrun host: {done() - n} of {n} launches done")
@@ -235,11 +240,12 @@ def child_dbos(folder: Path, n: int) -> dict[str, Any]:
     return _result("dbos", n, enqueue_ms, drain, cpu, journal_mode=journal)
 
 
-def child(system: str, n: int, cli: bool) -> int:
+def child(system: str, n: int, cli: bool, root: Path = REPO) -> int:
     with tempfile.TemporaryDirectory(prefix=f"wfrun-bench-vs-{system}-") as tmp:
         folder = Path(tmp)
-        if system == "wfrun":
-            out = child_wfrun(folder, n, cli)
+        if system in ("wfrun", BEFORE):
+            out = child_wfrun(folder, n, cli, root)
+            out["system"] = system
         elif system == "huey":
             out = child_huey(folder, n)
         else:
@@ -261,8 +267,10 @@ def ensure_venv(venv: Path) -> Path:
     return python
 
 
-def run_child(python: Path, system: str, n: int, cli: bool) -> dict[str, Any]:
-    argv = [str(python), str(Path(__file__).resolve()), "--child", system, "-n", str(n)]
+def run_child(python: Path, system: str, n: int, cli: bool,
+              root: Path = REPO) -> dict[str, Any]:
+    argv = [str(python), str(Path(__file__).resolve()), "--child", system, "-n", str(n),
+            "--root", str(root)]
     if cli:
         argv.append("--cli")
     proc = subprocess.run(argv, capture_output=True, text=True, cwd=REPO)
@@ -289,15 +297,26 @@ def main(argv: list[str]) -> int:
                     help="wfrun also drains through the `wfrun host` subprocess")
     ap.add_argument("--venv", type=Path, default=VENV, help="the bench venv (made if missing)")
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--child", choices=SYSTEMS, help=argparse.SUPPRESS)
+    ap.add_argument("--before", type=Path, metavar="DIR",
+                    help="also run wfrun with `runner` imported from DIR (an older copy), "
+                         f"as system '{BEFORE}', interleaved with the others")
+    ap.add_argument("--child", choices=(*SYSTEMS, BEFORE), help=argparse.SUPPRESS)
+    ap.add_argument("--root", type=Path, default=REPO, metavar="DIR",
+                    help="import wfrun's `runner` from DIR instead of this checkout")
     args = ap.parse_args(argv)
     if args.child:
-        return child(args.child, args.n, args.cli)
+        return child(args.child, args.n, args.cli, args.root.resolve())
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     unknown = sorted(set(systems) - set(SYSTEMS))
     if unknown:
         ap.error(f"unknown system {', '.join(unknown)}; choose from {', '.join(SYSTEMS)}")
-    others = ensure_venv(args.venv) if set(systems) - {"wfrun"} else Path(sys.executable)
+    if args.before is not None:
+        if not (args.before / "runner" / "__init__.py").is_file():
+            ap.error(f"--before {args.before}: no runner/ package there; make one with "
+                     "`git archive COMMIT runner | tar -x -C DIR`")
+        systems.insert(1, BEFORE)
+    others = ensure_venv(args.venv) if set(systems) - {"wfrun", BEFORE} \
+        else Path(sys.executable)
     sys.path.insert(0, str(REPO / "bench"))
     from bench_engine import time_fsync
     from benchkit import machine, sqlite_commit_cost
@@ -308,8 +327,9 @@ def main(argv: list[str]) -> int:
     for r in range(args.rounds):
         order = systems[r % len(systems):] + systems[:r % len(systems)]
         for system in order:
-            python = Path(sys.executable) if system == "wfrun" else others
-            rounds[system].append(run_child(python, system, args.n, args.cli))
+            python = Path(sys.executable) if system in ("wfrun", BEFORE) else others
+            root = args.before.resolve() if system == BEFORE else args.root.resolve()
+            rounds[system].append(run_child(python, system, args.n, args.cli, root))
             print(f"round {r + 1}/{args.rounds} {system}: "
                   f"{rounds[system][-1]['runs_per_s']:.0f} runs/s", file=sys.stderr)
     keys = ("runs_per_s", "cpu_ms_per_run", "cpu_ms_per_step", "enqueue_p50_ms")
