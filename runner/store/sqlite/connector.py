@@ -42,41 +42,47 @@ class SqliteTransaction:
     def dialect(self) -> Dialect:
         return DIALECT
 
-    @contextmanager
-    def _translated(self) -> Iterator[None]:
-        try:
-            yield
-        except sqlite3.IntegrityError as exc:
-            if "UNIQUE constraint failed" in str(exc):
-                raise UniqueViolation(f"{exc} (store {self._db.path})") from None
-            raise translate(exc, self._db.path) from None
-        except sqlite3.Error as exc:
-            raise translate(exc, self._db.path) from None
+    def _error(self, exc: sqlite3.Error) -> Exception:
+        if isinstance(exc, sqlite3.IntegrityError) and "UNIQUE constraint failed" in str(exc):
+            return UniqueViolation(f"{exc} (store {self._db.path})")
+        return translate(exc, self._db.path)
 
+    # Each statement translates its errors in one try (no context manager per call:
+    # a run makes ~20 statements, and the seam's overhead was a visible share of them).
     def _run(self, sql: str, params: Params) -> sqlite3.Cursor:
         cursor = self._conn.cursor()
         cursor.row_factory = _dict_row
-        with self._translated():
+        try:
             return cursor.execute(sql, params)
+        except sqlite3.Error as exc:
+            raise self._error(exc) from None
 
     def all(self, sql: str, params: Params = _NO_PARAMS) -> list[Row]:
-        cursor = self._run(sql, params)
-        with self._translated():
-            rows: list[Row] = cursor.fetchall()
+        cursor = self._conn.cursor()
+        cursor.row_factory = _dict_row
+        try:
+            rows: list[Row] = cursor.execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise self._error(exc) from None
         return rows
 
     def one(self, sql: str, params: Params = _NO_PARAMS) -> Row | None:
-        cursor = self._run(sql, params)
-        with self._translated():
-            row: Row | None = cursor.fetchone()
+        cursor = self._conn.cursor()
+        cursor.row_factory = _dict_row
+        try:
+            row: Row | None = cursor.execute(sql, params).fetchone()
+        except sqlite3.Error as exc:
+            raise self._error(exc) from None
         return row
 
     def run(self, sql: str, params: Params = _NO_PARAMS) -> int:
         return self._run(sql, params).rowcount
 
     def many(self, sql: str, rows: Sequence[Params]) -> None:
-        with self._translated():
+        try:
             self._conn.executemany(sql, rows)
+        except sqlite3.Error as exc:
+            raise self._error(exc) from None
 
     def now_ms(self) -> int:
         if self._now is None:
