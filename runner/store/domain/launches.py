@@ -175,6 +175,9 @@ class LaunchQueue(LaunchPages):
         self._events = run_events
         self._sql = named(SQL, mine.get("launches"))
         self._intent_sql = named(intents.SQL, mine.get("intents"))
+        # Whether the last claim_next of each claimer (by session; None: the hosts)
+        # found nothing; then the next one looks first (`_claimable`).
+        self._found_none: dict[str | None, bool] = {}
 
     # --- reads -------------------------------------------------------------------
 
@@ -313,14 +316,29 @@ class LaunchQueue(LaunchPages):
                    lease_seconds: float = 30.0) -> LaunchRecord | None:
         check_id(runner_id, "runner_id")
         lease = lease_ms(lease_seconds)
+        sql = self._sql["next"].format(origin=_ORIGIN[session_id is None])
+        params = {**_FIXED, "session": session_id, "runner": runner_id}
+        if self._found_none.get(session_id) and not self._claimable(sql, params):
+            return None
         with self._events.writing() as (tx, log):
-            sql = self._sql["next"].format(origin=_ORIGIN[session_id is None])
-            row = tx.one(sql + tx.dialect.skip_locked, {
-                **_FIXED, "now": tx.now_ms(), "session": session_id, "runner": runner_id})
+            row = tx.one(sql + tx.dialect.skip_locked, {**params, "now": tx.now_ms()})
             if row is None:
+                self._found_none[session_id] = True
                 return None
+            self._found_none[session_id] = False
             taken = self._take(tx, log, row, runner_id, lease)
         return taken if isinstance(taken, LaunchRecord) else None
+
+    def _claimable(self, sql: str, params: dict[str, object]) -> bool:
+        """After a claim found nothing, a look before the next one: an idle or woken
+        claimer that finds nothing again then takes no write transaction (no write
+        lock on SQLite, no BEGIN on Postgres, where every host is woken by one notice
+        and all but one find nothing). A row seen here may be taken by another first;
+        the claim's own transaction decides."""
+        with self._connector.read() as tx:
+            # The clock inside the statement: one round trip on Postgres.
+            probe = sql.replace(":now", f"({tx.now_sql()})")
+            return tx.one(probe, params) is not None
 
     def _take(self, tx: Transaction, log: EventLog, row: Row, runner_id: str,
               lease: int) -> LaunchRecord | LostRace:

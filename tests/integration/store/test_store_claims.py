@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sqlite3
+from pathlib import Path
+
 import pytest
 from storekit import FakeClock, intent, launch
 
@@ -9,6 +12,7 @@ from runner.store import (
     LAUNCH_TRANSITIONS,
     LaunchRecord,
     LostRace,
+    SqliteStore,
     Store,
     TurnIntent,
 )
@@ -485,3 +489,39 @@ def test_every_recorded_transition_is_in_the_seed_table(store: Store, clock: Fak
     }
     assert seen
     assert seen <= LAUNCH_TRANSITIONS
+
+
+def test_a_claimer_that_found_nothing_still_sees_new_and_expired_launches(
+    store: Store, clock: FakeClock
+) -> None:
+    """After an empty claim the next one looks before it writes (domain/launches.py,
+    `_claimable`): what it looks at must be what the claim would take."""
+    assert store.launches.claim_next(runner_id="host-1") is None
+    store.launches.enqueue(launch("run-new"))
+    taken = _record(store.launches.claim_next(runner_id="host-1", lease_seconds=10))
+    assert taken.run_id == "run-new"
+    assert store.launches.claim_next(runner_id="host-2") is None  # held: nothing free
+    assert store.launches.claim_next(runner_id="host-2") is None
+    clock.advance(11)  # the lease runs out on the store's clock, not the caller's
+    again = _record(store.launches.claim_next(runner_id="host-2"))
+    assert (again.run_id, again.epoch) == ("run-new", 2)
+
+
+def test_an_empty_claim_after_an_empty_claim_takes_no_write_lock(tmp_path: Path) -> None:
+    """SQLite: with another connection holding the write lock, a claimer that found
+    nothing last time answers at once instead of waiting for the lock."""
+    path = tmp_path / "store.sqlite3"
+    store = SqliteStore(path, busy_timeout_ms=200)
+    try:
+        assert store.launches.claim_next(runner_id="host-1") is None
+        other = sqlite3.connect(path, isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            assert store.launches.claim_next(runner_id="host-1") is None  # no StoreBusy
+            other.execute("ROLLBACK")
+        finally:
+            other.close()
+        store.launches.enqueue(launch("run-late"))
+        assert _record(store.launches.claim_next(runner_id="host-1")).run_id == "run-late"
+    finally:
+        store.close()
