@@ -3,6 +3,7 @@
     .venv/bin/python bench/bench_run_cost.py            # 200 runs
     .venv/bin/python bench/bench_run_cost.py -n 50 --no-scrub
     .venv/bin/python bench/bench_run_cost.py --root DIR     # `runner` from DIR (before)
+    .venv/bin/python bench/bench_run_cost.py --split        # CPU per part of the run
 
 One process, one real `SqliteStore` (WAL, synchronous=FULL) in a temporary project,
 a 3-node compute chain, each cycle on a new thread as `wfrun host` runs each run
@@ -19,6 +20,12 @@ second run on (the first pays imports and compiles):
   (os.replace/rename), chmods (os.chmod/fchmod), mkdir calls (and how many of them
   failed because the folder existed), files created (os.open with O_CREAT).
 
+`--split` also prints where the CPU goes: each thread's CPU time (thread_time) charged
+to the innermost of these parts it is spent in: the store (every call into its domain
+classes, SQLite included), the bundle (every FolderBundle method: its file system calls
+and Python), the compile cache (`Workspace.compile`), template rendering, and the rest
+(the engine's and the launch layer's own Python). The wrappers cost a little CPU too.
+
 Printed beside them, measured in the same run: one fsync'd 1-line append and one
 WAL synchronous=FULL commit of a one-row insert on this disk, so the figures can be
 compared with the disk's floor.
@@ -28,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import inspect
 import os
 import sqlite3
 import statistics
@@ -110,6 +118,66 @@ def trace(statement: str) -> None:
         COUNTS[f"SQL {head}"] += 1
 
 
+OUTSIDE = "outside"  # CPU outside every wrapped part: the rest, counted from os.times
+
+
+class Split:
+    """Exclusive CPU per part: each thread charges its CPU time to the innermost part."""
+
+    def __init__(self) -> None:
+        self.cpu: collections.Counter[str] = collections.Counter()
+        self._local = threading.local()
+
+    def _stack(self) -> list[list[Any]]:
+        stack: list[list[Any]] | None = getattr(self._local, "stack", None)
+        if stack is None:
+            stack = self._local.stack = [[OUTSIDE, time.thread_time()]]
+        return stack
+
+    def wrap(self, owner: Any, name: str, part: str) -> None:
+        setattr(owner, name, self.charged(getattr(owner, name), part))
+
+    def charged(self, fn: Callable[..., Any], part: str) -> Callable[..., Any]:
+        def charged(*args: Any, **kwargs: Any) -> Any:
+            stack, now = self._stack(), time.thread_time()
+            self.cpu[stack[-1][0]] += now - stack[-1][1]
+            stack.append([part, now])
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                stack, now = self._stack(), time.thread_time()
+                top = stack.pop()
+                self.cpu[top[0]] += now - top[1]
+                stack[-1][1] = now
+        return charged
+
+    def wrap_class(self, cls: type, part: str) -> None:
+        for name, member in list(vars(cls).items()):
+            if name.startswith("__") or isinstance(member, type):
+                continue
+            if isinstance(member, (staticmethod, classmethod)):
+                setattr(cls, name, type(member)(self.charged(member.__func__, part)))
+            elif inspect.isfunction(member):
+                setattr(cls, name, self.charged(member, part))
+
+    def install(self) -> None:
+        from runner.engine import nodes
+        from runner.engine.bundle import FolderBundle
+        from runner.store.domain import events, intents, launches, notifications, pages
+
+        self.wrap_class(FolderBundle, "bundle (files)")
+        for cls in (launches.LaunchQueue, pages.LaunchPages, events.RunEvents,
+                    events.EventLog, intents.TurnIntents, notifications.Notifications):
+            self.wrap_class(cls, "store (SQLite)")
+        self.wrap(Workspace, "compile", "compile cache")
+        self.wrap(nodes, "render_native", "templates")
+
+    def reset(self) -> None:
+        stack = self._stack()
+        stack[-1][1] = time.thread_time()
+        self.cpu.clear()
+
+
 def main() -> int:
     from bench_engine import time_fsync  # here: it puts REPO first on sys.path
 
@@ -120,6 +188,8 @@ def main() -> int:
     parser.add_argument("--same-thread", action="store_true",
                         help="run every cycle on the main thread (default: a new thread "
                              "per run, as `wfrun host` does)")
+    parser.add_argument("--split", action="store_true",
+                        help="also print where the CPU goes (store, bundle, templates...)")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="wfrun-bench-runcost-"))
     root = tmp / "proj"
@@ -131,6 +201,9 @@ def main() -> int:
     coord = LaunchCoordinator(store, ws, ws.runs_dir, runner_id="bench-cost",
                               scrub_input=not args.no_scrub)
     install_counters()
+    split = Split() if args.split else None
+    if split is not None:
+        split.install()
     cpu, wall = [], []
     times0 = os.times()
     traced: set[int] = set()
@@ -151,6 +224,8 @@ def main() -> int:
     for i in range(args.n + 1):
         if i == 1:
             COUNTS.clear()  # the first run pays imports and compiles
+            if split is not None:
+                split.reset()
             times0 = os.times()
         c0, t0 = time.process_time(), time.perf_counter()
         if args.same_thread:
@@ -182,6 +257,13 @@ def main() -> int:
     print(f"  wall median {statistics.median(wall[1:]):.2f} ms per run")
     for name in sorted(COUNTS):
         print(f"  {name:<28} {COUNTS[name] / runs:6.2f} per run")
+    if split is not None:
+        parts = {k: v * 1000 / runs for k, v in split.cpu.items() if k != OUTSIDE}
+        parts["the rest (engine, launch)"] = user + kernel - sum(parts.values())
+        print("  CPU by part (all threads; the rest is the process's CPU minus the parts;")
+        print("  the wrappers' own cost is in the parts):")
+        for part, ms in sorted(parts.items(), key=lambda kv: -kv[1]):
+            print(f"    {part:<26} {ms:6.2f} ms per run")
     return 0
 
 
