@@ -18,8 +18,10 @@ Per row:
    (`LaunchCoordinator.prepare`; p50 is the `workflow start` figure) while the hosts
    drain them;
 3. runs/s = N / (last `launch.done` - first claim), on the store's own clock;
-4. once done, the hosts stop; per run: write transactions (the BEGINs counted by
-   pg_stat_statements: idle hosts' empty claim polls and lease renewals are in),
+4. once done, the hosts stop; per run: commits that wrote (transaction ids given
+   out: Postgres gives one only to a transaction that writes, and one more to each
+   savepoint that writes, which are left out), transactions begun
+   (the BEGINs counted by pg_stat_statements: claims that found nothing are in),
    committed transactions (pg_stat_database: autocommit reads are in too),
    statements, i.e. round trips including BEGIN/COMMIT (pg_stat_statements), and WAL
    flushes (pg_stat_wal.wal_sync), queueing included;
@@ -120,11 +122,13 @@ class Counters:
     commits: int
     statements: int
     wal_syncs: int
-    writes: int = 0  # write transactions: BEGINs (reads autocommit, without one)
+    writes: int = 0  # transactions begun: BEGINs (reads autocommit, without one)
+    xids: int = 0  # transactions that wrote: ids given out (only to those), less savepoints
 
     def __sub__(self, other: Counters) -> Counters:
         return Counters(self.commits - other.commits, self.statements - other.statements,
-                        self.wal_syncs - other.wal_syncs, self.writes - other.writes)
+                        self.wal_syncs - other.wal_syncs, self.writes - other.writes,
+                        self.xids - other.xids)
 
 
 class Server:
@@ -161,11 +165,22 @@ class Server:
                 "SELECT coalesce(sum(s.calls), 0) FROM pg_stat_statements s"
                 " JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = 'bench'"
                 " AND s.query = 'BEGIN'").fetchone()
+            # A savepoint that writes takes a transaction id of its own (every one in
+            # wfrun guards an insert): counted to leave it out of the commits.
+            savepoints = conn.execute(
+                "SELECT coalesce(sum(s.calls), 0) FROM pg_stat_statements s"
+                " JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = 'bench'"
+                " AND s.query LIKE 'SAVEPOINT %'").fetchone()
+            # The next transaction id, without taking one (this read writes nothing).
+            xid = conn.execute("SELECT txid_snapshot_xmax(txid_current_snapshot())").fetchone()
+        assert xid is not None
+        assert savepoints is not None
         assert commits is not None
         assert statements is not None
         assert wal is not None
         assert writes is not None
-        return Counters(int(commits[0]), int(statements[0]), int(wal[0]), int(writes[0]))
+        return Counters(int(commits[0]), int(statements[0]), int(wal[0]), int(writes[0]),
+                        int(xid[0]) - int(savepoints[0]))
 
     def top_statements(self, limit: int = 25) -> list[tuple[int, str]]:
         with psycopg.connect(self.cluster.admin_url, autocommit=True) as conn:
@@ -333,6 +348,7 @@ def bench_row(root: Path, backend: str, hosts: int, max_runs: int, launches: int
             "statements": (spent.statements - monitor_reads * reads.statements) / launches,
             "wal_syncs": (spent.wal_syncs - monitor_reads * reads.wal_syncs) / launches,
             "writes": (spent.writes - monitor_reads * reads.writes) / launches,
+            "xids": (spent.xids - monitor_reads * reads.xids) / launches,
         }
         fleet.start()
 
@@ -373,7 +389,7 @@ def measure_reads(server: Server, ws: Workspace) -> Counters:
     server.quiet()
     spent = server.counters() - before
     return Counters(spent.commits // 5, spent.statements // 5, spent.wal_syncs // 5,
-                    spent.writes // 5)
+                    spent.writes // 5, spent.xids // 5)
 
 
 def main() -> int:
@@ -433,8 +449,9 @@ def print_row(r: Row) -> None:
     who = f"{r.hosts} host(s)" if r.backend == "postgres" else f"1 host, {r.slots} slots"
     per = ""
     if r.per_run:
-        per = (f"  per run: {r.per_run['writes']:.2f} write transactions "
-               f"({r.per_run['commits']:.1f} server commits with autocommit reads), "
+        per = (f"  per run: {r.per_run['xids']:.2f} commits that wrote, "
+               f"{r.per_run['writes']:.2f} transactions begun (empty claims too), "
+               f"{r.per_run['commits']:.1f} server commits (autocommit reads too), "
                f"{r.per_run['statements']:.1f} statements, "
                f"{r.per_run['wal_syncs']:.1f} WAL flushes")
     print(f"{r.backend:8} {who:17} {r.runs_per_s:6.1f} runs/s  pick-up p50 "
