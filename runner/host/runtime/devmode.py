@@ -39,6 +39,7 @@ from .watch import recorded_files, source_drift
 
 log = logging.getLogger(__name__)
 DEBOUNCE = 0.03
+MAX_DEBOUNCE = 1.0  # seconds from a burst's first change to its batch, at most
 WATCHED_SUFFIXES = (*SUFFIXES, ".py", ".json")
 
 Emit = Callable[[str, str], None]  # (kind: ok|error|removed|run|note, text)
@@ -90,6 +91,7 @@ class DevMode:
         self.state = DevState()
         self._pending: set[Path] = set()
         self._first_event: float | None = None
+        self._last_event = 0.0
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -172,8 +174,10 @@ class DevMode:
             return
         with self._lock:
             self._pending.add(path)
+            now = self.clock.monotonic()
             if self._first_event is None:
-                self._first_event = self.clock.monotonic()
+                self._first_event = now
+            self._last_event = now
         self._wake.set()
 
     def _loop(self) -> None:
@@ -181,7 +185,7 @@ class DevMode:
             self._wake.wait()
             if self._stop.is_set():
                 return
-            self.clock.sleep(DEBOUNCE)  # let the save burst finish
+            self._quiet()  # let the save burst finish
             with self._lock:
                 changed, self._pending = self._pending, set()
                 first, self._first_event = self._first_event, None
@@ -194,6 +198,22 @@ class DevMode:
                 log.exception("dev mode failed to process a change")
                 self.emit("error", "internal error while re-validating; see the log")
             self.state.batches += 1
+
+    def _quiet(self) -> None:
+        """Wait until no change came for DEBOUNCE (a burst whose events the watcher's
+        thread hands over late, on a loaded machine, is still one batch), but no
+        longer than MAX_DEBOUNCE after the first: a file saved without pause is
+        still checked."""
+        while not self._stop.is_set():
+            now = self.clock.monotonic()
+            with self._lock:
+                last, first = self._last_event, self._first_event
+            wait = last + DEBOUNCE - now
+            if first is not None:
+                wait = min(wait, first + MAX_DEBOUNCE - now)
+            if wait <= 0:
+                return
+            self.clock.sleep(wait)
 
     # -- checking ----------------------------------------------------------------------
     def _selected(self, name: str) -> bool:

@@ -120,6 +120,26 @@ def test_a_workflows_folder_created_after_start_is_picked_up(make_dev: MakeDev) 
     assert dev.dev.catalog.names() == ["late"]
 
 
+def test_changes_that_keep_coming_within_the_window_are_one_batch(
+        make_dev: MakeDev, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The window is quiet time, not a fixed delay: changes the watcher hands over
+    spread out (a loaded machine) but each within the window of the last make one
+    batch, even when together they take longer than the window."""
+    window = 1.0
+    monkeypatch.setattr(devmode, "DEBOUNCE", window)
+    monkeypatch.setattr(devmode, "MAX_DEBOUNCE", 30.0)
+    dev = make_dev({"flow.yaml": FLOW})
+    batches = dev.settle(quiet=2 * window)
+    path = dev.folder / "flow.yaml"
+    t0 = time.monotonic()
+    for _ in range(6):  # 2 s of changes, 0.4 s apart
+        dev.dev.touch(path)
+        time.sleep(0.4)
+    assert time.monotonic() - t0 > window
+    assert dev.dev.wait_batches(batches + 1, timeout=DEADLINE)
+    assert dev.settle(quiet=2 * window) == batches + 1
+
+
 def test_a_burst_of_saves_is_debounced_into_one_batch(make_dev: MakeDev,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     # The shipped window (DEBOUNCE, 30 ms) is shorter than a preemption on a loaded
