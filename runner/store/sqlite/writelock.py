@@ -14,10 +14,12 @@ How: a ticket queue made of Linux open-file-description byte locks
 - to queue, a writer locks byte 0, reads the number n, locks byte `PLACES + n` (its
   place in line), writes n + 1 and unlocks byte 0;
 - its turn comes when every place before its own is free: it waits in the kernel
-  for a lock on that whole range, then lets it go at once (a waiter that dies in
-  line frees its place, but the writers ahead of it still hold theirs, so the one
-  behind it cannot overtake them);
-- to release, it unlocks its own place, which wakes the writers waiting behind it.
+  for its predecessor's place, then checks the whole range before it (a waiter that
+  dies in line frees its place while the writers ahead of it still hold theirs, so
+  the one behind it must not take that as its turn);
+- to release, it unlocks its own place, which wakes exactly its successor, the one
+  writer waiting on that byte (waiting on the whole range instead woke every waiter
+  at each release, costing CPU and handing the CPU to writers with nothing to do).
 
 So turns go in ticket order, and because a process queues one writer at a time
 (threads first take the store's in-process lock, db.py), every process waiting gets
@@ -87,13 +89,22 @@ def _unlock(fd: int, offset: int, length: int = 1) -> None:
 
 def _wait_for_those_ahead(fd: int, number: int, *, wait: bool) -> bool:
     """True once every place before ticket `number` is free: each writer ahead has
-    released its turn or died. Waiting for them all, not only the predecessor, keeps
-    a waiter that dies in line from letting the one behind it overtake the holder."""
+    released its turn or died. The wait is on the predecessor's place alone (so a
+    release wakes only the one writer behind it); once that is free, every place
+    before it is checked too, because a predecessor that died in line freed its place
+    while the writers ahead of it may still hold theirs (rare: then wait for them all)."""
     if number == 0:
         return True
-    if not _lock(fd, PLACES, wait=wait, length=number):
+    if not _lock(fd, PLACES + number - 1, wait=wait):
         return False
-    _unlock(fd, PLACES, length=number)
+    _unlock(fd, PLACES + number - 1)
+    if number == 1:
+        return True
+    if not _lock(fd, PLACES, wait=False, length=number - 1):
+        if not wait:
+            return False
+        _lock(fd, PLACES, wait=True, length=number - 1)
+    _unlock(fd, PLACES, length=number - 1)
     return True
 
 
