@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import signal
 import subprocess
 import sys
@@ -76,6 +77,14 @@ def passes_of(done: subprocess.CompletedProcess[str]) -> int:
 
 
 # -- (b) ------------------------------------------------------------------------------------
+def gated_pids(log: Path) -> set[int]:
+    """The processes with a pass waiting at the gate (whole lines only: a pass may be
+    writing its line while this reads)."""
+    text = log.read_text() if log.exists() else ""
+    lines = text.splitlines()[:text.count("\n")]
+    return {json.loads(line)["pid"] for line in lines if '"gated": true' in line}
+
+
 def test_two_worker_processes_never_reconcile_one_key_at_once(
         project: Path, tmp_path: Path, procs: list[subprocess.Popen[str]]) -> None:
     log = tmp_path / "passes.jsonl"
@@ -88,21 +97,26 @@ def test_two_worker_processes_never_reconcile_one_key_at_once(
     for err in errs:
         wait_for(lambda err=err: "controller manager running" in err.read_text(),
                  timeout=DEADLINE, what=f"{err.name} to start")
-    # More keys than the 8 workers of the two processes, so a worker that finishes a
-    # pass usually picks up a key that waited (often last run by the other process).
-    keys, passes = [f"k{i}" for i in range(16)], 4
+    # More keys than one process claims in a batch (16), so both get some; the first
+    # passes wait at a gate until passes of both processes are waiting there, so the
+    # two really run at once however the machine schedules them.
+    keys, passes, gate = [f"k{i}" for i in range(48)], 4, tmp_path / "gate"
     with open_store(project) as store:
         m = ControllerManager(store, [probe_controller(project)])
         for key in keys:
-            m.apply("probe", key, {"passes": passes, "sleep": 0.03, "log": str(log)})
+            m.apply("probe", key, {"passes": passes, "sleep": 0.03, "log": str(log),
+                                   "gate_file": str(gate)})
+        wait_for(lambda: len(gated_pids(log)) == 2, timeout=DEADLINE,
+                 what="passes of both processes at the gate")
+        gate.write_text("")
         wait_for(lambda: all(is_true(r.status, "Ready", r.generation)
-                             for r in store.resources.list("probe")), timeout=40,
+                             for r in store.resources.list("probe")), timeout=60,
                  what="every key to settle")
     for p in procs:
         p.send_signal(signal.SIGTERM)
     for p in procs:
         assert p.wait(15) == 0, "a worker did not stop cleanly on SIGTERM"
-    entries = read_log(log)
+    entries = [e for e in read_log(log) if not e.get("gated")]
     assert len(entries) == len(keys) * passes  # every pass ran exactly once
     by_key: dict[str, list[tuple[float, float, int]]] = defaultdict(list)
     for e in entries:
