@@ -33,17 +33,9 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-# `--root DIR` (first argument) imports `runner` from DIR instead: a copy of an older
-# commit (`git archive COMMIT runner | tar -x -C DIR`), to compare in one run.
-ROOT = REPO
-if len(sys.argv) > 2 and sys.argv[1] == "--root":
-    ROOT = Path(sys.argv[2]).resolve()
-    del sys.argv[1:3]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(1, str(REPO / "bench"))
+from benchkit import machine, use_root  # bench/ is on sys.path
 
-from benchkit import machine  # noqa: E402
+ROOT = use_root()  # `--root DIR`: `runner` from DIR (benchkit.use_root)
 
 from runner.compiler import Compiler, WorkflowDefinition  # noqa: E402
 from runner.engine import Engine  # noqa: E402

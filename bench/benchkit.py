@@ -6,8 +6,23 @@ import os
 import platform
 import sqlite3
 import statistics
+import sys
 import time
 from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def use_root() -> Path:
+    """Where `runner` is imported from: this checkout, or `--root DIR` (the first
+    argument, removed from sys.argv): a copy of an older commit (`git archive COMMIT
+    runner | tar -x -C DIR`), to compare two versions in one run."""
+    root = REPO
+    if len(sys.argv) > 2 and sys.argv[1] == "--root":
+        root = Path(sys.argv[2]).resolve()
+        del sys.argv[1:3]
+    sys.path.insert(0, str(root))
+    return root
 
 
 def machine() -> str:

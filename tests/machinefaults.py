@@ -52,12 +52,8 @@ def resize(where: Path, size: str) -> None:
 @contextmanager
 def read_only(folder: Path) -> Iterator[Path]:
     """`folder` bind-mounted read-only onto itself: every write under it is EROFS."""
-    _mount("--bind", str(folder), str(folder))
-    try:
-        _mount("-o", "remount,bind,ro", str(folder))
+    with mirror(folder, folder):
         yield folder
-    finally:
-        _umount(folder)
 
 
 @contextmanager
