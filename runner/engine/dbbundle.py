@@ -12,7 +12,8 @@ without a claim). A committed transaction is durable, so there is no fsync, no
 torn tail to repair and no lock file: the claim is the single-writer guarantee.
 
 A write the database could not take (`unavailable`: a restart, a network blip) is
-tried again every 0.2 s on the engine's clock for up to `PATIENCE` seconds, as the
+tried again every 0.2 s on the engine's clock for up to `patience` seconds (a third of
+the claim's lease; `PATIENCE` by default), as the
 fence waits for a vanished store; the first try may have committed before its
 answer was lost, so a retry that finds its own write already there counts as done.
 Past the patience the run is let go (`ClaimLost`): nothing more is written, and the
@@ -93,6 +94,9 @@ class DatabaseBundle:
         # The launch's `running` step, for a claimed launch's run (set by the engine):
         # the first write commits in it (module doc); the seal is given its ending.
         self.begin: Callable[[], LaunchStep | None] | None = None
+        # How long a write waits for an unreachable database: the engine sets a third
+        # of the claim's lease (waiting longer is safe: the write checks the lease).
+        self.patience = PATIENCE
 
     @property
     def fence(self) -> Fence:
@@ -162,7 +166,7 @@ class DatabaseBundle:
                    maybe: tuple[str, ...] = ("exists",)) -> str:
         """`write()` until the database answers; after an `unavailable`, an answer in
         `done` (or one in `maybe` and `landed()`) means the earlier try had committed."""
-        give_up = self.clock.monotonic() + PATIENCE
+        give_up = self.clock.monotonic() + self.patience
         retried = False
         while True:
             result = write()

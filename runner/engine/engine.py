@@ -20,7 +20,7 @@ from .agent import AgentStepExecutor
 from .artifacts import has_artifacts, internalize
 from .bundle import STATE, TRACE, WORKFLOW, Fence, always
 from .control import RunControl
-from .dbbundle import DatabaseBundle
+from .dbbundle import PATIENCE, DatabaseBundle
 from .processes import ProcessRegistry
 from .rows import BundleRows
 from .runner import CrashPoint, LaunchLink, NotificationSink, Observer, RunDriver, RunOutcome
@@ -81,6 +81,8 @@ class Engine:
     claim: str | None = None  # the launch's claim token: the database checks it per write
     # The claimed launch a database bundle's first write and seal commit with (rows.py).
     launch: LaunchLink | None = None
+    # How long a database bundle's write waits for an unreachable database (seconds).
+    patience: float = PATIENCE
 
     @property
     def space(self) -> BundleSpace:
@@ -91,6 +93,8 @@ class Engine:
                 secrets: RunSecrets = EMPTY) -> RunDriver:
         if self.launch is not None and isinstance(bundle, DatabaseBundle):
             bundle.begin = self.launch.running  # a bare driver records endings apart
+        if isinstance(bundle, DatabaseBundle):
+            bundle.patience = self.patience
         driver = RunDriver(run_id=run_id, definition=definition, bundle=bundle, state=state,
                          clock=self.clock, control=control or RunControl(),
                          executor=self.executor, notifications=self.notifications,

@@ -516,7 +516,7 @@ class LaunchCoordinator(Preflight):
                       work_dir=opts.project_root, fence=fence, processes=opts.processes,
                       crash_point=opts.crash_point,
                       secret_source=self._secret_source(record.run_id),
-                      rows=self.rows, claim=token,
+                      rows=self.rows, claim=token, patience=self.lease_seconds / 3,
                       launch=None if self.rows is None or act is None else self._link(act))
 
     def _link(self, act: Activation) -> Link:

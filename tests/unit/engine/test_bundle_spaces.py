@@ -13,7 +13,7 @@ from bundlespaces import Holder, Kit
 
 from runner.clock import FakeClock
 from runner.engine import Engine
-from runner.engine.dbbundle import PATIENCE
+from runner.engine.dbbundle import PATIENCE, RETRY_EVERY
 from runner.engine.rows import MemoryRows
 from runner.errors import ClaimLost
 
@@ -112,6 +112,34 @@ def test_an_outage_past_the_patience_lets_go_of_the_run(tmp_path: Path) -> None:
     rows.outages = 0
     assert kit.reader().status("wf-gone") == "running"  # left for a runner to resume
     assert not rows.bundle_sealed("wf-gone")
+
+
+@pytest.mark.parametrize("patience", [PATIENCE, 4 * PATIENCE])
+def test_a_write_waits_for_the_database_as_long_as_the_engine_says(
+        tmp_path: Path, patience: float) -> None:
+    """The coordinator gives its engine a third of the claim's lease: a server restart
+    longer than the default patience is waited out, not a reason to let the run go
+    (and run its interrupted node again elsewhere)."""
+    rows = MemoryRows()
+    kit = Kit("memory", tmp_path / "runs", rows, lambda _r: Holder())
+    definition = kit.workflow(_THREE)
+    clock = FakeClock()
+    outage = 2 * PATIENCE  # seconds on the engine's clock
+
+    def crash(point: str) -> None:
+        if point == "between_nodes" and not down:
+            down.append(clock.monotonic())
+            rows.outages = int(outage / RETRY_EVERY)  # one answer per try
+    down: list[float] = []
+    engine = Engine(runs_dir=kit.runs, clock=clock, rows=rows, claim="c", crash_point=crash,
+                    patience=patience)
+    if patience < outage:
+        with pytest.raises(ClaimLost, match="cannot reach the database"):
+            engine.start(definition, run_id="wf-wait")
+        return
+    outcome = engine.start(definition, run_id="wf-wait")
+    assert outcome.status == "completed"
+    assert clock.monotonic() - down[0] >= outage - RETRY_EVERY  # it waited it out
 
 
 _TRIVIAL = """
