@@ -96,6 +96,8 @@ def test_nothing_from_the_corpus_executes_on_any_page(project: Project, page: An
         page.wait_for_selector('#run-status[data-status="failed"]')  # the live view drew
         assert_inert(page)
         assert page.text_content("#run-title") == PAYLOAD
+        # The status and the outputs are drawn by separate steps of the live view.
+        page.wait_for_function("document.querySelector('#outputs').textContent.length > 0")
         assert json.loads(page.text_content("#outputs"))["out"] == {"v": PAYLOAD}
         assert PAYLOADS[1] in page.text_content("#run-error-message")
         assert CASE in page.text_content("#graph .edge-label") or \
