@@ -222,7 +222,7 @@ def test_host_killed_mid_node_the_taker_reaps_the_orphan_before_the_rerun(
         procs.append(start_driver(project, "--once", "--lease", "0.5", "--wait", "60",
                                   env=env_of(clock)))
         wait_for(lambda: len(log_lines(project, "child.log")) == 2, what="the node to rerun")
-        wait_for(lambda: not alive(orphan), timeout=5, what="the orphan to be reaped")
+        wait_for(lambda: not alive(orphan), timeout=DEADLINE, what="the orphan to be reaped")
     finally:
         # Whatever failed above, no shell may poll for `release` after the test.
         (project / "release").write_text("")
