@@ -85,6 +85,13 @@ class HookContext:
     env: dict[str, str] = field(default_factory=dict)
 
 
+def pure(node: Node) -> bool:
+    """A node with no effect outside its run: a compute expression (a sandboxed
+    template). Running it twice is invisible, so its end needs no flush of its own."""
+    spec = node.spec
+    return isinstance(spec, ComputeSpec) and spec.call is None
+
+
 def execute(driver: RunDriver, node: Node, attempt: str, deadline: float | None,
             ctx: dict[str, Any]) -> NodeResult:
     spec = node.spec

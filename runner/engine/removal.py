@@ -20,7 +20,7 @@ from pathlib import Path
 from runner.errors import InputError, NotFoundError, OperationFailed
 
 from . import dbbundle
-from .bundle import ENDED, FolderBundle, read_trace
+from .bundle import ENDED, SNAPSHOTS, FolderBundle, read_trace
 from .reader import CONTINUED, valid_run_id
 from .rows import BundleRows
 from .state import fold
@@ -58,6 +58,23 @@ def finish_leftovers(runs_dir: Path) -> int:
     for name in names:
         _rmtree(runs_dir / name)
     return len(names)
+
+
+def forget_snapshots(runs_dir: Path) -> int:
+    """Delete the shared workflow snapshots (`bundle.link_snapshot`) that no bundle
+    links any more; how many. A creator linking one just now finds it gone and stores
+    it again, so nothing a run needs is lost."""
+    try:
+        entries = list(os.scandir(runs_dir / SNAPSHOTS))
+    except FileNotFoundError:
+        return 0
+    removed = 0
+    for entry in entries:
+        with contextlib.suppress(FileNotFoundError):
+            if entry.stat(follow_symlinks=False).st_nlink == 1:
+                os.unlink(entry.path)
+                removed += 1
+    return removed
 
 
 def _rmtree(path: Path) -> None:

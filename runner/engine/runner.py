@@ -28,7 +28,7 @@ from .context import ScopedValues
 from .control import RunControl
 from .dbbundle import DatabaseBundle
 from .livelog import LiveLog
-from .nodes import NodeResult, execute, new_attempt_id
+from .nodes import NodeResult, execute, new_attempt_id, pure
 from .processes import ProcessRegistry
 from .routing import route
 from .rows import LaunchStep
@@ -437,8 +437,11 @@ class RunDriver:
             base = {"outcome": result.outcome, "kind": node.kind, "started_at": started,
                     "duration_ms": duration, **result.extra}
             if result.outcome == "ok":
+                # A pure node's end is not flushed on its own: running it again changes
+                # nothing outside the run, so the next flush (the ending's, or an
+                # effectful node's) makes it durable with what follows it.
                 self.emit("node_finished", {**base, "output": result.output}, node=node.id,
-                          attempt=attempt, sync=True, state=True, hold=True)
+                          attempt=attempt, sync=not pure(node), state=True, hold=True)
                 return result
             retry = result.outcome in ("failed", "timed_out") and k + 1 < attempts
             delay = retry_delay(self.run_id, node.id, k + 1, node.retry.backoff,

@@ -17,7 +17,7 @@ from typing import Any
 
 from runner.compiler.discovery import PROJECT_DIR
 from runner.compiler.durations import DurationError, parse_duration
-from runner.engine.removal import finish_leftovers, remove_ended_run
+from runner.engine.removal import finish_leftovers, forget_snapshots, remove_ended_run
 from runner.errors import InputError, NotFoundError, OperationFailed
 from runner.store.trimming import TRIMMED_TABLES
 
@@ -237,6 +237,7 @@ def execute_prune(ws: Workspace, store: Any, plan: PrunePlan) -> PrunePlan:
             done.keep[row.run_id] = exc.message
             continue
         done.remove.append(row)
+    forget_snapshots(ws.runs_dir)
     if store is not None:
         store.retention.forget_runs([r.run_id for r in done.remove])
         store.retention.trim(int(plan.cutoff * 1000),

@@ -205,7 +205,9 @@ class Harness:
 
     def run_ids(self) -> list[str]:
         runs = self.ws.runs_dir
-        return sorted(p.name for p in runs.iterdir()) if runs.exists() else []
+        if not runs.exists():
+            return []
+        return sorted(p.name for p in runs.iterdir() if not p.name.startswith("."))
 
     # -- driving ----------------------------------------------------------------------
     def drain(self, manager: ControllerManager, until: Callable[[], bool], *,
