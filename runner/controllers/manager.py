@@ -50,6 +50,7 @@ from .context import ReconcileContext, Workflows
 from .definitions import Controller
 from .effects import Effects
 from .groupcommit import GroupCommit
+from .lanes import DEFAULT_LANES, Lanes
 from .workflows import ChildWorkflows
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,9 @@ class ManagerConfig:
     #: Keys one worker claims in one transaction (1 with per-controller limits, so a
     #: waiting key never holds a controller's slot).
     claim_batch: int = 16
+    #: Workers running the manager's own Python at once (runner/controllers/lanes.py);
+    #: user code runs outside them, so every worker can be in a reconciler at once.
+    lanes: int = DEFAULT_LANES
 
 
 def _bounded(text: str) -> str:
@@ -145,6 +149,8 @@ class ControllerManager:
         self._ready: collections.deque[_Work] = collections.deque()  # claimed, waiting
         self._wake = threading.Condition()
         self._active: dict[tuple[str, str], threading.Event] = {}
+        self.lanes = Lanes(max(1, min(self.config.lanes, self.config.workers)))
+        self._poller = False  # an idle worker is watching the store (under _wake)
         # Every held claim renewed at least every lease/3: checked every lease/9,
         # renewed once 2/9 of the lease has passed since the last renewal.
         every = max(self.config.lease_seconds / 3, 0.05)
@@ -400,7 +406,10 @@ class ControllerManager:
             self.children.shutdown(grace=1.0)
 
     def _worker(self) -> None:
+        lanes = self.lanes
         while not self._stop.is_set():
+            if not lanes.held():
+                lanes.enter()  # kept from pass to pass while there is work
             try:
                 work = self._next(self._batch_size(), worker=True)
                 if work is not None:
@@ -409,9 +418,25 @@ class ControllerManager:
                 log.exception("reconcile worker error")
                 work = None
             if work is None:
-                with self._wake:  # woken early by another worker's batch, or by stop()
-                    if not self._stop.is_set():
-                        self._wake.wait(self.config.idle_poll)
+                lanes.leave()  # an idle worker holds no lane
+                self._idle()
+        lanes.leave()
+
+    def _idle(self) -> None:
+        """Wait for work: one idle worker looks at the store again every `idle_poll`;
+        the others sleep until a claimed batch has keys for them (or stop()), so an
+        idle manager makes one claim attempt per period, not one per worker."""
+        with self._wake:
+            if self._stop.is_set():
+                return
+            if self._poller:
+                self._wake.wait()
+                return
+            self._poller = True
+            try:
+                self._wake.wait(self.config.idle_poll)
+            finally:
+                self._poller = False
 
     # -- one pass ----------------------------------------------------------------------------
     def _process(self, claim: _Claim, resource: Resource | None, rid: str) -> None:
@@ -487,19 +512,26 @@ class ControllerManager:
         timeout = ctl.timeout
         raised: BaseException | None = None
         result: Any = None
-        if timeout is None:
-            try:  # no timeout to enforce: run on this worker's thread
-                result = ctl.reconcile(ctx, resource)
-            except BaseException as exc:  # user code: report, never crash the worker
-                raised = exc
-        else:
-            call = run_with_deadline(lambda: ctl.reconcile(ctx, resource),
-                                     deadline=_USER_CODE_CLOCK.monotonic() + timeout,
-                                     monotonic=_USER_CODE_CLOCK.monotonic)
-            if call.ending == "timed_out":
-                cancelled.set()
-                return _Failure(f"reconcile timed out after {timeout:g}s")
-            result, raised = call.value, call.error
+        lane = self.lanes.held()
+        if lane:  # user code may block: after a while another worker takes the lane
+            self.lanes.away()
+        try:
+            if timeout is None:
+                try:  # no timeout to enforce: run on this worker's thread
+                    result = ctl.reconcile(ctx, resource)
+                except BaseException as exc:  # user code: report, never crash the worker
+                    raised = exc
+            else:
+                call = run_with_deadline(lambda: ctl.reconcile(ctx, resource),
+                                         deadline=_USER_CODE_CLOCK.monotonic() + timeout,
+                                         monotonic=_USER_CODE_CLOCK.monotonic)
+                if call.ending == "timed_out":
+                    cancelled.set()
+                    return _Failure(f"reconcile timed out after {timeout:g}s")
+                result, raised = call.value, call.error
+        finally:
+            if lane:
+                self.lanes.back()
         if raised is not None:  # kept whole: its type decides the retry
             return _Failure(f"{type(raised).__name__}: {raised}", raised)
         if not isinstance(result, Result):

@@ -1,0 +1,167 @@
+"""Lanes (runner/controllers/lanes.py): at most `count` workers run the manager's own
+Python at once, and a lane held across a user call that blocks is taken over.
+
+Every wait is on an event or a counter the threads move, with DEADLINE only as the
+bound of a broken run."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import pytest
+from waiting import DEADLINE, wait_until
+
+from runner.controllers.lanes import Lanes
+
+
+def _spawn(target: Callable[[], None]) -> threading.Thread:
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    return t
+
+
+class Looks:
+    """Makes the lanes' patience run out only when the test says so: each `look()` ends
+    one patience wait of the waiting thread (as if it timed out) and returns once the
+    waiter has looked at the lanes. Runs on the lanes' real condition and lock."""
+
+    def __init__(self, lanes: Lanes) -> None:
+        self.count = 0
+        self._step = threading.Semaphore(0)
+        cond = lanes._cond
+
+        def wait(timeout: float | None = None) -> bool:
+            cond.release()
+            try:
+                assert self._step.acquire(timeout=DEADLINE)
+            finally:
+                cond.acquire()
+            self.count += 1
+            return False  # "timed out"
+
+        cond.wait = wait  # type: ignore[method-assign]
+
+    def look(self) -> None:
+        n = self.count
+        self._step.release()
+        wait_until(lambda: self.count > n, what="the waiter to look")
+
+    def free_run(self) -> None:
+        """Let the waiter's remaining waits end at once."""
+        self._step.release(1000)
+
+
+def test_no_more_than_count_threads_hold_a_lane_and_every_waiter_gets_one() -> None:
+    lanes = Lanes(2, patience=0.001)
+    guard = threading.Lock()
+    inside: list[int] = []
+    entered: list[int] = []
+    most = [0]
+    release = {i: threading.Event() for i in range(5)}
+
+    def worker(i: int) -> None:
+        lanes.enter()
+        with guard:
+            inside.append(i)
+            entered.append(i)
+            most[0] = max(most[0], len(inside))
+        assert release[i].wait(DEADLINE)
+        with guard:
+            inside.remove(i)
+        lanes.leave()
+
+    threads = [_spawn(lambda i=i: worker(i)) for i in range(5)]
+    for done in range(4):  # let one holder go at a time; a waiter takes its lane
+        wait_until(lambda done=done: len(entered) == done + 2, what="a lane")
+        with guard:
+            holder = next(i for i in inside if not release[i].is_set())
+        release[holder].set()
+    for event in release.values():
+        event.set()
+    for t in threads:
+        t.join(DEADLINE)
+    assert most[0] == 2
+    assert sorted(entered) == [0, 1, 2, 3, 4]
+    assert lanes.takeovers == 0  # nobody was away: every lane was handed over by leave
+
+
+def test_a_lane_held_in_a_blocked_user_call_is_taken_over_and_the_caller_queues_again(
+        ) -> None:
+    lanes = Lanes(1, patience=0.001)
+    unblock = threading.Event()
+    order: list[str] = []
+    b_in = threading.Event()
+    b_go = threading.Event()
+
+    def a() -> None:
+        lanes.enter()
+        lanes.away()
+        assert unblock.wait(DEADLINE)  # the "reconciler" blocks
+        lanes.back()
+        order.append("a back")
+        lanes.leave()
+
+    def b() -> None:
+        lanes.enter()  # only possible by taking A's lane over
+        order.append("b in")
+        b_in.set()
+        assert b_go.wait(DEADLINE)
+        order.append("b out")
+        lanes.leave()
+
+    ta = _spawn(a)
+    wait_until(lambda: lanes._away, what="A away")
+    tb = _spawn(b)
+    assert b_in.wait(DEADLINE)
+    assert lanes.takeovers == 1
+    unblock.set()  # A comes back while B holds the one lane: A waits for it
+    b_go.set()
+    ta.join(DEADLINE)
+    tb.join(DEADLINE)
+    assert order == ["b in", "b out", "a back"]
+
+
+def test_a_holder_running_manager_code_is_never_taken_over() -> None:
+    lanes = Lanes(1)
+    looks = Looks(lanes)
+    got = threading.Event()
+    lanes.enter()  # this thread holds the lane, not away
+    t = _spawn(lambda: (lanes.enter(), got.set(), lanes.leave()))
+    for _ in range(5):
+        looks.look()
+    assert not got.is_set()
+    assert lanes.takeovers == 0
+    lanes.leave()
+    looks.free_run()
+    assert got.wait(DEADLINE)
+    t.join(DEADLINE)
+
+
+def test_a_user_call_is_taken_over_only_once_it_spans_a_whole_patience() -> None:
+    # The waiter must see the *same* call at two looks one patience apart: calls that
+    # return between its looks (no-op reconcilers) keep their lane.
+    lanes = Lanes(1)
+    looks = Looks(lanes)
+    got = threading.Event()
+    lanes.enter()
+    t = _spawn(lambda: (lanes.enter(), got.set()))
+    for _ in range(5):  # one short call per look: each look sees a different call
+        lanes.away()
+        looks.look()
+        lanes.back()
+    assert not got.is_set()
+    assert lanes.takeovers == 0
+    lanes.away()  # a call that spans two looks is taken over at the second
+    looks.look()
+    assert not got.is_set()
+    looks.look()
+    assert got.wait(DEADLINE)
+    assert lanes.takeovers == 1
+    looks.free_run()
+    t.join(DEADLINE)
+
+
+def test_lanes_must_be_at_least_one() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        Lanes(0)
