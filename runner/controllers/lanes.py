@@ -30,6 +30,9 @@ import threading
 DEFAULT_LANES = 2
 #: How long a user call may run before a waiting worker takes its lane over.
 PATIENCE = 0.002
+#: The longest the watcher waits between looks, in patiences, while it sees nobody
+#: in user code (so a newly blocked call is taken over within LONGEST_LOOK + 1).
+LONGEST_LOOK = 16
 
 
 class Lanes:
@@ -64,6 +67,8 @@ class Lanes:
         watcher gets one and hands them the watch."""
         seen: dict[int, int] = {}
         watching = False
+        wait = self.patience
+        longest = self.patience * LONGEST_LOOK
         try:
             while True:
                 if self._free:
@@ -73,7 +78,7 @@ class Lanes:
                     self._cond.wait()
                     continue
                 watching = self._watcher = True
-                if self._cond.wait(self.patience):
+                if self._cond.wait(wait):
                     continue  # a lane was left: take it (or wait again)
                 for thread, serial in self._away.items():
                     if seen.get(thread) == serial:  # the same call a whole patience ago
@@ -82,6 +87,10 @@ class Lanes:
                         self.takeovers += 1
                         return
                 seen = dict(self._away)
+                # Nobody in user code: the passes are CPU-bound and a look every
+                # patience only takes the GIL from them; look less often (up to
+                # LONGEST_LOOK times the patience) until someone is seen in user code.
+                wait = self.patience if seen else min(wait * 2, longest)
         finally:
             if watching:
                 self._watcher = False

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pytest
 from waiting import DEADLINE, wait_until
 
-from runner.controllers.lanes import Lanes
+from runner.controllers.lanes import LONGEST_LOOK, Lanes
 
 
 def _spawn(target: Callable[[], None]) -> threading.Thread:
@@ -28,10 +28,12 @@ class Looks:
 
     def __init__(self, lanes: Lanes) -> None:
         self.count = 0
+        self.timeouts: list[float | None] = []  # what each wait was asked to wait
         self._step = threading.Semaphore(0)
         cond = lanes._cond
 
         def wait(timeout: float | None = None) -> bool:
+            self.timeouts.append(timeout)
             cond.release()
             try:
                 assert self._step.acquire(timeout=DEADLINE)
@@ -158,6 +160,30 @@ def test_a_user_call_is_taken_over_only_once_it_spans_a_whole_patience() -> None
     looks.look()
     assert got.wait(DEADLINE)
     assert lanes.takeovers == 1
+    looks.free_run()
+    t.join(DEADLINE)
+
+
+def test_the_watcher_looks_less_often_while_nobody_is_in_user_code() -> None:
+    # CPU-bound passes: every look takes the GIL from them for nothing, so the waits
+    # between looks double up to LONGEST_LOOK patiences, and shrink back to one
+    # patience as soon as a look sees a user call.
+    lanes = Lanes(1, patience=0.5)
+    looks = Looks(lanes)
+    got = threading.Event()
+    lanes.enter()
+    t = _spawn(lambda: (lanes.enter(), got.set(), lanes.leave()))
+    for _ in range(6):
+        looks.look()
+    lanes.away()
+    looks.look()  # the first look to see the call: the next one is a patience away
+    assert not got.is_set()
+    wait_until(lambda: len(looks.timeouts) == 8, what="the waiter's next wait")
+    waits = [w / 0.5 for w in looks.timeouts if w is not None]
+    assert waits == [1, 2, 4, 8, 16, 16, 16, 1]
+    assert LONGEST_LOOK == 16
+    looks.look()  # the same call still running: taken over
+    assert got.wait(DEADLINE)
     looks.free_run()
     t.join(DEADLINE)
 
