@@ -129,8 +129,11 @@ class Connector(Protocol):
     @property
     def dialect(self) -> Dialect: ...
 
-    def write(self) -> AbstractContextManager[Transaction]:
-        """One writing transaction: committed on success, rolled back on any error."""
+    def write(self, *, durable: bool = True) -> AbstractContextManager[Transaction]:
+        """One writing transaction: committed on success, rolled back on any error.
+        `durable=False` for a commit whose loss in a power cut (or a database crash) is
+        recovered from what else is durable: it need not wait for the disk. It is
+        atomic and visible at once all the same, and the next durable commit covers it."""
         ...
 
     def read(self) -> AbstractContextManager[Transaction]:

@@ -98,9 +98,9 @@ class RunEvents:
         self._sql = named(SQL, overrides)
 
     @contextmanager
-    def writing(self) -> Iterator[tuple[Transaction, EventLog]]:
+    def writing(self, *, durable: bool = True) -> Iterator[tuple[Transaction, EventLog]]:
         """A write transaction whose queued events are appended last, before commit."""
-        with self._connector.write() as tx:
+        with self._connector.write(durable=durable) as tx:
             log = EventLog(tx, self._sql)
             yield tx, log
             log.flush()

@@ -136,6 +136,12 @@ _ENTER: dict[LaunchStatus, str] = {
 _CHILD_STATE = {"done": "succeeded", "failed": "failed", "cancelled": "failed"}
 #: The fence and lease renewal: a live claim in starting|running.
 _HOLD = Operation("hold", CLAIMED_STATUSES, "running", needs_claim=True)
+# Claims and lease renewals commit without waiting for the disk (`Connector.write`):
+# another process sees them at once, which is all one-runner-at-a-time needs, and a
+# power cut that loses one only returns the launch to where it was (queued, parked, or
+# an earlier lease), which recovery already handles: a claimed launch is recovered from
+# its bundle, never from the claim. The enqueue and every ending stay durable.
+_CLAIM_DURABLE = False
 
 
 def guard(row: Row | None, run_id: str, op: Operation, token: str | None,
@@ -283,7 +289,7 @@ class LaunchQueue(LaunchPages):
               dead_runner: str | None = None) -> LaunchRecord | LostRace:
         check_id(runner_id, "runner_id")
         lease = lease_ms(lease_seconds)
-        with self._events.writing() as (tx, log):
+        with self._events.writing(durable=_CLAIM_DURABLE) as (tx, log):
             now = tx.now_ms()
             row = self._load(tx, run_id)
             if row is None:
@@ -320,7 +326,7 @@ class LaunchQueue(LaunchPages):
         params = {**_FIXED, "session": session_id, "runner": runner_id}
         if self._found_none.get(session_id) and not self._claimable(sql, params):
             return None
-        with self._events.writing() as (tx, log):
+        with self._events.writing(durable=_CLAIM_DURABLE) as (tx, log):
             row = tx.one(sql + tx.dialect.skip_locked, {**params, "now": tx.now_ms()})
             if row is None:
                 self._found_none[session_id] = True
@@ -357,7 +363,7 @@ class LaunchQueue(LaunchPages):
     def renew_lease(self, run_id: str, claim_token: str, *,
                     lease_seconds: float = 30.0) -> LaunchRecord | LostRace:
         lease = lease_ms(lease_seconds)
-        with self._connector.write() as tx:
+        with self._connector.write(durable=_CLAIM_DURABLE) as tx:
             now = tx.now_ms()
             row = self._load(tx, run_id)
             lost = guard(row, run_id, _HOLD, claim_token, now)
@@ -394,7 +400,11 @@ class LaunchQueue(LaunchPages):
 
     def mark_running(self, run_id: str, claim_token: str, *,
                      bundle: BundleWrite | None = None) -> LaunchRecord | LostRace:
-        return self._transition("mark_running", run_id, claim_token, bundle=bundle)
+        # Without a bundle batch its loss is recovered from the bundle's own durable
+        # `run_started` (a `starting` row whose bundle started resumes); with one, the
+        # commit is the bundle's first durable write.
+        return self._transition("mark_running", run_id, claim_token, bundle=bundle,
+                                durable=bundle is not None)
 
     def park(self, run_id: str, claim_token: str, *,
              mode: ParkMode = "explicit") -> LaunchRecord | LostRace:
@@ -435,10 +445,11 @@ class LaunchQueue(LaunchPages):
                     extra: dict[str, Any] | None = None,
                     turn_intent: NewTurnIntent | None = None,
                     intent_optional: bool = False,
-                    bundle: BundleWrite | None = None) -> LaunchRecord | LostRace:
+                    bundle: BundleWrite | None = None,
+                    durable: bool = True) -> LaunchRecord | LostRace:
         op = LAUNCH_OPERATIONS[op_name]
         try:
-            with self._events.writing() as (tx, log):
+            with self._events.writing(durable=durable) as (tx, log):
                 row = self._load(tx, run_id)
                 lost = guard(row, run_id, op, claim_token, tx.now_ms())
                 if lost is not None:

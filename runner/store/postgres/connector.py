@@ -114,8 +114,10 @@ class PostgresConnector:
         return DIALECT
 
     @contextmanager
-    def write(self) -> Iterator[Transaction]:
+    def write(self, *, durable: bool = True) -> Iterator[Transaction]:
         with self._db.write() as conn:
+            if not durable:
+                conn.execute("SET LOCAL synchronous_commit = off")
             yield PostgresTransaction(self._db, conn)
 
     @contextmanager

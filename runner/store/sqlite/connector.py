@@ -121,8 +121,8 @@ class SqliteConnector:
         return DIALECT
 
     @contextmanager
-    def write(self) -> Iterator[Transaction]:
-        with self._db.write() as conn:
+    def write(self, *, durable: bool = True) -> Iterator[Transaction]:
+        with self._db.write(durable=durable) as conn:
             yield SqliteTransaction(self._db, conn, self._now_ms)
 
     @contextmanager

@@ -207,8 +207,13 @@ class SqliteDatabase:
         return conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
 
     @contextmanager
-    def write(self) -> Iterator[sqlite3.Connection]:
+    def write(self, *, durable: bool = True) -> Iterator[sqlite3.Connection]:
         """A `BEGIN IMMEDIATE` transaction: committed on success, rolled back on error.
+
+        `durable=False`: a commit that need not survive a power loss (the callers say
+        why), made with `synchronous = NORMAL`: no fsync of its own, still atomic and
+        visible to every other connection at once, and made durable by the next FULL
+        commit's fsync of the WAL, which covers every frame before it.
 
         Threads of this process take turns on a Python lock first, then wfrun's
         processes in the file's first-come, first-served writers' queue (`writelock`):
@@ -219,7 +224,7 @@ class SqliteDatabase:
         with self._write_lock:
             turn = self._take_turn()
             try:
-                yield from self._write()
+                yield from self._write(durable)
             finally:
                 if turn is not None:
                     self._turns.release(turn)
@@ -229,12 +234,27 @@ class SqliteDatabase:
         # its writes.
         return None if self.read_only else self._turns.acquire(self.busy_timeout_ms)
 
-    def _write(self) -> Iterator[sqlite3.Connection]:
+    def _write(self, durable: bool) -> Iterator[sqlite3.Connection]:
         conn = self.connection()
         try:
+            if not durable:
+                conn.execute("PRAGMA synchronous = NORMAL")
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
+            self._full(conn, durable)
             raise translate(exc, self.path) from None
+        try:
+            yield from self._commit(conn)
+        finally:
+            self._full(conn, durable)
+
+    @staticmethod
+    def _full(conn: sqlite3.Connection, durable: bool) -> None:
+        if not durable:  # back to FULL for every other write on this connection
+            with suppress(sqlite3.Error):
+                conn.execute("PRAGMA synchronous = FULL")
+
+    def _commit(self, conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
         try:
             yield conn
         except sqlite3.Error as exc:
