@@ -7,19 +7,24 @@ released) and one running Python meanwhile. More of them only make the
 interpreter hand the GIL round more threads at every SQLite statement, which
 costs CPU per pass: 4 workers were 17 % slower than 2 on a 2-core machine.
 
-So a worker holds a lane while it works, and a worker without one waits. A
-worker keeps its lane while it calls user code (`away`/`back`): handing the lane
-over at every call cost more than the contention it saves (a no-op reconciler
-returns in microseconds, and every hand-over wakes a thread). But a reconciler
-that blocks (an HTTP call, a sleep) must not hold the others up: a waiting
-worker that finds the same call still running after `patience` takes that lane
-over, and the worker coming back from it waits for a lane like any other. So
-CPU-bound passes run on `count` threads, and blocking reconcilers still run as
-many at once as there are workers.
+So a worker holds a lane while it works, and a worker without one waits. What
+it does with its lane while it calls user code depends on what that
+controller's calls have been like (`Habits`):
+
+- calls that return at once (a no-op reconciler: microseconds) keep the lane
+  (`away`/`back`): handing it over at every call cost more than the contention
+  it saves, since every hand-over wakes a thread;
+- calls that block (an HTTP call, a sleep) leave the lane (`leave`/`enter`), so
+  blocking reconcilers run as many at once as there are workers;
+- and a call that was expected to return at once but blocks does not hold the
+  others up for long: a waiting worker that finds the same call still running
+  after `patience` takes that lane over, and the worker coming back from it
+  waits for a lane like any other.
 
 The patience is a wait on a condition, never a clock read, and only workers
 with work to do and no lane wait in it; idle workers wait elsewhere without a
-timeout (manager.py).
+timeout (manager.py). How long a user call took is measured by the manager on
+the system clock, like its timeout.
 """
 
 from __future__ import annotations
@@ -33,6 +38,12 @@ PATIENCE = 0.002
 #: The longest the watcher waits between looks, in patiences, while it sees nobody
 #: in user code (so a newly blocked call is taken over within LONGEST_LOOK + 1).
 LONGEST_LOOK = 16
+#: A user call longer than this blocked (or computed) long enough that handing its
+#: lane over is worth a thread wake-up.
+SLOW_CALL = 0.0002
+#: How much one call moves a controller's share of slow calls (an exponential mean:
+#: one call that was descheduled does not make a no-op controller "blocking").
+HABIT_WEIGHT = 0.125
 
 
 class Lanes:
@@ -119,3 +130,20 @@ class Lanes:
                 self._take()
             else:
                 del self._away[me]
+
+
+class Habits:
+    """Per controller, the recent share of its user calls that were slow (an
+    exponential mean of `took > SLOW_CALL`). A controller not seen yet is assumed
+    to block, so its first calls hand their lanes over as they always did."""
+
+    def __init__(self) -> None:
+        self._slow: dict[str, float] = {}
+
+    def blocks(self, controller: str) -> bool:
+        return self._slow.get(controller, 1.0) >= 0.5
+
+    def record(self, controller: str, took: float) -> None:
+        # Unlocked: a lost update between two workers only delays the mean by a call.
+        share = self._slow.get(controller, 1.0)
+        self._slow[controller] = share + HABIT_WEIGHT * ((took > SLOW_CALL) - share)

@@ -50,7 +50,7 @@ from .context import ReconcileContext, Workflows
 from .definitions import Controller
 from .effects import Effects
 from .groupcommit import GroupCommit
-from .lanes import DEFAULT_LANES, Lanes
+from .lanes import DEFAULT_LANES, Habits, Lanes
 from .workflows import ChildWorkflows
 
 log = logging.getLogger(__name__)
@@ -151,6 +151,7 @@ class ControllerManager:
         self._active: dict[tuple[str, str], threading.Event] = {}
         self.lanes = Lanes(max(1, min(self.config.lanes, self.config.workers)))
         self._poller = False  # an idle worker is watching the store (under _wake)
+        self.habits = Habits()  # whether each controller's calls block (lanes.py)
         # Every held claim renewed at least every lease/3: checked every lease/9,
         # renewed once 2/9 of the lease has passed since the last renewal.
         every = max(self.config.lease_seconds / 3, 0.05)
@@ -512,9 +513,15 @@ class ControllerManager:
         timeout = ctl.timeout
         raised: BaseException | None = None
         result: Any = None
+        # User code that blocks hands its lane over; code that returns at once keeps it
+        # (and is taken over if it blocks after all: lanes.py).
         lane = self.lanes.held()
-        if lane:  # user code may block: after a while another worker takes the lane
+        hand_over = lane and self.habits.blocks(ctl.name)
+        if hand_over:
+            self.lanes.leave()
+        elif lane:
             self.lanes.away()
+        started = _USER_CODE_CLOCK.monotonic()
         try:
             if timeout is None:
                 try:  # no timeout to enforce: run on this worker's thread
@@ -530,7 +537,10 @@ class ControllerManager:
                     return _Failure(f"reconcile timed out after {timeout:g}s")
                 result, raised = call.value, call.error
         finally:
-            if lane:
+            self.habits.record(ctl.name, _USER_CODE_CLOCK.monotonic() - started)
+            if hand_over:
+                self.lanes.enter()
+            elif lane:
                 self.lanes.back()
         if raised is not None:  # kept whole: its type decides the retry
             return _Failure(f"{type(raised).__name__}: {raised}", raised)

@@ -2,7 +2,8 @@
 
 - Blocking reconcilers run as many at once as there are workers, however few lanes
   the manager's own Python gets (runner/controllers/lanes.py): four reconcilers that
-  wait on one barrier all reach it, with one lane, inline or under a timeout.
+  wait on one barrier all reach it, with one lane, inline or under a timeout, for a
+  controller known to block and for one whose calls had returned at once.
 - An idle manager does not spin: one idle worker looks at the store each
   `idle_poll`, the others sleep until there is work for them.
 """
@@ -30,10 +31,13 @@ READY = [Condition("Ready", "True", "Done")]
 
 
 @pytest.mark.parametrize("timeout", [None, 30.0], ids=["inline", "under-a-timeout"])
+@pytest.mark.parametrize("habit", ["blocking", "seemed-fast"])
 def test_four_blocking_reconcilers_meet_at_a_barrier_with_one_lane(
-        tmp_path: Path, timeout: float | None) -> None:
-    # With one lane, a worker blocked in user code keeps it until a waiting worker
-    # takes it over; if that never happened the barrier (four parties) would break.
+        tmp_path: Path, timeout: float | None, habit: str) -> None:
+    # With one lane, four passes can only be inside the reconciler together if each
+    # worker's lane is handed over: at once for a controller known to block, by a
+    # take-over for one whose calls have so far returned at once. If neither
+    # happened the barrier (four parties) would break.
     barrier = threading.Barrier(4, timeout=DEADLINE)
     met: list[str] = []
 
@@ -46,13 +50,21 @@ def test_four_blocking_reconcilers_meet_at_a_barrier_with_one_lane(
         manager = ControllerManager(
             store, [define_controller("slow", reconcile, timeout=timeout)],
             config=ManagerConfig(workers=4, lanes=1, idle_poll=DEADLINE))
+        if habit == "seemed-fast":
+            for _ in range(50):  # as if its last 50 calls had returned at once
+                manager.habits.record("slow", 0.0)
+            assert not manager.habits.blocks("slow")
         for key in ("a", "b", "c", "d"):
             manager.apply("slow", key, {})
         manager.start()
         wait_until(lambda: len(met) == 4, what="four passes together")
         manager.stop(grace=DEADLINE)
         assert sorted(met) == ["a", "b", "c", "d"]
-        assert manager.lanes.takeovers >= 3  # three workers took a blocked lane over
+        if habit == "seemed-fast":  # three workers took a blocked lane over
+            assert manager.lanes.takeovers >= 3
+        else:  # handed over before each call, never taken
+            assert manager.lanes.takeovers == 0
+            assert manager.habits.blocks("slow")
         assert store.reconcile_queue.list() == []
         for key in met:
             r = store.resources.get("slow", key)

@@ -1,5 +1,6 @@
 """Lanes (runner/controllers/lanes.py): at most `count` workers run the manager's own
-Python at once, and a lane held across a user call that blocks is taken over.
+Python at once, a lane held across a user call that blocks is taken over, and
+`Habits` tells controllers whose calls block from ones whose calls return at once.
 
 Every wait is on an event or a counter the threads move, with DEADLINE only as the
 bound of a broken run."""
@@ -12,7 +13,7 @@ from collections.abc import Callable
 import pytest
 from waiting import DEADLINE, wait_until
 
-from runner.controllers.lanes import LONGEST_LOOK, Lanes
+from runner.controllers.lanes import LONGEST_LOOK, SLOW_CALL, Habits, Lanes
 
 
 def _spawn(target: Callable[[], None]) -> threading.Thread:
@@ -186,6 +187,26 @@ def test_the_watcher_looks_less_often_while_nobody_is_in_user_code() -> None:
     assert got.wait(DEADLINE)
     looks.free_run()
     t.join(DEADLINE)
+
+
+def test_habits_learn_which_controllers_block_and_ignore_one_odd_call() -> None:
+    habits = Habits()
+    assert habits.blocks("new")  # not seen yet: its calls hand their lanes over
+    for _ in range(6):
+        habits.record("fast", 0.0)
+    assert not habits.blocks("fast")  # a handful of instant calls are enough
+    for _ in range(14):
+        habits.record("fast", 0.0)
+    habits.record("fast", 1.0)  # one call descheduled (or one slow call) ...
+    assert not habits.blocks("fast")  # ... does not change its habit
+    slow_calls = 0
+    while not habits.blocks("fast"):  # calls that keep blocking do, within a few
+        habits.record("fast", SLOW_CALL * 10)
+        slow_calls += 1
+    assert slow_calls <= 5
+    habits.record("fast", SLOW_CALL / 2)  # "slow" means longer than SLOW_CALL
+    habits.record("other", 0.0)  # controllers are told apart
+    assert habits.blocks("new")
 
 
 def test_lanes_must_be_at_least_one() -> None:
