@@ -521,15 +521,25 @@ class ControllerManager:
             self.lanes.leave()
         elif lane:
             self.lanes.away()
-        started = _USER_CODE_CLOCK.monotonic()
+        # How long the reconciler itself ran (on whichever thread), not the hand-off to
+        # a pooled thread: a no-op under a timeout is still a call that returns at once.
+        took = [math.inf]
+
+        def reconcile() -> Any:
+            started = _USER_CODE_CLOCK.monotonic()
+            try:
+                return ctl.reconcile(ctx, resource)
+            finally:
+                took[0] = _USER_CODE_CLOCK.monotonic() - started
+
         try:
             if timeout is None:
                 try:  # no timeout to enforce: run on this worker's thread
-                    result = ctl.reconcile(ctx, resource)
+                    result = reconcile()
                 except BaseException as exc:  # user code: report, never crash the worker
                     raised = exc
             else:
-                call = run_with_deadline(lambda: ctl.reconcile(ctx, resource),
+                call = run_with_deadline(reconcile,
                                          deadline=_USER_CODE_CLOCK.monotonic() + timeout,
                                          monotonic=_USER_CODE_CLOCK.monotonic)
                 if call.ending == "timed_out":
@@ -537,7 +547,7 @@ class ControllerManager:
                     return _Failure(f"reconcile timed out after {timeout:g}s")
                 result, raised = call.value, call.error
         finally:
-            self.habits.record(ctl.name, _USER_CODE_CLOCK.monotonic() - started)
+            self.habits.record(ctl.name, took[0])  # a timed-out call: inf, it blocked
             if hand_over:
                 self.lanes.enter()
             elif lane:
