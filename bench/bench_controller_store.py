@@ -71,7 +71,8 @@ def run(resources: int) -> dict[str, float]:
         assert rows(store) == resources, "dedupe failed"
         figures["dedupe_batch_s"] = seconds
         print(f"(b) {len(wakeups):,} wake-ups ({DUPLICATES} per key) in one enqueue_many: "
-              f"{seconds:.3f} s -> {rows(store):,} rows")
+              f"{seconds:.3f} s (deduped in Python to {resources:,} keys first, then one "
+              f"transaction writing {resources:,} rows) -> {rows(store):,} rows")
         sample = keys[:SINGLE_SAMPLE_KEYS]
         seconds, _ = timed(
             lambda: [store.reconcile_queue.enqueue(C, k) for _ in range(DUPLICATES) for k in sample]
@@ -92,14 +93,15 @@ def run(resources: int) -> dict[str, float]:
         assert dirty == resources
         figures["dirty_batch_s"] = seconds
         print(f"(c) {len(wakeups):,} wake-ups for {resources:,} claimed keys: {seconds:.3f} s "
-              f"-> {dirty:,} dirty rows")
+              f"(deduped to {resources:,} row writes, as in b) -> {dirty:,} dirty rows")
 
         fresh = SqliteStore(Path(folder) / "fresh.sqlite3")
         distinct = [(C, f"wake-{i:06}") for i in range(WAKEUPS)]
         seconds, _ = timed(lambda: fresh.reconcile_queue.enqueue_many(distinct))
         assert rows(fresh) == WAKEUPS
         figures["distinct_batch_s"] = seconds
-        print(f"(d) {WAKEUPS:,} distinct wake-ups in one enqueue_many: {seconds:.3f} s")
+        print(f"(d) {WAKEUPS:,} distinct wake-ups in one enqueue_many: {seconds:.3f} s "
+              f"({WAKEUPS:,} row writes in one transaction: nothing to dedupe)")
 
         def cycles() -> None:
             q = fresh.reconcile_queue
@@ -128,8 +130,8 @@ def main() -> None:
     figures = run(args.resources)
     worst = max(figures["dedupe_batch_s"], figures["dirty_batch_s"], figures["distinct_batch_s"])
     verdict = "met" if worst <= AIM_WAKEUPS_SECONDS else "MISSED"
-    print(f"aim: 100,000 wake-ups <= {AIM_WAKEUPS_SECONDS:.0f} s; slowest batch {worst:.3f} s "
-          f"-> {verdict}")
+    print(f"aim: 100,000 wake-ups <= {AIM_WAKEUPS_SECONDS:.0f} s in one enqueue_many; slowest "
+          f"of (b), (c), (d) {worst:.3f} s -> {verdict}")
     if args.check and worst > AIM_WAKEUPS_SECONDS:
         sys.exit(1)
 
