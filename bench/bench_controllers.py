@@ -15,11 +15,13 @@ three in one transaction shared with the passes other workers end meanwhile (gro
 commit). A figure counts passes from `start()` until every resource reports
 observed_generation = generation and the queue is empty (every end committed).
 
-A figure is the median of `--rounds` (3) runs of each worker count, interleaved
-and in a rotated order (1,2,4 / 2,4,1 / 4,1,2), each on a fresh store of `-n`
-resources, so a burst of other load on the machine hits every count alike; the
-slowest and fastest run are printed beside it. CPU per pass is the process's CPU
-time (every thread, the bench's own polling included) over the passes.
+A figure is the median of `--rounds` (5) runs of each worker count, interleaved
+and in a rotated order (1,2,4 / 2,4,1 / 4,1,2 / ...), each on a fresh store of
+`-n` resources, so a burst of other load on the machine hits every count alike
+(with 3 rounds, a machine another process kept busy flipped the 4-vs-2 verdict
+from run to run); the slowest and fastest run are printed beside it. CPU per pass
+is the process's CPU time (every thread, the bench's own polling included) over
+the passes.
 
 Also printed per figure: commits per pass (claim transactions + end transactions)
 and ends per group commit. The store is a fresh `SqliteStore` (WAL,
@@ -183,8 +185,8 @@ def median_run(runs: list[dict[str, float]]) -> dict[str, float]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("-n", type=int, default=2000, help="resources, one pass each (2000)")
-    ap.add_argument("--rounds", type=int, default=3,
-                    help="runs of each worker count; the figure is their median (3)")
+    ap.add_argument("--rounds", type=int, default=5,
+                    help="runs of each worker count; the figure is their median (5)")
     ap.add_argument("--check", action="store_true", help="exit 1 if an aim is missed")
     ap.add_argument("--profile", action="store_true", help="profile 1 worker, top 30")
     ap.add_argument("--disk-only", action="store_true", help="skip the /dev/shm figures")
