@@ -128,10 +128,20 @@ def clock_from_env(env: Mapping[str, str] | None = None) -> Clock:
     return FileClock(path) if path else SystemClock()
 
 
+_ISO_SECOND: tuple[int, str] = (-1, "")  # the last second formatted, and its text
+
+
 def iso(ts: float) -> str:
-    """UTC ISO-8601 with milliseconds and a Z, for traces and manifests."""
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.") + \
-        f"{int(ts * 1000) % 1000:03d}Z"
+    """UTC ISO-8601 with milliseconds and a Z, for traces and manifests. A run writes
+    several per millisecond: the second's text is formatted once per second."""
+    global _ISO_SECOND
+    ms = int(ts * 1000)
+    second, text = _ISO_SECOND
+    if ms // 1000 != second:
+        second = ms // 1000
+        text = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S.")
+        _ISO_SECOND = (second, text)  # one tuple: a thread reads a whole pair
+    return f"{text}{ms % 1000:03d}Z"
 
 
 def compact_utc(ts: float) -> str:

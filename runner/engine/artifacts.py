@@ -18,19 +18,30 @@ Writer = Callable[[bytes, str], dict[str, Any]]
 Reader = Callable[[dict[str, Any]], bytes]
 
 
-def externalize(value: Any, write: Writer) -> Any:
+def externalize(value: Any, write: Writer, marked: list[bool] | None = None) -> Any:
+    """`value` as persisted; `marked[0]` becomes True when the result holds a marker
+    (an artifact or an escaped object), which `has_artifacts` would otherwise find in
+    a second walk of every event."""
     if isinstance(value, str):
         if len(value) > ARTIFACT_THRESHOLD // 4 and len(value.encode()) > ARTIFACT_THRESHOLD:
+            if marked is not None:
+                marked[0] = True
             return {"$artifact": write(value.encode(), "text/plain; charset=utf-8")}
         return value
     if isinstance(value, dict):
-        inner = {k: externalize(v, write) for k, v in value.items()}
+        inner = {k: v if v is None or type(v) in _SCALARS else externalize(v, write, marked)
+                 for k, v in value.items()}
         if len(value) == 1 and next(iter(value)) in _MARKERS:
+            if marked is not None:
+                marked[0] = True
             return {"$escaped": inner}
         return inner
     if isinstance(value, list):
-        return [externalize(v, write) for v in value]
+        return [externalize(v, write, marked) for v in value]
     return value
+
+
+_SCALARS = frozenset({bool, int, float})  # nothing to move or escape: no call for them
 
 
 def internalize(value: Any, read: Reader) -> Any:

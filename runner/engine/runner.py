@@ -156,9 +156,10 @@ class RunDriver:
             event["attempt"] = attempt
         # Masked before anything is written: the trace, artifacts, the state folded from
         # them and every view of them only ever hold `***` for a secret.
+        marked = [False]
         event["payload"] = externalize(self.secrets.mask_json(payload or {}),
-                                       self.bundle.write_artifact)
-        if not self._refs and payload and has_artifacts(event["payload"]):
+                                       self.bundle.write_artifact, marked)
+        if marked[0]:
             self._refs = True
         if hold:
             self.state.apply(event)

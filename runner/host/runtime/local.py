@@ -63,6 +63,14 @@ def crash_injector(spec: str | None) -> CrashPoint | None:
     return crash
 
 
+def _file_id(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)  # through symlinks: a link pointed elsewhere is another file
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 @dataclass(frozen=True)
 class _Compiled:
     """A compiled definition and what it was compiled from."""
@@ -70,11 +78,11 @@ class _Compiled:
     definition: WorkflowDefinition
     stored: str
     catalog: Catalog
-    root: str  # the real path of the workflow's own file
+    root: tuple[int, int] | None  # the workflow's own file: (device, inode)
     files: tuple[tuple[str, str], ...]  # (real path, sha256 of the bytes compiled)
 
-    def fresh(self, catalog: Catalog, root: str | None) -> bool:
-        if catalog is not self.catalog or root != self.root:
+    def fresh(self, catalog: Catalog, root: tuple[int, int] | None) -> bool:
+        if catalog is not self.catalog or root is None or root != self.root:
             return False
         for path, sha256 in self.files:
             try:
@@ -140,7 +148,7 @@ class Workspace:
         """
         key = os.path.abspath(os.path.expanduser(ref)) if is_path_ref(ref) else ref
         cached = self._compiled.get(key)
-        if cached is not None and cached.fresh(self.catalog, self._root_path(ref)):
+        if cached is not None and cached.fresh(self.catalog, self._root_file(ref)):
             return cached.definition, cached.stored
         from runner.compiler import Compiler, Diagnostic, render_text
 
@@ -159,12 +167,13 @@ class Workspace:
             self._compiled[key] = entry
         return out.definition, stored
 
-    def _root_path(self, ref: str) -> str | None:
-        """The real path `ref` resolves to now (None: it does not resolve)."""
+    def _root_file(self, ref: str) -> tuple[int, int] | None:
+        """The file `ref` resolves to now, as (device, inode): one stat, where the real
+        path took an lstat per folder of it (None: it does not resolve)."""
         if is_path_ref(ref):
-            return os.path.realpath(os.path.expanduser(ref))
+            return _file_id(os.path.expanduser(ref))
         entry = self.catalog.get(ref)
-        return os.path.realpath(entry.path) if entry is not None else None
+        return _file_id(str(entry.path)) if entry is not None else None
 
     def _cache_entry(self, definition: WorkflowDefinition, stored: str) -> _Compiled | None:
         def real_path(source: Source) -> str | None:
@@ -184,7 +193,7 @@ class Workspace:
             files.append((path, source.sha256))
         if root is None:
             return None
-        return _Compiled(definition, stored, self.catalog, root, tuple(files))
+        return _Compiled(definition, stored, self.catalog, _file_id(root), tuple(files))
 
     def resolver(self, manifest: dict[str, Any]) -> WorkflowDefinition:
         ref = str(manifest.get("workflow_ref") or manifest.get("workflow") or "")

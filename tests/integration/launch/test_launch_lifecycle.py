@@ -200,6 +200,19 @@ def test_the_compile_cache_reuses_only_byte_identical_sources(project: Project) 
     assert path.stat().st_size == st.st_size
     changed, _ = ws.compile("tiny")
     assert changed.digest != first.digest
+    # A path ref through a symlink: pointed at another file, it is that file now
+    # (the cache compares the file it resolves to, not the name).
+    other = project.root / "other.yaml"
+    other.write_text(path.read_text().replace("{{ 2 }}", "{{ 3 }}"))
+    link = project.root / "link.yaml"
+    link.symlink_to(path)
+    via_link, _ = ws.compile(str(link))
+    assert via_link.digest == changed.digest
+    assert ws.compile(str(link))[0] is via_link
+    link.unlink()
+    link.symlink_to(other)
+    retargeted, _ = ws.compile(str(link))
+    assert retargeted.digest not in (changed.digest, first.digest)
     path.unlink()
     with pytest.raises(WfrunError):  # not the cached definition
         ws.compile("tiny")
