@@ -47,7 +47,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchkit import machine, sqlite_commit_cost, use_root  # bench/ is on sys.path
+from benchkit import (  # bench/ is on sys.path
+    file_create_cost,
+    machine,
+    sqlite_commit_cost,
+    use_root,
+)
 
 ROOT = use_root()  # `--root DIR`: `runner` from DIR (benchkit.use_root)
 
@@ -188,6 +193,7 @@ def main() -> int:
     (root / ".wfrun" / "workflows").mkdir(parents=True)
     (root / ".wfrun" / "workflows" / "three.yaml").write_text(WORKFLOW)
     fsync_ms, commit_ms = time_fsync(tmp), sqlite_commit_cost(tmp)
+    create_us = file_create_cost(tmp)
     ws = Workspace(build_catalog("workflows", root, None), root, root / ".wfrun")
     store = SqliteStore(root / ".wfrun" / "state" / "store.sqlite3")
     coord = LaunchCoordinator(store, ws, ws.runs_dir, runner_id="bench-cost",
@@ -240,7 +246,8 @@ def main() -> int:
     kernel = (times1.system - times0.system) / runs * 1000
     print(f"machine: {machine()}")
     print(f"runner imported from {ROOT}")
-    print(f"disk: one fsync'd append {fsync_ms:.3f} ms; one WAL FULL commit {commit_ms:.3f} ms")
+    print(f"disk ({tmp.parent}): one fsync'd append {fsync_ms:.3f} ms; one WAL FULL commit "
+          f"{commit_ms:.3f} ms; one file created {create_us:.0f} µs CPU")
     print(f"3-node queued run (prepare -> claim -> execute), {runs} runs, "
           f"{'one thread' if args.same_thread else 'a new thread per run'}, "
           f"scrub {'off' if args.no_scrub else 'on'}:")

@@ -319,10 +319,11 @@ def main(argv: list[str]) -> int:
         else Path(sys.executable)
     sys.path.insert(0, str(REPO / "bench"))
     from bench_engine import time_fsync
-    from benchkit import machine, sqlite_commit_cost
+    from benchkit import file_create_cost, machine, sqlite_commit_cost
 
     with tempfile.TemporaryDirectory(prefix="wfrun-bench-vs-disk-") as tmp:
         fsync_ms, commit_ms = time_fsync(Path(tmp)), sqlite_commit_cost(Path(tmp))
+        create_us = file_create_cost(Path(tmp))
     rounds: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
     for r in range(args.rounds):
         order = systems[r % len(systems):] + systems[:r % len(systems)]
@@ -338,14 +339,16 @@ def main(argv: list[str]) -> int:
     medians = {s: {k: statistics.median(x[k] for x in rs) for k in keys + extra_keys
                    if k in rs[0]} for s, rs in rounds.items()}
     figures = {"machine": machine(), "fsync_ms": fsync_ms, "commit_ms": commit_ms,
+               "file_create_us": create_us, "tmpdir": tempfile.gettempdir(),
                "versions": versions(others) if others != Path(sys.executable) else "",
                "n": args.n, "rounds": args.rounds, "medians": medians, "each": rounds}
     if args.json:
         print(json.dumps(figures, indent=2))
         return 0
     print(f"machine: {figures['machine']}")
-    print(f"{figures['versions']}; disk: one fsync'd append {fsync_ms:.3f} ms, one WAL "
-          f"FULL commit {commit_ms:.3f} ms")
+    print(f"{figures['versions']}; disk ({figures['tmpdir']}): one fsync'd append "
+          f"{fsync_ms:.3f} ms, one WAL FULL commit {commit_ms:.3f} ms, one file created "
+          f"{create_us:.0f} µs CPU")
     print(f"{args.n} trivial 3-step pipelines per system, 4 workers each, median of "
           f"{args.rounds} interleaved rounds (ratio: wfrun's figure / the system's, "
           "> 1 means wfrun is better)")

@@ -2,8 +2,9 @@
 
 It holds an advisory lock (`.wfrun/state/host.lock`, naming its pid), reaps the
 process groups a dead host left behind, then loops: claim detached queued
-launches and parked or abandoned runs (up to `max_runs` at once, each on its own
-thread), and run the controller manager beside them. Idle, it sleeps until a run
+launches and parked or abandoned runs (up to `max_runs` at once, on as many worker
+threads, kept for the host's life: a new thread per run cost its start-up, and the
+loop waited for each to begin), and run the controller manager beside them. Idle, it sleeps until a run
 ends, the store announces a claimable launch (Postgres: LISTEN/NOTIFY, through
 `LaunchListener`) or the poll interval passes (SQLite has no notices: it polls).
 SIGINT/SIGTERM parks every in-flight run at a safe point and exits; `once` drains
@@ -18,6 +19,7 @@ import errno
 import fcntl
 import logging
 import os
+import queue
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -143,7 +145,10 @@ class StandaloneHost:
         self._wake = threading.Event()  # a run ended (a slot is free) or the host stops
         self.idle = threading.Event()  # set while the loop sleeps (tests and benches wait on it)
         self._lock = threading.Lock()
-        self._running: dict[str, tuple[threading.Thread, RunControl]] = {}
+        self._running: dict[str, tuple[threading.Event, RunControl]] = {}  # set: it ended
+        self._work: queue.SimpleQueue[tuple[LaunchRecord, RunControl] | None] = \
+            queue.SimpleQueue()
+        self._workers: list[threading.Thread] = []
         self.report = HostReport()
         self.on_run_ended = on_run_ended
         self.watch = SourceWatch(self._drifted, on_clear=self._restored, clock=ws.clock)
@@ -178,6 +183,7 @@ class StandaloneHost:
                 self.listener.stop()
             self.watch.stop()
             self._park_all()
+            self._stop_workers()
             if self.manager is not None:
                 self.manager.stop(grace=2.0)
             self.lock.release()
@@ -274,12 +280,34 @@ class StandaloneHost:
         control = RunControl()
         if self.stop_event.is_set():
             control.park("host stopping", auto_resume=True)
-        thread = threading.Thread(target=self._execute, args=(record, control), daemon=True,
-                                  name=f"wfrun-host-{record.run_id}")
         with self._lock:
-            self._running[record.run_id] = (thread, control)
+            self._running[record.run_id] = (threading.Event(), control)
+            # One worker per slot in use: a host that never runs two at once has one.
+            grow = len(self._workers) < len(self._running)
+            if grow:
+                worker = threading.Thread(target=self._work_loop, daemon=True,
+                                          name=f"wfrun-host-worker-{len(self._workers) + 1}")
+                self._workers.append(worker)
         self.report.started += 1
-        thread.start()
+        self._work.put((record, control))
+        if grow:
+            worker.start()
+
+    def _work_loop(self) -> None:
+        while (item := self._work.get()) is not None:
+            self._execute(*item)
+
+    def _stop_workers(self) -> None:
+        with self._lock:
+            workers = list(self._workers)
+            self._workers.clear()
+        for _ in workers:
+            self._work.put(None)
+        with self._lock:
+            stuck = bool(self._running)  # past _park_all's deadline: not waited for again
+        if not stuck:
+            for worker in workers:  # each is back from its last run: it exits at once
+                worker.join()
 
     def _execute(self, record: LaunchRecord, control: RunControl) -> None:
         try:
@@ -295,7 +323,9 @@ class StandaloneHost:
                     log.exception("wfrun host: cannot report run %s", record.run_id)
         finally:
             with self._lock:
-                self._running.pop(record.run_id, None)
+                ended = self._running.pop(record.run_id, None)
+            if ended is not None:
+                ended[0].set()
             self._wake.set()
 
     def _park_all(self) -> None:
@@ -305,5 +335,5 @@ class StandaloneHost:
         for _, control in running:
             control.park("host stopping", auto_resume=True)  # the next host resumes it
         deadline = self.ws.clock.monotonic() + PARK_DEADLINE
-        for thread, _ in running:
-            thread.join(timeout=max(deadline - self.ws.clock.monotonic(), 0.0))
+        for ended, _ in running:
+            ended.wait(timeout=max(deadline - self.ws.clock.monotonic(), 0.0))
