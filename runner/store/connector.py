@@ -79,6 +79,12 @@ class Dialect:
     unlimited: int | None
     #: Null-safe equality (`a IS b`; SQLite before 3.39 lacks IS NOT DISTINCT FROM).
     same: str
+    #: Whether a FROM may name the index to read (`INDEXED BY`, SQLite): its planner
+    #: has no statistics and prefers a status lookup plus a sort for the claim.
+    index_hints: bool = False
+
+    def indexed_by(self, index: str) -> str:
+        return f" INDEXED BY {index}" if self.index_hints else ""
 
 
 class Transaction(Protocol):

@@ -11,6 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 SCHEMA_ID = "wfrun.controller-store.v1"
+#: Indexes added to v1 after stores were made without them. Nothing about the data
+#: changes, so opening a store for writing creates a missing one (inside the open's
+#: transaction) instead of refusing the store, and a read-only open does without it.
+ADDED_INDEXES: frozenset[str] = frozenset({"workflow_run_queue_ready",
+                                           "workflow_run_queue_ready_affinity"})
 
 TABLE_COLUMNS: Mapping[str, tuple[str, ...]] = {
     "schema_info": ("singleton", "schema_id", "created_at"),

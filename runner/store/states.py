@@ -33,6 +33,9 @@ CLAIMED_STATUSES: tuple[LaunchStatus, ...] = ("starting", "running")
 #: Statuses in which the private launch input and options may still be stored.
 INPUT_STATUSES: tuple[LaunchStatus, ...] = ("queued", "starting")
 TERMINAL_STATUSES: tuple[LaunchStatus, ...] = ("done", "failed", "cancelled")
+#: Statuses a claim may take a launch from (queued, parked, or a claim whose lease ran
+#: out): every status but the terminal ones, in the claim order's index.
+READY_STATUSES: tuple[LaunchStatus, ...] = ("queued", "parked", "starting", "running")
 
 #: The only valid launch transitions, exactly as seeds/000 lists them.
 LAUNCH_TRANSITIONS: frozenset[tuple[LaunchStatus, LaunchStatus]] = frozenset(

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from runner.store.connector import Connector, Row, Transaction, UniqueViolation, in_params, named
+from runner.store.ddl import sql_in
 from runner.store.domain import intents, pages
 from runner.store.domain.events import EventLog, RunEvents
 from runner.store.domain.pages import LaunchPages, launch_from_row, status_clause
@@ -39,6 +40,7 @@ from runner.store.states import (
     CLAIMED_STATUSES,
     LAUNCH_OPERATIONS,
     PARK_MODES,
+    READY_STATUSES,
     RECOVERY_PATHS,
     RESERVING_STATUSES,
     LaunchStatus,
@@ -70,6 +72,8 @@ _RESERVATION_FREE = (
 _ORIGIN = {True: "q.origin_session_id IS NULL", False: "q.origin_session_id = :session"}
 # Only a run parked by a host shutdown resumes by itself; the others wait to be asked.
 _AUTO_RESUME = "(q.status <> 'parked' OR q.park_mode = 'auto')"
+_READY = f"q.status IN {sql_in(READY_STATUSES)}"
+_CLAIM_TERMS = f"{_CLAIMABLE} AND {{origin}} AND {_RESERVATION_FREE} AND {_AUTO_RESUME}"
 _CONTINUATION_SLOT = "NOT (status IN ('failed', 'cancelled') AND started_at IS NULL)"
 
 SQL: Mapping[str, str] = {
@@ -90,10 +94,15 @@ SQL: Mapping[str, str] = {
     " 'queued', :affinity, :origin, :parent, :now, :now) RETURNING *",
     "void_lease": "UPDATE workflow_run_queue SET claim_expires_at = :now WHERE run_id = :run_id"
     " AND runner_id = :dead AND claim_token IS NOT NULL",
-    "next": f"SELECT * FROM workflow_run_queue q WHERE {_CLAIMABLE} AND {{origin}}"
-    f" AND {_RESERVATION_FREE} AND {_AUTO_RESUME}"
-    " ORDER BY CASE WHEN q.affinity_runner_id = :runner THEN 0 ELSE 1 END,"
-    " q.created_at, q.run_id LIMIT 1",
+    # A claim looks twice, each time reading a claim-order index from its oldest
+    # entry to the first claimable one (no sort of the whole queue): this runner's own
+    # launches (a `wfrun run` queued them), then any. The first term repeats the
+    # index's condition so the planner may use it.
+    "next_mine": "SELECT * FROM workflow_run_queue q{hint_mine} WHERE"
+    f" {_READY} AND q.affinity_runner_id = :runner AND q.affinity_runner_id IS NOT NULL"
+    f" AND {_CLAIM_TERMS} ORDER BY q.affinity_runner_id, q.created_at, q.run_id LIMIT 1",
+    "next": f"SELECT * FROM workflow_run_queue q{{hint}} WHERE {_READY} AND {_CLAIM_TERMS}"
+    " ORDER BY q.created_at, q.run_id LIMIT 1",
     "take": "UPDATE workflow_run_queue AS q SET"
     " status = CASE WHEN q.status IN ('queued', 'parked') THEN 'starting' ELSE q.status END,"
     " runner_id = :runner, claim_token = :token, claim_expires_at = :expires,"
@@ -322,18 +331,33 @@ class LaunchQueue(LaunchPages):
                    lease_seconds: float = 30.0) -> LaunchRecord | None:
         check_id(runner_id, "runner_id")
         lease = lease_ms(lease_seconds)
-        sql = self._sql["next"].format(origin=_ORIGIN[session_id is None])
+        probes = self.claim_probes(session_id)
         params = {**_FIXED, "session": session_id, "runner": runner_id}
-        if self._found_none.get(session_id) and not self._claimable(sql, params):
+        if self._found_none.get(session_id) and not any(
+                self._claimable(sql, params) for sql in probes):
             return None
         with self._events.writing(durable=_CLAIM_DURABLE) as (tx, log):
-            row = tx.one(sql + tx.dialect.skip_locked, {**params, "now": tx.now_ms()})
+            now = tx.now_ms()
+            row = None
+            for sql in probes:
+                row = tx.one(sql + tx.dialect.skip_locked, {**params, "now": now})
+                if row is not None:
+                    break
             if row is None:
                 self._found_none[session_id] = True
                 return None
             self._found_none[session_id] = False
             taken = self._take(tx, log, row, runner_id, lease)
         return taken if isinstance(taken, LaunchRecord) else None
+
+    def claim_probes(self, session_id: str | None) -> list[str]:
+        """The claim's two looks, in order: this runner's own launches, then any."""
+        dialect = self._connector.dialect
+        return [self._sql[name].format(
+            origin=_ORIGIN[session_id is None],
+            hint=dialect.indexed_by("workflow_run_queue_ready"),
+            hint_mine=dialect.indexed_by("workflow_run_queue_ready_affinity"))
+            for name in ("next_mine", "next")]
 
     def _claimable(self, sql: str, params: dict[str, object]) -> bool:
         """After a claim found nothing, a look before the next one: an idle or woken

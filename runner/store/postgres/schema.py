@@ -23,8 +23,15 @@ import secrets
 from dataclasses import dataclass
 
 from runner.store.ddl import DDL as SQLITE_DDL
+from runner.store.ddl import index_ddl
 from runner.store.errors import IncompatibleLayout
-from runner.store.layout import SCHEMA_ID, TABLE_COLUMNS, TABLES, describe_column_drift
+from runner.store.layout import (
+    ADDED_INDEXES,
+    SCHEMA_ID,
+    TABLE_COLUMNS,
+    TABLES,
+    describe_column_drift,
+)
 from runner.store.postgres.bundles import BUNDLE_COLUMNS, BUNDLE_DDL, BUNDLE_TABLES
 from runner.store.postgres.db import Conn, PostgresDatabase
 
@@ -153,6 +160,8 @@ def layout_drift(conn: Conn) -> str | None:
             return f"table {table}: constraints differ from the state contract"
     for name, definition in expected.indexes.items():
         if name not in actual.indexes:
+            if name in ADDED_INDEXES:
+                continue  # made by open_schema (add_missing_indexes)
             return f"missing index {name}"
         if actual.indexes[name] != definition:
             return f"index {name} differs"
@@ -179,8 +188,18 @@ def open_schema(db: PostgresDatabase) -> None:
             create_schema(conn, db.now_ms(conn))
             return
         drift = layout_drift(conn)
+        if drift is None:
+            add_missing_indexes(conn)
     if drift:
         raise IncompatibleLayout(db.where, drift)
+
+
+def add_missing_indexes(conn: Conn) -> None:
+    """Create the indexes added to v1 that a store made before them lacks (under the
+    open's advisory lock and in its transaction)."""
+    present = set(read_layout(conn).indexes)
+    for name in sorted(ADDED_INDEXES - present):
+        conn.execute(_postgres(index_ddl(name)))  # fixed contract text
 
 
 def reset_schema(db: PostgresDatabase) -> None:

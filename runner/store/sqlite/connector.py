@@ -19,7 +19,8 @@ from typing import Any
 from runner.store.connector import Dialect, Params, Row, Transaction, UniqueViolation
 from runner.store.sqlite.db import SqliteDatabase, translate
 
-DIALECT = Dialect(name="sqlite", lock="", skip_locked="", unlimited=-1, same="IS")
+DIALECT = Dialect(name="sqlite", lock="", skip_locked="", unlimited=-1, same="IS",
+                  index_hints=True)
 _NO_PARAMS: Params = {}
 
 

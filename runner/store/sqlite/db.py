@@ -43,6 +43,7 @@ from runner.store.errors import (
     StoreError,
     StoreUnavailable,
 )
+from runner.store.layout import ADDED_INDEXES
 from runner.store.sqlite import faults as sqlite_faults
 from runner.store.sqlite.files import (
     DEFAULT_BUSY_TIMEOUT_MS,
@@ -55,7 +56,13 @@ from runner.store.sqlite.files import (
     tighten_permissions,
     track_open,
 )
-from runner.store.sqlite.schema import create_schema, layout_drift, read_layout, schema_id_drift
+from runner.store.sqlite.schema import (
+    add_missing_indexes,
+    create_schema,
+    layout_drift,
+    read_layout,
+    schema_id_drift,
+)
 from runner.store.sqlite.writelock import Turn, WriteLock
 
 _WAL_SWITCH_ATTEMPTS = 200
@@ -330,6 +337,22 @@ class SqliteDatabase:
             drift = layout_drift(layout) or schema_id_drift(conn)
             if drift:
                 raise IncompatibleLayout(str(self.path), drift)
+            add_missing_indexes(conn, layout)
+
+    def add_missing_indexes(self) -> None:
+        """Create what `layout.ADDED_INDEXES` names and this store lacks (one read when
+        nothing is missing)."""
+        wanted = sorted(ADDED_INDEXES)
+        marks = ", ".join("?" * len(wanted))
+        try:
+            present = self.connection().execute(
+                f"SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name IN ({marks})",
+                wanted).fetchone()[0]
+        except sqlite3.Error as exc:
+            raise translate(exc, self.path) from None
+        if present != len(wanted):
+            with self.write() as conn:
+                add_missing_indexes(conn, read_layout(conn))
 
     def close(self) -> None:
         """Close the store (idempotent): this thread's connection and those of threads
@@ -399,6 +422,8 @@ def open_database(path: Path, *, now_ms: int, busy_timeout_ms: int,
         db.connection()
         if state == "empty":
             db.initialize(now_ms)
+        else:
+            db.add_missing_indexes()
         tighten_permissions(path)
     except BaseException:
         db.close()

@@ -37,6 +37,7 @@ POSTGRES_MODULES = frozenset({
     "test_controller_queue",
     "test_controller_records",
     "test_controller_resources",
+    "test_store_added_indexes",
     "test_store_claims",
     "test_store_event_order",
     "test_store_launch_queue",
