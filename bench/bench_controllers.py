@@ -118,12 +118,14 @@ def bench_workers(n: int, workers: int, where: str | None,
         done = sum(r.status.get("observed_generation") == r.generation
                    for r in store.resources.list("noop"))
         commits = manager.claims + manager.ends.commits
+        takeovers = manager.lanes.takeovers
         ends_per_commit = manager.ends.items / max(manager.ends.commits, 1)
         store.close()
     assert done == n, f"only {done} of {n} resources were reconciled"
     assert passes == n, f"{passes} passes for {n} resources"
     return {"rate": passes / elapsed, "elapsed": elapsed, "cpu_ms": cpu / passes * 1000,
-            "commits": commits / passes, "per_commit": ends_per_commit}
+            "commits": commits / passes, "per_commit": ends_per_commit,
+            "takeovers": takeovers}
 
 
 def profile_one(n: int, where: str | None) -> str:
@@ -217,7 +219,8 @@ def main() -> int:
             each = sorted(x["rate"] for x in runs[workers])
             print(f"   {workers} worker{'s' if workers > 1 else ' '}: {r['rate']:7.0f} passes/s"
                   f" [{each[0]:.0f}-{each[-1]:.0f}]  (CPU {r['cpu_ms']:.3f} ms/pass; "
-                  f"{r['commits']:.2f} commits/pass; {r['per_commit']:.1f} ends/commit)")
+                  f"{r['commits']:.2f} commits/pass; {r['per_commit']:.1f} ends/commit; "
+                  f"{r['takeovers']:.0f} lane take-overs)")
         if label == "disk" and rates[4] < AIM_PER_SECOND:
             missed.append(f"on disk 4 workers {rates[4]:.0f}/s < {AIM_PER_SECOND:.0f}/s")
         for few, more in ((1, 2), (2, 4)):
