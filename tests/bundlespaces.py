@@ -47,6 +47,18 @@ class Killed(BaseException):
     """Stands in for SIGKILL at an engine crash point (the process would just stop)."""
 
 
+#: Three `compute` nodes in a chain: the trivial run the hot-path figures count.
+CHAIN3 = """
+    start: a
+    nodes:
+      a: {compute: "{{ 1 }}"}
+      b: {compute: "{{ outputs.a + 1 }}"}
+      c: {compute: "{{ outputs.b + 1 }}"}
+    edges:
+      - {from: a, to: b}
+      - {from: b, to: c}
+"""
+
 @dataclass
 class Holder:
     """A writer's hold on one run: what to give the engine, and how to lose it."""

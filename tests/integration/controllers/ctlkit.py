@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -26,9 +27,12 @@ from runner.compiler import build_catalog
 from runner.compiler.controllers import compile_controller
 from runner.controllers import (
     ChildWorkflows,
+    Condition,
     Controller,
     ControllerManager,
     ManagerConfig,
+    ReconcileContext,
+    Result,
     load_controller,
 )
 from runner.engine import AgentStepExecutor
@@ -67,6 +71,21 @@ nodes:
 edges:
   - {from: hold, to: done}
 """
+
+
+def meeting_reconciler(parties: int) -> tuple[Callable[[ReconcileContext, Any], Result],
+                                              list[str]]:
+    """A reconciler whose passes wait at one barrier of `parties` (bounded by DEADLINE):
+    it settles only if that many passes are inside it at once; the keys that met."""
+    barrier = threading.Barrier(parties, timeout=DEADLINE)
+    met: list[str] = []
+
+    def reconcile(ctx: ReconcileContext, resource: Any) -> Result:
+        barrier.wait()
+        met.append(resource.key)
+        return ctx.settled(None, [Condition("Ready", "True", "Done")])
+
+    return reconcile, met
 
 
 def write_workflow(root: Path, name: str, text: str) -> Path:

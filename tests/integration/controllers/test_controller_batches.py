@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from ctlkit import meeting_reconciler
 from waiting import DEADLINE, wait_until
 
 from runner.controllers import (
@@ -95,13 +96,7 @@ def test_a_batch_is_shared_by_the_workers_so_slow_passes_still_run_in_parallel(
     # One worker claims all four keys in one transaction; the other three are woken and
     # take them from the batch, so four slow passes run at once (the barrier needs all
     # four inside a pass together; one worker running its batch alone would break it).
-    barrier = threading.Barrier(4, timeout=DEADLINE)
-    met: list[str] = []
-
-    def reconcile(ctx: ReconcileContext, resource: Any) -> Result:
-        barrier.wait()
-        met.append(resource.key)
-        return ctx.settled(None, READY)
+    reconcile, met = meeting_reconciler(4)
 
     with SqliteStore(tmp_path / "store.sqlite3") as store:
         manager = ControllerManager(

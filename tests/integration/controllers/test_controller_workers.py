@@ -15,14 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ctlkit import meeting_reconciler
 from waiting import DEADLINE, wait_until
 
 from runner.controllers import (
     Condition,
     ControllerManager,
     ManagerConfig,
-    ReconcileContext,
-    Result,
     define_controller,
 )
 from runner.store import SqliteStore
@@ -38,13 +37,7 @@ def test_four_blocking_reconcilers_meet_at_a_barrier_with_one_lane(
     # worker's lane is handed over: at once for a controller known to block, by a
     # take-over for one whose calls have so far returned at once. If neither
     # happened the barrier (four parties) would break.
-    barrier = threading.Barrier(4, timeout=DEADLINE)
-    met: list[str] = []
-
-    def reconcile(ctx: ReconcileContext, resource: Any) -> Result:
-        barrier.wait()
-        met.append(resource.key)
-        return ctx.settled(None, READY)
+    reconcile, met = meeting_reconciler(4)
 
     with SqliteStore(tmp_path / "store.sqlite3") as store:
         manager = ControllerManager(

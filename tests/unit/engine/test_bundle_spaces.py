@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from bundlespaces import *  # noqa: F403  (the conformance tests)
-from bundlespaces import Holder, Kit
+from bundlespaces import CHAIN3, Holder, Kit
 
 from runner.clock import FakeClock
 from runner.engine import Engine
@@ -142,16 +142,6 @@ def test_a_write_waits_for_the_database_as_long_as_the_engine_says(
     assert clock.monotonic() - down[0] >= outage - RETRY_EVERY  # it waited it out
 
 
-_TRIVIAL = """
-    start: a
-    nodes:
-      a: {compute: "{{ 1 }}"}
-      b: {compute: "{{ outputs.a + 1 }}"}
-      c: {compute: "{{ outputs.b + 1 }}"}
-    edges:
-      - {from: a, to: b}
-      - {from: b, to: c}
-"""
 
 
 def test_a_node_end_goes_with_the_next_nodes_start_in_one_write(tmp_path: Path) -> None:
@@ -160,7 +150,7 @@ def test_a_node_end_goes_with_the_next_nodes_start_in_one_write(tmp_path: Path) 
     snapshot, manifest, run_started], a started, [a, b], [b, c], [c + ending + seal]."""
     rows = MemoryRows()
     kit = Kit("memory", tmp_path / "runs", rows, lambda _r: Holder())
-    definition = kit.workflow(_TRIVIAL)
+    definition = kit.workflow(CHAIN3)
     seen: list[tuple[str, int]] = []
     engine = Engine(runs_dir=kit.runs, clock=FakeClock(), rows=rows, claim="c",
                     crash_point=lambda point: seen.append((point, rows.writes)))

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bundlespaces import CHAIN3
 
 
 def _flushed(env: Any, monkeypatch: pytest.MonkeyPatch, text: str) -> list[str]:
@@ -34,16 +35,7 @@ def _flushed(env: Any, monkeypatch: pytest.MonkeyPatch, text: str) -> list[str]:
 
 def test_pure_compute_ends_ride_on_the_next_flush(env: Any,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    flushed = _flushed(env, monkeypatch, """
-        start: a
-        nodes:
-          a: {compute: "{{ 1 }}"}
-          b: {compute: "{{ outputs.a + 1 }}"}
-          c: {compute: "{{ outputs.b + 1 }}"}
-        edges:
-          - {from: a, to: b}
-          - {from: b, to: c}
-    """)
+    flushed = _flushed(env, monkeypatch, CHAIN3)
     # run_started (the input is durable first), then the ending with c's end; a's and
     # b's ends are written (with the next start) but not flushed on their own.
     assert flushed == ["run_started:", "run_completed:"]
