@@ -111,7 +111,9 @@ def reap_dead_registries(folder: Path) -> list[int]:
     try:
         names = os.listdir(folder)
     except OSError:
-        return killed
+        # No registry yet: a runner killed between starting its first command and
+        # recording it made none. Its marked groups are found all the same.
+        names = []
     for name in names:
         stem = name.removesuffix(".json")
         if not name.endswith(".json") or not stem.isdigit():

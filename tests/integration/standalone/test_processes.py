@@ -110,10 +110,14 @@ time.sleep(300)
 """
 
 
+@pytest.mark.parametrize("first_command", [False, True], ids=["folder-made", "no-folder"])
 def test_a_group_started_but_never_recorded_is_found_by_its_mark(
-        tmp_path: Path, spawn: list[subprocess.Popen[str]]) -> None:
+        tmp_path: Path, spawn: list[subprocess.Popen[str]], first_command: bool) -> None:
+    """`first_command`: the runner's first command ever, so no registry folder exists
+    yet (the reaper used to stop at the missing folder and never look for marks)."""
     folder = tmp_path / "children"
-    folder.mkdir()
+    if not first_command:
+        folder.mkdir()
     runner = group(spawn, sys.executable, "-c", RUNNER, str(folder))
     assert runner.stdout is not None
     child_text, mark = runner.stdout.readline().split()
