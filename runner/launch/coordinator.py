@@ -506,7 +506,7 @@ class LaunchCoordinator(Preflight):
             if isinstance(held, LostRace):
                 known["running"] = False
                 return False
-            known["running"] = held.status == "running"
+            known["running"] = held == "running"
             return True
 
         opts = self.options

@@ -38,7 +38,7 @@ Rules of the seam:
 - `now_ms()` is integer milliseconds: SQLite's is the store's injected clock,
   Postgres's the database's `now()` (the transaction's start, so every host on one
   database agrees on leases) unless a clock was injected (tests). It is read once per
-  transaction and then fixed. `now_sql()` is the same clock inside a statement
+  transaction and then fixed. `clock_sql()` is the same clock inside a statement
   (`SELECT *, {now} AS now_ms ...`), saving Postgres the extra round trip.
 - Errors: a backend raises only `runner.store.errors` classes (its own translation:
   `StoreUnavailable` is retryable, and so on); `UniqueViolation` is the one a caller
@@ -113,10 +113,12 @@ class Transaction(Protocol):
         """The backend's clock in integer milliseconds, fixed for this transaction."""
         ...
 
-    def now_sql(self) -> str:
-        """This transaction's clock as SQL: the database's expression (Postgres `now()`
-        in ms), or the injected clock's value as a literal. For a read that needs the
-        clock and its rows in one statement (one round trip, one commit)."""
+    def clock_sql(self, name: str = "now") -> tuple[str, dict[str, int]]:
+        """This transaction's clock as an SQL fragment and its parameters, for a read
+        that needs the clock and its rows in one statement (one round trip): the
+        database's expression (Postgres `now()` in ms), or `:name` bound to the injected
+        clock's value. Bound, not a literal, so the statement's text (and the prepared
+        statement SQLite caches for it) is the same in every transaction."""
         ...
 
     def savepoint(self) -> AbstractContextManager[None]:

@@ -147,8 +147,9 @@ class LaunchQueue(Protocol):
         once; False when the claim was no longer ours."""
         ...
 
-    def check_claim(self, run_id: str, claim_token: str) -> LaunchRecord | LostRace:
-        """The engine's fence: token matches, status starting|running, lease unexpired."""
+    def check_claim(self, run_id: str, claim_token: str) -> str | LostRace:
+        """The engine's fence: token matches, status starting|running, lease unexpired;
+        the status (`starting` or `running`) while the claim is held."""
         ...
 
     def mark_running(self, run_id: str, claim_token: str, *,

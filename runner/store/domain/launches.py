@@ -78,7 +78,9 @@ _CONTINUATION_SLOT = "NOT (status IN ('failed', 'cancelled') AND started_at IS N
 
 SQL: Mapping[str, str] = {
     "load": "SELECT * FROM workflow_run_queue WHERE run_id = :run_id",
-    "fence": "SELECT *, {now} AS fence_now FROM workflow_run_queue WHERE run_id = :run_id",
+    # Only what the guard reads: the fence runs before every irreversible write.
+    "fence": "SELECT status, claim_token, claim_expires_at, {now} AS fence_now"
+    " FROM workflow_run_queue WHERE run_id = :run_id",
     "reservation": "SELECT * FROM workflow_run_queue WHERE origin_session_id = :session"
     f" AND status IN {_RESERVING} AND run_id <> :run_id",
     "continuation": "SELECT * FROM workflow_run_queue WHERE parent_run_id = :parent"
@@ -230,8 +232,9 @@ class LaunchQueue(LaunchPages):
     def list_recoverable(self, *, session_id: str | None = None) -> list[LaunchRecord]:
         rule = "" if session_id is None else " AND q.origin_session_id = :session"
         with self._connector.read() as tx:  # the clock inside the statement: one round trip
-            sql = self._sql["recoverable"].format(session=rule).replace(":now", tx.now_sql())
-            rows = tx.all(sql, {**_FIXED, "session": session_id})
+            now, clock = tx.clock_sql()
+            sql = self._sql["recoverable"].format(session=rule).replace(":now", now)
+            rows = tx.all(sql, {**_FIXED, "session": session_id, **clock})
         return [launch_from_row(row) for row in rows]
 
     # --- enqueue -----------------------------------------------------------------
@@ -367,8 +370,9 @@ class LaunchQueue(LaunchPages):
         the claim's own transaction decides."""
         with self._connector.read() as tx:
             # The clock inside the statement: one round trip on Postgres.
-            probe = sql.replace(":now", f"({tx.now_sql()})")
-            return tx.one(probe, params) is not None
+            now, clock = tx.clock_sql()
+            probe = sql.replace(":now", f"({now})")
+            return tx.one(probe, {**params, **clock}) is not None
 
     def _take(self, tx: Transaction, log: EventLog, row: Row, runner_id: str,
               lease: int) -> LaunchRecord | LostRace:
@@ -410,15 +414,16 @@ class LaunchQueue(LaunchPages):
                 tx.notify(LAUNCH_CHANNEL, run_id)  # an idle host claims it on the notice
         return row is not None
 
-    def check_claim(self, run_id: str, claim_token: str) -> LaunchRecord | LostRace:
-        # The fence runs once per node: its row and the clock in one statement.
+    def check_claim(self, run_id: str, claim_token: str) -> str | LostRace:
+        # The lease columns and the clock in one statement, no row decoded.
         with self._connector.read() as tx:
-            row = tx.one(self._sql["fence"].format(now=tx.now_sql()), {"run_id": run_id})
+            now, clock = tx.clock_sql("fence_now")
+            row = tx.one(self._sql["fence"].format(now=now), {"run_id": run_id, **clock})
         lost = guard(row, run_id, _HOLD, claim_token, 0 if row is None else row["fence_now"])
         if lost is not None:
             return lost
         assert row is not None
-        return launch_from_row(row)
+        return str(row["status"])
 
     # --- transitions -------------------------------------------------------------
 

@@ -89,10 +89,10 @@ class PostgresTransaction:
             self._now = self._db.now_ms(self._conn)
         return self._now
 
-    def now_sql(self) -> str:
+    def clock_sql(self, name: str = "now") -> tuple[str, dict[str, int]]:
         if self._now is None and not self._db.injected_clock:
-            return DB_NOW_MS
-        return str(int(self.now_ms()))
+            return DB_NOW_MS, {}
+        return f":{name}", {name: int(self.now_ms())}
 
     @contextmanager
     def savepoint(self) -> Iterator[None]:

@@ -90,8 +90,8 @@ class SqliteTransaction:
             self._now = self._clock()
         return self._now
 
-    def now_sql(self) -> str:
-        return str(int(self.now_ms()))
+    def clock_sql(self, name: str = "now") -> tuple[str, dict[str, int]]:
+        return f":{name}", {name: int(self.now_ms())}
 
     @contextmanager
     def savepoint(self) -> Iterator[None]:

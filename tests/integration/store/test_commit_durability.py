@@ -48,3 +48,22 @@ def test_only_the_enqueue_and_the_ending_wait_for_the_disk(tmp_path: Path) -> No
     # Each relaxed commit puts the connection back: every other write is FULL.
     assert store._db.settings()["synchronous"] == 2
     store.close()
+
+
+def test_the_fence_is_one_read_of_the_lease_columns(tmp_path: Path) -> None:
+    # It runs before every irreversible write of a `starting` run: no transaction, no
+    # write lock, and none of the row's JSON (the workflow source, the input) read.
+    store = SqliteStore(tmp_path / "store.sqlite3")
+    launches = store.launches
+    launches.enqueue(NewLaunch("wf-20261201T000000Z-0000000a", "wf", {"kind": "file"},
+                               "d" * 64, {"n": 1}))
+    claimed = launches.claim_next(runner_id="h1", lease_seconds=30)
+    assert isinstance(claimed, LaunchRecord)
+    statements: list[str] = []
+    store._db.connection().set_trace_callback(statements.append)
+    assert launches.check_claim(claimed.run_id, claimed.claim_token or "") == "starting"
+    assert len(statements) == 1
+    columns = statements[0].split(" FROM ")[0].removeprefix("SELECT ").split(", ")
+    assert columns[:3] == ["status", "claim_token", "claim_expires_at"]
+    assert len(columns) == 4 and columns[3].endswith(" AS fence_now")
+    store.close()

@@ -13,7 +13,7 @@ from pgcluster import PgCluster
 
 from runner.store.connector import Connector, Transaction, UniqueViolation, in_params, named
 from runner.store.errors import StoreError
-from runner.store.postgres.connector import PostgresConnector, to_psycopg
+from runner.store.postgres.connector import DB_NOW_MS, PostgresConnector, to_psycopg
 from runner.store.postgres.db import PostgresDatabase
 from runner.store.sqlite.connector import SqliteConnector
 from runner.store.sqlite.db import SqliteDatabase
@@ -116,9 +116,12 @@ def test_the_clock_is_fixed_per_transaction(connector: Connector) -> None:
     with connector.write() as tx:
         first = tx.now_ms()
         assert tx.now_ms() == first
-        assert tx.one(f"SELECT {tx.now_sql()} AS n") == {"n": first}
+        fragment, clock = tx.clock_sql("t")
+        assert tx.one(f"SELECT {fragment} AS n", clock) == {"n": first}
     with connector.write() as tx:
         assert tx.now_ms() > first
+        # The clock moved, the statement's text did not: it is prepared once.
+        assert tx.clock_sql("t")[0] == fragment
 
 
 def test_in_params_and_limits(connector: Connector) -> None:
@@ -164,7 +167,9 @@ def test_postgres_skip_locked_passes_a_row_another_transaction_holds(
             assert holder.one(head + holder.dialect.skip_locked) == {"k": "a"}
             with connector.write() as other:
                 assert other.one(head + other.dialect.skip_locked) == {"k": "b"}
-                in_statement = other.one(f"SELECT {other.now_sql()} AS n")
+                now, clock = other.clock_sql()
+                assert (now, clock) == (DB_NOW_MS, {})  # the database's clock, no parameter
+                in_statement = other.one(f"SELECT {now} AS n", clock)
                 assert in_statement == {"n": other.now_ms()}  # now(): the transaction's start
                 clock = other.now_ms()  # the database clock: milliseconds since 1970
                 assert clock > 1_700_000_000_000

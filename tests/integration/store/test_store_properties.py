@@ -147,7 +147,7 @@ class LaunchMachine(RuleBasedStateMachine):
             holders = [
                 t
                 for t in self.tokens.get(record.run_id, [])
-                if isinstance(self.store.launches.check_claim(record.run_id, t), LaunchRecord)
+                if self.store.launches.check_claim(record.run_id, t) in ("starting", "running")
             ]
             assert len(holders) <= 1, "two tokens pass the fence"
             if holders:
