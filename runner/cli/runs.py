@@ -27,12 +27,14 @@ PARKED_EXIT = 130
 
 
 def workspace(ctx: Context) -> Workspace:
-    import platformdirs
-
     from runner.clock import clock_from_env
     from runner.host.runtime.local import Workspace
 
-    state_dir = ctx.user_dir or Path(platformdirs.user_state_dir("wfrun"))
+    state_dir = ctx.user_dir
+    if state_dir is None:
+        import platformdirs  # only without a user folder (~7 ms of a cold start)
+
+        state_dir = Path(platformdirs.user_state_dir("wfrun"))
     # The system clock, or a test's clock file (WFRUN_CLOCK_FILE) for times like --since.
     return Workspace(ctx.catalog("workflows"), ctx.project_root, state_dir,
                      clock=clock_from_env(), store_flag=ctx.store)

@@ -138,6 +138,10 @@ def test_status_on_an_empty_store_reads_the_store_only(root: Path) -> None:
     assert "runner.store.sqlite.store" in modules
     assert loaded(modules, (*NEVER, *EXECUTOR, *COMPILING, "rich",
                             *others("runner.cli.launches", "runner.cli.runs"))) == []
+    # Nothing in flight: no bundle is read and no source re-hashed; a user folder is
+    # given (WFRUN_HOME), so no platform folder is looked up; no store file is copied.
+    assert loaded(modules, ("runner.engine.reader", "runner.host.runtime.views",
+                            "runner.host.runtime.drift", "platformdirs", "shutil")) == []
 
 
 def test_status_and_why_of_launches_load_no_executor(used: tuple[Path, str, str]) -> None:

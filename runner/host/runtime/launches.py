@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Any
 from runner.errors import NotFoundError, WfrunError
 from runner.safety import safe_message
 
-from .drift import Drift, source_drift
 from .local import Workspace
-from .views import run_row
 
 if TYPE_CHECKING:
     from runner.engine import AgentStepExecutor
     from runner.launch import LaunchCoordinator
     from runner.store import LaunchRecord, Store
+
+    from .drift import Drift
 
 #: Launch states whose recorded sources the activation hash check has yet to pass.
 DRIFT_STATES = ("queued", "starting")
@@ -84,6 +84,8 @@ def launch_drift(record: LaunchRecord | None) -> Drift | None:
     re-hash of the recorded files; activation's digest check stays the authority)."""
     if record is None or record.status not in DRIFT_STATES:
         return None
+    from .drift import source_drift  # here: an idle `status` re-hashes nothing
+
     return source_drift(record)
 
 
@@ -92,6 +94,8 @@ def launch_status(ws: Workspace, store: Store, run_id: str) -> dict[str, Any]:
 
     `source` says, for a queued or starting launch, whether a file it was compiled
     from was edited or removed since it was queued (None for other states)."""
+    from .views import run_row  # here: an idle `status` reads no bundle (cold start)
+
     record = store.launches.get(run_id)
     bundle = run_row(ws.reader(store), run_id)
     if record is None and bundle is None:
@@ -109,7 +113,7 @@ def launch_status(ws: Workspace, store: Store, run_id: str) -> dict[str, Any]:
         if record.error_code:
             view["error"] = {"code": record.error_code, "message": record.error_message}
         if record.status in DRIFT_STATES:
-            drift = source_drift(record)
+            drift = launch_drift(record)
             view["source"] = (drift.to_json(ws.project_root) if drift is not None
                               else {"changed": False})
     if bundle is not None:

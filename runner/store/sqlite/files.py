@@ -7,10 +7,8 @@ from __future__ import annotations
 import errno
 import os
 import secrets
-import shutil
 import sqlite3
 import stat
-import tempfile
 import threading
 from contextlib import suppress
 from pathlib import Path
@@ -136,6 +134,9 @@ def inspect_existing(path: Path) -> FileState:
 def _inspect_copy(path: Path, wal_path: Path) -> FileState:
     """Inspect a copy of the file and its -wal in a private temporary folder, so a
     refused store is left byte- and file-identical (no -shm appears beside it)."""
+    import shutil  # here: rare, and shutil costs every store open ~3 ms of imports
+    import tempfile
+
     with tempfile.TemporaryDirectory(prefix="wfrun-inspect-") as folder:
         copy = Path(folder) / path.name
         try:
