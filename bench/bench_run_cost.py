@@ -11,8 +11,8 @@ runs its runs (`--same-thread`: on the main thread; `--new-thread`: a new thread
 run, as hosts did before their workers lived for the host's life: each new thread
 pays for cold caches and fresh stack pages, ~2 ms here). Each cycle is `prepare`
 (the committed `queued` row) -> `claim_next` -> `execute` (activation, 3 nodes, the
-ending), i.e. a detached `wfrun start` + host slot without process start-up. Counted per run, from the
-second run on (the first pays imports and compiles):
+ending), i.e. a detached `wfrun start` + host slot without process start-up. Counted
+per run, from the second run on (the first pays imports and compiles):
 
 - CPU ms (time.process_time) and wall ms, median; the mean CPU split into user and
   kernel time (os.times over all the runs);

@@ -65,5 +65,6 @@ def test_the_fence_is_one_read_of_the_lease_columns(tmp_path: Path) -> None:
     assert len(statements) == 1
     columns = statements[0].split(" FROM ")[0].removeprefix("SELECT ").split(", ")
     assert columns[:3] == ["status", "claim_token", "claim_expires_at"]
-    assert len(columns) == 4 and columns[3].endswith(" AS fence_now")
+    assert len(columns) == 4
+    assert columns[3].endswith(" AS fence_now")
     store.close()
