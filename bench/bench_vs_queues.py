@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -240,16 +241,21 @@ def child_dbos(folder: Path, n: int) -> dict[str, Any]:
     return _result("dbos", n, enqueue_ms, drain, cpu, journal_mode=journal)
 
 
-def child(system: str, n: int, cli: bool, root: Path = REPO) -> int:
-    with tempfile.TemporaryDirectory(prefix=f"wfrun-bench-vs-{system}-") as tmp:
-        folder = Path(tmp)
-        if system in ("wfrun", BEFORE):
-            out = child_wfrun(folder, n, cli, root)
-            out["system"] = system
-        elif system == "huey":
-            out = child_huey(folder, n)
-        else:
-            out = child_dbos(folder, n)
+def child(system: str, n: int, cli: bool, root: Path = REPO,
+          folder: Path | None = None) -> int:
+    """One round of one system in `folder` (the parent's, kept until its last round;
+    alone: a temporary one)."""
+    if folder is None:
+        with tempfile.TemporaryDirectory(prefix=f"wfrun-bench-vs-{system}-") as tmp:
+            return child(system, n, cli, root, Path(tmp))
+    folder.mkdir(parents=True, exist_ok=True)
+    if system in ("wfrun", BEFORE):
+        out = child_wfrun(folder, n, cli, root)
+        out["system"] = system
+    elif system == "huey":
+        out = child_huey(folder, n)
+    else:
+        out = child_dbos(folder, n)
     print("RESULT " + json.dumps(out), flush=True)
     return 0
 
@@ -267,10 +273,10 @@ def ensure_venv(venv: Path) -> Path:
     return python
 
 
-def run_child(python: Path, system: str, n: int, cli: bool,
-              root: Path = REPO) -> dict[str, Any]:
+def run_child(python: Path, system: str, n: int, cli: bool, root: Path,
+              folder: Path) -> dict[str, Any]:
     argv = [str(python), str(Path(__file__).resolve()), "--child", system, "-n", str(n),
-            "--root", str(root)]
+            "--root", str(root), "--folder", str(folder)]
     if cli:
         argv.append("--cli")
     proc = subprocess.run(argv, capture_output=True, text=True, cwd=REPO)
@@ -301,11 +307,12 @@ def main(argv: list[str]) -> int:
                     help="also run wfrun with `runner` imported from DIR (an older copy), "
                          f"as system '{BEFORE}', interleaved with the others")
     ap.add_argument("--child", choices=(*SYSTEMS, BEFORE), help=argparse.SUPPRESS)
+    ap.add_argument("--folder", type=Path, help=argparse.SUPPRESS)  # a child's round folder
     ap.add_argument("--root", type=Path, default=REPO, metavar="DIR",
                     help="import wfrun's `runner` from DIR instead of this checkout")
     args = ap.parse_args(argv)
     if args.child:
-        return child(args.child, args.n, args.cli, args.root.resolve())
+        return child(args.child, args.n, args.cli, args.root.resolve(), args.folder)
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     unknown = sorted(set(systems) - set(SYSTEMS))
     if unknown:
@@ -321,18 +328,28 @@ def main(argv: list[str]) -> int:
     from bench_engine import time_fsync
     from benchkit import file_create_cost, machine, sqlite_commit_cost
 
-    with tempfile.TemporaryDirectory(prefix="wfrun-bench-vs-disk-") as tmp:
-        fsync_ms, commit_ms = time_fsync(Path(tmp)), sqlite_commit_cost(Path(tmp))
-        create_us = file_create_cost(Path(tmp))
+    # Every round's folder is kept until the last round has run: on a file system that
+    # skips recently freed inodes when it allocates (this VM's ext4 has no journal),
+    # deleting a round's thousands of files made the next round's file creations cost
+    # up to 50x more kernel CPU, so the figures measured the order of the rounds.
+    session = Path(tempfile.mkdtemp(prefix="wfrun-bench-vs-"))
     rounds: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
-    for r in range(args.rounds):
-        order = systems[r % len(systems):] + systems[:r % len(systems)]
-        for system in order:
-            python = Path(sys.executable) if system in ("wfrun", BEFORE) else others
-            root = args.before.resolve() if system == BEFORE else args.root.resolve()
-            rounds[system].append(run_child(python, system, args.n, args.cli, root))
-            print(f"round {r + 1}/{args.rounds} {system}: "
-                  f"{rounds[system][-1]['runs_per_s']:.0f} runs/s", file=sys.stderr)
+    try:
+        for r in range(args.rounds):
+            order = systems[r % len(systems):] + systems[:r % len(systems)]
+            for system in order:
+                python = Path(sys.executable) if system in ("wfrun", BEFORE) else others
+                root = args.before.resolve() if system == BEFORE else args.root.resolve()
+                rounds[system].append(run_child(python, system, args.n, args.cli, root,
+                                                session / f"round-{r + 1}-{system}"))
+                print(f"round {r + 1}/{args.rounds} {system}: "
+                      f"{rounds[system][-1]['runs_per_s']:.0f} runs/s", file=sys.stderr)
+        disk = session / "disk"  # probed last, in the same folder as the rounds
+        disk.mkdir()
+        fsync_ms, commit_ms = time_fsync(disk), sqlite_commit_cost(disk)
+        create_us = file_create_cost(disk)
+    finally:
+        shutil.rmtree(session, ignore_errors=True)
     keys = ("runs_per_s", "cpu_ms_per_run", "cpu_ms_per_step", "enqueue_p50_ms")
     extra_keys = ("cli_runs_per_s", "cli_runs_per_s_without_start", "cli_start_s",
                   "cli_cpu_ms_per_run")
