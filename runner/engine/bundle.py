@@ -168,8 +168,9 @@ def _write_private(path: Path, data: bytes, *, sync: bool = False) -> None:
 def link_snapshot(runs_dir: Path, path: Path, data: bytes) -> bool:
     """Make `path` a hard link to the one copy of `data` in `runs/.snapshots/`, named
     by its SHA-256: the runs of one definition share the snapshot's inode. A file
-    creation is ~0.35 ms of kernel CPU on this VM (a link ~0.02 ms), and the snapshot is
-    the one bundle file that never differs between runs. The copy is written whole,
+    creation costs 20 µs to 1 ms of kernel CPU on this VM, depending on the folder (a
+    link ~0.02 ms; docs/engine.md, "The file system"), and the snapshot is the one
+    bundle file that never differs between runs. The copy is written whole,
     fsync'd and made read-only (0400) before it gets its name, so every link to it is
     whole, and nothing writes it again (a rewrite of a snapshot replaces the link).
     False where links do not work here (another file system's rules, the link limit):

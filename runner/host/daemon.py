@@ -2,11 +2,11 @@
 
 It holds an advisory lock (`.wfrun/state/host.lock`, naming its pid), reaps the
 process groups a dead host left behind, then loops: claim detached queued
-launches and parked or abandoned runs (up to `max_runs` at once, on as many worker
-threads, kept for the host's life: a new thread per run cost its start-up, and the
-loop waited for each to begin), and run the controller manager beside them. Idle,
-it sleeps until a run ends, the store announces a claimable launch (Postgres: LISTEN/NOTIFY, through
-`LaunchListener`) or the poll interval passes (SQLite has no notices: it polls).
+launches and parked or abandoned runs (up to `max_runs` at once, on worker threads
+kept for the host's life), and run the controller manager beside them. Idle, it
+sleeps until a run ends, the store announces a claimable launch (Postgres:
+LISTEN/NOTIFY, through `LaunchListener`) or the poll interval passes (SQLite has no
+notices: it polls).
 SIGINT/SIGTERM parks every in-flight run at a safe point and exits; `once` drains
 what is ready and exits. While detached launches wait in the queue (for a free
 slot), a `SourceWatch` on their source files logs one line per launch whose source

@@ -195,6 +195,7 @@ class LaunchQueue(LaunchPages):
         # Whether the last claim_next of each claimer (by session; None: the hosts)
         # found nothing; then the next one looks first (`_claimable`).
         self._found_none: dict[str | None, bool] = {}
+        self._probes: dict[bool, tuple[str, ...]] = {}  # claim_probes, by `session_id is None`
 
     # --- reads -------------------------------------------------------------------
 
@@ -353,14 +354,19 @@ class LaunchQueue(LaunchPages):
             taken = self._take(tx, log, row, runner_id, lease)
         return taken if isinstance(taken, LaunchRecord) else None
 
-    def claim_probes(self, session_id: str | None) -> list[str]:
-        """The claim's two looks, in order: this runner's own launches, then any."""
-        dialect = self._connector.dialect
-        return [self._sql[name].format(
-            origin=_ORIGIN[session_id is None],
-            hint=dialect.indexed_by("workflow_run_queue_ready"),
-            hint_mine=dialect.indexed_by("workflow_run_queue_ready_affinity"))
-            for name in ("next_mine", "next")]
+    def claim_probes(self, session_id: str | None) -> tuple[str, ...]:
+        """The claim's two looks, in order: this runner's own launches, then any (built
+        once per kind of claimer: a session's, or the hosts')."""
+        detached = session_id is None
+        probes = self._probes.get(detached)
+        if probes is None:
+            dialect = self._connector.dialect
+            probes = self._probes[detached] = tuple(self._sql[name].format(
+                origin=_ORIGIN[detached],
+                hint=dialect.indexed_by("workflow_run_queue_ready"),
+                hint_mine=dialect.indexed_by("workflow_run_queue_ready_affinity"))
+                for name in ("next_mine", "next"))
+        return probes
 
     def _claimable(self, sql: str, params: dict[str, object]) -> bool:
         """After a claim found nothing, a look before the next one: an idle or woken

@@ -59,6 +59,7 @@ def test_a_claim_reads_the_claim_order_index_without_sorting(tmp_path: Path) -> 
             store.launches.enqueue(launch(f"run-{i:04d}"))
         params = {**_FIXED, "session": None, "runner": "h1", "now": 10**13}
         probes = store.launches.claim_probes(None)
+        assert store.launches.claim_probes(None) is probes  # built once, not per claim
         with store._db.write() as conn:
             for sql, index in zip(probes, ("workflow_run_queue_ready_affinity",
                                            "workflow_run_queue_ready"), strict=True):
