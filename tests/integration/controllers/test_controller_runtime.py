@@ -56,12 +56,25 @@ def gate() -> Gate:
     return Gate()
 
 
+#: A child that runs until the test creates `child.gate` in the project (its working
+#: folder), so it cannot end, and wake its parent's key again, before the test says so.
+GATED_CHILD = """\
+name: gated-child
+input: {type: object}
+start: wait
+nodes:
+  wait: {action: {shell: [sh, -c, "until [ -e child.gate ]; do sleep 0.01; done"]}}
+"""
+
+
 @pytest.fixture
 def h(project: Path, gate: Gate) -> Any:
+    (project / ".wfrun" / "workflows" / "gated-child.yaml").write_text(GATED_CHILD)
     harness = Harness(project, [probe_controller(project),
                                 define_controller("gate", gate.reconcile)])
     yield harness
     gate.release.set()
+    (project / "child.gate").touch()  # a test that failed early leaves no child waiting
     harness.close()
 
 
@@ -74,7 +87,9 @@ def in_thread(fn: Any) -> threading.Thread:
 # -- (a) ----------------------------------------------------------------------------------
 def test_ten_identical_enqueues_make_one_pending_key_and_one_child_run(h: Harness) -> None:
     m = h.manager()
-    m.apply("probe", "k", {"child": "quick-child"})
+    # The child waits for the test: a quick one could end, and wake the key for a second
+    # (legitimate) pass, before run_until_idle's next look at the queue.
+    m.apply("probe", "k", {"child": "gated-child"})
     for _ in range(10):
         m.enqueue("probe", "k")
     h.store.reconcile_queue.enqueue_many([("probe", "k")] * 10)
@@ -82,8 +97,11 @@ def test_ten_identical_enqueues_make_one_pending_key_and_one_child_run(h: Harnes
     assert [(r.controller, r.key, r.claim_token, r.dirty) for r in rows] == [
         ("probe", "k", None, False)]
     assert m.run_until_idle() == 1  # one pass for eleven wake-ups; it asks for the child
+    assert m.children is not None
+    assert m.children.busy  # the child runs, waiting for its gate
     for _ in range(10):  # more wake-ups while the child runs
         m.enqueue("probe", "k")
+    (h.root / "child.gate").touch()
     h.drain(m, lambda: (h.ready("probe", "k") or {}).get("status") == "True")
     uid = h.resource("probe", "k").uid
     requests = h.store.workflow_requests.list(uid)
