@@ -28,19 +28,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # pgcluster
 
+from bundlespaces import CHAIN3
+
 from runner.compiler import Compiler, WorkflowDefinition
 from runner.engine import Engine
 
-WORKFLOW = """
-    start: a
-    nodes:
-      a: {compute: "{{ 1 }}"}
-      b: {compute: "{{ outputs.a + 1 }}"}
-      c: {compute: "{{ outputs.b + 1 }}"}
-    edges:
-      - {from: a, to: b}
-      - {from: b, to: c}
-"""
+WORKFLOW = CHAIN3
 WRITES = ("create_bundle", "append_events", "put_document", "put_artifact",
           "truncate_events", "seal_bundle", "write_batch")
 

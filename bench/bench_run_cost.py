@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from benchkit import (  # bench/ is on sys.path
+    CHAIN3,
     file_create_cost,
     machine,
     sqlite_commit_cost,
@@ -64,16 +65,7 @@ from runner.host.runtime.local import Workspace  # noqa: E402
 from runner.launch import LaunchCoordinator  # noqa: E402
 from runner.store import SqliteStore  # noqa: E402
 
-WORKFLOW = """\
-start: a
-nodes:
-  a: {compute: "{{ 1 }}"}
-  b: {compute: "{{ outputs.a + 1 }}"}
-  c: {compute: "{{ outputs.b + 1 }}"}
-edges:
-  - {from: a, to: b}
-  - {from: b, to: c}
-"""
+WORKFLOW = CHAIN3
 
 COUNTS: collections.Counter[str] = collections.Counter()
 

@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+#: The trivial 3-node compute chain the hot-path figures count (the tests use it too).
+CHAIN3 = (REPO / "fixtures" / "workflows" / "chain3.yaml").read_text()
 
 
 def use_root() -> Path:

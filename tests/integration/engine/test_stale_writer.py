@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
+from bundlespaces import CHAIN3
 
 from runner.compiler import Compiler, WorkflowDefinition
 from runner.engine import Engine, FolderBundle, RunState
@@ -84,22 +84,11 @@ def test_two_writers_the_stale_one_writes_nothing(tmp_path: Path) -> None:
     b.close()
 
 
-WF = """\
-    name: chain
-    start: a
-    nodes:
-      a: {compute: "{{ 1 }}"}
-      b: {compute: "{{ outputs.a + 1 }}"}
-      c: {compute: "{{ outputs.b + 1 }}"}
-    edges:
-      - {from: a, to: b}
-      - {from: b, to: c}
-"""
 
 
 def compile_chain(tmp_path: Path) -> WorkflowDefinition:
     path = tmp_path / "chain.yaml"
-    path.write_text(textwrap.dedent(WF))
+    path.write_text(CHAIN3)
     result = Compiler().compile_path(path)
     assert result.valid
     assert result.definition is not None
