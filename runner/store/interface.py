@@ -147,7 +147,7 @@ class LaunchQueue(Protocol):
         once; False when the claim was no longer ours."""
         ...
 
-    def check_claim(self, run_id: str, claim_token: str) -> str | LostRace:
+    def check_claim(self, run_id: str, claim_token: str) -> LaunchStatus | LostRace:
         """The engine's fence: token matches, status starting|running, lease unexpired;
         the status (`starting` or `running`) while the claim is held."""
         ...

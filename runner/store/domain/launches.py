@@ -420,7 +420,7 @@ class LaunchQueue(LaunchPages):
                 tx.notify(LAUNCH_CHANNEL, run_id)  # an idle host claims it on the notice
         return row is not None
 
-    def check_claim(self, run_id: str, claim_token: str) -> str | LostRace:
+    def check_claim(self, run_id: str, claim_token: str) -> LaunchStatus | LostRace:
         # The lease columns and the clock in one statement, no row decoded.
         with self._connector.read() as tx:
             now, clock = tx.clock_sql("fence_now")
@@ -429,7 +429,8 @@ class LaunchQueue(LaunchPages):
         if lost is not None:
             return lost
         assert row is not None
-        return str(row["status"])
+        status: LaunchStatus = row["status"]  # the guard passed: starting or running
+        return status
 
     # --- transitions -------------------------------------------------------------
 
