@@ -8,6 +8,7 @@ exists in the DOM, and the payload's characters are in the page's text."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from typing import Any
 
@@ -96,8 +97,11 @@ def test_nothing_from_the_corpus_executes_on_any_page(project: Project, page: An
         page.wait_for_selector('#run-status[data-status="failed"]')  # the live view drew
         assert_inert(page)
         assert page.text_content("#run-title") == PAYLOAD
-        # The status and the outputs are drawn by separate steps of the live view.
-        page.wait_for_function("document.querySelector('#outputs').textContent.length > 0")
+        # The status and the outputs are drawn by separate steps of the live view. A
+        # locator wait, not `wait_for_function`: that one polls by evaluating its string
+        # in the page, which the page's CSP (no 'unsafe-eval') refuses whenever the
+        # outputs are not drawn yet at its first look.
+        page.locator("#outputs", has_text=re.compile(r"\S")).wait_for()
         assert json.loads(page.text_content("#outputs"))["out"] == {"v": PAYLOAD}
         assert PAYLOADS[1] in page.text_content("#run-error-message")
         assert CASE in page.text_content("#graph .edge-label") or \
