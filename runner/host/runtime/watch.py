@@ -17,10 +17,11 @@ retargeted, since the recorded path is the real one.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -344,11 +345,21 @@ def _interest_of(record: LaunchRecord) -> frozenset[str]:
     interest: set[str] = set()
     for path, _ in recorded_files(record):
         interest.add(path)
-        interest.update(str(p) for p in Path(path).parents)
+        interest |= _ancestors(path)
     return frozenset(interest)
 
 
-def _under(path: str, folders: Iterable[str]) -> bool:
+def _under(path: str, folders: Collection[str]) -> bool:
     """True when one of `folders` is an ancestor of `path` (a folder event)."""
-    parents = {str(p) for p in Path(path).parents}
+    if not folders:
+        return False
+    parents = _ancestors(path)
     return any(f in parents for f in folders)
+
+
+@functools.lru_cache(maxsize=4096)
+def _ancestors(path: str) -> frozenset[str]:
+    """Every folder above `path`, as the strings `Path(path).parents` gives. Cached:
+    the launches a host watches mostly share a few files, and a backlog of hundreds
+    re-asked for the same ones on every update (pathlib was ~8 % of a draining host's CPU)."""
+    return frozenset(str(p) for p in Path(path).parents)
