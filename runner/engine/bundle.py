@@ -134,7 +134,7 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-def _create_private(path: Path, data: bytes) -> None:
+def _create_private(path: str | Path, data: bytes) -> None:
     """Write a new 0600 file in place: for a file no reader looks at yet (a refused
     write removes what it began)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -144,13 +144,15 @@ def _create_private(path: Path, data: bytes) -> None:
         finally:
             os.close(fd)
     except BaseException:
-        path.unlink(missing_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
         raise
 
 
-def _write_private(path: Path, data: bytes, *, sync: bool = False) -> None:
+def _write_private(path: str | Path, data: bytes, *, sync: bool = False) -> None:
     """Atomically replace `path` with a 0600 file (a refused write leaves no temp file)."""
-    tmp = path.with_name(f".{path.name}.tmp")
+    folder, name = os.path.split(path)
+    tmp = os.path.join(folder, f".{name}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         try:
@@ -161,11 +163,12 @@ def _write_private(path: Path, data: bytes, *, sync: bool = False) -> None:
             os.close(fd)
         os.replace(tmp, path)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
         raise
 
 
-def link_snapshot(runs_dir: Path, path: Path, data: bytes) -> bool:
+def link_snapshot(runs_dir: Path, path: str | Path, data: bytes) -> bool:
     """Make `path` a hard link to the one copy of `data` in `runs/.snapshots/`, named
     by its SHA-256: the runs of one definition share the snapshot's inode. A file
     creation costs 20 µs to 1 ms of kernel CPU on this VM, depending on the folder (a
@@ -222,6 +225,13 @@ class FolderBundle:
     def __init__(self, root: Path, run_id: str, fence: Fence = always,
                  durability: str = "full") -> None:
         self.root = root
+        # The files' paths as strings, joined once: a run writes them ~10 times, and
+        # a pathlib join and its conversion back cost more than the string work.
+        folder = str(root)
+        self._trace_path = os.path.join(folder, TRACE)
+        self._state_path = os.path.join(folder, STATE)
+        self._manifest_path = os.path.join(folder, MANIFEST)
+        self._workflow_path = os.path.join(folder, WORKFLOW)
         self.run_id = run_id
         self.fence = fence
         self.sync = durability == "full"
@@ -232,6 +242,7 @@ class FolderBundle:
         self._manifest: str | None = None  # the text this writer last wrote (no re-read)
         self._snapshot: bytes | None = None  # workflow.json, held for the next write
         self._fresh = False  # created by this writer, no manifest yet
+        self._linked = False  # workflow.json links the shared snapshot (already 0400)
 
     # -- opening --------------------------------------------------------------
     @classmethod
@@ -299,8 +310,9 @@ class FolderBundle:
     def _write_snapshot(self) -> None:
         data, self._snapshot = self._snapshot, None
         assert data is not None
-        path = self.root / WORKFLOW
+        path = self._workflow_path
         if link_snapshot(self.root.parent, path, data):
+            self._linked = True
             return
         try:
             # In place, no temp file and rename: it is written before the manifest, and
@@ -313,7 +325,7 @@ class FolderBundle:
         self._check()
         data = "".join(dumps(e) + "\n" for e in events).encode()
         if self._trace_fd is None:
-            self._trace_fd = os.open(self.root / TRACE, os.O_WRONLY | os.O_APPEND | os.O_CREAT,
+            self._trace_fd = os.open(self._trace_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT,
                                      0o600)
         _write_all(self._trace_fd, data)  # refused midway: a torn tail, repaired on resume
         if sync and self.sync:
@@ -321,14 +333,14 @@ class FolderBundle:
 
     def replace_state(self, state: dict[str, Any]) -> None:
         self._check()
-        _write_private(self.root / STATE, (dumps(state) + "\n").encode())
+        _write_private(self._state_path, (dumps(state) + "\n").encode())
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         self._check()
         # Compact canonical JSON: the C encoder (indenting takes Python's slow one, twice
         # per run); `wfrun show` is the readable view.
         text = dumps(manifest) + "\n"
-        _write_private(self.root / MANIFEST, text.encode(), sync=self.sync)
+        _write_private(self._manifest_path, text.encode(), sync=self.sync)
         self._manifest = text
         self._fresh = False
 
@@ -343,7 +355,8 @@ class FolderBundle:
             self._snapshot = data
             return
         self._check()
-        _write_private(self.root / WORKFLOW, data)
+        _write_private(self._workflow_path, data)
+        self._linked = False
 
     def write_artifact(self, data: bytes, media_type: str) -> dict[str, Any]:
         self._check()
@@ -399,12 +412,18 @@ class FolderBundle:
     def seal(self) -> None:
         """Make a terminal bundle immutable: read-only files, no more writes."""
         self._check()
+        paths = [self._state_path, self._manifest_path]
+        if not self._linked:  # a link to the shared snapshot is read-only already
+            paths.append(self._workflow_path)
         if self._trace_fd is not None:
+            os.fchmod(self._trace_fd, 0o400)  # on the open file: no path lookup
             os.close(self._trace_fd)
             self._trace_fd = None
-        for name in (TRACE, STATE, MANIFEST, WORKFLOW):
+        else:
+            paths.append(self._trace_path)
+        for path in paths:
             with contextlib.suppress(FileNotFoundError):
-                os.chmod(self.root / name, 0o400)
+                os.chmod(path, 0o400)
         self._sealed = True
 
     @staticmethod

@@ -95,14 +95,19 @@ def _wait_for_those_ahead(fd: int, number: int, *, wait: bool) -> bool:
     while the writers ahead of it may still hold theirs (rare: then wait for them all)."""
     if number == 0:
         return True
-    if not _lock(fd, PLACES + number - 1, wait=wait):
-        return False
+    if not wait:
+        # Without waiting, one look at the whole range answers it: two calls, not
+        # four (each call releases the GIL, and with several slot threads each
+        # release may hand the CPU to another thread and back).
+        if not _lock(fd, PLACES, wait=False, length=number):
+            return False
+        _unlock(fd, PLACES, length=number)
+        return True
+    _lock(fd, PLACES + number - 1, wait=True)
     _unlock(fd, PLACES + number - 1)
     if number == 1:
         return True
     if not _lock(fd, PLACES, wait=False, length=number - 1):
-        if not wait:
-            return False
         _lock(fd, PLACES, wait=True, length=number - 1)
     _unlock(fd, PLACES, length=number - 1)
     return True
