@@ -458,3 +458,49 @@ def test_a_file_system_that_refuses_the_link_gets_its_own_snapshot(
     else:  # written in place, 0600, as before the shared copies
         assert path.stat().st_nlink == 1
         assert _mode(path) == 0o600
+
+
+def test_sealing_makes_an_unlinked_snapshot_read_only_and_leaves_a_shared_one_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sealing skips the chmod of a workflow.json that links the shared copy (0400 from
+    the start), so a run that had to write its own copy must still get one."""
+    linked = FolderBundle.create(tmp_path, "r1")
+    linked.write_workflow({"name": "wf"})
+    linked.write_manifest({"run_id": "r1", "status": "running"})
+    linked.append([{"seq": 1, "type": "run_started"}], sync=True)
+
+    def refused(*_args: Any, **_kwargs: Any) -> None:
+        raise OSError(errno.EPERM, os.strerror(errno.EPERM))
+
+    monkeypatch.setattr(os, "link", refused)  # no hard links here: its own copy
+    own = FolderBundle.create(tmp_path, "r2")
+    own.write_workflow({"name": "wf"})
+    own.write_manifest({"run_id": "r2", "status": "running"})
+    own.append([{"seq": 1, "type": "run_started"}], sync=True)
+    monkeypatch.undo()
+    assert _mode(own.root / "workflow.json") == 0o600
+    own.close()  # opened again: its trace is sealed by path, not through an open file
+    own = FolderBundle.open(tmp_path, "r2")
+    shared = next((tmp_path / ".snapshots").iterdir())
+    chmods: list[str] = []
+    real_chmod = os.chmod
+
+    def chmod(path: Any, mode: int, *args: Any, **kwargs: Any) -> None:
+        chmods.append(os.fspath(path))
+        real_chmod(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(os, "chmod", chmod)
+    for bundle in (linked, own):
+        bundle.replace_state({"status": "completed"})
+        bundle.write_manifest({"run_id": bundle.run_id, "status": "completed"})
+        bundle.seal()
+        bundle.close()
+    monkeypatch.undo()
+    for root in (linked.root, own.root):
+        for name in ("manifest.json", "workflow.json", "state.json", "trace.jsonl"):
+            assert _mode(root / name) == 0o400, (root.name, name)
+    assert str(linked.root / "workflow.json") not in chmods  # the shared inode untouched
+    assert str(own.root / "workflow.json") in chmods
+    assert _mode(shared) == 0o400
+    assert str(own.root / "trace.jsonl") in chmods
+    assert str(linked.root / "trace.jsonl") not in chmods  # fchmod'ed while open
