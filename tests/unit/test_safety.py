@@ -147,6 +147,25 @@ def test_secret_env_values_pick_names_that_say_secret() -> None:
     assert sorted(secret_env_values(env)) == ["k1", "p1", "t1"]
 
 
+
+@given(st.text(alphabet="abcdefgiknoprstuwyAKT_-", max_size=24))
+@SETTINGS
+def test_the_remembered_verdict_on_a_name_is_the_pattern_s(name: str) -> None:
+    """`is_secret_name` remembers its answers by name (it runs twice per run over the
+    environment): asked again, or after the memory is full, it answers the same."""
+    truth = safety.SECRET_NAME.search(name) is not None
+    assert safety.is_secret_name(name) is truth
+    assert safety.is_secret_name(name) is truth
+
+
+def test_the_memory_of_name_verdicts_is_bounded() -> None:
+    for i in range(safety._VERDICTS_KEPT + 10):
+        safety.is_secret_name(f"VAR_{i}_TOKEN" if i % 2 else f"VAR_{i}")
+    assert len(safety._VERDICTS) <= safety._VERDICTS_KEPT
+    assert safety.is_secret_name("VAR_1_TOKEN")
+    assert not safety.is_secret_name("VAR_2")
+
+
 # -- bound, one_line, safe_message ----------------------------------------------------
 
 units = st.sampled_from(["a", " ", "\n", "é", "€", "😀", "\u0301"])
