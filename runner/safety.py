@@ -211,6 +211,12 @@ def safe_message(text: str, secrets: Iterable[str] = (), max_bytes: int = MAX_SA
 
 # --- picking secrets out of structured values -----------------------------------------
 
+# The default pattern's answers, by name: it is anchored at the end, so `search` tries
+# it at every position (1-5 µs per name), and the same names come back all the time
+# (every run scans this process's ~35 environment variable names twice: ~70 µs each).
+_VERDICTS: dict[str, bool] = {}
+_VERDICTS_KEPT = 4096
+
 
 def is_secret_name(name: str, keys: re.Pattern[str] = SECRET_NAME) -> bool:
     """True when a key or variable name says its value is a secret."""
@@ -222,13 +228,6 @@ def is_secret_name(name: str, keys: re.Pattern[str] = SECRET_NAME) -> bool:
             _VERDICTS.clear()
         verdict = _VERDICTS[name] = SECRET_NAME.search(name) is not None
     return verdict
-
-
-# The default pattern's answers, by name: it is anchored at the end, so `search` tries
-# it at every position (1-5 µs per name), and the same names come back all the time
-# (every run scans this process's ~35 environment variable names twice: ~70 µs each).
-_VERDICTS: dict[str, bool] = {}
-_VERDICTS_KEPT = 4096
 
 
 def secret_values(value: object, *, keys: re.Pattern[str] = SECRET_NAME) -> tuple[str, ...]:

@@ -144,8 +144,7 @@ def _create_private(path: str | Path, data: bytes) -> None:
         finally:
             os.close(fd)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
+        Path(path).unlink(missing_ok=True)
         raise
 
 
@@ -163,8 +162,7 @@ def _write_private(path: str | Path, data: bytes, *, sync: bool = False) -> None
             os.close(fd)
         os.replace(tmp, path)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        Path(tmp).unlink(missing_ok=True)
         raise
 
 
