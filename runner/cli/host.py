@@ -12,7 +12,14 @@ import click
 
 from runner.engine import RunOutcome
 from runner.errors import MachineFault
-from runner.host.daemon import LEASE_SECONDS, HostReport, StandaloneHost
+from runner.host.daemon import (
+    LEASE_SECONDS,
+    HostReport,
+    StandaloneHost,
+    WorkerSettings,
+    fork_workers,
+    host_lock,
+)
 from runner.host.runtime.controllers import discover, make_manager
 from runner.host.runtime.local import open_store
 
@@ -27,6 +34,9 @@ from .runs import agent_option, workspace
 @click.option("--once", is_flag=True, help="Process what is ready, then exit.")
 @click.option("--max-runs", type=click.IntRange(1, 256), default=4, show_default=True,
               help="Runs executing at the same time.")
+@click.option("--processes", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Processes sharing those runs, each claiming from the store: more than "
+                   "one uses more CPU cores (the first process also runs the controllers).")
 @click.option("--no-controllers", is_flag=True, help="Do not run the controller manager.")
 @click.option("--quiet", "-q", is_flag=True)
 @click.option("--lease", "lease", type=click.FloatRange(0.5, 3600), default=LEASE_SECONDS,
@@ -37,13 +47,25 @@ from .runs import agent_option, workspace
               help="Idle poll interval in seconds (a Postgres store also wakes the host "
                    "by notice; tests lengthen it to prove that).")
 @click.pass_obj
-def host_cmd(ctx: Context, agent: str | None, once: bool, max_runs: int,
+def host_cmd(ctx: Context, agent: str | None, once: bool, max_runs: int, processes: int,
              no_controllers: bool, quiet: bool, lease: float, poll: float) -> None:
     """Run detached launches, resume parked runs and run controllers (one per project)."""
+    if processes > max_runs:
+        raise click.UsageError(f"--processes {processes} is more than --max-runs {max_runs}: "
+                               "each process runs one run at least; lower --processes")
     ws = workspace(ctx)
     ctx.require_project()
-    store = open_store(ws)
+    lock = host_lock(ws)
+    lock.acquire()  # first: a second host is refused before anything starts
     executor = ctx.executor(agent, ws.clock)
+    pool = None
+    if processes > 1:
+        open_store(ws).close()  # a store that cannot open is refused before any fork
+        settings = WorkerSettings(open_store=lambda: open_store(ws), executor=executor,
+                                  once=once, poll=poll, lease_seconds=lease)
+        pool, max_runs = fork_workers(ws, lock, processes=processes, max_runs=max_runs,
+                                      settings=settings)
+    store = open_store(ws)
     manager = None
     if not no_controllers:
         entries = discover(ws, ctx.user_dir)
@@ -56,7 +78,7 @@ def host_cmd(ctx: Context, agent: str | None, once: bool, max_runs: int,
     with Progress(quiet=quiet or not sys.stderr.isatty()) as progress:
         host = StandaloneHost(ws, store, executor=executor, manager=manager,
                               max_runs=max_runs, observer=progress, lease_seconds=lease,
-                              poll=poll, on_run_ended=ended)
+                              poll=poll, on_run_ended=ended, lock=lock, pool=pool)
 
         def stop(signum: int, frame: FrameType | None) -> None:
             click.echo("\nwfrun host: parking in-flight runs and stopping...", err=True)
@@ -66,8 +88,9 @@ def host_cmd(ctx: Context, agent: str | None, once: bool, max_runs: int,
             signal.signal(sig, stop)
         def ready() -> None:  # only once the lock is held: a refused host prints no banner
             if not once and not quiet:
-                click.echo(f"wfrun host running for {ws.project_root} (pid {os.getpid()}); "
-                           "Ctrl-C stops it", err=True)
+                more = f", {processes} processes" if processes > 1 else ""
+                click.echo(f"wfrun host running for {ws.project_root} (pid {os.getpid()}"
+                           f"{more}); Ctrl-C stops it", err=True)
 
         report = host.run(once=once, on_ready=ready)
     store.close()

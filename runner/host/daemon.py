@@ -27,7 +27,12 @@ from pathlib import Path
 
 from runner.controllers import ControllerManager
 from runner.engine import AgentStepExecutor, RunControl, RunOutcome
-from runner.engine.processes import ProcessRegistry, reap_dead_registries, reap_orphans
+from runner.engine.processes import (
+    ProcessRegistry,
+    reap_dead_registries,
+    reap_orphans,
+    registry_for_this_process,
+)
 from runner.engine.runner import Observer
 from runner.engine.secrets import SecretSource
 from runner.errors import InputError, machine_fault
@@ -41,10 +46,13 @@ from runner.store.wakeups import launch_wakeups
 from .runtime.launches import runner_id
 from .runtime.local import Workspace
 from .runtime.watch import Drift, SourceWatch
+from .workers import EXIT_GRACE, Message, WorkerPool, shares, store_is_open, watch_control
 
 log = logging.getLogger(__name__)
-__all__ = ["LEASE_SECONDS", "HostLock", "HostReport", "StandaloneHost"]
+__all__ = ["LEASE_SECONDS", "HostLock", "HostReport", "StandaloneHost", "WorkerSettings",
+           "fork_workers"]
 PARK_DEADLINE = 8.0
+HOST_CHILDREN = "host.children.json"  # the host's own shell process groups, for reaping
 CLAIM_RETRY = 1.0  # seconds between claims while the store refuses them
 # The source watch's query reads every queued launch (~20 ms at 1,000 queued here): it
 # runs at most once per poll interval, and at most every WATCH_SHARE times its own last
@@ -114,20 +122,101 @@ class HostLock:
             self.fd = None
 
 
+def host_lock(ws: Workspace) -> HostLock:
+    if ws.project_root is None:
+        raise InputError("wfrun host needs a project (a folder with .wfrun/); pass --project")
+    return HostLock(ws.project_root / ".wfrun" / "state" / "host.lock")
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """What a worker process needs to build its own store, executor and claim loop."""
+
+    open_store: Callable[[], Store]
+    executor: AgentStepExecutor | None = None  # the host's, copied by the fork
+    once: bool = False
+    poll: float = 0.5
+    durability: str = "full"
+    lease_seconds: float = LEASE_SECONDS
+
+
+def fork_workers(ws: Workspace, lock: HostLock, *, processes: int, max_runs: int,
+                 settings: WorkerSettings) -> tuple[WorkerPool | None, int]:
+    """Fork the host's `processes - 1` worker processes (`wfrun host --processes N`):
+    the pool and the host's own share of the `max_runs` slots.
+
+    Called with the host lock held and before this process opens the store or starts
+    a thread: SQLite keeps per-process lock state in memory, which a fork would copy
+    into the workers wrong (workers.py says more)."""
+    split = shares(max_runs, processes)
+    if processes == 1:
+        return None, split[0]
+    if lock.fd is None:
+        raise RuntimeError("fork_workers needs the host lock held")
+    if store_is_open(ws):
+        raise RuntimeError("fork_workers must run before this process opens the store")
+    pool = WorkerPool(ws.children_dir, clock=ws.clock)
+    # A dead host's groups go before any worker could resume a run beside them.
+    pool.reaped = _reap(lock.path.parent, ws)
+
+    def body(share: int) -> Callable[[Callable[[Message], None], int], None]:
+        return lambda send, control: _work_as_worker(ws, settings, share, send, control)
+
+    for share in split[1:]:
+        pool.fork(body(share))
+    pool.start_reading()
+    return pool, split[0]
+
+
+def _work_as_worker(ws: Workspace, settings: WorkerSettings, share: int,
+                    send: Callable[[Message], None], control: int) -> None:
+    """A worker process: its own store and claim loop, reporting to its host."""
+    import signal
+
+    store = settings.open_store()
+    try:
+        worker = StandaloneHost(ws, store, executor=settings.executor, max_runs=share,
+                                poll=settings.poll, durability=settings.durability,
+                                lease_seconds=settings.lease_seconds,
+                                on_run_ended=lambda run_id, outcome: send(
+                                    ("ended", run_id, outcome)),
+                                registry=registry_for_this_process(ws.children_dir))
+        worker.on_run_started = lambda run_id: send(("started", run_id))
+        watch_control(control, worker.stop)
+        signal.signal(signal.SIGTERM, lambda _signum, _frame: worker.stop())
+        worker.work(once=settings.once)
+    finally:
+        store.close()
+
+
+def _reap(state_dir: Path, ws: Workspace) -> list[int]:
+    """Kill the process groups of a dead host and of dead foreground runners."""
+    return (reap_orphans(state_dir / HOST_CHILDREN)
+            + reap_dead_registries(ws.children_dir))
+
+
 class StandaloneHost:
     def __init__(self, ws: Workspace, store: Store, *,
                  executor: AgentStepExecutor | None = None,
                  manager: ControllerManager | None = None, max_runs: int = 4,
                  poll: float = 0.5, observer: Observer | None = None,
                  durability: str = "full", lease_seconds: float = LEASE_SECONDS,
-                 on_run_ended: RunEnded | None = None) -> None:
+                 on_run_ended: RunEnded | None = None, lock: HostLock | None = None,
+                 pool: WorkerPool | None = None,
+                 registry: ProcessRegistry | None = None) -> None:
+        """`lock`: the project's host lock when the caller took it already (before
+        forking `pool`, the worker processes, with `fork_workers`); `registry`: where
+        shell process groups are recorded (a worker process has its own)."""
         if ws.project_root is None:
             raise InputError("wfrun host needs a project (a folder with .wfrun/); pass --project")
         self.ws = ws
         self.store = store
         self.state_dir = ws.project_root / ".wfrun" / "state"
-        self.lock = HostLock(self.state_dir / "host.lock")
-        self.processes = ProcessRegistry(self.state_dir / "host.children.json")
+        self.lock = lock or HostLock(self.state_dir / "host.lock")
+        self.pool = pool
+        if pool is not None:
+            pool.on_started, pool.on_ended = self._worker_started, self._worker_ended
+        self.processes = registry or ProcessRegistry(self.state_dir / HOST_CHILDREN)
         self.manager = manager
         self.max_runs = max(max_runs, 1)
         self.poll = poll
@@ -151,6 +240,7 @@ class StandaloneHost:
         self._workers: list[threading.Thread] = []
         self.report = HostReport()
         self.on_run_ended = on_run_ended
+        self.on_run_started: Callable[[str], None] | None = None
         self.watch = SourceWatch(self._drifted, on_clear=self._restored, clock=ws.clock)
         self._watched_at: float | None = None
         self._watch_every = poll  # seconds between two looks at the queue (see WATCH_SHARE)
@@ -163,16 +253,33 @@ class StandaloneHost:
             on_ready: Callable[[], None] | None = None) -> HostReport:
         """Hold the project's host lock and work; `on_ready` is called once the lock is
         held (a refused second host says so before anything else)."""
-        self.lock.acquire()
+        if self.lock.fd is None:
+            self.lock.acquire()
         try:
             if on_ready is not None:
                 on_ready()
             # Groups of a dead host, and of dead foreground runners (`wfrun run`).
-            self.report.reaped = (reap_orphans(self.processes.path)
-                                  + reap_dead_registries(self.ws.children_dir))
+            self.report.reaped = (self.pool.reaped if self.pool is not None else []) + \
+                _reap(self.state_dir, self.ws)
             if self.manager is not None and not once:
                 self.manager.start()
             self.watch.start()
+            try:
+                self.work(once)
+            finally:
+                self.watch.stop()
+                if self.pool is not None:  # the workers park (if stopping) and report
+                    self.pool.finish(self.stop_event, PARK_DEADLINE + EXIT_GRACE)
+                if self.manager is not None:
+                    self.manager.stop(grace=2.0)
+        finally:
+            self.lock.release()
+        return self.report
+
+    def work(self, once: bool = False) -> None:
+        """The claim loop alone: what a worker process runs (its host holds the lock,
+        the controllers and the source watch); parks what is in flight when stopped."""
+        try:
             wakeups = None if once else launch_wakeups(self.store)
             if wakeups is not None:  # listening before the first claim: no notice falls between
                 self.listener = LaunchListener(wakeups, self._wake.set)
@@ -181,13 +288,10 @@ class StandaloneHost:
         finally:
             if self.listener is not None:
                 self.listener.stop()
-            self.watch.stop()
+            if self.pool is not None and self.stop_event.is_set():
+                self.pool.stop()  # the workers park beside this host's own runs
             self._park_all()
             self._stop_workers()
-            if self.manager is not None:
-                self.manager.stop(grace=2.0)
-            self.lock.release()
-        return self.report
 
     def stop(self) -> None:
         self.stop_event.set()
@@ -288,7 +392,10 @@ class StandaloneHost:
                 worker = threading.Thread(target=self._work_loop, daemon=True,
                                           name=f"wfrun-host-worker-{len(self._workers) + 1}")
                 self._workers.append(worker)
-        self.report.started += 1
+        with self._lock:  # worker processes' reports count here too
+            self.report.started += 1
+        if self.on_run_started is not None:
+            self.on_run_started(record.run_id)
         self._work.put((record, control))
         if grow:
             worker.start()
@@ -312,10 +419,11 @@ class StandaloneHost:
     def _execute(self, record: LaunchRecord, control: RunControl) -> None:
         try:
             outcome = self.coordinator.execute(record, control=control)
-            if outcome is None:
-                self.report.failed_to_start += 1
-            else:
-                self.report.outcomes.append(outcome)
+            with self._lock:
+                if outcome is None:
+                    self.report.failed_to_start += 1
+                else:
+                    self.report.outcomes.append(outcome)
             if self.on_run_ended is not None:
                 try:
                     self.on_run_ended(record.run_id, outcome)
@@ -327,6 +435,23 @@ class StandaloneHost:
             if ended is not None:
                 ended[0].set()
             self._wake.set()
+
+    def _worker_started(self, run_id: str) -> None:
+        with self._lock:
+            self.report.started += 1
+
+    def _worker_ended(self, run_id: str, outcome: RunOutcome | None) -> None:
+        """A run a worker process ended: counted and reported as this host's own."""
+        with self._lock:
+            if outcome is None:
+                self.report.failed_to_start += 1
+            else:
+                self.report.outcomes.append(outcome)
+        if self.on_run_ended is not None:
+            try:
+                self.on_run_ended(run_id, outcome)
+            except Exception:  # a display problem never ends the host
+                log.exception("wfrun host: cannot report run %s", run_id)
 
     def _park_all(self) -> None:
         """Park every in-flight run at its next safe point, then wait (bounded)."""
