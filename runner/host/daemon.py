@@ -164,7 +164,8 @@ def fork_workers(ws: Workspace, lock: HostLock, *, processes: int, max_runs: int
 
     for share in split[1:]:
         pool.fork(body(share))
-    pool.start_reading()
+    # The host reads their reports once it exists (StandaloneHost.run): until then
+    # they wait in the pipes, so a run a worker ends first is still counted.
     return pool, split[0]
 
 
@@ -261,6 +262,8 @@ class StandaloneHost:
             # Groups of a dead host, and of dead foreground runners (`wfrun run`).
             self.report.reaped = (self.pool.reaped if self.pool is not None else []) + \
                 _reap(self.state_dir, self.ws)
+            if self.pool is not None:
+                self.pool.start_reading()
             if self.manager is not None and not once:
                 self.manager.start()
             self.watch.start()

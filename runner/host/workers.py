@@ -110,7 +110,8 @@ class WorkerPool:
         self.workers.append(Worker(pid, reports_r, control_w))
 
     def start_reading(self) -> None:
-        """One thread per worker takes its reports (after the last fork)."""
+        """One thread per worker takes its reports (after the last fork, once the
+        handlers are set: a report read before would be lost)."""
         for worker in self.workers:
             worker.reader = threading.Thread(target=self._read, args=(worker,), daemon=True,
                                              name=f"wfrun-host-worker-pid-{worker.pid}")

@@ -12,6 +12,7 @@ import pytest
 from standalonekit import Project, group_gone, pid_gone, wait_for
 from waiting import DEADLINE
 
+from runner.host.daemon import StandaloneHost, WorkerSettings, fork_workers, host_lock
 from runner.host.runtime.views import show_run
 
 pytestmark = pytest.mark.slow
@@ -161,3 +162,29 @@ def test_more_processes_than_runs_is_refused_in_one_line(project: Project) -> No
         "Error: --processes 3 is more than --max-runs 2: each process runs one run at "
         "least; lower --processes")
     assert project.launch_status(run_id) == "queued"  # nothing was started
+
+
+def test_runs_a_worker_ends_before_the_host_is_built_are_still_counted(
+        project: Project) -> None:
+    ids = project.queue("tiny", [{"n": i} for i in range(6)])
+    ws = project.workspace()
+    lock = host_lock(ws)
+    lock.acquire()
+    pool, share = fork_workers(ws, lock, processes=2, max_runs=2, settings=WorkerSettings(
+        open_store=project.store, once=True))
+    assert pool is not None
+    assert share == 1
+    # The worker drains the queue alone while this process has no host yet.
+    wait_for("the worker to finish every run",
+             lambda: all(project.launch_status(r) == "done" for r in ids))
+    store = project.store()
+    try:
+        ended: list[str] = []
+        host = StandaloneHost(ws, store, max_runs=share, lock=lock, pool=pool,
+                              on_run_ended=lambda run_id, _outcome: ended.append(run_id))
+        report = host.run(once=True)
+    finally:
+        store.close()
+    assert report.started == 6
+    assert report.counts() == {"completed": 6}
+    assert sorted(ended) == sorted(ids)
