@@ -54,16 +54,18 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 VENV = REPO / ".bench-venv"
 REQUIREMENTS = ("huey>=3,<4", "dbos>=3,<4")
-SYSTEMS = ("wfrun", "huey", "dbos")
+SYSTEMS = ("wfrun", "wfrun-p2", "huey", "huey-proc", "dbos")
 BEFORE = "before"  # wfrun from `--before DIR`, to compare two versions in one run
 STEPS = 3
 DRAIN_TIMEOUT_S = 180.0
 
 
 # -- the children: one system, one round, one JSON line on stdout --------------------
-def _cpu() -> float:
+def _cpu(children: bool = False) -> float:
+    """This process's CPU seconds (all threads), and with `children` that of its
+    children that ended and were waited for (process workers)."""
     t = os.times()
-    return t.user + t.system
+    return t.user + t.system + (t.children_user + t.children_system if children else 0.0)
 
 
 def _result(system: str, n: int, enqueue_ms: list[float], drain_s: float,
@@ -87,7 +89,8 @@ edges:
 """
 
 
-def child_wfrun(folder: Path, n: int, cli: bool, runner_root: Path = REPO) -> dict[str, Any]:
+def child_wfrun(folder: Path, n: int, cli: bool, runner_root: Path = REPO,
+                processes: int = 1) -> dict[str, Any]:
     sys.path.insert(0, str(runner_root))
     from runner.compiler import build_catalog
     from runner.host.daemon import StandaloneHost
@@ -122,11 +125,23 @@ def child_wfrun(folder: Path, n: int, cli: bool, runner_root: Path = REPO) -> di
 
     enqueue_ms = queue(n, 0)
     ws = Workspace(build_catalog("workflows", root, None), root, root / ".wfrun")
-    store = SqliteStore(store_path)
-    host = StandaloneHost(ws, store, max_runs=4)
-    c0, t0 = _cpu(), time.perf_counter()
-    host.run(once=True)
-    drain, cpu = time.perf_counter() - t0, _cpu() - c0
+    c0, t0 = _cpu(children=True), time.perf_counter()
+    if processes > 1:  # as `wfrun host --processes N` does: fork before opening the store
+        from runner.host.daemon import WorkerSettings, fork_workers, host_lock
+
+        lock = host_lock(ws)
+        lock.acquire()
+        settings = WorkerSettings(open_store=lambda: SqliteStore(store_path), once=True)
+        pool, share = fork_workers(ws, lock, processes=processes, max_runs=4,
+                                   settings=settings)
+        store = SqliteStore(store_path)
+        host = StandaloneHost(ws, store, max_runs=share, lock=lock, pool=pool)
+    else:
+        store = SqliteStore(store_path)
+        host = StandaloneHost(ws, store, max_runs=4)
+        c0, t0 = _cpu(children=True), time.perf_counter()
+    host.run(once=True)  # returns once every worker process has ended (and been reaped)
+    drain, cpu = time.perf_counter() - t0, _cpu(children=True) - c0
     store.close()
     if done() != n:
         raise SystemExit(f"wfrun: {done()} of {n} launches done")
@@ -154,13 +169,16 @@ def child_wfrun(folder: Path, n: int, cli: bool, runner_root: Path = REPO) -> di
     return _result("wfrun", n, enqueue_ms, drain, cpu, **extra)
 
 
-def child_huey(folder: Path, n: int) -> dict[str, Any]:
+def child_huey(folder: Path, n: int, worker_type: str = "thread") -> dict[str, Any]:
+    import multiprocessing
+
     from huey import SqliteHuey
 
     huey = SqliteHuey("bench", filename=str(folder / "huey.sqlite3"), fsync=True,
                       journal_mode="wal")
     finished = threading.Event()
-    lock, count = threading.Lock(), [0]
+    # Shared memory, so that process workers (forked by the consumer) count here too.
+    count = multiprocessing.get_context("fork").Value("i", 0)
 
     @huey.task()
     def step(x: int) -> int:
@@ -168,9 +186,9 @@ def child_huey(folder: Path, n: int) -> dict[str, Any]:
 
     @huey.task()
     def last(x: int) -> int:
-        with lock:
-            count[0] += 1
-            if count[0] == n:
+        with count.get_lock():
+            count.value += 1
+            if count.value == n and worker_type == "thread":
                 finished.set()
         return x + 1
 
@@ -183,15 +201,24 @@ def child_huey(folder: Path, n: int) -> dict[str, Any]:
         t0 = time.perf_counter()
         huey.enqueue(pipeline)
         enqueue_ms.append((time.perf_counter() - t0) * 1000)
-    consumer = huey.create_consumer(workers=4, worker_type="thread", periodic=False,
+    consumer = huey.create_consumer(workers=4, worker_type=worker_type, periodic=False,
                                     initial_delay=0.001, max_delay=0.01)
-    c0, t0 = _cpu(), time.perf_counter()
+    c0, t0 = _cpu(children=True), time.perf_counter()
     consumer.start()
-    if not finished.wait(DRAIN_TIMEOUT_S):
-        raise SystemExit(f"huey: {count[0]} of {n} pipelines finished")
-    drain, cpu = time.perf_counter() - t0, _cpu() - c0
-    consumer.stop(graceful=True)
-    return _result("huey", n, enqueue_ms, drain, cpu)
+    if worker_type == "thread":
+        done = finished.wait(DRAIN_TIMEOUT_S)
+    else:  # the workers are other processes: watch the shared count
+        end = time.monotonic() + DRAIN_TIMEOUT_S
+        while count.value < n and time.monotonic() < end:
+            time.sleep(0.0005)
+        done = count.value >= n
+    if not done:
+        raise SystemExit(f"huey: {count.value} of {n} pipelines finished")
+    drain = time.perf_counter() - t0
+    consumer.stop(graceful=True)  # process workers are joined: their CPU is counted
+    cpu = _cpu(children=True) - c0
+    return _result("huey" if worker_type == "thread" else "huey-proc", n, enqueue_ms,
+                   drain, cpu)
 
 
 def child_dbos(folder: Path, n: int) -> dict[str, Any]:
@@ -249,11 +276,12 @@ def child(system: str, n: int, cli: bool, root: Path = REPO,
         with tempfile.TemporaryDirectory(prefix=f"wfrun-bench-vs-{system}-") as tmp:
             return child(system, n, cli, root, Path(tmp))
     folder.mkdir(parents=True, exist_ok=True)
-    if system in ("wfrun", BEFORE):
-        out = child_wfrun(folder, n, cli, root)
+    if system in ("wfrun", BEFORE, "wfrun-p2"):
+        out = child_wfrun(folder, n, cli and system != "wfrun-p2", root,
+                          processes=2 if system == "wfrun-p2" else 1)
         out["system"] = system
-    elif system == "huey":
-        out = child_huey(folder, n)
+    elif system in ("huey", "huey-proc"):
+        out = child_huey(folder, n, "thread" if system == "huey" else "process")
     else:
         out = child_dbos(folder, n)
     print("RESULT " + json.dumps(out), flush=True)
@@ -322,7 +350,7 @@ def main(argv: list[str]) -> int:
             ap.error(f"--before {args.before}: no runner/ package there; make one with "
                      "`git archive COMMIT runner | tar -x -C DIR`")
         systems.insert(1, BEFORE)
-    others = ensure_venv(args.venv) if set(systems) - {"wfrun", BEFORE} \
+    others = ensure_venv(args.venv) if set(systems) - {"wfrun", BEFORE, "wfrun-p2"} \
         else Path(sys.executable)
     sys.path.insert(0, str(REPO / "bench"))
     from bench_engine import time_fsync
@@ -338,7 +366,8 @@ def main(argv: list[str]) -> int:
         for r in range(args.rounds):
             order = systems[r % len(systems):] + systems[:r % len(systems)]
             for system in order:
-                python = Path(sys.executable) if system in ("wfrun", BEFORE) else others
+                python = Path(sys.executable) if system in ("wfrun", BEFORE, "wfrun-p2") \
+                    else others
                 root = args.before.resolve() if system == BEFORE else args.root.resolve()
                 rounds[system].append(run_child(python, system, args.n, args.cli, root,
                                                 session / f"round-{r + 1}-{system}"))
@@ -369,15 +398,15 @@ def main(argv: list[str]) -> int:
     print(f"{args.n} trivial 3-step pipelines per system, 4 workers each, median of "
           f"{args.rounds} interleaved rounds (ratio: wfrun's figure / the system's, "
           "> 1 means wfrun is better)")
-    print(f"  {'system':<7} {'runs/s':>8} {'CPU ms/run':>11} {'CPU ms/step':>12} "
+    print(f"  {'system':<9} {'runs/s':>8} {'CPU ms/run':>11} {'CPU ms/step':>12} "
           f"{'enqueue p50 ms':>15}")
     base = medians.get("wfrun")
     for s in systems:
         m = medians[s]
-        print(f"  {s:<7} {m['runs_per_s']:8.0f} {m['cpu_ms_per_run']:11.2f} "
+        print(f"  {s:<9} {m['runs_per_s']:8.0f} {m['cpu_ms_per_run']:11.2f} "
               f"{m['cpu_ms_per_step']:12.3f} {m['enqueue_p50_ms']:15.3f}")
         if base is not None and s != "wfrun":
-            print(f"  {'ratio':<7} {base['runs_per_s'] / m['runs_per_s']:7.2f}x "
+            print(f"  {'ratio':<9} {base['runs_per_s'] / m['runs_per_s']:7.2f}x "
                   f"{m['cpu_ms_per_run'] / base['cpu_ms_per_run']:10.2f}x "
                   f"{m['cpu_ms_per_step'] / base['cpu_ms_per_step']:11.2f}x "
                   f"{m['enqueue_p50_ms'] / base['enqueue_p50_ms']:14.2f}x")
