@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_vs_queues.py                 # 3 rounds of 300 pipelines
     .venv/bin/python bench/bench_vs_queues.py -n 500 --rounds 5
-    .venv/bin/python bench/bench_vs_queues.py --systems wfrun,huey --json
+    .venv/bin/python bench/bench_vs_queues.py --systems wfrun,wfrun-p2,huey,huey-proc
     .venv/bin/python bench/bench_vs_queues.py --systems wfrun,huey --before DIR
                             # also `runner` from DIR (`git archive C runner`), interleaved
     .venv/bin/python bench/bench_vs_queues.py --root DIR    # wfrun's `runner` from DIR
@@ -22,8 +22,12 @@ Each system gets N pipelines of three steps (x+1, three times), durable on SQLit
   runs after its start-up (WAL, synchronous=FULL, every node fsynced in the bundle);
   `--cli` also drains a second batch through the real `wfrun host --once --max-runs 4`
   subprocess (its interpreter start printed apart).
+- wfrun-p2: the same, drained as `wfrun host --max-runs 4 --processes 2` does: the
+  host forks one worker process (two slots each), whose CPU is counted too.
 - huey: `SqliteHuey(fsync=True)` (WAL, synchronous=FULL), a `step.s(0).then(step)
   .then(step)` pipeline per run, N enqueued, then a consumer of 4 worker threads.
+- huey-proc: the same with huey's 4 worker processes (`worker_type="process"`), the
+  like-for-like rival of wfrun-p2; their CPU is counted once they are joined.
 - DBOS: a `@DBOS.workflow` of three `@DBOS.step`s on a SQLite system database, N
   enqueued with `DBOSClient` before the queue (`worker_concurrency=4`, polled every
   10 ms) is registered, so the drain starts with a full queue as the others do.
