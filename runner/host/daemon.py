@@ -269,6 +269,9 @@ class StandaloneHost:
             self.watch.start()
             try:
                 self.work(once)
+            except BaseException:
+                self.stop_event.set()  # the workers must not run on (or be waited for)
+                raise
             finally:
                 self.watch.stop()
                 if self.pool is not None:  # the workers park (if stopping) and report

@@ -187,3 +187,31 @@ def test_hosts_survive_the_server_restarting_under_load(
     # any node of it ran unrecorded, so the next holder repeats nothing.
     assert {status for status, _, _ in rows.values()} == {"done"}
     assert collections.Counter(fleet.effects.read_text().split()) == {i: 1 for i in ids}
+
+
+def _children(pid: int) -> list[int]:
+    text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    return [int(p) for p in text.split()]
+
+
+@pytest.mark.parametrize("fleet", [2.0], indirect=True)
+def test_a_host_of_two_processes_drains_the_queue_and_outlives_its_killed_worker(
+        fleet: Fleet) -> None:
+    ids = fleet.enqueue(LAUNCHES)
+    fleet.start("h1", "--processes", "2")  # one slot each (`--max-runs 2`)
+    host = fleet.hosts["h1"].pid
+    wait_until(lambda: fleet.counts()["done"] >= 5, timeout=180, what="five runs done")
+    with psycopg.connect(fleet.url) as conn:
+        runners = {str(r[0]) for r in conn.execute(
+            "SELECT DISTINCT runner_id FROM workflow_run_queue WHERE runner_id IS NOT NULL")}
+    [worker] = [p for p in _children(host) if any(r.endswith(f":{p}") for r in runners)]
+    assert any(r.endswith(f":{host}") for r in runners)  # both processes claimed runs
+
+    os.kill(worker, signal.SIGKILL)  # its run comes back to the host after its lease
+
+    wait_until(fleet.all_ended, timeout=240, what=lambda: f"every launch ended: {fleet.counts()}")
+    rows = fleet.check_invariants(ids)
+    assert {status for status, _, _ in rows.values()} == {"done"}
+    assert fleet.hosts["h1"].poll() is None  # the host goes on without it
+    log = (fleet.root / "h1.log").read_text()
+    assert f"wfrun host: worker process {worker} ended (signal 9)" in log

@@ -188,3 +188,27 @@ def test_runs_a_worker_ends_before_the_host_is_built_are_still_counted(
     assert report.started == 6
     assert report.counts() == {"completed": 6}
     assert sorted(ended) == sorted(ids)
+
+
+def test_a_host_that_fails_stops_its_workers_before_it_raises(project: Project) -> None:
+    ws = project.workspace()
+    lock = host_lock(ws)
+    lock.acquire()
+    pool, share = fork_workers(ws, lock, processes=2, max_runs=2,
+                               settings=WorkerSettings(open_store=project.store))
+    assert pool is not None
+    [worker] = [w.pid for w in pool.workers]
+    store = project.store()
+    try:
+        host = StandaloneHost(ws, store, max_runs=share, lock=lock, pool=pool)
+
+        def broken(_session: object) -> None:
+            raise RuntimeError("the claim broke")
+
+        host.coordinator.claim_next = broken  # type: ignore[method-assign,assignment]
+        with pytest.raises(RuntimeError, match="the claim broke"):
+            host.run()  # not --once: its worker would poll for ever unless stopped
+    finally:
+        store.close()
+    assert pid_gone(worker)  # stopped and waited for, not left behind
+    assert pool.workers == []
