@@ -55,17 +55,23 @@ def host_cmd(ctx: Context, agent: str | None, once: bool, max_runs: int, process
                                "each process runs one run at least; lower --processes")
     ws = workspace(ctx)
     ctx.require_project()
-    lock = host_lock(ws)
-    lock.acquire()  # first: a second host is refused before anything starts
-    executor = ctx.executor(agent, ws.clock)
-    pool = None
+    lock = pool = None
     if processes > 1:
-        open_store(ws).close()  # a store that cannot open is refused before any fork
+        # The store's errors first, exactly as a one-process host gives them; then the
+        # lock (a second host is refused before any fork), then the workers, forked
+        # before this process opens the store for good.
+        open_store(ws).close()
+        executor = ctx.executor(agent, ws.clock)  # before the fork: each worker a copy
+        lock = host_lock(ws)
+        lock.acquire()
         settings = WorkerSettings(open_store=lambda: open_store(ws), executor=executor,
                                   once=once, poll=poll, lease_seconds=lease)
         pool, max_runs = fork_workers(ws, lock, processes=processes, max_runs=max_runs,
                                       settings=settings)
-    store = open_store(ws)
+        store = open_store(ws)
+    else:
+        store = open_store(ws)
+        executor = ctx.executor(agent, ws.clock)
     manager = None
     if not no_controllers:
         entries = discover(ws, ctx.user_dir)

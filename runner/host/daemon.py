@@ -43,10 +43,19 @@ from runner.private import private_dirs
 from runner.store import LaunchRecord, Store, StoreError
 from runner.store.wakeups import launch_wakeups
 
+from .runtime.errors import translate
 from .runtime.launches import runner_id
 from .runtime.local import Workspace
 from .runtime.watch import Drift, SourceWatch
-from .workers import EXIT_GRACE, Message, WorkerPool, shares, store_is_open, watch_control
+from .workers import (
+    EXIT_GRACE,
+    Message,
+    WorkerPool,
+    portable,
+    shares,
+    store_is_open,
+    watch_control,
+)
 
 log = logging.getLogger(__name__)
 __all__ = ["LEASE_SECONDS", "HostLock", "HostReport", "StandaloneHost", "WorkerSettings",
@@ -186,6 +195,13 @@ def _work_as_worker(ws: Workspace, settings: WorkerSettings, share: int,
         watch_control(control, worker.stop)
         signal.signal(signal.SIGTERM, lambda _signum, _frame: worker.stop())
         worker.work(once=settings.once)
+    except Exception as exc:
+        error = translate(exc)
+        if error is None:  # a bug: the worker's traceback is the report
+            raise
+        # A user's error (a damaged store, a full disk): the host stops and says it in
+        # its one line, as it does for its own.
+        send(("failed", portable(error)))
     finally:
         store.close()
 
@@ -217,6 +233,7 @@ class StandaloneHost:
         self.pool = pool
         if pool is not None:
             pool.on_started, pool.on_ended = self._worker_started, self._worker_ended
+            pool.on_failed = lambda _error: self.stop()
         self.processes = registry or ProcessRegistry(self.state_dir / HOST_CHILDREN)
         self.manager = manager
         self.max_runs = max(max_runs, 1)
@@ -278,6 +295,8 @@ class StandaloneHost:
                     self.pool.finish(self.stop_event, PARK_DEADLINE + EXIT_GRACE)
                 if self.manager is not None:
                     self.manager.stop(grace=2.0)
+            if self.pool is not None and self.pool.failure is not None:
+                raise self.pool.failure  # a worker's error ends the host, in one line
         finally:
             self.lock.release()
         return self.report

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import signal
 import threading
 from collections.abc import Callable
@@ -44,6 +45,7 @@ from typing import Any
 from runner.clock import Clock
 from runner.engine import RunOutcome
 from runner.engine.processes import reap_dead_registries
+from runner.errors import WfrunError
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +90,8 @@ class WorkerPool:
         self.clock = clock
         self.on_started: Callable[[str], None] = _ignore
         self.on_ended: Callable[[str, RunOutcome | None], None] = _ignore
+        self.on_failed: Callable[[WfrunError], None] = _ignore
+        self.failure: WfrunError | None = None  # the first error a worker stopped on
         self.workers: list[Worker] = []
         self.reaped: list[int] = []  # process groups reaped before the fork
 
@@ -123,11 +127,18 @@ class WorkerPool:
                 message = worker.reports.recv()
             except (EOFError, OSError):
                 break
+            except Exception:  # one report that will not unpickle: the next ones still do
+                log.exception("wfrun host: cannot read a report of worker %s", worker.pid)
+                continue
             try:
                 if message[0] == "started":
                     self.on_started(message[1])
                 elif message[0] == "ended":
                     self.on_ended(message[1], message[2])
+                elif message[0] == "failed":
+                    if self.failure is None:
+                        self.failure = message[1]
+                    self.on_failed(message[1])
             except Exception:  # a report problem never ends the host
                 log.exception("wfrun host: cannot take a report of worker %s", worker.pid)
         worker.reports.close()
@@ -209,6 +220,20 @@ def _worker_main(body: Body, reports: Connection, control: int) -> int:
         return 70
     finally:
         reports.close()  # the host's reader sees the end; os._exit closes the rest
+
+
+def portable(error: WfrunError) -> WfrunError:
+    """`error` if it survives a trip through pickle, else a plain one with its message
+    and exit code (the host raises what it gets)."""
+    try:
+        back = pickle.loads(pickle.dumps(error))
+    except Exception:
+        back = None
+    if type(back) is type(error) and getattr(back, "message", None) == error.message:
+        return error
+    plain = WfrunError(error.message)
+    plain.exit_code = error.exit_code
+    return plain
 
 
 def _plain(outcome: RunOutcome | None) -> RunOutcome | None:

@@ -156,7 +156,8 @@ def test_a_full_disk_under_the_whole_project(disk: Path) -> None:
     assert "completed" in ok(project.wfrun("show", done_run))
     # Whatever writes says so, and what to do.
     for args in (("cancel", queued[0]), ("start", "greet"), ("run", "greet"),
-                 ("host", "--once", "--no-controllers")):
+                 ("host", "--once", "--no-controllers"),
+                 ("host", "--once", "--no-controllers", "--processes", "2")):
         one_line_error(project.wfrun(*args), "no space left", "Free some space")
 
     assert mf.sha256(project.store) == store_bytes  # nothing was written
@@ -240,7 +241,8 @@ def test_a_read_only_project(project: Project) -> None:
         assert done_run in ok(project.wfrun("runs"))
         assert "completed" in ok(project.wfrun("show", done_run))
         for args in (("cancel", queued), ("start", "greet"), ("run", "greet"),
-                     ("host", "--once", "--no-controllers")):
+                     ("host", "--once", "--no-controllers"),
+                     ("host", "--once", "--no-controllers", "--processes", "2")):
             one_line_error(project.wfrun(*args), "read-only", "nothing was changed")
         assert mf.snapshot(project.root) == before  # not a byte, not a -shm
     assert project.rows()[queued] == ("queued", 0, True)
@@ -290,6 +292,7 @@ def test_a_damaged_store(project: Project, how: str) -> None:
     assert str(project.store) in check
     for args in (("status",), ("status", queued), ("why", queued), ("cancel", queued),
                  ("host", "--once", "--no-controllers"), ("run", "greet"),
+                 ("host", "--once", "--no-controllers", "--processes", "2"),
                  ("start", "greet")):
         done = project.wfrun(*args)
         if done.returncode != 0 or done.stderr.strip():

@@ -65,3 +65,16 @@ def test_no_fork_without_the_host_lock(tmp_path: Path) -> None:
     ws = _workspace(tmp_path)
     with pytest.raises(RuntimeError, match="host lock held"):
         fork_workers(ws, host_lock(ws), processes=2, max_runs=4, settings=_settings(ws))
+
+
+def test_a_worker_error_reaches_the_host_with_its_message_and_exit_code() -> None:
+    from runner.errors import InputError, MachineFault, WfrunError
+    from runner.host.workers import portable
+
+    plain = InputError("no such workflow 'x'")
+    assert portable(plain) is plain  # pickles as it is
+    fault = MachineFault("no space left on device", "Free some space")
+    moved = portable(fault)
+    assert isinstance(moved, WfrunError)
+    assert moved.message == fault.message
+    assert moved.exit_code == fault.exit_code
