@@ -10,7 +10,9 @@ notices: it polls).
 SIGINT/SIGTERM parks every in-flight run at a safe point and exits; `once` drains
 what is ready and exits. While detached launches wait in the queue (for a free
 slot), a `SourceWatch` on their source files logs one line per launch whose source
-changed; activation's digest check still decides.
+changed; activation's digest check still decides. With `--processes N` the slots
+are shared with N - 1 worker processes forked at start (`fork_workers`, workers.py),
+each running this same claim loop (`StandaloneHost.work`) on its own store handle.
 """
 
 from __future__ import annotations
