@@ -234,7 +234,7 @@ class StandaloneHost:
         self.lock = lock or HostLock(self.state_dir / "host.lock")
         self.pool = pool
         if pool is not None:
-            pool.on_started, pool.on_ended = self._worker_started, self._worker_ended
+            pool.on_started, pool.on_ended = self._worker_started, self._run_ended
             pool.on_failed = lambda _error: self.stop()
         self.processes = registry or ProcessRegistry(self.state_dir / HOST_CHILDREN)
         self.manager = manager
@@ -445,17 +445,7 @@ class StandaloneHost:
 
     def _execute(self, record: LaunchRecord, control: RunControl) -> None:
         try:
-            outcome = self.coordinator.execute(record, control=control)
-            with self._lock:
-                if outcome is None:
-                    self.report.failed_to_start += 1
-                else:
-                    self.report.outcomes.append(outcome)
-            if self.on_run_ended is not None:
-                try:
-                    self.on_run_ended(record.run_id, outcome)
-                except Exception:  # a display problem never ends the host
-                    log.exception("wfrun host: cannot report run %s", record.run_id)
+            self._run_ended(record.run_id, self.coordinator.execute(record, control=control))
         finally:
             with self._lock:
                 ended = self._running.pop(record.run_id, None)
@@ -467,8 +457,8 @@ class StandaloneHost:
         with self._lock:
             self.report.started += 1
 
-    def _worker_ended(self, run_id: str, outcome: RunOutcome | None) -> None:
-        """A run a worker process ended: counted and reported as this host's own."""
+    def _run_ended(self, run_id: str, outcome: RunOutcome | None) -> None:
+        """A run this host or one of its worker processes ended: counted, reported."""
         with self._lock:
             if outcome is None:
                 self.report.failed_to_start += 1
