@@ -24,6 +24,8 @@ Each system gets N pipelines of three steps (x+1, three times), durable on SQLit
   subprocess (its interpreter start printed apart).
 - wfrun-p2: the same, drained as `wfrun host --max-runs 4 --processes 2` does: the
   host forks one worker process (two slots each), whose CPU is counted too.
+- wfrun-p4: `--processes 4`: three workers beside the host, one slot each, the
+  shape of huey-proc (four processes, one task at a time each).
 - huey: `SqliteHuey(fsync=True)` (WAL, synchronous=FULL), a `step.s(0).then(step)
   .then(step)` pipeline per run, N enqueued, then a consumer of 4 worker threads.
 - huey-proc: the same with huey's 4 worker processes (`worker_type="process"`), the
@@ -58,7 +60,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 VENV = REPO / ".bench-venv"
 REQUIREMENTS = ("huey>=3,<4", "dbos>=3,<4")
-SYSTEMS = ("wfrun", "wfrun-p2", "huey", "huey-proc", "dbos")
+SYSTEMS = ("wfrun", "wfrun-p2", "wfrun-p4", "huey", "huey-proc", "dbos")
+WFRUN_SYSTEMS = {"wfrun": 1, "wfrun-p2": 2, "wfrun-p4": 4}  # system -> host processes
 BEFORE = "before"  # wfrun from `--before DIR`, to compare two versions in one run
 STEPS = 3
 DRAIN_TIMEOUT_S = 180.0
@@ -280,9 +283,9 @@ def child(system: str, n: int, cli: bool, root: Path = REPO,
         with tempfile.TemporaryDirectory(prefix=f"wfrun-bench-vs-{system}-") as tmp:
             return child(system, n, cli, root, Path(tmp))
     folder.mkdir(parents=True, exist_ok=True)
-    if system in ("wfrun", BEFORE, "wfrun-p2"):
-        out = child_wfrun(folder, n, cli and system != "wfrun-p2", root,
-                          processes=2 if system == "wfrun-p2" else 1)
+    if system in WFRUN_SYSTEMS or system == BEFORE:
+        processes = WFRUN_SYSTEMS.get(system, 1)
+        out = child_wfrun(folder, n, cli and processes == 1, root, processes=processes)
         out["system"] = system
     elif system in ("huey", "huey-proc"):
         out = child_huey(folder, n, "thread" if system == "huey" else "process")
@@ -354,7 +357,7 @@ def main(argv: list[str]) -> int:
             ap.error(f"--before {args.before}: no runner/ package there; make one with "
                      "`git archive COMMIT runner | tar -x -C DIR`")
         systems.insert(1, BEFORE)
-    others = ensure_venv(args.venv) if set(systems) - {"wfrun", BEFORE, "wfrun-p2"} \
+    others = ensure_venv(args.venv) if set(systems) - {*WFRUN_SYSTEMS, BEFORE} \
         else Path(sys.executable)
     sys.path.insert(0, str(REPO / "bench"))
     from bench_engine import time_fsync
@@ -370,8 +373,8 @@ def main(argv: list[str]) -> int:
         for r in range(args.rounds):
             order = systems[r % len(systems):] + systems[:r % len(systems)]
             for system in order:
-                python = Path(sys.executable) if system in ("wfrun", BEFORE, "wfrun-p2") \
-                    else others
+                python = Path(sys.executable) \
+                    if system in WFRUN_SYSTEMS or system == BEFORE else others
                 root = args.before.resolve() if system == BEFORE else args.root.resolve()
                 rounds[system].append(run_child(python, system, args.n, args.cli, root,
                                                 session / f"round-{r + 1}-{system}"))
