@@ -127,6 +127,7 @@ class SqliteDatabase:
         # id(conn) -> (pid, owning thread, conn): close() closes what no live thread uses.
         self._connections: dict[int, tuple[int, int, sqlite3.Connection]] = {}
         self._pool: list[tuple[int, sqlite3.Connection]] = []
+        self._relaxed: set[int] = set()  # id(conn) of connections at synchronous=NORMAL
         self._closed = False
 
     def connection(self) -> sqlite3.Connection:
@@ -244,22 +245,27 @@ class SqliteDatabase:
     def _write(self, durable: bool) -> Iterator[sqlite3.Connection]:
         conn = self.connection()
         try:
-            if not durable:
-                conn.execute("PRAGMA synchronous = NORMAL")
+            self._sync_for(conn, durable)
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
-            self._full(conn, durable)
             raise translate(exc, self.path) from None
-        try:
-            yield from self._commit(conn)
-        finally:
-            self._full(conn, durable)
+        yield from self._commit(conn)
 
-    @staticmethod
-    def _full(conn: sqlite3.Connection, durable: bool) -> None:
-        if not durable:  # back to FULL for every other write on this connection
-            with suppress(sqlite3.Error):
-                conn.execute("PRAGMA synchronous = FULL")
+    def _sync_for(self, conn: sqlite3.Connection, durable: bool) -> None:
+        """Set the connection's synchronous level for the next write, only when it
+        changes: a run alternates relaxed and durable writes, and a PRAGMA each way
+        around every relaxed one was two statements per commit. Only `write()`
+        commits on these connections, and each asks for its level first, so a
+        connection left at NORMAL never commits a durable write."""
+        relaxed = id(conn) in self._relaxed
+        if relaxed != durable:
+            return
+        conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
+        with self._lock:
+            if durable:
+                self._relaxed.discard(id(conn))
+            else:
+                self._relaxed.add(id(conn))
 
     def _commit(self, conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
         try:
@@ -295,6 +301,7 @@ class SqliteDatabase:
         conn = self.connection()
         names = ("journal_mode", "synchronous", "busy_timeout", "foreign_keys", "secure_delete")
         try:
+            self._sync_for(conn, True)  # the level every write but the relaxed ones runs at
             return {name: conn.execute(f"PRAGMA {name}").fetchone()[0] for name in names}
         except sqlite3.Error as exc:
             raise translate(exc, self.path) from None
