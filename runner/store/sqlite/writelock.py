@@ -154,11 +154,15 @@ class Turn:
 
 
 class _Wait:
-    __slots__ = ("abandoned", "failed", "granted", "number")
+    __slots__ = ("abandoned", "answered", "failed", "number", "signal")
 
     def __init__(self, number: int | None) -> None:
         self.number = number  # None: the helper queues it (the dispenser was taken)
-        self.granted = threading.Event()
+        # Held until the helper answers: the writer waits by acquiring it. A bare lock,
+        # not an Event (a Condition and a lock per wait): one futex wait and one wake.
+        self.signal = threading.Lock()
+        self.signal.acquire()
+        self.answered = False  # set under WriteLock._mutex, before `signal` is released
         self.abandoned = False
         self.failed = False
 
@@ -225,9 +229,9 @@ class WriteLock:
                 line.helper = threading.Thread(target=self._serve, args=(line,), daemon=True,
                                                name="wfrun-store-write-turns")
                 line.helper.start()
-        if not wait.granted.wait(timeout_ms / 1000):
+        if not wait.signal.acquire(timeout=timeout_ms / 1000):
             with self._mutex:
-                if not wait.granted.is_set():
+                if not wait.answered:
                     wait.abandoned = True  # the helper passes the turn on when it comes
                     raise busy(self._store)
         if wait.failed or wait.number is None:
@@ -255,10 +259,10 @@ class WriteLock:
                 wait.failed = True
             with self._mutex:
                 line.in_flight -= 1
+                wait.answered = True
+                wait.signal.release()
                 if not wait.abandoned and not wait.failed:
-                    wait.granted.set()
                     continue
-                wait.granted.set()
             if wait.number is not None:  # its writer gave up, or the wait failed
                 with suppress(OSError):
                     _unlock(line.fd, PLACES + wait.number)
