@@ -29,9 +29,9 @@ the kernel: the writer behind it goes on, and nothing is left to clean up.
 The wait is bounded by the store's busy timeout. No kernel lock wait has a timeout,
 so a contended turn is waited for by one helper thread per process, and the writer
 waits on a lock the helper releases (the store reads no clock for it). A writer that
-gives up raises the same one-line "busy" error SQLite gives; its place stays in line (the writer
-behind must not overtake the one ahead) and the helper passes the turn on the moment
-it arrives.
+gives up raises the same one-line "busy" error SQLite gives; its place stays in line
+(the writer behind must not overtake the one ahead) and the helper passes the turn on
+the moment it arrives.
 
 The turn only orders wfrun's writers: SQLite's own lock still decides, so a foreign
 writer (the `sqlite3` shell, an older wfrun) is waited for by SQLite's busy timeout
