@@ -256,7 +256,9 @@ class SqliteDatabase:
         changes: a run alternates relaxed and durable writes, and a PRAGMA each way
         around every relaxed one was two statements per commit. Only `write()`
         commits on these connections, and each asks for its level first, so a
-        connection left at NORMAL never commits a durable write."""
+        connection left at NORMAL never commits a durable write. A stale id (a
+        dropped connection's, reused by a new one at FULL) can only make a relaxed
+        write durable, never the other way round."""
         relaxed = id(conn) in self._relaxed
         if relaxed != durable:
             return
