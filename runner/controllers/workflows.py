@@ -84,7 +84,8 @@ class ChildLauncher(Protocol):
         ...
 
     def take_over(self, run_id: str) -> bool:
-        """Resume a child whose runner is gone; False while another runner holds it."""
+        """Resume a child whose runner is gone; False while another runner holds it,
+        or once it has ended."""
         ...
 
     def cancel(self, run_id: str) -> None: ...
@@ -192,8 +193,11 @@ class ChildWorkflows:
                 "waiting" if self.reader.status(run_id) == "waiting" else "succeeded")
             return self._finish(req, state, None if state != "failed" else
                                 f"the child run ended {status}")
-        self.launcher.take_over(run_id)  # queued, parked or abandoned: run it here
-        return req
+        if self.launcher.take_over(run_id):  # queued, parked or abandoned: run it here
+            return req
+        # Another process holds it, or ran it to its end after the status read above;
+        # an ending settled the request in its own transaction.
+        return self.store.workflow_requests.get(req.request_id) or req
 
     def _finish(self, req: WorkflowRequest, state: str, error: str | None) -> WorkflowRequest:
         result = self.store.workflow_requests.finish(req.request_id, attempt=req.attempt,

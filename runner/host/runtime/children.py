@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from runner.engine import RunControl
-from runner.errors import ConflictError, NotFoundError, WfrunError
+from runner.errors import ConflictError, InputError, WfrunError
 from runner.launch import LaunchCoordinator, PreflightError
 from runner.store import LaunchRecord, LaunchStatus
 
@@ -67,7 +67,9 @@ class LocalChildLauncher:
             log.warning("could not reap the process groups of dead runners: %s", exc)
         try:
             self.coordinator.claim(run_id)
-        except (ConflictError, NotFoundError):
+        except (ConflictError, InputError):
+            # Held by a live runner, gone, or ended since the caller read its status
+            # (another process ran it to its end in between).
             return False
         self._start_thread(run_id, claimed=True)
         return True
@@ -124,8 +126,8 @@ class LocalChildLauncher:
                 else:
                     try:
                         record = self.coordinator.claim(run_id)
-                    except (ConflictError, NotFoundError):
-                        return  # a host took it first; it settles the request
+                    except (ConflictError, InputError):
+                        return  # a host took it first (perhaps ended it); it settles the request
                 if record is not None and record.claim_token is not None:
                     self.coordinator.execute(record, control=control)
         except Exception:  # execute has its own boundary; this guards the claim

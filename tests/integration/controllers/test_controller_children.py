@@ -235,6 +235,55 @@ def test_two_processes_ensuring_the_same_request_keys_at_once_start_one_run_each
         store_b.close()
 
 
+class EndsAfterStatus:
+    """A launcher whose status read is followed, before its caller acts on it, by the
+    run ending in another process: the read is non-terminal, the claim finds `done`."""
+
+    def __init__(self, inner: LocalChildLauncher, h: Harness, held: HeldChildren,
+                 key: str) -> None:
+        self.inner, self.h, self.held, self.key = inner, h, held, key
+        self.seen: list[str | None] = []
+
+    def status(self, run_id: str) -> str | None:
+        status = self.inner.status(run_id)
+        self.seen.append(status)
+        self.held.release(self.key)
+        wait_for(lambda: getattr(self.h.store.launches.get(run_id), "status", None) == "done",
+                 what="the child to end in the other process")
+        return status
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_a_child_that_ends_between_another_process_s_status_read_and_its_claim(
+        h: Harness, held: HeldChildren) -> None:
+    """Process B finds a running request whose run it does not hold, reads the row
+    (running in A), and A runs it to its end before B's take-over claims it: B's
+    ensure answers the settled request; it does not raise "already ended"."""
+    resource = h.store.resources.apply("probe", "k", {})
+    a = ChildWorkflows(h.store, h.ws, h.ws.runs_dir, clock=h.clock,
+                       launcher=child_launcher(h.ws, h.store))
+    store_b, b = other_process(h)
+    late = EndsAfterStatus(b.launcher, h, held, "c")
+    b.launcher = late
+    try:
+        started = a.ensure(resource, "c", "held-child", {"key": "c"})
+        assert (started.state, started.attempt) == ("running", 1)
+        held.wait_active(1)
+        seen = b.ensure(resource, "c", "held-child", {"key": "c"})
+        assert late.seen == ["running"]
+        assert (seen.state, seen.attempt, seen.run_id) == ("succeeded", 1, started.run_id)
+        assert seen.output == {"key": "c"}
+        assert held.starts() == [("c", 1)]  # run once, by A
+        assert launch_ids(h) == [started.run_id] == h.run_ids()
+    finally:
+        held.release("c")
+        a.shutdown(grace=5)
+        b.shutdown(grace=5)
+        store_b.close()
+
+
 # -- a parent generation change while a child runs -------------------------------------
 class Generations:
     """A reconciler asking for child `child:<generation>`, looking at the previous
