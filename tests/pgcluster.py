@@ -84,12 +84,18 @@ class PgCluster:
             return ""
 
     def restart(self) -> None:
+        """Stop (fast) and start again, each bounded by pg_ctl's 120 s: up to 240 s, so
+        a caller's test timeout must be longer (under load the shutdown checkpoint of a
+        session's worth of schemas is slow). A failed restart still tries a start, so
+        the tests after it do not all find the shared cluster down."""
         done = self._as_postgres(
             "pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "120",
             "-m", "fast", "restart",
         )
         if done.returncode != 0:
-            raise RuntimeError(f"pg_ctl restart failed: {done.stderr.strip()}")
+            self._as_postgres("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w",
+                              "-t", "120", "start")
+            raise RuntimeError(f"pg_ctl restart failed: {done.stderr.strip()} {self.read_log()}")
 
     def stop(self) -> None:
         if self._started:

@@ -188,6 +188,7 @@ def test_a_lost_connection_is_store_unavailable_and_the_next_call_reconnects(
         store.close()
 
 
+@pytest.mark.timeout(300)  # the restart's own bound is 240 s (PgCluster.restart)
 def test_the_server_restarting_is_survived(pg_cluster: PgCluster, url: str) -> None:
     with PostgresStore(url, pool_size=2) as store:
         store.launches.enqueue(launch("run-1"))
