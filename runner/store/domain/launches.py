@@ -15,7 +15,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from runner.store.connector import Connector, Row, Transaction, UniqueViolation, in_params, named
+from runner.store.connector import (
+    Connector,
+    Params,
+    Row,
+    Transaction,
+    UniqueViolation,
+    in_params,
+    named,
+)
 from runner.store.ddl import sql_in
 from runner.store.domain import intents, pages
 from runner.store.domain.events import EventLog, RunEvents
@@ -112,14 +120,14 @@ SQL: Mapping[str, str] = {
     # Taking over an expired `starting` claim means its runner died activating it.
     " crash_count = q.crash_count + CASE WHEN q.status = 'starting' THEN 1 ELSE 0 END"
     " WHERE q.run_id = :run_id AND q.status = :status AND q.epoch = :epoch"
-    f" AND {_CLAIMABLE} RETURNING *",
+    f" AND {_CLAIMABLE}",
     "yield": "UPDATE workflow_run_queue SET claim_expires_at = :now, updated_at = :now"
     " WHERE run_id = :run_id AND claim_token = :token AND claim_expires_at > :now"
     f" AND status IN {_CLAIMED} RETURNING origin_session_id",
     "renew": "UPDATE workflow_run_queue SET claim_expires_at = :expires, updated_at = :now"
-    " WHERE run_id = :run_id AND claim_token = :token AND claim_expires_at > :now RETURNING *",
+    " WHERE run_id = :run_id AND claim_token = :token AND claim_expires_at > :now",
     "enter": "UPDATE workflow_run_queue SET status = :target, updated_at = :now, {columns}"
-    " WHERE run_id = :run_id AND status = :status AND epoch = :epoch RETURNING *",
+    " WHERE run_id = :run_id AND status = :status AND epoch = :epoch",
 }
 
 #: Column changes per target status (the `enter` statement's `{columns}`).
@@ -261,9 +269,9 @@ class LaunchQueue(LaunchPages):
             "affinity": launch.affinity_runner_id, "origin": launch.origin_session_id,
             "parent": launch.parent_run_id}
         with self._events.writing() as (tx, log):
-            lost = self._enqueue_conflict(tx, launch)
-            if lost is not None:
-                return lost
+            # Insert first: the unique indexes (run id, session reservation, one
+            # continuation per parent) refuse every conflict, and only a refusal pays
+            # for the lookups that name it.
             try:
                 with tx.savepoint():  # a unique index may refuse it; the rest is kept
                     row = tx.one(self._sql["insert"], {**values, "now": tx.now_ms()})
@@ -380,11 +388,22 @@ class LaunchQueue(LaunchPages):
             probe = sql.replace(":now", f"({now})")
             return tx.one(probe, {**params, **clock}) is not None
 
+    def _update(self, tx: Transaction, sql: str, params: Params) -> Row | None:
+        """Run an UPDATE of the one row `params["run_id"]` names: the row as it now is,
+        or None when the statement's guard matched nothing. One statement where
+        RETURNING is cheap; else the UPDATE, then a re-read by key in the same
+        transaction (`Dialect.cheap_returning`)."""
+        if tx.dialect.cheap_returning:
+            return tx.one(sql + " RETURNING *", params)
+        if tx.run(sql, params) == 0:
+            return None
+        return tx.one(self._sql["load"], {"run_id": params["run_id"]})
+
     def _take(self, tx: Transaction, log: EventLog, row: Row, runner_id: str,
               lease: int) -> LaunchRecord | LostRace:
         """Claim a row already checked to be claimable, guarded by its status and epoch."""
         now = tx.now_ms()
-        claimed = tx.one(self._sql["take"], {
+        claimed = self._update(tx, self._sql["take"], {
             **_FIXED, "runner": runner_id, "token": new_claim_token(), "expires": now + lease,
             "now": now, "run_id": row["run_id"], "status": row["status"],
             "epoch": row["epoch"]})
@@ -403,7 +422,7 @@ class LaunchQueue(LaunchPages):
             lost = guard(row, run_id, _HOLD, claim_token, now)
             if lost is not None:
                 return lost
-            renewed = tx.one(self._sql["renew"], {"expires": now + lease, "now": now,
+            renewed = self._update(tx, self._sql["renew"], {"expires": now + lease, "now": now,
                                                   "run_id": run_id, "token": claim_token})
         assert renewed is not None
         return launch_from_row(renewed)
@@ -510,7 +529,7 @@ class LaunchQueue(LaunchPages):
         child_state = extra.pop("child_state", None)
         params = {"crashed": 1, "now": tx.now_ms(), "run_id": row["run_id"],
                   "status": row["status"], "epoch": row["epoch"], "target": target, **extra}
-        updated = tx.one(self._sql["enter"].format(columns=_ENTER[target]), params)
+        updated = self._update(tx, self._sql["enter"].format(columns=_ENTER[target]), params)
         assert updated is not None, "row changed under its lock"
         self._event(log, updated, row["status"], event or f"launch.{target}", payload)
         if target in _CHILD_STATE:

@@ -20,7 +20,7 @@ from runner.store.connector import Dialect, Params, Row, Transaction, UniqueViol
 from runner.store.sqlite.db import SqliteDatabase, translate
 
 DIALECT = Dialect(name="sqlite", lock="", skip_locked="", unlimited=-1, same="IS",
-                  index_hints=True)
+                  index_hints=True, cheap_returning=False)
 _NO_PARAMS: Params = {}
 
 
