@@ -342,10 +342,10 @@ class FolderBundle:
         self._manifest = text
         self._fresh = False
 
-    def write_workflow(self, snapshot: dict[str, Any]) -> None:
-        # Compact: the C encoder is several times faster than the indenting one, and
-        # this snapshot grows with the workflow (`wfrun show` is the readable view).
-        data = (dumps(snapshot) + "\n").encode()
+    def write_workflow(self, snapshot: str) -> None:
+        # Compact canonical JSON (`WorkflowDefinition.snapshot_json`, encoded once per
+        # definition): it grows with the workflow (`wfrun show` is the readable view).
+        data = (snapshot + "\n").encode()
         if self._fresh and not self._sealed:
             # Creating the bundle: held for the first manifest, and written after that
             # write's fence check (one claim check for both, as a database bundle

@@ -269,9 +269,9 @@ class DatabaseBundle:
             self._flush()
         self._manifest = text  # the run's claim makes this writer its only one
 
-    def write_workflow(self, snapshot: dict[str, Any]) -> None:
+    def write_workflow(self, snapshot: str) -> None:
         self._check()
-        self._hold(doc=("workflow", dumps(snapshot)))  # durable with the manifest after it
+        self._hold(doc=("workflow", snapshot))  # durable with the manifest after it
 
     def write_artifact(self, data: bytes, media_type: str) -> dict[str, Any]:
         self._check()

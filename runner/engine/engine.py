@@ -146,7 +146,7 @@ class Engine:
                     if definition.title else None
         except TemplateError:
             title = None
-        bundle.write_workflow(definition.snapshot())
+        bundle.write_workflow(definition.snapshot_json)
         bundle.write_manifest({
             "schema": BUNDLE_SCHEMA,
             "run_id": run_id,

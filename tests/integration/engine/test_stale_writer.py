@@ -43,7 +43,7 @@ class Claim:
 def test_two_writers_the_stale_one_writes_nothing(tmp_path: Path) -> None:
     claim = Claim("A")
     a = FolderBundle.create(tmp_path, "r1", claim.fence("A"))
-    a.write_workflow({"name": "wf"})
+    a.write_workflow('{"name":"wf"}')
     a.write_manifest({"run_id": "r1", "status": "running"})
     ref = a.write_artifact(b"x" * 5000, "text/plain")
     a.append([event(1, "run_started", workflow="wf"), event(2, "node_started")], sync=True)
@@ -55,7 +55,7 @@ def test_two_writers_the_stale_one_writes_nothing(tmp_path: Path) -> None:
         lambda: a.append([event(3, "node_finished", output=1)], sync=True),
         lambda: a.replace_state(RunState("r1").to_json()),
         lambda: a.write_manifest({"run_id": "r1", "status": "completed"}),
-        lambda: a.write_workflow({"name": "other"}),
+        lambda: a.write_workflow('{"name":"other"}'),
         lambda: a.write_artifact(b"y" * 5000, "text/plain"),
         lambda: a.repair(),
         lambda: a.truncate_to(1),

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from runner.canonical import canonical_json
 from runner.clock import FakeClock
 from runner.engine import FolderBundle, RunControl
 from runner.engine.executors.scripted import ScriptedExecutor
@@ -238,7 +239,7 @@ def test_creation_writes_the_snapshot_with_the_first_manifest_under_one_fence_ch
         return checks["held"]
 
     bundle = FolderBundle.create(tmp_path, "r1", fence)
-    bundle.write_workflow({"name": "wf"})
+    bundle.write_workflow(canonical_json({"name": "wf"}))
     assert checks["n"] == 1  # the folder's own check; the snapshot is held
     assert not (bundle.root / "workflow.json").exists()
     bundle.write_manifest({"run_id": "r1", "status": "running"})
@@ -250,7 +251,7 @@ def test_creation_writes_the_snapshot_with_the_first_manifest_under_one_fence_ch
 
     # A claim lost between the two writes: neither file is written, not one byte.
     lost = FolderBundle.create(tmp_path, "r2", fence)
-    lost.write_workflow({"name": "wf"})
+    lost.write_workflow(canonical_json({"name": "wf"}))
     checks["held"] = False
     with pytest.raises(ClaimLost):
         lost.write_manifest({"run_id": "r2", "status": "running"})
@@ -381,7 +382,7 @@ def test_bundle_files_are_not_world_readable_even_with_a_loose_umask(env: Any) -
 
 def _create_with_snapshot(runs: Path, run_id: str, snapshot: dict[str, Any]) -> Path:
     bundle = FolderBundle.create(runs, run_id)
-    bundle.write_workflow(snapshot)
+    bundle.write_workflow(canonical_json(snapshot))
     bundle.write_manifest({"run_id": run_id, "status": "running"})
     bundle.close()
     return bundle.root / "workflow.json"
@@ -406,7 +407,7 @@ def test_runs_of_one_definition_link_one_read_only_snapshot(tmp_path: Path) -> N
         f"sha256-{hashlib.sha256(f.read_bytes()).hexdigest()}.json" for f in (one, other))
     # A rewrite (not a fresh bundle) replaces the link and leaves the shared copy alone.
     bundle = FolderBundle.open(tmp_path, "r2")
-    bundle.write_workflow({"name": "wf", "nodes": [9]})
+    bundle.write_workflow(canonical_json({"name": "wf", "nodes": [9]}))
     bundle.close()
     assert json.loads(two.read_text()) == {"name": "wf", "nodes": [9]}
     assert shared.read_bytes() == data
@@ -465,7 +466,7 @@ def test_sealing_makes_an_unlinked_snapshot_read_only_and_leaves_a_shared_one_al
     """Sealing skips the chmod of a workflow.json that links the shared copy (0400 from
     the start), so a run that had to write its own copy must still get one."""
     linked = FolderBundle.create(tmp_path, "r1")
-    linked.write_workflow({"name": "wf"})
+    linked.write_workflow(canonical_json({"name": "wf"}))
     linked.write_manifest({"run_id": "r1", "status": "running"})
     linked.append([{"seq": 1, "type": "run_started"}], sync=True)
 
@@ -474,7 +475,7 @@ def test_sealing_makes_an_unlinked_snapshot_read_only_and_leaves_a_shared_one_al
 
     monkeypatch.setattr(os, "link", refused)  # no hard links here: its own copy
     own = FolderBundle.create(tmp_path, "r2")
-    own.write_workflow({"name": "wf"})
+    own.write_workflow(canonical_json({"name": "wf"}))
     own.write_manifest({"run_id": "r2", "status": "running"})
     own.append([{"seq": 1, "type": "run_started"}], sync=True)
     monkeypatch.undo()
