@@ -1,0 +1,98 @@
+"""Instructions per trivial 3-node run, counted by valgrind: a figure this VM's noise
+cannot move.
+
+    .venv/bin/python bench/bench_instructions.py              # 60 cycles
+    .venv/bin/python bench/bench_instructions.py -n 100
+    .venv/bin/python bench/bench_instructions.py --root DIR   # `runner` from DIR (before)
+
+CPU time per run moves by 15-100 % between identical runs on this VM, so a cut of a
+few percent cannot be seen in `bench_run_cost`. User-space instructions can:
+`valgrind --tool=callgrind` runs this script's cycles (prepare -> claim -> execute of
+the 3-node chain on a real `SqliteStore`, as `bench_run_cost --same-thread` does),
+once with N cycles and once with none, and the difference over N is the
+instructions per run, repeatable to ~0.3 %. Kernel work (fsync, file creation) is
+not counted, and an instruction is not a fixed time: it compares two versions of
+the Python side, it is no replacement for the CPU figures.
+
+Needs valgrind (`apt-get install valgrind`); it runs the interpreter ~50x slower,
+so 60 cycles take about a minute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from benchkit import CHAIN3, machine, use_root  # bench/ is on sys.path
+
+ROOT = use_root()
+
+
+def cycles(n: int) -> None:
+    """The measured body, run under valgrind (`--cycles N`)."""
+    from runner.compiler import build_catalog
+    from runner.host.runtime.local import Workspace
+    from runner.launch import LaunchCoordinator
+    from runner.store import SqliteStore
+
+    tmp = Path(tempfile.mkdtemp(prefix="wfrun-bench-instr-"))
+    try:
+        root = tmp / "proj"
+        (root / ".wfrun" / "workflows").mkdir(parents=True)
+        (root / ".wfrun" / "workflows" / "three.yaml").write_text(CHAIN3)
+        ws = Workspace(build_catalog("workflows", root, None), root, root / ".wfrun")
+        store = SqliteStore(root / ".wfrun" / "state" / "store.sqlite3")
+        coord = LaunchCoordinator(store, ws, ws.runs_dir, runner_id="bench-instr")
+
+        def cycle() -> None:
+            coord.prepare("three", None)
+            record = coord.claim_next(None)
+            assert record is not None
+            outcome = coord.execute(record)
+            if outcome is None or outcome.status != "completed":
+                sys.exit(f"the run did not complete: {outcome}")
+
+        for _ in range(30 + n):  # 30 warm-up runs in both: imports, compiles, caches
+            cycle()
+        store.close()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def instructions(n: int) -> int:
+    argv = [sys.executable, __file__, "--root", str(ROOT), "--cycles", str(n)]
+    out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+                          *argv], capture_output=True, text=True, check=False)
+    found = re.search(r"Collected\s*:\s*(\d+)", out.stderr)
+    if out.returncode != 0 or found is None:
+        sys.exit(f"valgrind failed ({out.returncode}): {out.stderr.strip()[-400:]}")
+    return int(found.group(1))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("-n", type=int, default=60, help="measured cycles (default 60)")
+    parser.add_argument("--cycles", type=int, help=argparse.SUPPRESS)  # under valgrind
+    args = parser.parse_args()
+    if args.cycles is not None:
+        cycles(args.cycles)
+        return 0
+    if shutil.which("valgrind") is None:
+        sys.exit("valgrind is not installed: apt-get install valgrind")
+    base, total = instructions(0), instructions(args.n)
+    print(f"machine: {machine()}")
+    print(f"runner imported from {ROOT}")
+    print(f"3-node queued run (prepare -> claim -> execute), {args.n} runs: "
+          f"{(total - base) / args.n / 1e6:.3f} M user-space instructions per run "
+          f"(callgrind; {os.cpu_count()} CPU machine, kernel work not counted)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
