@@ -47,7 +47,10 @@ def check_input(definition: WorkflowDefinition, value: Any) -> Any:
     import json
 
     try:
-        value = json.loads(json.dumps(value, allow_nan=False))
+        # Through JSON: a tuple becomes a list, a non-JSON value is refused here. The
+        # usual `{}` of a run without input needs no round trip.
+        value = {} if type(value) is dict and not value else json.loads(
+            json.dumps(value, allow_nan=False))
     except (TypeError, ValueError):
         raise InputError("input must be JSON (objects, lists, strings, numbers, booleans)") \
             from None

@@ -63,7 +63,12 @@ def _stopped(driver: RunDriver) -> NodeResult:
                                           "message": driver.control.reason or "cancelled"})
 
 
+_PLAIN = frozenset({str, int, bool, type(None)})  # a JSON round trip returns them as is
+
+
 def _json_value(value: Any, what: str) -> tuple[Any, NodeResult | None]:
+    if type(value) in _PLAIN:
+        return value, None
     try:
         return json.loads(json.dumps(value, allow_nan=False)), None
     except (TypeError, ValueError):
