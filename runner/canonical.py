@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import json.encoder
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 __all__ = ["canonical_bytes", "canonical_json", "fingerprint"]
@@ -32,12 +32,12 @@ def _refuse(value: object) -> object:
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
-# The C encoder `_ENCODER.encode` builds on every call, made once: a run encodes ~16
-# values, and the per-call set-up (two Python frames, the encoder object) was a tenth
-# of each small one. The same arguments, so the same bytes; None where the C
-# accelerator is missing (then `_ENCODER` does the work).
+# The C encoder that `_ENCODER.encode` builds on every call, made once with the same
+# arguments (so the same bytes): a run encodes ~16 small values, and that set-up (two
+# Python frames, the encoder object) was a tenth of each. None where the C
+# accelerator is missing; `_ENCODER` does the work then.
 _c_make_encoder: Any = getattr(json.encoder, "c_make_encoder", None)
-_C_ENCODE: Callable[[object, int], list[str]] | None = None if _c_make_encoder is None else (
+_C_ENCODE: Callable[[object, int], Sequence[str]] | None = None if _c_make_encoder is None else (
     _c_make_encoder(None, _refuse, json.encoder.encode_basestring, None, ":", ",",
                     True, False, False))
 

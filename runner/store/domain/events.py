@@ -85,12 +85,12 @@ class EventLog:
             params = {"now": now, "run_id": event.run_id, "workflow_ref": event.workflow_ref,
                       "type": event.event_type, "runner_id": event.runner_id,
                       "payload": event.body}
-            if not rows:
+            if rows:
+                row = self._tx.one(sql, params)
+                assert row is not None
+                written.append(row)
+            else:
                 self._tx.run(sql, params)
-                continue
-            row = self._tx.one(sql, params)
-            assert row is not None
-            written.append(row)
         self._pending.clear()
         return written
 
