@@ -42,7 +42,7 @@ from runner.launch import EngineOptions, LaunchCoordinator
 from runner.launch.coordinator import LEASE_SECONDS, RENEW_EVERY
 from runner.launch.wakeups import LaunchListener
 from runner.private import private_dirs
-from runner.store import LaunchRecord, Store, StoreError
+from runner.store import LaunchRecord, NextClaim, Store, StoreError
 from runner.store.wakeups import launch_wakeups
 
 from .runtime.errors import translate
@@ -248,6 +248,7 @@ class StandaloneHost:
                                              clock=ws.clock, options=options,
                                              lease_seconds=lease_seconds,
                                              renew_every=min(RENEW_EVERY, lease_seconds / 3),
+                                             crash=ws.crash_point,
                                              rows=ws.bundle_rows(store))
         self.coordinator.faults.announce = True  # launches a full disk left waiting
         self.stop_event = threading.Event()
@@ -408,28 +409,38 @@ class StandaloneHost:
             self._drift_logged.discard(record.run_id)  # a later change is news again
 
     def _start(self, record: LaunchRecord) -> None:
-        control = RunControl()
-        if self.stop_event.is_set():
-            control.park("host stopping", auto_resume=True)
+        control, _ = self._admit(record)
         with self._lock:
-            self._running[record.run_id] = (threading.Event(), control)
             # One worker per slot in use: a host that never runs two at once has one.
             grow = len(self._workers) < len(self._running)
             if grow:
                 worker = threading.Thread(target=self._work_loop, daemon=True,
                                           name=f"wfrun-host-worker-{len(self._workers) + 1}")
                 self._workers.append(worker)
-        with self._lock:  # worker processes' reports count here too
-            self.report.started += 1
-        if self.on_run_started is not None:
-            self.on_run_started(record.run_id)
         self._work.put((record, control))
         if grow:
             worker.start()
 
+    def _admit(self, record: LaunchRecord, replacing: str | None = None
+               ) -> tuple[RunControl, tuple[threading.Event, RunControl] | None]:
+        """Count a claimed launch as running in this host, in place of the run that
+        ended (`replacing`, whose entry is returned) in one step, so the claim loop
+        never sees the slot free in between."""
+        control = RunControl()
+        if self.stop_event.is_set():
+            control.park("host stopping", auto_resume=True)
+        with self._lock:  # worker processes' reports count here too
+            ended = None if replacing is None else self._running.pop(replacing, None)
+            self._running[record.run_id] = (threading.Event(), control)
+            self.report.started += 1
+        if self.on_run_started is not None:
+            self.on_run_started(record.run_id)
+        return control, ended
+
     def _work_loop(self) -> None:
         while (item := self._work.get()) is not None:
-            self._execute(*item)
+            while item is not None:  # the slot's next run, claimed with its last one's end
+                item = self._execute(*item)
 
     def _stop_workers(self) -> None:
         with self._lock:
@@ -443,15 +454,38 @@ class StandaloneHost:
             for worker in workers:  # each is back from its last run: it exits at once
                 worker.join()
 
-    def _execute(self, record: LaunchRecord, control: RunControl) -> None:
+    def _execute(self, record: LaunchRecord, control: RunControl
+                 ) -> tuple[LaunchRecord, RunControl] | None:
+        """Run one launch; the next one for this slot when its ending claimed one (the
+        transition that records a run's end takes the next launch in the same commit,
+        a transaction per run fewer than a claim of its own)."""
+        then = None if self.stop_event.is_set() else self.coordinator.next_claim()
         try:
-            self._run_ended(record.run_id, self.coordinator.execute(record, control=control))
-        finally:
+            self._run_ended(record.run_id, self.coordinator.execute(
+                record, control=control, then_claim=then))
+        except BaseException:
+            follow = self._follow(record, then)
+            if follow is not None:
+                self._work.put(follow)  # another worker runs it (or this one, if it lives)
+            raise
+        return self._follow(record, then)
+
+    def _follow(self, record: LaunchRecord, then: NextClaim | None
+                ) -> tuple[LaunchRecord, RunControl] | None:
+        """The run `record` ended: its slot frees, or goes to the launch claimed with
+        its ending."""
+        taken = None if then is None else then.record
+        if taken is not None:
+            control, ended = self._admit(taken, replacing=record.run_id)
+        else:
             with self._lock:
                 ended = self._running.pop(record.run_id, None)
-            if ended is not None:
-                ended[0].set()
-            self._wake.set()
+        if ended is not None:
+            ended[0].set()
+        if taken is None:
+            self._wake.set()  # a slot is free: the claim loop looks again
+            return None
+        return taken, control
 
     def _worker_started(self, run_id: str) -> None:
         with self._lock:
@@ -472,10 +506,18 @@ class StandaloneHost:
 
     def _park_all(self) -> None:
         """Park every in-flight run at its next safe point, then wait (bounded)."""
-        with self._lock:
-            running = list(self._running.values())
-        for _, control in running:
-            control.park("host stopping", auto_resume=True)  # the next host resumes it
         deadline = self.ws.clock.monotonic() + PARK_DEADLINE
-        for ended, _ in running:
-            ended.wait(timeout=max(deadline - self.ws.clock.monotonic(), 0.0))
+        seen: set[str] = set()
+        while True:  # again for a launch a slot claimed with the ending of one parked here
+            with self._lock:
+                running = [(run_id, entry) for run_id, entry in self._running.items()
+                           if run_id not in seen]
+            if not running:
+                return
+            for run_id, (_, control) in running:
+                seen.add(run_id)
+                control.park("host stopping", auto_resume=True)  # the next host resumes it
+            for _run_id, (ended, _control) in running:
+                ended.wait(timeout=max(deadline - self.ws.clock.monotonic(), 0.0))
+            if self.ws.clock.monotonic() >= deadline:
+                return

@@ -58,6 +58,7 @@ from runner.store import (
     LaunchErrorCode,
     LaunchRecord,
     LostRace,
+    NextClaim,
     Store,
     StoreError,
     StoreUnavailable,
@@ -144,6 +145,7 @@ class Activation:
     # and until when (on the engine's monotonic clock) the lease surely holds.
     lease: dict[str, Any] = field(default_factory=lambda: {"running": False, "until": 0.0})
     recorded: bool = False  # the ending committed with the bundle's seal (link.py)
+    then_claim: NextClaim | None = None  # the next launch, claimed with this one's ending
 
     def running(self, record: LaunchRecord, sent: float, margin: float) -> None:
         """The row is `running` under this claim (mark_running's committed answer, to
@@ -265,11 +267,24 @@ class LaunchCoordinator(Preflight):
     # -- the one execute -----------------------------------------------------------------
     def execute(self, record: LaunchRecord, *, control: RunControl | None = None,
                 on_start: Callable[[Activation], None] | None = None,
-                force: bool = False) -> RunOutcome | None:
+                force: bool = False,
+                then_claim: NextClaim | None = None) -> RunOutcome | None:
         """Run a claimed launch to its end (fresh, resumed, or only recorded); returns
-        how the run ended, or None when it failed to start or another runner won."""
+        how the run ended, or None when it failed to start or another runner won.
+        `then_claim` (from `next_claim`): the transition that records the run's ending
+        also claims the next launch (`then_claim.record`), one commit for both."""
         act = self.begin(record, control=control, on_start=on_start, force=force)
-        return None if act is None else self.drive(act)
+        if act is None:
+            return None
+        act.then_claim = then_claim
+        return self.drive(act)
+
+    def next_claim(self) -> NextClaim | None:
+        """A claim for `execute` to take with a run's ending (a host slot's next run);
+        None while claims wait for the disk (`claim_next` takes none then either)."""
+        if self.faults.active():
+            return None
+        return NextClaim(runner_id=self.runner_id, lease_seconds=self.lease_seconds)
 
     def begin(self, record: LaunchRecord, *, control: RunControl | None = None,
               on_start: Callable[[Activation], None] | None = None,
@@ -576,8 +591,10 @@ class LaunchCoordinator(Preflight):
         takes the bundle's seal along when given one (link.py)."""
         launches = self.store.launches
         run_id, token = act.record.run_id, act.token
+        then = act.then_claim
         if outcome.status == "cancelled":
-            return lambda bundle: launches.cancel(run_id, claim_token=token, bundle=bundle)
+            return lambda bundle: launches.cancel(run_id, claim_token=token, bundle=bundle,
+                                                  then_claim=then)
         if outcome.status in ("completed", "waiting"):
             presentation = None
             session = act.record.origin_session_id
@@ -591,7 +608,8 @@ class LaunchCoordinator(Preflight):
                                           reason="")
             waiting = outcome.status == "waiting"
             return lambda bundle: launches.finish(run_id, token, waiting=waiting,
-                                                  turn_intent=presentation, bundle=bundle)
+                                                  turn_intent=presentation, bundle=bundle,
+                                                  then_claim=then)
         error = outcome.error or {}
         code = FAILURE_CODES.get(outcome.status, "run_failed")
         if error.get("code") == "interrupted":
@@ -607,7 +625,8 @@ class LaunchCoordinator(Preflight):
                                 cause=cause, source=f"run_{outcome.status}",
                                 state=outcome.status, reason=message, node=node)
         return lambda bundle: launches.fail(run_id, token, code=code, message=message,
-                                            turn_intent=intent, bundle=bundle)
+                                            turn_intent=intent, bundle=bundle,
+                                            then_claim=then)
 
     def fail_launch(self, record: LaunchRecord, token: str, code: LaunchErrorCode,
                     reason: str, *, fixed: bool = False) -> LaunchRecord | LostRace:

@@ -21,6 +21,7 @@ from runner.store.records import (
     NewLaunch,
     NewNotification,
     NewTurnIntent,
+    NextClaim,
     Notification,
     RunEvent,
     TurnIntent,
@@ -174,12 +175,16 @@ class LaunchQueue(Protocol):
         waiting: bool = False,
         turn_intent: NewTurnIntent | None = None,
         bundle: BundleWrite | None = None,
+        then_claim: NextClaim | None = None,
     ) -> LaunchRecord | LostRace:
         """running -> done (`waiting`: the run ended at a checkpoint). A controller's
         child request linked by run id is settled and its parent key woken in the
         same transaction, as by `fail` and `cancel`. `turn_intent` (a closing
         presentation) is ensured and made eligible in the same transaction, unless
-        another intent of the run is pending."""
+        another intent of the run is pending. `then_claim`: the next launch is
+        claimed in the same commit, as `claim_next` would (its `record`), so a host
+        slot that frees up takes its next run without a transaction of its own; so
+        do `fail` and the holder's `cancel`."""
         ...
 
     def fail(
@@ -191,6 +196,7 @@ class LaunchQueue(Protocol):
         message: str,
         turn_intent: NewTurnIntent | None = None,
         bundle: BundleWrite | None = None,
+        then_claim: NextClaim | None = None,
     ) -> LaunchRecord | LostRace:
         """starting|running -> failed with a stable code and a bounded safe message.
 
@@ -205,7 +211,8 @@ class LaunchQueue(Protocol):
         ...
 
     def cancel(self, run_id: str, *, claim_token: str | None = None,
-               bundle: BundleWrite | None = None) -> LaunchRecord | LostRace:
+               bundle: BundleWrite | None = None,
+               then_claim: NextClaim | None = None) -> LaunchRecord | LostRace:
         """-> cancelled. Without a token: queued|starting|parked (beats activation).
         With the claim token: starting|running (the holder records a cancel)."""
         ...

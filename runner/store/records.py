@@ -194,6 +194,20 @@ class LaunchRecord:
         return self.claim_expires_at is not None and self.claim_expires_at > now_ms
 
 
+@dataclass(slots=True)
+class NextClaim:
+    """A claim of the next launch, asked of the transition that records a run's
+    ending (`finish`, `fail`, the holder's `cancel`): a host slot that frees up takes
+    its next launch in the same commit instead of one of its own. After a commit,
+    `record` is the launch claimed (as `claim_next` would have claimed it), or None
+    when nothing was claimable or the transition did not commit."""
+
+    runner_id: str
+    lease_seconds: float
+    session_id: str | None = None
+    record: LaunchRecord | None = None
+
+
 # --- turn intents --------------------------------------------------------------
 
 

@@ -21,12 +21,20 @@ from runner.store.connector import (
     Row,
     Transaction,
     UniqueViolation,
-    in_params,
     named,
 )
-from runner.store.ddl import sql_in
 from runner.store.domain import intents, pages
 from runner.store.domain.events import EventLog, RunEvents
+from runner.store.domain.launch_queries import (
+    CHILD_STATE,
+    CLAIM_DURABLE,
+    ENTER,
+    FIXED,
+    HOLD,
+    LAUNCH_CHANNEL,
+    ORIGIN,
+    SQL,
+)
 from runner.store.domain.pages import LaunchPages, launch_from_row, status_clause
 from runner.store.domain.workflow_requests import settle_child
 from runner.store.interface import BundleRefused, BundleWrite
@@ -36,6 +44,7 @@ from runner.store.records import (
     LostRace,
     NewLaunch,
     NewTurnIntent,
+    NextClaim,
     bounded_message,
     canonical_json,
     check_error_code,
@@ -48,119 +57,12 @@ from runner.store.states import (
     CLAIMED_STATUSES,
     LAUNCH_OPERATIONS,
     PARK_MODES,
-    READY_STATUSES,
     RECOVERY_PATHS,
-    RESERVING_STATUSES,
     LaunchStatus,
     Operation,
     ParkMode,
     RecoveryOutcome,
 )
-
-#: Wake-ups for hosts waiting on detached launches (Postgres LISTEN/NOTIFY).
-LAUNCH_CHANNEL = "wfrun_launch"
-
-_CLAIMED, _CLAIMED_PARAMS = in_params("claimed", CLAIMED_STATUSES)
-_RESERVING, _RESERVING_PARAMS = in_params("reserving", RESERVING_STATUSES)
-_FIXED: dict[str, object] = {**_CLAIMED_PARAMS, **_RESERVING_PARAMS}
-
-_CLAIMABLE = (
-    "(q.status IN ('queued', 'parked')"
-    f" OR (q.status IN {_CLAIMED} AND q.claim_expires_at <= :now))"
-)
-# A parked launch cannot take its session back while another launch reserves it.
-_RESERVATION_FREE = (
-    "NOT (q.status = 'parked' AND q.origin_session_id IS NOT NULL AND EXISTS ("
-    " SELECT 1 FROM workflow_run_queue r WHERE r.origin_session_id = q.origin_session_id"
-    f" AND r.status IN {_RESERVING} AND r.run_id <> q.run_id))"
-)
-# Detached launches belong to hosts, session launches to their session: a session
-# never activates a `wfrun start` launch (its prompt and input are not that
-# conversation's), and a host never takes a session's launch.
-_ORIGIN = {True: "q.origin_session_id IS NULL", False: "q.origin_session_id = :session"}
-# Only a run parked by a host shutdown resumes by itself; the others wait to be asked.
-_AUTO_RESUME = "(q.status <> 'parked' OR q.park_mode = 'auto')"
-_READY = f"q.status IN {sql_in(READY_STATUSES)}"
-_CLAIM_TERMS = f"{_CLAIMABLE} AND {{origin}} AND {_RESERVATION_FREE} AND {_AUTO_RESUME}"
-_CONTINUATION_SLOT = "NOT (status IN ('failed', 'cancelled') AND started_at IS NULL)"
-
-SQL: Mapping[str, str] = {
-    "load": "SELECT * FROM workflow_run_queue WHERE run_id = :run_id",
-    # Only what the guard reads: the fence runs before every irreversible write.
-    "fence": "SELECT status, claim_token, claim_expires_at, {now} AS fence_now"
-    " FROM workflow_run_queue WHERE run_id = :run_id",
-    "reservation": "SELECT * FROM workflow_run_queue WHERE origin_session_id = :session"
-    f" AND status IN {_RESERVING} AND run_id <> :run_id",
-    "continuation": "SELECT * FROM workflow_run_queue WHERE parent_run_id = :parent"
-    f" AND {_CONTINUATION_SLOT}",
-    "query": "SELECT * FROM workflow_run_queue WHERE {where} ORDER BY created_at, run_id"
-    " LIMIT :limit",
-    "recoverable": f"SELECT * FROM workflow_run_queue q WHERE {_CLAIMABLE}{{session}}"
-    " ORDER BY q.created_at, q.run_id",
-    "insert": "INSERT INTO workflow_run_queue (run_id, workflow_ref, workflow_path,"
-    " workflow_source_json, definition_digest, input_json, launch_options_json, status,"
-    " affinity_runner_id, origin_session_id, parent_run_id, created_at, updated_at)"
-    " VALUES (:run_id, :workflow_ref, :workflow_path, :source, :digest, :input, :options,"
-    " 'queued', :affinity, :origin, :parent, :now, :now) RETURNING *",
-    "void_lease": "UPDATE workflow_run_queue SET claim_expires_at = :now WHERE run_id = :run_id"
-    " AND runner_id = :dead AND claim_token IS NOT NULL",
-    # A claim looks twice, each time reading a claim-order index from its oldest
-    # entry to the first claimable one (no sort of the whole queue): this runner's own
-    # launches (a `wfrun run` queued them), then any. The first term repeats the
-    # index's condition so the planner may use it.
-    "next_mine": "SELECT * FROM workflow_run_queue q{hint_mine} WHERE"
-    f" {_READY} AND q.affinity_runner_id = :runner AND q.affinity_runner_id IS NOT NULL"
-    f" AND {_CLAIM_TERMS} ORDER BY q.affinity_runner_id, q.created_at, q.run_id LIMIT 1",
-    "next": f"SELECT * FROM workflow_run_queue q{{hint}} WHERE {_READY} AND {_CLAIM_TERMS}"
-    " ORDER BY q.created_at, q.run_id LIMIT 1",
-    "take": "UPDATE workflow_run_queue AS q SET"
-    " status = CASE WHEN q.status IN ('queued', 'parked') THEN 'starting' ELSE q.status END,"
-    " runner_id = :runner, claim_token = :token, claim_expires_at = :expires,"
-    " epoch = q.epoch + 1, updated_at = :now, park_mode = NULL,"
-    # Taking over an expired `starting` claim means its runner died activating it.
-    " crash_count = q.crash_count + CASE WHEN q.status = 'starting' THEN 1 ELSE 0 END"
-    " WHERE q.run_id = :run_id AND q.status = :status AND q.epoch = :epoch"
-    f" AND {_CLAIMABLE}",
-    "yield": "UPDATE workflow_run_queue SET claim_expires_at = :now, updated_at = :now"
-    " WHERE run_id = :run_id AND claim_token = :token AND claim_expires_at > :now"
-    f" AND status IN {_CLAIMED} RETURNING origin_session_id",
-    "renew": "UPDATE workflow_run_queue SET claim_expires_at = :expires, updated_at = :now"
-    " WHERE run_id = :run_id AND claim_token = :token AND claim_expires_at > :now",
-    "enter": "UPDATE workflow_run_queue SET status = :target, updated_at = :now, {columns}"
-    " WHERE run_id = :run_id AND status = :status AND epoch = :epoch",
-}
-
-#: Column changes per target status (the `enter` statement's `{columns}`).
-_ENTER: dict[LaunchStatus, str] = {
-    "running": "input_json = NULL, launch_options_json = NULL, crash_count = 0,"
-    " started_at = COALESCE(started_at, :now)",
-    "parked": "claim_token = NULL, claim_expires_at = NULL, input_json = NULL,"
-    " launch_options_json = NULL, started_at = COALESCE(started_at, :now),"
-    " park_mode = :mode, crash_count = 0",
-    # Recovery goes back to queued (its runner died while starting): a crash; a release
-    # (the disk refused the bundle) is not one (:crashed 0).
-    "queued": "claim_token = NULL, claim_expires_at = NULL, runner_id = NULL,"
-    " crash_count = crash_count + :crashed",
-    "done": "claim_token = NULL, claim_expires_at = NULL, input_json = NULL,"
-    " launch_options_json = NULL, started_at = COALESCE(started_at, :now), finished_at = :now,"
-    " ending = :ending",
-    "failed": "claim_token = NULL, claim_expires_at = NULL, input_json = NULL,"
-    " launch_options_json = NULL, error_code = :code, error_message = :message,"
-    " finished_at = :now",
-    "cancelled": "claim_token = NULL, claim_expires_at = NULL, input_json = NULL,"
-    " launch_options_json = NULL, finished_at = :now, park_mode = NULL",
-}
-#: What a child workflow request (a controller's, linked by run id) becomes when
-#: its launch ends; the parent's key is woken in the same transaction.
-_CHILD_STATE = {"done": "succeeded", "failed": "failed", "cancelled": "failed"}
-#: The fence and lease renewal: a live claim in starting|running.
-_HOLD = Operation("hold", CLAIMED_STATUSES, "running", needs_claim=True)
-# Claims and lease renewals commit without waiting for the disk (`Connector.write`):
-# another process sees them at once, which is all one-runner-at-a-time needs, and a
-# power cut that loses one only returns the launch to where it was (queued, parked, or
-# an earlier lease), which recovery already handles: a claimed launch is recovered from
-# its bundle, never from the claim. The enqueue and every ending stay durable.
-_CLAIM_DURABLE = False
 
 
 def guard(row: Row | None, run_id: str, op: Operation, token: str | None,
@@ -229,7 +131,7 @@ class LaunchQueue(LaunchPages):
 
     def find_session_reservation(self, session_id: str) -> LaunchRecord | None:
         with self._connector.read() as tx:
-            row = tx.one(self._sql["reservation"], {**_FIXED, "session": session_id,
+            row = tx.one(self._sql["reservation"], {**FIXED, "session": session_id,
                                                     "run_id": ""})
         return launch_from_row(row) if row else None
 
@@ -243,7 +145,7 @@ class LaunchQueue(LaunchPages):
         with self._connector.read() as tx:  # the clock inside the statement: one round trip
             now, clock = tx.clock_sql()
             sql = self._sql["recoverable"].format(session=rule).replace(":now", now)
-            rows = tx.all(sql, {**_FIXED, "session": session_id, **clock})
+            rows = tx.all(sql, {**FIXED, "session": session_id, **clock})
         return [launch_from_row(row) for row in rows]
 
     # --- enqueue -----------------------------------------------------------------
@@ -290,7 +192,7 @@ class LaunchQueue(LaunchPages):
             return LostRace(launch.run_id, "already_exists", existing["status"])
         if launch.origin_session_id is not None:
             holder = tx.one(self._sql["reservation"], {
-                **_FIXED, "session": launch.origin_session_id, "run_id": launch.run_id})
+                **FIXED, "session": launch.origin_session_id, "run_id": launch.run_id})
             if holder is not None:
                 return LostRace(launch.run_id, "session_reserved", holder["status"],
                                 holder["run_id"])
@@ -310,7 +212,7 @@ class LaunchQueue(LaunchPages):
               dead_runner: str | None = None) -> LaunchRecord | LostRace:
         check_id(runner_id, "runner_id")
         lease = lease_ms(lease_seconds)
-        with self._events.writing(durable=_CLAIM_DURABLE) as (tx, log):
+        with self._events.writing(durable=CLAIM_DURABLE) as (tx, log):
             now = tx.now_ms()
             row = self._load(tx, run_id)
             if row is None:
@@ -329,7 +231,7 @@ class LaunchQueue(LaunchPages):
                 return LostRace(run_id, "wrong_status", status)
             if status == "parked" and row["origin_session_id"] is not None:
                 holder = tx.one(self._sql["reservation"], {
-                    **_FIXED, "session": row["origin_session_id"], "run_id": run_id})
+                    **FIXED, "session": row["origin_session_id"], "run_id": run_id})
                 if holder is not None:
                     return LostRace(run_id, "session_reserved", status, holder["run_id"])
             try:
@@ -344,23 +246,39 @@ class LaunchQueue(LaunchPages):
         check_id(runner_id, "runner_id")
         lease = lease_ms(lease_seconds)
         probes = self.claim_probes(session_id)
-        params = {**_FIXED, "session": session_id, "runner": runner_id}
+        params = {**FIXED, "session": session_id, "runner": runner_id}
         if self._found_none.get(session_id) and not any(
                 self._claimable(sql, params) for sql in probes):
             return None
-        with self._events.writing(durable=_CLAIM_DURABLE) as (tx, log):
-            now = tx.now_ms()
-            row = None
-            for sql in probes:
-                row = tx.one(sql + tx.dialect.skip_locked, {**params, "now": now})
-                if row is not None:
-                    break
-            if row is None:
-                self._found_none[session_id] = True
-                return None
-            self._found_none[session_id] = False
-            taken = self._take(tx, log, row, runner_id, lease)
+        with self._events.writing(durable=CLAIM_DURABLE) as (tx, log):
+            taken = self._next(tx, log, runner_id, session_id, lease)
+        return taken
+
+    def _next(self, tx: Transaction, log: EventLog, runner_id: str,
+              session_id: str | None, lease: int) -> LaunchRecord | None:
+        """Take the next claimable launch inside the caller's write transaction."""
+        params = {**FIXED, "session": session_id, "runner": runner_id, "now": tx.now_ms()}
+        row = None
+        for sql in self.claim_probes(session_id):
+            row = tx.one(sql + tx.dialect.skip_locked, params)
+            if row is not None:
+                break
+        self._found_none[session_id] = row is None
+        if row is None:
+            return None
+        taken = self._take(tx, log, row, runner_id, lease)
         return taken if isinstance(taken, LaunchRecord) else None
+
+    def _chained(self, tx: Transaction, log: EventLog, then: NextClaim) -> LaunchRecord | None:
+        """`then`'s claim in a transition's transaction, in a savepoint: a session
+        reservation taken meanwhile undoes the claim alone, and the transition still
+        commits (recording how a run ended matters more than taking the next one)."""
+        try:
+            with tx.savepoint():
+                return self._next(tx, log, then.runner_id, then.session_id,
+                                  lease_ms(then.lease_seconds))
+        except UniqueViolation:
+            return None
 
     def claim_probes(self, session_id: str | None) -> tuple[str, ...]:
         """The claim's two looks, in order: this runner's own launches, then any (built
@@ -370,7 +288,7 @@ class LaunchQueue(LaunchPages):
         if probes is None:
             dialect = self._connector.dialect
             probes = self._probes[detached] = tuple(self._sql[name].format(
-                origin=_ORIGIN[detached],
+                origin=ORIGIN[detached],
                 hint=dialect.indexed_by("workflow_run_queue_ready"),
                 hint_mine=dialect.indexed_by("workflow_run_queue_ready_affinity"))
                 for name in ("next_mine", "next"))
@@ -404,7 +322,7 @@ class LaunchQueue(LaunchPages):
         """Claim a row already checked to be claimable, guarded by its status and epoch."""
         now = tx.now_ms()
         claimed = self._update(tx, self._sql["take"], {
-            **_FIXED, "runner": runner_id, "token": new_claim_token(), "expires": now + lease,
+            **FIXED, "runner": runner_id, "token": new_claim_token(), "expires": now + lease,
             "now": now, "run_id": row["run_id"], "status": row["status"],
             "epoch": row["epoch"]})
         if claimed is None:
@@ -416,10 +334,10 @@ class LaunchQueue(LaunchPages):
     def renew_lease(self, run_id: str, claim_token: str, *,
                     lease_seconds: float = 30.0) -> LaunchRecord | LostRace:
         lease = lease_ms(lease_seconds)
-        with self._connector.write(durable=_CLAIM_DURABLE) as tx:
+        with self._connector.write(durable=CLAIM_DURABLE) as tx:
             now = tx.now_ms()
             row = self._load(tx, run_id)
-            lost = guard(row, run_id, _HOLD, claim_token, now)
+            lost = guard(row, run_id, HOLD, claim_token, now)
             if lost is not None:
                 return lost
             renewed = self._update(tx, self._sql["renew"], {"expires": now + lease, "now": now,
@@ -433,7 +351,7 @@ class LaunchQueue(LaunchPages):
         once instead of after the lease. Fenced by the token; True when it was ours."""
         with self._connector.write() as tx:
             now = tx.now_ms()
-            row = tx.one(self._sql["yield"], {**_FIXED, "now": now, "run_id": run_id,
+            row = tx.one(self._sql["yield"], {**FIXED, "now": now, "run_id": run_id,
                                               "token": claim_token})
             if row is not None and row["origin_session_id"] is None:
                 tx.notify(LAUNCH_CHANNEL, run_id)  # an idle host claims it on the notice
@@ -444,7 +362,7 @@ class LaunchQueue(LaunchPages):
         with self._connector.read() as tx:
             now, clock = tx.clock_sql("fence_now")
             row = tx.one(self._sql["fence"].format(now=now), {"run_id": run_id, **clock})
-        lost = guard(row, run_id, _HOLD, claim_token, 0 if row is None else row["fence_now"])
+        lost = guard(row, run_id, HOLD, claim_token, 0 if row is None else row["fence_now"])
         if lost is not None:
             return lost
         assert row is not None
@@ -469,40 +387,49 @@ class LaunchQueue(LaunchPages):
 
     def finish(self, run_id: str, claim_token: str, *, waiting: bool = False,
                turn_intent: NewTurnIntent | None = None,
-               bundle: BundleWrite | None = None) -> LaunchRecord | LostRace:
+               bundle: BundleWrite | None = None,
+               then_claim: NextClaim | None = None) -> LaunchRecord | LostRace:
         child: dict[str, Any] = {"ending": "waiting" if waiting else "completed"}
         if waiting:
             child["child_state"] = "waiting"
         # A closing presentation yields to an intent already pending for the run (one
         # pending intent per run and session) instead of undoing the finish.
         return self._transition("finish", run_id, claim_token, child, turn_intent,
-                                intent_optional=True, bundle=bundle)
+                                intent_optional=True, bundle=bundle, then_claim=then_claim)
 
     def fail(self, run_id: str, claim_token: str, *, code: str, message: str,
              turn_intent: NewTurnIntent | None = None,
-             bundle: BundleWrite | None = None) -> LaunchRecord | LostRace:
+             bundle: BundleWrite | None = None,
+             then_claim: NextClaim | None = None) -> LaunchRecord | LostRace:
         extra = {"code": check_error_code(code), "message": bounded_message(message)}
         if code == "interrupted":
             extra["child_state"] = "interrupted"  # a controller may start a new attempt
         return self._transition("fail", run_id, claim_token, extra, turn_intent,
-                                bundle=bundle)
+                                bundle=bundle, then_claim=then_claim)
 
     def release(self, run_id: str, claim_token: str) -> LaunchRecord | LostRace:
         return self._transition("release", run_id, claim_token, {"crashed": 0})
 
     def cancel(self, run_id: str, *, claim_token: str | None = None,
-               bundle: BundleWrite | None = None) -> LaunchRecord | LostRace:
+               bundle: BundleWrite | None = None,
+               then_claim: NextClaim | None = None) -> LaunchRecord | LostRace:
         if claim_token is None:
             return self._transition("cancel", run_id, None, bundle=bundle)
-        return self._transition("cancel_claimed", run_id, claim_token, bundle=bundle)
+        return self._transition("cancel_claimed", run_id, claim_token, bundle=bundle,
+                                then_claim=then_claim)
 
     def _transition(self, op_name: str, run_id: str, claim_token: str | None,
                     extra: dict[str, Any] | None = None,
                     turn_intent: NewTurnIntent | None = None,
                     intent_optional: bool = False,
                     bundle: BundleWrite | None = None,
-                    durable: bool = True) -> LaunchRecord | LostRace:
+                    durable: bool = True,
+                    then_claim: NextClaim | None = None) -> LaunchRecord | LostRace:
         op = LAUNCH_OPERATIONS[op_name]
+        taken = None
+        if then_claim is not None:
+            check_id(then_claim.runner_id, "runner_id")
+            then_claim.record = None
         try:
             with self._events.writing(durable=durable) as (tx, log):
                 row = self._load(tx, run_id)
@@ -519,8 +446,12 @@ class LaunchQueue(LaunchPages):
                 updated = self._apply(tx, log, row, op.target, extra or {})
                 if turn_intent is not None:
                     self._intent(tx, turn_intent, optional=intent_optional)
+                if then_claim is not None:
+                    taken = self._chained(tx, log, then_claim)
         except _Abort as abort:
             return abort.lost
+        if then_claim is not None:
+            then_claim.record = taken  # only once the transition (and the claim) committed
         return updated
 
     def _apply(self, tx: Transaction, log: EventLog, row: Row, target: LaunchStatus,
@@ -529,11 +460,11 @@ class LaunchQueue(LaunchPages):
         child_state = extra.pop("child_state", None)
         params = {"crashed": 1, "now": tx.now_ms(), "run_id": row["run_id"],
                   "status": row["status"], "epoch": row["epoch"], "target": target, **extra}
-        updated = self._update(tx, self._sql["enter"].format(columns=_ENTER[target]), params)
+        updated = self._update(tx, self._sql["enter"].format(columns=ENTER[target]), params)
         assert updated is not None, "row changed under its lock"
         self._event(log, updated, row["status"], event or f"launch.{target}", payload)
-        if target in _CHILD_STATE:
-            settle_child(tx, updated, child_state or _CHILD_STATE[target])
+        if target in CHILD_STATE:
+            settle_child(tx, updated, child_state or CHILD_STATE[target])
         if updated["origin_session_id"] is None and (
                 target == "queued" or (target == "parked" and updated["park_mode"] == "auto")):
             tx.notify(LAUNCH_CHANNEL, updated["run_id"])

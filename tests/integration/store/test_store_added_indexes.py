@@ -11,7 +11,7 @@ from storekit import Backend, launch
 
 from runner.clock import FakeClock
 from runner.store import SqliteStore, Store
-from runner.store.domain.launches import _FIXED
+from runner.store.domain.launch_queries import FIXED as _FIXED
 from runner.store.layout import ADDED_INDEXES
 
 

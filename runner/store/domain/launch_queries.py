@@ -1,0 +1,121 @@
+"""The launch queue's named statements and the constants its transitions share
+(`domain/launches.py`). A backend overrides a statement by name (`named()`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from runner.store.connector import in_params
+from runner.store.ddl import sql_in
+from runner.store.states import (
+    CLAIMED_STATUSES,
+    READY_STATUSES,
+    RESERVING_STATUSES,
+    LaunchStatus,
+    Operation,
+)
+
+#: Wake-ups for hosts waiting on detached launches (Postgres LISTEN/NOTIFY).
+LAUNCH_CHANNEL = "wfrun_launch"
+
+_CLAIMED, _CLAIMED_PARAMS = in_params("claimed", CLAIMED_STATUSES)
+_RESERVING, _RESERVING_PARAMS = in_params("reserving", RESERVING_STATUSES)
+FIXED: dict[str, object] = {**_CLAIMED_PARAMS, **_RESERVING_PARAMS}
+
+_CLAIMABLE = (
+    "(q.status IN ('queued', 'parked')"
+    f" OR (q.status IN {_CLAIMED} AND q.claim_expires_at <= :now))"
+)
+# A parked launch cannot take its session back while another launch reserves it.
+_RESERVATION_FREE = (
+    "NOT (q.status = 'parked' AND q.origin_session_id IS NOT NULL AND EXISTS ("
+    " SELECT 1 FROM workflow_run_queue r WHERE r.origin_session_id = q.origin_session_id"
+    f" AND r.status IN {_RESERVING} AND r.run_id <> q.run_id))"
+)
+# Detached launches belong to hosts, session launches to their session: a session
+# never activates a `wfrun start` launch (its prompt and input are not that
+# conversation's), and a host never takes a session's launch.
+ORIGIN = {True: "q.origin_session_id IS NULL", False: "q.origin_session_id = :session"}
+# Only a run parked by a host shutdown resumes by itself; the others wait to be asked.
+_AUTO_RESUME = "(q.status <> 'parked' OR q.park_mode = 'auto')"
+_READY = f"q.status IN {sql_in(READY_STATUSES)}"
+_CLAIM_TERMS = f"{_CLAIMABLE} AND {{origin}} AND {_RESERVATION_FREE} AND {_AUTO_RESUME}"
+_CONTINUATION_SLOT = "NOT (status IN ('failed', 'cancelled') AND started_at IS NULL)"
+
+SQL: Mapping[str, str] = {
+    "load": "SELECT * FROM workflow_run_queue WHERE run_id = :run_id",
+    # Only what the guard reads: the fence runs before every irreversible write.
+    "fence": "SELECT status, claim_token, claim_expires_at, {now} AS fence_now"
+    " FROM workflow_run_queue WHERE run_id = :run_id",
+    "reservation": "SELECT * FROM workflow_run_queue WHERE origin_session_id = :session"
+    f" AND status IN {_RESERVING} AND run_id <> :run_id",
+    "continuation": "SELECT * FROM workflow_run_queue WHERE parent_run_id = :parent"
+    f" AND {_CONTINUATION_SLOT}",
+    "query": "SELECT * FROM workflow_run_queue WHERE {where} ORDER BY created_at, run_id"
+    " LIMIT :limit",
+    "recoverable": f"SELECT * FROM workflow_run_queue q WHERE {_CLAIMABLE}{{session}}"
+    " ORDER BY q.created_at, q.run_id",
+    "insert": "INSERT INTO workflow_run_queue (run_id, workflow_ref, workflow_path,"
+    " workflow_source_json, definition_digest, input_json, launch_options_json, status,"
+    " affinity_runner_id, origin_session_id, parent_run_id, created_at, updated_at)"
+    " VALUES (:run_id, :workflow_ref, :workflow_path, :source, :digest, :input, :options,"
+    " 'queued', :affinity, :origin, :parent, :now, :now) RETURNING *",
+    "void_lease": "UPDATE workflow_run_queue SET claim_expires_at = :now WHERE run_id = :run_id"
+    " AND runner_id = :dead AND claim_token IS NOT NULL",
+    # A claim looks twice, each time reading a claim-order index from its oldest
+    # entry to the first claimable one (no sort of the whole queue): this runner's own
+    # launches (a `wfrun run` queued them), then any. The first term repeats the
+    # index's condition so the planner may use it.
+    "next_mine": "SELECT * FROM workflow_run_queue q{hint_mine} WHERE"
+    f" {_READY} AND q.affinity_runner_id = :runner AND q.affinity_runner_id IS NOT NULL"
+    f" AND {_CLAIM_TERMS} ORDER BY q.affinity_runner_id, q.created_at, q.run_id LIMIT 1",
+    "next": f"SELECT * FROM workflow_run_queue q{{hint}} WHERE {_READY} AND {_CLAIM_TERMS}"
+    " ORDER BY q.created_at, q.run_id LIMIT 1",
+    "take": "UPDATE workflow_run_queue AS q SET"
+    " status = CASE WHEN q.status IN ('queued', 'parked') THEN 'starting' ELSE q.status END,"
+    " runner_id = :runner, claim_token = :token, claim_expires_at = :expires,"
+    " epoch = q.epoch + 1, updated_at = :now, park_mode = NULL,"
+    # Taking over an expired `starting` claim means its runner died activating it.
+    " crash_count = q.crash_count + CASE WHEN q.status = 'starting' THEN 1 ELSE 0 END"
+    " WHERE q.run_id = :run_id AND q.status = :status AND q.epoch = :epoch"
+    f" AND {_CLAIMABLE}",
+    "yield": "UPDATE workflow_run_queue SET claim_expires_at = :now, updated_at = :now"
+    " WHERE run_id = :run_id AND claim_token = :token AND claim_expires_at > :now"
+    f" AND status IN {_CLAIMED} RETURNING origin_session_id",
+    "renew": "UPDATE workflow_run_queue SET claim_expires_at = :expires, updated_at = :now"
+    " WHERE run_id = :run_id AND claim_token = :token AND claim_expires_at > :now",
+    "enter": "UPDATE workflow_run_queue SET status = :target, updated_at = :now, {columns}"
+    " WHERE run_id = :run_id AND status = :status AND epoch = :epoch",
+}
+
+#: Column changes per target status (the `enter` statement's `{columns}`).
+ENTER: dict[LaunchStatus, str] = {
+    "running": "input_json = NULL, launch_options_json = NULL, crash_count = 0,"
+    " started_at = COALESCE(started_at, :now)",
+    "parked": "claim_token = NULL, claim_expires_at = NULL, input_json = NULL,"
+    " launch_options_json = NULL, started_at = COALESCE(started_at, :now),"
+    " park_mode = :mode, crash_count = 0",
+    # Recovery goes back to queued (its runner died while starting): a crash; a release
+    # (the disk refused the bundle) is not one (:crashed 0).
+    "queued": "claim_token = NULL, claim_expires_at = NULL, runner_id = NULL,"
+    " crash_count = crash_count + :crashed",
+    "done": "claim_token = NULL, claim_expires_at = NULL, input_json = NULL,"
+    " launch_options_json = NULL, started_at = COALESCE(started_at, :now), finished_at = :now,"
+    " ending = :ending",
+    "failed": "claim_token = NULL, claim_expires_at = NULL, input_json = NULL,"
+    " launch_options_json = NULL, error_code = :code, error_message = :message,"
+    " finished_at = :now",
+    "cancelled": "claim_token = NULL, claim_expires_at = NULL, input_json = NULL,"
+    " launch_options_json = NULL, finished_at = :now, park_mode = NULL",
+}
+#: What a child workflow request (a controller's, linked by run id) becomes when
+#: its launch ends; the parent's key is woken in the same transaction.
+CHILD_STATE = {"done": "succeeded", "failed": "failed", "cancelled": "failed"}
+#: The fence and lease renewal: a live claim in starting|running.
+HOLD = Operation("hold", CLAIMED_STATUSES, "running", needs_claim=True)
+# Claims and lease renewals commit without waiting for the disk (`Connector.write`):
+# another process sees them at once, which is all one-runner-at-a-time needs, and a
+# power cut that loses one only returns the launch to where it was (queued, parked, or
+# an earlier lease), which recovery already handles: a claimed launch is recovered from
+# its bundle, never from the claim. The enqueue and every ending stay durable.
+CLAIM_DURABLE = False
