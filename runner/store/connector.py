@@ -141,11 +141,17 @@ class Connector(Protocol):
     @property
     def dialect(self) -> Dialect: ...
 
-    def write(self, *, durable: bool = True) -> AbstractContextManager[Transaction]:
+    def write(self, *, durable: bool = True,
+              shared_sync: bool = False) -> AbstractContextManager[Transaction]:
         """One writing transaction: committed on success, rolled back on any error.
         `durable=False` for a commit whose loss in a power cut (or a database crash) is
         recovered from what else is durable: it need not wait for the disk. It is
-        atomic and visible at once all the same, and the next durable commit covers it."""
+        atomic and visible at once all the same, and the next durable commit covers it.
+        `shared_sync=True` (a durable commit): the wait for the disk may come after the
+        store's write lock is let go, where concurrent writers' waits are one (group
+        commit), so others may see the commit a moment before it is durable; the block
+        still returns only once it is. For a commit that records what is durable
+        elsewhere already (a run's ending, after its bundle's)."""
         ...
 
     def read(self) -> AbstractContextManager[Transaction]:

@@ -103,9 +103,11 @@ class RunEvents:
         self._sql = named(SQL, overrides)
 
     @contextmanager
-    def writing(self, *, durable: bool = True) -> Iterator[tuple[Transaction, EventLog]]:
-        """A write transaction whose queued events are appended last, before commit."""
-        with self._connector.write(durable=durable) as tx:
+    def writing(self, *, durable: bool = True,
+                shared_sync: bool = False) -> Iterator[tuple[Transaction, EventLog]]:
+        """A write transaction whose queued events are appended last, before commit
+        (`durable`, `shared_sync`: `Connector.write`)."""
+        with self._connector.write(durable=durable, shared_sync=shared_sync) as tx:
             log = EventLog(tx, self._sql)
             yield tx, log
             log.flush()

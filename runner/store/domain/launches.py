@@ -395,7 +395,8 @@ class LaunchQueue(LaunchPages):
         # A closing presentation yields to an intent already pending for the run (one
         # pending intent per run and session) instead of undoing the finish.
         return self._transition("finish", run_id, claim_token, child, turn_intent,
-                                intent_optional=True, bundle=bundle, then_claim=then_claim)
+                                intent_optional=True, bundle=bundle, then_claim=then_claim,
+                                ending=True)
 
     def fail(self, run_id: str, claim_token: str, *, code: str, message: str,
              turn_intent: NewTurnIntent | None = None,
@@ -405,7 +406,7 @@ class LaunchQueue(LaunchPages):
         if code == "interrupted":
             extra["child_state"] = "interrupted"  # a controller may start a new attempt
         return self._transition("fail", run_id, claim_token, extra, turn_intent,
-                                bundle=bundle, then_claim=then_claim)
+                                bundle=bundle, then_claim=then_claim, ending=True)
 
     def release(self, run_id: str, claim_token: str) -> LaunchRecord | LostRace:
         return self._transition("release", run_id, claim_token, {"crashed": 0})
@@ -416,7 +417,7 @@ class LaunchQueue(LaunchPages):
         if claim_token is None:
             return self._transition("cancel", run_id, None, bundle=bundle)
         return self._transition("cancel_claimed", run_id, claim_token, bundle=bundle,
-                                then_claim=then_claim)
+                                then_claim=then_claim, ending=True)
 
     def _transition(self, op_name: str, run_id: str, claim_token: str | None,
                     extra: dict[str, Any] | None = None,
@@ -424,14 +425,22 @@ class LaunchQueue(LaunchPages):
                     intent_optional: bool = False,
                     bundle: BundleWrite | None = None,
                     durable: bool = True,
-                    then_claim: NextClaim | None = None) -> LaunchRecord | LostRace:
+                    then_claim: NextClaim | None = None,
+                    ending: bool = False) -> LaunchRecord | LostRace:
+        """`ending`: the holder records how its run ended. Its bundle holds that ending
+        durably already (a folder's trace is fsync'd first), or it has none (a failed
+        activation, which a lost commit only makes the next claim meet again), so the
+        commit may share its sync with other writers' (`Connector.write(shared_sync=)`);
+        a bundle batch in the same transaction is the ending's first durable record,
+        and that commit waits as any durable one does."""
         op = LAUNCH_OPERATIONS[op_name]
         taken = None
         if then_claim is not None:
             check_id(then_claim.runner_id, "runner_id")
             then_claim.record = None
         try:
-            with self._events.writing(durable=durable) as (tx, log):
+            with self._events.writing(durable=durable,
+                                      shared_sync=ending and bundle is None) as (tx, log):
                 row = self._load(tx, run_id)
                 lost = guard(row, run_id, op, claim_token, tx.now_ms())
                 if lost is not None:

@@ -114,7 +114,9 @@ class PostgresConnector:
         return DIALECT
 
     @contextmanager
-    def write(self, *, durable: bool = True) -> Iterator[Transaction]:
+    def write(self, *, durable: bool = True, shared_sync: bool = False) -> Iterator[Transaction]:
+        # `shared_sync` changes nothing here: the server flushes concurrent commits
+        # together itself, before any of them is seen.
         with self._db.write() as conn:
             if not durable:
                 conn.execute("SET LOCAL synchronous_commit = off")

@@ -122,8 +122,8 @@ class SqliteConnector:
         return DIALECT
 
     @contextmanager
-    def write(self, *, durable: bool = True) -> Iterator[Transaction]:
-        with self._db.write(durable=durable) as conn:
+    def write(self, *, durable: bool = True, shared_sync: bool = False) -> Iterator[Transaction]:
+        with self._db.write(durable=durable, shared_sync=shared_sync) as conn:
             yield SqliteTransaction(self._db, conn, self._now_ms)
 
     @contextmanager

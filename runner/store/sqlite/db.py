@@ -37,6 +37,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
+from runner.store import faults as store_faults
 from runner.store.errors import (
     IncompatibleLayout,
     StoreCorrupt,
@@ -128,6 +129,7 @@ class SqliteDatabase:
         self._connections: dict[int, tuple[int, int, sqlite3.Connection]] = {}
         self._pool: list[tuple[int, sqlite3.Connection]] = []
         self._relaxed: set[int] = set()  # id(conn) of connections at synchronous=NORMAL
+        self._wal = f"{path}-wal"  # synced after a shared-sync commit (`write`)
         self._closed = False
 
     def connection(self) -> sqlite3.Connection:
@@ -215,7 +217,8 @@ class SqliteDatabase:
         return conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
 
     @contextmanager
-    def write(self, *, durable: bool = True) -> Iterator[sqlite3.Connection]:
+    def write(self, *, durable: bool = True,
+              shared_sync: bool = False) -> Iterator[sqlite3.Connection]:
         """A `BEGIN IMMEDIATE` transaction: committed on success, rolled back on error.
 
         `durable=False`: a commit that need not survive a power loss (the callers say
@@ -228,14 +231,43 @@ class SqliteDatabase:
         SQLite's own busy handler waits by sleeping (1, 2, 5, 10 ms ...), which wasted
         most of the time when several writers met. A foreign writer is still waited
         for by SQLite's busy timeout, with the same one-line "busy" error.
+
+        `shared_sync=True` (durable): group commit. The transaction commits with
+        `synchronous = NORMAL` (no sync while it holds SQLite's write lock and the
+        writers' turn), and then, with both let go, this thread syncs the WAL file
+        (`fdatasync`), which covers every frame written before it: the commit is
+        durable before the block returns, as with FULL, and the next writer commits
+        meanwhile, so writers that commit close together share the disk's flushes.
+        Other connections may see the commit a moment before it is durable; the
+        callers (a run's ending) record what their bundle holds durably already.
         """
+        shared = durable and shared_sync and not self.read_only
         with self._write_lock:
             turn = self._take_turn()
             try:
-                yield from self._write(durable)
+                yield from self._write(durable and not shared)
             finally:
                 if turn is not None:
                     self._turns.release(turn)
+        if shared:  # reached only once the transaction committed
+            self._sync_wal()
+
+    def _sync_wal(self) -> None:
+        """Make every commit so far durable: sync the WAL file (SQLite writes its frames
+        with pwrite, so they are all in it). A WAL that is gone was checkpointed into
+        the database file and removed, which SQLite syncs before it lets the WAL go."""
+        try:
+            fd = os.open(self._wal, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise store_faults.from_os(exc, self.path, "sync") from None
+        try:
+            os.fdatasync(fd)
+        except OSError as exc:
+            raise store_faults.from_os(exc, self.path, "sync") from None
+        finally:
+            os.close(fd)
 
     def _take_turn(self) -> Turn | None:
         # A read-only handle creates nothing, not even the sidecar; SQLite refuses

@@ -1,16 +1,24 @@
-"""Which launch commits wait for the disk on SQLite: the enqueue and the ending do;
-claims, renewals and `mark_running` commit with `synchronous = NORMAL` (no fsync of
-their own; tests/integration/launch/test_power_cut.py restarts on what a power cut
-leaves of them). Seen through SQLite's own statement trace on a real store file."""
+"""Which launch commits wait for the disk on SQLite: the enqueue does (FULL), and the
+ending does after it lets the write lock go (group commit: a WAL sync shared with the
+writers after it); claims, renewals and `mark_running` commit with `synchronous =
+NORMAL` (no fsync of their own; tests/integration/launch/test_power_cut.py restarts on
+what a power cut leaves of them). Seen through SQLite's own statement trace and the
+WAL syncs made from Python, on a real store file."""
 
 from __future__ import annotations
 
+import errno
+import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from runner.store import SqliteStore
+import pytest
+
+from runner.store import SqliteStore, StoreUnavailable
 from runner.store.records import LaunchRecord, NewLaunch
+
+RUN = "wf-20261201T000000Z-0000000a"
 
 
 def _sync_levels(statements: list[str], level: str = "FULL") -> list[str]:
@@ -25,23 +33,49 @@ def _sync_levels(statements: list[str], level: str = "FULL") -> list[str]:
     return seen
 
 
-def test_only_the_enqueue_and_the_ending_wait_for_the_disk(tmp_path: Path) -> None:
+@pytest.fixture
+def wal_syncs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The files wfrun fdatasyncs from Python, by name (SQLite's own syncs are in C)."""
+    synced: list[str] = []
+    real = os.fdatasync
+
+    def spy(fd: int) -> None:
+        real(fd)
+        synced.append(os.path.basename(os.readlink(f"/proc/self/fd/{fd}")))
+
+    monkeypatch.setattr(os, "fdatasync", spy)
+    return synced
+
+
+def _running(store: SqliteStore) -> LaunchRecord:
+    store.launches.enqueue(NewLaunch(RUN, "wf", {"kind": "file"}, "d" * 64, {"n": 1}))
+    claimed = store.launches.claim_next(runner_id="h1", lease_seconds=30)
+    assert isinstance(claimed, LaunchRecord)
+    running = store.launches.mark_running(RUN, claimed.claim_token or "")
+    assert isinstance(running, LaunchRecord)
+    return running
+
+
+def test_only_the_enqueue_and_the_ending_wait_for_the_disk(
+        tmp_path: Path, wal_syncs: list[str]) -> None:
     store = SqliteStore(tmp_path / "store.sqlite3")
     statements: list[str] = []
     store._db.connection().set_trace_callback(statements.append)
     launches = store.launches
     levels: dict[str, list[str]] = {}
     pragmas: dict[str, int] = {}
+    syncs: dict[str, list[str]] = {}
     trail: list[str] = []  # every statement so far: the level carries over steps
 
     def took(step: str) -> None:
         trail.extend(statements)
         levels[step] = _sync_levels(trail)[-1:]
         pragmas[step] = sum(sql.startswith("PRAGMA synchronous") for sql in statements)
+        syncs[step] = wal_syncs[:]
         statements[:] = []
+        wal_syncs[:] = []
 
-    launches.enqueue(NewLaunch("wf-20261201T000000Z-0000000a", "wf", {"kind": "file"},
-                               "d" * 64, {"n": 1}))
+    launches.enqueue(NewLaunch(RUN, "wf", {"kind": "file"}, "d" * 64, {"n": 1}))
     took("enqueue")
     claimed = launches.claim_next(runner_id="h1", lease_seconds=30)
     assert isinstance(claimed, LaunchRecord)
@@ -55,11 +89,73 @@ def test_only_the_enqueue_and_the_ending_wait_for_the_disk(tmp_path: Path) -> No
     launches.finish(claimed.run_id, token)
     took("finish")
     assert levels == {"enqueue": ["FULL"], "claim": ["NORMAL"], "renew": ["NORMAL"],
-                      "running": ["NORMAL"], "finish": ["FULL"]}
-    assert pragmas == {"enqueue": 0, "claim": 1, "renew": 0, "running": 0, "finish": 1}
+                      "running": ["NORMAL"], "finish": ["NORMAL"]}
+    # The ending's commit is made durable by a WAL sync of its own after the commit
+    # (and before `finish` returns); no other step syncs from Python.
+    assert syncs == {"enqueue": [], "claim": [], "renew": [], "running": [],
+                     "finish": ["store.sqlite3-wal"]}
+    assert pragmas == {"enqueue": 0, "claim": 1, "renew": 0, "running": 0, "finish": 0}
     # The level stays until a write asks for another one; settings() reports the
     # durable writes' level, FULL.
     assert store._db.settings()["synchronous"] == 2
+    store.close()
+
+
+def test_an_ending_syncs_after_letting_the_write_lock_go(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Group commit: while one ending waits for its WAL sync, another writer commits
+    (the sync holds no lock), and the ending returns only once its sync is done."""
+    store = SqliteStore(tmp_path / "store.sqlite3")
+    running = _running(store)
+    syncing, release = threading.Event(), threading.Event()
+    real = os.fdatasync
+
+    def slow_sync(fd: int) -> None:
+        syncing.set()
+        assert release.wait(30)
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", slow_sync)
+    returned = threading.Event()
+    ending = threading.Thread(target=lambda: (
+        store.launches.finish(RUN, running.claim_token or ""), returned.set()))
+    ending.start()
+    assert syncing.wait(30)
+    # The ending committed (another connection sees it) but has not returned: its
+    # sync is still under way, and the writers' turn is free meanwhile.
+    other = SqliteStore(tmp_path / "store.sqlite3", busy_timeout_ms=2000)
+    try:
+        seen = other.launches.get(RUN)
+        assert seen is not None
+        assert seen.status == "done"
+        assert not returned.is_set()
+        queued = other.launches.enqueue(NewLaunch("wf-20261201T000001Z-0000000b", "wf",
+                                                  {"kind": "file"}, "d" * 64, {}))
+        assert isinstance(queued, LaunchRecord)  # committed while the ending syncs
+        assert not returned.is_set()
+    finally:
+        release.set()
+        ending.join(30)
+        other.close()
+    assert returned.is_set()
+    store.close()
+
+
+def test_a_failed_wal_sync_is_a_one_line_store_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = SqliteStore(tmp_path / "store.sqlite3")
+    running = _running(store)
+
+    def broken(fd: int) -> None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(os, "fdatasync", broken)
+    with pytest.raises(StoreUnavailable) as raised:
+        store.launches.finish(RUN, running.claim_token or "")
+    assert type(raised.value) is StoreUnavailable  # not a disk-full or read-only fault
+    assert "\n" not in raised.value.message
+    assert raised.value.message.startswith("cannot sync the store at ")
+    assert raised.value.message.endswith(os.strerror(errno.EIO))
     store.close()
 
 
@@ -70,8 +166,8 @@ def test_a_durable_write_after_relaxed_ones_on_another_thread_still_waits(
     # on it must set FULL first.
     store = SqliteStore(tmp_path / "store.sqlite3")
     launches = store.launches
-    launches.enqueue(NewLaunch("wf-20261201T000000Z-0000000a", "wf", {"kind": "file"},
-                               "d" * 64, {"n": 1}))
+    launches.enqueue(NewLaunch(RUN, "wf", {"kind": "file"}, "d" * 64, {"n": 1}))
+
     def in_thread(work: Callable[[], object]) -> object:
         out: list[object] = []
         thread = threading.Thread(target=lambda: out.append(work()))
@@ -91,16 +187,16 @@ def test_a_durable_write_after_relaxed_ones_on_another_thread_still_waits(
     token = record.claim_token
     statements: list[str] = []
 
-    def finish() -> tuple[int, object]:
+    def park() -> tuple[int, object]:
         conn = store._db.connection()  # the claim's connection, back from the pool
         level = conn.execute("PRAGMA synchronous").fetchone()[0]
         conn.set_trace_callback(statements.append)
-        return level, launches.finish(record.run_id, token)
+        return level, launches.park(record.run_id, token)
 
-    level, finished = in_thread(finish)  # type: ignore[misc]
+    level, parked = in_thread(park)  # type: ignore[misc]
     assert level == 1  # the claim left it at NORMAL
-    assert isinstance(finished, LaunchRecord)
-    assert finished.status == "done"
+    assert isinstance(parked, LaunchRecord)
+    assert parked.status == "parked"
     assert _sync_levels(statements, "NORMAL") == ["FULL"]
     store.close()
 
