@@ -28,13 +28,14 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from benchkit import CHAIN3, machine, use_root  # bench/ is on sys.path
 
 ROOT = use_root()
 
 
-def cycles(n: int) -> None:
+def cycles(n: int, no_chain: bool = False) -> None:
     """The measured body, run under valgrind (`--cycles N`)."""
     from runner.compiler import build_catalog
     from runner.host.runtime.local import Workspace
@@ -50,11 +51,25 @@ def cycles(n: int) -> None:
         store = SqliteStore(root / ".wfrun" / "state" / "store.sqlite3")
         coord = LaunchCoordinator(store, ws, ws.runs_dir, runner_id="bench-instr")
 
+        # As a busy host slot: the next launch is claimed with the last run's ending
+        # (bench_run_cost.py); without `next_claim` (an older --root) or with
+        # --no-chain, a claim of its own per run.
+        chain = None if no_chain else getattr(coord, "next_claim", None)
+        pending: list[Any] = []
+
         def cycle() -> None:
             coord.prepare("three", None)
-            record = coord.claim_next(None)
-            assert record is not None
-            outcome = coord.execute(record)
+            if chain is None:
+                record = coord.claim_next(None)
+                assert record is not None
+                outcome = coord.execute(record)
+            else:
+                if not pending:
+                    coord.prepare("three", None)
+                    pending.append(coord.claim_next(None))
+                then = chain()
+                outcome = coord.execute(pending.pop(), then_claim=then)
+                pending.append(then.record)
             if outcome is None or outcome.status != "completed":
                 sys.exit(f"the run did not complete: {outcome}")
 
@@ -65,8 +80,9 @@ def cycles(n: int) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def instructions(n: int) -> int:
-    argv = [sys.executable, __file__, "--root", str(ROOT), "--cycles", str(n)]
+def instructions(n: int, no_chain: bool) -> int:
+    argv = [sys.executable, __file__, "--root", str(ROOT), "--cycles", str(n),
+            *(["--no-chain"] if no_chain else [])]
     out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
                           *argv], capture_output=True, text=True, check=False)
     found = re.search(r"Collected\s*:\s*(\d+)", out.stderr)
@@ -79,16 +95,19 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("-n", type=int, default=60, help="measured cycles (default 60)")
     parser.add_argument("--cycles", type=int, help=argparse.SUPPRESS)  # under valgrind
+    parser.add_argument("--no-chain", action="store_true",
+                        help="claim each launch apart (before chained claims)")
     args = parser.parse_args()
     if args.cycles is not None:
-        cycles(args.cycles)
+        cycles(args.cycles, args.no_chain)
         return 0
     if shutil.which("valgrind") is None:
         sys.exit("valgrind is not installed: apt-get install valgrind")
-    base, total = instructions(0), instructions(args.n)
+    base, total = instructions(0, args.no_chain), instructions(args.n, args.no_chain)
+    shape = "claim -> execute" if args.no_chain else "execute + the next claim"
     print(f"machine: {machine()}")
     print(f"runner imported from {ROOT}")
-    print(f"3-node queued run (prepare -> claim -> execute), {args.n} runs: "
+    print(f"3-node queued run (prepare -> {shape}), {args.n} runs: "
           f"{(total - base) / args.n / 1e6:.3f} M user-space instructions per run "
           f"(callgrind; {os.cpu_count()} CPU machine, kernel work not counted)")
     return 0

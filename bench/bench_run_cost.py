@@ -10,9 +10,11 @@ a 3-node compute chain, every cycle on one worker thread, as a `wfrun host` slot
 runs its runs (`--same-thread`: on the main thread; `--new-thread`: a new thread per
 run, as hosts did before their workers lived for the host's life: each new thread
 pays for cold caches and fresh stack pages, ~2 ms here). Each cycle is `prepare`
-(the committed `queued` row) -> `claim_next` -> `execute` (activation, 3 nodes, the
-ending), i.e. a detached `wfrun start` + host slot without process start-up. Counted
-per run, from the second run on (the first pays imports and compiles):
+(the committed `queued` row) -> `execute` of the launch queued the cycle before
+(activation, 3 nodes, the ending, whose commit claims the launch just queued, as a
+busy `wfrun host` slot takes its next run; `--no-chain`: `claim_next` -> `execute`,
+a claim of its own), i.e. a detached `wfrun start` + host slot without process
+start-up. Counted per run, from the second run on (the first pays imports and compiles):
 
 - CPU ms (time.process_time) and wall ms, median; the mean CPU split into user and
   kernel time (os.times over all the runs);
@@ -175,6 +177,8 @@ def main() -> int:
 
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("-n", type=int, default=200)
+    parser.add_argument("--no-chain", action="store_true",
+                        help="claim each launch apart (before chained claims)")
     parser.add_argument("--no-scrub", action="store_true",
                         help="no WAL checkpoint after input is cleared (to compare)")
     threads = parser.add_mutually_exclusive_group()
@@ -210,12 +214,27 @@ def main() -> int:
             conn.set_trace_callback(trace)
             traced.add(id(conn))
 
+    # A host slot's steady state: the slot's next launch is claimed with the last run's
+    # ending (`next_claim`), so each cycle queues one launch and runs the one claimed
+    # before. `--no-chain`, or a `--root` runner without chained claims: a claim of
+    # its own per run, as before.
+    chain = getattr(coord, "next_claim", None) if not args.no_chain else None
+    pending: list[Any] = []
+
     def cycle() -> Any:
         traced_connection()
         coord.prepare("three", None)
-        record = coord.claim_next(None)
-        assert record is not None
-        return coord.execute(record)
+        if chain is None:
+            record = coord.claim_next(None)
+            assert record is not None
+            return coord.execute(record)
+        if not pending:  # the first cycle: one launch ahead, as a busy queue has
+            coord.prepare("three", None)
+            pending.append(coord.claim_next(None))
+        then = chain()
+        outcome = coord.execute(pending.pop(), then_claim=then)
+        pending.append(then.record)
+        return outcome
 
     # One worker for every run, as `wfrun host` keeps one thread per slot in use.
     asks: queue.SimpleQueue[bool] = queue.SimpleQueue()
@@ -268,7 +287,8 @@ def main() -> int:
           f"{commit_ms:.3f} ms; one file created {create_us:.0f} µs CPU")
     where = ("the main thread" if args.same_thread else
              "a new thread per run" if args.new_thread else "one worker thread")
-    print(f"3-node queued run (prepare -> claim -> execute), {runs} runs, "
+    shape = "prepare -> claim -> execute" if chain is None else "prepare -> execute + claim"
+    print(f"3-node queued run ({shape}), {runs} runs, "
           f"{where}, "
           f"scrub {'off' if args.no_scrub else 'on'}:")
     print(f"  CPU  median {statistics.median(cpu[1:]):.2f} ms per run")
