@@ -103,6 +103,14 @@ DDL: tuple[str, ...] = (
     f"""CREATE INDEX workflow_run_queue_ready_affinity
     ON workflow_run_queue (affinity_runner_id, created_at, run_id)
     WHERE affinity_runner_id IS NOT NULL AND status IN {sql_in(READY_STATUSES)}""",
+    # The run list's order (newest first) over the runs that completed or wait at a
+    # checkpoint (`done` rows, by ending): a page reads its rows' entries instead of
+    # sorting every finished run (domain/pages.py). One entry per run, made by the
+    # transaction that finishes it; no other write touches these columns, so the
+    # claim and `running` updates never maintain it. Added within v1.
+    """CREATE INDEX workflow_run_queue_ended
+    ON workflow_run_queue (ending, created_at, run_id)
+    WHERE ending IS NOT NULL""",
     f"""CREATE UNIQUE INDEX workflow_run_queue_session_reservation
     ON workflow_run_queue (origin_session_id)
     WHERE origin_session_id IS NOT NULL AND status IN {sql_in(RESERVING_STATUSES)}""",

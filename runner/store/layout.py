@@ -15,7 +15,8 @@ SCHEMA_ID = "wfrun.controller-store.v1"
 #: changes, so opening a store for writing creates a missing one (inside the open's
 #: transaction) instead of refusing the store, and a read-only open does without it.
 ADDED_INDEXES: frozenset[str] = frozenset({"workflow_run_queue_ready",
-                                           "workflow_run_queue_ready_affinity"})
+                                           "workflow_run_queue_ready_affinity",
+                                           "workflow_run_queue_ended"})
 
 TABLE_COLUMNS: Mapping[str, tuple[str, ...]] = {
     "schema_info": ("singleton", "schema_id", "created_at"),

@@ -69,3 +69,33 @@ def test_a_claim_reads_the_claim_order_index_without_sorting(tmp_path: Path) -> 
                 assert not any("TEMP B-TREE" in step for step in plan), plan
     finally:
         store.close()
+
+
+def test_the_run_list_page_reads_the_ended_index_without_sorting_ended_runs(
+        tmp_path: Path) -> None:
+    """`wfrun runs`' first page stays flat as finished runs pile up: the `done` rows of
+    each ending are one range of `workflow_run_queue_ended`, read in order for at most
+    a page's entries; only the other statuses' rows are sorted."""
+    store = SqliteStore(tmp_path / "store.sqlite3")
+    try:
+        for i in range(300):
+            store.launches.enqueue(launch(f"run-{i:04d}"))
+        with store._db.write() as conn:
+            conn.execute("UPDATE workflow_run_queue SET status = 'done', ending = 'completed',"
+                         " input_json = NULL, launch_options_json = NULL,"
+                         " started_at = created_at, finished_at = created_at")
+        statements: list[str] = []
+        conn = store._db.connection()
+        conn.set_trace_callback(statements.append)
+        page = store.launches.page(limit=5)
+        conn.set_trace_callback(None)
+        assert [r.run_id for r in page] == [f"run-{i:04d}" for i in range(299, 294, -1)]
+        [sql] = [s for s in statements if s.startswith("SELECT")]
+        plan = [str(r[3]) for r in conn.execute("EXPLAIN QUERY PLAN " + sql).fetchall()]
+        ended = [step for step in plan if "workflow_run_queue_ended (ending=?)" in step]
+        assert len(ended) == 2, plan  # done: completed, waiting
+        # The sorts are of the other statuses' rows and of the merged page entries,
+        # never a scan of the table.
+        assert not any(step.startswith("SCAN workflow_run_queue") for step in plan), plan
+    finally:
+        store.close()

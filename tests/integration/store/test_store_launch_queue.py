@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from storekit import SECRET, FakeClock, launch
 
@@ -264,3 +266,52 @@ def test_a_done_row_keeps_how_its_run_ended_and_pages_by_it(
     assert ids(statuses=["done"]) == {"run-done", "run-wait"}
     with pytest.raises(ValueError, match="ending"):
         store.launches.page(ending="continued")  # type: ignore[arg-type]
+
+
+def test_a_page_by_status_is_the_sorted_filtered_rows_whatever_the_mix(
+    store: Store, clock: FakeClock
+) -> None:
+    """The status-only page merges one index range per status (per ending for `done`);
+    it must give exactly the rows a sort of every matching row gives, at every offset."""
+    rng = random.Random(15)
+    for i in range(60):
+        run_id = f"run-{i:03d}"
+        store.launches.enqueue(launch(run_id))
+        clock.advance(rng.choice([0, 0.001, 1]))  # ties on created_at too
+        fate = rng.choice(["queued", "starting", "running", "parked", "done", "waiting",
+                           "failed", "cancelled"])
+        if fate == "queued":
+            continue
+        if fate == "cancelled":
+            store.launches.cancel(run_id)
+            continue
+        token = _claim(store, run_id).claim_token or ""
+        if fate == "starting":
+            continue
+        if fate == "failed":
+            store.launches.fail(run_id, token, code="run_failed", message="x")
+            continue
+        store.launches.mark_running(run_id, token)
+        if fate == "parked":
+            store.launches.park(run_id, token)
+        elif fate in ("done", "waiting"):
+            store.launches.finish(run_id, token, waiting=fate == "waiting")
+    every = sorted(store.launches.query(), key=lambda r: (r.created_at, r.run_id),
+                   reverse=True)
+    assert len(every) == 60
+    filters: list[tuple[tuple[str, ...] | None, str | None]] = [
+        (None, None), (("done",), None), (("done",), "waiting"), (("done",), "completed"),
+        (("starting", "running", "parked", "failed"), None),
+        (("queued", "done", "cancelled"), "completed"), (("failed", "cancelled"), None)]
+    for statuses, ending in filters:
+        expected = [r.run_id for r in every
+                    if (statuses is None or r.status in statuses)
+                    and (ending is None or r.status != "done" or r.ending == ending)]
+        for limit, offset in ((50, 0), (7, 0), (7, 7), (5, 20), (3, 100)):
+            got = store.launches.page(statuses=statuses, ending=ending,  # type: ignore[arg-type]
+                                      limit=limit, offset=offset)
+            assert [r.run_id for r in got] == expected[offset:offset + limit], \
+                (statuses, ending, limit, offset)
+        oldest = store.launches.page(statuses=statuses, ending=ending,  # type: ignore[arg-type]
+                                     newest_first=False, limit=4)
+        assert [r.run_id for r in oldest] == expected[::-1][:4]
