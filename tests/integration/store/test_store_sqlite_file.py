@@ -140,11 +140,15 @@ def test_each_thread_gets_its_own_connection_and_claims_stay_exclusive(path: Pat
         claims: dict[str, list[str]] = {}
         connections: set[int] = set()
         lock = threading.Lock()
+        # Every thread holds its connection before any claims: a thread that ended
+        # first would hand its connection to the pool, and a later one would reuse it.
+        together = threading.Barrier(4, timeout=30)
 
         def work(name: str) -> None:
             mine = []
             with lock:
                 connections.add(id(store._db.connection()))
+            together.wait()
             while (claimed := store.launches.claim_next(runner_id=name)) is not None:
                 mine.append(claimed.run_id)
             with lock:
