@@ -31,6 +31,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchkit import machine
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from runner.host.mcp.channel import socket_path
+
 REPO = Path(__file__).resolve().parent.parent
 WFRUN = [sys.executable, "-m", "runner"]
 SCRIPT = Path(sys.executable).parent / "wfrun"  # what `wfrun integrate` writes
@@ -74,8 +77,7 @@ def main() -> int:
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE)
         try:
-            sock = Path(os.environ.get("TMPDIR") or tempfile.gettempdir()) / \
-                f"wfrun-{os.getuid()}" / f"claude-{os.getpid()}.sock"
+            sock = Path(socket_path(os.getpid()))
             deadline = time.monotonic() + 60
             while not sock.exists():
                 if server.poll() is not None or time.monotonic() > deadline:

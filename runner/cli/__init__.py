@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 
 def main() -> None:
-    """The console script. `wfrun hook claude-code` skips click and every command module:
-    Claude Code runs it on each prompt and stop (runner/host/mcp/hook.py)."""
-    if sys.argv[1:3] == ["hook", "claude-code"] and len(sys.argv) == 3:
+    """The console script. Two commands Claude Code runs skip click and every command
+    module, when spelled exactly as `wfrun integrate claude-code` writes them:
+    `wfrun hook claude-code` on each prompt and stop (runner/host/mcp/hook.py), and
+    `wfrun mcp --client claude-code`, which must answer within Claude's wait
+    (runner/cli/mcpserve.py)."""
+    if sys.argv[1:] == ["hook", "claude-code"]:
         from runner.host.mcp.hook import main as hook_main
 
         sys.exit(hook_main())
+    if sys.argv[1:] == ["mcp", "--client", "claude-code"] and not any(
+            key.startswith("WFRUN_MCP_") for key in os.environ):  # click's option variables
+        from .mcpserve import fast_main
+
+        fast_main()
+        return
     from .app import main as app_main
 
     app_main()

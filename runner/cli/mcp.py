@@ -3,20 +3,15 @@
 
 from __future__ import annotations
 
-import os
 import sys
-import uuid
 
 import click
 
-from runner.clock import CLOCK_FILE_ENV, clock_from_env
-from runner.errors import InputError
 from runner.host.mcp import hook as claude_hook
-from runner.host.mcp.sessionlog import valid_session_id
 
 from .app import cli
 from .context import Context
-from .runs import workspace
+from .mcpserve import serve
 
 
 @cli.command("mcp")
@@ -34,23 +29,7 @@ from .runs import workspace
 @click.pass_obj
 def mcp_cmd(ctx: Context, client: str, session_id: str | None, claude_pid: int | None) -> None:
     """Serve the `workflow` tool over MCP on stdin/stdout (one session per process)."""
-    from runner.host.mcp.hook import wfrun_session
-    from runner.host.mcp.server import serve_stdio
-    from runner.host.runtime.local import open_store
-
-    ctx.require_project()
-    if session_id is None:
-        claude = os.environ.get("CLAUDE_CODE_SESSION_ID")
-        session_id = (wfrun_session(claude) if claude and client == "claude-code"
-                      else f"mcp:{uuid.uuid4().hex[:16]}")
-    if not valid_session_id(session_id):
-        raise InputError(f"--session {session_id!r}: use letters, digits, '_', '.', ':' "
-                         "and '-' (at most 128)")
-    ws = workspace(ctx)
-    open_store(ws).close()  # a broken or busy store is a one-line error before the protocol
-    store_clock = clock_from_env() if os.environ.get(CLOCK_FILE_ENV) else None
-    serve_stdio(ws, session_id, client="claude-code" if client == "claude-code" else "none",
-                store_clock=store_clock, claude_pid=claude_pid)
+    serve(ctx, client, session_id, claude_pid)
 
 
 @cli.group("hook")

@@ -8,8 +8,8 @@ guessing, and two Claude processes in one project never meet. The session itself
 is named by Claude's `session_id` (the server reads `CLAUDE_CODE_SESSION_ID` at
 start; every hook message carries the id, so a `/clear` rebinds the server).
 
-The socket lives in a private 0700 folder under the temp dir (a socket path has a
-~100-byte limit that a project path could exceed). One request line, one reply
+The socket lives in a private 0700 folder under the temp dir, or under /tmp when
+`$TMPDIR` is too long for a socket address (~100 bytes; socket_path). One request line, one reply
 line, then the connection closes. A stale socket of a dead process refuses the
 connection, which the hook treats as "no server". Standard library only.
 """
@@ -35,10 +35,15 @@ class ChannelError(Exception):
     """The server could not be reached or answered badly."""
 
 
-def socket_dir() -> str:
+#: The longest socket path to use: `sun_path` holds 108 bytes on Linux and 104 on
+#: macOS, each with its terminating NUL; a little under both.
+MAX_SOCKET_PATH = 100
+
+
+def _private_dir(base: str) -> str:
     import stat
 
-    path = os.path.join(os.environ.get("TMPDIR") or "/tmp", f"wfrun-{os.getuid()}")
+    path = os.path.join(base, f"wfrun-{os.getuid()}")
     if not os.path.lexists(path):
         with contextlib.suppress(FileExistsError):  # another hook made it just now
             os.mkdir(path, 0o700)
@@ -51,7 +56,25 @@ def socket_dir() -> str:
 
 
 def socket_path(claude_pid: int) -> str:
-    return os.path.join(socket_dir(), f"claude-{claude_pid}.sock")
+    """The socket of Claude process `claude_pid`, the same for the server and a hook
+    (both inherit Claude's environment): in `$TMPDIR/wfrun-UID/` when that path fits
+    in a socket address and the folder can be made, else in `/tmp/wfrun-UID/`, which
+    always fits. A long `$TMPDIR` (macOS's, a sandbox's) must not break the hooks."""
+    name = f"claude-{claude_pid}.sock"
+    tmpdir = os.environ.get("TMPDIR") or "/tmp"
+    bases = [tmpdir] if os.path.realpath(tmpdir) == "/tmp" else [tmpdir, "/tmp"]
+    problems = []
+    for base in bases:
+        # The private folder's name is known before it exists: check the length first.
+        if len(os.fsencode(os.path.join(base, f"wfrun-{os.getuid()}", name))) \
+                > MAX_SOCKET_PATH:
+            problems.append(f"{base} is too long for a socket path")
+            continue
+        try:
+            return os.path.join(_private_dir(base), name)
+        except (ChannelError, OSError) as exc:
+            problems.append(str(exc))
+    raise ChannelError("no folder for the hooks' socket: " + "; ".join(problems))
 
 
 def _parent_and_name(pid: int) -> tuple[int, str] | None:

@@ -1,5 +1,7 @@
-"""`wfrun mcp`: the `workflow` tool as a stdio MCP server on the official MCP SDK.
+"""The session behind `wfrun mcp`: the `workflow` tool's calls and the hooks' events.
 
+serve.py starts the process and loads this module only once `initialize` is
+answered (it brings the session controller, the launch layer and the store).
 One process serves one agent session. The session controller (the same one every
 host uses) answers tool calls; its `Host` is the wfrun session log (sessionlog.py),
 because MCP can carry a tool and nothing else: no turn-settled signal, no way to
@@ -24,36 +26,21 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
-import signal
-import socket
-import socketserver
 import threading
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any, Literal
 
-import anyio
-import anyio.to_thread
-import mcp_types as types
-from mcp.server.lowlevel import Server
-from mcp.server.stdio import stdio_server
-
 from runner.clock import Clock
-from runner.errors import ConflictError, OperationFailed
 from runner.host.runtime.local import Workspace
 from runner.host.session.protocol import DeliverAs, SessionEntry, ToolReply
-from runner.host.session.tool import WORKFLOW_TOOL
 from runner.host.session.wiring import SessionRuntime, open_session
 
-from . import channel
 from .hook import render
 from .sessionlog import SessionLog
 
 log = logging.getLogger(__name__)
 Client = Literal["claude-code", "none"]
 SETTLE_TIMEOUT = 60.0  # the settle reply waits this long for a just-activated run
-SERVER_NAME = "wfrun"
 
 
 class LogHost:
@@ -175,109 +162,3 @@ class McpSession:
         with self.lock:
             self.runtime.controller.on_session_shutdown(reason)
             self.runtime.close()
-
-
-# -- the hooks' socket ---------------------------------------------------------------
-class _HookHandler(socketserver.StreamRequestHandler):
-    server: _HookServer
-
-    def handle(self) -> None:
-        import json
-
-        line = self.rfile.readline(1 << 20)
-        try:
-            request = json.loads(line)
-            reply = (self.server.session.hook_event(request) if isinstance(request, dict)
-                     else {"ok": False, "error": "a request is one JSON object"})
-        except ValueError:
-            reply = {"ok": False, "error": "a request is one JSON object on one line"}
-        except Exception as exc:  # one bad event must not take the session down
-            log.exception("hook event failed")
-            reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-        self.wfile.write(json.dumps(reply).encode() + b"\n")
-
-
-class _HookServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    daemon_threads = True
-    session: McpSession
-
-
-def listen_for_hooks(session: McpSession, claude_pid: int) -> _HookServer:
-    try:
-        path = Path(channel.socket_path(claude_pid))
-    except (channel.ChannelError, OSError) as exc:
-        raise OperationFailed(f"cannot make the hooks' socket folder: {exc}") from None
-    if path.exists():
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            probe.connect(str(path))
-        except OSError:
-            path.unlink(missing_ok=True)  # a dead process's socket
-        else:
-            raise ConflictError(f"another wfrun mcp server already serves Claude process "
-                                f"{claude_pid} ({path}); configure wfrun once in .mcp.json")
-        finally:
-            probe.close()
-    old = os.umask(0o177)
-    try:
-        server = _HookServer(str(path), _HookHandler)
-    finally:
-        os.umask(old)
-    server.session = session
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},
-                     daemon=True, name="wfrun-hooks").start()
-    return server
-
-
-# -- MCP ---------------------------------------------------------------------------------
-def tool_definition() -> types.Tool:
-    return types.Tool(name=str(WORKFLOW_TOOL["name"]),
-                      description=str(WORKFLOW_TOOL["description"]),
-                      input_schema=WORKFLOW_TOOL["parameters"])
-
-
-def build_server(session: McpSession) -> Server[Any]:
-    async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=[tool_definition()])
-
-    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        args = dict(params.arguments or {})
-        reply = await anyio.to_thread.run_sync(session.tool_call, params.name, args)
-        return types.CallToolResult(content=[types.TextContent(type="text", text=reply.content)],
-                                    is_error=reply.is_error,
-                                    _meta={"wfrun": reply.details} if reply.details else None)
-
-    return Server(SERVER_NAME, on_list_tools=list_tools, on_call_tool=call_tool)
-
-
-def serve_stdio(ws: Workspace, session_id: str, *, client: Client,
-                store_clock: Clock | None = None, claude_pid: int | None = None) -> None:
-    """Serve MCP on stdin/stdout until the client closes stdin (or SIGTERM)."""
-    session = McpSession(ws, session_id, client=client, store_clock=store_clock)
-    pid = claude_pid or channel.claude_process()  # the hooks' CLAUDE_PID
-    try:
-        hooks = listen_for_hooks(session, pid) if session.hooks else None
-    except BaseException:
-        session.close()
-        raise
-    server = build_server(session)
-
-    def on_term(_sig: int, _frame: Any) -> None:
-        raise KeyboardInterrupt  # leaves the event loop; the finally parks the run
-
-    signal.signal(signal.SIGTERM, on_term)
-
-    async def run() -> None:
-        async with stdio_server() as (read, write):
-            await server.run(read, write, server.create_initialization_options())
-
-    try:
-        anyio.run(run)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        if hooks is not None:
-            hooks.shutdown()
-            hooks.server_close()
-            Path(channel.socket_path(pid)).unlink(missing_ok=True)
-        session.close()

@@ -18,7 +18,8 @@ import pytest
 
 from runner.compiler import build_catalog
 from runner.host.mcp.hook import main as hook_main
-from runner.host.mcp.server import McpSession, listen_for_hooks
+from runner.host.mcp.serve import listen_for_hooks
+from runner.host.mcp.server import McpSession
 from runner.host.mcp.sessionlog import SessionLog
 from runner.host.runtime.local import Workspace
 from runner.launch.intents import AGENT_STEP_TYPE, DEFERRED_TURN_TYPE
