@@ -41,7 +41,7 @@ def serve(ctx: Context, client: str, session_id: str | None, claude_pid: int | N
     store_clock = clock_from_env() if os.environ.get(CLOCK_FILE_ENV) else None
 
     def workspace() -> Workspace:
-        # After `initialize` is answered (runner/host/mcp/serve.py); a store that cannot
+        # After the handshake (runner/host/mcp/serve.py); a store that cannot
         # open is then the error of every tool call, and one line on stderr.
         from .runs import workspace
 

@@ -1,4 +1,5 @@
-"""`wfrun integrate claude-code`: `.mcp.json` and the hooks in `.claude/settings.json`.
+"""`wfrun integrate claude-code`: `.mcp.json`, and the hooks and the tool's permission
+in `.claude/settings.json`.
 
 Both files are the user's: wfrun merges its own entries in and never touches
 anything else — other MCP servers, other hooks, other settings stay as they were.
@@ -14,15 +15,17 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from runner.errors import InputError
+from runner.integrations.command import wfrun_command
 
 SERVER_KEY = "wfrun"  # the model sees the tool as mcp__wfrun__workflow
+TOOL = f"mcp__{SERVER_KEY}__workflow"
+SERVER_ARGS = ["mcp", "--client", "claude-code"]  # cli/__init__.py's fast path: exactly this
 HOOK_EVENTS = ("SessionStart", "UserPromptSubmit", "Stop")
 HOOK_TIMEOUT = {"SessionStart": 60, "UserPromptSubmit": 30, "Stop": 120}  # seconds
 MARK = "hook claude-code"  # in the command of every hook wfrun wrote
@@ -33,14 +36,11 @@ class Integrated:
     mcp_json: Path
     settings: Path
     changed: list[Path]
+    command: list[str]  # how both files start wfrun (runner/integrations/command.py)
 
-
-def wfrun_command() -> list[str]:
-    """How Claude Code should start wfrun: this installation's own executable."""
-    script = Path(sys.executable).parent / "wfrun"
-    if script.is_file() and os.access(script, os.X_OK):
-        return [str(script)]
-    return [sys.executable, "-m", "runner"]
+    @property
+    def server(self) -> list[str]:
+        return [*self.command, *SERVER_ARGS]
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -84,7 +84,7 @@ def _write(path: Path, doc: dict[str, Any]) -> None:
 def merge_mcp(doc: dict[str, Any], command: list[str], path: Path) -> None:
     servers = _section(doc, "mcpServers", dict, path)
     servers[SERVER_KEY] = {"type": "stdio", "command": command[0],
-                           "args": [*command[1:], "mcp", "--client", "claude-code"]}
+                           "args": [*command[1:], *SERVER_ARGS]}
 
 
 def _is_ours(hook: Any) -> bool:
@@ -119,6 +119,11 @@ def merge_hooks(doc: dict[str, Any], command: list[str], path: Path) -> None:
     enabled = _section(doc, "enabledMcpjsonServers", list, path)
     if SERVER_KEY not in enabled:
         enabled.append(SERVER_KEY)
+    # And the tool's: without it `claude -p` denies every call and an interactive
+    # Claude asks on each one.
+    allow = _section(_section(doc, "permissions", dict, path), "allow", list, path)
+    if TOOL not in allow:
+        allow.append(TOOL)
 
 
 def integrate(root: Path, command: list[str] | None = None) -> Integrated:
@@ -133,4 +138,4 @@ def integrate(root: Path, command: list[str] | None = None) -> Integrated:
         if json.dumps(doc, sort_keys=True) != before or not path.exists():
             _write(path, doc)
             changed.append(path)
-    return Integrated(mcp_path, settings_path, changed)
+    return Integrated(mcp_path, settings_path, changed, command)

@@ -8,10 +8,11 @@ definition and the hooks' socket (ADR 0007):
 1. listen on the hooks' socket (channel.py), so a SessionStart hook that Claude
    runs while the server starts finds it;
 2. answer `initialize` and `tools/list` from stdio.py;
-3. then open the session (server.py: the controller, the launch layer, the store)
-   on a thread. A tool call or hook event that arrives first waits for it; if it
-   cannot open (a broken store, a missing driver), each call gets that one line as
-   its error, and stderr says it once, instead of a server that died unseen.
+3. then, once the client says `initialized`, open the session (server.py: the
+   controller, the launch layer, the store) on a thread. A tool call or hook event
+   that arrives first waits for it; if it cannot open (a broken store, a missing
+   driver), each call gets that one line as its error, and stderr says it once,
+   instead of a server that died unseen.
 
 Anything a workflow step or a library prints to stdout goes to stderr: fd 1 is
 the protocol's and gets only its messages.
@@ -194,7 +195,7 @@ def serve_stdio(workspace: Callable[[], Workspace], session_id: str, *, client: 
                 version: str, store_clock: Clock | None = None,
                 claude_pid: int | None = None) -> None:
     """Serve MCP on stdin/stdout until the client closes stdin (or SIGTERM).
-    `workspace` is called once `initialize` is answered (it loads the runtime)."""
+    `workspace` is called after the handshake (it loads the runtime)."""
     def open_session() -> McpSession:
         from .server import McpSession
 

@@ -45,7 +45,9 @@ class ServerInfo(NamedTuple):
     version: str
     tools: list[dict[str, Any]]  # MCP `Tool` objects: name, description, inputSchema
     instructions: str | None = None
-    #: Called once `initialize` is answered: the place to start warming up.
+    #: Called when the client sends `notifications/initialized` (it took our
+    #: `initialize` answer and goes on): the place to start warming up. A client that
+    #: only probes the server (`wfrun integrate`'s check) never sends it.
     on_initialized: Callable[[], None] | None = None
 
 
@@ -114,8 +116,12 @@ class StdioServer:
         if not isinstance(method, str):
             return  # a response to a request we never send: nothing to do
         msg_id = message.get("id")
-        if "id" not in message:
-            return  # notifications (initialized, cancelled, ...) need no answer
+        if "id" not in message:  # notifications need no answer
+            if method == "notifications/initialized" and not self._initialized:
+                self._initialized = True
+                if self.info.on_initialized is not None:
+                    self.info.on_initialized()
+            return
         params = message.get("params") or {}
         if not isinstance(params, dict):
             self._send_error(msg_id, INVALID_PARAMS, "params must be an object")
@@ -129,10 +135,6 @@ class StdioServer:
             self._send_error(msg_id, exc.code, str(exc))
             return
         self._send({"jsonrpc": "2.0", "id": msg_id, "result": result})
-        if method == "initialize" and not self._initialized:
-            self._initialized = True
-            if self.info.on_initialized is not None:
-                self.info.on_initialized()
 
     def _answer(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         if method == "initialize":

@@ -34,6 +34,8 @@ def test_fresh_project_gets_the_server_and_the_three_hooks(tmp_path: Path) -> No
         assert hook["type"] == "command"
         assert hook["command"] == "/opt/venv/bin/wfrun hook claude-code"
     assert settings["enabledMcpjsonServers"] == ["wfrun"]
+    # Without it `claude -p` denies every call, and an interactive Claude asks each time.
+    assert settings["permissions"] == {"allow": ["mcp__wfrun__workflow"]}
 
 
 def test_user_entries_survive_and_a_second_run_changes_nothing(tmp_path: Path) -> None:
@@ -53,7 +55,7 @@ def test_user_entries_survive_and_a_second_run_changes_nothing(tmp_path: Path) -
     assert mcp["x-note"] == "mine"
     settings = read(tmp_path / ".claude" / "settings.json")
     assert settings["model"] == "opus"
-    assert settings["permissions"] == {"allow": ["Bash(ls:*)"]}
+    assert settings["permissions"] == {"allow": ["Bash(ls:*)", "mcp__wfrun__workflow"]}
     assert settings["hooks"]["PreToolUse"] == [{"hooks": [{"type": "command",
                                                            "command": "lint"}]}]
     assert settings["hooks"]["Stop"][0] == user_stop
@@ -82,6 +84,7 @@ def test_a_moved_installation_replaces_its_own_entries_only(tmp_path: Path) -> N
     (".mcp.json", "[]", "must hold a JSON object"),
     (".mcp.json", '{"mcpServers": []}', "'mcpServers' must be a JSON object"),
     (".claude/settings.json", '{"hooks": {"Stop": {}}}', "hooks.Stop must be a JSON array"),
+    (".claude/settings.json", '{"permissions": {"allow": "x"}}', "'allow' must be a JSON array"),
 ])
 def test_a_file_wfrun_cannot_merge_is_refused_untouched(tmp_path: Path, name: str, text: str,
                                                          message: str) -> None:
@@ -108,3 +111,43 @@ def test_the_cli_command_writes_both_files(tmp_path: Path) -> None:
     assert bad.returncode == 2
     assert bad.stderr.startswith("wfrun: error: ")
     assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def _integrate(root: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "runner", "--project", str(root), "integrate",
+                           "claude-code"], capture_output=True, text=True, timeout=120, env=env)
+
+
+def test_the_configured_server_is_started_once_and_checked(tmp_path: Path) -> None:
+    (tmp_path / ".wfrun").mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WFRUN_", "CLAUDE"))}
+    out = _integrate(tmp_path, env)
+    assert out.returncode == 0, out.stderr
+    assert "mcp --client claude-code` starts and answers" in out.stdout
+    assert not (tmp_path / ".wfrun" / "state").exists()  # initialize alone opens nothing
+    # A server that cannot start (here a stale WFRUN_PROJECT it inherits, as it would
+    # from Claude) is one line, after the files are written.
+    gone = tmp_path / "gone"
+    bad = _integrate(tmp_path, {**env, "WFRUN_PROJECT": str(gone)})
+    assert bad.returncode == 1, bad.stderr
+    (line,) = bad.stderr.strip().splitlines()[-1:]
+    assert line.startswith("wfrun: error: the files are written, but `")
+    assert f"does not start: wfrun: error: project folder '{gone}' does not exist" in line
+    assert "Traceback" not in bad.stderr
+
+
+def test_wfrun_is_named_by_path_when_path_leads_to_this_installation(tmp_path: Path) -> None:
+    (tmp_path / ".wfrun").mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WFRUN_", "CLAUDE"))}
+    bindir = str(Path(sys.executable).parent)
+    on_path = _integrate(tmp_path, {**env, "PATH": f"{bindir}:{env.get('PATH', '')}"})
+    assert on_path.returncode == 0, on_path.stderr
+    server = read(tmp_path / ".mcp.json")["mcpServers"]["wfrun"]
+    assert (server["command"], server["args"]) == ("wfrun", ["mcp", "--client", "claude-code"])
+    assert "not on PATH" not in on_path.stderr
+    elsewhere = _integrate(tmp_path, {**env, "PATH": "/usr/bin:/bin"})
+    assert elsewhere.returncode == 0, elsewhere.stderr
+    server = read(tmp_path / ".mcp.json")["mcpServers"]["wfrun"]
+    assert server["command"] == sys.executable
+    assert server["args"][:2] == ["-m", "runner"]
+    assert "wfrun is not on PATH" in elsewhere.stderr
