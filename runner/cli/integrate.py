@@ -75,7 +75,8 @@ def integrate_claude_code(ctx: Context) -> None:
         "clientInfo": {"name": "wfrun-integrate", "version": "1"}}},
         {"WFRUN_CLAUDE_PID": str(os.getpid())})
     click.echo(f"Claude Code now sees the tool as {TOOL} (allowed in .claude/settings.json); "
-               f"start `claude` in {root}.")
+               f"start `claude` in {root}. Claude Code applies a project's permissions once "
+               "you trust the project: accept its trust dialog once (before `claude -p`).")
 
 
 def _check(argv: list[str], root: Path, request: dict[str, Any],

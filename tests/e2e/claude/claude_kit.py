@@ -17,6 +17,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import textwrap
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -96,10 +97,10 @@ class ClaudeWorld:
 
     def run(self, prompt: str, *, resume: str | None = None,
             env: dict[str, str] | None = None, timeout: float = 150) -> Result:
-        cmd = [str(CLAUDE), "-p", prompt, "--output-format", "stream-json", "--verbose",
-               "--mcp-config", str(self.project / ".mcp.json"), "--strict-mcp-config",
-               "--settings", str(self.project / ".claude" / "settings.json"),
-               "--allowedTools", TOOL]
+        # Exactly as docs/hosts.md says: Claude Code finds .mcp.json and
+        # .claude/settings.json in the project itself (no --mcp-config, --settings or
+        # --allowedTools: `wfrun integrate claude-code` wrote all it needs).
+        cmd = [str(CLAUDE), "-p", prompt, "--output-format", "stream-json", "--verbose"]
         if resume:
             cmd += ["--resume", resume]
         proc = subprocess.run(cmd, cwd=self.project, env=self.env(env), capture_output=True,
@@ -157,11 +158,30 @@ def cc(tmp_path: Path) -> Iterator[ClaudeWorld]:
     done = subprocess.run([str(WFRUN), "--project", str(project), "integrate", "claude-code"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+    # The user has trusted the project (docs/hosts.md: Claude Code applies a project's
+    # permissions only then): what accepting Claude's trust dialog once writes.
+    (tmp_path / "home" / ".claude.json").write_text(json.dumps(
+        {"projects": {str(project): {"hasTrustDialogAccepted": True}}}))
     try:
         yield world
     finally:
         server.stop()
     assert not server.script_errors, server.script_errors
+
+
+@pytest.fixture
+def busy_cores() -> Iterator[int]:
+    """One busy loop per core for the test's length: Claude Code's wait for the MCP
+    server and its hooks must hold on a loaded machine (issue 33)."""
+    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+             for _ in range(os.cpu_count() or 2)]
+    try:
+        yield len(loops)
+    finally:
+        for loop in loops:
+            loop.kill()
+        for loop in loops:
+            loop.wait()
 
 
 # -- reading what the model was sent ----------------------------------------------------

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from claude_kit import cc
+from claude_kit import busy_cores, cc
 
-__all__ = ["cc"]
+__all__ = ["busy_cores", "cc"]
