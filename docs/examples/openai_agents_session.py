@@ -17,15 +17,18 @@ import os
 import sys
 from typing import Any
 
-from agents import (
-    Agent,
-    FunctionTool,
-    OpenAIChatCompletionsModel,
-    RunContextWrapper,
-    Runner,
-    set_tracing_disabled,
-)
-from openai import AsyncOpenAI
+try:  # the framework is the `agents` extra: say so in one line, not a traceback
+    from agents import (
+        Agent,
+        FunctionTool,
+        OpenAIChatCompletionsModel,
+        RunContextWrapper,
+        Runner,
+        set_tracing_disabled,
+    )
+    from openai import AsyncOpenAI
+except ImportError as exc:
+    sys.exit(f"this example needs {exc.name}: pip install 'wfrun[agents]'")
 
 from runner import AgentSession
 

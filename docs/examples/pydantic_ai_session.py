@@ -16,10 +16,13 @@ import os
 import sys
 from typing import Any
 
-from pydantic_ai import Agent, Tool
-from pydantic_ai.messages import ModelMessage
-from pydantic_ai.models.openai import OpenAIChatModel
-from pydantic_ai.providers.openai import OpenAIProvider
+try:  # the framework is the `agents` extra: say so in one line, not a traceback
+    from pydantic_ai import Agent, Tool
+    from pydantic_ai.messages import ModelMessage
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+except ImportError as exc:
+    sys.exit(f"this example needs {exc.name}: pip install 'wfrun[agents]'")
 
 from runner import AgentSession
 

@@ -32,9 +32,10 @@ def ui_cmd(ctx: Context, port_text: str, host: str | None, token: str | None,
     try:
         from runner.ui.data import Site
         from runner.ui.server import check_bind, serve
-    except ImportError as exc:  # the web stack is the `ui` extra
-        raise OperationFailed(f"wfrun ui needs the web extra ({exc.name} is missing): "
-                              "pip install 'wfrun[ui]'") from None
+    except ImportError as exc:  # a dependency of every install, removed or broken since
+        raise OperationFailed(f"wfrun ui needs {exc.name or 'starlette and uvicorn'}, which "
+                              "is not installed: pip install --upgrade --force-reinstall "
+                              "wfrun") from None
     config = check_bind(host, token)
     site = Site(workspace(ctx), user_dir=ctx.user_dir, secrets=environment_secrets())
 

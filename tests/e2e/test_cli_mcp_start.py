@@ -80,7 +80,11 @@ def test_initialize_is_answered_before_the_runtime_loads(
     assert sorted(replies) == [1, 2, 3], out.stdout  # stdout holds only the protocol
     assert replies[1]["result"]["serverInfo"]["name"] == "wfrun"
     assert "wfrun" in replies[1]["result"]["instructions"]
-    assert replies[2]["result"]["tools"][0]["name"] == "workflow"
+    (tool,) = replies[2]["result"]["tools"]
+    assert tool["name"] == "workflow"
+    # What it is for, so the model picks it over Claude Code's built-in `Workflow` tool.
+    assert ".wfrun/workflows/" in tool["description"]
+    assert "not any other workflow tool" in tool["description"]
     assert "greet" in replies[3]["result"]["content"][0]["text"]  # the session did open
     at_init = json.loads(dump.read_text())
     assert "runner.host.mcp.stdio" in at_init

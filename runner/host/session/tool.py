@@ -16,10 +16,14 @@ ACTIONS = ("list", "start", "status", "pause", "resume", "cancel", "answer", "up
 WORKFLOW_TOOL: dict[str, Any] = {
     "name": "workflow",
     "description": (
-        "Start and drive wfrun workflows. list: available workflows. start: queue a workflow "
-        "(it starts after your turn ends). status/pause/resume/cancel: the current or a named "
-        "run. answer: continue a run waiting at a checkpoint. submit/update: finish or report "
-        "progress on the current workflow step, exactly as its step contract shows."),
+        "Run and drive this project's wfrun workflows: the YAML files in .wfrun/workflows/ "
+        "(and the user's and built-in ones). Use this tool, not any other workflow tool, "
+        "whenever the user asks to run, start, check, pause, cancel or answer a workflow, "
+        "and whenever a workflow step contract asks you for a result. list: available "
+        "workflows. start: queue a workflow (it starts after your turn ends). "
+        "status/pause/resume/cancel: the current or a named run. answer: continue a run "
+        "waiting at a checkpoint. submit/update: finish or report progress on the current "
+        "workflow step, exactly as its step contract shows."),
     "parameters": {
         "type": "object",
         "additionalProperties": False,

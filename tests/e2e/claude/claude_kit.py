@@ -115,6 +115,49 @@ class ClaudeWorld:
         self.runs.append(result)
         return result
 
+    def run_sdk(self, prompt: str, *, env: dict[str, str] | None = None,
+                timeout: float = 150) -> Result:
+        """The same one-shot turn through the Claude Agent SDK's `query`, driving the
+        same Claude Code binary, set up as docs/hosts.md says: the project as `cwd`
+        and nothing else (Claude Code reads .mcp.json and .claude/settings.json)."""
+        import anyio
+        from claude_agent_sdk import (
+            ClaudeAgentOptions,
+            ResultMessage,
+            SystemMessage,
+            query,
+        )
+
+        events: list[dict[str, Any]] = []
+        stderr: list[str] = []
+        options = ClaudeAgentOptions(cwd=self.project, cli_path=CLAUDE, env=self.env(env),
+                                     stderr=stderr.append)
+
+        async def drive() -> None:
+            with anyio.fail_after(timeout):
+                async for message in query(prompt=prompt, options=options):
+                    if isinstance(message, SystemMessage):
+                        events.append({"type": "system", **message.data})
+                    elif isinstance(message, ResultMessage):
+                        events.append({"type": "result", "session_id": message.session_id,
+                                       "is_error": message.is_error,
+                                       "permission_denials": message.permission_denials})
+
+        # The SDK passes its own environment to Claude Code, plus options.env on top.
+        saved = {k: os.environ.pop(k) for k in list(os.environ)
+                 if k.startswith(("CLAUDE", "ANTHROPIC"))}
+        try:
+            anyio.run(drive)
+            code = 0
+        except Exception as exc:
+            stderr.append(f"{type(exc).__name__}: {exc}")
+            code = 1
+        finally:
+            os.environ.update(saved)
+        result = Result(code, events, "\n".join(stderr))
+        self.runs.append(result)
+        return result
+
     # -- durable views -------------------------------------------------------------
     def store(self) -> SqliteStore:
         return SqliteStore(self.project / ".wfrun" / "state" / "store.sqlite3")

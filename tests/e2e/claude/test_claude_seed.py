@@ -18,10 +18,11 @@ core busy: the tool must be there on the first turn and allowed every time.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from claude_kit import FAILED_RE, TOOL, ClaudeWorld, answer, feedback_texts
+from claude_kit import FAILED_RE, TOOL, ClaudeWorld, Result, answer, feedback_texts
 from fakes.anthropic_server import Body, Reply, last_turn_results, last_user_text, tool_names
 from fakes.seed_workflow import AGENT_WF, RUN_RE
 
@@ -33,16 +34,22 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]  # real Claude Code pr
 
 
 def test_seed_scenario_through_claude_code(cc: ClaudeWorld) -> None:
-    seed_scenario(cc)
+    seed_scenario(cc, cc.run)
 
 
 @pytest.mark.parametrize("attempt", range(1, 6))
 def test_seed_scenario_with_every_core_busy(cc: ClaudeWorld, busy_cores: int,
                                             attempt: int) -> None:
-    seed_scenario(cc)
+    seed_scenario(cc, cc.run)
 
 
-def seed_scenario(cc: ClaudeWorld) -> None:
+@pytest.mark.parametrize("attempt", range(1, 6))
+def test_seed_scenario_through_the_agent_sdk_with_every_core_busy(
+        cc: ClaudeWorld, busy_cores: int, attempt: int) -> None:
+    seed_scenario(cc, cc.run_sdk)
+
+
+def seed_scenario(cc: ClaudeWorld, run: Callable[[str], Result]) -> None:
     cc.write("review", AGENT_WF)
     seen: dict[str, Any] = {"followups": [], "contracts": []}
 
@@ -82,7 +89,7 @@ def seed_scenario(cc: ClaudeWorld) -> None:
         return answer("Nothing else to do.")
 
     cc.script(model)
-    result = cc.run("please start the review workflow")
+    result = run("please start the review workflow")
     assert result.code == 0, result.stderr[-2000:]
     # The server answered within Claude's wait, and every call was allowed.
     (init,) = [e for e in result.events if e.get("subtype") == "init"]

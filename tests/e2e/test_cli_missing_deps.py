@@ -1,0 +1,42 @@
+"""A missing optional dependency is one line naming what to install, never a
+traceback (issue 33). The module is made missing the way Python itself reports it
+(`sys.modules[name] = None` raises ModuleNotFoundError on import) in the real CLI
+process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.timeout(120)
+
+WRAPPER = """
+import sys
+for name in sys.argv[1].split(","):
+    sys.modules[name] = None
+sys.argv = ["wfrun", *sys.argv[2:]]
+from runner.cli import main
+main()
+"""
+
+
+@pytest.mark.parametrize(("missing", "args", "says"), [
+    ("psycopg,psycopg_pool", ["--store", "postgresql://u@127.0.0.1:9/db", "status"],
+     "install wfrun[postgres]"),
+    ("starlette,uvicorn", ["ui", "--port", "0"], "pip install --upgrade --force-reinstall wfrun"),
+])
+def test_a_missing_dependency_is_one_line(tmp_path: Path, missing: str, args: list[str],
+                                          says: str) -> None:
+    (tmp_path / ".wfrun" / "workflows").mkdir(parents=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WFRUN_", "PYTHON"))}
+    out = subprocess.run([sys.executable, "-c", WRAPPER, missing, *args], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=100,
+                         env={**env, "WFRUN_HOME": str(tmp_path / "home")})
+    assert out.returncode != 0
+    (line,) = out.stderr.strip().splitlines()
+    assert line.startswith("wfrun: error: ")
+    assert says in line
