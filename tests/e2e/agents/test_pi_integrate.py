@@ -70,3 +70,19 @@ def test_pi_loads_the_installed_extension_from_a_trusted_project(world: World) -
     assert not end["result"]["isError"], end
     assert "- review (project)" in end["result"]["content"][0]["text"]
     assert pi.close() == 0
+
+
+def test_integrate_pi_checks_that_the_bridge_it_configures_starts(tmp_path: Path) -> None:
+    (tmp_path / ".wfrun" / "workflows").mkdir(parents=True)
+    done = _wfrun(tmp_path, "integrate", "pi")
+    assert f"checked: `{WFRUN} bridge` starts and answers" in done.stdout
+    # A bridge that cannot start (here a stale WFRUN_PROJECT Pi would pass on to it) is
+    # one line, after the files are written.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WFRUN_")}
+    bad = subprocess.run([WFRUN, "--project", str(tmp_path), "integrate", "pi"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=60, check=False,
+                         env={**env, "WFRUN_PROJECT": str(tmp_path / "gone")})
+    assert bad.returncode == 1, bad.stderr
+    (line,) = bad.stderr.strip().splitlines()
+    assert line.startswith(f"wfrun: error: the files are written, but `{WFRUN} bridge` does "
+                           "not start: wfrun: error: project folder")
