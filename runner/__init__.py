@@ -1,16 +1,14 @@
 """wfrun: declarative, durable workflows for agent and automation work.
 
 The public API is what `__all__` lists; every other module is private. The
-error tree and the clock load eagerly; the compiler, engine, store, controller and
-host names load on first use, so `wfrun --help` does not pay for them.
+error tree loads eagerly; the clock, compiler, engine, store, controller and host
+names load on first use, so `wfrun --help` does not pay for them.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+import sys as _sys
 
-from runner.clock import Clock, FakeClock, SystemClock
 from runner.errors import (
     ClaimLost,
     ConflictError,
@@ -23,7 +21,13 @@ from runner.errors import (
     WfrunError,
 )
 
+# No `typing` or clock at run time: `wfrun hook claude-code` runs on every prompt and
+# stop, and `wfrun mcp` must answer within Claude Code's wait (issue 33).
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
+    from runner.clock import Clock, FakeClock, SystemClock
     from runner.compiler import (
         Compiler,
         CompileResult,
@@ -50,6 +54,9 @@ __version__ = "0.1.0"
 # The compiler is lazy too: `wfrun hook claude-code` runs on every prompt and stop
 # and must not pay for YAML, Jinja2 and NetworkX (runner/host/mcp/hook.py).
 _LAZY = {
+    "Clock": "runner.clock",
+    "FakeClock": "runner.clock",
+    "SystemClock": "runner.clock",
     "AgentSession": "runner.host.inprocess",
     "Compiler": "runner.compiler",
     "CompileResult": "runner.compiler",
@@ -77,7 +84,8 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'runner' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    __import__(module)  # not importlib: its import is not free
+    value = getattr(_sys.modules[module], name)
     globals()[name] = value
     return value
 

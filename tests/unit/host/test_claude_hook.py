@@ -168,7 +168,8 @@ def test_the_hook_path_loads_no_heavy_module(project: Path) -> None:
             "try:\n    c.main()\nexcept SystemExit as e:\n    code = e.code\n"
             "heavy = sorted(m for m in ('click', 'rich', 'runner.compiler', 'runner.store', "
             "'runner.engine', 'runner.launch', 'runner.cli.app', 'mcp', 'anyio', 'sqlite3', "
-            "'yaml', 'jinja2', 'networkx', 'dataclasses', 'pathlib') if m in sys.modules)\n"
+            "'yaml', 'jinja2', 'networkx', 'dataclasses', 'pathlib', 'typing', "
+            "'runner.clock', 'datetime') if m in sys.modules)\n"
             "print(code, heavy)")
     env = {k: v for k, v in os.environ.items() if not k.startswith("CLAUDE")}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
