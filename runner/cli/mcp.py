@@ -29,7 +29,8 @@ from .mcpserve import serve
 @click.pass_obj
 def mcp_cmd(ctx: Context, client: str, session_id: str | None, claude_pid: int | None) -> None:
     """Serve the `workflow` tool over MCP on stdin/stdout (one session per process)."""
-    serve(ctx, client, session_id, claude_pid)
+    ctx.require_project()
+    serve(lambda: ctx, client, session_id, claude_pid)
 
 
 @cli.group("hook")

@@ -26,6 +26,11 @@ HEAVY = ("mcp", "mcp_types", "anyio", "pydantic", "click", "rich", "runner.cli.a
          "runner.controllers", "runner.host.session.controller", "runner.host.runtime",
          "runner.host.mcp.server", "jinja2", "ruamel", "jsonschema", "networkx", "sqlite3")
 
+#: What the command `integrate` writes loads through click (and the CLI's context).
+CLICK_PATH = ("click", "runner.cli.app")
+#: ...and what its fast path does without: the CLI context's dataclass, the compiler.
+FAST_PATH_NEVER = ("dataclasses", "runner.cli.context", "runner.compiler", "uuid")
+
 #: The console script's `main`, with the first protocol write dumping sys.modules.
 WRAPPER = """
 import json, os, sys
@@ -88,9 +93,21 @@ def test_initialize_is_answered_before_the_runtime_loads(
     assert "greet" in replies[3]["result"]["content"][0]["text"]  # the session did open
     at_init = json.loads(dump.read_text())
     assert "runner.host.mcp.stdio" in at_init
-    # Spelled otherwise than `integrate` writes it, the command goes through click.
-    through_click = ("click", "runner.cli.app") if argv == ["mcp"] else ()
-    assert _loaded(at_init, tuple(h for h in HEAVY if h not in through_click)) == []
+    if argv == ["mcp"]:  # spelled otherwise than `integrate` writes it: through click
+        assert _loaded(at_init, tuple(h for h in HEAVY if h not in CLICK_PATH)) == []
+    else:
+        assert _loaded(at_init, (*HEAVY, *FAST_PATH_NEVER)) == []
+
+
+def test_the_fast_path_outside_a_project_is_the_clis_one_line(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WFRUN_", "CLAUDE"))}
+    out = subprocess.run([sys.executable, "-m", "runner", "mcp", "--client", "claude-code"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
+                         stdin=subprocess.DEVNULL)
+    assert out.returncode == 2
+    assert out.stdout == ""
+    assert out.stderr.startswith("wfrun: error: no .wfrun/ folder in this directory")
+    assert len(out.stderr.splitlines()) == 1
 
 
 def test_the_benchmark_runs_in_smoke_mode() -> None:

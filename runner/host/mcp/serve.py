@@ -191,15 +191,17 @@ def _protocol_streams() -> tuple[IO[bytes], IO[bytes]]:
     return sys.stdin.buffer, out
 
 
-def serve_stdio(workspace: Callable[[], Workspace], session_id: str, *, client: Client,
-                version: str, store_clock: Clock | None = None,
-                claude_pid: int | None = None) -> None:
+def serve_stdio(runtime: Callable[[], tuple[Workspace, Clock | None]], session_id: str, *,
+                client: Client, version: str, claude_pid: int | None = None) -> None:
     """Serve MCP on stdin/stdout until the client closes stdin (or SIGTERM).
-    `workspace` is called after the handshake (it loads the runtime)."""
+    `runtime` (the workspace, and a store clock if a test sets one) is called after
+    the handshake, on the session's thread: it loads the runtime."""
+
     def open_session() -> McpSession:
         from .server import McpSession
 
-        return McpSession(workspace(), session_id, client=client, store_clock=store_clock)
+        workspace, store_clock = runtime()
+        return McpSession(workspace, session_id, client=client, store_clock=store_clock)
 
     session = LazySession(open_session)
     hooks, hooks_path = None, None
