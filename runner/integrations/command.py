@@ -4,7 +4,7 @@ The command: `wfrun` by name when the `wfrun` found on PATH is this installation
 (a pipx or uv tool install, an activated or PATH-listed virtual environment). A
 name survives what an absolute path does not: the environment moved or rebuilt
 elsewhere, the config committed and used by a teammate whose wfrun lives in another
-folder. When PATH does not lead here, the absolute interpreter with `-m runner`:
+folder. When PATH does not lead here, the absolute interpreter with `-P -m runner`:
 unlike the console script, whose `#!` line names the interpreter, `bin/python` of a
 virtual environment keeps working when the scripts' paths go stale; and the
 integrate command says to run it again after a move.
@@ -35,7 +35,9 @@ def wfrun_command() -> list[str]:
     found = shutil.which("wfrun")
     if found and ours.is_file() and os.path.realpath(found) == os.path.realpath(ours):
         return ["wfrun"]
-    return [sys.executable, "-m", "runner"]
+    # -P: no cwd on sys.path, so a project's own `runner/` folder cannot stand in for
+    # wfrun (Claude Code starts the server in the project).
+    return [sys.executable, "-P", "-m", "runner"]
 
 
 def on_path(command: list[str]) -> bool:

@@ -145,9 +145,12 @@ def test_wfrun_is_named_by_path_when_path_leads_to_this_installation(tmp_path: P
     server = read(tmp_path / ".mcp.json")["mcpServers"]["wfrun"]
     assert (server["command"], server["args"]) == ("wfrun", ["mcp", "--client", "claude-code"])
     assert "not on PATH" not in on_path.stderr
+    # Not on PATH: the interpreter, which a project's own `runner/` must not shadow.
+    (tmp_path / "runner").mkdir()
+    (tmp_path / "runner" / "__init__.py").write_text("raise SystemExit('not wfrun')\n")
     elsewhere = _integrate(tmp_path, {**env, "PATH": "/usr/bin:/bin"})
     assert elsewhere.returncode == 0, elsewhere.stderr
     server = read(tmp_path / ".mcp.json")["mcpServers"]["wfrun"]
     assert server["command"] == sys.executable
-    assert server["args"][:2] == ["-m", "runner"]
+    assert server["args"] == ["-P", "-m", "runner", "mcp", "--client", "claude-code"]
     assert "wfrun is not on PATH" in elsewhere.stderr
