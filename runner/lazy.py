@@ -8,8 +8,11 @@ and cache it in the package's globals. Standard library only.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping
-from typing import Any
+
+TYPE_CHECKING = False  # no typing at run time: `wfrun mcp`'s start path uses this
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import Any
 
 
 def lazy_names(package: str, table: Mapping[str, str]

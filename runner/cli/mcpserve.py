@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from runner.errors import InputError, WfrunError
 
+TYPE_CHECKING = False  # no typing at run time (start-up time)
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from runner.clock import Clock
     from runner.host.runtime.local import Workspace
 

@@ -29,7 +29,7 @@ HEAVY = ("mcp", "mcp_types", "anyio", "pydantic", "click", "rich", "runner.cli.a
 #: What the command `integrate` writes loads through click (and the CLI's context).
 CLICK_PATH = ("click", "runner.cli.app")
 #: ...and what its fast path does without: the CLI context's dataclass, the compiler.
-FAST_PATH_NEVER = ("dataclasses", "runner.cli.context", "runner.compiler", "uuid")
+FAST_PATH_NEVER = ("dataclasses", "runner.cli.context", "runner.compiler", "uuid", "typing")
 
 #: The console script's `main`, with the first protocol write dumping sys.modules.
 WRAPPER = """

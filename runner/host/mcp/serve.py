@@ -27,8 +27,6 @@ import socket
 import socketserver
 import sys
 import threading
-from collections.abc import Callable
-from typing import IO, TYPE_CHECKING, Any
 
 from runner.errors import ConflictError, OperationFailed, WfrunError
 from runner.host.session.tool import WORKFLOW_TOOL
@@ -36,7 +34,11 @@ from runner.host.session.tool import WORKFLOW_TOOL
 from . import channel
 from .stdio import ServerInfo, StdioServer, ToolResult
 
+TYPE_CHECKING = False  # no typing at run time (start-up time)
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import IO, Any
+
     from runner.clock import Clock
     from runner.host.runtime.local import Workspace
 

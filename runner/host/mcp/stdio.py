@@ -19,8 +19,11 @@ import json
 import queue
 import sys
 import threading
-from collections.abc import Callable
-from typing import IO, Any, NamedTuple
+
+TYPE_CHECKING = False  # no typing at run time (start-up time)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import IO, Any
 
 #: Protocol revisions with the `initialize` handshake, oldest first. A client asking
 #: for one of them gets it; any other gets the newest (the spec's negotiation).
@@ -33,22 +36,33 @@ METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 
 
-# NamedTuples, not dataclasses: `dataclasses` imports `inspect` (start-up time).
-class ToolResult(NamedTuple):
-    text: str
-    is_error: bool = False
-    meta: dict[str, Any] | None = None
+# Plain classes: dataclasses import `inspect`, NamedTuple `typing` (start-up time).
+class ToolResult:
+    __slots__ = ("is_error", "meta", "text")
+
+    def __init__(self, text: str, is_error: bool = False,
+                 meta: dict[str, Any] | None = None) -> None:
+        self.text = text
+        self.is_error = is_error
+        self.meta = meta
 
 
-class ServerInfo(NamedTuple):
-    name: str
-    version: str
-    tools: list[dict[str, Any]]  # MCP `Tool` objects: name, description, inputSchema
-    instructions: str | None = None
-    #: Called when the client sends `notifications/initialized` (it took our
-    #: `initialize` answer and goes on): the place to start warming up. A client that
-    #: only probes the server (`wfrun integrate`'s check) never sends it.
-    on_initialized: Callable[[], None] | None = None
+class ServerInfo:
+    """`tools` are MCP `Tool` objects (name, description, inputSchema);
+    `on_initialized` is called when the client sends `notifications/initialized` (it
+    took our `initialize` answer and goes on): the place to start warming up. A
+    client that only probes the server (`wfrun integrate`'s check) never sends it."""
+
+    __slots__ = ("instructions", "name", "on_initialized", "tools", "version")
+
+    def __init__(self, name: str, version: str, tools: list[dict[str, Any]],
+                 instructions: str | None = None,
+                 on_initialized: Callable[[], None] | None = None) -> None:
+        self.name = name
+        self.version = version
+        self.tools = tools
+        self.instructions = instructions
+        self.on_initialized = on_initialized
 
 
 class RpcError(Exception):

@@ -6,10 +6,9 @@ loads anything else (runner/host/mcp/serve.py, issue 33)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from runner.lazy import lazy_names
 
+TYPE_CHECKING = False  # no typing at run time (`wfrun mcp`'s start path)
 if TYPE_CHECKING:
     from .controller import NotificationOutbox, SessionController, SessionExecutor
 

@@ -7,9 +7,11 @@ accepts exactly its own fields (DESIGN §6; pi-workflows §8).
 
 from __future__ import annotations
 
-from typing import Any
-
 from runner.errors import InputError
+
+TYPE_CHECKING = False  # no typing at run time: `wfrun mcp` lists the tool at start-up
+if TYPE_CHECKING:
+    from typing import Any
 
 ACTIONS = ("list", "start", "status", "pause", "resume", "cancel", "answer", "update", "submit")
 
