@@ -107,12 +107,15 @@ nodes:
   wait:
     action:
       shell:
+        - env
+        - "ARGV_COPY={{{{ secrets.DEPLOY_TOKEN }}}}"
         - sh
         - -c
         - |
           touch "$GATE/started"
           while [ ! -e "$GATE/release" ]; do sleep 0.02; done
           [ "$(printf %s "$T" | sha256sum | cut -c1-64)" = "{sha(TOKEN)}" ] && echo "token-matches $T"
+          [ "$ARGV_COPY" = "$T" ] && echo "argv-matches"
       env: {{T: "{{{{ secrets.DEPLOY_TOKEN }}}}", GATE: "{{{{ project.root }}}}/gate"}}
 """
 
@@ -287,6 +290,11 @@ def test_a_killed_run_resumes_with_secrets_resolved_again(project: Project) -> N
         runner.communicate(timeout=30)
     run_id = next(p.name for p in (project.root / ".wfrun" / "runs").iterdir()
                   if p.name.startswith("slow-"))
+    # The killed runner's process registry outlives it: pids and start times, never the
+    # argv with the rendered secret (issues 34.2, 35.5).
+    registries = list((project.root / ".wfrun" / "state").rglob("*.json"))
+    assert any(p.parent.name == "children" for p in registries), registries
+    project.assert_no_canary_anywhere()
     (project.root / "gate" / "release").touch()
 
     refused = project.wfrun("resume", run_id)  # the secret is in no file: it is needed again
@@ -298,7 +306,7 @@ def test_a_killed_run_resumes_with_secrets_resolved_again(project: Project) -> N
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout)["status"] == "completed"
     logs = project.wfrun("logs", run_id, "wait", "--stdout")
-    assert logs.stdout == "token-matches ***\n"
+    assert logs.stdout == "token-matches ***\nargv-matches\n"
     project.assert_no_canary_anywhere()
 
 
