@@ -42,6 +42,7 @@ __all__ = [
     "safe_message",
     "secret_env_values",
     "secret_values",
+    "without_secrets",
 ]
 
 MAX_SAFE_BYTES = 500
@@ -266,6 +267,18 @@ def secret_values(value: object, *, keys: re.Pattern[str] = SECRET_NAME) -> tupl
 def secret_env_values(env: Mapping[str, str]) -> list[str]:
     """Values of environment variables whose names say secret, for `redact`."""
     return [value for name, value in env.items() if value and is_secret_name(name)]
+
+
+def without_secrets(env: Mapping[str, str], values: Iterable[str] = (), *,
+                    keep: Iterable[str] = ()) -> dict[str, str]:
+    """`env` less what a model-driven process must not inherit: every variable whose
+    name says secret, and every variable whose value holds one of the known secret
+    `values` (a declared secret read from the environment under any name). Names in
+    `keep` pass all the same: the user's explicit choice (an agent CLI's own key)."""
+    known = [v for v in values if len(v) >= MIN_SECRET_CHARS]
+    kept = set(keep)
+    return {name: value for name, value in env.items()
+            if name in kept or not (is_secret_name(name) or any(v in value for v in known))}
 
 
 def _shaped_secrets(text: str) -> list[str]:

@@ -150,6 +150,9 @@ class AgentStep:
     open_live: Callable[[int], LiveLog] | None = None
     decision_field: str | None = None
     choices: tuple[str, ...] = ()
+    # The run's known secret values: a process-running executor keeps every variable
+    # holding one out of the agent's environment (no model ever sees a secret).
+    secret_values: tuple[str, ...] = ()
     _output: Any = None
     _accepted: bool = False
     _closed: bool = False

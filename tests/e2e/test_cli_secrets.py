@@ -87,7 +87,9 @@ AGENT_PY = """\
 import json, os, sys
 prompt = sys.stdin.read()
 print("agent saw: " + prompt, file=sys.stderr)
-print("agent env: " + os.environ.get("MY_API_KEY", ""), file=sys.stderr)
+print("agent env: " + ",".join(sorted(k for k, v in os.environ.items()
+                                     if k in ("MY_API_KEY", "DEPLOY_TOKEN", "PLAIN_NAMED")
+                                     or v in (os.environ.get("KEEP_ME", "-"),))), file=sys.stderr)
 print(json.dumps({"seen": prompt.splitlines()[0]}))
 """
 FILE_WORKFLOW = f"""\
@@ -238,7 +240,10 @@ def test_canaries_reach_commands_but_no_byte_wfrun_writes_and_no_model_message(
 
 @pytest.mark.timeout(120)
 def test_a_command_agent_sees_a_masked_prompt_and_its_logs_are_kept(project: Project) -> None:
-    env = project.env(DEPLOY_TOKEN=TOKEN, MY_API_KEY=API_KEY, CI_NAME=VISIBLE)
+    # Issue 35.5: a command agent inherits no secret of wfrun's environment, neither a
+    # secret-named variable nor a declared secret's value under another name.
+    env = project.env(DEPLOY_TOKEN=TOKEN, MY_API_KEY=API_KEY, CI_NAME=VISIBLE,
+                      PLAIN_NAMED=TOKEN, KEEP_ME="kept-ordinary-value")
     agent = f"command:{sys.executable} {project.root / 'agent.py'}"
     done = project.wfrun("run", "deploy", "-i", "task=ship", "-i", f"password={PASSWORD}",
                          "--agent", agent, "--json", env=env)
@@ -247,7 +252,7 @@ def test_a_command_agent_sees_a_masked_prompt_and_its_logs_are_kept(project: Pro
     logs = project.wfrun("logs", run_id, "plan", "--stderr", env=env)
     assert logs.returncode == 0, logs.stderr
     assert f"agent saw: Deploy ship with *** and *** on {VISIBLE}" in logs.stdout
-    assert "agent env: ***" in logs.stdout
+    assert "agent env: KEEP_ME\n" in logs.stdout
     project.assert_no_canary_anywhere()
 
 

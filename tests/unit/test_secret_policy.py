@@ -71,3 +71,14 @@ def test_environment_secrets_follow_the_policy(name: str,
     assert "canary-not-a-secret" not in environment_secrets()
     assert SECRET_NAME.search("MAX_TOKENS") is None
     assert os.environ[name] == "canary-value-5e2b"
+
+
+def test_wfrun_agent_env_names_what_a_command_agent_may_inherit(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from runner.engine.executors import CommandExecutor
+    from runner.host.runtime.local import make_executor
+
+    monkeypatch.setenv("WFRUN_AGENT_ENV", " ANTHROPIC_API_KEY, ,OTHER_TOKEN")
+    executor = make_executor("command:my-agent --flag")
+    assert isinstance(executor, CommandExecutor)
+    assert executor.pass_env == ("ANTHROPIC_API_KEY", "OTHER_TOKEN")

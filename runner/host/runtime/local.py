@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from runner.engine.runner import CrashPoint, NotificationSink, Observer
 
 CRASH_ENV = "WFRUN_CRASH_AT"
+AGENT_ENV = "WFRUN_AGENT_ENV"  # secret variables a command: agent may inherit
 
 
 def crash_injector(spec: str | None) -> CrashPoint | None:
@@ -342,7 +343,10 @@ def make_executor(spec: str | None, clock: Clock | None = None,
             raise InputError(f"--agent command: cannot split '{arg}': {exc}") from None
         if not argv:
             raise InputError("--agent command:'CMD' needs a command")
-        executor: AgentStepExecutor = command.CommandExecutor(argv)
+        # Secret variables are withheld from the agent; WFRUN_AGENT_ENV names those its
+        # CLI needs itself (e.g. ANTHROPIC_API_KEY), comma-separated.
+        passed = [n.strip() for n in os.environ.get(AGENT_ENV, "").split(",") if n.strip()]
+        executor: AgentStepExecutor = command.CommandExecutor(argv, pass_env=passed)
         return executor
     if kind == "openai":
         import importlib
