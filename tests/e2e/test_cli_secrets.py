@@ -381,3 +381,49 @@ def test_start_refuses_a_write_only_value_for_a_host_and_runs_it_with_wait(
     run_id = json.loads(waited.stdout.strip().splitlines()[-1])["runId"]
     assert project.wfrun("logs", run_id, "use", "--stdout").stdout == "using ***\n"
     project.assert_no_canary_anywhere()
+
+
+ODD_SECRET = 'canary p@ss/w0rd+ "q" <&> é-71b3'
+ENCODED_WORKFLOW = """\
+secrets: [ODD_SECRET]
+start: send
+nodes:
+  send:
+    action:
+      shell:
+        - sh
+        - -c
+        - 'printf "%s\\n%s\\n" "$1" "$2"; printf %s "$S" | base64 -w0; echo'
+        - sh
+        - "{{ secrets.ODD_SECRET | urlencode }}"
+        - "{{ secrets.ODD_SECRET | tojson }}"
+      env: {S: "{{ secrets.ODD_SECRET }}"}
+  echo:
+    compute: "{{ {'url': secrets.ODD_SECRET | urlencode, 'said': outputs.send.stdout} }}"
+edges:
+  - {from: send, to: echo}
+"""
+
+
+@pytest.mark.timeout(120)
+def test_the_common_encodings_of_a_secret_are_masked_in_all_that_is_recorded(
+        project: Project) -> None:
+    # Issue 35.5: masking by exact value recorded `{{ secrets.X | urlencode }}` in clear.
+    import base64
+    from urllib.parse import quote
+
+    (project.root / ".wfrun" / "workflows" / "encoded.yaml").write_text(ENCODED_WORKFLOW)
+    done = project.wfrun("run", "encoded", "--json", env=project.env(ODD_SECRET=ODD_SECRET))
+    assert done.returncode == 0, done.stderr
+    run_id = project.run_id(done)
+    logs = project.wfrun("logs", run_id, "send", "--stdout")
+    assert logs.stdout == "***\n\"***\"\n***\n", logs.stdout
+    show = project.wfrun("show", run_id, "--json")
+    assert json.loads(show.stdout)["outputs"]["echo"]["url"] == "***"
+    forms = {"url": quote(ODD_SECRET, safe="/"), "json": json.dumps(ODD_SECRET)[1:-1],
+             "base64": base64.b64encode(ODD_SECRET.encode()).decode()}
+    for path, data in project.written_bytes():
+        for name, form in forms.items():
+            assert form.encode() not in data, f"the {name} form in {path}"
+    for name, form in forms.items():
+        assert all(form not in text for text in project.outputs), name
