@@ -19,12 +19,12 @@ bounded, is kept in `last_error` for whoever reports the failure.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from runner import jsonin
 from runner.clock import Clock, SystemClock
 from runner.engine.agent import AgentStep, ToolResult, TurnKind, parse_tolerant
 from runner.engine.procs import KILL_GRACE, GroupResult, run_group
@@ -214,7 +214,7 @@ def submission_lines(stdout: str) -> list[Any] | None:
             continue
         payload = line[len(SUBMISSION_PREFIX):].strip()
         try:
-            calls.append(json.loads(payload))
+            calls.append(jsonin.loads(payload))
         except ValueError:
             calls.append(payload)
     return calls or None

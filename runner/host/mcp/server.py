@@ -31,7 +31,7 @@ import socketserver
 import threading
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import IO, Any, Literal, cast
 
 import anyio
 import anyio.to_thread
@@ -39,6 +39,7 @@ import mcp_types as types
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
+from runner import jsonin
 from runner.clock import Clock
 from runner.errors import ConflictError, OperationFailed
 from runner.host.runtime.local import Workspace
@@ -186,7 +187,7 @@ class _HookHandler(socketserver.StreamRequestHandler):
 
         line = self.rfile.readline(1 << 20)
         try:
-            request = json.loads(line)
+            request = jsonin.loads(line)
             reply = (self.server.session.hook_event(request) if isinstance(request, dict)
                      else {"ok": False, "error": "a request is one JSON object"})
         except ValueError:
@@ -250,6 +251,39 @@ def build_server(session: McpSession) -> Server[Any]:
     return Server(SERVER_NAME, on_list_tools=list_tools, on_call_tool=call_tool)
 
 
+class BoundedStdin:
+    """The protocol's stdin for the SDK: lines of at most `jsonin.MAX_LINE` bytes, the
+    bridge's limit. A longer line is read in pieces and dropped (the SDK would buffer
+    it whole, then hold a model of it); the SDK sees a line that is not JSON-RPC and
+    goes on. Like the SDK's own claim, fd 0 becomes /dev/null meanwhile, so a hook or
+    a child cannot read the protocol's bytes."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self.stream = stream
+
+    @classmethod
+    def claim(cls) -> BoundedStdin:
+        private = os.dup(0)
+        null = os.open(os.devnull, os.O_RDONLY)
+        try:
+            os.dup2(null, 0)
+        finally:
+            os.close(null)
+        return cls(os.fdopen(private, "rb"))
+
+    def readline(self) -> str:
+        line = jsonin.read_line(self.stream, jsonin.MAX_LINE)
+        if line is None:
+            return ""
+        if not isinstance(line, bytes):
+            log.warning("mcp: dropped a line longer than %d bytes", jsonin.MAX_LINE)
+            return "wfrun: a line longer than the limit was dropped\n"
+        return line.decode("utf-8", errors="replace")
+
+    def close(self) -> None:
+        self.stream.close()
+
+
 def serve_stdio(ws: Workspace, session_id: str, *, client: Client,
                 store_clock: Clock | None = None, claude_pid: int | None = None) -> None:
     """Serve MCP on stdin/stdout until the client closes stdin (or SIGTERM)."""
@@ -267,8 +301,12 @@ def serve_stdio(ws: Workspace, session_id: str, *, client: Client,
 
     signal.signal(signal.SIGTERM, on_term)
 
+    stdin = BoundedStdin.claim()
+
     async def run() -> None:
-        async with stdio_server() as (read, write):
+        # `wrap_file` calls only `readline` (and `close`) of what it wraps.
+        async with stdio_server(stdin=anyio.wrap_file(cast("IO[str]", stdin))) as (read,
+                                                                                 write):
             await server.run(read, write, server.create_initialization_options())
 
     try:

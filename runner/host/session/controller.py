@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from runner import jsonin
 from runner.compiler.templates import TemplateError, render_text
 from runner.engine import AgentStep, RunControl, RunOutcome
 from runner.engine.agent import TurnKind
@@ -137,6 +138,10 @@ class SessionController:
     def on_tool_call(self, call_id: str, name: str, args: dict[str, Any]) -> ToolReply:
         if name != "workflow":
             return ToolReply(f"unknown tool '{name}'", is_error=True)
+        if jsonin.too_deep(args):  # every host's way in: bridge, MCP, in-process
+            return ToolReply(f"the tool arguments are nested deeper than {jsonin.MAX_DEPTH} "
+                             "levels; send a flatter JSON object", {"action": None},
+                             is_error=True)
         try:
             action, params = validate_call(args)
             return self._dispatch(action, params)
