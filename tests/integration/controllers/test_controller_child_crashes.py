@@ -266,3 +266,24 @@ def test_a_node_killing_its_host_runs_once_and_its_child_fails_indeterminate(
     assert again.returncode == 0, again.stderr
     assert_child_failed_indeterminate(project, clock)
     assert log_lines(project, "ran.log") == ["ran"]  # once: not re-run blindly
+
+
+def test_host_killed_at_after_routing_the_done_effect_is_not_repeated(
+        project: Path, clock: FileClock) -> None:
+    """The named crash point `after_routing`: the node's command finished (its effect
+    happened) and the engine chose the next node, but the node's end is not recorded.
+    Outside a controller the resume would run it again; a controller child's action is
+    an effect left pending, so the take-over does not, and the child fails
+    `indeterminate` with the effect done exactly once."""
+    write_workflow(project, "effect-child", EFFECT_CHILD)
+    (project / "release").write_text("")  # the node finishes at once
+    apply_parent(project, clock, "effect-child")
+    crashed = run_driver(project, "--once", "--lease", "0.5",
+                         env=env_of(clock, WFRUN_CRASH_AT="after_routing"))
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+    assert [line.split()[0] for line in log_lines(project, "child.log")] == ["start", "done"]
+    clock.advance(AFTER_LEASES)
+    restarted = run_driver(project, "--once", "--lease", "0.5", env=env_of(clock))
+    assert restarted.returncode == 0, restarted.stderr
+    assert_child_failed_indeterminate(project, clock)
+    assert [line.split()[0] for line in log_lines(project, "child.log")] == ["start", "done"]
