@@ -20,10 +20,14 @@ may use it.
 
 from __future__ import annotations
 
+import base64
 import functools
+import html
+import json
 import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Literal
+from urllib.parse import quote, quote_plus
 
 __all__ = [
     "MASK",
@@ -33,6 +37,7 @@ __all__ = [
     "SECRET_NAME",
     "Keep",
     "bound",
+    "encodings",
     "is_secret_name",
     "mask",
     "mask_json",
@@ -42,6 +47,7 @@ __all__ = [
     "safe_message",
     "secret_env_values",
     "secret_values",
+    "without_secrets",
 ]
 
 MAX_SAFE_BYTES = 500
@@ -127,11 +133,43 @@ def _masks() -> tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], str]], ..
     return tuple((pattern, _masker(pattern)) for pattern in _patterns())
 
 
+def encodings(value: str) -> set[str]:
+    """The forms a template filter or a command commonly turns a secret into: URL-encoded
+    (path, query and form styles), base64 (standard and URL-safe, padded or not),
+    JSON-escaped (ASCII, UTF-8 and Jinja's `tojson`) and HTML-escaped (both spellings).
+    Masking by exact value alone recorded `{{ secrets.X | urlencode }}` in clear."""
+    data = value.encode("utf-8", errors="replace")
+    found = {quote(value, safe=""), quote(value, safe="/"), quote_plus(value, safe=""),
+             quote_plus(value, safe="/"), html.escape(value),
+             # markupsafe's spelling, which Jinja's `escape` filter uses
+             html.escape(value).replace("&quot;", "&#34;").replace("&#x27;", "&#39;")}
+    for b64 in (base64.b64encode(data), base64.urlsafe_b64encode(data)):
+        text = b64.decode("ascii")
+        found |= {text, text.rstrip("=")}
+    for dumped in (json.dumps(value), json.dumps(value, ensure_ascii=False)):
+        found.add(dumped[1:-1])
+        found.add(dumped[1:-1].replace("<", "\\u003c").replace(">", "\\u003e")
+                  .replace("&", "\\u0026").replace("'", "\\u0027"))
+    found.discard(value)
+    return found
+
+
+def _known(values: Iterable[str]) -> list[str]:
+    """Each known secret and its encodings, longest first (so a longer form is replaced
+    before a shorter one that it contains)."""
+    found: set[str] = set()
+    for value in values:
+        if len(value) >= MIN_SECRET_CHARS:
+            found.add(value)
+            found |= encodings(value)
+    return sorted(found, key=lambda s: (-len(s), s))
+
+
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
-    """Mask the known `secrets` (exact values, longest first) and anything that looks
-    like a credential. Ordinary words are left alone; see the module docstring."""
-    for secret in sorted({s for s in secrets if len(s) >= MIN_SECRET_CHARS},
-                         key=lambda s: (-len(s), s)):
+    """Mask the known `secrets` (exact values and their common encodings, longest
+    first) and anything that looks like a credential. Ordinary words are left alone;
+    see the module docstring."""
+    for secret in _known(secrets):
         text = text.replace(secret, REDACTED)
     for pattern, mask in _masks():
         text = pattern.sub(mask, text)
@@ -140,18 +178,15 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
 
 def mask_values(values: Iterable[str]) -> tuple[str, ...]:
     """The strings `mask` replaces for these known secrets, longest first: each value
-    and, for a multi-line one, each of its lines (a log may show one line of a key
-    file on its own). Values and lines under `MIN_SECRET_CHARS` are left out; callers
-    refuse such secrets rather than mask ordinary text."""
-    found: set[str] = set()
+    with its common `encodings` and, for a multi-line one, each of its lines (a log
+    may show one line of a key file on its own). Values and lines under
+    `MIN_SECRET_CHARS` are left out; callers refuse such secrets rather than mask
+    ordinary text."""
+    found: list[str] = []
     for value in values:
-        if len(value) >= MIN_SECRET_CHARS:
-            found.add(value)
-        for line in value.splitlines():
-            line = line.strip()
-            if len(line) >= MIN_SECRET_CHARS:
-                found.add(line)
-    return tuple(sorted(found, key=lambda s: (-len(s), s)))
+        found.append(value)
+        found.extend(line.strip() for line in value.splitlines())
+    return tuple(_known(found))
 
 
 def mask(text: str, values: tuple[str, ...]) -> str:
@@ -266,6 +301,18 @@ def secret_values(value: object, *, keys: re.Pattern[str] = SECRET_NAME) -> tupl
 def secret_env_values(env: Mapping[str, str]) -> list[str]:
     """Values of environment variables whose names say secret, for `redact`."""
     return [value for name, value in env.items() if value and is_secret_name(name)]
+
+
+def without_secrets(env: Mapping[str, str], values: Iterable[str] = (), *,
+                    keep: Iterable[str] = ()) -> dict[str, str]:
+    """`env` less what a model-driven process must not inherit: every variable whose
+    name says secret, and every variable whose value holds one of the known secret
+    `values` (a declared secret read from the environment under any name). Names in
+    `keep` pass all the same: the user's explicit choice (an agent CLI's own key)."""
+    known = [v for v in values if len(v) >= MIN_SECRET_CHARS]
+    kept = set(keep)
+    return {name: value for name, value in env.items()
+            if name in kept or not (is_secret_name(name) or any(v in value for v in known))}
 
 
 def _shaped_secrets(text: str) -> list[str]:

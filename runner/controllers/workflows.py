@@ -88,8 +88,6 @@ class ChildLauncher(Protocol):
         or once it has ended."""
         ...
 
-    def cancel(self, run_id: str) -> None: ...
-
     def active(self, run_id: str | None) -> bool: ...
 
     @property
@@ -134,15 +132,6 @@ class ChildWorkflows:
         if req.state in ("pending", "interrupted"):
             req = self._start(req, workflow, run_input)
         return self._view(req)
-
-    def cancel(self, resource: Resource) -> int:
-        """Cancel the resource's running children (`wfrun controller cancel`)."""
-        count = 0
-        for req in self.store.workflow_requests.list(resource.uid, states=["running"]):
-            if req.run_id is not None:
-                self.launcher.cancel(req.run_id)
-                count += 1
-        return count
 
     def _view(self, req: WorkflowRequest) -> ChildView:
         output = None

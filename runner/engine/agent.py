@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from runner import jsonin
 from runner.compiler.jsonschemas import validation_errors
 
 from .control import RunControl
@@ -98,13 +99,13 @@ def parse_tolerant(value: Any) -> Any:
         return value
     text = value.strip()
     try:
-        return json.loads(text)
+        return jsonin.loads(text)
     except ValueError:
         pass
     fence = re.search(r"```(?:json|JSON)?\s*\n(.*?)```", text, re.S)
     if fence:
         try:
-            return json.loads(fence.group(1).strip())
+            return jsonin.loads(fence.group(1).strip())
         except ValueError:
             pass
     embedded = _first_balanced(text)
@@ -150,6 +151,9 @@ class AgentStep:
     open_live: Callable[[int], LiveLog] | None = None
     decision_field: str | None = None
     choices: tuple[str, ...] = ()
+    # The run's known secret values: a process-running executor keeps every variable
+    # holding one out of the agent's environment (no model ever sees a secret).
+    secret_values: tuple[str, ...] = ()
     _output: Any = None
     _accepted: bool = False
     _closed: bool = False

@@ -86,6 +86,10 @@ class Engine:
     launch: LaunchLink | None = None
     # How long a database bundle's write waits for an unreachable database (seconds).
     patience: float = PATIENCE
+    # Whether the run's action nodes are effects of a controller operation (seed 004):
+    # asked only when a resume finds an action node interrupted mid-run. True: that node
+    # is not run again blindly; the run fails `indeterminate` and the controller decides.
+    effects_guarded: Callable[[], bool] = lambda: False
 
     @property
     def space(self) -> BundleSpace:
@@ -230,6 +234,17 @@ class Engine:
             bundle.close()
             raise
         if replay_from == "interrupted":
+            node = driver.definition.nodes.get(at) if isinstance(at, str) else None
+            if node is not None and node.kind == "action" and self.effects_guarded():
+                # Seed 004: a controller's child step that may have changed the world is
+                # an effect. Its start is recorded (pending), its end is not, and a shell
+                # command offers nothing to observe: indeterminate, never applied twice.
+                message = (f"node '{at}' was interrupted while its command ran; it may "
+                           "have had its effect, so this controller child does not run it "
+                           "again. Check what it did; the controller decides what comes next")
+                driver.emit("run_interrupted", {"reason": message, "node": at}, sync=True)
+                return driver.finish("failed", error={"code": "indeterminate", "node": at,
+                                                      "message": message})
             if state.current_node_starts >= NODE_START_BUDGET:
                 # A crash loop: the node's process died every time it ran. Running it
                 # again could repeat its side effects a third time.

@@ -37,8 +37,11 @@ LINE_HOLD = 65_536
 def live_log_name(node: str, attempt: str, stream: str, turn: int = 0) -> str:
     """The file name of one stream of one attempt, inside the bundle's `logs/` folder.
     `turn` counts the attempt's logs recorded before this one (a command agent logs each
-    turn; a shell action has only turn 0)."""
-    return f"{node}.{attempt}.{stream}" if turn == 0 else f"{node}.{attempt}-{turn}.{stream}"
+    turn; a shell action has only turn 0). An included node's qualified id (`fix/verify`)
+    is flattened with "+", which no node id contains: one flat folder, no subfolder to
+    create per mount, and a name the reader can refuse if it holds a "/"."""
+    flat = node.replace("/", "+")
+    return f"{flat}.{attempt}.{stream}" if turn == 0 else f"{flat}.{attempt}-{turn}.{stream}"
 
 
 class LiveStream:

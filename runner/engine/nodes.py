@@ -295,7 +295,8 @@ def _agent(driver: RunDriver, node: Node, spec: AgentSpec, attempt: str,
     step = AgentStep(contract=contract, prompt=prompt, control=driver.control,
                      deadline=deadline, monotonic=driver.clock.monotonic,
                      on_update=driver.publish_update, decision_field=spec.decision_field,
-                     choices=spec.choices, on_log=log, open_live=open_live)
+                     choices=spec.choices, on_log=log, open_live=open_live,
+                     secret_values=driver.secrets.masked)
     kind: TurnKind = "resume" if driver.resuming_node == node.id else "step"
     driver.prompt_sent(node.id, attempt, kind, prompt)
     reminders = 0

@@ -53,13 +53,15 @@ class ProcessRegistry:
         # Set in every command's environment (see the module doc).
         self.mark = f"{_folder_key(path.parent)}:{me}:{_start_time(me)}"
 
-    def add(self, pgid: int, **info: Any) -> None:
+    def add(self, pgid: int) -> None:
+        """Record a group by its leader's pid and start time: nothing else. A command's
+        argv holds rendered secrets, and this file outlives the run (issue 34.2)."""
         with self._lock:
-            # Nothing calls `remove` when a command ends (its group is killed then), so
-            # drop the groups whose leader is gone: the file stays as small as what runs.
+            # A group whose leader is gone without `remove` (a runner that stopped
+            # mid-command) is dropped here: the file stays as small as what runs.
             self._groups = {g: e for g, e in self._groups.items()
                             if e.get("start") is not None and _start_time(g) == e["start"]}
-            self._groups[pgid] = {"pgid": pgid, "start": _start_time(pgid), **info}
+            self._groups[pgid] = {"pgid": pgid, "start": _start_time(pgid)}
             self._save()
 
     def remove(self, pgid: int) -> None:

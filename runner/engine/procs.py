@@ -335,7 +335,7 @@ def run_shell(
         return _failed("error", "the command, its environment or working directory contains "
                        "a NUL byte", start, clock)
     if registry is not None:
-        registry.add(proc.pid, command=str(command)[:200])
+        registry.add(proc.pid)
     why: list[Ending] = []
 
     def should_stop() -> bool:
@@ -347,6 +347,8 @@ def run_shell(
 
     ran = _supervise(proc, stdin=stdin, out_cap=cap, err_cap=cap, err_keep="head",
                      should_stop=should_stop, grace=grace, clock=clock, sinks=sinks)
+    if registry is not None:  # `_supervise` killed its group: nothing left to reap
+        registry.remove(proc.pid)
     code = proc.returncode
     stdout, stdout_cut = _text(ran.out, cap)
     stderr, stderr_cut = _text(ran.err, cap)

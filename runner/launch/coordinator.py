@@ -532,7 +532,18 @@ class LaunchCoordinator(Preflight):
                       crash_point=opts.crash_point,
                       secret_source=self._secret_source(record.run_id),
                       rows=self.rows, claim=token, patience=self.lease_seconds / 3,
-                      launch=None if self.rows is None or act is None else self._link(act))
+                      launch=None if self.rows is None or act is None else self._link(act),
+                      # Only a take-over (the claim found the row `running`: its runner
+                      # died mid-node). A park stopped its node itself; that resumes as before.
+                      effects_guarded=lambda: record.status == "running"
+                      and self._controller_child(record.run_id))
+
+    def _controller_child(self, run_id: str) -> bool:
+        """Whether `run_id` is the current attempt of a controller's child request (its
+        action nodes are effects of that controller's operation, seed 004). Both stores
+        hold the controller tables; a store without them has no children."""
+        requests = getattr(self.store, "workflow_requests", None)
+        return requests is not None and requests.find_by_run(run_id) is not None
 
     def _link(self, act: Activation) -> Link:
         """The launch's transitions that commit in its database bundle's writes."""

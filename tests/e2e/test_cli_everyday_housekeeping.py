@@ -47,6 +47,13 @@ def test_init_makes_a_runnable_project_and_is_safe_to_repeat(tmp_path: Path) -> 
     ran = p.wfrun("run", "hello", "-i", "name=ada", "--json", "-q")
     assert ran.returncode == 0, ran.stderr
     assert json.loads(ran.stdout)["final_output"]["message"] == "hello ada"
+    # Issue 34.3: the example passes input to a command as an argument, never as code.
+    hostile = p.wfrun("run", "hello", "-i", "name=you; touch pwned", "--json", "-q")
+    assert hostile.returncode == 0, hostile.stderr
+    hostile_id = json.loads(hostile.stdout)["run_id"]
+    assert not (root / "pwned").exists()
+    logs = p.wfrun("logs", hostile_id, "check", "--stdout")
+    assert logs.stdout == "checking for you; touch pwned\n", logs.stdout
     again = p.json("init", str(root), "--json", project=False)
     assert again["created"] == []
     assert (root / ".gitignore").read_text().count(".wfrun/runs/") == 1

@@ -88,3 +88,22 @@ def test_runs_outside_a_project_go_to_the_wfrun_home_folder(tmp_path: Path) -> N
     assert [p.name.split("-")[0] for p in (home / "runs").iterdir()
             if not p.name.startswith(".")] == ["solo"]
     assert not (outside.root / ".wfrun").exists()
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ('{"a": ' + "[" * 1000 + "]" * 1000 + "}", "nested deeper than 100 levels"),
+    ('{"n": 1e400}', "the number 1e400 is not finite"),
+    ('{"n": NaN}', "the number NaN is not finite"),
+])
+def test_input_nested_too_deep_or_not_finite_is_a_one_line_error(
+        project: Project, tmp_path: Path, text: str, says: str) -> None:
+    # Issue 35.6: `--input @deep.json` died in a RecursionError traceback.
+    path = tmp_path / "deep.json"
+    path.write_text(text)
+    for args in (("--input", f"@{path}"), ("--input", "-")):
+        done = project.wfrun("run", "echo", *args, stdin=text)
+        assert done.returncode == 2, done.stderr
+        assert says in done.stderr
+        assert "Traceback" not in done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not project.runs_dir.exists() or not list(project.runs_dir.iterdir())

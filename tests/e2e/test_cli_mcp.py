@@ -199,3 +199,59 @@ def test_a_second_server_for_one_claude_process_is_a_one_line_error(
                 pipe.close()
     assert first.returncode == 0
     assert not sock.exists()
+
+
+def test_a_line_over_16_mib_is_dropped_and_deep_arguments_are_a_reply(project: Path) -> None:
+    # Issue 35.6/35.9: `wfrun mcp` buffered and answered a 64 MB line (the bridge caps
+    # 16 MiB); a model's arguments nested deep reached the controller unbounded.
+    import json
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runner", "--project", str(project), "mcp", "--session", "s-big"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={k: v for k, v in os.environ.items() if k != "CLAUDE_CODE_SESSION_ID"})
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+
+    def send(doc: dict[str, Any] | bytes) -> None:
+        assert proc.stdin is not None
+        data = doc if isinstance(doc, bytes) else json.dumps({"jsonrpc": "2.0", **doc}).encode()
+        proc.stdin.write(data + b"\n")
+        proc.stdin.flush()
+
+    def reply(want: int) -> dict[str, Any]:
+        assert proc.stdout is not None
+        while True:
+            doc: dict[str, Any] = json.loads(proc.stdout.readline())
+            if doc.get("id") == want:
+                return doc
+            assert doc.get("id") is None, doc  # only notifications in between
+
+    try:
+        send({"id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "0"}}})
+        reply(1)
+        send({"method": "notifications/initialized"})
+        # A valid request, but 17 MiB long: dropped unread, never answered.
+        send(b'{"jsonrpc":"2.0","id":2,"method":"ping","params":{"_meta":{"pad":"'
+             + b"x" * (17 * 1024 * 1024) + b'"}}}')
+        nested: object = "leaf"
+        for _ in range(150):
+            nested = {"a": nested}
+        send({"id": 3, "method": "tools/call", "params": {"name": "workflow", "arguments": {
+            "action": "start", "workflow": "review", "input": nested}}})
+        answer = reply(3)  # id 2 never came: `reply` would have failed on it
+        text = answer["result"]["content"][0]["text"]
+        assert answer["result"]["isError"] is True
+        assert "nested deeper than 100 levels" in text
+        send({"id": 4, "method": "ping"})
+        assert reply(4)["result"] == {}
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=60)
+        proc.stdout.close()
+        assert proc.stderr is not None
+        err = proc.stderr.read().decode()
+        proc.stderr.close()
+    assert "Traceback" not in err

@@ -87,7 +87,9 @@ AGENT_PY = """\
 import json, os, sys
 prompt = sys.stdin.read()
 print("agent saw: " + prompt, file=sys.stderr)
-print("agent env: " + os.environ.get("MY_API_KEY", ""), file=sys.stderr)
+print("agent env: " + ",".join(sorted(k for k, v in os.environ.items()
+                                     if k in ("MY_API_KEY", "DEPLOY_TOKEN", "PLAIN_NAMED")
+                                     or v in (os.environ.get("KEEP_ME", "-"),))), file=sys.stderr)
 print(json.dumps({"seen": prompt.splitlines()[0]}))
 """
 FILE_WORKFLOW = f"""\
@@ -107,12 +109,15 @@ nodes:
   wait:
     action:
       shell:
+        - env
+        - "ARGV_COPY={{{{ secrets.DEPLOY_TOKEN }}}}"
         - sh
         - -c
         - |
           touch "$GATE/started"
           while [ ! -e "$GATE/release" ]; do sleep 0.02; done
           [ "$(printf %s "$T" | sha256sum | cut -c1-64)" = "{sha(TOKEN)}" ] && echo "token-matches $T"
+          [ "$ARGV_COPY" = "$T" ] && echo "argv-matches"
       env: {{T: "{{{{ secrets.DEPLOY_TOKEN }}}}", GATE: "{{{{ project.root }}}}/gate"}}
 """
 
@@ -235,7 +240,10 @@ def test_canaries_reach_commands_but_no_byte_wfrun_writes_and_no_model_message(
 
 @pytest.mark.timeout(120)
 def test_a_command_agent_sees_a_masked_prompt_and_its_logs_are_kept(project: Project) -> None:
-    env = project.env(DEPLOY_TOKEN=TOKEN, MY_API_KEY=API_KEY, CI_NAME=VISIBLE)
+    # Issue 35.5: a command agent inherits no secret of wfrun's environment, neither a
+    # secret-named variable nor a declared secret's value under another name.
+    env = project.env(DEPLOY_TOKEN=TOKEN, MY_API_KEY=API_KEY, CI_NAME=VISIBLE,
+                      PLAIN_NAMED=TOKEN, KEEP_ME="kept-ordinary-value")
     agent = f"command:{sys.executable} {project.root / 'agent.py'}"
     done = project.wfrun("run", "deploy", "-i", "task=ship", "-i", f"password={PASSWORD}",
                          "--agent", agent, "--json", env=env)
@@ -244,7 +252,7 @@ def test_a_command_agent_sees_a_masked_prompt_and_its_logs_are_kept(project: Pro
     logs = project.wfrun("logs", run_id, "plan", "--stderr", env=env)
     assert logs.returncode == 0, logs.stderr
     assert f"agent saw: Deploy ship with *** and *** on {VISIBLE}" in logs.stdout
-    assert "agent env: ***" in logs.stdout
+    assert "agent env: KEEP_ME\n" in logs.stdout
     project.assert_no_canary_anywhere()
 
 
@@ -287,6 +295,11 @@ def test_a_killed_run_resumes_with_secrets_resolved_again(project: Project) -> N
         runner.communicate(timeout=30)
     run_id = next(p.name for p in (project.root / ".wfrun" / "runs").iterdir()
                   if p.name.startswith("slow-"))
+    # The killed runner's process registry outlives it: pids and start times, never the
+    # argv with the rendered secret (issues 34.2, 35.5).
+    registries = list((project.root / ".wfrun" / "state").rglob("*.json"))
+    assert any(p.parent.name == "children" for p in registries), registries
+    project.assert_no_canary_anywhere()
     (project.root / "gate" / "release").touch()
 
     refused = project.wfrun("resume", run_id)  # the secret is in no file: it is needed again
@@ -298,7 +311,7 @@ def test_a_killed_run_resumes_with_secrets_resolved_again(project: Project) -> N
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout)["status"] == "completed"
     logs = project.wfrun("logs", run_id, "wait", "--stdout")
-    assert logs.stdout == "token-matches ***\n"
+    assert logs.stdout == "token-matches ***\nargv-matches\n"
     project.assert_no_canary_anywhere()
 
 
@@ -368,3 +381,49 @@ def test_start_refuses_a_write_only_value_for_a_host_and_runs_it_with_wait(
     run_id = json.loads(waited.stdout.strip().splitlines()[-1])["runId"]
     assert project.wfrun("logs", run_id, "use", "--stdout").stdout == "using ***\n"
     project.assert_no_canary_anywhere()
+
+
+ODD_SECRET = 'canary p@ss/w0rd+ "q" <&> é-71b3'
+ENCODED_WORKFLOW = """\
+secrets: [ODD_SECRET]
+start: send
+nodes:
+  send:
+    action:
+      shell:
+        - sh
+        - -c
+        - 'printf "%s\\n%s\\n" "$1" "$2"; printf %s "$S" | base64 -w0; echo'
+        - sh
+        - "{{ secrets.ODD_SECRET | urlencode }}"
+        - "{{ secrets.ODD_SECRET | tojson }}"
+      env: {S: "{{ secrets.ODD_SECRET }}"}
+  echo:
+    compute: "{{ {'url': secrets.ODD_SECRET | urlencode, 'said': outputs.send.stdout} }}"
+edges:
+  - {from: send, to: echo}
+"""
+
+
+@pytest.mark.timeout(120)
+def test_the_common_encodings_of_a_secret_are_masked_in_all_that_is_recorded(
+        project: Project) -> None:
+    # Issue 35.5: masking by exact value recorded `{{ secrets.X | urlencode }}` in clear.
+    import base64
+    from urllib.parse import quote
+
+    (project.root / ".wfrun" / "workflows" / "encoded.yaml").write_text(ENCODED_WORKFLOW)
+    done = project.wfrun("run", "encoded", "--json", env=project.env(ODD_SECRET=ODD_SECRET))
+    assert done.returncode == 0, done.stderr
+    run_id = project.run_id(done)
+    logs = project.wfrun("logs", run_id, "send", "--stdout")
+    assert logs.stdout == "***\n\"***\"\n***\n", logs.stdout
+    show = project.wfrun("show", run_id, "--json")
+    assert json.loads(show.stdout)["outputs"]["echo"]["url"] == "***"
+    forms = {"url": quote(ODD_SECRET, safe="/"), "json": json.dumps(ODD_SECRET)[1:-1],
+             "base64": base64.b64encode(ODD_SECRET.encode()).decode()}
+    for path, data in project.written_bytes():
+        for name, form in forms.items():
+            assert form.encode() not in data, f"the {name} form in {path}"
+    for name, form in forms.items():
+        assert all(form not in text for text in project.outputs), name

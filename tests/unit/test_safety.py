@@ -242,3 +242,47 @@ def test_the_old_modules_are_the_same_policy() -> None:
     for name in ("redact", "bound", "safe_message", "MAX_SAFE_BYTES"):
         assert getattr(launch_safety, name) is getattr(safety, name)
     assert procs.secret_env_values is safety.secret_env_values
+
+
+ODD = 'p@ss/w0rd+ "quoted" <&> é'
+ENCODED = {
+    "url": "p%40ss%2Fw0rd%2B%20%22quoted%22%20%3C%26%3E%20%C3%A9",
+    "url keeping /": "p%40ss/w0rd%2B%20%22quoted%22%20%3C%26%3E%20%C3%A9",
+    "form": "p%40ss%2Fw0rd%2B+%22quoted%22+%3C%26%3E+%C3%A9",
+    "base64": "cEBzcy93MHJkKyAicXVvdGVkIiA8Jj4gw6k=",
+    "base64 unpadded": "cEBzcy93MHJkKyAicXVvdGVkIiA8Jj4gw6k",
+    "base64url": "cEBzcy93MHJkKyAicXVvdGVkIiA8Jj4gw6k=",
+    "json": 'p@ss/w0rd+ \\"quoted\\" <&> \\u00e9',
+    "json utf-8": 'p@ss/w0rd+ \\"quoted\\" <&> é',
+    "jinja tojson": 'p@ss/w0rd+ \\"quoted\\" \\u003c\\u0026\\u003e \\u00e9',
+    "html": "p@ss/w0rd+ &quot;quoted&quot; &lt;&amp;&gt; é",
+}
+
+
+@pytest.mark.parametrize("form", sorted(ENCODED))
+def test_the_common_encodings_of_a_known_secret_are_masked_too(form: str) -> None:
+    # Issue 35.5: `{{ secrets.X | urlencode }}` was recorded in clear.
+    text = f"sent {ENCODED[form]} to the server"
+    assert safety.mask(text, safety.mask_values([ODD])) == "sent *** to the server"
+    assert redact(text, [ODD]) == f"sent {REDACTED} to the server"
+
+
+def test_the_jinja_filters_encode_as_the_masks_expect() -> None:
+    import base64
+    import json
+
+    from jinja2 import Environment
+    env = Environment(autoescape=False)
+    values = safety.mask_values([ODD])
+    for template in ("{{ s | urlencode }}", "{{ s | tojson }}", "{{ s | e }}"):
+        shown = env.from_string(template).render(s=ODD)
+        assert ODD not in safety.mask(shown, values)
+        assert safety.mask(shown, values).strip('"') == "***", template
+    assert base64.b64encode(ODD.encode()).decode() in values
+    assert json.dumps(ODD)[1:-1] in values
+
+
+def test_an_encoding_equal_to_the_value_is_not_listed_twice() -> None:
+    assert safety.mask_values(["plain-token-value"]) == ("cGxhaW4tdG9rZW4tdmFsdWU=",
+                                                         "cGxhaW4tdG9rZW4tdmFsdWU",
+                                                         "plain-token-value")

@@ -19,16 +19,16 @@ bounded, is kept in `last_error` for whoever reports the failure.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from runner import jsonin
 from runner.clock import Clock, SystemClock
 from runner.engine.agent import AgentStep, ToolResult, TurnKind, parse_tolerant
 from runner.engine.procs import KILL_GRACE, GroupResult, run_group
-from runner.safety import safe_message, secret_env_values
+from runner.safety import safe_message, secret_env_values, without_secrets
 
 SUBMISSION_PREFIX = "WFRUN_STEP_SUBMISSION "
 STDOUT_CAP = 1_000_000
@@ -50,6 +50,7 @@ class CommandExecutor:
         clock: Clock | None = None,
         *,
         kill_grace: float = KILL_GRACE,
+        pass_env: Sequence[str] = (),
     ) -> None:
         if not argv or not all(isinstance(a, str) for a in argv):
             raise ValueError("CommandExecutor needs a non-empty argv list of strings")
@@ -57,6 +58,8 @@ class CommandExecutor:
         self.cwd = str(cwd) if cwd is not None else None
         # None inherits our environment; a mapping replaces it (the caller decides).
         self.env = dict(env) if env is not None else None
+        # Secret variables the user lets through (`WFRUN_AGENT_ENV`): the CLI's own key.
+        self.pass_env = tuple(pass_env)
         self.clock: Clock = clock or SystemClock()
         self.kill_grace = kill_grace
         self.last_error: str | None = None
@@ -112,7 +115,10 @@ class CommandExecutor:
         return message
 
     def _child_env(self, step: AgentStep, kind: TurnKind) -> dict[str, str]:
-        env = dict(os.environ) if self.env is None else dict(self.env)
+        # A model drives this process (and any shell it opens): it inherits no secret,
+        # by the one policy, unless the user named the variable in `pass_env`.
+        env = without_secrets(os.environ if self.env is None else self.env,
+                              step.secret_values, keep=self.pass_env)
         # Lets a wrapper script find the contract without parsing the prompt.
         env.update({
             "WFRUN_RUN_ID": step.contract.run_id,
@@ -208,7 +214,7 @@ def submission_lines(stdout: str) -> list[Any] | None:
             continue
         payload = line[len(SUBMISSION_PREFIX):].strip()
         try:
-            calls.append(json.loads(payload))
+            calls.append(jsonin.loads(payload))
         except ValueError:
             calls.append(payload)
     return calls or None

@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 
 import httpx
 
+from runner import jsonin
 from runner.clock import Clock, SystemClock
 from runner.engine.agent import STEP_TOOL_SCHEMA, AgentStep, TurnKind, parse_tolerant
 from runner.errors import InputError
@@ -213,7 +214,7 @@ class OpenAIExecutor:
             return json.dumps({"ok": False, "message": f"unknown tool '{name[:80]}'; the only "
                                f"tool available is '{TOOL_NAME}'"})
         try:
-            args: Any = json.loads(arguments) if arguments.strip() else {}
+            args: Any = jsonin.loads(arguments) if arguments.strip() else {}
         except ValueError:
             args = parse_tolerant(arguments)  # models sometimes wrap or trail the JSON
         if not isinstance(args, dict):
@@ -304,7 +305,7 @@ async def _error_detail(response: httpx.Response) -> str:
             break
     text = raw[:4096].decode("utf-8", errors="replace").strip()
     try:
-        doc = json.loads(text)
+        doc = jsonin.loads(text)
     except ValueError:
         return text[:500]
     if isinstance(doc, dict) and doc.get("error") is not None:
@@ -383,7 +384,7 @@ class StreamAssembler:
             self.done = True
             return
         try:
-            doc = json.loads(data)
+            doc = jsonin.loads(data)
         except ValueError:
             raise StreamError("a stream event is not JSON") from None
         self.feed_chunk(doc)
@@ -480,7 +481,7 @@ async def read_json_reply(chunks: AsyncIterator[bytes]) -> Reply:
         if len(raw) > MAX_REPLY_CHARS * 2:
             raise StreamError(f"the answer is longer than {MAX_REPLY_CHARS * 2} bytes")
     try:
-        doc = json.loads(raw.decode("utf-8", errors="replace"))
+        doc = jsonin.loads(raw.decode("utf-8", errors="replace"))
     except ValueError:
         raise StreamError("the response is neither an event stream nor JSON") from None
     assembler = StreamAssembler()
@@ -490,7 +491,7 @@ async def read_json_reply(chunks: AsyncIterator[bytes]) -> Reply:
 
 def _is_json(text: str) -> bool:
     try:
-        json.loads(text)
+        jsonin.loads(text)
     except ValueError:
         return False
     return True

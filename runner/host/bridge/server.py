@@ -18,7 +18,6 @@ is in the session), so a one-shot client that exits at the settle loses nothing.
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import os
 import queue
@@ -29,6 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from runner import jsonin
 from runner.clock import Clock
 from runner.errors import WfrunError
 from runner.host.runtime.local import Workspace
@@ -193,13 +193,26 @@ class BridgeServer:
         """Read until stdin closes, then shut the session down and close the store."""
         self._worker.start()
         try:
-            for line in self.inp:
-                if line.strip():
-                    self._route(line)
+            while (line := jsonin.read_line(self.inp, wire.MAX_LINE)) is not None:
+                if line is jsonin.TOO_LONG:  # read and dropped in pieces, never held whole
+                    self.writer.send({"id": None, "error": wire.error_doc(
+                        wire.INVALID_REQUEST, f"message longer than {wire.MAX_LINE} bytes")})
+                elif isinstance(line, bytes) and line.strip():
+                    self._route_safely(line)
         finally:
             self.peer.close()
             self._work.put(_STOP)
             self._worker.join()
+
+    def _route_safely(self, line: bytes) -> None:
+        """`_route`, and a bug in it costs one message, never the bridge."""
+        try:
+            self._route(line)
+        except Exception as exc:
+            log.exception("bridge: a message failed")
+            self.writer.send({"id": None, "error": wire.error_doc(
+                wire.INTERNAL_ERROR, f"the message failed ({type(exc).__name__}); see the "
+                "bridge's stderr")})
 
     def _route(self, line: bytes) -> None:
         try:
@@ -329,7 +342,7 @@ class BridgeServer:
         args = params.get("arguments", {})
         if isinstance(args, str):  # some clients pass the model's raw argument text
             try:
-                args = json.loads(args) if args.strip() else {}
+                args = jsonin.loads(args) if args.strip() else {}
             except ValueError:
                 return ToolReply("the tool arguments are not valid JSON; send a JSON object",
                                  {"action": None}, is_error=True)

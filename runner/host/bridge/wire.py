@@ -12,6 +12,7 @@ import threading
 from collections.abc import Mapping
 from typing import IO, Any
 
+from runner import jsonin
 from runner.host.session.protocol import SessionEntry, ToolReply
 
 PROTOCOL_VERSION = 1
@@ -43,7 +44,7 @@ INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 NOT_INITIALIZED = -32002
 
-MAX_LINE = 16 * 1024 * 1024  # one message; a longer line is refused, not buffered forever
+MAX_LINE = jsonin.MAX_LINE  # one message; a longer line is refused, not buffered forever
 
 
 class WireError(Exception):
@@ -75,7 +76,9 @@ def decode(line: bytes) -> dict[str, Any]:
     if len(line) > MAX_LINE:
         raise WireError(INVALID_REQUEST, f"message longer than {MAX_LINE} bytes")
     try:
-        doc = json.loads(line)
+        # Bounded: nesting deeper than jsonin.MAX_DEPTH and non-finite numbers (an id
+        # of 1e400) are parse errors, not a RecursionError or an `Infinity` echoed back.
+        doc = jsonin.loads(line)
     except (ValueError, UnicodeDecodeError) as exc:
         raise WireError(PARSE_ERROR, f"not a JSON line ({exc}); send one JSON object per "
                                      "line") from None
@@ -86,8 +89,8 @@ def decode(line: bytes) -> dict[str, Any]:
     if "method" not in doc and "id" not in doc:
         raise WireError(INVALID_REQUEST, "a message needs 'method' (a request or "
                                          "notification) or 'id' (a response)")
-    params = doc.get("params", {})
-    if params is None:
+    params = doc.get("params")
+    if params is None:  # absent or null: JSON-RPC allows a call without params
         doc["params"] = {}
     elif not isinstance(params, dict):
         raise WireError(INVALID_PARAMS, "'params' must be a JSON object")

@@ -22,7 +22,6 @@ quiet, so the follow-up is there when it returns.
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import threading
 from collections.abc import Awaitable, Callable, Iterator
@@ -30,6 +29,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, TypeVar
 
+from runner import jsonin
 from runner.clock import Clock
 from runner.compiler import build_catalog, find_project_root
 from runner.compiler.discovery import PROJECT_DIR
@@ -154,7 +154,7 @@ class AgentSession:
         Bad arguments come back as a reply with `is_error` and what to fix."""
         if isinstance(arguments, str):
             try:
-                arguments = json.loads(arguments) if arguments.strip() else {}
+                arguments = jsonin.loads(arguments) if arguments.strip() else {}
             except ValueError:
                 return ToolReply("the tool arguments are not valid JSON; send a JSON object",
                                  {"action": None}, is_error=True)

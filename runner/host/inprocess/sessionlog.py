@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from runner import jsonin
 from runner.host.session.protocol import SessionEntry
 from runner.private import private_dirs
 
@@ -36,7 +37,7 @@ class SessionLog:
     def _load(self) -> None:
         for line in self.path.read_text(encoding="utf-8").splitlines():
             try:
-                raw = json.loads(line)
+                raw = jsonin.loads(line)
             except ValueError:
                 continue  # a torn last line after a crash
             if not isinstance(raw, dict) or raw.get("type") == "session" or "id" not in raw:

@@ -21,6 +21,8 @@ import json
 import os
 import socket
 
+from runner import jsonin
+
 TYPE_CHECKING = False  # no typing, pathlib or tempfile at run time (hook latency)
 if TYPE_CHECKING:
     from typing import Any
@@ -132,7 +134,7 @@ def call(claude_pid: int, request: dict[str, Any], timeout: float = REPLY_TIMEOU
     if not chunks:
         raise ChannelError("the wfrun mcp server closed the connection without a reply")
     try:
-        reply = json.loads(b"".join(chunks))
+        reply = jsonin.loads(b"".join(chunks))
     except ValueError:
         raise ChannelError("the wfrun mcp server sent a malformed reply") from None
     if not isinstance(reply, dict):

@@ -30,6 +30,8 @@ import json
 import os
 import sys
 
+from runner import jsonin
+
 from . import channel
 from .sessionlog import LogMessage, SessionLog, SessionLogError
 
@@ -78,7 +80,7 @@ def _read_event(stdin: IO[str]) -> dict[str, Any]:
     if len(raw) > MAX_STDIN:
         raise HookError("the hook input is larger than 64 MiB; is this a Claude Code hook?")
     try:
-        event = json.loads(raw)
+        event = jsonin.loads(raw)
     except ValueError:
         raise HookError("the hook input on stdin is not JSON; Claude Code sends one JSON "
                         "object per hook call") from None

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runner import jsonin
 from runner.errors import InputError
 from runner.integrations.command import wfrun_command
 
@@ -47,7 +48,7 @@ def _load(path: Path) -> dict[str, Any]:
     if not path.exists():
         return {}
     try:
-        doc = json.loads(path.read_text(encoding="utf-8") or "{}")
+        doc = jsonin.loads(path.read_text(encoding="utf-8") or "{}")
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise InputError(f"{path} is not valid JSON ({exc}); fix or move it, then run "
                          "`wfrun integrate claude-code` again") from None

@@ -28,6 +28,7 @@ import socketserver
 import sys
 import threading
 
+from runner import jsonin
 from runner.errors import ConflictError, OperationFailed, WfrunError
 from runner.host.session.tool import WORKFLOW_TOOL
 
@@ -137,7 +138,7 @@ class _HookHandler(socketserver.StreamRequestHandler):
 
         line = self.rfile.readline(1 << 20)
         try:
-            request = json.loads(line)
+            request = jsonin.loads(line)
             reply = (self.server.session.hook_event(request) if isinstance(request, dict)
                      else {"ok": False, "error": "a request is one JSON object"})
         except ValueError:

@@ -28,6 +28,8 @@ import json
 import os
 import string
 
+from runner import jsonin
+
 # No typing, dataclasses or pathlib at run time: each costs the hook milliseconds.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -152,7 +154,7 @@ class SessionLog:
         out: list[dict[str, Any]] = []
         for line in raw.splitlines():
             try:
-                record = json.loads(line)
+                record = jsonin.loads(line)
             except ValueError:
                 continue  # a torn line after a crash
             if isinstance(record, dict):

@@ -20,6 +20,8 @@ import queue
 import sys
 import threading
 
+from runner import jsonin
+
 TYPE_CHECKING = False  # no typing at run time (start-up time)
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -28,7 +30,7 @@ if TYPE_CHECKING:
 #: Protocol revisions with the `initialize` handshake, oldest first. A client asking
 #: for one of them gets it; any other gets the newest (the spec's negotiation).
 PROTOCOL_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
-MAX_LINE = 64 << 20  # one message; a tool call's input can be large, not unbounded
+MAX_LINE = jsonin.MAX_LINE  # one message: the bridge's limit (16 MiB)
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -94,7 +96,7 @@ class StdioServer:
                 if not line:
                     break
                 if len(line) > MAX_LINE and not line.endswith(b"\n"):
-                    self._send_error(None, INVALID_REQUEST, "message larger than 64 MiB")
+                    self._send_error(None, INVALID_REQUEST, "message larger than 16 MiB")
                     self._skip_rest_of_line()
                     continue
                 if line.strip():
@@ -112,7 +114,9 @@ class StdioServer:
     # -- reading ---------------------------------------------------------------------
     def _receive(self, line: bytes) -> None:
         try:
-            message = json.loads(line)
+            # Twice the arguments' bound: the envelope adds levels, and arguments
+            # between the two get the tool's own "nested too deep" reply, with their id.
+            message = jsonin.loads(line, max_depth=2 * jsonin.MAX_DEPTH)
         except ValueError:
             self._send_error(None, PARSE_ERROR, "not JSON: send one JSON-RPC message per line")
             return

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from runner.engine import RunControl
-from runner.errors import ConflictError, InputError, WfrunError
+from runner.errors import ConflictError, InputError
 from runner.launch import LaunchCoordinator, PreflightError
 from runner.store import LaunchRecord, LaunchStatus
 
@@ -73,17 +73,6 @@ class LocalChildLauncher:
             return False
         self._start_thread(run_id, claimed=True)
         return True
-
-    def cancel(self, run_id: str) -> None:
-        with self._lock:
-            entry = self._active.get(run_id)
-        if entry is not None:
-            entry[1].cancel("cancelled by its controller")
-            return
-        try:
-            self.coordinator.cancel(run_id)
-        except WfrunError as exc:
-            log.info("child %s not cancelled: %s", run_id, exc.message)
 
     def active(self, run_id: str | None) -> bool:
         with self._lock:

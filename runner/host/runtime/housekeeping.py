@@ -41,7 +41,8 @@ start: greet
 nodes:
   greet: {compute: "{{ {'greeting': 'hello ' ~ input.name} }}"}
   check:
-    action: {shell: [sh, -c, "echo checking for {{ input.name }}"]}
+    # Input goes to a command as an argument of its own, never spliced into shell code.
+    action: {shell: [echo, "checking for", "{{ input.name }}"]}
   done: {notify: {kind: final, message: "{{ outputs.greet.greeting }}"}}
   broken: {fail: {message: "the check failed: {{ results.check.error.message }}"}}
 edges:

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from runner.errors import NotFoundError, WfrunError
-from runner.safety import safe_message
+from runner.safety import MIN_SECRET_CHARS, safe_message, secret_env_values
 
 from .local import Workspace
 
@@ -52,10 +52,8 @@ def dead_local_runner(runner: str | None) -> str | None:
 
 def environment_secrets() -> tuple[str, ...]:
     """Values of this process's secret-named environment variables (redacted wherever
-    they would be persisted or shown to a model)."""
-    return tuple(v for k, v in os.environ.items()
-                 if any(w in k.upper() for w in ("TOKEN", "SECRET", "PASSWORD", "API_KEY"))
-                 and len(v) >= 8)
+    they would be persisted or shown to a model), by the one policy in runner/safety.py."""
+    return tuple(v for v in secret_env_values(os.environ) if len(v) >= MIN_SECRET_CHARS)
 
 
 def detached_coordinator(ws: Workspace, store: Store,

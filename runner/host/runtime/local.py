@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from runner import jsonin
 from runner.clock import Clock, SystemClock
 from runner.compiler.discovery import PROJECT_DIR, is_path_ref
 from runner.engine.processes import reap_dead_registries, registry_for_this_process
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from runner.engine.runner import CrashPoint, NotificationSink, Observer
 
 CRASH_ENV = "WFRUN_CRASH_AT"
+AGENT_ENV = "WFRUN_AGENT_ENV"  # secret variables a command: agent may inherit
 
 
 def crash_injector(spec: str | None) -> CrashPoint | None:
@@ -279,7 +281,7 @@ def parse_input(json_text: str | None, pairs: tuple[str, ...],
             source = f"--input {'(stdin)' if name == '-' else json_text}"
             json_text = _read_text(name, "--input")
         try:
-            value = json.loads(json_text)
+            value = jsonin.loads(json_text)
         except json.JSONDecodeError as exc:
             raise InputError(f"{source} is not valid JSON: {exc.msg} at line {exc.lineno} "
                              f"column {exc.colno}") from None
@@ -300,7 +302,7 @@ def parse_input(json_text: str | None, pairs: tuple[str, ...],
             value[key] = raw  # a string field, or no declared type: the text as given
             continue
         try:
-            value[key] = json.loads(raw)
+            value[key] = jsonin.loads(raw)
         except ValueError:
             value[key] = raw  # the schema check names the field and the type it wants
     return value
@@ -311,7 +313,7 @@ def parse_answer(text: str | None) -> Any:
     if text is None:
         return None
     try:
-        return json.loads(text)
+        return jsonin.loads(text)
     except ValueError:
         return text
 
@@ -342,7 +344,10 @@ def make_executor(spec: str | None, clock: Clock | None = None,
             raise InputError(f"--agent command: cannot split '{arg}': {exc}") from None
         if not argv:
             raise InputError("--agent command:'CMD' needs a command")
-        executor: AgentStepExecutor = command.CommandExecutor(argv)
+        # Secret variables are withheld from the agent; WFRUN_AGENT_ENV names those its
+        # CLI needs itself (e.g. ANTHROPIC_API_KEY), comma-separated.
+        passed = [n.strip() for n in os.environ.get(AGENT_ENV, "").split(",") if n.strip()]
+        executor: AgentStepExecutor = command.CommandExecutor(argv, pass_env=passed)
         return executor
     if kind == "openai":
         import importlib

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from runner import jsonin
 from runner.compiler.templates import TemplateError, render_text
 from runner.engine import AgentStep, RunControl, RunOutcome
 from runner.engine.agent import TurnKind
@@ -35,7 +36,14 @@ from runner.launch.intents import (
     NOTIFICATION_TYPE,
     PRESENTATION_TYPE,
 )
-from runner.store import LostRace, NewNotification, StoreError, TurnIntent, TurnResolution
+from runner.store import (
+    LaunchRecord,
+    LostRace,
+    NewNotification,
+    StoreError,
+    TurnIntent,
+    TurnResolution,
+)
 
 from .protocol import Host, SessionEntry, ToolReply
 from .tool import validate_call
@@ -95,6 +103,7 @@ class SessionController:
         self.active: Activation | None = None
         self._thread: threading.Thread | None = None
         self._step: _StepTurn | None = None
+        self._resume_wanted: str | None = None  # a parked run `resume` asked for
         self.outcomes: list[RunOutcome] = []
         self.errors: list[str] = []
 
@@ -137,6 +146,10 @@ class SessionController:
     def on_tool_call(self, call_id: str, name: str, args: dict[str, Any]) -> ToolReply:
         if name != "workflow":
             return ToolReply(f"unknown tool '{name}'", is_error=True)
+        if jsonin.too_deep(args):  # every host's way in: bridge, MCP, in-process
+            return ToolReply(f"the tool arguments are nested deeper than {jsonin.MAX_DEPTH} "
+                             "levels; send a flatter JSON object", {"action": None},
+                             is_error=True)
         try:
             action, params = validate_call(args)
             return self._dispatch(action, params)
@@ -181,7 +194,8 @@ class SessionController:
         if action in ("pause", "resume"):
             act = self.active
             if act is None:
-                return ToolReply("no workflow is running in this session", is_error=True)
+                return self._resume_parked() if action == "resume" else ToolReply(
+                    "no workflow is running in this session", is_error=True)
             if action == "pause":
                 act.control.pause()
             else:
@@ -194,28 +208,53 @@ class SessionController:
         text = self.lister(offset) if self.lister else "no workflow catalog is configured"
         return ToolReply(text, {"action": "list", "offset": offset})
 
+    def _resume_parked(self) -> ToolReply:
+        """`resume` with no active run: this session's explicitly parked run continues
+        (seed 000: parked -> starting on an explicit resume) at the next boundary, like
+        a start, so nothing runs inside the model's turn."""
+        parked = self.store.launches.query(statuses=["parked"], session_id=self.session_id)
+        if not parked:
+            return ToolReply("no workflow run of this session is paused or parked",
+                             is_error=True)
+        run_id = parked[-1].run_id
+        with self._lock:
+            self._resume_wanted = run_id
+        return ToolReply(f"Workflow run {run_id} resumes after this turn.",
+                         {"action": "resume", "runId": run_id, "queued": True})
+
     def _cancel(self, run_id: str | None) -> ToolReply:
         act = self.active
         if act is not None and (run_id is None or run_id == act.record.run_id):
             act.control.cancel("cancelled by the model")
-            return ToolReply(f"Workflow run {act.record.run_id} is being cancelled.",
-                             {"action": "cancel", "runId": act.record.run_id})
+            return self._cancel_reply(act.record.run_id, done=False)
         if run_id is None:
             held = self.store.launches.find_session_reservation(self.session_id)
             if held is None:
                 return ToolReply("nothing to cancel in this session", is_error=True)
             run_id = held.run_id
         record = self.coordinator.cancel(run_id)
-        return ToolReply(f"Workflow run {run_id} cancelled.",
-                         {"action": "cancel", "runId": run_id, "status": record.status})
+        return self._cancel_reply(run_id, done=record.status == "cancelled")
+
+    @staticmethod
+    def _cancel_reply(run_id: str, *, done: bool) -> ToolReply:
+        """"cancelled" only once the launch is; a running run stops at a safe point."""
+        if done:
+            return ToolReply(f"Workflow run {run_id} cancelled.",
+                             {"action": "cancel", "runId": run_id, "status": "cancelled"})
+        return ToolReply(f"Cancel requested for workflow run {run_id}; it stops at the next "
+                         "safe point.", {"action": "cancel", "runId": run_id,
+                                         "status": "cancel_requested"})
 
     def _status(self, run_id: str | None) -> ToolReply:
         if run_id is None:
+            # Seed 000: the session's reservation, else the run it displayed last.
             held = self.store.launches.find_session_reservation(self.session_id)
-            if held is None:
+            shown = held or next(iter(reversed(self.store.launches.query(
+                session_id=self.session_id))), None)
+            if shown is None:
                 return ToolReply("no workflow is queued or running in this session",
                                  {"action": "status", "runId": None})
-            run_id = held.run_id
+            run_id = shown.run_id
         view = self.status_reader(run_id) if self.status_reader else {"runId": run_id}
         state = view.get("status", "unknown")
         text = f"Run {run_id}: {state}"
@@ -270,7 +309,7 @@ class SessionController:
             self.coordinator.recover_expired(self.session_id)
         except StoreError as exc:
             log.warning("launch recovery failed: %s", exc.message)
-        record = self.coordinator.claim_next(self.session_id)
+        record = self._claim_resumed() or self.coordinator.claim_next(self.session_id)
         if record is None:
             return
         # Activation happens here, at the boundary; only the nodes run on the worker.
@@ -284,6 +323,19 @@ class SessionController:
             self._thread = threading.Thread(target=self._run, args=(target,), daemon=True,
                                             name=f"wfrun-run-{record.run_id}")
             self._thread.start()
+
+    def _claim_resumed(self) -> LaunchRecord | None:
+        """The parked run a `resume` asked for, claimed by id (an explicit resume)."""
+        with self._lock:
+            run_id, self._resume_wanted = self._resume_wanted, None
+        if run_id is None:
+            return None
+        try:
+            return self.coordinator.claim(run_id)
+        except WfrunError as exc:  # cancelled, taken or gone since: say so, go on
+            log.warning("run %s not resumed: %s", run_id, exc.message)
+            self.errors.append(exc.message)
+            return None
 
     def _adopt(self, act: Activation) -> None:
         """The run's control becomes the session's, so pause/cancel reach it."""

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runner import jsonin
+
 from .protocol import DeliverAs, HostListener, SessionEntry, ToolReply
 
 MAX_STEPS_PER_TURN = 16
@@ -69,7 +71,7 @@ class JsonlHost:
         count = 0
         for line in self.path.read_text().splitlines():
             try:
-                raw = json.loads(line)
+                raw = jsonin.loads(line)
             except ValueError:
                 continue  # a torn last line after a crash
             if raw.get("type") == "session":

@@ -220,3 +220,22 @@ def test_open_hands_the_printed_url_to_the_browser(project: Project, tmp_path: P
         wait_until(seen.exists, what="the browser program to be started")
         assert seen.read_text() == ui.url
         assert httpx.get(ui.url, follow_redirects=True).status_code == 200
+
+
+def test_secret_named_variables_of_every_spelling_are_masked_in_the_views(
+        project: Project) -> None:
+    # Issue 34.4: the UI used its own list (TOKEN, SECRET, PASSWORD, API_KEY) and showed
+    # these in clear. One policy (runner/safety.py) decides for every part of wfrun.
+    values = {"DB_PASSWD": "canary-passwd-8a1f", "GITHUB_AUTH": "canary-auth-7c2e",
+              "SESSION_COOKIE": "canary-cookie-44d0"}
+    project.workflow("said", "start: say\nnodes:\n  say: {compute: \"{{ '"
+                     + " ".join(values.values()) + "' }}\"}\n")
+    ran = project.json("run", "said", "--json", "-q")  # recorded in clear: not set here
+    run_id = ran["run_id"]
+    with ui_server(project, env=values) as ui:
+        view = httpx.get(f"{ui.base}/api/runs/{run_id}").text
+        page = httpx.get(f"{ui.base}/runs/{run_id}").text
+    for value in values.values():
+        assert value not in view
+        assert value not in page
+    assert "*** *** ***" in view

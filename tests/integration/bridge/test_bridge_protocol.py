@@ -188,3 +188,44 @@ def test_bridge_ignores_sigint_and_ends_its_session_on_sigterm(project: Project)
         record = store.launches.get(run_id)
         assert record is not None
         assert record.status == "parked"  # shut down, not abandoned
+
+
+def test_bridge_answers_calls_without_params_and_survives_hostile_lines(
+        project: Project) -> None:
+    # Issues 34.5 and 35.6: `turn/started` without params was -32603, `session/launches`
+    # without params killed the bridge, one line nested 1,000 deep killed it with a
+    # RecursionError, and `"id": 1e400` was answered with `"id": Infinity`.
+    client = project.bridge()
+    for method in ("turn/started", "session/launches", "ping", "tools/list"):
+        client.send({"id": 900, "method": method})  # no "params" at all
+        client.request("ping")
+    replies = [d for d in client.protocol_errors if d.get("id") == 900]
+    assert [("error" in d) for d in replies] == [False] * 4, replies
+    assert replies[1]["result"] == {"launches": []}
+    client.protocol_errors.clear()
+
+    deep = b'{"jsonrpc":"2.0","id":7,"method":"tool/call","params":{"name":"workflow",' \
+        b'"arguments":' + b"[" * 1000 + b"]" * 1000 + b"}}\n"
+    client.send_raw(deep)
+    client.send_raw(b'{"jsonrpc":"2.0","id":1e400,"method":"ping"}\n')
+    client.send_raw(b'{"jsonrpc":"2.0","id":NaN,"method":"ping"}\n')
+    client.send_raw(b"\xff\xfe not utf-8 \xc3\n")
+    client.request("ping")  # still serving, and the bad lines were answered first
+    errors = client.protocol_errors
+    assert [d["error"]["code"] for d in errors] == [-32700] * 4, errors
+    assert all(d["id"] is None for d in errors)
+    assert "nested deeper than 100 levels" in errors[0]["error"]["message"]
+    assert "not finite" in errors[1]["error"]["message"]
+    assert client.close() == 0
+    assert not [line for line in client.stderr_lines if "Traceback" in line]
+
+
+def test_bridge_refuses_a_line_over_16_mib_without_holding_it(project: Project) -> None:
+    client = project.bridge()
+    client.send_raw(b'{"jsonrpc":"2.0","id":5,"method":"ping","pad":"'
+                    + b"x" * (16 * 1024 * 1024) + b'"}\n')
+    assert client.request("ping") == {}
+    [error] = client.protocol_errors
+    assert error["error"]["code"] == -32600
+    assert "longer than 16777216 bytes" in error["error"]["message"]
+    assert client.close() == 0

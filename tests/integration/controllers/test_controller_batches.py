@@ -110,3 +110,41 @@ def test_a_batch_is_shared_by_the_workers_so_slow_passes_still_run_in_parallel(
         assert manager.claims == 1  # one claim transaction took all four
         assert sorted(met) == ["a", "b", "c", "d"]
         assert store.reconcile_queue.list() == []
+
+
+def test_a_key_that_waited_in_a_claimed_batch_is_read_again_before_its_pass(
+        tmp_path: Path) -> None:
+    # Issue 34.17: the batch's claim read every row at once; a key that waits behind a
+    # slow pass must be reconciled against its resource as it is when its turn comes
+    # (deleting that re-read failed no test).
+    release = threading.Event()
+    entered = threading.Event()
+    seen: list[tuple[str, Any, int]] = []
+
+    def reconcile(ctx: ReconcileContext, resource: Any) -> Result:
+        seen.append((resource.key, resource.spec, resource.generation))
+        if resource.key == "a":
+            entered.set()
+            release.wait(DEADLINE)
+        return ctx.settled(None, READY)
+
+    with SqliteStore(tmp_path / "store.sqlite3") as store:
+        manager = ControllerManager(
+            store, [define_controller("gate", reconcile, timeout=None)],
+            config=ManagerConfig(workers=1, claim_batch=8, idle_poll=0.01))
+        manager.apply("gate", "a", {"v": 1})
+        manager.apply("gate", "b", {"v": 1})
+        manager.start()
+        try:
+            assert entered.wait(DEADLINE)
+            held = {i.key: i for i in store.reconcile_queue.list("gate")}
+            assert held["b"].claim_token is not None  # b waits inside the claimed batch
+            manager.apply("gate", "b", {"v": 2})  # the user edits b meanwhile
+            release.set()
+            wait_until(lambda: any(k == "b" for k, _, _ in seen), timeout=DEADLINE,
+                       what="b's pass")
+        finally:
+            release.set()
+            manager.stop(grace=DEADLINE)
+        first_b = next((spec, gen) for key, spec, gen in seen if key == "b")
+        assert first_b == ({"v": 2}, 2)

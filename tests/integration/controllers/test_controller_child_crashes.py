@@ -8,9 +8,10 @@ host). After a restart the request is settled exactly once, the parent is woken
 (the shared clock stands still, so only the child's wake-up brings the next
 pass) and the child's side effect happened once.
 
-A child whose node kills its host twice: the run fails `interrupted` (the engine
-starts a node at most twice), the request becomes `interrupted` and the next pass
-starts attempt 2 with a new run id, leaving attempt 1's run untouched.
+A child whose action node was interrupted by its host's death is not run again
+(seed 004: a child's action is an effect of the controller's operation, and a
+command offers nothing to observe): the run fails `indeterminate`, the request
+`failed`, and the parent decides.
 
 Processes share a FileClock (`WFRUN_CLOCK_FILE`): a dead process's leases and the
 queue grace come due when the test moves the clock, never by waiting.
@@ -18,7 +19,6 @@ queue grace come due when the test moves the clock, never by waiting.
 
 from __future__ import annotations
 
-import hashlib
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -122,12 +122,6 @@ def alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
-def bundle_bytes(project: Path, run_id: str) -> dict[str, str]:
-    root = project / ".wfrun" / "runs" / run_id
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
-
-
 def assert_settled_once(project: Path, clock: FileClock, attempt: int) -> str:
     """The parent is Ready from its child's success, the request settled once, the
     run's launch ended once; returns the run id."""
@@ -203,11 +197,32 @@ def test_host_killed_between_child_run_creation_and_parent_status_update(
                   if not p.name.startswith(".")) == [run_id]  # .snapshots is no run
 
 
-def test_host_killed_mid_node_the_taker_reaps_the_orphan_before_the_rerun(
+def assert_child_failed_indeterminate(project: Path, clock: FileClock) -> str:
+    """The child's request failed once with the run's `indeterminate` error and the
+    parent settled on it (ChildFailed): no pass started another attempt."""
+    with open_store(project, clock) as store:
+        r = store.resources.get("probe", "k")
+        assert r is not None
+        assert r.status["controller_status"]["child"] == "failed"
+        assert [c["reason"] for c in r.status["conditions"] if c["type"] == "Ready"] \
+            == ["ChildFailed"]
+        (req,) = store.workflow_requests.list(r.uid)
+        assert (req.state, req.attempt) == ("failed", 1)
+        assert req.error is not None
+        assert "may have had its effect" in req.error
+        assert req.run_id is not None
+        assert store.reconcile_queue.list() == []
+        return req.run_id
+
+
+def test_host_killed_mid_node_the_taker_reaps_the_orphan_and_never_reruns_the_effect(
         project: Path, clock: FileClock, procs: list[subprocess.Popen[str]]) -> None:
-    """The node's shell outlives its killed host. The process that takes the child
-    over kills it before re-running the node, so the node's effect (`done`, written
-    once `release` exists) happens once, not once per copy."""
+    """Seed 004: a controller child's action node is an effect of the controller's
+    operation. The node's shell outlives its killed host; the process that takes the
+    child over kills that orphan and, finding the node started but never ended (a
+    pending effect that a command offers nothing to observe), does not run it again:
+    the run fails `indeterminate` and the parent's pass sees ChildFailed. The effect
+    (`done`, written once `release` exists) never happens twice, nor blindly once more."""
     write_workflow(project, "effect-child", EFFECT_CHILD)
     apply_parent(project, clock, "effect-child")
     procs.append(start_driver(project, "--once", "--lease", "0.5", "--wait", "60",
@@ -220,63 +235,55 @@ def test_host_killed_mid_node_the_taker_reaps_the_orphan_before_the_rerun(
         assert alive(orphan)  # the node's shell outlived its host
 
         clock.advance(AFTER_LEASES)
-        procs.append(start_driver(project, "--once", "--lease", "0.5", "--wait", "60",
-                                  env=env_of(clock)))
-        wait_for(lambda: len(log_lines(project, "child.log")) == 2, what="the node to rerun")
-        wait_for(lambda: not alive(orphan), timeout=DEADLINE, what="the orphan to be reaped")
+        taker = run_driver(project, "--once", "--lease", "0.5", env=env_of(clock))
+        assert taker.returncode == 0, taker.stderr
+        assert not alive(orphan)  # reaped before the take-over decided
     finally:
         # Whatever failed above, no shell may poll for `release` after the test.
         (project / "release").write_text("")
-    assert procs[1].wait(DEADLINE) == 0
-    run_id = assert_settled_once(project, clock, 1)
-    lines = log_lines(project, "child.log")
-    assert [line.split()[0] for line in lines] == ["start", "start", "done"]
-    starts = [e for e in RunReader(project / ".wfrun" / "runs").trace(run_id)
+    run_id = assert_child_failed_indeterminate(project, clock)
+    assert log_lines(project, "child.log") == [f"start {orphan}"]  # ran once, never again
+    reader = RunReader(project / ".wfrun" / "runs")
+    assert reader.status(run_id) == "failed"
+    assert (reader.state(run_id).error or {}).get("code") == "indeterminate"
+    starts = [e for e in reader.trace(run_id)
               if e["type"] == "node_started" and e["node"] == "work"]
-    assert len(starts) == 2  # the interrupted node, and its one rerun
+    assert len(starts) == 1  # the interrupted node only: no rerun
 
 
-def test_node_killing_its_host_twice_interrupts_the_attempt_and_attempt_two_runs(
-        project: Path, clock: FileClock, procs: list[subprocess.Popen[str]]) -> None:
+def test_a_node_killing_its_host_runs_once_and_its_child_fails_indeterminate(
+        project: Path, clock: FileClock) -> None:
+    """The node kills its own host (crash point: inside the node, after its effect
+    began). The next host does not start it a second time (an action outside a
+    controller would get one rerun: NODE_START_BUDGET)."""
     write_workflow(project, "crashy-child", CRASHY_CHILD)
     apply_parent(project, clock, "crashy-child")
-    for n in (1, 2):  # the first run, then the take-over that reruns the node
-        died = run_driver(project, "--once", "--lease", "0.5", env=env_of(clock))
-        assert died.returncode == -signal.SIGKILL, died.stderr
-        assert len(log_lines(project, "ran.log")) == n
-        clock.advance(AFTER_LEASES)
-    with open_store(project, clock) as store:
-        (req,) = store.workflow_requests.list()
-        assert (req.state, req.attempt) == ("running", 1)
-        first = req.run_id
-        assert first is not None
+    died = run_driver(project, "--once", "--lease", "0.5", env=env_of(clock))
+    assert died.returncode == -signal.SIGKILL, died.stderr
+    assert log_lines(project, "ran.log") == ["ran"]
+    clock.advance(AFTER_LEASES)
+    again = run_driver(project, "--once", "--lease", "0.5", env=env_of(clock))
+    assert again.returncode == 0, again.stderr
+    assert_child_failed_indeterminate(project, clock)
+    assert log_lines(project, "ran.log") == ["ran"]  # once: not re-run blindly
 
-    # The next host takes attempt 1 over: its node started twice, so the engine fails
-    # the run `interrupted` instead of a third start; the request becomes interrupted,
-    # the parent is woken, and its pass starts attempt 2 (held at its node here).
-    procs.append(start_driver(project, "--once", "--lease", "0.5", "--wait", "60",
-                              env=env_of(clock)))
-    wait_for(lambda: (project / "started").exists(), what="attempt 2's node")
-    assert (project / "started").read_text().strip() == "3"
-    with open_store(project, clock) as store:
-        (req,) = store.workflow_requests.list()
-        assert (req.state, req.attempt) == ("running", 2)
-        second = req.run_id
-        assert second not in (None, first)
-        row = store.launches.get(first)
-        assert row is not None
-        assert (row.status, row.error_code) == ("failed", "interrupted")
-    reader = RunReader(project / ".wfrun" / "runs")
-    assert reader.status(first) == "failed"
-    assert (reader.state(first).error or {}).get("code") == "interrupted"
-    frozen = bundle_bytes(project, first)
 
-    (project / "release").write_text("")
-    assert procs[0].wait(DEADLINE) == 0, procs[0].communicate()[1]
-    run_id = assert_settled_once(project, clock, 2)
-    assert run_id == second
-    assert bundle_bytes(project, first) == frozen  # attempt 1 is immutable
-    assert log_lines(project, "ran.log") == ["ran"] * 3  # twice in attempt 1, once in 2
-    with open_store(project, clock) as store:
-        rows = {r.run_id: (r.status, r.error_code) for r in store.launches.query()}
-    assert rows == {first: ("failed", "interrupted"), second: ("done", None)}
+def test_host_killed_at_after_routing_the_done_effect_is_not_repeated(
+        project: Path, clock: FileClock) -> None:
+    """The named crash point `after_routing`: the node's command finished (its effect
+    happened) and the engine chose the next node, but the node's end is not recorded.
+    Outside a controller the resume would run it again; a controller child's action is
+    an effect left pending, so the take-over does not, and the child fails
+    `indeterminate` with the effect done exactly once."""
+    write_workflow(project, "effect-child", EFFECT_CHILD)
+    (project / "release").write_text("")  # the node finishes at once
+    apply_parent(project, clock, "effect-child")
+    crashed = run_driver(project, "--once", "--lease", "0.5",
+                         env=env_of(clock, WFRUN_CRASH_AT="after_routing"))
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+    assert [line.split()[0] for line in log_lines(project, "child.log")] == ["start", "done"]
+    clock.advance(AFTER_LEASES)
+    restarted = run_driver(project, "--once", "--lease", "0.5", env=env_of(clock))
+    assert restarted.returncode == 0, restarted.stderr
+    assert_child_failed_indeterminate(project, clock)
+    assert [line.split()[0] for line in log_lines(project, "child.log")] == ["start", "done"]

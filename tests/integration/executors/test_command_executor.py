@@ -128,7 +128,7 @@ def test_non_zero_exit_is_no_submission_and_stderr_is_redacted(make_step: MakeSt
         print(call("submit", output={GOOD!r}))
         sys.stderr.write("auth failed for " + os.environ["AGENT_API_TOKEN"] + "\\n")
         sys.exit(3)
-    """), env=env)
+    """), env=env, pass_env=["AGENT_API_TOKEN"])  # the CLI's own key, let through by name
     case = make_step()
     ex.run_turn(case.step, case.step.prompt, "step")
     assert not case.step.accepted
@@ -256,3 +256,25 @@ def test_background_job_holding_stdout_does_not_block_the_turn(make_step: MakeSt
     ex.run_turn(case.step, case.step.prompt, "step")
     assert time.monotonic() - started < QUICK
     assert case.step.accepted
+
+
+def test_the_agent_inherits_no_secret_unless_the_user_passes_it(make_step: MakeStep) -> None:
+    # Issue 35.5: docs/secrets.md promises no model sees a secret; a command agent (and any
+    # shell its model opens) inherited every secret of wfrun's environment.
+    env = {"PATH": os.environ.get("PATH", ""), "GITHUB_TOKEN": "ghp-canary-1",
+           "DB_PASSWD": "canary-pw-2", "RENAMED": "x canary-declared-3 y",
+           "ANTHROPIC_API_KEY": "canary-own-key-4", "LANG": "C.UTF-8"}
+    script = agent(f"""
+        print(','.join(sorted(k for k in os.environ if not k.startswith('WFRUN_')
+                              and k not in ('PATH', 'LC_CTYPE', '__CF_USER_TEXT_ENCODING'))),
+              file=sys.stderr)
+        print(call('submit', output={GOOD!r}))
+    """)
+    logs: list[str] = []
+    case = make_step()
+    case.step.secret_values = ("canary-declared-3",)
+    case.step.on_log = lambda out, err, *_: logs.append(err)
+    CommandExecutor(script, env=env, pass_env=["ANTHROPIC_API_KEY"]).run_turn(
+        case.step, case.step.prompt, "step")
+    assert case.step.accepted
+    assert logs == ["ANTHROPIC_API_KEY,LANG\n"]

@@ -286,7 +286,8 @@ def test_seed10_cancellation_before_executor_release(session: Make) -> None:
     s.host.prompt("go")
     s.settle()
     (row,) = s.launches()
-    assert replies[0].content == f"Workflow run {row.run_id} is being cancelled."
+    assert replies[0].content == (f"Cancel requested for workflow run {row.run_id}; it "
+                                  "stops at the next safe point.")
     assert s.manifest(row.run_id)["status"] == "cancelled"
     _assert_cancelled_cleanly(s, row.run_id)
 

@@ -119,7 +119,7 @@ def _build_states(tmp_path: Path, made: list[Session],
     run = _begin(s, "plan")
     _settle(s)
     reply = s.controller.on_tool_call("c", "workflow", {"action": "cancel"})
-    assert "being cancelled" in reply.content
+    assert "Cancel requested" in reply.content
     thread = s.controller._thread
     assert thread is not None
     thread.join(10)  # the run is waiting on its step, so "quiet" would not wait for it
@@ -180,14 +180,21 @@ def test_seed17_status_for_every_launch_and_run_state(tmp_path: Path,
                 assert reply.content.endswith(f"({code}: {view['error']['message']})")
             else:
                 assert view["error"] is None
-        # Without a run id: the session's own reservation, or a plain "nothing".
+        # Without a run id: the session's own reservation, else the run it displayed
+        # last (seed 000, issue 34.17), and a plain "nothing" in a session without runs.
         by_session = {s.session_id: s for s in made}
         queued_run = next(r for r, (la, _) in expected.items() if la == "queued")
         mine = by_session["s-queued"].controller.on_tool_call("c", "workflow",
                                                               {"action": "status"})
         assert mine.content == f"Run {queued_run}: queued"
-        none = by_session["s-completed"].controller.on_tool_call("c", "workflow",
-                                                                 {"action": "status"})
+        shown = by_session["s-completed"].controller.on_tool_call("c", "workflow",
+                                                                  {"action": "status"})
+        assert shown.content.endswith(": completed"), shown.content
+        assert expected[shown.details["runId"]] == ("done", "completed")
+        fresh = make_session(tmp_path / "fresh", Scripted(), WORKFLOWS, session_id="s-none",
+                             store_url=store_url)
+        made.append(fresh)
+        none = fresh.controller.on_tool_call("c", "workflow", {"action": "status"})
         assert none.content == "no workflow is queued or running in this session"
         # `wfrun status` lists what is not finished, before any bundle exists.
         listing = json.loads(wfrun(observer.root, "status", "--json").stdout)["launches"]

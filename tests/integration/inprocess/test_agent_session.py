@@ -157,3 +157,22 @@ def test_agent_session_bad_inputs_are_one_line_errors(root: Path, tmp_path: Path
         wrong = session.call_tool({"action": "start"})
         assert wrong.is_error
         assert wrong.content == "action 'start' needs workflow"
+
+
+@pytest.mark.parametrize("depth", [150, 1000])
+def test_agent_session_refuses_arguments_nested_too_deep_as_a_reply(root: Path,
+                                                                   depth: int) -> None:
+    # Issue 35.6: `call_tool` raised (RecursionError) on a model's deeply nested input.
+    nested: object = "leaf"
+    for _ in range(depth):
+        nested = {"a": nested}
+    text = '{"action": "start", "input": ' + "[" * depth + "]" * depth + "}"
+    with AgentSession.open(root, session_id="s-deep") as session:
+        as_object = session.call_tool({"action": "start", "workflow": "review",
+                                       "input": nested})
+        assert as_object.is_error
+        assert "nested deeper than 100 levels" in as_object.content
+        as_text = session.call_tool(text)
+        assert as_text.is_error
+        assert "not valid JSON" in as_text.content
+        assert session.call_tool(START).is_error is False  # and it goes on

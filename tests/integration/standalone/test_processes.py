@@ -50,14 +50,14 @@ def test_the_registry_keeps_only_groups_whose_leader_still_runs(
         tmp_path: Path, spawn: list[subprocess.Popen[str]]) -> None:
     registry = ProcessRegistry(tmp_path / "state" / "host.children.json")
     first = group(spawn, "sleep", "30")
-    registry.add(first.pid, command="sleep 30")
+    registry.add(first.pid)
     brief = group(spawn, "true")
-    registry.add(brief.pid, command="true")
+    registry.add(brief.pid)
     assert pgids(registry.path) == {first.pid, brief.pid}
     brief.wait(timeout=10)
 
     third = group(spawn, "sleep", "30")
-    registry.add(third.pid, command="sleep 30")
+    registry.add(third.pid)
 
     assert pgids(registry.path) == {first.pid, third.pid}
     assert (registry.path.stat().st_mode & 0o777) == 0o600
@@ -70,7 +70,7 @@ def test_reap_kills_a_live_group_with_its_grandchild_and_nothing_else(
     leader = group(spawn, "sh", "-c", "sleep 30 & echo $!; wait")
     assert leader.stdout is not None
     grandchild = int(leader.stdout.readline())
-    registry.add(leader.pid, command="sh")
+    registry.add(leader.pid)
     stranger = group(spawn, "sleep", "30")  # alive, but not the process that was recorded
     entries = [
         *json.loads(path.read_text()),
@@ -144,3 +144,28 @@ def test_every_shell_command_carries_its_runners_mark(tmp_path: Path) -> None:
                        env=None, stdin=None, deadline=None, cap=4096, control=RunControl(),
                        clock=SystemClock(), registry=registry)
     assert result.stdout == registry.mark
+
+
+def test_the_registry_holds_pids_and_start_times_only_and_forgets_a_finished_command(
+        tmp_path: Path) -> None:
+    # Issues 34.2 / 35.5: the registry kept `str(command)[:200]`, rendered secrets included,
+    # in a file that outlives the run.
+    registry = ProcessRegistry(tmp_path / "children" / "runner.json")
+    secret = "canary-argv-secret-31f7"
+    seen: list[object] = []
+
+    def sink(_chunk: bytes) -> None:  # the command runs: what does the registry say now?
+        if not seen:
+            seen.append(json.loads(registry.path.read_text()))
+
+    result = run_shell(["sh", "-c", 'echo "$0"; sleep 0.05', secret], use_shell=False,
+                       cwd=None, env=None, stdin=None, deadline=None, cap=4096,
+                       control=RunControl(), clock=SystemClock(), registry=registry,
+                       sinks=(sink, sink))
+    assert result.stdout == secret + "\n"
+    [entries] = seen
+    assert isinstance(entries, list)
+    assert len(entries) == 1
+    assert set(entries[0]) == {"pgid", "start"}
+    assert json.loads(registry.path.read_text()) == []  # nothing of the command stays
+    assert secret not in registry.path.read_text()

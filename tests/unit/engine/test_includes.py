@@ -122,3 +122,53 @@ def test_a_long_exit_output_reaches_the_parent_intact(env: Any) -> None:
     out = env.engine().start(d)
     assert out.status == "completed", out.error
     assert out.final_output == {"n": 5000, "tag": {"$escaped": 1}}
+
+
+SHELL_CHILD = """
+    start: a
+    exits:
+      ok: {from: a}
+    nodes:
+      a: {action: {shell: [echo, hi]}}
+"""
+
+
+def test_a_child_shell_step_runs_and_its_live_log_stays_inside_logs(env: Any) -> None:
+    # Issue 34.1: the child's qualified id `c/a` named a live log under a `logs/c/`
+    # folder nobody created, and the run crashed with FileNotFoundError.
+    env.write("child.yaml", SHELL_CHILD)
+    d = env.workflow("""
+        start: c
+        includes:
+          c: {workflow: ./child.yaml}
+        nodes:
+          done: {compute: "{{ outputs.c.output.stdout }}"}
+        edges:
+          - {from: c.ok, to: done}
+    """)
+    out = env.engine().start(d, {})
+    assert out.status == "completed", out.error
+    assert out.final_output == "hi\n"
+    logs = env.runs / out.run_id / "logs"
+    assert not logs.exists() or [p for p in logs.iterdir() if p.is_dir()] == []
+
+
+def test_the_builtin_review_runs_its_repair_check(env: Any, tmp_path: Any) -> None:
+    from runner.compiler import Compiler, build_catalog
+
+    catalog = build_catalog("workflows", None, None)
+    entry = next(e for e in catalog.entries if e.name == "review")
+    result = Compiler(catalog).compile_path(entry.path, display=entry.display,
+                                            origin=entry.origin)
+    assert result.definition is not None
+    issue = {"title": "t", "detail": "d", "severity": "major"}
+    script = ScriptedExecutor({
+        "review": {"outputs": [{"verdict": "changes", "summary": "s", "issues": [issue]},
+                               {"verdict": "pass", "summary": "ok", "issues": []}]},
+        "fix/fix": {"changed": [], "summary": "done", "unresolved": []},
+        "fix/assess": {"route": "fixed"},
+    })
+    out = env.engine(executor=script).start(result.definition,
+                                            {"task": "x", "check": "echo checked"})
+    assert out.status == "completed", out.error
+    assert out.state.outputs["fix/verify"]["stdout"] == "checked\n"

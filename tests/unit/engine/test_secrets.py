@@ -41,7 +41,11 @@ def _assert_nowhere(root: Path, *canaries: str) -> None:
 
 def test_mask_values_covers_each_line_of_a_multi_line_secret() -> None:
     values = mask_values(["line-one-secret\nline-two-secret", "ab", ""])
-    assert values == ("line-one-secret\nline-two-secret", "line-one-secret", "line-two-secret")
+    whole = "line-one-secret\nline-two-secret"
+    assert {whole, "line-one-secret", "line-two-secret"} <= set(values)
+    assert whole.replace("\n", "\\n") in values  # JSON-escaped, as a record would hold it
+    assert values == tuple(sorted(values, key=lambda s: (-len(s), s)))  # longest first
+    assert not {"ab", ""} & set(values)
     text = "a: line-two-secret; whole: line-one-secret\nline-two-secret"
     assert mask(text, values) == "a: ***; whole: ***"
 
