@@ -69,6 +69,10 @@ class World:
         self.session.close()
 
 
+def context(decision: dict[str, Any]) -> str:
+    return str(decision["hookSpecificOutput"]["additionalContext"])
+
+
 @pytest.fixture
 def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
     monkeypatch.setenv("TMPDIR", str(tmp_path))
@@ -90,8 +94,8 @@ def test_nothing_activates_until_the_stop_hook_then_the_step_blocks_once(world: 
     assert record.status == "queued"  # the turn is open: nothing starts
     decision = world.hook("Stop", stop_hook_active=False)
     assert decision is not None
-    assert decision["decision"] == "block"
-    assert "Workflow step contract (workflow: review, step: plan" in decision["reason"]
+    assert decision["hookSpecificOutput"]["hookEventName"] == "Stop"
+    assert "Workflow step contract (workflow: review, step: plan" in context(decision)
     assert [m.custom_type for m in world.log().messages()] == [AGENT_STEP_TYPE]
     assert world.log().pending() == []
     assert world.session.host.turn_open  # the block is the model's next turn
@@ -112,7 +116,7 @@ def test_a_failed_start_is_one_block_and_a_repeated_stop_sends_nothing(world: Wo
     (world.root / ".wfrun" / "workflows" / "review.yaml").write_text(WF.replace("Plan", "Re"))
     decision = world.hook("Stop")
     assert decision is not None
-    assert decision["reason"].startswith("Workflow review failed to start (run review-")
+    assert context(decision).startswith("Workflow review failed to start (run review-")
     assert world.hook("Stop", stop_hook_active=True) is None
     assert world.hook("SessionStart", source="compact") is None
     assert world.hook("Stop") is None
