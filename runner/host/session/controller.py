@@ -128,11 +128,25 @@ class SessionController:
             self._shutdown = True
             act = self.active
         if act is not None:
-            # Only this session ever claims its launches, so `auto` here means: resumed
-            # when this session starts again (seed 000 §6), never by a host.
+            # Parked `auto`: resumed by whoever takes the hand-over below first.
             act.control.park(f"session shutdown: {reason}", auto_resume=True)
         if self._thread is not None:
             self._thread.join(timeout=10)
+        self._hand_over()
+
+    def _hand_over(self) -> None:
+        """Runs outlive their session: what it queued, parked or still holds goes to
+        the hosts (a `wfrun host` continues it; the session takes it back if it starts
+        first); how it ends reaches the session's next turn as a turn intent. A run
+        still held here (its park did not land in time) follows when its lease ends."""
+        try:
+            handed = self.store.launches.hand_over(self.session_id)
+        except StoreError as exc:
+            log.warning("launches of session %s not handed over: %s", self.session_id,
+                        exc.message)
+            return
+        for record in handed:
+            log.info("run %s (%s) handed over to the hosts", record.run_id, record.status)
 
     def on_tool_call(self, call_id: str, name: str, args: dict[str, Any]) -> ToolReply:
         if name != "workflow":
