@@ -52,7 +52,12 @@ from .sessionlog import SessionLog
 
 log = logging.getLogger(__name__)
 Client = Literal["claude-code", "none"]
-SETTLE_TIMEOUT = 60.0  # the settle reply waits this long for a just-activated run
+#: How long a hook's reply (and a hookless client's first call) waits for a run it
+#: activated or resumed to reach a quiet point: long enough for a first agent step to
+#: be appended on a loaded machine, short enough that no hook holds the client (Claude
+#: cancels a hook after 60 s). A longer run goes on; what it says later waits in the
+#: session log for the next hook, or is handed over with the run if the client exits.
+SETTLE_TIMEOUT = 5.0
 SERVER_NAME = "wfrun"
 
 
@@ -159,9 +164,9 @@ class McpSession:
     def _wait_quiet(self) -> dict[str, Any]:
         try:
             self.runtime.controller.wait_quiet(self.settle_timeout)
-        except TimeoutError as exc:
-            return {"ok": False, "error": str(exc)}
-        return {"ok": True}
+        except TimeoutError:
+            return {"ok": True, "quiet": False}  # a long run: it goes on without the hook
+        return {"ok": True, "quiet": True}
 
     def _rebind(self, session_id: str) -> None:
         """Claude started another session in this process (`/clear`): the old one shuts

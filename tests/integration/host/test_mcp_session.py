@@ -140,3 +140,44 @@ def test_unknown_events_and_bad_requests_answer_without_harm(world: World) -> No
     assert world.hook("PreToolUse", tool_name="Bash") is None
     assert world.session.hook_event({"event": "nope", "session_id": "x"}) == {
         "ok": False, "error": "unknown hook event or missing session id"}
+
+
+GATED = textwrap.dedent("""
+    start: wait
+    nodes:
+      wait:
+        action: {use_shell: true, shell: "while [ ! -e release ]; do sleep 0.02; done"}
+""").lstrip()
+
+
+def test_no_hook_waits_for_a_long_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 33 item 6: Stop and SessionStart answer within a few seconds however long
+    the run they activated or resumed takes (Claude cancels a hook after 60 s)."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    root = tmp_path / "proj"
+    (root / ".wfrun" / "workflows").mkdir(parents=True)
+    (root / ".wfrun" / "workflows" / "gated.yaml").write_text(GATED)
+    world = World(root)
+    world.hook("UserPromptSubmit", prompt="go")
+    run_id = world.tool(action="start", workflow="gated").split("(run ")[1].rstrip(").")
+    assert world.hook("Stop") is None  # answered while the run waits at its gate
+    store = world.session.runtime.store
+    record = store.launches.get(run_id)
+    assert record is not None
+    assert record.status == "running"
+    world.close()  # `claude -p` exits: the run parks and is handed over
+    again = World(world.root)
+    try:
+        assert again.hook("SessionStart", source="resume") is None  # resumed, not waited on
+        assert again.session.runtime.controller.active is not None
+        (world.root / "release").touch()
+        again.session.runtime.controller.wait_quiet(30)
+    finally:
+        again.close()
+    done = SqliteStore(world.root / ".wfrun" / "state" / "store.sqlite3")
+    try:
+        ended = done.launches.get(run_id)
+    finally:
+        done.close()
+    assert ended is not None
+    assert ended.status == "done"
