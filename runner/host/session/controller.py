@@ -97,12 +97,16 @@ class SessionController:
         self._step: _StepTurn | None = None
         self.outcomes: list[RunOutcome] = []
         self.errors: list[str] = []
+        # False for a host with no turn-settled signal (a hookless MCP client): nothing
+        # says the initiating turn ended, so queued launches wait for a session start
+        # or the hand-over when the client exits, never for the next tool call.
+        self.activates_at_settle = True
 
     # -- HostListener ----------------------------------------------------------------
     def on_session_start(self, reason: str) -> None:
         if not self.host.is_idle():
             return  # recovery waits for the next settled turn
-        self._boundary()
+        self._boundary(activate=True)
 
     def on_turn_started(self) -> None:
         with self._lock:
@@ -254,11 +258,12 @@ class SessionController:
         return str(manifest.get("workflow_ref") or manifest.get("workflow"))
 
     # -- boundaries --------------------------------------------------------------------
-    def _boundary(self) -> None:
+    def _boundary(self, activate: bool | None = None) -> None:
         """A safe idle point: activate queued work, then deliver what is due."""
         if self._shutdown:
             return
-        self._activate()
+        if self.activates_at_settle if activate is None else activate:
+            self._activate()
         self._watch_queued()
         self._deliver_intents()
         self._deliver_notifications()
