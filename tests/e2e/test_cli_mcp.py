@@ -5,8 +5,8 @@ launch never starts inside the client's session: it starts when the client exits
 (handed over to `wfrun host`) or when the session starts again, and whatever the
 session should see (a startup failure's follow-up, an agent step's contract)
 comes back ahead of a later call's own reply. Also: the tool is served from
-WORKFLOW_TOOL, replies carry no structuredContent, concurrent calls behave as sequential, bad input is a one-line
-error before the protocol starts.
+WORKFLOW_TOOL, replies carry no structuredContent, concurrent calls behave as
+sequential, bad input is a one-line error before the protocol starts.
 """
 
 from __future__ import annotations
