@@ -112,6 +112,11 @@ def launch_status(ws: Workspace, store: Store, run_id: str) -> dict[str, Any]:
             "created_at": _iso(record.created_at), "started_at": _iso(record.started_at),
             "finished_at": _iso(record.finished_at), "parent_run_id": record.parent_run_id}
         view["status"] = record.status
+        if record.status in ("starting", "running") and (
+                not record.lease_live(store.now_ms())
+                or dead_local_runner(record.runner_id) is not None):
+            # Its runner is gone: whatever the bundle says, nothing runs it now.
+            view["interrupted"] = True
         if record.error_code:
             view["error"] = {"code": record.error_code, "message": record.error_message}
         if record.status in DRIFT_STATES:

@@ -35,7 +35,14 @@ from runner.launch.intents import (
     NOTIFICATION_TYPE,
     PRESENTATION_TYPE,
 )
-from runner.store import LostRace, NewNotification, StoreError, TurnIntent, TurnResolution
+from runner.store import (
+    LaunchRecord,
+    LostRace,
+    NewNotification,
+    StoreError,
+    TurnIntent,
+    TurnResolution,
+)
 
 from .protocol import Host, SessionEntry, ToolReply
 from .tool import validate_call
@@ -237,6 +244,9 @@ class SessionController:
         view = self.status_reader(run_id) if self.status_reader else {"runId": run_id}
         state = view.get("status", "unknown")
         text = f"Run {run_id}: {state}"
+        if view.get("interrupted"):
+            text = (f"Run {run_id}: interrupted (its runner stopped mid-run; it resumes at "
+                    "the interrupted node when this session or a `wfrun host` takes it over)")
         error = view.get("error")
         if isinstance(error, dict):
             text += f" ({error.get('code')}: {error.get('message')})"
@@ -289,7 +299,7 @@ class SessionController:
             self.coordinator.recover_expired(self.session_id)
         except StoreError as exc:
             log.warning("launch recovery failed: %s", exc.message)
-        record = self.coordinator.claim_next(self.session_id)
+        record = self._take_over_dead() or self.coordinator.claim_next(self.session_id)
         if record is None:
             return
         # Activation happens here, at the boundary; only the nodes run on the worker.
@@ -303,6 +313,27 @@ class SessionController:
             self._thread = threading.Thread(target=self._run, args=(target,), daemon=True,
                                             name=f"wfrun-run-{record.run_id}")
             self._thread.start()
+
+    def _take_over_dead(self) -> LaunchRecord | None:
+        """A run of this session whose runner died (the client's process group killed
+        mid-step) is taken over now, at this boundary, not after its lease: a session
+        started again and left idle must not leave it for the user's next message."""
+        from runner.host.runtime.launches import dead_local_runner
+
+        try:
+            held = self.store.launches.query(statuses=["starting", "running"],
+                                             session_id=self.session_id)
+        except StoreError:
+            return None
+        for record in held:
+            dead = dead_local_runner(record.runner_id)
+            if dead is None or dead == self.coordinator.runner_id:
+                continue  # alive (or elsewhere): its lease decides
+            try:
+                return self.coordinator.claim(record.run_id, dead_runner=dead)
+            except (WfrunError, StoreError) as exc:
+                log.info("run %s not taken over: %s", record.run_id, exc)
+        return None
 
     def _adopt(self, act: Activation) -> None:
         """The run's control becomes the session's, so pause/cancel reach it."""
