@@ -54,6 +54,8 @@ log = logging.getLogger(__name__)
 RESOLUTION_BY_TYPE: dict[str, TurnResolution] = {
     AGENT_STEP_TYPE: "workflow_prompt", PRESENTATION_TYPE: "presentation",
     DEFERRED_TURN_TYPE: "fallback"}
+#: The run event written just before a turn intent's message is appended.
+SENDING_EVENT = "turn_intent.sending"
 Lister = Callable[[int], str]
 StatusReader = Callable[[str], dict[str, Any]]
 
@@ -391,14 +393,19 @@ class SessionController:
         except StoreError:
             return
         for intent in eligible:
+            retry = intent.delivery_claim_token is not None  # a deliverer died holding it
             claimed = intents.claim_delivery(intent.intent_id)
             if isinstance(claimed, LostRace):
                 continue
             token = claimed.delivery_claim_token or ""
             seen = self._sent_ids("turnIntentId").get(intent.intent_id)
+            seen_as: TurnResolution | None = None
             if seen is not None:
-                # Sent before a crash; resolve without sending it again.
                 seen_as = RESOLUTION_BY_TYPE.get(seen.custom_type or "", "fallback")
+            elif retry:
+                seen_as = self._recorded_send(intent)
+            if seen_as is not None:
+                # Sent before a crash; resolve without sending it again.
                 intents.resolve(intent.intent_id, token, resolution=seen_as,
                                 message_id=message_id(intent.intent_id, seen_as))
                 continue
@@ -416,6 +423,14 @@ class SessionController:
                     details["presentationId"] = f"presentation:{intent.run_id}"
             if text is None:
                 text = fallback_text(intent.fallback_facts)
+            # wfrun's own durable record of the send, for a retry after a crash: the
+            # session log may no longer hold the message (an adapter returning only
+            # the compacted view). A crash between this line and the append loses the
+            # message rather than risk sending it twice (at most one turn per intent).
+            self.store.run_events.append(intent.run_id, SENDING_EVENT,
+                                         {"turnIntentId": intent.intent_id,
+                                          "resolution": resolution},
+                                         runner_id=self.coordinator.runner_id)
             try:
                 self.host.append_message(kind, text, details,
                                          deliver_as="follow_up", trigger_turn=True)
@@ -426,6 +441,21 @@ class SessionController:
             intents.resolve(intent.intent_id, token,
                             resolution=resolution,
                             message_id=message_id(intent.intent_id, resolution))
+
+    def _recorded_send(self, intent: TurnIntent) -> TurnResolution | None:
+        """How the intent was sent, if a deliverer that died recorded sending it."""
+        after = 0
+        while True:
+            page = self.store.run_events.read(run_id=intent.run_id, after_seq=after)
+            for event in page:
+                body = event.payload if isinstance(event.payload, dict) else {}
+                if event.type == SENDING_EVENT and body.get("turnIntentId") == intent.intent_id:
+                    known = [r for r in RESOLUTION_BY_TYPE.values()
+                             if r == body.get("resolution")]
+                    return known[0] if known else "fallback"
+            if not page:
+                return None
+            after = page[-1].seq
 
     def _deliver_notifications(self) -> None:
         notes = self.store.notifications
