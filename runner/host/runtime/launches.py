@@ -47,7 +47,14 @@ def dead_local_runner(runner: str | None) -> str | None:
         return runner
     except PermissionError:
         return None  # alive, someone else's
-    return None
+    try:
+        # A killed runner whose parent died too stays a zombie where nothing reaps
+        # orphans (a container without an init): dead all the same.
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as fh:
+            state = fh.read().rsplit(")", 1)[-1].split()[0]
+    except (OSError, IndexError):
+        return None
+    return runner if state in ("Z", "X") else None
 
 
 def environment_secrets() -> tuple[str, ...]:

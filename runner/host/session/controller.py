@@ -110,6 +110,7 @@ class SessionController:
         # says the initiating turn ended, so queued launches wait for a session start
         # or the hand-over when the client exits, never for the next tool call.
         self.activates_at_settle = True
+        self._recheck: threading.Thread | None = None  # a boundary when a lease ends
 
     # -- HostListener ----------------------------------------------------------------
     def on_session_start(self, reason: str) -> None:
@@ -327,15 +328,37 @@ class SessionController:
                                              session_id=self.session_id)
         except StoreError:
             return None
+        now = self.store.now_ms()
         for record in held:
             dead = dead_local_runner(record.runner_id)
             if dead is None or dead == self.coordinator.runner_id:
-                continue  # alive (or elsewhere): its lease decides
+                if record.lease_live(now) and record.runner_id != self.coordinator.runner_id:
+                    # Alive, or elsewhere: its lease decides. Look again when it ends,
+                    # idle or not, so a runner that died there is not left to a user.
+                    self._look_again((record.claim_expires_at or now) - now)
+                continue
             try:
                 return self.coordinator.claim(record.run_id, dead_runner=dead)
             except (WfrunError, StoreError) as exc:
                 log.info("run %s not taken over: %s", record.run_id, exc)
         return None
+
+    def _look_again(self, after_ms: int) -> None:
+        """One boundary of an idle session once `after_ms` have passed."""
+        with self._lock:
+            if self._recheck is not None and self._recheck.is_alive():
+                return
+
+            def later() -> None:
+                self.coordinator.clock.sleep(after_ms / 1000 + 0.5)
+                # Only where idleness is known (a hookless client may be mid-turn).
+                if (self.activates_at_settle and not self._shutdown
+                        and self.host.is_idle() and not self._turn_active):
+                    self._boundary(activate=True)
+
+            self._recheck = threading.Thread(target=later, daemon=True,
+                                             name=f"wfrun-recheck-{self.session_id}")
+            self._recheck.start()
 
     def _adopt(self, act: Activation) -> None:
         """The run's control becomes the session's, so pause/cancel reach it."""
