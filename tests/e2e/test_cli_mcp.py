@@ -245,3 +245,48 @@ def test_a_second_server_for_one_claude_process_is_a_one_line_error(
                 pipe.close()
     assert first.returncode == 0
     assert not sock.exists()
+
+
+def test_an_outcome_a_host_reports_rides_on_the_next_call_of_a_live_session(
+        project: Path) -> None:
+    """The session's earlier process queued a run and exited; a `wfrun host` runs it
+    while the session's next process is live: the outcome comes with a call (no
+    settle signal is needed to deliver), once, and a new start is not refused."""
+    (project / ".wfrun" / "workflows" / "gated.yaml").write_text(textwrap.dedent("""
+        start: wait
+        nodes:
+          wait:
+            action: {use_shell: true, shell: "while [ ! -e release ]; do sleep 0.05; done"}
+    """).lstrip())
+
+    async def queue() -> str:
+        async with client(project, "plain-3") as s:
+            text, _ = await call(s, action="start", workflow="gated")
+        return RUN_RE.search(text).group("run")  # type: ignore[union-attr]
+
+    run_id = anyio.run(queue)
+    host = subprocess.Popen([sys.executable, "-m", "runner", "--project", str(project), "host",
+                             "--no-controllers"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: status_of(project, run_id)[0] == "running", timeout=60,
+                   what="wfrun host to take the handed-over launch")
+
+        async def live_session() -> list[str]:
+            texts = []
+            async with client(project, "plain-3") as s:
+                texts.append((await call(s, action="list"))[0])
+                (project / "release").touch()
+                wait_until(lambda: status_of(project, run_id)[0] == "done", timeout=60,
+                           what="the run to end under wfrun host")
+                texts.append((await call(s, action="list"))[0])
+                texts.append((await call(s, action="list"))[0])
+            return texts
+
+        texts = anyio.run(live_session)
+    finally:
+        host.terminate()
+        host.communicate(timeout=30)
+    told = [t for t in texts if f"completed (run {run_id})" in t]
+    assert len(told) == 1, texts
+    assert told[0] == texts[1]

@@ -142,6 +142,8 @@ class McpSession:
                 self._started = True
                 controller.on_session_start("startup")
                 self._wait_quiet()
+            elif not self.hooks:
+                controller.deliver_pending()  # e.g. what a host reported meanwhile
             reply = controller.on_tool_call(f"mcp-{next(self._calls)}", name, args)
             if self.hooks:
                 return reply

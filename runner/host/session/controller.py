@@ -162,6 +162,11 @@ class SessionController:
         for record in handed:
             log.info("run %s (%s) handed over to the hosts", record.run_id, record.status)
 
+    def deliver_pending(self) -> None:
+        """Deliver what is due without activating anything (a host with no settle
+        signal, before each call: an outcome a `wfrun host` reported meanwhile)."""
+        self._boundary(activate=False)
+
     def on_tool_call(self, call_id: str, name: str, args: dict[str, Any]) -> ToolReply:
         if name != "workflow":
             return ToolReply(f"unknown tool '{name}'", is_error=True)
