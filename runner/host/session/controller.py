@@ -455,11 +455,11 @@ class SessionController:
             # session log may no longer hold the message (an adapter returning only
             # the compacted view). A crash between this line and the append loses the
             # message rather than risk sending it twice (at most one turn per intent).
-            self.store.run_events.append(intent.run_id, SENDING_EVENT,
-                                         {"turnIntentId": intent.intent_id,
-                                          "resolution": resolution},
-                                         runner_id=self.coordinator.runner_id)
             try:
+                self.store.run_events.append(intent.run_id, SENDING_EVENT,
+                                             {"turnIntentId": intent.intent_id,
+                                              "resolution": resolution},
+                                             runner_id=self.coordinator.runner_id)
                 self.host.append_message(kind, text, details,
                                          deliver_as="follow_up", trigger_turn=True)
             except Exception:
