@@ -186,7 +186,7 @@ def explain(ws: Workspace, store: Store, run_id: str) -> dict[str, Any]:
                            f"gone: `wfrun resume {run_id}` takes it over now, `wfrun host` "
                            "after the lease, `wfrun cancel` ends it")
     elif status == "parked":
-        if (record.park_mode == "auto" and record.origin_session_id is None) or handed_over:
+        if record.park_mode == "auto" and (record.origin_session_id is None or handed_over):
             whose = (f"session {record.origin_session_id} ended and handed it over"
                      if handed_over else "parked by a host shutdown")
             reasons.append(f"parked ({whose}): the next `wfrun host` (or the session, when it "
