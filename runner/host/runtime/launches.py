@@ -182,9 +182,12 @@ def explain(ws: Workspace, store: Store, run_id: str) -> dict[str, Any]:
                            "its outcome goes to the session's next turn")
         dead = dead_local_runner(record.runner_id)
         if dead is not None:
+            later = ("its session takes it over when it starts again"
+                     if record.origin_session_id and not handed_over
+                     else "`wfrun host` after the lease")
             reasons.append(f"its runner (process {dead.rpartition(':')[2]}) is "
-                           f"gone: `wfrun resume {run_id}` takes it over now, `wfrun host` "
-                           "after the lease, `wfrun cancel` ends it")
+                           f"gone: `wfrun resume {run_id}` takes it over now, {later}, "
+                           "`wfrun cancel` ends it")
     elif status == "parked":
         if record.park_mode == "auto" and (record.origin_session_id is None or handed_over):
             whose = (f"session {record.origin_session_id} ended and handed it over"
