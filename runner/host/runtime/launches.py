@@ -167,7 +167,9 @@ def explain(ws: Workspace, store: Store, run_id: str) -> dict[str, Any]:
                            "starts again first); its outcome goes to the session's next turn")
         elif record.origin_session_id:
             reasons.append(f"queued for session {record.origin_session_id}: it starts after "
-                           "that session's current turn settles")
+                           "that session's current turn settles (a client without a "
+                           "turn-end signal, such as a plain MCP client: when it exits, "
+                           "under `wfrun host`, or when the session starts again)")
         else:
             reasons.append("queued as a detached launch: a `wfrun host` (or `wfrun start "
                            "--wait`) activates it")
