@@ -137,7 +137,7 @@ def test_a_host_takes_a_session_launch_only_once_the_session_handed_it_over(
     store.launches.enqueue(launch("queued", origin_session_id="session-a"))
     parked = _running(store, "parked", origin_session_id="session-b")
     store.launches.park("parked", parked.claim_token or "", mode="auto")
-    held = _running(store, "held", origin_session_id="session-d")
+    _running(store, "held", origin_session_id="session-d")
     store.launches.enqueue(launch("other", origin_session_id="session-c"))
     assert store.launches.claim_next(runner_id="host") is None  # live sessions' own
     assert [r.run_id for r in store.launches.hand_over("session-b")] == ["parked"]
