@@ -340,7 +340,7 @@ class SessionController:
                 if record.lease_live(now) and record.runner_id != self.coordinator.runner_id:
                     # Alive, or elsewhere: its lease decides. Look again when it ends,
                     # idle or not, so a runner that died there is not left to a user.
-                    self._look_again((record.claim_expires_at or now) - now)
+                    self._look_again(record.claim_expires_at or now)
                 continue
             try:
                 return self.coordinator.claim(record.run_id, dead_runner=dead)
@@ -348,14 +348,19 @@ class SessionController:
                 log.info("run %s not taken over: %s", record.run_id, exc)
         return None
 
-    def _look_again(self, after_ms: int) -> None:
-        """One boundary of an idle session once `after_ms` have passed."""
+    def _look_again(self, expires_ms: int) -> None:
+        """One boundary of an idle session once the store's clock passed `expires_ms`
+        (looked at every second: the store's clock is the lease's)."""
         with self._lock:
             if self._recheck is not None and self._recheck.is_alive():
                 return
 
             def later() -> None:
-                self.coordinator.clock.sleep(after_ms / 1000 + 0.5)
+                while not self._shutdown:
+                    left = expires_ms - self.store.now_ms()
+                    if left < 0:
+                        break
+                    self.coordinator.clock.sleep(min(left / 1000 + 0.05, 1.0))
                 # Only where idleness is known (a hookless client may be mid-turn).
                 if (self.activates_at_settle and not self._shutdown
                         and self.host.is_idle() and not self._turn_active):
