@@ -212,6 +212,10 @@ def test_a_run_whose_bridge_died_mid_step_resumes_at_an_idle_session_start(
     shown = other.tool({"action": "status", "runId": run_id})["content"]
     assert shown.startswith(f"Run {run_id}: interrupted"), shown  # never "running"
     assert other.close() == 0
+    cli = subprocess.run([sys.executable, "-m", "runner", "--project", str(project.root),
+                          "status", run_id], capture_output=True, text=True, timeout=60)
+    assert cli.returncode == 0, cli.stderr
+    assert "(interrupted: its runner is gone" in cli.stdout
     again = project.bridge()
     started = again.request("session/start", {"reason": "resume"})  # and nothing else
     assert started["turnRequested"] is True
