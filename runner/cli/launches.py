@@ -108,7 +108,10 @@ def status_cmd(ctx: Context, run_id: str | None, as_json: bool) -> None:
 
 
 def _drift_note(view: dict[str, Any]) -> str:
-    """`  (source changed: FILE DETAIL)` for a queued launch whose source drifted."""
+    """`  (source changed: FILE DETAIL)` for a queued launch whose source drifted, and
+    `  (interrupted: ...)` for a claimed one whose runner is gone."""
+    if view.get("interrupted"):
+        return f"  (interrupted: its runner is gone; `wfrun why {view['runId']}`)"
     source = view.get("source")
     if not isinstance(source, dict) or not source.get("changed"):
         return ""

@@ -40,6 +40,7 @@ from runner.engine.secrets import SecretSource
 from runner.errors import InputError, machine_fault
 from runner.launch import EngineOptions, LaunchCoordinator
 from runner.launch.coordinator import LEASE_SECONDS, RENEW_EVERY
+from runner.launch.handback import executor_for_sessions
 from runner.launch.wakeups import LaunchListener
 from runner.private import private_dirs
 from runner.store import LaunchRecord, NextClaim, Store, StoreError
@@ -240,7 +241,9 @@ class StandaloneHost:
         self.manager = manager
         self.max_runs = max(max_runs, 1)
         self.poll = poll
-        options = EngineOptions(executor=lambda _r: executor, observer=observer,
+        # A session's run handed over to this host gives its agent steps back.
+        options = EngineOptions(executor=executor_for_sessions(store, executor),
+                                observer=observer,
                                 durability=durability, project_root=ws.project_root,
                                 processes=self.processes, crash_point=ws.crash_point,
                                 secret_source=SecretSource(environ=dict(os.environ)))
@@ -249,7 +252,7 @@ class StandaloneHost:
                                              lease_seconds=lease_seconds,
                                              renew_every=min(RENEW_EVERY, lease_seconds / 3),
                                              crash=ws.crash_point,
-                                             rows=ws.bundle_rows(store))
+                                             rows=ws.bundle_rows(store), for_sessions=True)
         self.coordinator.faults.announce = True  # launches a full disk left waiting
         self.stop_event = threading.Event()
         self._wake = threading.Event()  # a run ended (a slot is free) or the host stops

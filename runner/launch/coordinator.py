@@ -180,8 +180,13 @@ class LaunchCoordinator(Preflight):
                  lease_seconds: float = LEASE_SECONDS, renew_every: float = RENEW_EVERY,
                  secrets: tuple[str, ...] = (),
                  crash: Callable[[str], None] | None = None,
-                 scrub_input: bool = True, rows: BundleRows | None = None) -> None:
+                 scrub_input: bool = True, rows: BundleRows | None = None,
+                 for_sessions: bool = False) -> None:
         self.store = store
+        # A runner outside every session (a host, `wfrun resume`) that runs a session's
+        # launch (handed over when the session ended): however the run ends, the
+        # session hears it on its next turn. A session's own runs need no such word.
+        self.for_sessions = for_sessions
         # Crash injection for tests: called at named points, a no-op in production.
         self.crash: Callable[[str], None] = crash or (lambda _point: None)
         self.resolver = resolver
@@ -609,8 +614,9 @@ class LaunchCoordinator(Preflight):
         if outcome.status in ("completed", "waiting"):
             presentation = None
             session = act.record.origin_session_id
-            if session is not None and act.definition is not None and \
-                    act.definition.presentation:
+            has_presentation = act.definition is not None and bool(
+                act.definition.presentation)
+            if session is not None and (has_presentation or self.for_sessions):
                 # Durable with the ending: a restarted session still delivers it, and
                 # refuses a new start until it has.
                 presentation = new_intent(session_id=session, run_id=run_id,

@@ -50,6 +50,13 @@ def ended_text(workflow: str, run_id: str, state: str, reason: str | None,
     if handoff:
         return (f"Workflow {workflow} (run {run_id}) was handed to another runner. Check "
                 "`workflow status` before acting on it.")
+    if state == "completed":
+        # A run the session handed over when it ended, finished without it.
+        return (f"Workflow {workflow} completed (run {run_id}) while this session was away. "
+                f"Call workflow status with runId {run_id} for its outcome.")
+    if state == "waiting":
+        return (f"Workflow {workflow} (run {run_id}) is waiting at a checkpoint. Call "
+                f"workflow status with runId {run_id}, then answer it when you can.")
     why = f": {reason}" if reason else ""
     return (f"Workflow {workflow} ended with state {state} (run {run_id}){why}. Inspect the "
             "durable workflow state before you decide what to do next; start a corrected "

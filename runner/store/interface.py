@@ -143,6 +143,17 @@ class LaunchQueue(Protocol):
         """Extend a live claim; an expired lease cannot be renewed."""
         ...
 
+    def hand_over(self, session_id: str) -> list[LaunchRecord]:
+        """The session ended: its launches not yet ended become claimable by hosts
+        (`claim_next` without a session) and stay its own (origin, reservation,
+        follow-ups). Idempotent; returns the launches handed over by this call."""
+        ...
+
+    def hand_back(self, run_id: str) -> bool:
+        """Only the launch's session claims it again (a host met a step it cannot
+        run); True when it had been handed over."""
+        ...
+
     def yield_lease(self, run_id: str, claim_token: str) -> bool:
         """Expire our own live lease now (token-fenced) so recovery may take the run at
         once; False when the claim was no longer ours."""

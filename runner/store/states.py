@@ -141,6 +141,11 @@ PARK_MODES: tuple[ParkMode, ...] = get_args(ParkMode)
 LaunchEnding = Literal["completed", "waiting"]
 LAUNCH_ENDINGS: tuple[LaunchEnding, ...] = get_args(LaunchEnding)
 
+#: The affinity of a session's launch that its session handed over when it ended
+#: (`Launches.hand_over`): any host may take it, and so may the session itself when
+#: it starts again. Not a runner id (no host is named `wfrun:handed-over`).
+HANDED_OVER = "wfrun:handed-over"
+
 #: A claim taken over from a dead runner counts as a crash; this many in a row
 #: without reaching `running` (or a clean park) make the launch a poison launch,
 #: failed instead of activated again.

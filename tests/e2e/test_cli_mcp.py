@@ -1,12 +1,12 @@
 """`wfrun mcp` with a plain MCP client (the SDK's own stdio client), no hooks (item 5).
 
-Without hooks wfrun never hears that a turn ended and cannot start one, so the gap
-before each `workflow` call is its boundary: a launch queued by one call activates
-before the next call runs, and whatever the session should see (a startup
-failure's follow-up, an agent step's contract) comes back ahead of that next
-call's own reply. Also: the tool is served from WORKFLOW_TOOL, replies carry no
-structuredContent, concurrent calls behave as sequential, bad input is a one-line
-error before the protocol starts.
+Without hooks wfrun never hears that a turn ended and cannot start one, so a
+launch never starts inside the client's session: it starts when the client exits
+(handed over to `wfrun host`) or when the session starts again, and whatever the
+session should see (a startup failure's follow-up, an agent step's contract)
+comes back ahead of a later call's own reply. Also: the tool is served from
+WORKFLOW_TOOL, replies carry no structuredContent, concurrent calls behave as
+sequential, bad input is a one-line error before the protocol starts.
 """
 
 from __future__ import annotations
@@ -79,7 +79,11 @@ def status_of(project: Path, run_id: str) -> tuple[str, str | None]:
     return record.status, record.error_code
 
 
-def test_plain_client_gets_the_follow_up_with_its_next_call(project: Path) -> None:
+def test_plain_client_starts_nothing_inside_its_session(project: Path) -> None:
+    """Without hooks nothing says a turn ended (issue 33 item 12): a launch never
+    starts at the next call of the same client (maybe the same turn); it starts when
+    the session starts again (its first call), and the follow-up rides on that
+    call's reply, exactly once."""
     async def scenario() -> dict[str, Any]:
         out: dict[str, Any] = {}
         async with client(project, "plain-1") as s:
@@ -87,27 +91,32 @@ def test_plain_client_gets_the_follow_up_with_its_next_call(project: Path) -> No
             assert [(t.name, t.input_schema) for t in tools] == [
                 ("workflow", WORKFLOW_TOOL["parameters"])]
             text, _ = await call(s, action="start", workflow="review", input={"task": "x"})
+            out["start_text"] = text
             out["first"] = RUN_RE.search(text).group("run")  # type: ignore[union-attr]
-            out["first_row"] = status_of(project, out["first"])
             (project / ".wfrun" / "workflows" / "review.yaml").write_text(
                 AGENT_WF.replace("Plan", "Review"))
-            # The next call is the boundary: activation fails, the follow-up rides along.
+            out["same_turn"], _ = await call(s, action="status", runId=out["first"])
+            out["first_row"] = status_of(project, out["first"])
+        async with client(project, "plain-1") as s:  # the session starts again
             out["next"], _ = await call(s, action="status", runId=out["first"])
             text, _ = await call(s, action="start", workflow="review", input={"task": "y"})
             out["second"] = RUN_RE.search(text).group("run")  # type: ignore[union-attr]
             out["second_start_text"] = text
+        async with client(project, "plain-1") as s:
             out["step_text"], _ = await call(s, action="status")
             step = CONTRACT_RE.search(out["step_text"])
             assert step is not None, out["step_text"]
             out["submit"], out["submit_err"] = await call(
                 s, action="submit", step=step["step"], attempt=step["attempt"],
                 output={"summary": "planned"})
-        async with client(project, "plain-1") as s:  # a restart of the same session
+        async with client(project, "plain-1") as s:
             out["after_restart"], _ = await call(s, action="status", runId=out["first"])
         return out
 
     out = anyio.run(scenario)
-    assert out["first_row"] == ("queued", None)
+    assert "starts once this client exits" in out["start_text"]  # said at run time
+    assert out["first_row"] == ("queued", None)  # the next call did not start it
+    assert out["same_turn"].startswith(f"Run {out['first']}: queued")
     assert status_of(project, out["first"]) == ("failed", "source_changed")
     follow = FAILED_RE.match(out["next"])
     assert follow is not None, out["next"]
@@ -120,10 +129,47 @@ def test_plain_client_gets_the_follow_up_with_its_next_call(project: Path) -> No
     assert not FAILED_RE.search(out["second_start_text"])  # delivered once, not again
     assert out["second"] != out["first"]
     assert out["submit_err"] is False, out["submit"]
+    assert status_of(project, out["second"]) == ("done", None)
     assert not FAILED_RE.search(out["after_restart"])
     log = SessionLog.for_session(project / ".wfrun", "plain-1").messages()
     assert [m.custom_type for m in log].count(DEFERRED_TURN_TYPE) == 1
     assert all(m.delivered for m in log)
+
+
+def test_a_start_from_a_client_that_exits_runs_under_wfrun_host(project: Path) -> None:
+    """Issue 33 item 5: the default `wfrun mcp` (a new session per process) hands its
+    queued launch over when the client exits; `wfrun host` runs it to the end."""
+    (project / ".wfrun" / "workflows" / "quick.yaml").write_text(textwrap.dedent("""
+        start: only
+        nodes:
+          only:
+            action: {use_shell: true, shell: "echo ran > ran.txt"}
+    """).lstrip())
+
+    async def queue_and_exit() -> str:
+        params = StdioServerParameters(
+            command=sys.executable, args=["-m", "runner", "--project", str(project), "mcp"],
+            env={k: v for k, v in os.environ.items() if k != "CLAUDE_CODE_SESSION_ID"})
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as s:
+            await s.initialize()
+            text, _ = await call(s, action="start", workflow="quick")
+        return RUN_RE.search(text).group("run")  # type: ignore[union-attr]
+
+    run_id = anyio.run(queue_and_exit)
+    assert status_of(project, run_id) == ("queued", None)
+    host = subprocess.Popen([sys.executable, "-m", "runner", "--project", str(project), "host",
+                             "--no-controllers"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: status_of(project, run_id)[0] == "done", timeout=60,
+                   what="wfrun host to run the handed-over launch")
+    finally:
+        host.terminate()
+        host.communicate(timeout=30)
+    assert (project / "ran.txt").read_text() == "ran\n"
+    why = subprocess.run([sys.executable, "-m", "runner", "--project", str(project), "why",
+                          run_id], capture_output=True, text=True, timeout=60)
+    assert why.returncode == 0, why.stderr
 
 
 def test_concurrent_calls_behave_as_sequential(project: Path) -> None:
@@ -255,3 +301,48 @@ def test_a_line_over_16_mib_is_dropped_and_deep_arguments_are_a_reply(project: P
         err = proc.stderr.read().decode()
         proc.stderr.close()
     assert "Traceback" not in err
+
+
+def test_an_outcome_a_host_reports_rides_on_the_next_call_of_a_live_session(
+        project: Path) -> None:
+    """The session's earlier process queued a run and exited; a `wfrun host` runs it
+    while the session's next process is live: the outcome comes with a call (no
+    settle signal is needed to deliver), once, and a new start is not refused."""
+    (project / ".wfrun" / "workflows" / "gated.yaml").write_text(textwrap.dedent("""
+        start: wait
+        nodes:
+          wait:
+            action: {use_shell: true, shell: "while [ ! -e release ]; do sleep 0.05; done"}
+    """).lstrip())
+
+    async def queue() -> str:
+        async with client(project, "plain-3") as s:
+            text, _ = await call(s, action="start", workflow="gated")
+        return RUN_RE.search(text).group("run")  # type: ignore[union-attr]
+
+    run_id = anyio.run(queue)
+    host = subprocess.Popen([sys.executable, "-m", "runner", "--project", str(project), "host",
+                             "--no-controllers"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: status_of(project, run_id)[0] == "running", timeout=60,
+                   what="wfrun host to take the handed-over launch")
+
+        async def live_session() -> list[str]:
+            texts = []
+            async with client(project, "plain-3") as s:
+                texts.append((await call(s, action="list"))[0])
+                (project / "release").touch()
+                wait_until(lambda: status_of(project, run_id)[0] == "done", timeout=60,
+                           what="the run to end under wfrun host")
+                texts.append((await call(s, action="list"))[0])
+                texts.append((await call(s, action="list"))[0])
+            return texts
+
+        texts = anyio.run(live_session)
+    finally:
+        host.terminate()
+        host.communicate(timeout=30)
+    told = [t for t in texts if f"completed (run {run_id})" in t]
+    assert len(told) == 1, texts
+    assert told[0] == texts[1]

@@ -94,6 +94,7 @@ class BridgeClient:
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._reader: threading.Thread | None = None
+        self.view_from = 0  # host/readEntries returns the log from this entry on
         self._err: io.TextIOWrapper | None = None
 
     # -- process -----------------------------------------------------------------
@@ -216,7 +217,10 @@ class BridgeClient:
                 self.turn_requested.set()
             self.send({"id": doc["id"], "result": {"entryId": entry_id}})
         elif method == "host/readEntries":
-            self.send({"id": doc["id"], "result": {"entries": self.log.snapshot()}})
+            # An adapter may return only the compacted view (`view_from`: the first
+            # entry compaction kept); wfrun must not depend on the whole log.
+            entries = self.log.snapshot()[self.view_from:]
+            self.send({"id": doc["id"], "result": {"entries": entries}})
         else:
             self.send({"id": doc["id"], "error": {"code": -32601, "message": "unknown"}})
 

@@ -28,9 +28,9 @@ if TYPE_CHECKING:
     from typing import Any
 
 PROTOCOL = 1
-#: The settle reply waits for a just-activated run to reach a quiet point; a hook
-#: must still answer Claude Code even if the server is wedged.
-REPLY_TIMEOUT = 120.0
+#: The settle reply waits a few seconds for a just-activated run (server.py's
+#: SETTLE_TIMEOUT); a hook must still answer Claude Code soon if the server is wedged.
+REPLY_TIMEOUT = 15.0
 
 
 class ChannelError(Exception):

@@ -10,8 +10,9 @@ log holds for it:
 - `UserPromptSubmit` -> turn started; pending messages ride along as
   `additionalContext` of the user's turn.
 - `Stop` -> turn settled; the server activates queued launches and answers once the
-  run is quiet; pending messages that ask for a turn become
-  `{"decision": "block", "reason": ...}`, which gives the model exactly one more turn.
+  run is quiet (or after a few seconds: a hook never holds the client long);
+  pending messages that ask for a turn become the Stop event's
+  `additionalContext`, which gives the model exactly one more turn.
 
 Order against crashes: write the decision, then mark the messages delivered in the
 log, then exit 0. Claude Code reads a hook's stdout only when it exits 0, so a
@@ -142,12 +143,12 @@ class Hook:
         pending = self.log.pending()
         if not pending or (trigger_only and not any(m.trigger_turn for m in pending)):
             return False
-        text = render(pending)
-        if self.name == "Stop":
-            doc: dict[str, Any] = {"decision": "block", "reason": text}
-        else:
-            doc = {"hookSpecificOutput": {"hookEventName": self.name,
-                                          "additionalContext": text}}
+        # `additionalContext` for both events: on Stop it is Claude Code's non-error
+        # feedback (the model reads "Stop hook additional context: ..." and gets one
+        # more turn); a `decision: block` reads as "Stop hook blocking error" to the
+        # model and as a "stop hook problem" to the user.
+        doc = {"hookSpecificOutput": {"hookEventName": self.name,
+                                      "additionalContext": render(pending)}}
         self.stdout.write(json.dumps(doc) + "\n")
         self.stdout.flush()
         self.log.mark_delivered([m.id for m in pending], via)  # a kill before this: resent

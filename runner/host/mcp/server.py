@@ -11,10 +11,13 @@ start a turn, no session log. What fills the gap depends on the client:
   session start, turn start and turn settled over a Unix socket named after the
   Claude process (channel.py); the Stop hook turns a pending message into one more
   model turn. Launches activate only when the Stop hook says the turn settled.
-- `--client none` (any other MCP client): no hooks. The gap before each `workflow`
-  call is the only boundary wfrun sees, so queued launches activate there and
-  pending messages (a startup failure's follow-up, an agent step) are returned
-  ahead of that call's own reply (docs/hosts.md, "Other MCP clients").
+- `--client none` (any other MCP client): no hooks, so no signal that a turn ended:
+  a queued launch never starts inside the client's session (not even at its next
+  tool call, which may be in the same turn). It starts when the client exits (the
+  session hands it over to `wfrun host`) or when the session starts again
+  (`--session ID`, at its first call); pending messages (a startup failure's
+  follow-up, an agent step) are returned ahead of a call's own reply
+  (docs/hosts.md, "Other MCP clients").
 
 Tool calls and hook events are serialized under one lock: Claude Code runs the
 tool calls of one message in parallel, and two parallel starts must behave as if
@@ -40,7 +43,15 @@ from .sessionlog import SessionLog
 
 log = logging.getLogger(__name__)
 Client = Literal["claude-code", "none"]
-SETTLE_TIMEOUT = 60.0  # the settle reply waits this long for a just-activated run
+#: How long a hook's reply (and a hookless client's first call) waits for a run it
+#: activated or resumed to reach a quiet point: long enough for a first agent step to
+#: be appended on a loaded machine, short enough that no hook holds the client (Claude
+#: cancels a hook after 60 s). A longer run goes on; what it says later waits in the
+#: session log for the next hook, or is handed over with the run if the client exits.
+SETTLE_TIMEOUT = 5.0
+#: What a hookless client's model learns with a start: when it will really start.
+NO_SETTLE_NOTE = ("It starts once this client exits (a running `wfrun host` takes it) "
+                  "or when this session starts again; `status` shows how it ended.")
 
 
 class LogHost:
@@ -57,7 +68,9 @@ class LogHost:
         return self.sid
 
     def is_idle(self) -> bool:
-        # Without hooks nothing says a turn is open; the boundary is the tool call gap.
+        # Without hooks nothing says a turn is open: messages may be appended at any
+        # time (they go out with the next call's reply); activation waits instead
+        # (`activates_at_settle` is off).
         return not self.turn_open if self.hooks else True
 
     def append_message(self, custom_type: str, content: str, details: dict[str, Any], *,
@@ -91,6 +104,7 @@ class McpSession:
         self.settle_timeout = settle_timeout
         self.lock = threading.Lock()
         self._calls = itertools.count(1)
+        self._started = False  # a hookless session starts at its first call
         self.host, self.runtime = self._bind(session_id)
 
     @property
@@ -101,18 +115,28 @@ class McpSession:
         assert self.ws.project_root is not None
         session_log = SessionLog.for_session(self.ws.project_root / ".wfrun", session_id)
         host = LogHost(session_log, session_id, hooks=self.hooks)
-        return host, open_session(host, self.ws, store_clock=self.store_clock)
+        runtime = open_session(host, self.ws, store_clock=self.store_clock)
+        runtime.controller.activates_at_settle = self.hooks
+        return host, runtime
 
     # -- the tool ----------------------------------------------------------------------
     def tool_call(self, name: str, args: dict[str, Any]) -> ToolReply:
         with self.lock:
             controller = self.runtime.controller
-            if not self.hooks:
-                controller.on_session_start("tool_call")  # the only boundary we see
+            if not self.hooks and not self._started:
+                # The session's start, at its first call: what an earlier process of
+                # this session left (queued, parked) activates now; its turns are over.
+                self._started = True
+                controller.on_session_start("startup")
                 self._wait_quiet()
+            elif not self.hooks:
+                controller.deliver_pending()  # e.g. what a host reported meanwhile
             reply = controller.on_tool_call(f"mcp-{next(self._calls)}", name, args)
             if self.hooks:
                 return reply
+            if reply.details.get("queued"):
+                reply = ToolReply(reply.content + " " + NO_SETTLE_NOTE, reply.details,
+                                  reply.is_error)
             pending = self.host.log.pending()
             if not pending:
                 return reply
@@ -146,9 +170,9 @@ class McpSession:
     def _wait_quiet(self) -> dict[str, Any]:
         try:
             self.runtime.controller.wait_quiet(self.settle_timeout)
-        except TimeoutError as exc:
-            return {"ok": False, "error": str(exc)}
-        return {"ok": True}
+        except TimeoutError:
+            return {"ok": True, "quiet": False}  # a long run: it goes on without the hook
+        return {"ok": True, "quiet": True}
 
     def _rebind(self, session_id: str) -> None:
         """Claude started another session in this process (`/clear`): the old one shuts

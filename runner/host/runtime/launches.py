@@ -47,7 +47,14 @@ def dead_local_runner(runner: str | None) -> str | None:
         return runner
     except PermissionError:
         return None  # alive, someone else's
-    return None
+    try:
+        # A killed runner whose parent died too stays a zombie where nothing reaps
+        # orphans (a container without an init): dead all the same.
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as fh:
+            state = fh.read().rsplit(")", 1)[-1].split()[0]
+    except (OSError, IndexError):
+        return None
+    return runner if state in ("Z", "X") else None
 
 
 def environment_secrets() -> tuple[str, ...]:
@@ -62,13 +69,15 @@ def detached_coordinator(ws: Workspace, store: Store,
     # the coordinator, the engine's executors and Jinja2 (issue 15, cold start).
     from runner.engine.secrets import SecretSource
     from runner.launch import EngineOptions, LaunchCoordinator
+    from runner.launch.handback import executor_for_sessions
 
     # A detached run's secrets come from this process's environment (`wfrun host`'s).
-    options = EngineOptions(executor=lambda _record: executor, project_root=ws.project_root,
+    options = EngineOptions(executor=executor_for_sessions(store, executor),
+                            project_root=ws.project_root,
                             secret_source=SecretSource(environ=dict(os.environ)))
     return LaunchCoordinator(store, ws, ws.runs_dir, runner_id=runner_id(), clock=ws.clock,
                              options=options, secrets=environment_secrets(),
-                             rows=ws.bundle_rows(store))
+                             rows=ws.bundle_rows(store), for_sessions=True)
 
 
 def _iso(ms: int | None) -> str | None:
@@ -108,6 +117,11 @@ def launch_status(ws: Workspace, store: Store, run_id: str) -> dict[str, Any]:
             "created_at": _iso(record.created_at), "started_at": _iso(record.started_at),
             "finished_at": _iso(record.finished_at), "parent_run_id": record.parent_run_id}
         view["status"] = record.status
+        if record.status in ("starting", "running") and (
+                not record.lease_live(store.now_ms())
+                or dead_local_runner(record.runner_id) is not None):
+            # Its runner is gone: whatever the bundle says, nothing runs it now.
+            view["interrupted"] = True
         if record.error_code:
             view["error"] = {"code": record.error_code, "message": record.error_message}
         if record.status in DRIFT_STATES:
@@ -131,6 +145,8 @@ def launch_status(ws: Workspace, store: Store, run_id: str) -> dict[str, Any]:
 
 def explain(ws: Workspace, store: Store, run_id: str) -> dict[str, Any]:
     """Facts and one-line reasons for why a run is (not) running."""
+    from runner.store.states import HANDED_OVER
+
     view = launch_status(ws, store, run_id)
     record = store.launches.get(run_id)
     reasons: list[str] = []
@@ -140,10 +156,18 @@ def explain(ws: Workspace, store: Store, run_id: str) -> dict[str, Any]:
                        f"says {view['status']}")
         return {**view, "reasons": reasons}
     status = record.status
+    handed_over = record.origin_session_id is not None and \
+        record.affinity_runner_id == HANDED_OVER
     if status == "queued":
-        if record.origin_session_id:
+        if handed_over:
+            reasons.append(f"queued; session {record.origin_session_id} ended and handed it "
+                           "over: a running `wfrun host` activates it (or the session, if it "
+                           "starts again first); its outcome goes to the session's next turn")
+        elif record.origin_session_id:
             reasons.append(f"queued for session {record.origin_session_id}: it starts after "
-                           "that session's current turn settles")
+                           "that session's current turn settles (a client without a "
+                           "turn-end signal, such as a plain MCP client: when it exits, "
+                           "under `wfrun host`, or when the session starts again)")
         else:
             reasons.append("queued as a detached launch: a `wfrun host` (or `wfrun start "
                            "--wait`) activates it")
@@ -153,16 +177,27 @@ def explain(ws: Workspace, store: Store, run_id: str) -> dict[str, Any]:
         reasons.append(f"{status} on runner {record.runner_id}; lease "
                        + (f"expires in {left / 1000:.1f}s" if live else
                           "expired: another runner may recover it"))
+        if handed_over:
+            reasons.append(f"session {record.origin_session_id} handed it over when it ended; "
+                           "its outcome goes to the session's next turn")
         dead = dead_local_runner(record.runner_id)
         if dead is not None:
+            later = ("its session takes it over when it starts again"
+                     if record.origin_session_id and not handed_over
+                     else "`wfrun host` after the lease")
             reasons.append(f"its runner (process {dead.rpartition(':')[2]}) is "
-                           f"gone: `wfrun resume {run_id}` takes it over now, `wfrun host` "
-                           "after the lease, `wfrun cancel` ends it")
+                           f"gone: `wfrun resume {run_id}` takes it over now, {later}, "
+                           "`wfrun cancel` ends it")
     elif status == "parked":
-        if record.park_mode == "auto":
-            reasons.append("parked by a host or session shutdown: the next `wfrun host` (or "
-                           "its session, when it starts again) continues it at the "
-                           "interrupted node")
+        if record.park_mode == "auto" and (record.origin_session_id is None or handed_over):
+            whose = (f"session {record.origin_session_id} ended and handed it over"
+                     if handed_over else "parked by a host shutdown")
+            reasons.append(f"parked ({whose}): the next `wfrun host` (or the session, when it "
+                           "starts again) continues it at the interrupted node")
+        elif record.park_mode == "auto":
+            reasons.append(f"parked for session {record.origin_session_id}: it continues when "
+                           "that session starts again (a step only the session can take, or "
+                           "a session that stopped without handing it over); no host takes it")
         else:
             reasons.append(f"parked on request (Ctrl-C or a pause): it waits for `wfrun "
                            f"resume {run_id}`; no host resumes it by itself")

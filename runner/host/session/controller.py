@@ -55,6 +55,8 @@ log = logging.getLogger(__name__)
 RESOLUTION_BY_TYPE: dict[str, TurnResolution] = {
     AGENT_STEP_TYPE: "workflow_prompt", PRESENTATION_TYPE: "presentation",
     DEFERRED_TURN_TYPE: "fallback"}
+#: The run event written just before a turn intent's message is appended.
+SENDING_EVENT = "turn_intent.sending"
 Lister = Callable[[int], str]
 StatusReader = Callable[[str], dict[str, Any]]
 
@@ -106,12 +108,17 @@ class SessionController:
         self._resume_wanted: str | None = None  # a parked run `resume` asked for
         self.outcomes: list[RunOutcome] = []
         self.errors: list[str] = []
+        # False for a host with no turn-settled signal (a hookless MCP client): nothing
+        # says the initiating turn ended, so queued launches wait for a session start
+        # or the hand-over when the client exits, never for the next tool call.
+        self.activates_at_settle = True
+        self._recheck: threading.Thread | None = None  # a boundary when a lease ends
 
     # -- HostListener ----------------------------------------------------------------
     def on_session_start(self, reason: str) -> None:
         if not self.host.is_idle():
             return  # recovery waits for the next settled turn
-        self._boundary()
+        self._boundary(activate=True)
 
     def on_turn_started(self) -> None:
         with self._lock:
@@ -137,11 +144,30 @@ class SessionController:
             self._shutdown = True
             act = self.active
         if act is not None:
-            # Only this session ever claims its launches, so `auto` here means: resumed
-            # when this session starts again (seed 000 §6), never by a host.
+            # Parked `auto`: resumed by whoever takes the hand-over below first.
             act.control.park(f"session shutdown: {reason}", auto_resume=True)
         if self._thread is not None:
             self._thread.join(timeout=10)
+        self._hand_over()
+
+    def _hand_over(self) -> None:
+        """Runs outlive their session: what it queued, parked or still holds goes to
+        the hosts (a `wfrun host` continues it; the session takes it back if it starts
+        first); how it ends reaches the session's next turn as a turn intent. A run
+        still held here (its park did not land in time) follows when its lease ends."""
+        try:
+            handed = self.store.launches.hand_over(self.session_id)
+        except StoreError as exc:
+            log.warning("launches of session %s not handed over: %s", self.session_id,
+                        exc.message)
+            return
+        for record in handed:
+            log.info("run %s (%s) handed over to the hosts", record.run_id, record.status)
+
+    def deliver_pending(self) -> None:
+        """Deliver what is due without activating anything (a host with no settle
+        signal, before each call: an outcome a `wfrun host` reported meanwhile)."""
+        self._boundary(activate=False)
 
     def on_tool_call(self, call_id: str, name: str, args: dict[str, Any]) -> ToolReply:
         if name != "workflow":
@@ -258,6 +284,9 @@ class SessionController:
         view = self.status_reader(run_id) if self.status_reader else {"runId": run_id}
         state = view.get("status", "unknown")
         text = f"Run {run_id}: {state}"
+        if view.get("interrupted"):
+            text = (f"Run {run_id}: interrupted (its runner stopped mid-run; it resumes at "
+                    "the interrupted node when this session or a `wfrun host` takes it over)")
         error = view.get("error")
         if isinstance(error, dict):
             text += f" ({error.get('code')}: {error.get('message')})"
@@ -279,11 +308,12 @@ class SessionController:
         return str(manifest.get("workflow_ref") or manifest.get("workflow"))
 
     # -- boundaries --------------------------------------------------------------------
-    def _boundary(self) -> None:
+    def _boundary(self, activate: bool | None = None) -> None:
         """A safe idle point: activate queued work, then deliver what is due."""
         if self._shutdown:
             return
-        self._activate()
+        if self.activates_at_settle if activate is None else activate:
+            self._activate()
         self._watch_queued()
         self._deliver_intents()
         self._deliver_notifications()
@@ -309,7 +339,8 @@ class SessionController:
             self.coordinator.recover_expired(self.session_id)
         except StoreError as exc:
             log.warning("launch recovery failed: %s", exc.message)
-        record = self._claim_resumed() or self.coordinator.claim_next(self.session_id)
+        record = (self._claim_resumed() or self._take_over_dead()
+                  or self.coordinator.claim_next(self.session_id))
         if record is None:
             return
         # Activation happens here, at the boundary; only the nodes run on the worker.
@@ -336,6 +367,54 @@ class SessionController:
             log.warning("run %s not resumed: %s", run_id, exc.message)
             self.errors.append(exc.message)
             return None
+
+    def _take_over_dead(self) -> LaunchRecord | None:
+        """A run of this session whose runner died (the client's process group killed
+        mid-step) is taken over now, at this boundary, not after its lease: a session
+        started again and left idle must not leave it for the user's next message."""
+        from runner.host.runtime.launches import dead_local_runner
+
+        try:
+            held = self.store.launches.query(statuses=["starting", "running"],
+                                             session_id=self.session_id)
+        except StoreError:
+            return None
+        now = self.store.now_ms()
+        for record in held:
+            dead = dead_local_runner(record.runner_id)
+            if dead is None or dead == self.coordinator.runner_id:
+                if record.lease_live(now) and record.runner_id != self.coordinator.runner_id:
+                    # Alive, or elsewhere: its lease decides. Look again when it ends,
+                    # idle or not, so a runner that died there is not left to a user.
+                    self._look_again(record.claim_expires_at or now)
+                continue
+            try:
+                return self.coordinator.claim(record.run_id, dead_runner=dead)
+            except (WfrunError, StoreError) as exc:
+                log.info("run %s not taken over: %s", record.run_id, exc)
+        return None
+
+    def _look_again(self, expires_ms: int) -> None:
+        """One boundary of an idle session once the store's clock passed `expires_ms`
+        (looked at every second: the store's clock is the lease's)."""
+        with self._lock:
+            if self._recheck is not None and self._recheck.is_alive():
+                return
+
+            def later() -> None:
+                while not self._shutdown:
+                    left = expires_ms - self.store.now_ms()
+                    if left < 0:
+                        break
+                    self.coordinator.clock.sleep(min(left / 1000 + 0.05, 1.0))
+                # Only where idleness is known (a hookless client may be mid-turn).
+                if (self.activates_at_settle and not self._shutdown
+                        and self.host.is_idle() and not self._turn_active):
+                    self._boundary(activate=True)
+
+            self._recheck = threading.Thread(target=later, daemon=True,
+                                             name=f"wfrun-recheck-{self.session_id}")
+            self._recheck.start()
 
     def _adopt(self, act: Activation) -> None:
         """The run's control becomes the session's, so pause/cancel reach it."""
@@ -393,14 +472,19 @@ class SessionController:
         except StoreError:
             return
         for intent in eligible:
+            retry = intent.delivery_claim_token is not None  # a deliverer died holding it
             claimed = intents.claim_delivery(intent.intent_id)
             if isinstance(claimed, LostRace):
                 continue
             token = claimed.delivery_claim_token or ""
             seen = self._sent_ids("turnIntentId").get(intent.intent_id)
+            seen_as: TurnResolution | None = None
             if seen is not None:
-                # Sent before a crash; resolve without sending it again.
                 seen_as = RESOLUTION_BY_TYPE.get(seen.custom_type or "", "fallback")
+            elif retry:
+                seen_as = self._recorded_send(intent)
+            if seen_as is not None:
+                # Sent before a crash; resolve without sending it again.
                 intents.resolve(intent.intent_id, token, resolution=seen_as,
                                 message_id=message_id(intent.intent_id, seen_as))
                 continue
@@ -418,7 +502,15 @@ class SessionController:
                     details["presentationId"] = f"presentation:{intent.run_id}"
             if text is None:
                 text = fallback_text(intent.fallback_facts)
+            # wfrun's own durable record of the send, for a retry after a crash: the
+            # session log may no longer hold the message (an adapter returning only
+            # the compacted view). A crash between this line and the append loses the
+            # message rather than risk sending it twice (at most one turn per intent).
             try:
+                self.store.run_events.append(intent.run_id, SENDING_EVENT,
+                                             {"turnIntentId": intent.intent_id,
+                                              "resolution": resolution},
+                                             runner_id=self.coordinator.runner_id)
                 self.host.append_message(kind, text, details,
                                          deliver_as="follow_up", trigger_turn=True)
             except Exception:
@@ -428,6 +520,21 @@ class SessionController:
             intents.resolve(intent.intent_id, token,
                             resolution=resolution,
                             message_id=message_id(intent.intent_id, resolution))
+
+    def _recorded_send(self, intent: TurnIntent) -> TurnResolution | None:
+        """How the intent was sent, if a deliverer that died recorded sending it."""
+        after = 0
+        while True:
+            page = self.store.run_events.read(run_id=intent.run_id, after_seq=after)
+            for event in page:
+                body = event.payload if isinstance(event.payload, dict) else {}
+                if event.type == SENDING_EVENT and body.get("turnIntentId") == intent.intent_id:
+                    known = [r for r in RESOLUTION_BY_TYPE.values()
+                             if r == body.get("resolution")]
+                    return known[0] if known else "fallback"
+            if not page:
+                return None
+            after = page[-1].seq
 
     def _deliver_notifications(self) -> None:
         notes = self.store.notifications

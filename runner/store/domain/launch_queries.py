@@ -9,6 +9,7 @@ from runner.store.connector import in_params
 from runner.store.ddl import sql_in
 from runner.store.states import (
     CLAIMED_STATUSES,
+    HANDED_OVER,
     READY_STATUSES,
     RESERVING_STATUSES,
     LaunchStatus,
@@ -34,8 +35,10 @@ _RESERVATION_FREE = (
 )
 # Detached launches belong to hosts, session launches to their session: a session
 # never activates a `wfrun start` launch (its prompt and input are not that
-# conversation's), and a host never takes a session's launch.
-ORIGIN = {True: "q.origin_session_id IS NULL", False: "q.origin_session_id = :session"}
+# conversation's), and a host takes a session's launch only once the session has
+# ended and handed it over (a live session's queued launch waits for its boundary).
+ORIGIN = {True: f"(q.origin_session_id IS NULL OR q.affinity_runner_id = '{HANDED_OVER}')",
+          False: "q.origin_session_id = :session"}
 # Only a run parked by a host shutdown resumes by itself; the others wait to be asked.
 _AUTO_RESUME = "(q.status <> 'parked' OR q.park_mode = 'auto')"
 _READY = f"q.status IN {sql_in(READY_STATUSES)}"
@@ -84,6 +87,17 @@ SQL: Mapping[str, str] = {
     f" AND status IN {_CLAIMED} RETURNING origin_session_id",
     "renew": "UPDATE workflow_run_queue SET claim_expires_at = :expires, updated_at = :now"
     " WHERE run_id = :run_id AND claim_token = :token AND claim_expires_at > :now",
+    # A session ended: its launches not yet ended go to the hosts (and to the session,
+    # should it start again first).
+    "hand_over": "UPDATE workflow_run_queue SET affinity_runner_id = :mark, updated_at = :now"
+    f" WHERE origin_session_id = :session AND status IN {sql_in(READY_STATUSES)}"
+    " AND (affinity_runner_id IS NULL OR affinity_runner_id <> :mark)",
+    "handed_over": "SELECT * FROM workflow_run_queue WHERE origin_session_id = :session"
+    f" AND affinity_runner_id = :mark AND status IN {sql_in(READY_STATUSES)}"
+    " ORDER BY created_at, run_id",
+    # A host met a step only the session can take: the run waits for its session again.
+    "hand_back": "UPDATE workflow_run_queue SET affinity_runner_id = NULL, updated_at = :now"
+    " WHERE run_id = :run_id AND affinity_runner_id = :mark",
     "enter": "UPDATE workflow_run_queue SET status = :target, updated_at = :now, {columns}"
     " WHERE run_id = :run_id AND status = :status AND epoch = :epoch",
 }

@@ -55,6 +55,7 @@ from runner.store.records import (
 )
 from runner.store.states import (
     CLAIMED_STATUSES,
+    HANDED_OVER,
     LAUNCH_OPERATIONS,
     PARK_MODES,
     RECOVERY_PATHS,
@@ -344,6 +345,39 @@ class LaunchQueue(LaunchPages):
                                                   "run_id": run_id, "token": claim_token})
         assert renewed is not None
         return launch_from_row(renewed)
+
+    def hand_over(self, session_id: str) -> list[LaunchRecord]:
+        """The session ended: every launch of it not yet ended (queued, parked, or
+        claimed by a runner that may be gone) is handed to the hosts, durably, in one
+        transaction. Its origin stays, so its ending still goes to the session (a turn
+        intent, delivered when the session is back) and the session may take it first
+        if it starts again. Idempotent; the launches handed over now are returned."""
+        check_id(session_id, "session_id")
+        with self._events.writing() as (tx, log):
+            now = tx.now_ms()
+            before = {row["run_id"] for row in tx.all(self._sql["handed_over"], {
+                "session": session_id, "mark": HANDED_OVER})}
+            tx.run(self._sql["hand_over"], {"session": session_id, "mark": HANDED_OVER,
+                                            "now": now})
+            rows = [row for row in tx.all(self._sql["handed_over"], {
+                "session": session_id, "mark": HANDED_OVER}) if row["run_id"] not in before]
+            for row in rows:
+                self._event(log, row, row["status"], "launch.handed_over",
+                            {"session": session_id})
+                tx.notify(LAUNCH_CHANNEL, row["run_id"])
+        return [launch_from_row(row) for row in rows]
+
+    def hand_back(self, run_id: str) -> bool:
+        """Undo a hand-over for one launch (a host parked it at a step only its session
+        can take): only the session claims it again. True when it was handed over."""
+        with self._events.writing() as (tx, log):
+            changed = tx.run(self._sql["hand_back"], {"run_id": run_id, "mark": HANDED_OVER,
+                                                      "now": tx.now_ms()})
+            if changed:
+                row = self._load(tx, run_id)
+                assert row is not None
+                self._event(log, row, row["status"], "launch.handed_back")
+        return bool(changed)
 
     def yield_lease(self, run_id: str, claim_token: str) -> bool:
         """End our own live lease now (the claim stays until someone takes it): a host

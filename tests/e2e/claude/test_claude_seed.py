@@ -4,7 +4,7 @@
 2. the tool returns a durable queued run id;
 3. the test changes the workflow source before the initiating turn settles;
 4. activation (at the Stop hook) records `failed`;
-5. exactly one follow-up turn (the Stop hook's block) carries the safe error;
+5. exactly one follow-up turn (the Stop hook's additional context) carries the safe error;
 6. the model corrects the request and calls `workflow start` again;
 7. the new run starts and reaches its first workflow step (the step's contract
    arrives as the next block; the model submits it);
@@ -108,6 +108,10 @@ def seed_scenario(cc: ClaudeWorld, run: Callable[[str], Result]) -> None:
     follow_texts = [t for t in feedback_texts(last_body) if FAILED_RE.search(t)]
     assert len(follow_texts) == 1, follow_texts
     assert TOOL in follow_texts[0]  # it names the tool the model must call
+    # 15. a hand-over reads as wfrun's message, not as a failing hook
+    assert "error" not in follow_texts[0].split("Workflow review failed")[0].lower(), \
+        follow_texts[0]
+    assert "additional context" in follow_texts[0], follow_texts[0]
     log = cc.log(result.session_id)
     assert [m.custom_type for m in log].count(DEFERRED_TURN_TYPE) == 1
     assert all(m.delivered for m in log)

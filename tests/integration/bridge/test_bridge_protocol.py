@@ -229,3 +229,42 @@ def test_bridge_refuses_a_line_over_16_mib_without_holding_it(project: Project) 
     assert error["error"]["code"] == -32600
     assert "longer than 16777216 bytes" in error["error"]["message"]
     assert client.close() == 0
+
+
+def test_a_run_whose_bridge_died_mid_step_resumes_at_an_idle_session_start(
+        project: Project) -> None:
+    """Issue 33 item 10: the client's whole process group is killed mid-step; the
+    session started again and left idle takes the run over at once (no user message,
+    no waiting out the dead runner's lease) and hands the model the step again."""
+    client = project.bridge()
+    client.request("session/start", {"reason": "startup"})
+    client.request("turn/started")
+    run_id = client.tool(START)["details"]["runId"]
+    client.request("turn/settled", {})
+    assert len(client.log.custom(AGENT_STEP_TYPE)) == 1  # the run waits on the session
+    client.kill()  # SIGKILL: no shutdown, the claim's lease still runs
+    with project.store() as store:
+        record = store.launches.get(run_id)
+        assert record is not None
+        assert record.status == "running"
+        assert record.lease_live(store.now_ms())
+    other = project.bridge(log="other.jsonl", session_id="session-2")
+    other.request("session/start", {"reason": "startup"})
+    shown = other.tool({"action": "status", "runId": run_id})["content"]
+    assert shown.startswith(f"Run {run_id}: interrupted"), shown  # never "running"
+    assert other.close() == 0
+    cli = subprocess.run([sys.executable, "-m", "runner", "--project", str(project.root),
+                          "status", run_id], capture_output=True, text=True, timeout=60)
+    assert cli.returncode == 0, cli.stderr
+    assert "(interrupted: its runner is gone" in cli.stdout
+    again = project.bridge()
+    started = again.request("session/start", {"reason": "resume"})  # and nothing else
+    assert started["turnRequested"] is True
+    steps = again.log.custom(AGENT_STEP_TYPE)
+    assert [s["details"]["kind"] for s in steps] == ["step", "resume"]
+    with project.store() as store:
+        record = store.launches.get(run_id)
+        assert record is not None
+        assert record.status == "running"
+        assert record.epoch >= 2  # claimed again, by the new bridge
+    assert again.close() == 0

@@ -146,3 +146,32 @@ def test_bridge_sigkill_after_follow_up_append_then_restart_sends_exactly_one(
         assert record is not None
         assert record.status == "failed"
     assert again.close() == 0
+
+
+def test_a_compacted_view_after_a_kill_between_append_and_resolve_sends_nothing_twice(
+        project: Project, tmp_path: Path) -> None:
+    """Issue 33 item 13: de-duplication keeps its own durable record, so an adapter
+    that returns only the compacted view (the follow-up summarized away) does not get
+    the follow-up a second time."""
+    clock = FileClock.create(tmp_path / "clock")
+    env = {CLOCK_FILE_ENV: clock.path}
+    client = project.bridge(env={**env, "WFRUN_CRASH_AT": "after_session_append"})
+    client.request("session/start", {"reason": "startup"})
+    client.request("turn/started")
+    reply = client.tool({"action": "start", "workflow": "review", "input": {"task": "x"}})
+    run_id = reply["details"]["runId"]
+    project.write("review", AGENT_WF.replace("Plan", "Review"))
+    with pytest.raises(BridgeError, match="the bridge exited"):
+        client.request("turn/settled", {"aborted": False})  # appends, then SIGKILL
+    assert len(client.log.custom(DEFERRED_TURN_TYPE)) == 1
+    again = project.bridge(env=env)
+    again.view_from = len(again.log.snapshot())  # compaction kept none of it
+    again.request("session/start", {"reason": "compact"})
+    clock.advance(31)  # the dead bridge's delivery claim expires
+    again.request("turn/started")
+    settled = again.request("turn/settled", {"aborted": False})
+    assert settled["turnRequested"] is False
+    assert len(again.log.custom(DEFERRED_TURN_TYPE)) == 1  # not sent again
+    with project.store() as store:
+        assert store.turn_intents.list_pending(run_id) == []  # resolved, not resent
+    assert again.close() == 0

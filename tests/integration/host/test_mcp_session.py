@@ -70,6 +70,10 @@ class World:
         self.session.close()
 
 
+def context(decision: dict[str, Any]) -> str:
+    return str(decision["hookSpecificOutput"]["additionalContext"])
+
+
 @pytest.fixture
 def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
     monkeypatch.setenv("TMPDIR", str(tmp_path))
@@ -91,8 +95,8 @@ def test_nothing_activates_until_the_stop_hook_then_the_step_blocks_once(world: 
     assert record.status == "queued"  # the turn is open: nothing starts
     decision = world.hook("Stop", stop_hook_active=False)
     assert decision is not None
-    assert decision["decision"] == "block"
-    assert "Workflow step contract (workflow: review, step: plan" in decision["reason"]
+    assert decision["hookSpecificOutput"]["hookEventName"] == "Stop"
+    assert "Workflow step contract (workflow: review, step: plan" in context(decision)
     assert [m.custom_type for m in world.log().messages()] == [AGENT_STEP_TYPE]
     assert world.log().pending() == []
     assert world.session.host.turn_open  # the block is the model's next turn
@@ -113,7 +117,7 @@ def test_a_failed_start_is_one_block_and_a_repeated_stop_sends_nothing(world: Wo
     (world.root / ".wfrun" / "workflows" / "review.yaml").write_text(WF.replace("Plan", "Re"))
     decision = world.hook("Stop")
     assert decision is not None
-    assert decision["reason"].startswith("Workflow review failed to start (run review-")
+    assert context(decision).startswith("Workflow review failed to start (run review-")
     assert world.hook("Stop", stop_hook_active=True) is None
     assert world.hook("SessionStart", source="compact") is None
     assert world.hook("Stop") is None
@@ -137,3 +141,44 @@ def test_unknown_events_and_bad_requests_answer_without_harm(world: World) -> No
     assert world.hook("PreToolUse", tool_name="Bash") is None
     assert world.session.hook_event({"event": "nope", "session_id": "x"}) == {
         "ok": False, "error": "unknown hook event or missing session id"}
+
+
+GATED = textwrap.dedent("""
+    start: wait
+    nodes:
+      wait:
+        action: {use_shell: true, shell: "while [ ! -e release ]; do sleep 0.02; done"}
+""").lstrip()
+
+
+def test_no_hook_waits_for_a_long_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 33 item 6: Stop and SessionStart answer within a few seconds however long
+    the run they activated or resumed takes (Claude cancels a hook after 60 s)."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    root = tmp_path / "proj"
+    (root / ".wfrun" / "workflows").mkdir(parents=True)
+    (root / ".wfrun" / "workflows" / "gated.yaml").write_text(GATED)
+    world = World(root)
+    world.hook("UserPromptSubmit", prompt="go")
+    run_id = world.tool(action="start", workflow="gated").split("(run ")[1].rstrip(").")
+    assert world.hook("Stop") is None  # answered while the run waits at its gate
+    store = world.session.runtime.store
+    record = store.launches.get(run_id)
+    assert record is not None
+    assert record.status == "running"
+    world.close()  # `claude -p` exits: the run parks and is handed over
+    again = World(world.root)
+    try:
+        assert again.hook("SessionStart", source="resume") is None  # resumed, not waited on
+        assert again.session.runtime.controller.active is not None
+        (world.root / "release").touch()
+        again.session.runtime.controller.wait_quiet(30)
+    finally:
+        again.close()
+    done = SqliteStore(world.root / ".wfrun" / "state" / "store.sqlite3")
+    try:
+        ended = done.launches.get(run_id)
+    finally:
+        done.close()
+    assert ended is not None
+    assert ended.status == "done"

@@ -131,6 +131,42 @@ def test_a_detached_host_resumes_only_auto_parked_and_expired_detached_runs(
     assert resumed.status == "starting"
 
 
+def test_a_host_takes_a_session_launch_only_once_the_session_handed_it_over(
+    store: Store, clock: FakeClock
+) -> None:
+    store.launches.enqueue(launch("queued", origin_session_id="session-a"))
+    parked = _running(store, "parked", origin_session_id="session-b")
+    store.launches.park("parked", parked.claim_token or "", mode="auto")
+    _running(store, "held", origin_session_id="session-d")
+    store.launches.enqueue(launch("other", origin_session_id="session-c"))
+    assert store.launches.claim_next(runner_id="host") is None  # live sessions' own
+    assert [r.run_id for r in store.launches.hand_over("session-b")] == ["parked"]
+    assert store.launches.hand_over("session-b") == []  # idempotent
+    assert [r.run_id for r in store.launches.hand_over("session-d")] == ["held"]
+    assert [r.run_id for r in store.launches.hand_over("session-a")] == ["queued"]
+    both = [store.launches.claim_next(runner_id="host", lease_seconds=60) for _ in "ab"]
+    assert sorted((r.run_id, r.status, r.origin_session_id) for r in both if r) == [
+        ("parked", "starting", "session-b"),
+        ("queued", "starting", "session-a")]  # still the sessions': their follow-ups
+    assert store.launches.claim_next(runner_id="host") is None  # "held": a live lease
+    clock.advance(31)
+    taken = store.launches.claim_next(runner_id="host", lease_seconds=60)
+    assert taken is not None
+    assert (taken.run_id, taken.status) == ("held", "running")  # its runner died
+    assert store.launches.claim_next(runner_id="host") is None  # never session-c's
+    # A host meets a step only the session can take: only the session claims it now.
+    assert store.launches.hand_back("held") is True
+    assert store.launches.hand_back("held") is False
+    store.launches.park("held", taken.claim_token or "", mode="auto")
+    assert store.launches.claim_next(runner_id="host") is None
+    back = store.launches.claim_next(runner_id="s", session_id="session-d")
+    assert back is not None
+    assert back.run_id == "held"
+    kinds = [e.type for e in store.run_events.read(run_id="held")]
+    assert kinds.count("launch.handed_over") == 1
+    assert kinds.count("launch.handed_back") == 1
+
+
 def test_a_session_resumes_its_own_auto_parked_run_only(store: Store) -> None:
     mine = _running(store, "mine", origin_session_id="session-a")
     store.launches.park("mine", mine.claim_token or "", mode="explicit")

@@ -45,7 +45,7 @@ def test_stop_with_nothing_pending_prints_nothing(project: Path) -> None:
     assert hook(project, {"hook_event_name": "Stop"}) == (0, "", "")
 
 
-def test_stop_blocks_once_with_every_pending_message(project: Path) -> None:
+def test_stop_hands_over_once_as_context_not_as_a_block(project: Path) -> None:
     log = log_of(project)
     log.append_message("wfrun-deferred-turn", "Workflow x failed to start (run x-1): boom.",
                        {"turnIntentId": "i1"}, deliver_as="follow_up", trigger_turn=True)
@@ -54,9 +54,11 @@ def test_stop_blocks_once_with_every_pending_message(project: Path) -> None:
     code, out, err = hook(project, {"hook_event_name": "Stop", "stop_hook_active": False})
     assert (code, err) == (0, "")
     decision = json.loads(out)
-    assert decision == {"decision": "block", "reason":
-                        "Workflow x failed to start (run x-1): boom.\n\nx is 50% done\n\n"
-                        + TOOL_NOTE}
+    # Claude Code's non-error Stop feedback: a `decision: block` would reach the
+    # model as "Stop hook blocking error" and the user as a "stop hook problem".
+    assert decision == {"hookSpecificOutput": {
+        "hookEventName": "Stop", "additionalContext":
+        "Workflow x failed to start (run x-1): boom.\n\nx is 50% done\n\n" + TOOL_NOTE}}
     assert "mcp__wfrun__workflow" in TOOL_NOTE
     assert log.pending() == []
     assert hook(project, {"hook_event_name": "Stop"}) == (0, "", "")  # exactly once
@@ -97,7 +99,7 @@ def test_killed_between_output_and_mark_means_delivered_again(project: Path) -> 
         SessionLog.mark_delivered = original  # type: ignore[method-assign]
     assert [m.content for m in log.pending()] == ["failed to start"]
     _, out, _ = hook(project, {"hook_event_name": "Stop"})
-    assert json.loads(out)["reason"].startswith("failed to start")
+    assert json.loads(out)["hookSpecificOutput"]["additionalContext"].startswith("failed to start")
     assert log.pending() == []
 
 
@@ -129,7 +131,7 @@ def test_no_server_for_this_claude_process_still_delivers_the_log(
                                    trigger_turn=True)
     code, out, err = hook(project, {"hook_event_name": "Stop"}, CLAUDE_PID="999999999")
     assert (code, err) == (0, "")
-    assert json.loads(out)["decision"] == "block"
+    assert json.loads(out)["hookSpecificOutput"]["hookEventName"] == "Stop"
 
 
 def test_a_server_that_hangs_up_is_a_warning_and_the_log_is_still_delivered(
@@ -154,7 +156,7 @@ def test_a_server_that_hangs_up_is_a_warning_and_the_log_is_still_delivered(
         thread.join(timeout=10)
         listener.close()
     assert code == 0
-    assert json.loads(out)["decision"] == "block"
+    assert json.loads(out)["hookSpecificOutput"]["hookEventName"] == "Stop"
     assert err == ("wfrun: warning: the wfrun mcp server closed the connection without a "
                    "reply\n")
 
@@ -224,7 +226,7 @@ def test_a_server_error_reply_is_a_warning_and_nothing_else_is_asked(
         thread.join(timeout=10)
         listener.close()
     assert code == 0
-    assert json.loads(out)["decision"] == "block"
+    assert json.loads(out)["hookSpecificOutput"]["hookEventName"] == "Stop"
     assert err == "wfrun: warning: the wfrun mcp server: the run did not reach a quiet point\n"
     assert [r["event"] for r in requests] == ["turn_settled"]
     assert requests[0]["session_id"] == f"claude-code:{SID}"

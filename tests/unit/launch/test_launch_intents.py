@@ -84,3 +84,16 @@ def test_texts() -> None:
     assert not lost.eligible
     assert fallback_text(lost.fallback_facts).startswith(
         "Workflow w (run r1) was handed to another runner.")
+
+
+def test_an_outcome_reported_by_a_host_names_the_run_and_what_to_do() -> None:
+    # A session's run that ended under `wfrun host` after the session handed it over.
+    done = new_intent(session_id="s", run_id="r1", workflow="w", cause="presentation",
+                      source="run_presentation", state="completed", reason="")
+    assert fallback_text(done.fallback_facts) == (
+        "Workflow w completed (run r1) while this session was away. Call workflow status "
+        "with runId r1 for its outcome.")
+    waiting = new_intent(session_id="s", run_id="r1", workflow="w", cause="presentation",
+                         source="run_presentation", state="waiting", reason="")
+    assert fallback_text(waiting.fallback_facts).startswith(
+        "Workflow w (run r1) is waiting at a checkpoint.")
