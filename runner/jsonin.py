@@ -20,7 +20,10 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import IO, Any, Final
+
+TYPE_CHECKING = False  # no `typing` at run time: `wfrun mcp` and the hook start lean
+if TYPE_CHECKING:
+    from typing import IO, Any, Final
 
 __all__ = ["MAX_DEPTH", "MAX_LINE", "TOO_LONG", "loads", "read_line", "too_deep"]
 

@@ -25,6 +25,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from runner import jsonin
+
 #: Only bounds a server that never answers; a healthy one answers in well under it.
 CHECK_TIMEOUT = 60.0
 
@@ -83,7 +85,7 @@ def check_starts(argv: list[str], cwd: Path, request: dict[str, Any],
     proc.stderr.close()
     line = reply[0] if reply else b""
     try:
-        doc = json.loads(line) if line.strip() else None
+        doc = jsonin.loads(line) if line.strip() else None
     except ValueError:
         doc = None
     if isinstance(doc, dict) and "result" in doc:
