@@ -59,6 +59,7 @@ class _StepTurn:
     sending: bool = False
     delivered: bool = False  # set only after the message is in the session
     started: bool = False  # a turn started after delivery (only its settle counts)
+    held: bool = False  # the run is paused: no turn counts until it resumes
     settled: threading.Event = field(default_factory=threading.Event)
 
 
@@ -113,14 +114,20 @@ class SessionController:
     def on_turn_settled(self, aborted: bool) -> None:
         with self._lock:
             self._turn_active = False
-            turn = self._step
-        if turn is not None and turn.delivered and turn.started:
+            turn, act = self._step, self.active
+        if aborted and act is not None:
+            # Escape holds the run instead of nudging it: the open step stays open and
+            # this turn is not one the model spent on it (no reminder, no failure).
+            act.control.pause()
+            if turn is not None:
+                self._hold(turn)
+            self.host.notify(f"workflow run {act.record.run_id} paused; `/workflow resume` "
+                             "(or the workflow tool's resume action) continues it")
+            return
+        if turn is not None and turn.delivered and turn.started and not turn.held:
             # A duplicate settle before the step's own turn began is not a turn the
             # model spent on the step; it must not cost a reminder.
             turn.settled.set()
-        if aborted and self.active is not None:
-            self.active.control.pause()  # Escape holds the run instead of nudging it
-            return
         self._boundary()
 
     def on_session_shutdown(self, reason: str) -> None:
@@ -184,8 +191,13 @@ class SessionController:
                 return ToolReply("no workflow is running in this session", is_error=True)
             if action == "pause":
                 act.control.pause()
+                with self._lock:
+                    turn = self._step
+                if turn is not None:
+                    self._hold(turn)
             else:
                 act.control.resume()
+                self._release_hold()
             return ToolReply(f"Workflow run {act.record.run_id} {action}d.",
                              {"action": action, "runId": act.record.run_id})
         if action == "status":
@@ -219,6 +231,11 @@ class SessionController:
         view = self.status_reader(run_id) if self.status_reader else {"runId": run_id}
         state = view.get("status", "unknown")
         text = f"Run {run_id}: {state}"
+        act = self.active
+        if act is not None and act.record.run_id == run_id and act.control.pause_requested:
+            # Held in the session (Escape, or the pause action); the bundle says running.
+            view = {**view, "paused": True}
+            text += " (paused; the resume action continues it)"
         error = view.get("error")
         if isinstance(error, dict):
             text += f" ({error.get('code')}: {error.get('message')})"
@@ -440,6 +457,25 @@ class SessionController:
             if clock.monotonic() > end:
                 raise TimeoutError("the workflow run did not reach a quiet point in time")
             clock.sleep(0.002)
+
+    def _hold(self, turn: _StepTurn) -> None:
+        """A paused run's open step: its turns stop counting until `resume`."""
+        with self._lock:
+            turn.held = True
+
+    def _release_hold(self) -> None:
+        """On resume, a held step is delivered again (a new turn for it), at once when
+        the session is idle, else at the next boundary."""
+        with self._lock:
+            turn = self._step
+            if turn is None or not turn.held:
+                return
+            turn.held = False
+            turn.kind = "resume"
+            turn.sending = turn.delivered = turn.started = False
+            idle = not self._turn_active
+        if idle and self.host.is_idle():
+            self._deliver_step()
 
     def _step_done(self, turn: _StepTurn) -> None:
         with self._lock:
