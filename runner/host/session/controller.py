@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from runner.compiler.templates import TemplateError, render_text
 from runner.engine import AgentStep, RunControl, RunOutcome
 from runner.engine.agent import TurnKind
-from runner.errors import WfrunError
+from runner.errors import InputError, WfrunError
 from runner.launch import (
     LaunchCoordinator,
     PreflightError,
@@ -174,8 +174,6 @@ class SessionController:
                               "queued": True})
         if action == "answer":
             parent = p.get("runId") or self._waiting_run()
-            if parent is None:
-                return ToolReply("no run of this session is waiting; pass runId", is_error=True)
             ref = self._workflow_ref(parent)
             record = self.coordinator.prepare(ref, p["input"], session_id=self.session_id,
                                               parent_run_id=parent)
@@ -243,11 +241,23 @@ class SessionController:
             text += f" ({error})"
         return ToolReply(text, {"action": "status", **view})
 
-    def _waiting_run(self) -> str | None:
-        for outcome in reversed(self.outcomes):
-            if outcome.status == "waiting":
-                return outcome.run_id
-        return None
+    def _waiting_run(self) -> str:
+        """The one run of this session waiting at a checkpoint, from the store (any
+        process of the session, before or after a restart); else InputError."""
+        rows = self.store.launches.query(session_id=self.session_id)
+        answered = {r.parent_run_id for r in rows if r.parent_run_id}
+        reader = self.coordinator.reader
+        waiting = [r.run_id for r in reversed(rows)
+                   if r.status == "done" and r.ending == "waiting"
+                   and r.run_id not in answered and not reader.answered(r.run_id)]
+        if not waiting:
+            raise InputError("no run of this session is waiting at a checkpoint; pass runId "
+                             "to answer another run")
+        if len(waiting) > 1:
+            shown = ", ".join(waiting[:5]) + (", …" if len(waiting) > 5 else "")
+            raise InputError(f"{len(waiting)} runs of this session are waiting ({shown}); "
+                             "pass runId to say which one to answer")
+        return waiting[0]
 
     def _workflow_ref(self, run_id: str) -> str:
         record = self.store.launches.get(run_id)
