@@ -14,12 +14,12 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from runner.compiler.templates import TemplateError, render_text
 from runner.engine import AgentStep, RunControl, RunOutcome
 from runner.engine.agent import TurnKind
-from runner.errors import InputError, WfrunError
+from runner.errors import InputError, NotFoundError, WfrunError
 from runner.launch import (
     LaunchCoordinator,
     PreflightError,
@@ -48,6 +48,15 @@ RESOLUTION_BY_TYPE: dict[str, TurnResolution] = {
     AGENT_STEP_TYPE: "workflow_prompt", PRESENTATION_TYPE: "presentation",
     DEFERRED_TURN_TYPE: "fallback"}
 Lister = Callable[[int], str]
+
+
+@runtime_checkable
+class SessionRefs(Protocol):
+    """A resolver that knows where a session may read workflows from (the workspace)."""
+
+    def session_ref(self, ref: str) -> str: ...
+
+
 StatusReader = Callable[[str], dict[str, Any]]
 
 
@@ -165,7 +174,7 @@ class SessionController:
             res = turn.step.handle_tool_call({"action": action, **p})
             return ToolReply(res.message, {"action": action, "ok": res.ok}, is_error=not res.ok)
         if action == "start":
-            record = self.coordinator.prepare(p["workflow"], p.get("input"),
+            record = self.coordinator.prepare(self._session_ref(p["workflow"]), p.get("input"),
                                               session_id=self.session_id)
             self._watch_queued()
             name = workflow_name(record.workflow_ref)
@@ -203,6 +212,17 @@ class SessionController:
         offset = int(p.get("offset", 0))
         text = self.lister(offset) if self.lister else "no workflow catalog is configured"
         return ToolReply(text, {"action": "list", "offset": offset})
+
+    def _session_ref(self, ref: str) -> str:
+        """The model's workflow name or path, confined to the project and the user folder
+        (paths relative to the project) when the resolver is a workspace."""
+        resolver = self.coordinator.resolver
+        if not isinstance(resolver, SessionRefs):
+            return ref
+        try:
+            return resolver.session_ref(ref)
+        except NotFoundError as exc:
+            raise PreflightError("workflow_not_found", exc.message) from None
 
     def _cancel(self, run_id: str | None) -> ToolReply:
         act = self.active

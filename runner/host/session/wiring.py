@@ -61,7 +61,7 @@ def open_session(host: Host, ws: Workspace, *, store_clock: Clock | None = None)
 
 def list_text(ws: Workspace, offset: int = 0) -> str:
     """The `list` action's reply: one line per workflow the session can start."""
-    entries = ws.catalog.active
+    entries = ws.definitions().active
     page = entries[offset:offset + LIST_PAGE]
     if not page:
         return "no workflows found" if not entries else f"no workflows after offset {offset}"
