@@ -9,6 +9,7 @@ notifications with a session-log scan first so nothing is sent twice.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable
@@ -38,6 +39,7 @@ from runner.launch.intents import (
 from runner.store import LostRace, NewNotification, StoreError, TurnIntent, TurnResolution
 
 from .protocol import Host, SessionEntry, ToolReply
+from .replies import bounded, code_of, cut, error_reply
 from .tool import validate_call
 
 if TYPE_CHECKING:
@@ -151,28 +153,34 @@ class SessionController:
             self._thread.join(timeout=10)
 
     def on_tool_call(self, call_id: str, name: str, args: dict[str, Any]) -> ToolReply:
+        """One `workflow` call; every reply bounded, every error one JSON object whose
+        hints name tool actions (replies.py)."""
+        action = args.get("action") if isinstance(args, dict) else None
         if name != "workflow":
-            return ToolReply(f"unknown tool '{name}'", is_error=True)
+            return error_reply(f"unknown tool {json.dumps(cut(name, 40))}; the tool is "
+                               "'workflow'", None, "unknown_tool")
         try:
-            action, params = validate_call(args)
-            return self._dispatch(action, params)
+            verb, params = validate_call(args)
+            return bounded(self._dispatch(verb, params))
         except PreflightError as exc:
-            return ToolReply(exc.message, {"action": args.get("action"), "code": exc.code},
-                             is_error=True)
+            return error_reply(self.coordinator.relative(exc.message), action, exc.code)
         except WfrunError as exc:
-            return ToolReply(exc.message, {"action": args.get("action")}, is_error=True)
+            return error_reply(self.coordinator.relative(exc.message), action, code_of(exc))
         except StoreError as exc:
-            return ToolReply(self.coordinator.safe(f"the workflow store failed: {exc.message}"),
-                             {"action": args.get("action")}, is_error=True)
+            return error_reply(self.coordinator.safe(f"the workflow store failed: {exc.message}"),
+                               action, "store_unavailable")
 
     # -- tool actions ----------------------------------------------------------------
     def _dispatch(self, action: str, p: dict[str, Any]) -> ToolReply:
         if action in ("submit", "update"):
             turn = self._step
             if turn is None:
-                return ToolReply("no workflow step is open in this session", is_error=True)
+                return error_reply("no workflow step is open in this session", action,
+                                   "no_open_step")
             res = turn.step.handle_tool_call({"action": action, **p})
-            return ToolReply(res.message, {"action": action, "ok": res.ok}, is_error=not res.ok)
+            if not res.ok:
+                return error_reply(res.message, action, "rejected", {"ok": False})
+            return ToolReply(res.message, {"action": action, "ok": res.ok})
         if action == "start":
             record = self.coordinator.prepare(self._session_ref(p["workflow"]), p.get("input"),
                                               session_id=self.session_id)
@@ -195,7 +203,8 @@ class SessionController:
         if action in ("pause", "resume"):
             act = self.active
             if act is None:
-                return ToolReply("no workflow is running in this session", is_error=True)
+                return error_reply("no workflow is running in this session", action,
+                                   "not_running")
             if action == "pause":
                 act.control.pause()
                 with self._lock:
@@ -233,7 +242,8 @@ class SessionController:
         if run_id is None:
             held = self.store.launches.find_session_reservation(self.session_id)
             if held is None:
-                return ToolReply("nothing to cancel in this session", is_error=True)
+                return error_reply("nothing to cancel in this session", "cancel",
+                                   "nothing_to_cancel")
             run_id = held.run_id
         record = self.coordinator.cancel(run_id)
         return ToolReply(f"Workflow run {run_id} cancelled.",
@@ -254,6 +264,8 @@ class SessionController:
             # Held in the session (Escape, or the pause action); the bundle says running.
             view = {**view, "paused": True}
             text += " (paused; the resume action continues it)"
+        if state == "waiting":
+            text += f" (at a checkpoint; the answer action with runId '{run_id}' continues it)"
         error = view.get("error")
         if isinstance(error, dict):
             text += f" ({error.get('code')}: {error.get('message')})"

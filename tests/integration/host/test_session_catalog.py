@@ -49,8 +49,10 @@ def test_a_path_outside_the_project_is_refused_with_one_line_that_reveals_nothin
     text, details, error = _start(s, ref)
     assert error
     assert details["code"] == "workflow_not_found"
-    assert f"workflow path {json.dumps(ref)} is outside the project and the user folder" \
-        in text
+    error = json.loads(text)["error"]
+    assert error["code"] == "workflow_not_found"
+    assert error["message"].startswith(
+        f"workflow path {json.dumps(ref)} is outside the project and the user folder")
     assert "\n" not in text
     for leak in ("bytes", "YAML", "permission", "denied", "No such", "exist"):
         assert leak not in text

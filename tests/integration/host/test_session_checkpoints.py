@@ -37,6 +37,9 @@ def test_a_checkpoint_without_a_presentation_tells_the_session_once(session: Mak
     s.settle()
     (run,) = [r.run_id for r in s.launches()]
     assert s.status(run)["status"] == "waiting"
+    status = s.controller.on_tool_call("c", "workflow", {"action": "status", "runId": run})
+    assert status.content == (f"Run {run}: waiting (at a checkpoint; the answer action with "
+                              f"runId '{run}' continues it)")
     (notice,) = s.messages(DEFERRED_TURN_TYPE)
     assert notice.content == (
         f"Workflow ask (run {run}) is waiting for an answer at checkpoint 'ask': Which "
