@@ -39,7 +39,7 @@ from runner.launch.intents import (
 from runner.store import LostRace, NewNotification, StoreError, TurnIntent, TurnResolution
 
 from .protocol import Host, SessionEntry, ToolReply
-from .replies import bounded, code_of, cut, error_reply
+from .replies import bounded, code_of, cut, error_reply, for_model
 from .tool import validate_call
 
 if TYPE_CHECKING:
@@ -424,7 +424,8 @@ class SessionController:
                     kind, resolution = PRESENTATION_TYPE, "presentation"
                     details["presentationId"] = f"presentation:{intent.run_id}"
             if text is None:
-                text = fallback_text(intent.fallback_facts)
+                # The stored reason was written for any reader; the model has the tool.
+                text = for_model(fallback_text(intent.fallback_facts))
             try:
                 self.host.append_message(kind, text, details,
                                          deliver_as="follow_up", trigger_turn=True)

@@ -13,9 +13,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from harness import Scripted, Session
+from harness import Scripted, Session, on_user
 
+from runner.host.session.reference import ToolCall
 from runner.host.session.wiring import list_text
+from runner.launch.intents import DEFERRED_TURN_TYPE
 
 pytestmark = pytest.mark.timeout(30)
 Make = Callable[..., Session]
@@ -117,3 +119,23 @@ def test_any_refusal_is_one_bounded_json_object(session: Make) -> None:
         assert reply.is_error
         assert len(reply.content) < 1_200
         assert set(json.loads(reply.content)) == {"error"}
+
+
+def test_a_follow_up_names_tool_actions_too(session: Make) -> None:
+    def break_it(view: Any) -> Any:
+        if view.last_tool_reply is not None and "queued" in view.last_tool_reply.content:
+            (s.workflows_dir / "review.yaml").write_text("start: x\nnodes: {}\n")
+            return "queued it"
+        return None
+
+    s = session(Scripted(break_it, on_user("^go$", ToolCall(
+        "workflow", {"action": "start", "workflow": "review", "input": {"task": "t"}}))),
+        {"review": DESCRIBED_WF})
+    s.host.prompt("go")
+    s.settle()
+    (row,) = s.launches()
+    assert (row.status, row.error_code) == ("failed", "workflow_invalid")
+    assert "`wfrun validate review`" in (row.error_message or "")  # the CLI's wording, kept
+    (follow_up,) = s.messages(DEFERRED_TURN_TYPE)
+    assert "fix the file, then start it again" in follow_up.content
+    assert "wfrun validate" not in follow_up.content
