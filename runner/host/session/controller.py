@@ -132,8 +132,8 @@ class SessionController:
             act.control.pause()
             if turn is not None:
                 self._hold(turn)
-            self.host.notify(f"workflow run {act.record.run_id} paused; `/workflow resume` "
-                             "(or the workflow tool's resume action) continues it")
+            self.host.notify(f"workflow run {act.record.run_id} paused; the workflow tool's "
+                             "resume action (in Pi: /workflow resume) continues it")
             return
         if turn is not None and turn.delivered and turn.started and not turn.held:
             # A duplicate settle before the step's own turn began is not a turn the
