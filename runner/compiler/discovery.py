@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,15 +66,42 @@ class CatalogEntry:
         return self.path.as_posix()
 
 
+#: A folder changed this close to a scan may change again within the same tick of
+#: the file system's clock without its mtime moving; such a scan is not trusted.
+RACY_NS = 1_000_000_000
+
+Stamp = tuple[tuple[int, int, int] | None, ...]
+
+
 @dataclass
 class Catalog:
-    """Every definition file of one kind that the three sources hold."""
+    """Every definition file of one kind that the three sources hold.
+
+    `current()` follows the files: it re-scans when a source folder's mtime says a
+    file was added, removed or renamed since the scan (a long-lived host or session
+    sees a workflow written after it started), and returns this same object when
+    nothing changed, so what is cached against it stays valid.
+    """
 
     kind: Kind
     project_root: Path | None
     folders: dict[Origin, Path | None]
     entries: list[CatalogEntry] = field(default_factory=list)
     problems: list[Diagnostic] = field(default_factory=list)
+    user_dir: Path | None = None
+    stamp: Stamp = ()
+    scanned_ns: int = 0  # the real wall clock: it is compared with file mtimes
+
+    def current(self) -> Catalog:
+        """This catalog, or a fresh scan when a source folder changed since this one."""
+        stamp = _stamp(self)
+        if stamp == self.stamp and not _racy(stamp, self.scanned_ns):
+            return self
+        fresh = build_catalog(self.kind, self.project_root, self.user_dir)
+        if fresh.entries == self.entries and fresh.problems == self.problems:
+            self.stamp, self.scanned_ns = fresh.stamp, fresh.scanned_ns
+            return self
+        return fresh
 
     @property
     def active(self) -> list[CatalogEntry]:
@@ -110,7 +138,10 @@ def build_catalog(kind: Kind, project_root: Path | None, user_dir: Path | None) 
         "user": (user_dir / sub) if user_dir else None,
         "builtin": builtin_folder(kind),
     }
-    catalog = Catalog(kind, project_root, folders)
+    catalog = Catalog(kind, project_root, folders, user_dir=user_dir)
+    # Stamped before listing: a change made while listing shows as a newer mtime.
+    catalog.scanned_ns = time.time_ns()
+    catalog.stamp = _stamp(catalog)
     if project_root is not None:
         _misnamed_folders(project_root / PROJECT_DIR, kind, catalog.problems)
     winners: dict[str, Origin] = {}
@@ -130,6 +161,29 @@ def build_catalog(kind: Kind, project_root: Path | None, user_dir: Path | None) 
                 winners[name] = origin
             catalog.entries.append(CatalogEntry(name, origin, path, shadowed_by))
     return catalog
+
+
+def _stamp(catalog: Catalog) -> Stamp:
+    """(mtime, inode, device) of `.wfrun/` and of each source folder (None: absent). A
+    file added, removed or renamed changes its folder's mtime; a folder created or
+    removed changes its own entry."""
+    paths = list(catalog.folders.values())
+    if catalog.project_root is not None:
+        paths.append(catalog.project_root / PROJECT_DIR)
+    out: list[tuple[int, int, int] | None] = []
+    for path in paths:
+        try:
+            st = os.stat(path) if path is not None else None
+        except OSError:
+            st = None
+        out.append((st.st_mtime_ns, st.st_ino, st.st_dev) if st is not None else None)
+    return tuple(out)
+
+
+def _racy(stamp: Stamp, scanned_ns: int) -> bool:
+    """True when a folder changed so close to the scan that a later change within the
+    same file-system clock tick would leave its mtime as it is."""
+    return any(s is not None and s[0] >= scanned_ns - RACY_NS for s in stamp)
 
 
 # What `.wfrun/` may hold besides definitions: run bundles, the store, anything else.

@@ -145,12 +145,14 @@ def _validator(key: str) -> Draft202012Validator:
 
 
 def validation_errors(schema: dict[str, Any] | Any, value: Any, limit: int = 5) -> list[str]:
-    """Human messages for why `value` does not match `schema` (empty when it does)."""
+    """Human messages for why `value` does not match `schema` (empty when it does), each
+    one short line that quotes no more than a few characters of the value."""
     from referencing.exceptions import Unresolvable
 
     validator = _validator(canonical(schema))
     try:
-        errors = sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
+        errors = sorted(validator.iter_errors(value),
+                        key=lambda e: [str(p) for p in e.absolute_path])
     except Unresolvable as exc:  # compiled schemas are checked; a hand-made one may not be
         return [f"value: the schema refers to something it does not hold ({exc})"]
     except RecursionError:
@@ -159,10 +161,12 @@ def validation_errors(schema: dict[str, Any] | Any, value: Any, limit: int = 5) 
         return []
     from jsonschema.exceptions import best_match
 
+    from .schemamessages import describe, location
+
     out = []
     first: ValidationError | None = best_match(errors)
     ordered = [first, *[e for e in errors if e is not first]] if first else errors
     for err in ordered[:limit]:
-        where = "".join(f"[{p!r}]" if isinstance(p, int) else f".{p}" for p in err.absolute_path)
-        out.append(f"{'$' + where if where else 'value'}: {err.message}")
+        # Bounded, JSON-quoted lines: never the value itself (it may be 100 KB).
+        out.append(f"{location(err.absolute_path)}: {describe(err)}")
     return out

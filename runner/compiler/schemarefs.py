@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
+from .schemamessages import shown
+
 if TYPE_CHECKING:
     from jsonschema import Draft202012Validator
 
@@ -146,7 +148,7 @@ def _search(pattern: str, text: str) -> bool | None:
 
 
 def _too_slow(pattern: str) -> str:
-    return (f"the pattern {pattern[:80]!r} ran longer than {PATTERN_SECONDS:g} s on this "
+    return (f"the pattern {shown(pattern, 80)} ran longer than {PATTERN_SECONDS:g} s on this "
             "value; simplify the pattern")
 
 
@@ -159,7 +161,7 @@ def _pattern(validator: Any, patrn: str, instance: Any, schema: Any) -> Iterator
     if found is None:
         yield ValidationError(_too_slow(patrn))
     elif not found:
-        yield ValidationError(f"{instance[:200]!r} does not match {patrn!r}")
+        yield ValidationError(f"does not match the pattern {shown(patrn, 100)}")
 
 
 def _pattern_properties(validator: Any, patterns: dict[str, Any], instance: Any,
@@ -201,9 +203,9 @@ def _additional_properties(validator: Any, aP: Any, instance: Any,
         for extra in extras:
             yield from validator.descend(instance[extra], aP, path=extra)
     elif not aP and extras:
-        shown = ", ".join(repr(e) for e in sorted(extras)[:10])
+        names = ", ".join(shown(e, 40) for e in sorted(extras)[:10])
         verb = "was" if len(extras) == 1 else "were"
-        yield ValidationError(f"Additional properties are not allowed ({shown} {verb} "
+        yield ValidationError(f"Additional properties are not allowed ({names} {verb} "
                               "unexpected)")
 
 
@@ -231,14 +233,14 @@ def _unevaluated_properties(validator: Any, uP: Any, instance: Any,
                             None) is not None]
     if not unevaluated:
         return
-    shown = ", ".join(repr(k) for k in sorted(unevaluated, key=str)[:10])
+    names = ", ".join(shown(str(k), 40) for k in sorted(unevaluated, key=str)[:10])
     verb = "was" if len(unevaluated) == 1 else "were"
     if uP is False:
-        yield ValidationError(f"Unevaluated properties are not allowed ({shown} {verb} "
+        yield ValidationError(f"Unevaluated properties are not allowed ({names} {verb} "
                               "unexpected)")
     else:
         yield ValidationError(f"Unevaluated properties are not valid under the given schema "
-                              f"({shown} {verb} unevaluated and invalid)")
+                              f"({names} {verb} unevaluated and invalid)")
 
 
 def _valid(errors: Iterator[Any]) -> bool:

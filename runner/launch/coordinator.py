@@ -602,6 +602,12 @@ class LaunchCoordinator(Preflight):
             return
         self._ending(act, outcome)(None)
 
+    def _summary(self, outcome: RunOutcome) -> str:
+        """A waiting run's checkpoint summary, safe to show a model (bounded, redacted)."""
+        output = outcome.final_output
+        summary = output.get("summary") if isinstance(output, dict) else None
+        return self.safe(str(summary), outcome.state.input) if summary else ""
+
     def _ending(self, act: Activation, outcome: RunOutcome) -> Transition:
         """The transition that records how a run ended (not parked) on its launch; it
         takes the bundle's seal along when given one (link.py)."""
@@ -614,16 +620,17 @@ class LaunchCoordinator(Preflight):
         if outcome.status in ("completed", "waiting"):
             presentation = None
             session = act.record.origin_session_id
-            has_presentation = act.definition is not None and bool(
-                act.definition.presentation)
-            if session is not None and (has_presentation or self.for_sessions):
+            waiting = outcome.status == "waiting"
+            presents = act.definition is not None and bool(act.definition.presentation)
+            if session is not None and (presents or waiting or self.for_sessions):
                 # Durable with the ending: a restarted session still delivers it, and
-                # refuses a new start until it has.
+                # refuses a new start until it has. A checkpoint without a presentation
+                # still tells the session that the run waits (the default notice).
                 presentation = new_intent(session_id=session, run_id=run_id,
                                           workflow=act.workflow, cause="presentation",
                                           source="run_presentation", state=outcome.status,
-                                          reason="")
-            waiting = outcome.status == "waiting"
+                                          node=outcome.state.waiting_on if waiting else None,
+                                          reason=self._summary(outcome) if waiting else "")
             return lambda bundle: launches.finish(run_id, token, waiting=waiting,
                                                   turn_intent=presentation, bundle=bundle,
                                                   then_claim=then)

@@ -45,6 +45,15 @@ def launch_failed_text(workflow: str, run_id: str, reason: str) -> str:
             "and call workflow start again only after you correct the cause.")
 
 
+def waiting_text(workflow: str, run_id: str, node: str | None, summary: str) -> str:
+    """The default notice of a run that stopped at a checkpoint (no presentation)."""
+    at = f" at checkpoint '{node}'" if node else ""
+    said = f": {summary}" if summary else ""
+    return (f"Workflow {workflow} (run {run_id}) is waiting for an answer{at}{said}. To "
+            f"continue it, call the workflow tool with action 'answer', runId '{run_id}' and "
+            "your answer as input.")
+
+
 def ended_text(workflow: str, run_id: str, state: str, reason: str | None,
                handoff: bool = False) -> str:
     if handoff:
@@ -92,5 +101,8 @@ def fallback_text(facts: dict[str, object]) -> str:
     reason = str(facts.get("reason") or "")
     if facts.get("cause") == "launch_failed":
         return launch_failed_text(workflow, run_id, reason)
+    if facts.get("cause") == "presentation" and facts.get("observedState") == "waiting":
+        node = facts.get("nodeId")
+        return waiting_text(workflow, run_id, str(node) if node else None, reason)
     return ended_text(workflow, run_id, str(facts.get("observedState", "?")), reason or None,
                       handoff=bool(facts.get("handoff")))

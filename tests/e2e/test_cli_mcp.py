@@ -194,7 +194,7 @@ def test_concurrent_calls_behave_as_sequential(project: Path) -> None:
     # Each refusal names the winner (hookless, a later call may first activate it, and
     # its step contract then rides ahead of that call's own reply).
     tail = re.compile(rf"this session already has workflow run {winner} \((queued|running)\); "
-                      "wait for it to end or cancel it before starting another$")
+                      'wait for it to end or cancel it before starting another", "action"')
     assert len(refused) == 3
     assert all(tail.search(t) for t in refused), refused
     store = SqliteStore(project / ".wfrun" / "state" / "store.sqlite3")

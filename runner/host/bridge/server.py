@@ -33,6 +33,7 @@ from runner.clock import Clock
 from runner.errors import WfrunError
 from runner.host.runtime.local import Workspace
 from runner.host.session.protocol import DeliverAs, SessionEntry, ToolReply
+from runner.host.session.replies import error_reply
 from runner.host.session.tool import WORKFLOW_TOOL
 from runner.host.session.wiring import SessionRuntime, open_session
 from runner.store import StoreError
@@ -344,8 +345,8 @@ class BridgeServer:
             try:
                 args = jsonin.loads(args) if args.strip() else {}
             except ValueError:
-                return ToolReply("the tool arguments are not valid JSON; send a JSON object",
-                                 {"action": None}, is_error=True)
+                return error_reply("the tool arguments are not valid JSON; send a JSON object",
+                                   None, "invalid_arguments")
         return runtime.controller.on_tool_call(call_id, name, args)
 
     def _settled(self, timeout: float) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from runner.compiler.discovery import PROJECT_DIR
 from runner.errors import InputError
 from runner.host.runtime.local import Workspace
 from runner.host.session.protocol import DeliverAs, SessionEntry, ToolReply
+from runner.host.session.replies import error_reply
 from runner.host.session.tool import WORKFLOW_TOOL
 from runner.host.session.wiring import SessionRuntime, open_session
 
@@ -156,8 +157,8 @@ class AgentSession:
             try:
                 arguments = jsonin.loads(arguments) if arguments.strip() else {}
             except ValueError:
-                return ToolReply("the tool arguments are not valid JSON; send a JSON object",
-                                 {"action": None}, is_error=True)
+                return error_reply("the tool arguments are not valid JSON; send a JSON object",
+                                   None, "invalid_arguments")
         with self._tool_lock:
             return self._runtime.controller.on_tool_call(call_id, "workflow", arguments)
 

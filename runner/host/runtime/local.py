@@ -160,6 +160,7 @@ class Workspace:
         from, so a start or an activation re-hashes the bytes instead of
         re-parsing them (the digest comparison at activation stays authoritative).
         """
+        self.definitions()  # a workflow written since the last look is found by name
         key = os.path.abspath(os.path.expanduser(ref)) if is_path_ref(ref) else ref
         cached = self._compiled.get(key)
         if cached is not None and cached.fresh(self.catalog, self._root_file(ref)):
@@ -180,6 +181,32 @@ class Workspace:
         if entry is not None:
             self._compiled[key] = entry
         return out.definition, stored
+
+    def definitions(self) -> Catalog:
+        """The workflow catalog as the folders hold it now (re-scanned only when a source
+        folder changed; the same object otherwise, so the compile cache stays valid)."""
+        self.catalog = self.catalog.current()
+        return self.catalog
+
+    def session_ref(self, ref: str) -> str:
+        """`ref` as an agent session may use it: a name as it is; a path taken relative
+        to the project (not this process's cwd) and only inside the project or the user
+        folder. Anything else is refused before the file is touched, so the refusal
+        says nothing about it."""
+        if not is_path_ref(ref):
+            return ref
+        roots = [r for r in (self.project_root, self.catalog.user_dir) if r is not None]
+        base = self.project_root or self.state_dir
+        expanded = os.path.expanduser(ref) if ref.startswith("~") else ref
+        path = os.path.realpath(os.path.join(base, expanded))
+        for root in roots:
+            real_root = os.path.realpath(root)
+            if path == real_root or path.startswith(real_root.rstrip(os.sep) + os.sep):
+                return path
+        shown = ref if len(ref) <= 120 else ref[:120] + "…"
+        raise NotFoundError(f"workflow path {json.dumps(shown)} is outside the project and the "
+                            "user folder; use a workflow name (the list action shows them) or a "
+                            "path inside the project")
 
     def _root_file(self, ref: str) -> tuple[int, int] | None:
         """The file `ref` resolves to now, as (device, inode): one stat, where the real

@@ -9,18 +9,19 @@ notifications with a session-log scan first so nothing is sent twice.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from runner import jsonin
 from runner.compiler.templates import TemplateError, render_text
 from runner.engine import AgentStep, RunControl, RunOutcome
 from runner.engine.agent import TurnKind
-from runner.errors import WfrunError
+from runner.errors import InputError, NotFoundError, WfrunError
 from runner.launch import (
     LaunchCoordinator,
     PreflightError,
@@ -46,6 +47,7 @@ from runner.store import (
 )
 
 from .protocol import Host, SessionEntry, ToolReply
+from .replies import bounded, code_of, cut, error_reply, for_model
 from .tool import validate_call
 
 if TYPE_CHECKING:
@@ -58,6 +60,15 @@ RESOLUTION_BY_TYPE: dict[str, TurnResolution] = {
 #: The run event written just before a turn intent's message is appended.
 SENDING_EVENT = "turn_intent.sending"
 Lister = Callable[[int], str]
+
+
+@runtime_checkable
+class SessionRefs(Protocol):
+    """A resolver that knows where a session may read workflows from (the workspace)."""
+
+    def session_ref(self, ref: str) -> str: ...
+
+
 StatusReader = Callable[[str], dict[str, Any]]
 
 
@@ -69,6 +80,7 @@ class _StepTurn:
     sending: bool = False
     delivered: bool = False  # set only after the message is in the session
     started: bool = False  # a turn started after delivery (only its settle counts)
+    held: bool = False  # the run is paused: no turn counts until it resumes
     settled: threading.Event = field(default_factory=threading.Event)
 
 
@@ -129,14 +141,20 @@ class SessionController:
     def on_turn_settled(self, aborted: bool) -> None:
         with self._lock:
             self._turn_active = False
-            turn = self._step
-        if turn is not None and turn.delivered and turn.started:
+            turn, act = self._step, self.active
+        if aborted and act is not None:
+            # Escape holds the run instead of nudging it: the open step stays open and
+            # this turn is not one the model spent on it (no reminder, no failure).
+            act.control.pause()
+            if turn is not None:
+                self._hold(turn)
+            self.host.notify(f"workflow run {act.record.run_id} paused; the workflow tool's "
+                             "resume action (in Pi: /workflow resume) continues it")
+            return
+        if turn is not None and turn.delivered and turn.started and not turn.held:
             # A duplicate settle before the step's own turn began is not a turn the
             # model spent on the step; it must not cost a reminder.
             turn.settled.set()
-        if aborted and self.active is not None:
-            self.active.control.pause()  # Escape holds the run instead of nudging it
-            return
         self._boundary()
 
     def on_session_shutdown(self, reason: str) -> None:
@@ -170,34 +188,39 @@ class SessionController:
         self._boundary(activate=False)
 
     def on_tool_call(self, call_id: str, name: str, args: dict[str, Any]) -> ToolReply:
+        """One `workflow` call; every reply bounded, every error one JSON object whose
+        hints name tool actions (replies.py)."""
+        action = args.get("action") if isinstance(args, dict) else None
         if name != "workflow":
-            return ToolReply(f"unknown tool '{name}'", is_error=True)
+            return error_reply(f"unknown tool {json.dumps(cut(name, 40))}; the tool is "
+                               "'workflow'", None, "unknown_tool")
         if jsonin.too_deep(args):  # every host's way in: bridge, MCP, in-process
-            return ToolReply(f"the tool arguments are nested deeper than {jsonin.MAX_DEPTH} "
-                             "levels; send a flatter JSON object", {"action": None},
-                             is_error=True)
+            return error_reply(f"the tool arguments are nested deeper than {jsonin.MAX_DEPTH} "
+                               "levels; send a flatter JSON object", None, "invalid_input")
         try:
-            action, params = validate_call(args)
-            return self._dispatch(action, params)
+            verb, params = validate_call(args)
+            return bounded(self._dispatch(verb, params))
         except PreflightError as exc:
-            return ToolReply(exc.message, {"action": args.get("action"), "code": exc.code},
-                             is_error=True)
+            return error_reply(self.coordinator.relative(exc.message), action, exc.code)
         except WfrunError as exc:
-            return ToolReply(exc.message, {"action": args.get("action")}, is_error=True)
+            return error_reply(self.coordinator.relative(exc.message), action, code_of(exc))
         except StoreError as exc:
-            return ToolReply(self.coordinator.safe(f"the workflow store failed: {exc.message}"),
-                             {"action": args.get("action")}, is_error=True)
+            return error_reply(self.coordinator.safe(f"the workflow store failed: {exc.message}"),
+                               action, "store_unavailable")
 
     # -- tool actions ----------------------------------------------------------------
     def _dispatch(self, action: str, p: dict[str, Any]) -> ToolReply:
         if action in ("submit", "update"):
             turn = self._step
             if turn is None:
-                return ToolReply("no workflow step is open in this session", is_error=True)
+                return error_reply("no workflow step is open in this session", action,
+                                   "no_open_step")
             res = turn.step.handle_tool_call({"action": action, **p})
-            return ToolReply(res.message, {"action": action, "ok": res.ok}, is_error=not res.ok)
+            if not res.ok:
+                return error_reply(res.message, action, "rejected", {"ok": False})
+            return ToolReply(res.message, {"action": action, "ok": res.ok})
         if action == "start":
-            record = self.coordinator.prepare(p["workflow"], p.get("input"),
+            record = self.coordinator.prepare(self._session_ref(p["workflow"]), p.get("input"),
                                               session_id=self.session_id)
             self._watch_queued()
             name = workflow_name(record.workflow_ref)
@@ -206,8 +229,6 @@ class SessionController:
                               "queued": True})
         if action == "answer":
             parent = p.get("runId") or self._waiting_run()
-            if parent is None:
-                return ToolReply("no run of this session is waiting; pass runId", is_error=True)
             ref = self._workflow_ref(parent)
             record = self.coordinator.prepare(ref, p["input"], session_id=self.session_id,
                                               parent_run_id=parent)
@@ -220,12 +241,17 @@ class SessionController:
         if action in ("pause", "resume"):
             act = self.active
             if act is None:
-                return self._resume_parked() if action == "resume" else ToolReply(
-                    "no workflow is running in this session", is_error=True)
+                return self._resume_parked() if action == "resume" else error_reply(
+                    "no workflow is running in this session", action, "not_running")
             if action == "pause":
                 act.control.pause()
+                with self._lock:
+                    turn = self._step
+                if turn is not None:
+                    self._hold(turn)
             else:
                 act.control.resume()
+                self._release_hold()
             return ToolReply(f"Workflow run {act.record.run_id} {action}d.",
                              {"action": action, "runId": act.record.run_id})
         if action == "status":
@@ -240,13 +266,24 @@ class SessionController:
         a start, so nothing runs inside the model's turn."""
         parked = self.store.launches.query(statuses=["parked"], session_id=self.session_id)
         if not parked:
-            return ToolReply("no workflow run of this session is paused or parked",
-                             is_error=True)
+            return error_reply("no workflow run of this session is paused or parked",
+                               "resume", "not_parked")
         run_id = parked[-1].run_id
         with self._lock:
             self._resume_wanted = run_id
         return ToolReply(f"Workflow run {run_id} resumes after this turn.",
                          {"action": "resume", "runId": run_id, "queued": True})
+
+    def _session_ref(self, ref: str) -> str:
+        """The model's workflow name or path, confined to the project and the user folder
+        (paths relative to the project) when the resolver is a workspace."""
+        resolver = self.coordinator.resolver
+        if not isinstance(resolver, SessionRefs):
+            return ref
+        try:
+            return resolver.session_ref(ref)
+        except NotFoundError as exc:
+            raise PreflightError("workflow_not_found", exc.message) from None
 
     def _cancel(self, run_id: str | None) -> ToolReply:
         act = self.active
@@ -256,7 +293,8 @@ class SessionController:
         if run_id is None:
             held = self.store.launches.find_session_reservation(self.session_id)
             if held is None:
-                return ToolReply("nothing to cancel in this session", is_error=True)
+                return error_reply("nothing to cancel in this session", "cancel",
+                                   "nothing_to_cancel")
             run_id = held.run_id
         record = self.coordinator.cancel(run_id)
         return self._cancel_reply(run_id, done=record.status == "cancelled")
@@ -287,6 +325,13 @@ class SessionController:
         if view.get("interrupted"):
             text = (f"Run {run_id}: interrupted (its runner stopped mid-run; it resumes at "
                     "the interrupted node when this session or a `wfrun host` takes it over)")
+        act = self.active
+        if act is not None and act.record.run_id == run_id and act.control.pause_requested:
+            # Held in the session (Escape, or the pause action); the bundle says running.
+            view = {**view, "paused": True}
+            text += " (paused; the resume action continues it)"
+        if state == "waiting":
+            text += f" (at a checkpoint; the answer action with runId '{run_id}' continues it)"
         error = view.get("error")
         if isinstance(error, dict):
             text += f" ({error.get('code')}: {error.get('message')})"
@@ -294,11 +339,23 @@ class SessionController:
             text += f" ({error})"
         return ToolReply(text, {"action": "status", **view})
 
-    def _waiting_run(self) -> str | None:
-        for outcome in reversed(self.outcomes):
-            if outcome.status == "waiting":
-                return outcome.run_id
-        return None
+    def _waiting_run(self) -> str:
+        """The one run of this session waiting at a checkpoint, from the store (any
+        process of the session, before or after a restart); else InputError."""
+        rows = self.store.launches.query(session_id=self.session_id)
+        answered = {r.parent_run_id for r in rows if r.parent_run_id}
+        reader = self.coordinator.reader
+        waiting = [r.run_id for r in reversed(rows)
+                   if r.status == "done" and r.ending == "waiting"
+                   and r.run_id not in answered and not reader.answered(r.run_id)]
+        if not waiting:
+            raise InputError("no run of this session is waiting at a checkpoint; pass runId "
+                             "to answer another run")
+        if len(waiting) > 1:
+            shown = ", ".join(waiting[:5]) + (", …" if len(waiting) > 5 else "")
+            raise InputError(f"{len(waiting)} runs of this session are waiting ({shown}); "
+                             "pass runId to say which one to answer")
+        return waiting[0]
 
     def _workflow_ref(self, run_id: str) -> str:
         record = self.store.launches.get(run_id)
@@ -501,7 +558,8 @@ class SessionController:
                     kind, resolution = PRESENTATION_TYPE, "presentation"
                     details["presentationId"] = f"presentation:{intent.run_id}"
             if text is None:
-                text = fallback_text(intent.fallback_facts)
+                # The stored reason was written for any reader; the model has the tool.
+                text = for_model(fallback_text(intent.fallback_facts))
             # wfrun's own durable record of the send, for a retry after a crash: the
             # session log may no longer hold the message (an adapter returning only
             # the compacted view). A crash between this line and the append loses the
@@ -599,6 +657,25 @@ class SessionController:
             if clock.monotonic() > end:
                 raise TimeoutError("the workflow run did not reach a quiet point in time")
             clock.sleep(0.002)
+
+    def _hold(self, turn: _StepTurn) -> None:
+        """A paused run's open step: its turns stop counting until `resume`."""
+        with self._lock:
+            turn.held = True
+
+    def _release_hold(self) -> None:
+        """On resume, a held step is delivered again (a new turn for it), at once when
+        the session is idle, else at the next boundary."""
+        with self._lock:
+            turn = self._step
+            if turn is None or not turn.held:
+                return
+            turn.held = False
+            turn.kind = "resume"
+            turn.sending = turn.delivered = turn.started = False
+            idle = not self._turn_active
+        if idle and self.host.is_idle():
+            self._deliver_step()
 
     def _step_done(self, turn: _StepTurn) -> None:
         with self._lock:

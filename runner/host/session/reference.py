@@ -3,9 +3,10 @@
 `JsonlHost` keeps a session log shaped like pi's (a header, then entries with
 ids), runs one turn at a time on the caller's thread, and calls the listener
 exactly like a real runtime would: tool calls during the turn, `on_turn_settled`
-when nothing remains. A message appended with `trigger_turn` while idle
-requests the next turn, which `run_until_idle` runs. The model is any function
-of the conversation so far that returns text or tool calls.
+when nothing remains (aborted when the model's reply is `Abort`: the user's
+Escape). A message appended with `trigger_turn` while idle requests the next
+turn, which `run_until_idle` runs. The model is any function of the conversation
+so far that returns text or tool calls.
 """
 
 from __future__ import annotations
@@ -40,7 +41,12 @@ class ModelView:
     last_tool_reply: ToolReply | None = None
 
 
-ModelReply = str | ToolCall | list[ToolCall]
+@dataclass(frozen=True)
+class Abort:
+    """The user pressed Escape: the turn ends here and settles as aborted."""
+
+
+ModelReply = str | ToolCall | list[ToolCall] | Abort
 Model = Callable[[ModelView], ModelReply]
 
 
@@ -157,9 +163,13 @@ class JsonlHost:
         self.turns += 1
         self.listener.on_turn_started()
         last_reply: ToolReply | None = None
+        aborted = False
         try:
             for _ in range(MAX_STEPS_PER_TURN):
                 reply = self.model(self._view(last_reply))
+                if isinstance(reply, Abort):
+                    aborted = True
+                    break
                 calls = [reply] if isinstance(reply, ToolCall) else reply
                 if isinstance(calls, str):
                     self._append("message", role="assistant", content=calls)
@@ -175,7 +185,7 @@ class JsonlHost:
         finally:
             with self._lock:
                 self._in_turn = False
-        self.listener.on_turn_settled(False)
+        self.listener.on_turn_settled(aborted)
 
     def _view(self, last_reply: ToolReply | None) -> ModelView:
         entries = self.read_session_entries()

@@ -7,6 +7,7 @@ accepts exactly its own fields (DESIGN §6; pi-workflows §8).
 
 from __future__ import annotations
 
+from runner.compiler.schemamessages import shown
 from runner.errors import InputError
 
 TYPE_CHECKING = False  # no typing at run time: `wfrun mcp` lists the tool at start-up
@@ -63,13 +64,14 @@ def validate_call(args: Any) -> tuple[str, dict[str, Any]]:
     if not isinstance(args, dict):
         raise InputError("workflow tool arguments must be a JSON object")
     action = args.get("action")
-    if action not in FIELDS:
-        raise InputError(f"unknown action {action!r}; use one of: {', '.join(ACTIONS)}")
+    if not isinstance(action, str) or action not in FIELDS:
+        raise InputError(f"unknown action {shown(action, 40)}; use one of: {', '.join(ACTIONS)}")
     required, optional = FIELDS[action]
     allowed = {"action", *required, *optional}
-    extra = sorted(k for k in args if k not in allowed)
+    extra = sorted(str(k) for k in args if k not in allowed)
     if extra:
-        raise InputError(f"action '{action}' does not take {', '.join(extra)}; it takes "
+        names = ", ".join(shown(k, 40).strip('"') for k in extra[:5])
+        raise InputError(f"action '{action}' does not take {names}; it takes "
                          + (", ".join((*required, *optional)) or "no other fields"))
     missing = [k for k in required if k not in args]
     if missing:

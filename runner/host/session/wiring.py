@@ -9,11 +9,13 @@ once so the adapters differ only in how they talk to their agent runtime.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
 from runner.clock import Clock
 from runner.engine.processes import registry_for_this_process
+from runner.errors import WfrunError
 from runner.host.runtime.launches import environment_secrets, launch_status, runner_id
 from runner.host.runtime.local import Workspace, open_store, store_choice, store_path
 from runner.launch import EngineOptions, LaunchCoordinator
@@ -21,8 +23,11 @@ from runner.store import SqliteStore, Store
 
 from .controller import SessionController, SessionExecutor
 from .protocol import Host
+from .replies import cut
 
 LIST_PAGE = 20
+MAX_DESCRIPTION = 300  # characters of a workflow's description in `list`
+MAX_SCHEMA = 600  # characters of its input schema (compact JSON)
 
 
 @dataclass
@@ -60,16 +65,35 @@ def open_session(host: Host, ws: Workspace, *, store_clock: Clock | None = None)
 
 
 def list_text(ws: Workspace, offset: int = 0) -> str:
-    """The `list` action's reply: one line per workflow the session can start."""
-    entries = ws.catalog.active
+    """The `list` action's reply: per workflow the session can start, its name, origin
+    and description, and the input it takes (its JSON Schema), each bounded."""
+    entries = ws.definitions().active
     page = entries[offset:offset + LIST_PAGE]
     if not page:
         return "no workflows found" if not entries else f"no workflows after offset {offset}"
-    lines = [f"- {e.name} ({e.origin})" for e in page]
+    lines = []
+    for entry in page:
+        lines.extend(_described(ws, entry.name, entry.origin))
     rest = len(entries) - offset - len(page)
     if rest > 0:
         lines.append(f"... {rest} more; call list with offset {offset + len(page)}")
     return "\n".join(lines)
+
+
+def _described(ws: Workspace, name: str, origin: str) -> list[str]:
+    try:
+        definition, _ = ws.compile(name)
+    except WfrunError:
+        return [f"- {name} ({origin}): invalid; fix the file before starting it"]
+    about = " ".join((definition.description or definition.title or "").split())
+    head = f"- {name} ({origin})" + (f": {cut(about, MAX_DESCRIPTION)}" if about else "")
+    schema = definition.input_schema
+    if schema is None:
+        return [head, "  input: any (the workflow declares no input schema)"]
+    text = json.dumps(schema, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    if len(text) > MAX_SCHEMA:
+        text = cut(text, MAX_SCHEMA) + " (cut; the workflow file has the whole schema)"
+    return [head, f"  input: {text}"]
 
 
 def status_of(runtime: SessionRuntime, run_id: str) -> dict[str, Any]:

@@ -3,6 +3,7 @@ message behave as sequential; the status line; the refusal of a bridge-less star
 
 from __future__ import annotations
 
+import json
 import shutil
 from typing import Any
 
@@ -81,8 +82,9 @@ def test_two_parallel_starts_in_one_message_behave_as_sequential(world: World) -
     assert len(ok) == 1
     assert len(refused) == 1
     run = ok[0]["result"]["details"]["runId"]
-    assert text_of(refused[0]["result"]).startswith(
-        f"this session already has workflow run {run} (queued)")
+    error = json.loads(text_of(refused[0]["result"]))["error"]
+    assert error["code"] == "activation_failed"
+    assert error["message"].startswith(f"this session already has workflow run {run} (queued)")
     store = world.store()
     try:
         rows = store.launches.query()

@@ -126,7 +126,8 @@ def test_bridge_refuses_bad_messages_with_one_line_errors_and_keeps_serving(
     reply = client.request("tool/call", {"name": "workflow",
                                          "arguments": {"action": "start", "flow": "x"}})
     assert reply["isError"] is True
-    assert reply["content"] == "action 'start' does not take flow; it takes workflow, input"
+    assert json.loads(reply["content"])["error"]["message"] == \
+        "action 'start' does not take flow; it takes workflow, input"
     raw = client.request("tool/call", {"name": "workflow", "arguments": "{oops"})
     assert raw["isError"] is True
     assert "not valid JSON" in raw["content"]

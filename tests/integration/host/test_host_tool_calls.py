@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from harness import Scripted, Session, on_user
@@ -10,6 +12,11 @@ from harness import Scripted, Session, on_user
 from runner.host.session.reference import ToolCall
 
 pytestmark = pytest.mark.timeout(20)
+
+
+def error_of(reply: Any) -> dict[str, Any]:
+    error: dict[str, Any] = json.loads(reply.content)["error"]
+    return error
 
 
 def test_invalid_tool_calls_are_refused_in_the_same_turn_and_store_nothing(
@@ -28,14 +35,15 @@ def test_invalid_tool_calls_are_refused_in_the_same_turn_and_store_nothing(
     s.settle()
     replies = s.tool_results()
     assert [r.details["is_error"] for r in replies] == [True] * len(calls)
-    assert [r.content for r in replies] == [
-        "action 'start' does not take runId; it takes workflow, input",
-        "action 'start' needs workflow",
-        "action 'submit' needs attempt, output",
-        "unknown action 'launch'; use one of: list, start, status, pause, resume, cancel, "
-        "answer, update, submit",
-        "unknown tool 'workflows'",
-        "no workflow is running in this session",
+    # Each refusal is one JSON object: a stable code and the message naming the fix.
+    assert [(e["code"], e["message"]) for e in map(error_of, replies)] == [
+        ("invalid_call", "action 'start' does not take runId; it takes workflow, input"),
+        ("invalid_call", "action 'start' needs workflow"),
+        ("invalid_call", "action 'submit' needs attempt, output"),
+        ("invalid_call", "unknown action \"launch\"; use one of: list, start, status, pause, "
+         "resume, cancel, answer, update, submit"),
+        ("unknown_tool", "unknown tool \"workflows\"; the tool is 'workflow'"),
+        ("not_running", "no workflow is running in this session"),
     ]
     assert s.launches() == []
     assert not s.ws.runs_dir.exists() or not any(s.ws.runs_dir.iterdir())

@@ -7,6 +7,7 @@ fails with one eligible `failed` follow-up.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -236,7 +237,8 @@ def test_submit_with_a_stale_attempt_is_refused(session: Make) -> None:
     refused = s.controller.on_tool_call("c", "workflow", {"action": "submit", "step": "plan",
                                                           "attempt": "a", "output": {}})
     assert refused.is_error
-    assert refused.content == "no workflow step is open in this session"
+    assert json.loads(refused.content)["error"]["message"] == \
+        "no workflow step is open in this session"
     s.host.prompt("go")
     s.settle()
     (run_id,) = _queued_ids(s)
@@ -244,8 +246,9 @@ def test_submit_with_a_stale_attempt_is_refused(session: Make) -> None:
     (step,) = s.messages(AGENT_STEP_TYPE)[:1]
     attempt = step.details["attempt"]
     assert replies[0].details["is_error"] is True
-    assert replies[0].content == (f"attempt '0123456789abcdef' is stale; the current attempt "
-                                  f"is '{attempt}'")
+    assert json.loads(replies[0].content)["error"] == {
+        "code": "rejected", "action": "submit",
+        "message": f"attempt '0123456789abcdef' is stale; the current attempt is '{attempt}'"}
     assert replies[-1].content.startswith("Output accepted")
     assert s.launch(run_id).status == "done"
     assert [o.final_output for o in s.controller.outcomes] == [{"summary": "done plan"}]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import stat
 import textwrap
 import threading
@@ -153,10 +154,12 @@ def test_agent_session_bad_inputs_are_one_line_errors(root: Path, tmp_path: Path
     with AgentSession.open(root, session_id="s1") as session:
         bad = session.call_tool("{oops")
         assert bad.is_error
-        assert bad.content == "the tool arguments are not valid JSON; send a JSON object"
+        assert json.loads(bad.content)["error"] == {
+            "code": "invalid_arguments",
+            "message": "the tool arguments are not valid JSON; send a JSON object"}
         wrong = session.call_tool({"action": "start"})
         assert wrong.is_error
-        assert wrong.content == "action 'start' needs workflow"
+        assert json.loads(wrong.content)["error"]["message"] == "action 'start' needs workflow"
 
 
 @pytest.mark.parametrize("depth", [150, 1000])

@@ -5,6 +5,7 @@ schema's error sits on the offending key's line."""
 from __future__ import annotations
 
 import http.server
+import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -102,7 +103,7 @@ def test_unevaluated_properties_match_pattern_properties_with_the_bound() -> Non
     key = "a" * 30 + "!"
     errors = validation_errors(UNEVALUATED, {key: 1})
     assert len(errors) == 1
-    assert f"{key!r} was unexpected" in errors[0]
+    assert f"{json.dumps(key)} was unexpected" in errors[0]
     assert validation_errors(UNEVALUATED, {"a" * 30: 1, "aaa": 2}) == []
     assert validation_errors(UNEVALUATED, {"aaa": "x"})  # matched keys still checked
     evil = {**UNEVALUATED, "patternProperties": {"^(a|aa)+$": {}}}
@@ -120,7 +121,7 @@ def test_unevaluated_properties_follow_refs_and_subschemas() -> None:
               "unevaluatedProperties": False}
     assert validation_errors(schema, {"p": 1, "q": 2, "x-a": 3}) == []
     [error] = validation_errors(schema, {"q": 2, "x-a": 3})
-    assert "'q' was unexpected" in error
+    assert '"q" was unexpected' in error
 
 
 @pytest.mark.timeout(30)
@@ -139,7 +140,7 @@ def test_patterns_still_match() -> None:
     assert len(errors) == 3
     joined = " ".join(errors)
     assert "does not match" in joined
-    assert "'other' was unexpected" in joined
+    assert '"other"' in joined
     bounded_validator({"type": "integer"}).validate(3)
 
 

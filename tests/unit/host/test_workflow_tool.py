@@ -66,8 +66,8 @@ def test_each_action_accepts_exactly_its_fields(action: str) -> None:
 
 @pytest.mark.parametrize(("args", "message"), [
     ([], "workflow tool arguments must be a JSON object"),
-    ({}, "unknown action None; use one of: list, start"),
-    ({"action": "run"}, "unknown action 'run'"),
+    ({}, "unknown action null; use one of: list, start"),
+    ({"action": "run"}, 'unknown action "run"'),
     ({"action": "start", "workflow": ""}, "'workflow' must be a non-empty string"),
     ({"action": "status", "runId": 7}, "'runId' must be a non-empty string"),
     ({"action": "list", "offset": -1}, "'offset' must be a non-negative integer"),
