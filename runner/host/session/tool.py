@@ -7,7 +7,6 @@ accepts exactly its own fields (DESIGN §6; pi-workflows §8).
 
 from __future__ import annotations
 
-from runner.compiler.schemamessages import shown
 from runner.errors import InputError
 
 TYPE_CHECKING = False  # no typing at run time: `wfrun mcp` lists the tool at start-up
@@ -59,18 +58,25 @@ FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 
 
+def _shown(value: object, limit: int) -> str:
+    # Imported here: `wfrun mcp` lists this tool at start-up, before the compiler loads.
+    from runner.compiler.schemamessages import shown
+
+    return shown(value, limit)
+
+
 def validate_call(args: Any) -> tuple[str, dict[str, Any]]:
     """The action and its fields, or InputError naming exactly what to fix."""
     if not isinstance(args, dict):
         raise InputError("workflow tool arguments must be a JSON object")
     action = args.get("action")
     if not isinstance(action, str) or action not in FIELDS:
-        raise InputError(f"unknown action {shown(action, 40)}; use one of: {', '.join(ACTIONS)}")
+        raise InputError(f"unknown action {_shown(action, 40)}; use one of: {', '.join(ACTIONS)}")
     required, optional = FIELDS[action]
     allowed = {"action", *required, *optional}
     extra = sorted(str(k) for k in args if k not in allowed)
     if extra:
-        names = ", ".join(shown(k, 40).strip('"') for k in extra[:5])
+        names = ", ".join(_shown(k, 40).strip('"') for k in extra[:5])
         raise InputError(f"action '{action}' does not take {names}; it takes "
                          + (", ".join((*required, *optional)) or "no other fields"))
     missing = [k for k in required if k not in args]

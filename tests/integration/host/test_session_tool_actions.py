@@ -8,6 +8,7 @@ session's reservation or else the run it displayed last; a cancel reply says
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +78,9 @@ def test_resume_continues_an_explicitly_parked_run_at_the_next_boundary(
 def test_resume_with_nothing_to_resume_says_so(session: Session) -> None:
     reply = call(session, action="resume")
     assert reply.is_error
-    assert reply.content == "no workflow run of this session is paused or parked"
+    assert json.loads(reply.content)["error"] == {
+        "code": "not_parked", "message": "no workflow run of this session is paused or parked",
+        "action": "resume"}
 
 
 def test_status_without_a_run_id_shows_the_displayed_run_once_nothing_is_reserved(

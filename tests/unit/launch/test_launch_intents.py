@@ -96,4 +96,5 @@ def test_an_outcome_reported_by_a_host_names_the_run_and_what_to_do() -> None:
     waiting = new_intent(session_id="s", run_id="r1", workflow="w", cause="presentation",
                          source="run_presentation", state="waiting", reason="")
     assert fallback_text(waiting.fallback_facts).startswith(
-        "Workflow w (run r1) is waiting at a checkpoint.")
+        "Workflow w (run r1) is waiting for an answer. To continue it, call the workflow "
+        "tool with action 'answer', runId 'r1'")
