@@ -220,3 +220,36 @@ def test_open_hands_the_printed_url_to_the_browser(project: Project, tmp_path: P
         wait_until(seen.exists, what="the browser program to be started")
         assert seen.read_text() == ui.url
         assert httpx.get(ui.url, follow_redirects=True).status_code == 200
+
+
+def test_every_built_in_workflow_has_a_page(project: Project) -> None:
+    # A built-in's sources carry a name, not a path (issue 35 item 8: every one was a 500).
+    from runner.compiler.discovery import builtin_folder
+
+    names = sorted(p.stem for p in builtin_folder("workflows").glob("*.yaml"))
+    assert names
+    with ui_server(project) as ui:
+        listed = httpx.get(f"{ui.base}/workflows")
+        assert listed.status_code == 200
+        for name in names:
+            page = httpx.get(f"{ui.base}/workflows/{name}")
+            assert page.status_code == 200, (name, page.text[:300])
+            assert "(built in)" in page.text, name
+
+
+def test_hostile_tokens_and_run_ids_are_401_and_404_never_500(project: Project) -> None:
+    project.workflow("quick", QUICK)
+    assert project.wfrun("run", "quick", "-i", "n=1").returncode == 0
+    with ui_server(project, "--token", "s3cret-token-value") as ui:
+        good = {"Authorization": "Bearer s3cret-token-value"}
+        for token in ("s3cret-token-valu\u00e9", "\u2603" * 20):
+            raw = f"Bearer {token}".encode()
+            assert httpx.get(f"{ui.base}/runs", headers={"Authorization": raw}) \
+                .status_code == 401, token
+            cookie = b"wfrun_ui_token=" + token.encode()
+            assert httpx.get(f"{ui.base}/runs", headers={"Cookie": cookie}).status_code == 401
+            assert httpx.get(f"{ui.base}/runs", params={"token": token}).status_code == 401
+        for run_id in ("quick-" + "x" * 5000, "q" * 5000, "\u00e9" * 300):
+            for path in (f"/runs/{run_id}", f"/api/runs/{run_id}", f"/api/runs/{run_id}/events"):
+                page = httpx.get(f"{ui.base}{path}", headers=good)
+                assert page.status_code in (400, 404), (path[:40], page.status_code)
