@@ -479,7 +479,7 @@ def render_native(value: Any, context: Mapping[str, Any]) -> Any:
             # A lone undefined expression comes back as the Undefined object itself.
             try:
                 str(result)
-            except UndefinedError as exc:
+            except (UndefinedError, SecurityError) as exc:  # `input.__class__`: unsafe
                 raise TemplateError(str(exc)) from None
             raise TemplateError("expression is undefined")
         missing = _first_undefined(result)
@@ -497,7 +497,7 @@ def render_native(value: Any, context: Mapping[str, Any]) -> Any:
 def _undefined_message(value: Undefined) -> str:
     try:
         str(value)
-    except UndefinedError as exc:
+    except (UndefinedError, SecurityError) as exc:
         return str(exc)
     return "a value is undefined"
 

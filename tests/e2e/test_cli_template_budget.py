@@ -88,3 +88,30 @@ def test_a_workflow_budget_applies_at_run_time(tmp_path: Path) -> None:
     assert done.returncode == 1, done.stderr
     assert "over the budget of 1,000" in done.stdout
     assert project.wfrun("validate", "tight").returncode == 0
+
+
+DUNDER = """\
+    start: a
+    nodes:
+      a:
+        compute: "EXPR"
+    """
+
+
+def test_an_input_naming_a_dunder_fails_the_node_not_the_run_machinery(
+        tmp_path: Path) -> None:
+    # The sandbox hands back an "unsafe" undefined; reading it raised SecurityError past
+    # the template layer: "the run crashed (SecurityError)" and a traceback (issue 35).
+    project = Project(tmp_path)
+    for expr in ("{{ input | attr(input.k) }}", "{{ {'got': input | attr(input.k)} }}"):
+        project.workflow("dunder", DUNDER.replace("EXPR", expr))
+        done = project.wfrun("run", "dunder", "-q", "--json", "--input",
+                             json.dumps({"k": "__class__"}))
+        assert done.returncode == 1, done.stderr
+        assert "Traceback" not in done.stdout + done.stderr
+        outcome = json.loads(done.stdout)
+        assert outcome["status"] == "failed"
+        assert outcome["error"]["code"] == "template_error", outcome
+        assert "access to attribute '__class__' of 'dict' object is unsafe" in \
+            outcome["error"]["message"]
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
