@@ -247,6 +247,10 @@ class _Checker:
             hook = HookRef(ref=ref, module=module, function=function)
         else:
             match = FILE_HOOK_RE.match(ref)
+            if match and "\0" in ref:
+                self.sink.error("invalid-hook", "a hook's file path cannot contain a NUL "
+                                "byte", kp)
+                return None
             if not match:
                 self.sink.error("invalid-hook", f"'{value}' is not a hook; write "
                                 "'package.module:function' or './file.py:function'", kp)

@@ -253,3 +253,21 @@ def test_hostile_tokens_and_run_ids_are_401_and_404_never_500(project: Project) 
             for path in (f"/runs/{run_id}", f"/api/runs/{run_id}", f"/api/runs/{run_id}/events"):
                 page = httpx.get(f"{ui.base}{path}", headers=good)
                 assert page.status_code in (400, 404), (path[:40], page.status_code)
+
+
+def test_a_workflow_the_compiler_failed_on_leaves_the_catalog_up(project: Project) -> None:
+    # Issue 35 item 7: a 400-digit duration or a NUL in a hook path was a traceback in
+    # the compiler, so the whole workflows page was a 500.
+    project.workflow("quick", QUICK)
+    (project.root / ".wfrun" / "workflows" / "endless.yaml").write_text(
+        "start: a\nnodes:\n  a: {compute: '1', timeout: " + "9" * 400 + "s}\n")
+    (project.root / ".wfrun" / "workflows" / "nul.yaml").write_text(
+        'start: a\nnodes:\n  a: {compute: {call: "./ho\\0oks.py:f"}}\n')
+    with ui_server(project) as ui:
+        rows = {r["name"]: r for r in httpx.get(f"{ui.base}/api/workflows").json()["rows"]}
+        assert rows["quick"]["valid"] is True
+        assert rows["endless"]["valid"] is False
+        assert rows["nul"]["valid"] is False
+        assert httpx.get(f"{ui.base}/workflows").status_code == 200
+        for name in ("endless", "nul"):
+            assert httpx.get(f"{ui.base}/workflows/{name}").status_code == 200
