@@ -39,7 +39,7 @@ def text_size(value: Any, limit: int) -> int:
     while stack and total <= limit:
         v, inner = stack.pop()
         if isinstance(v, str):
-            total += len(v) if not inner else (len(v) + 2) * (1 if v.isprintable() else 10)
+            total += len(v) if not inner else _repr_size(v)
         elif isinstance(v, (bytes, bytearray)):
             total += 4 * len(v) + 3
         elif isinstance(v, bool) or v is None:
@@ -60,6 +60,18 @@ def text_size(value: Any, limit: int) -> int:
         else:
             total += _OBJECT_TEXT
     return total
+
+
+# Up to this length a string's repr is made to measure it (at most ten times as long).
+_MEASURED = 65_536
+
+
+def _repr_size(text: str) -> int:
+    if text.isprintable():
+        return len(text) + 2 + text.count("\\") + text.count("'")
+    if len(text) <= _MEASURED:  # a line break or a tab: the usual case, measured
+        return len(repr(text))
+    return 10 * len(text) + 2
 
 
 def materialize(guard: Guard, value: Any, what: str) -> Any:
@@ -187,6 +199,52 @@ def percent_size(guard: Guard, fmt: str, args: Any) -> int:
     return total
 
 
+# -- text filters: how many characters they can make of their input ---------------------
+
+_HTML = ("&", "<", ">", '"', "'")  # each becomes up to five characters (`&#39;`)
+
+
+def filter_size(name: str, value: Any, limit: int) -> int | None:
+    """The most characters the text filter `name` makes of `value`; None for a filter
+    that makes nothing bigger than its input (or is checked elsewhere)."""
+    text = value if isinstance(value, str) else None
+    if name in ("upper", "lower", "title", "capitalize"):
+        if text is not None:  # ASCII maps one to one; 'ß' is 'SS', 'ŉ' is 'ʼN'
+            return len(text) if text.isascii() else 3 * len(text)
+        return 3 * text_size(value, limit)
+    if name in ("escape", "e", "forceescape"):
+        if text is not None:
+            return len(text) + 4 * sum(text.count(c) for c in _HTML)
+        return 6 * text_size(value, limit)
+    if name == "shell_quote":
+        if text is not None:  # `'` is written `'"'"'`
+            return len(text) + 2 + 4 * text.count("'")
+        return 5 * text_size(value, limit)
+    if name in ("tojson", "pprint"):  # within twice the repr bound (`"` is `\"`)
+        return 2 * text_size(value, limit)
+    if name == "string":
+        return text_size(value, limit)
+    if name in ("urlencode", "xmlattr"):  # %XX per UTF-8 byte
+        if text is not None:
+            return 3 * len(text) if text.isascii() else 12 * len(text)
+        return 12 * text_size(value, limit)
+    if name == "urlize":
+        return 8 * text_size(value, limit)
+    if name == "wordwrap":
+        return 2 * text_size(value, limit)
+    return None
+
+
+def joined_size(items: Sequence[Any], sep: str, limit: int) -> int:
+    """`sep.join(map(str, items))`: strings as they are, anything else printed."""
+    total = len(sep) * max(len(items) - 1, 0)
+    for item in items:
+        total += len(item) if isinstance(item, str) else text_size(item, limit)
+        if total > limit:
+            break
+    return total
+
+
 # -- str methods ---------------------------------------------------------------------
 
 # Case mappings can make up to three characters of one ('ß'.upper() is 'SS', 'ŉ' 'ʼN').
@@ -199,7 +257,7 @@ def str_method_size(guard: Guard, owner: str, name: str, args: tuple[Any, ...],
     method is checked elsewhere or makes nothing bigger than its inputs."""
     limit = guard.budget.max_size
     if name in _CASE:
-        return 3 * len(owner)
+        return len(owner) if owner.isascii() else 3 * len(owner)
     if name in ("split", "rsplit"):
         sep = args[0] if args else kwargs.get("sep")
         most = args[1] if len(args) > 1 else kwargs.get("maxsplit", -1)

@@ -118,9 +118,7 @@ def _estimate_replace(s: str, old: str, new: str) -> int:
 
 def _join_items(guard: Guard, items: Any, sep: str) -> list[Any]:
     listed = list(_e.materialize(guard, items, "a join's input"))
-    limit = guard.budget.max_size
-    guard.size(_e.text_size(listed, limit) - 2 * len(listed) + len(sep) * len(listed),
-               "a join")
+    guard.size(_e.joined_size(listed, sep, guard.budget.max_size), "a join")
     return listed
 
 
@@ -131,11 +129,6 @@ _CONSUMING = frozenset({"list", "sort", "unique", "join", "batch", "slice", "rev
 # Filters that make an object per character or item of their input.
 _ITEM_MAKERS = frozenset({"list", "sort", "unique", "batch", "slice", "groupby", "dictsort",
                           "items"})
-# How many characters a text filter can make of one: escapes (`&` is `&amp;`, a control
-# character `\u0000`), percent-encoded UTF-8 (`%E2%98%83`), case mappings ('ß' is 'SS').
-_EXPANSION = {"escape": 6, "e": 6, "forceescape": 6, "tojson": 6, "urlencode": 12,
-              "xmlattr": 12, "urlize": 8, "shell_quote": 5, "upper": 3, "lower": 3,
-              "title": 3, "capitalize": 3, "string": 1, "pprint": 2, "wordwrap": 2}
 
 
 def _check_filter(guard: Guard, name: str, args: tuple[Any, ...],
@@ -152,9 +145,9 @@ def _check_filter(guard: Guard, name: str, args: tuple[Any, ...],
         _e.items_made(guard, value, f"the result of '{name}'")
     elif name in ("map", "reverse"):
         guard.value(value, f"the input of '{name}'")
-    if name in _EXPANSION:
-        limit = guard.budget.max_size
-        guard.size(_EXPANSION[name] * _e.text_size(value, limit), f"the result of '{name}'")
+    made = _e.filter_size(name, value, guard.budget.max_size)
+    if made is not None:  # escapes, case mappings, percent-encoding: more out than in
+        guard.size(made, f"the result of '{name}'")
     if name == "format" and isinstance(value, str):
         if _b.check_format_widths(guard, value, braces=False):
             _b.check_int_args(guard, args[1:], kwargs, "a format width")

@@ -99,3 +99,16 @@ def test_a_workflow_budget_raises_the_limit_for_big_lists() -> None:
         render_text(text, big)
     with scoped(Scope(TemplateBudget(max_size=CEILING.max_size), FakeClock().monotonic)):
         assert render_text(text, big) == "2000000"
+
+
+def test_big_ordinary_values_near_the_budget_still_render() -> None:
+    # The estimates are bounds, not guesses: 10 M ASCII characters upper-cased or
+    # escaped, JSON of many multi-line strings, a million tab-separated lines joined.
+    ctx = {"input": {"s": "a" * 10_000_000, "l": ["line\n" * 1000] * 500,
+                     "lines": ["a\tb"] * 1_000_000}}
+    assert render_text("{{ input.s | upper | length }}", ctx) == "10000000"
+    assert render_text("{{ input.s.upper() | length }}", ctx) == "10000000"
+    assert render_text("{{ input.s | escape | length }}", ctx) == "10000000"
+    assert render_text("{{ input.l | tojson | length }}", ctx) == str(
+        len(json.dumps(ctx["input"]["l"])))
+    assert render_text("{{ input.lines | join('\\n') | length }}", ctx) == "3999999"
