@@ -32,6 +32,8 @@ PAYLOADS: dict[str, str] = {
     # escapes and case mappings make several characters of one
     "escape": "{{ ('&' * (N // 1000)) | escape | length }}",
     "upper": "{{ ('\u00df' * (N // 1000)).upper() | length }}",
+    # 100,000 lines each indented by 100,000 spaces
+    "indent": "{{ ('a\\n' * (N // 10**5)) | indent(N // 10**5) | length }}",
     # a lazy input joined with a long separator
     "join_lazy": "{{ range(10000) | map('string') | join('x' * (N // 10000)) }}",
 }

@@ -161,9 +161,9 @@ def _check_filter(guard: Guard, name: str, args: tuple[Any, ...],
         return (_join_items(guard, value, sep), *args[1:])
     elif name == "indent":
         width = args[1] if len(args) > 1 else kwargs.get("width", 4)
-        if isinstance(width, str):
-            guard.size(len(str(value)) + len(width) * (str(value).count("\n") + 1),
-                       "an indent")
+        each = len(width) if isinstance(width, str) else width if isinstance(width, int) else 0
+        text = str(value)  # an int width is as many spaces, on every line
+        guard.size(len(text) + abs(each) * (text.count("\n") + 1), "an indent")
     elif name == "center" and len(args) > 1 and isinstance(args[1], int):
         guard.size(args[1], "a centred string")
     return args
