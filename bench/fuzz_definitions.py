@@ -5,10 +5,13 @@
     .venv/bin/python bench/fuzz_definitions.py --sizes          # big files only
 
 Cases come from tests/fuzzing.py (structure-aware mutations of fixtures/definitions/
-valid plus hostile YAML snippets). Two passes over the same cases:
+valid and fixtures/controllers/valid, hostile YAML snippets, and the four compiler
+crasher classes of issue 35 as seeds: 400-digit durations, a NUL in a hook path,
+`!!set` as an input, initial_status or expression). Two passes over the same cases:
 
-1. in process: `Compiler.compile_path` on each file, under a 5 s alarm; counts
-   exceptions (tracebacks) and hangs, and the slowest case;
+1. in process: each file compiled as wfrun would (`Compiler.compile_path`, or
+   `compile_controller` for a controller's mutant), under a 5 s alarm; counts
+   exceptions and `internal-error` diagnostics (tracebacks), hangs, and the slowest;
 2. through the real CLI: the files in projects of 500, `wfrun validate --format json`
    and `wfrun list --json` on each project in a subprocess; every output must be
    valid JSON naming every file, with no traceback on stderr.
@@ -39,10 +42,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))
 
-from fuzzing import case  # noqa: E402
+from fuzzing import case, compile_case  # noqa: E402
 
-from runner.compiler import Compiler  # noqa: E402
-from runner.compiler.discovery import build_catalog  # noqa: E402
+from runner.compiler.diagnostics import INTERNAL_ERROR  # noqa: E402
 
 HANG_SECONDS = 5
 BATCH = 500
@@ -66,19 +68,20 @@ def _write(folder: Path, index: int, text: str | bytes) -> Path:
 
 
 def in_process(cases: list[tuple[str, str | bytes]], root: Path) -> dict[str, Any]:
-    folder = root / ".wfrun" / "workflows"
-    folder.mkdir(parents=True)
-    catalog = build_catalog("workflows", root, None)
     signal.signal(signal.SIGALRM, _alarm)
     errors: list[str] = []
     hangs = 0
     slowest = (0.0, -1)
     for i, (origin, text) in enumerate(cases):
-        path = _write(folder, i, text)
         start = time.perf_counter()
         signal.alarm(HANG_SECONDS)
         try:
-            json.dumps(Compiler(catalog).compile_path(path).to_json())
+            diags = compile_case(root, i, origin, text)
+            # The compiler's own safety net turns a crash into this diagnostic: still
+            # a crash for the fuzzer.
+            crashed = [d.message for d in diags if d.code == INTERNAL_ERROR]
+            if crashed:
+                errors.append(f"case {i} (from {origin}): {crashed[0]}")
         except _Hang:
             hangs += 1
         except Exception:
@@ -87,7 +90,6 @@ def in_process(cases: list[tuple[str, str | bytes]], root: Path) -> dict[str, An
             signal.alarm(0)
         took = time.perf_counter() - start
         slowest = max(slowest, (took, i))
-        path.unlink()
     return {"tracebacks": len(errors), "hangs": hangs, "slowest_s": round(slowest[0], 3),
             "slowest_case": slowest[1], "examples": errors[:3]}
 

@@ -39,9 +39,50 @@ TEXT_SNIPPETS = [
 ]
 
 
+# The four classes of compiler crashers of issue 35 item 7, kept as seeds: a 400-digit
+# duration (OverflowError, or inf reaching the digest), a NUL in a hook's path, and
+# `!!set` where an input, an initial_status or an expression goes.
+BIG_DIGITS = "9" * 400
+_SET = "__wfrun_fuzz_set__"  # replaced by a `!!set` in the YAML text
+
+
+def _crasher_value(kind: int, rng: random.Random) -> Any:
+    if kind == 0:
+        return rng.choice([BIG_DIGITS + rng.choice(["s", "ms", "h", "d"]), int(BIG_DIGITS),
+                           f"{BIG_DIGITS}.5", f"1h{BIG_DIGITS}m"])
+    if kind == 1:
+        return rng.choice(["./ho\x00oks.py:count_steps", "./hooks.py\x00:deploy",
+                           "\x00:f", "./a\x00/../hooks.py:summarize"])
+    return _SET
+
+
+def seeded(data: Any, rng: random.Random) -> str:
+    """A crasher class put where it crashed: a duration key, a hook, or an input,
+    initial_status or compute expression; serialized as YAML."""
+    kind = rng.randrange(3)
+    keys = {0: ("timeout", "backoff", "max_delay", "resync"), 1: ("call", "reconcile"),
+            2: ("input", "initial_status", "expr", "compute", "spec", "default")}[kind]
+    paths = [p for p in _paths(data) if p and p[-1] in keys] or [
+        p for p in _paths(data) if p and isinstance(_get(data, p[:-1]), dict)]
+    if paths:
+        path = rng.choice(paths)
+        _get(data, path[:-1])[path[-1]] = _crasher_value(kind, rng)
+    elif isinstance(data, dict):
+        data[rng.choice(keys)] = _crasher_value(kind, rng)
+    text = _as_yaml(data)
+    sets = ["!!set {a, b}", "!!set {}", "!!set {1, 2.5, x}"]
+    return text.replace(_SET, rng.choice(sets))
+
+
 def fixture_texts() -> list[tuple[str, str]]:
     """(name, text) of every valid workflow fixture."""
     return [(p.stem, p.read_text()) for p in sorted(FIXTURES.glob("*.yaml"))]
+
+
+def controller_texts() -> list[tuple[str, str]]:
+    """(name, text) of every valid controller fixture (compiled as controllers)."""
+    return [(f"controller:{p.stem}", p.read_text())
+            for p in sorted(CONTROLLER_FIXTURES.glob("*.yaml"))]
 
 
 def _load(text: str) -> Any:
@@ -131,8 +172,10 @@ def mutate_text(text: str, rng: random.Random) -> str | bytes:
 
 def case(rng: random.Random) -> tuple[str, str | bytes]:
     """One fuzz case: (the fixture it came from, the file's text or bytes)."""
-    name, text = rng.choice(fixture_texts())
-    kind = rng.randrange(10)
+    name, text = rng.choice(fixture_texts() + controller_texts())
+    kind = rng.randrange(12)
+    if kind >= 10:  # the crasher seeds
+        return name, seeded(_load(text), rng)
     if kind < 6:
         data = mutate_tree(_load(text), rng, rng.randint(1, 4))
         out: str | bytes = json.dumps(data, ensure_ascii=False, default=str) \
@@ -156,3 +199,30 @@ def _as_yaml(data: Any) -> str:
     except Exception:  # a value ruamel cannot represent: JSON is YAML too
         return json.dumps(data, default=str)
     return buf.getvalue()
+
+
+def compile_case(root: Path, index: int, origin: str, text: str | bytes) -> list[Any]:
+    """Compile one case the way wfrun would (a controller fixture's mutants as a
+    controller, the rest as workflows) under `root`; its diagnostics. Raises what the
+    compiler raises; the file is removed afterwards."""
+    from runner.compiler import Compiler
+    from runner.compiler.controllers import compile_controller
+    from runner.compiler.discovery import build_catalog
+
+    controller = origin.startswith("controller:")
+    folder = root / ".wfrun" / ("controllers" if controller else "workflows")
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"case{index:05d}.yaml"
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text)
+    try:
+        if controller:
+            result: Any = compile_controller(path)
+        else:
+            result = Compiler(build_catalog("workflows", root, None)).compile_path(path)
+        json.dumps(result.to_json())  # every result must be plain JSON
+        return list(result.diagnostics)
+    finally:
+        path.unlink()

@@ -72,3 +72,10 @@ class Context:
 
             self._catalogs[kind] = build_catalog(kind, self.project_root, self.user_dir)
         return self._catalogs[kind]
+
+
+def not_loaded(name: str, why: str) -> None:
+    """One line on stderr for a controller a host or `controller run` leaves out."""
+    import click
+
+    click.echo(f"wfrun: controller '{name}' is not loaded: {why}", err=True)

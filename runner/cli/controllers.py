@@ -18,7 +18,7 @@ from runner.host.runtime.controllers import cancel_children, discover, make_mana
 from runner.host.runtime.local import open_store
 
 from .app import cli
-from .context import Context
+from .context import Context, not_loaded
 from .runs import agent_option, workspace
 
 VERBS = ("list", "get", "apply", "reconcile", "delete", "events", "cancel")
@@ -294,7 +294,8 @@ def _describe(view: dict[str, Any]) -> str:
 
 def _run(ctx: Context, ws: Any, store: Any, entries: Any, once: bool,
          agent: str | None) -> None:
-    manager = make_manager(ws, store, entries, executor=ctx.executor(agent, ws.clock))
+    manager = make_manager(ws, store, entries, executor=ctx.executor(agent, ws.clock),
+                           on_skip=not_loaded)
     if once:
         # Child runs started here finish here (and their parents get the follow-up
         # pass): exiting under them would leave interrupted runs to redo.

@@ -20,11 +20,11 @@ from runner.host.daemon import (
     fork_workers,
     host_lock,
 )
-from runner.host.runtime.controllers import discover, make_manager
+from runner.host.runtime.controllers import discover, load_all, make_manager
 from runner.host.runtime.local import open_store
 
 from .app import cli
-from .context import Context
+from .context import Context, not_loaded
 from .progress import Progress
 from .runs import agent_option, workspace
 
@@ -76,7 +76,10 @@ def host_cmd(ctx: Context, agent: str | None, once: bool, max_runs: int, process
     if not no_controllers:
         entries = discover(ws, ctx.user_dir)
         if any(e.result.valid and e.shadowed_by is None for e in entries):
-            manager = make_manager(ws, store, entries, executor=executor)
+            manager = make_manager(ws, store, entries, executor=executor,
+                                   on_skip=not_loaded)
+        else:
+            load_all(entries, on_skip=not_loaded)  # nothing to run: still name the bad ones
     def ended(run_id: str, outcome: RunOutcome | None) -> None:
         if not quiet:
             click.echo(f"wfrun host: {_ended_line(store, run_id, outcome)}", err=True)

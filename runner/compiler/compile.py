@@ -16,7 +16,7 @@ from typing import Any
 
 from runner.canonical import fingerprint
 
-from .diagnostics import Diagnostic, DiagnosticSink, sort_key
+from .diagnostics import Diagnostic, DiagnosticSink, internal_error, sort_key
 from .discovery import Catalog, Origin, is_path_ref
 from .graph import LocalGraph, check_included, check_local, flatten, to_networkx
 from .model import Source, WorkflowDefinition
@@ -96,7 +96,11 @@ class Compiler:
     def compile_path(self, path: Path, *, display: str | None = None,
                      origin: Origin | None = None) -> CompileResult:
         with _gc_paused():
-            return self._compile_path(path, display, origin)
+            try:
+                return self._compile_path(path, display, origin)
+            except Exception as exc:  # a compiler bug: this file's error, not the caller's
+                shown = display or path.as_posix()
+                return CompileResult(shown, path.stem, [internal_error(shown, exc)])
 
     def _compile_path(self, path: Path, display: str | None,
                       origin: Origin | None) -> CompileResult:

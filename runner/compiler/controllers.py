@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .compile import digest_of
-from .diagnostics import Diagnostic, DiagnosticSink, sort_key
+from .diagnostics import Diagnostic, DiagnosticSink, internal_error, sort_key
 from .model import HookRef, Source
 from .parse import _Checker as Checker
 from .sources import read_source
@@ -63,6 +63,13 @@ class ControllerCompileResult:
 def compile_controller(path: Path, *, display: str | None = None,
                        builtin: bool = False) -> ControllerCompileResult:
     shown = display or path.as_posix()
+    try:
+        return _compile(path, shown, builtin)
+    except Exception as exc:  # a compiler bug: this file's error, not the caller's
+        return ControllerCompileResult(shown, path.stem, [internal_error(shown, exc)])
+
+
+def _compile(path: Path, shown: str, builtin: bool) -> ControllerCompileResult:
     name = path.stem
     read = read_source(path, shown)
     if isinstance(read, Diagnostic):

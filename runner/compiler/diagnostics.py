@@ -161,3 +161,16 @@ def summary_line(diags: Sequence[Diagnostic], files: int) -> str:
         f"{warnings} warning{'s' if warnings != 1 else ''} "
         f"in {files} file{'s' if files != 1 else ''}"
     )
+
+
+def internal_error(path: str, exc: Exception) -> Diagnostic:
+    """A file the compiler itself failed on. Reported as this file's error so one such
+    file never stops `list`, `validate` of the others, a host or the web view's catalog;
+    the fuzzers (bench/fuzz_definitions.py, tests/fuzzing.py) count it as a crash."""
+    what = " ".join(str(exc).split())[:200]
+    return Diagnostic(path, INTERNAL_ERROR, f"wfrun failed to compile this file "
+                      f"({type(exc).__name__}: {what}); this is a bug in wfrun, please "
+                      "report it with the file")
+
+
+INTERNAL_ERROR = "internal-error"

@@ -37,6 +37,7 @@ from .model import (
     Spec,
 )
 from .sources import sha256_hex
+from .template_checks import shell_code_items, shell_quoting_problems
 from .templates import check_budget, check_syntax
 
 TOP_KEYS = ("version", "name", "title", "description", "input", "start", "nodes", "edges",
@@ -247,6 +248,10 @@ class _Checker:
             hook = HookRef(ref=ref, module=module, function=function)
         else:
             match = FILE_HOOK_RE.match(ref)
+            if match and "\0" in ref:
+                self.sink.error("invalid-hook", "a hook's file path cannot contain a NUL "
+                                "byte", kp)
+                return None
             if not match:
                 self.sink.error("invalid-hook", f"'{value}' is not a hook; write "
                                 "'package.module:function' or './file.py:function'", kp)
@@ -651,6 +656,7 @@ def _action(c: _Checker, body: Any, kp: KeyPath) -> ActionSpec | None:
                              "to run a command line through /bin/sh, add 'use_shell: true'", skp)
                 return None
             c.template(raw, skp)
+            _shell_quoting(c, raw, skp)
             shell = raw
         elif isinstance(raw, list):
             if not raw:
@@ -667,6 +673,8 @@ def _action(c: _Checker, body: Any, kp: KeyPath) -> ActionSpec | None:
             if use_shell:
                 c.sink.error("shell-string", "use_shell: true takes a command line string, not "
                              "an argv list", (*kp, "use_shell"))
+            for i in shell_code_items(argv):
+                _shell_quoting(c, argv[i], (*skp, i))
             shell = tuple(argv)
         else:
             c.sink.error("wrong-type", f"shell must be an argv list, not {_type_name(raw)}", skp)
@@ -682,6 +690,11 @@ def _action(c: _Checker, body: Any, kp: KeyPath) -> ActionSpec | None:
     if "env" in m:
         em = c.mapping(m["env"], (*kp, "env"), "env")
         for k, v in (em or {}).items():
+            bad = _env_key_problem(str(k))
+            if bad:  # the OS refuses it when the run starts the process
+                c.sink.error("invalid-name", f"env key {str(k)[:60]!r} {bad}",
+                             (*kp, "env", k), at_key=True)
+                continue
             if isinstance(v, (dict, list)) or v is None:
                 c.sink.error("wrong-type", f"env value '{k}' must be a string", (*kp, "env", k))
                 continue
@@ -699,6 +712,21 @@ def _action(c: _Checker, body: Any, kp: KeyPath) -> ActionSpec | None:
     parse = c.string(m["parse"], (*kp, "parse"), "parse", template=True) if "parse" in m else None
     return ActionSpec(shell=shell, use_shell=use_shell, call=call, cwd=cwd, env=env,
                       stdin=stdin, allow_nonzero_exit=allow, output_cap=cap, parse=parse)
+
+
+def _env_key_problem(key: str) -> str | None:
+    if not key:
+        return "is empty; name the environment variable"
+    if "\0" in key:
+        return "contains a NUL byte, which no environment variable can hold"
+    if "=" in key:
+        return "contains '=', which ends an environment variable's name"
+    return None
+
+
+def _shell_quoting(c: _Checker, code: str, kp: KeyPath) -> None:
+    for problem in shell_quoting_problems(code):
+        c.sink.warning("shell-quoting", problem, kp)
 
 
 def _notify(c: _Checker, body: Any, kp: KeyPath) -> NotifySpec | None:

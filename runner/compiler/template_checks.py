@@ -1,9 +1,13 @@
 """Validate time: the parts of a template that do not depend on the run are tried
 under the workflow's budget (for at most `budget.VALIDATE_SECONDS`), and constant
-loop nests are counted without running them (`template-budget` diagnostics)."""
+loop nests are counted without running them (`template-budget` diagnostics); and
+template values put into shell code with quoting that does not hold (`shell-quoting`
+warnings)."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -109,3 +113,58 @@ def _evaluate(node: nodes.Node, budget: TemplateBudget, *,
         return None, (getattr(node, "lineno", 1) or 1, str(exc))
     except Exception:  # an undefined name, a type error: the run reports it in context
         return _NOT_CONSTANT, None
+
+
+# -- shell code: quoting mistakes that let a value inject ------------------------------
+
+_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ash", "busybox"})
+_DASH_C = re.compile(r"-[A-Za-z]*c[A-Za-z]*")
+_QUOTED_LAST = re.compile(r"\|\s*shell_quote\s*(?:-)?$")
+
+
+def shell_code_items(argv: Sequence[str]) -> list[int]:
+    """Which items of an argv list are shell code: what follows `-c` of a shell."""
+    if not argv or argv[0].rsplit("/", 1)[-1] not in _SHELLS:
+        return []
+    for i, arg in enumerate(argv[1:], 1):
+        if _DASH_C.fullmatch(arg):
+            return [i + 1] if i + 1 < len(argv) else []
+    return []
+
+
+def shell_quoting_problems(code: str) -> list[str]:
+    """Warnings for template values placed in shell code so that quoting does not hold:
+    `shell_quote` inside double quotes (its single quotes are literal there, so `$(…)`
+    in the value runs) and `tojson` not followed by `shell_quote` (JSON keeps `"`,
+    `$` and backticks)."""
+    problems: list[str] = []
+    quote = ""  # the shell quote open at this point: "", "'" or '"'
+    i = 0
+    while i < len(code):
+        if code.startswith(("{{", "{%", "{#"), i):
+            end = code.find({"{{": "}}", "{%": "%}", "{#": "#}"}[code[i:i + 2]], i + 2)
+            end = len(code) if end < 0 else end
+            if code[i + 1] == "{":
+                problems.extend(_expression_problems(code[i + 2:end].strip(" -+"), quote))
+            i = end + 2
+            continue
+        ch = code[i]
+        if ch == "\\" and quote != "'":
+            i += 2
+            continue
+        if ch in "'\"" and quote in ("", ch):
+            quote = "" if quote == ch else ch
+        i += 1
+    return problems
+
+
+def _expression_problems(expr: str, quote: str) -> list[str]:
+    out = []
+    if "shell_quote" in expr and quote == '"':
+        out.append("'shell_quote' inside double quotes: its single quotes are literal there, "
+                   "so $(…) or `…` in the value still runs; put {{ … | shell_quote }} outside "
+                   "the quotes")
+    if "tojson" in expr and not _QUOTED_LAST.search(expr):
+        out.append("'tojson' in shell code: JSON keeps \", $ and backticks, so the value can "
+                   "run commands; end the expression with '| shell_quote'")
+    return out

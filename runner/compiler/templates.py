@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import types
 from collections.abc import Mapping
 from functools import lru_cache, update_wrapper
 from typing import Any
@@ -33,6 +34,7 @@ from jinja2.utils import generate_lorem_ipsum
 from jinja2.visitor import NodeTransformer
 
 from . import budget as _b
+from . import estimates as _e
 from .budget import DEFAULT_BUDGET, Guard, Scope, TemplateBudget
 
 __all__ = [
@@ -115,10 +117,18 @@ def _estimate_replace(s: str, old: str, new: str) -> int:
 
 
 def _join_items(guard: Guard, items: Any, sep: str) -> list[Any]:
-    listed = list(items)
-    limit = guard.budget.max_size
-    guard.size(_b.weight(listed, limit) + len(sep) * len(listed), "a join")
+    listed = list(_e.materialize(guard, items, "a join's input"))
+    guard.size(_e.joined_size(listed, sep, guard.budget.max_size), "a join")
     return listed
+
+
+# Filters that read their whole input at once (a lazy one is built first, counted).
+_CONSUMING = frozenset({"list", "sort", "unique", "join", "batch", "slice", "reverse", "sum",
+                        "min", "max", "groupby", "tojson", "string", "pprint", "length",
+                        "count", "last", "random", "dictsort", "urlencode", "xmlattr"})
+# Filters that make an object per character or item of their input.
+_ITEM_MAKERS = frozenset({"list", "sort", "unique", "batch", "slice", "groupby", "dictsort",
+                          "items"})
 
 
 def _check_filter(guard: Guard, name: str, args: tuple[Any, ...],
@@ -128,12 +138,21 @@ def _check_filter(guard: Guard, name: str, args: tuple[Any, ...],
     if not args:
         return args
     value = args[0]
-    if name in ("tojson", "string", "pprint", "list", "urlencode", "xmlattr", "unique",
-                "sort", "dictsort", "batch", "slice", "map", "reverse"):
+    if name in _CONSUMING:
+        value = _e.materialize(guard, value, f"the input of '{name}'")
+        args = (value, *args[1:])
+    if name in _ITEM_MAKERS:
+        _e.items_made(guard, value, f"the result of '{name}'")
+    elif name in ("map", "reverse"):
         guard.value(value, f"the input of '{name}'")
-    elif name == "format" and isinstance(value, str):
+    made = _e.filter_size(name, value, guard.budget.max_size)
+    if made is not None:  # escapes, case mappings, percent-encoding: more out than in
+        guard.size(made, f"the result of '{name}'")
+    if name == "format" and isinstance(value, str):
         if _b.check_format_widths(guard, value, braces=False):
             _b.check_int_args(guard, args[1:], kwargs, "a format width")
+        guard.size(_e.percent_size(guard, value, tuple(args[1:]) or dict(kwargs)),
+                   "a formatted string")
     elif name == "replace" and len(args) >= 3:
         old, new = str(args[1]), str(args[2])
         guard.size(_estimate_replace(str(value), old, new), "a replace")
@@ -142,9 +161,9 @@ def _check_filter(guard: Guard, name: str, args: tuple[Any, ...],
         return (_join_items(guard, value, sep), *args[1:])
     elif name == "indent":
         width = args[1] if len(args) > 1 else kwargs.get("width", 4)
-        if isinstance(width, str):
-            guard.size(len(str(value)) + len(width) * (str(value).count("\n") + 1),
-                       "an indent")
+        each = len(width) if isinstance(width, str) else width if isinstance(width, int) else 0
+        text = str(value)  # an int width is as many spaces, on every line
+        guard.size(len(text) + abs(each) * (text.count("\n") + 1), "an indent")
     elif name == "center" and len(args) > 1 and isinstance(args[1], int):
         guard.size(args[1], "a centred string")
     return args
@@ -236,6 +255,10 @@ def _check_call(guard: Guard, obj: Any, args: tuple[Any, ...],
         return (_join_items(guard, args[0], owner), *args[1:])
     elif name in ("format", "format_map") and _b.check_format_widths(guard, owner, braces=True):
         _b.check_int_args(guard, args, kwargs, "a format width")
+    else:
+        made = _e.str_method_size(guard, owner, name, args, kwargs)
+        if made is not None:
+            guard.size(made, f"str.{name}")
     return args
 
 
@@ -260,8 +283,30 @@ class _Guarded(ImmutableSandboxedEnvironment):
         return result
 
     def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:
-        _b.check_binop(_guard(), operator, left, right)
-        return self.binop_table[operator](left, right)
+        guard = _guard()
+        _b.check_binop(guard, operator, left, right)
+        if operator == "%" and isinstance(left, str):
+            guard.size(_e.percent_size(guard, left, right), "a formatted string")
+        return guard.value(self.binop_table[operator](left, right), "an operation's result")
+
+    def wrap_str_format(self, value: Any) -> Any:
+        """`str.format`/`format_map` through `estimates.BoundedFormatter`: each field's
+        width and precision (nested `{:{w}}` ones too) are known before it is made."""
+        if not isinstance(value, (types.MethodType, types.BuiltinMethodType)) \
+                or value.__name__ not in ("format", "format_map") \
+                or not isinstance(value.__self__, str):
+            return None
+        text, is_map = str(value.__self__), value.__name__ == "format_map"
+
+        def wrapper(*args: Any, **kwargs: Any) -> str:
+            if is_map:
+                if kwargs or len(args) != 1:
+                    raise TypeError("format_map() takes exactly one argument and no keywords")
+                mapping: Any = args[0]
+                return _e.BoundedFormatter(self, _guard()).vformat(text, (), mapping)
+            return _e.BoundedFormatter(self, _guard()).vformat(text, args, kwargs)
+
+        return update_wrapper(wrapper, value)
 
     def call(__self, __context: Context, __obj: Any, *args: Any,
              **kwargs: Any) -> Any:
@@ -479,7 +524,7 @@ def render_native(value: Any, context: Mapping[str, Any]) -> Any:
             # A lone undefined expression comes back as the Undefined object itself.
             try:
                 str(result)
-            except UndefinedError as exc:
+            except (UndefinedError, SecurityError) as exc:  # `input.__class__`: unsafe
                 raise TemplateError(str(exc)) from None
             raise TemplateError("expression is undefined")
         missing = _first_undefined(result)
@@ -497,7 +542,7 @@ def render_native(value: Any, context: Mapping[str, Any]) -> Any:
 def _undefined_message(value: Undefined) -> str:
     try:
         str(value)
-    except UndefinedError as exc:
+    except (UndefinedError, SecurityError) as exc:
         return str(exc)
     return "a value is undefined"
 

@@ -351,6 +351,11 @@ def _plain(value: Any, depth: int, active: set[int], budget: list[int]) -> Any:
             return [_plain(v, depth + 1, active, budget) for v in value]
         finally:
             active.discard(id(value))
+    if isinstance(value, (set, frozenset)):
+        # `!!set {a, b}` is YAML for the mapping {a: null, b: null}; JSON has no sets.
+        # Sorted, so the digest is the same in every process (sets follow the hash seed).
+        budget[0] -= len(value)
+        return {k: None for k in sorted((_key(k) for k in value), key=_order)}
     if isinstance(value, (datetime.date, datetime.datetime)):
         return value.isoformat()
     if isinstance(value, float) and not math.isfinite(value):
@@ -358,6 +363,10 @@ def _plain(value: Any, depth: int, active: set[int], budget: list[int]) -> Any:
     if isinstance(value, bytes):
         return value.decode("latin-1")
     return value
+
+
+def _order(k: Any) -> tuple[str, str]:
+    return type(k).__name__, str(k)
 
 
 def _key(k: Any) -> Any:

@@ -38,10 +38,19 @@ from .state import RunState, fold
 CONTINUED = ".continued"
 
 
+# A folder name holds at most 255 bytes on every file system wfrun runs on; a longer
+# id names no run (and would make the OS raise ENAMETOOLONG instead of "not found").
+MAX_RUN_ID_BYTES = 255
+
+
 def valid_run_id(run_id: str) -> bool:
     """A run id names one folder directly under `runs_dir`, never a dot-entry."""
-    return bool(run_id) and "/" not in run_id and "\0" not in run_id \
-        and not run_id.startswith(".")
+    if not run_id or "/" in run_id or "\0" in run_id or run_id.startswith("."):
+        return False
+    try:
+        return len(run_id.encode()) <= MAX_RUN_ID_BYTES
+    except UnicodeEncodeError:  # a lone surrogate from a hostile URL
+        return False
 
 
 class RunReader:

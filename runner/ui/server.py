@@ -125,18 +125,22 @@ class Guard(BaseHTTPMiddleware):
             return PlainTextResponse("wfrun ui is read-only", status_code=405)
         if self.token is not None:
             given = request.query_params.get("token")
-            if given is not None and hmac.compare_digest(given, self.token):
+            if given is not None and _same(given, self.token):
                 # Move the token from the URL to a cookie, then show the page without it.
                 response: Response = RedirectResponse(request.url.path, status_code=303)
                 response.set_cookie(COOKIE, self.token, httponly=True, samesite="strict")
                 return _secure(response)
             bearer = request.headers.get("authorization", "").removeprefix("Bearer ")
             cookie = request.cookies.get(COOKIE, "")
-            if not (hmac.compare_digest(cookie, self.token)
-                    or hmac.compare_digest(bearer, self.token)):
+            if not (_same(cookie, self.token) or _same(bearer, self.token)):
                 return _secure(PlainTextResponse(
                     "this wfrun ui needs its token: open the URL it printed", status_code=401))
         return _secure(await call_next(request))
+
+
+def _same(given: str, token: str) -> bool:
+    # As bytes: compare_digest refuses a str with non-ASCII characters (a TypeError, a 500).
+    return hmac.compare_digest(given.encode("utf-8", "surrogateescape"), token.encode())
 
 
 def _secure(response: Response) -> Response:

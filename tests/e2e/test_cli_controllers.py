@@ -384,3 +384,30 @@ def test_cancel_stops_only_the_resources_running_children(project: Project,
     missing = project.wfrun("controller", "cancel", "probe", "nobody")
     assert missing.returncode == 3
     assert missing.stderr == "wfrun: error: no probe resource 'nobody'\n"
+
+
+def test_one_bad_controller_file_does_not_stop_the_host(project: Project) -> None:
+    # Issue 35 item 7: a hook file that fails to import, and a 400-digit timeout (which
+    # crashed the compiler), next to a good controller: the host runs the good one and
+    # names each bad one on stderr.
+    controllers = project.root / ".wfrun" / "controllers"
+    (controllers / "broken.py").write_text("raise RuntimeError('boom at import')\n")
+    (controllers / "broken.yaml").write_text("reconcile: ./broken.py:reconcile\n")
+    (controllers / "endless.yaml").write_text(
+        f"reconcile: ./probe.py:reconcile\ntimeout: {'9' * 400}s\n")
+    (controllers / "setty.yaml").write_text(
+        "reconcile: ./probe.py:reconcile\ninitial_status: !!set {a, b}\n")
+    spec = project.file("probe.json", json.dumps({"passes": 1}))
+    assert project.wfrun("controller", "apply", "probe", "p1", spec).returncode == 0
+    listed = {c["name"]: c for c in project.json("controllers", "--json")["controllers"]}
+    assert listed["endless"]["valid"] is False
+    assert listed["setty"]["valid"] is True
+    for argv in (("host", "--once"), ("controller", "run", "--once")):
+        done = project.wfrun(*argv, timeout=120)
+        assert done.returncode == 0, (argv, done.stderr)
+        assert "Traceback" not in done.stderr
+        assert re.search(r"controller 'broken' is not loaded: .*boom at import", done.stderr), \
+            done.stderr
+        assert "controller 'endless' is not loaded: " in done.stderr
+    view = project.json("controller", "get", "probe", "p1", "--json")
+    assert view["status"]["observed_generation"] == 1, view["status"]

@@ -27,6 +27,16 @@ BAD = {
                  "yaml-value", 2, 12),
     "long_include": ("start: x\nincludes:\n  x: ./" + "a" * 5000 + '.yaml\nnodes:\n'
                      '  a: {compute: "1"}\n', "workflow-not-found", 3, 6),
+    # The compiler crashers of issue 35 item 7: tracebacks in list, validate and the UI.
+    "duration_digits": ("start: a\nnodes:\n  a: {compute: '1', timeout: " + "9" * 400 + "s}\n",
+                        "invalid-duration", 3, 30),
+    "duration_int": ("start: a\nnodes:\n  a: {compute: '1', timeout: " + "9" * 400 + "}\n",
+                     "invalid-duration", 3, 30),
+    "backoff_digits": ("start: a\nnodes:\n  a: {compute: '1', retry: {attempts: 2, backoff: "
+                       + "9" * 400 + "h}}\n", "invalid-duration", 3, 51),
+    "hook_nul": ('start: a\nnodes:\n  a: {compute: {call: "./ho\\0oks.py:f"}}\n',
+                 "invalid-hook", 3, 23),
+    "set_compute": ("start: a\nnodes:\n  a: {compute: !!set {a, b}}\n", "compute-form", 3, 16),
 }
 GOOD = 'start: a\nnodes:\n  a: {compute: "{{ 1 + 1 }}"}\n'
 

@@ -75,6 +75,44 @@ def test_validate_rejects_constant_abuse_with_positions(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
 
 
+def test_validate_refuses_constant_bombs_without_allocating_them(tmp_path: Path) -> None:
+    # Issue 35 item 3: each of these, one line of YAML, cost 1.9-3.8 GB at validate.
+    import resource
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from template_bombs import PAYLOADS, constant
+
+    project = Project(tmp_path)
+    names = sorted(PAYLOADS)
+    nodes = "".join(f"  n{i}:\n    compute: {json.dumps(constant(PAYLOADS[name]))}\n"
+                    for i, name in enumerate(names))
+    edges = "".join(f"  - {{from: n{i}, to: n{i + 1}}}\n" for i in range(len(names) - 1))
+    project.workflow("bombs", f"start: n0\nnodes:\n{nodes}edges:\n{edges}")
+
+    def cap() -> None:  # a regression fails as MemoryError here, not by swapping the host
+        resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, 3 * 2**30))
+
+    proc = subprocess.Popen(project.argv("validate", "bombs", "--format", "json"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=project.root,
+                            preexec_fn=cap)
+    # wait4 gives this child's own peak RSS; its output (a few KB) fits the pipes.
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    out, err = proc.stdout.read().decode(), proc.stderr.read().decode()
+    proc.stdout.close()
+    proc.stderr.close()
+    assert proc.returncode == 1, err[-2000:]
+    assert "Traceback" not in err
+    diags = [d for f in json.loads(out)["files"] for d in f["diagnostics"]]
+    lines = sorted(d["line"] for d in diags if d["code"] == "template-budget")
+    assert lines == [4 + 2 * i for i in range(len(names))], diags
+    peak_mib = usage.ru_maxrss / 1024
+    assert peak_mib < 300, f"peak RSS {peak_mib:.0f} MiB"
+
+
 def test_a_workflow_budget_applies_at_run_time(tmp_path: Path) -> None:
     project = Project(tmp_path)
     project.workflow("tight", """\
@@ -88,3 +126,30 @@ def test_a_workflow_budget_applies_at_run_time(tmp_path: Path) -> None:
     assert done.returncode == 1, done.stderr
     assert "over the budget of 1,000" in done.stdout
     assert project.wfrun("validate", "tight").returncode == 0
+
+
+DUNDER = """\
+    start: a
+    nodes:
+      a:
+        compute: "EXPR"
+    """
+
+
+def test_an_input_naming_a_dunder_fails_the_node_not_the_run_machinery(
+        tmp_path: Path) -> None:
+    # The sandbox hands back an "unsafe" undefined; reading it raised SecurityError past
+    # the template layer: "the run crashed (SecurityError)" and a traceback (issue 35).
+    project = Project(tmp_path)
+    for expr in ("{{ input | attr(input.k) }}", "{{ {'got': input | attr(input.k)} }}"):
+        project.workflow("dunder", DUNDER.replace("EXPR", expr))
+        done = project.wfrun("run", "dunder", "-q", "--json", "--input",
+                             json.dumps({"k": "__class__"}))
+        assert done.returncode == 1, done.stderr
+        assert "Traceback" not in done.stdout + done.stderr
+        outcome = json.loads(done.stdout)
+        assert outcome["status"] == "failed"
+        assert outcome["error"]["code"] == "template_error", outcome
+        assert "access to attribute '__class__' of 'dict' object is unsafe" in \
+            outcome["error"]["message"]
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr

@@ -6,6 +6,7 @@ The CLI and the standalone host call these; they hold no state of their own.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -58,27 +59,43 @@ def discover(ws: Workspace, user_dir: Any = None) -> list[ControllerEntry]:
     return out
 
 
-def load_all(entries: list[ControllerEntry], *, strict: bool = False) -> list[Controller]:
-    """Load every active, valid controller; with `strict`, an invalid one is an error."""
+#: Told (name, one-line reason) of each controller a host leaves out.
+Skipped = Callable[[str, str], None]
+
+
+def load_all(entries: list[ControllerEntry], *, strict: bool = False,
+             on_skip: Skipped | None = None) -> list[Controller]:
+    """Load every active, valid controller; with `strict`, an invalid one is an error.
+    Otherwise one bad file (invalid, or a hook that fails to import) is left out and
+    told to `on_skip`, and the others load: it must not stop a host."""
     out = []
     for entry in entries:
         if entry.shadowed_by is not None:
             continue
         if not entry.result.valid or entry.result.definition is None:
+            first = entry.result.diagnostics[0] if entry.result.diagnostics else None
+            where = render_text([first]).splitlines()[0] if first else "invalid"
             if strict:
-                first = entry.result.diagnostics[0] if entry.result.diagnostics else None
-                where = f": {render_text([first]).splitlines()[0]}" if first else ""
-                raise DefinitionInvalid(f"controller '{entry.name}' is invalid{where}")
+                raise DefinitionInvalid(f"controller '{entry.name}' is invalid: {where}")
+            if on_skip is not None:
+                on_skip(entry.name, where)
             continue
-        out.append(load_controller(entry.result.definition))
+        try:
+            out.append(load_controller(entry.result.definition))
+        except Exception as exc:  # the hook's own code ran at import: anything can fail
+            if strict:
+                raise
+            if on_skip is not None:
+                on_skip(entry.name, " ".join(str(exc).split()) or type(exc).__name__)
     return out
 
 
 def make_manager(ws: Workspace, store: ControllerStore, entries: list[ControllerEntry], *,
                  only: str | None = None, executor: AgentStepExecutor | None = None,
-                 config: ManagerConfig | None = None) -> ControllerManager:
+                 config: ManagerConfig | None = None,
+                 on_skip: Skipped | None = None) -> ControllerManager:
     controllers = load_all([e for e in entries if only is None or e.name == only],
-                           strict=only is not None)
+                           strict=only is not None, on_skip=on_skip)
     if only is not None and not controllers:
         raise NotFoundError(f"no controller named '{only}'; `wfrun controllers` lists them")
     manager: ControllerManager

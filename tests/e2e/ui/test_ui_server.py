@@ -239,3 +239,54 @@ def test_secret_named_variables_of_every_spelling_are_masked_in_the_views(
         assert value not in view
         assert value not in page
     assert "*** *** ***" in view
+
+
+def test_every_built_in_workflow_has_a_page(project: Project) -> None:
+    # A built-in's sources carry a name, not a path (issue 35 item 8: every one was a 500).
+    from runner.compiler.discovery import builtin_folder
+
+    names = sorted(p.stem for p in builtin_folder("workflows").glob("*.yaml"))
+    assert names
+    with ui_server(project) as ui:
+        listed = httpx.get(f"{ui.base}/workflows")
+        assert listed.status_code == 200
+        for name in names:
+            page = httpx.get(f"{ui.base}/workflows/{name}")
+            assert page.status_code == 200, (name, page.text[:300])
+            assert "(built in)" in page.text, name
+
+
+def test_hostile_tokens_and_run_ids_are_401_and_404_never_500(project: Project) -> None:
+    project.workflow("quick", QUICK)
+    assert project.wfrun("run", "quick", "-i", "n=1").returncode == 0
+    with ui_server(project, "--token", "s3cret-token-value") as ui:
+        good = {"Authorization": "Bearer s3cret-token-value"}
+        for token in ("s3cret-token-valu\u00e9", "\u2603" * 20):
+            raw = f"Bearer {token}".encode()
+            assert httpx.get(f"{ui.base}/runs", headers={"Authorization": raw}) \
+                .status_code == 401, token
+            cookie = b"wfrun_ui_token=" + token.encode()
+            assert httpx.get(f"{ui.base}/runs", headers={"Cookie": cookie}).status_code == 401
+            assert httpx.get(f"{ui.base}/runs", params={"token": token}).status_code == 401
+        for run_id in ("quick-" + "x" * 5000, "q" * 5000, "\u00e9" * 300):
+            for path in (f"/runs/{run_id}", f"/api/runs/{run_id}", f"/api/runs/{run_id}/events"):
+                page = httpx.get(f"{ui.base}{path}", headers=good)
+                assert page.status_code in (400, 404), (path[:40], page.status_code)
+
+
+def test_a_workflow_the_compiler_failed_on_leaves_the_catalog_up(project: Project) -> None:
+    # Issue 35 item 7: a 400-digit duration or a NUL in a hook path was a traceback in
+    # the compiler, so the whole workflows page was a 500.
+    project.workflow("quick", QUICK)
+    (project.root / ".wfrun" / "workflows" / "endless.yaml").write_text(
+        "start: a\nnodes:\n  a: {compute: '1', timeout: " + "9" * 400 + "s}\n")
+    (project.root / ".wfrun" / "workflows" / "nul.yaml").write_text(
+        'start: a\nnodes:\n  a: {compute: {call: "./ho\\0oks.py:f"}}\n')
+    with ui_server(project) as ui:
+        rows = {r["name"]: r for r in httpx.get(f"{ui.base}/api/workflows").json()["rows"]}
+        assert rows["quick"]["valid"] is True
+        assert rows["endless"]["valid"] is False
+        assert rows["nul"]["valid"] is False
+        assert httpx.get(f"{ui.base}/workflows").status_code == 200
+        for name in ("endless", "nul"):
+            assert httpx.get(f"{ui.base}/workflows/{name}").status_code == 200
