@@ -37,7 +37,7 @@ def start_cmd(ctx: Context, ref: str, input_json: str | None, pairs: tuple[str, 
               wait: bool, agent: str | None, as_json: bool, quiet: bool) -> None:
     """Queue a detached launch (a host activates it; --wait runs it here)."""
     from runner.engine import RunControl
-    from runner.host.runtime.foreground import queue_detached, start_and_wait
+    from runner.host.runtime.foreground import queue_detached, queue_here, start_and_wait
     from runner.host.runtime.launches import detached_coordinator
     from runner.host.runtime.local import open_store, parse_input
 
@@ -53,7 +53,11 @@ def start_cmd(ctx: Context, ref: str, input_json: str | None, pairs: tuple[str, 
     value = parse_input(input_json, pairs, _input_schema(ws, ref) if pairs else None)
     store = open_store(ws)
     coordinator = detached_coordinator(ws, store, executor=ctx.executor(agent, ws.clock))
-    name, run_id = queue_detached(coordinator, ref, value, here=wait)
+    if wait:  # queued and claimed here in one commit: no host can take it first
+        name, claimed = queue_here(coordinator, ref, value)
+        run_id = claimed.run_id
+    else:
+        name, run_id = queue_detached(coordinator, ref, value)
     if as_json and not wait:
         click.echo(json.dumps({"action": "start", "workflow": name, "runId": run_id,
                                "queued": True}))
@@ -66,7 +70,7 @@ def start_cmd(ctx: Context, ref: str, input_json: str | None, pairs: tuple[str, 
         return
     control = RunControl()
     with Progress(quiet) as progress, parking_on_interrupt(control):
-        outcome = start_and_wait(coordinator, run_id, control, progress)
+        outcome = start_and_wait(coordinator, claimed, control, progress)
     if as_json:
         click.echo(json.dumps({"runId": outcome.run_id, "status": outcome.status,
                                "final_output": outcome.final_output, "error": outcome.error}))

@@ -242,6 +242,16 @@ class LaunchCoordinator(Preflight):
             self._scrub_later(owe=False)
         return claimed
 
+    def prepare_here(self, ref: str, run_input: Any = None, *,
+                     parent_run_id: str | None = None) -> LaunchRecord:
+        """Queue a launch this process runs now (`wfrun run`, `start --wait`, `answer`):
+        claimed in the enqueue's own commit, so no host ever sees it queued."""
+        record = self.prepare(ref, run_input, parent_run_id=parent_run_id,
+                              affinity_runner_id=self.runner_id, claim_for=self.lease_seconds)
+        with self._scrub_lock:
+            self._by_id.add(record.run_id)
+        return record
+
     def claim(self, run_id: str, *, dead_runner: str | None = None) -> LaunchRecord:
         """Claim one launch by id (an explicit resume, a foreground run)."""
         result = self.store.launches.claim(run_id, runner_id=self.runner_id,

@@ -54,8 +54,13 @@ class BundleRefused(Exception):
 class LaunchQueue(Protocol):
     """`workflow_run_queue`: durable deferred launches (seed 000)."""
 
-    def enqueue(self, launch: NewLaunch) -> LaunchRecord | LostRace:
+    def enqueue(self, launch: NewLaunch, *,
+                claim_for: float | None = None) -> LaunchRecord | LostRace:
         """Insert a `queued` launch; this also reserves its origin session.
+
+        `claim_for` (seconds of lease): its affinity runner claims it in the same
+        transaction (a foreground run), so no other runner ever sees it queued and
+        no host is woken for it; the record returned is the claimed one.
 
         Lost: `already_exists` (run id taken), `session_reserved` (the origin
         session has a queued/starting/running launch; `holder` names it),
