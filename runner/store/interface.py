@@ -23,6 +23,7 @@ from runner.store.records import (
     NewTurnIntent,
     NextClaim,
     Notification,
+    QueuedSources,
     RunEvent,
     TurnIntent,
 )
@@ -220,6 +221,11 @@ class LaunchQueue(Protocol):
                then_claim: NextClaim | None = None) -> LaunchRecord | LostRace:
         """-> cancelled. Without a token: queued|starting|parked (beats activation).
         With the claim token: starting|running (the holder records a cancel)."""
+        ...
+
+    def queued_sources(self, *, limit: int = 1000) -> list[QueuedSources]:
+        """The detached `queued` launches grouped by source identity, at most `limit`
+        groups, oldest first: what a host watches, in memory flat in the queue's length."""
         ...
 
     def list_recoverable(self, *, session_id: str | None = None) -> list[LaunchRecord]:

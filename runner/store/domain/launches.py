@@ -45,6 +45,7 @@ from runner.store.records import (
     NewLaunch,
     NewTurnIntent,
     NextClaim,
+    QueuedSources,
     bounded_message,
     canonical_json,
     check_error_code,
@@ -128,6 +129,12 @@ class LaunchQueue(LaunchPages):
             rows = tx.all(self._sql["query"].format(where=" AND ".join(clauses) or "1 = 1"),
                           params)
         return [launch_from_row(row) for row in rows]
+
+    def queued_sources(self, *, limit: int = 1000) -> list[QueuedSources]:
+        with self._connector.read() as tx:
+            rows = tx.all(self._sql["queued_sources"], {"limit": max(limit, 0)})
+        return [QueuedSources(str(r["source_json"]), int(r["launches"]), str(r["first_run_id"]))
+                for r in rows]
 
     def find_session_reservation(self, session_id: str) -> LaunchRecord | None:
         with self._connector.read() as tx:
