@@ -308,6 +308,21 @@ def test_a_damaged_store(project: Project, how: str) -> None:
     assert mf.sha256(project.store) == damaged  # no repair attempt, no reset
 
 
+def test_an_orphaned_wal_is_refused_by_store_check_as_by_every_command(
+        project: Project) -> None:
+    """A `-wal` left without its store file may hold commits: `store check` says so, as
+    `status` and `start` do, instead of "no store yet" (issue 35)."""
+    project.store.parent.mkdir(parents=True)
+    wal = project.store.with_name(project.store.name + "-wal")
+    wal.write_bytes(b"leftover commits")
+    lines = {args: one_line_error(project.wfrun(*args), "is missing but store.sqlite3-wal",
+                                  "nothing was changed")
+             for args in (("store", "check"), ("status",), ("start", "greet"))}
+    assert len(set(lines.values())) == 1, lines
+    assert wal.read_bytes() == b"leftover commits"
+    assert not project.store.exists()
+
+
 # --- a held write lock ----------------------------------------------------------------
 
 
