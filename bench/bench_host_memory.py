@@ -141,6 +141,9 @@ def queued_peak(root: Path, count: int, seconds: float) -> float:
             " updated_at) VALUES (?, ?, ?, ?, ?, ?, 'queued', ?, ?)",
             ((f"big-bench-{i:07d}", ref, path, source, digest,
               f'{{"n":{i},"pad":"{pad}"}}', at + 1 + i, at + 1 + i) for i in range(count)))
+    wall, peak_kb = status(root)
+    print(f"  `wfrun status` at {count:,} queued: {wall:.2f} s, peak RSS {peak_kb / 1024:.1f} MB "
+          "(a page of 100; it took 12.5 s and 434 MB at 100,000 listing them all)")
     host = project.host("--max-runs", "1")
     try:
         project.wait("the blocker to hold the slot",
@@ -155,6 +158,24 @@ def queued_peak(root: Path, count: int, seconds: float) -> float:
         (root / "hold").unlink()
         stop(host)
     return peak
+
+
+def status(root: Path) -> tuple[float, int]:
+    """`wfrun status` as a child that reports its own peak RSS (kB) on exit."""
+    code = ("import resource, runpy, sys\n"
+            f"sys.argv = ['wfrun', '--project', {str(root)!r}, 'status']\n"
+            "try:\n    runpy.run_module('runner', run_name='__main__')\n"
+            "finally:\n"
+            "    print('maxrss', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,"
+            " file=sys.stderr)\n")
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=root, timeout=600)
+    wall = time.perf_counter() - t0
+    peak = [line for line in done.stderr.splitlines() if line.startswith("maxrss ")]
+    assert done.returncode == 0, done.stderr
+    assert peak, done.stderr
+    return wall, int(peak[-1].split()[1])
 
 
 def main() -> None:
