@@ -65,7 +65,7 @@ from runner.store import (
     TurnCause,
 )
 
-from .faults import FaultGate, hold
+from .faults import FaultGate, hold, store_fault
 from .intents import new_intent
 from .keeper import LeaseKeeper
 from .link import Link, Step, Transition
@@ -243,11 +243,15 @@ class LaunchCoordinator(Preflight):
         return claimed
 
     def prepare_here(self, ref: str, run_input: Any = None, *,
-                     parent_run_id: str | None = None) -> LaunchRecord:
-        """Queue a launch this process runs now (`wfrun run`, `start --wait`, `answer`):
-        claimed in the enqueue's own commit, so no host ever sees it queued."""
+                     parent_run_id: str | None = None, detached: bool = False
+                     ) -> LaunchRecord:
+        """Queue a launch this process runs now (`wfrun run`, `answer`; `detached`:
+        `start --wait`): claimed in the enqueue's own commit, so no host ever sees it
+        queued. Only a launch with this runner's affinity fails when a full disk
+        refuses its bundle (`faults.hold`); a detached one goes back to the queue."""
         record = self.prepare(ref, run_input, parent_run_id=parent_run_id,
-                              affinity_runner_id=self.runner_id, claim_for=self.lease_seconds)
+                              affinity_runner_id=None if detached else self.runner_id,
+                              claim_by=self.runner_id, lease_seconds=self.lease_seconds)
         with self._scrub_lock:
             self._by_id.add(record.run_id)
         return record
@@ -342,6 +346,10 @@ class LaunchCoordinator(Preflight):
                 self._lost(act)
                 return None
             fault = machine_fault(exc, f"the run bundle of {act.record.run_id}")
+            if fault is None and isinstance(exc, StoreError):
+                # The store's own disk refused a transition (`mark_running` on a full
+                # disk): the launch waits as for a bundle's, one line, no traceback.
+                fault = store_fault(exc)
             if fault is not None:  # a full or read-only disk: the launch waits
                 hold(self, act, fault)
                 return None
@@ -449,7 +457,14 @@ class LaunchCoordinator(Preflight):
             act.driver = driver
             return True
         sent = self.clock.monotonic()
-        running = self.store.launches.mark_running(record.run_id, token)
+        try:
+            running = self.store.launches.mark_running(record.run_id, token)
+        except BaseException:
+            # Refused (a full disk, the store gone): the guard settles the launch, and
+            # the bundle's lock goes now, or ending the bundle found it held "by
+            # another process" (this one).
+            driver.bundle.close()
+            raise
         if isinstance(running, LostRace):
             # Cancellation won the race: record it in the bundle we own, run nothing.
             driver.bundle.fence = lambda: True

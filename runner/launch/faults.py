@@ -25,7 +25,13 @@ from typing import TYPE_CHECKING
 
 from runner.clock import Clock
 from runner.errors import MachineFault
-from runner.store import LostRace, StoreError
+from runner.store import (
+    LostRace,
+    StoreDiskFull,
+    StoreError,
+    StoreNoPermission,
+    StoreReadOnly,
+)
 
 if TYPE_CHECKING:
     from .coordinator import Activation, LaunchCoordinator
@@ -55,6 +61,21 @@ class FaultGate:
     def active(self) -> bool:
         """True while the last fault is younger than `hold_off` seconds."""
         return self._at is not None and self.clock.monotonic() - self._at < self.hold_off
+
+
+def store_fault(exc: StoreError) -> MachineFault | None:
+    """A store that refused a write for the machine's sake (its disk full or read-only,
+    or not this user's) as the fault its launch waits out; None for any other error."""
+    if isinstance(exc, StoreDiskFull):
+        return MachineFault("no space left on the device holding the store",
+                            "free some space")
+    if isinstance(exc, StoreReadOnly):
+        return MachineFault("the store is on a read-only file system or folder",
+                            "make it writable")
+    if isinstance(exc, StoreNoPermission):
+        return MachineFault("this user may not write the store",
+                            "run wfrun as the project's owner")
+    return None
 
 
 def hold(co: LaunchCoordinator, act: Activation, fault: MachineFault) -> None:

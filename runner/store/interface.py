@@ -56,10 +56,11 @@ class LaunchQueue(Protocol):
     """`workflow_run_queue`: durable deferred launches (seed 000)."""
 
     def enqueue(self, launch: NewLaunch, *,
-                claim_for: float | None = None) -> LaunchRecord | LostRace:
+                claim_by: str | None = None,
+                lease_seconds: float = DEFAULT_LEASE_SECONDS) -> LaunchRecord | LostRace:
         """Insert a `queued` launch; this also reserves its origin session.
 
-        `claim_for` (seconds of lease): its affinity runner claims it in the same
+        `claim_by`: that runner claims it (for `lease_seconds`) in the same
         transaction (a foreground run), so no other runner ever sees it queued and
         no host is woken for it; the record returned is the claimed one.
 

@@ -54,11 +54,12 @@ def foreground_coordinator(ws: Workspace, store: Store, *,
 
 
 def prepared(coordinator: LaunchCoordinator, ref: str, value: Any, *,
-             parent_run_id: str | None = None) -> LaunchRecord:
-    """Queue a detached launch with affinity to this process, claimed by it in the
-    same commit (no host can take it first); the claimed record."""
+             parent_run_id: str | None = None, detached: bool = False) -> LaunchRecord:
+    """Queue a launch claimed by this process in the same commit (no host can take it
+    first), with affinity to it unless `detached`; the claimed record."""
     try:
-        return coordinator.prepare_here(ref, value, parent_run_id=parent_run_id)
+        return coordinator.prepare_here(ref, value, parent_run_id=parent_run_id,
+                                        detached=detached)
     except PreflightError as exc:
         raise preflight_error(exc) from None
 
@@ -80,7 +81,7 @@ def preflight_error(exc: PreflightError) -> WfrunError:
 def queue_here(coordinator: LaunchCoordinator, ref: str, value: Any) -> tuple[str, LaunchRecord]:
     """`wfrun start --wait`: one launch queued and claimed here in one commit;
     (workflow name, the claimed record)."""
-    record = prepared(coordinator, ref, value)
+    record = prepared(coordinator, ref, value, detached=True)  # a fault re-queues it
     return workflow_name(record.workflow_ref), record
 
 
@@ -129,6 +130,13 @@ def execute_here(coordinator: LaunchCoordinator, run: str | LaunchRecord, contro
         raise TemporaryError(f"run {run_id} did not start: {fault.problem}; it stays queued: "
                              f"{fault.todo}, then `wfrun resume {run_id}` (or a `wfrun host`) "
                              "starts it")
+    if fault is not None and row is not None and row.status in ("starting", "running") \
+            and coordinator.reader.started(run_id):
+        # The store refused to record what the run did (its disk full): the bundle holds
+        # it, and the launch is settled from the bundle once the store takes writes.
+        raise TemporaryError(f"run {run_id} is not recorded in the store: {fault.problem}; "
+                             f"{fault.todo}, then `wfrun resume {run_id}` settles it from its "
+                             "run bundle")
     if fault is not None:
         raise MachineFault(f"run {run_id} did not start (nothing ran): {fault.problem}",
                            fault.todo)

@@ -158,10 +158,11 @@ class LaunchQueue(LaunchPages):
     # --- enqueue -----------------------------------------------------------------
 
     def enqueue(self, launch: NewLaunch, *,
-                claim_for: float | None = None) -> LaunchRecord | LostRace:
+                claim_by: str | None = None,
+                lease_seconds: float = 30.0) -> LaunchRecord | LostRace:
         check_id(launch.run_id, "run_id")
-        if claim_for is not None and launch.affinity_runner_id is None:
-            raise ValueError("a launch claimed as it is queued needs its affinity runner")
+        if claim_by is not None:
+            check_id(claim_by, "claim_by")
         check_id(launch.workflow_ref, "workflow_ref")
         check_id(launch.definition_digest, "definition_digest")
         for name in ("origin_session_id", "parent_run_id", "affinity_runner_id"):
@@ -192,12 +193,11 @@ class LaunchQueue(LaunchPages):
                     launch.run_id, "already_exists")
             assert row is not None
             self._event(log, row, None, "launch.queued")
-            if claim_for is not None and launch.affinity_runner_id is not None:
+            if claim_by is not None:
                 # Queued and claimed in one commit: between the two a host woken by
                 # the notice (or polling) took a `wfrun run`'s launch and ran it
                 # elsewhere, without that process's secrets (issue 35).
-                taken = self._take(tx, log, row, launch.affinity_runner_id,
-                                   lease_ms(claim_for))
+                taken = self._take(tx, log, row, claim_by, lease_ms(lease_seconds))
                 assert isinstance(taken, LaunchRecord), "a row inserted here changed"
                 return taken
             if launch.origin_session_id is None:

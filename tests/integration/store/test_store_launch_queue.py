@@ -323,7 +323,8 @@ def test_a_launch_claimed_as_it_is_queued_is_never_claimable_by_another(
 ) -> None:
     """A foreground run's launch: queued and claimed by its affinity runner in one
     commit, so an idle host's claim finds nothing (issue 35)."""
-    record = store.launches.enqueue(launch("run-1", affinity_runner_id="fg-1"), claim_for=30.0)
+    record = store.launches.enqueue(launch("run-1", affinity_runner_id="fg-1"),
+                                    claim_by="fg-1", lease_seconds=30.0)
     assert isinstance(record, LaunchRecord)
     assert (record.status, record.runner_id, record.epoch) == ("starting", "fg-1", 1)
     assert record.claim_expires_at == int(clock.now() * 1000) + 30_000
@@ -338,8 +339,8 @@ def test_a_launch_claimed_as_it_is_queued_is_never_claimable_by_another(
     taken = store.launches.claim_next(runner_id="idle-host")
     assert taken is not None
     assert taken.run_id == "run-1"
-    with pytest.raises(ValueError, match="affinity"):
-        store.launches.enqueue(launch("run-2"), claim_for=30.0)
+    with pytest.raises(ValueError, match="claim_by"):
+        store.launches.enqueue(launch("run-2"), claim_by="")
 
 
 def test_queued_sources_groups_the_detached_queue_by_source(store: Store,
