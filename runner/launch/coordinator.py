@@ -47,6 +47,7 @@ from runner.errors import (
     ConflictError,
     DefinitionInvalid,
     InputError,
+    MachineFault,
     NotFoundError,
     TemporaryError,
     WfrunError,
@@ -345,7 +346,8 @@ class LaunchCoordinator(Preflight):
                             act.record.run_id, exc)
                 self._lost(act)
                 return None
-            fault = machine_fault(exc, f"the run bundle of {act.record.run_id}")
+            fault = exc if isinstance(exc, MachineFault) else machine_fault(
+                exc, f"the run bundle of {act.record.run_id}")
             if fault is None and isinstance(exc, StoreError):
                 # The store's own disk refused a transition (`mark_running` on a full
                 # disk): the launch waits as for a bundle's, one line, no traceback.
@@ -682,13 +684,13 @@ class LaunchCoordinator(Preflight):
     def _crashed(self, act: Activation, exc: BaseException) -> None:
         """An unexpected exception on the run path: end the bundle (if the run began)
         and the launch as failed, so neither waits for a lease to expire."""
-        started = act.record.status == "running" or act.driver is not None or \
-            self.reader.started(act.record.run_id)
+        began = self._began(act.record.run_id)
+        started = act.record.status == "running" or act.driver is not None or began
         reason = (f"the run crashed ({type(exc).__name__}); see the host log" if started
                   else _classify(exc)[1])
         if act.driver is not None:
             act.driver.bundle.close()  # let go of the lock so the ending can be written
-        if self.reader.started(act.record.run_id):
+        if began:
             # We still hold the claim; the engine may not exist (its factory failed).
             engine = act.engine or self.bare_engine()
             try:
@@ -712,6 +714,14 @@ class LaunchCoordinator(Preflight):
             # The store is down: the lease expires and the next runner settles the run
             # from its bundle (which says failed, if the write above got through).
             log.exception("could not record the failure of %s", act.record.run_id)
+
+    def _began(self, run_id: str) -> bool:
+        """Whether the run's bundle began; False when it cannot be read (then there is
+        no bundle this runner can end either)."""
+        try:
+            return self.reader.started(run_id)
+        except WfrunError:
+            return False
 
     def _lost(self, act: Activation) -> RunOutcome | None:
         """A fence or renewal refused us: a cancel, or another runner took the claim."""

@@ -24,7 +24,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from runner.clock import Clock
-from runner.errors import MachineFault
+from runner.errors import MachineFault, WfrunError
 from runner.store import (
     LostRace,
     StoreDiskFull,
@@ -87,8 +87,13 @@ def hold(co: LaunchCoordinator, act: Activation, fault: MachineFault) -> None:
     if act.driver is not None:
         act.driver.bundle.close()
     try:
-        if not co.reader.started(run_id):
-            _discard(co, act)
+        began = co.reader.started(run_id)
+    except WfrunError:
+        began = None  # the runs folder cannot be read: its bundle is left alone
+    try:
+        if not began:
+            if began is False:
+                _discard(co, act)
             if foreground:
                 co.fail_launch(record, token, "activation_failed",
                                f"{fault.problem}; {fault.todo}, then start it again",

@@ -424,6 +424,69 @@ def test_another_user_gets_one_line(tmp_path: Path) -> None:
         subprocess.run(["rm", "-rf", str(shared)], check=False)
 
 
+@pytest.mark.parametrize("folder", ["runs", "state"])
+def test_an_unreadable_runs_or_state_folder_is_one_line_and_the_launch_waits(
+        tmp_path: Path, folder: str) -> None:
+    """`.wfrun/runs` or `.wfrun/state` made unreadable (mode 000) under its owner,
+    `nobody`: every command says so in one line, no traceback, and a host leaves the
+    launch `queued` (it was left `starting`, issue 35); restored, it runs."""
+    shared = Path(f"/tmp/wfrun-unreadable-{os.getpid()}-{tmp_path.name}")
+    shared.mkdir(mode=0o755)
+    try:
+        os.chmod(shared, 0o755)
+        project = Project(shared / "proj")
+        home = shared / "home"
+        home.mkdir()
+        subprocess.run(["chown", "-R", "nobody:nogroup", str(project.root), str(home)],
+                       check=True)
+        with as_another_user(shared / "checkout") as command:
+            def wfrun(*args: str) -> subprocess.CompletedProcess[str]:
+                done = subprocess.run(
+                    [*command, "--project", str(project.root), *args], capture_output=True,
+                    text=True, timeout=60, cwd=shared,
+                    env={**os.environ, "WFRUN_HOME": str(home), "HOME": str(home),
+                         "PYTHONPATH": str(shared / "checkout")})
+                if "setpriv" in done.stderr and done.returncode != 0:
+                    pytest.skip(f"setpriv is not permitted here: {done.stderr.strip()}")
+                return done
+
+            queued = QUEUED.match(ok(wfrun("start", "greet")).strip())
+            assert queued is not None
+            run_id = queued[1]
+            target = project.root / ".wfrun" / folder
+            target.mkdir(exist_ok=True)
+            os.chown(target, *_nobody())
+            target.chmod(0)
+            try:
+                if folder == "runs":
+                    host_error(wfrun("host", "--once", "--no-controllers", "--quiet"),
+                               "permission denied", "stay queued or parked")
+                    assert project.rows()[run_id] == ("queued", 0, True)
+                    one_line_error(wfrun("run", "greet"), "permission denied")
+                    for args in (("show", run_id), ("why", run_id)):
+                        done = wfrun(*args)
+                        if done.returncode != 0:
+                            one_line_error(done, "permission denied")
+                else:
+                    for args in (("status",), ("store", "check"), ("start", "greet"),
+                                 ("run", "greet"), ("cancel", run_id),
+                                 ("host", "--once", "--no-controllers")):
+                        one_line_error(wfrun(*args), "permission denied")
+            finally:
+                target.chmod(0o700)
+            ok(wfrun("host", "--once", "--no-controllers", "--quiet"))
+        assert project.rows()[run_id][0] == "done"
+    finally:
+        subprocess.run(["rm", "-rf", str(shared)], check=False)
+
+
+def _nobody() -> tuple[int, int]:
+    import pwd
+
+    entry = pwd.getpwnam("nobody")
+    return entry.pw_uid, entry.pw_gid
+
+
 @contextmanager
 def as_another_user(at: Path) -> Iterator[list[str]]:
     """`python -m runner` as `nobody`, from this checkout mirrored at `at`."""

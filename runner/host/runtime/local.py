@@ -404,7 +404,11 @@ def check_store(ws: Workspace) -> dict[str, Any]:
     from runner.store.sqlite.files import sidecar_paths
 
     path = store_path(ws)
-    if not path.exists() and not any(p.exists() for p in sidecar_paths(path)):
+    try:
+        absent = not path.exists() and not any(p.exists() for p in sidecar_paths(path))
+    except OSError:
+        absent = False  # its folder cannot be looked into: the open says so, in one line
+    if absent:
         raise NotFoundError(f"no store at {path} yet; it is created on the first start")
     # A leftover -wal without its store file is refused by the open, as by every
     # other command (it may hold commits), never reported as "no store yet".
