@@ -51,7 +51,7 @@ SQL: Mapping[str, str] = {
     f" AND status IN {_RESERVING} AND run_id <> :run_id",
     "continuation": "SELECT * FROM workflow_run_queue WHERE parent_run_id = :parent"
     f" AND {_CONTINUATION_SLOT}",
-    "query": "SELECT * FROM workflow_run_queue WHERE {where} ORDER BY created_at, run_id"
+    "query": "SELECT * FROM workflow_run_queue{hint} WHERE {where} ORDER BY created_at, run_id"
     " LIMIT :limit",
     # The host's source watch: one row per distinct source identity of the detached
     # queued launches, never a row per launch (93k queued cost 445 MB as records).

@@ -23,6 +23,7 @@ from runner.store.connector import (
     UniqueViolation,
     named,
 )
+from runner.store.ddl import sql_in
 from runner.store.domain import intents, pages
 from runner.store.domain.events import EventLog, RunEvents
 from runner.store.domain.launch_queries import (
@@ -58,6 +59,7 @@ from runner.store.states import (
     CLAIMED_STATUSES,
     LAUNCH_OPERATIONS,
     PARK_MODES,
+    READY_STATUSES,
     RECOVERY_PATHS,
     LaunchStatus,
     Operation,
@@ -107,6 +109,7 @@ class LaunchQueue(LaunchPages):
         # found nothing; then the next one looks first (`_claimable`).
         self._found_none: dict[str | None, bool] = {}
         self._probes: dict[bool, tuple[str, ...]] = {}  # claim_probes, by `session_id is None`
+        self._ready_index: bool | None = None  # `_ready_hint`, learnt once
 
     # --- reads -------------------------------------------------------------------
 
@@ -119,15 +122,27 @@ class LaunchQueue(LaunchPages):
               session_id: str | None = None, limit: int | None = None) -> list[LaunchRecord]:
         clauses: list[str] = []
         params: dict[str, object] = {}
+        hint = ""
         if statuses is not None:
-            clauses.append(status_clause(statuses, params))
+            wanted = list(statuses)
+            if set(wanted) == set(READY_STATUSES):
+                # The claim-order partial index, named and its WHERE in literals (bound
+                # parameters never imply it): a page of the live launches (`wfrun
+                # status`) reads its rows, not a sort of the whole queue (0.9 s at
+                # 100,000 queued, by the status index and a temporary B-tree).
+                clauses.append(f"status IN {sql_in(READY_STATUSES)}")
+                hint = "ready"
+            else:
+                clauses.append(status_clause(wanted, params))
         if session_id is not None:
             clauses.append("origin_session_id = :session")
             params["session"] = session_id
         with self._connector.read() as tx:
             params["limit"] = tx.dialect.unlimited if limit is None else max(limit, 0)
-            rows = tx.all(self._sql["query"].format(where=" AND ".join(clauses) or "1 = 1"),
-                          params)
+            if hint:
+                hint = self._ready_hint(tx)
+            rows = tx.all(self._sql["query"].format(
+                where=" AND ".join(clauses) or "1 = 1", hint=hint), params)
         return [launch_from_row(row) for row in rows]
 
     def queued_sources(self, *, limit: int = 1000) -> list[QueuedSources]:
@@ -135,6 +150,17 @@ class LaunchQueue(LaunchPages):
             rows = tx.all(self._sql["queued_sources"], {"limit": max(limit, 0)})
         return [QueuedSources(str(r["source_json"]), int(r["launches"]), str(r["first_run_id"]))
                 for r in rows]
+
+    def _ready_hint(self, tx: Transaction) -> str:
+        """`INDEXED BY` the claim-order index where the dialect names indexes and the
+        store has it (a store opened read-only before a write-mode open added it, within
+        v1, has not: it is read without the hint)."""
+        if self._ready_index is None:
+            dialect = tx.dialect
+            self._ready_index = dialect.index_hints and tx.one(
+                "SELECT 1 AS present FROM sqlite_master WHERE type = 'index'"
+                " AND name = 'workflow_run_queue_ready'", {}) is not None
+        return tx.dialect.indexed_by("workflow_run_queue_ready") if self._ready_index else ""
 
     def find_session_reservation(self, session_id: str) -> LaunchRecord | None:
         with self._connector.read() as tx:
