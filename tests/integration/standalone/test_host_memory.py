@@ -10,12 +10,14 @@ import logging
 import threading
 import types
 
+import pytest
 from standalonekit import Project
 from waiting import DEADLINE
 
 from runner.engine import RunOutcome
 from runner.engine.state import RunState
 from runner.host.daemon import StandaloneHost
+from runner.host.runtime.watch import Drift
 from runner.store import LaunchRecord
 
 RUNS = 15
@@ -102,5 +104,28 @@ def test_the_source_watch_holds_one_entry_per_source_not_per_launch(project: Pro
         assert groups == [(2, "three"), (40, "tiny")]
         assert len(host.watch._records) == 2
         assert _kept_by(host)["LaunchRecord"] == 0
+    finally:
+        store.close()
+
+
+def test_a_drifted_source_is_logged_once_for_all_its_queued_launches(
+        project: Project, caplog: pytest.LogCaptureFixture) -> None:
+    queued = project.queue("tiny", [{"n": i} for i in range(3)])
+    store = project.store()
+    try:
+        host = StandaloneHost(project.workspace(), store, poll=0.05)
+        host._watch_queued()
+        [group] = host._groups.values()
+        assert group.first_run_id == min(queued)
+        drift = Drift(group.run_id, str(project.root / ".wfrun" / "workflows" / "tiny.yaml"),
+                      "edited", "0" * 64, "1" * 64)
+        with caplog.at_level(logging.WARNING):
+            host._drifted(group, drift)
+            host._drifted(group, drift)  # the same news again: not logged twice
+        lines = [r.getMessage() for r in caplog.records]
+        assert lines == [f"wfrun host: 3 queued launches ({min(queued)}, ...): its workflow "
+                         "source .wfrun/workflows/tiny.yaml was edited since it was queued; "
+                         "activation re-checks it and refuses a changed definition "
+                         "(source_changed)"]
     finally:
         store.close()
