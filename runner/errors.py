@@ -107,5 +107,23 @@ def machine_fault(exc: BaseException, writing: str) -> MachineFault | None:
     return MachineFault(f"cannot write {exc.filename or writing}: {what}", todo)
 
 
+def os_fault(exc: OSError) -> MachineFault | None:
+    """Any file access the machine refused, met where nothing more specific caught it
+    (the CLI's error boundary): one line naming the file; None for other errors."""
+    if exc.errno not in _FAULT_ADVICE:
+        return None
+    what, todo = _FAULT_ADVICE[exc.errno]
+    return MachineFault(f"cannot use {exc.filename or 'a file of the project'}: {what}", todo)
+
+
+def read_fault(exc: OSError, reading: str) -> MachineFault | None:
+    """A read the machine refused (a folder this user may not read) as a MachineFault
+    naming what was being read; None for any other error."""
+    if exc.errno not in _FAULT_ADVICE:
+        return None
+    what, todo = _FAULT_ADVICE[exc.errno]
+    return MachineFault(f"cannot read {reading}: {what}", todo)
+
+
 class ConflictError(WfrunError):
     """The state changed underneath the operation; re-read and try again."""

@@ -85,6 +85,12 @@ class Options:
 
 
 def _translate(exc: BaseException) -> WfrunError | None:
+    if isinstance(exc, OSError):  # a folder this user may not read, a full disk: not a bug
+        from runner.errors import os_fault
+
+        fault = os_fault(exc)
+        if fault is not None:
+            return fault
     # No store error can exist before the store's exception tree is loaded, and loading
     # it (the whole store package) for click's own exits (`start --help`) costs ~30 ms.
     if "runner.store.errors" not in sys.modules:

@@ -26,6 +26,10 @@ class RunControl:
         # A park by a host shutdown may be resumed by the next host; any other park
         # (a person's Ctrl-C, a session shutdown) waits for an explicit resume.
         self.auto_resume = False
+        # A clean park is recorded in the trace (`run_parked`), so the crash-loop budget
+        # does not count it as a death; a park because the claim was lost writes
+        # nothing (another runner may hold the run by now) and counts as one.
+        self.clean = True
 
     @property
     def stopping(self) -> bool:
@@ -47,12 +51,14 @@ class RunControl:
         self.stopped.set()
         self.wake.set()
 
-    def park(self, reason: str = "parked", *, auto_resume: bool = False) -> None:
+    def park(self, reason: str = "parked", *, auto_resume: bool = False,
+             clean: bool = True) -> None:
         with self._lock:
             if self._stop is None:
                 self._stop = "park"
                 self.reason = reason
                 self.auto_resume = auto_resume
+                self.clean = clean
         self.stopped.set()
         self.wake.set()
 

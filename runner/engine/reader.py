@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from runner.errors import InputError, NotFoundError, OperationFailed
+from runner.errors import InputError, NotFoundError, OperationFailed, read_fault
 
 from . import bundle as _bundle
 from . import dbbundle as _db
@@ -100,8 +100,10 @@ class RunReader:
         except (FileNotFoundError, NotADirectoryError):
             return False
         except OSError as exc:
-            raise OperationFailed(f"cannot read the trace of run '{run_id}': "
-                                  f"{exc.strerror}") from None
+            # An unreadable runs folder is the machine's (a launch waits it out), not
+            # the run's: a MachineFault, as a refused write is.
+            raise read_fault(exc, f"the trace of run '{run_id}'") or OperationFailed(
+                f"cannot read the trace of run '{run_id}': {exc.strerror}") from None
         if not line.endswith(b"\n"):
             return False  # empty, or the first write was torn
         try:

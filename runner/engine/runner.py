@@ -482,8 +482,14 @@ class RunDriver:
         return self.outcome()
 
     def park(self) -> RunOutcome:
-        """Stop without a terminal event; `resume` continues at the interrupted node."""
-        self.flush_held()
+        """Stop without a terminal event; `resume` continues at the interrupted node.
+        A clean park says so in the trace (`run_parked`): the node it interrupted did
+        not die, so its start is not counted against NODE_START_BUDGET."""
+        if self.control.clean:
+            self.emit("run_parked", {"node": self.state.current_node,
+                                     "reason": self.control.reason or "parked"}, sync=True)
+        else:
+            self.flush_held()
         self.bundle.replace_state(self.state.to_json())
         self.bundle.close()
         return RunOutcome(self.run_id, "running", True, None, None, self.state)

@@ -18,7 +18,7 @@ EVENT_TYPES = (
     "run_started", "node_started", "agent_prompt_sent", "node_finished", "node_failed",
     "update_published", "notification_emitted", "include_entered", "include_exited",
     "run_paused", "run_resumed", "run_completed", "run_waiting", "run_failed",
-    "run_timed_out", "run_cancelled", "run_interrupted",
+    "run_timed_out", "run_cancelled", "run_interrupted", "run_parked",
 )
 _TERMINAL_EVENTS = {"run_completed": "completed", "run_failed": "failed",
                     "run_timed_out": "timed_out", "run_cancelled": "cancelled"}
@@ -52,8 +52,9 @@ class RunState:
     error: dict[str, Any] | None = None
     trace_seq: int = 0
     carried_steps: int = 0
-    # How many times `current_node` started without ending: a start after a start of
-    # the same node means the process running it died. Resume bounds it (engine.py).
+    # How many times `current_node` started without ending and without a clean park
+    # (`run_parked`): a start after such a start of the same node means the process
+    # running it died. Resume bounds it (engine.py, NODE_START_BUDGET).
     current_node_starts: int = 0
 
     @property
@@ -156,6 +157,10 @@ class RunState:
             self.current_attempt = None
         elif kind == "run_interrupted":
             self.current_node = None
+        elif kind == "run_parked" and self.current_node is not None:
+            # Stopped cleanly (a host's SIGTERM, a Ctrl-C): that start of the node did
+            # not end in a death, so the crash-loop budget does not count it.
+            self.current_node_starts = max(self.current_node_starts - 1, 0)
 
     def to_json(self) -> dict[str, Any]:
         return {

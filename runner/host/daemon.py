@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
+import json
 import logging
 import os
 import queue
@@ -43,13 +45,13 @@ from runner.launch.coordinator import LEASE_SECONDS, RENEW_EVERY
 from runner.launch.handback import executor_for_sessions
 from runner.launch.wakeups import LaunchListener
 from runner.private import private_dirs
-from runner.store import LaunchRecord, NextClaim, Store, StoreError
+from runner.store import LaunchRecord, NextClaim, QueuedSources, Store, StoreError
 from runner.store.wakeups import launch_wakeups
 
 from .runtime.errors import translate
 from .runtime.launches import runner_id
 from .runtime.local import Workspace
-from .runtime.watch import Drift, SourceWatch
+from .runtime.watch import Drift, Sourced, SourceWatch
 from .workers import (
     EXIT_GRACE,
     Message,
@@ -66,28 +68,61 @@ __all__ = ["LEASE_SECONDS", "HostLock", "HostReport", "StandaloneHost", "WorkerS
 PARK_DEADLINE = 8.0
 HOST_CHILDREN = "host.children.json"  # the host's own shell process groups, for reaping
 CLAIM_RETRY = 1.0  # seconds between claims while the store refuses them
-# The source watch's query reads every queued launch (~20 ms at 1,000 queued here): it
-# runs at most once per poll interval, and at most every WATCH_SHARE times its own last
-# duration, so a long queue costs the loop at most ~1/WATCH_SHARE of its time.
+# The source watch's query groups the queued launches by source identity in the
+# database (one row per distinct source, never one per launch: a host's memory stays
+# flat in the queue's length), still a scan of the queue: it runs at most once per
+# poll interval, and at most every WATCH_SHARE times its own last duration, so a long
+# queue costs the loop at most ~1/WATCH_SHARE of its time.
 WATCH_SHARE = 20
+WATCH_SOURCES = 1000  # distinct source identities watched at most (the oldest first)
+
+
+@dataclass(frozen=True, slots=True)
+class SourceGroup:
+    """The queued detached launches of one source identity, as the watch sees them:
+    `run_id` is the group's key (drift is a property of the files, not of a launch)."""
+
+    run_id: str
+    source: dict[str, object]
+    launches: int
+    first_run_id: str
+
+    @staticmethod
+    def of(row: QueuedSources) -> SourceGroup | None:
+        try:
+            source = json.loads(row.source_json)
+        except ValueError:
+            return None
+        if not isinstance(source, dict):
+            return None
+        key = "sources-" + hashlib.sha256(row.source_json.encode()).hexdigest()[:16]
+        return SourceGroup(key, source, row.launches, row.first_run_id)
+
+    def named(self) -> str:
+        if self.launches == 1:
+            return f"queued launch {self.first_run_id}"
+        return f"{self.launches} queued launches ({self.first_run_id}, ...)"
 
 
 @dataclass
 class HostReport:
+    """What a host did, as counters only: a host serving runs for weeks holds nothing
+    per run (it kept every RunOutcome, outputs included, until it exited)."""
+
     started: int = 0
-    outcomes: list[RunOutcome] = field(default_factory=list)
+    ended: dict[str, int] = field(default_factory=dict)
     failed_to_start: int = 0
     reaped: list[int] = field(default_factory=list)
     reconciles: int = 0
 
+    def count(self, outcome: RunOutcome) -> None:
+        key = "parked" if outcome.parked else outcome.status
+        self.ended[key] = self.ended.get(key, 0) + 1
+
     def counts(self) -> dict[str, int]:
         """Finished runs by how they ended: completed, failed, timed_out, cancelled,
         waiting (at a checkpoint) and parked (stopped, to be resumed)."""
-        out: dict[str, int] = {}
-        for outcome in self.outcomes:
-            key = "parked" if outcome.parked else outcome.status
-            out[key] = out.get(key, 0) + 1
-        return out
+        return dict(self.ended)
 
 
 # Called once per launch the host executed: its run id and outcome (None: it failed to
@@ -268,7 +303,8 @@ class StandaloneHost:
         self.watch = SourceWatch(self._drifted, on_clear=self._restored, clock=ws.clock)
         self._watched_at: float | None = None
         self._watch_every = poll  # seconds between two looks at the queue (see WATCH_SHARE)
-        self._drift_logged: set[str] = set()  # one log line per drifted launch
+        self._drift_logged: set[str] = set()  # one log line per drifted source group
+        self._groups: dict[str, SourceGroup] = {}  # the watched groups, by key
         self._claim_error_logged: str | None = None
         self.listener: LaunchListener | None = None  # while running, if the store has notices
 
@@ -386,30 +422,32 @@ class StandaloneHost:
             return
         self._watched_at = now
         try:
-            queued = self.store.launches.query(statuses=["queued"])
+            rows = self.store.launches.queued_sources(limit=WATCH_SOURCES)
         except StoreError as exc:
             log.debug("source watch: cannot list queued launches: %s", exc.message)
             return
         finally:
             took = self.ws.clock.monotonic() - now
             self._watch_every = max(self.poll, WATCH_SHARE * took)
-        detached = [r for r in queued if r.origin_session_id is None]
-        self.watch.update(detached)
+        groups = [g for g in map(SourceGroup.of, rows) if g is not None]
         with self._lock:
-            self._drift_logged &= {r.run_id for r in detached}
+            self._groups = {g.run_id: g for g in groups}
+            self._drift_logged &= set(self._groups)
+        self.watch.update(groups)
 
-    def _drifted(self, record: LaunchRecord, drift: Drift) -> None:
+    def _drifted(self, watched: Sourced, drift: Drift) -> None:
         with self._lock:
-            if record.run_id in self._drift_logged:
+            group = self._groups.get(watched.run_id)
+            if group is None or watched.run_id in self._drift_logged:
                 return
-            self._drift_logged.add(record.run_id)
-        log.warning("wfrun host: queued launch %s: its workflow source %s was %s; activation "
-                    "re-checks it and refuses a changed definition (source_changed)",
-                    record.run_id, drift.display(self.ws.project_root), drift.detail)
+            self._drift_logged.add(watched.run_id)
+        log.warning("wfrun host: %s: its workflow source %s was %s; activation re-checks it "
+                    "and refuses a changed definition (source_changed)", group.named(),
+                    drift.display(self.ws.project_root), drift.detail)
 
-    def _restored(self, record: LaunchRecord) -> None:
+    def _restored(self, watched: Sourced) -> None:
         with self._lock:
-            self._drift_logged.discard(record.run_id)  # a later change is news again
+            self._drift_logged.discard(watched.run_id)  # a later change is news again
 
     def _start(self, record: LaunchRecord) -> None:
         control, _ = self._admit(record)
@@ -500,7 +538,7 @@ class StandaloneHost:
             if outcome is None:
                 self.report.failed_to_start += 1
             else:
-                self.report.outcomes.append(outcome)
+                self.report.count(outcome)
         if self.on_run_ended is not None:
             try:
                 self.on_run_ended(run_id, outcome)

@@ -47,6 +47,7 @@ from runner.errors import (
     ConflictError,
     DefinitionInvalid,
     InputError,
+    MachineFault,
     NotFoundError,
     TemporaryError,
     WfrunError,
@@ -65,7 +66,7 @@ from runner.store import (
     TurnCause,
 )
 
-from .faults import FaultGate, hold
+from .faults import FaultGate, hold, store_fault
 from .intents import new_intent
 from .keeper import LeaseKeeper
 from .link import Link, Step, Transition
@@ -247,6 +248,20 @@ class LaunchCoordinator(Preflight):
             self._scrub_later(owe=False)
         return claimed
 
+    def prepare_here(self, ref: str, run_input: Any = None, *,
+                     parent_run_id: str | None = None, detached: bool = False
+                     ) -> LaunchRecord:
+        """Queue a launch this process runs now (`wfrun run`, `answer`; `detached`:
+        `start --wait`): claimed in the enqueue's own commit, so no host ever sees it
+        queued. Only a launch with this runner's affinity fails when a full disk
+        refuses its bundle (`faults.hold`); a detached one goes back to the queue."""
+        record = self.prepare(ref, run_input, parent_run_id=parent_run_id,
+                              affinity_runner_id=None if detached else self.runner_id,
+                              claim_by=self.runner_id, lease_seconds=self.lease_seconds)
+        with self._scrub_lock:
+            self._by_id.add(record.run_id)
+        return record
+
     def claim(self, run_id: str, *, dead_runner: str | None = None) -> LaunchRecord:
         """Claim one launch by id (an explicit resume, a foreground run)."""
         result = self.store.launches.claim(run_id, runner_id=self.runner_id,
@@ -336,7 +351,12 @@ class LaunchCoordinator(Preflight):
                             act.record.run_id, exc)
                 self._lost(act)
                 return None
-            fault = machine_fault(exc, f"the run bundle of {act.record.run_id}")
+            fault = exc if isinstance(exc, MachineFault) else machine_fault(
+                exc, f"the run bundle of {act.record.run_id}")
+            if fault is None and isinstance(exc, StoreError):
+                # The store's own disk refused a transition (`mark_running` on a full
+                # disk): the launch waits as for a bundle's, one line, no traceback.
+                fault = store_fault(exc)
             if fault is not None:  # a full or read-only disk: the launch waits
                 hold(self, act, fault)
                 return None
@@ -444,7 +464,14 @@ class LaunchCoordinator(Preflight):
             act.driver = driver
             return True
         sent = self.clock.monotonic()
-        running = self.store.launches.mark_running(record.run_id, token)
+        try:
+            running = self.store.launches.mark_running(record.run_id, token)
+        except BaseException:
+            # Refused (a full disk, the store gone): the guard settles the launch, and
+            # the bundle's lock goes now, or ending the bundle found it held "by
+            # another process" (this one).
+            driver.bundle.close()
+            raise
         if isinstance(running, LostRace):
             # Cancellation won the race: record it in the bundle we own, run nothing.
             driver.bundle.fence = lambda: True
@@ -681,13 +708,13 @@ class LaunchCoordinator(Preflight):
     def _crashed(self, act: Activation, exc: BaseException) -> None:
         """An unexpected exception on the run path: end the bundle (if the run began)
         and the launch as failed, so neither waits for a lease to expire."""
-        started = act.record.status == "running" or act.driver is not None or \
-            self.reader.started(act.record.run_id)
+        began = self._began(act.record.run_id)
+        started = act.record.status == "running" or act.driver is not None or began
         reason = (f"the run crashed ({type(exc).__name__}); see the host log" if started
                   else _classify(exc)[1])
         if act.driver is not None:
             act.driver.bundle.close()  # let go of the lock so the ending can be written
-        if self.reader.started(act.record.run_id):
+        if began:
             # We still hold the claim; the engine may not exist (its factory failed).
             engine = act.engine or self.bare_engine()
             try:
@@ -711,6 +738,14 @@ class LaunchCoordinator(Preflight):
             # The store is down: the lease expires and the next runner settles the run
             # from its bundle (which says failed, if the write above got through).
             log.exception("could not record the failure of %s", act.record.run_id)
+
+    def _began(self, run_id: str) -> bool:
+        """Whether the run's bundle began; False when it cannot be read (then there is
+        no bundle this runner can end either)."""
+        try:
+            return self.reader.started(run_id)
+        except WfrunError:
+            return False
 
     def _lost(self, act: Activation) -> RunOutcome | None:
         """A fence or renewal refused us: a cancel, or another runner took the claim."""

@@ -24,8 +24,14 @@ import logging
 from typing import TYPE_CHECKING
 
 from runner.clock import Clock
-from runner.errors import MachineFault
-from runner.store import LostRace, StoreError
+from runner.errors import MachineFault, WfrunError
+from runner.store import (
+    LostRace,
+    StoreDiskFull,
+    StoreError,
+    StoreNoPermission,
+    StoreReadOnly,
+)
 
 if TYPE_CHECKING:
     from .coordinator import Activation, LaunchCoordinator
@@ -57,6 +63,21 @@ class FaultGate:
         return self._at is not None and self.clock.monotonic() - self._at < self.hold_off
 
 
+def store_fault(exc: StoreError) -> MachineFault | None:
+    """A store that refused a write for the machine's sake (its disk full or read-only,
+    or not this user's) as the fault its launch waits out; None for any other error."""
+    if isinstance(exc, StoreDiskFull):
+        return MachineFault("no space left on the device holding the store",
+                            "free some space")
+    if isinstance(exc, StoreReadOnly):
+        return MachineFault("the store is on a read-only file system or folder",
+                            "make it writable")
+    if isinstance(exc, StoreNoPermission):
+        return MachineFault("this user may not write the store",
+                            "run wfrun as the project's owner")
+    return None
+
+
 def hold(co: LaunchCoordinator, act: Activation, fault: MachineFault) -> None:
     """Leave `act`'s launch consistent and resumable after `fault` (see the module)."""
     co.faults.record(fault)
@@ -66,8 +87,13 @@ def hold(co: LaunchCoordinator, act: Activation, fault: MachineFault) -> None:
     if act.driver is not None:
         act.driver.bundle.close()
     try:
-        if not co.reader.started(run_id):
-            _discard(co, act)
+        began = co.reader.started(run_id)
+    except WfrunError:
+        began = None  # the runs folder cannot be read: its bundle is left alone
+    try:
+        if not began:
+            if began is False:
+                _discard(co, act)
             if foreground:
                 co.fail_launch(record, token, "activation_failed",
                                f"{fault.problem}; {fault.todo}, then start it again",

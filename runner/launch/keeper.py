@@ -102,4 +102,4 @@ class LeaseKeeper:
         if current is kept:  # not removed meanwhile: the run is still executing
             kept.act.lease["running"] = False  # the fence asks the store from now on
             kept.act.claim_lost = True
-            kept.act.control.park("claim lost")
+            kept.act.control.park("claim lost", clean=False)

@@ -41,6 +41,7 @@ from runner.store.records import (
     NewTurnIntent,
     NextClaim,
     Notification,
+    QueuedSources,
     RunEvent,
     TurnIntent,
 )
@@ -97,6 +98,7 @@ __all__ = [
     "NotificationKind",
     "Notifications",
     "ParkMode",
+    "QueuedSources",
     "RecoveryOutcome",
     "RunEvent",
     "RunEvents",

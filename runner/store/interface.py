@@ -23,6 +23,7 @@ from runner.store.records import (
     NewTurnIntent,
     NextClaim,
     Notification,
+    QueuedSources,
     RunEvent,
     TurnIntent,
 )
@@ -54,8 +55,14 @@ class BundleRefused(Exception):
 class LaunchQueue(Protocol):
     """`workflow_run_queue`: durable deferred launches (seed 000)."""
 
-    def enqueue(self, launch: NewLaunch) -> LaunchRecord | LostRace:
+    def enqueue(self, launch: NewLaunch, *,
+                claim_by: str | None = None,
+                lease_seconds: float = DEFAULT_LEASE_SECONDS) -> LaunchRecord | LostRace:
         """Insert a `queued` launch; this also reserves its origin session.
+
+        `claim_by`: that runner claims it (for `lease_seconds`) in the same
+        transaction (a foreground run), so no other runner ever sees it queued and
+        no host is woken for it; the record returned is the claimed one.
 
         Lost: `already_exists` (run id taken), `session_reserved` (the origin
         session has a queued/starting/running launch; `holder` names it),
@@ -226,6 +233,11 @@ class LaunchQueue(Protocol):
                then_claim: NextClaim | None = None) -> LaunchRecord | LostRace:
         """-> cancelled. Without a token: queued|starting|parked (beats activation).
         With the claim token: starting|running (the holder records a cancel)."""
+        ...
+
+    def queued_sources(self, *, limit: int = 1000) -> list[QueuedSources]:
+        """The detached `queued` launches grouped by source identity, at most `limit`
+        groups, oldest first: what a host watches, in memory flat in the queue's length."""
         ...
 
     def list_recoverable(self, *, session_id: str | None = None) -> list[LaunchRecord]:

@@ -111,6 +111,16 @@ LostReason = Literal[
 
 
 @dataclass(frozen=True, slots=True)
+class QueuedSources:
+    """The detached queued launches that share one source identity (what a host's
+    source watch reads: flat in the number of launches, `LaunchQueue.queued_sources`)."""
+
+    source_json: str  # `workflow_source_json`, as stored
+    launches: int
+    first_run_id: str  # the least run id of them (one to name in a message)
+
+
+@dataclass(frozen=True, slots=True)
 class LostRace:
     """A conditional update that did not apply; nothing was changed.
 

@@ -308,6 +308,21 @@ def test_a_damaged_store(project: Project, how: str) -> None:
     assert mf.sha256(project.store) == damaged  # no repair attempt, no reset
 
 
+def test_an_orphaned_wal_is_refused_by_store_check_as_by_every_command(
+        project: Project) -> None:
+    """A `-wal` left without its store file may hold commits: `store check` says so, as
+    `status` and `start` do, instead of "no store yet" (issue 35)."""
+    project.store.parent.mkdir(parents=True)
+    wal = project.store.with_name(project.store.name + "-wal")
+    wal.write_bytes(b"leftover commits")
+    lines = {args: one_line_error(project.wfrun(*args), "is missing but store.sqlite3-wal",
+                                  "nothing was changed")
+             for args in (("store", "check"), ("status",), ("start", "greet"))}
+    assert len(set(lines.values())) == 1, lines
+    assert wal.read_bytes() == b"leftover commits"
+    assert not project.store.exists()
+
+
 # --- a held write lock ----------------------------------------------------------------
 
 
@@ -407,6 +422,69 @@ def test_another_user_gets_one_line(tmp_path: Path) -> None:
         assert project.rows()[queued] == ("queued", 0, True)
     finally:
         subprocess.run(["rm", "-rf", str(shared)], check=False)
+
+
+@pytest.mark.parametrize("folder", ["runs", "state"])
+def test_an_unreadable_runs_or_state_folder_is_one_line_and_the_launch_waits(
+        tmp_path: Path, folder: str) -> None:
+    """`.wfrun/runs` or `.wfrun/state` made unreadable (mode 000) under its owner,
+    `nobody`: every command says so in one line, no traceback, and a host leaves the
+    launch `queued` (it was left `starting`, issue 35); restored, it runs."""
+    shared = Path(f"/tmp/wfrun-unreadable-{os.getpid()}-{tmp_path.name}")
+    shared.mkdir(mode=0o755)
+    try:
+        os.chmod(shared, 0o755)
+        project = Project(shared / "proj")
+        home = shared / "home"
+        home.mkdir()
+        subprocess.run(["chown", "-R", "nobody:nogroup", str(project.root), str(home)],
+                       check=True)
+        with as_another_user(shared / "checkout") as command:
+            def wfrun(*args: str) -> subprocess.CompletedProcess[str]:
+                done = subprocess.run(
+                    [*command, "--project", str(project.root), *args], capture_output=True,
+                    text=True, timeout=60, cwd=shared,
+                    env={**os.environ, "WFRUN_HOME": str(home), "HOME": str(home),
+                         "PYTHONPATH": str(shared / "checkout")})
+                if "setpriv" in done.stderr and done.returncode != 0:
+                    pytest.skip(f"setpriv is not permitted here: {done.stderr.strip()}")
+                return done
+
+            queued = QUEUED.match(ok(wfrun("start", "greet")).strip())
+            assert queued is not None
+            run_id = queued[1]
+            target = project.root / ".wfrun" / folder
+            target.mkdir(exist_ok=True)
+            os.chown(target, *_nobody())
+            target.chmod(0)
+            try:
+                if folder == "runs":
+                    host_error(wfrun("host", "--once", "--no-controllers", "--quiet"),
+                               "permission denied", "stay queued or parked")
+                    assert project.rows()[run_id] == ("queued", 0, True)
+                    one_line_error(wfrun("run", "greet"), "permission denied")
+                    for args in (("show", run_id), ("why", run_id)):
+                        done = wfrun(*args)
+                        if done.returncode != 0:
+                            one_line_error(done, "permission denied")
+                else:
+                    for args in (("status",), ("store", "check"), ("start", "greet"),
+                                 ("run", "greet"), ("cancel", run_id),
+                                 ("host", "--once", "--no-controllers")):
+                        one_line_error(wfrun(*args), "permission denied")
+            finally:
+                target.chmod(0o700)
+            ok(wfrun("host", "--once", "--no-controllers", "--quiet"))
+        assert project.rows()[run_id][0] == "done"
+    finally:
+        subprocess.run(["rm", "-rf", str(shared)], check=False)
+
+
+def _nobody() -> tuple[int, int]:
+    import pwd
+
+    entry = pwd.getpwnam("nobody")
+    return entry.pw_uid, entry.pw_gid
 
 
 @contextmanager

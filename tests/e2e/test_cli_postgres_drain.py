@@ -131,6 +131,20 @@ class Drain:
         self.hosts[name] = process
         self.folder_of[f"{os.uname().nodename}:{process.pid}"] = name
 
+    def foreground(self) -> tuple[str, str]:
+        """One `wfrun run` beside the draining hosts, from a folder of its own: (run id,
+        its runner id). Its launch is never a host's to take (issue 35)."""
+        folder = self.folder("foreground")
+        if not folder.exists():
+            self.write_project("foreground")
+        process = subprocess.Popen(
+            [sys.executable, "-m", "runner", "--project", str(folder), "--store", self.url,
+             "run", "three", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            cwd=folder)
+        out, err = process.communicate(timeout=120)
+        assert process.returncode == 0, err.decode(errors="replace")
+        return str(json.loads(out)["run_id"]), f"{os.uname().nodename}:{process.pid}"
+
     def kill(self, name: str) -> None:
         process = self.hosts[name]
         os.killpg(process.pid, signal.SIGKILL)
@@ -189,12 +203,16 @@ def test_three_hosts_drain_1000_launches_with_one_sigkilled_every_100_runs(
     ids = drain.enqueue(LAUNCHES)
     for name in HOSTS:
         drain.start(name)
+    foreground: dict[str, str] = {}  # run id -> the `wfrun run` process's runner id
     for n, target in enumerate(range(KILL_EVERY, LAUNCHES, KILL_EVERY)):
         drain.wait_ended(target)
         name = HOSTS[n % len(HOSTS)]
         drain.kill(name)
         drain.start(name)
-    drain.wait_ended(LAUNCHES)
+        run_id, runner = drain.foreground()  # while the hosts claim all they can
+        foreground[run_id] = runner
+    ids += list(foreground)
+    drain.wait_ended(len(ids))
     assert drain.kills == LAUNCHES // KILL_EVERY - 1
 
     rows = {str(r[0]): (str(r[1]), int(str(r[2])), r[3], r[4]) for r in drain.query(
@@ -234,6 +252,12 @@ def test_three_hosts_drain_1000_launches_with_one_sigkilled_every_100_runs(
             assert status == "done", (run_id, status, code, message)
             assert all(effects[(run_id, n)] == 1 for n in "abc"), run_id
     assert taken_over, "no run of a killed host was taken over by another host"
+    # 0 foreground runs stolen: each claimed once, by the `wfrun run` that queued it.
+    stolen = {r: [(k, runner) for k, runner, _ in events[r] if k == "launch.starting"]
+              for r in foreground}
+    assert all(claims == [("launch.starting", foreground[r])] for r, claims in stolen.items()
+               ), stolen
+    assert all(rows[r][0] == "done" for r in foreground), {r: rows[r] for r in foreground}
     # A run whose node was interrupted by two kills in a row (its taker killed too, as the
     # kills go round the hosts about a lease apart) ends failed by the crash-loop budget
     # (engine.NODE_START_BUDGET) rather than run that node a third time; any other run a
@@ -246,6 +270,7 @@ def test_three_hosts_drain_1000_launches_with_one_sigkilled_every_100_runs(
                         f"host did not finish: {sorted(failed.items())[:3]}")
     assert all(status == "done" for r, (status, _, _, _) in rows.items() if r not in looped)
     assert len(looped) <= drain.kills // 2, looped  # two kills each
-    print(f"\n{LAUNCHES} launches, {drain.kills} SIGKILLs, "
+    print(f"\n{LAUNCHES} launches and {len(foreground)} foreground runs (0 stolen), "
+          f"{drain.kills} SIGKILLs, "
           f"{sum(1 for r in rows.values() if r[1] > 1)} runs claimed again, "
           f"{len(taken_over)} taken over by another folder, {len(looped)} interrupted twice")

@@ -11,16 +11,25 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
-
-if TYPE_CHECKING:
-    from runner.store import LaunchRecord
+from typing import Any, Literal, Protocol
 
 DriftKind = Literal["edited", "removed", "unreadable"]
 _DETAIL: dict[str, str] = {"edited": "edited since it was queued", "removed": "removed",
                            "unreadable": "unreadable"}
+
+
+class Sourced(Protocol):
+    """What drift is computed from: a launch row (`LaunchRecord`), or one entry per
+    distinct source identity of many queued launches (`wfrun host`'s watch)."""
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def source(self) -> Mapping[str, object]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,13 +67,14 @@ def display_path(path: str, root: Path | None) -> str:
     return path
 
 
-def recorded_files(record: LaunchRecord) -> list[tuple[str, str]]:
+def recorded_files(record: Sourced) -> list[tuple[str, str]]:
     """(path, sha256) of every file source a launch was queued with, the workflow's
     own file first. Built-in sources have no file and are skipped."""
     identity = record.source or {}
     out: list[tuple[str, str]] = []
     seen: set[str] = set()
-    candidates = [identity.get("source"), *(identity.get("sources") or [])]
+    more = identity.get("sources")
+    candidates = [identity.get("source"), *(more if isinstance(more, list) else [])]
     for src in candidates:
         if not isinstance(src, dict) or src.get("kind") != "file":
             continue
@@ -81,7 +91,7 @@ def file_sha256(path: str) -> str:
         return hashlib.sha256(fh.read()).hexdigest()
 
 
-def source_drift(record: LaunchRecord) -> Drift | None:
+def source_drift(record: Sourced) -> Drift | None:
     """The first recorded source file of `record` that was edited, removed or became
     unreadable since it was queued; None when every file still hashes the same."""
     for path, expected in recorded_files(record):
@@ -96,4 +106,5 @@ def source_drift(record: LaunchRecord) -> Drift | None:
     return None
 
 
-__all__ = ["Drift", "DriftKind", "display_path", "file_sha256", "recorded_files", "source_drift"]
+__all__ = ["Drift", "DriftKind", "Sourced", "display_path", "file_sha256", "recorded_files",
+           "source_drift"]

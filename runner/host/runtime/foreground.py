@@ -1,6 +1,7 @@
 """Foreground runs: `wfrun run`, `start --wait`, `resume` and `answer` as launch rows.
 
-A foreground run is "enqueue, then execute here holding the claim": the same
+A foreground run is "enqueue and claim in one commit, then execute here holding the
+claim" (no host ever sees it queued, so none takes it first): the same
 row, claim, lease keeper and fence as a run a host activates, so a Ctrl-C parks
 the launch (resumed only when asked), a killed one is reclaimed after its lease
 by `wfrun host` or `wfrun resume`, and `wfrun cancel` works on it either way.
@@ -27,7 +28,7 @@ from runner.errors import (
     WfrunError,
 )
 from runner.launch import EngineOptions, LaunchCoordinator, PreflightError, workflow_name
-from runner.store import Store
+from runner.store import LaunchRecord, Store
 
 from .launches import dead_local_runner, environment_secrets, runner_id
 from .local import Workspace
@@ -53,14 +54,14 @@ def foreground_coordinator(ws: Workspace, store: Store, *,
 
 
 def prepared(coordinator: LaunchCoordinator, ref: str, value: Any, *,
-             parent_run_id: str | None = None) -> str:
-    """Queue a detached launch with affinity to this process; its run id."""
+             parent_run_id: str | None = None, detached: bool = False) -> LaunchRecord:
+    """Queue a launch claimed by this process in the same commit (no host can take it
+    first), with affinity to it unless `detached`; the claimed record."""
     try:
-        record = coordinator.prepare(ref, value, parent_run_id=parent_run_id,
-                                     affinity_runner_id=coordinator.runner_id)
+        return coordinator.prepare_here(ref, value, parent_run_id=parent_run_id,
+                                        detached=detached)
     except PreflightError as exc:
         raise preflight_error(exc) from None
-    return record.run_id
 
 
 def preflight_error(exc: PreflightError) -> WfrunError:
@@ -77,12 +78,18 @@ def preflight_error(exc: PreflightError) -> WfrunError:
     return InputError(text)
 
 
-def queue_detached(coordinator: LaunchCoordinator, ref: str, value: Any, *,
-                   here: bool = False) -> tuple[str, str]:
-    """`wfrun start`: one queued detached launch; (workflow name, run id). Unless it runs
-    `here` (`--wait`), a writeOnly input value is refused: it would stay in this
-    process's memory, out of reach of the host that activates the launch."""
-    if not here and isinstance(value, dict):
+def queue_here(coordinator: LaunchCoordinator, ref: str, value: Any) -> tuple[str, LaunchRecord]:
+    """`wfrun start --wait`: one launch queued and claimed here in one commit;
+    (workflow name, the claimed record)."""
+    record = prepared(coordinator, ref, value, detached=True)  # a fault re-queues it
+    return workflow_name(record.workflow_ref), record
+
+
+def queue_detached(coordinator: LaunchCoordinator, ref: str, value: Any) -> tuple[str, str]:
+    """`wfrun start`: one queued detached launch; (workflow name, run id). A writeOnly
+    input value is refused: it would stay in this process's memory, out of reach of
+    the host that activates the launch (`queue_here` runs it in this process)."""
+    if isinstance(value, dict):
         try:
             definition, _ = coordinator.resolver.compile(ref)
         except WfrunError:
@@ -100,12 +107,17 @@ def queue_detached(coordinator: LaunchCoordinator, ref: str, value: Any, *,
     return workflow_name(record.workflow_ref), record.run_id
 
 
-def execute_here(coordinator: LaunchCoordinator, run_id: str, control: RunControl, *,
-                 force: bool = False) -> RunOutcome:
-    """Claim one launch by id and run it in this process to its end (or its park)."""
-    row = coordinator.store.launches.get(run_id)
-    dead = dead_local_runner(row.runner_id) if row is not None else None
-    record = coordinator.claim(run_id, dead_runner=dead)
+def execute_here(coordinator: LaunchCoordinator, run: str | LaunchRecord, control: RunControl,
+                 *, force: bool = False) -> RunOutcome:
+    """Run one launch in this process to its end (or its park): claimed by id here, or
+    already claimed (`run` is the record `prepared` returned)."""
+    if isinstance(run, LaunchRecord):
+        record, run_id = run, run.run_id
+    else:
+        run_id = run
+        row = coordinator.store.launches.get(run_id)
+        dead = dead_local_runner(row.runner_id) if row is not None else None
+        record = coordinator.claim(run_id, dead_runner=dead)
     outcome = coordinator.execute(record, control=control, force=force)
     if outcome is not None:
         return outcome
@@ -118,6 +130,13 @@ def execute_here(coordinator: LaunchCoordinator, run_id: str, control: RunContro
         raise TemporaryError(f"run {run_id} did not start: {fault.problem}; it stays queued: "
                              f"{fault.todo}, then `wfrun resume {run_id}` (or a `wfrun host`) "
                              "starts it")
+    if fault is not None and row is not None and row.status in ("starting", "running") \
+            and coordinator.reader.started(run_id):
+        # The store refused to record what the run did (its disk full): the bundle holds
+        # it, and the launch is settled from the bundle once the store takes writes.
+        raise TemporaryError(f"run {run_id} is not recorded in the store: {fault.problem}; "
+                             f"{fault.todo}, then `wfrun resume {run_id}` settles it from its "
+                             "run bundle")
     if fault is not None:
         raise MachineFault(f"run {run_id} did not start (nothing ran): {fault.problem}",
                            fault.todo)
@@ -195,8 +214,8 @@ def answer_run(ws: Workspace, store: Store, run_id: str, answer: Any, control: R
     return execute_here(coordinator, child, control)
 
 
-def start_and_wait(coordinator: LaunchCoordinator, run_id: str, control: RunControl,
+def start_and_wait(coordinator: LaunchCoordinator, run: str | LaunchRecord, control: RunControl,
                    observer: Observer | None) -> RunOutcome:
-    """`wfrun start --wait`: the queued launch, executed here."""
+    """`wfrun start --wait`: the launch `queue_here` claimed, executed here."""
     coordinator.options.observer = observer
-    return execute_here(coordinator, run_id, control)
+    return execute_here(coordinator, run, control)

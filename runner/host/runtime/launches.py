@@ -18,7 +18,7 @@ from .local import Workspace
 if TYPE_CHECKING:
     from runner.engine import AgentStepExecutor
     from runner.launch import LaunchCoordinator
-    from runner.store import LaunchRecord, Store
+    from runner.store import LaunchRecord, LaunchStatus, Store
 
     from .drift import Drift
 
@@ -86,6 +86,10 @@ def _iso(ms: int | None) -> str | None:
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat().replace("+00:00", "Z")
 
 
+#: The launches `wfrun status` lists (those not ended).
+ACTIVE: tuple[LaunchStatus, ...] = ("queued", "starting", "running", "parked")
+
+
 def launch_drift(record: LaunchRecord | None) -> Drift | None:
     """How the sources of a queued or starting launch drifted since it was queued (a
     re-hash of the recorded files; activation's digest check stays the authority)."""
@@ -96,14 +100,17 @@ def launch_drift(record: LaunchRecord | None) -> Drift | None:
     return source_drift(record)
 
 
-def launch_status(ws: Workspace, store: Store, run_id: str) -> dict[str, Any]:
+def launch_status(ws: Workspace, store: Store, run_id: str, *,
+                  record: LaunchRecord | None = None) -> dict[str, Any]:
     """The launch row (before a bundle exists) merged with the run bundle (after).
+    `record`: the row, when the caller has just read it (a listing).
 
     `source` says, for a queued or starting launch, whether a file it was compiled
     from was edited or removed since it was queued (None for other states)."""
     from .views import run_row  # here: an idle `status` reads no bundle (cold start)
 
-    record = store.launches.get(run_id)
+    if record is None or record.run_id != run_id:
+        record = store.launches.get(run_id)
     bundle = run_row(ws.reader(store), run_id)
     if record is None and bundle is None:
         raise NotFoundError(f"no launch or run '{run_id}'; `wfrun status` lists launches")

@@ -433,16 +433,25 @@ def check_store(ws: Workspace) -> dict[str, Any]:
     choice = store_choice(ws)
     if choice.url is not None:
         return _check_postgres(ws, choice)
+    from runner.store.sqlite.files import sidecar_paths
+
     path = store_path(ws)
-    if not path.exists():
+    try:
+        absent = not path.exists() and not any(p.exists() for p in sidecar_paths(path))
+    except OSError:
+        absent = False  # its folder cannot be looked into: the open says so, in one line
+    if absent:
         raise NotFoundError(f"no store at {path} yet; it is created on the first start")
+    # A leftover -wal without its store file is refused by the open, as by every
+    # other command (it may hold commits), never reported as "no store yet".
     store = open_store(ws, read_only=True)
     try:
         problems = store.integrity_problems()
         if problems:
             detail = f"{len(problems)} problem(s), first: {problems[0]}"
             raise faults.corrupt(path, detail)
-        launches = {status: len(store.launches.query(statuses=[status])) for status in (
+        counts = store.launches.counts()  # counted in SQL, not a row object per launch
+        launches = {status: counts.get(status, 0) for status in (
             "queued", "starting", "running", "parked", "done", "failed", "cancelled")}
     except StoreError as exc:
         raise _store_error(exc, path) from None

@@ -40,11 +40,11 @@ from watchdog.events import (
 from watchdog.observers import Observer
 
 from runner.clock import Clock, SystemClock
-from runner.store import LaunchRecord
 
 # The drift check itself lives in drift.py, which `status` and `why` import without
 # watchdog (issue 15, cold start); its names stay importable from here.
 from .drift import Drift as Drift
+from .drift import Sourced as Sourced
 from .drift import display_path as display_path
 from .drift import recorded_files as recorded_files
 from .drift import source_drift as source_drift
@@ -61,8 +61,8 @@ EVENTS: list[type[FileSystemEvent]] = [
     FileCreatedEvent, DirCreatedEvent, FileDeletedEvent, DirDeletedEvent, FileModifiedEvent,
     FileMovedEvent, DirMovedEvent, FileClosedEvent]
 
-OnDrift = Callable[[LaunchRecord, Drift], None]
-OnClear = Callable[[LaunchRecord], None]
+OnDrift = Callable[[Sourced, Drift], None]
+OnClear = Callable[[Sourced], None]
 
 
 class _Handler(FileSystemEventHandler):
@@ -98,7 +98,7 @@ class SourceWatch:
         self.debounce = debounce
         self.max_delay = max(max_delay, debounce)
         self.batches = 0  # completed check rounds (tests wait on this)
-        self._records: dict[str, LaunchRecord] = {}
+        self._records: dict[str, Sourced] = {}
         self._drift: dict[str, Drift] = {}
         self._interest: frozenset[str] = frozenset()  # files and their watched ancestors
         # Each watched launch's files and their folders, computed once per launch: a
@@ -166,7 +166,7 @@ class SourceWatch:
         self.stop()
 
     # -- the watched set ----------------------------------------------------------------
-    def update(self, records: Iterable[LaunchRecord]) -> None:
+    def update(self, records: Iterable[Sourced]) -> None:
         """Watch exactly these launches from now on."""
         wanted = {r.run_id: r for r in records}
         with self._state:
@@ -340,7 +340,7 @@ class SourceWatch:
             log.exception("source watch: a drift callback failed")
 
 
-def _interest_of(record: LaunchRecord) -> frozenset[str]:
+def _interest_of(record: Sourced) -> frozenset[str]:
     """The launch's recorded files and every folder above them."""
     interest: set[str] = set()
     for path, _ in recorded_files(record):

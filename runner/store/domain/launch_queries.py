@@ -54,8 +54,14 @@ SQL: Mapping[str, str] = {
     f" AND status IN {_RESERVING} AND run_id <> :run_id",
     "continuation": "SELECT * FROM workflow_run_queue WHERE parent_run_id = :parent"
     f" AND {_CONTINUATION_SLOT}",
-    "query": "SELECT * FROM workflow_run_queue WHERE {where} ORDER BY created_at, run_id"
+    "query": "SELECT * FROM workflow_run_queue{hint} WHERE {where} ORDER BY created_at, run_id"
     " LIMIT :limit",
+    # The host's source watch: one row per distinct source identity of the detached
+    # queued launches, never a row per launch (93k queued cost 445 MB as records).
+    "queued_sources": "SELECT workflow_source_json AS source_json, COUNT(*) AS launches,"
+    " MIN(run_id) AS first_run_id FROM workflow_run_queue"
+    " WHERE status = 'queued' AND origin_session_id IS NULL"
+    " GROUP BY workflow_source_json ORDER BY MIN(created_at) LIMIT :limit",
     "recoverable": f"SELECT * FROM workflow_run_queue q WHERE {_CLAIMABLE}{{session}}"
     " ORDER BY q.created_at, q.run_id",
     "insert": "INSERT INTO workflow_run_queue (run_id, workflow_ref, workflow_path,"

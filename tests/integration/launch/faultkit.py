@@ -155,11 +155,14 @@ def _run(w: World, seed: int, steps: int, crash_every: float) -> Report:
         try:
             if action in ("start", "foreground", "session"):
                 session = rng.choice(SESSIONS) if action == "session" else None
-                record = co.prepare("job", {"who": f"w{rng.randrange(1000)}"},
-                                    session_id=session)
-                ids.append(record.run_id)
-                if action == "foreground":
-                    co.execute(co.claim(record.run_id), control=RunControl())
+                value = {"who": f"w{rng.randrange(1000)}"}
+                if action == "foreground":  # queued and claimed in one commit, as `wfrun run`
+                    record = co.prepare_here("job", value)
+                    ids.append(record.run_id)
+                    co.execute(record, control=RunControl())
+                else:
+                    record = co.prepare("job", value, session_id=session)
+                    ids.append(record.run_id)
             elif action in ("drain", "session_drain"):
                 session = rng.choice(SESSIONS) if action == "session_drain" else None
                 if session is not None:

@@ -99,3 +99,35 @@ def test_the_run_list_page_reads_the_ended_index_without_sorting_ended_runs(
         assert not any(step.startswith("SCAN workflow_run_queue") for step in plan), plan
     finally:
         store.close()
+
+
+def test_a_page_of_the_live_launches_reads_the_claim_order_index(tmp_path: Path) -> None:
+    """`wfrun status` lists a page of the queued, starting, running and parked launches:
+    it reads the claim-order index in order (at 100,000 queued, the status index and a
+    sort of the whole queue cost 0.9 s), and a store opened read-only before a
+    write-mode open added that index is still read, without it."""
+    path = tmp_path / "store.sqlite3"
+    store = SqliteStore(path)
+    live = ["queued", "starting", "running", "parked"]
+    try:
+        for i in range(300):
+            store.launches.enqueue(launch(f"run-{i:04d}"))
+        seen: list[str] = []
+        store._db.connection().set_trace_callback(seen.append)
+        page = store.launches.query(statuses=live, limit=10)
+        store._db.connection().set_trace_callback(None)
+        assert [r.run_id for r in page] == [f"run-{i:04d}" for i in range(10)]
+        [select] = [s for s in seen if s.startswith("SELECT * FROM workflow_run_queue")]
+        with store._db.write() as conn:
+            plan = [str(r[3]) for r in conn.execute("EXPLAIN QUERY PLAN " + select)]
+            conn.execute("DROP INDEX workflow_run_queue_ready")  # as an older store
+        assert any("USING INDEX workflow_run_queue_ready" in step for step in plan), plan
+        assert not any("TEMP B-TREE" in step for step in plan), plan
+    finally:
+        store.close()
+    old = SqliteStore(path, read_only=True)
+    try:
+        assert [r.run_id for r in old.launches.query(statuses=live, limit=3)] == [
+            "run-0000", "run-0001", "run-0002"]
+    finally:
+        old.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -315,3 +316,43 @@ def test_a_page_by_status_is_the_sorted_filtered_rows_whatever_the_mix(
         oldest = store.launches.page(statuses=statuses, ending=ending,  # type: ignore[arg-type]
                                      newest_first=False, limit=4)
         assert [r.run_id for r in oldest] == expected[::-1][:4]
+
+
+def test_a_launch_claimed_as_it_is_queued_is_never_claimable_by_another(
+    store: Store, clock: FakeClock
+) -> None:
+    """A foreground run's launch: queued and claimed by its affinity runner in one
+    commit, so an idle host's claim finds nothing (issue 35)."""
+    record = store.launches.enqueue(launch("run-1", affinity_runner_id="fg-1"),
+                                    claim_by="fg-1", lease_seconds=30.0)
+    assert isinstance(record, LaunchRecord)
+    assert (record.status, record.runner_id, record.epoch) == ("starting", "fg-1", 1)
+    assert record.claim_expires_at == int(clock.now() * 1000) + 30_000
+    assert record.input() == {"task": "fix the bug", "token": SECRET}  # activation needs it
+    assert store.launches.claim_next(runner_id="idle-host") is None
+    lost = store.launches.claim("run-1", runner_id="idle-host")
+    assert isinstance(lost, LostRace)
+    assert lost.reason == "lease_active"
+    events = store.run_events.read(run_id="run-1")
+    assert [e.type for e in events] == ["launch.queued", "launch.starting"]
+    clock.advance(31)  # its runner died: the lease lapsed, a host may take it over
+    taken = store.launches.claim_next(runner_id="idle-host")
+    assert taken is not None
+    assert taken.run_id == "run-1"
+    with pytest.raises(ValueError, match="claim_by"):
+        store.launches.enqueue(launch("run-2"), claim_by="")
+
+
+def test_queued_sources_groups_the_detached_queue_by_source(store: Store,
+                                                            clock: FakeClock) -> None:
+    one, two = {"source": {"path": "/p/a.yaml"}}, {"source": {"path": "/p/b.yaml"}}
+    for i in range(3):
+        store.launches.enqueue(launch(f"a-{i}", source=one))
+        clock.advance(1)
+    store.launches.enqueue(launch("b-0", source=two))
+    store.launches.enqueue(launch("s-0", source=two, origin_session_id="session-a"))
+    _claim(store, "a-0")  # no longer queued
+    groups = store.launches.queued_sources()
+    assert [(g.launches, g.first_run_id) for g in groups] == [(2, "a-1"), (1, "b-0")]
+    assert [json.loads(g.source_json) for g in groups] == [one, two]
+    assert store.launches.queued_sources(limit=1)[0].first_run_id == "a-1"

@@ -163,7 +163,10 @@ def test_park_mid_shell_then_resume_reruns_only_the_interrupted_node(env: Any,
     assert out.state.current_node == "b"
     types = env.types(out.run_id)
     assert not {"run_completed", "run_failed", "run_cancelled", "run_timed_out"} & set(types)
-    assert types[-1] == "node_started"  # no attempt record for the interrupted node
+    # No attempt record for the interrupted node: the park is recorded, not a death.
+    assert types[-2:] == ["node_started", "run_parked"]
+    assert env.events(out.run_id, "run_parked")[0]["payload"]["node"] == "b"
+    assert out.state.current_node_starts == 0
     assert env.manifest(out.run_id)["status"] == "running"
     assert env.state_file(out.run_id)["current_node"] == "b"
     pid = int((env.root / "pid").read_text())

@@ -21,10 +21,10 @@ class _TimedQueries:
     def __init__(self, inner: Any, clock: FakeClock) -> None:
         self.inner, self.clock, self.took, self.queries = inner, clock, 0.0, 0
 
-    def query(self, **kwargs: Any) -> Any:
+    def queued_sources(self, **kwargs: Any) -> Any:
         self.queries += 1
         self.clock.advance(self.took)
-        return self.inner.query(**kwargs)
+        return self.inner.queued_sources(**kwargs)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)

@@ -1,0 +1,70 @@
+"""The store's disk fills while a foreground run is under way (issue 35): one line for
+the user, no traceback in the log, the run bundle's lock let go, and nothing lost: once
+space returns, the launch is settled from its bundle. A real tmpfs filled to its last
+page (tests/machinefaults.py) at a named point of the run path."""
+
+from __future__ import annotations
+
+import logging
+import textwrap
+from pathlib import Path
+
+import machinefaults as mf
+import pytest
+
+from runner.compiler import build_catalog
+from runner.engine import RunControl
+from runner.errors import TemporaryError
+from runner.host.runtime.foreground import foreground_coordinator, run_workflow
+from runner.host.runtime.local import Workspace, open_store
+
+FLOW = """
+    start: a
+    nodes:
+      a: {compute: "{{ 1 }}"}
+      b: {compute: "{{ outputs.a + 1 }}"}
+    edges:
+      - {from: a, to: b}
+"""
+
+
+@pytest.mark.parametrize("point", ["during_starting", "before_seal"])
+def test_a_full_store_disk_is_one_line_and_loses_nothing(
+        tmp_path: Path, point: str, caplog: pytest.LogCaptureFixture) -> None:
+    with mf.tmpfs(tmp_path / "disk", "4m") as disk:
+        root = disk / "proj"
+        (root / ".wfrun" / "workflows").mkdir(parents=True)
+        (root / ".wfrun" / "workflows" / "g.yaml").write_text(textwrap.dedent(FLOW))
+        ws = Workspace(build_catalog("workflows", root, None), root, root / ".wfrun")
+        filler: list[Path] = []
+
+        def at(name: str) -> None:
+            if name == point and not filler:
+                filler.append(mf.fill(disk))  # `mark_running`, or the ending, is refused
+
+        ws.crash_point = at
+        store = open_store(ws)
+        try:
+            with caplog.at_level(logging.WARNING), pytest.raises(TemporaryError) as refused:
+                run_workflow(ws, store, "g", {}, RunControl())
+            message = refused.value.message
+            assert "no space left on the device holding the store" in message
+            assert "Traceback" not in message
+            assert "\n" not in message
+            assert not [r for r in caplog.records if r.exc_info], caplog.text
+            [row] = store.launches.query()
+            assert row.status in ("starting", "running")
+
+            filler[0].unlink()  # space returns; the process that ran it is gone
+            ws.crash_point = None
+            coordinator = foreground_coordinator(ws, store)
+            record = coordinator.claim(row.run_id, dead_runner=row.runner_id)
+            outcome = coordinator.execute(record, control=RunControl())
+            assert outcome is not None
+            assert outcome.status == "completed"
+            assert outcome.final_output == 2
+            settled = store.launches.get(row.run_id)
+            assert settled is not None
+            assert settled.status == "done"
+        finally:
+            store.close()
