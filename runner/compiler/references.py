@@ -13,7 +13,7 @@ each failed only when the run got there. Per file, after the graph checks:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import re
 from functools import lru_cache
 from typing import Any
 
@@ -21,48 +21,78 @@ from jinja2 import nodes
 
 from .diagnostics import DiagnosticSink, KeyPath, did_you_mean
 from .graph import LocalGraph
+from .template_ast import free_names, parsed, walk
 
 CONTEXT = ("input", "outputs", "results", "run", "project", "secrets", "env")
 GLOBALS = ("range", "lipsum", "dict", "cycler", "joiner", "namespace", "true", "false",
            "none", "True", "False", "None", "loop", "self", "caller", "varargs", "kwargs")
 PARSE_CONTEXT = ("stdout", "stderr", "exit_code")
 RESULT_FIELDS = ("outcome", "error", "exit_code")
+ROOTS = ("input", "outputs", "results")
 
 
-@lru_cache(maxsize=2048)
+# Mapping methods on the three context mappings: `outputs.items()` iterates, it names
+# no node (the sandbox resolves `outputs.items` to the method, whatever the nodes).
+MAPPING_METHODS = ("items", "keys", "values", "get")
+
+
+@lru_cache(maxsize=4096)
 def _refs(text: str) -> tuple[frozenset[str], tuple[tuple[str, str, int], ...]] | None:
     """(free names, (root, key, line) for `root.key`), or None when it does not parse."""
-    from jinja2 import meta
+    from .templates import _only_simple_tags, is_template
 
-    from .templates import _text_env, is_template
-
-    if not is_template(text):  # plain text: nothing to look up (and Jinja costs ~0.5 ms)
+    if not is_template(text):  # plain text: nothing to look up
         return frozenset(), ()
-    try:
-        tree = _text_env().parse(text)
-        free = frozenset(meta.find_undeclared_variables(tree))
-    except Exception:  # a syntax error: reported as template-syntax already
+    if _only_simple_tags(text):  # most prompts: no parse (~1 ms each) needed
+        return _simple_refs(text)
+    tree = parsed(text).tree
+    if tree is None:  # a syntax error: reported as template-syntax already
         return None
+    return _tree_refs(tree)
+
+
+def _tree_refs(tree: nodes.Template) -> tuple[frozenset[str], tuple[tuple[str, str, int], ...]]:
     found: list[tuple[str, str, int]] = []
-    for node in _walk(tree):
-        key: Any = None
-        if isinstance(node, nodes.Getattr):
-            key = node.attr
-        elif isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Const):
-            key = node.arg.value
-        target = getattr(node, "node", None)
-        if isinstance(key, str) and isinstance(target, nodes.Name) and target.ctx == "load" \
-                and target.name in ("input", "outputs", "results"):
-            found.append((target.name, key, node.lineno))
-    return free, tuple(found)
+    for node in walk(tree):
+        ref = _reference(node)
+        if ref is not None:
+            found.append((*ref, node.lineno))
+    return free_names(tree), tuple(found)
 
 
-def _walk(node: nodes.Node) -> Iterator[nodes.Node]:
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        yield n
-        stack.extend(n.iter_child_nodes())
+_SIMPLE_NAME = re.compile(r"\{\{\s*([A-Za-z_]\w*)(?:\.([A-Za-z_]\w*))?", re.ASCII)
+
+
+def _simple_refs(text: str) -> tuple[frozenset[str], tuple[tuple[str, str, int], ...]]:
+    """`_refs` of a text whose every tag is `{{ name.attr... | filter }}`."""
+    free: set[str] = set()
+    found: list[tuple[str, str, int]] = []
+    for m in _SIMPLE_NAME.finditer(text):
+        root, key = m.group(1), m.group(2)
+        free.add(root)
+        if key and root in ROOTS and key not in MAPPING_METHODS:
+            found.append((root, key, text.count("\n", 0, m.start()) + 1))
+    return frozenset(free), tuple(found)
+
+
+def _reference(node: nodes.Node) -> tuple[str, str] | None:
+    """(root, key) when `node` reads `root.key`, `root['key']` or `root.get('key')`."""
+    key: Any = None
+    if isinstance(node, nodes.Getattr):
+        if node.attr in MAPPING_METHODS:
+            return None
+        key, target = node.attr, node.node
+    elif isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Const):
+        key, target = node.arg.value, node.node
+    elif isinstance(node, nodes.Call) and isinstance(node.node, nodes.Getattr) \
+            and node.node.attr == "get" and node.args and isinstance(node.args[0], nodes.Const):
+        key, target = node.args[0].value, node.node.node
+    else:
+        return None
+    if isinstance(key, str) and isinstance(target, nodes.Name) and target.ctx == "load" \
+            and target.name in ROOTS:
+        return target.name, key
+    return None
 
 
 def _predecessors(g: LocalGraph) -> dict[str, set[str]]:

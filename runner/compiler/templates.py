@@ -13,7 +13,7 @@ import json
 import re
 import threading
 from collections.abc import Mapping
-from functools import lru_cache, update_wrapper
+from functools import update_wrapper
 from typing import Any
 
 from jinja2 import (
@@ -392,15 +392,10 @@ def check_budget(text: str, budget: TemplateBudget = DEFAULT_BUDGET) -> tuple[in
     return constant_problem(text, budget)
 
 
-@lru_cache(maxsize=2048)
 def _parse_problem(text: str) -> tuple[int, str] | None:
-    try:
-        _text_env().parse(text)
-    except TemplateSyntaxError as exc:
-        return (exc.lineno or 1, exc.message or "invalid template")
-    except (RecursionError, MemoryError):
-        return (1, "the template is nested too deeply to parse")
-    return None
+    from .template_ast import parsed  # the tree is kept for the reference checks
+
+    return parsed(text).problem
 
 
 def _collect(template: Template, context: Mapping[str, Any], guard: Guard, *,
