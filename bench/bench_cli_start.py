@@ -72,10 +72,14 @@ def timed(cmd: list[str], cwd: Path, env: dict[str, str],
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--smoke", action="store_true",
+        help="tiny sizes: the script runs, figures mean nothing (tests use it)")
     ap.add_argument("-n", type=int, default=30, help="runs of each command")
     ap.add_argument("--check", action="store_true", help="exit 1 if a p50 misses the aim")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    if args.smoke:
+        args.n = 1
     wfrun = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "runner"]
     commands = {
         "python -c pass": [sys.executable, "-c", "pass"],

@@ -394,6 +394,8 @@ def measure_reads(server: Server, ws: Workspace) -> Counters:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--smoke", action="store_true",
+        help="tiny sizes: the script runs, figures mean nothing (tests use it)")
     parser.add_argument("--launches", type=int, default=400)
     parser.add_argument("--hosts", default="1,2,4")
     parser.add_argument("--max-runs", type=int, default=2, help="run slots per host")
@@ -402,6 +404,8 @@ def main() -> int:
     parser.add_argument("--statements", action="store_true",
                         help="print each Postgres row's statements per run")
     args = parser.parse_args()
+    if args.smoke:
+        args.launches, args.hosts, args.pickups = 10, "1", 2
     counts = [int(h) for h in args.hosts.split(",")]
     rows: list[Row] = []
     server = Server()

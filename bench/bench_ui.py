@@ -151,7 +151,7 @@ def runs_list(root: Path, ui: Ui, browser: Any, count: int) -> dict[str, Any]:
     middle = max(1, count // 100)  # of count / 50 pages
     pages = {"first page": "/runs", f"page {middle}": f"/runs?page={middle}",
              "cancelled only": "/runs?status=cancelled",
-             "oldest first, last": f"/runs?workflow=quick&order=oldest&page={count // 50}"}
+             "oldest first, last": f"/runs?workflow=quick&order=oldest&page={max(1, count // 50)}"}
     out: dict[str, Any] = {"http_ms": {}, "browser_ms": {}}
     with httpx.Client(timeout=30) as client:
         for name, path in pages.items():
@@ -232,11 +232,15 @@ def update_latency(root: Path, ui: Ui, browser: Any, samples: int) -> dict[str, 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
+    parser.add_argument("--smoke", action="store_true",
+        help="tiny sizes: the script runs, figures mean nothing (tests use it)")
     parser.add_argument("--runs", type=int, default=10_000)
     parser.add_argument("--samples", type=int, default=100)
     parser.add_argument("--check", action="store_true")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.smoke:
+        args.runs, args.samples = 30, 2
     chromium = shutil.which("chromium")
     if chromium is None:
         print("bench_ui: chromium is not installed (./scripts/setup installs it)",
