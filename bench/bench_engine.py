@@ -10,7 +10,7 @@
     process's CPU) divided by the node count, median of 7 runs after a warm-up,
     a fresh Engine and bundle each. Also one fsync'd append on this disk, for scale.
 (b) the whole `wfrun run demo` process (the built-in tour: compute, notify and
-    one `uname` action, 9 steps, no agent), start to exit, median of 5 after a
+    one `uname` action, 13 steps, no agent), start to exit, median of 5 after a
     warm-up; next to `wfrun --version` so interpreter start-up is visible.
 
 Aim (DESIGN §4; 2-core machine): (a) durable <= 1 ms per node.
