@@ -14,29 +14,18 @@ each failed only when the run got there. Per file, after the graph checks:
 from __future__ import annotations
 
 import re
-from functools import lru_cache
-from typing import Any
-
-from jinja2 import nodes
 
 from .diagnostics import DiagnosticSink, KeyPath, did_you_mean
 from .graph import LocalGraph
-from .template_ast import free_names, parsed, walk
+from .template_ast import MAPPING_METHODS, ROOTS, summary
 
 CONTEXT = ("input", "outputs", "results", "run", "project", "secrets", "env")
 GLOBALS = ("range", "lipsum", "dict", "cycler", "joiner", "namespace", "true", "false",
            "none", "True", "False", "None", "loop", "self", "caller", "varargs", "kwargs")
 PARSE_CONTEXT = ("stdout", "stderr", "exit_code")
 RESULT_FIELDS = ("outcome", "error", "exit_code")
-ROOTS = ("input", "outputs", "results")
 
 
-# Mapping methods on the three context mappings: `outputs.items()` iterates, it names
-# no node (the sandbox resolves `outputs.items` to the method, whatever the nodes).
-MAPPING_METHODS = ("items", "keys", "values", "get")
-
-
-@lru_cache(maxsize=4096)
 def _refs(text: str) -> tuple[frozenset[str], tuple[tuple[str, str, int], ...]] | None:
     """(free names, (root, key, line) for `root.key`), or None when it does not parse."""
     from .templates import _only_simple_tags, is_template
@@ -45,19 +34,8 @@ def _refs(text: str) -> tuple[frozenset[str], tuple[tuple[str, str, int], ...]] 
         return frozenset(), ()
     if _only_simple_tags(text):  # most prompts: no parse (~1 ms each) needed
         return _simple_refs(text)
-    tree = parsed(text).tree
-    if tree is None:  # a syntax error: reported as template-syntax already
-        return None
-    return _tree_refs(tree)
-
-
-def _tree_refs(tree: nodes.Template) -> tuple[frozenset[str], tuple[tuple[str, str, int], ...]]:
-    found: list[tuple[str, str, int]] = []
-    for node in walk(tree):
-        ref = _reference(node)
-        if ref is not None:
-            found.append((*ref, node.lineno))
-    return free_names(tree), tuple(found)
+    found = summary(text)
+    return None if found.problem else (found.free, found.refs)
 
 
 _SIMPLE_NAME = re.compile(r"\{\{\s*([A-Za-z_]\w*)(?:\.([A-Za-z_]\w*))?", re.ASCII)
@@ -73,26 +51,6 @@ def _simple_refs(text: str) -> tuple[frozenset[str], tuple[tuple[str, str, int],
         if key and root in ROOTS and key not in MAPPING_METHODS:
             found.append((root, key, text.count("\n", 0, m.start()) + 1))
     return frozenset(free), tuple(found)
-
-
-def _reference(node: nodes.Node) -> tuple[str, str] | None:
-    """(root, key) when `node` reads `root.key`, `root['key']` or `root.get('key')`."""
-    key: Any = None
-    if isinstance(node, nodes.Getattr):
-        if node.attr in MAPPING_METHODS:
-            return None
-        key, target = node.attr, node.node
-    elif isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Const):
-        key, target = node.arg.value, node.node
-    elif isinstance(node, nodes.Call) and isinstance(node.node, nodes.Getattr) \
-            and node.node.attr == "get" and node.args and isinstance(node.args[0], nodes.Const):
-        key, target = node.args[0].value, node.node.node
-    else:
-        return None
-    if isinstance(key, str) and isinstance(target, nodes.Name) and target.ctx == "load" \
-            and target.name in ROOTS:
-        return target.name, key
-    return None
 
 
 def _predecessors(g: LocalGraph) -> dict[str, set[str]]:
@@ -130,7 +88,8 @@ def _can_run_before(preds: dict[str, set[str]], key: str, here: str) -> bool:
 
 def check_references(g: LocalGraph, sink: DiagnosticSink) -> None:
     wf = g.workflow
-    ids = sorted(set(wf.nodes) | set(wf.includes))
+    id_set = set(wf.nodes) | set(wf.includes)
+    ids = sorted(id_set)
     preds = _predecessors(g)
     schema = wf.input_schema if isinstance(wf.input_schema, dict) else None
     props = schema.get("properties") if schema else None
@@ -159,7 +118,7 @@ def check_references(g: LocalGraph, sink: DiagnosticSink) -> None:
                     else:
                         sink.warning("unknown-input-key", message, kp, hint=hint)
                 continue
-            if key not in ids:
+            if key not in id_set:
                 sink.error("unknown-node-ref", f"{root}.{key} names no node or include in this "
                            "workflow", kp, hint=did_you_mean(key, ids))
             elif not _can_run_before(preds, key, here):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from functools import lru_cache
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from jinja2 import TemplateSyntaxError, nodes
 
@@ -35,6 +35,52 @@ def parsed(text: str) -> Parsed:
         return Parsed(None, (1, "the template is nested too deeply to parse"))
 
 
+#: The context mappings whose keys validate checks (input keys, node ids).
+ROOTS = ("input", "outputs", "results")
+# Mapping methods on those: `outputs.items()` iterates, it names no node (the sandbox
+# resolves `outputs.items` to the method, whatever the nodes are called).
+MAPPING_METHODS = ("items", "keys", "values", "get")
+
+
+class Summary(NamedTuple):
+    """What the reference check needs of one text: small, so many are kept (a 5,000
+    node file has 5,000 templates; the trees are kept for only the last 4,096)."""
+    problem: tuple[int, str] | None
+    free: frozenset[str]
+    refs: tuple[tuple[str, str, int], ...]  # (root, key, line) for `root.key`
+
+
+@lru_cache(maxsize=65536)
+def summary(text: str) -> Summary:
+    """The syntax problem, the names read and the `root.key` references of `text`."""
+    tree, problem = parsed(text)
+    if tree is None:
+        return Summary(problem, frozenset(), ())
+    scan = _Scan()
+    scan.body([tree], set())
+    return Summary(None, frozenset(scan.free), tuple(scan.refs))
+
+
+def reference(node: nodes.Node) -> tuple[str, str] | None:
+    """(root, key) when `node` reads `root.key`, `root['key']` or `root.get('key')`."""
+    key: Any = None
+    if isinstance(node, nodes.Getattr):
+        if node.attr in MAPPING_METHODS:
+            return None
+        key, target = node.attr, node.node
+    elif isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Const):
+        key, target = node.arg.value, node.node
+    elif isinstance(node, nodes.Call) and isinstance(node.node, nodes.Getattr) \
+            and node.node.attr == "get" and node.args and isinstance(node.args[0], nodes.Const):
+        key, target = node.args[0].value, node.node.node
+    else:
+        return None
+    if isinstance(key, str) and isinstance(target, nodes.Name) and target.ctx == "load" \
+            and target.name in ROOTS:
+        return target.name, key
+    return None
+
+
 def walk(node: nodes.Node) -> Iterator[nodes.Node]:
     stack = [node]
     while stack:
@@ -48,17 +94,20 @@ def free_names(tree: nodes.Node) -> frozenset[str]:
     template binds them. Jinja's scoping: `for`, `with`, macros, call blocks and
     filter blocks scope what they bind to their bodies; `set` binds from there on
     in the enclosing scope; `if` is no scope."""
-    free: set[str] = set()
-    _Scan(free).body([tree], set())
-    return frozenset(free)
+    scan = _Scan()
+    scan.body([tree], set())
+    return frozenset(scan.free)
 
 
 _MACRO_NAMES = frozenset({"caller", "varargs", "kwargs"})  # what a macro body sees
 
 
 class _Scan:
-    def __init__(self, free: set[str]) -> None:
-        self.free = free
+    """One walk: the free names, and the `root.key` references on the way."""
+
+    def __init__(self) -> None:
+        self.free: set[str] = set()
+        self.refs: list[tuple[str, str, int]] = []
 
     def body(self, statements: Iterable[nodes.Node], bound: set[str]) -> None:
         """Statements in order; what they bind stays bound in `bound` after them."""
@@ -130,8 +179,13 @@ class _Scan:
 
     def expr(self, node: nodes.Node, bound: set[str]) -> None:
         for n in walk(node):
-            if isinstance(n, nodes.Name) and n.ctx == "load" and n.name not in bound:
-                self.free.add(n.name)
+            if isinstance(n, nodes.Name):
+                if n.ctx == "load" and n.name not in bound:
+                    self.free.add(n.name)
+            elif isinstance(n, (nodes.Getattr, nodes.Getitem, nodes.Call)):
+                ref = reference(n)
+                if ref is not None:
+                    self.refs.append((*ref, n.lineno))
 
 
 def _targets(target: nodes.Node) -> set[str]:

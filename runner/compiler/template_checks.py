@@ -11,7 +11,7 @@ from jinja2 import nodes
 
 from . import budget as _b
 from .budget import Guard, Scope, TemplateBudget
-from .template_ast import free_names, parsed
+from .template_ast import parsed, summary
 from .templates import _collect, _Guarded, _native_env, _text_env
 
 _RISKY = (nodes.BinExpr, nodes.Call, nodes.Filter, nodes.Concat)
@@ -23,7 +23,7 @@ def constant_problem(text: str, budget: TemplateBudget) -> tuple[int, str] | Non
     tree = parsed(text).tree
     if tree is None:  # a syntax error: reported as template-syntax already
         return None
-    free = free_names(tree) - set(_text_env().globals)
+    free = summary(text).free - _text_env().globals.keys()
     problem = _walk_constants(tree, budget, 1)
     if problem is None and not free:  # nothing from the run: all of it is a constant
         problem = _evaluate(tree, budget, native=False)[1]

@@ -393,9 +393,9 @@ def check_budget(text: str, budget: TemplateBudget = DEFAULT_BUDGET) -> tuple[in
 
 
 def _parse_problem(text: str) -> tuple[int, str] | None:
-    from .template_ast import parsed  # the tree is kept for the reference checks
+    from .template_ast import summary  # what the reference check reads is kept
 
-    return parsed(text).problem
+    return summary(text).problem
 
 
 def _collect(template: Template, context: Mapping[str, Any], guard: Guard, *,

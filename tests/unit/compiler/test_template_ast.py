@@ -82,12 +82,11 @@ edges:
     "{{ outputs }} {{ x }}",
 ])
 def test_the_simple_tag_shortcut_finds_what_the_parse_finds(text: str) -> None:
-    from runner.compiler.references import _simple_refs, _tree_refs
+    from runner.compiler.references import _simple_refs
+    from runner.compiler.template_ast import summary
     from runner.compiler.templates import _only_simple_tags
 
     assert _only_simple_tags(text)
-    tree = parsed(text).tree
-    assert tree is not None
-    free, found = _tree_refs(tree)
+    _, free, found = summary(text)
     simple_free, simple_found = _simple_refs(text)
     assert (simple_free, sorted(simple_found)) == (free, sorted(found))
