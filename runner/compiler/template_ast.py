@@ -24,7 +24,9 @@ class Parsed(NamedTuple):
 
 @lru_cache(maxsize=4096)
 def parsed(text: str) -> Parsed:
-    """The one parse of `text` validate does. Callers must not change the tree."""
+    """The one parse of `text` validate does. Callers must not change the tree (the
+    budget check's compile of an all-constant template may fold constant parts into
+    constants, which changes no name or reference the other checks read)."""
     from .templates import _text_env
 
     try:
