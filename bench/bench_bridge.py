@@ -211,10 +211,14 @@ def run(n: int) -> dict[str, Any]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true",
+        help="tiny sizes: the script runs, figures mean nothing (tests use it)")
     parser.add_argument("-n", type=int, default=300, help="calls per figure")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args()
+    if args.smoke:
+        args.n = 5
     results = run(args.n)
     worst = max(v["overhead_p50_ms"] for k, v in results.items() if k != "ping")
     results["worst_overhead_p50_ms"] = worst

@@ -92,9 +92,13 @@ def _commits(url: str) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
+    parser.add_argument("--smoke", action="store_true",
+        help="tiny sizes: the script runs, figures mean nothing (tests use it)")
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--url", help="an existing database (default: a throwaway cluster)")
     args = parser.parse_args()
+    if args.smoke:
+        args.runs = 5
     print(f"{platform.platform()}, python {platform.python_version()}, {args.runs} runs of a "
           "3-node compute workflow per space")
     print(f"{'space':<10} {'runs/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'writes/run':>11} "

@@ -3,6 +3,7 @@
     .venv/bin/python bench/bench_cli_start.py            # figures
     .venv/bin/python bench/bench_cli_start.py -n 50 --json
     .venv/bin/python bench/bench_cli_start.py --check    # exit 1 if an aim is missed
+    .venv/bin/python bench/bench_cli_start.py --no-postgres  # SQLite only
 
 Agents and hooks call wfrun on every turn, so each figure is the whole process as a
 shell starts it (the console script when installed, else `python -m runner`):
@@ -17,6 +18,11 @@ deliver and no `wfrun mcp` server (bench/bench_hook.py measures it against a liv
 server). Aims (issue 15), p50 on a quiet machine: <= 150 ms for
 --help, status and validate NAME; <= 100 ms for the hook. `runs` has no aim of its
 own and is shown for comparison.
+
+With the PostgreSQL 15 server binaries installed (scripts/setup), `status` and `runs`
+are also run on a throwaway cluster's store (WFRUN_STORE, one finished run there too):
+aim (issue 34 item 12) at most 2x the SQLite figure. The store's layout check ran on
+every command there (~0.6 s); a store that passed it now opens on one catalog query.
 """
 
 from __future__ import annotations
@@ -31,8 +37,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # pgcluster
 from benchkit import machine
 
 SCRIPT = Path(sys.executable).parent / "wfrun"
@@ -72,10 +80,15 @@ def timed(cmd: list[str], cwd: Path, env: dict[str, str],
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--smoke", action="store_true",
+                    help="tiny sizes: the script runs, figures mean nothing (tests use it)")
+    ap.add_argument("--no-postgres", action="store_true", help="skip the Postgres rows")
     ap.add_argument("-n", type=int, default=30, help="runs of each command")
     ap.add_argument("--check", action="store_true", help="exit 1 if a p50 misses the aim")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    if args.smoke:  # the Postgres rows start a cluster: bench_pg_scale's smoke covers it
+        args.n, args.no_postgres = 1, True
     wfrun = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "runner"]
     commands = {
         "python -c pass": [sys.executable, "-c", "pass"],
@@ -85,6 +98,27 @@ def main() -> int:
         "wfrun runs": [*wfrun, "runs"],
         "wfrun hook claude-code": [*wfrun, "hook", "claude-code"],
     }
+    cluster = None
+    if not args.no_postgres and Path(PG_INITDB).exists():
+        from pgcluster import PgCluster
+
+        cluster = PgCluster()
+        cluster.start()
+    elif not args.no_postgres:
+        print(f"no Postgres rows: {PG_INITDB} is not installed (scripts/setup installs it)")
+    try:
+        return measure(args, wfrun, commands, cluster)
+    finally:
+        if cluster is not None:
+            cluster.stop()
+
+
+PG_INITDB = "/usr/lib/postgresql/15/bin/initdb"
+RATIO_AIM = 2.0
+
+
+def measure(args: argparse.Namespace, wfrun: list[str], commands: dict[str, list[str]],
+            cluster: Any) -> int:
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="wfrun-bench-cli-") as tmp:
         root = Path(tmp) / "proj"
@@ -96,14 +130,21 @@ def main() -> int:
         stop = json.dumps({"hook_event_name": "Stop", "session_id": "bench-cli-start",
                            "cwd": str(root), "stop_hook_active": False}).encode()
         stdin = {"wfrun hook claude-code": stop}
+        envs = {name: env for name in commands}
         timed([*wfrun, "run", "greet", "-i", "name=bench"], root, env)  # the one run
+        if cluster is not None:
+            pg_env = {**env, "WFRUN_STORE": cluster.create_schema("bench_cli")}
+            timed([*wfrun, "run", "greet", "-i", "name=bench"], root, pg_env)
+            for name in ("wfrun status", "wfrun runs"):
+                commands[f"{name} (postgres)"] = commands[name]
+                envs[f"{name} (postgres)"] = pg_env
         for name, cmd in commands.items():  # warm-up: byte-code caches, the store file
-            timed(cmd, root, env, stdin.get(name))
+            timed(cmd, root, envs[name], stdin.get(name))
         samples: dict[str, list[float]] = {name: [] for name in commands}
         cpu: dict[str, list[float]] = {name: [] for name in commands}
         for _ in range(args.n):
             for name, cmd in commands.items():
-                wall, used = timed(cmd, root, env, stdin.get(name))
+                wall, used = timed(cmd, root, envs[name], stdin.get(name))
                 samples[name].append(wall)
                 cpu[name].append(used)
     load_after = os.getloadavg()
@@ -112,10 +153,14 @@ def main() -> int:
                       "cpu_p50_ms": round(statistics.median(cpu[name]), 1)}
                for name, v in samples.items()}
     missed = [name for name, aim in AIMS_P50_MS.items() if figures[name]["p50_ms"] > aim]
+    ratios = {name: round(figures[f"{name} (postgres)"]["p50_ms"] / figures[name]["p50_ms"], 2)
+              for name in ("wfrun status", "wfrun runs") if f"{name} (postgres)" in figures}
+    missed += [f"{name} (postgres)" for name, ratio in ratios.items() if ratio > RATIO_AIM]
     load = f"load average {load_before[0]:.2f} before, {load_after[0]:.2f} after"
     if args.json:
         print(json.dumps({"machine": machine(), "load_average": [load_before[0], load_after[0]],
                           "runs": args.n, "aims_p50_ms": AIMS_P50_MS, "figures": figures,
+                          "postgres_over_sqlite": ratios, "ratio_aim": RATIO_AIM,
                           "missed": missed}, indent=2))
     else:
         print(f"machine: {machine()}; {load}")
@@ -128,6 +173,8 @@ def main() -> int:
             shown = f"{aim:.0f}" if aim else "-"
             print(f"{name:<25}{f['p50_ms']:>9.1f}{f['p95_ms']:>9.1f}{f['min_ms']:>9.1f}"
                   f"{f['cpu_p50_ms']:>9.1f}{shown:>9}{mark}")
+        for name, ratio in ratios.items():
+            print(f"{name}: Postgres / SQLite p50 {ratio:.2f}x (aim <= {RATIO_AIM:.0f}x)")
     return 1 if args.check and missed else 0
 
 

@@ -176,13 +176,13 @@ def dump(doc: dict[str, Any]) -> str:
     return buf.getvalue()
 
 
-def write_corpus(folder: Path) -> list[Path]:
+def write_corpus(folder: Path, files: int = CORPUS_FILES) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     lib = folder.parent / "lib"
     lib.mkdir(exist_ok=True)
     (lib / "child.yaml").write_text(dump(child()))
     paths = []
-    for i in range(CORPUS_FILES):
+    for i in range(files):
         n = 10 + (i * 7) % 21  # 10..30 nodes
         name = f"wf-{i:03d}"
         include = "../lib/child.yaml" if i % 10 == 0 else None
@@ -202,7 +202,8 @@ def _child_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def time_validate(folder: Path, runs: int = 5) -> tuple[list[float], list[float]]:
+def time_validate(folder: Path, runs: int = 5,
+                  files: int = CORPUS_FILES) -> tuple[list[float], list[float]]:
     """Wall and CPU seconds of whole `wfrun validate DIR` processes.
 
     The first run is discarded: it warms the OS page cache and writes bytecode
@@ -221,8 +222,8 @@ def time_validate(folder: Path, runs: int = 5) -> tuple[list[float], list[float]
         wall, cpu = time.perf_counter() - t0, _child_cpu() - c0
         if proc.returncode != 0:
             sys.exit(f"wfrun validate failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-        if proc.stdout.count("\nok ") + proc.stdout.startswith("ok ") != CORPUS_FILES:
-            sys.exit(f"expected {CORPUS_FILES} valid files:\n{proc.stdout[-2000:]}")
+        if proc.stdout.count("\nok ") + proc.stdout.startswith("ok ") != files:
+            sys.exit(f"expected {files} valid files:\n{proc.stdout[-2000:]}")
         if i:
             walls.append(wall)
             cpus.append(cpu)
@@ -277,18 +278,21 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 if an aim is missed")
     parser.add_argument("--profile", action="store_true", help="print cProfile reports")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny sizes: the script runs, figures mean nothing (tests use it)")
     args = parser.parse_args()
+    files, nodes, runs = (5, 50, 1) if args.smoke else (CORPUS_FILES, BIG_NODES, 0)
     tmp = Path(tempfile.mkdtemp(prefix="wfrun-bench-"))
     try:
         folder = tmp / "corpus"
-        paths = write_corpus(folder)
+        paths = write_corpus(folder, files)
         big = tmp / "big.yaml"
-        big.write_text(dump(workflow("big", BIG_NODES, 3)))
+        big.write_text(dump(workflow("big", nodes, 3)))
         if args.profile:
             profile(folder, big)
             return 0
-        walls, cpus = time_validate(folder)
-        big_walls, big_cpus, size = time_big(big)
+        walls, cpus = time_validate(folder, runs or 5, files)
+        big_walls, big_cpus, size = time_big(big, runs or 7)
         corpus_s, big_ms = statistics.median(walls), statistics.median(big_walls)
         figures = {
             "machine": machine(),

@@ -122,9 +122,13 @@ def run(resources: int) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true",
+        help="tiny sizes: the script runs, figures mean nothing (tests use it)")
     parser.add_argument("--resources", type=int, default=10_000)
     parser.add_argument("--check", action="store_true", help="exit 1 if the aim is missed")
     args = parser.parse_args()
+    if args.smoke:
+        args.resources = 50
     print(f"python {platform.python_version()}, SQLite {sqlite3.sqlite_version}, "
           f"{platform.machine()}")
     figures = run(args.resources)

@@ -186,6 +186,8 @@ def median_run(runs: list[dict[str, float]]) -> dict[str, float]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--smoke", action="store_true",
+        help="tiny sizes: the script runs, figures mean nothing (tests use it)")
     ap.add_argument("-n", type=int, default=2000, help="resources, one pass each (2000)")
     ap.add_argument("--rounds", type=int, default=5,
                     help="runs of each worker count; the figure is their median (5)")
@@ -193,6 +195,8 @@ def main() -> int:
     ap.add_argument("--profile", action="store_true", help="profile 1 worker, top 30")
     ap.add_argument("--disk-only", action="store_true", help="skip the /dev/shm figures")
     args = ap.parse_args()
+    if args.smoke:
+        args.n, args.rounds = 40, 1
     print(f"python {platform.python_version()}  sqlite {sqlite3.sqlite_version}  "
           f"cpus {os.cpu_count()}  {platform.machine()}  "
           f"load {' '.join(f'{x:.1f}' for x in os.getloadavg())}")

@@ -181,10 +181,14 @@ def bench_cli(root: Path, saves: int) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--smoke", action="store_true",
+        help="tiny sizes: the script runs, figures mean nothing (tests use it)")
     ap.add_argument("--saves", type=int, default=50)
     ap.add_argument("--check", action="store_true", help="exit 1 if the aim is missed")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.saves = 2
     with tempfile.TemporaryDirectory(prefix="wfrun-bench-dev-") as tmp:
         base = Path(tmp)
         figures: dict[str, Any] = {

@@ -10,7 +10,7 @@
     process's CPU) divided by the node count, median of 7 runs after a warm-up,
     a fresh Engine and bundle each. Also one fsync'd append on this disk, for scale.
 (b) the whole `wfrun run demo` process (the built-in tour: compute, notify and
-    one `uname` action, 9 steps, no agent), start to exit, median of 5 after a
+    one `uname` action, 13 steps, no agent), start to exit, median of 5 after a
     warm-up; next to `wfrun --version` so interpreter start-up is visible.
 
 Aim (DESIGN §4; 2-core machine): (a) durable <= 1 ms per node.
@@ -70,7 +70,7 @@ def run_chain(folder: Path, definition: WorkflowDefinition, durability: str
     c0, t0 = time.process_time(), time.perf_counter()
     outcome = engine.start(definition)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    if outcome.status != "completed" or outcome.final_output != CHAIN_NODES - 1:
+    if outcome.status != "completed" or outcome.final_output != len(definition.nodes) - 1:
         sys.exit(f"the chain ended {outcome.status}: {outcome.error}")
     return wall, cpu
 
@@ -82,8 +82,8 @@ def time_chain(folder: Path, definition: WorkflowDefinition, durability: str,
     walls, cpus = [], []
     for _ in range(runs):
         wall, cpu = run_chain(folder, definition, durability)
-        walls.append(wall * 1000 / CHAIN_NODES)
-        cpus.append(cpu * 1000 / CHAIN_NODES)
+        walls.append(wall * 1000 / len(definition.nodes))
+        cpus.append(cpu * 1000 / len(definition.nodes))
     return walls, cpus
 
 
@@ -147,22 +147,25 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 if the aim is missed")
     parser.add_argument("--profile", action="store_true", help="print cProfile reports")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny sizes: the script runs, figures mean nothing (tests use it)")
     args = parser.parse_args()
+    nodes, runs = (10, 1) if args.smoke else (CHAIN_NODES, 0)
     tmp = Path(tempfile.mkdtemp(prefix="wfrun-bench-engine-"))
     try:
-        definition = compile_chain(tmp, CHAIN_NODES)
+        definition = compile_chain(tmp, nodes)
         if args.profile:
             profile(tmp, definition)
             return 0
-        full, full_cpu = time_chain(tmp, definition, "full")
-        normal, normal_cpu = time_chain(tmp, definition, "normal")
+        full, full_cpu = time_chain(tmp, definition, "full", runs or 7)
+        normal, normal_cpu = time_chain(tmp, definition, "normal", runs or 7)
         fsync_ms = time_fsync(tmp)
-        demo = time_process(["run", "demo", "-q"], tmp)
-        version = time_process(["--version"], tmp)
+        demo = time_process(["run", "demo", "-q"], tmp, runs or 5)
+        version = time_process(["--version"], tmp, runs or 5)
         full_ms, normal_ms = statistics.median(full), statistics.median(normal)
         figures: dict[str, Any] = {
             "machine": machine(),
-            "chain": {"nodes": CHAIN_NODES, "aim_durable_ms_per_node": AIM_DURABLE_MS,
+            "chain": {"nodes": nodes, "aim_durable_ms_per_node": AIM_DURABLE_MS,
                       "full_ms_per_node": round(full_ms, 3),
                       "normal_ms_per_node": round(normal_ms, 3),
                       "full_cpu_ms_per_node": round(statistics.median(full_cpu), 3),
@@ -179,7 +182,7 @@ def main() -> int:
         else:
             c, p = figures["chain"], figures["process"]
             print(f"machine: {figures['machine']}")
-            print(f"(a) {CHAIN_NODES}-node compute chain, in process, median of {len(full)}:")
+            print(f"(a) {nodes}-node compute chain, in process, median of {len(full)}:")
             print(f"    durability full:   {full_ms:.3f} ms/node wall, "
                   f"{c['full_cpu_ms_per_node']:.3f} CPU (aim <= {AIM_DURABLE_MS} ms)  "
                   + " ".join(f"{t:.3f}" for t in full))

@@ -1,6 +1,6 @@
 """Fault injection over one real SQLite store, 1,000 seeds by default (issue 9).
 
-    python bench/bench_faults.py [--seeds N | --seed S]
+    python bench/bench_faults.py [--seeds N | --seed S | --smoke]   (--smoke: 3 seeds)
 
 Prints one JSON line per failing seed (with its problems) and a summary line;
 exits 1 if any seed broke an invariant. The harness lives beside its test in
@@ -18,4 +18,4 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "integ
 from faultkit import main
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    raise SystemExit(main(["--seeds", "3"] if "--smoke" in sys.argv else sys.argv[1:]))

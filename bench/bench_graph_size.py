@@ -83,11 +83,15 @@ def main() -> int:
     from bench_engine import time_fsync  # here: it puts REPO first on sys.path
 
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--smoke", action="store_true",
+        help="tiny sizes: the script runs, figures mean nothing (tests use it)")
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)))
     parser.add_argument("--check", action="store_true", help="exit 1 if the aim is missed")
     parser.add_argument("--profile", type=int, metavar="N", help="profile one N-node run")
     parser.add_argument("--runs", type=int, help="timed runs per size (default 7/5/3)")
     args = parser.parse_args()
+    if args.smoke:
+        args.sizes, args.runs = "10,50", 1
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     tmp = Path(tempfile.mkdtemp(prefix="wfrun-bench-graph-"))
     try:

@@ -58,10 +58,14 @@ def run_hook(cmd: list[str], event: dict[str, object], env: dict[str, str]) -> f
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--smoke", action="store_true",
+        help="tiny sizes: the script runs, figures mean nothing (tests use it)")
     ap.add_argument("-n", type=int, default=60, help="hook runs per figure")
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    if args.smoke:
+        args.n = 2
     hook_cmd = [str(SCRIPT)] if SCRIPT.exists() else WFRUN
     hook_cmd = [*hook_cmd, "hook", "claude-code"]
     figures: dict[str, dict[str, float]] = {}

@@ -95,7 +95,7 @@ def verify(root: Path, n: int) -> dict[str, int]:
               for s in ("queued", "starting", "running", "parked", "done", "failed")}
     store.close()
     runs = root / ".wfrun" / "runs"
-    completed = sum(1 for d in runs.iterdir()
+    completed = sum(1 for d in runs.iterdir() if not d.name.startswith(".")  # .snapshots
                     if read_json(d / MANIFEST).get("status") == "completed")
     counts["bundles_completed"] = completed
     if counts["done"] != n or completed != n:
@@ -164,6 +164,8 @@ def bench_cli(root: Path, n: int, max_runs: int) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--smoke", action="store_true",
+        help="tiny sizes: the script runs, figures mean nothing (tests use it)")
     ap.add_argument("-n", type=int, default=1000, help="launches to drain")
     ap.add_argument("--max-runs", type=int, default=4)
     ap.add_argument("--check", action="store_true", help="exit 1 if the aim is missed")
@@ -171,6 +173,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--no-cli", action="store_true", help="skip the subprocess figure")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.n = 10
     with tempfile.TemporaryDirectory(prefix="wfrun-bench-host-") as tmp:
         base = Path(tmp)
         figures: dict[str, Any] = {

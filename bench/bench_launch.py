@@ -330,6 +330,8 @@ def main(argv: list[str]) -> int:
         worker(Path(argv[1]), float(argv[2]), float(argv[3]))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--smoke", action="store_true",
+        help="tiny sizes: the script runs, figures mean nothing (tests use it)")
     ap.add_argument("--starts", type=int, default=1000)
     ap.add_argument("--activations", type=int, default=300)
     ap.add_argument("--procs", type=int, default=4)
@@ -343,6 +345,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--cycles-only", action="store_true", help="only (c), the cycles")
     ap.add_argument("--rounds", type=int, default=1, help="(c) this many times (median)")
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.starts, args.activations, args.procs, args.seconds = 10, 5, 2, 0.5
     SCRUB = not args.no_scrub
     with tempfile.TemporaryDirectory(prefix="wfrun-bench-launch-", dir=args.dir) as tmp:
         base = Path(tmp)

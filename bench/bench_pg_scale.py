@@ -287,7 +287,8 @@ def done_count(ws: Workspace) -> int:
 
 
 def bench_row(root: Path, backend: str, hosts: int, max_runs: int, launches: int,
-              pickups: int, server: Server | None, statements: bool = False) -> Row:
+              pickups: int, server: Server | None, statements: bool = False,
+              cli_starts: int = 5) -> Row:
     row = Row(backend, hosts, hosts * max_runs, launches)
     url = server.schema() if server is not None else None
     names = [f"h{i}" for i in range(1, hosts + 1)] if url else ["h1"]
@@ -368,7 +369,7 @@ def bench_row(root: Path, backend: str, hosts: int, max_runs: int, launches: int
     row.pickup_p50_ms = pct([float(x) for x in lat], 0.5)
     row.pickup_p99_ms = pct([float(x) for x in lat], 0.99)
     cli = []
-    for _ in range(5):
+    for _ in range(cli_starts):
         argv = [sys.executable, "-m", "runner", "--project", str(enqueuer.project_root)]
         if url is not None:
             argv += ["--store", url]
@@ -394,6 +395,8 @@ def measure_reads(server: Server, ws: Workspace) -> Counters:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--smoke", action="store_true",
+        help="tiny sizes: the script runs, figures mean nothing (tests use it)")
     parser.add_argument("--launches", type=int, default=400)
     parser.add_argument("--hosts", default="1,2,4")
     parser.add_argument("--max-runs", type=int, default=2, help="run slots per host")
@@ -401,7 +404,10 @@ def main() -> int:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--statements", action="store_true",
                         help="print each Postgres row's statements per run")
+    parser.add_argument("--cli-starts", type=int, default=5, help="timed `wfrun start`s per row")
     args = parser.parse_args()
+    if args.smoke:
+        args.launches, args.hosts, args.pickups, args.cli_starts = 4, "1", 1, 1
     counts = [int(h) for h in args.hosts.split(",")]
     rows: list[Row] = []
     server = Server()
@@ -420,7 +426,7 @@ def main() -> int:
                     rows.append(bench_row(folder, backend, hosts, args.max_runs, args.launches,
                                           args.pickups,
                                           server if backend == "postgres" else None,
-                                          args.statements))
+                                          args.statements, args.cli_starts))
                     if not args.json:
                         print_row(rows[-1])
     finally:

@@ -176,6 +176,8 @@ def main() -> int:
     from bench_engine import time_fsync  # here: it puts REPO first on sys.path
 
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--smoke", action="store_true",
+        help="tiny sizes: the script runs, figures mean nothing (tests use it)")
     parser.add_argument("-n", type=int, default=200)
     parser.add_argument("--no-chain", action="store_true",
                         help="claim each launch apart (before chained claims)")
@@ -190,6 +192,8 @@ def main() -> int:
     parser.add_argument("--split", action="store_true",
                         help="also print where the CPU goes (store, bundle, templates...)")
     args = parser.parse_args()
+    if args.smoke:
+        args.n = 5
     tmp = Path(tempfile.mkdtemp(prefix="wfrun-bench-runcost-"))
     root = tmp / "proj"
     (root / ".wfrun" / "workflows").mkdir(parents=True)

@@ -133,11 +133,16 @@ def measure(size: int, repeat: int) -> dict[str, Any]:
 
 
 def main() -> None:
+    global REAL  # --smoke makes fewer real runs
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--sizes", default=f"{REAL},100000")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny sizes: the script runs, figures mean nothing (tests use it)")
     args = parser.parse_args()
+    if args.smoke:
+        REAL, args.sizes, args.repeat = 5, "5,50", 1
     sizes = [int(s) for s in args.sizes.split(",")]
     if any(s < REAL for s in sizes):
         parser.error(f"every size must be at least {REAL} (the real runs)")

@@ -27,9 +27,13 @@ REPO = Path(__file__).resolve().parent.parent
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--smoke", action="store_true",
+        help="tiny sizes: the script runs, figures mean nothing (tests use it)")
     parser.add_argument("-n", type=int, default=200)
     parser.add_argument("--root", type=Path, default=REPO)
     args = parser.parse_args()
+    if args.smoke:
+        args.n = 5
     sys.path.insert(0, str(args.root))
     sys.path.insert(0, str(REPO / "bench"))
     from benchkit import machine

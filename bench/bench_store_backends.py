@@ -112,9 +112,13 @@ def run(name: str, fresh: Callable[[], tuple[Opener, str | None]], launches: int
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--smoke", action="store_true",
+        help="tiny sizes: the script runs, figures mean nothing (tests use it)")
     parser.add_argument("--launches", type=int, default=500)
     parser.add_argument("--url", help="an existing Postgres database (default: throwaway)")
     args = parser.parse_args()
+    if args.smoke:
+        args.launches = 10
     print(f"# {platform.platform()}, {launches_text(args.launches)}")
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,6 +1,7 @@
 """What the template budget costs and what it stops (issue 10 item 1, ADR 0006).
 
     .venv/bin/python bench/bench_templates.py
+    .venv/bin/python bench/bench_templates.py --smoke   # 3 renders per sample
 
 Figures, per render (median of repeated runs):
 - ordinary templates through the guarded sandbox vs Jinja's plain immutable sandbox
@@ -55,13 +56,14 @@ def _median(fn: Any, n: int) -> float:
 
 
 def main() -> None:
+    renders = 3 if "--smoke" in sys.argv[1:] else 300
     plain = ImmutableSandboxedEnvironment(undefined=StrictUndefined, autoescape=False)
     print("ordinary renders (µs per render): guarded / plain sandbox / overhead")
     for name, text in ORDINARY.items():
         compiled = plain.from_string(text)
         render_text(text, CTX)  # compile and cache
-        guarded = _median(lambda text=text: render_text(text, CTX), 300) * 1e6
-        bare = _median(lambda compiled=compiled: compiled.render(**CTX), 300) * 1e6
+        guarded = _median(lambda text=text: render_text(text, CTX), renders) * 1e6
+        bare = _median(lambda compiled=compiled: compiled.render(**CTX), renders) * 1e6
         print(f"  {name:8s} {guarded:8.1f} {bare:8.1f} {guarded - bare:+8.1f}")
     t = time.perf_counter()
     subprocess.run([sys.executable, "-c", "import jinja2.sandbox as s; "

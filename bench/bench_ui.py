@@ -147,17 +147,19 @@ class Ui:
             self.proc.kill()
 
 
-def runs_list(root: Path, ui: Ui, browser: Any, count: int) -> dict[str, Any]:
+def runs_list(root: Path, ui: Ui, browser: Any, count: int,
+              loads: tuple[int, int] = (15, 8)) -> dict[str, Any]:
+    """`loads`: timed HTTP gets and browser loads per page."""
     middle = max(1, count // 100)  # of count / 50 pages
     pages = {"first page": "/runs", f"page {middle}": f"/runs?page={middle}",
              "cancelled only": "/runs?status=cancelled",
-             "oldest first, last": f"/runs?workflow=quick&order=oldest&page={count // 50}"}
+             "oldest first, last": f"/runs?workflow=quick&order=oldest&page={max(1, count // 50)}"}
     out: dict[str, Any] = {"http_ms": {}, "browser_ms": {}}
     with httpx.Client(timeout=30) as client:
         for name, path in pages.items():
             client.get(ui.base + path).raise_for_status()  # warm
             times = []
-            for _ in range(15):
+            for _ in range(loads[0]):
                 t0 = time.perf_counter()
                 r = client.get(ui.base + path)
                 times.append((time.perf_counter() - t0) * 1000)
@@ -167,7 +169,7 @@ def runs_list(root: Path, ui: Ui, browser: Any, count: int) -> dict[str, Any]:
     page = browser.new_page()
     for name, path in pages.items():
         times = []
-        for _ in range(8):
+        for _ in range(loads[1]):
             page.goto(ui.base + path, wait_until="load")
             page.wait_for_selector("#runs tbody tr")
             times.append(page.evaluate(
@@ -232,11 +234,15 @@ def update_latency(root: Path, ui: Ui, browser: Any, samples: int) -> dict[str, 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
+    parser.add_argument("--smoke", action="store_true",
+        help="tiny sizes: the script runs, figures mean nothing (tests use it)")
     parser.add_argument("--runs", type=int, default=10_000)
     parser.add_argument("--samples", type=int, default=100)
     parser.add_argument("--check", action="store_true")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.smoke:
+        args.runs, args.samples = 30, 2
     chromium = shutil.which("chromium")
     if chromium is None:
         print("bench_ui: chromium is not installed (./scripts/setup installs it)",
@@ -257,7 +263,7 @@ def main() -> int:
             with sync_playwright() as pw:
                 browser = pw.chromium.launch(executable_path=chromium,
                                              args=["--no-sandbox", "--disable-gpu"])
-                listing = runs_list(root, ui, browser, args.runs)
+                listing = runs_list(root, ui, browser, args.runs, (2, 1) if args.smoke else (15, 8))
                 live = update_latency(root, ui, browser, args.samples)
                 browser.close()
         finally:

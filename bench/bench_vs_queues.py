@@ -296,15 +296,19 @@ def child(system: str, n: int, cli: bool, root: Path = REPO,
 
 
 # -- the parent: the bench venv, the rounds, the table -----------------------------------
+def venv_ready(venv: Path) -> bool:
+    stamp = venv / ".wfrun-bench-stamp"
+    return stamp.exists() and stamp.read_text() == " ".join(REQUIREMENTS)
+
+
 def ensure_venv(venv: Path) -> Path:
     python = venv / "bin" / "python"
-    stamp = venv / ".wfrun-bench-stamp"
-    if stamp.exists() and stamp.read_text() == " ".join(REQUIREMENTS):
+    if venv_ready(venv):
         return python
     print(f"making the bench venv {venv} (huey, DBOS from PyPI) ...", file=sys.stderr)
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     subprocess.run([str(python), "-m", "pip", "install", "-q", *REQUIREMENTS], check=True)
-    stamp.write_text(" ".join(REQUIREMENTS))
+    (venv / ".wfrun-bench-stamp").write_text(" ".join(REQUIREMENTS))
     return python
 
 
@@ -331,6 +335,8 @@ def versions(python: Path) -> str:
 
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--smoke", action="store_true",
+        help="tiny sizes: the script runs, figures mean nothing (tests use it)")
     ap.add_argument("-n", type=int, default=300, help="pipelines per system per round")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--systems", default=",".join(SYSTEMS))
@@ -346,12 +352,20 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--root", type=Path, default=REPO, metavar="DIR",
                     help="import wfrun's `runner` from DIR instead of this checkout")
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.n, args.rounds = 5, 1
     if args.child:
         return child(args.child, args.n, args.cli, args.root.resolve(), args.folder)
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     unknown = sorted(set(systems) - set(SYSTEMS))
     if unknown:
         ap.error(f"unknown system {', '.join(unknown)}; choose from {', '.join(SYSTEMS)}")
+    peers = sorted(set(systems) - {*WFRUN_SYSTEMS, BEFORE})
+    if args.smoke and peers and not venv_ready(args.venv):
+        # The test suite runs this offline: no PyPI install for a smoke run.
+        print(f"smoke: {', '.join(peers)} skipped: the bench venv {args.venv} is not made "
+              "(a run without --smoke makes it)")
+        systems = [s for s in systems if s not in peers]
     if args.before is not None:
         if not (args.before / "runner" / "__init__.py").is_file():
             ap.error(f"--before {args.before}: no runner/ package there; make one with "

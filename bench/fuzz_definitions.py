@@ -175,11 +175,15 @@ def sizes(root: Path) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser()
+    parser.add_argument("--smoke", action="store_true",
+        help="tiny sizes: the script runs, figures mean nothing (tests use it)")
     parser.add_argument("--cases", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-cli", action="store_true")
     parser.add_argument("--sizes", action="store_true", help="time the big-file cases only")
     args = parser.parse_args()
+    if args.smoke:
+        args.cases = 20
     if args.sizes:
         with tempfile.TemporaryDirectory() as tmp:
             return sizes(Path(tmp))

@@ -164,7 +164,8 @@ class WfrunGroup(click.Group):
 @click.option("--openai-model", envvar="WFRUN_OPENAI_MODEL", metavar="MODEL",
               help="--agent openai: the model name.")
 @click.option("--openai-api-key", envvar="WFRUN_OPENAI_API_KEY", metavar="KEY",
-              help="--agent openai: the API key (prefer the environment variable).")
+              help="--agent openai: the API key, if the endpoint wants one (prefer the "
+                   "environment variable).")
 @click.version_option(package_name="wfrun", prog_name="wfrun")
 @click.pass_context
 def cli(ctx: click.Context, project: str | None, debug: bool, store: str | None,

@@ -13,14 +13,11 @@ each failed only when the run got there. Per file, after the graph checks:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from functools import lru_cache
-from typing import Any
-
-from jinja2 import nodes
+import re
 
 from .diagnostics import DiagnosticSink, KeyPath, did_you_mean
 from .graph import LocalGraph
+from .template_ast import MAPPING_METHODS, ROOTS, summary
 
 CONTEXT = ("input", "outputs", "results", "run", "project", "secrets", "env")
 GLOBALS = ("range", "lipsum", "dict", "cycler", "joiner", "namespace", "true", "false",
@@ -29,40 +26,31 @@ PARSE_CONTEXT = ("stdout", "stderr", "exit_code")
 RESULT_FIELDS = ("outcome", "error", "exit_code")
 
 
-@lru_cache(maxsize=2048)
 def _refs(text: str) -> tuple[frozenset[str], tuple[tuple[str, str, int], ...]] | None:
     """(free names, (root, key, line) for `root.key`), or None when it does not parse."""
-    from jinja2 import meta
+    from .templates import _only_simple_tags, is_template
 
-    from .templates import _text_env, is_template
-
-    if not is_template(text):  # plain text: nothing to look up (and Jinja costs ~0.5 ms)
+    if not is_template(text):  # plain text: nothing to look up
         return frozenset(), ()
-    try:
-        tree = _text_env().parse(text)
-        free = frozenset(meta.find_undeclared_variables(tree))
-    except Exception:  # a syntax error: reported as template-syntax already
-        return None
+    if _only_simple_tags(text):  # most prompts: no parse (~1 ms each) needed
+        return _simple_refs(text)
+    found = summary(text)
+    return None if found.problem else (found.free, found.refs)
+
+
+_SIMPLE_NAME = re.compile(r"\{\{\s*([A-Za-z_]\w*)(?:\.([A-Za-z_]\w*))?", re.ASCII)
+
+
+def _simple_refs(text: str) -> tuple[frozenset[str], tuple[tuple[str, str, int], ...]]:
+    """`_refs` of a text whose every tag is `{{ name.attr... | filter }}`."""
+    free: set[str] = set()
     found: list[tuple[str, str, int]] = []
-    for node in _walk(tree):
-        key: Any = None
-        if isinstance(node, nodes.Getattr):
-            key = node.attr
-        elif isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Const):
-            key = node.arg.value
-        target = getattr(node, "node", None)
-        if isinstance(key, str) and isinstance(target, nodes.Name) and target.ctx == "load" \
-                and target.name in ("input", "outputs", "results"):
-            found.append((target.name, key, node.lineno))
-    return free, tuple(found)
-
-
-def _walk(node: nodes.Node) -> Iterator[nodes.Node]:
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        yield n
-        stack.extend(n.iter_child_nodes())
+    for m in _SIMPLE_NAME.finditer(text):
+        root, key = m.group(1), m.group(2)
+        free.add(root)
+        if key and root in ROOTS and key not in MAPPING_METHODS:
+            found.append((root, key, text.count("\n", 0, m.start()) + 1))
+    return frozenset(free), tuple(found)
 
 
 def _predecessors(g: LocalGraph) -> dict[str, set[str]]:
@@ -100,7 +88,8 @@ def _can_run_before(preds: dict[str, set[str]], key: str, here: str) -> bool:
 
 def check_references(g: LocalGraph, sink: DiagnosticSink) -> None:
     wf = g.workflow
-    ids = sorted(set(wf.nodes) | set(wf.includes))
+    id_set = set(wf.nodes) | set(wf.includes)
+    ids = sorted(id_set)
     preds = _predecessors(g)
     schema = wf.input_schema if isinstance(wf.input_schema, dict) else None
     props = schema.get("properties") if schema else None
@@ -129,7 +118,7 @@ def check_references(g: LocalGraph, sink: DiagnosticSink) -> None:
                     else:
                         sink.warning("unknown-input-key", message, kp, hint=hint)
                 continue
-            if key not in ids:
+            if key not in id_set:
                 sink.error("unknown-node-ref", f"{root}.{key} names no node or include in this "
                            "workflow", kp, hint=did_you_mean(key, ids))
             elif not _can_run_before(preds, key, here):

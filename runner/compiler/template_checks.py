@@ -15,6 +15,7 @@ from jinja2 import nodes
 
 from . import budget as _b
 from .budget import Guard, Scope, TemplateBudget
+from .template_ast import parsed, summary
 from .templates import _collect, _Guarded, _native_env, _text_env
 
 _RISKY = (nodes.BinExpr, nodes.Call, nodes.Filter, nodes.Concat)
@@ -23,14 +24,10 @@ _CONSTANT_LEAVES = (nodes.Const, nodes.TemplateData)
 
 @lru_cache(maxsize=2048)
 def constant_problem(text: str, budget: TemplateBudget) -> tuple[int, str] | None:
-    from jinja2 import meta
-
-    env = _text_env()
-    try:
-        tree = env.parse(text)
-        free = meta.find_undeclared_variables(tree) - set(env.globals)
-    except Exception:  # the runtime reports whatever this cannot analyse
+    tree = parsed(text).tree
+    if tree is None:  # a syntax error: reported as template-syntax already
         return None
+    free = summary(text).free - _text_env().globals.keys()
     problem = _walk_constants(tree, budget, 1)
     if problem is None and not free:  # nothing from the run: all of it is a constant
         problem = _evaluate(tree, budget, native=False)[1]

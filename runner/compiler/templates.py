@@ -14,7 +14,7 @@ import re
 import threading
 import types
 from collections.abc import Mapping
-from functools import lru_cache, update_wrapper
+from functools import update_wrapper
 from typing import Any
 
 from jinja2 import (
@@ -437,15 +437,10 @@ def check_budget(text: str, budget: TemplateBudget = DEFAULT_BUDGET) -> tuple[in
     return constant_problem(text, budget)
 
 
-@lru_cache(maxsize=2048)
 def _parse_problem(text: str) -> tuple[int, str] | None:
-    try:
-        _text_env().parse(text)
-    except TemplateSyntaxError as exc:
-        return (exc.lineno or 1, exc.message or "invalid template")
-    except (RecursionError, MemoryError):
-        return (1, "the template is nested too deeply to parse")
-    return None
+    from .template_ast import summary  # what the reference check reads is kept
+
+    return summary(text).problem
 
 
 def _collect(template: Template, context: Mapping[str, Any], guard: Guard, *,

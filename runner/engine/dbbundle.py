@@ -151,6 +151,18 @@ class DatabaseBundle:
                 self._flush()
             except (ClaimLost, OperationFailed, NotFoundError):
                 self._drop()
+        self._remove_live_folder()
+
+    def _remove_live_folder(self) -> None:
+        """The run's live-log folder on this host, once nothing runs in it: each live
+        log is removed when its attempt ends, so an empty folder is all that is left
+        (a run parked or ended). Only empty folders go: rmdir, never a tree."""
+        folder = self.logs_root / self.run_id
+        for path in (folder / LOGS, folder):
+            try:
+                path.rmdir()
+            except OSError:  # not there, or not empty: someone still writes in it
+                return
 
     # -- writes -----------------------------------------------------------------
     def _check(self) -> None:

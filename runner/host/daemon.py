@@ -152,9 +152,12 @@ class HostLock:
             holder = os.read(fd, 64).decode(errors="replace").strip()
             os.close(fd)
             if exc.errno in (errno.EAGAIN, errno.EACCES):
+                # The README's "several hosts" made users start two here (issue 34).
                 raise InputError("another wfrun host is running for this project"
                                  + (f" (pid {holder})" if holder else "")
-                                 + "; stop it first") from None
+                                 + "; stop it first, or give it more slots or cores "
+                                 "(--max-runs, --processes); hosts share one queue only on "
+                                 "Postgres, each in its own project folder") from None
             raise
         try:
             os.ftruncate(fd, 0)

@@ -304,6 +304,9 @@ def test_demo_runs_to_a_final_report_whatever_the_command_does(
     assert path.count("tick") == 2
     assert messages[0].startswith("Hello, Ada!")
     assert messages[-1].startswith("Demo finished for Ada: 2 rounds.")
+    # Every round is reported, the last one too (issue 34 item 15: it never was).
+    assert [m for m in messages if m.startswith("Round")] == [
+        "Round 1 of 2 done.", "Round 2 of 2 done."]
     if machine_outcome == "ok":
         assert "Linux 6.1 x86_64" in messages[-1]
     else:

@@ -96,7 +96,7 @@ class OpenAIExecutor:
         self._headers = {"Accept": "text/event-stream", **dict(headers or {})}
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
-        self._secrets = [api_key, *secret_env_values(dict(headers or {}))]
+        self._secrets = [s for s in (api_key, *secret_env_values(dict(headers or {}))) if s]
         self._shown_endpoint = _show_url(httpx.URL(self.endpoint))
         self._conversations: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
         self._lock = threading.Lock()  # one executor may serve runs on several threads
@@ -107,15 +107,18 @@ class OpenAIExecutor:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, *,
                  clock: Clock | None = None) -> OpenAIExecutor:
-        """Configure from WFRUN_OPENAI_BASE_URL, _API_KEY, _MODEL (and optional _TIMEOUT)."""
+        """Configure from WFRUN_OPENAI_BASE_URL and _MODEL, and the optional _API_KEY
+        (a local OpenAI-compatible server takes none: no Authorization header is sent)
+        and _TIMEOUT."""
         env = os.environ if environ is None else environ
         values: dict[str, str] = {}
-        for var in (ENV_BASE_URL, ENV_API_KEY, ENV_MODEL):
+        for var in (ENV_BASE_URL, ENV_MODEL):
             value = env.get(var, "").strip()
             if not value:
-                raise InputError(f"{var} is not set; the openai agent needs {ENV_BASE_URL}, "
-                                 f"{ENV_API_KEY} and {ENV_MODEL}")
+                raise InputError(f"{var} is not set; the openai agent needs {ENV_BASE_URL} "
+                                 f"and {ENV_MODEL} ({ENV_API_KEY} when the server wants a key)")
             values[var] = value
+        values[ENV_API_KEY] = env.get(ENV_API_KEY, "").strip()
         timeout = DEFAULT_TIMEOUT
         raw = env.get(ENV_TIMEOUT, "").strip()
         if raw:

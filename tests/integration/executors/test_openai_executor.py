@@ -63,6 +63,20 @@ def test_valid_submission_is_accepted_and_request_is_well_formed(
     assert req.messages == [{"role": "user", "content": case.step.prompt}]
 
 
+def test_a_local_endpoint_needs_no_api_key(openai_server: FakeOpenAI,
+                                           make_step: MakeStep) -> None:
+    """No key configured: no Authorization header at all (issue 34 item 15: a local
+    OpenAI-compatible server needed a dummy key)."""
+    openai_server.script = submit_valid(GOOD)
+    case = make_step()
+    ex = OpenAIExecutor.from_env({"WFRUN_OPENAI_BASE_URL": openai_server.base_url,
+                                  "WFRUN_OPENAI_MODEL": "fake-model"})
+    ex.run_turn(case.step, case.step.prompt, "step")
+    assert case.step.accepted
+    [req] = openai_server.requests
+    assert "authorization" not in req.headers
+
+
 def test_schema_rejection_then_acceptance_in_one_turn(
         openai_server: FakeOpenAI, make_step: MakeStep) -> None:
     bad = {"verdict": "maybe", "score": "high"}

@@ -28,7 +28,8 @@ def test_a_second_host_refuses_with_one_line_naming_the_holder(project: Project)
     assert second.stdout == ""
     assert second.stderr.splitlines() == [
         f"wfrun: error: another wfrun host is running for this project (pid {first.pid}); "
-        "stop it first"]
+        "stop it first, or give it more slots or cores (--max-runs, --processes); "
+        "hosts share one queue only on Postgres, each in its own project folder"]
     assert first.poll() is None
     assert project.lock_pid() == first.pid
     first.send_signal(signal.SIGTERM)

@@ -78,6 +78,30 @@ def test_bundles_live_only_in_the_database(kit: Kit, url: str) -> None:
     assert other.final_output("pg-run-1") == "z" * 5000
 
 
+@pytest.mark.parametrize("then", ["end", "park"])
+def test_a_run_leaves_no_live_log_folder_on_the_host(kit: Kit, then: str) -> None:
+    """A shell step's live log lives in `runs/<id>/logs/` on this host while it runs;
+    once the run is done or parked nothing is left behind (issue 34 item 13: an
+    empty folder per run, for ever)."""
+    definition = kit.workflow("""
+        start: a
+        nodes:
+          a: {action: {shell: [echo, hi]}}
+          b: {checkpoint: {summary: "go on?"}}
+        edges:
+          - {from: a, to: b}
+    """ if then == "park" else """
+        start: a
+        nodes:
+          a: {action: {shell: [echo, hi]}}
+    """)
+    run_id = f"pg-logs-{then}"
+    out = kit.engine(kit.hold(run_id)).start(definition, run_id=run_id)
+    assert out.status == ("waiting" if then == "park" else "completed"), out.error
+    assert kit.reader().trace(run_id)  # the step ran and its log was recorded
+    assert not (kit.runs / run_id).exists()
+
+
 def test_a_write_without_the_claim_changes_nothing(pg: tuple[PostgresStore, FakeClock]) -> None:
     store, clock = pg
     rows = store.bundles

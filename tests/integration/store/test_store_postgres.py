@@ -51,6 +51,29 @@ def test_a_new_schema_gets_the_contract_tables_and_reopens(url: str) -> None:
         assert record.status == "queued"
 
 
+def test_a_store_that_passed_the_check_is_not_checked_again(
+        url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The full check (a scratch schema, information_schema reads: ~0.6 s) ran on
+    every CLI command (issue 34 item 12); a store whose catalog is as the last passed
+    check left it opens on one fingerprint query. Any change is checked in full: the
+    test below this one changes the layout after such a mark."""
+    from runner.store.postgres import schema
+
+    PostgresStore(url).close()  # creates and marks
+    PostgresStore(url).close()  # a fresh process's check would mark it anyway
+
+    def full_check(*_: object) -> None:
+        raise AssertionError("the full layout check ran")
+
+    monkeypatch.setattr(schema, "expected_layout", full_check)
+    monkeypatch.setattr(schema, "layout_drift", full_check)
+    with PostgresStore(url) as store:
+        store.launches.enqueue(launch("run-1"))
+    _admin(url, "COMMENT ON TABLE schema_info IS NULL")  # no mark: the full check
+    with pytest.raises(AssertionError, match="the full layout check ran"):
+        PostgresStore(url)
+
+
 @pytest.mark.parametrize(
     ("change", "phrase"),
     [
@@ -61,6 +84,10 @@ def test_a_new_schema_gets_the_contract_tables_and_reopens(url: str) -> None:
          "missing index workflow_run_queue_session_reservation"),
         ("UPDATE schema_info SET schema_id = 'wfrun.other.v9'", "schema id is 'wfrun.other.v9'"),
         ("ALTER TABLE run_events ALTER COLUMN type TYPE VARCHAR(200)", "column types"),
+        ("ALTER TABLE run_events ALTER COLUMN type SET DEFAULT 'x'", "column types"),
+        ("ALTER TABLE run_events ALTER COLUMN type DROP NOT NULL", "column types"),
+        ("CREATE INDEX extra_one ON run_events (type)", "unexpected index(es) extra_one"),
+        ("ALTER TABLE run_events RENAME COLUMN type TO kind", "run_events"),
     ],
 )
 def test_another_layout_is_refused_unchanged_and_reset_rebuilds_it(
@@ -68,6 +95,7 @@ def test_another_layout_is_refused_unchanged_and_reset_rebuilds_it(
 ) -> None:
     with PostgresStore(url) as store:
         store.launches.enqueue(launch("run-1"))
+    PostgresStore(url).close()  # passed again: the store carries the mark of its layout
     _admin(url, change)
     with pytest.raises(IncompatibleLayout) as refused:
         PostgresStore(url)

@@ -69,3 +69,32 @@ edges:
     found = _codes(result)
     assert ("node-not-before", None) in found
     assert ("unknown-result-field", "did you mean 'outcome'?") in found
+
+
+def test_mapping_methods_iterate_and_get_names_a_node(tmp_path: Path) -> None:
+    """`outputs.items()` used to be refused as a node named `items` (issue 34 item 18),
+    which is what stopped bench/bench_compile.py."""
+    result = _compile(tmp_path, """\
+start: plan
+nodes:
+  plan: {compute: "{{ 1 }}"}
+  done:
+    notify:
+      kind: final
+      message: >-
+        {% for k, v in outputs.items() %}{{ k }}={{ v }} {% endfor %}
+        {{ outputs.keys() | list }} {{ results.values() | list | length }}
+        {{ outputs.get('plan') }} {{ input.get('anything', 1) }}
+edges:
+  - {from: plan, to: done}
+""")
+    assert [d for d in result.diagnostics if d.severity == "error"] == []
+    result = _compile(tmp_path, """\
+start: plan
+nodes:
+  plan: {compute: "{{ 1 }}"}
+  done: {compute: "{{ outputs.get('plna') }}"}
+edges:
+  - {from: plan, to: done}
+""")
+    assert _codes(result) == [("unknown-node-ref", "did you mean 'plan'?")]

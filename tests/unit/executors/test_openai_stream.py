@@ -121,11 +121,17 @@ FULL_ENV = {"WFRUN_OPENAI_BASE_URL": "http://127.0.0.1:9/v1",
             "WFRUN_OPENAI_MODEL": "tiny"}
 
 
-@pytest.mark.parametrize("missing", sorted(FULL_ENV))
+@pytest.mark.parametrize("missing", ["WFRUN_OPENAI_BASE_URL", "WFRUN_OPENAI_MODEL"])
 def test_from_env_names_the_missing_variable(missing: str) -> None:
     env = {k: v for k, v in FULL_ENV.items() if k != missing}
     with pytest.raises(InputError, match=missing):
         OpenAIExecutor.from_env(env)
+
+
+def test_from_env_takes_no_key_for_a_local_server() -> None:
+    env = {k: v for k, v in FULL_ENV.items() if k != "WFRUN_OPENAI_API_KEY"}
+    assert OpenAIExecutor.from_env(env).model == "tiny"
+    assert OpenAIExecutor.from_env({**env, "WFRUN_OPENAI_API_KEY": "  "}).model == "tiny"
 
 
 def test_from_env_builds_the_endpoint_and_timeout() -> None:
