@@ -74,7 +74,7 @@ def test_the_demo_installs_wfrun_and_nothing_else(checkout: Path) -> None:
 def test_the_test_setup_installs_the_rest_and_says_each_step(checkout: Path) -> None:
     proc, calls = _setup(checkout)
     assert proc.returncode == 0, proc.stderr
-    assert any("pip install" in c and "[dev,postgres,ui,agents,mcp]" in c for c in calls)
+    assert any("pip install" in c and "[dev,postgres,agents]" in c for c in calls)
     assert [c.split()[3] for c in calls if c.startswith("npm")] == [
         ".tools/pi", ".tools/pi-legacy", ".tools/claude-code"]
     lines = proc.stdout.splitlines()
