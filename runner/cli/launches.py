@@ -55,7 +55,7 @@ def start_cmd(ctx: Context, ref: str, input_json: str | None, pairs: tuple[str, 
     coordinator = detached_coordinator(ws, store, executor=ctx.executor(agent, ws.clock))
     name, run_id = queue_detached(coordinator, ref, value, here=wait)
     if as_json and not wait:
-        click.echo(json.dumps({"action": "start", "workflow": name, "runId": run_id,
+        click.echo(json.dumps({"action": "start", "workflow": name, "run_id": run_id,
                                "queued": True}))
     elif quiet:
         if not as_json:
@@ -68,7 +68,7 @@ def start_cmd(ctx: Context, ref: str, input_json: str | None, pairs: tuple[str, 
     with Progress(quiet) as progress, parking_on_interrupt(control):
         outcome = start_and_wait(coordinator, run_id, control, progress)
     if as_json:
-        click.echo(json.dumps({"runId": outcome.run_id, "status": outcome.status,
+        click.echo(json.dumps({"run_id": outcome.run_id, "status": outcome.status,
                                "final_output": outcome.final_output, "error": outcome.error}))
     if not (quiet and outcome.status == "completed" and not outcome.parked):
         click.echo(f"wfrun: run {outcome.run_id} {outcome.status}", err=True)
@@ -95,7 +95,7 @@ def status_cmd(ctx: Context, run_id: str | None, as_json: bool) -> None:
         if not rows:
             click.echo("no queued, starting, running or parked launches", err=True)
         for row in rows:
-            click.echo(f"{row['runId']}  {row['status']}{_drift_note(row)}")
+            click.echo(f"{row['run_id']}  {row['status']}{_drift_note(row)}")
         return
     view = launch_status(ws, store, run_id)
     if as_json:
@@ -129,7 +129,7 @@ def cancel_cmd(ctx: Context, run_id: str, as_json: bool) -> None:
     coordinator = detached_coordinator(ws, store)
     record = coordinator.cancel(run_id)
     if as_json:
-        click.echo(json.dumps({"runId": run_id, "status": record.status,
+        click.echo(json.dumps({"run_id": run_id, "status": record.status,
                                "requested": record.status == "running"}))
     elif record.status == "running":
         click.echo(f"Cancellation of run {run_id} requested; its runner stops it.")

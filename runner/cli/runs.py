@@ -60,6 +60,21 @@ def parking_on_interrupt(control: RunControl) -> Iterator[None]:
             signal.signal(sig, old)
 
 
+class RunStateChoice(click.Choice):  # type: ignore[type-arg]
+    """The run states (`run_state`'s vocabulary), loaded when a `runs` option is parsed or
+    its help shown: importing this module for another command's `--help` loads no
+    runtime module (cold start)."""
+
+    def __init__(self) -> None:
+        self.case_sensitive = True
+
+    @property
+    def choices(self) -> tuple[str, ...]:  # type: ignore[override]
+        from runner.host.runtime.runstate import RUN_STATES
+
+        return RUN_STATES
+
+
 def _input_schema(ws: Workspace, ref: str) -> Any:
     """The workflow's input schema, to read `-i` values as the types it declares."""
     try:
@@ -203,8 +218,7 @@ def answer_cmd(ctx: Context, run_id: str, answer: str | None, agent: str | None,
 
 @cli.command("runs")
 @click.option("--status", "status", metavar="STATUS",
-              type=click.Choice(["running", "paused", "waiting", "continued", "completed",
-                                 "failed", "timed_out", "cancelled"]),
+              type=RunStateChoice(),
               help="Only runs in this state (continued: answered checkpoints).")
 @click.option("--workflow", "-w", "workflow", metavar="NAME", help="Only runs of this workflow.")
 @click.option("--since", "since", metavar="AGE|DATE",
@@ -245,15 +259,15 @@ def runs_cmd(ctx: Context, status: str | None, workflow: str | None, since: str 
 @click.pass_obj
 def show_cmd(ctx: Context, run_id: str, as_json: bool, follow: bool) -> None:
     """Show a run: status, node timeline, outputs and errors."""
-    from runner.host.runtime.views import show_run
+    from runner.host.runtime.views import show_view
 
-    runs_dir = workspace(ctx).reader()  # folders, or rows on a Postgres store
+    ws = workspace(ctx)
     if follow:
         from .follow import follow_run
 
-        view = follow_run(runs_dir, run_id, as_json=as_json)
+        view = follow_run(ws.reader(), run_id, as_json=as_json)
         sys.exit(EXIT.get(view["status"], 0) if view["status"] != "running" else 0)
-    view = show_run(runs_dir, run_id)
+    view = show_view(ws, run_id)
     if as_json:
         click.echo(json.dumps(view, indent=2, ensure_ascii=False))
         return

@@ -124,7 +124,7 @@ def test_host_outside_a_project_is_a_one_line_usage_error(project: Project,
 def test_show_follow_json_streams_views_until_the_run_ends(project: Project) -> None:
     host = project.host()
     started = project.json("start", "slow", "--json")
-    run_id = started["runId"]
+    run_id = started["run_id"]
     manifest = project.root / ".wfrun" / "runs" / run_id / "manifest.json"
     wait_until(manifest.exists, what="the host to activate the launch")  # views need it
 

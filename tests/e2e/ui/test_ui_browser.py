@@ -83,7 +83,7 @@ def test_runs_page_counts_filters_sorts_and_pages(project: Project, page: Any,
         page.wait_for_selector("#runs tbody tr")
         shot(page, shots, "runs")
         assert page.locator("#runs tbody tr").count() == 4
-        assert page.locator('#counts [data-status="done"] b').text_content() == "3"
+        assert page.locator('#counts [data-status="completed"] b').text_content() == "3"
         assert page.locator('#counts [data-status="failed"] b').text_content() == "1"
         titles = page.locator("#runs tbody td.title").all_text_contents()
         assert titles[0] == "breaks on purpose"  # newest first
@@ -179,7 +179,7 @@ def test_the_queue_says_why_a_queued_launch_is_not_running(project: Project, pag
                                                            shots: Path) -> None:
     project.workflow("hold", HOLD)
     started = project.json("start", "hold", "-i", "tag=queued", "--json")
-    run_id = started["runId"]
+    run_id = started["run_id"]
     with ui_server(project) as ui:
         page.goto(f"{ui.base}/queue")
         launch = page.locator(f'#queue-queued article[data-run-id="{run_id}"]')
