@@ -95,7 +95,16 @@ def secret_option(f: Callable[..., Any]) -> Callable[..., Any]:
                         "NAME); never stored, masked as *** everywhere.")(f)
 
 
-def _finish(outcome: RunOutcome, as_json: bool, ws: Workspace) -> None:
+def _shown_already(output: Any, shown: frozenset[str]) -> bool:
+    """Whether `output` is a notification the progress view printed, on a terminal that
+    shows stdout too: printing it again as JSON would say the same thing twice. Off a
+    terminal stdout is data and always gets it."""
+    return isinstance(output, dict) and str(output.get("notification_id")) in shown \
+        and sys.stdout.isatty()
+
+
+def _finish(outcome: RunOutcome, as_json: bool, ws: Workspace,
+            shown: frozenset[str] = frozenset()) -> None:
     if as_json:
         click.echo(json.dumps({"run_id": outcome.run_id, "status": outcome.status,
                                "parked": outcome.parked, "final_output": outcome.final_output,
@@ -104,7 +113,8 @@ def _finish(outcome: RunOutcome, as_json: bool, ws: Workspace) -> None:
         click.echo(f"wfrun: run {outcome.run_id} parked; continue it with: wfrun resume "
                    f"{outcome.run_id}", err=True)
         sys.exit(PARKED_EXIT)
-    if not as_json and outcome.final_output is not None:
+    if not as_json and outcome.final_output is not None and \
+            not _shown_already(outcome.final_output, shown):
         click.echo(json.dumps(outcome.final_output, indent=2, ensure_ascii=False))
     status = outcome.status
     msg = f"wfrun: run {outcome.run_id} {status}"
@@ -154,7 +164,7 @@ def run_cmd(ctx: Context, ref: str, input_json: str | None, pairs: tuple[str, ..
         outcome = run_workflow(ws, store, ref, value, control,
                                executor=ctx.executor(agent, ws.clock), observer=progress,
                                durability=durability, secrets=secrets)
-    _finish(outcome, as_json, ws)
+    _finish(outcome, as_json, ws, frozenset(progress.shown))
 
 
 @cli.command("resume")
@@ -184,7 +194,7 @@ def resume_cmd(ctx: Context, run_id: str, force: bool, agent: str | None,
         outcome = resume_run(ws, store, run_id, control, force=force,
                              executor=ctx.executor(agent, ws.clock), observer=progress,
                              secrets=secrets)
-    _finish(outcome, as_json, ws)
+    _finish(outcome, as_json, ws, frozenset(progress.shown))
 
 
 @cli.command("answer")
@@ -213,7 +223,7 @@ def answer_cmd(ctx: Context, run_id: str, answer: str | None, agent: str | None,
         outcome = answer_run(ws, store, run_id, parse_answer(answer), control,
                              executor=ctx.executor(agent, ws.clock), observer=progress,
                              secrets=secrets)
-    _finish(outcome, as_json, ws)
+    _finish(outcome, as_json, ws, frozenset(progress.shown))
 
 
 @cli.command("runs")

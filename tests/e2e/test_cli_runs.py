@@ -333,3 +333,41 @@ def test_a_run_without_a_launch_row_is_not_resumed_around_the_queue(project: Pro
     missing = project.wfrun("resume", "greet-20260101T000000Z-00000000")
     assert missing.returncode == 3
     assert "no run 'greet-20260101T000000Z-00000000'" in missing.stderr
+
+
+def _in_a_terminal(project: Project, *args: str) -> tuple[int, str]:
+    """`wfrun ARGS` with stdout and stderr on a pseudo-terminal; its exit and output."""
+    import pty
+
+    main, side = pty.openpty()
+    proc = subprocess.Popen(project.argv(*args), cwd=project.root, stdin=subprocess.DEVNULL,
+                            stdout=side, stderr=side, env={**os.environ, "COLUMNS": "200"})
+    os.close(side)
+    chunks = []
+    while True:
+        try:
+            data = os.read(main, 65536)
+        except OSError:  # EIO: the process closed its end
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(main)
+    return proc.wait(timeout=60), b"".join(chunks).decode(errors="replace")
+
+
+def test_run_in_a_terminal_prints_the_final_notification_once(project: Project) -> None:
+    project.workflow("tell", """
+        start: work
+        nodes:
+          work: {compute: "{{ {'n': 1} }}"}
+          done: {notify: {kind: final, message: "all-done-{{ outputs.work.n }}"}}
+        edges:
+          - {from: work, to: done}
+    """)
+    code, shown = _in_a_terminal(project, "run", "tell")
+    assert code == 0, shown
+    assert shown.count("all-done-1") == 1, shown
+    # Off a terminal stdout is data: the final output is printed in full.
+    piped = project.wfrun("run", "tell")
+    assert json.loads(piped.stdout)["message"] == "all-done-1"

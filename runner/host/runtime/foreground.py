@@ -122,8 +122,11 @@ def execute_here(coordinator: LaunchCoordinator, run_id: str, control: RunContro
         raise MachineFault(f"run {run_id} did not start (nothing ran): {fault.problem}",
                            fault.todo)
     if row is not None and row.status == "failed":
-        raise OperationFailed(f"run {run_id} failed to start: {row.error_message} "
-                              f"[{row.error_code}]")
+        began = "failed" if row.started_at is not None else "failed to start"
+        cause = coordinator.crash_causes.pop(run_id, None)
+        # A crash here: this terminal is the runner's log, so it gets the cause itself.
+        message = f"the run crashed ({cause})" if cause else row.error_message
+        raise OperationFailed(f"run {run_id} {began}: {message} [{row.error_code}]")
     status = row.status if row is not None else "gone"
     raise OperationFailed(f"run {run_id} did not run here ({status}); `wfrun status {run_id}` "
                           "says where it is")
