@@ -224,6 +224,8 @@ def show_view(ws: Workspace, run_id: str) -> dict[str, Any]:
     """`wfrun show`: the run's bundle (`show_run`) with its launch row, so its status is
     `run_state`, the name `runs`, `status`, `why` and the web view give it; a launch
     that has no bundle yet (queued) is shown from its row."""
+    from runner.store.errors import StoreCorrupt
+
     from .local import open_store, store_exists
 
     store = None
@@ -233,7 +235,10 @@ def show_view(ws: Workspace, run_id: str) -> dict[str, Any]:
         except WfrunError:
             store = None  # a damaged store: the bundle is still the run's own record
     try:
-        record = store.launches.get(run_id) if store is not None else None
+        try:
+            record = store.launches.get(run_id) if store is not None else None
+        except StoreCorrupt:
+            record = None  # its launch pages are damaged: the bundle, as `runs` falls back
         reader = ws.reader(store)
         if record is not None and not reader.exists(run_id):
             return _launch_only_view(record)
