@@ -32,8 +32,7 @@ REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "fixtures" / "controllers" / "project"
 SNAKE = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
 #: Keys whose values are the user's data, printed as written (docs/json.md).
-USER_DATA = frozenset({"input", "outputs", "final_output", "spec", "data", "value",
-                       "controller_status"})
+USER_DATA = frozenset({"input", "outputs", "final_output", "spec", "data", "controller_status"})
 CALC = """\
 input: {type: object, properties: {userName: {type: string}}}
 start: add
