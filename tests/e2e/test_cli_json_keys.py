@@ -24,9 +24,13 @@ from typing import Any
 
 import click
 import httpx
+import pytest
 from waiting import wait_for_line
 
 from runner.cli.app import COMMANDS, cli
+
+# About 35 CLI processes and a `wfrun ui`: generous on a loaded machine.
+pytestmark = pytest.mark.timeout(300)
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "fixtures" / "controllers" / "project"

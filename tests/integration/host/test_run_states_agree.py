@@ -26,7 +26,7 @@ from harness import Session, wfrun
 from statekit import build_states
 from waiting import wait_for_line
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(180)  # a dozen sessions, a `wfrun ui`, ~40 CLI calls
 
 #: What `why` says first for a run in each state (never "finished" unless it completed).
 WHY = {
