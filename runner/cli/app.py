@@ -122,6 +122,23 @@ class WfrunGroup(click.Group):
             __import__(f"{__package__}.{COMMANDS[cmd_name][0]}")
         return self.commands.get(cmd_name)
 
+    def resolve_command(self, ctx: click.Context, args: list[str]
+                        ) -> tuple[str | None, click.Command | None, list[str]]:
+        """click's, plus a did-you-mean for a misspelled command (`wfrun rnu`)."""
+        try:
+            return super().resolve_command(ctx, args)
+        except click.UsageError as exc:
+            name = args[0] if args else ""
+            if name.startswith("-") or self.get_command(ctx, name) is not None:
+                raise
+            from runner.compiler.diagnostics import did_you_mean  # only a mistake needs it
+
+            hint = did_you_mean(name, self.list_commands(ctx))
+            if hint is None:
+                raise
+            raise click.UsageError(f"No such command '{name}'. {hint[0].upper()}{hint[1:]}",
+                                   ctx) from exc
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The command list from `COMMANDS`, shortened exactly as click shortens a loaded
         command's help, without importing any command module."""

@@ -81,7 +81,10 @@ class ControllerGroup(click.Group):
             # parse_args already tried the older order, so neither word is a verb.
             words = (f"neither '{args[0]}' nor '{args[1]}' is a verb" if len(args) > 1
                      else f"unknown verb '{args[0]}'")
-            raise InputError(f"{words}; {USAGE}")
+            from runner.compiler.diagnostics import did_you_mean
+
+            hint = did_you_mean(args[0], self.commands)
+            raise InputError(f"{words}; {hint + ' ' if hint else ''}{USAGE}")
         return super().resolve_command(ctx, args)
 
     def invoke(self, ctx: click.Context) -> Any:

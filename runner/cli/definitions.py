@@ -12,7 +12,7 @@ import click
 from runner.compiler import Compiler, CompileResult, Diagnostic, render_text, summary_line
 from runner.compiler.discovery import SUFFIXES, is_path_ref
 from runner.compiler.schema import workflow_schema
-from runner.errors import DefinitionInvalid, NotFoundError
+from runner.errors import DefinitionInvalid, InputError, NotFoundError
 
 from .app import cli
 from .context import Context
@@ -94,9 +94,15 @@ def _targets(ctx: Context, refs: tuple[str, ...]) -> list[tuple[str, Path | None
 @click.argument("refs", nargs=-1, metavar="[NAME|PATH]...")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
               show_default=True, help="Output format.")
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.pass_obj
-def validate_cmd(ctx: Context, refs: tuple[str, ...], fmt: str) -> None:
+def validate_cmd(ctx: Context, refs: tuple[str, ...], fmt: str, as_json: bool) -> None:
     """Validate workflows (all of them when no name is given)."""
+    if as_json:
+        if click.get_current_context().get_parameter_source("fmt") \
+                == click.core.ParameterSource.COMMANDLINE and fmt != "json":
+            raise InputError(f"--json and --format {fmt} disagree: give one of them")
+        fmt = "json"
     catalog = ctx.catalog("workflows")
     compiler = Compiler(catalog)
     results: list[CompileResult] = []

@@ -57,11 +57,14 @@ def dev_cmd(ctx: Context, names: tuple[str, ...], run_name: str | None, agent: s
         finally:
             store.close()
 
+    def launch(name: str, value: Any) -> Any:
+        from runner.host.runtime.foreground import run_in_store
+
+        return run_in_store(ws, name, value, executor=ctx.executor(agent, ws.clock))
+
     project, user = ctx.project_root, ctx.user_dir
     dev = DevMode(lambda: build_catalog("workflows", project, user), emit, names=names,
-                  run=run_name, executor=lambda: ctx.executor(agent, ws.clock),
-                  runs_dir=ws.runs_dir, project_root=project, queued=queued,
-                  rows=ws.bundle_rows(),
+                  run=run_name, launch=launch, project_root=project, queued=queued,
                   run_input=parse_input(input_json, ()) if input_json else None,
                   clock=ws.clock)
     stop = threading.Event()

@@ -59,7 +59,7 @@ def start_cmd(ctx: Context, ref: str, input_json: str | None, pairs: tuple[str, 
     else:
         name, run_id = queue_detached(coordinator, ref, value)
     if as_json and not wait:
-        click.echo(json.dumps({"action": "start", "workflow": name, "runId": run_id,
+        click.echo(json.dumps({"action": "start", "workflow": name, "run_id": run_id,
                                "queued": True}))
     elif quiet:
         if not as_json:
@@ -72,7 +72,7 @@ def start_cmd(ctx: Context, ref: str, input_json: str | None, pairs: tuple[str, 
     with Progress(quiet) as progress, parking_on_interrupt(control):
         outcome = start_and_wait(coordinator, claimed, control, progress)
     if as_json:
-        click.echo(json.dumps({"runId": outcome.run_id, "status": outcome.status,
+        click.echo(json.dumps({"run_id": outcome.run_id, "status": outcome.status,
                                "final_output": outcome.final_output, "error": outcome.error}))
     if not (quiet and outcome.status == "completed" and not outcome.parked):
         click.echo(f"wfrun: run {outcome.run_id} {outcome.status}", err=True)
@@ -109,7 +109,7 @@ def status_cmd(ctx: Context, run_id: str | None, limit: int, as_json: bool) -> N
         if not rows:
             click.echo("no queued, starting, running or parked launches", err=True)
         for row in rows:
-            click.echo(f"{row['runId']}  {row['status']}{_drift_note(row)}")
+            click.echo(f"{row['run_id']}  {row['status']}{_drift_note(row)}")
         if total > len(rows):
             click.echo(f"{total - len(rows)} more launch(es) not shown (of {total}); "
                        "`wfrun status --limit 0` lists them all", err=True)
@@ -149,7 +149,7 @@ def cancel_cmd(ctx: Context, run_id: str, as_json: bool) -> None:
     coordinator = detached_coordinator(ws, store)
     record = coordinator.cancel(run_id)
     if as_json:
-        click.echo(json.dumps({"runId": run_id, "status": record.status,
+        click.echo(json.dumps({"run_id": run_id, "status": record.status,
                                "requested": record.status == "running"}))
     elif record.status == "running":
         click.echo(f"Cancellation of run {run_id} requested; its runner stops it.")

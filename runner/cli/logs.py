@@ -15,7 +15,7 @@ import sys
 import click
 
 from runner.errors import InputError
-from runner.host.runtime.logs import LiveText, StepLog, follow_logs, run_logs
+from runner.host.runtime.logs import LiveText, StepLog, follow_logs, run_logs, running_output
 
 from .app import cli
 from .context import Context
@@ -100,16 +100,23 @@ def logs_cmd(ctx: Context, run_id: str, node: str | None, follow: bool, only_std
                              on_live=live)
         sys.exit(EXIT.get(status, 0))
     entries = run_logs(ws.reader(), run_id, node)
+    # A step that is running has no recorded log yet: what it printed so far is live.
+    running = [c for c in running_output(ws.reader(), run_id, node) if c.stream in streams]
     if as_json:
         click.echo(json.dumps({"run_id": run_id, "logs": [
             {k: v for k, v in e.to_json().items()
              if k.split("_")[0] in streams or k.split("_")[0] not in ("stdout", "stderr")}
-            for e in entries]}, indent=2, ensure_ascii=False))
-        return
-    if not entries:
-        where = f"node '{node}' of run {run_id}" if node else f"run {run_id}"
-        click.echo(f"wfrun: {where} has no logs (only shell actions and command agents "
-                   "record them)", err=True)
+            for e in entries], "running": [c.to_json() for c in running]},
+            indent=2, ensure_ascii=False))
         return
     for entry in entries:
         emit(entry)
+    for chunk in running:
+        click.echo(f"--- {chunk.node} {chunk.stream} (attempt {chunk.attempt}, running; "
+                   f"`wfrun logs {run_id} {chunk.node} --follow` goes on) ---", err=True)
+        sys.stdout.write(chunk.text if chunk.text.endswith("\n") else chunk.text + "\n")
+        sys.stdout.flush()
+    if not entries and not running:
+        where = f"node '{node}' of run {run_id}" if node else f"run {run_id}"
+        click.echo(f"wfrun: {where} has no logs (only shell actions and command agents "
+                   "record them)", err=True)

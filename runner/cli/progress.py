@@ -27,6 +27,7 @@ class Progress:
         self.current: str | None = None
         self.last_update = ""
         self.steps = 0
+        self.shown: set[str] = set()  # the notifications printed here, by id
 
     def __enter__(self) -> Progress:
         if self.console.is_terminal and not self.quiet:
@@ -80,6 +81,7 @@ class Progress:
         elif kind == "notification_emitted":
             self.console.print(f"[cyan]![/] {escape(str(p.get('message', '')))}",
                                highlight=False)
+            self.shown.add(str(p.get("notification_id")))
         elif kind == "include_entered":
             self.console.print(f"↘ {escape(str(node))}", highlight=False)
         elif kind == "include_exited":

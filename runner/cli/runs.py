@@ -60,6 +60,21 @@ def parking_on_interrupt(control: RunControl) -> Iterator[None]:
             signal.signal(sig, old)
 
 
+class RunStateChoice(click.Choice):  # type: ignore[type-arg]
+    """The run states (`run_state`'s vocabulary), loaded when a `runs` option is parsed or
+    its help shown: importing this module for another command's `--help` loads no
+    runtime module (cold start)."""
+
+    def __init__(self) -> None:
+        self.case_sensitive = True
+
+    @property
+    def choices(self) -> tuple[str, ...]:  # type: ignore[override]
+        from runner.host.runtime.runstate import RUN_STATES
+
+        return RUN_STATES
+
+
 def _input_schema(ws: Workspace, ref: str) -> Any:
     """The workflow's input schema, to read `-i` values as the types it declares."""
     try:
@@ -80,7 +95,16 @@ def secret_option(f: Callable[..., Any]) -> Callable[..., Any]:
                         "NAME); never stored, masked as *** everywhere.")(f)
 
 
-def _finish(outcome: RunOutcome, as_json: bool, ws: Workspace) -> None:
+def _shown_already(output: Any, shown: frozenset[str]) -> bool:
+    """Whether `output` is a notification the progress view printed, on a terminal that
+    shows stdout too: printing it again as JSON would say the same thing twice. Off a
+    terminal stdout is data and always gets it."""
+    return isinstance(output, dict) and str(output.get("notification_id")) in shown \
+        and sys.stdout.isatty()
+
+
+def _finish(outcome: RunOutcome, as_json: bool, ws: Workspace,
+            shown: frozenset[str] = frozenset()) -> None:
     if as_json:
         click.echo(json.dumps({"run_id": outcome.run_id, "status": outcome.status,
                                "parked": outcome.parked, "final_output": outcome.final_output,
@@ -89,7 +113,8 @@ def _finish(outcome: RunOutcome, as_json: bool, ws: Workspace) -> None:
         click.echo(f"wfrun: run {outcome.run_id} parked; continue it with: wfrun resume "
                    f"{outcome.run_id}", err=True)
         sys.exit(PARKED_EXIT)
-    if not as_json and outcome.final_output is not None:
+    if not as_json and outcome.final_output is not None and \
+            not _shown_already(outcome.final_output, shown):
         click.echo(json.dumps(outcome.final_output, indent=2, ensure_ascii=False))
     status = outcome.status
     msg = f"wfrun: run {outcome.run_id} {status}"
@@ -139,7 +164,7 @@ def run_cmd(ctx: Context, ref: str, input_json: str | None, pairs: tuple[str, ..
         outcome = run_workflow(ws, store, ref, value, control,
                                executor=ctx.executor(agent, ws.clock), observer=progress,
                                durability=durability, secrets=secrets)
-    _finish(outcome, as_json, ws)
+    _finish(outcome, as_json, ws, frozenset(progress.shown))
 
 
 @cli.command("resume")
@@ -169,7 +194,7 @@ def resume_cmd(ctx: Context, run_id: str, force: bool, agent: str | None,
         outcome = resume_run(ws, store, run_id, control, force=force,
                              executor=ctx.executor(agent, ws.clock), observer=progress,
                              secrets=secrets)
-    _finish(outcome, as_json, ws)
+    _finish(outcome, as_json, ws, frozenset(progress.shown))
 
 
 @cli.command("answer")
@@ -198,13 +223,12 @@ def answer_cmd(ctx: Context, run_id: str, answer: str | None, agent: str | None,
         outcome = answer_run(ws, store, run_id, parse_answer(answer), control,
                              executor=ctx.executor(agent, ws.clock), observer=progress,
                              secrets=secrets)
-    _finish(outcome, as_json, ws)
+    _finish(outcome, as_json, ws, frozenset(progress.shown))
 
 
 @cli.command("runs")
 @click.option("--status", "status", metavar="STATUS",
-              type=click.Choice(["running", "paused", "waiting", "continued", "completed",
-                                 "failed", "timed_out", "cancelled"]),
+              type=RunStateChoice(),
               help="Only runs in this state (continued: answered checkpoints).")
 @click.option("--workflow", "-w", "workflow", metavar="NAME", help="Only runs of this workflow.")
 @click.option("--since", "since", metavar="AGE|DATE",
@@ -245,15 +269,15 @@ def runs_cmd(ctx: Context, status: str | None, workflow: str | None, since: str 
 @click.pass_obj
 def show_cmd(ctx: Context, run_id: str, as_json: bool, follow: bool) -> None:
     """Show a run: status, node timeline, outputs and errors."""
-    from runner.host.runtime.views import show_run
+    from runner.host.runtime.views import show_view
 
-    runs_dir = workspace(ctx).reader()  # folders, or rows on a Postgres store
+    ws = workspace(ctx)
     if follow:
         from .follow import follow_run
 
-        view = follow_run(runs_dir, run_id, as_json=as_json)
+        view = follow_run(ws.reader(), run_id, as_json=as_json)
         sys.exit(EXIT.get(view["status"], 0) if view["status"] != "running" else 0)
-    view = show_run(runs_dir, run_id)
+    view = show_view(ws, run_id)
     if as_json:
         click.echo(json.dumps(view, indent=2, ensure_ascii=False))
         return

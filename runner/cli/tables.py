@@ -72,7 +72,7 @@ def runs_table(rows: list[Any], *, filtered: bool = False) -> None:
 
 _STATUS_STYLE = {"completed": "green", "failed": "red", "timed_out": "red",
                  "cancelled": "yellow", "waiting": "cyan", "running": "blue", "paused": "yellow",
-                 "continued": "cyan"}
+                 "continued": "cyan", "queued": "dim", "starting": "blue", "parked": "yellow"}
 
 
 def _status(status: str) -> str:
@@ -84,11 +84,14 @@ def run_view(view: dict[str, Any]) -> None:
 
     console = make_console()
     console.print(f"[bold]{view['run_id']}[/]  {view['workflow']}  {_status(view['status'])}"
-                  + ("  (paused)" if view.get("paused") else ""))
+                  + ("  (paused)" if view.get("paused") and view["status"] != "paused" else ""))
     if view.get("title") and view["title"] != view["workflow"]:
         console.print(f"  {escape(str(view['title']))}")
     console.print(f"  started {view['started_at']}  finished {view['finished_at'] or '-'}  "
                   f"steps {view['steps']}")
+    if view.get("input") is not None:  # secrets and writeOnly fields are masked already
+        shown = json.dumps(view["input"], ensure_ascii=False, separators=(", ", ": "))
+        console.print(f"  input {escape(shown)}", highlight=False, soft_wrap=True)
     if view.get("parent_run_id"):
         console.print(f"  continues {escape(str(view['parent_run_id']))}")
     if view.get("continued_by"):

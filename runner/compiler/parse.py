@@ -138,10 +138,12 @@ class _Checker:
         self.templates: list[tuple[KeyPath, str]] = []
 
     # -- shapes -----------------------------------------------------------------
-    def mapping(self, value: Any, kp: KeyPath, what: str) -> dict[str, Any] | None:
+    def mapping(self, value: Any, kp: KeyPath, what: str,
+                hint: str | None = None) -> dict[str, Any] | None:
         if isinstance(value, dict):
             return value
-        self.sink.error("wrong-type", f"{what} must be a mapping, not {_type_name(value)}", kp)
+        self.sink.error("wrong-type", f"{what} must be a mapping, not {_type_name(value)}", kp,
+                        hint=hint)
         return None
 
     def keys(self, m: Mapping[Any, Any], allowed: tuple[str, ...], kp: KeyPath,
@@ -393,7 +395,10 @@ def parse_workflow(data: Any, name: str, path: Path, sink: DiagnosticSink) -> Ra
 
 
 def _retry(c: _Checker, value: Any, kp: KeyPath) -> Retry | None:
-    m = c.mapping(value, kp, "retry")
+    # `retry: 3` is the common slip: say the mapping it means.
+    count = isinstance(value, int) and not isinstance(value, bool)
+    m = c.mapping(value, kp, "retry", hint=f"write `retry: {{attempts: {value}}}`" if count
+                  else None)
     if m is None:
         return None
     c.keys(m, RETRY_KEYS, kp, "retry", required=("attempts",))

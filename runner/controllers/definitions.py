@@ -7,7 +7,7 @@ reconcile hook.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -15,8 +15,9 @@ from runner.compiler.controllers import (
     DEFAULT_RECONCILE_TIMEOUT,
     ControllerDefinition,
 )
+from runner.compiler.diagnostics import did_you_mean
 from runner.compiler.jsonschemas import validation_errors
-from runner.errors import InputError
+from runner.errors import InputError, NotFoundError
 
 from .workflows import load_hook
 
@@ -27,6 +28,13 @@ if TYPE_CHECKING:
     from .context import ReconcileContext
 
 Reconcile = Callable[["ReconcileContext", "Resource"], "Result"]
+
+
+def unknown_controller(name: str, known: Iterable[str]) -> NotFoundError:
+    """The error for a controller name that is not loaded, with a did-you-mean."""
+    hint = did_you_mean(name, known)
+    return NotFoundError(f"no controller named '{name}'; {hint + ' ' if hint else ''}"
+                         "`wfrun controllers` lists them")
 
 
 @dataclass(frozen=True)

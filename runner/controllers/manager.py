@@ -47,7 +47,7 @@ from runner.store.controller_interface import (
 
 from .conditions import Result, apply_patch
 from .context import ReconcileContext, Workflows
-from .definitions import Controller
+from .definitions import Controller, unknown_controller
 from .effects import Effects
 from .groupcommit import GroupCommit
 from .lanes import DEFAULT_LANES, Habits, Lanes
@@ -169,8 +169,7 @@ class ControllerManager:
         try:
             return self.controllers[name]
         except KeyError:
-            raise NotFoundError(f"no controller named '{name}'; `wfrun controllers` lists "
-                                "them") from None
+            raise unknown_controller(name, self.controllers) from None
 
     def apply(self, controller: str, key: str, spec: Any) -> Resource:
         ctl = self.controller(controller)

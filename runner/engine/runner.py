@@ -435,8 +435,9 @@ class RunDriver:
             duration = int((self.clock.monotonic() - start_mono) * 1000)
             if result.outcome == "parked":
                 return result
+            # `retry` on the end too: the fold numbers the attempt (results.X.attempt).
             base = {"outcome": result.outcome, "kind": node.kind, "started_at": started,
-                    "duration_ms": duration, **result.extra}
+                    "duration_ms": duration, "retry": k, **result.extra}
             if result.outcome == "ok":
                 # A pure node's end is not flushed on its own: running it again changes
                 # nothing outside the run, so the next flush (the ending's, or an

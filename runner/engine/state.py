@@ -92,7 +92,10 @@ class RunState:
                 self.visits[node] = self.visits.get(node, 0) + 1
         elif kind in ("node_finished", "node_failed"):
             result = {
-                "attempt": event.get("attempt"),
+                # The attempt's number (1 = the first try), as docs/workflows.md says; the
+                # attempt's id (the trace's, the agent contract's) is `attempt_id`.
+                "attempt": int(p.get("retry") or 0) + 1,
+                "attempt_id": event.get("attempt"),
                 "outcome": p.get("outcome", "ok" if kind == "node_finished" else "failed"),
                 "started_at": p.get("started_at"),
                 "finished_at": at,

@@ -53,7 +53,7 @@ from runner.errors import (
     WfrunError,
     machine_fault,
 )
-from runner.safety import safe_message, secret_values
+from runner.safety import one_line, safe_message, secret_values
 from runner.store import (
     MAX_ACTIVATION_CRASHES,
     LaunchErrorCode,
@@ -109,6 +109,10 @@ class EngineOptions:
     crash_point: Callable[[str], None] | None = None  # the engine's crash seam (tests)
     # Secrets and env values (`--secret`, the environment), resolved at each activation.
     secret_source: SecretSource = NO_SOURCE
+
+
+#: How many crash causes a coordinator keeps for its runner to show (a host logs them).
+CRASH_CAUSES_KEPT = 16
 
 
 def _classify(exc: BaseException) -> tuple[LaunchErrorCode, str]:
@@ -214,6 +218,8 @@ class LaunchCoordinator(Preflight):
         self._scrubs_owed = 0
         self._owed_since = 0.0
         self._by_id: set[str] = set()  # launches claimed by id, not yet begun
+        # Why a run crashed here, by run id (`_crash_cause`): the newest few, in memory.
+        self.crash_causes: dict[str, str] = {}
 
     @property
     def fence_margin(self) -> float:
@@ -705,13 +711,26 @@ class LaunchCoordinator(Preflight):
             log.warning("could not record the launch_failed event of %s", record.run_id)
         return result
 
+    def _crash_cause(self, act: Activation, exc: BaseException) -> str:
+        """The exception's class and its text, masked like every run message (the
+        secrets held for the run, the run input's secret-looking values) and bounded.
+        Kept in memory only (`crash_causes`): the runner that ran the launch shows it
+        (a foreground `wfrun run` prints it); what is persisted keeps the class alone,
+        since an exception's text may hold input."""
+        run_input = act.driver.state.input if act.driver is not None else None
+        text = one_line(str(exc)) or "no message"
+        return f"{type(exc).__name__}: {self.safe(text, run_input)}"
+
     def _crashed(self, act: Activation, exc: BaseException) -> None:
         """An unexpected exception on the run path: end the bundle (if the run began)
         and the launch as failed, so neither waits for a lease to expire."""
         began = self._began(act.record.run_id)
         started = act.record.status == "running" or act.driver is not None or began
-        reason = (f"the run crashed ({type(exc).__name__}); see the host log" if started
-                  else _classify(exc)[1])
+        reason = (f"the run crashed ({type(exc).__name__}); the runner that ran it logged "
+                  "the cause" if started else _classify(exc)[1])
+        self.crash_causes[act.record.run_id] = self._crash_cause(act, exc)
+        while len(self.crash_causes) > CRASH_CAUSES_KEPT:
+            self.crash_causes.pop(next(iter(self.crash_causes)))
         if act.driver is not None:
             act.driver.bundle.close()  # let go of the lock so the ending can be written
         if began:

@@ -105,6 +105,12 @@ class LaunchQueue(Protocol):
         """How many launches are in each status (statuses with none are left out)."""
         ...
 
+    def ending_counts(self, *, workflow_ref: str | None = None
+                      ) -> dict[tuple[str, str | None], int]:
+        """How many launches are in each (status, ending) pair: `done` rows split by how
+        their run ended, so a run list counts completed and waiting runs apart."""
+        ...
+
     def workflow_counts(self) -> dict[str, int]:
         """How many launches each workflow ref has, sorted by ref."""
         ...

@@ -18,14 +18,14 @@ from runner.errors import InputError, NotFoundError, WfrunError
 from runner.host.runtime.controllers import discover, resource_view
 from runner.host.runtime.launches import explain
 from runner.host.runtime.local import Workspace, open_store, store_exists
-from runner.host.runtime.views import run_row
+from runner.host.runtime.runstate import COUNTED_STATES, counted_rows, run_state, state_counts
+from runner.host.runtime.views import launch_row, run_row, shown_input
 from runner.store import LaunchRecord, Store
 from runner.store.controller_interface import ControllerStore
 
 from .graph import layout, render_svg
 from .runview import masked
 
-LAUNCH_STATES = ("queued", "starting", "running", "parked", "done", "failed", "cancelled")
 WAITING_STATES = ("queued", "starting", "parked")  # not running: each gets its `why`
 PER_PAGE = 50
 MAX_PER_PAGE = 500
@@ -73,22 +73,11 @@ def _int(text: str | None, default: int, name: str, low: int, high: int) -> int:
     return int(text)
 
 
-def display_status(record: LaunchRecord, bundle_status: str | None) -> str:
-    """What the run list calls a run: the bundle's status once the launch runs (it
-    says completed, waiting, timed_out...), the launch state before and after."""
-    if bundle_status is None:
-        return record.status
-    started_then_failed = record.status == "failed" and record.started_at is not None
-    if record.status in ("running", "done") or started_then_failed:
-        return bundle_status
-    return record.status
-
-
 def runs_page(site: Site, *, status: str | None = None, workflow: str | None = None,
               order: str | None = None, page: str | None = None,
               per_page: str | None = None) -> dict[str, Any]:
-    if status and status not in LAUNCH_STATES:
-        raise InputError(f"status must be one of {', '.join(LAUNCH_STATES)}, got {status!r}")
+    if status and status not in COUNTED_STATES:
+        raise InputError(f"status must be one of {', '.join(COUNTED_STATES)}, got {status!r}")
     if order and order not in ("newest", "oldest"):
         raise InputError(f"order must be newest or oldest, got {order!r}")
     size = _int(per_page, PER_PAGE, "per_page", 1, MAX_PER_PAGE)
@@ -100,31 +89,35 @@ def runs_page(site: Site, *, status: str | None = None, workflow: str | None = N
                             "pages": 1}
     if store is None:
         return view
-    counts = store.launches.counts(workflow_ref=workflow or None)
-    view["counts"] = {s: counts.get(s, 0) for s in LAUNCH_STATES}
+    # Per run state, as `wfrun runs` names them: done rows split into completed and
+    # waiting by their ending.
+    counts = state_counts(store.launches.ending_counts(workflow_ref=workflow or None))
+    view["counts"] = counts
     view["all"] = sum(counts.values())
-    view["total"] = counts.get(status, 0) if status else view["all"]
+    view["total"] = counts[status] if status else view["all"]
     view["pages"] = max(1, -(-view["total"] // size))
     view["workflows"] = list(store.launches.workflow_counts())
-    records = store.launches.page(statuses=[status] if status else None,  # type: ignore[list-item]
+    # A chip counts rows by status and ending alone, so its page takes exactly those rows.
+    rows = counted_rows(status) if status else None
+    records = store.launches.page(statuses=rows.statuses if rows else None,
+                                  ending=rows.ending if rows else None,
                                   workflow_ref=workflow or None,
                                   newest_first=view["order"] == "newest",
                                   limit=size, offset=(number - 1) * size)
     reader = site.reader
     for record in records:
-        bundle = run_row(reader, record.run_id)
+        row = launch_row(reader, record)
         # Ids, states and times are ours; only the free text needs masking.
-        text = site.mask({"title": bundle.title if bundle else None,
-                          "error": record.error_message})
+        text = site.mask({"title": row.title, "error": record.error_message})
         view["rows"].append({
             "run_id": record.run_id, "workflow": record.workflow_ref,
             "launch": record.status,
-            "status": display_status(record, bundle.status if bundle else None),
+            "status": row.status,
             "title": text["title"],
             "created_at": record.created_at,
-            "started_at": bundle.started_at if bundle else None,
-            "duration_s": bundle.duration_s if bundle else None,
-            "current_node": bundle.current_node if bundle else None,
+            "started_at": row.started_at,
+            "duration_s": row.duration_s,
+            "current_node": row.current_node,
             "parent_run_id": record.parent_run_id,
             "error": text["error"]})
     return view
@@ -140,17 +133,27 @@ def run_page(site: Site, run_id: str) -> dict[str, Any]:
             raise NotFoundError(f"no run '{run_id}'")
         # Queued: no bundle yet; the launch row and its why are the whole story.
         return site.mask({"run_id": run_id, "bundle": False, "launch": _launch(record),
+                          "status": run_state(record, None),
                           "why": _why(site, store, run_id), "title": None,
                           "workflow": record.workflow_ref, "graph": None,
-                          "started_at": None, "definition_digest": None,
+                          "started_at": None, "definition_digest": None, "input": None,
                           "parent_run_id": record.parent_run_id, "continued_by": None})
     manifest = reader.manifest(run_id)
     try:
         snapshot = reader.workflow(run_id)
     except NotFoundError:
         snapshot = {"nodes": {}, "edges": []}
+    bundle = run_row(reader, run_id)
+    try:
+        run_input = reader.state(run_id).input
+    except WfrunError:
+        run_input = None
     view = site.mask({
         "run_id": run_id, "bundle": True, "workflow": manifest.get("workflow"),
+        "status": run_state(record, bundle.status if bundle is not None else None),
+        # Secrets, writeOnly fields and credential shapes masked (shown_input), then
+        # this process's secret values (site.mask).
+        "input": shown_input(run_input, snapshot.get("input")),
         "title": manifest.get("title"), "started_at": manifest.get("started_at"),
         "definition_digest": manifest.get("definition_digest"),
         "parent_run_id": manifest.get("parent_run_id"),
@@ -162,6 +165,12 @@ def run_page(site: Site, run_id: str) -> dict[str, Any]:
     view["graph"] = render_svg(layout(snapshot))
     view["snapshot"] = snapshot
     return view
+
+
+def launch_of(site: Site, run_id: str) -> LaunchRecord | None:
+    """The run's launch row, None without a store or a row (the live views' state)."""
+    store = site.store()
+    return store.launches.get(run_id) if store is not None else None
 
 
 def _launch(record: LaunchRecord) -> dict[str, Any]:

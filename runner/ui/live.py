@@ -17,8 +17,9 @@ from typing import Any
 
 from runner.engine import RunReader
 from runner.errors import WfrunError
+from runner.host.runtime.runstate import ENDED_STATES, run_state
 
-from .data import Site
+from .data import Site, launch_of
 from .runview import run_live
 
 #: How often the trace's length is checked: well inside the 200 ms update goal.
@@ -28,7 +29,7 @@ POLL_SECONDS = 0.05
 HEARTBEAT_POLLS = 300
 #: How often (in polls) a run with no bundle yet looks at its launch row again.
 LAUNCH_POLLS = 10
-ENDED = frozenset({"completed", "failed", "timed_out", "cancelled", "waiting"})
+ENDED = frozenset(ENDED_STATES)
 LAUNCH_ENDED = frozenset({"failed", "cancelled", "done"})
 
 
@@ -72,11 +73,21 @@ async def run_events(site: Site, run_id: str, *,
     polls = 0
     launch_status: str | None = None
     first = True
+    shown: str | None = None  # the launch status the last view was made with
     while True:
         fresh = tail.poll()
+        record = None
+        if tail.snapshot is not None and not fresh and not first and polls % LAUNCH_POLLS == 0:
+            # No new events, but the launch may have moved (parked, resumed): its state is
+            # part of the run's (run_state), so a change repaints too.
+            record = launch_of(site, run_id)
+            fresh = (record.status if record is not None else None) != shown
         if tail.snapshot is not None and (fresh or first):
             first = False
-            view = run_live(run_id, tail.events, tail.snapshot, site.secrets)
+            record = record or launch_of(site, run_id)
+            shown = record.status if record is not None else None
+            view = run_live(run_id, tail.events, tail.snapshot, site.secrets, launch=record,
+                            continued_by=tail.reader.continued_by(run_id))
             view = tail.reader.live(run_id, view)  # long strings back from artifacts/
             yield sse("run", view)
             if view["status"] in ENDED:
@@ -88,7 +99,8 @@ async def run_events(site: Site, run_id: str, *,
             status = record.status if record is not None else None
             if status != launch_status:
                 launch_status = status
-                yield sse("launch", {"run_id": run_id, "status": status})
+                yield sse("launch", {"run_id": run_id, "launch": status,
+                                     "status": run_state(record, None) if record else None})
             if status in LAUNCH_ENDED and not tail.reader.exists(run_id):
                 yield sse("end", {"status": status})
                 return

@@ -8,11 +8,15 @@ it persists; the page adds the exact values of this process's secret variables.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runner.engine import fold
+from runner.host.runtime.runstate import run_state
 from runner.host.runtime.views import progress_bars
 from runner.safety import mask_json, mask_values, redact
+
+if TYPE_CHECKING:
+    from runner.store import LaunchRecord
 
 #: Node states the graph shows (the CSS colours them).
 NODE_STATES = ("pending", "running", "retrying", "ok", "failed", "timed_out", "cancelled",
@@ -135,13 +139,21 @@ def node_logs(events: list[dict[str, Any]]) -> dict[str, list[str]]:
 
 
 def run_live(run_id: str, events: list[dict[str, Any]], snapshot: dict[str, Any],
-             secrets: tuple[str, ...] = ()) -> dict[str, Any]:
+             secrets: tuple[str, ...] = (), *, continued_by: str | None = None,
+             launch: LaunchRecord | None = None) -> dict[str, Any]:
     """The dynamic part of the run page (graph states, timeline, outputs, logs,
-    progress), as JSON for the page's script."""
+    progress), as JSON for the page's script; its status is `run_state` of the launch
+    row and the folded events, the name every other view gives the run."""
     state = fold(run_id, events)
-    status = state.status if events else "starting"
-    if status == "running" and state.paused:
-        status = "paused"
+    folded = state.status if events else "starting"
+    if folded == "running" and state.paused:
+        folded = "paused"
+    if folded == "waiting" and continued_by is not None:
+        folded = "continued"
+    if events:
+        status: str = run_state(launch, folded)
+    else:  # the bundle is being made
+        status = run_state(launch, None) if launch is not None else "starting"
     node_ids = [str(n) for n in (snapshot.get("nodes") or {})]
     updates = [u for u in state.updates.values()
                if not (isinstance(u, dict) and u.get("type") == "progress")]

@@ -220,8 +220,10 @@ def build_app(site: Site, config: UiConfig | None = None, *,
         if snapshot is not None:
             tail = RunTail(site.reader, run_id)
             tail.poll()
-            view["live"] = tail.reader.live(run_id, run_live(run_id, tail.events, snapshot,
-                                                             site.secrets))
+            live = run_live(run_id, tail.events, snapshot, site.secrets,
+                            launch=data.launch_of(site, run_id),
+                            continued_by=tail.reader.continued_by(run_id))
+            view["live"] = tail.reader.live(run_id, live)
         return view
 
     async def events(request: Request) -> Response:

@@ -110,7 +110,7 @@ def used(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
     (root / ".wfrun" / "workflows" / "greet.yaml").write_text(
         'start: hello\nnodes:\n  hello: {compute: "{{ \'hi\' }}"}\n')
     done = json.loads(wfrun(root, "run", "greet", "--json").stdout)["run_id"]
-    queued = json.loads(wfrun(root, "start", "greet", "--json").stdout)["runId"]
+    queued = json.loads(wfrun(root, "start", "greet", "--json").stdout)["run_id"]
     return root, done, queued
 
 

@@ -325,7 +325,7 @@ def test_cancel_stops_only_the_resources_running_children(project: Project,
     for key in ("p1", "p2"):
         assert project.wfrun("controller", "apply", "probe", key, spec).returncode == 0
     detached = project.json("start", "quick-child", "--input", '{"key": "x"}',
-                            "--json")["runId"]
+                            "--json")["run_id"]
     err = tmp_path / "serve.err"
     with err.open("w") as f:
         serve = subprocess.Popen([sys.executable, "-m", "runner", "--project", str(root),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import re
@@ -94,6 +95,13 @@ def save(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _wfrun(project: Path, *args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "runner", "--project", str(project), *args],
+                          capture_output=True, text=True, timeout=DEADLINE, cwd=project)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 def test_dev_reports_saves_and_reruns_the_workflow(project: Path) -> None:
     path = project / ".wfrun" / "workflows" / "flow.yaml"
     dev = DevProcess(project, "flow", "--run", "flow")
@@ -112,7 +120,14 @@ def test_dev_reports_saves_and_reruns_the_workflow(project: Path) -> None:
         ran = dev.expect("out", r"^run flow ")
         match = re.fullmatch(r"run flow completed \((flow-\d{8}T\d{6}Z-[0-9a-f]{8})\)", ran)
         assert match is not None, ran
-        assert (project / ".wfrun" / "runs" / match.group(1) / "manifest.json").is_file()
+        run_id = match.group(1)
+        assert (project / ".wfrun" / "runs" / run_id / "manifest.json").is_file()
+        # A launch row like every other run: `runs` lists it and `status` knows it.
+        listed = _wfrun(project, "runs", "--json")
+        assert [(r["run_id"], r["status"]) for r in json.loads(listed)["runs"]] == [
+            (run_id, "completed")]
+        status = json.loads(_wfrun(project, "status", "--json", run_id))
+        assert (status["status"], status["launch"]["status"]) == ("completed", "done")
 
         (project / ".wfrun" / "workflows" / "extra.yaml").write_text(textwrap.dedent(FLOW))
         time.sleep(0.3)  # a workflow that was not named is watched but not reported

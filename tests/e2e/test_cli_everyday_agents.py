@@ -76,7 +76,7 @@ def test_start_with_an_agent_but_no_wait_is_refused(project: Project) -> None:
     assert done.stderr.strip() == (
         "wfrun: error: --agent applies only with --wait (the run happens here); without it, "
         "start the host with the agent: wfrun host --agent command:true")
-    assert project.wfrun("status", "--json").stdout.count("runId") == 0
+    assert project.wfrun("status", "--json").stdout.count("run_id") == 0
     # From the environment it is a default for whichever command runs the agent: allowed.
     queued = project.wfrun("start", "ask", env={"WFRUN_AGENT": "command:true"})
     assert queued.returncode == 0, queued.stderr

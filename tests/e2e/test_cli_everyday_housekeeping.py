@@ -101,7 +101,7 @@ def test_prune_is_a_dry_run_until_yes_and_keeps_what_has_not_ended(
     assert dry["dry_run"] is True
     assert sorted(dry["would_remove"]) == sorted([old_done["run_id"], old_failed["run_id"]])
     assert {k["run_id"] for k in dry["kept"]} == {old_waiting["run_id"]}
-    assert len(project.runs()) == 4  # nothing deleted
+    assert len(project.runs()) == 5  # nothing deleted (the queued launch is listed too)
 
     only_failed = project.json("prune", "--older-than", "30d", "--status", "failed",
                                "--json", env=env)
@@ -111,15 +111,15 @@ def test_prune_is_a_dry_run_until_yes_and_keeps_what_has_not_ended(
     assert done.returncode == 0, done.stderr
     assert f"removed {old_done['run_id']}" in done.stdout
     left = {r["run_id"] for r in project.runs()}
-    assert left == {old_waiting["run_id"], fresh["run_id"]}
+    assert left == {old_waiting["run_id"], fresh["run_id"], queued["run_id"]}
     # The pruned runs' store rows went with them; the queued launch and the others stay.
     db = sqlite3.connect(project.root / ".wfrun" / "state" / "store.sqlite3")
     rows = {r for (r,) in db.execute("SELECT run_id FROM workflow_run_queue")}
     events = {r for (r,) in db.execute("SELECT DISTINCT run_id FROM run_events")}
     db.close()
     assert old_done["run_id"] not in rows | events
-    assert {queued["runId"], fresh["run_id"], old_waiting["run_id"]} <= rows
-    status = project.wfrun("status", queued["runId"])
+    assert {queued["run_id"], fresh["run_id"], old_waiting["run_id"]} <= rows
+    status = project.wfrun("status", queued["run_id"])
     assert "queued" in status.stdout
 
 

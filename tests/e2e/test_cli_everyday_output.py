@@ -49,9 +49,9 @@ def test_a_run_table_in_a_pipe_keeps_full_values(project: Project) -> None:
 
 def test_host_prints_one_line_per_run_and_counts_failures_as_failures(
         project: Project) -> None:
-    ok = project.json("start", "ok", "--json")["runId"]
-    stops = project.json("start", "stops", "--json")["runId"]
-    broken = project.json("start", "ok", "--json")["runId"]
+    ok = project.json("start", "ok", "--json")["run_id"]
+    stops = project.json("start", "stops", "--json")["run_id"]
+    broken = project.json("start", "ok", "--json")["run_id"]
     project.workflow("ok", "start: a\nnodes:\n  a: {nope: 1}\n")  # invalid by activation
     done = project.wfrun("host", "--once", "--no-controllers")
     assert done.returncode == 0, done.stderr
@@ -135,6 +135,6 @@ def test_a_misnamed_workflow_folder_is_warned(project: Project) -> None:
 
 
 def test_cancel_prints_json_when_asked(project: Project) -> None:
-    queued = project.json("start", "ok", "--json")["runId"]
+    queued = project.json("start", "ok", "--json")["run_id"]
     out = project.json("cancel", queued, "--json")
-    assert out == {"runId": queued, "status": "cancelled", "requested": False}
+    assert out == {"run_id": queued, "status": "cancelled", "requested": False}

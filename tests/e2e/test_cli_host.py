@@ -16,12 +16,12 @@ import pytest
 from waiting import DEADLINE, LineReader, wait_until
 
 ROW_KEYS = {"run_id", "workflow", "status", "started_at", "finished_at", "duration_s",
-            "current_node", "parent_run_id", "title", "continued_by"}
+            "current_node", "parent_run_id", "title", "continued_by", "created_at"}
 VIEW_KEYS = {"schema", "run_id", "workflow", "title", "status", "paused", "parent_run_id",
              "continued_by",
              "definition_digest", "started_at", "finished_at", "current_node", "steps",
              "waiting_on", "timeline", "outputs", "final_output", "error", "updates",
-             "trace_events", "trace_torn", "failure"}
+             "trace_events", "trace_torn", "failure", "input"}
 BAR_KEYS = {"node", "key", "label", "completed", "total", "unit", "eta_s"}
 SLOW = """\
     start: work
@@ -124,7 +124,7 @@ def test_host_outside_a_project_is_a_one_line_usage_error(project: Project,
 def test_show_follow_json_streams_views_until_the_run_ends(project: Project) -> None:
     host = project.host()
     started = project.json("start", "slow", "--json")
-    run_id = started["runId"]
+    run_id = started["run_id"]
     manifest = project.root / ".wfrun" / "runs" / run_id / "manifest.json"
     wait_until(manifest.exists, what="the host to activate the launch")  # views need it
 
@@ -184,7 +184,7 @@ def test_runs_and_show_json_keys_and_the_status_filter(project: Project) -> None
     assert [r["workflow"] for r in failed] == ["fails"]
 
     view = project.json("show", failed[0]["run_id"], "--json")
-    assert set(view) == VIEW_KEYS
+    assert set(view) == VIEW_KEYS | {"launch"}  # show adds its launch row's status
     assert view["status"] == "failed"
     follow = project.wfrun("show", failed[0]["run_id"], "--follow", "--json")
     assert follow.returncode == 1  # follow exits like the run ended

@@ -78,7 +78,7 @@ def test_start_queues_then_status_why_and_cancel_work_before_a_bundle(
     run_id = m.group(1)
     assert not (project.runs / run_id).exists()  # queued: no engine ran
     as_json = project.json("start", "greet", "-i", "name=bob", "--json")
-    assert set(as_json) == {"action", "workflow", "runId", "queued"}
+    assert set(as_json) == {"action", "workflow", "run_id", "queued"}
     assert (as_json["action"], as_json["workflow"], as_json["queued"]) == ("start", "greet", True)
 
     status = project.wfrun("status", run_id)
@@ -89,7 +89,7 @@ def test_start_queues_then_status_why_and_cancel_work_before_a_bundle(
     assert view["launch"]["status"] == "queued"
     assert view["launch"]["workflow"] == "greet"
     listing = project.json("status", "--json")["launches"]
-    assert sorted(r["runId"] for r in listing) == sorted([run_id, as_json["runId"]])
+    assert sorted(r["run_id"] for r in listing) == sorted([run_id, as_json["run_id"]])
 
     why = project.wfrun("why", run_id)
     assert why.returncode == 0

@@ -10,7 +10,9 @@ live file in the bundle and in what `logs --follow` prints.
 # ruff: noqa: E501  (workflows embedded as YAML keep their long lines)
 from __future__ import annotations
 
+import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -98,6 +100,21 @@ def test_follow_prints_a_running_steps_output_before_it_ends_with_secrets_masked
         assert text == "first-line\n***\nmid-line\n"
         assert "tok-AB" not in text
         assert SECRET not in text
+        # A plain `logs` of the running step shows what it printed so far (no "has no
+        # logs"): its live log, masked, with a header that says it is still running.
+        now = subprocess.run(project.argv("logs", run_id, "talk"), cwd=project.root,
+                             capture_output=True, text=True, timeout=60, check=False)
+        assert now.returncode == 0, now.stderr
+        assert now.stdout == "first-line\n***\nmid-line\n"
+        assert re.search(rf"^--- talk stdout \(attempt \w+, running; `wfrun logs {run_id} "
+                         r"talk --follow` goes on\) ---$", now.stderr, re.M), now.stderr
+        assert "has no logs" not in now.stderr
+        as_json = json.loads(subprocess.run(project.argv("logs", run_id, "talk", "--json"),
+                                            cwd=project.root, capture_output=True, text=True,
+                                            timeout=60, check=True).stdout)
+        assert as_json["logs"] == []
+        assert [(c["stream"], c["text"]) for c in as_json["running"]] == [
+            ("stdout", "first-line\n***\nmid-line\n")]
         (gate / "two").touch()
         rest = out.rest()
         assert rest == ["last-line"]

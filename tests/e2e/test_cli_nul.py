@@ -128,9 +128,9 @@ def test_wfrun_host_fails_the_node_and_keeps_running_launches(project: Project) 
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             cwd=project.root)
     project.procs.append(host)
-    ids = {name: project.json("start", name, "--input", NUL_INPUT, "--json")["runId"]
+    ids = {name: project.json("start", name, "--input", NUL_INPUT, "--json")["run_id"]
            for name in EXPECTED}
-    ok = project.json("start", "ok", "--json")["runId"]
+    ok = project.json("start", "ok", "--json")["run_id"]
 
     def status(run_id: str) -> str:
         return str(project.json("status", run_id, "--json")["status"])

@@ -18,10 +18,10 @@ RUN_VIEW_KEYS = {
     "schema", "run_id", "workflow", "title", "status", "paused", "parent_run_id", "continued_by",
     "definition_digest", "started_at", "finished_at", "current_node", "steps", "waiting_on",
     "timeline", "outputs", "final_output", "error", "updates", "trace_events", "trace_torn",
-    "failure",
+    "failure", "input", "launch",
 }
 RUN_ROW_KEYS = {"run_id", "workflow", "status", "started_at", "finished_at", "duration_s",
-                "current_node", "parent_run_id", "title", "continued_by"}
+                "current_node", "parent_run_id", "title", "continued_by", "created_at"}
 
 
 class Project:
@@ -232,7 +232,7 @@ def test_ctrl_c_during_a_shell_node_parks_and_resume_completes(project: Project)
     _no_traceback(stderr)
     (run_id,) = project.run_ids()
     assert f"wfrun resume {run_id}" in stderr
-    assert project.json("show", run_id, "--json")["status"] == "running"
+    assert project.json("show", run_id, "--json")["status"] == "parked"
     resumed = project.wfrun("resume", run_id, "--json", "-q")
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout)["final_output"] == "resumed"
@@ -297,7 +297,7 @@ def test_ctrl_c_during_an_agent_step_parks_and_resume_completes(project: Project
     _no_traceback(stderr)
     (run_id,) = project.run_ids()
     view = project.json("show", run_id, "--json")
-    assert view["status"] == "running"
+    assert view["status"] == "parked"
     assert view["current_node"] == "think"
     first_attempt = (project.root / "step-open").read_text()
     assert [t["attempt"] for t in view["timeline"]] == [first_attempt]
@@ -314,3 +314,60 @@ def test_ctrl_c_during_an_agent_step_parks_and_resume_completes(project: Project
     assert kinds == ["step", "resume"]  # the resumed step re-sends its prompt
     started = [e["node"] for e in trace if e["type"] == "node_started"]
     assert started == ["think", "think", "after"]
+
+
+def test_a_run_without_a_launch_row_is_not_resumed_around_the_queue(project: Project) -> None:
+    assert project.wfrun("run", "greet", "-i", "name=a", "-q").returncode == 0
+    (run_id,) = project.run_ids()
+    assert project.wfrun("store", "reset", "--yes").returncode == 0  # the rows are gone
+    before = (project.runs_dir / run_id / "trace.jsonl").read_bytes()
+    refused = project.wfrun("resume", run_id)
+    assert refused.returncode == 2, refused.stderr
+    _no_traceback(refused.stderr)
+    assert refused.stderr.strip().splitlines() == [
+        f"wfrun: error: run {run_id} has no launch row (made before every run had one, or "
+        f"its store was reset), so it cannot be resumed; its bundle is kept (`wfrun show "
+        f"{run_id}`): start the workflow again with `wfrun run`"]
+    assert (project.runs_dir / run_id / "trace.jsonl").read_bytes() == before  # untouched
+    assert project.json("show", run_id, "--json")["status"] == "completed"
+    missing = project.wfrun("resume", "greet-20260101T000000Z-00000000")
+    assert missing.returncode == 3
+    assert "no run 'greet-20260101T000000Z-00000000'" in missing.stderr
+
+
+def _in_a_terminal(project: Project, *args: str) -> tuple[int, str]:
+    """`wfrun ARGS` with stdout and stderr on a pseudo-terminal; its exit and output."""
+    import pty
+
+    main, side = pty.openpty()
+    proc = subprocess.Popen(project.argv(*args), cwd=project.root, stdin=subprocess.DEVNULL,
+                            stdout=side, stderr=side, env={**os.environ, "COLUMNS": "200"})
+    os.close(side)
+    chunks = []
+    while True:
+        try:
+            data = os.read(main, 65536)
+        except OSError:  # EIO: the process closed its end
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(main)
+    return proc.wait(timeout=60), b"".join(chunks).decode(errors="replace")
+
+
+def test_run_in_a_terminal_prints_the_final_notification_once(project: Project) -> None:
+    project.workflow("tell", """
+        start: work
+        nodes:
+          work: {compute: "{{ {'n': 1} }}"}
+          done: {notify: {kind: final, message: "all-done-{{ outputs.work.n }}"}}
+        edges:
+          - {from: work, to: done}
+    """)
+    code, shown = _in_a_terminal(project, "run", "tell")
+    assert code == 0, shown
+    assert shown.count("all-done-1") == 1, shown
+    # Off a terminal stdout is data: the final output is printed in full.
+    piped = project.wfrun("run", "tell")
+    assert json.loads(piped.stdout)["message"] == "all-done-1"

@@ -378,7 +378,7 @@ def test_start_refuses_a_write_only_value_for_a_host_and_runs_it_with_wait(
 
     waited = project.wfrun("start", "login", "-i", f"password={PASSWORD}", "--wait", "--json")
     assert waited.returncode == 0, waited.stderr
-    run_id = json.loads(waited.stdout.strip().splitlines()[-1])["runId"]
+    run_id = json.loads(waited.stdout.strip().splitlines()[-1])["run_id"]
     assert project.wfrun("logs", run_id, "use", "--stdout").stdout == "using ***\n"
     project.assert_no_canary_anywhere()
 

@@ -63,7 +63,7 @@ class Project:
     def start(self, name: str) -> str:
         done = self.wfrun("start", name, "--json")
         assert done.returncode == 0, done.stderr
-        run_id: str = json.loads(done.stdout)["runId"]
+        run_id: str = json.loads(done.stdout)["run_id"]
         return run_id
 
     def host(self, *args: str) -> subprocess.Popen[str]:
@@ -111,7 +111,7 @@ def test_an_edit_after_start_shows_in_status_and_why_and_activation_refuses_it(
     assert project.wfrun("status", run_id).stdout.strip() == (
         f"{run_id}  queued  (source changed: {FILE} edited since it was queued)")
     listing = project.json("status", "--json")["launches"]
-    assert [(r["runId"], r["source"]["changed"]) for r in listing] == [(run_id, True)]
+    assert [(r["run_id"], r["source"]["changed"]) for r in listing] == [(run_id, True)]
     why = project.wfrun("why", run_id)
     assert why.returncode == 0, why.stderr
     assert (f"the workflow source changed since it was queued ({FILE}); activation will "

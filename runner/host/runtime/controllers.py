@@ -19,6 +19,7 @@ from runner.controllers import (
     ManagerConfig,
     load_controller,
 )
+from runner.controllers.definitions import unknown_controller
 from runner.engine import AgentStepExecutor
 from runner.engine.processes import reap_dead_registries, registry_for_this_process
 from runner.engine.secrets import SecretSource
@@ -97,7 +98,7 @@ def make_manager(ws: Workspace, store: ControllerStore, entries: list[Controller
     controllers = load_all([e for e in entries if only is None or e.name == only],
                            strict=only is not None, on_skip=on_skip)
     if only is not None and not controllers:
-        raise NotFoundError(f"no controller named '{only}'; `wfrun controllers` lists them")
+        raise unknown_controller(only, [e.name for e in entries if e.shadowed_by is None])
     manager: ControllerManager
     children = ChildWorkflows(store, ws, ws.runs_dir, clock=ws.clock,
                               launcher=child_launcher(ws, store, executor),

@@ -6,7 +6,8 @@ are debounced briefly (editors save in bursts: write temp, rename, chmod), then
 the changed files and every workflow that depends on them are recompiled and
 reported: diagnostics, or `ok NAME DIGEST`. Deleted files leave the catalog;
 new files and folders join it. With `run`, a valid save re-runs that workflow
-with the scripted executor and reports the result.
+through `launch` (a launch row run here, like `wfrun run`: `runs`, `status` and the
+web view see it) and reports the result.
 
 Queued launches (given by `queued`) are checked at start and after every batch:
 a launch whose recorded source file was edited or removed is noted once per
@@ -18,7 +19,6 @@ with source_changed; the digest check there stays the authority).
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -31,8 +31,8 @@ from watchdog.observers import Observer
 from runner.clock import Clock, SystemClock
 from runner.compiler import Catalog, Compiler, CompileResult, render_text
 from runner.compiler.discovery import PROJECT_DIR, SUFFIXES, is_path_ref
-from runner.engine import AgentStepExecutor, Engine
-from runner.engine.secrets import SecretSource
+from runner.engine import RunOutcome
+from runner.errors import WfrunError
 from runner.store import LaunchRecord
 
 from .watch import recorded_files, source_drift
@@ -72,20 +72,17 @@ class _Handler(FileSystemEventHandler):
 class DevMode:
     def __init__(self, build_catalog: Callable[[], Catalog], emit: Emit, *,
                  names: tuple[str, ...] = (), run: str | None = None,
-                 executor: Callable[[], AgentStepExecutor | None] = lambda: None,
-                 runs_dir: Path | None = None, project_root: Path | None = None,
+                 launch: Callable[[str, Any], RunOutcome] | None = None,
+                 project_root: Path | None = None,
                  queued: Callable[[], Sequence[LaunchRecord]] | None = None,
-                 run_input: Any = None, clock: Clock | None = None,
-                 rows: Any = None) -> None:
+                 run_input: Any = None, clock: Clock | None = None) -> None:
         self.clock = clock or SystemClock()
-        self.rows = rows  # bundles in the database (a Postgres store), else folders
+        self.launch = launch  # runs a workflow by name as a launch row, here (`--run`)
         self.run_input = run_input
         self.build_catalog = build_catalog
         self.emit = emit
         self.names = names
         self.run_name = run
-        self.executor = executor
-        self.runs_dir = runs_dir
         self.project_root = project_root
         self.queued = queued
         self.state = DevState()
@@ -317,17 +314,15 @@ class DevMode:
         result = self.state.results.get(name)
         if result is None or not result.valid or result.definition is None:
             return
-        if self.runs_dir is None:
+        if self.launch is None:
             return
-        # Secrets come from this process's environment, and are masked like any run's.
-        engine = Engine(runs_dir=self.runs_dir, clock=self.clock, executor=self.executor(),
-                        project_root=self.project_root, work_dir=self.project_root,
-                        secret_source=SecretSource(environ=dict(os.environ)),
-                        rows=self.rows)
         try:
-            outcome = engine.start(result.definition, self.run_input or {})
+            # A launch row like every other run (`runs`, `status`, `cancel` see it), run
+            # here to its end; secrets come from this process's environment.
+            outcome = self.launch(name, self.run_input or {})
         except Exception as exc:
-            self.emit("run", f"run {name}: could not start: {exc}")
+            message = exc.message if isinstance(exc, WfrunError) else str(exc)
+            self.emit("run", f"run {name}: could not start: {message}")
             return
         error = f": {outcome.error.get('message')}" if outcome.error else ""
         self.emit("run", f"run {name} {outcome.status} ({outcome.run_id}){error}")

@@ -141,8 +141,11 @@ def execute_here(coordinator: LaunchCoordinator, run: str | LaunchRecord, contro
         raise MachineFault(f"run {run_id} did not start (nothing ran): {fault.problem}",
                            fault.todo)
     if row is not None and row.status == "failed":
-        raise OperationFailed(f"run {run_id} failed to start: {row.error_message} "
-                              f"[{row.error_code}]")
+        began = "failed" if row.started_at is not None else "failed to start"
+        cause = coordinator.crash_causes.pop(run_id, None)
+        # A crash here: this terminal is the runner's log, so it gets the cause itself.
+        message = f"the run crashed ({cause})" if cause else row.error_message
+        raise OperationFailed(f"run {run_id} {began}: {message} [{row.error_code}]")
     status = row.status if row is not None else "gone"
     raise OperationFailed(f"run {run_id} did not run here ({status}); `wfrun status {run_id}` "
                           "says where it is")
@@ -156,6 +159,19 @@ def run_workflow(ws: Workspace, store: Store, ref: str, value: Any, control: Run
                                          durability=durability, secrets=secrets)
     _preflight_secrets(coordinator, ref, value)
     return execute_here(coordinator, prepared(coordinator, ref, value), control)
+
+
+def run_in_store(ws: Workspace, ref: str, value: Any, *,
+                 executor: AgentStepExecutor | None = None) -> RunOutcome:
+    """One foreground run with a store opened for it and closed after (`wfrun dev
+    --run`'s re-runs): a launch row like `wfrun run`'s."""
+    from .local import open_store
+
+    store = open_store(ws)
+    try:
+        return run_workflow(ws, store, ref, value, RunControl(), executor=executor)
+    finally:
+        store.close()
 
 
 def _preflight_secrets(coordinator: LaunchCoordinator, ref: str, value: Any) -> None:
@@ -177,10 +193,15 @@ def resume_run(ws: Workspace, store: Store, run_id: str, control: RunControl, *,
     # Shell process groups left by a runner that died would run on beside the resume.
     reap_dead_registries(ws.children_dir)
     if store.launches.get(run_id) is None:
-        # A bundle from before every run had a launch row: resume it directly.
-        engine = ws.engine(executor=executor, observer=observer)
-        engine.secret_source = secret_source(secrets)
-        return ws.resume(run_id, engine, force=force, control=control)
+        # Every run is a launch row; one without (a bundle from before that, or a store
+        # that was reset) is not run around the queue, where `runs`, `status`, `cancel`
+        # and the hosts would not see it. Nothing is changed: its bundle stays readable.
+        if not ws.reader(store).exists(run_id):
+            raise NotFoundError(f"no run '{run_id}'; `wfrun runs` lists runs")
+        raise InputError(f"run {run_id} has no launch row (made before every run had one, "
+                         "or its store was reset), so it cannot be resumed; its bundle is "
+                         f"kept (`wfrun show {run_id}`): start the workflow again with "
+                         "`wfrun run`")
     coordinator = foreground_coordinator(ws, store, executor=executor, observer=observer,
                                          secrets=secrets)
     _check_secrets(ws, coordinator.reader, run_id, coordinator.options.secret_source)

@@ -14,6 +14,7 @@ from runner.errors import NotFoundError, WfrunError
 from runner.safety import MIN_SECRET_CHARS, safe_message, secret_env_values
 
 from .local import Workspace
+from .runstate import ENDED_STATES, run_state
 
 if TYPE_CHECKING:
     from runner.engine import AgentStepExecutor
@@ -114,7 +115,7 @@ def launch_status(ws: Workspace, store: Store, run_id: str, *,
     bundle = run_row(ws.reader(store), run_id)
     if record is None and bundle is None:
         raise NotFoundError(f"no launch or run '{run_id}'; `wfrun status` lists launches")
-    view: dict[str, Any] = {"runId": run_id, "status": None, "launch": None, "run": None,
+    view: dict[str, Any] = {"run_id": run_id, "status": None, "launch": None, "run": None,
                             "error": None, "source": None}
     if record is not None:
         view["launch"] = {
@@ -123,12 +124,6 @@ def launch_status(ws: Workspace, store: Store, run_id: str, *,
             "lease_expires_at": _iso(record.claim_expires_at), "epoch": record.epoch,
             "created_at": _iso(record.created_at), "started_at": _iso(record.started_at),
             "finished_at": _iso(record.finished_at), "parent_run_id": record.parent_run_id}
-        view["status"] = record.status
-        if record.status in ("starting", "running") and (
-                not record.lease_live(store.now_ms())
-                or dead_local_runner(record.runner_id) is not None):
-            # Its runner is gone: whatever the bundle says, nothing runs it now.
-            view["interrupted"] = True
         if record.error_code:
             view["error"] = {"code": record.error_code, "message": record.error_message}
         if record.status in DRIFT_STATES:
@@ -141,12 +136,12 @@ def launch_status(ws: Workspace, store: Store, run_id: str, *,
             # Titles are author templates over the input; status output stays redacted.
             run["title"] = safe_message(str(run["title"]))
         view["run"] = run
-        # A parked launch's bundle still says `running`; the launch state is the news.
-        # A launch that failed after its run started: the run's own ending says more.
-        started_then_failed = record is not None and record.status == "failed" and \
-            record.started_at is not None
-        if record is None or record.status in ("running", "done") or started_then_failed:
-            view["status"] = bundle.status
+    view["status"] = run_state(record, bundle.status if bundle is not None else None)
+    if record is not None and record.status in ("starting", "running") and (
+            not record.lease_live(store.now_ms())
+            or dead_local_runner(record.runner_id) is not None):
+        # Its runner is gone: whatever the bundle says, nothing runs it now.
+        view["interrupted"] = True
     return view
 
 
@@ -158,14 +153,18 @@ def explain(ws: Workspace, store: Store, run_id: str) -> dict[str, Any]:
     record = store.launches.get(run_id)
     reasons: list[str] = []
     now = store.now_ms()
+    state = view["status"]
+    waiting_on = ws.reader(store).state(run_id).waiting_on if state == "waiting" else None
     if record is None:
-        reasons.append(f"{run_id} has no launch row (it was run in the foreground); its bundle "
-                       f"says {view['status']}")
+        reasons.append(f"{run_id} has no launch row (made by a wfrun before every run was "
+                       f"one); its bundle says {state}")
+        if state in ENDED_STATES:
+            reasons.extend(_ended_reasons(view, None, waiting_on))
         return {**view, "reasons": reasons}
     status = record.status
     handed_over = record.origin_session_id is not None and \
         record.affinity_runner_id == HANDED_OVER
-    if status == "queued":
+    if state == "queued":
         if handed_over:
             reasons.append(f"queued; session {record.origin_session_id} ended and handed it "
                            "over: a running `wfrun host` activates it (or the session, if it "
@@ -178,10 +177,10 @@ def explain(ws: Workspace, store: Store, run_id: str) -> dict[str, Any]:
         else:
             reasons.append("queued as a detached launch: a `wfrun host` (or `wfrun start "
                            "--wait`) activates it")
-    elif status in ("starting", "running"):
+    elif status in ("starting", "running") and state in ("starting", "running", "paused"):
         live = record.lease_live(now)
         left = (record.claim_expires_at or 0) - now
-        reasons.append(f"{status} on runner {record.runner_id}; lease "
+        reasons.append(f"{state} on runner {record.runner_id}; lease "
                        + (f"expires in {left / 1000:.1f}s" if live else
                           "expired: another runner may recover it"))
         if handed_over:
@@ -195,7 +194,7 @@ def explain(ws: Workspace, store: Store, run_id: str) -> dict[str, Any]:
             reasons.append(f"its runner (process {dead.rpartition(':')[2]}) is "
                            f"gone: `wfrun resume {run_id}` takes it over now, {later}, "
                            "`wfrun cancel` ends it")
-    elif status == "parked":
+    elif state == "parked":
         if record.park_mode == "auto" and (record.origin_session_id is None or handed_over):
             whose = (f"session {record.origin_session_id} ended and handed it over"
                      if handed_over else "parked by a host shutdown")
@@ -208,12 +207,8 @@ def explain(ws: Workspace, store: Store, run_id: str) -> dict[str, Any]:
         else:
             reasons.append(f"parked on request (Ctrl-C or a pause): it waits for `wfrun "
                            f"resume {run_id}`; no host resumes it by itself")
-    elif status == "failed":
-        reasons.append(f"failed to start or run: {record.error_code}: {record.error_message}")
-    elif status == "cancelled":
-        reasons.append("cancelled")
     else:
-        reasons.append(f"finished: the run bundle says {view['status']}")
+        reasons.extend(_ended_reasons(view, record, waiting_on))
     if record.origin_session_id and status in ("queued", "starting", "running"):
         reasons.append(f"it holds the one-workflow reservation of session "
                        f"{record.origin_session_id}")
@@ -226,6 +221,28 @@ def explain(ws: Workspace, store: Store, run_id: str) -> dict[str, Any]:
     if manifest is not None:
         reasons.append(f"bundle status: {manifest.get('status')}")
     return {**view, "reasons": reasons}
+
+
+def _ended_reasons(view: dict[str, Any], record: LaunchRecord | None,
+                   waiting_on: str | None = None) -> list[str]:
+    """Why a run that is not going anywhere by itself stopped, by its state."""
+    run_id, state = view["run_id"], view["status"]
+    run = view.get("run") or {}
+    if state == "waiting":
+        where = f" at {waiting_on}" if waiting_on else ""
+        return [f"waiting for an answer{where}: `wfrun answer {run_id} '<json or text>'` "
+                "continues it as a new run"]
+    if state == "continued":
+        return [f"answered: its work went on in run {run.get('continued_by')}"]
+    if state == "completed":
+        return ["finished: completed"]
+    if state == "cancelled":
+        return ["cancelled"]
+    if state in ("failed", "timed_out"):
+        if record is not None and record.error_code:
+            return [f"{state.replace('_', ' ')}: {record.error_code}: {record.error_message}"]
+        return [f"{state.replace('_', ' ')}: `wfrun show {run_id}` says where and why"]
+    return [f"its bundle says {state}"]
 
 
 def _source_reasons(ws: Workspace, record: LaunchRecord) -> list[str]:

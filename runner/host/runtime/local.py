@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 from runner import jsonin
 from runner.clock import Clock, SystemClock
 from runner.compiler.discovery import PROJECT_DIR, is_path_ref
-from runner.engine.processes import reap_dead_registries, registry_for_this_process
 from runner.errors import DefinitionInvalid, InputError, NotFoundError, OperationFailed, WfrunError
 from runner.host.runtime.storeconfig import StoreChoice, choose_store
 
@@ -28,9 +27,9 @@ if TYPE_CHECKING:
     # Loaded where they are used: `wfrun status` and `runs` build a Workspace but never
     # compile or run, and must not pay for the compiler's checks or the engine (issue 15).
     from runner.compiler import Catalog, Source, WorkflowDefinition
-    from runner.engine import AgentStepExecutor, Engine, RunControl, RunOutcome, RunReader
+    from runner.engine import AgentStepExecutor, RunReader
     from runner.engine.rows import BundleRows
-    from runner.engine.runner import CrashPoint, NotificationSink, Observer
+    from runner.engine.runner import CrashPoint
 
 CRASH_ENV = "WFRUN_CRASH_AT"
 AGENT_ENV = "WFRUN_AGENT_ENV"  # secret variables a command: agent may inherit
@@ -241,38 +240,10 @@ class Workspace:
         definition, _ = self.compile(ref)
         return definition
 
-    # -- runs ------------------------------------------------------------------------
-    def engine(self, *, executor: AgentStepExecutor | None = None,
-               notifications: NotificationSink | None = None, observer: Observer | None = None,
-               durability: str = "full") -> Engine:
-        from runner.engine import Engine
-
-        return Engine(runs_dir=self.runs_dir, clock=self.clock, executor=executor,
-                      notifications=notifications, observer=observer, durability=durability,
-                      project_root=self.project_root,
-                      work_dir=self.project_root or Path.cwd(), crash_point=self.crash_point,
-                      processes=registry_for_this_process(self.children_dir),
-                      rows=self.bundle_rows())
-
     @property
     def children_dir(self) -> Path:
         """Where runners record their shell process groups, one file per process."""
         return self.runs_dir.parent / "state" / "children"
-
-    def run(self, ref: str, run_input: Any, engine: Engine,
-            control: RunControl | None = None) -> RunOutcome:
-        definition, stored = self.compile(ref)
-        return engine.start(definition, run_input, workflow_ref=stored, control=control)
-
-    def resume(self, run_id: str, engine: Engine, *, force: bool = False,
-               control: RunControl | None = None) -> RunOutcome:
-        # Shell process groups left by a runner that died would run on beside the resume.
-        reap_dead_registries(self.children_dir)
-        return engine.resume(run_id, self.resolver, force=force, control=control)
-
-    def answer(self, run_id: str, answer: Any, engine: Engine,
-               control: RunControl | None = None) -> RunOutcome:
-        return engine.answer(run_id, answer, self.resolver, control=control)
 
 
 def _read_text(path: str, what: str) -> str:

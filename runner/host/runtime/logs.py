@@ -124,6 +124,24 @@ def _running(events: list[dict[str, Any]], run_id: str) -> tuple[str, str, int] 
     return state.current_node, attempt, turn
 
 
+def running_output(runs: Path | RunReader, run_id: str,
+                   node: str | None = None) -> list[LiveText]:
+    """What the attempt running now (of `node`, when given) has printed so far, per
+    stream: its live log, which `run_logs` does not have until the attempt ends."""
+    reader = _reader(runs)
+    events = reader.trace(run_id)
+    running = _running(events, run_id)
+    if running is None or node not in (None, running[0]):
+        return []
+    out = []
+    for stream in STREAMS:
+        data = reader.live_log(run_id, running[0], running[1], stream, 0, running[2])
+        if data:
+            out.append(LiveText(running[0], running[1], stream,
+                                data.decode("utf-8", errors="replace")))
+    return out
+
+
 def follow_logs(runs: Path | RunReader, run_id: str, node: str | None,
                 on_log: Callable[[StepLog], None], *, clock: Clock | None = None,
                 poll: float = 0.2, stop: threading.Event | None = None,

@@ -3,69 +3,45 @@
 Every run is a launch row, so the list is one SQL page of launch rows, newest
 first by launch time, and only the bundles of the rows on that page are read
 (through `RunReader`), so the first page costs the same at 200 runs as at
-100,000. The rows say what the bundles say (status, times, node), exactly as the
-bundle fold did.
+100,000. Each row's status is `run_state` (runstate.py): the name `status`, `why`,
+`show`, the HTTP API and the web view give the same run.
 
-Bundle statuses are not launch statuses: `--status` maps each one onto the launch
-statuses whose rows can hold such a bundle (`CANDIDATES`, from the coordinator's
-ending map), pages those in SQL and checks each bundle. `completed`, `waiting` and
-`continued` all end as `done` rows; the row's `ending` (completed or waiting, set
-by the transaction that finishes the launch) splits them in SQL too (`ENDINGS`), so
-`--status waiting` opens no completed run's bundle. A continued run is a waiting
-one that was answered: both page the waiting rows and the bundle tells them apart.
+Launch statuses are not run states: `--status` maps each state onto the launch rows
+that can hold it (`rows_for`), pages those in SQL and checks each row with its
+bundle. `completed`, `waiting` and `continued` all end as `done` rows; the row's
+`ending` (completed or waiting, set by the transaction that finishes the launch)
+splits them in SQL too, so `--status waiting` opens no completed run's bundle. A
+continued run is a waiting one that was answered: both page the waiting rows and
+the bundle tells them apart.
 
 A damaged store cannot page anything, but the bundles do not live in it: the list
 then falls back to folding every bundle (slow, and said so on stderr), so the runs
 stay visible while the store is restored.
 
-A bundle without a launch row (made by a wfrun before every run was a launch row)
-is not listed; `wfrun show RUN` still reads it and `wfrun prune` still sees it. A
-row without a readable bundle (queued, failed or cancelled before it started, a
-bundle on another host) is not a run yet and is skipped, as the fold skipped it.
+A launch row without a readable bundle (queued, failed or cancelled before it
+started) is listed from the row alone. A bundle without a launch row (made by a
+wfrun before every run was a launch row) is not listed; `wfrun show RUN` still reads
+it and `wfrun prune` still sees it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from runner.engine import RunReader
 from runner.errors import WfrunError
-from runner.store import LaunchStatus
 from runner.store.errors import StoreCorrupt
-from runner.store.states import LaunchEnding
 
 from .local import Workspace, open_store, store_choice, store_path
-from .views import RunFilter, RunRow, _parse_iso, list_runs, run_row
+from .runstate import rows_for
+from .views import RunFilter, RunRow, _parse_iso, launch_row, list_runs
 
 #: Rows a page shows unless `--limit` says otherwise (more is said, never cut silently).
 DEFAULT_LIMIT = 50
 #: The first SQL page is this many rows (or limit + 1); each next one doubles, so a
 #: long filtered scan costs O(log n) queries and each row is read once.
 FIRST_CHUNK = 64
-
-_ACTIVE: tuple[LaunchStatus, ...] = ("starting", "running", "parked")
-#: Launch statuses whose rows may hold a bundle in each bundle status. A live row's
-#: bundle can be one step ahead of the row (ended, ending not yet recorded), and a
-#: parked row's bundle still says running, so the live statuses are in every set.
-CANDIDATES: Mapping[str | None, tuple[LaunchStatus, ...]] = {
-    None: (*_ACTIVE, "done", "failed", "cancelled"),  # queued rows have no bundle yet
-    "running": _ACTIVE,
-    "paused": _ACTIVE,
-    "completed": (*_ACTIVE, "done"),
-    "waiting": (*_ACTIVE, "done"),
-    "continued": (*_ACTIVE, "done"),
-    "failed": (*_ACTIVE, "failed"),
-    "timed_out": (*_ACTIVE, "failed"),
-    "cancelled": (*_ACTIVE, "cancelled"),
-}
-
-
-#: The `ending` of the done rows each bundle status can be (`continued`: answered).
-ENDINGS: Mapping[str | None, LaunchEnding] = {
-    "completed": "completed", "waiting": "waiting", "continued": "waiting"}
-
 
 @dataclass(frozen=True)
 class RunPage:
@@ -81,7 +57,7 @@ def _matches(row: RunRow, where: RunFilter) -> bool:
     if where.workflow is not None and row.workflow != where.workflow:
         return False
     if where.since is not None:
-        started = _parse_iso(row.started_at)
+        started = _parse_iso(row.started_at or row.created_at)
         if started is None or started.timestamp() < where.since:
             return False
     return True
@@ -90,7 +66,7 @@ def _matches(row: RunRow, where: RunFilter) -> bool:
 def page_runs(store: Any, reader: RunReader, where: RunFilter) -> RunPage:
     """The newest runs that match `where`, at most `where.limit` (DEFAULT_LIMIT)."""
     limit = where.limit if where.limit is not None else DEFAULT_LIMIT
-    statuses = CANDIDATES[where.status]
+    rows_filter = rows_for(where.status)
     # Run ids begin with the workflow name: a primary-key range, checked exactly below.
     prefix = f"{where.workflow}-" if where.workflow is not None else None
     # A bundle started at or after `since` has a row changed at or after it too (the row
@@ -99,12 +75,12 @@ def page_runs(store: Any, reader: RunReader, where: RunFilter) -> RunPage:
     rows: list[RunRow] = []
     offset, chunk = 0, max(FIRST_CHUNK, limit + 1)
     while len(rows) <= limit:
-        records = store.launches.page(statuses=statuses, run_id_prefix=prefix,
+        records = store.launches.page(statuses=rows_filter.statuses, run_id_prefix=prefix,
                                       updated_since=changed, limit=chunk, offset=offset,
-                                      ending=ENDINGS.get(where.status))
+                                      ending=rows_filter.ending)
         for record in records:
-            row = run_row(reader, record.run_id)
-            if row is not None and _matches(row, where):
+            row = launch_row(reader, record)
+            if _matches(row, where):
                 rows.append(row)
                 if len(rows) > limit:
                     break

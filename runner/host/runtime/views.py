@@ -8,16 +8,22 @@ run is exact even when `state.json` lags the trace.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runner.clock import Clock, SystemClock
 from runner.engine import RunReader, fold
-from runner.errors import InputError, OperationFailed
+from runner.errors import InputError, OperationFailed, WfrunError
 
 from .logs import failure_summary
+from .runstate import run_state
+
+if TYPE_CHECKING:
+    from runner.store import LaunchRecord
+
+    from .local import Workspace
 
 VIEW_SCHEMA = "wfrun.run-view.v1"
 
@@ -34,13 +40,14 @@ class RunRow:
     parent_run_id: str | None
     title: str | None
     continued_by: str | None = None  # the run `wfrun answer` started from this one
+    created_at: str | None = None  # when its launch was queued (None: no launch row)
 
     def to_json(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "workflow": self.workflow, "status": self.status,
                 "started_at": self.started_at, "finished_at": self.finished_at,
                 "duration_s": self.duration_s, "current_node": self.current_node,
                 "parent_run_id": self.parent_run_id, "title": self.title,
-                "continued_by": self.continued_by}
+                "continued_by": self.continued_by, "created_at": self.created_at}
 
 
 def _parse_iso(text: str | None) -> datetime | None:
@@ -82,6 +89,34 @@ def run_row(runs: Path | RunReader, run_id: str) -> RunRow | None:
                   duration_s=_duration(manifest.get("started_at"), state.finished_at),
                   current_node=state.current_node, parent_run_id=manifest.get("parent_run_id"),
                   title=manifest.get("title"), continued_by=continued_by)
+
+
+def _ms_iso(ms: int | None) -> str | None:
+    if ms is None:
+        return None
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat().replace("+00:00", "Z")
+
+
+def launch_row(runs: Path | RunReader, record: LaunchRecord) -> RunRow:
+    """One row of a run list from a launch row and its bundle (when it has one yet): its
+    status is `run_state`, the name every surface gives it."""
+    bundle = run_row(runs, record.run_id)
+    if bundle is None:  # queued, or ended before its bundle began: the row is the run
+        return RunRow(run_id=record.run_id, workflow=_workflow_name(record.workflow_ref),
+                      status=run_state(record, None), started_at=_ms_iso(record.started_at),
+                      finished_at=_ms_iso(record.finished_at), duration_s=None,
+                      current_node=None, parent_run_id=record.parent_run_id, title=None,
+                      created_at=_ms_iso(record.created_at))
+    return replace(bundle, status=run_state(record, bundle.status),
+                   created_at=_ms_iso(record.created_at))
+
+
+def _workflow_name(ref: str) -> str:
+    """A launch's workflow ref is a name or a file's path: the name a bundle records."""
+    name = Path(ref).name
+    for suffix in (".yaml", ".yml"):
+        name = name.removesuffix(suffix)
+    return name
 
 
 @dataclass(frozen=True)
@@ -147,21 +182,29 @@ def show_run(runs: Path | RunReader, run_id: str) -> dict[str, Any]:
             timeline.append({"node": node, "kind": kind, "started_at": event.get("at"),
                              "finished_at": event.get("at"), "outcome": "ok",
                              "attempt": None, "duration_ms": 0, "error": None})
+    status = state.status
+    if status == "running" and state.paused:
+        status = "paused"
+    continued_by = reader.continued_by(run_id) if state.status == "waiting" else None
+    if continued_by is not None:
+        status = "continued"
     view = {
         "schema": VIEW_SCHEMA,
         "run_id": run_id,
         "workflow": manifest.get("workflow"),
         "title": manifest.get("title"),
-        "status": state.status,
+        # The bundle's side of `run_state`; `show_view` merges in the launch row.
+        "status": status,
         "paused": state.paused,
         "parent_run_id": manifest.get("parent_run_id"),
-        "continued_by": reader.continued_by(run_id) if state.status == "waiting" else None,
+        "continued_by": continued_by,
         "definition_digest": manifest.get("definition_digest"),
         "started_at": manifest.get("started_at"),
         "finished_at": state.finished_at,
         "current_node": state.current_node,
         "steps": state.steps,
         "waiting_on": state.waiting_on,
+        "input": shown_input(state.input, _input_schema(reader, run_id)),
         "timeline": timeline,
         "outputs": state.outputs,
         "final_output": state.final_output,
@@ -175,6 +218,73 @@ def show_run(runs: Path | RunReader, run_id: str) -> dict[str, Any]:
     # Long strings live in artifacts/; a view shows the real values.
     live: dict[str, Any] = reader.live(run_id, view)
     return live
+
+
+def show_view(ws: Workspace, run_id: str) -> dict[str, Any]:
+    """`wfrun show`: the run's bundle (`show_run`) with its launch row, so its status is
+    `run_state`, the name `runs`, `status`, `why` and the web view give it; a launch
+    that has no bundle yet (queued) is shown from its row."""
+    from runner.store.errors import StoreCorrupt
+
+    from .local import open_store, store_exists
+
+    store = None
+    if store_exists(ws):
+        try:
+            store = open_store(ws, read_only=True)
+        except WfrunError:
+            store = None  # a damaged store: the bundle is still the run's own record
+    try:
+        try:
+            record = store.launches.get(run_id) if store is not None else None
+        except StoreCorrupt:
+            record = None  # its launch pages are damaged: the bundle, as `runs` falls back
+        reader = ws.reader(store)
+        if record is not None and not reader.exists(run_id):
+            return _launch_only_view(record)
+        view = show_run(reader, run_id)
+        view["status"] = run_state(record, view["status"])
+        view["launch"] = record.status if record is not None else None
+        return view
+    finally:
+        if store is not None:
+            store.close()
+
+
+def _launch_only_view(record: LaunchRecord) -> dict[str, Any]:
+    """A launch that has no bundle: what its row says, in `show_run`'s shape."""
+    error = ({"code": record.error_code, "message": record.error_message}
+             if record.error_code else None)
+    return {"schema": VIEW_SCHEMA, "run_id": record.run_id,
+            "workflow": _workflow_name(record.workflow_ref), "title": None,
+            "status": run_state(record, None), "launch": record.status, "paused": False,
+            "parent_run_id": record.parent_run_id, "continued_by": None,
+            "definition_digest": record.definition_digest,
+            "started_at": _ms_iso(record.started_at), "finished_at": _ms_iso(record.finished_at),
+            "current_node": None, "steps": 0, "waiting_on": None, "input": None,
+            "timeline": [], "outputs": {}, "final_output": None, "error": error,
+            "updates": [], "trace_events": 0, "trace_torn": False, "failure": None}
+
+
+def _input_schema(reader: RunReader, run_id: str) -> Any:
+    try:
+        return reader.workflow(run_id).get("input")
+    except (InputError, OperationFailed, OSError):
+        return None
+
+
+def shown_input(value: Any, schema: Any) -> Any:
+    """A run's input as a view may show it: writeOnly fields masked by the schema (the
+    engine recorded them masked already; a view does not rely on it), values under
+    secret-named keys and credential-shaped strings masked too. Declared secrets and
+    secret environment values were masked before the trace was written."""
+    from runner.safety import MASK, mask_json, mask_values, secret_values
+
+    props = schema.get("properties") if isinstance(schema, dict) else None
+    if isinstance(value, dict) and isinstance(props, dict):
+        value = {k: MASK if isinstance(props.get(k), dict) and props[k].get("writeOnly") is True
+                 else v for k, v in value.items()}
+    return mask_json(value, mask_values(secret_values(value)))
 
 
 def eta_seconds(samples: list[tuple[float, float]], total: float | None) -> float | None:
@@ -238,7 +348,7 @@ def follow(runs: Path | RunReader, run_id: str, on_view: Any, *, poll: float = 0
             last = view["trace_events"]
             view["progress"] = progress_bars(reader.trace(run_id))
             on_view(view)
-        if view["status"] != "running" or (stop is not None and stop.is_set()):
+        if view["status"] not in ("running", "paused") or (stop is not None and stop.is_set()):
             return view
         if timeout is not None and clock.monotonic() - started > timeout:
             return view

@@ -319,7 +319,11 @@ class SessionController:
                 return ToolReply("no workflow is queued or running in this session",
                                  {"action": "status", "runId": None})
             run_id = shown.run_id
-        view = self.status_reader(run_id) if self.status_reader else {"runId": run_id}
+        view = dict(self.status_reader(run_id)) if self.status_reader else {}
+        # The tool's replies keep the session protocol's spelling (runId); the view is the
+        # CLI's (run_id, as every `--json` output spells it).
+        view.pop("run_id", None)
+        view = {"runId": run_id, **view}
         state = view.get("status", "unknown")
         text = f"Run {run_id}: {state}"
         if view.get("interrupted"):

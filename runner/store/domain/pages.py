@@ -145,6 +145,15 @@ class LaunchPages:
                           " GROUP BY status", {"ref": workflow_ref})
         return {str(row["status"]): int(row["n"]) for row in rows}
 
+    def ending_counts(self, *, workflow_ref: str | None = None
+                      ) -> dict[tuple[str, str | None], int]:
+        where = "workflow_ref = :ref" if workflow_ref else "1 = 1"
+        with self._connector.read() as tx:
+            rows = tx.all("SELECT status, ending, COUNT(*) AS n FROM workflow_run_queue"
+                          f" WHERE {where} GROUP BY status, ending", {"ref": workflow_ref})
+        return {(str(row["status"]), None if row["ending"] is None else str(row["ending"])):
+                int(row["n"]) for row in rows}
+
     def workflow_counts(self) -> dict[str, int]:
         with self._connector.read() as tx:
             rows = tx.all("SELECT workflow_ref, COUNT(*) AS n FROM workflow_run_queue"

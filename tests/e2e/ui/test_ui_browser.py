@@ -83,7 +83,7 @@ def test_runs_page_counts_filters_sorts_and_pages(project: Project, page: Any,
         page.wait_for_selector("#runs tbody tr")
         shot(page, shots, "runs")
         assert page.locator("#runs tbody tr").count() == 4
-        assert page.locator('#counts [data-status="done"] b').text_content() == "3"
+        assert page.locator('#counts [data-status="completed"] b').text_content() == "3"
         assert page.locator('#counts [data-status="failed"] b').text_content() == "1"
         titles = page.locator("#runs tbody td.title").all_text_contents()
         assert titles[0] == "breaks on purpose"  # newest first
@@ -179,7 +179,7 @@ def test_the_queue_says_why_a_queued_launch_is_not_running(project: Project, pag
                                                            shots: Path) -> None:
     project.workflow("hold", HOLD)
     started = project.json("start", "hold", "-i", "tag=queued", "--json")
-    run_id = started["runId"]
+    run_id = started["run_id"]
     with ui_server(project) as ui:
         page.goto(f"{ui.base}/queue")
         launch = page.locator(f'#queue-queued article[data-run-id="{run_id}"]')
@@ -252,4 +252,63 @@ def test_workflows_page_lists_sources_and_draws_each_graph(project: Project, pag
         ids = page.locator("#graph g.node").evaluate_all("gs => gs.map(g => g.dataset.node)")
         assert sorted(ids) == ["never", "run"]
         assert page.locator("#graph path.edge").count() == 1
+    assert not page.js_errors
+
+
+ASK = """\
+name: ask
+start: ask
+nodes:
+  ask: {checkpoint: {summary: "Ship it?"}}
+"""
+
+
+def test_the_page_names_a_run_as_the_cli_does_parked_and_waiting(
+        project: Project, page: Any, shots: Path) -> None:
+    """Issue 34: a parked run is `parked` on its page (live too: its bundle still says
+    running), and a waiting run is counted as waiting, never as done."""
+    import signal
+
+    project.workflow("hold", HOLD)
+    project.workflow("ask", ASK)
+    assert project.wfrun("run", "ask").returncode == 4  # waiting at its checkpoint
+    runner = subprocess.Popen(project.argv("run", "hold", "-i", "tag=parked"),
+                              cwd=project.root, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    resumed = None
+    try:
+        run_id = wait_until(lambda: next((r for r in project.run_ids()
+                                          if r.startswith("hold-")), None), what="the bundle")
+        wait_for_node(project, run_id, "hold")
+        runner.send_signal(signal.SIGINT)  # Ctrl-C parks it
+        assert runner.wait(timeout=60) == 130
+        assert project.json("status", run_id, "--json")["status"] == "parked"
+        with ui_server(project) as ui:
+            page.goto(f"{ui.base}/runs")
+            page.wait_for_selector("#runs tbody tr")
+            chips = {s: page.locator(f'#counts [data-status="{s}"] b').text_content()
+                     for s in ("parked", "waiting", "completed", "running")}
+            assert chips == {"parked": "1", "waiting": "1", "completed": "0", "running": "0"}
+            assert page.locator('#counts [data-status="done"]').count() == 0
+            assert page.get_attribute(f'#runs tr[data-run-id="{run_id}"]',
+                                      "data-status") == "parked"
+
+            page.goto(f"{ui.base}/runs/{run_id}")
+            page.wait_for_selector('body[data-live="open"]')
+            page.wait_for_selector("body[data-seq]")  # the live view has been drawn
+            assert page.text_content("#run-status") == "parked"
+            shot(page, shots, "run-parked")
+            # Resumed elsewhere: the page follows the launch without a reload.
+            resumed = subprocess.Popen(project.argv("resume", run_id), cwd=project.root,
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            page.wait_for_selector('#run-status[data-status="running"]')
+            (project.root / "release").write_text("go")
+            page.wait_for_selector('#run-status[data-status="completed"]')
+            assert resumed.wait(timeout=60) == 0
+    finally:
+        (project.root / "release").write_text("go")
+        for proc in (runner, resumed):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
     assert not page.js_errors

@@ -130,7 +130,8 @@ def test_the_json_runs_view_pages_in_the_store(project: Project) -> None:
         assert view["total"] == 5
         assert view["pages"] == 3
         assert [r["title"] for r in view["rows"]] == ["quick 2", "quick 1"]
-        assert view["counts"]["done"] == 5
+        assert view["counts"]["completed"] == 5
+        assert "done" not in view["counts"]  # run states, as `wfrun runs` names them
         assert {r["status"] for r in view["rows"]} == {"completed"}
 
 
@@ -198,7 +199,8 @@ def test_a_waiting_run_links_to_its_continuation_and_back(project: Project) -> N
     with ui_server(project) as ui:
         parent_view = httpx.get(f"{ui.base}/api/runs/{parent}").json()
         assert parent_view["continued_by"] == child
-        assert parent_view["live"]["status"] == "waiting"
+        assert parent_view["live"]["status"] == "continued"  # answered, as `runs` says
+        assert parent_view["status"] == "continued"
         assert parent_view["live"]["nodes"] == {"ask": "waiting", "after": "skipped"}
         assert f'id="continued-link" href="/runs/{child}"' in \
             httpx.get(f"{ui.base}/runs/{parent}").text

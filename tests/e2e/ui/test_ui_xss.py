@@ -84,7 +84,7 @@ def test_nothing_from_the_corpus_executes_on_any_page(project: Project, page: An
     failed = project.wfrun("run", "xss", "--input", value)
     assert failed.returncode == 1, failed.stderr
     (run_id,) = project.run_ids()
-    queued = project.json("start", "xss", "--input", value, "--json")["runId"]
+    queued = project.json("start", "xss", "--input", value, "--json")["run_id"]
 
     with ui_server(project) as ui:
         page.goto(f"{ui.base}/runs")

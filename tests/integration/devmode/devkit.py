@@ -19,6 +19,8 @@ from waiting import DEADLINE
 
 from runner.compiler import Catalog, Compiler, build_catalog
 from runner.host.runtime.devmode import DevMode
+from runner.host.runtime.foreground import run_in_store
+from runner.host.runtime.local import Workspace
 
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
@@ -39,8 +41,14 @@ class Dev:
         self.root = root
         self.lines: list[tuple[float, str, str]] = []
         self._cond = threading.Condition()
-        self.dev = DevMode(project_catalog(root), self.emit, project_root=root,
-                           runs_dir=root / ".wfrun" / "runs", **options)
+        if options.get("run") is not None:
+            options.setdefault("launch", self.launch)
+        self.dev = DevMode(project_catalog(root), self.emit, project_root=root, **options)
+
+    def launch(self, name: str, value: Any) -> Any:
+        """`wfrun dev --run`'s launcher: a launch row in the project's store, run here."""
+        ws = Workspace(project_catalog(self.root)(), self.root, self.root / ".wfrun" / "state")
+        return run_in_store(ws, name, value)
 
     def emit(self, kind: str, text: str) -> None:
         with self._cond:

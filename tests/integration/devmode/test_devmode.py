@@ -174,6 +174,14 @@ def test_run_reruns_the_workflow_after_each_valid_save(make_dev: MakeDev) -> Non
     assert text.startswith("run flow completed (flow-")
     run_id = text.split("(")[1].rstrip(")")
     assert (dev.root / ".wfrun" / "runs" / run_id / "manifest.json").is_file()
+    # Through the launch queue like every other run: its launch row ended done.
+    store = SqliteStore(dev.root / ".wfrun" / "state" / "store.sqlite3")
+    try:
+        record = store.launches.get(run_id)
+        assert record is not None
+        assert (record.status, record.ending) == ("done", "completed")
+    finally:
+        store.close()
 
     mark = dev.mark()
     dev.save("flow.yaml", BROKEN)

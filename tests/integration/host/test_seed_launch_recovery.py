@@ -203,7 +203,8 @@ def test_an_exception_after_running_fails_the_launch_once_and_frees_the_session(
     s.settle()
     (row,) = s.launches()
     assert (row.status, row.error_code, row.epoch) == ("failed", "run_failed", 1)
-    assert row.error_message == "the run crashed (RuntimeError); see the host log"
+    assert row.error_message == ("the run crashed (RuntimeError); the runner that ran it "
+                                 "logged the cause")
     assert s.status(row.run_id)["status"] == "failed"  # the bundle ended too
     assert s.store.launches.find_session_reservation(s.session_id) is None
     (follow,) = _followups(s)

@@ -164,7 +164,7 @@ def test_a_retry_that_succeeds_continues_the_run(env: Any) -> None:
           flaky:
             action: {shell: [sh, -c, 'echo x >> tries; [ $(wc -l < tries) -ge 2 ]']}
             retry: {attempts: 3, backoff: 1s, max_delay: 1s}
-          next: {compute: "{{ results.flaky.outcome }}"}
+          next: {compute: "{{ [results.flaky.outcome, results.flaky.attempt] }}"}
         edges:
           - {from: flaky, to: next}
     """)
@@ -172,7 +172,11 @@ def test_a_retry_that_succeeds_continues_the_run(env: Any) -> None:
     before = clock.monotonic()
     out = env.engine(clock=clock).start(d)
     assert out.status == "completed"
-    assert out.final_output == "ok"
+    # `attempt` is the attempt's number (the second try succeeded), as documented; the
+    # trace's opaque attempt id is kept as `attempt_id`.
+    assert out.final_output == ["ok", 2]
+    (second,) = [e for e in env.events(out.run_id, "node_finished") if e["node"] == "flaky"]
+    assert out.state.results["flaky"]["attempt_id"] == second["attempt"]
     assert len(env.events(out.run_id, "node_started")) == 3  # flaky twice, then next
     assert clock.monotonic() - before <= 1.0 + 1e-6  # capped by max_delay
 

@@ -20,12 +20,12 @@ from runner.host.runtime.views import eta_seconds, follow, list_runs, progress_b
 
 REPO = Path(__file__).resolve().parents[3]
 ROW_KEYS = {"run_id", "workflow", "status", "started_at", "finished_at", "duration_s",
-            "current_node", "parent_run_id", "title", "continued_by"}
+            "current_node", "parent_run_id", "title", "continued_by", "created_at"}
 VIEW_KEYS = {"schema", "run_id", "workflow", "title", "status", "paused", "parent_run_id",
              "continued_by",
              "definition_digest", "started_at", "finished_at", "current_node", "steps",
              "waiting_on", "timeline", "outputs", "final_output", "error", "updates",
-             "trace_events", "trace_torn", "failure"}
+             "trace_events", "trace_torn", "failure", "input"}
 TIMELINE_KEYS = {"node", "attempt", "kind", "started_at", "finished_at", "outcome",
                  "duration_ms", "error"}
 BAR_KEYS = {"node", "key", "label", "completed", "total", "unit", "eta_s"}
@@ -276,7 +276,7 @@ def documented_keys() -> dict[str, set[str]]:
 def test_the_json_key_sets_are_documented() -> None:
     docs = documented_keys()
     assert docs["runs --json row"] == ROW_KEYS
-    assert docs["show --json"] == VIEW_KEYS
+    assert docs["show --json"] == VIEW_KEYS | {"launch"}  # show_view adds the launch status
     assert docs["timeline entry"] == TIMELINE_KEYS
     assert docs["show --follow --json"] == {"show-keys", "progress"}
     assert docs["progress bar"] == BAR_KEYS
