@@ -48,7 +48,8 @@ HELP_MODULES = {"runner", "runner.__main__", "runner.cli", "runner.cli.app", "ru
                 "runner.errors"}
 HOOK_MODULES = {"runner", "runner.__main__", "runner.cli", "runner.clock", "runner.errors",
                 "runner.host", "runner.host.mcp", "runner.host.mcp.hook",
-                "runner.host.mcp.channel", "runner.host.mcp.sessionlog"}
+                "runner.host.mcp.channel", "runner.host.mcp.sessionlog",
+                "runner.jsonin"}  # Claude's event on stdin, read bounded (stdlib only)
 
 
 #: `python -m runner ARGS`, writing sys.modules at exit (also after sys.exit) to a file.

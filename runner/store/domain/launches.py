@@ -12,7 +12,7 @@ and a detached row that becomes claimable is announced (`tx.notify`, ids only).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from runner.store.connector import (
@@ -23,7 +23,6 @@ from runner.store.connector import (
     UniqueViolation,
     named,
 )
-from runner.store.ddl import sql_in
 from runner.store.domain import intents, pages
 from runner.store.domain.events import EventLog, RunEvents
 from runner.store.domain.launch_queries import (
@@ -36,7 +35,8 @@ from runner.store.domain.launch_queries import (
     ORIGIN,
     SQL,
 )
-from runner.store.domain.pages import LaunchPages, launch_from_row, status_clause
+from runner.store.domain.launch_reads import LaunchReads
+from runner.store.domain.pages import launch_from_row
 from runner.store.domain.workflow_requests import settle_child
 from runner.store.interface import BundleRefused, BundleWrite
 from runner.store.records import (
@@ -46,7 +46,6 @@ from runner.store.records import (
     NewLaunch,
     NewTurnIntent,
     NextClaim,
-    QueuedSources,
     bounded_message,
     canonical_json,
     check_error_code,
@@ -60,7 +59,6 @@ from runner.store.states import (
     HANDED_OVER,
     LAUNCH_OPERATIONS,
     PARK_MODES,
-    READY_STATUSES,
     RECOVERY_PATHS,
     LaunchStatus,
     Operation,
@@ -92,7 +90,7 @@ class _Abort(Exception):
         self.lost = lost
 
 
-class LaunchQueue(LaunchPages):
+class LaunchQueue(LaunchReads):
     """`LaunchQueue` over a connector. `overrides` holds the backend's named queries
     per domain module (`{"launches": {...}, "pages": {...}, "intents": {...}}`);
     `run_events` appends the transitions' events. A child run's ending settles its
@@ -111,76 +109,6 @@ class LaunchQueue(LaunchPages):
         self._found_none: dict[str | None, bool] = {}
         self._probes: dict[bool, tuple[str, ...]] = {}  # claim_probes, by `session_id is None`
         self._ready_index: bool | None = None  # `_ready_hint`, learnt once
-
-    # --- reads -------------------------------------------------------------------
-
-    def get(self, run_id: str) -> LaunchRecord | None:
-        with self._connector.read() as tx:
-            row = tx.one(self._sql["load"], {"run_id": run_id})
-        return launch_from_row(row) if row else None
-
-    def query(self, *, statuses: Iterable[LaunchStatus] | None = None,
-              session_id: str | None = None, limit: int | None = None) -> list[LaunchRecord]:
-        clauses: list[str] = []
-        params: dict[str, object] = {}
-        hint = ""
-        if statuses is not None:
-            wanted = list(statuses)
-            if set(wanted) == set(READY_STATUSES):
-                # The claim-order partial index, named and its WHERE in literals (bound
-                # parameters never imply it): a page of the live launches (`wfrun
-                # status`) reads its rows, not a sort of the whole queue (0.9 s at
-                # 100,000 queued, by the status index and a temporary B-tree).
-                clauses.append(f"status IN {sql_in(READY_STATUSES)}")
-                hint = "ready"
-            else:
-                clauses.append(status_clause(wanted, params))
-        if session_id is not None:
-            clauses.append("origin_session_id = :session")
-            params["session"] = session_id
-        with self._connector.read() as tx:
-            params["limit"] = tx.dialect.unlimited if limit is None else max(limit, 0)
-            if hint:
-                hint = self._ready_hint(tx)
-            rows = tx.all(self._sql["query"].format(
-                where=" AND ".join(clauses) or "1 = 1", hint=hint), params)
-        return [launch_from_row(row) for row in rows]
-
-    def queued_sources(self, *, limit: int = 1000) -> list[QueuedSources]:
-        with self._connector.read() as tx:
-            rows = tx.all(self._sql["queued_sources"], {"limit": max(limit, 0)})
-        return [QueuedSources(str(r["source_json"]), int(r["launches"]), str(r["first_run_id"]))
-                for r in rows]
-
-    def _ready_hint(self, tx: Transaction) -> str:
-        """`INDEXED BY` the claim-order index where the dialect names indexes and the
-        store has it (a store opened read-only before a write-mode open added it, within
-        v1, has not: it is read without the hint)."""
-        if self._ready_index is None:
-            dialect = tx.dialect
-            self._ready_index = dialect.index_hints and tx.one(
-                "SELECT 1 AS present FROM sqlite_master WHERE type = 'index'"
-                " AND name = 'workflow_run_queue_ready'", {}) is not None
-        return tx.dialect.indexed_by("workflow_run_queue_ready") if self._ready_index else ""
-
-    def find_session_reservation(self, session_id: str) -> LaunchRecord | None:
-        with self._connector.read() as tx:
-            row = tx.one(self._sql["reservation"], {**FIXED, "session": session_id,
-                                                    "run_id": ""})
-        return launch_from_row(row) if row else None
-
-    def find_continuation(self, parent_run_id: str) -> LaunchRecord | None:
-        with self._connector.read() as tx:
-            row = tx.one(self._sql["continuation"], {"parent": parent_run_id})
-        return launch_from_row(row) if row else None
-
-    def list_recoverable(self, *, session_id: str | None = None) -> list[LaunchRecord]:
-        rule = "" if session_id is None else " AND q.origin_session_id = :session"
-        with self._connector.read() as tx:  # the clock inside the statement: one round trip
-            now, clock = tx.clock_sql()
-            sql = self._sql["recoverable"].format(session=rule).replace(":now", now)
-            rows = tx.all(sql, {**FIXED, "session": session_id, **clock})
-        return [launch_from_row(row) for row in rows]
 
     # --- enqueue -----------------------------------------------------------------
 
