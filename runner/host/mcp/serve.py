@@ -225,6 +225,9 @@ def serve_stdio(runtime: Callable[[], tuple[Workspace, Clock | None]], session_i
     except KeyboardInterrupt:
         pass
     finally:
+        # The client closes stdin, then signals: a SIGTERM now must not cut the park
+        # and hand-over below short (the run would stay `running` until its lease ends).
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if hooks is not None:
             hooks.shutdown()
             hooks.server_close()
