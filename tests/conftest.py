@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,3 +20,46 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         if key.startswith("WFRUN_"):
             monkeypatch.delenv(key)
     monkeypatch.setenv("WFRUN_HOME", str(tmp_path / "_wfrun_home"))
+
+
+# -- leftovers ---------------------------------------------------------------------------
+# Every process a test starts inherits this mark (unless the test builds an environment
+# from nothing). A test that fails or times out midway can leave a real host, a shell
+# step or an agent client behind; on a 2-core machine such a loop slows every later
+# test and every later CI run. At the end of each worker's session, what still carries
+# the worker's mark is killed and named, so a leak is seen and never outlives the run.
+_SESSION_MARK = "PYTEST_WFRUN_SESSION"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    os.environ[_SESSION_MARK] = f"{os.getpid()}-{os.urandom(6).hex()}"
+
+
+def _marked_processes(mark: str) -> list[tuple[int, str]]:
+    wanted = f"{_SESSION_MARK}={mark}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if wanted not in (entry / "environ").read_bytes().split(b"\0"):
+                continue
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        found.append((int(entry.name), cmd.strip()[:120]))
+    return found
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    mark = os.environ.get(_SESSION_MARK)
+    if not mark or not Path("/proc/self/environ").exists():
+        return
+    leftovers = _marked_processes(mark)
+    for pid, _ in leftovers:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    if leftovers:
+        names = "; ".join(f"{pid}: {cmd}" for pid, cmd in leftovers[:10])
+        sys.stderr.write(f"\nconftest: killed {len(leftovers)} process(es) a test left "
+                         f"running: {names}\n")

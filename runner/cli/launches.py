@@ -128,7 +128,7 @@ def _drift_note(view: dict[str, Any]) -> str:
     """`  (source changed: FILE DETAIL)` for a queued launch whose source drifted, and
     `  (interrupted: ...)` for a claimed one whose runner is gone."""
     if view.get("interrupted"):
-        return f"  (interrupted: its runner is gone; `wfrun why {view['runId']}`)"
+        return f"  (interrupted: its runner is gone; `wfrun why {view['run_id']}`)"
     source = view.get("source")
     if not isinstance(source, dict) or not source.get("changed"):
         return ""

@@ -215,7 +215,7 @@ def test_status_lists_a_page_of_the_queue_and_counts_the_rest(project: Project) 
     assert page.stderr.strip() == ("3 more launch(es) not shown (of 5); `wfrun status "
                                    "--limit 0` lists them all")
     listing = project.json("status", "--json", "--limit", "3")
-    assert [r["runId"] for r in listing["launches"]] == queued[:3]
+    assert [r["run_id"] for r in listing["launches"]] == queued[:3]
     assert listing["total"] == 5
     everything = project.wfrun("status", "--limit", "0")
     assert len(everything.stdout.splitlines()) == 5
