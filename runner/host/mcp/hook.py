@@ -131,6 +131,9 @@ class Hook:
         if self.name == "SessionStart":
             self.tell({"event": "session_start", "reason": str(self.event.get("source")
                                                                or "startup")})
+            # What the session start delivered (an outcome a host reported while the
+            # session was away) rides on this event's context, before the first prompt.
+            self._hand_over("session-start-hook", trigger_only=False)
         elif self.name == "UserPromptSubmit":
             self.tell({"event": "turn_started"})
             self._hand_over("user-prompt-hook", trigger_only=False)
