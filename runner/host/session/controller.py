@@ -18,6 +18,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from runner import jsonin
+from runner.compiler.schemamessages import cut
 from runner.compiler.templates import TemplateError, render_text
 from runner.engine import AgentStep, RunControl, RunOutcome
 from runner.engine.agent import TurnKind
@@ -47,7 +48,7 @@ from runner.store import (
 )
 
 from .protocol import Host, SessionEntry, ToolReply
-from .replies import bounded, code_of, cut, error_reply, for_model
+from .replies import bounded, code_of, error_reply, for_model
 from .tool import validate_call
 
 if TYPE_CHECKING:

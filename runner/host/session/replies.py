@@ -17,6 +17,7 @@ import json
 import re
 from typing import Any
 
+from runner.compiler.schemamessages import cut
 from runner.errors import (
     ConflictError,
     InputError,
@@ -48,10 +49,6 @@ def for_model(message: str) -> str:
     for pattern, replacement in _TOOL_HINTS:
         message = pattern.sub(replacement, message)
     return message
-
-
-def cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def code_of(exc: WfrunError) -> str:

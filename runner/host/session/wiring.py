@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.clock import Clock
+from runner.compiler.schemamessages import cut
 from runner.engine.processes import registry_for_this_process
 from runner.errors import WfrunError
 from runner.host.runtime.launches import environment_secrets, launch_status, runner_id
@@ -23,7 +24,6 @@ from runner.store import SqliteStore, Store
 
 from .controller import SessionController, SessionExecutor
 from .protocol import Host
-from .replies import cut
 
 LIST_PAGE = 20
 MAX_DESCRIPTION = 300  # characters of a workflow's description in `list`
