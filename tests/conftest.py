@@ -47,6 +47,8 @@ def _marked_processes(mark: str) -> list[tuple[int, str]]:
             cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:  # gone meanwhile, or not ours to read
             continue
+        if "multiprocessing.resource_tracker" in cmd:
+            continue  # the worker's own helper: it ends with the worker
         found.append((int(entry.name), cmd.strip()[:120]))
     return found
 

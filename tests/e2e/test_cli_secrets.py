@@ -285,8 +285,11 @@ def test_a_killed_run_resumes_with_secrets_resolved_again(project: Project) -> N
     runner = subprocess.Popen(project.argv("run", "slow", "-q"), cwd=project.root, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        wait_until(lambda: (project.root / "gate" / "started").exists(),
-                   what="the node to start")
+        # The step runs before its runner records its group: wait for both, so the kill
+        # lands where a registry exists to be read.
+        children = project.root / ".wfrun" / "state" / "children"
+        wait_until(lambda: (project.root / "gate" / "started").exists()
+                   and any(children.glob("*.json")), what="the node to start, recorded")
         runner.send_signal(signal.SIGKILL)
         runner.wait(timeout=30)
     finally:
