@@ -9,7 +9,8 @@
     ├── TemporaryError         try again later, after `delay` seconds (exit 1)
     │   ├── ClaimLost          another worker owns this claim now: stop writing
     │   └── MachineFault       the disk is full, read-only or forbidden: fix it, run again
-    └── ConflictError          the state changed underneath: re-read and decide again
+    ├── ConflictError          the state changed underneath: re-read and decide again
+    └── StoreError             the durable store failed (its branch: runner.store.errors)
 
 Messages are one line, safe to show, and say what to fix. This module imports
 nothing so every layer may use it.
@@ -17,8 +18,9 @@ nothing so every layer may use it.
 A reconciler steers its own retries with these (as in kopf): `TemporaryError(msg,
 delay=N)` is retried after exactly N seconds, `PermanentError` is not retried until
 the resource changes or is woken again, anything else backs off exponentially.
-The store keeps its own tree (`runner.store.errors`); `runner.host.runtime.errors` maps it
-onto this one wherever an error reaches a user.
+The store's branch lives beside the store (`runner.store.errors`, which imports this
+module); `runner.host.runtime.errors.STORE_ERRORS` says which of the classes above
+each store error asks its caller to treat it as (busy -> TemporaryError, ...).
 """
 
 from __future__ import annotations

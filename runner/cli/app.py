@@ -1,9 +1,9 @@
 """The click group, shared options and the error boundary.
 
 Every user mistake surfaces as one line on stderr with the exit code its class
-asks for (DESIGN §9); a traceback appears only with `--debug`. Store errors have
-their own tree (the store imports nothing from runner); `runner.host.runtime.errors.translate`
-classifies them here, so no command can leak a traceback for a busy or broken store.
+asks for (DESIGN §9); a traceback appears only with `--debug`. Store errors are
+WfrunErrors too (one tree); `runner.host.runtime.errors.translate` classifies them by
+its table, so no command can leak a traceback for a busy or broken store.
 
 Commands load on first use (issue 15, cold start): `COMMANDS` names each command's
 module and its one-line help, so `wfrun --help` lists every command without importing
@@ -85,18 +85,19 @@ class Options:
 
 
 def _translate(exc: BaseException) -> WfrunError | None:
+    """The one line `exc` is at the boundary: a refused file as a MachineFault, a store
+    error as its table says (`runner.host.runtime.errors`), any other WfrunError as it
+    is; None for a bug."""
+    from runner.errors import WfrunError, os_fault
+
     if isinstance(exc, OSError):  # a folder this user may not read, a full disk: not a bug
-        from runner.errors import os_fault
-
-        fault = os_fault(exc)
-        if fault is not None:
-            return fault
-    # No store error can exist before the store's exception tree is loaded, and loading
-    # it (the whole store package) for click's own exits (`start --help`) costs ~30 ms.
+        return os_fault(exc)
+    if not isinstance(exc, WfrunError):
+        return None
+    # No store error exists before the store's errors are loaded, and loading the table
+    # (the whole store package) for click's own exits (`start --help`) costs ~30 ms.
     if "runner.store.errors" not in sys.modules:
-        from runner.errors import WfrunError
-
-        return exc if isinstance(exc, WfrunError) else None
+        return exc
     from runner.host.runtime.errors import translate
 
     return translate(exc)

@@ -63,6 +63,7 @@ from runner.store import (
     Store,
     StoreError,
     StoreUnavailable,
+    StoreUnreachable,
     TurnCause,
 )
 
@@ -349,7 +350,7 @@ class LaunchCoordinator(Preflight):
             self._lost(act)
             return None
         except Exception as exc:
-            if type(exc) is StoreUnavailable:
+            if isinstance(exc, StoreUnreachable):
                 # The database went away (a restart, a network blip) under a read of the
                 # launch or its bundle: let go as for a lost claim; the lease expires and
                 # a runner that reaches the database takes the launch over. Nothing fails.
@@ -457,8 +458,8 @@ class LaunchCoordinator(Preflight):
             else:
                 _, driver = engine.create(definition, value, workflow_ref=record.workflow_ref,
                                           run_id=record.run_id, control=act.control)
-        except ClaimLost:
-            raise
+        except (ClaimLost, StoreError):
+            raise  # the claim or the store, not the run: `_guarded` lets go or holds
         except WfrunError as exc:
             code, reason = _classify(exc)
             self.fail_launch(record, token, code, reason)
@@ -542,8 +543,8 @@ class LaunchCoordinator(Preflight):
         known = {"running": False, "until": 0.0} if known is None else known
 
         def fence() -> bool:
-            # A database that went away (a restart, a network blip; Postgres raises plain
-            # StoreUnavailable) is waited for, up to a third of the lease, and asked again:
+            # A database that went away (a restart, a network blip: StoreUnreachable)
+            # is waited for, up to a third of the lease, and asked again:
             # only its answer says the claim is still ours, so nothing runs unfenced.
             give_up = self.clock.monotonic() + self.lease_seconds / 3
             while True:
@@ -553,7 +554,7 @@ class LaunchCoordinator(Preflight):
                     held = launches.check_claim(record.run_id, token)
                     break
                 except StoreError as exc:
-                    if type(exc) is not StoreUnavailable or self.clock.monotonic() >= give_up:
+                    if not isinstance(exc, StoreUnreachable) or self.clock.monotonic() >= give_up:
                         return False
                     self.clock.sleep(0.2)
             if isinstance(held, LostRace):
@@ -830,6 +831,8 @@ class LaunchCoordinator(Preflight):
         engine = self.bare_engine()
         try:
             return engine.abandon(run_id, "cancelled", code="cancelled", reason="cancelled")
+        except StoreError:
+            raise  # the cancel's caller reports a store that failed
         except WfrunError as exc:
             log.info("run %s: cancel left to its runner (%s)", run_id, exc.message)
             return None

@@ -20,7 +20,7 @@ from typing import Any
 
 from runner.engine import RunOutcome
 from runner.engine.rows import LaunchStep
-from runner.store import BundleRefused, BundleWrite, LaunchRecord, LostRace, StoreUnavailable
+from runner.store import BundleRefused, BundleWrite, LaunchRecord, LostRace, StoreUnreachable
 
 Transition = Callable[[BundleWrite | None], LaunchRecord | LostRace]
 
@@ -38,9 +38,7 @@ class Step:
             result = self._transition(write)
         except BundleRefused as refused:
             return refused.word
-        except StoreUnavailable as exc:
-            if type(exc) is not StoreUnavailable:
-                raise  # a full or read-only database is a machine fault, not a blip
+        except StoreUnreachable:  # a full or read-only database is a machine fault: raised
             return "unavailable"  # the bundle retries (it may have committed)
         if isinstance(result, LostRace):
             return "fenced"

@@ -145,6 +145,8 @@ class Preflight:
         except NotFoundError:
             raise PreflightError("workflow_not_found",
                                  f"no run '{parent_run_id}' to continue") from None
+        except StoreError:
+            raise  # the store failed, not the parent: the caller says so
         except WfrunError as exc:
             raise PreflightError("activation_failed", exc.message) from None
         status = self.reader.status(parent_run_id) or manifest.get("status")

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from runner.errors import ConflictError, InputError, NotFoundError, WfrunError
-from runner.store import LaunchRecord, LostRace
+from runner.store import LaunchRecord, LostRace, StoreError
 
 from .intents import new_intent
 from .keeper import CANCEL_EVENT
@@ -66,6 +66,8 @@ def bundle_outcome(coordinator: LaunchCoordinator, record: LaunchRecord
         status = reader.status(record.run_id)
         if status == "running":  # the trace is the truth; the manifest never runs ahead of it
             status = manifest.get("status", status)
+    except StoreError:
+        raise  # the database, not the bundle: recovery tries again later
     except WfrunError:
         return "failed", "activation_failed", "the run bundle is unreadable"
     if manifest.get("definition_digest") != record.definition_digest:

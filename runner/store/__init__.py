@@ -2,7 +2,8 @@
 
 One interface (`Store`), the embedded SQLite implementation (`SqliteStore`),
 and a conformance suite in tests/integration/store/ for every implementation.
-This package imports nothing from the rest of `runner`.
+This package imports nothing from runner's other layers (only the root policy
+modules and `runner.errors`, whose tree the store's errors belong to).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from runner.store.errors import (
     StoreNoPermission,
     StoreReadOnly,
     StoreUnavailable,
+    StoreUnreachable,
 )
 from runner.store.interface import (
     DEFAULT_LEASE_SECONDS,
@@ -112,6 +114,7 @@ __all__ = [
     "StoreNoPermission",
     "StoreReadOnly",
     "StoreUnavailable",
+    "StoreUnreachable",
     "TurnCause",
     "TurnIntent",
     "TurnIntents",

@@ -1,16 +1,25 @@
-"""The store's own exception tree (it imports nothing from `runner`).
+"""The store's branch of wfrun's one exception tree (`runner.errors`).
 
-    StoreError                  base of everything the store raises on purpose
-    ├── StoreUnavailable        the store cannot be reached or is busy: try again later
-    │   ├── StoreBusy           another connection holds the lock past the busy timeout
-    │   ├── StoreDiskFull       no space left on its device: free space, run it again
-    │   ├── StoreReadOnly       its file system or folder is read-only: make it writable
-    │   ├── StoreNoPermission   this user may not read or write it: run as its owner
-    │   └── SqliteTooOld        the SQLite library is older than the store needs
-    ├── StoreCorrupt            the file is damaged: keep a copy, restore or salvage it
-    ├── IncompatibleLayout      a readable store with another layout: keep bundles, reset it
-    ├── IdentityConflict        an id was reused with different content: a caller bug
-    └── InputCleared            the private launch input was already cleared
+    WfrunError
+    └── StoreError              base of everything the store raises on purpose
+        ├── StoreUnavailable    the store cannot be used now: try again later
+        │   ├── StoreUnreachable  the database went away (a restart, a network blip,
+        │   │                     a failing disk): a run lets go, a write is retried
+        │   ├── StoreBusy       another connection holds the lock past the busy timeout
+        │   ├── StoreDiskFull   no space left on its device: free space, run it again
+        │   ├── StoreReadOnly   its file system or folder is read-only: make it writable
+        │   ├── StoreNoPermission  this user may not read or write it: run as its owner
+        │   └── SqliteTooOld    the SQLite library is older than the store needs
+        ├── StoreCorrupt        the file is damaged: keep a copy, restore or salvage it
+        ├── IncompatibleLayout  a readable store with another layout: keep bundles, reset it
+        ├── IdentityConflict    an id was reused with different content: a caller bug
+        └── InputCleared        the private launch input was already cleared
+
+Every class is a `WfrunError` (exit code 1, a one-line message), so a boundary that
+catches wfrun's errors catches the store's; the store imports nothing else from
+`runner`. Code that waits out a database that went away catches `StoreUnreachable`,
+never a check of the exact class: the machine faults beside it (full, read-only,
+forbidden) are not blips and are held, not retried.
 
 Only IncompatibleLayout advises `wfrun store reset`: it follows a layout the store
 read completely and found different. A damaged, full, read-only, locked or
@@ -23,31 +32,30 @@ A *lost race* is not an exception: every conditional update returns a
 Invalid arguments (unknown status, oversized JSON, non-JSON values) raise
 `ValueError`; they are programming errors, not store conditions.
 
-The upper layers map these onto `runner.errors` in one place,
-`runner.host.runtime.errors.translate` (busy -> TemporaryError, IncompatibleLayout and the
-rest -> OperationFailed), so every user boundary shows one line, never a traceback.
+Where a caller needs the caller-side class (a session's `try_again` code, the web
+view's status), `runner.host.runtime.errors.translate` looks it up in one table
+(busy, full, unreachable -> TemporaryError; the rest -> OperationFailed).
 """
 
 from __future__ import annotations
+
+from runner.errors import WfrunError
 
 RESET_INSTRUCTION = (
     "Keep the run bundles you need (.wfrun/runs/), then run `wfrun store reset --yes`."
 )
 
 
-class StoreError(Exception):
+class StoreError(WfrunError):
     """The durable store failed."""
-
-    def __init__(self, message: str | None = None) -> None:
-        super().__init__(message or (self.__doc__ or "").strip())
-
-    @property
-    def message(self) -> str:
-        return str(self.args[0]) if self.args else ""
 
 
 class StoreUnavailable(StoreError):
     """The store is unavailable; try again later."""
+
+
+class StoreUnreachable(StoreUnavailable):
+    """The database cannot be reached (a restart, a network blip); try again."""
 
 
 class StoreBusy(StoreUnavailable):

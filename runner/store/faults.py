@@ -21,6 +21,7 @@ from runner.store.errors import (
     StoreNoPermission,
     StoreReadOnly,
     StoreUnavailable,
+    StoreUnreachable,
 )
 
 # Below this much free space a failed write is a full disk: SQLite needs a few pages
@@ -98,4 +99,4 @@ def from_os(exc: OSError, path: Path, doing: str) -> StoreError:
     if exc.errno in (errno.EACCES, errno.EPERM):
         where = f" on {exc.filename}" if exc.filename else ""
         return no_permission(path, f"{exc.strerror or 'denied'}{where}")
-    return StoreUnavailable(f"cannot {doing} the store at {path}: {exc.strerror}")
+    return StoreUnreachable(f"cannot {doing} the store at {path}: {exc.strerror}")

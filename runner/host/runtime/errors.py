@@ -1,17 +1,15 @@
-"""The one place store errors become `runner.errors` classes (DESIGN §9).
+"""What a store error asks of its caller, in one table (DESIGN §9).
 
-The store keeps its own exception tree so it can import nothing from `runner`;
-whatever reaches a user (the CLI boundary, a host's log line) passes through
-`translate` and is classified by what the caller should do:
+Every store error is a `WfrunError` (`runner.store.errors`), so any boundary prints
+it as its one line. Callers that steer by the caller-side class (a session's
+`try_again` code, the web view's status, the CLI's busy message) read it from
+`STORE_ERRORS`, first match wins:
 
     busy (locked by another process)   TemporaryError   wait, then run it again
-    StoreDiskFull                      TemporaryError   free space, then run it again
-    other StoreUnavailable             TemporaryError   the file could not be reached
     StoreReadOnly, StoreNoPermission   OperationFailed  make it writable / run as its owner
-    StoreCorrupt                       OperationFailed  keep a copy, restore or salvage it
     SqliteTooOld                       OperationFailed  waiting will not help
-    IncompatibleLayout                 OperationFailed  keep the bundles, reset the store
-    any other StoreError               OperationFailed
+    StoreUnavailable (full, unreachable, ...)  TemporaryError   try again later
+    StoreError (corrupt, layout, ...)  OperationFailed  keep a copy; restore, salvage or reset
 
 Only IncompatibleLayout's message advises `wfrun store reset`; every machine fault's
 says what to do without losing a queued launch.
@@ -34,22 +32,29 @@ from runner.store.errors import (
 
 BUSY_MESSAGE = "the store is busy (locked by another process); try again"
 
+#: Store class -> the class its caller should treat it as; first match wins, so a
+#: subclass is listed before its base.
+STORE_ERRORS: tuple[tuple[type[StoreError], type[WfrunError]], ...] = (
+    (SqliteTooOld, OperationFailed),
+    (StoreReadOnly, OperationFailed),
+    (StoreNoPermission, OperationFailed),
+    (StoreUnavailable, TemporaryError),
+    (StoreError, OperationFailed),
+)
+
 
 def translate(exc: BaseException) -> WfrunError | None:
-    """`exc` as a WfrunError, or None when it is neither one nor a store error (a bug,
-    which the boundary lets through so its traceback is seen)."""
-    if isinstance(exc, WfrunError):
-        return exc
-    if not isinstance(exc, StoreError):
+    """`exc` as the caller-side WfrunError: a store error as the class `STORE_ERRORS`
+    names (one busy message for every lock), any other WfrunError as it is, None for
+    anything else (a bug, which the boundary lets through so its traceback is seen)."""
+    if not isinstance(exc, WfrunError):
         return None
-    translated: WfrunError
+    if not isinstance(exc, StoreError):
+        return exc
     if is_busy(exc):
-        translated = TemporaryError(BUSY_MESSAGE)
-    elif isinstance(exc, (SqliteTooOld, StoreReadOnly, StoreNoPermission)):
-        translated = OperationFailed(exc.message)
-    elif isinstance(exc, StoreUnavailable):
-        translated = TemporaryError(exc.message)
-    else:  # IncompatibleLayout (its message says how to reset), IdentityConflict, ...
-        translated = OperationFailed(exc.message)
+        translated: WfrunError = TemporaryError(BUSY_MESSAGE)
+    else:
+        kind = next(kind for store_kind, kind in STORE_ERRORS if isinstance(exc, store_kind))
+        translated = kind(exc.message)
     translated.__cause__ = exc  # re-raised, it still shows where the store failed
     return translated

@@ -103,7 +103,7 @@ def list_runs_paged(ws: Workspace, where: RunFilter) -> RunPage:
             return page_runs(store, ws.reader(store), where)
         finally:
             store.close()
-    except (StoreCorrupt, WfrunError) as exc:
+    except WfrunError as exc:  # a damaged store (StoreCorrupt) among them
         damaged = exc if isinstance(exc, StoreCorrupt) else exc.__cause__
         if not isinstance(damaged, StoreCorrupt):
             raise

@@ -203,11 +203,11 @@ class SessionController:
             return bounded(self._dispatch(verb, params))
         except PreflightError as exc:
             return error_reply(self.coordinator.relative(exc.message), action, exc.code)
-        except WfrunError as exc:
-            return error_reply(self.coordinator.relative(exc.message), action, code_of(exc))
-        except StoreError as exc:
+        except StoreError as exc:  # before its base class, WfrunError
             return error_reply(self.coordinator.safe(f"the workflow store failed: {exc.message}"),
                                action, "store_unavailable")
+        except WfrunError as exc:
+            return error_reply(self.coordinator.relative(exc.message), action, code_of(exc))
 
     # -- tool actions ----------------------------------------------------------------
     def _dispatch(self, action: str, p: dict[str, Any]) -> ToolReply:
@@ -452,7 +452,7 @@ class SessionController:
                 continue
             try:
                 return self.coordinator.claim(record.run_id, dead_runner=dead)
-            except (WfrunError, StoreError) as exc:
+            except WfrunError as exc:
                 log.info("run %s not taken over: %s", record.run_id, exc)
         return None
 
@@ -513,7 +513,7 @@ class SessionController:
                    "results": live(state.results),
                    "run": {"id": intent.run_id, "status": state.status}, "project": {}}
             return render_text(definition.presentation, ctx)[:50_000]
-        except (WfrunError, StoreError, TemplateError) as exc:
+        except (WfrunError, TemplateError) as exc:
             log.warning("presentation of %s failed: %s", intent.run_id, exc)
             return None
 

@@ -18,7 +18,7 @@ claim (an UPDATE of that row) waits for a write in flight, and afterwards the
 old holder's writes are refused (`fenced`) and change nothing. A sealed bundle
 refuses every write (`sealed`). Trace rows are keyed by seq: an event whose seq
 is taken is refused whole (`exists`), so two writers never interleave. A write that
-cannot reach the database (a restart, a network blip: plain `StoreUnavailable`) is
+cannot reach the database (a restart, a network blip: `StoreUnreachable`) is
 `unavailable`; the engine waits and tries again (the write may have committed
 before the connection broke, which the engine's retry accounts for). Reads raise.
 """
@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from runner.store.ddl import sql_in
-from runner.store.errors import StoreUnavailable
+from runner.store.errors import StoreUnreachable
 from runner.store.postgres.connector import PostgresTransaction
 from runner.store.postgres.db import Conn, PostgresDatabase
 from runner.store.states import CLAIMED_STATUSES
@@ -148,9 +148,7 @@ class PostgresBundleRows:
                     raise _Refused("exists")
         except _Refused as refused:
             return refused.result
-        except StoreUnavailable as exc:
-            if type(exc) is not StoreUnavailable:
-                raise  # a full, read-only or forbidden database is a machine fault
+        except StoreUnreachable:  # a full, read-only or forbidden database is raised
             return "unavailable"
         return "ok"
 
@@ -176,9 +174,7 @@ class PostgresBundleRows:
                 self._insert_bundle(conn, run_id, claim)
         except _Refused as refused:
             return refused.result
-        except StoreUnavailable as exc:
-            if type(exc) is not StoreUnavailable:
-                raise
+        except StoreUnreachable:
             return "unavailable"
         return "ok"
 
@@ -245,9 +241,7 @@ class PostgresBundleRows:
                     raise _Refused(result)
         except _Refused as refused:
             return refused.result
-        except StoreUnavailable as exc:
-            if type(exc) is not StoreUnavailable:
-                raise
+        except StoreUnreachable:
             return "unavailable"
         return "ok"
 

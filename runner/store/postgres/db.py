@@ -8,7 +8,7 @@ Time: `now` (wall-clock seconds) when the caller injects one (tests), otherwise
 the database clock (`now()`, the transaction's start), so the hosts sharing one
 database agree on leases whatever their own clocks say.
 
-Connection loss (server restart, network) is `StoreUnavailable`: retryable; a
+Connection loss (server restart, network) is `StoreUnreachable`: retryable; a
 broken connection is dropped from the pool and the next call reconnects. The
 URL's password never appears in a message (`mask_url`).
 """
@@ -30,11 +30,11 @@ from runner.store.errors import (
     StoreError,
     StoreNoPermission,
     StoreReadOnly,
-    StoreUnavailable,
+    StoreUnreachable,
 )
 from runner.store.urls import mask_url
 
-# The pool logs each failed reconnection attempt; the store raises StoreUnavailable
+# The pool logs each failed reconnection attempt; the store raises StoreUnreachable
 # for the caller instead, so those records stay out of the user's terminal.
 logging.getLogger("psycopg.pool").addHandler(logging.NullHandler())
 logging.getLogger("psycopg.pool").propagate = False
@@ -58,7 +58,7 @@ def translate(exc: BaseException, where: str) -> StoreError:
             f"the database user may not use the wfrun tables at {where}: {text}")
     if isinstance(exc, (psycopg.OperationalError, psycopg_pool.PoolTimeout,
                         psycopg.InterfaceError)):
-        return StoreUnavailable(
+        return StoreUnreachable(
             f"cannot reach the database at {where} ({text}); try again, or check the "
             "server and the URL")
     return StoreError(f"database error at {where}: {text}")

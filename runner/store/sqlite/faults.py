@@ -13,7 +13,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from runner.store.errors import StoreError, StoreUnavailable
+from runner.store.errors import StoreError, StoreUnreachable
 from runner.store.faults import (
     busy,
     corrupt,
@@ -65,14 +65,14 @@ def from_sqlite(exc: sqlite3.Error, path: Path) -> StoreError:
         fault = file_system_fault(path)
         if fault is not None:
             return fault
-        return StoreUnavailable(
+        return StoreUnreachable(
             f"cannot use the store {path}: {text}; nothing was changed. Check the disk "
             "and the folder's permissions, then run the command again"
         )
     if isinstance(exc, sqlite3.IntegrityError):
         return StoreError(f"store constraint violated in {path}: {text}")
     if isinstance(exc, sqlite3.OperationalError):
-        return StoreUnavailable(f"store at {path} unavailable: {text}")
+        return StoreUnreachable(f"store at {path} unavailable: {text}")
     return StoreError(f"store error in {path}: {text}")
 
 

