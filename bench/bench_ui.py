@@ -46,6 +46,7 @@ sys.path.insert(0, str(REPO))
 import httpx  # noqa: E402
 
 from bench.benchkit import machine  # noqa: E402
+from runner.clock import FakeClock  # noqa: E402
 from runner.engine import RunReader  # noqa: E402
 from runner.host.runtime.views import list_runs  # noqa: E402
 from runner.store import NewLaunch, SqliteStore  # noqa: E402
@@ -94,12 +95,12 @@ def make_runs(root: Path, count: int) -> dict[str, int]:
     (template_id,) = [p.name for p in runs.iterdir() if not p.name.startswith(".")]
     template = {p.name: p.read_bytes() for p in (runs / template_id).iterdir()
                 if p.is_file() and not p.name.startswith(".")}
-    clock = [2_000_000_000.0]
-    store = SqliteStore(root / ".wfrun" / "state" / "store.sqlite3", now=lambda: clock[0])
+    clock = FakeClock(2_000_000_000.0)
+    store = SqliteStore(root / ".wfrun" / "state" / "store.sqlite3", clock=clock)
     made = {"done": 0, "cancelled": 0, "queued": 0}
     for i in range(count):
-        clock[0] += 1.0
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(clock[0]))
+        clock.advance(1.0)
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(clock.now()))
         run_id = f"quick-{stamp}-{i:08x}"
         store.launches.enqueue(NewLaunch(
             run_id=run_id, workflow_ref="quick", definition_digest="sha256:" + "0" * 64,

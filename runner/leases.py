@@ -1,4 +1,12 @@
-"""One lease renewer: a thread that keeps every registered claim alive (issue 9).
+"""The lease: how long a claim lasts, how often it is renewed, and the one renewer.
+
+`LEASE_SECONDS` is the one place the lease length is written (a launch's
+activation, a controller pass, a turn intent, a notification's delivery); every
+renewal interval is `renew_every(lease)`, a third of it, so two renewals in a row
+can fail (or stall) before the lease runs out. tests/unit/test_lease_policy.py
+fails on a second literal.
+
+One lease renewer: a thread that keeps every registered claim alive (issue 9).
 
 A `Renewer` serves any number of held items (a launch's activation, a controller
 pass's claim) from one thread, started on the first `add`. Every `tick` it visits
@@ -10,8 +18,7 @@ or last renewed, `renew(item)`:
     False   lost (taken over, expired): the item is dropped and `on_lost(item)` called
     None    could not tell (a busy store): tried again on the next tick
 
-Choose `renew_every` at most lease/3, so two renewals in a row can fail (or stall)
-before the lease runs out.
+Give it `renew_every(lease)` (or less).
 
 Due times are read on the Clock (`clock.monotonic()`); the thread paces itself on
 its own event, never with `Clock.sleep`: a background thread must not move a
@@ -34,10 +41,20 @@ from typing import Generic, TypeVar
 
 from runner.clock import Clock
 
-__all__ = ["Renewer"]
+__all__ = ["LEASE_SECONDS", "Renewer", "renew_every"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+#: How long a claim lasts without renewal. A runner that dies is taken over after
+#: this long; a live one renews every third of it.
+LEASE_SECONDS = 30.0
+
+
+def renew_every(lease_seconds: float = LEASE_SECONDS) -> float:
+    """How often a holder renews a lease of `lease_seconds`: a third of it, so two
+    renewals in a row can fail (a busy store, a stalled thread) before it expires."""
+    return lease_seconds / 3
 
 
 @dataclass(eq=False)

@@ -215,12 +215,14 @@ def one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def bound(text: str, max_bytes: int = MAX_SAFE_BYTES, keep: Keep = "head") -> str:
+def bound(text: str, max_bytes: int = MAX_SAFE_BYTES, keep: Keep = "head", *,
+          mark: bool = True) -> str:
     """At most `max_bytes` UTF-8 bytes of `text`, cut at a character boundary.
 
     A cut text keeps its head (or its tail, for output whose end is what matters)
-    and marks the cut with "…", counted inside the limit. A character that cannot be
-    encoded (a lone surrogate) becomes "?", so the result always encodes.
+    and marks the cut with "…", counted inside the limit (`mark=False`: no mark, for
+    a field whose readers compare its text). A character that cannot be encoded (a
+    lone surrogate) becomes "?", so the result always encodes.
     """
     if max_bytes < 0:
         raise ValueError(f"max_bytes must be at least 0, got {max_bytes}")
@@ -229,7 +231,7 @@ def bound(text: str, max_bytes: int = MAX_SAFE_BYTES, keep: Keep = "head") -> st
     data = text.encode("utf-8", errors="replace")
     if len(data) <= max_bytes:
         return data.decode("utf-8")
-    marker = ELLIPSIS if max_bytes >= _ELLIPSIS_BYTES else ""
+    marker = ELLIPSIS if mark and max_bytes >= _ELLIPSIS_BYTES else ""
     room = max_bytes - len(marker.encode())
     if keep == "head":
         # A partial character at the cut is invalid UTF-8 and is dropped.

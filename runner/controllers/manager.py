@@ -33,7 +33,8 @@ from runner.backoff import backoff_delay as backoff_delay
 from runner.clock import Clock, SystemClock, iso
 from runner.deadline import run_with_deadline
 from runner.errors import InputError, NotFoundError, PermanentError, TemporaryError
-from runner.leases import Renewer
+from runner.leases import LEASE_SECONDS, Renewer, renew_every
+from runner.safety import bound, one_line
 from runner.store import LostRace, StoreError
 from runner.store.controller_interface import (
     ClaimedPass,
@@ -68,7 +69,7 @@ _USER_CODE_CLOCK = SystemClock()
 class ManagerConfig:
     workers: int = 4
     per_controller: dict[str, int] = field(default_factory=dict)
-    lease_seconds: float = 30.0
+    lease_seconds: float = LEASE_SECONDS
     idle_poll: float = 0.25
     shutdown_grace: float = 10.0
     backoff_base: float = 1.0
@@ -82,8 +83,7 @@ class ManagerConfig:
 
 
 def _bounded(text: str) -> str:
-    data = " ".join(text.split()).encode()
-    return data[:MAX_ERROR_BYTES].decode(errors="ignore")
+    return bound(one_line(text), MAX_ERROR_BYTES)
 
 
 @dataclass(frozen=True)
@@ -152,9 +152,9 @@ class ControllerManager:
         self.lanes = Lanes(max(1, min(self.config.lanes, self.config.workers)))
         self._poller = False  # an idle worker is watching the store (under _wake)
         self.habits = Habits()  # whether each controller's calls block (lanes.py)
-        # Every held claim renewed at least every lease/3: checked every lease/9,
-        # renewed once 2/9 of the lease has passed since the last renewal.
-        every = max(self.config.lease_seconds / 3, 0.05)
+        # Every held claim renewed at least every lease/3 (`renew_every`): checked
+        # every lease/9, renewed once 2/9 of the lease has passed since the last renewal.
+        every = max(renew_every(self.config.lease_seconds), 0.05)
         self._renewer: Renewer[_Claim] = Renewer(
             self.clock, self._renew, self._lost, renew_every=every * 2 / 3, tick=every / 3,
             name="wfrun-lease-renewer")

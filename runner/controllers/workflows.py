@@ -17,13 +17,12 @@ ends, in the same transaction that wakes the parent.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from runner.canonical import fingerprint
 from runner.clock import Clock, SystemClock
 from runner.compiler import WorkflowDefinition
 from runner.engine import RunReader, new_run_id
@@ -48,12 +47,6 @@ __all__ = ["ChildLauncher", "ChildView", "ChildWorkflows", "Resolver", "fingerpr
 
 class Resolver(Protocol):
     def compile(self, ref: str) -> tuple[WorkflowDefinition, str]: ...
-
-
-def fingerprint(value: Any) -> str:
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False)
-    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
 @dataclass(frozen=True)

@@ -41,9 +41,9 @@ from runner.engine.runner import Observer
 from runner.engine.secrets import SecretSource
 from runner.errors import InputError, machine_fault
 from runner.launch import EngineOptions, LaunchCoordinator
-from runner.launch.coordinator import LEASE_SECONDS, RENEW_EVERY
 from runner.launch.handback import executor_for_sessions
 from runner.launch.wakeups import LaunchListener
+from runner.leases import LEASE_SECONDS, renew_every
 from runner.private import private_dirs
 from runner.store import LaunchRecord, NextClaim, QueuedSources, Store, StoreError
 from runner.store.wakeups import launch_wakeups
@@ -288,7 +288,7 @@ class StandaloneHost:
         self.coordinator = LaunchCoordinator(store, ws, ws.runs_dir, runner_id=runner_id(),
                                              clock=ws.clock, options=options,
                                              lease_seconds=lease_seconds,
-                                             renew_every=min(RENEW_EVERY, lease_seconds / 3),
+                                             renew_every=renew_every(lease_seconds),
                                              crash=ws.crash_point,
                                              rows=ws.bundle_rows(store), for_sessions=True)
         self.coordinator.faults.announce = True  # launches a full disk left waiting

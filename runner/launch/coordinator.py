@@ -53,6 +53,7 @@ from runner.errors import (
     WfrunError,
     machine_fault,
 )
+from runner.leases import LEASE_SECONDS, renew_every
 from runner.safety import one_line, safe_message, secret_values
 from runner.store import (
     MAX_ACTIVATION_CRASHES,
@@ -75,8 +76,7 @@ from .preflight import Preflight, PreflightError, Resolver, workflow_name
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
-LEASE_SECONDS = 30.0
-RENEW_EVERY = 10.0
+RENEW_EVERY = renew_every(LEASE_SECONDS)
 #: An activation's input scrub (a WAL checkpoint) is batched: it runs when this
 #: coordinator finds the queue empty, when a run it claimed by id ends, or once
 #: SCRUB_BATCH activations or SCRUB_SECONDS have passed since the first one owed
@@ -225,7 +225,7 @@ class LaunchCoordinator(Preflight):
     @property
     def fence_margin(self) -> float:
         """Seconds of lease the fence keeps in hand before it answers locally."""
-        return self.lease_seconds / 3
+        return renew_every(self.lease_seconds)
 
     def safe(self, text: str, run_input: Any = None) -> str:
         """Redacted, bounded text. Secrets are redacted, not ordinary words: of the run
@@ -546,7 +546,7 @@ class LaunchCoordinator(Preflight):
             # A database that went away (a restart, a network blip: StoreUnreachable)
             # is waited for, up to a third of the lease, and asked again:
             # only its answer says the claim is still ours, so nothing runs unfenced.
-            give_up = self.clock.monotonic() + self.lease_seconds / 3
+            give_up = self.clock.monotonic() + renew_every(self.lease_seconds)
             while True:
                 try:
                     if known["running"] and self.clock.monotonic() < known["until"]:
@@ -570,7 +570,7 @@ class LaunchCoordinator(Preflight):
                       work_dir=opts.project_root, fence=fence, processes=opts.processes,
                       crash_point=opts.crash_point,
                       secret_source=self._secret_source(record.run_id),
-                      rows=self.rows, claim=token, patience=self.lease_seconds / 3,
+                      rows=self.rows, claim=token, patience=renew_every(self.lease_seconds),
                       launch=None if self.rows is None or act is None else self._link(act),
                       # Only a take-over (the claim found the row `running`: its runner
                       # died mid-node). A park stopped its node itself; that resumes as before.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 
+from runner.safety import bound
 from runner.store import NewTurnIntent, TurnCause
 
 FACTS_SCHEMA = "wfrun.deferred-turn-facts.v1"
@@ -85,7 +86,7 @@ def new_intent(*, session_id: str, run_id: str, workflow: str, cause: TurnCause,
         "cause": cause,
         "nodeId": node,
         "attemptId": attempt,
-        "reason": reason.encode()[:MAX_REASON_BYTES].decode(errors="ignore"),
+        "reason": bound(reason, MAX_REASON_BYTES, mark=False),
         "handoff": handoff,
     }
     return NewTurnIntent(

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from runner.clock import Clock
-from runner.leases import Renewer
+from runner.leases import Renewer, renew_every
 from runner.store import LostRace, Store, StoreError
 
 if TYPE_CHECKING:
@@ -91,7 +91,7 @@ class LeaseKeeper:
             return None  # a busy store; the next tick retries before the lease runs out
         if isinstance(renewed, LostRace):
             return False
-        act.held(renewed, sent, self.lease_seconds / 3)  # the fence answers from it
+        act.held(renewed, sent, renew_every(self.lease_seconds))  # the fence answers from it
         return True
 
     def _lost(self, kept: _Kept) -> None:

@@ -16,6 +16,7 @@ from runner.compiler import WorkflowDefinition
 from runner.engine import check_input, new_run_id
 from runner.engine.secrets import split_input
 from runner.errors import DefinitionInvalid, InputError, NotFoundError, WfrunError
+from runner.leases import LEASE_SECONDS
 from runner.store import LaunchRecord, LostRace, NewLaunch, StoreError
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ class Preflight:
     def prepare(self, ref: str, run_input: Any = None, *, session_id: str | None = None,
                 parent_run_id: str | None = None, presentation_pending: str | None = None,
                 affinity_runner_id: str | None = None, run_id: str | None = None,
-                claim_by: str | None = None, lease_seconds: float = 30.0
+                claim_by: str | None = None, lease_seconds: float = LEASE_SECONDS
                 ) -> LaunchRecord:
         """Every pre-reply check, then one committed `queued` row with the final run id
         (`claim_by`: claimed by that runner in the same commit)."""

@@ -8,6 +8,7 @@ modules and `runner.errors`, whose tree the store's errors belong to).
 
 from __future__ import annotations
 
+from runner.leases import LEASE_SECONDS as DEFAULT_LEASE_SECONDS
 from runner.store.errors import (
     RESET_INSTRUCTION,
     IdentityConflict,
@@ -24,7 +25,6 @@ from runner.store.errors import (
     StoreUnreachable,
 )
 from runner.store.interface import (
-    DEFAULT_LEASE_SECONDS,
     BundleRefused,
     BundleWrite,
     LaunchQueue,

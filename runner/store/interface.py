@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
+from runner.leases import LEASE_SECONDS as DEFAULT_LEASE_SECONDS
 from runner.store.records import (
     LaunchRecord,
     LostRace,
@@ -34,8 +35,6 @@ from runner.store.states import (
     RecoveryOutcome,
     TurnResolution,
 )
-
-DEFAULT_LEASE_SECONDS = 30.0
 
 #: A run bundle's own statements, run in a launch transition's transaction when the
 #: bundles live in the store's database (runner/engine/rows.py): given the open

@@ -32,11 +32,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("cli/follow.py", "follow_run"): "display only: yield so the live view's last refresh lands",
     ("compiler/discovery.py", "build_catalog"): "compared with folder mtimes, which the "
                                                 "kernel's real clock sets (a racy scan check)",
-    # The store takes `now` as an input and defaults it to the system time.
-    ("store/sqlite/store.py", "SqliteStore.__init__"): "the store's `now` input defaults to "
-                                                       "the system time",
-    ("store/sqlite/store.py", "SqliteStore.reset"): "the store's `now` input defaults to "
-                                                    "the system time",
 }
 
 

@@ -445,8 +445,8 @@ def open_store(ws: Workspace, *, read_only: bool = False) -> Any:
     path = store_path(ws)
     try:
         if read_only and path.is_file() and path.stat().st_size > 0:
-            return SqliteStore(path, now=ws.clock.now, read_only=True)
-        return SqliteStore(path, now=ws.clock.now)
+            return SqliteStore(path, clock=ws.clock, read_only=True)
+        return SqliteStore(path, clock=ws.clock)
     except (StoreError, OSError) as exc:
         # Chained to the store's own error, so a caller can tell a damaged store.
         raise _store_error(exc, path) from exc

@@ -49,7 +49,7 @@ def open_session(host: Host, ws: Workspace, *, store_clock: Clock | None = None)
     if store_clock is None or store_choice(ws).url is not None:
         store = open_store(ws)  # Postgres times leases on the database clock
     else:
-        store = SqliteStore(store_path(ws), now=store_clock.now)
+        store = SqliteStore(store_path(ws), clock=store_clock)
     options = EngineOptions(project_root=ws.project_root,
                             processes=registry_for_this_process(ws.children_dir),
                             crash_point=ws.crash_point)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
+from runner.leases import LEASE_SECONDS
 from runner.store.connector import Connector, Row, Transaction, UniqueViolation, named
 from runner.store.errors import IdentityConflict
 from runner.store.records import (
@@ -155,7 +156,7 @@ class TurnIntents:
             return make_intent_eligible(tx, self.sql, intent_id)
 
     def claim_delivery(self, intent_id: str, *,
-                       lease_seconds: float = 30.0) -> TurnIntent | LostRace:
+                       lease_seconds: float = LEASE_SECONDS) -> TurnIntent | LostRace:
         lease = lease_ms(lease_seconds)
         with self._connector.write() as tx:
             now = tx.now_ms()

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from runner.leases import LEASE_SECONDS
 from runner.store.connector import (
     Connector,
     Params,
@@ -114,7 +115,7 @@ class LaunchQueue(LaunchReads):
 
     def enqueue(self, launch: NewLaunch, *,
                 claim_by: str | None = None,
-                lease_seconds: float = 30.0) -> LaunchRecord | LostRace:
+                lease_seconds: float = LEASE_SECONDS) -> LaunchRecord | LostRace:
         check_id(launch.run_id, "run_id")
         if claim_by is not None:
             check_id(claim_by, "claim_by")
@@ -181,7 +182,7 @@ class LaunchQueue(LaunchReads):
     def _load(self, tx: Transaction, run_id: str) -> Row | None:
         return tx.one(self._sql["load"] + tx.dialect.lock, {"run_id": run_id})
 
-    def claim(self, run_id: str, *, runner_id: str, lease_seconds: float = 30.0,
+    def claim(self, run_id: str, *, runner_id: str, lease_seconds: float = LEASE_SECONDS,
               dead_runner: str | None = None) -> LaunchRecord | LostRace:
         check_id(runner_id, "runner_id")
         lease = lease_ms(lease_seconds)
@@ -215,7 +216,7 @@ class LaunchQueue(LaunchReads):
                 return LostRace(run_id, "session_reserved", status)
 
     def claim_next(self, *, runner_id: str, session_id: str | None = None,
-                   lease_seconds: float = 30.0) -> LaunchRecord | None:
+                   lease_seconds: float = LEASE_SECONDS) -> LaunchRecord | None:
         check_id(runner_id, "runner_id")
         lease = lease_ms(lease_seconds)
         probes = self.claim_probes(session_id)
@@ -305,7 +306,7 @@ class LaunchQueue(LaunchReads):
         return launch_from_row(claimed)
 
     def renew_lease(self, run_id: str, claim_token: str, *,
-                    lease_seconds: float = 30.0) -> LaunchRecord | LostRace:
+                    lease_seconds: float = LEASE_SECONDS) -> LaunchRecord | LostRace:
         lease = lease_ms(lease_seconds)
         with self._connector.write(durable=CLAIM_DURABLE) as tx:
             now = tx.now_ms()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from runner.leases import LEASE_SECONDS
 from runner.store.connector import Connector, Row, Transaction, named
 from runner.store.errors import IdentityConflict
 from runner.store.records import (
@@ -101,7 +102,7 @@ class Notifications:
         return tx.one(self._sql["load"] + tx.dialect.lock, {"notification_id": notification_id})
 
     def claim_delivery(self, notification_id: str, *,
-                       lease_seconds: float = 30.0) -> Notification | LostRace:
+                       lease_seconds: float = LEASE_SECONDS) -> Notification | LostRace:
         lease = lease_ms(lease_seconds)
         with self._connector.write() as tx:
             now = tx.now_ms()

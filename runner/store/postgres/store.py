@@ -5,7 +5,7 @@
 
 The tables live in the first schema of the URL's search_path (`?options=-csearch_path%3Dx`
 picks another), so several projects or tests can share one database. Leases and
-delays use the database clock unless a clock is injected (`now=`, for tests).
+delays use the database clock unless a Clock is injected (`clock=`, for tests).
 
 Run bundles live in the same database (`bundles`, postgres/bundles.py: the engine's
 rows protocol), so any host on it can resume any run; see docs/store.md.
@@ -13,10 +13,10 @@ rows protocol), so any host on it can resume any run; see docs/store.md.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from runner.clock import Clock
 from runner.store.domain.launch_side import LaunchSide
 from runner.store.layout import SCHEMA_ID
 from runner.store.postgres.bundles import PostgresBundleRows
@@ -47,11 +47,12 @@ class PostgresStore(LaunchSide):
     """The durable store on Postgres; safe to share between threads
     (a connection pool) and between processes and machines (row locks)."""
 
-    def __init__(self, url: str, *, now: Callable[[], float] | None = None,
+    def __init__(self, url: str, *, clock: Clock | None = None,
                  pool_size: int = DEFAULT_POOL_SIZE,
                  connect_timeout: float = CONNECT_TIMEOUT_SECONDS, _reset: bool = False) -> None:
         self._url = url
-        self._db = PostgresDatabase(url, now=now, pool_size=pool_size,
+        self._db = PostgresDatabase(url, now=clock.now if clock is not None else None,
+                                    pool_size=pool_size,
                                     connect_timeout=connect_timeout)
         try:
             if _reset:
@@ -72,10 +73,10 @@ class PostgresStore(LaunchSide):
         self._bundles = PostgresBundleRows(self._db)
 
     @classmethod
-    def reset(cls, url: str, *, now: Callable[[], float] | None = None) -> PostgresStore:
+    def reset(cls, url: str, *, clock: Clock | None = None) -> PostgresStore:
         """Drop wfrun's tables in the URL's schema (nothing else) and create them again.
         The run bundle tables are kept. Stop every host using the store first."""
-        return cls(url, now=now, _reset=True)
+        return cls(url, clock=clock, _reset=True)
 
     @property
     def location(self) -> str:

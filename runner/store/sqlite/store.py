@@ -10,12 +10,11 @@ The caller decides the path; the store never looks at run bundles.
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from runner.clock import Clock, SystemClock
 from runner.store.domain.launch_side import LaunchSide
 from runner.store.layout import SCHEMA_ID
 from runner.store.sqlite.connector import SqliteConnector
@@ -37,22 +36,22 @@ if TYPE_CHECKING:
 class SqliteStore(LaunchSide):
     """The durable store on one SQLite file.
 
-    `now` returns wall-clock seconds since the Unix epoch (float); the store keeps
-    integer milliseconds. Leases and expiry are computed from it, so tests pass
-    a fake clock. One store object may be shared by threads: each thread gets
-    its own connection.
+    Time is read on `clock` (`clock.now()`: wall-clock seconds since the Unix epoch;
+    the system clock when none is given); the store keeps integer milliseconds.
+    Leases and expiry are computed from it, so tests pass a fake clock. One store
+    object may be shared by threads: each thread gets its own connection.
     """
 
     def __init__(
         self,
         path: str | os.PathLike[str],
         *,
-        now: Callable[[], float] = time.time,
+        clock: Clock | None = None,
         busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
         read_only: bool = False,
     ) -> None:
         self._path = Path(path)
-        self._now = now
+        self._now = (clock if clock is not None else SystemClock()).now
         self._db: SqliteDatabase = open_database(
             self._path, now_ms=self.now_ms(), busy_timeout_ms=busy_timeout_ms,
             read_only=read_only,
@@ -70,7 +69,7 @@ class SqliteStore(LaunchSide):
         cls,
         path: str | os.PathLike[str],
         *,
-        now: Callable[[], float] = time.time,
+        clock: Clock | None = None,
         busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
     ) -> SqliteStore:
         """Delete the store file (and its -wal/-shm/-journal) and create a fresh one.
@@ -79,7 +78,7 @@ class SqliteStore(LaunchSide):
         Stop every host using the store first.
         """
         remove_store_files(Path(path))
-        return cls(path, now=now, busy_timeout_ms=busy_timeout_ms)
+        return cls(path, clock=clock, busy_timeout_ms=busy_timeout_ms)
 
     @property
     def path(self) -> Path:

@@ -177,7 +177,7 @@ class Harness:
         self.managers: list[ControllerManager] = []
 
     def _open(self) -> SqliteStore:
-        return SqliteStore(store_path(self.root), now=self.clock.now)
+        return SqliteStore(store_path(self.root), clock=self.clock)
 
     def manager(self, **kw: Any) -> ControllerManager:
         children = ChildWorkflows(self.store, self.ws, self.ws.runs_dir, clock=self.clock,

@@ -106,7 +106,7 @@ def test_sigkill_in_a_batch_loses_nothing_and_repeats_no_effect(
     clock = FileClock.create(tmp_path / "clock")
     env = {CLOCK_FILE_ENV: clock.path}
     provider, log = tmp_path / "provider.txt", tmp_path / "passes.jsonl"
-    with SqliteStore(store_path(project), now=clock.now) as store:
+    with SqliteStore(store_path(project), clock=clock) as store:
         manager = ControllerManager(
             store, [load(project / ".wfrun" / "controllers" / "tally.yaml")], clock=clock)
         for key in KEYS:
@@ -122,7 +122,7 @@ def test_sigkill_in_a_batch_loses_nothing_and_repeats_no_effect(
     assert crashed.returncode == -signal.SIGKILL, stderr
     assert f"crashing at {point.split(':')[0]}" in stderr
 
-    with SqliteStore(store_path(project), now=clock.now) as store:
+    with SqliteStore(store_path(project), clock=clock) as store:
         held = [i for i in store.reconcile_queue.list("tally") if i.claim_token is not None]
         assert held, "the crash left no claimed key behind: the point was not inside a batch"
         unfinished = {i.key for i in held}
@@ -134,7 +134,7 @@ def test_sigkill_in_a_batch_loses_nothing_and_repeats_no_effect(
     # Before the lease runs out, a new process reconciles only keys nobody holds.
     tokens = {i.key: i.claim_token for i in held}
     assert run_driver(project, "--once", "--lease", str(LEASE), env=env).returncode == 0
-    with SqliteStore(store_path(project), now=clock.now) as store:
+    with SqliteStore(store_path(project), clock=clock) as store:
         still = {i.key: i.claim_token for i in store.reconcile_queue.list("tally")
                  if i.claim_token is not None}
     assert still == tokens
@@ -142,7 +142,7 @@ def test_sigkill_in_a_batch_loses_nothing_and_repeats_no_effect(
     done = run_driver(project, "--once", "--workers", "4", "--lease", str(LEASE), env=env)
     assert done.returncode == 0, done.stderr
 
-    with SqliteStore(store_path(project), now=clock.now) as store:
+    with SqliteStore(store_path(project), clock=clock) as store:
         assert store.reconcile_queue.list() == []
         for key in KEYS:
             r = store.resources.get("tally", key)

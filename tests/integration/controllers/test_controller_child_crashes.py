@@ -99,7 +99,7 @@ def env_of(clock: FileClock, **extra: str) -> dict[str, str]:
 
 
 def open_store(project: Path, clock: FileClock) -> SqliteStore:
-    return SqliteStore(store_path(project), now=clock.now)
+    return SqliteStore(store_path(project), clock=clock)
 
 
 def apply_parent(project: Path, clock: FileClock, child: str) -> None:

@@ -109,7 +109,7 @@ def with_controllers(h: Harness, *controllers: Any) -> None:
 
 def other_process(h: Harness) -> tuple[SqliteStore, ChildWorkflows]:
     """A second process's view: its own store connection, workspace and launcher."""
-    store = SqliteStore(store_path(h.root), now=h.clock.now)
+    store = SqliteStore(store_path(h.root), clock=h.clock)
     ws = Workspace(build_catalog("workflows", h.root, None), h.root, h.root / ".state")
     return store, ChildWorkflows(store, ws, ws.runs_dir, clock=h.clock,
                                  launcher=child_launcher(ws, store))

@@ -64,7 +64,7 @@ class Store:
     def pass_(self, controller: Any, *, crash_at: str | None = None) -> int:
         """One fresh manager (a new process) runs what is due, with an optional crash."""
         self.close()
-        self.current = SqliteStore(self.path, now=self.clock.now)
+        self.current = SqliteStore(self.path, clock=self.clock)
         crashed = [False]
 
         def crash(point: str) -> None:
@@ -77,7 +77,7 @@ class Store:
 
     def open(self) -> SqliteStore:
         if self.current is None:
-            self.current = SqliteStore(self.path, now=self.clock.now)
+            self.current = SqliteStore(self.path, clock=self.clock)
         return self.current
 
     def close(self) -> None:

@@ -57,7 +57,7 @@ class Crash(BaseException):
 
 @pytest.fixture
 def store(tmp_path: Path) -> Any:
-    s = SqliteStore(tmp_path / "store.sqlite3", now=FakeClock().now)
+    s = SqliteStore(tmp_path / "store.sqlite3", clock=FakeClock())
     yield s
     s.close()
 
@@ -228,7 +228,7 @@ def test_manager_passes_crash_seam_to_effects_and_recovers_on_the_next_pass(
         return ctx.settled({"effect": out.state, "recovered": out.recovered})
 
     clock = FakeClock()
-    with SqliteStore(tmp_path / "m.sqlite3", now=clock.now) as store:
+    with SqliteStore(tmp_path / "m.sqlite3", clock=clock) as store:
         m = ControllerManager(store, [define_controller("ctl", reconcile)], clock=clock,
                               crash=crash)
         m.apply("ctl", "x", {"sha": "a"})

@@ -68,7 +68,7 @@ def clock_env(clock: FileClock) -> dict[str, str]:
 
 
 def open_store(project: Path, clock: Clock | None = None) -> SqliteStore:
-    return SqliteStore(store_path(project), now=(clock or SystemClock()).now)
+    return SqliteStore(store_path(project), clock=clock or SystemClock())
 
 
 def passes_of(done: subprocess.CompletedProcess[str]) -> int:

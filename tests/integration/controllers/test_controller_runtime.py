@@ -21,7 +21,7 @@ import pytest
 from ctlkit import Harness, probe_controller, read_log, store_path, wait_for
 from waiting import DEADLINE
 
-from runner.clock import SystemClock
+from runner.clock import FakeClock, SystemClock
 from runner.controllers import (
     Condition,
     ControllerManager,
@@ -292,7 +292,7 @@ def test_lost_claim_is_noticed_by_the_renewal_timer(project: Path) -> None:
         q = h.store.reconcile_queue
         wait_for(lambda: getattr(q.get("slow", "k"), "claim_token", None) is not None)
         # another host whose clock runs 100 s ahead sees the lease expired and takes it
-        ahead = SqliteStore(store_path(project), now=lambda: time.time() + 100)
+        ahead = SqliteStore(store_path(project), clock=FakeClock(time.time() + 100))
         try:
             assert ahead.reconcile_queue.claim_next(runner_id="other", lease_seconds=300)
         finally:

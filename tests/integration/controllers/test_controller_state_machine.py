@@ -65,7 +65,7 @@ class ControllerMachine(RuleBasedStateMachine):
 
     # -- plumbing -------------------------------------------------------------------------
     def _open(self) -> SqliteStore:
-        return SqliteStore(self.dir / "store.sqlite3", now=self.clock.now)
+        return SqliteStore(self.dir / "store.sqlite3", clock=self.clock)
 
     def _manager(self) -> ControllerManager:
         return ControllerManager(self.store, [self.controller], clock=self.clock,

@@ -218,10 +218,10 @@ def make_session(tmp_path: Path, model: Model, workflows: dict[str, str], *,
 def open_test_store(ws: Workspace, store_url: str | None, clock: FakeClock) -> Store:
     """The session's store on the test's clock: the SQLite file, or the Postgres schema."""
     if store_url is None:
-        return SqliteStore(store_path(ws), now=clock.now)
+        return SqliteStore(store_path(ws), clock=clock)
     from runner.store.postgres import PostgresStore
 
-    return PostgresStore(store_url, now=clock.now, pool_size=2)
+    return PostgresStore(store_url, clock=clock, pool_size=2)
 
 
 def _build(root: Path, model: Model, *, session_id: str, store_clock: FakeClock,

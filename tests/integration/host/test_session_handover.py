@@ -51,7 +51,7 @@ class Host:
     """A real `StandaloneHost` of the project on a thread, on the session's store clock."""
 
     def __init__(self, s: Session) -> None:
-        self.store = SqliteStore(store_path(s.ws), now=s.store_clock.now)
+        self.store = SqliteStore(store_path(s.ws), clock=s.store_clock)
         self.host = StandaloneHost(s.ws, self.store, poll=0.02)
         self.thread = threading.Thread(target=self.host.run, daemon=True)
         self.thread.start()

@@ -91,10 +91,10 @@ class Report:
 
 def open_store(root: Path, store_url: str | None, clock: FakeClock) -> Store:
     if store_url is None:
-        return SqliteStore(root / ".wfrun" / "state" / "store.sqlite3", now=clock.now)
+        return SqliteStore(root / ".wfrun" / "state" / "store.sqlite3", clock=clock)
     from runner.store.postgres import PostgresStore
 
-    return PostgresStore(store_url, now=clock.now, pool_size=2)
+    return PostgresStore(store_url, clock=clock, pool_size=2)
 
 
 class World:

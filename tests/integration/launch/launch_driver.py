@@ -32,9 +32,9 @@ import json
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 
+from runner.clock import SystemClock
 from runner.compiler import build_catalog
 from runner.engine.agent import CONTRACT_RE
 from runner.host.runtime.local import Workspace
@@ -103,14 +103,22 @@ class Model:
 
 def open_store(project: Path, url: str | None, offset: float) -> Store:
     """The store on a clock `offset` seconds ahead (leases a killed process held expire)."""
-    def now() -> float:
-        return time.time() + offset
-
+    clock = Ahead(offset)
     if url is None:
-        return SqliteStore(project / ".wfrun" / "state" / "store.sqlite3", now=now)
+        return SqliteStore(project / ".wfrun" / "state" / "store.sqlite3", clock=clock)
     from runner.store.postgres import PostgresStore
 
-    return PostgresStore(url, now=now, pool_size=2)
+    return PostgresStore(url, clock=clock, pool_size=2)
+
+
+class Ahead(SystemClock):
+    """The system clock, `offset` seconds ahead."""
+
+    def __init__(self, offset: float) -> None:
+        self.offset = offset
+
+    def now(self) -> float:
+        return super().now() + self.offset
 
 
 def main(argv: list[str]) -> int:

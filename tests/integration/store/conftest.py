@@ -26,9 +26,9 @@ def _sqlite(tmp_path: Path) -> Backend:
     counter = itertools.count()
 
     def fresh(clock: FakeClock) -> Store:
-        return SqliteStore(tmp_path / "fresh" / f"{next(counter)}.sqlite3", now=clock.now)
+        return SqliteStore(tmp_path / "fresh" / f"{next(counter)}.sqlite3", clock=clock)
 
-    return Backend("sqlite", lambda clock: SqliteStore(path, now=clock.now), fresh)
+    return Backend("sqlite", lambda clock: SqliteStore(path, clock=clock), fresh)
 
 
 #: The modules whose every test also runs on Postgres.
@@ -60,9 +60,9 @@ def _postgres(cluster: PgCluster) -> Backend:
     url = schema()
 
     def fresh(clock: FakeClock) -> Store:
-        return PostgresStore(schema(), now=clock.now, pool_size=2)
+        return PostgresStore(schema(), clock=clock, pool_size=2)
 
-    return Backend("postgres", lambda clock: PostgresStore(url, now=clock.now, pool_size=2),
+    return Backend("postgres", lambda clock: PostgresStore(url, clock=clock, pool_size=2),
                    fresh)
 
 

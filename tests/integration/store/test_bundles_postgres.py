@@ -31,7 +31,7 @@ def url(pg_cluster: PgCluster) -> str:
 @pytest.fixture
 def pg(url: str) -> Iterator[tuple[PostgresStore, FakeClock]]:
     clock = FakeClock()
-    with PostgresStore(url, now=clock.now, pool_size=2) as store:
+    with PostgresStore(url, clock=clock, pool_size=2) as store:
         yield store, clock
 
 

@@ -261,7 +261,7 @@ GONE_UID = "f" * 32
 
 def test_retention_pins_forgets_and_trims_as_on_sqlite(url: str) -> None:
     clock = FakeClock()
-    with PostgresStore(url, now=clock.now) as s:
+    with PostgresStore(url, clock=clock) as s:
         s.launches.enqueue(launch("run-queued"))
         s.launches.enqueue(launch("run-cancelled"))
         s.launches.cancel("run-cancelled")

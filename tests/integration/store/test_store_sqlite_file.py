@@ -91,7 +91,7 @@ def test_durability_settings(path: Path) -> None:
 
 
 def test_every_write_is_a_begin_immediate_transaction(path: Path, clock: FakeClock) -> None:
-    with SqliteStore(path, now=clock.now) as store:
+    with SqliteStore(path, clock=clock) as store:
         statements: list[str] = []
         store._db.connection().set_trace_callback(statements.append)
         store.launches.enqueue(launch("run-1", origin_session_id="s"))

@@ -29,7 +29,7 @@ def _launch(run_id: str, workflow: str) -> NewLaunch:
 
 @pytest.fixture
 def store(tmp_path: Path) -> SqliteStore:
-    store = SqliteStore(tmp_path / "store.sqlite3", now=Clock().now)
+    store = SqliteStore(tmp_path / "store.sqlite3", clock=Clock())
     for i in range(25):
         store.launches.enqueue(_launch(f"run-{i:02d}", "alpha" if i % 5 else "beta"))
     for i in (3, 7, 11):

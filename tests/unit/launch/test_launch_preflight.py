@@ -54,7 +54,7 @@ def env(tmp_path: Path) -> tuple[Workspace, SqliteStore, LaunchCoordinator]:
     (root / ".wfrun" / "workflows").mkdir(parents=True)
     (root / ".wfrun" / "workflows" / "w.yaml").write_text(WF)
     ws = Workspace(build_catalog("workflows", root, None), root, root / ".wfrun" / "state")
-    store = SqliteStore(tmp_path / "store.sqlite3", now=FakeClock().now)
+    store = SqliteStore(tmp_path / "store.sqlite3", clock=FakeClock())
     coordinator = LaunchCoordinator(store, ws, ws.runs_dir, runner_id="r")
     yield ws, store, coordinator
     store.close()

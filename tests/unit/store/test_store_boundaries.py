@@ -1,6 +1,7 @@
 """runner.store stands alone: no imports from the rest of runner but the shared policy
-modules (runner.safety, runner.canonical, runner.private) and the one error tree
-(runner.errors, whose StoreError branch the store defines), injected time."""
+modules (runner.safety, runner.canonical, runner.private, runner.leases, runner.clock)
+and the one error tree (runner.errors, whose StoreError branch the store defines);
+time comes from the injected Clock."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ def _imports(path: Path) -> set[str]:
 
 
 #: The root-level modules (standard library only) every layer shares.
-SHARED_POLICIES = {"runner.safety", "runner.canonical", "runner.private", "runner.errors"}
+SHARED_POLICIES = {"runner.safety", "runner.canonical", "runner.private", "runner.leases",
+                   "runner.clock", "runner.errors"}
 
 
 def test_the_store_imports_nothing_from_the_rest_of_runner_but_the_shared_policies() -> None:
