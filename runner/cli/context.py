@@ -5,13 +5,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from runner.errors import InputError
 
 if TYPE_CHECKING:  # the compiler loads on first use: `wfrun --help` never pays for it
+    from runner.clock import Clock
     from runner.compiler import Catalog
     from runner.compiler.discovery import Kind
+    from runner.engine import AgentStepExecutor
 
 PROJECT_DIR = ".wfrun"  # runner.compiler.discovery.PROJECT_DIR (a test keeps them equal)
 
@@ -60,7 +62,8 @@ class Context:
             platform_dir = Path(platformdirs.user_config_dir("wfrun"))
         return user_folder_default(os.environ.get("WFRUN_HOME"), platform_dir)
 
-    def executor(self, spec: str | None, clock: Any = None) -> Any:
+    def executor(self, spec: str | None, clock: Clock | None = None
+                 ) -> AgentStepExecutor | None:
         """The agent executor a `--agent SPEC` names, with the global openai settings."""
         from runner.host.runtime.local import make_executor
 

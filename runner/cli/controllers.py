@@ -7,7 +7,7 @@ import signal
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -20,6 +20,10 @@ from runner.host.runtime.local import open_store
 from .app import cli
 from .context import Context, not_loaded
 from .runs import agent_option, workspace
+
+if TYPE_CHECKING:
+    from runner.host.runtime.controllers import ControllerEntry
+    from runner.host.runtime.local import ProjectStore, Workspace
 
 VERBS = ("list", "get", "apply", "reconcile", "delete", "events", "cancel")
 USAGE = ("usage: wfrun controller run [--once] | list NAME | get NAME KEY | "
@@ -295,7 +299,8 @@ def _describe(view: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _run(ctx: Context, ws: Any, store: Any, entries: Any, once: bool,
+def _run(ctx: Context, ws: Workspace, store: ProjectStore, entries: list[ControllerEntry],
+         once: bool,
          agent: str | None) -> None:
     manager = make_manager(ws, store, entries, executor=ctx.executor(agent, ws.clock),
                            on_skip=not_loaded)

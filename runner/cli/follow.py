@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import threading
 import time
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Group, RenderableType
 from rich.live import Live
@@ -17,6 +18,9 @@ from rich.text import Text
 from runner.host.runtime.views import follow
 
 from .tables import run_view
+
+if TYPE_CHECKING:
+    from runner.engine import RunReader
 
 
 def _elapsed(started: str | None) -> str:
@@ -60,7 +64,8 @@ def render(view: dict[str, Any]) -> RenderableType:
     return Group(*parts)
 
 
-def follow_run(runs_dir: Any, run_id: str, *, as_json: bool = False) -> dict[str, Any]:
+def follow_run(runs_dir: Path | RunReader, run_id: str, *, as_json: bool = False
+               ) -> dict[str, Any]:
     # runs_dir: a folder or the workspace's reader (bundles in the database)
     if as_json:
         # One JSON view per change, one per line (JSON Lines), ending with the final view.

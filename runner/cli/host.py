@@ -6,7 +6,7 @@ import os
 import signal
 import sys
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -27,6 +27,9 @@ from .app import cli
 from .context import Context, not_loaded
 from .progress import Progress
 from .runs import agent_option, workspace
+
+if TYPE_CHECKING:
+    from runner.host.runtime.local import ProjectStore
 
 
 @cli.command("host")
@@ -128,7 +131,7 @@ def summary(report: HostReport) -> str:
     return text
 
 
-def _ended_line(store: Any, run_id: str, outcome: RunOutcome | None) -> str:
+def _ended_line(store: ProjectStore, run_id: str, outcome: RunOutcome | None) -> str:
     """One line per run the host finished with, parked or could not start."""
     if outcome is None:
         try:

@@ -40,12 +40,15 @@ from contextlib import suppress
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, Pipe
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runner.clock import Clock
 from runner.engine import RunOutcome
 from runner.engine.processes import reap_dead_registries
 from runner.errors import WfrunError
+
+if TYPE_CHECKING:
+    from .runtime.local import Workspace
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +184,7 @@ class WorkerPool:
         self.workers.clear()
 
 
-def store_is_open(ws: Any) -> bool:
+def store_is_open(ws: Workspace) -> bool:
     """Whether this process has the project's SQLite store file open (Linux: its fds)."""
     from .runtime.local import store_path
 

@@ -13,9 +13,10 @@ The conformance suite in `tests/integration/store/` runs against this interface.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from runner.leases import LEASE_SECONDS as DEFAULT_LEASE_SECONDS
+from runner.store.controller_interface import ControllerStore
 from runner.store.records import (
     LaunchRecord,
     LostRace,
@@ -35,6 +36,9 @@ from runner.store.states import (
     RecoveryOutcome,
     TurnResolution,
 )
+
+if TYPE_CHECKING:
+    from runner.store.domain.retention import Retention
 
 #: A run bundle's own statements, run in a launch transition's transaction when the
 #: bundles live in the store's database (runner/engine/rows.py): given the open
@@ -373,3 +377,13 @@ class Store(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class ProjectStore(Store, ControllerStore, Protocol):
+    """A project's whole store, both sides: what `open_store` gives (SQLite or
+    Postgres). Code that needs one side takes that side's protocol."""
+
+    @property
+    def retention(self) -> Retention:
+        """Forgetting pruned runs and trimming history (`wfrun prune`)."""
+        ...

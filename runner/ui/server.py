@@ -37,6 +37,7 @@ from starlette.responses import (
 )
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp
 
 from runner.errors import InputError, NotFoundError, OperationFailed
 from runner.host.runtime.errors import translate
@@ -110,7 +111,7 @@ def url_of(config: UiConfig, port: int) -> str:
 
 
 class Guard(BaseHTTPMiddleware):
-    def __init__(self, app: Any, *, hosts: tuple[str, ...], token: str | None) -> None:
+    def __init__(self, app: ASGIApp, *, hosts: tuple[str, ...], token: str | None) -> None:
         super().__init__(app)
         self.hosts = hosts
         self.token = token

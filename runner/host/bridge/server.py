@@ -26,6 +26,7 @@ import sys
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import IO, Any
 
 from runner import jsonin
@@ -392,7 +393,7 @@ def serve_stdio(ws: Workspace, *, store_clock: Clock | None = None) -> None:
     os.dup2(2, 1)
     server = BridgeServer(ws, sys.stdin.buffer, proto, store_clock=store_clock)
 
-    def on_term(_sig: int, _frame: Any) -> None:
+    def on_term(_sig: int, _frame: FrameType | None) -> None:
         raise KeyboardInterrupt  # leaves the read loop; serve() then shuts down
 
     signal.signal(signal.SIGTERM, on_term)

@@ -38,6 +38,7 @@ from .stdio import ServerInfo, StdioServer, ToolResult
 TYPE_CHECKING = False  # no typing at run time (start-up time)
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from types import FrameType
     from typing import IO, Any
 
     from runner.clock import Clock
@@ -156,7 +157,7 @@ class _HookServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     session: Any  # anything with hook_event(request) -> reply: McpSession or LazySession
 
 
-def listen_for_hooks(session: Any, claude_pid: int) -> _HookServer:
+def listen_for_hooks(session: LazySession, claude_pid: int) -> _HookServer:
     """Serve `session.hook_event` on the socket named after `claude_pid`."""
     try:
         path = channel.socket_path(claude_pid)
@@ -213,7 +214,7 @@ def serve_stdio(runtime: Callable[[], tuple[Workspace, Clock | None]], session_i
         hooks = listen_for_hooks(session, pid)
         hooks_path = channel.socket_path(pid)
 
-    def on_term(_sig: int, _frame: Any) -> None:
+    def on_term(_sig: int, _frame: FrameType | None) -> None:
         raise KeyboardInterrupt  # leaves the read loop; the finally parks the run
 
     signal.signal(signal.SIGTERM, on_term)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, cast
 
 from runner.compiler import build_catalog, render_text
@@ -49,7 +50,7 @@ class ControllerEntry:
                 "diagnostics": [x.to_json() for x in self.result.diagnostics]}
 
 
-def discover(ws: Workspace, user_dir: Any = None) -> list[ControllerEntry]:
+def discover(ws: Workspace, user_dir: Path | None = None) -> list[ControllerEntry]:
     catalog = build_catalog("controllers", ws.project_root, user_dir)
     out = []
     for entry in catalog.entries:

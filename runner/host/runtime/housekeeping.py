@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runner.compiler.discovery import PROJECT_DIR
 from runner.compiler.durations import DurationError, parse_duration
@@ -24,6 +24,9 @@ from runner.store.trimming import TRIMMED_TABLES
 from .local import Workspace
 from .storeconfig import CONFIG_FILE, load_config
 from .views import RunRow, list_runs
+
+if TYPE_CHECKING:
+    from runner.store import ProjectStore
 
 # `wfrun runs --status` names for ended runs; `continued` is an answered checkpoint.
 PRUNABLE = ("completed", "failed", "timed_out", "cancelled", "continued")
@@ -191,7 +194,7 @@ def retention_settings(project_root: Path | None) -> dict[str, float]:
     return ages
 
 
-def plan_prune(ws: Workspace, store: Any, older_than: float, now: float,
+def plan_prune(ws: Workspace, store: ProjectStore | None, older_than: float, now: float,
                statuses: tuple[str, ...] = ()) -> PrunePlan:
     """Ended runs that started before `now - older_than` (only `statuses`, if given),
     and each history table's cut-off (`retention:` settings, else the same age)."""
@@ -222,7 +225,7 @@ def plan_prune(ws: Workspace, store: Any, older_than: float, now: float,
     return plan
 
 
-def execute_prune(ws: Workspace, store: Any, plan: PrunePlan) -> PrunePlan:
+def execute_prune(ws: Workspace, store: ProjectStore | None, plan: PrunePlan) -> PrunePlan:
     """Remove the planned bundles, then their store rows and old history. A run that
     changed since the plan (held open, resumed) is kept and reported, not forced."""
     finish_leftovers(ws.runs_dir)
@@ -255,7 +258,7 @@ def _epoch(text: str | None) -> float | None:
         return None
 
 
-def store_if_present(ws: Workspace) -> Any:
+def store_if_present(ws: Workspace) -> ProjectStore | None:
     """The project's store when it exists (prune never creates one)."""
     from .local import open_store, store_choice, store_path
 

@@ -30,6 +30,9 @@ if TYPE_CHECKING:
     from runner.engine import AgentStepExecutor, RunReader
     from runner.engine.rows import BundleRows
     from runner.engine.runner import CrashPoint
+    from runner.store import ProjectStore as ProjectStore
+    from runner.store import SqliteStore, Store
+    from runner.store.controller_interface import ControllerStore
 
 CRASH_ENV = "WFRUN_CRASH_AT"
 AGENT_ENV = "WFRUN_AGENT_ENV"  # secret variables a command: agent may inherit
@@ -129,7 +132,7 @@ class Workspace:
             return self.project_root / PROJECT_DIR / "runs"
         return self.state_dir / "runs"
 
-    def bundle_rows(self, store: Any = None) -> BundleRows | None:
+    def bundle_rows(self, store: Store | ControllerStore | None = None) -> BundleRows | None:
         """Where run bundles live: the store's database on Postgres (every host on it
         can then resume a run), None on SQLite (folders under `runs_dir`). `store`: an
         open store to take them from; else the chosen store is opened once, here."""
@@ -143,7 +146,7 @@ class Workspace:
         rows = getattr(self._rows_store, "bundles", None)
         return rows
 
-    def reader(self, store: Any = None) -> RunReader:
+    def reader(self, store: Store | None = None) -> RunReader:
         """Read-only access to this workspace's runs, folders or rows."""
         from runner.engine.reader import RunReader
 
@@ -415,7 +418,7 @@ def check_store(ws: Workspace) -> dict[str, Any]:
         raise NotFoundError(f"no store at {path} yet; it is created on the first start")
     # A leftover -wal without its store file is refused by the open, as by every
     # other command (it may hold commits), never reported as "no store yet".
-    store = open_store(ws, read_only=True)
+    store = _open_sqlite(ws, read_only=True)
     try:
         problems = store.integrity_problems()
         if problems:
@@ -431,17 +434,21 @@ def check_store(ws: Workspace) -> dict[str, Any]:
     return {"path": str(path), "schema": store.schema_id, "ok": True, "launches": launches}
 
 
-def open_store(ws: Workspace, *, read_only: bool = False) -> Any:
+def open_store(ws: Workspace, *, read_only: bool = False) -> ProjectStore:
     """Open the project's store, mapping store errors onto the CLI's error classes.
 
     `read_only` (the views: status, why, store check) reads an existing store without
     creating, setting up or tightening anything, so it works in a read-only project;
     with no store yet it opens (creates) one as every other command does."""
-    from runner.store import SqliteStore, StoreError
-
     choice = store_choice(ws)
     if choice.url is not None:
         return _open_postgres(choice)
+    return _open_sqlite(ws, read_only=read_only)
+
+
+def _open_sqlite(ws: Workspace, *, read_only: bool) -> SqliteStore:
+    from runner.store import SqliteStore, StoreError
+
     path = store_path(ws)
     try:
         if read_only and path.is_file() and path.stat().st_size > 0:
@@ -452,7 +459,7 @@ def open_store(ws: Workspace, *, read_only: bool = False) -> Any:
         raise _store_error(exc, path) from exc
 
 
-def _open_postgres(choice: StoreChoice) -> Any:
+def _open_postgres(choice: StoreChoice) -> ProjectStore:
     """The Postgres store the choice names (leases on the database clock)."""
     from runner.store import StoreError
 

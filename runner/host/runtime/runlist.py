@@ -27,7 +27,7 @@ it and `wfrun prune` still sees it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from runner.engine import RunReader
 from runner.errors import WfrunError
@@ -36,6 +36,9 @@ from runner.store.errors import StoreCorrupt
 from .local import Workspace, open_store, store_choice, store_path
 from .runstate import rows_for
 from .views import RunFilter, RunRow, _parse_iso, launch_row, list_runs
+
+if TYPE_CHECKING:
+    from runner.store import Store
 
 #: Rows a page shows unless `--limit` says otherwise (more is said, never cut silently).
 DEFAULT_LIMIT = 50
@@ -63,7 +66,7 @@ def _matches(row: RunRow, where: RunFilter) -> bool:
     return True
 
 
-def page_runs(store: Any, reader: RunReader, where: RunFilter) -> RunPage:
+def page_runs(store: Store, reader: RunReader, where: RunFilter) -> RunPage:
     """The newest runs that match `where`, at most `where.limit` (DEFAULT_LIMIT)."""
     limit = where.limit if where.limit is not None else DEFAULT_LIMIT
     rows_filter = rows_for(where.status)

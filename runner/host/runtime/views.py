@@ -8,6 +8,8 @@ run is exact even when `state.json` lags the trace.
 from __future__ import annotations
 
 import itertools
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -333,8 +335,9 @@ def progress_bars(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def follow(runs: Path | RunReader, run_id: str, on_view: Any, *, poll: float = 0.2,
-           stop: Any = None, timeout: float | None = None,
+def follow(runs: Path | RunReader, run_id: str,
+           on_view: Callable[[dict[str, Any]], object], *, poll: float = 0.2,
+           stop: threading.Event | None = None, timeout: float | None = None,
            clock: Clock | None = None) -> dict[str, Any]:
     """Call `on_view(view)` whenever the trace grows, until the run ends (or `stop`,
     or `timeout` seconds on `clock`)."""

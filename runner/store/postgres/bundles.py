@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from runner.store.connector import Transaction
 from runner.store.ddl import sql_in
 from runner.store.errors import StoreUnreachable
 from runner.store.postgres.connector import PostgresTransaction
@@ -74,7 +75,7 @@ class LaunchStep(Protocol):
     def run(self, write: Callable[[Any], str]) -> str: ...
 
 
-def _conn(tx: Any) -> Conn:
+def _conn(tx: Transaction) -> Conn:
     """The psycopg connection of the transition's transaction (this backend's own)."""
     assert isinstance(tx, PostgresTransaction), tx
     return tx.conn
