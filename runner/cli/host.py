@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 from runner.engine import RunOutcome
-from runner.errors import MachineFault
+from runner.errors import MachineFault, WfrunError
 from runner.host.daemon import (
     LEASE_SECONDS,
     HostReport,
@@ -136,7 +136,7 @@ def _ended_line(store: ProjectStore, run_id: str, outcome: RunOutcome | None) ->
     if outcome is None:
         try:
             row = store.launches.get(run_id)
-        except Exception:  # a store error (cli may not import runner.store)
+        except WfrunError:  # the store's errors are WfrunErrors (one tree)
             # The store is away: say what is known; a report line never stops the host.
             return f"run {run_id} let go (the store did not answer)"
         if row is not None and row.status in ("queued", "starting", "running"):

@@ -170,7 +170,7 @@ def link_snapshot(runs_dir: Path, path: str | Path, data: bytes) -> bool:
     """Make `path` a hard link to the one copy of `data` in `runs/.snapshots/`, named
     by its SHA-256: the runs of one definition share the snapshot's inode. A file
     creation costs 20 µs to 1 ms of kernel CPU on this VM, depending on the folder (a
-    link ~0.02 ms; docs/engine.md, "The file system"), and the snapshot is the one
+    link ~0.02 ms; bench/RESULTS.md, "The file system"), and the snapshot is the one
     bundle file that never differs between runs. The copy is written whole,
     fsync'd and made read-only (0400) before it gets its name, so every link to it is
     whole, and nothing writes it again (a rewrite of a snapshot replaces the link).
