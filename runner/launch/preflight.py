@@ -53,10 +53,8 @@ class Preflight:
         raise NotImplementedError
 
     def relative(self, text: str) -> str:
-        """Messages shown to a model or kept in the store name files relative to the
-        project, never by absolute path (it says where the user's files live)."""
-        root = str(self.runs_dir.parent.parent) + "/"
-        return text.replace(root, "") if len(root) > 1 else text
+        """`text` with the project's files named relative to it (`relative`)."""
+        return relative(self.runs_dir, text)
 
     def prepare(self, ref: str, run_input: Any = None, *, session_id: str | None = None,
                 parent_run_id: str | None = None, presentation_pending: str | None = None,
@@ -159,6 +157,13 @@ class Preflight:
         if manifest.get("definition_digest") != definition.digest:
             raise PreflightError("source_changed", f"the workflow changed since run "
                                  f"'{parent_run_id}' started; start a new run instead")
+
+
+def relative(runs_dir: Path, text: str) -> str:
+    """Messages shown to a model or kept in the store name files relative to the
+    project, never by absolute path (it says where the user's files live)."""
+    root = str(runs_dir.parent.parent) + "/"
+    return text.replace(root, "") if len(root) > 1 else text
 
 
 def _plain_json(value: Any) -> Any:

@@ -66,19 +66,13 @@ def environment_secrets() -> tuple[str, ...]:
 
 def detached_coordinator(ws: Workspace, store: Store,
                          executor: AgentStepExecutor | None = None) -> LaunchCoordinator:
+    """The runner of a command outside every session (`wfrun start`, `resume`,
+    `cancel`): a session's launch it runs gives its agent steps back."""
     # Here, not at the top: `status` and `why` read rows and bundles and must not load
     # the coordinator, the engine's executors and Jinja2 (issue 15, cold start).
-    from runner.engine.secrets import SecretSource
-    from runner.launch import EngineOptions, LaunchCoordinator
-    from runner.launch.handback import executor_for_sessions
+    from .coordinators import build_coordinator
 
-    # A detached run's secrets come from this process's environment (`wfrun host`'s).
-    options = EngineOptions(executor=executor_for_sessions(store, executor),
-                            project_root=ws.project_root,
-                            secret_source=SecretSource(environ=dict(os.environ)))
-    return LaunchCoordinator(store, ws, ws.runs_dir, runner_id=runner_id(), clock=ws.clock,
-                             options=options, secrets=environment_secrets(),
-                             rows=ws.bundle_rows(store), for_sessions=True)
+    return build_coordinator(ws, store, "detached", executor=executor)
 
 
 def _iso(ms: int | None) -> str | None:
