@@ -415,7 +415,7 @@ class StandaloneHost:
             return
         self._watched_at = now
         try:
-            rows = self.store.launches.queued_sources(limit=WATCH_SOURCES)
+            rows = self.coordinator.book.queued_sources(limit=WATCH_SOURCES)
         except StoreError as exc:
             log.debug("source watch: cannot list queued launches: %s", exc.message)
             return

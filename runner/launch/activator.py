@@ -29,6 +29,7 @@ from runner.errors import ClaimLost, MachineFault, WfrunError, machine_fault
 from runner.store import (
     MAX_ACTIVATION_CRASHES,
     InputScrub,
+    LaunchBook,
     LaunchRecord,
     LostRace,
     Store,
@@ -59,11 +60,13 @@ class _SourceChanged(Exception):
 class Activator:
     """Begins and drives one runner's claimed launches."""
 
-    def __init__(self, store: Store, resolver: Resolver, reader: RunReader, clock: Clock, *,
+    def __init__(self, store: Store, book: LaunchBook, resolver: Resolver, reader: RunReader,
+                 clock: Clock, *,
                  runs_dir: Path, lease_seconds: float, claims: Claims, keeper: LeaseKeeper,
                  engines: Engines, endings: Endings, faults: FaultHold, held: HeldInput,
                  scrub: InputScrub, crash: Callable[[str], None]) -> None:
         self._store = store
+        self._book = book
         self._resolver = resolver
         self._reader = reader
         self._clock = clock
@@ -84,7 +87,7 @@ class Activator:
         """Up to `running` (a session does it at its idle boundary and drives the run
         on a worker thread). None: nothing to drive."""
         assert record.claim_token is not None, "execute needs a claimed launch"
-        fence = LeaseFence(self._store.launches, record.run_id, record.claim_token,
+        fence = LeaseFence(self._book, record.run_id, record.claim_token,
                            self._clock, self._lease_seconds)
         act = Activation(record, record.claim_token, fence, control=control or RunControl(),
                          force=force, by_id=self._claims.take_by_id(record.run_id))
@@ -165,7 +168,7 @@ class Activator:
             return self._activate(act, engine)
         if record.status == "starting":
             sent = self._clock.monotonic()
-            running = self._store.launches.mark_running(record.run_id, act.token)
+            running = self._book.mark_running(record.run_id, act.token)
             if isinstance(running, LostRace):
                 self._lost(act)
                 return False
@@ -238,7 +241,7 @@ class Activator:
             return True
         sent = self._clock.monotonic()
         try:
-            running = self._store.launches.mark_running(record.run_id, token)
+            running = self._book.mark_running(record.run_id, token)
         except BaseException:
             # Refused (a full disk, the store gone): the guard settles the launch, and
             # the bundle's lock goes now, or ending the bundle found it held "by
@@ -287,14 +290,14 @@ class Activator:
         except SecretMissing as exc:
             # Nothing ran and nothing is lost: park it until it is resumed with the value.
             log.warning("run %s not resumed: %s", act.record.run_id, exc.message)
-            self._store.launches.park(act.record.run_id, act.token, mode="explicit")
+            self._book.park(act.record.run_id, act.token, mode="explicit")
             return None
         self._endings.record(act, outcome)
         return outcome
 
     def _link(self, act: Activation) -> Link:
         """The launch's transitions that commit in its database bundle's writes."""
-        launches = self._store.launches
+        launches = self._book
         run_id, token = act.record.run_id, act.token
 
         def running() -> Step:
@@ -322,7 +325,7 @@ class Activator:
     def _lost(self, act: Activation) -> RunOutcome | None:
         """A fence or renewal refused us: a cancel, or another runner took the claim."""
         try:
-            current = self._store.launches.get(act.record.run_id)
+            current = self._book.get(act.record.run_id)
         except StoreError:
             current = None
         if act.driver is not None:

@@ -17,7 +17,7 @@ from runner.clock import Clock
 from runner.errors import ConflictError, InputError, MachineFault, NotFoundError
 from runner.store import (
     InputScrub,
-    LaunchQueue,
+    LaunchBook,
     LaunchRecord,
     LostRace,
     NextClaim,
@@ -57,7 +57,7 @@ class FaultGate:
 class Claims:
     """One runner's claims on one launch queue."""
 
-    def __init__(self, launches: LaunchQueue, runner_id: str, clock: Clock,
+    def __init__(self, launches: LaunchBook, runner_id: str, clock: Clock,
                  lease_seconds: float, gate: FaultGate, scrub: InputScrub) -> None:
         self._launches = launches
         self.runner_id = runner_id

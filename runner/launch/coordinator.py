@@ -31,7 +31,15 @@ from typing import Any
 from runner.clock import Clock, SystemClock
 from runner.engine import Engine, RunControl, RunOutcome, RunReader
 from runner.engine.rows import BundleRows
-from runner.store import LaunchErrorCode, LaunchRecord, LostRace, NextClaim, Store, StoreUnavailable
+from runner.store import (
+    LaunchBook,
+    LaunchErrorCode,
+    LaunchRecord,
+    LostRace,
+    NextClaim,
+    Store,
+    StoreUnavailable,
+)
 
 from .activation import Activation
 from .activator import Activator
@@ -77,6 +85,7 @@ class LaunchCoordinator(Preflight):
         # collaborators call `_crash_at`, so a test may set `crash` before a run.
         self.crash: Callable[[str], None] = crash or (lambda _point: None)
         self.reader = RunReader(runs_dir, rows)
+        self.book = LaunchBook(store)  # the launch queue, as every caller above the store sees it
         self._held = HeldInput(secrets, lambda: self.options.secret_source)
         # writeOnly input of launches queued here, by run id (never in the store).
         self.held: dict[str, dict[str, Any]] = self._held.values
@@ -86,21 +95,21 @@ class LaunchCoordinator(Preflight):
                                 options or EngineOptions(), rows=rows,
                                 lease_seconds=lease_seconds)
         self.faults = FaultGate(self.clock)  # claiming waits after a full/read-only disk
-        self._claims = Claims(store.launches, runner_id, self.clock, lease_seconds,
+        self._claims = Claims(self.book, runner_id, self.clock, lease_seconds,
                               self.faults, self._scrub)
-        self._keeper = LeaseKeeper(store, self.clock, lease_seconds, renew_every, runner_id,
-                                   tick=self._scrub.tick)
-        self._endings = Endings(store, runner_id, self.reader, self._engines, self._held,
+        self._keeper = LeaseKeeper(store, self.book, self.clock, lease_seconds, renew_every,
+                                   runner_id, tick=self._scrub.tick)
+        self._endings = Endings(store, self.book, runner_id, self.reader, self._engines, self._held,
                                 self._scrub, crash=self._crash_at, for_sessions=for_sessions)
-        hold = FaultHold(store, runner_id, self.reader, self.faults, self._endings,
+        hold = FaultHold(self.book, runner_id, self.reader, self.faults, self._endings,
                          self._engines)
-        self._activator = Activator(store, resolver, self.reader, self.clock,
+        self._activator = Activator(store, self.book, resolver, self.reader, self.clock,
                                     runs_dir=runs_dir, lease_seconds=lease_seconds,
                                     claims=self._claims, keeper=self._keeper,
                                     engines=self._engines, endings=self._endings,
                                     faults=hold, held=self._held, scrub=self._scrub,
                                     crash=self._crash_at)
-        self._recovery = Recovery(store, runner_id, self.clock, lease_seconds,
+        self._recovery = Recovery(store, self.book, runner_id, self.clock, lease_seconds,
                                   reader=self.reader, resolver=resolver,
                                   endings=self._endings, engines=self._engines,
                                   scrub=self._scrub)

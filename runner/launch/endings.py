@@ -23,6 +23,7 @@ from runner.errors import (
 from runner.safety import one_line
 from runner.store import (
     InputScrub,
+    LaunchBook,
     LaunchErrorCode,
     LaunchRecord,
     LostRace,
@@ -65,10 +66,11 @@ def classify(exc: BaseException) -> tuple[LaunchErrorCode, str]:
 class Endings:
     """Records endings on one store's launches, for one runner."""
 
-    def __init__(self, store: Store, runner_id: str, reader: RunReader, engines: Engines,
-                 held: HeldInput, scrub: InputScrub, *, crash: Callable[[str], None],
-                 for_sessions: bool = False) -> None:
+    def __init__(self, store: Store, book: LaunchBook, runner_id: str, reader: RunReader,
+                 engines: Engines, held: HeldInput, scrub: InputScrub, *,
+                 crash: Callable[[str], None], for_sessions: bool = False) -> None:
         self._store = store
+        self._book = book
         self._runner_id = runner_id
         self._reader = reader
         self._engines = engines
@@ -90,7 +92,7 @@ class Endings:
         if outcome.parked:
             if act.claim_lost:
                 return  # another runner owns the row now
-            self._store.launches.park(act.record.run_id, act.token,
+            self._book.park(act.record.run_id, act.token,
                                       mode="auto" if act.control.auto_resume else "explicit")
             return
         self.transition(act, outcome)(None)
@@ -98,7 +100,7 @@ class Endings:
     def transition(self, act: Activation, outcome: RunOutcome) -> Transition:
         """The transition that records how a run ended (not parked) on its launch; it
         takes the bundle's seal along when given one (link.py)."""
-        launches = self._store.launches
+        launches = self._book
         run_id, token = act.record.run_id, act.token
         then = act.then_claim
         if outcome.status == "cancelled":
@@ -158,8 +160,8 @@ class Endings:
                                 workflow=workflow_name(record.workflow_ref),
                                 cause="launch_failed", source="launch_failed",
                                 state="failed_to_start", reason=message, node="$launch")
-        result = self._store.launches.fail(record.run_id, token, code=code, message=message,
-                                           turn_intent=intent)
+        result = self._book.fail(record.run_id, token, code=code, message=message,
+                                 turn_intent=intent)
         if isinstance(result, LostRace):
             return result  # a stale handler: the winner (e.g. a cancel) decided
         self._scrub.now()

@@ -25,8 +25,8 @@ import logging
 from runner.engine import RunReader
 from runner.errors import MachineFault, WfrunError
 from runner.store import (
+    LaunchBook,
     LostRace,
-    Store,
     StoreDiskFull,
     StoreError,
     StoreNoPermission,
@@ -59,9 +59,9 @@ def store_fault(exc: StoreError) -> MachineFault | None:
 class FaultHold:
     """Leaves a launch consistent and resumable after a machine fault (see the module)."""
 
-    def __init__(self, store: Store, runner_id: str, reader: RunReader, gate: FaultGate,
+    def __init__(self, book: LaunchBook, runner_id: str, reader: RunReader, gate: FaultGate,
                  endings: Endings, engines: Engines) -> None:
-        self._store = store
+        self._book = book
         self._runner_id = runner_id
         self._reader = reader
         self._gate = gate
@@ -73,7 +73,7 @@ class FaultHold:
         self._gate.record(fault)
         record, token = act.record, act.token
         run_id = record.run_id
-        launches = self._store.launches
+        launches = self._book
         foreground = record.affinity_runner_id == self._runner_id  # `wfrun run` tells its user
         if act.driver is not None:
             act.driver.bundle.close()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 
 from runner.clock import Clock
-from runner.store import LaunchQueue, LaunchRecord, LostRace, StoreError, StoreUnavailable
+from runner.store import LaunchBook, LaunchRecord, LostRace, StoreError, StoreUnavailable
 
 #: How often a fence asks an unreachable store again, while its patience lasts.
 RETRY_EVERY = 0.2
@@ -23,7 +23,7 @@ RETRY_EVERY = 0.2
 class LeaseFence:
     """The fence of one claim (`run_id` under `token`), on the engine's clock."""
 
-    def __init__(self, launches: LaunchQueue, run_id: str, token: str, clock: Clock,
+    def __init__(self, launches: LaunchBook, run_id: str, token: str, clock: Clock,
                  lease_seconds: float) -> None:
         self._launches = launches
         self._run_id = run_id

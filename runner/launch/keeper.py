@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from runner.clock import Clock
 from runner.leases import Renewer
-from runner.store import LostRace, Store, StoreError
+from runner.store import LaunchBook, LostRace, Store, StoreError
 
 if TYPE_CHECKING:
     from .activation import Activation
@@ -38,9 +38,11 @@ class _Kept:
 
 
 class LeaseKeeper:
-    def __init__(self, store: Store, clock: Clock, lease_seconds: float, renew_every: float,
-                 runner_id: str = "", tick: Callable[[], None] = lambda: None) -> None:
+    def __init__(self, store: Store, book: LaunchBook, clock: Clock, lease_seconds: float,
+                 renew_every: float, runner_id: str = "",
+                 tick: Callable[[], None] = lambda: None) -> None:
         self.store = store
+        self.book = book
         self.tick = tick  # the runner's due work (its batched input scrub)
         self.clock = clock
         self.lease_seconds = lease_seconds
@@ -85,7 +87,7 @@ class LeaseKeeper:
         act = kept.act
         sent = self.clock.monotonic()
         try:
-            renewed = self.store.launches.renew_lease(act.record.run_id, act.token,
+            renewed = self.book.renew_lease(act.record.run_id, act.token,
                                                       lease_seconds=self.lease_seconds)
         except StoreError:
             return None  # a busy store; the next tick retries before the lease runs out

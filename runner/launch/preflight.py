@@ -16,7 +16,7 @@ from runner.compiler import WorkflowDefinition
 from runner.engine import check_input, new_run_id
 from runner.engine.secrets import split_input
 from runner.errors import DefinitionInvalid, InputError, NotFoundError, WfrunError
-from runner.store import LaunchRecord, LostRace, NewLaunch, StoreError
+from runner.store import LaunchBook, LaunchRecord, LostRace, NewLaunch, StoreError
 
 if TYPE_CHECKING:
     from runner.clock import Clock
@@ -42,6 +42,7 @@ class Preflight:
     """The preparation half of the coordinator (it supplies the attributes below)."""
 
     store: Store
+    book: LaunchBook
     resolver: Resolver
     reader: RunReader
     clock: Clock
@@ -88,7 +89,7 @@ class Preflight:
                                  "start the next workflow")
         try:
             if session_id is not None:
-                held = self.store.launches.find_session_reservation(session_id)
+                held = self.book.reservation(session_id)
                 if held is not None:
                     raise PreflightError("activation_failed", _reserved(held.run_id, held.status))
             # A controller child's run id is saved on its request before it is queued.
@@ -100,7 +101,7 @@ class Preflight:
                 value, hidden = split_input(definition, value)
             source = {"source": definition.source.to_json() if definition.source else None,
                       "sources": [s.to_json() for s in definition.sources]}
-            result = self.store.launches.enqueue(NewLaunch(
+            result = self.book.enqueue(NewLaunch(
                 run_id=run_id, workflow_ref=stored_ref, source=source,
                 definition_digest=definition.digest, input=value,
                 workflow_path=definition.source.path if definition.source else None,

@@ -17,7 +17,7 @@ from typing import Any
 from runner.clock import Clock
 from runner.engine import RunReader
 from runner.errors import ConflictError, InputError, NotFoundError, WfrunError
-from runner.store import InputScrub, LaunchRecord, LostRace, Store
+from runner.store import InputScrub, LaunchBook, LaunchRecord, LostRace, Store
 
 from .activation import Activation
 from .endings import Endings
@@ -35,10 +35,12 @@ _BY_STATUS = {"running": "running", "waiting": "parked", "completed": "done",
 class Recovery:
     """Recovery and cancellation for one runner (see the module)."""
 
-    def __init__(self, store: Store, runner_id: str, clock: Clock, lease_seconds: float, *,
+    def __init__(self, store: Store, book: LaunchBook, runner_id: str, clock: Clock,
+                 lease_seconds: float, *,
                  reader: RunReader, resolver: Resolver, endings: Endings, engines: Engines,
                  scrub: InputScrub) -> None:
         self._store = store
+        self._book = book
         self._runner_id = runner_id
         self._clock = clock
         self._lease_seconds = lease_seconds
@@ -53,7 +55,7 @@ class Recovery:
         store = self._store
         out: list[LaunchRecord] = []
         now = store.now_ms()
-        for record in store.launches.query(statuses=["starting"], session_id=session_id):
+        for record in self._book.query(statuses=["starting"], session_id=session_id):
             if record.lease_live(now):
                 continue
             outcome, code, message = self.bundle_outcome(record)
@@ -65,7 +67,7 @@ class Recovery:
                                     cause="launch_failed", source="recovery",
                                     state="failed_to_start", reason=message or "",
                                     node="$launch")
-            result = store.launches.recover_expired_starting(
+            result = self._book.recover_expired_starting(
                 record.run_id, epoch=record.epoch, outcome=outcome, code=code,
                 message=message, turn_intent=intent)
             if not isinstance(result, LostRace):
@@ -105,7 +107,7 @@ class Recovery:
         """Cancel a launch now, or ask the live runner of a running one. A running
         launch whose runner died (its lease expired) is taken over and cancelled."""
         store = self._store
-        record = store.launches.get(run_id)
+        record = self._book.get(run_id)
         if record is None:
             raise NotFoundError(f"no queued or running launch '{run_id}'")
         if record.status == "running":
@@ -113,7 +115,7 @@ class Recovery:
                 store.run_events.append(run_id, CANCEL_EVENT, {}, runner_id=self._runner_id)
                 return record
             return self._cancel_abandoned(record)
-        result = store.launches.cancel(run_id)
+        result = self._book.cancel(run_id)
         if isinstance(result, LostRace):
             if result.status in ("done", "failed", "cancelled"):
                 raise ConflictError(f"run '{run_id}' already ended ({result.status})")
@@ -124,7 +126,7 @@ class Recovery:
         return result
 
     def _cancel_abandoned(self, record: LaunchRecord) -> LaunchRecord:
-        launches = self._store.launches
+        launches = self._book
         claimed = launches.claim(record.run_id, runner_id=self._runner_id,
                                  lease_seconds=self._lease_seconds)
         if isinstance(claimed, LostRace):

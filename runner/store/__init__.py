@@ -7,6 +7,7 @@ This package imports nothing from the rest of `runner`.
 
 from __future__ import annotations
 
+from runner.store.book import LaunchBook
 from runner.store.errors import (
     RESET_INSTRUCTION,
     IdentityConflict,
@@ -87,6 +88,7 @@ __all__ = [
     "IncompatibleLayout",
     "InputCleared",
     "InputScrub",
+    "LaunchBook",
     "LaunchErrorCode",
     "LaunchQueue",
     "LaunchRecord",

@@ -43,7 +43,7 @@ from runner.launch.coordinator import LEASE_SECONDS, RENEW_EVERY
 from runner.launch.handback import executor_for_sessions
 from runner.store import Store
 
-from .launches import environment_secrets, runner_id
+from .identity import environment_secrets, runner_id
 from .local import Workspace
 
 Role = Literal["foreground", "detached", "child", "session", "host", "plain"]

@@ -27,7 +27,7 @@ from runner.errors import (
     WfrunError,
 )
 from runner.launch import LaunchCoordinator, PreflightError, workflow_name
-from runner.store import LaunchRecord, Store
+from runner.store import LaunchBook, LaunchRecord, Store
 
 from .coordinators import build_coordinator
 from .launches import dead_local_runner
@@ -106,13 +106,13 @@ def execute_here(coordinator: LaunchCoordinator, run: str | LaunchRecord, contro
         record, run_id = run, run.run_id
     else:
         run_id = run
-        row = coordinator.store.launches.get(run_id)
+        row = coordinator.book.get(run_id)
         dead = dead_local_runner(row.runner_id) if row is not None else None
         record = coordinator.claim(run_id, dead_runner=dead)
     outcome = coordinator.execute(record, control=control, force=force)
     if outcome is not None:
         return outcome
-    row = coordinator.store.launches.get(run_id)
+    row = coordinator.book.get(run_id)
     fault = coordinator.faults.last
     if fault is not None and row is not None and row.status == "parked":
         raise TemporaryError(f"run {run_id} is parked: {fault.problem}; {fault.todo}, then "
@@ -183,7 +183,7 @@ def resume_run(ws: Workspace, store: Store, run_id: str, control: RunControl, *,
     """An explicit resume: a parked launch, or one whose runner died (lease expired)."""
     # Shell process groups left by a runner that died would run on beside the resume.
     reap_dead_registries(ws.children_dir)
-    if store.launches.get(run_id) is None:
+    if LaunchBook(store).get(run_id) is None:
         # Every run is a launch row; one without (a bundle from before that, or a store
         # that was reset) is not run around the queue, where `runs`, `status`, `cancel`
         # and the hosts would not see it. Nothing is changed: its bundle stays readable.
