@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -46,7 +47,7 @@ from .fence import LeaseFence
 from .held import HeldInput
 from .intents import new_intent
 from .keeper import LeaseKeeper
-from .link import Link, Step
+from .link import RunningStep, Step
 from .preflight import Resolver, relative, workflow_name
 
 log = logging.getLogger(__name__)
@@ -295,32 +296,17 @@ class Activator:
         self._endings.record(act, outcome)
         return outcome
 
-    def _link(self, act: Activation) -> Link:
+    def _link(self, act: Activation) -> RunLink | None:
         """The launch's transitions that commit in its database bundle's writes."""
-        launches = self._book
-        run_id, token = act.record.run_id, act.token
+        if self._engines.rows is None:
+            return None  # a folder bundle: the launch is recorded apart
+        return RunLink(act, self._book, self._endings, self._clock, self._ran)
 
-        def running() -> Step:
-            sent = self._clock.monotonic()
-
-            def ran(record: LaunchRecord) -> None:
-                act.running(record, sent)
-                self._scrub.cleared()
-                self._crash("after_running")  # with the first node's start; it has not run
-
-            return Step(lambda bundle: launches.mark_running(run_id, token, bundle=bundle),
-                        ran)
-
-        def ended(outcome: RunOutcome) -> Step | None:
-            if outcome.parked:
-                return None
-
-            def recorded(_record: LaunchRecord) -> None:
-                act.recorded = True
-
-            return Step(self._endings.transition(act, outcome), recorded)
-
-        return Link(running, ended)
+    def _ran(self, act: Activation, record: LaunchRecord, sent: float) -> None:
+        """The run's first write committed `running` (its input is cleared)."""
+        act.running(record, sent)
+        self._scrub.cleared()
+        self._crash("after_running")  # with the first node's start; it has not run
 
     def _lost(self, act: Activation) -> RunOutcome | None:
         """A fence or renewal refused us: a cancel, or another runner took the claim."""
@@ -354,6 +340,32 @@ class Activator:
                 log.warning("could not record the claim-lost intent for %s",
                             act.record.run_id)
         return None
+
+
+class RunLink:
+    """`LaunchLink` of one activation (engine/runner.py): the `running` step for the
+    run's first write, the ending's for its seal (None when parked: recorded apart)."""
+
+    def __init__(self, act: Activation, book: LaunchBook, endings: Endings, clock: Clock,
+                 ran: Callable[[Activation, LaunchRecord, float], None]) -> None:
+        self._act = act
+        self._book = book
+        self._endings = endings
+        self._clock = clock
+        self._ran = ran
+
+    def running(self) -> Step:
+        act = self._act
+        return RunningStep(self._book, act.record.run_id, act.token, self._clock.monotonic(),
+                           partial(self._ran, act)).step()
+
+    def ended(self, outcome: RunOutcome) -> Step | None:
+        if outcome.parked:
+            return None
+        return Step(self._endings.transition(self._act, outcome), self._recorded)
+
+    def _recorded(self, _record: LaunchRecord) -> None:
+        self._act.recorded = True  # committed with the bundle's seal
 
 
 def _deleted(record: LaunchRecord) -> bool:

@@ -18,6 +18,9 @@ collaborators once and gives each the others it needs. None of them imports it b
     engines.py     Engines         fenced and bare engines over the runs
     held.py        HeldInput       writeOnly input and secrets: redaction, sources
 
+Every one of them moves launches through one `LaunchBook` (runner.store, the queue's
+facade) and pays the input scrub through one `InputScrub` (the store's own).
+
 Hosts, sessions and commands build it through `runner.host.runtime.coordinators.
 build_coordinator(workspace, store, role)`, tests through `runner.testing`.
 """
@@ -85,7 +88,7 @@ class LaunchCoordinator(Preflight):
         # collaborators call `_crash_at`, so a test may set `crash` before a run.
         self.crash: Callable[[str], None] = crash or (lambda _point: None)
         self.reader = RunReader(runs_dir, rows)
-        self.book = LaunchBook(store)  # the launch queue, as every caller above the store sees it
+        self.book = LaunchBook(store)  # the launch queue, as every layer above the store sees it
         self._held = HeldInput(secrets, lambda: self.options.secret_source)
         # writeOnly input of launches queued here, by run id (never in the store).
         self.held: dict[str, dict[str, Any]] = self._held.values

@@ -17,13 +17,12 @@ from runner.clock import Clock
 from runner.engine import AgentStepExecutor, Engine, NotificationSink
 from runner.engine.processes import ProcessRegistry
 from runner.engine.rows import BundleRows
-from runner.engine.runner import Observer
+from runner.engine.runner import LaunchLink, Observer
 from runner.engine.secrets import NO_SOURCE, SecretSource
 from runner.store import LaunchRecord, Store
 
 from .fence import LeaseFence
 from .held import HeldInput
-from .link import Link
 
 
 @dataclass
@@ -55,7 +54,7 @@ class Engines:
         self._patience = lease_seconds / 3
 
     def fenced(self, record: LaunchRecord, fence: LeaseFence, *,
-               link: Link | None = None) -> Engine:
+               link: LaunchLink | None = None) -> Engine:
         """An engine for the claimed launch `record`, its writes behind `fence`;
         `link` joins its database bundle's writes to the launch's transitions."""
         opts = self.options
@@ -66,7 +65,7 @@ class Engines:
                       fence=fence, processes=opts.processes, crash_point=opts.crash_point,
                       secret_source=self._held.source(record.run_id),
                       rows=self.rows, claim=fence.token, patience=self._patience,
-                      launch=link if self.rows is not None else None,
+                      launch=link,
                       # Only a take-over (the claim found the row `running`: its runner
                       # died mid-node). A park stopped its node itself; that resumes as before.
                       effects_guarded=lambda: record.status == "running"
