@@ -8,6 +8,7 @@ controller children), is such a row, and a claimed row is run by `execute`.
 `LaunchCoordinator` is the wiring (procrastinate's `app.py`): it builds one runner's
 collaborators once and gives each the others it needs. None of them imports it back.
 
+    preflight.py   Preflight       every check before the reply, then the queued row
     claims.py      Claims          take launches from the queue; give a lease back
     activator.py   Activator       begin (decide what the row needs), drive, let go
     fence.py       LeaseFence      whether the claim is still ours, per bundle write
@@ -67,7 +68,7 @@ __all__ = ["CRASH_POINTS", "LEASE_SECONDS", "RENEW_EVERY", "Activation", "Engine
            "LaunchCoordinator", "PreflightError", "Resolver"]
 
 
-class LaunchCoordinator(Preflight):
+class LaunchCoordinator:
     """One runner's launch layer over one store: prepare, claim, execute, cancel."""
 
     def __init__(self, store: Store, resolver: Resolver, runs_dir: Path, *, runner_id: str,
@@ -112,6 +113,8 @@ class LaunchCoordinator(Preflight):
                                     engines=self._engines, endings=self._endings,
                                     faults=hold, held=self._held, scrub=self._scrub,
                                     crash=self._crash_at)
+        self._preflight = Preflight(store, self.book, resolver, self.reader, self.clock,
+                                    runs_dir, self._held, crash=self._crash_at)
         self._recovery = Recovery(store, self.book, runner_id, self.clock, lease_seconds,
                                   reader=self.reader, resolver=resolver,
                                   endings=self._endings, engines=self._engines,
@@ -152,6 +155,24 @@ class LaunchCoordinator(Preflight):
     def safe(self, text: str, run_input: Any = None) -> str:
         """Redacted, bounded text (held.py)."""
         return self._held.safe(text, run_input)
+
+    def relative(self, text: str) -> str:
+        """`text` with the project's files named relative to it."""
+        return self._preflight.relative(text)
+
+    # -- preparation ---------------------------------------------------------------------
+    def prepare(self, ref: str, run_input: Any = None, *, session_id: str | None = None,
+                parent_run_id: str | None = None, presentation_pending: str | None = None,
+                affinity_runner_id: str | None = None, run_id: str | None = None,
+                claim_by: str | None = None, lease_seconds: float = LEASE_SECONDS
+                ) -> LaunchRecord:
+        """Every pre-reply check, then one committed `queued` row with the final run id
+        (`claim_by`: claimed by that runner in the same commit); preflight.py."""
+        return self._preflight.prepare(
+            ref, run_input, session_id=session_id, parent_run_id=parent_run_id,
+            presentation_pending=presentation_pending,
+            affinity_runner_id=affinity_runner_id, run_id=run_id, claim_by=claim_by,
+            lease_seconds=lease_seconds)
 
     # -- claims ------------------------------------------------------------------------
     def claim_next(self, session_id: str | None) -> LaunchRecord | None:

@@ -18,6 +18,8 @@ from runner.engine.secrets import split_input
 from runner.errors import DefinitionInvalid, InputError, NotFoundError, WfrunError
 from runner.store import LaunchBook, LaunchRecord, LostRace, NewLaunch, StoreError
 
+from .held import HeldInput
+
 if TYPE_CHECKING:
     from runner.clock import Clock
     from runner.engine import RunReader
@@ -39,19 +41,22 @@ class PreflightError(InputError):
 
 
 class Preflight:
-    """The preparation half of the coordinator (it supplies the attributes below)."""
+    """Prepares launches for one runner: the checks, then the `queued` row."""
 
-    store: Store
-    book: LaunchBook
-    resolver: Resolver
-    reader: RunReader
-    clock: Clock
-    runs_dir: Path
-    crash: Callable[[str], None]
-    held: dict[str, dict[str, Any]]
+    def __init__(self, store: Store, book: LaunchBook, resolver: Resolver, reader: RunReader,
+                 clock: Clock, runs_dir: Path, held: HeldInput, *,
+                 crash: Callable[[str], None]) -> None:
+        self.store = store
+        self.book = book
+        self.resolver = resolver
+        self.reader = reader
+        self.clock = clock
+        self.runs_dir = runs_dir
+        self._held = held
+        self.crash = crash
 
     def safe(self, text: str, run_input: Any = None) -> str:
-        raise NotImplementedError
+        return self._held.safe(text, run_input)
 
     def relative(self, text: str) -> str:
         """`text` with the project's files named relative to it (`relative`)."""
@@ -114,7 +119,7 @@ class Preflight:
         except ValueError as exc:  # the store refuses the input (too large, not plain JSON)
             raise PreflightError("input_invalid", self.safe(str(exc))) from None
         if hidden and not isinstance(result, LostRace):
-            self.held[run_id] = hidden
+            self._held.values[run_id] = hidden
         self.crash("after_queued_commit")
         if isinstance(result, LostRace):
             if result.reason == "session_reserved":
