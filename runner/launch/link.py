@@ -9,8 +9,8 @@ never disagree at those two points, and a 3-node run costs 6 commits in all
 (docs/store.md). The transition's guard (claim token, status, lease, on the
 locked launch row) is the bundle write's fence: a refused guard writes nothing.
 
-A folder bundle has no transaction to share: the coordinator records the launch
-apart, as before (coordinator.py).
+A folder bundle has no transaction to share: the launch is recorded apart
+(endings.py). The link of one activation is `activator.RunLink`.
 """
 
 from __future__ import annotations
@@ -18,9 +18,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from runner.engine import RunOutcome
-from runner.engine.rows import LaunchStep
-from runner.store import BundleRefused, BundleWrite, LaunchRecord, LostRace, StoreUnreachable
+from runner.store import (
+    BundleRefused,
+    BundleWrite,
+    LaunchBook,
+    LaunchRecord,
+    LostRace,
+    StoreUnreachable,
+)
 
 Transition = Callable[[BundleWrite | None], LaunchRecord | LostRace]
 
@@ -47,17 +52,24 @@ class Step:
         return "ok"
 
 
-class Link:
-    """`LaunchLink` from two factories: the `running` step, and the ending's for an
-    outcome (None: the coordinator records that ending apart)."""
+class RunningStep:
+    """The launch's `running` transition carrying the run's first bundle write: it
+    tells `ran` the committed row and when the statement was sent (the fence answers
+    from that, activation.py)."""
 
-    def __init__(self, running: Callable[[], Step],
-                 ended: Callable[[RunOutcome], Step | None]) -> None:
-        self._running = running
-        self._ended = ended
+    def __init__(self, book: LaunchBook, run_id: str, token: str, sent: float,
+                 ran: Callable[[LaunchRecord, float], None]) -> None:
+        self._book = book
+        self._run_id = run_id
+        self._token = token
+        self._sent = sent
+        self._ran = ran
 
-    def running(self) -> LaunchStep | None:
-        return self._running()
+    def __call__(self, bundle: BundleWrite | None) -> LaunchRecord | LostRace:
+        return self._book.mark_running(self._run_id, self._token, bundle=bundle)
 
-    def ended(self, outcome: RunOutcome) -> LaunchStep | None:
-        return self._ended(outcome)
+    def step(self) -> Step:
+        return Step(self, self._then)
+
+    def _then(self, record: LaunchRecord) -> None:
+        self._ran(record, self._sent)

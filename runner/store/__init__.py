@@ -9,6 +9,7 @@ modules and `runner.errors`, whose tree the store's errors belong to).
 from __future__ import annotations
 
 from runner.leases import LEASE_SECONDS as DEFAULT_LEASE_SECONDS
+from runner.store.book import LaunchBook
 from runner.store.errors import (
     RESET_INSTRUCTION,
     IdentityConflict,
@@ -27,7 +28,9 @@ from runner.store.errors import (
 from runner.store.interface import (
     BundleRefused,
     BundleWrite,
+    InputScrub,
     LaunchQueue,
+    NoScrub,
     Notifications,
     ProjectStore,
     RunEvents,
@@ -87,6 +90,8 @@ __all__ = [
     "IdentityConflict",
     "IncompatibleLayout",
     "InputCleared",
+    "InputScrub",
+    "LaunchBook",
     "LaunchErrorCode",
     "LaunchQueue",
     "LaunchRecord",
@@ -97,6 +102,7 @@ __all__ = [
     "NewNotification",
     "NewTurnIntent",
     "NextClaim",
+    "NoScrub",
     "Notification",
     "NotificationKind",
     "Notifications",
