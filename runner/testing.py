@@ -64,4 +64,4 @@ def sqlite_store(ws: Workspace, *, clock: Clock | None = None) -> SqliteStore:
     its leases and times on `clock` (default the workspace's)."""
     path = store_path(ws)
     path.parent.mkdir(parents=True, exist_ok=True)
-    return SqliteStore(path, now=(clock or ws.clock).now)
+    return SqliteStore(path, clock=clock or ws.clock)

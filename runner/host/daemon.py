@@ -40,7 +40,7 @@ from runner.engine.processes import (
 from runner.engine.runner import Observer
 from runner.errors import InputError, machine_fault
 from runner.launch.wakeups import LaunchListener
-from runner.leases import LEASE_SECONDS, renew_every
+from runner.leases import LEASE_SECONDS
 from runner.private import private_dirs
 from runner.store import LaunchRecord, NextClaim, QueuedSources, Store, StoreError
 from runner.store.wakeups import launch_wakeups

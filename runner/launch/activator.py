@@ -35,7 +35,6 @@ from runner.store import (
     LostRace,
     Store,
     StoreError,
-    StoreUnavailable,
     StoreUnreachable,
 )
 

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from runner.store.interface import DEFAULT_LEASE_SECONDS, BundleWrite, LaunchQueue, Store
+from runner.leases import LEASE_SECONDS as DEFAULT_LEASE_SECONDS
+from runner.store.interface import BundleWrite, LaunchQueue, Store
 from runner.store.records import (
     LaunchRecord,
     LostRace,

@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from runner import leases
 from runner.clock import Clock
 from runner.engine import AgentStepExecutor
 from runner.engine.processes import ProcessRegistry, registry_for_this_process
@@ -39,9 +40,8 @@ from runner.engine.rows import BundleRows
 from runner.engine.runner import Observer
 from runner.engine.secrets import NO_SOURCE, SecretSource
 from runner.launch import EngineOptions, LaunchCoordinator, Resolver
-from runner import leases
-from runner.leases import LEASE_SECONDS
 from runner.launch.handback import executor_for_sessions
+from runner.leases import LEASE_SECONDS
 from runner.store import Store
 
 from .identity import environment_secrets, runner_id

@@ -10,6 +10,7 @@ The caller decides the path; the store never looks at run bundles.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING

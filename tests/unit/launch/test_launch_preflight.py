@@ -55,7 +55,7 @@ def env(tmp_path: Path) -> tuple[Workspace, SqliteStore, LaunchCoordinator]:
     (root / ".wfrun" / "workflows").mkdir(parents=True)
     (root / ".wfrun" / "workflows" / "w.yaml").write_text(WF)
     ws = Workspace(build_catalog("workflows", root, None), root, root / ".wfrun" / "state")
-    store = SqliteStore(tmp_path / "store.sqlite3", now=FakeClock().now)
+    store = SqliteStore(tmp_path / "store.sqlite3", clock=FakeClock())
     coordinator = build_coordinator(ws, store, "plain", runner="r")
     yield ws, store, coordinator
     store.close()
