@@ -26,7 +26,7 @@ class _Asked:
 
 
 def _claimed(tmp_path: Path, clock: FakeClock) -> tuple[SqliteStore, LaunchRecord]:
-    store = SqliteStore(tmp_path / "store.sqlite3", now=clock.now)
+    store = SqliteStore(tmp_path / "store.sqlite3", clock=clock)
     book = LaunchBook(store)
     book.enqueue(NewLaunch(run_id="r1", workflow_ref="w", source={}, definition_digest="d",
                            input={}))
