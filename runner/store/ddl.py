@@ -13,6 +13,9 @@ from collections.abc import Iterable
 
 from runner.store.controller_interface import SPEC_MAX_BYTES, STATUS_MAX_BYTES
 from runner.store.states import (
+    AUDIT_ACTIONS,
+    AUDIT_DETAIL_MAX_BYTES,
+    AUDIT_OUTCOMES,
     CLAIMED_STATUSES,
     CONTROLLER_ERROR_MAX_BYTES,
     EFFECT_STATES,
@@ -36,6 +39,14 @@ def index_ddl(name: str) -> str:
     """The DDL statement that creates index `name`."""
     for statement in DDL:
         if re.match(rf"CREATE (UNIQUE )?INDEX {name}\b", statement):
+            return statement
+    raise KeyError(name)
+
+
+def table_ddl(name: str) -> str:
+    """The DDL statement that creates table `name`."""
+    for statement in DDL:
+        if re.match(rf"CREATE TABLE {name}\b", statement):
             return statement
     raise KeyError(name)
 
@@ -252,4 +263,17 @@ DDL: tuple[str, ...] = (
 )""",
     """CREATE INDEX controller_events_by_resource
     ON controller_events (controller, resource_key, seq DESC)""",
+    # Who did what through the HTTP API (`wfrun audit`); added within v1
+    # (layout.ADDED_TABLES), so it has no index of its own beyond seq.
+    f"""CREATE TABLE audit_log (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    recorded_at INTEGER NOT NULL,
+    actor TEXT NOT NULL,
+    action TEXT NOT NULL CHECK (action IN {sql_in(AUDIT_ACTIONS)}),
+    run_id TEXT,
+    workflow_ref TEXT,
+    origin TEXT,
+    outcome TEXT NOT NULL CHECK (outcome IN {sql_in(AUDIT_OUTCOMES)}),
+    detail_json TEXT NOT NULL CHECK (length(CAST(detail_json AS BLOB)) <= {AUDIT_DETAIL_MAX_BYTES})
+)""",
 )

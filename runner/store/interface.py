@@ -12,10 +12,11 @@ The conformance suite in `tests/integration/store/` runs against this interface.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from runner.store.records import (
+    AuditEntry,
     LaunchRecord,
     LostRace,
     NewLaunch,
@@ -28,6 +29,8 @@ from runner.store.records import (
     TurnIntent,
 )
 from runner.store.states import (
+    AuditAction,
+    AuditOutcome,
     LaunchEnding,
     LaunchStatus,
     ParkMode,
@@ -351,6 +354,20 @@ class RunEvents(Protocol):
         ...
 
 
+class AuditTrail(Protocol):
+    """`audit_log`: who did what to which run through the HTTP API."""
+
+    def append(self, *, actor: str, action: AuditAction, outcome: AuditOutcome,
+               run_id: str | None = None, workflow_ref: str | None = None,
+               origin: str | None = None,
+               detail: Mapping[str, Any] | None = None) -> AuditEntry: ...
+
+    def newest(self, *, run_id: str | None = None, limit: int = 100,
+               before_seq: int | None = None) -> list[AuditEntry]:
+        """Rows newest first, before `before_seq`, optionally of one run."""
+        ...
+
+
 class Store(Protocol):
     """The durable store (DESIGN §5)."""
 
@@ -368,6 +385,9 @@ class Store(Protocol):
 
     @property
     def run_events(self) -> RunEvents: ...
+
+    @property
+    def audit(self) -> AuditTrail: ...
 
     def now_ms(self) -> int:
         """The store's clock, in integer milliseconds."""

@@ -17,6 +17,10 @@ SCHEMA_ID = "wfrun.controller-store.v1"
 ADDED_INDEXES: frozenset[str] = frozenset({"workflow_run_queue_ready",
                                            "workflow_run_queue_ready_affinity",
                                            "workflow_run_queue_ended"})
+#: Tables added to v1 after stores were made without them: new tables only, never a
+#: column of an existing one. Opening a store for writing creates a missing one (as
+#: it does an added index); a read-only open reads it as empty.
+ADDED_TABLES: frozenset[str] = frozenset({"audit_log"})
 
 TABLE_COLUMNS: Mapping[str, tuple[str, ...]] = {
     "schema_info": ("singleton", "schema_id", "created_at"),
@@ -145,6 +149,17 @@ TABLE_COLUMNS: Mapping[str, tuple[str, ...]] = {
         "type",
         "reconcile_id",
         "payload_json",
+    ),
+    "audit_log": (
+        "seq",
+        "recorded_at",
+        "actor",
+        "action",
+        "run_id",
+        "workflow_ref",
+        "origin",
+        "outcome",
+        "detail_json",
     ),
 }
 

@@ -320,3 +320,24 @@ class RunEvent:
     type: str
     runner_id: str | None
     payload: dict[str, Json]
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    """One row of `audit_log`."""
+
+    seq: int
+    recorded_at: int
+    actor: str
+    action: str
+    run_id: str | None
+    workflow_ref: str | None
+    origin: str | None
+    outcome: str
+    detail: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seq": self.seq, "recorded_at": self.recorded_at, "actor": self.actor,
+                "action": self.action, "run_id": self.run_id,
+                "workflow": self.workflow_ref, "origin": self.origin,
+                "outcome": self.outcome, "detail": self.detail}

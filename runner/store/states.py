@@ -171,6 +171,14 @@ TURN_RESOLUTIONS: tuple[TurnResolution, ...] = get_args(TurnResolution)
 NotificationKind = Literal["progress", "final"]
 NOTIFICATION_KINDS: tuple[NotificationKind, ...] = get_args(NotificationKind)
 
+#: What an operator did through the HTTP API (`audit_log`), and how it ended.
+AuditAction = Literal["start", "cancel", "pause", "unpause", "rerun", "answer"]
+AUDIT_ACTIONS: tuple[AuditAction, ...] = get_args(AuditAction)
+AuditOutcome = Literal["ok", "failed"]
+AUDIT_OUTCOMES: tuple[AuditOutcome, ...] = get_args(AuditOutcome)
+#: Byte bound of an audit row's detail (the request's parameters, never input values).
+AUDIT_DETAIL_MAX_BYTES = 4096
+
 #: Controller-side state sets (DESIGN §7; the records live in controller_interface.py).
 EffectState = Literal["pending", "applied", "rejected", "indeterminate"]
 EFFECT_STATES: tuple[EffectState, ...] = get_args(EffectState)

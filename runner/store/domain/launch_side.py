@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from runner.store.connector import Connector
+from runner.store.domain.audit import AuditLog
 from runner.store.domain.events import RunEvents
 from runner.store.domain.intents import TurnIntents
 from runner.store.domain.launches import LaunchQueue
@@ -29,6 +30,7 @@ class LaunchSide:
         self._turn_intents = TurnIntents(connector, mine.get("intents"))
         self._notifications = Notifications(connector, mine.get("notifications"))
         self._retention = Retention(connector)
+        self._audit = AuditLog(connector, mine.get("audit"))
 
     @property
     def launches(self) -> LaunchQueue:
@@ -45,6 +47,11 @@ class LaunchSide:
     @property
     def run_events(self) -> RunEvents:
         return self._run_events
+
+    @property
+    def audit(self) -> AuditLog:
+        """What operators did through the HTTP API (`wfrun audit`)."""
+        return self._audit
 
     @property
     def retention(self) -> Retention:

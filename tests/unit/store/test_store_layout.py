@@ -29,6 +29,7 @@ DESIGN_TABLES = {
     "effects",
     "workflow_requests",
     "controller_events",
+    "audit_log",  # DESIGN §10: the HTTP API's actions (added within v1: ADDED_TABLES)
 }
 
 
