@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 COMMANDS: dict[str, tuple[str, str]] = {
     "answer": ("runs", "Continue a waiting run as a new linked run, with the answer at its "
                        "checkpoint."),
+    "audit": ("ui", "Show the actions taken through the web console and its HTTP API, newest "
+                    "first."),
     "bridge": ("bridge", "Serve one agent session over stdio: JSON-RPC 2.0, one message per "
                          "line."),
     "cancel": ("launches", "Cancel a queued, starting or parked launch (a running one is "
@@ -70,8 +72,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
                           "here)."),
     "status": ("launches", "Launch and run state; works before a run bundle exists."),
     "store": ("launches", "Inspect or reset the project's durable store."),
-    "ui": ("ui", "Serve a read-only web view: runs, live run graphs, the queue, workflows "
-                 "and controller resources."),
+    "ui": ("ui", "Serve the web console: runs, live run graphs, the queue, workflows, "
+                 "controller resources, and actions (start, cancel, answer) with the printed "
+                 "token."),
     "validate": ("definitions", "Validate workflows (all of them when no name is given)."),
     "why": ("launches", "Explain why a run is not running (state, owner, lease, reservation, "
                         "source)."),

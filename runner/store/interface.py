@@ -97,9 +97,12 @@ class LaunchQueue(Protocol):
         limit: int = 50,
         offset: int = 0,
         ending: LaunchEnding | None = None,
+        created_from: int | None = None,
+        created_to: int | None = None,
     ) -> list[LaunchRecord]:
         """One page of launches by creation time (newest first by default), filtered
-        by status, workflow ref, run id prefix, last change (epoch ms) and, for `done`
+        by status, workflow ref, run id prefix, last change (epoch ms), creation time
+        (`created_from` inclusive, `created_to` exclusive, ms) and, for `done`
         rows, how the run ended (`ending`: other statuses pass), paged in SQL (the UI's
         run list and `wfrun runs`: every run is a launch row)."""
         ...
@@ -108,7 +111,8 @@ class LaunchQueue(Protocol):
         """How many launches are in each status (statuses with none are left out)."""
         ...
 
-    def ending_counts(self, *, workflow_ref: str | None = None
+    def ending_counts(self, *, workflow_ref: str | None = None,
+                      created_from: int | None = None, created_to: int | None = None
                       ) -> dict[tuple[str, str | None], int]:
         """How many launches are in each (status, ending) pair: `done` rows split by how
         their run ended, so a run list counts completed and waiting runs apart."""

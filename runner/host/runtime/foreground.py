@@ -107,6 +107,19 @@ def queue_detached(coordinator: LaunchCoordinator, ref: str, value: Any) -> tupl
     return workflow_name(record.workflow_ref), record.run_id
 
 
+def queue_answer(coordinator: LaunchCoordinator, run_id: str, answer: Any) -> LaunchRecord:
+    """The HTTP API's answer: the waiting run's continuation queued for a host (`wfrun
+    answer` runs it here instead)."""
+    if not coordinator.reader.exists(run_id):
+        raise NotFoundError(f"no run '{run_id}' with a checkpoint to answer")
+    manifest = coordinator.reader.manifest(run_id)
+    ref = str(manifest.get("workflow_ref") or manifest.get("workflow"))
+    try:
+        return coordinator.prepare(ref, answer, parent_run_id=run_id)
+    except PreflightError as exc:
+        raise preflight_error(exc) from None
+
+
 def execute_here(coordinator: LaunchCoordinator, run: str | LaunchRecord, control: RunControl,
                  *, force: bool = False) -> RunOutcome:
     """Run one launch in this process to its end (or its park): claimed by id here, or

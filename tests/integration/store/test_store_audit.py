@@ -27,7 +27,8 @@ def test_actions_are_appended_and_read_newest_first_per_run_and_paged(
                            detail={"error": "run 'run-2' has ended"})
         clock.advance(2)
         store.audit.append(actor="local:ann", action="answer", outcome="ok", run_id="run-1")
-        assert first.seq >= 1 and first.recorded_at == store.now_ms() - 4000
+        assert first.seq >= 1
+        assert first.recorded_at == store.now_ms() - 4000
         assert first.detail == {"input": True}
         rows = store.audit.newest()
         assert [(r.action, r.run_id, r.outcome) for r in rows] == [
@@ -76,9 +77,8 @@ def test_a_store_made_before_the_audit_table_gains_it_at_open(
 
 def test_a_read_only_open_of_an_older_store_reads_an_empty_trail(tmp_path: Path) -> None:
     path = tmp_path / "store.sqlite3"
-    with SqliteStore(path) as store:
-        with store._db.write() as conn:
-            conn.execute("DROP TABLE audit_log")
+    with SqliteStore(path) as store, store._db.write() as conn:
+        conn.execute("DROP TABLE audit_log")
     with SqliteStore(path, read_only=True) as viewer:
         assert viewer.audit.newest() == []
     assert "audit_log" not in _tables(path)  # the read-only open made nothing
