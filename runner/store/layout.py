@@ -146,6 +146,25 @@ TABLE_COLUMNS: Mapping[str, tuple[str, ...]] = {
         "reconcile_id",
         "payload_json",
     ),
+    # Issue 39: a rerun's link to the run it reran (`wfrun rerun`), both ways.
+    "workflow_reruns": (
+        "run_id",
+        "rerun_of",
+        "from_node",
+        "forced",
+        "changed_nodes_json",
+        "created_at",
+    ),
+    # Issue 39: a node's ok result kept for reuse (`cache:`), with the run that made it.
+    "step_cache": (
+        "cache_key",
+        "workflow",
+        "node_id",
+        "run_id",
+        "output_json",
+        "created_at",
+        "expires_at",
+    ),
 }
 
 TABLES: tuple[str, ...] = tuple(TABLE_COLUMNS)
