@@ -56,9 +56,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
                      "agents."),
     "mcp": ("mcp", "Serve the `workflow` tool over MCP on stdin/stdout (one session per "
                    "process)."),
+    "pause": ("operate", "Pause a run at its next node boundary, on any host; it holds no "
+                         "slot until unpaused."),
     "prune": ("housekeeping", "Delete ended runs older than AGE, their store rows, and store "
                               "history older than AGE; never a run that has not ended or "
                               "that a launch still points at."),
+    "rerun": ("operate", "Run an ended run again as a new linked run, reusing what ran "
+                         "before a node."),
     "resume": ("runs", "Resume a parked or interrupted run at the node it was in (secrets "
                        "are resolved again: nothing secret was stored)."),
     "run": ("runs", "Run a workflow in the foreground (exit 0 completed, 1 failed, 4 "
@@ -75,6 +79,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ui": ("ui", "Serve the web console: runs, live run graphs, the queue, workflows, "
                  "controller resources, and actions (start, cancel, answer) with the printed "
                  "token."),
+    "unpause": ("operate", "Let a paused run go on: a host resumes it (or `wfrun resume RUN` "
+                           "here)."),
     "validate": ("definitions", "Validate workflows (all of them when no name is given)."),
     "why": ("launches", "Explain why a run is not running (state, owner, lease, reservation, "
                         "source)."),

@@ -262,7 +262,8 @@ class Engine:
         if st.current_node is not None and st.current_node in d.nodes:
             return st.current_node, "interrupted"
         if st.last_node is None:
-            return d.start, "start"
+            # A rerun killed before its first node ended begins again where it begins.
+            return (st.start_at if st.start_at in d.nodes else d.start), "start"
         last = st.last_node
         result = st.results.get(last, {})
         node = d.nodes.get(last)

@@ -25,7 +25,7 @@ from runner.safety import bound, mask_values, redact
 from .agent import AgentStep, AgentStepExecutor, TurnKind
 from .artifacts import externalize, has_artifacts, internalize
 from .context import ScopedValues
-from .control import RunControl
+from .control import PAUSED, RunControl
 from .dbbundle import DatabaseBundle
 from .livelog import LiveLog
 from .nodes import NodeResult, execute, new_attempt_id, pure
@@ -371,6 +371,12 @@ class RunDriver:
         if self.control.stop_reason == "cancel":
             return self.finish("cancelled", error={"code": "cancelled",
                                                    "message": self.control.reason or "cancelled"})
+        if self.control.pause_requested and self.control.park_on_pause:
+            # `wfrun pause`: recorded as paused, then parked at this boundary (no node
+            # is interrupted); its launch waits, holding no slot, for `wfrun unpause`.
+            self.emit("run_paused", {"parked": True}, sync=True, state=True)
+            self.control.park(PAUSED)
+            return self.park()
         if self.control.pause_requested:
             self.emit("run_paused", {}, sync=True, state=True)
             while self.control.pause_requested and not self.control.stopping:

@@ -37,6 +37,7 @@ from runner.engine import (
     RunReader,
     check_input,
 )
+from runner.engine.control import PAUSED
 from runner.engine.processes import ProcessRegistry
 from runner.engine.rows import BundleRows
 from runner.engine.runner import Observer, RunDriver
@@ -60,6 +61,7 @@ from runner.store import (
     LaunchRecord,
     LostRace,
     NextClaim,
+    ParkMode,
     Store,
     StoreError,
     StoreUnavailable,
@@ -70,7 +72,9 @@ from .faults import FaultGate, hold, store_fault
 from .intents import new_intent
 from .keeper import LeaseKeeper
 from .link import Link, Step, Transition
+from .pausing import settle_pause
 from .preflight import Preflight, PreflightError, Resolver, workflow_name
+from .rerun import create_rerun, rerun_options
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -255,7 +259,8 @@ class LaunchCoordinator(Preflight):
         return claimed
 
     def prepare_here(self, ref: str, run_input: Any = None, *,
-                     parent_run_id: str | None = None, detached: bool = False
+                     parent_run_id: str | None = None, detached: bool = False,
+                     run_id: str | None = None, options: dict[str, Any] | None = None
                      ) -> LaunchRecord:
         """Queue a launch this process runs now (`wfrun run`, `answer`; `detached`:
         `start --wait`): claimed in the enqueue's own commit, so no host ever sees it
@@ -263,7 +268,8 @@ class LaunchCoordinator(Preflight):
         refuses its bundle (`faults.hold`); a detached one goes back to the queue."""
         record = self.prepare(ref, run_input, parent_run_id=parent_run_id,
                               affinity_runner_id=None if detached else self.runner_id,
-                              claim_by=self.runner_id, lease_seconds=self.lease_seconds)
+                              claim_by=self.runner_id, lease_seconds=self.lease_seconds,
+                              run_id=run_id, options=options)
         with self._scrub_lock:
             self._by_id.add(record.run_id)
         return record
@@ -454,6 +460,8 @@ class LaunchCoordinator(Preflight):
                 driver, act.checkpoint = engine.prepare_answer(
                     record.parent_run_id, value, lambda _m: definition, control=act.control,
                     run_id=record.run_id, definition=definition)
+            elif rerun_options(record) is not None:
+                driver = create_rerun(self, engine, record, definition, value, act.control)
             else:
                 _, driver = engine.create(definition, value, workflow_ref=record.workflow_ref,
                                           run_id=record.run_id, control=act.control)
@@ -507,7 +515,8 @@ class LaunchCoordinator(Preflight):
             outcome = engine.drive_continuation(driver, act.checkpoint)
         else:
             assert act.definition is not None
-            outcome = driver.drive(act.definition.start)
+            # A rerun begins at its node (engine/rerun.py); every other run at the start.
+            outcome = driver.drive(driver.state.start_at or act.definition.start)
         self.record_outcome(act, outcome)
         return outcome
 
@@ -630,8 +639,12 @@ class LaunchCoordinator(Preflight):
         if outcome.parked:
             if act.claim_lost:
                 return  # another runner owns the row now
-            self.store.launches.park(act.record.run_id, act.token,
-                                     mode="auto" if act.control.auto_resume else "explicit")
+            paused = act.control.reason == PAUSED
+            mode: ParkMode = "paused" if paused else "auto" if act.control.auto_resume \
+                else "explicit"
+            self.store.launches.park(act.record.run_id, act.token, mode=mode)
+            if paused:
+                settle_pause(self.store, act.record.run_id)  # an unpause that came meanwhile
             return
         self._ending(act, outcome)(None)
 

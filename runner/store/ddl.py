@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterable
 
 from runner.store.controller_interface import SPEC_MAX_BYTES, STATUS_MAX_BYTES
+from runner.store.records import CACHE_MAX_BYTES
 from runner.store.states import (
     AUDIT_ACTIONS,
     AUDIT_DETAIL_MAX_BYTES,
@@ -49,6 +50,11 @@ def table_ddl(name: str) -> str:
         if re.match(rf"CREATE TABLE {name}\b", statement):
             return statement
     raise KeyError(name)
+
+
+def indexes_of(table: str) -> list[str]:
+    """The DDL statements of `table`'s indexes (made with a table added within v1)."""
+    return [s for s in DDL if re.match(rf"CREATE (UNIQUE )?INDEX \w+\s+ON {table}\b", s)]
 
 
 def sql_in(values: Iterable[str]) -> str:
@@ -263,6 +269,27 @@ DDL: tuple[str, ...] = (
 )""",
     """CREATE INDEX controller_events_by_resource
     ON controller_events (controller, resource_key, seq DESC)""",
+    # One row per rerun, written before its launch is queued (a rerun whose launch
+    # never committed has no launch row, and readers join on one).
+    """CREATE TABLE workflow_reruns (
+    run_id TEXT PRIMARY KEY,
+    rerun_of TEXT NOT NULL CHECK (rerun_of <> run_id),
+    from_node TEXT NOT NULL,
+    forced INTEGER NOT NULL CHECK (forced IN (0, 1)),
+    changed_nodes_json TEXT NOT NULL,
+    created_at INTEGER NOT NULL
+)""",
+    """CREATE INDEX workflow_reruns_of ON workflow_reruns (rerun_of, created_at)""",
+    f"""CREATE TABLE step_cache (
+    cache_key TEXT PRIMARY KEY,
+    workflow TEXT NOT NULL,
+    node_id TEXT NOT NULL,
+    run_id TEXT NOT NULL,
+    output_json TEXT NOT NULL CHECK (length(CAST(output_json AS BLOB)) <= {CACHE_MAX_BYTES}),
+    created_at INTEGER NOT NULL,
+    expires_at INTEGER NOT NULL
+)""",
+    """CREATE INDEX step_cache_by_node ON step_cache (workflow, node_id, created_at)""",
     # Who did what through the HTTP API (`wfrun audit`); added within v1
     # (layout.ADDED_TABLES), so it has no index of its own beyond seq.
     f"""CREATE TABLE audit_log (

@@ -13,7 +13,7 @@ The conformance suite in `tests/integration/store/` runs against this interface.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from runner.store.records import (
     AuditEntry,
@@ -37,6 +37,9 @@ from runner.store.states import (
     RecoveryOutcome,
     TurnResolution,
 )
+
+if TYPE_CHECKING:
+    from runner.store.domain.operations import Pauses, Reruns, StepCache
 
 DEFAULT_LEASE_SECONDS = 30.0
 
@@ -389,6 +392,15 @@ class Store(Protocol):
 
     @property
     def run_events(self) -> RunEvents: ...
+
+    @property
+    def reruns(self) -> Reruns: ...
+
+    @property
+    def pauses(self) -> Pauses: ...
+
+    @property
+    def step_cache(self) -> StepCache: ...
 
     @property
     def audit(self) -> AuditTrail: ...

@@ -20,7 +20,7 @@ ADDED_INDEXES: frozenset[str] = frozenset({"workflow_run_queue_ready",
 #: Tables added to v1 after stores were made without them: new tables only, never a
 #: column of an existing one. Opening a store for writing creates a missing one (as
 #: it does an added index); a read-only open reads it as empty.
-ADDED_TABLES: frozenset[str] = frozenset({"audit_log"})
+ADDED_TABLES: frozenset[str] = frozenset({"workflow_reruns", "step_cache", "audit_log"})
 
 TABLE_COLUMNS: Mapping[str, tuple[str, ...]] = {
     "schema_info": ("singleton", "schema_id", "created_at"),
@@ -149,6 +149,25 @@ TABLE_COLUMNS: Mapping[str, tuple[str, ...]] = {
         "type",
         "reconcile_id",
         "payload_json",
+    ),
+    # Issue 39: a rerun's link to the run it reran (`wfrun rerun`), both ways.
+    "workflow_reruns": (
+        "run_id",
+        "rerun_of",
+        "from_node",
+        "forced",
+        "changed_nodes_json",
+        "created_at",
+    ),
+    # Issue 39: a node's ok result kept for reuse (`cache:`), with the run that made it.
+    "step_cache": (
+        "cache_key",
+        "workflow",
+        "node_id",
+        "run_id",
+        "output_json",
+        "created_at",
+        "expires_at",
     ),
     "audit_log": (
         "seq",

@@ -33,6 +33,8 @@ Json = Any
 
 INPUT_MAX_BYTES = 1024 * 1024
 PAYLOAD_MAX_BYTES = 64 * 1024
+#: Byte bound of one cached node output (`step_cache`); a larger one is not cached.
+CACHE_MAX_BYTES = 1024 * 1024
 
 
 def canonical_json(value: object, *, what: str = "value", max_bytes: int = INPUT_MAX_BYTES) -> str:

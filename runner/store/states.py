@@ -131,8 +131,10 @@ ERROR_MESSAGE_MAX_BYTES = 500
 
 #: How a parked launch may be resumed: `auto` (parked by a host shutdown; the next
 #: host resumes it) or `explicit` (parked by a person, a session shutdown or a lost
-#: claim; it resumes only when asked: `wfrun resume`, the `resume` tool action).
-ParkMode = Literal["auto", "explicit"]
+#: claim; it resumes only when asked: `wfrun resume`, the `resume` tool action) or
+#: `paused` (`wfrun pause`, from any process or host: no host claims it until `wfrun
+#: unpause` makes it `auto`; the run views call it paused).
+ParkMode = Literal["auto", "explicit", "paused"]
 PARK_MODES: tuple[ParkMode, ...] = get_args(ParkMode)
 
 #: How a `done` launch's run ended: its bundle `completed`, or it is `waiting` for an

@@ -233,7 +233,8 @@ def run_page(site: Site, run_id: str) -> dict[str, Any]:
                           "why": _why(site, store, run_id), "title": None,
                           "workflow": record.workflow_ref, "graph": None,
                           "started_at": None, "definition_digest": None, "input": None,
-                          "parent_run_id": record.parent_run_id, "continued_by": None})
+                          "parent_run_id": record.parent_run_id, "continued_by": None,
+                          "rerun_of": None, "rerun_from": None, "rerun_by": []})
     manifest = reader.manifest(run_id)
     try:
         snapshot = reader.workflow(run_id)
@@ -241,9 +242,10 @@ def run_page(site: Site, run_id: str) -> dict[str, Any]:
         snapshot = {"nodes": {}, "edges": []}
     bundle = run_row(reader, run_id)
     try:
-        run_input = reader.state(run_id).input
+        state = reader.state(run_id)
+        run_input, rerun = state.input, state.rerun or {}
     except WfrunError:
-        run_input = None
+        run_input, rerun = None, {}
     view = site.mask({
         "run_id": run_id, "bundle": True, "workflow": manifest.get("workflow"),
         "status": run_state(record, bundle.status if bundle is not None else None),
@@ -254,6 +256,9 @@ def run_page(site: Site, run_id: str) -> dict[str, Any]:
         "definition_digest": manifest.get("definition_digest"),
         "parent_run_id": manifest.get("parent_run_id"),
         "continued_by": reader.continued_by(run_id),
+        "rerun_of": rerun.get("of"), "rerun_from": rerun.get("from"),
+        "rerun_by": [r.run_id for r in store.reruns.reruns_of(run_id)]
+        if store is not None else [],
         "launch": _launch(record) if record is not None else None,
         "why": _why(site, store, run_id) if record is not None
         and record.status in WAITING_STATES else [],

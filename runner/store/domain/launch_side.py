@@ -14,6 +14,7 @@ from runner.store.domain.events import RunEvents
 from runner.store.domain.intents import TurnIntents
 from runner.store.domain.launches import LaunchQueue
 from runner.store.domain.notifications import Notifications
+from runner.store.domain.operations import Pauses, Reruns, StepCache
 from runner.store.domain.retention import Retention
 
 
@@ -30,6 +31,9 @@ class LaunchSide:
         self._turn_intents = TurnIntents(connector, mine.get("intents"))
         self._notifications = Notifications(connector, mine.get("notifications"))
         self._retention = Retention(connector)
+        self._reruns = Reruns(connector)
+        self._pauses = Pauses(connector, self._run_events)
+        self._step_cache = StepCache(connector)
         self._audit = AuditLog(connector, mine.get("audit"))
 
     @property
@@ -57,3 +61,18 @@ class LaunchSide:
     def retention(self) -> Retention:
         """Forgetting pruned runs and trimming history (`wfrun prune`)."""
         return self._retention
+
+    @property
+    def reruns(self) -> Reruns:
+        """Rerun links (`wfrun rerun`): `rerun_of` and `rerun_by`."""
+        return self._reruns
+
+    @property
+    def pauses(self) -> Pauses:
+        """Pausing and unpausing parked launches (`wfrun pause|unpause`)."""
+        return self._pauses
+
+    @property
+    def step_cache(self) -> StepCache:
+        """Kept ok node outputs (`cache:`), `wfrun cache list|clear`."""
+        return self._step_cache

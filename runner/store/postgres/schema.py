@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import psycopg
 
 from runner.store.ddl import DDL as SQLITE_DDL
-from runner.store.ddl import index_ddl, table_ddl
+from runner.store.ddl import index_ddl, indexes_of, table_ddl
 from runner.store.errors import IncompatibleLayout
 from runner.store.layout import (
     ADDED_INDEXES,
@@ -282,6 +282,8 @@ def add_missing_indexes(conn: Conn) -> None:
     (under the open's advisory lock and in its transaction)."""
     for name in sorted(ADDED_TABLES - set(read_layout(conn).tables)):
         conn.execute(_postgres(table_ddl(name)))  # fixed contract text
+        for statement in indexes_of(name):
+            conn.execute(_postgres(statement))
     present = set(read_layout(conn).indexes)
     for name in sorted(ADDED_INDEXES - present):
         conn.execute(_postgres(index_ddl(name)))  # fixed contract text

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 # Re-exported: tests and postgres/bundles.py import them from here.
 from runner.store.ddl import DDL as DDL
-from runner.store.ddl import index_ddl, table_ddl
+from runner.store.ddl import index_ddl, indexes_of, table_ddl
 from runner.store.ddl import sql_in as sql_in
 from runner.store.layout import (
     ADDED_INDEXES,
@@ -135,6 +135,8 @@ def add_missing_indexes(conn: sqlite3.Connection, actual: Layout) -> None:
     (inside the caller's write transaction)."""
     for name in sorted(ADDED_TABLES - set(actual.tables)):
         conn.execute(table_ddl(name))
+        for statement in indexes_of(name):
+            conn.execute(statement)
     for name in sorted(ADDED_INDEXES - set(actual.index_sql)):
         conn.execute(index_ddl(name))
 

@@ -1,0 +1,66 @@
+"""Operating runs (issue 39): rerun, pause and unpause, one small typed function each.
+
+The CLI (`wfrun rerun|pause|unpause`) and the HTTP API call these; the rules live
+below (launch/rerun.py, launch/pausing.py, the store's domain/operations.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from runner.engine import AgentStepExecutor, RunControl, RunOutcome
+from runner.engine.runner import Observer
+from runner.launch.pausing import PauseResult, pause, unpause
+from runner.launch.rerun import RerunQueued, RerunRequest, queue_rerun
+from runner.store import Store
+
+from .foreground import execute_here, foreground_coordinator, preflight_error
+from .launches import detached_coordinator
+from .local import Workspace
+
+__all__ = ["PauseResult", "RerunQueued", "RerunRequest", "pause_run", "queue_rerun_detached",
+           "rerun_here", "unpause_run"]
+
+
+def queue_rerun_detached(ws: Workspace, store: Store, request: RerunRequest) -> RerunQueued:
+    """Queue a rerun for a host (`wfrun rerun --detach`, the HTTP API)."""
+    from runner.launch import PreflightError
+
+    coordinator = detached_coordinator(ws, store)
+    try:
+        return queue_rerun(coordinator, request)
+    except PreflightError as exc:
+        raise preflight_error(exc) from None
+
+
+def rerun_here(ws: Workspace, store: Store, request: RerunRequest, control: RunControl, *,
+               executor: AgentStepExecutor | None = None, observer: Observer | None = None,
+               secrets: Mapping[str, str] | None = None) -> tuple[RerunQueued, RunOutcome]:
+    """`wfrun rerun`: the rerun's launch queued and claimed here, then run here."""
+    from runner.launch import PreflightError
+
+    coordinator = foreground_coordinator(ws, store, executor=executor, observer=observer,
+                                         secrets=secrets)
+    try:
+        queued = queue_rerun(coordinator, request, here=True)
+    except PreflightError as exc:
+        raise preflight_error(exc) from None
+    return queued, execute_here(coordinator, queued.record, control)
+
+
+def pause_run(ws: Workspace, store: Store, run_id: str) -> PauseResult:
+    """`wfrun pause RUN`: any running run, on any host (or parked: it stays put)."""
+    return pause(detached_coordinator(ws, store), run_id)
+
+
+def unpause_run(ws: Workspace, store: Store, run_id: str) -> PauseResult:
+    """`wfrun unpause RUN`: a paused run becomes claimable again (a host resumes it)."""
+    return unpause(detached_coordinator(ws, store), run_id)
+
+
+def rerun_links(store: Store, run_id: str) -> dict[str, Any]:
+    """`rerun_of` and `rerun_by` of a run, from the store's links."""
+    link = store.reruns.rerun(run_id)
+    return {"rerun_of": link.to_json() if link is not None else None,
+            "rerun_by": [r.run_id for r in store.reruns.reruns_of(run_id)]}
