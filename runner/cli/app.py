@@ -77,8 +77,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "status": ("launches", "Launch and run state; works before a run bundle exists."),
     "store": ("launches", "Inspect or reset the project's durable store."),
     "ui": ("ui", "Serve the web console: runs, live run graphs, the queue, workflows, "
-                 "controller resources, and actions (start, cancel, answer) with the printed "
-                 "token."),
+                 "controller resources, and actions (start, cancel, pause, rerun, answer) with "
+                 "the printed token."),
     "unpause": ("operate", "Let a paused run go on: a host resumes it (or `wfrun resume RUN` "
                            "here)."),
     "validate": ("definitions", "Validate workflows (all of them when no name is given)."),

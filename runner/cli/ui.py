@@ -29,8 +29,8 @@ from .runs import workspace
 def ui_cmd(ctx: Context, port_text: str, host: str | None, token: str | None,
            open_browser: bool) -> None:
     """Serve the web console: runs, live run graphs, the queue, workflows, controller
-    resources, and actions (start, cancel, answer) with the printed token. Ctrl-C
-    stops it."""
+    resources, and actions (start, cancel, pause, rerun, answer) with the printed
+    token. Ctrl-C stops it."""
     if not port_text.isdigit() or int(port_text) > 65535:
         raise InputError(f"--port must be a port number from 0 to 65535 (0: a free one), "
                          f"got {port_text!r}")

@@ -1,10 +1,11 @@
-"""The HTTP API's actions: start a workflow, cancel a run, answer a checkpoint (and
-pause, unpause, rerun where the runtime has them), each recorded in `audit_log`.
+"""The HTTP API's actions: start a workflow, cancel, pause, unpause or rerun a run,
+answer a checkpoint; each recorded in `audit_log`.
 
 Each action is the runtime function its command calls (`wfrun start`, `cancel`,
-`answer`), detached: it queues or asks, and a host (`wfrun host`) runs what was
-queued, so a request never waits for a run. The guard (server.py, auth.py) has
-checked the token and the CSRF rule before any of this runs; here every action,
+`pause`, `unpause`, `rerun --detach`, `answer`), detached: it queues or asks,
+and a host (`wfrun host`) runs what was queued, so a request never waits for a
+run. The guard (server.py, auth.py) has checked the token and the CSRF rule
+before any of this runs; here every action,
 done or refused by the runtime, leaves one audit row (who, what, which run, when,
 from where). The row is written after the action in a transaction of its own:
 a failed action is recorded too, and a process killed between the two loses the
@@ -23,6 +24,12 @@ from runner.errors import InputError, NotFoundError, WfrunError
 from runner.host.runtime.errors import translate
 from runner.host.runtime.foreground import queue_answer, queue_detached
 from runner.host.runtime.launches import detached_coordinator
+from runner.host.runtime.operations import (
+    RerunRequest,
+    pause_run,
+    queue_rerun_detached,
+    unpause_run,
+)
 from runner.launch import LaunchCoordinator, workflow_name
 from runner.safety import safe_message
 from runner.store import Store
@@ -137,8 +144,54 @@ class Actions:
 
         return self.run(actor, "answer", run_id=run_id, workflow=None, detail={}, do=do)
 
+    def pause(self, actor: Actor, run_id: str) -> dict[str, Any]:
+        def do() -> dict[str, Any]:
+            return {"action": "pause", **pause_run(self.site.ws, self._store(), run_id).to_json()}
+
+        return self.run(actor, "pause", run_id=run_id, workflow=None, detail={}, do=do)
+
+    def unpause(self, actor: Actor, run_id: str) -> dict[str, Any]:
+        def do() -> dict[str, Any]:
+            return {"action": "unpause",
+                    **unpause_run(self.site.ws, self._store(), run_id).to_json()}
+
+        return self.run(actor, "unpause", run_id=run_id, workflow=None, detail={}, do=do)
+
+    def rerun(self, actor: Actor, run_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        request = rerun_request(run_id, body)
+        detail = {"from": request.from_node, "input": request.input is not None,
+                  "set": sorted(request.set), "force": request.force}
+
+        def do() -> dict[str, Any]:
+            queued = queue_rerun_detached(self.site.ws, self._store(), request)
+            return {"action": "rerun", **queued.to_json(),
+                    "workflow": workflow_name(queued.record.workflow_ref)}
+
+        return self.run(actor, "rerun", run_id=run_id, workflow=None, detail=detail, do=do)
+
     def close(self) -> None:
         self._coordinator = None
+
+
+def rerun_request(run_id: str, body: dict[str, Any]) -> RerunRequest:
+    """`{"from": NODE, "input": ..., "set": {NODE: OUTPUT}, "force": false}`, each
+    optional, as `wfrun rerun`'s options."""
+    unknown = sorted(set(body) - {"from", "input", "set", "force"})
+    if unknown:
+        raise InputError(f"unknown rerun field(s) {', '.join(unknown)}; the fields are "
+                         "from, input, set and force")
+    from_node = body.get("from")
+    if from_node is not None and (not isinstance(from_node, str) or not from_node):
+        raise InputError("from must be a node id (text)")
+    sets = body.get("set") or {}
+    if not isinstance(sets, dict):
+        raise InputError('set must be an object of node id -> output, such as {"review": '
+                         '{"ok": true}}')
+    force = body.get("force", False)
+    if not isinstance(force, bool):
+        raise InputError("force must be true or false")
+    return RerunRequest(run_id=run_id, from_node=from_node, input=body.get("input"),
+                        set=sets, force=force)
 
 
 def error_status(error: WfrunError) -> int:

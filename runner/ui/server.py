@@ -258,6 +258,18 @@ def build_app(site: Site, config: UiConfig | None = None, *,
                ) -> dict[str, Any]:
         return a.answer(who, request.path_params["run_id"], body)
 
+    def pause(a: Actions, who: Actor, request: Request, body: dict[str, Any]
+              ) -> dict[str, Any]:
+        return a.pause(who, request.path_params["run_id"])
+
+    def unpause(a: Actions, who: Actor, request: Request, body: dict[str, Any]
+                ) -> dict[str, Any]:
+        return a.unpause(who, request.path_params["run_id"])
+
+    def rerun(a: Actions, who: Actor, request: Request, body: dict[str, Any]
+              ) -> dict[str, Any]:
+        return a.rerun(who, request.path_params["run_id"], body)
+
     def audit(request: Request) -> dict[str, Any]:
         return data.audit_page(site, run_id=q(request, "run"), before=q(request, "before"),
                                limit=q(request, "limit"))
@@ -336,6 +348,9 @@ def build_app(site: Site, config: UiConfig | None = None, *,
         Route("/api/runs/{run_id}/events", events),
         Route("/api/runs/{run_id}/cancel", action(cancel), methods=["POST"]),
         Route("/api/runs/{run_id}/answer", action(answer), methods=["POST"]),
+        Route("/api/runs/{run_id}/pause", action(pause), methods=["POST"]),
+        Route("/api/runs/{run_id}/unpause", action(unpause), methods=["POST"]),
+        Route("/api/runs/{run_id}/rerun", action(rerun), methods=["POST"]),
         Route("/api/workflows/{name}/start", action(start), methods=["POST"]),
         Route("/api/audit", page("", audit)),
         Route("/queue", page("queue.html", queue)),

@@ -277,3 +277,74 @@ def test_a_workflow_read_carries_its_input_schema(project: Project) -> None:
         view = httpx.get(f"{ui.base}/api/workflows/quick").json()
         assert view["input_schema"]["required"] == ["n"]
         assert view["input_schema"]["properties"]["n"] == {"type": "integer"}
+
+
+FLAKY = """\
+name: flaky
+start: one
+nodes:
+  one:
+    action: {shell: [sh, -c, "echo once >> count.txt; echo one"]}
+  two:
+    action: {shell: [sh, -c, "test -f fixed && echo two"]}
+  three:
+    action: {shell: [sh, -c, "echo three >> three.txt; echo three"]}
+edges:
+  - {from: one, to: two}
+  - {from: two, to: three}
+"""
+
+
+def test_rerun_through_the_api_reuses_what_ran_before_the_failed_node(
+        project: Project) -> None:
+    project.workflow("flaky", FLAKY)
+    assert project.wfrun("run", "flaky").returncode == 1  # two fails: no `fixed` yet
+    (failed,) = project.run_ids()
+    (project.root / "fixed").write_text("")
+    with ui_server(project) as ui:
+        assert httpx.post(f"{ui.base}/api/runs/{failed}/rerun", json={}).status_code == 401
+        for body, message in (({"from": 3}, "from must be a node id"),
+                              ({"force": "yes"}, "force must be true or false"),
+                              ({"when": 1}, "unknown rerun field(s) when")):
+            bad = httpx.post(f"{ui.base}/api/runs/{failed}/rerun", json=body,
+                             headers=bearer(ui))
+            assert bad.status_code == 400, bad.text
+            assert message in bad.json()["error"]
+        unknown_node = httpx.post(f"{ui.base}/api/runs/{failed}/rerun",
+                                  json={"from": "nope"}, headers=bearer(ui))
+        assert unknown_node.status_code == 400, unknown_node.text
+        done = httpx.post(f"{ui.base}/api/runs/{failed}/rerun", json={}, headers=bearer(ui))
+        assert done.status_code == 202, done.text
+        rerun = done.json()["run_id"]
+        assert done.json()["rerun_of"] == failed
+    host = project.wfrun("host", "--once", "--no-controllers", timeout=60)
+    assert host.returncode == 0, host.stderr
+    shown = project.json("show", rerun, "--json")
+    assert shown["status"] == "completed"
+    assert (project.root / "count.txt").read_text() == "once\n"  # one reused, not re-run
+    assert (project.root / "three.txt").read_text() == "three\n"
+    rows = audit(project)
+    assert [(r["action"], r["outcome"]) for r in rows[:2]] == [("rerun", "ok"),
+                                                              ("rerun", "failed")]
+    assert rows[0]["run_id"] == failed
+    assert rows[0]["detail"]["new_run_id"] == rerun
+
+
+def test_pause_and_unpause_through_the_api(project: Project) -> None:
+    project.workflow("quick", QUICK)
+    with ui_server(project) as ui:
+        run_id = httpx.post(f"{ui.base}/api/workflows/quick/start", json={"input": {"n": 1}},
+                            headers=bearer(ui)).json()["run_id"]
+        assert httpx.post(f"{ui.base}/api/runs/{run_id}/pause").status_code == 401
+        paused = httpx.post(f"{ui.base}/api/runs/{run_id}/pause", headers=bearer(ui))
+        assert paused.status_code == 200, paused.text
+        assert paused.json()["state"] == "pausing"  # it stops at its first boundary
+        unpaused = httpx.post(f"{ui.base}/api/runs/{run_id}/unpause", headers=bearer(ui))
+        assert unpaused.status_code == 200, unpaused.text
+        assert unpaused.json()["state"] == "unpaused"
+        again = httpx.post(f"{ui.base}/api/runs/{run_id}/unpause", headers=bearer(ui))
+        assert again.status_code == 400, again.text  # not paused
+        missing = httpx.post(f"{ui.base}/api/runs/nope/pause", headers=bearer(ui))
+        assert missing.status_code == 404
+    assert [(r["action"], r["outcome"]) for r in audit(project)[:4]] == [
+        ("pause", "failed"), ("unpause", "failed"), ("unpause", "ok"), ("pause", "ok")]
