@@ -121,9 +121,13 @@ class ActionSpec:
 class NotifySpec:
     kind: Literal["progress", "final"]
     message: str
+    channels: tuple[str, ...] = ()  # names in .wfrun/config.yaml `notify: channels:`
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "message": self.message}
+        out: dict[str, Any] = {"kind": self.kind, "message": self.message}
+        if self.channels:  # absent when none: the digests of existing definitions stay
+            out["channels"] = list(self.channels)
+        return out
 
 
 @dataclass(frozen=True)

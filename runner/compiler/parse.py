@@ -54,7 +54,7 @@ KIND_KEYS: dict[str, tuple[str, ...]] = {
     "compute": ("expr", "call"),
     "action": ("shell", "use_shell", "call", "cwd", "env", "stdin", "allow_nonzero_exit",
                "output_cap", "parse"),
-    "notify": ("kind", "message"),
+    "notify": ("kind", "message", "channels"),
     "checkpoint": ("summary",),
     "fail": ("message", "code"),
 }
@@ -749,9 +749,24 @@ def _notify(c: _Checker, body: Any, kp: KeyPath) -> NotifySpec | None:
         return None
     message = c.string(m["message"], (*kp, "message"), "message", template=True) if (
         "message" in m) else None
+    channels: list[str] = []
+    raw = m.get("channels", [])
+    if not isinstance(raw, list):
+        c.sink.error("invalid-value", "notify channels must be a list of channel names from "
+                     ".wfrun/config.yaml (notify: channels:)", (*kp, "channels"))
+        return None
+    for i, name in enumerate(raw):
+        channel = c.ident(name, (*kp, "channels", i), "channel")
+        if channel is None:
+            return None
+        if channel in channels:
+            c.sink.error("invalid-value", f"channel '{channel}' is named twice",
+                         (*kp, "channels", i))
+            return None
+        channels.append(channel)
     if message is None:
         return None
-    return NotifySpec(kind=kind, message=message)
+    return NotifySpec(kind=kind, message=message, channels=tuple(channels))
 
 
 def _checkpoint(c: _Checker, body: Any, kp: KeyPath) -> CheckpointSpec | None:

@@ -94,7 +94,9 @@ def workflow_schema() -> dict[str, Any]:
             "A side effect: `shell` (argv list) or `call` (Python hook)."),
             "oneOf": [{"required": ["shell"]}, {"required": ["call"]}]},
         "notify": {"anyOf": [TEMPLATE, _obj(
-            {"kind": {"enum": ["progress", "final"]}, "message": TEMPLATE},
+            {"kind": {"enum": ["progress", "final"]}, "message": TEMPLATE,
+             "channels": {"type": "array", "uniqueItems": True,
+                          "items": {"type": "string", "pattern": ID_PATTERN}}},
             KIND_KEYS["notify"], ("message",))]},
         "checkpoint": {"anyOf": [{"type": "null"}, TEMPLATE,
                                  _obj({"summary": TEMPLATE}, KIND_KEYS["checkpoint"])]},

@@ -65,7 +65,10 @@ def _no_crash(_point: str) -> None:
 
 class NotificationSink(Protocol):
     def emit(self, run_id: str, node: str, attempt: str, notification_id: str, kind: str,
-             message: str) -> None: ...
+             message: str, channels: tuple[str, ...] = ()) -> None:
+        """A `notify` message: to the run's session (if any) and to the configured
+        `channels` it names (webhooks, Slack: the store's channel outbox)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -255,13 +258,16 @@ class RunDriver:
                   node=self.state.current_node, attempt=self.state.current_attempt)
 
     def notify(self, node: str, attempt: str, notification_id: str, kind: str,
-               message: str) -> None:
-        message = self.secrets.mask(message)  # it goes to the store's outbox and a session
-        self.emit("notification_emitted", {"notification_id": notification_id, "kind": kind,
-                                           "message": message}, node=node, attempt=attempt,
-                  sync=True)
+               message: str, channels: tuple[str, ...] = ()) -> None:
+        message = self.secrets.mask(message)  # it goes to the store's outboxes and a session
+        payload: dict[str, Any] = {"notification_id": notification_id, "kind": kind,
+                                   "message": message}
+        if channels:
+            payload["channels"] = list(channels)
+        self.emit("notification_emitted", payload, node=node, attempt=attempt, sync=True)
         if self.notifications is not None:
-            self.notifications.emit(self.run_id, node, attempt, notification_id, kind, message)
+            self.notifications.emit(self.run_id, node, attempt, notification_id, kind, message,
+                                    channels)
 
     # -- context -----------------------------------------------------------------
     def template_scope(self, deadline: float | None) -> scoped_budget:

@@ -48,6 +48,7 @@ from runner.private import private_dirs
 from runner.store import LaunchRecord, NextClaim, QueuedSources, Store, StoreError
 from runner.store.wakeups import launch_wakeups
 
+from .runtime.channels import ChannelDeliverer, DeliveryPass, load_channels
 from .runtime.errors import translate
 from .runtime.launches import runner_id
 from .runtime.local import Workspace
@@ -114,6 +115,7 @@ class HostReport:
     failed_to_start: int = 0
     reaped: list[int] = field(default_factory=list)
     reconciles: int = 0
+    notifications: int = 0  # channel notifications delivered
 
     def count(self, outcome: RunOutcome) -> None:
         key = "parked" if outcome.parked else outcome.status
@@ -310,6 +312,10 @@ class StandaloneHost:
         self._groups: dict[str, SourceGroup] = {}  # the watched groups, by key
         self._claim_error_logged: str | None = None
         self.listener: LaunchListener | None = None  # while running, if the store has notices
+        # `notify` messages for configured channels (webhooks, Slack): a bad config stops
+        # the host here, in one line, before it claims anything.
+        self.deliverer = ChannelDeliverer(store, load_channels(ws.project_root), ws.clock)
+        self._delivery_error: str | None = None
 
     # -- lifecycle -------------------------------------------------------------------
     def run(self, *, once: bool = False,
@@ -374,6 +380,7 @@ class StandaloneHost:
             if not once:  # --once ends with the error line itself
                 self._report_claim_error()
             self._watch_queued()
+            self._deliver_notifications()
             reconciled = 0
             if self.manager is not None and once:
                 reconciled = self.manager.run_until_idle()
@@ -415,6 +422,23 @@ class StandaloneHost:
             elif self._claim_error_logged is not None:
                 log.warning("wfrun host: the store accepts claims again")
             self._claim_error_logged = text
+
+    def _deliver_notifications(self) -> None:
+        """Post the channel notifications that are due (a few per pass); a failing
+        channel is logged once per distinct error and retried on its own schedule."""
+        done: DeliveryPass | None = None
+        try:
+            done = self.deliverer.deliver_due()
+            errors = done.errors
+        except (StoreError, OSError) as exc:
+            error = translate(exc) if isinstance(exc, StoreError) else None
+            errors = [error.message if error is not None else str(exc)]
+        text = errors[-1] if errors else None
+        if text is not None and text != self._delivery_error:
+            log.warning("wfrun host: notification not delivered: %s", text)
+        self._delivery_error = text
+        if done is not None:
+            self.report.notifications += done.delivered
 
     def _watch_queued(self) -> None:
         """Watch the sources of the detached launches still queued: one query, at most

@@ -68,6 +68,7 @@ from runner.store import (
     TurnCause,
 )
 
+from .channels import ChannelSink
 from .faults import FaultGate, hold, store_fault
 from .intents import new_intent
 from .keeper import LeaseKeeper
@@ -573,7 +574,8 @@ class LaunchCoordinator(Preflight):
 
         opts = self.options
         return Engine(runs_dir=self.runs_dir, clock=self.clock, executor=opts.executor(record),
-                      notifications=opts.notifications, observer=opts.observer,
+                      notifications=ChannelSink(self.store, opts.notifications),
+                      observer=opts.observer,
                       durability=opts.durability, project_root=opts.project_root,
                       work_dir=opts.project_root, fence=fence, processes=opts.processes,
                       crash_point=opts.crash_point,

@@ -19,6 +19,8 @@ from runner.store.states import (
     AUDIT_OUTCOMES,
     CLAIMED_STATUSES,
     CONTROLLER_ERROR_MAX_BYTES,
+    DELIVERY_MESSAGE_MAX_BYTES,
+    DELIVERY_STATUSES,
     EFFECT_STATES,
     ERROR_MESSAGE_MAX_BYTES,
     INPUT_STATUSES,
@@ -303,4 +305,28 @@ DDL: tuple[str, ...] = (
     outcome TEXT NOT NULL CHECK (outcome IN {sql_in(AUDIT_OUTCOMES)}),
     detail_json TEXT NOT NULL CHECK (length(CAST(detail_json AS BLOB)) <= {AUDIT_DETAIL_MAX_BYTES})
 )""",
+    # The channel outbox: one row per (notification, channel), so a `notify` node run
+    # again after a crash (same notification id) adds nothing; delivered rows are
+    # never sent again. Added within v1 (layout.ADDED_TABLES).
+    f"""CREATE TABLE notification_deliveries (
+    notification_id TEXT NOT NULL,
+    channel TEXT NOT NULL,
+    run_id TEXT NOT NULL,
+    node_id TEXT NOT NULL,
+    kind TEXT NOT NULL CHECK (kind IN {sql_in(NOTIFICATION_KINDS)}),
+    message TEXT NOT NULL CHECK (length(CAST(message AS BLOB)) <= {DELIVERY_MESSAGE_MAX_BYTES}),
+    status TEXT NOT NULL CHECK (status IN {sql_in(DELIVERY_STATUSES)}),
+    attempts INTEGER NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+    next_attempt_at INTEGER NOT NULL,
+    last_error TEXT,
+    claim_token TEXT,
+    claim_expires_at INTEGER,
+    created_at INTEGER NOT NULL,
+    delivered_at INTEGER,
+    PRIMARY KEY (notification_id, channel),
+    CHECK ((status = 'delivered') = (delivered_at IS NOT NULL)),
+    CHECK ((claim_token IS NULL) = (claim_expires_at IS NULL))
+)""",
+    """CREATE INDEX notification_deliveries_due
+    ON notification_deliveries (status, next_attempt_at)""",
 )

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from runner.store.records import (
     AuditEntry,
+    Delivery,
     LaunchRecord,
     LostRace,
     NewLaunch,
@@ -375,6 +376,25 @@ class AuditTrail(Protocol):
         ...
 
 
+class ChannelOutbox(Protocol):
+    """`notification_deliveries`: `notify` messages on their way to configured channels."""
+
+    def enqueue(self, *, notification_id: str, channel: str, run_id: str, node_id: str,
+                kind: str, message: str) -> bool: ...
+
+    def claim_due(self, *, limit: int = 20, lease_seconds: float = 60.0) -> list[Delivery]: ...
+
+    def mark_delivered(self, delivery: Delivery) -> bool: ...
+
+    def retry_at(self, delivery: Delivery, next_attempt_ms: int, error: str) -> bool: ...
+
+    def give_up(self, delivery: Delivery, error: str) -> bool: ...
+
+    def recent(self, *, limit: int = 100) -> list[Delivery]: ...
+
+    def of_run(self, run_id: str) -> list[Delivery]: ...
+
+
 class Store(Protocol):
     """The durable store (DESIGN §5)."""
 
@@ -404,6 +424,9 @@ class Store(Protocol):
 
     @property
     def audit(self) -> AuditTrail: ...
+
+    @property
+    def deliveries(self) -> ChannelOutbox: ...
 
     def now_ms(self) -> int:
         """The store's clock, in integer milliseconds."""

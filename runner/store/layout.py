@@ -20,7 +20,8 @@ ADDED_INDEXES: frozenset[str] = frozenset({"workflow_run_queue_ready",
 #: Tables added to v1 after stores were made without them: new tables only, never a
 #: column of an existing one. Opening a store for writing creates a missing one (as
 #: it does an added index); a read-only open reads it as empty.
-ADDED_TABLES: frozenset[str] = frozenset({"workflow_reruns", "step_cache", "audit_log"})
+ADDED_TABLES: frozenset[str] = frozenset({"workflow_reruns", "step_cache", "audit_log",
+                                          "notification_deliveries"})
 
 TABLE_COLUMNS: Mapping[str, tuple[str, ...]] = {
     "schema_info": ("singleton", "schema_id", "created_at"),
@@ -179,6 +180,22 @@ TABLE_COLUMNS: Mapping[str, tuple[str, ...]] = {
         "origin",
         "outcome",
         "detail_json",
+    ),
+    "notification_deliveries": (
+        "notification_id",
+        "channel",
+        "run_id",
+        "node_id",
+        "kind",
+        "message",
+        "status",
+        "attempts",
+        "next_attempt_at",
+        "last_error",
+        "claim_token",
+        "claim_expires_at",
+        "created_at",
+        "delivered_at",
     ),
 }
 

@@ -343,3 +343,23 @@ class AuditEntry:
                 "action": self.action, "run_id": self.run_id,
                 "workflow": self.workflow_ref, "origin": self.origin,
                 "outcome": self.outcome, "detail": self.detail}
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One row of `notification_deliveries`: a notification on its way to a channel."""
+
+    notification_id: str
+    channel: str
+    run_id: str
+    node_id: str
+    kind: str
+    message: str
+    status: str
+    attempts: int
+    next_attempt_at: int
+    last_error: str | None
+    claim_token: str | None
+    claim_expires_at: int | None
+    created_at: int
+    delivered_at: int | None

@@ -181,6 +181,12 @@ AUDIT_OUTCOMES: tuple[AuditOutcome, ...] = get_args(AuditOutcome)
 #: Byte bound of an audit row's detail (the request's parameters, never input values).
 AUDIT_DETAIL_MAX_BYTES = 4096
 
+#: A notification's delivery to one configured channel (`notification_deliveries`).
+DeliveryStatus = Literal["pending", "delivered", "failed"]
+DELIVERY_STATUSES: tuple[DeliveryStatus, ...] = get_args(DeliveryStatus)
+#: Byte bound of a delivery's message (a `notify` message, masked) and its last error.
+DELIVERY_MESSAGE_MAX_BYTES = 64 * 1024
+
 #: Controller-side state sets (DESIGN §7; the records live in controller_interface.py).
 EffectState = Literal["pending", "applied", "rejected", "indeterminate"]
 EFFECT_STATES: tuple[EffectState, ...] = get_args(EffectState)

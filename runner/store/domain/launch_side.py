@@ -10,6 +10,7 @@ from collections.abc import Mapping
 
 from runner.store.connector import Connector
 from runner.store.domain.audit import AuditLog
+from runner.store.domain.deliveries import NotificationDeliveries
 from runner.store.domain.events import RunEvents
 from runner.store.domain.intents import TurnIntents
 from runner.store.domain.launches import LaunchQueue
@@ -35,6 +36,7 @@ class LaunchSide:
         self._pauses = Pauses(connector, self._run_events)
         self._step_cache = StepCache(connector)
         self._audit = AuditLog(connector, mine.get("audit"))
+        self._deliveries = NotificationDeliveries(connector, mine.get("deliveries"))
 
     @property
     def launches(self) -> LaunchQueue:
@@ -51,6 +53,11 @@ class LaunchSide:
     @property
     def run_events(self) -> RunEvents:
         return self._run_events
+
+    @property
+    def deliveries(self) -> NotificationDeliveries:
+        """The channel outbox: `notify` messages on their way to webhooks and Slack."""
+        return self._deliveries
 
     @property
     def audit(self) -> AuditLog:
