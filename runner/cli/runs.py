@@ -109,6 +109,11 @@ def _finish(outcome: RunOutcome, as_json: bool, ws: Workspace,
         click.echo(json.dumps({"run_id": outcome.run_id, "status": outcome.status,
                                "parked": outcome.parked, "final_output": outcome.final_output,
                                "error": outcome.error}, indent=2, ensure_ascii=False))
+    if outcome.parked and outcome.state.paused:  # `wfrun pause` from elsewhere
+        click.echo(f"wfrun: run {outcome.run_id} paused; continue it with: wfrun unpause "
+                   f"{outcome.run_id} (a host resumes it) or wfrun resume {outcome.run_id}",
+                   err=True)
+        sys.exit(PARKED_EXIT)
     if outcome.parked:
         click.echo(f"wfrun: run {outcome.run_id} parked; continue it with: wfrun resume "
                    f"{outcome.run_id}", err=True)

@@ -14,6 +14,7 @@ times are on the coordinator's Clock; the thread never advances a fake one.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,6 +37,8 @@ IDLE_LINGER = 10.0
 #: honoured, or the run stopped anyway), so a resumed run does not pause again on it.
 PAUSE_EVENT = "pause_requested"
 UNPAUSE_EVENT = "unpause_requested"
+#: The runner's acknowledgement: it read the request and pauses at the next boundary.
+PAUSE_SEEN = "pause_seen"
 _PAUSE_ENDS = frozenset({UNPAUSE_EVENT, "launch.parked", "launch.paused", "launch.unpaused"})
 
 
@@ -105,6 +108,10 @@ class LeaseKeeper:
             kept.pausing = pausing
             if pausing:
                 act.control.pause(park=True)  # parks at the next node boundary
+                # An acknowledgement only: the pause happens all the same.
+                with contextlib.suppress(StoreError):
+                    self.store.run_events.append(act.record.run_id, PAUSE_SEEN, {},
+                                                 workflow_ref=act.record.workflow_ref)
             else:
                 act.control.resume()  # withdrawn before the boundary came
 

@@ -52,7 +52,10 @@ def _pending(store: Store, run_id: str) -> bool:
     return pause_pending([e.type for e in store.run_events.read(run_id=run_id)])
 
 
-def pause(co: LaunchCoordinator, run_id: str) -> PauseResult:
+def pause(co: LaunchCoordinator, run_id: str, *,
+          dead_runner: str | None = None) -> PauseResult:
+    """`dead_runner`: the runner the caller proved dead (a process of this machine that
+    is gone); its lease is void now, as for `wfrun resume`."""
     record = _record(co, run_id)
     status = record.status
     if status in ("done", "failed", "cancelled"):
@@ -64,19 +67,22 @@ def pause(co: LaunchCoordinator, run_id: str) -> PauseResult:
         if isinstance(result, LostRace):
             raise ConflictError(f"run '{run_id}' changed state ({result.status}); try again")
         return PauseResult(run_id, "paused", result.status)
-    if status == "running" and not record.lease_live(co.store.now_ms()):
-        return _pause_abandoned(co, record)
+    if status == "running" and (not record.lease_live(co.store.now_ms())
+                                or (dead_runner is not None
+                                    and dead_runner == record.runner_id)):
+        return _pause_abandoned(co, record, dead_runner)
     if not _pending(co.store, run_id):
         co.store.run_events.append(run_id, PAUSE_EVENT, {}, workflow_ref=record.workflow_ref,
                                    runner_id=co.runner_id)
     return PauseResult(run_id, "pausing", status)
 
 
-def _pause_abandoned(co: LaunchCoordinator, record: LaunchRecord) -> PauseResult:
+def _pause_abandoned(co: LaunchCoordinator, record: LaunchRecord,
+                     dead_runner: str | None) -> PauseResult:
     """Its runner died mid-run: take the claim over and park it `paused` (the bundle
     is resumed at its interrupted node once it is unpaused)."""
     claimed = co.store.launches.claim(record.run_id, runner_id=co.runner_id,
-                                      lease_seconds=co.lease_seconds)
+                                      lease_seconds=co.lease_seconds, dead_runner=dead_runner)
     if isinstance(claimed, LostRace):
         raise ConflictError(f"run '{record.run_id}' changed state ({claimed.status}); "
                             "try again")
