@@ -69,6 +69,7 @@ __all__ = ["LEASE_SECONDS", "HostLock", "HostReport", "StandaloneHost", "WorkerS
 PARK_DEADLINE = 8.0
 HOST_CHILDREN = "host.children.json"  # the host's own shell process groups, for reaping
 CLAIM_RETRY = 1.0  # seconds between claims while the store refuses them
+TIMEOUT_JOIN = 15.0  # a post in flight when the host stops (its own timeout is 10 s)
 # The source watch's query groups the queued launches by source identity in the
 # database (one row per distinct source, never one per launch: a host's memory stays
 # flat in the queue's length), still a scan of the queue: it runs at most once per
@@ -334,6 +335,11 @@ class StandaloneHost:
                 self.pool.start_reading()
             if self.manager is not None and not once:
                 self.manager.start()
+            delivery = None
+            if not once:
+                delivery = threading.Thread(target=self._delivery_loop, daemon=True,
+                                            name="wfrun-notify-channels")
+                delivery.start()
             self.watch.start()
             try:
                 self.work(once)
@@ -342,6 +348,8 @@ class StandaloneHost:
                 raise
             finally:
                 self.watch.stop()
+                if delivery is not None:
+                    delivery.join(timeout=TIMEOUT_JOIN)
                 if self.pool is not None:  # the workers park (if stopping) and report
                     self.pool.finish(self.stop_event, PARK_DEADLINE + EXIT_GRACE)
                 if self.manager is not None:
@@ -380,7 +388,8 @@ class StandaloneHost:
             if not once:  # --once ends with the error line itself
                 self._report_claim_error()
             self._watch_queued()
-            self._deliver_notifications()
+            if once:  # else the delivery thread posts them (a slow receiver must not
+                self._deliver_notifications()  # hold up claims)
             reconciled = 0
             if self.manager is not None and once:
                 reconciled = self.manager.run_until_idle()
@@ -422,6 +431,10 @@ class StandaloneHost:
             elif self._claim_error_logged is not None:
                 log.warning("wfrun host: the store accepts claims again")
             self._claim_error_logged = text
+
+    def _delivery_loop(self) -> None:
+        while not self.stop_event.wait(max(self.poll, 1.0)):
+            self._deliver_notifications()
 
     def _deliver_notifications(self) -> None:
         """Post the channel notifications that are due (a few per pass); a failing

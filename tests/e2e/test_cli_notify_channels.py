@@ -9,7 +9,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import os
+import signal
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -20,6 +23,7 @@ from typing import Any
 
 import pytest
 from everyday import Project
+from waiting import wait_for_line, wait_until
 
 from runner.clock import FakeClock
 from runner.host.runtime.channels import ChannelDeliverer, load_channels
@@ -263,3 +267,24 @@ def test_notify_channels_are_checked_by_the_compiler(project: Project) -> None:
         """)
     assert "channel 'ops' is named twice" in "".join(
         (lambda d: d.stdout + d.stderr)(project.wfrun("validate", "twice")))
+
+
+def test_a_running_host_delivers_from_its_delivery_thread(project: Project) -> None:
+    port = free_port()
+    configure(project, port)
+    env = {**os.environ, "OPS_KEY": KEY, "TEAM_SLACK_URL": f"http://127.0.0.1:{port}/slack"}
+    with receiver(port) as server:
+        host = subprocess.Popen(project.argv("host", "--no-controllers"), cwd=project.root,
+                                stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                                env=env)
+        try:
+            assert host.stderr is not None
+            wait_for_line(host.stderr, "wfrun host running for")
+            assert project.wfrun("start", "flow", "-i", "what=w").returncode == 0
+            wait_until(lambda: len(server.delivered()) == 3, what="3 deliveries")
+        finally:
+            host.send_signal(signal.SIGINT)
+            host.wait(timeout=60)
+            if host.stderr is not None:
+                host.stderr.close()
+        assert sorted(r["path"] for r in server.delivered()) == ["/hook", "/hook", "/slack"]
