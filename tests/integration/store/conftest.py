@@ -39,6 +39,7 @@ POSTGRES_MODULES = frozenset({
     "test_controller_resources",
     "test_store_added_indexes",
     "test_store_audit",
+    "test_store_deliveries",
     "test_store_chained_claims",
     "test_store_claims",
     "test_store_event_order",
