@@ -41,7 +41,7 @@ from runner.errors import InputError, NotFoundError, OperationFailed
 from runner.host.runtime.errors import translate
 
 from . import data
-from .actions import Actions, Actor, error_status, parse_body
+from .actions import BODY_MAX_BYTES, Actions, Actor, error_status, parse_body
 from .auth import (
     COOKIE,
     CSRF_HEADER,
@@ -202,6 +202,23 @@ def _error(request: Request, exc: Exception) -> Response:
 Handler = Callable[[Request], Awaitable[Response]]
 
 
+async def _bounded_body(request: Request) -> bytes:
+    """The request body, refused once it passes BODY_MAX_BYTES (never read whole first:
+    a client could send gigabytes)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > BODY_MAX_BYTES:
+        raise InputError(f"the request body is {declared} bytes; the limit is "
+                         f"{BODY_MAX_BYTES}")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > BODY_MAX_BYTES:
+            raise InputError(f"the request body is over {BODY_MAX_BYTES} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 def build_app(site: Site, config: UiConfig | None = None, *,
               poll: float | None = None) -> Starlette:
     config = config or UiConfig()
@@ -238,7 +255,7 @@ def build_app(site: Site, config: UiConfig | None = None, *,
             client = request.client.host if request.client is not None else None
             actor = Actor(actor_of(config.token or ""), client)
             try:
-                body = parse_body(await request.body())
+                body = parse_body(await _bounded_body(request))
                 result = await run_in_threadpool(do, actions, actor, request, body)
             except Exception as exc:
                 return _error(request, exc)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import stat
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -348,3 +349,25 @@ def test_pause_and_unpause_through_the_api(project: Project) -> None:
         assert missing.status_code == 404
     assert [(r["action"], r["outcome"]) for r in audit(project)[:4]] == [
         ("pause", "failed"), ("unpause", "failed"), ("unpause", "ok"), ("pause", "ok")]
+
+
+def test_an_oversized_body_is_refused_before_it_is_read_whole(project: Project) -> None:
+    project.workflow("quick", QUICK)
+    with ui_server(project) as ui:
+        big = b'{"input": {"n": 1, "note": "' + b"x" * (1 << 20) + b'"}}'
+        done = httpx.post(f"{ui.base}/api/workflows/quick/start", content=big,
+                          headers=bearer(ui))
+        assert done.status_code == 400
+        assert "the limit is 1048576" in done.json()["error"]
+
+        def chunks() -> Iterator[bytes]:  # no Content-Length: counted as it streams
+            yield b'{"input": {"n": 1, "note": "'
+            for _ in range(20):
+                yield b"y" * 65536
+            yield b'"}}'
+
+        streamed = httpx.post(f"{ui.base}/api/workflows/quick/start", content=chunks(),
+                              headers=bearer(ui))
+        assert streamed.status_code == 400
+        assert "over 1048576 bytes" in streamed.json()["error"]
+        assert runs(ui)["rows"] == []
