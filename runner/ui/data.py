@@ -263,9 +263,20 @@ def run_page(site: Site, run_id: str) -> dict[str, Any]:
         "why": _why(site, store, run_id) if record is not None
         and record.status in WAITING_STATES else [],
     })
+    view["deliveries"] = _deliveries(store, run_id)
     view["graph"] = render_svg(layout(snapshot))
     view["snapshot"] = snapshot
     return view
+
+
+def _deliveries(store: Store | None, run_id: str) -> list[dict[str, Any]]:
+    """Where the run's `notify` messages stand on their channels (no message text: it
+    is in the trace, masked there)."""
+    if store is None:
+        return []
+    return [{"notification_id": d.notification_id, "channel": d.channel, "node": d.node_id,
+             "status": d.status, "attempts": d.attempts, "last_error": d.last_error,
+             "delivered_at": d.delivered_at} for d in store.deliveries.of_run(run_id)]
 
 
 def launch_of(site: Site, run_id: str) -> LaunchRecord | None:

@@ -371,3 +371,23 @@ def test_an_oversized_body_is_refused_before_it_is_read_whole(project: Project) 
         assert streamed.status_code == 400
         assert "over 1048576 bytes" in streamed.json()["error"]
         assert runs(ui)["rows"] == []
+
+
+def test_a_run_shows_where_its_channel_notifications_stand(project: Project) -> None:
+    project.workflow("told", """\
+name: told
+start: tell
+nodes:
+  tell: {notify: {message: "hi", channels: [ops]}}
+""")
+    (project.root / ".wfrun" / "config.yaml").write_text(
+        "notify: {channels: {ops: {type: slack, url_env: OPS_SLACK_URL}}}\n")
+    assert project.wfrun("run", "told").returncode == 0
+    (run_id,) = project.run_ids()
+    with ui_server(project) as ui:
+        view = httpx.get(f"{ui.base}/api/runs/{run_id}").json()
+        assert view["deliveries"] == [{
+            "notification_id": f"{run_id}:tell:1", "channel": "ops", "node": "tell",
+            "status": "pending", "attempts": 0, "last_error": None, "delivered_at": None}]
+        page = httpx.get(f"{ui.base}/runs/{run_id}").text
+        assert '<tr data-channel="ops" data-status="pending">' in page
