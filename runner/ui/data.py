@@ -234,6 +234,7 @@ def run_page(site: Site, run_id: str) -> dict[str, Any]:
                           "workflow": record.workflow_ref, "graph": None,
                           "started_at": None, "definition_digest": None, "input": None,
                           "parent_run_id": record.parent_run_id, "continued_by": None,
+                          "deliveries": [],
                           "rerun_of": None, "rerun_from": None, "rerun_by": []})
     manifest = reader.manifest(run_id)
     try:

@@ -391,3 +391,7 @@ nodes:
             "status": "pending", "attempts": 0, "last_error": None, "delivered_at": None}]
         page = httpx.get(f"{ui.base}/runs/{run_id}").text
         assert '<tr data-channel="ops" data-status="pending">' in page
+        queued = httpx.post(f"{ui.base}/api/workflows/told/start", json={},
+                            headers=bearer(ui)).json()["run_id"]  # no bundle yet
+        assert httpx.get(f"{ui.base}/api/runs/{queued}").json()["deliveries"] == []
+        assert httpx.get(f"{ui.base}/runs/{queued}").status_code == 200
