@@ -174,7 +174,8 @@ def cache_list(ctx: Context, workflow: str | None, node: str | None, as_json: bo
     if not rows:
         click.echo("no cached node results", err=True)
     for row in rows:
-        click.echo(f"{row['workflow']}  {row['node']}  {row['run_id']}  expires "
+        state = "expired" if row["expired"] else "expires"
+        click.echo(f"{row['workflow']}  {row['node']}  {row['run_id']}  {state} "
                    f"{row['expires_at']}  {row['key'][:19]}…")
 
 
@@ -182,16 +183,18 @@ def cache_list(ctx: Context, workflow: str | None, node: str | None, as_json: bo
 @click.option("--workflow", "-w", metavar="NAME", help="Only this workflow's entries.")
 @click.option("--node", metavar="NODE", help="Only this node's entries (with --workflow).")
 @click.option("--key", "keys", multiple=True, metavar="KEY", help="Only this entry.")
+@click.option("--expired", is_flag=True, help="Only entries whose ttl ran out.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 def cache_clear(ctx: Context, workflow: str | None, node: str | None, keys: tuple[str, ...],
-                as_json: bool) -> None:
+                expired: bool, as_json: bool) -> None:
     """Forget kept node results (all of them unless narrowed); runs are not touched."""
     from runner.host.runtime.local import open_store
     from runner.host.runtime.operations import clear_cache
 
     ws = workspace(ctx)
-    removed = clear_cache(open_store(ws), workflow=workflow, node=node, keys=keys)
+    removed = clear_cache(open_store(ws), workflow=workflow, node=node, keys=keys,
+                          expired=expired)
     if as_json:
         click.echo(json.dumps({"removed": removed}))
     else:

@@ -119,6 +119,9 @@ def test_the_ttl_runs_out_on_the_clock_and_no_cache_runs_anew(project: Project) 
     project.run("ship")
     asked = len(project.server.requests)
     project.clock.set(project.clock.now() + HOUR + 1)  # the agent's 1h is over, not 1d
+    listed = json.loads(project.wfrun("cache", "list", "--json").stdout)["entries"]
+    assert sorted((e["node"], e["expired"]) for e in listed) == [("check", False),
+                                                                ("plan", True)]
     project.run("ship")
     assert len(project.server.requests) > asked
     assert project.checks() == 1
@@ -147,7 +150,10 @@ def test_a_failed_node_is_never_kept_and_clear_forgets(project: Project) -> None
     project.run("ship")
     assert len(project.server.requests) > asked
     assert project.checks() == 2
+    project.clock.set(project.clock.now() + 2 * HOUR)
+    done = project.wfrun("cache", "clear", "--expired", "--json")
+    assert json.loads(done.stdout) == {"removed": 1}  # the plan's 1h; the check's 1d stays
     bad = project.wfrun("cache", "clear", "--node", "plan")
     assert bad.returncode == 2
     assert "--node needs --workflow" in bad.stderr
-    assert json.loads(project.wfrun("cache", "clear", "--json").stdout) == {"removed": 2}
+    assert json.loads(project.wfrun("cache", "clear", "--json").stdout) == {"removed": 1}

@@ -69,20 +69,22 @@ def cache_entries(store: Store, *, workflow: str | None = None,
     from runner.clock import iso
 
     out = []
+    now = store.now_ms()
     for entry in store.step_cache.entries(workflow=workflow, node_id=node):
         row = entry.to_json()
         row["created_at"] = iso(entry.created_at / 1000)
         row["expires_at"] = iso(entry.expires_at / 1000)
+        row["expired"] = entry.expires_at <= now
         out.append(row)
     return out
 
 
 def clear_cache(store: Store, *, workflow: str | None = None, node: str | None = None,
-                keys: tuple[str, ...] = ()) -> int:
+                keys: tuple[str, ...] = (), expired: bool = False) -> int:
     """`wfrun cache clear`: forget kept node results; how many."""
     if node is not None and workflow is None:
         raise InputError("--node needs --workflow (node ids are per workflow)")
-    return store.step_cache.clear(workflow=workflow, node_id=node, keys=keys)
+    return store.step_cache.clear(workflow=workflow, node_id=node, keys=keys, expired=expired)
 
 
 def rerun_links(store: Store, run_id: str) -> dict[str, Any]:

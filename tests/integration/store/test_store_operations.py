@@ -80,3 +80,14 @@ def test_the_step_cache_keeps_ok_outputs_until_their_ttl(store: Store,
     assert cache.clear(keys=["k3"]) == 1
     assert cache.clear() == 1
     assert cache.entries() == []
+
+
+def test_forgetting_a_pruned_run_removes_its_rerun_links(store: Store) -> None:
+    store.launches.enqueue(launch("run-2"))
+    store.reruns.link("run-3", "run-2", "a", forced=False, changed_nodes=[])
+    store.launches.enqueue(launch("run-3"))
+    for run_id in ("run-2", "run-3"):
+        assert isinstance(store.launches.cancel(run_id), LaunchRecord)
+    assert [r.run_id for r in store.reruns.reruns_of("run-2")] == ["run-3"]
+    store.retention.forget_runs(["run-2"])
+    assert store.reruns.rerun("run-3") is None
