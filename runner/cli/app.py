@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
                     "first."),
     "bridge": ("bridge", "Serve one agent session over stdio: JSON-RPC 2.0, one message per "
                          "line."),
+    "cache": ("operate", "List or clear kept node results (`cache:` in a workflow)."),
     "cancel": ("launches", "Cancel a queued, starting or parked launch (a running one is "
                            "asked to stop)."),
     "controller": ("controllers", "Manage controller resources, or run the controller "

@@ -17,6 +17,7 @@ from .runs import (
     PAIR_HELP,
     _finish,
     agent_option,
+    no_cache_option,
     parking_on_interrupt,
     secret_option,
     workspace,
@@ -61,12 +62,13 @@ def _parse_sets(pairs: tuple[str, ...]) -> dict[str, Any]:
                                               "it here.")
 @agent_option
 @secret_option
+@no_cache_option
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--quiet", "-q", is_flag=True)
 @click.pass_obj
 def rerun_cmd(ctx: Context, run_id: str, from_node: str | None, input_json: str | None,
               pairs: tuple[str, ...], sets: tuple[str, ...], force: bool, detach: bool,
-              agent: str | None, secret_pairs: tuple[str, ...], as_json: bool,
+              agent: str | None, secret_pairs: tuple[str, ...], no_cache: bool, as_json: bool,
               quiet: bool) -> None:
     """Run an ended run again as a new linked run, reusing what ran before a node."""
     from runner.engine import RunControl
@@ -100,7 +102,8 @@ def rerun_cmd(ctx: Context, run_id: str, from_node: str | None, input_json: str 
     with Progress(quiet) as progress, parking_on_interrupt(control):
         queued, outcome = rerun_here(ws, store, request, control,
                                      executor=ctx.executor(agent, ws.clock),
-                                     observer=progress, secrets=secrets)
+                                     observer=progress, secrets=secrets,
+                                     use_cache=not no_cache)
     if not quiet:
         reused = ", ".join(queued.plan.reused) or "nothing"
         click.echo(f"wfrun: rerun of {run_id} from node {queued.plan.from_node} (reused: "
@@ -146,3 +149,53 @@ def unpause_cmd(ctx: Context, run_id: str, as_json: bool) -> None:
     else:
         click.echo(f"Pending pause of run {run_id} withdrawn.")
     sys.exit(0)
+
+
+@cli.group("cache")
+def cache_group() -> None:
+    """List or clear kept node results (`cache:` in a workflow)."""
+
+
+@cache_group.command("list")
+@click.option("--workflow", "-w", metavar="NAME", help="Only this workflow's entries.")
+@click.option("--node", metavar="NODE", help="Only this node's entries (with --workflow).")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def cache_list(ctx: Context, workflow: str | None, node: str | None, as_json: bool) -> None:
+    """List kept node results: workflow, node, the run that made each, when it expires."""
+    from runner.host.runtime.local import open_store
+    from runner.host.runtime.operations import cache_entries
+
+    ws = workspace(ctx)
+    rows = cache_entries(open_store(ws, read_only=True), workflow=workflow, node=node)
+    if as_json:
+        click.echo(json.dumps({"entries": rows}, indent=2))
+        return
+    if not rows:
+        click.echo("no cached node results", err=True)
+    for row in rows:
+        state = "expired" if row["expired"] else "expires"
+        click.echo(f"{row['workflow']}  {row['node']}  {row['run_id']}  {state} "
+                   f"{row['expires_at']}  {row['key'][:19]}…")
+
+
+@cache_group.command("clear")
+@click.option("--workflow", "-w", metavar="NAME", help="Only this workflow's entries.")
+@click.option("--node", metavar="NODE", help="Only this node's entries (with --workflow).")
+@click.option("--key", "keys", multiple=True, metavar="KEY", help="Only this entry.")
+@click.option("--expired", is_flag=True, help="Only entries whose ttl ran out.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def cache_clear(ctx: Context, workflow: str | None, node: str | None, keys: tuple[str, ...],
+                expired: bool, as_json: bool) -> None:
+    """Forget kept node results (all of them unless narrowed); runs are not touched."""
+    from runner.host.runtime.local import open_store
+    from runner.host.runtime.operations import clear_cache
+
+    ws = workspace(ctx)
+    removed = clear_cache(open_store(ws), workflow=workflow, node=node, keys=keys,
+                          expired=expired)
+    if as_json:
+        click.echo(json.dumps({"removed": removed}))
+    else:
+        click.echo(f"{removed} cached node result(s) removed.")

@@ -115,6 +115,8 @@ def run_view(view: dict[str, Any]) -> None:
         outcome = str(e.get("outcome") or "…")
         if e.get("reused_from"):
             outcome += " (set)" if e.get("set") else " (reused)"
+        elif e.get("cached_from"):
+            outcome += f" (cached: {e['cached_from']})"
         table.add_row(str(e["node"]), str(e.get("kind") or ""), outcome,
                       str(e.get("duration_ms") if e.get("duration_ms") is not None else ""),
                       escape(str(err)[:100]))

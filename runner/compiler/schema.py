@@ -12,6 +12,7 @@ from typing import Any
 from .budget import BUDGET_KEYS, CEILING
 from .model import OUTCOMES
 from .parse import (
+    CACHE_KEYS,
     DEFAULTS_KEYS,
     EDGE_KEYS,
     EXIT_KEYS,
@@ -106,7 +107,12 @@ def workflow_schema() -> dict[str, Any]:
             KIND_KEYS["fail"], ("message",),
             "Ends the run failed on purpose (exit 1) with this message and code.")]},
     }
-    common = {"timeout": DURATION, "retry": retry, "description": {"type": "string"}}
+    cache = {"anyOf": [DURATION, _obj(
+        {"ttl": DURATION, "key": TEMPLATE}, CACHE_KEYS, ("ttl",),
+        "Reuse an earlier ok result of this node for `ttl` (key: the node's digest and "
+        "its rendered prompt, argv or input, or the `key` template).")]}
+    common = {"timeout": DURATION, "retry": retry, "description": {"type": "string"},
+              "cache": cache}
     assert set(common) == set(NODE_COMMON_KEYS)
     node = {
         "type": "object",

@@ -6,11 +6,12 @@ count and include inputs of that fold are carried into the new run's `run_starte
 (as a continuation carries its parent's). Nothing before NODE runs again, so a
 side effect of a reused step happens once; NODE and what follows it run anew.
 
-The default NODE is the node that failed (the last one whose failure was final),
-else the node the run's error names, else the node a cancel interrupted. `--set
-NODE=JSON` replaces one reused node's output, checked against that node's output
-schema. A definition whose digest changed since the old run is refused, naming the
-nodes that differ, unless forced; the new run records either way.
+The default NODE is the node that failed (the last one whose failure was final, a
+`fail` node's aside: it fails on purpose), else the node the run's error names,
+else the node a cancel interrupted. `--set NODE=JSON` replaces one reused node's
+output, checked against that node's output schema. A definition whose digest
+changed since the old run is refused, naming the nodes that differ, unless forced;
+the new run records either way.
 """
 
 from __future__ import annotations
@@ -75,7 +76,9 @@ def default_node(events: list[dict[str, Any]], state: RunState) -> str | None:
         return None  # nothing failed: the caller names the node
     for event in reversed(events):
         p = event.get("payload") or {}
-        if event.get("type") == "node_failed" and not p.get("will_retry") and event.get("node"):
+        # A `fail` node fails on purpose; the node that failed before it is the one.
+        if event.get("type") == "node_failed" and not p.get("will_retry") \
+                and p.get("kind") != "fail" and event.get("node"):
             return str(event["node"])
     node = (state.error or {}).get("node")
     if isinstance(node, str) and node:

@@ -117,6 +117,8 @@ class RunState:
                     self.outputs.pop(node, None)  # a later failure removes the output
             if p.get("will_retry"):
                 result["will_retry"] = True
+            if p.get("cached_from"):
+                result["cached_from"] = p["cached_from"]  # a `cache:` hit: nothing ran
             if node:
                 self.results[node] = result
                 if not p.get("will_retry"):

@@ -76,6 +76,7 @@ from .link import Link, Step, Transition
 from .pausing import settle_pause
 from .preflight import Preflight, PreflightError, Resolver, workflow_name
 from .rerun import create_rerun, rerun_options
+from .stepcache import StoreStepCache
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -114,6 +115,8 @@ class EngineOptions:
     crash_point: Callable[[str], None] | None = None  # the engine's crash seam (tests)
     # Secrets and env values (`--secret`, the environment), resolved at each activation.
     secret_source: SecretSource = NO_SOURCE
+    # `--no-cache`: nodes with `cache:` run and their results are kept, none is reused.
+    use_cache: bool = True
 
 
 #: How many crash causes a coordinator keeps for its runner to show (a host logs them).
@@ -581,6 +584,7 @@ class LaunchCoordinator(Preflight):
                       crash_point=opts.crash_point,
                       secret_source=self._secret_source(record.run_id),
                       rows=self.rows, claim=token, patience=self.lease_seconds / 3,
+                      step_cache=StoreStepCache(self.store), use_cache=opts.use_cache,
                       launch=None if self.rows is None or act is None else self._link(act),
                       # Only a take-over (the claim found the row `running`: its runner
                       # died mid-node). A park stopped its node itself; that resumes as before.

@@ -158,6 +158,8 @@ def test_every_json_output_spells_its_keys_in_snake_case(tmp_path: Path) -> None
     (paused,) = case("start", "start", "calc", "--json")
     case("pause", "pause", paused["run_id"], "--json")
     case("unpause", "unpause", paused["run_id"], "--json")
+    case("cache list", "cache", "list", "--json")
+    case("cache clear", "cache", "clear", "--json")
     case("show", "show", run_id, "--json", "--follow")
     case("logs", "logs", said["run_id"], "--json")
     case("logs", "logs", said["run_id"], "say", "--json", "--follow")

@@ -125,6 +125,7 @@ def _pause_unpause(runner: Site, operator: Site, shared: Path) -> None:
     assert [r["run_id"] for r in operator.json("runs", "--status", "paused", "--json")["runs"]
             ] == [run_id]
     assert not (shared / "b.txt").exists()
+    assert "paused (`wfrun pause`)" in operator.wfrun("why", run_id).stdout
     # Paused again: nothing changes, and no host takes it while it is paused.
     assert operator.json("pause", run_id, "--json")["state"] == "paused"
     # Its slot is free (the host runs one at a time): another run goes through.

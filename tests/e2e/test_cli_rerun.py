@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 from everyday import Project
+from pgcluster import PgCluster
 
 from tests.waiting import wait_until
 
@@ -210,3 +212,31 @@ def test_sigkill_during_a_rerun_recovers_like_any_run(project: Project) -> None:
     shown = project.json("show", new, "--json")
     assert shown["rerun_of"] == old
     assert [e["node"] for e in shown["timeline"]] == ["one", "two", "two", "three"]
+
+
+def test_rerun_and_the_cache_with_bundles_in_postgres(pg_cluster: PgCluster,
+                                                      tmp_path: Path) -> None:
+    url = pg_cluster.create_schema(f"rerun_{secrets.token_hex(4)}")
+    project = Project(tmp_path / "proj")
+    project.workflow("three", FLOW.replace("""      one:
+        action:""", """      one:
+        cache: 1h
+        action:"""))
+    (project.root / "go").touch()
+    env = {"WFRUN_STORE": url}
+    done = project.wfrun("run", "three", "--json", "-q", env=env)
+    assert done.returncode == 1, done.stderr
+    old = json.loads(done.stdout)["run_id"]
+    assert not (project.runs_dir / old).exists()  # the bundle is in the database
+    (project.root / "fixed").touch()
+    done = project.wfrun("rerun", old, "--json", "-q", env=env)
+    assert done.returncode == 0, done.stderr
+    new = json.loads(done.stdout)["run_id"]
+    assert _lines(project, "count.txt") == ["once"]
+    assert project.json("show", old, "--json", env=env)["rerun_by"] == [new]
+    # A fresh run: step one's result comes from the cache the first run filled.
+    done = project.wfrun("run", "three", "--json", "-q", env=env)
+    assert done.returncode == 0, done.stderr
+    shown = project.json("show", json.loads(done.stdout)["run_id"], "--json", env=env)
+    assert shown["timeline"][0]["cached_from"] == old
+    assert _lines(project, "count.txt") == ["once"]

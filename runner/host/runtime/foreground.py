@@ -43,11 +43,13 @@ def foreground_coordinator(ws: Workspace, store: Store, *,
                            executor: AgentStepExecutor | None = None,
                            observer: Observer | None = None,
                            durability: str = "full",
-                           secrets: Mapping[str, str] | None = None) -> LaunchCoordinator:
+                           secrets: Mapping[str, str] | None = None,
+                           use_cache: bool = True) -> LaunchCoordinator:
     options = EngineOptions(executor=lambda _record: executor, observer=observer,
                             durability=durability, project_root=ws.project_root,
                             processes=registry_for_this_process(ws.children_dir),
-                            crash_point=ws.crash_point, secret_source=secret_source(secrets))
+                            crash_point=ws.crash_point, secret_source=secret_source(secrets),
+                            use_cache=use_cache)
     return LaunchCoordinator(store, ws, ws.runs_dir, runner_id=runner_id(), clock=ws.clock,
                              options=options, secrets=environment_secrets(),
                              crash=ws.crash_point, rows=ws.bundle_rows(store))
@@ -167,9 +169,11 @@ def execute_here(coordinator: LaunchCoordinator, run: str | LaunchRecord, contro
 def run_workflow(ws: Workspace, store: Store, ref: str, value: Any, control: RunControl, *,
                  executor: AgentStepExecutor | None = None, observer: Observer | None = None,
                  durability: str = "full",
-                 secrets: Mapping[str, str] | None = None) -> RunOutcome:
+                 secrets: Mapping[str, str] | None = None,
+                 use_cache: bool = True) -> RunOutcome:
     coordinator = foreground_coordinator(ws, store, executor=executor, observer=observer,
-                                         durability=durability, secrets=secrets)
+                                         durability=durability, secrets=secrets,
+                                         use_cache=use_cache)
     _preflight_secrets(coordinator, ref, value)
     return execute_here(coordinator, prepared(coordinator, ref, value), control)
 
@@ -201,7 +205,8 @@ def _preflight_secrets(coordinator: LaunchCoordinator, ref: str, value: Any) -> 
 def resume_run(ws: Workspace, store: Store, run_id: str, control: RunControl, *,
                force: bool = False, executor: AgentStepExecutor | None = None,
                observer: Observer | None = None,
-               secrets: Mapping[str, str] | None = None) -> RunOutcome:
+               secrets: Mapping[str, str] | None = None,
+               use_cache: bool = True) -> RunOutcome:
     """An explicit resume: a parked launch, or one whose runner died (lease expired)."""
     # Shell process groups left by a runner that died would run on beside the resume.
     reap_dead_registries(ws.children_dir)
@@ -216,7 +221,7 @@ def resume_run(ws: Workspace, store: Store, run_id: str, control: RunControl, *,
                          f"kept (`wfrun show {run_id}`): start the workflow again with "
                          "`wfrun run`")
     coordinator = foreground_coordinator(ws, store, executor=executor, observer=observer,
-                                         secrets=secrets)
+                                         secrets=secrets, use_cache=use_cache)
     _check_secrets(ws, coordinator.reader, run_id, coordinator.options.secret_source)
     return execute_here(coordinator, run_id, control, force=force)
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from runner.engine import AgentStepExecutor, RunControl, RunOutcome
 from runner.engine.runner import Observer
+from runner.errors import InputError
 from runner.launch.pausing import PauseResult, pause, unpause
 from runner.launch.rerun import RerunQueued, RerunRequest, queue_rerun
 from runner.store import Store
@@ -19,8 +20,8 @@ from .foreground import execute_here, foreground_coordinator, preflight_error
 from .launches import dead_local_runner, detached_coordinator
 from .local import Workspace
 
-__all__ = ["PauseResult", "RerunQueued", "RerunRequest", "pause_run", "queue_rerun_detached",
-           "rerun_here", "unpause_run"]
+__all__ = ["PauseResult", "RerunQueued", "RerunRequest", "cache_entries", "clear_cache",
+           "pause_run", "queue_rerun_detached", "rerun_here", "unpause_run"]
 
 
 def queue_rerun_detached(ws: Workspace, store: Store, request: RerunRequest) -> RerunQueued:
@@ -36,12 +37,13 @@ def queue_rerun_detached(ws: Workspace, store: Store, request: RerunRequest) -> 
 
 def rerun_here(ws: Workspace, store: Store, request: RerunRequest, control: RunControl, *,
                executor: AgentStepExecutor | None = None, observer: Observer | None = None,
-               secrets: Mapping[str, str] | None = None) -> tuple[RerunQueued, RunOutcome]:
+               secrets: Mapping[str, str] | None = None,
+               use_cache: bool = True) -> tuple[RerunQueued, RunOutcome]:
     """`wfrun rerun`: the rerun's launch queued and claimed here, then run here."""
     from runner.launch import PreflightError
 
     coordinator = foreground_coordinator(ws, store, executor=executor, observer=observer,
-                                         secrets=secrets)
+                                         secrets=secrets, use_cache=use_cache)
     try:
         queued = queue_rerun(coordinator, request, here=True)
     except PreflightError as exc:
@@ -59,6 +61,30 @@ def pause_run(ws: Workspace, store: Store, run_id: str) -> PauseResult:
 def unpause_run(ws: Workspace, store: Store, run_id: str) -> PauseResult:
     """`wfrun unpause RUN`: a paused run becomes claimable again (a host resumes it)."""
     return unpause(detached_coordinator(ws, store), run_id)
+
+
+def cache_entries(store: Store, *, workflow: str | None = None,
+                  node: str | None = None) -> list[dict[str, Any]]:
+    """`wfrun cache list`: kept node results (not their outputs), oldest first."""
+    from runner.clock import iso
+
+    out = []
+    now = store.now_ms()
+    for entry in store.step_cache.entries(workflow=workflow, node_id=node):
+        row = entry.to_json()
+        row["created_at"] = iso(entry.created_at / 1000)
+        row["expires_at"] = iso(entry.expires_at / 1000)
+        row["expired"] = entry.expires_at <= now
+        out.append(row)
+    return out
+
+
+def clear_cache(store: Store, *, workflow: str | None = None, node: str | None = None,
+                keys: tuple[str, ...] = (), expired: bool = False) -> int:
+    """`wfrun cache clear`: forget kept node results; how many."""
+    if node is not None and workflow is None:
+        raise InputError("--node needs --workflow (node ids are per workflow)")
+    return store.step_cache.clear(workflow=workflow, node_id=node, keys=keys, expired=expired)
 
 
 def rerun_links(store: Store, run_id: str) -> dict[str, Any]:

@@ -171,17 +171,19 @@ def show_run(runs: Path | RunReader, run_id: str) -> dict[str, Any]:
         if kind == "node_started" and node:
             entry = {"node": node, "attempt": event.get("attempt"), "kind": p.get("kind"),
                      "started_at": event.get("at"), "finished_at": None, "outcome": None,
-                     "duration_ms": None, "error": None}
+                     "duration_ms": None, "error": None, "cached_from": None}
             open_nodes[node] = entry
             timeline.append(entry)
         elif kind in ("node_finished", "node_failed") and node and node in open_nodes:
             entry = open_nodes.pop(node)
             entry.update({"finished_at": event.get("at"), "outcome": p.get("outcome"),
-                          "duration_ms": p.get("duration_ms"), "error": p.get("error")})
+                          "duration_ms": p.get("duration_ms"), "error": p.get("error"),
+                          "cached_from": (p.get("cached_from") or {}).get("run_id")})
         elif kind in ("include_entered", "include_exited"):
             timeline.append({"node": node, "kind": kind, "started_at": event.get("at"),
                              "finished_at": event.get("at"), "outcome": "ok",
-                             "attempt": None, "duration_ms": 0, "error": None})
+                             "attempt": None, "duration_ms": 0, "error": None,
+                             "cached_from": None})
     if state.rerun:
         # A rerun: the nodes it reused ran in the run it reran; shown first, marked.
         reused = [_reused_entry(node, state.results.get(node) or {})
@@ -233,8 +235,9 @@ def _reused_entry(node: str, result: dict[str, Any]) -> dict[str, Any]:
     return {"node": node, "attempt": result.get("attempt_id"), "kind": result.get("kind"),
             "started_at": result.get("started_at"), "finished_at": result.get("finished_at"),
             "outcome": result.get("outcome"), "duration_ms": result.get("duration_ms"),
-            "error": result.get("error"), "reused_from": result.get("reused_from"),
-            "set": bool(result.get("set"))}
+            "error": result.get("error"),
+            "cached_from": (result.get("cached_from") or {}).get("run_id"),
+            "reused_from": result.get("reused_from"), "set": bool(result.get("set"))}
 
 
 def show_view(ws: Workspace, run_id: str) -> dict[str, Any]:

@@ -221,9 +221,13 @@ class StepCache:
         return [_entry(row) for row in rows]
 
     def clear(self, *, workflow: str | None = None, node_id: str | None = None,
-              keys: Sequence[str] = ()) -> int:
-        """Remove entries (of a workflow, of one of its nodes, or by key); the count."""
+              keys: Sequence[str] = (), expired: bool = False) -> int:
+        """Remove entries (of a workflow, of one of its nodes, by key, or only the
+        expired ones); the count."""
         where, params = _where(workflow, node_id)
+        if expired:
+            where += " AND expires_at <= :now"
+            params["now"] = self._connector.now_ms()
         if keys:
             marks, key_params = in_params("k", keys)
             where += f" AND cache_key IN {marks}"

@@ -44,6 +44,8 @@ _FORGET = (
     "DELETE FROM workflow_notifications WHERE run_id IN {ids} AND delivered_at IS NOT NULL",
     "DELETE FROM notification_deliveries WHERE run_id IN {ids} AND status <> 'pending'",
     "DELETE FROM run_events WHERE run_id IN {ids}",
+    # A pruned run's rerun links, either way (the rerun's bundle still says what it reran).
+    "DELETE FROM workflow_reruns WHERE run_id IN {ids} OR rerun_of IN {ids}",
 )
 _TRIM = {
     "run_events": "DELETE FROM run_events WHERE recorded_at < :cut AND run_id NOT IN ("

@@ -172,7 +172,10 @@ function renderTimeline(rows) {
     tr.append(el("td", row.node), el("td", row.kind), el("td", row.retry + 1),
       el("td", shortTime(row.started_at)), el("td", ms(row.duration_ms)));
     const outcome = el("td");
-    outcome.append(el("span", row.outcome + (row.will_retry ? " (retrying)" : ""),
+    // A rerun's reused node, or a `cache:` hit: nothing ran, the result came from a run.
+    const note = row.reused_from ? " (reused from " + row.reused_from + ")"
+      : row.cached_from ? " (cached from " + row.cached_from + ")" : "";
+    outcome.append(el("span", row.outcome + (row.will_retry ? " (retrying)" : "") + note,
       "badge outcome-" + row.outcome));
     tr.append(outcome, el("td", row.error || "", "error-text"));
     body.append(tr);

@@ -27,7 +27,7 @@ VIEW_KEYS = {"schema", "run_id", "workflow", "title", "status", "paused", "paren
              "waiting_on", "timeline", "outputs", "final_output", "error", "updates",
              "trace_events", "trace_torn", "failure", "input"}
 TIMELINE_KEYS = {"node", "attempt", "kind", "started_at", "finished_at", "outcome",
-                 "duration_ms", "error"}
+                 "duration_ms", "error", "cached_from"}
 BAR_KEYS = {"node", "key", "label", "completed", "total", "unit", "eta_s"}
 
 
