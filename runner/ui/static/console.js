@@ -73,6 +73,11 @@ function showActions(status) {
   for (const button of box.querySelectorAll("button[data-action]")) {
     button.disabled = !(ALLOWED[button.dataset.action] || []).includes(status);
   }
+  // A pause asked of a live run shows in its state only at its next boundary; until
+  // then it can be withdrawn.
+  if (box.dataset.pausing === "1" && ALLOWED.pause.includes(status)) {
+    document.getElementById("action-unpause").disabled = false;
+  }
   const answer = document.getElementById("answer-box");
   if (answer) answer.hidden = status !== "waiting";
 }
@@ -110,6 +115,10 @@ function wireRunActions() {
         if (!done.ok) {
           result.append(make("span", done.data.error || "HTTP " + done.status, "error-text"));
           return;
+        }
+        if (action === "pause" || action === "unpause") {
+          box.dataset.pausing = action === "pause" && done.data.state === "pausing" ? "1" : "";
+          showActions(box.dataset.status);
         }
         if (done.data.run_id && done.data.run_id !== runId) {
           result.append(make("span", action + ": new run "), runLink(done.data.run_id),

@@ -1,6 +1,7 @@
 """The web console in headless Chromium against a real `wfrun ui`, runs made by the
 real CLI and `wfrun host`: start from the form built from the input JSON Schema,
-cancel, answer a checkpoint and rerun from a node (each after a confirmation), the
+cancel, pause and unpause, answer a checkpoint and rerun from a node (each after a
+confirmation), the
 rendered input and outputs, the Gantt timeline, graph nodes that open their logs,
 the live run list, and an XSS corpus through inputs, the schema and outputs."""
 
@@ -254,3 +255,24 @@ def test_an_xss_corpus_through_the_form_inputs_and_outputs_executes_nothing(
         page.wait_for_selector("#runs")
         assert_inert(page)
         assert page.js_errors == []
+
+
+def test_pause_and_unpause_from_the_run_page(project: Project, page: Any) -> None:
+    project.workflow("hold", HOLD)
+    with ui_server(project) as ui:
+        with_cookie(page, ui)
+        run_id = httpx.post(f"{ui.base}/api/workflows/hold/start", json={},
+                            headers=bearer(ui)).json()["run_id"]
+        page.goto(f"{ui.base}/runs/{run_id}")
+        page.wait_for_selector("#action-pause:not([disabled])")
+        page.click("#action-pause")
+        confirm(page)
+        page.wait_for_selector('#action-result[data-outcome="ok"]')
+        assert page.text_content("#action-result") == "pause: pausing"
+        page.wait_for_selector("#action-unpause:not([disabled])")  # the pause can be withdrawn
+        page.click("#action-unpause")
+        confirm(page)
+        page.wait_for_selector("#action-result:has-text('unpause')")
+        assert page.text_content("#action-result") == "unpause: unpaused"
+    actions = [r["action"] for r in project.json("audit", "--json")["actions"]]
+    assert actions == ["unpause", "pause", "start"]
