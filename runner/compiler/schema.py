@@ -107,8 +107,10 @@ def workflow_schema() -> dict[str, Any]:
             KIND_KEYS["fail"], ("message",),
             "Ends the run failed on purpose (exit 1) with this message and code.")]},
     }
-    cache = {"anyOf": [DURATION, _obj(
-        {"ttl": DURATION, "key": TEMPLATE}, CACHE_KEYS, ("ttl",),
+    ttl = {"description": "How long a kept result is reused, like 1h or 7d.",
+           "anyOf": [d for d in DURATION["anyOf"] if d != {"type": "null"}]}
+    cache = {"anyOf": [ttl, _obj(
+        {"ttl": ttl, "key": TEMPLATE}, CACHE_KEYS, ("ttl",),
         "Reuse an earlier ok result of this node for `ttl` (key: the node's digest and "
         "its rendered prompt, argv or input, or the `key` template).")]}
     common = {"timeout": DURATION, "retry": retry, "description": {"type": "string"},

@@ -13,6 +13,7 @@ anything is queued, and at activation, from the same immutable old bundle.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -23,7 +24,7 @@ from runner.engine.rerun import RerunPlan, plan
 from runner.engine.runner import RunDriver
 from runner.engine.secrets import write_only_fields
 from runner.errors import InputError
-from runner.store import LaunchRecord
+from runner.store import LaunchRecord, StoreError
 
 if TYPE_CHECKING:
     from .coordinator import LaunchCoordinator
@@ -91,7 +92,8 @@ def queue_rerun(co: LaunchCoordinator, request: RerunRequest, *,
         else:
             record = co.prepare(ref, value, run_id=run_id, options=options)
     except BaseException:
-        co.store.reruns.unlink(run_id)
+        with contextlib.suppress(StoreError):  # the refusal is the news, not this
+            co.store.reruns.unlink(run_id)
         raise
     return RerunQueued(record, rerun)
 

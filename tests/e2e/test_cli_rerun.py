@@ -129,6 +129,19 @@ def test_rerun_from_a_node_executes_from_there(project: Project) -> None:
     assert _lines(project, "count.txt") == ["once", "once"]
     assert _lines(project, "three.txt") == ["three"] * 3
     assert len(project.json("show", old, "--json")["rerun_by"]) == 2
+    # Queued for a host: linked at once, before any host runs it.
+    queued = project.json("rerun", old, "--from", "two", "--detach", "--json")
+    assert (queued["status"], queued["rerun_of"], queued["from"]) == ("queued", old, "two")
+    shown = project.json("show", queued["run_id"], "--json")
+    assert (shown["status"], shown["rerun_of"]) == ("queued", old)
+    assert queued["run_id"] in project.json("show", old, "--json")["rerun_by"]
+    # A host activates it from its plan, as any launch.
+    hosted = project.wfrun("host", "--once", "--no-controllers")
+    assert hosted.returncode == 0, hosted.stderr
+    shown = project.json("show", queued["run_id"], "--json")
+    assert (shown["status"], shown["rerun"]["reused"]) == ("completed", ["one"])
+    assert _lines(project, "count.txt") == ["once", "once"]
+    assert _lines(project, "three.txt") == ["three"] * 4
     for args, words in [(("--from", "nope"), "has no node 'nope'"),
                         (("--from", "two", "--input", '{"who": 3}'), "does not match")]:
         bad = project.wfrun("rerun", old, *args)

@@ -261,7 +261,14 @@ def show_view(ws: Workspace, run_id: str) -> dict[str, Any]:
             record = None  # its launch pages are damaged: the bundle, as `runs` falls back
         reader = ws.reader(store)
         if record is not None and not reader.exists(run_id):
-            return _launch_only_view(record)
+            view = _launch_only_view(record)
+            link = store.reruns.rerun(run_id) if store is not None else None
+            if link is not None:  # a rerun still queued: its link says what it reruns
+                view["rerun_of"] = link.rerun_of
+                view["rerun"] = {"of": link.rerun_of, "from": link.from_node, "reused": [],
+                                 "set": [], "forced": link.forced,
+                                 "changed_nodes": list(link.changed_nodes)}
+            return view
         view = show_run(reader, run_id)
         view["status"] = run_state(record, view["status"])
         view["launch"] = record.status if record is not None else None
