@@ -29,8 +29,11 @@ if TYPE_CHECKING:
 COMMANDS: dict[str, tuple[str, str]] = {
     "answer": ("runs", "Continue a waiting run as a new linked run, with the answer at its "
                        "checkpoint."),
+    "audit": ("ui", "Show the actions taken through the web console and its HTTP API, newest "
+                    "first."),
     "bridge": ("bridge", "Serve one agent session over stdio: JSON-RPC 2.0, one message per "
                          "line."),
+    "cache": ("operate", "List or clear kept node results (`cache:` in a workflow)."),
     "cancel": ("launches", "Cancel a queued, starting or parked launch (a running one is "
                            "asked to stop)."),
     "controller": ("controllers", "Manage controller resources, or run the controller "
@@ -54,9 +57,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
                      "agents."),
     "mcp": ("mcp", "Serve the `workflow` tool over MCP on stdin/stdout (one session per "
                    "process)."),
+    "pause": ("operate", "Pause a run at its next node boundary, on any host; it holds no "
+                         "slot until unpaused."),
     "prune": ("housekeeping", "Delete ended runs older than AGE, their store rows, and store "
                               "history older than AGE; never a run that has not ended or "
                               "that a launch still points at."),
+    "rerun": ("operate", "Run an ended run again as a new linked run, reusing what ran "
+                         "before a node."),
     "resume": ("runs", "Resume a parked or interrupted run at the node it was in (secrets "
                        "are resolved again: nothing secret was stored)."),
     "run": ("runs", "Run a workflow in the foreground (exit 0 completed, 1 failed, 4 "
@@ -70,8 +77,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
                           "here)."),
     "status": ("launches", "Launch and run state; works before a run bundle exists."),
     "store": ("launches", "Inspect or reset the project's durable store."),
-    "ui": ("ui", "Serve a read-only web view: runs, live run graphs, the queue, workflows "
-                 "and controller resources."),
+    "ui": ("ui", "Serve the web console: runs, live run graphs, the queue, workflows, "
+                 "controller resources, and actions (start, cancel, pause, rerun, answer) with "
+                 "the printed token."),
+    "unpause": ("operate", "Let a paused run go on: a host resumes it (or `wfrun resume RUN` "
+                           "here)."),
     "validate": ("definitions", "Validate workflows (all of them when no name is given)."),
     "why": ("launches", "Explain why a run is not running (state, owner, lease, reservation, "
                         "source)."),

@@ -146,6 +146,8 @@ def _ended_line(store: ProjectStore, run_id: str, outcome: RunOutcome | None) ->
         why = f": {row.error_message} [{row.error_code}]" if row is not None and \
             row.error_code else ""
         return f"run {run_id} failed to start{why}"
+    if outcome.parked and outcome.state.paused:
+        return f"run {run_id} paused (`wfrun unpause {run_id}` lets it go on)"
     if outcome.parked:
         return f"run {run_id} parked (resumed by the next host)"
     line = f"run {run_id} {outcome.status}"

@@ -24,6 +24,12 @@ from .runs import EXIT, workspace
 
 def _print(entry: StepLog, streams: tuple[str, ...], headers: bool,
            streamed: set[tuple[str | None, str]] | None = None) -> None:
+    if entry.cached_from is not None:
+        if headers:
+            click.echo(f"--- {entry.node} (attempt {entry.attempt}): a cached result of run "
+                       f"{entry.cached_from}; nothing ran (`wfrun logs {entry.cached_from} "
+                       f"{entry.node}`) ---", err=True)
+        return
     for stream in streams:
         text = entry.stdout if stream == "stdout" else entry.stderr
         cut = entry.stdout_truncated if stream == "stdout" else entry.stderr_truncated

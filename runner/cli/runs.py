@@ -95,6 +95,11 @@ def secret_option(f: Callable[..., Any]) -> Callable[..., Any]:
                         "NAME); never stored, masked as *** everywhere.")(f)
 
 
+def no_cache_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--no-cache", "no_cache", is_flag=True,
+                        help="Reuse no cached node result (`cache:`); fresh ones are kept.")(f)
+
+
 def _shown_already(output: Any, shown: frozenset[str]) -> bool:
     """Whether `output` is a notification the progress view printed, on a terminal that
     shows stdout too: printing it again as JSON would say the same thing twice. Off a
@@ -109,6 +114,11 @@ def _finish(outcome: RunOutcome, as_json: bool, ws: Workspace,
         click.echo(json.dumps({"run_id": outcome.run_id, "status": outcome.status,
                                "parked": outcome.parked, "final_output": outcome.final_output,
                                "error": outcome.error}, indent=2, ensure_ascii=False))
+    if outcome.parked and outcome.state.paused:  # `wfrun pause` from elsewhere
+        click.echo(f"wfrun: run {outcome.run_id} paused; continue it with: wfrun unpause "
+                   f"{outcome.run_id} (a host resumes it) or wfrun resume {outcome.run_id}",
+                   err=True)
+        sys.exit(PARKED_EXIT)
     if outcome.parked:
         click.echo(f"wfrun: run {outcome.run_id} parked; continue it with: wfrun resume "
                    f"{outcome.run_id}", err=True)
@@ -141,12 +151,13 @@ PAIR_HELP = ("One input field, a string unless the input schema types it; KEY=@F
 @secret_option
 @click.option("--durability", type=click.Choice(["full", "normal"]), default="full",
               show_default=True, help="full fsyncs the trace after every node.")
+@no_cache_option
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 @click.pass_obj
 def run_cmd(ctx: Context, ref: str, input_json: str | None, pairs: tuple[str, ...],
-            agent: str | None, secret_pairs: tuple[str, ...], durability: str, as_json: bool,
-            quiet: bool) -> None:
+            agent: str | None, secret_pairs: tuple[str, ...], durability: str, no_cache: bool,
+            as_json: bool, quiet: bool) -> None:
     """Run a workflow in the foreground (exit 0 completed, 1 failed, 4 waiting)."""
     from runner.engine import RunControl
     from runner.host.runtime.foreground import run_workflow
@@ -163,7 +174,8 @@ def run_cmd(ctx: Context, ref: str, input_json: str | None, pairs: tuple[str, ..
     with Progress(quiet) as progress, parking_on_interrupt(control):
         outcome = run_workflow(ws, store, ref, value, control,
                                executor=ctx.executor(agent, ws.clock), observer=progress,
-                               durability=durability, secrets=secrets)
+                               durability=durability, secrets=secrets,
+                               use_cache=not no_cache)
     _finish(outcome, as_json, ws, frozenset(progress.shown))
 
 
@@ -172,11 +184,13 @@ def run_cmd(ctx: Context, ref: str, input_json: str | None, pairs: tuple[str, ..
 @click.option("--force", is_flag=True, help="Resume even though the workflow changed.")
 @agent_option
 @secret_option
+@no_cache_option
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--quiet", "-q", is_flag=True)
 @click.pass_obj
 def resume_cmd(ctx: Context, run_id: str, force: bool, agent: str | None,
-               secret_pairs: tuple[str, ...], as_json: bool, quiet: bool) -> None:
+               secret_pairs: tuple[str, ...], no_cache: bool, as_json: bool,
+               quiet: bool) -> None:
     """Resume a parked or interrupted run at the node it was in (secrets are resolved
     again: nothing secret was stored)."""
     from runner.engine import RunControl
@@ -193,7 +207,7 @@ def resume_cmd(ctx: Context, run_id: str, force: bool, agent: str | None,
     with Progress(quiet) as progress, parking_on_interrupt(control):
         outcome = resume_run(ws, store, run_id, control, force=force,
                              executor=ctx.executor(agent, ws.clock), observer=progress,
-                             secrets=secrets)
+                             secrets=secrets, use_cache=not no_cache)
     _finish(outcome, as_json, ws, frozenset(progress.shown))
 
 

@@ -94,6 +94,14 @@ def run_view(view: dict[str, Any]) -> None:
         console.print(f"  input {escape(shown)}", highlight=False, soft_wrap=True)
     if view.get("parent_run_id"):
         console.print(f"  continues {escape(str(view['parent_run_id']))}")
+    rerun = view.get("rerun") or {}
+    if view.get("rerun_of"):
+        forced = f"; forced (changed: {', '.join(rerun.get('changed_nodes') or [])})" \
+            if rerun.get("forced") else ""
+        console.print(f"  rerun of {escape(str(view['rerun_of']))} from node "
+                      f"{escape(str(rerun.get('from')))}{escape(forced)}")
+    if view.get("rerun_by"):
+        console.print(f"  rerun by {escape(', '.join(view['rerun_by']))}")
     if view.get("continued_by"):
         console.print(f"  answered; continued by {escape(str(view['continued_by']))}")
     elif view.get("status") == "waiting":
@@ -104,7 +112,12 @@ def run_view(view: dict[str, Any]) -> None:
         table.add_column(col)
     for e in view["timeline"]:
         err = (e.get("error") or {}).get("message", "") if e.get("error") else ""
-        table.add_row(str(e["node"]), str(e.get("kind") or ""), str(e.get("outcome") or "…"),
+        outcome = str(e.get("outcome") or "…")
+        if e.get("reused_from"):
+            outcome += " (set)" if e.get("set") else " (reused)"
+        elif e.get("cached_from"):
+            outcome += f" (cached: {e['cached_from']})"
+        table.add_row(str(e["node"]), str(e.get("kind") or ""), outcome,
                       str(e.get("duration_ms") if e.get("duration_ms") is not None else ""),
                       escape(str(err)[:100]))
     console.print(table)

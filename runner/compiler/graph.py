@@ -232,7 +232,8 @@ def flatten(g: LocalGraph, prefix: str = "") -> tuple[dict[str, Node], dict[str,
     for nid, raw in wf.nodes.items():
         nodes[q(nid)] = Node(id=q(nid), kind=raw.kind,  # type: ignore[arg-type]
                              spec=raw.spec, scope=prefix, local_id=nid, timeout=raw.timeout,
-                             retry=raw.retry, description=raw.description)
+                             retry=raw.retry, description=raw.description,
+                             cache=raw.cache)
     for mount, inc in wf.includes.items():
         child = g.children[mount]
         mount_id = q(mount)

@@ -121,9 +121,13 @@ class ActionSpec:
 class NotifySpec:
     kind: Literal["progress", "final"]
     message: str
+    channels: tuple[str, ...] = ()  # names in .wfrun/config.yaml `notify: channels:`
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "message": self.message}
+        out: dict[str, Any] = {"kind": self.kind, "message": self.message}
+        if self.channels:  # absent when none: the digests of existing definitions stay
+            out["channels"] = list(self.channels)
+        return out
 
 
 @dataclass(frozen=True)
@@ -169,6 +173,18 @@ class IncludeExitSpec:
         return {"mount": self.mount, "exit": self.exit, "from": self.source}
 
 
+@dataclass(frozen=True)
+class CacheSpec:
+    """`cache: {ttl, key}`: reuse an earlier ok result of the node (issue 39). `key`: a
+    template; None keys on the node's digest and its rendered prompt, argv or input."""
+
+    ttl: float
+    key: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ttl": self.ttl, "key": self.key}
+
+
 Spec = (AgentSpec | ComputeSpec | ActionSpec | NotifySpec | CheckpointSpec | FailSpec
         | IncludeEntrySpec | IncludeExitSpec)
 
@@ -183,9 +199,10 @@ class Node:
     timeout: float | None = DEFAULT_NODE_TIMEOUT
     retry: Retry = field(default_factory=Retry)
     description: str | None = None
+    cache: CacheSpec | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "kind": self.kind,
             "scope": self.scope,
             "local_id": self.local_id,
@@ -194,6 +211,9 @@ class Node:
             "description": self.description,
             "spec": self.spec.to_json(),
         }
+        if self.cache is not None:  # only when declared: other nodes keep their digests
+            out["cache"] = self.cache.to_json()
+        return out
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from .model import (
     RESERVED_NODE_IDS,
     ActionSpec,
     AgentSpec,
+    CacheSpec,
     CheckpointSpec,
     ComputeSpec,
     FailSpec,
@@ -46,7 +47,8 @@ TOP_KEYS = ("version", "name", "title", "description", "input", "start", "nodes"
 # `secrets:` and `env:` name environment variables (DESIGN §9, runner/engine/secrets.py).
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DEFAULTS_KEYS = ("timeout", "retry")
-NODE_COMMON_KEYS = ("timeout", "retry", "description")
+NODE_COMMON_KEYS = ("timeout", "retry", "description", "cache")
+CACHE_KEYS = ("ttl", "key")
 RETRY_KEYS = ("attempts", "backoff", "max_delay")
 KIND_KEYS: dict[str, tuple[str, ...]] = {
     "agent": ("prompt", "output", "reminders"),
@@ -54,7 +56,7 @@ KIND_KEYS: dict[str, tuple[str, ...]] = {
     "compute": ("expr", "call"),
     "action": ("shell", "use_shell", "call", "cwd", "env", "stdin", "allow_nonzero_exit",
                "output_cap", "parse"),
-    "notify": ("kind", "message"),
+    "notify": ("kind", "message", "channels"),
     "checkpoint": ("summary",),
     "fail": ("message", "code"),
 }
@@ -100,6 +102,7 @@ class RawNode:
     key_path: KeyPath
     # Decision choices given as a mapping build the node's switch edge.
     choice_targets: dict[str, str] | None = None
+    cache: CacheSpec | None = None
 
 
 @dataclass
@@ -506,6 +509,7 @@ def _node(c: _Checker, node_id: str, spec: Any, kp: KeyPath, default_timeout: fl
     if "description" in m:
         description = c.string(m["description"], (*kp, "description"), "description",
                                non_empty=False)
+    cache = _cache(c, m["cache"], (*kp, "cache"), kind) if "cache" in m else None
     body = m[kind]
     bkp: KeyPath = (*kp, kind)
     choice_targets: dict[str, str] | None = None
@@ -528,7 +532,34 @@ def _node(c: _Checker, node_id: str, spec: Any, kp: KeyPath, default_timeout: fl
     if parsed is None:
         return None
     out_kind = "agent" if kind == "decision" else kind
-    return RawNode(node_id, out_kind, parsed, timeout, retry, description, kp, choice_targets)
+    return RawNode(node_id, out_kind, parsed, timeout, retry, description, kp, choice_targets,
+                   cache)
+
+
+def _cache(c: _Checker, value: Any, kp: KeyPath, kind: str) -> CacheSpec | None:
+    """`cache: {ttl: 7d, key: TEMPLATE}` (issue 39); `cache: 7d` is the ttl alone."""
+    if kind in ("checkpoint", "fail", "notify"):
+        c.sink.error("invalid-value", f"a {kind} node cannot be cached (it has no result to "
+                     "reuse)", kp, at_key=True)
+        return None
+    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        value = {"ttl": value}
+    m = c.mapping(value, kp, "cache", hint="write `cache: {ttl: 7d}`")
+    if m is None:
+        return None
+    c.keys(m, CACHE_KEYS, kp, "cache", required=("ttl",))
+    if "ttl" not in m:
+        return None
+    ok, ttl = c.duration(m["ttl"], (*kp, "ttl"), "cache ttl")
+    if not ok:
+        return None
+    if ttl is None:
+        c.sink.error("invalid-duration", "cache ttl: give a duration like 1h or 7d", (*kp, "ttl"))
+        return None
+    key = m.get("key")
+    if key is not None:
+        key = c.string(key, (*kp, "key"), "cache key", template=True)
+    return CacheSpec(ttl=ttl, key=key or None)
 
 
 def _agent(c: _Checker, body: Any, kp: KeyPath) -> AgentSpec | None:
@@ -749,9 +780,24 @@ def _notify(c: _Checker, body: Any, kp: KeyPath) -> NotifySpec | None:
         return None
     message = c.string(m["message"], (*kp, "message"), "message", template=True) if (
         "message" in m) else None
+    channels: list[str] = []
+    raw = m.get("channels", [])
+    if not isinstance(raw, list):
+        c.sink.error("invalid-value", "notify channels must be a list of channel names from "
+                     ".wfrun/config.yaml (notify: channels:)", (*kp, "channels"))
+        return None
+    for i, name in enumerate(raw):
+        channel = c.ident(name, (*kp, "channels", i), "channel")
+        if channel is None:
+            return None
+        if channel in channels:
+            c.sink.error("invalid-value", f"channel '{channel}' is named twice",
+                         (*kp, "channels", i))
+            return None
+        channels.append(channel)
     if message is None:
         return None
-    return NotifySpec(kind=kind, message=message)
+    return NotifySpec(kind=kind, message=message, channels=tuple(channels))
 
 
 def _checkpoint(c: _Checker, body: Any, kp: KeyPath) -> CheckpointSpec | None:

@@ -12,6 +12,7 @@ from typing import Any
 from .budget import BUDGET_KEYS, CEILING
 from .model import OUTCOMES
 from .parse import (
+    CACHE_KEYS,
     DEFAULTS_KEYS,
     EDGE_KEYS,
     EXIT_KEYS,
@@ -94,7 +95,9 @@ def workflow_schema() -> dict[str, Any]:
             "A side effect: `shell` (argv list) or `call` (Python hook)."),
             "oneOf": [{"required": ["shell"]}, {"required": ["call"]}]},
         "notify": {"anyOf": [TEMPLATE, _obj(
-            {"kind": {"enum": ["progress", "final"]}, "message": TEMPLATE},
+            {"kind": {"enum": ["progress", "final"]}, "message": TEMPLATE,
+             "channels": {"type": "array", "uniqueItems": True,
+                          "items": {"type": "string", "pattern": ID_PATTERN}}},
             KIND_KEYS["notify"], ("message",))]},
         "checkpoint": {"anyOf": [{"type": "null"}, TEMPLATE,
                                  _obj({"summary": TEMPLATE}, KIND_KEYS["checkpoint"])]},
@@ -104,7 +107,14 @@ def workflow_schema() -> dict[str, Any]:
             KIND_KEYS["fail"], ("message",),
             "Ends the run failed on purpose (exit 1) with this message and code.")]},
     }
-    common = {"timeout": DURATION, "retry": retry, "description": {"type": "string"}}
+    ttl = {"description": "How long a kept result is reused, like 1h or 7d.",
+           "anyOf": [d for d in DURATION["anyOf"] if d != {"type": "null"}]}
+    cache = {"anyOf": [ttl, _obj(
+        {"ttl": ttl, "key": TEMPLATE}, CACHE_KEYS, ("ttl",),
+        "Reuse an earlier ok result of this node for `ttl` (key: the node's digest and "
+        "its rendered prompt, argv or input, or the `key` template).")]}
+    common = {"timeout": DURATION, "retry": retry, "description": {"type": "string"},
+              "cache": cache}
     assert set(common) == set(NODE_COMMON_KEYS)
     node = {
         "type": "object",

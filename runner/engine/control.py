@@ -6,6 +6,8 @@ import threading
 from typing import Literal
 
 StopReason = Literal["cancel", "park"]
+#: The park reason of a run stopped by `wfrun pause` (its launch parks `paused`).
+PAUSED = "paused"
 
 
 class RunControl:
@@ -30,6 +32,7 @@ class RunControl:
         # does not count it as a death; a park because the claim was lost writes
         # nothing (another runner may hold the run by now) and counts as one.
         self.clean = True
+        self.park_on_pause = False  # see `pause`
 
     @property
     def stopping(self) -> bool:
@@ -62,12 +65,16 @@ class RunControl:
         self.stopped.set()
         self.wake.set()
 
-    def pause(self) -> None:
+    def pause(self, *, park: bool = False) -> None:
+        """Hold the run at the next node boundary; `park`: stop it there instead
+        (parked, reason PAUSED: `wfrun pause`, the run frees its runner's slot)."""
+        self.park_on_pause = park
         self._pause.set()
         self.wake.set()
 
     def resume(self) -> None:
         self._pause.clear()
+        self.park_on_pause = False
         self.wake.set()
 
     def rearm(self) -> None:

@@ -19,6 +19,7 @@ from runner.errors import InputError, OperationFailed
 from .agent import AgentStepExecutor
 from .artifacts import has_artifacts, internalize
 from .bundle import STATE, TRACE, WORKFLOW, Fence, always
+from .cache import StepCache
 from .control import RunControl
 from .dbbundle import PATIENCE, DatabaseBundle
 from .processes import ProcessRegistry
@@ -90,6 +91,9 @@ class Engine:
     # asked only when a resume finds an action node interrupted mid-run. True: that node
     # is not run again blindly; the run fails `indeterminate` and the controller decides.
     effects_guarded: Callable[[], bool] = lambda: False
+    # Kept node results (`cache:`, engine/cache.py); `use_cache` False: --no-cache.
+    step_cache: StepCache | None = None
+    use_cache: bool = True
 
     @property
     def space(self) -> BundleSpace:
@@ -111,6 +115,8 @@ class Engine:
                          crash_point=self.crash_point, processes=self.processes,
                          secrets=secrets)
         driver.launch = self.launch
+        driver.cache = self.step_cache
+        driver.cache_reads = self.use_cache
         return driver
 
     # -- start ---------------------------------------------------------------------
@@ -262,7 +268,8 @@ class Engine:
         if st.current_node is not None and st.current_node in d.nodes:
             return st.current_node, "interrupted"
         if st.last_node is None:
-            return d.start, "start"
+            # A rerun killed before its first node ended begins again where it begins.
+            return (st.start_at if st.start_at in d.nodes else d.start), "start"
         last = st.last_node
         result = st.results.get(last, {})
         node = d.nodes.get(last)

@@ -258,7 +258,7 @@ def _notify(driver: RunDriver, node: Node, spec: NotifySpec, attempt: str,
     message = render_text(spec.message, ctx)
     visit = driver.state.visits.get(node.id, 1)
     notification_id = f"{driver.run_id}:{node.id}:{visit}"
-    driver.notify(node.id, attempt, notification_id, spec.kind, message)
+    driver.notify(node.id, attempt, notification_id, spec.kind, message, spec.channels)
     return NodeResult("ok", {"notification_id": notification_id, "kind": spec.kind,
                              "message": message})
 

@@ -24,8 +24,9 @@ from runner.safety import bound, mask_values, redact
 
 from .agent import AgentStep, AgentStepExecutor, TurnKind
 from .artifacts import externalize, has_artifacts, internalize
+from .cache import StepCache, cache_key
 from .context import ScopedValues
-from .control import RunControl
+from .control import PAUSED, RunControl
 from .dbbundle import DatabaseBundle
 from .livelog import LiveLog
 from .nodes import NodeResult, execute, new_attempt_id, pure
@@ -65,7 +66,10 @@ def _no_crash(_point: str) -> None:
 
 class NotificationSink(Protocol):
     def emit(self, run_id: str, node: str, attempt: str, notification_id: str, kind: str,
-             message: str) -> None: ...
+             message: str, channels: tuple[str, ...] = ()) -> None:
+        """A `notify` message: to the run's session (if any) and to the configured
+        `channels` it names (webhooks, Slack: the store's channel outbox)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -138,6 +142,8 @@ class RunDriver:
         # A node's end not yet written: (event, sync, state); see `emit(hold=)`.
         self._held: list[tuple[dict[str, Any], bool, bool]] = []
         self._between = False  # a node ended and the loop routed on: crash seam pending
+        self.cache: StepCache | None = None  # kept results (`cache:`); set by the engine
+        self.cache_reads = True  # False: --no-cache (results are still kept)
 
     # -- recording ---------------------------------------------------------------
     def emit(self, kind: str, payload: dict[str, Any] | None = None, *, node: str | None = None,
@@ -255,13 +261,16 @@ class RunDriver:
                   node=self.state.current_node, attempt=self.state.current_attempt)
 
     def notify(self, node: str, attempt: str, notification_id: str, kind: str,
-               message: str) -> None:
-        message = self.secrets.mask(message)  # it goes to the store's outbox and a session
-        self.emit("notification_emitted", {"notification_id": notification_id, "kind": kind,
-                                           "message": message}, node=node, attempt=attempt,
-                  sync=True)
+               message: str, channels: tuple[str, ...] = ()) -> None:
+        message = self.secrets.mask(message)  # it goes to the store's outboxes and a session
+        payload: dict[str, Any] = {"notification_id": notification_id, "kind": kind,
+                                   "message": message}
+        if channels:
+            payload["channels"] = list(channels)
+        self.emit("notification_emitted", payload, node=node, attempt=attempt, sync=True)
         if self.notifications is not None:
-            self.notifications.emit(self.run_id, node, attempt, notification_id, kind, message)
+            self.notifications.emit(self.run_id, node, attempt, notification_id, kind, message,
+                                    channels)
 
     # -- context -----------------------------------------------------------------
     def template_scope(self, deadline: float | None) -> scoped_budget:
@@ -371,6 +380,12 @@ class RunDriver:
         if self.control.stop_reason == "cancel":
             return self.finish("cancelled", error={"code": "cancelled",
                                                    "message": self.control.reason or "cancelled"})
+        if self.control.pause_requested and self.control.park_on_pause:
+            # `wfrun pause`: recorded as paused, then parked at this boundary (no node
+            # is interrupted); its launch waits, holding no slot, for `wfrun unpause`.
+            self.emit("run_paused", {"parked": True}, sync=True, state=True)
+            self.control.park(PAUSED)
+            return self.park()
         if self.control.pause_requested:
             self.emit("run_paused", {}, sync=True, state=True)
             while self.control.pause_requested and not self.control.stopping:
@@ -420,6 +435,7 @@ class RunDriver:
     def _run_node(self, node: Node) -> NodeResult:
         attempts = max(node.retry.attempts, 1)
         resumed = self.resuming_node == node.id
+        cache_as: str | None = None  # the node's cache key (`cache:`), once computed
         for k in range(attempts):
             attempt = new_attempt_id()
             started = iso(self.clock.now())
@@ -429,7 +445,17 @@ class RunDriver:
                                        "counts_step": not resumed, "resumed": resumed},
                       node=node.id, attempt=attempt)
             with self.template_scope(deadline):
-                result = execute(self, node, attempt, deadline, self.context(node.scope))
+                ctx = self.context(node.scope)
+                cached = None
+                if node.cache is not None and self.cache is not None and k == 0:
+                    cache_as, cached = self._from_cache(node, ctx)
+                result = cached or execute(self, node, attempt, deadline, ctx)
+            if cached is not None and "cached_from" in cached.extra:
+                # `wfrun logs` says the node's result came from the cache: nothing ran.
+                self.emit("node_log", {"stdout": "", "stderr": "", "stdout_truncated": False,
+                                       "stderr_truncated": False, "exit_code": None,
+                                       "cached_from": cached.extra["cached_from"]},
+                          node=node.id, attempt=attempt)
             self.resuming_node = None
             resumed = False
             duration = int((self.clock.monotonic() - start_mono) * 1000)
@@ -438,6 +464,9 @@ class RunDriver:
             # `retry` on the end too: the fold numbers the attempt (results.X.attempt).
             base = {"outcome": result.outcome, "kind": node.kind, "started_at": started,
                     "duration_ms": duration, "retry": k, **result.extra}
+            if result.outcome == "ok" and cache_as is not None and "cached_from" not in \
+                    result.extra:
+                self._to_cache(node, cache_as, result.output)
             if result.outcome == "ok":
                 # A pure node's end is not flushed on its own: running it again changes
                 # nothing outside the run, so the next flush (the ending's, or an
@@ -463,6 +492,34 @@ class RunDriver:
                                                           "message": self.control.reason or ""})
                 self.control.rearm()
         return result
+
+    # -- the step cache (`cache:`, engine/cache.py) ------------------------------
+    def _from_cache(self, node: Node, ctx: dict[str, Any]) -> tuple[str | None,
+                                                                   NodeResult | None]:
+        """The node's cache key and, on a hit, its result (recorded as cached)."""
+        assert self.cache is not None
+        try:
+            key = cache_key(self.definition.name, node, ctx)
+        except TemplateError as exc:
+            return None, NodeResult("failed", error={"code": "template_error",
+                                                     "message": f"cache key: {exc}"[:2000]})
+        except ValueError:
+            return None, None  # not JSON to key on: it runs, uncached
+        if not self.cache_reads:
+            return key, None  # --no-cache: run it, and keep the fresh result
+        hit = self.cache.get(key)
+        if hit is None:
+            return key, None
+        return key, NodeResult("ok", hit.output, extra={"cached_from": {
+            "run_id": hit.run_id, "key": key, "created_at": hit.created_at}})
+
+    def _to_cache(self, node: Node, key: str, output: Any) -> None:
+        assert self.cache is not None
+        assert node.cache is not None
+        # As the trace holds it: a secret in the output is kept masked, never in clear.
+        self.cache.put(key, workflow=self.definition.name, node_id=node.id,
+                       run_id=self.run_id, output=self.secrets.mask_json(output),
+                       ttl=node.cache.ttl)
 
     # -- endings -----------------------------------------------------------------
     def finish(self, status: str, *, final_output: Any = None,

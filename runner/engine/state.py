@@ -52,6 +52,9 @@ class RunState:
     error: dict[str, Any] | None = None
     trace_seq: int = 0
     carried_steps: int = 0
+    # A rerun (engine/rerun.py): the node it executes first, and what it reran.
+    start_at: str | None = None
+    rerun: dict[str, Any] | None = None
     # How many times `current_node` started without ending and without a clean park
     # (`run_parked`): a start after such a start of the same node means the process
     # running it died. Resume bounds it (engine.py, NODE_START_BUDGET).
@@ -77,6 +80,8 @@ class RunState:
             self.results = copy.deepcopy(carried.get("results", {}))
             self.steps = self.carried_steps = int(carried.get("steps", 0))
             self.scope_inputs = copy.deepcopy(carried.get("scope_inputs", {}))
+            self.start_at = p.get("start_at")
+            self.rerun = p.get("rerun")
         elif kind == "node_started":
             unfinished = self.current_node == node and self.current_node is not None
             self.current_node_starts = self.current_node_starts + 1 if unfinished else 1
@@ -112,6 +117,8 @@ class RunState:
                     self.outputs.pop(node, None)  # a later failure removes the output
             if p.get("will_retry"):
                 result["will_retry"] = True
+            if p.get("cached_from"):
+                result["cached_from"] = p["cached_from"]  # a `cache:` hit: nothing ran
             if node:
                 self.results[node] = result
                 if not p.get("will_retry"):
@@ -183,6 +190,8 @@ class RunState:
             "last_node": self.last_node,
             "steps": self.steps,
             "carried_steps": self.carried_steps,
+            "start_at": self.start_at,
+            "rerun": self.rerun,
             "scope_steps": self.scope_steps,
             "scope_inputs": self.scope_inputs,
             "outputs": self.outputs,

@@ -45,6 +45,7 @@ from runner.private import private_dirs
 from runner.store import LaunchRecord, NextClaim, QueuedSources, Store, StoreError
 from runner.store.wakeups import launch_wakeups
 
+from .runtime.channels import ChannelDeliverer, DeliveryPass, load_channels
 from .runtime.coordinators import build_coordinator
 from .runtime.errors import translate
 from .runtime.local import Workspace
@@ -65,6 +66,7 @@ __all__ = ["LEASE_SECONDS", "HostLock", "HostReport", "StandaloneHost", "WorkerS
 PARK_DEADLINE = 8.0
 HOST_CHILDREN = "host.children.json"  # the host's own shell process groups, for reaping
 CLAIM_RETRY = 1.0  # seconds between claims while the store refuses them
+TIMEOUT_JOIN = 15.0  # a post in flight when the host stops (its own timeout is 10 s)
 # The source watch's query groups the queued launches by source identity in the
 # database (one row per distinct source, never one per launch: a host's memory stays
 # flat in the queue's length), still a scan of the queue: it runs at most once per
@@ -111,6 +113,7 @@ class HostReport:
     failed_to_start: int = 0
     reaped: list[int] = field(default_factory=list)
     reconciles: int = 0
+    notifications: int = 0  # channel notifications delivered
 
     def count(self, outcome: RunOutcome) -> None:
         key = "parked" if outcome.parked else outcome.status
@@ -300,6 +303,10 @@ class StandaloneHost:
         self._groups: dict[str, SourceGroup] = {}  # the watched groups, by key
         self._claim_error_logged: str | None = None
         self.listener: LaunchListener | None = None  # while running, if the store has notices
+        # `notify` messages for configured channels (webhooks, Slack): a bad config stops
+        # the host here, in one line, before it claims anything.
+        self.deliverer = ChannelDeliverer(store, load_channels(ws.project_root), ws.clock)
+        self._delivery_error: str | None = None
 
     # -- lifecycle -------------------------------------------------------------------
     def run(self, *, once: bool = False,
@@ -318,6 +325,11 @@ class StandaloneHost:
                 self.pool.start_reading()
             if self.manager is not None and not once:
                 self.manager.start()
+            delivery = None
+            if not once:
+                delivery = threading.Thread(target=self._delivery_loop, daemon=True,
+                                            name="wfrun-notify-channels")
+                delivery.start()
             self.watch.start()
             try:
                 self.work(once)
@@ -326,6 +338,8 @@ class StandaloneHost:
                 raise
             finally:
                 self.watch.stop()
+                if delivery is not None:
+                    delivery.join(timeout=TIMEOUT_JOIN)
                 if self.pool is not None:  # the workers park (if stopping) and report
                     self.pool.finish(self.stop_event, PARK_DEADLINE + EXIT_GRACE)
                 if self.manager is not None:
@@ -364,6 +378,8 @@ class StandaloneHost:
             if not once:  # --once ends with the error line itself
                 self._report_claim_error()
             self._watch_queued()
+            if once:  # else the delivery thread posts them (a slow receiver must not
+                self._deliver_notifications()  # hold up claims)
             reconciled = 0
             if self.manager is not None and once:
                 reconciled = self.manager.run_until_idle()
@@ -405,6 +421,27 @@ class StandaloneHost:
             elif self._claim_error_logged is not None:
                 log.warning("wfrun host: the store accepts claims again")
             self._claim_error_logged = text
+
+    def _delivery_loop(self) -> None:
+        while not self.stop_event.wait(max(self.poll, 1.0)):
+            self._deliver_notifications()
+
+    def _deliver_notifications(self) -> None:
+        """Post the channel notifications that are due (a few per pass); a failing
+        channel is logged once per distinct error and retried on its own schedule."""
+        done: DeliveryPass | None = None
+        try:
+            done = self.deliverer.deliver_due()
+            errors = done.errors
+        except (StoreError, OSError) as exc:
+            error = translate(exc) if isinstance(exc, StoreError) else None
+            errors = [error.message if error is not None else str(exc)]
+        text = errors[-1] if errors else None
+        if text is not None and text != self._delivery_error:
+            log.warning("wfrun host: notification not delivered: %s", text)
+        self._delivery_error = text
+        if done is not None:
+            self.report.notifications += done.delivered
 
     def _watch_queued(self) -> None:
         """Watch the sources of the detached launches still queued: one query, at most

@@ -49,6 +49,7 @@ from .intents import new_intent
 from .keeper import LeaseKeeper
 from .link import RunningStep, Step
 from .preflight import Resolver, relative, workflow_name
+from .rerun import create_rerun, rerun_options
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -225,6 +226,9 @@ class Activator:
                 driver, act.checkpoint = engine.prepare_answer(
                     record.parent_run_id, value, lambda _m: definition, control=act.control,
                     run_id=record.run_id, definition=definition)
+            elif rerun_options(record) is not None:
+                driver = create_rerun(self._reader, engine, record, definition, value,
+                                      act.control)
             else:
                 _, driver = engine.create(definition, value, workflow_ref=record.workflow_ref,
                                           run_id=record.run_id, control=act.control)
@@ -273,7 +277,8 @@ class Activator:
             outcome = engine.drive_continuation(driver, act.checkpoint)
         else:
             assert act.definition is not None
-            outcome = driver.drive(act.definition.start)
+            # A rerun begins at its node (engine/rerun.py); every other run at the start.
+            outcome = driver.drive(driver.state.start_at or act.definition.start)
         self._endings.record(act, outcome)
         return outcome
 

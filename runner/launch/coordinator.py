@@ -164,15 +164,16 @@ class LaunchCoordinator:
     def prepare(self, ref: str, run_input: Any = None, *, session_id: str | None = None,
                 parent_run_id: str | None = None, presentation_pending: str | None = None,
                 affinity_runner_id: str | None = None, run_id: str | None = None,
-                claim_by: str | None = None, lease_seconds: float = LEASE_SECONDS
-                ) -> LaunchRecord:
+                claim_by: str | None = None, lease_seconds: float = LEASE_SECONDS,
+                options: dict[str, Any] | None = None) -> LaunchRecord:
         """Every pre-reply check, then one committed `queued` row with the final run id
-        (`claim_by`: claimed by that runner in the same commit); preflight.py."""
+        (`claim_by`: claimed by that runner in the same commit; `options`: private launch
+        options such as a rerun's plan); preflight.py."""
         return self._preflight.prepare(
             ref, run_input, session_id=session_id, parent_run_id=parent_run_id,
             presentation_pending=presentation_pending,
             affinity_runner_id=affinity_runner_id, run_id=run_id, claim_by=claim_by,
-            lease_seconds=lease_seconds)
+            lease_seconds=lease_seconds, options=options)
 
     # -- claims ------------------------------------------------------------------------
     def claim_next(self, session_id: str | None) -> LaunchRecord | None:
@@ -187,7 +188,8 @@ class LaunchCoordinator:
         return self._claims.next_claim()
 
     def prepare_here(self, ref: str, run_input: Any = None, *,
-                     parent_run_id: str | None = None, detached: bool = False
+                     parent_run_id: str | None = None, detached: bool = False,
+                     run_id: str | None = None, options: dict[str, Any] | None = None
                      ) -> LaunchRecord:
         """Queue a launch this process runs now (`wfrun run`, `answer`; `detached`:
         `start --wait`): claimed in the enqueue's own commit, so no host ever sees it
@@ -195,7 +197,8 @@ class LaunchCoordinator:
         refuses its bundle (`faults.py`); a detached one goes back to the queue."""
         record = self.prepare(ref, run_input, parent_run_id=parent_run_id,
                               affinity_runner_id=None if detached else self.runner_id,
-                              claim_by=self.runner_id, lease_seconds=self.lease_seconds)
+                              claim_by=self.runner_id, lease_seconds=self.lease_seconds,
+                              run_id=run_id, options=options)
         self._claims.mark_by_id(record.run_id)
         return record
 

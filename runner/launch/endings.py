@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable
 
 from runner.engine import RunOutcome, RunReader
+from runner.engine.control import PAUSED
 from runner.errors import (
     DefinitionInvalid,
     InputError,
@@ -27,6 +28,7 @@ from runner.store import (
     LaunchErrorCode,
     LaunchRecord,
     LostRace,
+    ParkMode,
     Store,
     StoreError,
     TurnCause,
@@ -37,6 +39,7 @@ from .engines import Engines
 from .held import HeldInput
 from .intents import new_intent
 from .link import Transition
+from .pausing import settle_pause
 from .preflight import workflow_name
 
 log = logging.getLogger(__name__)
@@ -92,8 +95,12 @@ class Endings:
         if outcome.parked:
             if act.claim_lost:
                 return  # another runner owns the row now
-            self._book.park(act.record.run_id, act.token,
-                                      mode="auto" if act.control.auto_resume else "explicit")
+            paused = act.control.reason == PAUSED
+            mode: ParkMode = "paused" if paused else "auto" if act.control.auto_resume \
+                else "explicit"
+            self._book.park(act.record.run_id, act.token, mode=mode)
+            if paused:
+                settle_pause(self._store, act.record.run_id)  # an unpause that came meanwhile
             return
         self.transition(act, outcome)(None)
 

@@ -22,8 +22,10 @@ from runner.engine.secrets import NO_SOURCE, SecretSource
 from runner.leases import renew_every
 from runner.store import LaunchRecord, Store
 
+from .channels import ChannelSink
 from .fence import LeaseFence
 from .held import HeldInput
+from .stepcache import StoreStepCache
 
 
 @dataclass
@@ -37,6 +39,8 @@ class EngineOptions:
     crash_point: Callable[[str], None] | None = None  # the engine's crash seam (tests)
     # Secrets and env values (`--secret`, the environment), resolved at each activation.
     secret_source: SecretSource = NO_SOURCE
+    # `--no-cache`: nodes with `cache:` run and their results are kept, none is reused.
+    use_cache: bool = True
 
 
 class Engines:
@@ -60,12 +64,14 @@ class Engines:
         `link` joins its database bundle's writes to the launch's transitions."""
         opts = self.options
         return Engine(runs_dir=self.runs_dir, clock=self._clock,
-                      executor=opts.executor(record), notifications=opts.notifications,
+                      executor=opts.executor(record),
+                      notifications=ChannelSink(self._store, opts.notifications),
                       observer=opts.observer, durability=opts.durability,
                       project_root=opts.project_root, work_dir=opts.project_root,
                       fence=fence, processes=opts.processes, crash_point=opts.crash_point,
                       secret_source=self._held.source(record.run_id),
                       rows=self.rows, claim=fence.token, patience=self._patience,
+                      step_cache=StoreStepCache(self._store), use_cache=opts.use_cache,
                       launch=link,
                       # Only a take-over (the claim found the row `running`: its runner
                       # died mid-node). A park stopped its node itself; that resumes as before.

@@ -14,6 +14,7 @@ times are on the coordinator's Clock; the thread never advances a fake one.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,10 +32,31 @@ CANCEL_EVENT = "cancel_requested"
 IDLE_LINGER = 10.0
 
 
+#: Cross-process pause requests (`wfrun pause|unpause`, launch/pausing.py): the latest
+#: of these events decides whether a pause is pending. A park ends a request (it was
+#: honoured, or the run stopped anyway), so a resumed run does not pause again on it.
+PAUSE_EVENT = "pause_requested"
+UNPAUSE_EVENT = "unpause_requested"
+#: The runner's acknowledgement: it read the request and pauses at the next boundary.
+PAUSE_SEEN = "pause_seen"
+_PAUSE_ENDS = frozenset({UNPAUSE_EVENT, "launch.parked", "launch.paused", "launch.unpaused"})
+
+
+def pause_pending(types: list[str], pending: bool = False) -> bool:
+    """Whether a pause is pending after these run events (in order)."""
+    for kind in types:
+        if kind == PAUSE_EVENT:
+            pending = True
+        elif kind in _PAUSE_ENDS:
+            pending = False
+    return pending
+
+
 @dataclass(eq=False)
 class _Kept:
     act: Activation
     seen: int = 0  # the last run event read
+    pausing: bool = False  # a pause request is pending (pause_pending over what was read)
 
 
 class LeaseKeeper:
@@ -75,13 +97,25 @@ class LeaseKeeper:
         self.tick()
         act = kept.act
         try:
-            for event in self.store.run_events.read(run_id=act.record.run_id,
-                                                    after_seq=kept.seen):
-                kept.seen = event.seq
-                if event.type == CANCEL_EVENT:
-                    act.control.cancel("cancelled on request")
+            events = self.store.run_events.read(run_id=act.record.run_id,
+                                                after_seq=kept.seen)
         except StoreError:
             return  # a busy store; the next tick reads again
+        for event in events:
+            kept.seen = event.seq
+            if event.type == CANCEL_EVENT:
+                act.control.cancel("cancelled on request")
+        pausing = pause_pending([e.type for e in events], kept.pausing)
+        if pausing != kept.pausing:
+            kept.pausing = pausing
+            if pausing:
+                act.control.pause(park=True)  # parks at the next node boundary
+                # An acknowledgement only: the pause happens all the same.
+                with contextlib.suppress(StoreError):
+                    self.store.run_events.append(act.record.run_id, PAUSE_SEEN, {},
+                                                 workflow_ref=act.record.workflow_ref)
+            else:
+                act.control.resume()  # withdrawn before the boundary came
 
     def _renew(self, kept: _Kept) -> bool | None:
         act = kept.act

@@ -66,10 +66,11 @@ class Preflight:
     def prepare(self, ref: str, run_input: Any = None, *, session_id: str | None = None,
                 parent_run_id: str | None = None, presentation_pending: str | None = None,
                 affinity_runner_id: str | None = None, run_id: str | None = None,
-                claim_by: str | None = None, lease_seconds: float = LEASE_SECONDS
-                ) -> LaunchRecord:
+                claim_by: str | None = None, lease_seconds: float = LEASE_SECONDS,
+                options: dict[str, Any] | None = None) -> LaunchRecord:
         """Every pre-reply check, then one committed `queued` row with the final run id
-        (`claim_by`: claimed by that runner in the same commit)."""
+        (`claim_by`: claimed by that runner in the same commit; `options`: the private
+        launch options, kept until it runs, e.g. a rerun's plan)."""
         try:
             definition, stored_ref = self.resolver.compile(ref)
         except NotFoundError as exc:
@@ -112,7 +113,7 @@ class Preflight:
                 definition_digest=definition.digest, input=value,
                 workflow_path=definition.source.path if definition.source else None,
                 origin_session_id=session_id, parent_run_id=parent_run_id,
-                affinity_runner_id=affinity_runner_id), claim_by=claim_by,
+                affinity_runner_id=affinity_runner_id, options=options), claim_by=claim_by,
                 lease_seconds=lease_seconds)
         except StoreError as exc:
             raise PreflightError("store_unavailable", self.safe(

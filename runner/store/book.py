@@ -55,22 +55,26 @@ class LaunchBook:
     def page(self, *, statuses: Iterable[LaunchStatus] | None = None,
              workflow_ref: str | None = None, run_id_prefix: str | None = None,
              updated_since: int | None = None, newest_first: bool = True,
-             limit: int = 50, offset: int = 0, ending: LaunchEnding | None = None
+             limit: int = 50, offset: int = 0, ending: LaunchEnding | None = None,
+             created_from: int | None = None, created_to: int | None = None
              ) -> list[LaunchRecord]:
         """One page of a run list, filtered and paged in SQL."""
         return self._queue.page(statuses=statuses, workflow_ref=workflow_ref,
                                 run_id_prefix=run_id_prefix, updated_since=updated_since,
                                 newest_first=newest_first, limit=limit, offset=offset,
-                                ending=ending)
+                                ending=ending, created_from=created_from,
+                                created_to=created_to)
 
     def counts(self, *, workflow_ref: str | None = None) -> dict[str, int]:
         """Launches by status, counted in SQL."""
         return self._queue.counts(workflow_ref=workflow_ref)
 
-    def ending_counts(self, *, workflow_ref: str | None = None
+    def ending_counts(self, *, workflow_ref: str | None = None,
+                      created_from: int | None = None, created_to: int | None = None
                       ) -> dict[tuple[str, str | None], int]:
-        """Launches by status and, for `done`, how the run ended."""
-        return self._queue.ending_counts(workflow_ref=workflow_ref)
+        """Launches by status and, for `done`, how the run ended (created in the window)."""
+        return self._queue.ending_counts(workflow_ref=workflow_ref, created_from=created_from,
+                                         created_to=created_to)
 
     def workflow_counts(self) -> dict[str, int]:
         """Launches by workflow ref."""

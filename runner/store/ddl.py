@@ -12,9 +12,15 @@ import re
 from collections.abc import Iterable
 
 from runner.store.controller_interface import SPEC_MAX_BYTES, STATUS_MAX_BYTES
+from runner.store.records import CACHE_MAX_BYTES
 from runner.store.states import (
+    AUDIT_ACTIONS,
+    AUDIT_DETAIL_MAX_BYTES,
+    AUDIT_OUTCOMES,
     CLAIMED_STATUSES,
     CONTROLLER_ERROR_MAX_BYTES,
+    DELIVERY_MESSAGE_MAX_BYTES,
+    DELIVERY_STATUSES,
     EFFECT_STATES,
     ERROR_MESSAGE_MAX_BYTES,
     INPUT_STATUSES,
@@ -38,6 +44,19 @@ def index_ddl(name: str) -> str:
         if re.match(rf"CREATE (UNIQUE )?INDEX {name}\b", statement):
             return statement
     raise KeyError(name)
+
+
+def table_ddl(name: str) -> str:
+    """The DDL statement that creates table `name`."""
+    for statement in DDL:
+        if re.match(rf"CREATE TABLE {name}\b", statement):
+            return statement
+    raise KeyError(name)
+
+
+def indexes_of(table: str) -> list[str]:
+    """The DDL statements of `table`'s indexes (made with a table added within v1)."""
+    return [s for s in DDL if re.match(rf"CREATE (UNIQUE )?INDEX \w+\s+ON {table}\b", s)]
 
 
 def sql_in(values: Iterable[str]) -> str:
@@ -252,4 +271,62 @@ DDL: tuple[str, ...] = (
 )""",
     """CREATE INDEX controller_events_by_resource
     ON controller_events (controller, resource_key, seq DESC)""",
+    # One row per rerun, written before its launch is queued (a rerun whose launch
+    # never committed has no launch row, and readers join on one).
+    """CREATE TABLE workflow_reruns (
+    run_id TEXT PRIMARY KEY,
+    rerun_of TEXT NOT NULL CHECK (rerun_of <> run_id),
+    from_node TEXT NOT NULL,
+    forced INTEGER NOT NULL CHECK (forced IN (0, 1)),
+    changed_nodes_json TEXT NOT NULL,
+    created_at INTEGER NOT NULL
+)""",
+    """CREATE INDEX workflow_reruns_of ON workflow_reruns (rerun_of, created_at)""",
+    f"""CREATE TABLE step_cache (
+    cache_key TEXT PRIMARY KEY,
+    workflow TEXT NOT NULL,
+    node_id TEXT NOT NULL,
+    run_id TEXT NOT NULL,
+    output_json TEXT NOT NULL CHECK (length(CAST(output_json AS BLOB)) <= {CACHE_MAX_BYTES}),
+    created_at INTEGER NOT NULL,
+    expires_at INTEGER NOT NULL
+)""",
+    """CREATE INDEX step_cache_by_node ON step_cache (workflow, node_id, created_at)""",
+    # Who did what through the HTTP API (`wfrun audit`); added within v1
+    # (layout.ADDED_TABLES), so it has no index of its own beyond seq.
+    f"""CREATE TABLE audit_log (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    recorded_at INTEGER NOT NULL,
+    actor TEXT NOT NULL,
+    action TEXT NOT NULL CHECK (action IN {sql_in(AUDIT_ACTIONS)}),
+    run_id TEXT,
+    workflow_ref TEXT,
+    origin TEXT,
+    outcome TEXT NOT NULL CHECK (outcome IN {sql_in(AUDIT_OUTCOMES)}),
+    detail_json TEXT NOT NULL CHECK (length(CAST(detail_json AS BLOB)) <= {AUDIT_DETAIL_MAX_BYTES})
+)""",
+    # The channel outbox: one row per (notification, channel), so a `notify` node run
+    # again after a crash (same notification id) adds nothing; delivered rows are
+    # never sent again. Added within v1 (layout.ADDED_TABLES).
+    f"""CREATE TABLE notification_deliveries (
+    notification_id TEXT NOT NULL,
+    channel TEXT NOT NULL,
+    run_id TEXT NOT NULL,
+    node_id TEXT NOT NULL,
+    kind TEXT NOT NULL CHECK (kind IN {sql_in(NOTIFICATION_KINDS)}),
+    message TEXT NOT NULL CHECK (length(CAST(message AS BLOB)) <= {DELIVERY_MESSAGE_MAX_BYTES}),
+    status TEXT NOT NULL CHECK (status IN {sql_in(DELIVERY_STATUSES)}),
+    attempts INTEGER NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+    next_attempt_at INTEGER NOT NULL,
+    last_error TEXT,
+    claim_token TEXT,
+    claim_expires_at INTEGER,
+    created_at INTEGER NOT NULL,
+    delivered_at INTEGER,
+    PRIMARY KEY (notification_id, channel),
+    CHECK ((status = 'delivered') = (delivered_at IS NOT NULL)),
+    CHECK ((claim_token IS NULL) = (claim_expires_at IS NULL))
+)""",
+    """CREATE INDEX notification_deliveries_due
+    ON notification_deliveries (status, next_attempt_at)""",
 )

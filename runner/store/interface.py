@@ -12,12 +12,14 @@ The conformance suite in `tests/integration/store/` runs against this interface.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from runner.leases import LEASE_SECONDS as DEFAULT_LEASE_SECONDS
 from runner.store.controller_interface import ControllerStore
 from runner.store.records import (
+    AuditEntry,
+    Delivery,
     LaunchRecord,
     LostRace,
     NewLaunch,
@@ -30,6 +32,8 @@ from runner.store.records import (
     TurnIntent,
 )
 from runner.store.states import (
+    AuditAction,
+    AuditOutcome,
     LaunchEnding,
     LaunchStatus,
     ParkMode,
@@ -38,6 +42,7 @@ from runner.store.states import (
 )
 
 if TYPE_CHECKING:
+    from runner.store.domain.operations import Pauses, Reruns, StepCache
     from runner.store.domain.retention import Retention
 
 #: A run bundle's own statements, run in a launch transition's transaction when the
@@ -97,9 +102,12 @@ class LaunchQueue(Protocol):
         limit: int = 50,
         offset: int = 0,
         ending: LaunchEnding | None = None,
+        created_from: int | None = None,
+        created_to: int | None = None,
     ) -> list[LaunchRecord]:
         """One page of launches by creation time (newest first by default), filtered
-        by status, workflow ref, run id prefix, last change (epoch ms) and, for `done`
+        by status, workflow ref, run id prefix, last change (epoch ms), creation time
+        (`created_from` inclusive, `created_to` exclusive, ms) and, for `done`
         rows, how the run ended (`ending`: other statuses pass), paged in SQL (the UI's
         run list and `wfrun runs`: every run is a launch row)."""
         ...
@@ -108,7 +116,8 @@ class LaunchQueue(Protocol):
         """How many launches are in each status (statuses with none are left out)."""
         ...
 
-    def ending_counts(self, *, workflow_ref: str | None = None
+    def ending_counts(self, *, workflow_ref: str | None = None,
+                      created_from: int | None = None, created_to: int | None = None
                       ) -> dict[tuple[str, str | None], int]:
         """How many launches are in each (status, ending) pair: `done` rows split by how
         their run ended, so a run list counts completed and waiting runs apart."""
@@ -392,6 +401,39 @@ class NoScrub:
         pass
 
 
+class AuditTrail(Protocol):
+    """`audit_log`: who did what to which run through the HTTP API."""
+
+    def append(self, *, actor: str, action: AuditAction, outcome: AuditOutcome,
+               run_id: str | None = None, workflow_ref: str | None = None,
+               origin: str | None = None,
+               detail: Mapping[str, Any] | None = None) -> AuditEntry: ...
+
+    def newest(self, *, run_id: str | None = None, limit: int = 100,
+               before_seq: int | None = None) -> list[AuditEntry]:
+        """Rows newest first, before `before_seq`, optionally of one run."""
+        ...
+
+
+class ChannelOutbox(Protocol):
+    """`notification_deliveries`: `notify` messages on their way to configured channels."""
+
+    def enqueue(self, *, notification_id: str, channel: str, run_id: str, node_id: str,
+                kind: str, message: str) -> bool: ...
+
+    def claim_due(self, *, limit: int = 20, lease_seconds: float = 60.0) -> list[Delivery]: ...
+
+    def mark_delivered(self, delivery: Delivery) -> bool: ...
+
+    def retry_at(self, delivery: Delivery, next_attempt_ms: int, error: str) -> bool: ...
+
+    def give_up(self, delivery: Delivery, error: str) -> bool: ...
+
+    def recent(self, *, limit: int = 100) -> list[Delivery]: ...
+
+    def of_run(self, run_id: str) -> list[Delivery]: ...
+
+
 class Store(Protocol):
     """The durable store (DESIGN §5)."""
 
@@ -409,6 +451,21 @@ class Store(Protocol):
 
     @property
     def run_events(self) -> RunEvents: ...
+
+    @property
+    def reruns(self) -> Reruns: ...
+
+    @property
+    def pauses(self) -> Pauses: ...
+
+    @property
+    def step_cache(self) -> StepCache: ...
+
+    @property
+    def audit(self) -> AuditTrail: ...
+
+    @property
+    def deliveries(self) -> ChannelOutbox: ...
 
     def now_ms(self) -> int:
         """The store's clock, in integer milliseconds."""

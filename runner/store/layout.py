@@ -17,6 +17,11 @@ SCHEMA_ID = "wfrun.controller-store.v1"
 ADDED_INDEXES: frozenset[str] = frozenset({"workflow_run_queue_ready",
                                            "workflow_run_queue_ready_affinity",
                                            "workflow_run_queue_ended"})
+#: Tables added to v1 after stores were made without them: new tables only, never a
+#: column of an existing one. Opening a store for writing creates a missing one (as
+#: it does an added index); a read-only open reads it as empty.
+ADDED_TABLES: frozenset[str] = frozenset({"workflow_reruns", "step_cache", "audit_log",
+                                          "notification_deliveries"})
 
 TABLE_COLUMNS: Mapping[str, tuple[str, ...]] = {
     "schema_info": ("singleton", "schema_id", "created_at"),
@@ -145,6 +150,52 @@ TABLE_COLUMNS: Mapping[str, tuple[str, ...]] = {
         "type",
         "reconcile_id",
         "payload_json",
+    ),
+    # Issue 39: a rerun's link to the run it reran (`wfrun rerun`), both ways.
+    "workflow_reruns": (
+        "run_id",
+        "rerun_of",
+        "from_node",
+        "forced",
+        "changed_nodes_json",
+        "created_at",
+    ),
+    # Issue 39: a node's ok result kept for reuse (`cache:`), with the run that made it.
+    "step_cache": (
+        "cache_key",
+        "workflow",
+        "node_id",
+        "run_id",
+        "output_json",
+        "created_at",
+        "expires_at",
+    ),
+    "audit_log": (
+        "seq",
+        "recorded_at",
+        "actor",
+        "action",
+        "run_id",
+        "workflow_ref",
+        "origin",
+        "outcome",
+        "detail_json",
+    ),
+    "notification_deliveries": (
+        "notification_id",
+        "channel",
+        "run_id",
+        "node_id",
+        "kind",
+        "message",
+        "status",
+        "attempts",
+        "next_attempt_at",
+        "last_error",
+        "claim_token",
+        "claim_expires_at",
+        "created_at",
+        "delivered_at",
     ),
 }
 

@@ -33,6 +33,8 @@ Json = Any
 
 INPUT_MAX_BYTES = 1024 * 1024
 PAYLOAD_MAX_BYTES = 64 * 1024
+#: Byte bound of one cached node output (`step_cache`); a larger one is not cached.
+CACHE_MAX_BYTES = 1024 * 1024
 
 
 def canonical_json(value: object, *, what: str = "value", max_bytes: int = INPUT_MAX_BYTES) -> str:
@@ -320,3 +322,44 @@ class RunEvent:
     type: str
     runner_id: str | None
     payload: dict[str, Json]
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    """One row of `audit_log`."""
+
+    seq: int
+    recorded_at: int
+    actor: str
+    action: str
+    run_id: str | None
+    workflow_ref: str | None
+    origin: str | None
+    outcome: str
+    detail: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seq": self.seq, "recorded_at": self.recorded_at, "actor": self.actor,
+                "action": self.action, "run_id": self.run_id,
+                "workflow": self.workflow_ref, "origin": self.origin,
+                "outcome": self.outcome, "detail": self.detail}
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One row of `notification_deliveries`: a notification on its way to a channel."""
+
+    notification_id: str
+    channel: str
+    run_id: str
+    node_id: str
+    kind: str
+    message: str
+    status: str
+    attempts: int
+    next_attempt_at: int
+    last_error: str | None
+    claim_token: str | None
+    claim_expires_at: int | None
+    created_at: int
+    delivered_at: int | None

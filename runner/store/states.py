@@ -131,8 +131,10 @@ ERROR_MESSAGE_MAX_BYTES = 500
 
 #: How a parked launch may be resumed: `auto` (parked by a host shutdown; the next
 #: host resumes it) or `explicit` (parked by a person, a session shutdown or a lost
-#: claim; it resumes only when asked: `wfrun resume`, the `resume` tool action).
-ParkMode = Literal["auto", "explicit"]
+#: claim; it resumes only when asked: `wfrun resume`, the `resume` tool action) or
+#: `paused` (`wfrun pause`, from any process or host: no host claims it until `wfrun
+#: unpause` makes it `auto`; the run views call it paused).
+ParkMode = Literal["auto", "explicit", "paused"]
 PARK_MODES: tuple[ParkMode, ...] = get_args(ParkMode)
 
 #: How a `done` launch's run ended: its bundle `completed`, or it is `waiting` for an
@@ -170,6 +172,20 @@ TURN_RESOLUTIONS: tuple[TurnResolution, ...] = get_args(TurnResolution)
 #: Passive reports to a run's origin session. Launch failures are turn intents.
 NotificationKind = Literal["progress", "final"]
 NOTIFICATION_KINDS: tuple[NotificationKind, ...] = get_args(NotificationKind)
+
+#: What an operator did through the HTTP API (`audit_log`), and how it ended.
+AuditAction = Literal["start", "cancel", "pause", "unpause", "rerun", "answer"]
+AUDIT_ACTIONS: tuple[AuditAction, ...] = get_args(AuditAction)
+AuditOutcome = Literal["ok", "failed"]
+AUDIT_OUTCOMES: tuple[AuditOutcome, ...] = get_args(AuditOutcome)
+#: Byte bound of an audit row's detail (the request's parameters, never input values).
+AUDIT_DETAIL_MAX_BYTES = 4096
+
+#: A notification's delivery to one configured channel (`notification_deliveries`).
+DeliveryStatus = Literal["pending", "delivered", "failed"]
+DELIVERY_STATUSES: tuple[DeliveryStatus, ...] = get_args(DeliveryStatus)
+#: Byte bound of a delivery's message (a `notify` message, masked) and its last error.
+DELIVERY_MESSAGE_MAX_BYTES = 64 * 1024
 
 #: Controller-side state sets (DESIGN §7; the records live in controller_interface.py).
 EffectState = Literal["pending", "applied", "rejected", "indeterminate"]

@@ -8,7 +8,11 @@ instead of creating one.
 
 from __future__ import annotations
 
+import contextlib
+import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 
@@ -30,6 +34,8 @@ WAITING_STATES = ("queued", "starting", "parked")  # not running: each gets its 
 PER_PAGE = 50
 MAX_PER_PAGE = 500
 QUEUE_LIMIT = 500
+SEARCH_SCAN = 500  # runs a text search reads at most (their bundles: title and input)
+SEARCH_BATCH = 100
 EVENTS_SHOWN = 50
 
 
@@ -55,6 +61,13 @@ class Site:
             self._store = cast(Store, open_store(self.ws))
         return self._store
 
+    def writable_store(self) -> Store:
+        """The store for an action, made when this project has none yet (an action is
+        the first write, as `wfrun start` is)."""
+        if self._store is None:
+            self._store = cast(Store, open_store(self.ws))
+        return self._store
+
     def close(self) -> None:
         if self._store is not None:
             self._store.close()
@@ -73,38 +86,71 @@ def _int(text: str | None, default: int, name: str, low: int, high: int) -> int:
     return int(text)
 
 
+def _day(text: str | None, name: str, *, end: bool) -> int | None:
+    """A date filter (YYYY-MM-DD, or an ISO date and time; UTC unless it says) as epoch
+    ms; a day's `until` bound is the end of that day."""
+    if text is None or text == "":
+        return None
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise InputError(f"{name} must be a date such as 2026-01-31 or 2026-01-31T14:00, "
+                         f"got {text[:40]!r}") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    if end and len(text) == 10:
+        when += timedelta(days=1)
+    return int(when.timestamp() * 1000)
+
+
 def runs_page(site: Site, *, status: str | None = None, workflow: str | None = None,
               order: str | None = None, page: str | None = None,
-              per_page: str | None = None) -> dict[str, Any]:
+              per_page: str | None = None, search: str | None = None,
+              since: str | None = None, until: str | None = None) -> dict[str, Any]:
     if status and status not in COUNTED_STATES:
         raise InputError(f"status must be one of {', '.join(COUNTED_STATES)}, got {status!r}")
     if order and order not in ("newest", "oldest"):
         raise InputError(f"order must be newest or oldest, got {order!r}")
     size = _int(per_page, PER_PAGE, "per_page", 1, MAX_PER_PAGE)
     number = _int(page, 1, "page", 1, 10**9)
+    created_from = _day(since, "since", end=False)
+    created_to = _day(until, "until", end=True)
+    search = (search or "").strip()[:200] or None
     store = site.store()
     view: dict[str, Any] = {"status": status or None, "workflow": workflow or None,
                             "order": order or "newest", "page": number, "per_page": size,
+                            "q": search, "since": since or None, "until": until or None,
                             "rows": [], "counts": {}, "total": 0, "workflows": [],
-                            "pages": 1}
+                            "pages": 1, "searched": None, "search_limited": False}
     if store is None:
         return view
     # Per run state, as `wfrun runs` names them: done rows split into completed and
     # waiting by their ending.
-    counts = state_counts(LaunchBook(store).ending_counts(workflow_ref=workflow or None))
+    counts = state_counts(LaunchBook(store).ending_counts(
+        workflow_ref=workflow or None, created_from=created_from, created_to=created_to))
     view["counts"] = counts
     view["all"] = sum(counts.values())
     view["total"] = counts[status] if status else view["all"]
-    view["pages"] = max(1, -(-view["total"] // size))
     view["workflows"] = list(LaunchBook(store).workflow_counts())
     # A chip counts rows by status and ending alone, so its page takes exactly those rows.
     rows = counted_rows(status) if status else None
-    records = LaunchBook(store).page(statuses=rows.statuses if rows else None,
-                                  ending=rows.ending if rows else None,
-                                  workflow_ref=workflow or None,
-                                  newest_first=view["order"] == "newest",
-                                  limit=size, offset=(number - 1) * size)
+
+    def fetch(limit: int, offset: int) -> list[LaunchRecord]:
+        return LaunchBook(store).page(statuses=rows.statuses if rows else None,
+                                   ending=rows.ending if rows else None,
+                                   workflow_ref=workflow or None,
+                                   newest_first=view["order"] == "newest",
+                                   limit=limit, offset=offset,
+                                   created_from=created_from, created_to=created_to)
+
     reader = site.reader
+    if search is None:
+        records = fetch(size, (number - 1) * size)
+    else:
+        records, view["searched"], view["search_limited"] = _search(site, fetch, search)
+        view["total"] = len(records)
+        records = records[(number - 1) * size:number * size]
+    view["pages"] = max(1, -(-view["total"] // size))
     for record in records:
         row = launch_row(reader, record)
         # Ids, states and times are ours; only the free text needs masking.
@@ -123,6 +169,56 @@ def runs_page(site: Site, *, status: str | None = None, workflow: str | None = N
     return view
 
 
+def _search(site: Site, fetch: Callable[[int, int], list[LaunchRecord]],
+            text: str) -> tuple[list[LaunchRecord], int, bool]:
+    """The runs among the newest SEARCH_SCAN (after the other filters) whose id, title
+    or input (as shown: masked, so a search never probes a secret) contains `text`,
+    case-insensitively; (matches, runs read, whether older runs were left unread)."""
+    needle = text.casefold()
+    found: list[LaunchRecord] = []
+    scanned = 0
+    while scanned < SEARCH_SCAN:
+        batch = fetch(min(SEARCH_BATCH, SEARCH_SCAN - scanned), scanned)
+        for record in batch:
+            if needle in record.run_id.casefold() or needle in _searchable(site, record):
+                found.append(record)
+        scanned += len(batch)
+        if len(batch) < SEARCH_BATCH:
+            return found, scanned, False
+    return found, scanned, bool(fetch(1, scanned))
+
+
+def _searchable(site: Site, record: LaunchRecord) -> str:
+    """A run's title and shown input as one lower-cased text."""
+    reader = site.reader
+    parts: list[Any] = [record.workflow_ref]
+    if reader.exists(record.run_id):
+        try:
+            manifest = reader.manifest(record.run_id)
+            parts.append(manifest.get("title"))
+            snapshot = reader.workflow(record.run_id)
+            parts.append(shown_input(reader.state(record.run_id).input, snapshot.get("input")))
+        except WfrunError:
+            pass
+    elif record.input_json is not None:  # queued: the row still holds it
+        with contextlib.suppress(ValueError):
+            parts.append(shown_input(json.loads(record.input_json), None))
+    shown = site.mask({"parts": parts})
+    return json.dumps(shown, ensure_ascii=False, default=str).casefold()
+
+
+def audit_page(site: Site, *, run_id: str | None = None, before: str | None = None,
+               limit: str | None = None) -> dict[str, Any]:
+    """The newest audit rows (`wfrun audit`), paged back by `before` (a seq)."""
+    size = _int(limit, PER_PAGE, "limit", 1, MAX_PER_PAGE)
+    older = _int(before, 0, "before", 1, 2**62) or None
+    store = site.store()
+    rows = [e.to_json() for e in store.audit.newest(run_id=run_id or None, limit=size,
+                                                    before_seq=older)] if store else []
+    return {"rows": rows, "run_id": run_id or None,
+            "next_before": rows[-1]["seq"] if len(rows) == size else None}
+
+
 def run_page(site: Site, run_id: str) -> dict[str, Any]:
     """The static part of the run page: manifest, links, launch row, the graph."""
     reader = site.reader
@@ -137,7 +233,9 @@ def run_page(site: Site, run_id: str) -> dict[str, Any]:
                           "why": _why(site, store, run_id), "title": None,
                           "workflow": record.workflow_ref, "graph": None,
                           "started_at": None, "definition_digest": None, "input": None,
-                          "parent_run_id": record.parent_run_id, "continued_by": None})
+                          "parent_run_id": record.parent_run_id, "continued_by": None,
+                          "deliveries": [],
+                          "rerun_of": None, "rerun_from": None, "rerun_by": []})
     manifest = reader.manifest(run_id)
     try:
         snapshot = reader.workflow(run_id)
@@ -145,9 +243,10 @@ def run_page(site: Site, run_id: str) -> dict[str, Any]:
         snapshot = {"nodes": {}, "edges": []}
     bundle = run_row(reader, run_id)
     try:
-        run_input = reader.state(run_id).input
+        state = reader.state(run_id)
+        run_input, rerun = state.input, state.rerun or {}
     except WfrunError:
-        run_input = None
+        run_input, rerun = None, {}
     view = site.mask({
         "run_id": run_id, "bundle": True, "workflow": manifest.get("workflow"),
         "status": run_state(record, bundle.status if bundle is not None else None),
@@ -158,13 +257,27 @@ def run_page(site: Site, run_id: str) -> dict[str, Any]:
         "definition_digest": manifest.get("definition_digest"),
         "parent_run_id": manifest.get("parent_run_id"),
         "continued_by": reader.continued_by(run_id),
+        "rerun_of": rerun.get("of"), "rerun_from": rerun.get("from"),
+        "rerun_by": [r.run_id for r in store.reruns.reruns_of(run_id)]
+        if store is not None else [],
         "launch": _launch(record) if record is not None else None,
         "why": _why(site, store, run_id) if record is not None
         and record.status in WAITING_STATES else [],
     })
+    view["deliveries"] = _deliveries(store, run_id)
     view["graph"] = render_svg(layout(snapshot))
     view["snapshot"] = snapshot
     return view
+
+
+def _deliveries(store: Store | None, run_id: str) -> list[dict[str, Any]]:
+    """Where the run's `notify` messages stand on their channels (no message text: it
+    is in the trace, masked there)."""
+    if store is None:
+        return []
+    return [{"notification_id": d.notification_id, "channel": d.channel, "node": d.node_id,
+             "status": d.status, "attempts": d.attempts, "last_error": d.last_error,
+             "delivered_at": d.delivered_at} for d in store.deliveries.of_run(run_id)]
 
 
 def launch_of(site: Site, run_id: str) -> LaunchRecord | None:
@@ -246,6 +359,10 @@ def workflow_page(site: Site, name: str) -> dict[str, Any]:
         "digest": d.digest if d and result.valid else None,
         "sources": [s.to_json() for s in d.sources] if d else [],
         "diagnostics": _diagnostics_text(result.diagnostics, result.texts)})
+    # The start form's source; masked like the rest (a default holding a secret
+    # value of this process's environment is not shown).
+    schema = d.snapshot().get("input") if d is not None and result.valid else None
+    view["input_schema"] = site.mask({"s": schema})["s"]
     view["graph"] = render_svg(layout(d.snapshot())) if d is not None and result.valid else None
     return view
 

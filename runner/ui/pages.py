@@ -58,4 +58,5 @@ def environment() -> Environment:
 
 def render(name: str, **context: Any) -> str:
     context.setdefault("path", "")
+    context.setdefault("csrf", "")
     return environment().get_template(name).render(**context)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from runner.engine import fold
+from runner.engine import RunState, fold
 from runner.host.runtime.runstate import run_state
 from runner.host.runtime.views import progress_bars
 from runner.safety import mask_json, mask_values, redact
@@ -90,7 +90,25 @@ def timeline(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
             row.update({"finished_at": event.get("at"), "duration_ms": p.get("duration_ms"),
                         "outcome": p.get("outcome") or "ok",
                         "error": error.get("message") if isinstance(error, dict) else error,
-                        "will_retry": bool(p.get("will_retry"))})
+                        "will_retry": bool(p.get("will_retry")),
+                        "cached_from": (p.get("cached_from") or {}).get("run_id")})
+    return rows
+
+
+def reused_rows(state: RunState) -> list[dict[str, Any]]:
+    """A rerun's reused nodes (they ran in the run it reran), as timeline rows."""
+    rows = []
+    for node in (state.rerun or {}).get("reused") or []:
+        result = state.results.get(node) or {}
+        error = result.get("error")
+        rows.append({"node": node, "attempt": result.get("attempt_id"),
+                     "kind": result.get("kind"), "retry": 0, "resumed": False,
+                     "started_at": result.get("started_at"),
+                     "finished_at": result.get("finished_at"),
+                     "duration_ms": result.get("duration_ms"),
+                     "outcome": result.get("outcome") or "ok",
+                     "error": error.get("message") if isinstance(error, dict) else error,
+                     "will_retry": False, "reused_from": result.get("reused_from")})
     return rows
 
 
@@ -117,6 +135,9 @@ def node_logs(events: list[dict[str, Any]]) -> dict[str, list[str]]:
         elif kind == "update_published":
             lines.append(f"{at} update {p.get('type')} {p.get('key') or ''}: "
                          f"{_text(p.get('data'))[:500]}")
+        elif kind == "node_log" and isinstance(p.get("cached_from"), dict):
+            lines.append(f"{at} a cached result of run {p['cached_from'].get('run_id')}; "
+                         "nothing ran")
         elif kind == "node_log":
             code = p.get("exit_code")
             for stream in ("stdout", "stderr"):
@@ -158,6 +179,9 @@ def run_live(run_id: str, events: list[dict[str, Any]], snapshot: dict[str, Any]
     updates = [u for u in state.updates.values()
                if not (isinstance(u, dict) and u.get("type") == "progress")]
     nodes = node_states(events, node_ids, state.status if events else "running")
+    for row in reused_rows(state):
+        if nodes.get(row["node"]) in ("pending", "skipped"):
+            nodes[row["node"]] = str(row["outcome"])  # a rerun's reused node: it ran before
     if state.status == "waiting" and state.waiting_on in nodes:
         nodes[str(state.waiting_on)] = "waiting"  # the checkpoint that asks the question
     view = {
@@ -168,7 +192,7 @@ def run_live(run_id: str, events: list[dict[str, Any]], snapshot: dict[str, Any]
         "waiting_on": state.waiting_on,
         "finished_at": state.finished_at,
         "nodes": nodes,
-        "timeline": timeline(events),
+        "timeline": reused_rows(state) + timeline(events),
         "outputs": state.outputs,
         "final_output": state.final_output,
         "error": state.error,

@@ -1,18 +1,17 @@
 """`wfrun ui`: a Starlette app served by uvicorn on a socket bound here (ADR 0005).
 
-Read-only: every route is GET (HEAD); nothing changes a run, a launch or a
-resource. The guard keeps the page local: it answers only for the host names it
-was bound to (a DNS-rebinding page cannot reach it), and with a token it answers
-only requests that carry it (first as `?token=`, which sets an HttpOnly cookie,
-then the cookie or an `Authorization: Bearer` header). Every response carries a
-Content-Security-Policy that allows only this server's own scripts and styles, a
-second wall behind the escaping of user text.
+Reads are GET (HEAD); actions are POSTs under /api/ (actions.py). The guard keeps
+the page local: it answers only for the host names it was bound to (a
+DNS-rebinding page cannot reach it). Every UI has a token (auth.py): reads need it
+only when asked for or off loopback, actions always, with the CSRF rule on
+cookie-authenticated posts. Every response carries a Content-Security-Policy that
+allows only this server's own scripts and styles, a second wall behind the
+escaping of user text.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hmac
 import ipaddress
 import secrets
 import socket
@@ -43,13 +42,24 @@ from runner.errors import InputError, NotFoundError, OperationFailed
 from runner.host.runtime.errors import translate
 
 from . import data
+from .actions import BODY_MAX_BYTES, Actions, Actor, error_status, parse_body
+from .auth import (
+    COOKIE,
+    CSRF_HEADER,
+    Credential,
+    actor_of,
+    credential,
+    csrf_refusal,
+    csrf_value,
+    load_or_make_token,
+    same,
+)
 from .data import Site
 from .live import RunTail, run_events
 from .pages import render
 from .runview import run_live
 
 STATIC = Path(__file__).parent / "static"
-COOKIE = "wfrun_ui_token"
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
        "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "[::1]")
@@ -59,7 +69,10 @@ LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "[::1]")
 class UiConfig:
     host: str = "127.0.0.1"
     port: int = 0
+    #: Needed for every action, and for reads too when `reads_locked`. None: actions
+    #: are refused (an app built without one, in tests).
     token: str | None = None
+    reads_locked: bool = False
 
 
 def is_loopback(host: str) -> bool:
@@ -71,19 +84,25 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_bind(host: str | None, token: str | None) -> UiConfig:
-    """The address to bind: loopback unless `--host` names another, which then needs a
-    token (one is made when none is given)."""
+def check_bind(host: str | None, token: str | None,
+               token_dir: Path | None = None) -> UiConfig:
+    """The address to bind and the token: loopback unless `--host` names another.
+    A given token locks reads too; off loopback reads are always locked. Without a
+    given token, the one kept in `token_dir` is used (made there the first time)."""
+    def kept() -> str:
+        return load_or_make_token(token_dir) if token_dir is not None \
+            else secrets.token_urlsafe(24)
+
     if host is None or host == "":
-        return UiConfig("127.0.0.1", 0, token or None)
+        return UiConfig("127.0.0.1", 0, token or kept(), bool(token))
     if not is_loopback(host):
         try:
             ipaddress.ip_address(host.strip("[]"))
         except ValueError:
             raise InputError(f"--host must be an IP address to bind (such as 0.0.0.0 or "
                              f"192.0.2.10), got {host!r}") from None
-        return UiConfig(host.strip("[]"), 0, token or secrets.token_urlsafe(24))
-    return UiConfig(host.strip("[]"), 0, token or None)
+        return UiConfig(host.strip("[]"), 0, token or kept(), True)
+    return UiConfig(host.strip("[]"), 0, token or kept(), bool(token))
 
 
 def bind_socket(config: UiConfig, port: int) -> socket.socket:
@@ -111,10 +130,12 @@ def url_of(config: UiConfig, port: int) -> str:
 
 
 class Guard(BaseHTTPMiddleware):
-    def __init__(self, app: ASGIApp, *, hosts: tuple[str, ...], token: str | None) -> None:
+    def __init__(self, app: ASGIApp, *, hosts: tuple[str, ...], token: str | None,
+                 reads_locked: bool) -> None:
         super().__init__(app)
         self.hosts = hosts
         self.token = token
+        self.reads_locked = reads_locked
 
     async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
         host = request.headers.get("host", "")
@@ -122,26 +143,41 @@ class Guard(BaseHTTPMiddleware):
         if "*" not in self.hosts and name not in self.hosts:
             return PlainTextResponse(f"wfrun ui answers only for {', '.join(self.hosts)}",
                                      status_code=421)
-        if request.method not in ("GET", "HEAD"):
-            return PlainTextResponse("wfrun ui is read-only", status_code=405)
+        action = request.method == "POST" and request.url.path.startswith("/api/")
+        if request.method not in ("GET", "HEAD") and not action:
+            return _secure(PlainTextResponse("wfrun ui changes runs only through POST "
+                                             "/api/... actions", status_code=405))
+        held: Credential | None = None
         if self.token is not None:
             given = request.query_params.get("token")
-            if given is not None and _same(given, self.token):
+            if given is not None and same(given, self.token) and not action:
                 # Move the token from the URL to a cookie, then show the page without it.
                 response: Response = RedirectResponse(request.url.path, status_code=303)
                 response.set_cookie(COOKIE, self.token, httponly=True, samesite="strict")
                 return _secure(response)
-            bearer = request.headers.get("authorization", "").removeprefix("Bearer ")
-            cookie = request.cookies.get(COOKIE, "")
-            if not (_same(cookie, self.token) or _same(bearer, self.token)):
-                return _secure(PlainTextResponse(
-                    "this wfrun ui needs its token: open the URL it printed", status_code=401))
+            held = credential(cookie=request.cookies.get(COOKIE, ""),
+                              authorization=request.headers.get("authorization", ""),
+                              token=self.token)
+        request.state.credential = held
+        if held is None and (self.reads_locked or action):
+            text = "this wfrun ui needs its token: open the URL it printed" if not action \
+                else "an action needs the token wfrun ui printed (Authorization: Bearer " \
+                "TOKEN, or open its URL); nothing was changed"
+            return _secure(_refusal(request, text, 401))
+        if action and held is not None and self.token is not None:
+            refusal = csrf_refusal(via=held.via, token=self.token,
+                                   header=request.headers.get(CSRF_HEADER, ""),
+                                   origin=request.headers.get("origin"),
+                                   own_origins=(f"http://{host}",))
+            if refusal is not None:
+                return _secure(_refusal(request, refusal + "; nothing was changed", 403))
         return _secure(await call_next(request))
 
 
-def _same(given: str, token: str) -> bool:
-    # As bytes: compare_digest refuses a str with non-ASCII characters (a TypeError, a 500).
-    return hmac.compare_digest(given.encode("utf-8", "surrogateescape"), token.encode())
+def _refusal(request: Request, text: str, code: int) -> Response:
+    if request.url.path.startswith("/api/"):
+        return JSONResponse({"error": text}, status_code=code)
+    return PlainTextResponse(text, status_code=code)
 
 
 def _secure(response: Response) -> Response:
@@ -157,8 +193,7 @@ def _error(request: Request, exc: Exception) -> Response:
     error = translate(exc)
     if error is None:
         raise exc
-    code = 400 if isinstance(error, InputError) and not isinstance(error, NotFoundError) \
-        else 404 if isinstance(error, NotFoundError) else 503
+    code = error_status(error)
     message = " ".join(error.message.split())
     if request.url.path.startswith("/api/"):
         return JSONResponse({"error": message}, status_code=code)
@@ -166,6 +201,23 @@ def _error(request: Request, exc: Exception) -> Response:
 
 
 Handler = Callable[[Request], Awaitable[Response]]
+
+
+async def _bounded_body(request: Request) -> bytes:
+    """The request body, refused once it passes BODY_MAX_BYTES (never read whole first:
+    a client could send gigabytes)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > BODY_MAX_BYTES:
+        raise InputError(f"the request body is {declared} bytes; the limit is "
+                         f"{BODY_MAX_BYTES}")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > BODY_MAX_BYTES:
+            raise InputError(f"the request body is over {BODY_MAX_BYTES} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def build_app(site: Site, config: UiConfig | None = None, *,
@@ -184,8 +236,61 @@ def build_app(site: Site, config: UiConfig | None = None, *,
                 return _error(request, exc)
             if request.url.path.startswith("/api/"):
                 return JSONResponse(view)
-            return HTMLResponse(render(name, view=view, path=request.url.path))
+            return HTMLResponse(render(name, view=view, path=request.url.path,
+                                       csrf=_csrf_for(request)))
         return endpoint
+
+    def _csrf_for(request: Request) -> str:
+        """The CSRF value, for a page whose request carried the token's cookie: only
+        such a page can act (its script sends the value back with each action)."""
+        held = getattr(request.state, "credential", None)
+        if held is None or config.token is None:
+            return ""
+        return csrf_value(config.token)
+
+    actions = Actions(site)
+
+    def action(do: Callable[[Actions, Actor, Request, dict[str, Any]], dict[str, Any]]
+               ) -> Handler:
+        async def endpoint(request: Request) -> Response:
+            client = request.client.host if request.client is not None else None
+            actor = Actor(actor_of(config.token or ""), client)
+            try:
+                body = parse_body(await _bounded_body(request))
+                result = await run_in_threadpool(do, actions, actor, request, body)
+            except Exception as exc:
+                return _error(request, exc)
+            return JSONResponse(result, status_code=202 if result.get("status") == "queued"
+                                else 200)
+        return endpoint
+
+    def start(a: Actions, who: Actor, request: Request, body: dict[str, Any]
+              ) -> dict[str, Any]:
+        return a.start(who, request.path_params["name"], body)
+
+    def cancel(a: Actions, who: Actor, request: Request, body: dict[str, Any]
+               ) -> dict[str, Any]:
+        return a.cancel(who, request.path_params["run_id"])
+
+    def answer(a: Actions, who: Actor, request: Request, body: dict[str, Any]
+               ) -> dict[str, Any]:
+        return a.answer(who, request.path_params["run_id"], body)
+
+    def pause(a: Actions, who: Actor, request: Request, body: dict[str, Any]
+              ) -> dict[str, Any]:
+        return a.pause(who, request.path_params["run_id"])
+
+    def unpause(a: Actions, who: Actor, request: Request, body: dict[str, Any]
+                ) -> dict[str, Any]:
+        return a.unpause(who, request.path_params["run_id"])
+
+    def rerun(a: Actions, who: Actor, request: Request, body: dict[str, Any]
+              ) -> dict[str, Any]:
+        return a.rerun(who, request.path_params["run_id"], body)
+
+    def audit(request: Request) -> dict[str, Any]:
+        return data.audit_page(site, run_id=q(request, "run"), before=q(request, "before"),
+                               limit=q(request, "limit"))
 
     def q(request: Request, key: str) -> str | None:
         return request.query_params.get(key)
@@ -205,7 +310,8 @@ def build_app(site: Site, config: UiConfig | None = None, *,
     def runs(request: Request) -> dict[str, Any]:
         return data.runs_page(site, status=q(request, "status"), workflow=q(request, "workflow"),
                               order=q(request, "order"), page=q(request, "page"),
-                              per_page=q(request, "per_page"))
+                              per_page=q(request, "per_page"), search=q(request, "q"),
+                              since=q(request, "since"), until=q(request, "until"))
 
     def run(request: Request) -> dict[str, Any]:
         run_id = request.path_params["run_id"]
@@ -258,6 +364,13 @@ def build_app(site: Site, config: UiConfig | None = None, *,
         Route("/runs/{run_id}", page("run.html", run)),
         Route("/api/runs/{run_id}", page("", run_json)),
         Route("/api/runs/{run_id}/events", events),
+        Route("/api/runs/{run_id}/cancel", action(cancel), methods=["POST"]),
+        Route("/api/runs/{run_id}/answer", action(answer), methods=["POST"]),
+        Route("/api/runs/{run_id}/pause", action(pause), methods=["POST"]),
+        Route("/api/runs/{run_id}/unpause", action(unpause), methods=["POST"]),
+        Route("/api/runs/{run_id}/rerun", action(rerun), methods=["POST"]),
+        Route("/api/workflows/{name}/start", action(start), methods=["POST"]),
+        Route("/api/audit", page("", audit)),
         Route("/queue", page("queue.html", queue)),
         Route("/api/queue", page("", queue)),
         Route("/workflows", page("workflows.html", workflows)),
@@ -280,7 +393,8 @@ def build_app(site: Site, config: UiConfig | None = None, *,
         site.close()
 
     return Starlette(routes=routes,
-                     middleware=[Middleware(Guard, hosts=hosts, token=config.token)],
+                     middleware=[Middleware(Guard, hosts=hosts, token=config.token,
+                                            reads_locked=config.reads_locked)],
                      exception_handlers={404: not_found}, lifespan=lifespan)
 
 

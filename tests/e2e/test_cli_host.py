@@ -18,7 +18,7 @@ from waiting import DEADLINE, LineReader, wait_until
 ROW_KEYS = {"run_id", "workflow", "status", "started_at", "finished_at", "duration_s",
             "current_node", "parent_run_id", "title", "continued_by", "created_at"}
 VIEW_KEYS = {"schema", "run_id", "workflow", "title", "status", "paused", "parent_run_id",
-             "continued_by",
+             "continued_by", "rerun_of", "rerun", "rerun_by",
              "definition_digest", "started_at", "finished_at", "current_node", "steps",
              "waiting_on", "timeline", "outputs", "final_output", "error", "updates",
              "trace_events", "trace_torn", "failure", "input"}

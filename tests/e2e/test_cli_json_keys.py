@@ -36,7 +36,8 @@ REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "fixtures" / "controllers" / "project"
 SNAKE = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
 #: Keys whose values are the user's data, printed as written (docs/json.md).
-USER_DATA = frozenset({"input", "outputs", "final_output", "spec", "data", "controller_status"})
+USER_DATA = frozenset({"input", "outputs", "final_output", "spec", "data", "controller_status",
+                       "input_schema"})
 CALC = """\
 input: {type: object, properties: {userName: {type: string}}}
 start: add
@@ -152,6 +153,13 @@ def test_every_json_output_spells_its_keys_in_snake_case(tmp_path: Path) -> None
     case("resume", "resume", run_id, "--json", codes=(0, 1, 2))
     case("runs", "runs", "--json")
     case("show", "show", run_id, "--json")
+    case("rerun", "rerun", run_id, "--from", "add", "--json", "-q")
+    case("rerun", "rerun", run_id, "--from", "add", "--detach", "--json")
+    (paused,) = case("start", "start", "calc", "--json")
+    case("pause", "pause", paused["run_id"], "--json")
+    case("unpause", "unpause", paused["run_id"], "--json")
+    case("cache list", "cache", "list", "--json")
+    case("cache clear", "cache", "clear", "--json")
     case("show", "show", run_id, "--json", "--follow")
     case("logs", "logs", said["run_id"], "--json")
     case("logs", "logs", said["run_id"], "say", "--json", "--follow")
@@ -176,6 +184,14 @@ def test_every_json_output_spells_its_keys_in_snake_case(tmp_path: Path) -> None
             got = httpx.get(base + path)
             assert got.status_code == 200, (path, got.text)
             outputs.setdefault(f"GET {path}", []).append(got.json())
+        # An action (its reply and the audit row it leaves) spells them so too.
+        token = (p.root / ".wfrun" / "state" / "ui-token").read_text().strip()
+        started = httpx.post(base + "/api/workflows/calc/start", json={"input": {"userName": "b"}},
+                             headers={"Authorization": f"Bearer {token}"})
+        assert started.status_code == 202, started.text
+        outputs.setdefault("POST /api/workflows/calc/start", []).append(started.json())
+        outputs.setdefault("GET /api/audit", []).append(httpx.get(base + "/api/audit").json())
+    case("audit", "audit", "--json")
     case("controller reconcile", "controller", "reconcile", "probe", "p1", "--json")
     case("controller events", "controller", "events", "probe", "p1", "--json")
     case("controller cancel", "controller", "cancel", "probe", "p1", "--json")

@@ -16,7 +16,8 @@ from waiting import DEADLINE, wait_until
 
 RUN_VIEW_KEYS = {
     "schema", "run_id", "workflow", "title", "status", "paused", "parent_run_id", "continued_by",
-    "definition_digest", "started_at", "finished_at", "current_node", "steps", "waiting_on",
+    "rerun_of", "rerun", "rerun_by", "definition_digest", "started_at", "finished_at",
+    "current_node", "steps", "waiting_on",
     "timeline", "outputs", "final_output", "error", "updates", "trace_events", "trace_torn",
     "failure", "input", "launch",
 }

@@ -38,10 +38,13 @@ def foreground_coordinator(ws: Workspace, store: Store, *,
                            executor: AgentStepExecutor | None = None,
                            observer: Observer | None = None,
                            durability: str = "full",
-                           secrets: Mapping[str, str] | None = None) -> LaunchCoordinator:
+                           secrets: Mapping[str, str] | None = None,
+                           use_cache: bool = True) -> LaunchCoordinator:
     """The runner of a foreground run (`wfrun run`, `start --wait`, `resume`, `answer`)."""
-    return build_coordinator(ws, store, "foreground", executor=executor, observer=observer,
-                             durability=durability, given=secrets)
+    coordinator = build_coordinator(ws, store, "foreground", executor=executor,
+                                    observer=observer, durability=durability, given=secrets)
+    coordinator.options.use_cache = use_cache
+    return coordinator
 
 
 def prepared(coordinator: LaunchCoordinator, ref: str, value: Any, *,
@@ -98,6 +101,19 @@ def queue_detached(coordinator: LaunchCoordinator, ref: str, value: Any) -> tupl
     return workflow_name(record.workflow_ref), record.run_id
 
 
+def queue_answer(coordinator: LaunchCoordinator, run_id: str, answer: Any) -> LaunchRecord:
+    """The HTTP API's answer: the waiting run's continuation queued for a host (`wfrun
+    answer` runs it here instead)."""
+    if not coordinator.reader.exists(run_id):
+        raise NotFoundError(f"no run '{run_id}' with a checkpoint to answer")
+    manifest = coordinator.reader.manifest(run_id)
+    ref = str(manifest.get("workflow_ref") or manifest.get("workflow"))
+    try:
+        return coordinator.prepare(ref, answer, parent_run_id=run_id)
+    except PreflightError as exc:
+        raise preflight_error(exc) from None
+
+
 def execute_here(coordinator: LaunchCoordinator, run: str | LaunchRecord, control: RunControl,
                  *, force: bool = False) -> RunOutcome:
     """Run one launch in this process to its end (or its park): claimed by id here, or
@@ -145,9 +161,11 @@ def execute_here(coordinator: LaunchCoordinator, run: str | LaunchRecord, contro
 def run_workflow(ws: Workspace, store: Store, ref: str, value: Any, control: RunControl, *,
                  executor: AgentStepExecutor | None = None, observer: Observer | None = None,
                  durability: str = "full",
-                 secrets: Mapping[str, str] | None = None) -> RunOutcome:
+                 secrets: Mapping[str, str] | None = None,
+                 use_cache: bool = True) -> RunOutcome:
     coordinator = foreground_coordinator(ws, store, executor=executor, observer=observer,
-                                         durability=durability, secrets=secrets)
+                                         durability=durability, secrets=secrets,
+                                         use_cache=use_cache)
     _preflight_secrets(coordinator, ref, value)
     return execute_here(coordinator, prepared(coordinator, ref, value), control)
 
@@ -179,7 +197,8 @@ def _preflight_secrets(coordinator: LaunchCoordinator, ref: str, value: Any) -> 
 def resume_run(ws: Workspace, store: Store, run_id: str, control: RunControl, *,
                force: bool = False, executor: AgentStepExecutor | None = None,
                observer: Observer | None = None,
-               secrets: Mapping[str, str] | None = None) -> RunOutcome:
+               secrets: Mapping[str, str] | None = None,
+               use_cache: bool = True) -> RunOutcome:
     """An explicit resume: a parked launch, or one whose runner died (lease expired)."""
     # Shell process groups left by a runner that died would run on beside the resume.
     reap_dead_registries(ws.children_dir)
@@ -194,7 +213,7 @@ def resume_run(ws: Workspace, store: Store, run_id: str, control: RunControl, *,
                          f"kept (`wfrun show {run_id}`): start the workflow again with "
                          "`wfrun run`")
     coordinator = foreground_coordinator(ws, store, executor=executor, observer=observer,
-                                         secrets=secrets)
+                                         secrets=secrets, use_cache=use_cache)
     _check_secrets(ws, coordinator.reader, run_id, coordinator.options.secret_source)
     return execute_here(coordinator, run_id, control, force=force)
 

@@ -163,6 +163,9 @@ def explain(ws: Workspace, store: Store, run_id: str) -> dict[str, Any]:
             reasons.append(f"its runner (process {dead.rpartition(':')[2]}) is "
                            f"gone: `wfrun resume {run_id}` takes it over now, {later}, "
                            "`wfrun cancel` ends it")
+    elif state == "paused" and record.status == "parked":
+        reasons.append(f"paused (`wfrun pause`): no host takes it until `wfrun unpause "
+                       f"{run_id}` (or `wfrun resume {run_id}` continues it here)")
     elif state == "parked":
         if record.park_mode == "auto" and (record.origin_session_id is None or handed_over):
             whose = (f"session {record.origin_session_id} ended and handed it over"

@@ -36,6 +36,7 @@ class StepLog:
     stderr: str
     stdout_truncated: bool
     stderr_truncated: bool
+    cached_from: str | None = None  # a `cache:` hit: the run whose result it reused
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -56,7 +57,8 @@ def _entries(reader: RunReader, run_id: str, events: list[dict[str, Any]],
         found.append(StepLog(str(event.get("node")), event.get("attempt"), event.get("at"),
                              code if isinstance(code, int) else None,
                              str(p.get("stdout") or ""), str(p.get("stderr") or ""),
-                             bool(p.get("stdout_truncated")), bool(p.get("stderr_truncated"))))
+                             bool(p.get("stdout_truncated")), bool(p.get("stderr_truncated")),
+                             (p.get("cached_from") or {}).get("run_id")))
     return found
 
 

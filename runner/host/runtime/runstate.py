@@ -33,8 +33,9 @@ RunState = Literal["queued", "starting", "running", "paused", "parked", "waiting
                    "continued", "completed", "failed", "timed_out", "cancelled"]
 RUN_STATES: tuple[RunState, ...] = get_args(RunState)
 #: The states a run list counts and filters by (a chip each in the web view). Paused is
-#: counted with running, continued (an answered checkpoint) with waiting, timed_out
-#: with failed: the rows cannot tell them apart without their bundles.
+#: counted with running (held in its runner) or parked (`wfrun pause`), continued (an
+#: answered checkpoint) with waiting, timed_out with failed: the rows cannot tell them
+#: apart without their bundles.
 COUNTED_STATES: tuple[RunState, ...] = ("queued", "starting", "running", "parked", "waiting",
                                         "completed", "failed", "cancelled")
 #: States in which the run is not doing anything and cannot move on by itself.
@@ -48,6 +49,8 @@ def run_state(record: LaunchRecord | None, bundle: str | None) -> RunState:
     if record is None:
         return _known(bundle)
     status = record.status
+    if status == "parked" and record.park_mode == "paused":
+        return "paused"  # `wfrun pause`: parked until `wfrun unpause`
     if status in ("queued", "starting", "parked"):
         return status
     if status == "cancelled":
@@ -91,7 +94,7 @@ ROWS_FOR: Mapping[str | None, RowFilter] = {
     "starting": RowFilter(("starting",)),
     "parked": RowFilter(("parked",)),
     "running": RowFilter(("running",)),
-    "paused": RowFilter(("running",)),
+    "paused": RowFilter(("running", "parked")),
     "completed": RowFilter(("running", "done"), "completed"),
     "waiting": RowFilter(("running", "done"), "waiting"),
     "continued": RowFilter(("running", "done"), "waiting"),

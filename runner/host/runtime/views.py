@@ -173,17 +173,24 @@ def show_run(runs: Path | RunReader, run_id: str) -> dict[str, Any]:
         if kind == "node_started" and node:
             entry = {"node": node, "attempt": event.get("attempt"), "kind": p.get("kind"),
                      "started_at": event.get("at"), "finished_at": None, "outcome": None,
-                     "duration_ms": None, "error": None}
+                     "duration_ms": None, "error": None, "cached_from": None}
             open_nodes[node] = entry
             timeline.append(entry)
         elif kind in ("node_finished", "node_failed") and node and node in open_nodes:
             entry = open_nodes.pop(node)
             entry.update({"finished_at": event.get("at"), "outcome": p.get("outcome"),
-                          "duration_ms": p.get("duration_ms"), "error": p.get("error")})
+                          "duration_ms": p.get("duration_ms"), "error": p.get("error"),
+                          "cached_from": (p.get("cached_from") or {}).get("run_id")})
         elif kind in ("include_entered", "include_exited"):
             timeline.append({"node": node, "kind": kind, "started_at": event.get("at"),
                              "finished_at": event.get("at"), "outcome": "ok",
-                             "attempt": None, "duration_ms": 0, "error": None})
+                             "attempt": None, "duration_ms": 0, "error": None,
+                             "cached_from": None})
+    if state.rerun:
+        # A rerun: the nodes it reused ran in the run it reran; shown first, marked.
+        reused = [_reused_entry(node, state.results.get(node) or {})
+                  for node in state.rerun.get("reused") or []]
+        timeline = reused + timeline
     status = state.status
     if status == "running" and state.paused:
         status = "paused"
@@ -200,6 +207,10 @@ def show_run(runs: Path | RunReader, run_id: str) -> dict[str, Any]:
         "paused": state.paused,
         "parent_run_id": manifest.get("parent_run_id"),
         "continued_by": continued_by,
+        # What this run reran (its `run_started`); `show_view` adds `rerun_by`.
+        "rerun_of": (state.rerun or {}).get("of"),
+        "rerun": state.rerun,
+        "rerun_by": [],
         "definition_digest": manifest.get("definition_digest"),
         "started_at": manifest.get("started_at"),
         "finished_at": state.finished_at,
@@ -220,6 +231,15 @@ def show_run(runs: Path | RunReader, run_id: str) -> dict[str, Any]:
     # Long strings live in artifacts/; a view shows the real values.
     live: dict[str, Any] = reader.live(run_id, view)
     return live
+
+
+def _reused_entry(node: str, result: dict[str, Any]) -> dict[str, Any]:
+    return {"node": node, "attempt": result.get("attempt_id"), "kind": result.get("kind"),
+            "started_at": result.get("started_at"), "finished_at": result.get("finished_at"),
+            "outcome": result.get("outcome"), "duration_ms": result.get("duration_ms"),
+            "error": result.get("error"),
+            "cached_from": (result.get("cached_from") or {}).get("run_id"),
+            "reused_from": result.get("reused_from"), "set": bool(result.get("set"))}
 
 
 def show_view(ws: Workspace, run_id: str) -> dict[str, Any]:
@@ -244,10 +264,19 @@ def show_view(ws: Workspace, run_id: str) -> dict[str, Any]:
             record = None  # its launch pages are damaged: the bundle, as `runs` falls back
         reader = ws.reader(store)
         if record is not None and not reader.exists(run_id):
-            return _launch_only_view(record)
+            view = _launch_only_view(record)
+            link = store.reruns.rerun(run_id) if store is not None else None
+            if link is not None:  # a rerun still queued: its link says what it reruns
+                view["rerun_of"] = link.rerun_of
+                view["rerun"] = {"of": link.rerun_of, "from": link.from_node, "reused": [],
+                                 "set": [], "forced": link.forced,
+                                 "changed_nodes": list(link.changed_nodes)}
+            return view
         view = show_run(reader, run_id)
         view["status"] = run_state(record, view["status"])
         view["launch"] = record.status if record is not None else None
+        if store is not None:
+            view["rerun_by"] = [r.run_id for r in store.reruns.reruns_of(run_id)]
         return view
     finally:
         if store is not None:
@@ -262,6 +291,7 @@ def _launch_only_view(record: LaunchRecord) -> dict[str, Any]:
             "workflow": _workflow_name(record.workflow_ref), "title": None,
             "status": run_state(record, None), "launch": record.status, "paused": False,
             "parent_run_id": record.parent_run_id, "continued_by": None,
+            "rerun_of": None, "rerun": None, "rerun_by": [],
             "definition_digest": record.definition_digest,
             "started_at": _ms_iso(record.started_at), "finished_at": _ms_iso(record.finished_at),
             "current_node": None, "steps": 0, "waiting_on": None, "input": None,

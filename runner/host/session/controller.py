@@ -700,7 +700,8 @@ class NotificationOutbox:
         self._index: dict[tuple[str, str], int] = {}
 
     def emit(self, run_id: str, node: str, attempt: str, notification_id: str, kind: str,
-             message: str) -> None:
+             message: str, channels: tuple[str, ...] = ()) -> None:
+        # `channels` are the launch's channel outbox (launch/channels.py), which wraps this.
         visit = int(notification_id.rsplit(":", 1)[-1]) if ":" in notification_id else 1
         store = self.controller.store
         store.notifications.insert(NewNotification(

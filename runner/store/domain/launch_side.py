@@ -9,10 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from runner.store.connector import Connector
+from runner.store.domain.audit import AuditLog
+from runner.store.domain.deliveries import NotificationDeliveries
 from runner.store.domain.events import RunEvents
 from runner.store.domain.intents import TurnIntents
 from runner.store.domain.launches import LaunchQueue
 from runner.store.domain.notifications import Notifications
+from runner.store.domain.operations import Pauses, Reruns, StepCache
 from runner.store.domain.retention import Retention
 from runner.store.interface import InputScrub, NoScrub
 
@@ -30,6 +33,11 @@ class LaunchSide:
         self._turn_intents = TurnIntents(connector, mine.get("intents"))
         self._notifications = Notifications(connector, mine.get("notifications"))
         self._retention = Retention(connector)
+        self._reruns = Reruns(connector)
+        self._pauses = Pauses(connector, self._run_events)
+        self._step_cache = StepCache(connector)
+        self._audit = AuditLog(connector, mine.get("audit"))
+        self._deliveries = NotificationDeliveries(connector, mine.get("deliveries"))
 
     @property
     def launches(self) -> LaunchQueue:
@@ -48,6 +56,16 @@ class LaunchSide:
         return self._run_events
 
     @property
+    def deliveries(self) -> NotificationDeliveries:
+        """The channel outbox: `notify` messages on their way to webhooks and Slack."""
+        return self._deliveries
+
+    @property
+    def audit(self) -> AuditLog:
+        """What operators did through the HTTP API (`wfrun audit`)."""
+        return self._audit
+
+    @property
     def retention(self) -> Retention:
         """Forgetting pruned runs and trimming history (`wfrun prune`)."""
         return self._retention
@@ -57,3 +75,18 @@ class LaunchSide:
         """Nothing to scrub by default: a backend whose files keep stale copies of
         cleared input (SQLite's WAL) overrides this."""
         return NoScrub()
+
+    @property
+    def reruns(self) -> Reruns:
+        """Rerun links (`wfrun rerun`): `rerun_of` and `rerun_by`."""
+        return self._reruns
+
+    @property
+    def pauses(self) -> Pauses:
+        """Pausing and unpausing parked launches (`wfrun pause|unpause`)."""
+        return self._pauses
+
+    @property
+    def step_cache(self) -> StepCache:
+        """Kept ok node outputs (`cache:`), `wfrun cache list|clear`."""
+        return self._step_cache

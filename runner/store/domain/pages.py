@@ -58,6 +58,19 @@ def status_clause(statuses: Iterable[LaunchStatus], params: dict[str, object]) -
     return f"status IN {marks}"
 
 
+def _created(created_from: int | None, created_to: int | None,
+             params: dict[str, object]) -> list[str]:
+    """The creation-time bounds as clauses (their values added to `params`)."""
+    clauses = []
+    if created_from is not None:
+        clauses.append("created_at >= :created_from")
+        params["created_from"] = created_from
+    if created_to is not None:
+        clauses.append("created_at < :created_to")
+        params["created_to"] = created_to
+    return clauses
+
+
 class LaunchPages:
     """The paged, read-only side of `LaunchQueue` (a base of `domain.launches.LaunchQueue`)."""
 
@@ -68,10 +81,15 @@ class LaunchPages:
     def page(self, *, statuses: Iterable[LaunchStatus] | None = None,
              workflow_ref: str | None = None, run_id_prefix: str | None = None,
              updated_since: int | None = None, newest_first: bool = True, limit: int = 50,
-             offset: int = 0, ending: LaunchEnding | None = None) -> list[LaunchRecord]:
+             offset: int = 0, ending: LaunchEnding | None = None,
+             created_from: int | None = None, created_to: int | None = None
+             ) -> list[LaunchRecord]:
+        """A page in creation order; `created_from` and `created_to` (ms, inclusive,
+        exclusive) bound the creation time."""
         if ending is not None and ending not in LAUNCH_ENDINGS:
             raise ValueError(f"unknown launch ending {ending!r}")
-        if workflow_ref is None and not run_id_prefix and updated_since is None:
+        if workflow_ref is None and not run_id_prefix and updated_since is None \
+                and created_from is None and created_to is None:
             return self._page_by_status(statuses, newest_first, max(limit, 0),
                                         max(offset, 0), ending)
         clauses: list[str] = []
@@ -90,6 +108,7 @@ class LaunchPages:
         if ending is not None:
             clauses.append("(status <> 'done' OR ending = :ending)")
             params["ending"] = ending
+        clauses.extend(_created(created_from, created_to, params))
         where = " AND ".join(clauses) or "1 = 1"
         order = "DESC" if newest_first else "ASC"
         # With a workflow or time filter the rows that match are sorted: the sort runs
@@ -145,12 +164,16 @@ class LaunchPages:
                           " GROUP BY status", {"ref": workflow_ref})
         return {str(row["status"]): int(row["n"]) for row in rows}
 
-    def ending_counts(self, *, workflow_ref: str | None = None
+    def ending_counts(self, *, workflow_ref: str | None = None,
+                      created_from: int | None = None, created_to: int | None = None
                       ) -> dict[tuple[str, str | None], int]:
-        where = "workflow_ref = :ref" if workflow_ref else "1 = 1"
+        params: dict[str, object] = {"ref": workflow_ref}
+        clauses = ["workflow_ref = :ref"] if workflow_ref else []
+        clauses.extend(_created(created_from, created_to, params))
+        where = " AND ".join(clauses) or "1 = 1"
         with self._connector.read() as tx:
             rows = tx.all("SELECT status, ending, COUNT(*) AS n FROM workflow_run_queue"
-                          f" WHERE {where} GROUP BY status, ending", {"ref": workflow_ref})
+                          f" WHERE {where} GROUP BY status, ending", params)
         return {(str(row["status"]), None if row["ending"] is None else str(row["ending"])):
                 int(row["n"]) for row in rows}
 

@@ -6,8 +6,8 @@ finished `effects` and `workflow_requests`). Nothing here deletes a row that
 anything still acts on:
 
 - a launch row that is not terminal (queued, starting, running, parked), or a run
-  with an unresolved turn intent, an undelivered notification or a workflow
-  request pointing at it, is *pinned*: its run is neither forgotten nor pruned;
+  with an unresolved turn intent, an undelivered notification (session or channel)
+  or a workflow request pointing at it, is *pinned*: its run is neither forgotten nor pruned;
 - an effect or a workflow request is removed only once it is final and its
   resource no longer exists: while the resource lives, the stored record is what
   keeps the next reconcile from applying the effect (or starting the child) again.
@@ -35,12 +35,17 @@ _PINS = (
      " AND delivered_at IS NULL", "a notification is undelivered"),
     ("SELECT run_id, '' AS status FROM workflow_requests WHERE run_id IN {ids}",
      "a controller's workflow request points at it"),
+    ("SELECT run_id, '' AS status FROM notification_deliveries WHERE run_id IN {ids}"
+     " AND status = 'pending'", "a channel notification is undelivered"),
 )
 _FORGET = (
     f"DELETE FROM workflow_run_queue WHERE run_id IN {{ids}} AND status IN {_TERMINAL}",
     "DELETE FROM workflow_turn_intents WHERE run_id IN {ids} AND resolved_at IS NOT NULL",
     "DELETE FROM workflow_notifications WHERE run_id IN {ids} AND delivered_at IS NOT NULL",
+    "DELETE FROM notification_deliveries WHERE run_id IN {ids} AND status <> 'pending'",
     "DELETE FROM run_events WHERE run_id IN {ids}",
+    # A pruned run's rerun links, either way (the rerun's bundle still says what it reran).
+    "DELETE FROM workflow_reruns WHERE run_id IN {ids} OR rerun_of IN {ids}",
 )
 _TRIM = {
     "run_events": "DELETE FROM run_events WHERE recorded_at < :cut AND run_id NOT IN ("

@@ -34,10 +34,11 @@ from dataclasses import dataclass
 import psycopg
 
 from runner.store.ddl import DDL as SQLITE_DDL
-from runner.store.ddl import index_ddl
+from runner.store.ddl import index_ddl, indexes_of, table_ddl
 from runner.store.errors import IncompatibleLayout
 from runner.store.layout import (
     ADDED_INDEXES,
+    ADDED_TABLES,
     SCHEMA_ID,
     TABLE_COLUMNS,
     TABLES,
@@ -157,10 +158,11 @@ def layout_drift(conn: Conn) -> str | None:
     """One phrase naming the first way the store differs from the contract."""
     actual = read_layout(conn)
     expected = expected_layout(conn)
-    missing = [t for t in ALL_TABLES if t not in actual.tables]
+    # A table added within v1 may be missing: open_schema makes it (add_missing_indexes).
+    missing = [t for t in ALL_TABLES if t not in actual.tables and t not in ADDED_TABLES]
     if missing:
         return "missing table(s) " + ", ".join(missing)
-    for table in ALL_TABLES:
+    for table in (t for t in ALL_TABLES if t in actual.tables):
         names = tuple(str(c[0]) for c in actual.columns[table])
         drift = describe_column_drift(table, ALL_COLUMNS[table], names)
         if drift:
@@ -171,7 +173,7 @@ def layout_drift(conn: Conn) -> str | None:
             return f"table {table}: constraints differ from the state contract"
     for name, definition in expected.indexes.items():
         if name not in actual.indexes:
-            if name in ADDED_INDEXES:
+            if name in ADDED_INDEXES or _on_missing_table(definition, actual.tables):
                 continue  # made by open_schema (add_missing_indexes)
             return f"missing index {name}"
         if actual.indexes[name] != definition:
@@ -185,6 +187,13 @@ def layout_drift(conn: Conn) -> str | None:
     if rows[0]["schema_id"] != SCHEMA_ID:
         return f"schema id is {rows[0]['schema_id']!r}, expected {SCHEMA_ID!r}"
     return None
+
+
+def _on_missing_table(index_definition: str, tables: tuple[str, ...]) -> bool:
+    """Whether an index belongs to a table added within v1 that this store lacks (the
+    table, its primary key included, comes with add_missing_indexes)."""
+    found = re.search(r" ON (?:ONLY )?(\w+)", index_definition)
+    return found is not None and found[1] in ADDED_TABLES and found[1] not in tables
 
 
 _DDL_DIGEST = hashlib.sha256("\n".join(DDL).encode()).hexdigest()[:16]
@@ -269,8 +278,12 @@ def open_schema(db: PostgresDatabase) -> None:
 
 
 def add_missing_indexes(conn: Conn) -> None:
-    """Create the indexes added to v1 that a store made before them lacks (under the
-    open's advisory lock and in its transaction)."""
+    """Create the tables and indexes added to v1 that a store made before them lacks
+    (under the open's advisory lock and in its transaction)."""
+    for name in sorted(ADDED_TABLES - set(read_layout(conn).tables)):
+        conn.execute(_postgres(table_ddl(name)))  # fixed contract text
+        for statement in indexes_of(name):
+            conn.execute(_postgres(statement))
     present = set(read_layout(conn).indexes)
     for name in sorted(ADDED_INDEXES - present):
         conn.execute(_postgres(index_ddl(name)))  # fixed contract text

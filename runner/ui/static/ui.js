@@ -35,6 +35,120 @@ function setStatus(status) {
   badge.textContent = status;
   badge.dataset.status = status;
   badge.className = "badge status-" + status;
+  // console.js enables the actions this state allows.
+  document.dispatchEvent(new CustomEvent("wfrun:status", { detail: status }));
+}
+
+// A JSON value as nested tables and lists (a run's input and outputs), each piece of
+// text through textContent. Deep or huge values fall back to JSON text.
+const MAX_ITEMS = 200;
+
+function renderValue(value, depth) {
+  depth = depth || 0;
+  if (value === null || value === undefined) return el("span", "null", "v-null");
+  if (typeof value === "string") {
+    return value.includes("\n") || value.length > 120 ? el("pre", value, "v-text")
+      : el("span", value, "v-str");
+  }
+  if (typeof value !== "object") return el("span", String(value), "v-" + typeof value);
+  if (depth > 8) return el("pre", json(value), "json");
+  if (Array.isArray(value)) {
+    if (!value.length) return el("span", "[]", "v-null");
+    const list = el("ol", null, "v-list");
+    for (const item of value.slice(0, MAX_ITEMS)) {
+      const li = el("li");
+      li.append(renderValue(item, depth + 1));
+      list.append(li);
+    }
+    if (value.length > MAX_ITEMS) list.append(el("li", "… " + (value.length - MAX_ITEMS) + " more", "meta"));
+    return list;
+  }
+  const entries = Object.entries(value);
+  if (!entries.length) return el("span", "{}", "v-null");
+  const table = el("table", null, "kv");
+  const body = el("tbody");
+  for (const [key, item] of entries.slice(0, MAX_ITEMS)) {
+    const tr = el("tr");
+    tr.dataset.key = key;
+    const td = el("td");
+    td.append(renderValue(item, depth + 1));
+    tr.append(el("th", key), td);
+    body.append(tr);
+  }
+  if (entries.length > MAX_ITEMS) body.append(el("tr", "… " + (entries.length - MAX_ITEMS) + " more", "meta"));
+  table.append(body);
+  return table;
+}
+
+function renderOutputs(outputs) {
+  const box = document.getElementById("outputs");
+  if (!box) return;
+  box.replaceChildren();
+  const entries = Object.entries(outputs || {});
+  if (!entries.length) box.append(el("p", "No outputs yet.", "empty"));
+  for (const [node, value] of entries) {
+    const card = el("div", null, "output-card");
+    card.dataset.node = node;
+    card.append(el("h3", node), renderValue(value));
+    box.append(card);
+  }
+  const raw = document.getElementById("outputs-json");
+  if (raw) raw.textContent = json(outputs);
+}
+
+// The timeline as a Gantt chart: one bar per node attempt, placed by its start and
+// length on the run's time axis (positions set through the CSSOM, which the CSP allows).
+function renderGantt(rows) {
+  const box = document.getElementById("gantt");
+  if (!box) return;
+  box.replaceChildren();
+  const spans = rows.map((row) => {
+    const start = Date.parse(row.started_at);
+    const end = row.finished_at ? Date.parse(row.finished_at) : Date.now();
+    return { row, start, end: Math.max(end, start) };
+  }).filter((s) => !Number.isNaN(s.start));
+  if (!spans.length) { box.append(el("p", "Nothing has run yet.", "empty")); return; }
+  const t0 = Math.min(...spans.map((s) => s.start));
+  const total = Math.max(1, Math.max(...spans.map((s) => s.end)) - t0);
+  for (const { row, start, end } of spans) {
+    const line = el("div", null, "gantt-row");
+    line.dataset.node = row.node;
+    line.dataset.outcome = row.outcome;
+    const track = el("div", null, "gantt-track");
+    const bar = el("div", null, "gantt-bar outcome-" + row.outcome);
+    bar.style.marginLeft = ((start - t0) / total * 100).toFixed(2) + "%";
+    bar.style.width = Math.max(0.5, (end - start) / total * 100).toFixed(2) + "%";
+    bar.title = row.node + " try " + (row.retry + 1) + ": " + row.outcome + " " + ms(end - start);
+    track.append(bar);
+    line.append(el("span", row.node + (row.retry ? " (try " + (row.retry + 1) + ")" : ""), "gantt-label"),
+      track, el("span", ms(row.duration_ms === null ? end - start : row.duration_ms), "gantt-ms"));
+    box.append(line);
+  }
+}
+
+// A click on a graph node opens that node's logs.
+function openLogsFromGraph() {
+  for (const g of document.querySelectorAll("#graph g.node")) {
+    g.addEventListener("click", () => {
+      const box = document.getElementById("logs");
+      if (!box) return;
+      const wanted = [...box.querySelectorAll("details")].find((d) => d.dataset.node === g.dataset.node);
+      const note = document.getElementById("logs-note");
+      if (!wanted) {
+        if (note) note.textContent = "No logs for " + g.dataset.node + " yet.";
+        return;
+      }
+      if (note) note.textContent = "";
+      wanted.open = true;
+      wanted.scrollIntoView({ block: "center" });
+    });
+  }
+}
+
+function renderInput() {
+  const box = document.getElementById("input");
+  if (!box || box.dataset.value === undefined) return;
+  box.replaceChildren(renderValue(JSON.parse(box.dataset.value)));
 }
 
 function renderGraph(nodes) {
@@ -58,7 +172,10 @@ function renderTimeline(rows) {
     tr.append(el("td", row.node), el("td", row.kind), el("td", row.retry + 1),
       el("td", shortTime(row.started_at)), el("td", ms(row.duration_ms)));
     const outcome = el("td");
-    outcome.append(el("span", row.outcome + (row.will_retry ? " (retrying)" : ""),
+    // A rerun's reused node, or a `cache:` hit: nothing ran, the result came from a run.
+    const note = row.reused_from ? " (reused from " + row.reused_from + ")"
+      : row.cached_from ? " (cached from " + row.cached_from + ")" : "";
+    outcome.append(el("span", row.outcome + (row.will_retry ? " (retrying)" : "") + note,
       "badge outcome-" + row.outcome));
     tr.append(outcome, el("td", row.error || "", "error-text"));
     body.append(tr);
@@ -130,13 +247,15 @@ function render(view) {
   if (node) node.textContent = view.current_node || "";
   renderGraph(view.nodes || {});
   renderTimeline(view.timeline || []);
+  renderGantt(view.timeline || []);
   renderError(view.error);
   renderProgress(view.progress || []);
   renderUpdates(view.updates || []);
-  const outputs = document.getElementById("outputs");
-  if (outputs) outputs.textContent = json(view.outputs);
+  renderOutputs(view.outputs);
   const final = document.getElementById("final-output");
-  if (final) final.textContent = json(view.final_output);
+  if (final) final.replaceChildren(renderValue(view.final_output));
+  const finalRaw = document.getElementById("final-output-json");
+  if (finalRaw) finalRaw.textContent = json(view.final_output);
   renderLogs(view.logs || {});
   document.body.dataset.seq = String(view.seq);
 }
@@ -168,6 +287,10 @@ function autoSubmitFilters() {
 }
 
 document.addEventListener("DOMContentLoaded", () => {
-  if (document.body.dataset.page === "run") followRun();
+  if (document.body.dataset.page === "run") {
+    renderInput();
+    openLogsFromGraph();
+    followRun();
+  }
   autoSubmitFilters();
 });

@@ -135,7 +135,7 @@ def test_a_running_node_turns_ok_without_a_reload(project: Project, page: Any,
             nodes = page.locator("#timeline tbody tr").evaluate_all(
                 "rows => rows.map(r => [r.dataset.node, r.dataset.outcome])")
             assert nodes == [["prepare", "ok"], ["hold", "ok"], ["after", "ok"]]
-            assert json.loads(page.text_content("#outputs"))["after"] == {"done": True}
+            assert json.loads(page.text_content("#outputs-json"))["after"] == {"done": True}
             page.click('#logs details[data-node="hold"] summary')
             assert "released" in page.text_content('#logs details[data-node="hold"] pre')
             shot(page, shots, "run-completed")

@@ -65,7 +65,8 @@ def assert_inert(page: Any, *, expect_text: str | None = PAYLOADS[0]) -> None:
         handlers: document.querySelectorAll('[onerror],[onload]').length,
         images: document.querySelectorAll('img').length,
         frames: document.querySelectorAll('iframe').length,
-        scripts: [...document.scripts].filter(s => !s.src.endsWith('/static/ui.js')).length,
+        scripts: [...document.scripts].filter(s => !s.src.endsWith('/static/ui.js')
+                                                  && !s.src.endsWith('/static/console.js')).length,
     })""")
     assert injected == {"handlers": 0, "images": 0, "frames": 0, "scripts": 0}
     if expect_text is not None:
@@ -101,8 +102,10 @@ def test_nothing_from_the_corpus_executes_on_any_page(project: Project, page: An
         # locator wait, not `wait_for_function`: that one polls by evaluating its string
         # in the page, which the page's CSP (no 'unsafe-eval') refuses whenever the
         # outputs are not drawn yet at its first look.
-        page.locator("#outputs", has_text=re.compile(r"\S")).wait_for()
-        assert json.loads(page.text_content("#outputs"))["out"] == {"v": PAYLOAD}
+        page.locator("#outputs-json", has_text=re.compile(r"\S")).wait_for(state="attached")
+        assert json.loads(page.text_content("#outputs-json"))["out"] == {"v": PAYLOAD}
+        assert page.text_content('#outputs .output-card[data-node="out"] tr[data-key="v"] td') \
+            == PAYLOAD  # rendered as a table of text
         assert PAYLOADS[1] in page.text_content("#run-error-message")
         assert CASE in page.text_content("#graph .edge-label") or \
             page.locator("#graph .edge-label").count() == 2
@@ -151,7 +154,7 @@ def test_secret_values_are_masked_on_the_page(project: Project, page: Any) -> No
         html = page.content()
         assert secret not in html
         assert "token ***" in page.text_content("#run-title")
-        assert json.loads(page.text_content("#outputs"))["out"] == {"v": "token ***"}
+        assert json.loads(page.text_content("#outputs-json"))["out"] == {"v": "token ***"}
         page.goto(f"{ui.base}/runs")
         page.wait_for_selector("#runs")
         assert secret not in page.content()

@@ -40,6 +40,23 @@ def test_pinned_runs_are_the_ones_something_still_acts_on(store: Any) -> None:
     assert s.run_events.read(run_id="run-queued") != []
 
 
+def test_a_pending_channel_notification_pins_its_run_and_a_finished_one_goes_with_it(
+        store: Any) -> None:
+    s = _sqlite(store)
+    for run in ("run-a", "run-b"):
+        s.launches.enqueue(launch(run))
+        s.launches.cancel(run)
+        s.deliveries.enqueue(notification_id=f"{run}:n:1", channel="ops", run_id=run,
+                             node_id="n", kind="progress", message="m")
+    (first, second) = s.deliveries.claim_due()
+    assert s.deliveries.mark_delivered(first)
+    assert s.retention.pinned(["run-a", "run-b"]) == {
+        second.run_id: "a channel notification is undelivered"}
+    assert s.retention.forget_runs(["run-a", "run-b"]) == 1
+    assert s.deliveries.of_run(first.run_id) == []
+    assert [d.status for d in s.deliveries.of_run(second.run_id)] == ["pending"]
+
+
 def test_trim_keeps_what_a_live_resource_or_launch_still_needs(
         store: Any, clock: FakeClock) -> None:
     s = _sqlite(store)

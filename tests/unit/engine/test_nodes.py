@@ -249,7 +249,7 @@ class Sink:
         self.got: list[tuple[str, str, str, str, str, str]] = []
 
     def emit(self, run_id: str, node: str, attempt: str, notification_id: str, kind: str,
-             message: str) -> None:
+             message: str, channels: tuple[str, ...] = ()) -> None:
         self.got.append((run_id, node, attempt, notification_id, kind, message))
 
 

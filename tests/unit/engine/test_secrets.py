@@ -214,7 +214,7 @@ class _Sink:
         self.messages: list[str] = []
 
     def emit(self, run_id: str, node: str, attempt: str, notification_id: str, kind: str,
-             message: str) -> None:
+             message: str, channels: tuple[str, ...] = ()) -> None:
         self.messages.append(message)
 
 

@@ -29,6 +29,10 @@ DESIGN_TABLES = {
     "effects",
     "workflow_requests",
     "controller_events",
+    "workflow_reruns",  # issue 39
+    "step_cache",  # issue 39
+    "audit_log",  # DESIGN §10: the HTTP API's actions (added within v1: ADDED_TABLES)
+    "notification_deliveries",  # DESIGN §10: the channel outbox (added within v1)
 }
 
 

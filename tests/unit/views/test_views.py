@@ -22,12 +22,12 @@ REPO = Path(__file__).resolve().parents[3]
 ROW_KEYS = {"run_id", "workflow", "status", "started_at", "finished_at", "duration_s",
             "current_node", "parent_run_id", "title", "continued_by", "created_at"}
 VIEW_KEYS = {"schema", "run_id", "workflow", "title", "status", "paused", "parent_run_id",
-             "continued_by",
+             "continued_by", "rerun_of", "rerun", "rerun_by",
              "definition_digest", "started_at", "finished_at", "current_node", "steps",
              "waiting_on", "timeline", "outputs", "final_output", "error", "updates",
              "trace_events", "trace_torn", "failure", "input"}
 TIMELINE_KEYS = {"node", "attempt", "kind", "started_at", "finished_at", "outcome",
-                 "duration_ms", "error"}
+                 "duration_ms", "error", "cached_from"}
 BAR_KEYS = {"node", "key", "label", "completed", "total", "unit", "eta_s"}
 
 
