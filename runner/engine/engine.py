@@ -267,6 +267,15 @@ class Engine:
         st, d = driver.state, driver.definition
         if st.current_node is not None and st.current_node in d.nodes:
             return st.current_node, "interrupted"
+        if st.last_node is None and st.continued_at in d.nodes:
+            # A continuation killed before its first node ended: it goes on from its
+            # parent's checkpoint (never from the start: that re-ran the parent's nodes).
+            at = str(st.continued_at)
+            output = driver.live(st.outputs.get(at))
+            after = driver.next_after(at, "ok", output, None, {})
+            if after is None:
+                return driver.finish("completed", final_output=output), "done"
+            return after, "done" if isinstance(after, RunOutcome) else "routed"
         if st.last_node is None:
             # A rerun killed before its first node ended begins again where it begins.
             return (st.start_at if st.start_at in d.nodes else d.start), "start"

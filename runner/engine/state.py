@@ -55,6 +55,7 @@ class RunState:
     # A rerun (engine/rerun.py): the node it executes first, and what it reran.
     start_at: str | None = None
     rerun: dict[str, Any] | None = None
+    continued_at: str | None = None
     # How many times `current_node` started without ending and without a clean park
     # (`run_parked`): a start after such a start of the same node means the process
     # running it died. Resume bounds it (engine.py, NODE_START_BUDGET).
@@ -82,6 +83,8 @@ class RunState:
             self.scope_inputs = copy.deepcopy(carried.get("scope_inputs", {}))
             self.start_at = p.get("start_at")
             self.rerun = p.get("rerun")
+            # A continuation begins after its parent's checkpoint (`wfrun answer`).
+            self.continued_at = p.get("checkpoint") if p.get("continued_from") else None
         elif kind == "node_started":
             unfinished = self.current_node == node and self.current_node is not None
             self.current_node_starts = self.current_node_starts + 1 if unfinished else 1

@@ -124,3 +124,27 @@ def test_an_answer_that_could_not_start_can_be_given_again(env: Any) -> None:
     child = env.engine().answer(parent.run_id, "kept", env.resolver())
     assert child.status == "completed"
     assert child.final_output["answer"] == "kept"
+
+
+@pytest.mark.parametrize("last", ["after", None])
+def test_a_continuation_killed_before_its_first_node_resumes_after_the_checkpoint(
+        env: Any, last: str | None) -> None:
+    # Before issue 39 it resumed at the workflow's start: the parent's nodes ran again
+    # and the run stopped at the checkpoint a second time.
+    flow = WF.replace("MAX", "10")
+    if last is None:  # the checkpoint is the last node: resuming ends the run
+        flow = flow.replace("      - {from: ask, to: after}\n", "")
+        flow = flow.replace("      after:\n        compute: \"{{ {'answer': outputs.ask.answer, "
+                            "'count': outputs.count, 'n': input.n} }}\"\n", "")
+    d = env.workflow(flow)
+    engine = env.engine()
+    parent = engine.start(d, {"n": 21})
+    driver, checkpoint = engine.prepare_answer(parent.run_id, "yes", env.resolver())
+    assert checkpoint == "ask"
+    driver.bundle.close()  # its runner died here: run_started is durable, no node ran
+    resumed = engine.resume(driver.run_id, env.resolver())
+    assert resumed.status == "completed", resumed.error
+    assert [e["node"] for e in env.events(driver.run_id, "node_started")] == (
+        ["after"] if last else [])
+    if last is None:
+        assert resumed.final_output == {"summary": "Approve 42?", "answer": "yes"}
