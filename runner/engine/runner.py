@@ -19,16 +19,18 @@ from runner.clock import Clock, iso
 from runner.compiler import Node, WorkflowDefinition
 from runner.compiler.budget import Scope
 from runner.compiler.budget import scoped as scoped_budget
+from runner.compiler.kinds import ends
 from runner.compiler.templates import TemplateError, render_native
 from runner.safety import bound, mask_values, redact
 
-from .agent import AgentStep, AgentStepExecutor, TurnKind
+from .agent import AgentStepExecutor
 from .artifacts import externalize, has_artifacts, internalize
 from .context import ScopedValues
 from .control import RunControl
 from .dbbundle import DatabaseBundle
 from .livelog import LiveLog
-from .nodes import NodeResult, execute, new_attempt_id, pure
+from .nodecontext import NodeContext, NodeResult
+from .nodes import execute, new_attempt_id, pure
 from .processes import ProcessRegistry
 from .routing import route
 from .rows import LaunchStep
@@ -214,13 +216,6 @@ class RunDriver:
         self.emit("agent_prompt_sent", {"kind": kind, "prompt": prompt}, node=node,
                   attempt=attempt)
 
-    def turn(self, step: AgentStep, message: str, kind: TurnKind) -> None:
-        assert self.executor is not None
-        try:
-            self.executor.run_turn(step, message, kind)
-        except Exception as exc:  # an executor bug ends the turn, never the run loop
-            step.rejections.append(f"executor error: {type(exc).__name__}")
-
     def record_log(self, node: str, attempt: str, stdout: str, stderr: str,
                    stdout_cut: bool = False, stderr_cut: bool = False,
                    exit_code: int | None = None) -> None:
@@ -264,6 +259,17 @@ class RunDriver:
             self.notifications.emit(self.run_id, node, attempt, notification_id, kind, message)
 
     # -- context -----------------------------------------------------------------
+    def node_context(self, node: Node, attempt: str, deadline: float | None) -> NodeContext:
+        """What one attempt is given (nodecontext.py): never the driver itself."""
+        recorder = _StepRecorder(self, node.id, attempt)
+        return NodeContext(
+            run_id=self.run_id, workflow=self.definition.name, node=node, attempt=attempt,
+            deadline=deadline, values=self.context(node.scope),
+            visit=self.state.visits.get(node.id, 1), resuming=self.resuming_node == node.id,
+            control=self.control, clock=self.clock, secrets=self.secrets, logs=recorder,
+            updates=recorder, executor=self.executor, work_dir=self.work_dir,
+            processes=self.processes)
+
     def template_scope(self, deadline: float | None) -> scoped_budget:
         """Renders inside get the workflow's budget, the node's deadline, and stop when
         the run is cancelled or parked (compiler/budget.py)."""
@@ -333,9 +339,10 @@ class RunDriver:
                 return self.park()
             if result.outcome == "cancelled":
                 return self.finish("cancelled", error=result.error)
-            if node.kind == "fail":
+            end = ends(node.kind)  # the node-kind table: checkpoint waits, fail fails
+            if end == "fail":
                 return self.finish("failed", error={**(result.error or {}), "node": node.id})
-            if node.kind == "checkpoint" and result.outcome == "ok":
+            if end == "wait" and result.outcome == "ok":
                 return self.wait(node.id, result.output)
             nxt = self.next_after(node.id, result.outcome, result.output, result.error,
                                   result.extra)
@@ -429,7 +436,7 @@ class RunDriver:
                                        "counts_step": not resumed, "resumed": resumed},
                       node=node.id, attempt=attempt)
             with self.template_scope(deadline):
-                result = execute(self, node, attempt, deadline, self.context(node.scope))
+                result = execute(self.node_context(node, attempt, deadline))
             self.resuming_node = None
             resumed = False
             duration = int((self.clock.monotonic() - start_mono) * 1000)
@@ -515,3 +522,30 @@ class RunDriver:
         return RunOutcome(self.run_id, st.status, False, self.live(st.final_output), st.error,
                           st)
 
+
+
+class _StepRecorder:
+    """One attempt's logs and updates (nodecontext.StepLogs, StepUpdates), recorded
+    through the driver's `emit`: the node gets these, not the driver."""
+
+    __slots__ = ("_attempt", "_driver", "_node")
+
+    def __init__(self, driver: RunDriver, node: str, attempt: str) -> None:
+        self._driver, self._node, self._attempt = driver, node, attempt
+
+    def record(self, stdout: str, stderr: str, stdout_cut: bool = False,
+               stderr_cut: bool = False, exit_code: int | None = None) -> None:
+        self._driver.record_log(self._node, self._attempt, stdout, stderr, stdout_cut,
+                                stderr_cut, exit_code)
+
+    def live(self, extra: tuple[str, ...], cap_chars: int) -> LiveLog:
+        return self._driver.live_log(self._node, self._attempt, extra, cap_chars)
+
+    def publish(self, kind: str, key: str, data: Any) -> None:
+        self._driver.publish_update(kind, key, data)
+
+    def notify(self, notification_id: str, kind: str, message: str) -> None:
+        self._driver.notify(self._node, self._attempt, notification_id, kind, message)
+
+    def prompt_sent(self, kind: str, prompt: str) -> None:
+        self._driver.prompt_sent(self._node, self._attempt, kind, prompt)
