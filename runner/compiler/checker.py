@@ -18,7 +18,7 @@ from .jsonschemas import schema_problem_at
 from .model import HookRef
 from .registry import STEP_GROUP, registered_steps
 from .sources import sha256_hex
-from .templates import check_budget, check_syntax
+from .template_checks import check_budget, check_syntax
 
 ID_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 MODULE_HOOK_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_]\w*$")
