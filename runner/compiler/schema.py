@@ -14,25 +14,27 @@ from .budget import BUDGET_KEYS, CEILING
 from .kinddef import DURATION, ID_PATTERN, JSON_SCHEMA, TEMPLATE
 from .kinds import KINDS
 from .model import OUTCOMES
-from .parse import (
-    DEFAULTS_KEYS,
-    EDGE_KEYS,
-    EXIT_KEYS,
-    INCLUDE_KEYS,
-    NODE_COMMON_KEYS,
-    RETRY_KEYS,
-    SWITCH_KEYS,
-    TOP_KEYS,
-)
 
 SCHEMA_ID = "https://wfrun.dev/schema/workflow-v1.json"
+# The format's keys outside nodes (a node's body keys are its kind's: kinds.py).
+TOP_KEYS = ("version", "name", "title", "description", "input", "start", "nodes", "edges",
+            "includes", "exits", "max_steps", "presentation", "defaults", "secrets", "env",
+            "template_budget")
+DEFAULTS_KEYS = ("timeout", "retry")
+NODE_COMMON_KEYS = ("timeout", "retry", "description")
+RETRY_KEYS = ("attempts", "backoff", "max_delay")
+EDGE_KEYS = ("from", "to", "switch")
+SWITCH_KEYS = ("on", "cases", "default")
+INCLUDE_KEYS = ("workflow", "input")
+EXIT_KEYS = ("from",)
 
 
 def _obj(props: dict[str, Any], keys: tuple[str, ...], required: tuple[str, ...] = (),
          description: str | None = None) -> dict[str, Any]:
     assert set(props) == set(keys), (set(props) ^ set(keys))
+    # In the table's order: 'expected one of' hints list the keys as the docs do.
     out: dict[str, Any] = {"type": "object", "additionalProperties": False,
-                           "properties": props}
+                           "properties": {k: props[k] for k in keys}}
     if required:
         out["required"] = list(required)
     if description:
@@ -83,7 +85,7 @@ def workflow_schema() -> dict[str, Any]:
                      "additionalProperties": include},
         "exits": {"type": "object", "propertyNames": {"pattern": ID_PATTERN},
                   "additionalProperties": exit_},
-        "max_steps": {"type": "integer", "minimum": 1},
+        "max_steps": {"type": "integer", "minimum": 1, "maximum": 1_000_000},
         "presentation": TEMPLATE,
         "secrets": {"type": "array", "uniqueItems": True,
                     "items": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},

@@ -15,18 +15,18 @@ from runner.compiler import Compiler
 from runner.compiler.checker import FILE_HOOK_RE, ID_RE, MODULE_HOOK_RE, STEP_NAME_RE
 from runner.compiler.durations import DurationError, parse_duration
 from runner.compiler.kinds import KINDS, authored_kinds
-from runner.compiler.parse import (
+from runner.compiler.parse import PATH_RE
+from runner.compiler.schema import (
     DEFAULTS_KEYS,
     EDGE_KEYS,
     EXIT_KEYS,
     INCLUDE_KEYS,
     NODE_COMMON_KEYS,
-    PATH_RE,
     RETRY_KEYS,
     SWITCH_KEYS,
     TOP_KEYS,
+    workflow_schema,
 )
-from runner.compiler.schema import workflow_schema
 from runner.compiler.yamlio import YamlProblem, load
 
 SCHEMA = workflow_schema()
