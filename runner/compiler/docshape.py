@@ -12,31 +12,23 @@ names), and rules across fields (reserved and duplicate names, switch cases,
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Iterator
 from functools import lru_cache
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
-from .checker import type_name
-from .diagnostics import DiagnosticSink, KeyPath, did_you_mean
+from .diagnostics import DiagnosticSink, KeyPath
 from .kinddef import DURATION
 from .kinds import authored_kinds
+from .shapes import Sink, leaves, report
 
-SHAPE_CODES = frozenset({"wrong-type", "unknown-key", "missing-key", "missing-kind",
-                         "multiple-kinds", "edge-form", "action-form", "compute-form",
-                         "out-of-range", "empty-value", "no-nodes"})
-_TYPE_WORDS = {"object": "a mapping", "array": "a list", "string": "a string",
-               "integer": "an integer", "number": "a number", "boolean": "true or false",
-               "null": "null"}
-# Formats with messages of their own in the parsers (invalid-id, invalid-path,
-# invalid-duration, invalid-hook, invalid-name, unsupported-version, ...), and the
-# places whose checks are their own (budgets, a step's `with:`).
 _EMPTY = {"cases": "switch cases must not be empty",
           "choices": "a decision needs at least one choice",
           "shell": "shell needs at least the program name"}
+# Formats with messages of their own in the parsers (invalid-id, invalid-path,
+# invalid-duration, invalid-hook, invalid-name, unsupported-version, ...), and the
+# places whose checks are their own (budgets, a step's `with:`).
 _PARSER_OWNED = frozenset({"pattern", "propertyNames", "const", "enum", "uniqueItems", "format"})
 _OWN_SUBTREES = ("template_budget",)
 
@@ -152,42 +144,14 @@ class _Recorder:
         self.found.append(_Found(code, message, key_path or (), at_key, hint))
 
 
-class _Sink(Protocol):
-    @property
-    def stopped(self) -> bool: ...
-
-    def error(self, code: str, message: str, key_path: KeyPath | None = None, *,
-              at_key: bool = False, hint: str | None = None) -> None: ...
-
-
-def _check(sink: _Sink, validator: Draft202012Validator, value: Any,
+def _check(sink: Sink, validator: Draft202012Validator, value: Any,
            prefix: KeyPath) -> None:
     errors = sorted(validator.iter_errors(value), key=lambda e: [str(p) for p in e.path])
     for top in errors:
-        for err in _leaves(top):
+        for err in leaves(top):
             if sink.stopped:
                 return
             _report(sink, err, prefix)
-
-
-def _leaves(err: ValidationError) -> Iterator[ValidationError]:
-    """The errors worth saying. For an anyOf or oneOf (a shorthand string or a mapping,
-    a duration...): the errors of the one branch whose type fits the value; none fits,
-    the anyOf itself (a wrong type, said with every type it takes)."""
-    if err.validator not in ("anyOf", "oneOf") or not err.context:
-        yield err
-        return
-    branches: dict[Any, list[ValidationError]] = defaultdict(list)
-    for e in err.context:
-        branches[e.relative_schema_path[0]].append(e)
-    fits = [errs for errs in branches.values()
-            if not any(e.validator == "type" and not e.relative_path for e in errs)]
-    if len(fits) != 1:
-        if not fits or all(e.validator == "required" for errs in fits for e in errs):
-            yield err  # no shape fits: a wrong type, or (oneOf of required) a form error
-        return  # several fit with different faults: the parser's format checks say it
-    for e in fits[0]:
-        yield from _leaves(e)
 
 
 def _what(path: KeyPath) -> str:
@@ -215,27 +179,7 @@ def _what(path: KeyPath) -> str:
     return str(last)
 
 
-def _either(words: list[str]) -> str:
-    if not words:
-        return "another shape"
-    if {"a string", "a number", "true or false"} <= set(words):
-        words = ["text, a number or true/false", *(w for w in words if w not in (
-            "a string", "a number", "true or false", "an integer"))]
-    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " or " + words[-1]
-
-
-def _types(err: ValidationError) -> list[str]:
-    if err.validator == "type":
-        want = err.validator_value
-        return list(want) if isinstance(want, list) else [str(want)]
-    out: list[str] = []
-    for e in err.context or ():
-        if not e.relative_path:
-            out += [t for t in _types(e) if t not in out]
-    return out
-
-
-def _report(sink: _Sink, err: ValidationError, prefix: KeyPath) -> None:
+def _report(sink: Sink, err: ValidationError, prefix: KeyPath) -> None:
     path: KeyPath = (*prefix, *err.absolute_path)
     if str(err.validator) in _PARSER_OWNED or (path and path[0] in _OWN_SUBTREES):
         return
@@ -243,52 +187,21 @@ def _report(sink: _Sink, err: ValidationError, prefix: KeyPath) -> None:
         return  # a duration says what is wrong with it (invalid-duration, durations.py)
     if len(path) >= 5 and path[0] == "nodes" and path[3] == "with":
         return  # a step's parameters: checked against its own schema (stepcalls.py)
-    what = _what(path)
     instance = err.instance
-    schema = err.schema if isinstance(err.schema, dict) else {}
-    kind = err.validator
-    if kind == "additionalProperties" and isinstance(instance, dict):
-        known = tuple(str(k) for k in schema.get("properties") or {})
-        for k in instance:
-            if k in known:
-                continue
-            node = path[:1] == ("nodes",) and len(path) == 2
-            fallback = ("a node has one kind key: " + ", ".join(authored_kinds())) if node \
-                else f"expected one of: {', '.join(known)}"
-            sink.error("unknown-key", f"unknown key '{k}' in {what}", (*path, k), at_key=True,
-                       hint=did_you_mean(str(k), known) or fallback)
-        return
-    if kind == "required" and isinstance(instance, dict):
-        for k in err.validator_value if isinstance(err.validator_value, list) else ():
-            if k not in instance:
-                sink.error("missing-key", f"{what} needs '{k}'", path, at_key=bool(path))
-        return
-    if kind in ("oneOf", "anyOf") and isinstance(instance, dict) and _is_form(path):
+    if err.validator in ("oneOf", "anyOf") and isinstance(instance, dict) and _is_form(path):
         _form(sink, err, path, instance)
         return
-    if kind in ("type", "anyOf", "oneOf"):
-        words = _either([_TYPE_WORDS.get(t, t) for t in _types(err)])
-        hint = None
-        if path[-1:] == ("retry",) and isinstance(instance, int) \
-                and not isinstance(instance, bool):
-            hint = f"write `retry: {{attempts: {instance}}}`"  # the common slip
-        sink.error("wrong-type", f"{what} must be {words}, not {type_name(instance)}", path,
-                   hint=hint)
-        return
-    if kind in ("minimum", "maximum", "exclusiveMinimum"):
-        lo, hi = schema.get("minimum"), schema.get("maximum")
-        bounds = f"between {lo} and {hi}" if lo is not None and hi is not None else (
-            f"at least {lo}" if lo is not None else f"at most {hi}")
-        sink.error("out-of-range", f"{what} must be {bounds}", path)
-        return
-    if kind in ("minItems", "minProperties") and path == ("nodes",):
+    if err.validator in ("minItems", "minProperties") and path == ("nodes",):
         sink.error("no-nodes", "a workflow needs at least one node", path)
         return
-    if kind in ("minItems", "minProperties"):
-        sink.error("empty-value", _EMPTY.get(str(path[-1]) if path else "",
-                                             f"{what} must not be empty"), path)
-        return
-    sink.error("invalid-value", f"{what} fails the format's {kind} rule", path)
+    node = len(path) == 2 and path[0] == "nodes"
+    retry = path[-1:] == ("retry",) and isinstance(instance, int) \
+        and not isinstance(instance, bool)
+    report(sink, err, path, _what(path),
+           unknown_hint=("a node has one kind key: " + ", ".join(authored_kinds())) if node
+           else None,
+           type_hint=f"write `retry: {{attempts: {instance}}}`" if retry else None,
+           empty=_EMPTY.get(str(path[-1])) if path else None)
 
 
 def _is_form(path: KeyPath) -> bool:
@@ -297,7 +210,7 @@ def _is_form(path: KeyPath) -> bool:
         len(path) == 3 and path[0] == "nodes" and path[2] in ("action", "compute"))
 
 
-def _form(sink: _Sink, err: ValidationError, path: KeyPath,
+def _form(sink: Sink, err: ValidationError, path: KeyPath,
           instance: dict[str, Any]) -> None:
     if path[0] == "edges":
         sink.error("edge-form", "an edge needs exactly one of 'to' or 'switch'", path)

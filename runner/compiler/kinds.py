@@ -12,7 +12,8 @@ Adding a kind:
    `KindDef` of them, in a module of its own (see `builtin_kinds.py`).
 2. List the `KindDef` in `_ROWS` below (or call `register_kind` before compiling).
 3. Give the engine its executor: `@executes("name")` on a function
-   `(StepContext) -> NodeResult` (runner/engine/nodes.py shows the built-ins).
+   `(NodeContext) -> NodeResult` (runner/engine/nodes.py shows the built-ins; the
+   context is runner/engine/nodecontext.py).
 Nothing else names kinds: the schema, the parser's 'did you mean', the graph
 icons and the digest all follow from the row.
 """
