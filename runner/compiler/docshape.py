@@ -46,7 +46,9 @@ def _validators() -> tuple[Draft202012Validator, Draft202012Validator, Draft2020
     nodes, edges = dict(props["nodes"]), dict(props["edges"])
     node, edge = nodes.pop("additionalProperties"), edges.pop("items")
     top = {**schema, "properties": {**props, "nodes": nodes, "edges": edges}}
-    return Draft202012Validator(top), Draft202012Validator(node), Draft202012Validator(edge)
+    defs = {"$defs": schema["$defs"]}  # a node may hold nodes ({"$ref": NODE_REF})
+    return (Draft202012Validator(top), Draft202012Validator({**node, **defs}),
+            Draft202012Validator(edge))
 
 
 def check_document(sink: DiagnosticSink, data: dict[str, Any]) -> None:

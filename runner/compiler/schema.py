@@ -16,6 +16,9 @@ from .kinds import KINDS
 from .model import OUTCOMES
 
 SCHEMA_ID = "https://wfrun.dev/schema/workflow-v1.json"
+# One node (any kind): a kind whose body holds nodes (a branch, a map's item) refers
+# to it as {"$ref": NODE_REF}.
+NODE_REF = "#/$defs/node"
 # The format's keys outside nodes (a node's body keys are its kind's: kinds.py).
 TOP_KEYS = ("version", "name", "title", "description", "input", "start", "nodes", "edges",
             "includes", "exits", "max_steps", "presentation", "defaults", "secrets", "env",
@@ -79,7 +82,8 @@ def workflow_schema() -> dict[str, Any]:
         "input": JSON_SCHEMA,
         "start": {"type": "string", "description": "The first node or include mount."},
         "nodes": {"type": "object", "minProperties": 1,
-                  "propertyNames": {"pattern": ID_PATTERN}, "additionalProperties": node},
+                  "propertyNames": {"pattern": ID_PATTERN},
+                  "additionalProperties": {"$ref": NODE_REF}},
         "edges": {"type": "array", "items": edge},
         "includes": {"type": "object", "propertyNames": {"pattern": ID_PATTERN},
                      "additionalProperties": include},
@@ -103,4 +107,4 @@ def workflow_schema() -> dict[str, Any]:
                             "hard ceiling."),
     }, TOP_KEYS, ("start", "nodes"), "A wfrun workflow (format version 1).")
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": SCHEMA_ID,
-            "title": "wfrun workflow", **top}
+            "title": "wfrun workflow", **top, "$defs": {"node": node}}

@@ -1,7 +1,7 @@
 """Finite execution of one run; run bundles; the agent-step contract (DESIGN §4).
 
-Imports only `runner.compiler` (and the leaf modules `runner.errors`, `runner.clock`,
-`runner.lazy`).
+Imports only `runner.compiler`, the hook API `runner.steps` (and the leaf modules
+`runner.errors`, `runner.clock`, `runner.lazy`).
 
 The names below load on first use (PEP 562): a view that reads a bundle
 (`RunReader`, `fold`) must not pay for the executor, the node kinds and Jinja2

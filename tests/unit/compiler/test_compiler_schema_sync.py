@@ -66,7 +66,8 @@ def test_key_sets_equal_the_compiler_tables() -> None:
     props = SCHEMA["properties"]
     assert _keys(SCHEMA) == set(TOP_KEYS)
     assert _keys(props["defaults"]) == set(DEFAULTS_KEYS)
-    node = props["nodes"]["additionalProperties"]
+    assert props["nodes"]["additionalProperties"] == {"$ref": "#/$defs/node"}
+    node = SCHEMA["$defs"]["node"]
     assert _keys(node) == set(authored_kinds()) | set(NODE_COMMON_KEYS)
     assert _keys(node["properties"]["retry"]) == set(RETRY_KEYS)
     assert _keys(props["defaults"]["properties"]["retry"]) == set(RETRY_KEYS)
@@ -165,6 +166,8 @@ def _required_paths(schema: dict[str, Any], doc: Any, prefix: tuple[Any, ...] = 
     out: list[tuple[Any, ...]] = []
     if not isinstance(doc, dict):
         return out
+    if "$ref" in schema:  # the only one: a node ("#/$defs/node")
+        schema = SCHEMA["$defs"][schema["$ref"].rsplit("/", 1)[-1]]
     candidates = [schema, *schema.get("anyOf", [])]
     for s in candidates:
         props = s.get("properties", {})
