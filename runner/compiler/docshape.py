@@ -189,6 +189,8 @@ def _report(sink: Sink, err: ValidationError, prefix: KeyPath) -> None:
         return  # a duration says what is wrong with it (invalid-duration, durations.py)
     if len(path) >= 5 and path[0] == "nodes" and path[3] == "with":
         return  # a step's parameters: checked against its own schema (stepcalls.py)
+    if len(path) == 2 and path[0] in ("secrets", "env"):
+        return  # an entry that is not a variable name is invalid-name (parse.py)
     instance = err.instance
     if err.validator in ("oneOf", "anyOf") and isinstance(instance, dict) and _is_form(path):
         _form(sink, err, path, instance)

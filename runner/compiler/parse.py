@@ -97,9 +97,7 @@ def _env_names(c: Checker, value: Any, key: str) -> tuple[str, ...]:
         return ()  # the shape check said so
     names: list[str] = []
     for i, item in enumerate(value):
-        if not isinstance(item, str):
-            continue
-        if not ENV_NAME_RE.match(item):
+        if not isinstance(item, str) or not ENV_NAME_RE.match(item):
             c.sink.error("invalid-name", f"{key} entry {item!r} must be an environment "
                          "variable name matching [A-Za-z_][A-Za-z0-9_]*", (key, i))
         elif item in names:
