@@ -20,7 +20,7 @@ from jsonschema.exceptions import ValidationError
 
 from .diagnostics import DiagnosticSink, KeyPath
 from .kinddef import DURATION
-from .kinds import authored_kinds
+from .kinds import authored_kinds, table_version
 from .shapes import Sink, leaves, report
 
 _EMPTY = {"cases": "switch cases must not be empty",
@@ -33,8 +33,13 @@ _PARSER_OWNED = frozenset({"pattern", "propertyNames", "const", "enum", "uniqueI
 _OWN_SUBTREES = ("template_budget",)
 
 
-@lru_cache(maxsize=1)
 def _validators() -> tuple[Draft202012Validator, Draft202012Validator, Draft202012Validator]:
+    return _built(table_version())
+
+
+@lru_cache(maxsize=2)
+def _built(_version: int) -> tuple[Draft202012Validator, Draft202012Validator,
+                                   Draft202012Validator]:
     """(the document without its nodes' bodies and edges, one node, one edge): a big
     file's nodes are built one by one as the parser reaches them (yamlio.LazyNodes)
     and checking stops at the problem cap, so each node is checked when it is
@@ -78,7 +83,8 @@ def _checked(sink: DiagnosticSink, which: int, value: Any, at: KeyPath) -> None:
     never string contents: their formats are the parser's), so each shape is validated
     once (a generated 5,000-node file has a handful; jsonschema takes ~0.4 ms a node)."""
     key = _shape_key(value, [_KEY_BUDGET])
-    found = _SHAPES.get((which, key)) if key is not None else None
+    key = (which, table_version(), key) if key is not None else None
+    found = _SHAPES.get(key) if key is not None else None
     if found is None:
         recorder = _Recorder()
         _check(recorder, _validators()[which], value, (*at[:-1], _PLACEHOLDER))
@@ -86,7 +92,7 @@ def _checked(sink: DiagnosticSink, which: int, value: Any, at: KeyPath) -> None:
         if key is not None:
             if len(_SHAPES) >= _SHAPES_KEPT:
                 _SHAPES.clear()
-            _SHAPES[(which, key)] = found
+            _SHAPES[key] = found
     name = str(at[-1])
     for f in found:
         if sink.stopped:

@@ -30,12 +30,26 @@ _ROWS: tuple[KindDef, ...] = BUILTIN_KINDS
 KINDS: dict[str, KindDef] = {k.name: k for k in _ROWS}
 
 
+_version = [0]  # moves when the table changes: what is derived from it is rebuilt
+
+
 def register_kind(kind: KindDef) -> KindDef:
     """Add a kind to the table (before any workflow using it is compiled)."""
     if kind.name in KINDS and KINDS[kind.name] is not kind:
         raise ValueError(f"node kind '{kind.name}' is already registered")
     KINDS[kind.name] = kind
+    _version[0] += 1
     return kind
+
+
+def unregister_kind(name: str) -> None:
+    """Remove a kind added with `register_kind` (tests, plugins unloading)."""
+    if KINDS.pop(name, None) is not None:
+        _version[0] += 1
+
+
+def table_version() -> int:
+    return _version[0]
 
 
 def authored_kinds() -> tuple[str, ...]:
