@@ -13,18 +13,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from runner.canonical import canonical_json
 
 from .budget import DEFAULT_BUDGET, TemplateBudget
 
-NodeKind = Literal[
-    "agent", "decision", "compute", "action", "notify", "checkpoint", "fail",
-    "include_entry", "include_exit",
-]
-AUTHOR_KINDS: tuple[str, ...] = ("agent", "decision", "compute", "action", "notify", "checkpoint",
-                                 "fail")
 DEFAULT_FAIL_CODE = "workflow_failed"
 RESERVED_NODE_IDS = frozenset({"list", "start", "status", "cancel", "pause", "resume", "answer"})
 OUTCOMES: tuple[str, ...] = ("ok", "failed", "timed_out", "cancelled")
@@ -39,9 +33,11 @@ UNSET: Any = "unset"
 
 @dataclass(frozen=True)
 class HookRef:
-    """A Python hook: `module:function` or `./file.py:function` (relative to the YAML)."""
+    """A Python hook: `module:function`, `./file.py:function` (relative to the YAML), or
+    the name of a step registered under the entry-point group `wfrun.steps`."""
 
     ref: str
+    step: str | None = None  # a registered step's name (compiler/stepcalls.py)
     module: str | None = None
     file: str | None = None  # absolute path of a file hook, resolved at compile time
     function: str = ""
@@ -102,9 +98,11 @@ class ActionSpec:
     allow_nonzero_exit: bool = False
     output_cap: int = DEFAULT_OUTPUT_CAP
     parse: str | None = None
+    params: Mapping[str, Any] | None = None  # `with:`, templates rendered natively
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        # `with` only when written, so actions without it keep their digests.
+        return {**({"with": self.params} if self.params is not None else {}),
             "shell": list(self.shell) if isinstance(self.shell, tuple) else self.shell,
             "use_shell": self.use_shell,
             "call": self.call.to_json() if self.call else None,
@@ -173,6 +171,12 @@ class IncludeExitSpec:
         return {"mount": self.mount, "exit": self.exit, "from": self.source}
 
 
+class Spec(Protocol):
+    """A node's parsed body (each kind has its own, `compiler/kinds.py`)."""
+
+    def to_json(self) -> dict[str, Any]: ...
+
+
 @dataclass(frozen=True)
 class CacheSpec:
     """`cache: {ttl, key}`: reuse an earlier ok result of the node (issue 39). `key`: a
@@ -185,14 +189,10 @@ class CacheSpec:
         return {"ttl": self.ttl, "key": self.key}
 
 
-Spec = (AgentSpec | ComputeSpec | ActionSpec | NotifySpec | CheckpointSpec | FailSpec
-        | IncludeEntrySpec | IncludeExitSpec)
-
-
 @dataclass(frozen=True)
 class Node:
     id: str  # qualified id, unique in the flattened graph
-    kind: NodeKind
+    kind: str  # a name in the node-kind table (compiler/kinds.py)
     spec: Spec
     scope: str = ""  # mount path of the workflow the node was written in ("" = root)
     local_id: str = ""  # the id as written in its own file

@@ -1,8 +1,9 @@
 """The published JSON Schema of the workflow YAML format (`wfrun schema`).
 
 Editors use it to complete and check files (`# yaml-language-server: $schema=...`).
-It is built from the compiler's own key tables, and a test checks that every
-valid fixture passes it and every shape mistake fails it.
+It is built from the compiler's own key tables and the node-kind table
+(`kinds.py`), and a test checks that every valid fixture passes it and every
+shape mistake fails it.
 """
 
 from __future__ import annotations
@@ -10,46 +11,34 @@ from __future__ import annotations
 from typing import Any
 
 from .budget import BUDGET_KEYS, CEILING
+from .kinddef import DURATION, ID_PATTERN, JSON_SCHEMA, TEMPLATE
+from .kinds import KINDS
 from .model import OUTCOMES
-from .parse import (
-    CACHE_KEYS,
-    DEFAULTS_KEYS,
-    EDGE_KEYS,
-    EXIT_KEYS,
-    INCLUDE_KEYS,
-    KIND_KEYS,
-    NODE_COMMON_KEYS,
-    RETRY_KEYS,
-    SWITCH_KEYS,
-    TOP_KEYS,
-)
 
 SCHEMA_ID = "https://wfrun.dev/schema/workflow-v1.json"
-ID_PATTERN = "^[A-Za-z_][A-Za-z0-9_-]*$"
-DURATION = {
-    "description": "A duration like 30s, 15m, 2h or 1h30m; null for no deadline.",
-    "anyOf": [
-        {"type": "string", "pattern": r"^\s*(\d+(\.\d+)?(ms|s|m|h|d)\s*)+$"},
-        {"type": "number", "exclusiveMinimum": 0},
-        {"type": "null"},
-    ],
-}
-TEMPLATE = {"type": "string", "description": "A sandboxed Jinja2 template."}
-HOOK = {
-    "type": "string",
-    "description": "A Python hook: 'package.module:function' or './file.py:function'.",
-    "pattern": r"^(\.{1,2}/[^:]+\.py|[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*)"
-               r":[A-Za-z_]\w*$",
-}
-JSON_SCHEMA = {"type": "object", "description": "A JSON Schema (draft 2020-12)."}
-SCALAR = {"type": ["string", "number", "integer", "boolean", "null"]}
+# One node (any kind): a kind whose body holds nodes (a branch, a map's item) refers
+# to it as {"$ref": NODE_REF}.
+NODE_REF = "#/$defs/node"
+# The format's keys outside nodes (a node's body keys are its kind's: kinds.py).
+TOP_KEYS = ("version", "name", "title", "description", "input", "start", "nodes", "edges",
+            "includes", "exits", "max_steps", "presentation", "defaults", "secrets", "env",
+            "template_budget")
+DEFAULTS_KEYS = ("timeout", "retry")
+NODE_COMMON_KEYS = ("timeout", "retry", "description", "cache")
+CACHE_KEYS = ("ttl", "key")
+RETRY_KEYS = ("attempts", "backoff", "max_delay")
+EDGE_KEYS = ("from", "to", "switch")
+SWITCH_KEYS = ("on", "cases", "default")
+INCLUDE_KEYS = ("workflow", "input")
+EXIT_KEYS = ("from",)
 
 
 def _obj(props: dict[str, Any], keys: tuple[str, ...], required: tuple[str, ...] = (),
          description: str | None = None) -> dict[str, Any]:
     assert set(props) == set(keys), (set(props) ^ set(keys))
+    # In the table's order: 'expected one of' hints list the keys as the docs do.
     out: dict[str, Any] = {"type": "object", "additionalProperties": False,
-                           "properties": props}
+                           "properties": {k: props[k] for k in keys}}
     if required:
         out["required"] = list(required)
     if description:
@@ -60,56 +49,13 @@ def _obj(props: dict[str, Any], keys: tuple[str, ...], required: tuple[str, ...]
 def workflow_schema() -> dict[str, Any]:
     retry = _obj({"attempts": {"type": "integer", "minimum": 1, "maximum": 100},
                   "backoff": DURATION, "max_delay": DURATION}, RETRY_KEYS, ("attempts",))
-    kinds: dict[str, Any] = {
-        "agent": {"anyOf": [TEMPLATE, _obj(
-            {"prompt": TEMPLATE, "output": JSON_SCHEMA,
-             "reminders": {"type": "integer", "minimum": 0, "maximum": 10}},
-            KIND_KEYS["agent"], ("prompt",),
-            "An agent step: the prompt goes to the agent, which submits JSON output.")]},
-        "decision": _obj(
-            {"question": TEMPLATE,
-             "choices": {"anyOf": [
-                 {"type": "array", "minItems": 1, "items": SCALAR},
-                 {"type": "object", "minProperties": 1,
-                  "additionalProperties": {"type": "string", "pattern": ID_PATTERN}}]},
-             "field": {"type": "string", "pattern": ID_PATTERN},
-             "reminders": {"type": "integer", "minimum": 0, "maximum": 10}},
-            KIND_KEYS["decision"], ("question", "choices"),
-            "An agent step that picks one of `choices`; a mapping builds the switch."),
-        "compute": {"anyOf": [TEMPLATE, {
-            "type": "object", "additionalProperties": False,
-            "properties": {"expr": {}, "call": HOOK},
-            "minProperties": 1, "maxProperties": 1}]},
-        "action": {**_obj(
-            {"shell": {"anyOf": [{"type": "array", "minItems": 1, "items": SCALAR},
-                                 {"type": "string"}]},
-             "use_shell": {"type": "boolean"},
-             "call": HOOK,
-             "cwd": TEMPLATE,
-             "env": {"type": "object", "additionalProperties": SCALAR},
-             "stdin": TEMPLATE,
-             "allow_nonzero_exit": {"type": "boolean"},
-             "output_cap": {"type": "integer", "minimum": 1},
-             "parse": TEMPLATE},
-            KIND_KEYS["action"], (),
-            "A side effect: `shell` (argv list) or `call` (Python hook)."),
-            "oneOf": [{"required": ["shell"]}, {"required": ["call"]}]},
-        "notify": {"anyOf": [TEMPLATE, _obj(
-            {"kind": {"enum": ["progress", "final"]}, "message": TEMPLATE,
-             "channels": {"type": "array", "uniqueItems": True,
-                          "items": {"type": "string", "pattern": ID_PATTERN}}},
-            KIND_KEYS["notify"], ("message",))]},
-        "checkpoint": {"anyOf": [{"type": "null"}, TEMPLATE,
-                                 _obj({"summary": TEMPLATE}, KIND_KEYS["checkpoint"])]},
-        "fail": {"anyOf": [TEMPLATE, _obj(
-            {"message": TEMPLATE, "code": {"type": "string",
-                                           "pattern": "^[A-Za-z][A-Za-z0-9_]{0,63}$"}},
-            KIND_KEYS["fail"], ("message",),
-            "Ends the run failed on purpose (exit 1) with this message and code.")]},
-    }
+    # Every authored kind's body schema, from the node-kind table (compiler/kinds.py).
+    kinds: dict[str, Any] = {k.name: dict(k.schema) for k in KINDS.values() if k.authored}
     ttl = {"description": "How long a kept result is reused, like 1h or 7d.",
            "anyOf": [d for d in DURATION["anyOf"] if d != {"type": "null"}]}
-    cache = {"anyOf": [ttl, _obj(
+    # The ttl's forms side by side with the mapping (not a nested anyOf): a mapping
+    # then fits one branch only, and its mistakes are said (shapes.leaves).
+    cache = {"anyOf": [*ttl["anyOf"], _obj(
         {"ttl": ttl, "key": TEMPLATE}, CACHE_KEYS, ("ttl",),
         "Reuse an earlier ok result of this node for `ttl` (key: the node's digest and "
         "its rendered prompt, argv or input, or the `key` template).")]}
@@ -146,13 +92,14 @@ def workflow_schema() -> dict[str, Any]:
         "input": JSON_SCHEMA,
         "start": {"type": "string", "description": "The first node or include mount."},
         "nodes": {"type": "object", "minProperties": 1,
-                  "propertyNames": {"pattern": ID_PATTERN}, "additionalProperties": node},
+                  "propertyNames": {"pattern": ID_PATTERN},
+                  "additionalProperties": {"$ref": NODE_REF}},
         "edges": {"type": "array", "items": edge},
         "includes": {"type": "object", "propertyNames": {"pattern": ID_PATTERN},
                      "additionalProperties": include},
         "exits": {"type": "object", "propertyNames": {"pattern": ID_PATTERN},
                   "additionalProperties": exit_},
-        "max_steps": {"type": "integer", "minimum": 1},
+        "max_steps": {"type": "integer", "minimum": 1, "maximum": 1_000_000},
         "presentation": TEMPLATE,
         "secrets": {"type": "array", "uniqueItems": True,
                     "items": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
@@ -170,4 +117,4 @@ def workflow_schema() -> dict[str, Any]:
                             "hard ceiling."),
     }, TOP_KEYS, ("start", "nodes"), "A wfrun workflow (format version 1).")
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": SCHEMA_ID,
-            "title": "wfrun workflow", **top}
+            "title": "wfrun workflow", **top, "$defs": {"node": node}}

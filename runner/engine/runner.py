@@ -19,17 +19,19 @@ from runner.clock import Clock, iso
 from runner.compiler import Node, WorkflowDefinition
 from runner.compiler.budget import Scope
 from runner.compiler.budget import scoped as scoped_budget
+from runner.compiler.kinds import ends
 from runner.compiler.templates import TemplateError, render_native
 from runner.safety import bound, mask_values, redact
 
-from .agent import AgentStep, AgentStepExecutor, TurnKind
+from .agent import AgentStepExecutor
 from .artifacts import externalize, has_artifacts, internalize
 from .cache import StepCache, cache_key
 from .context import ScopedValues
 from .control import PAUSED, RunControl
 from .dbbundle import DatabaseBundle
 from .livelog import LiveLog
-from .nodes import NodeResult, execute, new_attempt_id, pure
+from .nodecontext import NodeContext, NodeResult
+from .nodes import execute, new_attempt_id, pure
 from .processes import ProcessRegistry
 from .routing import route
 from .rows import LaunchStep
@@ -220,13 +222,6 @@ class RunDriver:
         self.emit("agent_prompt_sent", {"kind": kind, "prompt": prompt}, node=node,
                   attempt=attempt)
 
-    def turn(self, step: AgentStep, message: str, kind: TurnKind) -> None:
-        assert self.executor is not None
-        try:
-            self.executor.run_turn(step, message, kind)
-        except Exception as exc:  # an executor bug ends the turn, never the run loop
-            step.rejections.append(f"executor error: {type(exc).__name__}")
-
     def record_log(self, node: str, attempt: str, stdout: str, stderr: str,
                    stdout_cut: bool = False, stderr_cut: bool = False,
                    exit_code: int | None = None) -> None:
@@ -273,6 +268,17 @@ class RunDriver:
                                     channels)
 
     # -- context -----------------------------------------------------------------
+    def node_context(self, node: Node, attempt: str, deadline: float | None) -> NodeContext:
+        """What one attempt is given (nodecontext.py): never the driver itself."""
+        recorder = _StepRecorder(self, node.id, attempt)
+        return NodeContext(
+            run_id=self.run_id, workflow=self.definition.name, node=node, attempt=attempt,
+            deadline=deadline, values=self.context(node.scope),
+            visit=self.state.visits.get(node.id, 1), resuming=self.resuming_node == node.id,
+            control=self.control, clock=self.clock, secrets=self.secrets, logs=recorder,
+            updates=recorder, executor=self.executor, work_dir=self.work_dir,
+            processes=self.processes)
+
     def template_scope(self, deadline: float | None) -> scoped_budget:
         """Renders inside get the workflow's budget, the node's deadline, and stop when
         the run is cancelled or parked (compiler/budget.py)."""
@@ -342,9 +348,10 @@ class RunDriver:
                 return self.park()
             if result.outcome == "cancelled":
                 return self.finish("cancelled", error=result.error)
-            if node.kind == "fail":
+            end = ends(node.kind)  # the node-kind table: checkpoint waits, fail fails
+            if end == "fail":
                 return self.finish("failed", error={**(result.error or {}), "node": node.id})
-            if node.kind == "checkpoint" and result.outcome == "ok":
+            if end == "wait" and result.outcome == "ok":
                 return self.wait(node.id, result.output)
             nxt = self.next_after(node.id, result.outcome, result.output, result.error,
                                   result.extra)
@@ -445,11 +452,10 @@ class RunDriver:
                                        "counts_step": not resumed, "resumed": resumed},
                       node=node.id, attempt=attempt)
             with self.template_scope(deadline):
-                ctx = self.context(node.scope)
                 cached = None
                 if node.cache is not None and self.cache is not None and k == 0:
-                    cache_as, cached = self._from_cache(node, ctx)
-                result = cached or execute(self, node, attempt, deadline, ctx)
+                    cache_as, cached = self._from_cache(node, self.context(node.scope))
+                result = cached or execute(self.node_context(node, attempt, deadline))
             if cached is not None and "cached_from" in cached.extra:
                 # `wfrun logs` says the node's result came from the cache: nothing ran.
                 self.emit("node_log", {"stdout": "", "stderr": "", "stdout_truncated": False,
@@ -572,3 +578,32 @@ class RunDriver:
         return RunOutcome(self.run_id, st.status, False, self.live(st.final_output), st.error,
                           st)
 
+
+
+class _StepRecorder:
+    """One attempt's logs and updates (nodecontext.StepLogs, StepUpdates), recorded
+    through the driver's `emit`: the node gets these, not the driver."""
+
+    __slots__ = ("_attempt", "_driver", "_node")
+
+    def __init__(self, driver: RunDriver, node: str, attempt: str) -> None:
+        self._driver, self._node, self._attempt = driver, node, attempt
+
+    def record(self, stdout: str, stderr: str, stdout_cut: bool = False,
+               stderr_cut: bool = False, exit_code: int | None = None) -> None:
+        self._driver.record_log(self._node, self._attempt, stdout, stderr, stdout_cut,
+                                stderr_cut, exit_code)
+
+    def live(self, extra: tuple[str, ...], cap_chars: int) -> LiveLog:
+        return self._driver.live_log(self._node, self._attempt, extra, cap_chars)
+
+    def publish(self, kind: str, key: str, data: Any) -> None:
+        self._driver.publish_update(kind, key, data)
+
+    def notify(self, notification_id: str, kind: str, message: str,
+               channels: tuple[str, ...] = ()) -> None:
+        self._driver.notify(self._node, self._attempt, notification_id, kind, message,
+                            channels)
+
+    def prompt_sent(self, kind: str, prompt: str) -> None:
+        self._driver.prompt_sent(self._node, self._attempt, kind, prompt)

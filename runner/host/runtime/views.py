@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runner.clock import Clock, SystemClock
-from runner.engine import RunReader, fold
+from runner.engine import RunReader, fold, fold_attempts
 from runner.errors import InputError, OperationFailed, WfrunError
 
 from .logs import failure_summary
@@ -166,26 +166,11 @@ def show_run(runs: Path | RunReader, run_id: str) -> dict[str, Any]:
     manifest = reader.manifest(run_id)  # InputError, NotFoundError, OperationFailed
     trace = reader.read_trace(run_id)
     state = fold(run_id, trace.events)
-    timeline: list[dict[str, Any]] = []
-    open_nodes: dict[str, dict[str, Any]] = {}
-    for event in trace.events:
-        kind, node, p = event["type"], event.get("node"), event.get("payload") or {}
-        if kind == "node_started" and node:
-            entry = {"node": node, "attempt": event.get("attempt"), "kind": p.get("kind"),
-                     "started_at": event.get("at"), "finished_at": None, "outcome": None,
-                     "duration_ms": None, "error": None, "cached_from": None}
-            open_nodes[node] = entry
-            timeline.append(entry)
-        elif kind in ("node_finished", "node_failed") and node and node in open_nodes:
-            entry = open_nodes.pop(node)
-            entry.update({"finished_at": event.get("at"), "outcome": p.get("outcome"),
-                          "duration_ms": p.get("duration_ms"), "error": p.get("error"),
-                          "cached_from": (p.get("cached_from") or {}).get("run_id")})
-        elif kind in ("include_entered", "include_exited"):
-            timeline.append({"node": node, "kind": kind, "started_at": event.get("at"),
-                             "finished_at": event.get("at"), "outcome": "ok",
-                             "attempt": None, "duration_ms": 0, "error": None,
-                             "cached_from": None})
+    timeline: list[dict[str, Any]] = [
+        {"node": a.node, "attempt": a.attempt, "kind": a.kind,
+         "started_at": a.started_at, "finished_at": a.finished_at,
+         "outcome": a.outcome if a.ended else None, "duration_ms": a.duration_ms,
+         "error": a.error, "cached_from": a.cached_from} for a in fold_attempts(trace.events)]
     if state.rerun:
         # A rerun: the nodes it reused ran in the run it reran; shown first, marked.
         reused = [_reused_entry(node, state.results.get(node) or {})
