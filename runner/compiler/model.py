@@ -18,6 +18,7 @@ from typing import Any, Literal
 from runner.canonical import canonical_json
 
 from .budget import DEFAULT_BUDGET, TemplateBudget
+from .triggers import TriggerSpec
 
 NodeKind = Literal[
     "agent", "decision", "compute", "action", "notify", "checkpoint", "fail",
@@ -252,6 +253,8 @@ class WorkflowDefinition:
     secrets: tuple[str, ...] = ()  # names of secrets resolved at activation (never stored)
     env: tuple[str, ...] = ()  # environment variables templates may read as env.NAME
     template_budget: TemplateBudget = DEFAULT_BUDGET  # per render (compiler/budget.py)
+    # When runs start (compiler/triggers.py): not in the snapshot nor the digest.
+    triggers: tuple[TriggerSpec, ...] = ()
     source: Source | None = None
     sources: tuple[Source, ...] = ()  # every file that went into it (YAML, hooks, children)
     digest: str = ""

@@ -39,10 +39,11 @@ from .model import (
 from .sources import sha256_hex
 from .template_checks import shell_code_items, shell_quoting_problems
 from .templates import check_budget, check_syntax
+from .triggers import TriggerSpec, parse_triggers
 
 TOP_KEYS = ("version", "name", "title", "description", "input", "start", "nodes", "edges",
             "includes", "exits", "max_steps", "presentation", "defaults", "secrets", "env",
-            "template_budget")
+            "template_budget", "triggers")
 # `secrets:` and `env:` name environment variables (DESIGN §9, runner/engine/secrets.py).
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DEFAULTS_KEYS = ("timeout", "retry")
@@ -120,6 +121,7 @@ class RawWorkflow:
     env: tuple[str, ...] = ()
     hooks: list[HookRef] = field(default_factory=list)
     template_budget: TemplateBudget = DEFAULT_BUDGET
+    triggers: tuple[TriggerSpec, ...] = ()
     # (key path, text) of every template, for the reference checks (references.py).
     templates: list[tuple[KeyPath, str]] = field(default_factory=list)
     # Every node id written in the file, including nodes that failed their own checks,
@@ -378,6 +380,8 @@ def parse_workflow(data: Any, name: str, path: Path, sink: DiagnosticSink) -> Ra
             if "retry" in d:
                 default_retry = _retry(c, d["retry"], ("defaults", "retry")) or default_retry
 
+    if "triggers" in data:
+        wf.triggers = parse_triggers(data["triggers"], sink)
     if "includes" in data:
         _includes(c, wf, data["includes"])
     if "nodes" in data:

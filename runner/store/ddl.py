@@ -17,6 +17,7 @@ from runner.store.states import (
     CONTROLLER_ERROR_MAX_BYTES,
     EFFECT_STATES,
     ERROR_MESSAGE_MAX_BYTES,
+    FIRING_OUTCOMES,
     INPUT_STATUSES,
     LAUNCH_ENDINGS,
     LAUNCH_ERROR_CODES,
@@ -38,6 +39,12 @@ def index_ddl(name: str) -> str:
         if re.match(rf"CREATE (UNIQUE )?INDEX {name}\b", statement):
             return statement
     raise KeyError(name)
+
+
+def table_ddl(name: str) -> list[str]:
+    """The statements that create table `name` and its indexes."""
+    return [s for s in DDL if re.match(rf"CREATE TABLE {name} \(", s)
+            or re.match(rf"CREATE (UNIQUE )?INDEX \w+\s+ON {name} ", s)]
 
 
 def sql_in(values: Iterable[str]) -> str:
@@ -252,4 +259,36 @@ DDL: tuple[str, ...] = (
 )""",
     """CREATE INDEX controller_events_by_resource
     ON controller_events (controller, resource_key, seq DESC)""",
+    # Triggers (DESIGN §10): one row per firing; the primary key is the idempotency key
+    # (workflow, trigger, slot | delivery | file batch), so every host that sees a slot
+    # tries the same insert and exactly one wins. Added within v1 (layout.ADDED_TABLES).
+    f"""CREATE TABLE trigger_firings (
+    workflow TEXT NOT NULL,
+    trigger_name TEXT NOT NULL,
+    firing_key TEXT NOT NULL,
+    slot_at INTEGER,
+    outcome TEXT NOT NULL CHECK (outcome IN {sql_in(FIRING_OUTCOMES)}),
+    run_id TEXT,
+    reason TEXT CHECK (reason IS NULL
+        OR length(CAST(reason AS BLOB)) <= {CONTROLLER_ERROR_MAX_BYTES}),
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    PRIMARY KEY (workflow, trigger_name, firing_key)
+)""",
+    """CREATE INDEX trigger_firings_by_slot
+    ON trigger_firings (workflow, trigger_name, slot_at)""",
+    """CREATE INDEX trigger_firings_pending
+    ON trigger_firings (workflow, trigger_name, slot_at) WHERE outcome = 'pending'""",
+    """CREATE UNIQUE INDEX trigger_firings_by_run
+    ON trigger_firings (run_id) WHERE run_id IS NOT NULL""",
+    # Per trigger: paused or not, and the slot time up to which it was evaluated (the
+    # catch-up after an outage starts there).
+    """CREATE TABLE trigger_states (
+    workflow TEXT NOT NULL,
+    trigger_name TEXT NOT NULL,
+    paused INTEGER NOT NULL CHECK (paused IN (0, 1)),
+    cursor_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    PRIMARY KEY (workflow, trigger_name)
+)""",
 )

@@ -13,7 +13,10 @@ The conformance suite in `tests/integration/store/` runs against this interface.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from runner.store.domain.triggers import TriggerLedger
 
 from runner.store.records import (
     LaunchRecord,
@@ -368,6 +371,9 @@ class Store(Protocol):
 
     @property
     def run_events(self) -> RunEvents: ...
+
+    @property
+    def triggers(self) -> TriggerLedger: ...
 
     def now_ms(self) -> int:
         """The store's clock, in integer milliseconds."""

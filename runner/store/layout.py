@@ -18,6 +18,10 @@ ADDED_INDEXES: frozenset[str] = frozenset({"workflow_run_queue_ready",
                                            "workflow_run_queue_ready_affinity",
                                            "workflow_run_queue_ended"})
 
+#: Tables added to v1 (triggers, issue 38): like ADDED_INDEXES, a writing open creates
+#: a missing one with its indexes; a store made before them opens as it is.
+ADDED_TABLES: frozenset[str] = frozenset({"trigger_firings", "trigger_states"})
+
 TABLE_COLUMNS: Mapping[str, tuple[str, ...]] = {
     "schema_info": ("singleton", "schema_id", "created_at"),
     "workflow_run_queue": (
@@ -145,6 +149,24 @@ TABLE_COLUMNS: Mapping[str, tuple[str, ...]] = {
         "type",
         "reconcile_id",
         "payload_json",
+    ),
+    "trigger_firings": (
+        "workflow",
+        "trigger_name",
+        "firing_key",
+        "slot_at",
+        "outcome",
+        "run_id",
+        "reason",
+        "created_at",
+        "updated_at",
+    ),
+    "trigger_states": (
+        "workflow",
+        "trigger_name",
+        "paused",
+        "cursor_at",
+        "updated_at",
     ),
 }
 

@@ -189,3 +189,7 @@ def recovery_transitions(outcome: RecoveryOutcome) -> list[tuple[LaunchStatus, L
     """The consecutive transitions a recovery outcome walks through."""
     path = RECOVERY_PATHS[outcome]
     return list(itertools.pairwise(path))
+
+#: What became of a trigger's firing (DESIGN §10, store/domain/triggers.py): `pending`
+#: is claimed and not yet queued (or waiting for the run before it: `overlap: queue`).
+FIRING_OUTCOMES: tuple[str, ...] = ("pending", "launched", "skipped", "missed", "failed")

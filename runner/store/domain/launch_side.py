@@ -14,10 +14,12 @@ from runner.store.domain.intents import TurnIntents
 from runner.store.domain.launches import LaunchQueue
 from runner.store.domain.notifications import Notifications
 from runner.store.domain.retention import Retention
+from runner.store.domain.triggers import TriggerLedger
 
 
 class LaunchSide:
-    """`launches`, `turn_intents`, `notifications`, `run_events` and `retention`.
+    """`launches`, `turn_intents`, `notifications`, `run_events`, `retention` and
+    `triggers`.
     `overrides` are the backend's named queries per domain module (`"events"`,
     `"launches"`, `"pages"`, `"intents"`, `"notifications"`)."""
 
@@ -29,6 +31,7 @@ class LaunchSide:
         self._turn_intents = TurnIntents(connector, mine.get("intents"))
         self._notifications = Notifications(connector, mine.get("notifications"))
         self._retention = Retention(connector)
+        self._triggers = TriggerLedger(connector)
 
     @property
     def launches(self) -> LaunchQueue:
@@ -50,3 +53,8 @@ class LaunchSide:
     def retention(self) -> Retention:
         """Forgetting pruned runs and trimming history (`wfrun prune`)."""
         return self._retention
+
+    @property
+    def triggers(self) -> TriggerLedger:
+        """Trigger states and firings (DESIGN §10)."""
+        return self._triggers

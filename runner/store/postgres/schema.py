@@ -34,10 +34,11 @@ from dataclasses import dataclass
 import psycopg
 
 from runner.store.ddl import DDL as SQLITE_DDL
-from runner.store.ddl import index_ddl
+from runner.store.ddl import index_ddl, table_ddl
 from runner.store.errors import IncompatibleLayout
 from runner.store.layout import (
     ADDED_INDEXES,
+    ADDED_TABLES,
     SCHEMA_ID,
     TABLE_COLUMNS,
     TABLES,
@@ -157,10 +158,13 @@ def layout_drift(conn: Conn) -> str | None:
     """One phrase naming the first way the store differs from the contract."""
     actual = read_layout(conn)
     expected = expected_layout(conn)
-    missing = [t for t in ALL_TABLES if t not in actual.tables]
+    # A table added to v1 may be missing (made by open_schema), with its indexes.
+    absent = ADDED_TABLES - set(actual.tables)
+    tables = [t for t in ALL_TABLES if t not in absent]
+    missing = [t for t in tables if t not in actual.tables]
     if missing:
         return "missing table(s) " + ", ".join(missing)
-    for table in ALL_TABLES:
+    for table in tables:
         names = tuple(str(c[0]) for c in actual.columns[table])
         drift = describe_column_drift(table, ALL_COLUMNS[table], names)
         if drift:
@@ -171,7 +175,7 @@ def layout_drift(conn: Conn) -> str | None:
             return f"table {table}: constraints differ from the state contract"
     for name, definition in expected.indexes.items():
         if name not in actual.indexes:
-            if name in ADDED_INDEXES:
+            if name in ADDED_INDEXES or any(name.startswith(f"{t}_") for t in absent):
                 continue  # made by open_schema (add_missing_indexes)
             return f"missing index {name}"
         if actual.indexes[name] != definition:
@@ -271,7 +275,11 @@ def open_schema(db: PostgresDatabase) -> None:
 def add_missing_indexes(conn: Conn) -> None:
     """Create the indexes added to v1 that a store made before them lacks (under the
     open's advisory lock and in its transaction)."""
-    present = set(read_layout(conn).indexes)
+    layout = read_layout(conn)
+    for table in sorted(ADDED_TABLES - set(layout.tables)):
+        for statement in table_ddl(table):
+            conn.execute(_postgres(statement))  # fixed contract text
+    present = set(layout.indexes)
     for name in sorted(ADDED_INDEXES - present):
         conn.execute(_postgres(index_ddl(name)))  # fixed contract text
 
