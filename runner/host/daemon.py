@@ -51,6 +51,7 @@ from runner.store.wakeups import launch_wakeups
 from .runtime.errors import translate
 from .runtime.launches import runner_id
 from .runtime.local import Workspace
+from .runtime.triggers import HostTriggers
 from .runtime.watch import Drift, Sourced, SourceWatch
 from .workers import (
     EXIT_GRACE,
@@ -310,6 +311,9 @@ class StandaloneHost:
         self._groups: dict[str, SourceGroup] = {}  # the watched groups, by key
         self._claim_error_logged: str | None = None
         self.listener: LaunchListener | None = None  # while running, if the store has notices
+        # The project's `triggers:` (runtime/triggers.py): the host runs them, its
+        # worker processes do not; `--once` fires none.
+        self.triggers: HostTriggers | None = None
 
     # -- lifecycle -------------------------------------------------------------------
     def run(self, *, once: bool = False,
@@ -328,6 +332,8 @@ class StandaloneHost:
                 self.pool.start_reading()
             if self.manager is not None and not once:
                 self.manager.start()
+            if not once:
+                self.triggers = HostTriggers(self.ws, self.store, self.coordinator)
             self.watch.start()
             try:
                 self.work(once)
@@ -370,6 +376,8 @@ class StandaloneHost:
     def _loop(self, once: bool) -> None:
         while not self.stop_event.is_set():
             self._wake.clear()  # before claiming: a run ending from here on wakes the wait
+            # Due slots first: a slot's run is claimed in this same pass.
+            next_slot = self.triggers.tick() if self.triggers is not None else None
             claimed = self._claim_ready()
             if not once:  # --once ends with the error line itself
                 self._report_claim_error()
@@ -388,7 +396,8 @@ class StandaloneHost:
             # A refused claim (the database restarting) is retried soon: the notice
             # that it is back may have come before the claim that failed.
             refused = self.coordinator.claim_error is not None
-            self._wake.wait(min(self.poll, CLAIM_RETRY) if refused else self.poll)
+            wait = min(self.poll, CLAIM_RETRY) if refused else self.poll
+            self._wake.wait(wait if next_slot is None else min(wait, next_slot))
             self.idle.clear()
 
     def _claim_ready(self) -> int:

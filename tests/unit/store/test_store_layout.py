@@ -29,6 +29,9 @@ DESIGN_TABLES = {
     "effects",
     "workflow_requests",
     "controller_events",
+    # DESIGN §10 (triggers), added within v1 (layout.ADDED_TABLES).
+    "trigger_firings",
+    "trigger_states",
 }
 
 

@@ -1,0 +1,111 @@
+"""`triggers:` run by a real `wfrun host` process (DESIGN §10): `every: 1s` with
+`overlap: skip` never overlaps, and `missed: last` after a SIGKILLed host fires one
+catch-up. Times come from a shared clock file where the test moves time."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import UTC, datetime
+from pathlib import Path
+
+from standalonekit import Project, wait_for
+
+from runner.clock import CLOCK_FILE_ENV, FileClock
+from runner.launch.triggers import slot_key
+from runner.store import SqliteStore
+from runner.store.domain.triggers import Firing
+
+SLOW = """\
+triggers:
+  tick: {every: 1s, overlap: skip}
+start: work
+nodes:
+  work: {action: {shell: [sleep, "1.5"]}}
+"""
+
+HOURLY = """\
+triggers:
+  hourly: {cron: "0 * * * *", missed: last, overlap: allow, input: {slot: "{{ trigger.slot }}"}}
+input:
+  type: object
+  properties: {slot: {type: string}}
+start: work
+nodes:
+  work: {action: {shell: [echo, "{{ input.slot }}"]}}
+"""
+
+
+def _firings(project: Project, workflow: str, trigger: str) -> list[Firing]:
+    store = project.store()
+    try:
+        return store.triggers.firings(workflow, trigger, limit=10_000)
+    finally:
+        store.close()
+
+
+def _launched(project: Project, workflow: str, trigger: str) -> list[Firing]:
+    return sorted((f for f in _firings(project, workflow, trigger) if f.outcome == "launched"),
+                  key=lambda f: f.slot_at or 0)
+
+
+def test_every_second_with_overlap_skip_never_overlaps(project: Project) -> None:
+    project.workflow("slow", SLOW)
+    host = project.host("--max-runs", "4")
+    project.wait_host_ready(host)
+    wait_for("three runs of the 1 s trigger to end", lambda: sum(
+        project.launch_status(f.run_id) == "done"
+        for f in _launched(project, "slow", "tick") if f.run_id) >= 3, timeout=120)
+    host.terminate()
+    host.wait(timeout=30)
+    launched = _launched(project, "slow", "tick")
+    skipped = [f for f in _firings(project, "slow", "tick") if f.outcome == "skipped"]
+    assert skipped, "a 1.5 s run under a 1 s trigger must skip slots"
+    assert all(f.reason and "overlap: skip" in f.reason for f in skipped)
+    records = [project.launch(f.run_id) for f in launched if f.run_id]
+    for earlier, later in itertools.pairwise(records):
+        # Each run was queued only after the one before it had ended.
+        assert earlier.finished_at is not None
+        assert later.created_at >= earlier.finished_at, (earlier, later)
+
+
+def test_missed_last_after_a_killed_host_fires_one_catch_up(project: Project,
+                                                            tmp_path: Path) -> None:
+    project.workflow("hourly", HOURLY)
+    start = datetime(2030, 1, 1, 10, 30, tzinfo=UTC).timestamp()
+    clock = FileClock.create(tmp_path / "clock", start)
+    env = {CLOCK_FILE_ENV: clock.path}
+    host = project.host(**env)
+    project.wait_host_ready(host)
+    wait_for("the host to see the trigger", lambda: _state(project) is not None)
+    clock.set(start + 30 * 60 + 5)  # 11:00:05
+    wait_for("the 11:00 run to end", lambda: [
+        project.launch_status(f.run_id) for f in _launched(project, "hourly", "hourly")
+        if f.run_id] == ["done"])
+    host.kill()  # SIGKILL: no parking, no goodbye
+    host.wait(timeout=30)
+
+    back = start + 3 * 86_400 + 50 * 60  # three days on, at 11:20
+    clock.set(back)
+    again = project.host(**env)
+    project.wait_host_ready(again)
+    newest = datetime(2030, 1, 4, 11, tzinfo=UTC).timestamp()
+    wait_for("the outage to be evaluated", lambda: (_state(project) or 0) >= newest * 1000)
+    wait_for("the catch-up run to end", lambda: all(
+        project.launch_status(f.run_id) == "done"
+        for f in _launched(project, "hourly", "hourly") if f.run_id))
+    launched = _launched(project, "hourly", "hourly")
+    assert [f.key for f in launched] == [slot_key(start + 1800), slot_key(newest)]
+    trace = (project.root / ".wfrun" / "runs" / (launched[1].run_id or "") / "trace.jsonl")
+    assert f'"input":{{"slot":"{slot_key(newest)}"}}' in trace.read_text()  # its own slot
+    missed = [f for f in _firings(project, "hourly", "hourly") if f.outcome == "missed"]
+    assert len([f for f in missed if not f.key.startswith("gap:")]) == 23
+    assert next(f.reason for f in missed if f.key.startswith("gap:")).startswith("48 slot(s)")
+
+
+def _state(project: Project) -> int | None:
+    store: SqliteStore = project.store()
+    try:
+        state = store.triggers.state("hourly", "hourly")
+    finally:
+        store.close()
+    return None if state is None else state.cursor_at
