@@ -70,6 +70,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                           "here)."),
     "status": ("launches", "Launch and run state; works before a run bundle exists."),
     "store": ("launches", "Inspect or reset the project's durable store."),
+    "triggers": ("triggers", "List the project's triggers: schedule, policy, last and next "
+                             "firing, skipped slots."),
     "ui": ("ui", "Serve a read-only web view: runs, live run graphs, the queue, workflows "
                  "and controller resources."),
     "validate": ("definitions", "Validate workflows (all of them when no name is given)."),

@@ -33,7 +33,7 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from runner.clock import compact_utc
@@ -69,10 +69,8 @@ class Scheduled:
     spec: TriggerSpec
 
 
-class Launcher(Protocol):
-    def __call__(self, workflow: str, run_input: Any, run_id: str) -> None:
-        """Queue run `run_id` of `workflow`; raises WfrunError when it is refused."""
-        ...
+#: Queue run `run_id` of `workflow` with this input; raises WfrunError when refused.
+Launcher = Callable[[str, Any, str], None]
 
 
 def slot_key(slot: float) -> str:
@@ -230,21 +228,52 @@ class TriggerLoop:
         self._start(item, key, run_id, slot, {})
         return run_id
 
+    def backfill(self, item: Scheduled, start: float, end: float,
+                 limit: int = MAX_CATCH_UP) -> list[tuple[str, str | None, str]]:
+        """Queue a run for every slot in [start, end] that has none (a missed, skipped
+        or failed slot included), whatever the overlap policy; (slot key, run id,
+        what happened) per slot. Raises ValueError past `limit` slots."""
+        slots = slots_after(item.spec, start - 0.001, end, limit=limit + 1)
+        if len(slots) > limit:
+            raise ValueError(f"more than {limit} slots between those times")
+        done: list[tuple[str, str | None, str]] = []
+        for slot in slots:
+            key = slot_key(slot)
+            run_id = firing_run_id(item.workflow, item.spec.name, key, slot)
+            found = self.ledger.firing(item.workflow, item.spec.name, key)
+            if found is not None and found.outcome in ("launched", "pending"):
+                done.append((key, found.run_id, f"has run {found.run_id} already"))
+                continue
+            won = (self.ledger.claim(item.workflow, item.spec.name, key, slot_at=_ms(slot),
+                                     outcome="pending", run_id=run_id) if found is None
+                   else self.ledger.reopen(item.workflow, item.spec.name, key, run_id))
+            if not won:
+                done.append((key, None, "taken by a host meanwhile"))
+                continue
+            self._start(item, key, run_id, slot, {}, overlap="allow")
+            after = self.ledger.firing(item.workflow, item.spec.name, key)
+            outcome = after.outcome if after is not None else "?"
+            done.append((key, run_id if outcome == "launched" else None,
+                         outcome if not (after and after.reason) else
+                         f"{outcome}: {after.reason}"))
+        return done
+
     def _start(self, item: Scheduled, key: str, run_id: str, slot: float | None,
-               event: dict[str, Any]) -> bool:
+               event: dict[str, Any], overlap: str | None = None) -> bool:
         """Apply the overlap policy to a pending firing and queue its run; False when
         it stays pending (`overlap: queue` behind a running run)."""
         workflow, spec = item.workflow, item.spec
-        active = [] if spec.overlap == "allow" else [
+        policy = overlap or spec.overlap
+        active = [] if policy == "allow" else [
             (r, s) for r, s in self.ledger.active_runs(workflow, spec.name) if r != run_id]
-        if active and spec.overlap == "skip":
+        if active and policy == "skip":
             holder, status = active[0]
             self._settle(item, key, run_id, "skipped",
                          f"overlap: skip (run {holder} is still {status})")
             return True
-        if active and spec.overlap == "queue":
+        if active and policy == "queue":
             return False
-        if active and spec.overlap == "cancel_running" and self.cancel is not None:
+        if active and policy == "cancel_running" and self.cancel is not None:
             for holder, _ in active:
                 try:
                     self.cancel(holder)

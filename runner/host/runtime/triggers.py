@@ -9,15 +9,21 @@ that does not compile keeps its triggers out (one log line) until it is fixed.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo
 
-from runner.errors import WfrunError
-from runner.launch.triggers import Scheduled, TriggerLoop
+from runner.clock import iso
+from runner.compiler.diagnostics import did_you_mean
+from runner.errors import InputError, WfrunError
+from runner.launch.triggers import Scheduled, TriggerLoop, next_slot, slot_key
 
 if TYPE_CHECKING:
     from runner.launch.coordinator import LaunchCoordinator
     from runner.store import Store
+    from runner.store.domain.triggers import Firing
 
     from .local import Workspace
 
@@ -58,8 +64,9 @@ class HostTriggers:
     _broken: dict[str, str] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
-        self.loop = TriggerLoop(self.store.triggers, self.ws.clock, self._launch,
-                                triggers=self.current, cancel=self._cancel)
+        self.loop = TriggerLoop(self.store.triggers, self.ws.clock,
+                                self._launcher(self.coordinator), triggers=self.current,
+                                cancel=self._cancel)
 
     def current(self) -> list[Scheduled]:
         now = self.ws.clock.monotonic()
@@ -77,8 +84,102 @@ class HostTriggers:
         """Fire what is due; seconds until the next slot (None: nothing scheduled)."""
         return self.loop.tick()
 
-    def _launch(self, workflow: str, run_input: Any, run_id: str) -> None:
-        self.coordinator.prepare(workflow, run_input, run_id=run_id)
+    @staticmethod
+    def _launcher(coordinator: LaunchCoordinator) -> Callable[[str, Any, str], None]:
+        def launch(workflow: str, run_input: Any, run_id: str) -> None:
+            coordinator.prepare(workflow, run_input, run_id=run_id)
+        return launch
 
     def _cancel(self, run_id: str) -> None:
         self.coordinator.cancel(run_id)
+
+
+# -- `wfrun triggers` ------------------------------------------------------------------
+def find_trigger(ws: Workspace, name: str) -> Scheduled:
+    """`WORKFLOW/TRIGGER`, or a TRIGGER name only one workflow of the project has."""
+    broken: dict[str, str] = {}
+    every = project_triggers(ws, broken)
+    workflow, _, trigger = name.rpartition("/")
+    matches = [s for s in every if s.spec.name == trigger
+               and (not workflow or s.workflow == workflow)]
+    if len(matches) == 1:
+        return matches[0]
+    names = [f"{s.workflow}/{s.spec.name}" for s in every]
+    if len(matches) > 1:
+        raise InputError(f"trigger '{name}' is in several workflows; name one of: "
+                         + ", ".join(f"{s.workflow}/{s.spec.name}" for s in matches))
+    if workflow in broken:
+        raise InputError(f"workflow '{workflow}' does not compile: {broken[workflow]}")
+    hint = did_you_mean(name, names + [s.spec.name for s in every])
+    known = ", ".join(names) if names else "none (add `triggers:` to a project workflow)"
+    raise InputError(f"no trigger '{name}'" + (f"; {hint}" if hint else "")
+                     + f"; the project's triggers: {known}")
+
+
+def trigger_rows(ws: Workspace, store: Store) -> list[dict[str, Any]]:
+    """What `wfrun triggers` shows: each trigger, its policy, last and next firing,
+    and the slots it skipped or missed."""
+    now = ws.clock.now()
+    rows = []
+    for item in project_triggers(ws):
+        spec = item.spec
+        state = store.triggers.state(item.workflow, spec.name)
+        summary = store.triggers.summary(item.workflow, spec.name)
+        paused = bool(state and state.paused)
+        upcoming = next_slot(spec, now) if spec.scheduled and not paused else None
+        last = summary.last
+        rows.append({
+            "name": f"{item.workflow}/{spec.name}", "workflow": item.workflow,
+            "trigger": spec.name, "kind": spec.kind, "schedule": spec.schedule_text(),
+            "missed": spec.missed if spec.scheduled else None,
+            "catch_up_window": spec.catch_up_window if spec.scheduled else None,
+            "overlap": spec.overlap, "paused": paused,
+            "last": None if last is None else {**last.to_json(), "slot": _key_time(last)},
+            "next": None if upcoming is None else slot_key(upcoming),
+            "counts": summary.counts,
+            "skipped": [{**f.to_json(), "slot": _key_time(f)} for f in summary.recent_skipped],
+        })
+    return rows
+
+
+def _key_time(firing: Firing) -> str:
+    return firing.key if firing.slot_at is not None else iso(firing.created_at / 1000)
+
+
+def set_paused(ws: Workspace, store: Store, name: str, paused: bool) -> tuple[str, bool]:
+    """Pause or resume; (the trigger's full name, whether it changed)."""
+    item = find_trigger(ws, name)
+    changed = store.triggers.set_paused(item.workflow, item.spec.name, paused,
+                                        round(ws.clock.now() * 1000))
+    return f"{item.workflow}/{item.spec.name}", changed
+
+
+def backfill(ws: Workspace, store: Store, coordinator: LaunchCoordinator, name: str,
+             start: str, end: str, limit: int) -> list[tuple[str, str | None, str]]:
+    """Queue a run for each slot of a cron or every trigger in [start, end] that has
+    none; times are ISO 8601, in the trigger's time zone when they name none."""
+    item = find_trigger(ws, name)
+    if not item.spec.scheduled:
+        raise InputError(f"trigger '{name}' is a {item.spec.kind} trigger; only cron and "
+                         "every triggers have slots to backfill")
+    zone = ZoneInfo(item.spec.timezone)
+    first, last = _when(start, "--from", zone), _when(end, "--to", zone)
+    if last < first:
+        raise InputError("--to is before --from")
+    loop = TriggerLoop(store.triggers, ws.clock, HostTriggers._launcher(coordinator),
+                       triggers=list)
+    try:
+        return loop.backfill(item, first, last, limit)
+    except ValueError as exc:
+        raise InputError(f"{exc}; narrow --from/--to or raise --max") from None
+
+
+def _when(text: str, flag: str, zone: ZoneInfo) -> float:
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise InputError(f"{flag} '{text}' is not an ISO 8601 time like 2027-03-01T00:00 "
+                         "or 2027-03-01T00:00+01:00") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=zone)
+    return moment.timestamp()

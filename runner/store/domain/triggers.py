@@ -188,6 +188,17 @@ class TriggerLedger:
                  "reason": _reason(reason), "now": tx.now_ms()})
         return changed == 1
 
+    def reopen(self, workflow: str, trigger: str, key: str, run_id: str) -> bool:
+        """Make a firing that started no run (missed, skipped, failed) pending again
+        with `run_id` (a backfill); False when it has a run or another call won."""
+        with self._c.write(durable=False) as tx:
+            changed = tx.run(
+                "UPDATE trigger_firings SET outcome = 'pending', run_id = :r, reason = NULL,"
+                " updated_at = :now WHERE workflow = :w AND trigger_name = :t"
+                " AND firing_key = :k AND outcome IN ('missed', 'skipped', 'failed')",
+                {"w": workflow, "t": trigger, "k": key, "r": run_id, "now": tx.now_ms()})
+        return changed == 1
+
     def firing(self, workflow: str, trigger: str, key: str) -> Firing | None:
         with self._c.read() as tx:
             row = tx.one(f"SELECT {_FIRING_COLUMNS} FROM trigger_firings WHERE workflow = :w"
