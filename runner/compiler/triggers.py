@@ -63,7 +63,7 @@ class TriggerSpec:
     timezone: str = "UTC"
     missed: str = "last"
     catch_up_window: float = DEFAULT_CATCH_UP_WINDOW
-    overlap: str = "skip"
+    overlap: str = "skip"  # "allow" for webhook and files triggers unless written
     input: Any = None  # a template tree over `trigger` and `event`; None: no input
     description: str | None = None
 
@@ -204,6 +204,10 @@ def _trigger(name: str, spec: Any, kp: KeyPath, sink: DiagnosticSink) -> Trigger
             ok = False
         else:
             values["timezone"] = zone
+    if kind in ("webhook", "files"):
+        # Each event is work of its own: none is dropped because another runs (a
+        # `concurrency:` key limits how many run at once).
+        values["overlap"] = "allow"
     for key, choices in (("missed", MISSED), ("overlap", OVERLAP)):
         if key in spec:
             chosen = spec[key]

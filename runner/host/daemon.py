@@ -53,6 +53,7 @@ from .runtime.launches import runner_id
 from .runtime.local import Workspace
 from .runtime.triggers import HostTriggers
 from .runtime.watch import Drift, Sourced, SourceWatch
+from .runtime.webhooks import WebhookServer
 from .workers import (
     EXIT_GRACE,
     Message,
@@ -262,8 +263,9 @@ class StandaloneHost:
                  durability: str = "full", lease_seconds: float = LEASE_SECONDS,
                  on_run_ended: RunEnded | None = None, lock: HostLock | None = None,
                  pool: WorkerPool | None = None,
-                 registry: ProcessRegistry | None = None) -> None:
-        """`lock`: the project's host lock when the caller took it already (before
+                 registry: ProcessRegistry | None = None, listen: str | None = None) -> None:
+        """`listen`: ADDR:PORT for the webhook triggers (runtime/webhooks.py).
+        `lock`: the project's host lock when the caller took it already (before
         forking `pool`, the worker processes, with `fork_workers`); `registry`: where
         shell process groups are recorded (a worker process has its own)."""
         if ws.project_root is None:
@@ -314,6 +316,8 @@ class StandaloneHost:
         # The project's `triggers:` (runtime/triggers.py): the host runs them, its
         # worker processes do not; `--once` fires none.
         self.triggers: HostTriggers | None = None
+        self.listen = listen
+        self.webhooks: WebhookServer | None = None
 
     # -- lifecycle -------------------------------------------------------------------
     def run(self, *, once: bool = False,
@@ -323,6 +327,13 @@ class StandaloneHost:
         if self.lock.fd is None:
             self.lock.acquire()
         try:
+            if not once:
+                self.triggers = HostTriggers(self.ws, self.store, self.coordinator,
+                                             on_launched=lambda _run: self._wake.set())
+                if self.listen is not None:  # a refused address: before anything runs
+                    self.webhooks = WebhookServer(self.listen, self.triggers.loop,
+                                                  self.triggers.current, os.environ)
+                    self.webhooks.start()
             if on_ready is not None:
                 on_ready()
             # Groups of a dead host, and of dead foreground runners (`wfrun run`).
@@ -332,8 +343,6 @@ class StandaloneHost:
                 self.pool.start_reading()
             if self.manager is not None and not once:
                 self.manager.start()
-            if not once:
-                self.triggers = HostTriggers(self.ws, self.store, self.coordinator)
             self.watch.start()
             try:
                 self.work(once)
@@ -349,6 +358,8 @@ class StandaloneHost:
             if self.pool is not None and self.pool.failure is not None:
                 raise self.pool.failure  # a worker's error ends the host, in one line
         finally:
+            if self.webhooks is not None:
+                self.webhooks.stop()
             self.lock.release()
         return self.report
 

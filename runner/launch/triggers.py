@@ -44,7 +44,7 @@ from runner.safety import safe_message
 
 if TYPE_CHECKING:
     from runner.clock import Clock
-    from runner.store.domain.triggers import TriggerLedger
+    from runner.store.domain.triggers import Firing, TriggerLedger
 
 log = logging.getLogger("wfrun.triggers")
 
@@ -136,8 +136,11 @@ class TriggerLoop:
 
     def __init__(self, ledger: TriggerLedger, clock: Clock, launch: Launcher, *,
                  triggers: Callable[[], Iterable[Scheduled]],
-                 cancel: Callable[[str], None] | None = None) -> None:
+                 cancel: Callable[[str], None] | None = None,
+                 on_launched: Callable[[str], None] | None = None) -> None:
+        """`on_launched(run_id)`: a firing queued a run (the host claims it at once)."""
         self.ledger = ledger
+        self.on_launched = on_launched
         self.clock = clock
         self.launch = launch
         self.triggers = triggers
@@ -228,6 +231,24 @@ class TriggerLoop:
         self._start(item, key, run_id, slot, {})
         return run_id
 
+    def deliver(self, item: Scheduled, delivery: str, event: dict[str, Any]
+                ) -> tuple[Firing, bool]:
+        """Start the trigger for one event (a webhook delivery): claimed under its
+        delivery id, so a replayed delivery starts nothing new and gets the firing the
+        first one made. The firing as it stands after this call, and whether this
+        call made it (False: a replay)."""
+        key = f"delivery:{delivery}"
+        now = self.clock.now()
+        run_id = firing_run_id(item.workflow, item.spec.name, key, now)
+        fresh = self.ledger.claim(item.workflow, item.spec.name, key, slot_at=None,
+                                  outcome="pending", run_id=run_id)
+        if fresh:
+            self._mine.add(run_id)
+            self._start(item, key, run_id, None, event)
+        found = self.ledger.firing(item.workflow, item.spec.name, key)
+        assert found is not None  # claimed by this call or an earlier one; never deleted
+        return found, fresh
+
     def backfill(self, item: Scheduled, start: float, end: float,
                  limit: int = MAX_CATCH_UP) -> list[tuple[str, str | None, str]]:
         """Queue a run for every slot in [start, end] that has none (a missed, skipped
@@ -282,7 +303,7 @@ class TriggerLoop:
                              holder, exc.message)
         context = {"trigger": {"name": spec.name, "workflow": workflow,
                                "slot": None if slot is None else slot_key(slot),
-                               "kind": spec.kind},
+                               "kind": spec.kind, "key": key},
                    "event": event}
         try:
             run_input = None if spec.input is None else render_native(spec.input, context)
@@ -305,6 +326,8 @@ class TriggerLoop:
         self.ledger.settle(item.workflow, item.spec.name, key, outcome, reason)
         self._mine.discard(run_id)
         if outcome == "launched":
+            if self.on_launched is not None:
+                self.on_launched(run_id)
             log.info("trigger %s.%s fired %s: run %s", item.workflow, item.spec.name, key,
                      run_id)
         elif outcome == "failed":

@@ -58,6 +58,7 @@ class HostTriggers:
     ws: Workspace
     store: Store
     coordinator: LaunchCoordinator
+    on_launched: Callable[[str], None] | None = None
     loop: TriggerLoop = field(init=False)
     _triggers: list[Scheduled] = field(default_factory=list, init=False)
     _read_at: float | None = field(default=None, init=False)
@@ -66,7 +67,7 @@ class HostTriggers:
     def __post_init__(self) -> None:
         self.loop = TriggerLoop(self.store.triggers, self.ws.clock,
                                 self._launcher(self.coordinator), triggers=self.current,
-                                cancel=self._cancel)
+                                cancel=self._cancel, on_launched=self.on_launched)
 
     def current(self) -> list[Scheduled]:
         now = self.ws.clock.monotonic()

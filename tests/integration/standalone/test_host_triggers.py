@@ -5,10 +5,13 @@ catch-up. Times come from a shared clock file where the test moves time."""
 from __future__ import annotations
 
 import itertools
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 
+import httpx
 from standalonekit import Project, wait_for
+from test_webhooks import HOOKED, SECRET, post
 
 from runner.clock import CLOCK_FILE_ENV, FileClock
 from runner.launch.triggers import slot_key
@@ -109,3 +112,38 @@ def _state(project: Project) -> int | None:
     finally:
         store.close()
     return None if state is None else state.cursor_at
+
+
+OPEN_HOOK = """\
+triggers:
+  push: {webhook: {path: /hooks/open}}
+start: a
+nodes:
+  a: {action: {shell: [echo, hi]}}
+"""
+
+
+def test_host_listen_serves_signed_webhooks(project: Project) -> None:
+    project.workflow("hooked", HOOKED)
+    host = project.host("--listen", "127.0.0.1:0", PUSH_SECRET=SECRET)
+    project.wait_host_ready(host)
+    found = wait_for("the webhook address", lambda: re.search(
+        r"webhooks on (http://\S+)", project.stderr_of(host)))
+    url = f"{found.group(1)}/hooks/push"
+    with httpx.Client(timeout=30) as client:
+        answer = post(client, url, "gh-1", {"ref": "main"})
+        assert answer.status_code == 202, answer.text
+        run_id = answer.json()["run_id"]
+        wait_for("the delivery's run to end", lambda: project.launch_status(run_id) == "done")
+        replay = post(client, url, "gh-1", {"ref": "main"})
+        assert (replay.status_code, replay.json()["run_id"]) == (200, run_id)
+        assert post(client, url, "gh-2", {"ref": "x"}, secret="nope").status_code == 401
+    assert [f.key for f in _firings(project, "hooked", "push")] == ["delivery:gh-1"]
+
+
+def test_listen_beyond_loopback_needs_every_webhook_signed(project: Project) -> None:
+    project.workflow("open", OPEN_HOOK)
+    proc = project.wfrun("host", "--listen", "0.0.0.0:0")
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    assert "webhook trigger(s) open/push would accept unsigned deliveries" in proc.stderr
