@@ -329,7 +329,8 @@ class StandaloneHost:
         try:
             if not once:
                 self.triggers = HostTriggers(self.ws, self.store, self.coordinator,
-                                             on_launched=lambda _run: self._wake.set())
+                                             on_launched=lambda _run: self._wake.set(),
+                                             listening=self.listen is not None)
                 if self.listen is not None:  # a refused address: before anything runs
                     self.webhooks = WebhookServer(self.listen, self.triggers.loop,
                                                   self.triggers.current, os.environ)

@@ -59,10 +59,12 @@ class HostTriggers:
     store: Store
     coordinator: LaunchCoordinator
     on_launched: Callable[[str], None] | None = None
+    listening: bool = False  # serving webhooks (`--listen`)
     loop: TriggerLoop = field(init=False)
     _triggers: list[Scheduled] = field(default_factory=list, init=False)
     _read_at: float | None = field(default=None, init=False)
     _broken: dict[str, str] = field(default_factory=dict, init=False)
+    _told: set[str] = field(default_factory=set, init=False)
 
     def __post_init__(self) -> None:
         self.loop = TriggerLoop(self.store.triggers, self.ws.clock,
@@ -79,7 +81,21 @@ class HostTriggers:
                     log.warning("wfrun host: workflow '%s' starts on no trigger: %s", name, why)
             self._broken = broken
             self._read_at = now
+            for item in self._triggers:
+                self._unserved(item)
         return self._triggers
+
+    def _unserved(self, item: Scheduled) -> None:
+        """One log line per trigger this host does not fire."""
+        name = f"{item.workflow}/{item.spec.name}"
+        why = None
+        if item.spec.files is not None:
+            why = "files triggers are not fired by this version (docs/triggers.md)"
+        elif item.spec.webhook is not None and not self.listening:
+            why = "a webhook trigger needs `wfrun host --listen ADDR:PORT`"
+        if why is not None and name not in self._told:
+            self._told.add(name)
+            log.warning("wfrun host: trigger %s starts nothing here: %s", name, why)
 
     def tick(self) -> float | None:
         """Fire what is due; seconds until the next slot (None: nothing scheduled)."""
