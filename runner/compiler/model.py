@@ -18,6 +18,7 @@ from typing import Any, Literal
 from runner.canonical import canonical_json
 
 from .budget import DEFAULT_BUDGET, TemplateBudget
+from .flow import ConcurrencySpec, RateLimitSpec
 from .triggers import TriggerSpec
 
 NodeKind = Literal[
@@ -255,6 +256,8 @@ class WorkflowDefinition:
     template_budget: TemplateBudget = DEFAULT_BUDGET  # per render (compiler/budget.py)
     # When runs start (compiler/triggers.py): not in the snapshot nor the digest.
     triggers: tuple[TriggerSpec, ...] = ()
+    concurrency: ConcurrencySpec | None = None  # flow control (compiler/flow.py): idem
+    rate_limit: RateLimitSpec | None = None
     source: Source | None = None
     sources: tuple[Source, ...] = ()  # every file that went into it (YAML, hooks, children)
     digest: str = ""

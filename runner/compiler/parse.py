@@ -16,6 +16,7 @@ from typing import Any
 from .budget import DEFAULT_BUDGET, TemplateBudget, budget_from_yaml
 from .diagnostics import DiagnosticSink, KeyPath, did_you_mean
 from .durations import DurationError, parse_duration
+from .flow import ConcurrencySpec, RateLimitSpec, parse_concurrency, parse_rate_limit
 from .jsonschemas import schema_problem_at
 from .model import (
     AUTHOR_KINDS,
@@ -43,7 +44,7 @@ from .triggers import TriggerSpec, parse_triggers
 
 TOP_KEYS = ("version", "name", "title", "description", "input", "start", "nodes", "edges",
             "includes", "exits", "max_steps", "presentation", "defaults", "secrets", "env",
-            "template_budget", "triggers")
+            "template_budget", "triggers", "concurrency", "rate_limit")
 # `secrets:` and `env:` name environment variables (DESIGN §9, runner/engine/secrets.py).
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DEFAULTS_KEYS = ("timeout", "retry")
@@ -122,6 +123,8 @@ class RawWorkflow:
     hooks: list[HookRef] = field(default_factory=list)
     template_budget: TemplateBudget = DEFAULT_BUDGET
     triggers: tuple[TriggerSpec, ...] = ()
+    concurrency: ConcurrencySpec | None = None
+    rate_limit: RateLimitSpec | None = None
     # (key path, text) of every template, for the reference checks (references.py).
     templates: list[tuple[KeyPath, str]] = field(default_factory=list)
     # Every node id written in the file, including nodes that failed their own checks,
@@ -382,6 +385,10 @@ def parse_workflow(data: Any, name: str, path: Path, sink: DiagnosticSink) -> Ra
 
     if "triggers" in data:
         wf.triggers = parse_triggers(data["triggers"], sink)
+    if "concurrency" in data:
+        wf.concurrency = parse_concurrency(data["concurrency"], sink)
+    if "rate_limit" in data:
+        wf.rate_limit = parse_rate_limit(data["rate_limit"], sink)
     if "includes" in data:
         _includes(c, wf, data["includes"])
     if "nodes" in data:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from .budget import BUDGET_KEYS, CEILING
+from .flow import CONCURRENCY_KEYS, RATE_LIMIT_KEYS, STRATEGIES
 from .model import OUTCOMES
 from .parse import (
     DEFAULTS_KEYS,
@@ -185,6 +186,15 @@ def workflow_schema() -> dict[str, Any]:
         }, BUDGET_KEYS, (), "Per-render template limits (docs/workflows.md), up to a "
                             "hard ceiling."),
         "triggers": _triggers_schema(),
+        "concurrency": _obj({"key": TEMPLATE, "limit": {"type": "integer", "minimum": 1,
+                                                        "maximum": 100_000},
+                             "strategy": {"enum": list(STRATEGIES)}},
+                            CONCURRENCY_KEYS, ("key",),
+                            "At most `limit` runs per rendered key at once."),
+        "rate_limit": _obj({"key": TEMPLATE, "limit": {"type": "integer", "minimum": 1,
+                                                       "maximum": 100_000},
+                            "per": DURATION}, RATE_LIMIT_KEYS, RATE_LIMIT_KEYS,
+                           "At most `limit` runs started per rendered key per `per`."),
     }, TOP_KEYS, ("start", "nodes"), "A wfrun workflow (format version 1).")
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": SCHEMA_ID,
             "title": "wfrun workflow", **top}

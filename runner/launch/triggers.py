@@ -41,6 +41,7 @@ from runner.compiler.templates import TemplateError, render_native
 from runner.compiler.triggers import TriggerSpec
 from runner.errors import WfrunError
 from runner.safety import safe_message
+from runner.store import StoreError
 
 if TYPE_CHECKING:
     from runner.clock import Clock
@@ -158,7 +159,7 @@ class TriggerLoop:
                 continue
             try:
                 upcoming = self.evaluate(item, now)
-            except WfrunError as exc:  # the store refused: the next tick tries again
+            except (WfrunError, StoreError) as exc:  # refused: the next tick tries again
                 self._log_once(f"trigger {item.workflow}.{item.spec.name}: {exc.message}")
                 continue
             if upcoming is not None:

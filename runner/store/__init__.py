@@ -33,6 +33,7 @@ from runner.store.interface import (
 )
 from runner.store.layout import SCHEMA_ID, TABLE_COLUMNS, TABLES
 from runner.store.records import (
+    LaunchGate,
     LaunchRecord,
     LostRace,
     LostReason,
@@ -85,6 +86,7 @@ __all__ = [
     "IncompatibleLayout",
     "InputCleared",
     "LaunchErrorCode",
+    "LaunchGate",
     "LaunchQueue",
     "LaunchRecord",
     "LaunchStatus",

@@ -281,6 +281,24 @@ DDL: tuple[str, ...] = (
     ON trigger_firings (workflow, trigger_name, slot_at) WHERE outcome = 'pending'""",
     """CREATE UNIQUE INDEX trigger_firings_by_run
     ON trigger_firings (run_id) WHERE run_id IS NOT NULL""",
+    # Flow control (DESIGN §10): a launch's concurrency key and rate key, rendered when
+    # it was queued; the claim skips a launch whose gate is shut (launch_queries.py).
+    """CREATE TABLE launch_gates (
+    run_id TEXT PRIMARY KEY,
+    concurrency_key TEXT,
+    concurrency_limit INTEGER CHECK (concurrency_limit IS NULL OR concurrency_limit > 0),
+    strategy TEXT,
+    rate_key TEXT,
+    rate_limit INTEGER CHECK (rate_limit IS NULL OR rate_limit > 0),
+    rate_per_ms INTEGER CHECK (rate_per_ms IS NULL OR rate_per_ms > 0),
+    started_at INTEGER,
+    CHECK ((concurrency_key IS NULL) = (concurrency_limit IS NULL)),
+    CHECK ((rate_key IS NULL) = (rate_limit IS NULL) AND (rate_key IS NULL) = (rate_per_ms IS NULL))
+)""",
+    """CREATE INDEX launch_gates_by_concurrency
+    ON launch_gates (concurrency_key) WHERE concurrency_key IS NOT NULL""",
+    """CREATE INDEX launch_gates_by_rate
+    ON launch_gates (rate_key, started_at) WHERE rate_key IS NOT NULL""",
     # Per trigger: paused or not, and the slot time up to which it was evaluated (the
     # catch-up after an outage starts there).
     """CREATE TABLE trigger_states (

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from runner.store.domain.triggers import TriggerLedger
 
 from runner.store.records import (
+    LaunchGate,
     LaunchRecord,
     LostRace,
     NewLaunch,
@@ -124,6 +125,18 @@ class LaunchQueue(Protocol):
 
     def find_continuation(self, parent_run_id: str) -> LaunchRecord | None:
         """The launch continuing `parent_run_id` that holds its continuation slot."""
+        ...
+
+    def gate(self, run_id: str) -> LaunchGate | None:
+        """The launch's flow-control gate (concurrency and rate keys), if it has one."""
+        ...
+
+    def gate_holders(self, key: str) -> list[tuple[str, str]]:
+        """(run id, status) of the claimed runs holding concurrency key `key`."""
+        ...
+
+    def gate_starts(self, key: str, since_ms: int) -> list[int]:
+        """When the runs of rate key `key` started after `since_ms` (ms)."""
         ...
 
     def claim(

@@ -20,7 +20,7 @@ ADDED_INDEXES: frozenset[str] = frozenset({"workflow_run_queue_ready",
 
 #: Tables added to v1 (triggers, issue 38): like ADDED_INDEXES, a writing open creates
 #: a missing one with its indexes; a store made before them opens as it is.
-ADDED_TABLES: frozenset[str] = frozenset({"trigger_firings", "trigger_states"})
+ADDED_TABLES: frozenset[str] = frozenset({"trigger_firings", "launch_gates", "trigger_states"})
 
 TABLE_COLUMNS: Mapping[str, tuple[str, ...]] = {
     "schema_info": ("singleton", "schema_id", "created_at"),
@@ -160,6 +160,16 @@ TABLE_COLUMNS: Mapping[str, tuple[str, ...]] = {
         "reason",
         "created_at",
         "updated_at",
+    ),
+    "launch_gates": (
+        "run_id",
+        "concurrency_key",
+        "concurrency_limit",
+        "strategy",
+        "rate_key",
+        "rate_limit",
+        "rate_per_ms",
+        "started_at",
     ),
     "trigger_states": (
         "workflow",

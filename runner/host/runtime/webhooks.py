@@ -29,6 +29,7 @@ from typing import Any
 
 from runner.errors import InputError, WfrunError
 from runner.launch.triggers import Scheduled, TriggerLoop
+from runner.store import StoreError
 
 log = logging.getLogger("wfrun.webhooks")
 
@@ -141,7 +142,7 @@ class WebhookServer:
                  "headers": {k: v for k, v in lower.items() if k not in PRIVATE_HEADERS}}
         try:
             firing, fresh = self.loop.deliver(item, delivery, event)
-        except WfrunError as exc:
+        except (WfrunError, StoreError) as exc:  # the store refused: the sender retries
             return HTTPStatus.SERVICE_UNAVAILABLE, {"error": exc.message}
         answer: dict[str, Any] = {"trigger": f"{item.workflow}/{item.spec.name}",
                                   "delivery": delivery, "outcome": firing.outcome,

@@ -29,8 +29,9 @@ DESIGN_TABLES = {
     "effects",
     "workflow_requests",
     "controller_events",
-    # DESIGN §10 (triggers), added within v1 (layout.ADDED_TABLES).
+    # DESIGN §10 (triggers, flow control), added within v1 (layout.ADDED_TABLES).
     "trigger_firings",
+    "launch_gates",
     "trigger_states",
 }
 
