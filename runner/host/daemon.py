@@ -361,6 +361,8 @@ class StandaloneHost:
         finally:
             if self.webhooks is not None:
                 self.webhooks.stop()
+            if self.triggers is not None:
+                self.triggers.stop()
             self.lock.release()
         return self.report
 

@@ -238,7 +238,12 @@ class TriggerLoop:
         delivery id, so a replayed delivery starts nothing new and gets the firing the
         first one made. The firing as it stands after this call, and whether this
         call made it (False: a replay)."""
-        key = f"delivery:{delivery}"
+        return self.fire_event(item, f"delivery:{delivery}", event)
+
+    def fire_event(self, item: Scheduled, key: str, event: dict[str, Any]
+                   ) -> tuple[Firing, bool]:
+        """Start the trigger once for the event whose idempotency key is `key` (a
+        delivery, a batch of file changes); as `deliver`."""
         now = self.clock.now()
         run_id = firing_run_id(item.workflow, item.spec.name, key, now)
         fresh = self.ledger.claim(item.workflow, item.spec.name, key, slot_at=None,

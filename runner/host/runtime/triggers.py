@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from runner.store import Store
     from runner.store.domain.triggers import Firing
 
+    from .filetriggers import FileTriggers
     from .local import Workspace
 
 log = logging.getLogger("wfrun.triggers")
@@ -65,6 +66,7 @@ class HostTriggers:
     _read_at: float | None = field(default=None, init=False)
     _broken: dict[str, str] = field(default_factory=dict, init=False)
     _told: set[str] = field(default_factory=set, init=False)
+    files: FileTriggers | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.loop = TriggerLoop(self.store.triggers, self.ws.clock,
@@ -83,23 +85,35 @@ class HostTriggers:
             self._read_at = now
             for item in self._triggers:
                 self._unserved(item)
+            if self.files is None and any(t.spec.files for t in self._triggers) and \
+                    self.ws.project_root is not None:
+                from .filetriggers import FileTriggers  # watchdog: only when needed
+
+                self.files = FileTriggers(self.ws.project_root, self.loop, self.ws.clock)
+                self.files.start()
+            if self.files is not None:
+                self.files.watch(self._triggers)
         return self._triggers
 
     def _unserved(self, item: Scheduled) -> None:
         """One log line per trigger this host does not fire."""
         name = f"{item.workflow}/{item.spec.name}"
         why = None
-        if item.spec.files is not None:
-            why = "files triggers are not fired by this version (docs/triggers.md)"
-        elif item.spec.webhook is not None and not self.listening:
+        if item.spec.webhook is not None and not self.listening:
             why = "a webhook trigger needs `wfrun host --listen ADDR:PORT`"
         if why is not None and name not in self._told:
             self._told.add(name)
             log.warning("wfrun host: trigger %s starts nothing here: %s", name, why)
 
     def tick(self) -> float | None:
-        """Fire what is due; seconds until the next slot (None: nothing scheduled)."""
-        return self.loop.tick()
+        """Fire what is due; seconds until the next slot or file batch (None: none)."""
+        due = self.loop.tick()
+        batch = self.files.due() if self.files is not None else None
+        return due if batch is None else batch if due is None else min(due, batch)
+
+    def stop(self) -> None:
+        if self.files is not None:
+            self.files.stop()
 
     @staticmethod
     def _launcher(coordinator: LaunchCoordinator) -> Callable[[str, Any, str], None]:

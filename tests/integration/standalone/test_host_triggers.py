@@ -147,3 +147,55 @@ def test_listen_beyond_loopback_needs_every_webhook_signed(project: Project) -> 
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr
     assert "webhook trigger(s) open/push would accept unsigned deliveries" in proc.stderr
+
+
+FILES = """\
+triggers:
+  edits: {files: {paths: ["src/**/*.py"], debounce: 0.3s}, input: {paths: "{{ event.paths }}"}}
+input:
+  type: object
+  properties: {paths: {type: array, items: {type: string}}}
+start: a
+nodes:
+  a: {action: {shell: [echo, "{{ input.paths | join(' ') }}"]}}
+"""
+
+
+def test_files_trigger_fires_each_change_in_one_batch(project: Project) -> None:
+    project.workflow("edits", FILES)
+    (project.root / "src" / "pkg").mkdir(parents=True)
+    host = project.host()
+    project.wait_host_ready(host)
+    # The watcher starts with the host's first look at the workflows: one probe change
+    # (rewritten now and then: a change made before the watch began is not seen).
+    wait_for("the host to watch", lambda: _probe_change(project), every=2.0)
+    written = {f"src/pkg/m{i}.py" for i in range(5)}
+    for path in sorted(written):
+        (project.root / path).write_text("x = 1\n")
+    (project.root / "src" / "notes.txt").write_text("not python\n")
+
+    def batched() -> set[str]:
+        seen: set[str] = set()
+        for firing in _launched(project, "edits", "edits"):
+            record = project.launch(firing.run_id or "")
+            if record.status != "done":
+                return set()
+            trace = project.root / ".wfrun" / "runs" / record.run_id / "trace.jsonl"
+            seen |= {p for p in written | {"src/probe.py"} if p in trace.read_text()}
+        return seen
+    wait_for("every change to be in a finished run", lambda: written <= batched())
+    launched = _launched(project, "edits", "edits")
+    texts = [(project.root / ".wfrun" / "runs" / (f.run_id or "") / "trace.jsonl").read_text()
+             for f in launched]
+    for path in written:  # each change in exactly one batch
+        assert sum(path in t for t in texts) == 1, path
+    assert not any("notes.txt" in t for t in texts)  # not a match of the globs
+    assert not any(".wfrun" in f.key for f in launched)
+
+
+def _probe_change(project: Project) -> bool:
+    """Whether a batch fired yet; if not, touch a matching file again."""
+    if _launched(project, "edits", "edits"):
+        return True
+    (project.root / "src" / "probe.py").write_text("")
+    return False
