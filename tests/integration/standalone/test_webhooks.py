@@ -57,7 +57,8 @@ class Served:
     def __init__(self, root: Path) -> None:
         self.store = SqliteStore(root / ".wfrun" / "state" / "store.sqlite3")
         ws = Workspace(build_catalog("workflows", root, None), root, root / ".wfrun")
-        self.triggers = HostTriggers(ws, self.store, detached_coordinator(ws, self.store))
+        self.triggers = HostTriggers(ws, self.store, detached_coordinator(ws, self.store),
+                                     listening=True)
         self.server = WebhookServer("127.0.0.1:0", self.triggers.loop,
                                     self.triggers.current, {"PUSH_SECRET": SECRET})
         self.server.start()
