@@ -22,6 +22,8 @@ from .templates import check_budget, check_syntax
 TRIGGER_KINDS = ("cron", "every", "webhook", "files")
 SCHEDULE_KEYS = ("timezone", "missed", "catch_up_window", "overlap")
 TRIGGER_KEYS = (*TRIGGER_KINDS, *SCHEDULE_KEYS, "input", "description")
+#: A controller's trigger enqueues the resource `key` it renders instead of a run.
+CONTROLLER_TRIGGER_KEYS = (*TRIGGER_KINDS, *SCHEDULE_KEYS, "key", "description")
 WEBHOOK_KEYS = ("path", "secret", "signature_header", "delivery_header", "debounce")
 FILES_KEYS = ("paths", "debounce")
 MISSED = ("all", "last", "none")
@@ -66,6 +68,7 @@ class TriggerSpec:
     overlap: str = "skip"  # "allow" for webhook and files triggers unless written
     input: Any = None  # a template tree over `trigger` and `event`; None: no input
     description: str | None = None
+    key: str | None = None  # a controller's trigger: the resource key template
 
     @property
     def kind(self) -> str:
@@ -130,8 +133,10 @@ def timezone_problem(name: str) -> str | None:
     return None
 
 
-def parse_triggers(value: Any, sink: DiagnosticSink) -> tuple[TriggerSpec, ...]:
-    """Check `triggers:` (name -> spec); every mistake is reported at its key."""
+def parse_triggers(value: Any, sink: DiagnosticSink, *,
+                   controller: bool = False) -> tuple[TriggerSpec, ...]:
+    """Check `triggers:` (name -> spec); every mistake is reported at its key.
+    `controller`: a controller's triggers, each with a resource `key:` template."""
     kp: KeyPath = ("triggers",)
     if not isinstance(value, dict):
         sink.error("wrong-type", "triggers must be a mapping of name -> trigger", kp)
@@ -143,18 +148,25 @@ def parse_triggers(value: Any, sink: DiagnosticSink) -> tuple[TriggerSpec, ...]:
             sink.error("invalid-id", f"trigger name '{name}' must match "
                        "[A-Za-z_][A-Za-z0-9_-]*", where, at_key=True)
             continue
-        trigger = _trigger(name, spec, where, sink)
+        trigger = _trigger(name, spec, where, sink, controller)
         if trigger is not None:
             found.append(trigger)
     return tuple(found)
 
 
-def _trigger(name: str, spec: Any, kp: KeyPath, sink: DiagnosticSink) -> TriggerSpec | None:
+def _trigger(name: str, spec: Any, kp: KeyPath, sink: DiagnosticSink,
+             controller: bool = False) -> TriggerSpec | None:
     if not isinstance(spec, dict):
         sink.error("wrong-type", f"trigger '{name}' must be a mapping with one of: "
                    f"{', '.join(TRIGGER_KINDS)}", kp)
         return None
-    ok = _keys(spec, TRIGGER_KEYS, kp, f"trigger '{name}'", sink)
+    ok = _keys(spec, CONTROLLER_TRIGGER_KEYS if controller else TRIGGER_KEYS, kp,
+               f"trigger '{name}'", sink)
+    if controller and "key" not in spec:
+        sink.error("missing-key", f"trigger '{name}' of a controller needs 'key': the "
+                   "resource key to reconcile, like '{{ event.body.number }}'", kp,
+                   at_key=True)
+        ok = False
     kinds = [k for k in TRIGGER_KINDS if k in spec]
     if len(kinds) != 1:
         sink.error("missing-key" if not kinds else "ambiguous-trigger",
@@ -204,7 +216,7 @@ def _trigger(name: str, spec: Any, kp: KeyPath, sink: DiagnosticSink) -> Trigger
             ok = False
         else:
             values["timezone"] = zone
-    if kind in ("webhook", "files"):
+    if kind in ("webhook", "files") or controller:
         # Each event is work of its own: none is dropped because another runs (a
         # `concurrency:` key limits how many run at once).
         values["overlap"] = "allow"
@@ -224,9 +236,16 @@ def _trigger(name: str, spec: Any, kp: KeyPath, sink: DiagnosticSink) -> Trigger
         ok = ok and window is not None
         if window is not None:
             values["catch_up_window"] = window
-    if "input" in spec:
+    if "input" in spec and not controller:
         ok = _templates(spec["input"], (*kp, "input"), sink) and ok
         values["input"] = spec["input"]
+    if controller and "key" in spec:
+        if not isinstance(spec["key"], str) or not spec["key"].strip():
+            sink.error("wrong-type", "key must be a template string", (*kp, "key"))
+            ok = False
+        else:
+            ok = _templates(spec["key"], (*kp, "key"), sink) and ok
+            values["key"] = spec["key"]
     if "description" in spec:
         if not isinstance(spec["description"], str):
             sink.error("wrong-type", "description must be a string", (*kp, "description"))

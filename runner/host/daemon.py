@@ -328,9 +328,13 @@ class StandaloneHost:
             self.lock.acquire()
         try:
             if not once:
-                self.triggers = HostTriggers(self.ws, self.store, self.coordinator,
-                                             on_launched=lambda _run: self._wake.set(),
-                                             listening=self.listen is not None)
+                manager = self.manager
+                self.triggers = HostTriggers(
+                    self.ws, self.store, self.coordinator,
+                    on_launched=lambda _run: self._wake.set(),
+                    listening=self.listen is not None,
+                    controllers=(lambda: manager.controllers.values()) if manager else None,
+                    enqueue=manager.enqueue if manager else None)
                 if self.listen is not None:  # a refused address: before anything runs
                     self.webhooks = WebhookServer(self.listen, self.triggers.loop,
                                                   self.triggers.current, os.environ)

@@ -64,10 +64,16 @@ STALE_PENDING = 30.0
 
 @dataclass(frozen=True)
 class Scheduled:
-    """One trigger of one workflow."""
+    """One trigger of one workflow, or of a controller (`controller`: its name; then
+    `workflow` is `controller:NAME`, the firings' own namespace)."""
 
     workflow: str
     spec: TriggerSpec
+    controller: str | None = None
+
+    @staticmethod
+    def of_controller(name: str, spec: TriggerSpec) -> Scheduled:
+        return Scheduled(f"controller:{name}", spec, controller=name)
 
 
 #: Queue run `run_id` of `workflow` with this input; raises WfrunError when refused.
@@ -138,9 +144,12 @@ class TriggerLoop:
     def __init__(self, ledger: TriggerLedger, clock: Clock, launch: Launcher, *,
                  triggers: Callable[[], Iterable[Scheduled]],
                  cancel: Callable[[str], None] | None = None,
-                 on_launched: Callable[[str], None] | None = None) -> None:
-        """`on_launched(run_id)`: a firing queued a run (the host claims it at once)."""
+                 on_launched: Callable[[str], None] | None = None,
+                 enqueue: Callable[[str, str], None] | None = None) -> None:
+        """`on_launched(run_id)`: a firing queued a run (the host claims it at once).
+        `enqueue(controller, key)`: what a controller's trigger does instead."""
         self.ledger = ledger
+        self.enqueue = enqueue
         self.on_launched = on_launched
         self.clock = clock
         self.launch = launch
@@ -311,6 +320,8 @@ class TriggerLoop:
                                "slot": None if slot is None else slot_key(slot),
                                "kind": spec.kind, "key": key},
                    "event": event}
+        if item.controller is not None:
+            return self._enqueue(item, key, run_id, context)
         try:
             run_input = None if spec.input is None else render_native(spec.input, context)
         except TemplateError as exc:
@@ -325,6 +336,29 @@ class TriggerLoop:
             self._settle(item, key, run_id, "failed", safe_message(exc.message))
             return True
         self._settle(item, key, run_id, "launched")
+        return True
+
+    def _enqueue(self, item: Scheduled, key: str, run_id: str,
+                 context: dict[str, Any]) -> bool:
+        """A controller's firing: the rendered resource key goes on its reconcile queue
+        (duplicate wake-ups of one key collapse there: seed 004)."""
+        assert item.controller is not None
+        try:
+            resource = str(render_native(item.spec.key or "", context)).strip()
+        except TemplateError as exc:
+            self._settle(item, key, run_id, "failed", f"the trigger's key: {exc}")
+            return True
+        if not resource or len(resource) > 512 or not resource.isprintable():
+            self._settle(item, key, run_id, "failed", "the trigger's key must render to "
+                         "1-512 printable characters")
+            return True
+        if self.enqueue is None:
+            self._settle(item, key, run_id, "failed", "no controller manager runs here")
+            return True
+        self.enqueue(item.controller, resource)
+        self.ledger.settle(item.workflow, item.spec.name, key, "launched",
+                           f"reconcile {item.controller}/{resource}")
+        self._mine.discard(run_id)
         return True
 
     def _settle(self, item: Scheduled, key: str, run_id: str, outcome: str,

@@ -9,7 +9,7 @@ that does not compile keeps its triggers out (one log line) until it is fixed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -21,6 +21,7 @@ from runner.errors import InputError, WfrunError
 from runner.launch.triggers import Scheduled, TriggerLoop, next_slot, slot_key
 
 if TYPE_CHECKING:
+    from runner.controllers import Controller
     from runner.launch.coordinator import LaunchCoordinator
     from runner.store import Store
     from runner.store.domain.triggers import Firing
@@ -61,6 +62,9 @@ class HostTriggers:
     coordinator: LaunchCoordinator
     on_launched: Callable[[str], None] | None = None
     listening: bool = False  # serving webhooks (`--listen`)
+    # The controllers this host runs, and how a key goes on one's queue (the manager).
+    controllers: Callable[[], Iterable[Controller]] | None = None
+    enqueue: Callable[[str, str], None] | None = None
     loop: TriggerLoop = field(init=False)
     _triggers: list[Scheduled] = field(default_factory=list, init=False)
     _read_at: float | None = field(default=None, init=False)
@@ -71,13 +75,17 @@ class HostTriggers:
     def __post_init__(self) -> None:
         self.loop = TriggerLoop(self.store.triggers, self.ws.clock,
                                 self._launcher(self.coordinator), triggers=self.current,
-                                cancel=self._cancel, on_launched=self.on_launched)
+                                cancel=self._cancel, on_launched=self.on_launched,
+                                enqueue=self.enqueue)
 
     def current(self) -> list[Scheduled]:
         now = self.ws.clock.monotonic()
         if self._read_at is None or now - self._read_at >= REFRESH_EVERY:
             broken: dict[str, str] = {}
             self._triggers = project_triggers(self.ws, broken)
+            for controller in (self.controllers() if self.controllers is not None else ()):
+                self._triggers.extend(Scheduled.of_controller(controller.name, spec)
+                                      for spec in controller.triggers)
             for name, why in broken.items():
                 if self._broken.get(name) != why:
                     log.warning("wfrun host: workflow '%s' starts on no trigger: %s", name, why)

@@ -146,8 +146,8 @@ class WebhookServer:
             return HTTPStatus.SERVICE_UNAVAILABLE, {"error": exc.message}
         answer: dict[str, Any] = {"trigger": f"{item.workflow}/{item.spec.name}",
                                   "delivery": delivery, "outcome": firing.outcome,
-                                  "run_id": firing.run_id if firing.outcome in (
-                                      "launched", "pending") else None}
+                                  "run_id": firing.run_id if item.controller is None
+                                  and firing.outcome in ("launched", "pending") else None}
         if firing.reason:
             answer["reason"] = firing.reason
         answer["replayed"] = not fresh
