@@ -4,10 +4,11 @@ naming the key and the runs a waiting run waits for."""
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
-from standalonekit import Project
+from standalonekit import Project, wait_for
 
 from runner.host.runtime.launches import detached_coordinator
 from runner.launch.preflight import PreflightError
@@ -87,3 +88,33 @@ def test_a_key_that_does_not_render_is_a_one_line_refusal(project: Project) -> N
         assert store.launches.query(limit=10) == []  # nothing was queued
     finally:
         store.close()
+
+
+SLEEPY = """\
+concurrency: {key: "{{ input.repo }}", limit: 1}
+input:
+  type: object
+  properties: {repo: {type: string}}
+start: a
+nodes:
+  a: {action: {shell: [sleep, "0.6"]}}
+"""
+
+
+def test_a_real_host_runs_one_key_at_a_time_and_another_key_at_once(
+        project: Project) -> None:
+    """3 runs of key A and 1 of key B on a 4-slot host: A's never overlap, B does not
+    wait for them."""
+    project.workflow("sleepy", SLEEPY)
+    a1, a2, a3, b1 = project.queue("sleepy", [{"repo": "A"}, {"repo": "A"}, {"repo": "A"},
+                                              {"repo": "B"}])
+    host = project.host("--max-runs", "4")
+    project.wait_host_ready(host)
+    wait_for("every run to end", lambda: all(
+        project.launch_status(r) == "done" for r in (a1, a2, a3, b1)), timeout=120)
+    a = sorted((project.launch(r) for r in (a1, a2, a3)), key=lambda r: r.started_at or 0)
+    for earlier, later in itertools.pairwise(a):
+        assert earlier.finished_at is not None
+        assert (later.started_at or 0) >= earlier.finished_at  # never two A's at once
+    b = project.launch(b1)
+    assert (b.started_at or 0) < (a[1].started_at or 0)  # B ran beside the first A
