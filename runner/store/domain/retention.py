@@ -41,6 +41,9 @@ _FORGET = (
     "DELETE FROM workflow_turn_intents WHERE run_id IN {ids} AND resolved_at IS NOT NULL",
     "DELETE FROM workflow_notifications WHERE run_id IN {ids} AND delivered_at IS NOT NULL",
     "DELETE FROM run_events WHERE run_id IN {ids}",
+    # A forgotten run's flow-control gate (its start no longer counts for a rate).
+    "DELETE FROM launch_gates WHERE run_id IN {ids} AND NOT EXISTS ("
+    "SELECT 1 FROM workflow_run_queue q WHERE q.run_id = launch_gates.run_id)",
 )
 _TRIM = {
     "run_events": "DELETE FROM run_events WHERE recorded_at < :cut AND run_id NOT IN ("
@@ -50,6 +53,11 @@ _TRIM = {
     " AND completed_at < :cut AND resource_uid NOT IN (SELECT uid FROM resources)",
     "workflow_requests": "DELETE FROM workflow_requests WHERE state IN ('succeeded', 'failed')"
     " AND updated_at < :cut AND resource_uid NOT IN (SELECT uid FROM resources)",
+    # Settled firings whose run is gone (a slot older than its trigger's cursor never
+    # fires again; a webhook delivery replayed after this long would start anew).
+    "trigger_firings": "DELETE FROM trigger_firings WHERE outcome <> 'pending'"
+    " AND updated_at < :cut AND (run_id IS NULL OR NOT EXISTS ("
+    "SELECT 1 FROM workflow_run_queue q WHERE q.run_id = trigger_firings.run_id))",
 }
 
 
@@ -107,4 +115,4 @@ class Retention:
             done = {table: tx.run(sql, {"cut": cut[table], **_TERMINAL_PARAMS})
                     for table, sql in _TRIM.items()}
         return Trimmed(done["run_events"], done["controller_events"], done["effects"],
-                       done["workflow_requests"])
+                       done["workflow_requests"], done["trigger_firings"])

@@ -269,3 +269,23 @@ def test_a_store_made_before_the_trigger_tables_gains_them(backend: Backend,
         assert again.triggers.ensure("wf", "t", 5).cursor_at == 5
     finally:
         again.close()
+
+
+def test_retention_trims_settled_firings_whose_run_is_gone(backend: Backend,
+                                                          clock: FakeClock) -> None:
+    store = backend.open(clock)
+    try:
+        ledger = store.triggers
+        ledger.claim("wf", "t", "old-missed", slot_at=1, outcome="missed")
+        ledger.claim("wf", "t", "old-pending", slot_at=2, outcome="pending", run_id="wf-p")
+        ledger.claim("wf", "t", "old-live", slot_at=3, outcome="pending", run_id="wf-live")
+        ledger.settle("wf", "t", "old-live", "launched")
+        store.launches.enqueue(launch("wf-live"))  # its run is still queued
+        clock.advance(100)
+        ledger.claim("wf", "t", "new-missed", slot_at=4, outcome="missed")
+        trimmed = store.retention.trim(round((clock.now() - 50) * 1000))
+        assert trimmed.trigger_firings == 1
+        assert sorted(f.key for f in ledger.firings("wf", "t")) == [
+            "new-missed", "old-live", "old-pending"]
+    finally:
+        store.close()
