@@ -25,10 +25,21 @@ nodes:
 """
 
 
+CONTROLLER = """\
+reconcile: ./ping.py:reconcile
+triggers:
+  poll: {every: 5m, key: "pr7"}
+"""
+
+
 def _project(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     root = tmp_path / "proj"
     (root / ".wfrun" / "workflows").mkdir(parents=True)
     (root / ".wfrun" / "workflows" / "report.yaml").write_text(WORKFLOW)
+    (root / ".wfrun" / "controllers").mkdir()
+    (root / ".wfrun" / "controllers" / "ping.yaml").write_text(CONTROLLER)
+    (root / ".wfrun" / "controllers" / "ping.py").write_text(
+        "def reconcile(ctx, resource):\n    return ctx.settled({})\n")
     clock = FileClock.create(tmp_path / "clock", datetime(2027, 1, 10, 12, tzinfo=UTC)
                              .timestamp())
     return root, {**os.environ, CLOCK_FILE_ENV: clock.path}
@@ -44,7 +55,9 @@ def test_list_pause_resume_and_backfill(tmp_path: Path) -> None:
     listed = json.loads(_wfrun(root, env, "triggers", "--json").stdout)["triggers"]
     assert [(t["name"], t["next"], t["paused"]) for t in listed] == [
         ("report/nightly", "2027-01-11T02:00:00Z", False),  # 03:00 in Berlin (CET)
-        ("report/often", "2027-01-10T12:00:30Z", False)]
+        ("report/often", "2027-01-10T12:00:30Z", False),
+        ("controller:ping/poll", "2027-01-10T12:05:00Z", False)]
+    assert (listed[2]["controller"], listed[2]["key"]) == ("ping", "pr7")
     assert listed[0]["missed"] == "last"
     assert listed[1]["overlap"] == "queue"
 
@@ -72,6 +85,10 @@ def test_list_pause_resume_and_backfill(tmp_path: Path) -> None:
         assert record.status == "queued"
     listed = json.loads(_wfrun(root, env, "triggers", "--json").stdout)["triggers"]
     assert listed[0]["last"]["run_id"] == slots[-1]["run_id"]
+    polled = json.loads(_wfrun(root, env, "triggers", "backfill", "ping/poll", "--from",
+                               "2027-01-10T11:55Z", "--to", "2027-01-10T12:00Z",
+                               "--json").stdout)["slots"]
+    assert [s["outcome"] for s in polled] == ["launched: reconcile ping/pr7"] * 2
     assert listed[0]["counts"] == {"launched": 3}
 
     assert _wfrun(root, env, "triggers", "resume", "often").stdout.strip() == \

@@ -134,13 +134,27 @@ class HostTriggers:
 
 
 # -- `wfrun triggers` ------------------------------------------------------------------
+def all_triggers(ws: Workspace, broken: dict[str, str] | None = None) -> list[Scheduled]:
+    """The project's workflow triggers, then its controllers' (`controller:NAME`)."""
+    from .controllers import discover
+
+    found = project_triggers(ws, broken)
+    for entry in discover(ws, ws.catalog.user_dir):
+        definition = entry.result.definition
+        if entry.shadowed_by is None and entry.result.valid and definition is not None:
+            found.extend(Scheduled.of_controller(entry.name, spec)
+                         for spec in definition.triggers)
+    return found
+
+
 def find_trigger(ws: Workspace, name: str) -> Scheduled:
-    """`WORKFLOW/TRIGGER`, or a TRIGGER name only one workflow of the project has."""
+    """`WORKFLOW/TRIGGER` (`controller:NAME/TRIGGER`), or a TRIGGER name only one
+    workflow or controller of the project has."""
     broken: dict[str, str] = {}
-    every = project_triggers(ws, broken)
+    every = all_triggers(ws, broken)
     workflow, _, trigger = name.rpartition("/")
     matches = [s for s in every if s.spec.name == trigger
-               and (not workflow or s.workflow == workflow)]
+               and (not workflow or workflow in (s.workflow, s.controller))]
     if len(matches) == 1:
         return matches[0]
     names = [f"{s.workflow}/{s.spec.name}" for s in every]
@@ -160,7 +174,7 @@ def trigger_rows(ws: Workspace, store: Store) -> list[dict[str, Any]]:
     and the slots it skipped or missed."""
     now = ws.clock.now()
     rows = []
-    for item in project_triggers(ws):
+    for item in all_triggers(ws):
         spec = item.spec
         state = store.triggers.state(item.workflow, spec.name)
         summary = store.triggers.summary(item.workflow, spec.name)
@@ -169,6 +183,7 @@ def trigger_rows(ws: Workspace, store: Store) -> list[dict[str, Any]]:
         last = summary.last
         rows.append({
             "name": f"{item.workflow}/{spec.name}", "workflow": item.workflow,
+            "controller": item.controller, "key": spec.key,
             "trigger": spec.name, "kind": spec.kind, "schedule": spec.schedule_text(),
             "missed": spec.missed if spec.scheduled else None,
             "catch_up_window": spec.catch_up_window if spec.scheduled else None,
@@ -205,8 +220,10 @@ def backfill(ws: Workspace, store: Store, coordinator: LaunchCoordinator, name: 
     first, last = _when(start, "--from", zone), _when(end, "--to", zone)
     if last < first:
         raise InputError("--to is before --from")
+    queue: Any = store  # a controller's key goes on its queue (every Store has one)
     loop = TriggerLoop(store.triggers, ws.clock, HostTriggers._launcher(coordinator),
-                       triggers=list)
+                       triggers=list, enqueue=lambda controller, key:
+                       queue.reconcile_queue.enqueue(controller, key))
     try:
         return loop.backfill(item, first, last, limit)
     except ValueError as exc:
