@@ -120,6 +120,30 @@ def slots_after(spec: TriggerSpec, after: float, until: float,
     return out
 
 
+def newest_slots(spec: TriggerSpec, after: float, until: float, keep: int
+                 ) -> tuple[list[float], int]:
+    """The newest `keep` slots in (after, until], oldest first, and how many older
+    ones the range holds besides."""
+    if spec.every is not None:
+        last = int(until // spec.every)
+        first = int(after // spec.every) + 1
+        total = max(0, last - first + 1)
+        steps = [k * spec.every for k in range(max(first, last - keep + 1), last + 1)]
+        return steps, total - len(steps)
+    kept: list[float] = []
+    older = 0
+    start = after
+    while True:  # in chunks: a cron with seconds has 86,400 slots a day
+        chunk = slots_after(spec, start, until, limit=MAX_COUNTED)
+        kept.extend(chunk)
+        if len(kept) > keep:
+            older += len(kept) - keep
+            kept = kept[-keep:]
+        if len(chunk) < MAX_COUNTED:
+            return kept, older
+        start = chunk[-1]
+
+
 def next_slot(spec: TriggerSpec, after: float) -> float | None:
     """The first slot after `after` (None: the schedule has no more)."""
     if spec.every is not None:
@@ -186,12 +210,12 @@ class TriggerLoop:
         window_start = now - spec.catch_up_window
         if cursor < window_start:
             self._record_gap(item, cursor, window_start)
+            self.ledger.advance(workflow, spec.name, _ms(window_start))
             cursor = window_start
-        due = slots_after(spec, cursor, now)
-        if len(due) > MAX_CATCH_UP:  # keep the newest; the older ones are one gap
-            self._record_gap(item, cursor, due[-MAX_CATCH_UP - 1], why="over the "
-                             f"catch-up limit of {MAX_CATCH_UP} slots")
-            due = slots_after(spec, due[-MAX_CATCH_UP - 1], now, limit=MAX_CATCH_UP)
+        due, older = newest_slots(spec, cursor, now, MAX_CATCH_UP)
+        if older:  # more due slots than one evaluation starts: the older ones are a gap
+            self._record_gap(item, cursor, due[0] - 0.001, why="over the catch-up limit "
+                             f"of {MAX_CATCH_UP} slots")
         if due:
             launch, missed = self._plan(spec, due, now)
             self.ledger.claim_many(workflow, spec.name, [

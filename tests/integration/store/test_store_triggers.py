@@ -289,3 +289,25 @@ def test_retention_trims_settled_firings_whose_run_is_gone(backend: Backend,
             "new-missed", "old-live", "old-pending"]
     finally:
         store.close()
+
+
+def test_a_long_outage_of_a_fast_schedule_is_bounded(backend: Backend,
+                                                     clock: FakeClock) -> None:
+    """`every: 1s`, window 1h, down for 2h: one launch (the newest slot, `missed: last`),
+    the 1,000 newest slots evaluated one by one, the rest as two gap rows."""
+    store = backend.open(clock)
+    try:
+        clock.t = 1_900_000_000.0
+        spec = TriggerSpec(name="fast", every=1.0, missed="last", catch_up_window=3600.0,
+                           overlap="allow")
+        launcher = Queue(store, memory=True)
+        _loop(store, clock, spec, launcher).tick()
+        clock.advance(2 * 3600)
+        _loop(store, clock, spec, launcher).tick()
+        assert [slot_key(_launched(store, spec)[0] / 1000)] == [slot_key(clock.now())]
+        missed = store.triggers.firings("nightly", "fast", limit=5000, outcomes=("missed",))
+        gaps = sorted(f.reason or "" for f in missed if f.key.startswith("gap:"))
+        assert len(missed) - len(gaps) == 999
+        assert [g.split(" ")[0] for g in gaps] == ["2600", "3600"]
+    finally:
+        store.close()
