@@ -29,6 +29,7 @@ Policies, as docs/triggers.md documents them:
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -188,6 +189,16 @@ class TriggerLoop:
         now = self.clock.now()
         soonest: float | None = None
         for item in self.triggers():
+            hook = item.spec.webhook
+            if hook is not None and hook.debounce:
+                try:
+                    upcoming = self.flush_debounced(item, hook.debounce, now)
+                except (WfrunError, StoreError) as exc:
+                    self._log_once(f"trigger {item.workflow}.{item.spec.name}: {exc.message}")
+                    continue
+                if upcoming is not None:
+                    soonest = upcoming if soonest is None else min(soonest, upcoming)
+                continue
             if not item.spec.scheduled:
                 continue
             try:
@@ -271,6 +282,17 @@ class TriggerLoop:
         delivery id, so a replayed delivery starts nothing new and gets the firing the
         first one made. The firing as it stands after this call, and whether this
         call made it (False: a replay)."""
+        hook = item.spec.webhook
+        if hook is not None and hook.debounce:
+            # Kept (durably, with its event) until no delivery came for `debounce`;
+            # then the newest starts the run and the others are recorded as skipped.
+            key = f"delivery:{delivery}"
+            run_id = firing_run_id(item.workflow, item.spec.name, key, self.clock.now())
+            fresh = self.ledger.claim(item.workflow, item.spec.name, key, slot_at=None,
+                                      outcome="pending", run_id=run_id, event=event)
+            found = self.ledger.firing(item.workflow, item.spec.name, key)
+            assert found is not None
+            return found, fresh
         return self.fire_event(item, f"delivery:{delivery}", event)
 
     def fire_event(self, item: Scheduled, key: str, event: dict[str, Any]
@@ -287,6 +309,27 @@ class TriggerLoop:
         found = self.ledger.firing(item.workflow, item.spec.name, key)
         assert found is not None  # claimed by this call or an earlier one; never deleted
         return found, fresh
+
+    def flush_debounced(self, item: Scheduled, debounce: float, now: float) -> float | None:
+        """A debounced webhook's kept deliveries, once none came for `debounce`: the
+        newest starts its run, the others are skipped naming it. When the batch is due
+        (None: nothing kept)."""
+        kept = self.ledger.pending(item.workflow, item.spec.name)
+        if not kept:
+            return None
+        newest = max(kept, key=lambda f: (f.created_at, f.key))
+        due = newest.created_at / 1000.0 + debounce
+        if due > now:
+            return due
+        assert newest.run_id is not None
+        event = json.loads(newest.event_json) if newest.event_json else {}
+        event["debounced"] = [f.key.removeprefix("delivery:") for f in kept]
+        self._start(item, newest.key, newest.run_id, None, event)
+        for firing in kept:
+            if firing.key != newest.key:
+                self.ledger.settle(item.workflow, item.spec.name, firing.key, "skipped",
+                                   f"debounced: {newest.key} started run {newest.run_id}")
+        return None
 
     def backfill(self, item: Scheduled, start: float, end: float,
                  limit: int = MAX_CATCH_UP) -> list[tuple[str, str | None, str]]:

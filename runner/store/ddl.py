@@ -17,6 +17,7 @@ from runner.store.states import (
     CONTROLLER_ERROR_MAX_BYTES,
     EFFECT_STATES,
     ERROR_MESSAGE_MAX_BYTES,
+    EVENT_MAX_BYTES,
     FIRING_OUTCOMES,
     INPUT_STATUSES,
     LAUNCH_ENDINGS,
@@ -271,6 +272,8 @@ DDL: tuple[str, ...] = (
     run_id TEXT,
     reason TEXT CHECK (reason IS NULL
         OR length(CAST(reason AS BLOB)) <= {CONTROLLER_ERROR_MAX_BYTES}),
+    event_json TEXT CHECK (event_json IS NULL
+        OR length(CAST(event_json AS BLOB)) <= {EVENT_MAX_BYTES}),
     created_at INTEGER NOT NULL,
     updated_at INTEGER NOT NULL,
     PRIMARY KEY (workflow, trigger_name, firing_key)

@@ -158,6 +158,7 @@ TABLE_COLUMNS: Mapping[str, tuple[str, ...]] = {
         "outcome",
         "run_id",
         "reason",
+        "event_json",
         "created_at",
         "updated_at",
     ),

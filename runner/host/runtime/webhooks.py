@@ -144,16 +144,20 @@ class WebhookServer:
             firing, fresh = self.loop.deliver(item, delivery, event)
         except (WfrunError, StoreError) as exc:  # the store refused: the sender retries
             return HTTPStatus.SERVICE_UNAVAILABLE, {"error": exc.message}
+        debounced = bool(hook.debounce) and firing.outcome == "pending"
         answer: dict[str, Any] = {"trigger": f"{item.workflow}/{item.spec.name}",
                                   "delivery": delivery, "outcome": firing.outcome,
                                   "run_id": firing.run_id if item.controller is None
+                                  and not debounced
                                   and firing.outcome in ("launched", "pending") else None}
+        if debounced:
+            answer["debounced"] = hook.debounce
         if firing.reason:
             answer["reason"] = firing.reason
         answer["replayed"] = not fresh
         if firing.outcome == "failed":
             return HTTPStatus.UNPROCESSABLE_ENTITY, answer
-        return (HTTPStatus.ACCEPTED if fresh and firing.outcome == "launched"
+        return (HTTPStatus.ACCEPTED if fresh and firing.outcome in ("launched", "pending")
                 else HTTPStatus.OK), answer
 
 

@@ -20,13 +20,18 @@ from dataclasses import dataclass
 
 from runner.store.connector import Connector, Row
 from runner.store.ddl import sql_in
-from runner.store.records import bounded_message, check_id
-from runner.store.states import CONTROLLER_ERROR_MAX_BYTES, FIRING_OUTCOMES, TERMINAL_STATUSES
+from runner.store.records import bounded_message, canonical_json, check_id
+from runner.store.states import (
+    CONTROLLER_ERROR_MAX_BYTES,
+    EVENT_MAX_BYTES,
+    FIRING_OUTCOMES,
+    TERMINAL_STATUSES,
+)
 
 _STATE = ("SELECT workflow, trigger_name, paused, cursor_at, updated_at FROM trigger_states"
           " WHERE workflow = :w AND trigger_name = :t")
 _FIRING_COLUMNS = ("workflow, trigger_name, firing_key, slot_at, outcome, run_id, reason,"
-                   " created_at, updated_at")
+                   " event_json, created_at, updated_at")
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +52,7 @@ class Firing:
     outcome: str
     run_id: str | None
     reason: str | None
+    event_json: str | None  # a debounced delivery's event, until its batch fires
     created_at: int
     updated_at: int
 
@@ -71,8 +77,8 @@ def _state(row: Row) -> TriggerState:
 
 def _firing(row: Row) -> Firing:
     return Firing(row["workflow"], row["trigger_name"], row["firing_key"], row["slot_at"],
-                  row["outcome"], row["run_id"], row["reason"], row["created_at"],
-                  row["updated_at"])
+                  row["outcome"], row["run_id"], row["reason"], row["event_json"],
+                  row["created_at"], row["updated_at"])
 
 
 def _reason(reason: str | None) -> str | None:
@@ -143,18 +149,24 @@ class TriggerLedger:
 
     # -- firings -------------------------------------------------------------------
     def claim(self, workflow: str, trigger: str, key: str, *, slot_at: int | None,
-              outcome: str, run_id: str | None = None, reason: str | None = None) -> bool:
-        """Record a firing; True when this call made it (False: it existed already)."""
+              outcome: str, run_id: str | None = None, reason: str | None = None,
+              event: object = None) -> bool:
+        """Record a firing; True when this call made it (False: it existed already).
+        `event`: kept until the firing starts (a debounced delivery); durable then."""
         if outcome not in FIRING_OUTCOMES:
             raise ValueError(f"a firing's outcome is one of {FIRING_OUTCOMES}, not {outcome!r}")
         check_id(key, "firing key")
-        with self._c.write(durable=False) as tx:
+        event_json = None if event is None else canonical_json(
+            event, what="trigger event", max_bytes=EVENT_MAX_BYTES)
+        # A kept event is the only copy of a delivery already answered: durable.
+        with self._c.write(durable=event is not None) as tx:
             made = tx.run(
                 f"INSERT INTO trigger_firings ({_FIRING_COLUMNS}) VALUES (:w, :t, :k, :slot,"
-                " :outcome, :run, :reason, :now, :now)"
+                " :outcome, :run, :reason, :event, :now, :now)"
                 " ON CONFLICT (workflow, trigger_name, firing_key) DO NOTHING",
                 {"w": workflow, "t": trigger, "k": key, "slot": slot_at, "outcome": outcome,
-                 "run": run_id, "reason": _reason(reason), "now": tx.now_ms()})
+                 "run": run_id, "reason": _reason(reason), "event": event_json,
+                 "now": tx.now_ms()})
         return made == 1
 
     def claim_many(self, workflow: str, trigger: str,
@@ -166,7 +178,7 @@ class TriggerLedger:
         with self._c.write(durable=False) as tx:
             now = tx.now_ms()
             tx.many(f"INSERT INTO trigger_firings ({_FIRING_COLUMNS}) VALUES (:w, :t, :k,"
-                    " :slot, :outcome, NULL, :reason, :now, :now)"
+                    " :slot, :outcome, NULL, :reason, NULL, :now, :now)"
                     " ON CONFLICT (workflow, trigger_name, firing_key) DO NOTHING",
                     [{"w": workflow, "t": trigger, "k": k, "slot": slot, "outcome": outcome,
                       "reason": _reason(reason), "now": now}
@@ -182,8 +194,8 @@ class TriggerLedger:
         with self._c.write(durable=False) as tx:
             changed = tx.run(
                 "UPDATE trigger_firings SET outcome = :outcome, reason = :reason,"
-                " updated_at = :now WHERE workflow = :w AND trigger_name = :t"
-                " AND firing_key = :k AND outcome = 'pending'",
+                " event_json = NULL, updated_at = :now WHERE workflow = :w"
+                " AND trigger_name = :t AND firing_key = :k AND outcome = 'pending'",
                 {"w": workflow, "t": trigger, "k": key, "outcome": outcome,
                  "reason": _reason(reason), "now": tx.now_ms()})
         return changed == 1

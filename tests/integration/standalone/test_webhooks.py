@@ -19,6 +19,7 @@ import httpx
 import pytest
 from standalonekit import Project
 
+from runner.clock import FakeClock
 from runner.compiler import build_catalog
 from runner.host.runtime.launches import detached_coordinator
 from runner.host.runtime.local import Workspace
@@ -148,3 +149,49 @@ def test_a_storm_of_deliveries_with_replays_queues_each_unique_one_once(
     launched = served.store.triggers.firings("hooked", "push", limit=5000,
                                              outcomes=("launched",))
     assert len(launched) == 900
+
+
+DEBOUNCED = HOOKED.replace("secret: PUSH_SECRET}", "secret: PUSH_SECRET, debounce: 5s}")
+
+
+def test_a_debounced_webhook_starts_one_run_for_a_burst(tmp_path: Path) -> None:
+    """Three deliveries within the debounce window: each is answered at once and kept
+    (durably, with its event); once 5 s pass without another, the newest starts the
+    one run and the others are recorded as skipped; a replay changes nothing."""
+    project = Project(tmp_path / "proj")
+    project.workflow("hooked", DEBOUNCED)
+    clock = FakeClock()
+    root = project.root
+    store = SqliteStore(root / ".wfrun" / "state" / "store.sqlite3", now=clock.now)
+    ws = Workspace(build_catalog("workflows", root, None), root, root / ".wfrun", clock=clock)
+    triggers = HostTriggers(ws, store, detached_coordinator(ws, store), listening=True)
+    server = WebhookServer("127.0.0.1:0", triggers.loop, triggers.current,
+                           {"PUSH_SECRET": SECRET})
+    server.start()
+    url = f"http://{server.address}/hooks/push"
+    try:
+        with httpx.Client(timeout=30) as client:
+            for n, ref in enumerate(["a", "b", "c"]):
+                answer = post(client, url, f"burst-{n}", {"ref": ref})
+                assert answer.status_code == 202, answer.text
+                assert answer.json()["debounced"] == 5.0
+                assert answer.json()["run_id"] is None
+                clock.advance(1)
+            assert triggers.tick() == pytest.approx(4.0)  # 5 s after the newest
+            assert store.launches.query(limit=10) == []
+            clock.advance(5)
+            triggers.tick()
+            (record,) = store.launches.query(limit=10)
+            assert record.input() == {"ref": "c", "delivery": "burst-2"}
+            replay = post(client, url, "burst-0", {"ref": "a"})
+            assert (replay.status_code, replay.json()["outcome"]) == (200, "skipped")
+        outcomes = {f.key: (f.outcome, f.event_json)
+                    for f in store.triggers.firings("hooked", "push")}
+        assert outcomes == {"delivery:burst-0": ("skipped", None),
+                            "delivery:burst-1": ("skipped", None),
+                            "delivery:burst-2": ("launched", None)}
+        triggers.tick()
+        assert len(store.launches.query(limit=10)) == 1
+    finally:
+        server.stop()
+        store.close()
