@@ -101,6 +101,7 @@ DST_DAYS = {"Europe/Berlin": ((2027, 3, 28), (2027, 10, 31)),
             "America/New_York": ((2027, 3, 14), (2027, 11, 7))}
 
 
+@pytest.mark.timeout(300)  # 8,760 slots through a real store: ~30 s on a busy 2-core box
 @pytest.mark.parametrize("zone", ["Europe/Berlin", "America/New_York"])
 def test_a_simulated_year_of_an_hourly_cron_starts_every_slot_once(
         backend: Backend, clock: FakeClock, zone: str) -> None:
