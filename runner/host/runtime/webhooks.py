@@ -174,6 +174,9 @@ def _body(raw: bytes, content_type: str) -> Any:
 class _Handler(BaseHTTPRequestHandler):
     server_ref: WebhookServer
     protocol_version = "HTTP/1.1"  # keep-alive: a client's deliveries share a connection
+    # The headers and the body go out as two writes: without TCP_NODELAY the second
+    # waits for the client's delayed ACK (~40 ms per answer).
+    disable_nagle_algorithm = True
 
     def do_POST(self) -> None:
         length = self.headers.get("Content-Length")
