@@ -77,6 +77,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                           "here)."),
     "status": ("launches", "Launch and run state; works before a run bundle exists."),
     "store": ("launches", "Inspect or reset the project's durable store."),
+    "triggers": ("triggers", "List the project's triggers: schedule, policy, last and next "
+                             "firing, skipped slots."),
     "ui": ("ui", "Serve the web console: runs, live run graphs, the queue, workflows, "
                  "controller resources, and actions (start, cancel, pause, rerun, answer) with "
                  "the printed token."),

@@ -50,10 +50,17 @@ if TYPE_CHECKING:
               envvar="WFRUN_HOST_POLL", hidden=True,
               help="Idle poll interval in seconds (a Postgres store also wakes the host "
                    "by notice; tests lengthen it to prove that).")
+@click.option("--listen", metavar="ADDR:PORT",
+              help="Serve the project's webhook triggers here (loopback unless every one "
+                   "has a secret; port 0 picks a free port).")
 @click.pass_obj
 def host_cmd(ctx: Context, agent: str | None, once: bool, max_runs: int, processes: int,
-             no_controllers: bool, quiet: bool, lease: float, poll: float) -> None:
+             no_controllers: bool, quiet: bool, lease: float, poll: float,
+             listen: str | None) -> None:
     """Run detached launches, resume parked runs and run controllers (one per project)."""
+    if listen is not None and once:
+        raise click.UsageError("--listen serves webhooks for as long as the host runs; "
+                               "drop --once")
     if processes > max_runs:
         raise click.UsageError(f"--processes {processes} is more than --max-runs {max_runs}: "
                                "each process runs one run at least; lower --processes")
@@ -91,7 +98,8 @@ def host_cmd(ctx: Context, agent: str | None, once: bool, max_runs: int, process
     with Progress(quiet=quiet or not sys.stderr.isatty()) as progress:
         host = StandaloneHost(ws, store, executor=executor, manager=manager,
                               max_runs=max_runs, observer=progress, lease_seconds=lease,
-                              poll=poll, on_run_ended=ended, lock=lock, pool=pool)
+                              poll=poll, on_run_ended=ended, lock=lock, pool=pool,
+                              listen=listen)
 
         def stop(signum: int, frame: FrameType | None) -> None:
             click.echo("\nwfrun host: parking in-flight runs and stopping...", err=True)
@@ -104,6 +112,8 @@ def host_cmd(ctx: Context, agent: str | None, once: bool, max_runs: int, process
                 more = f", {processes} processes" if processes > 1 else ""
                 click.echo(f"wfrun host running for {ws.project_root} (pid {os.getpid()}"
                            f"{more}); Ctrl-C stops it", err=True)
+            if host.webhooks is not None:  # even when quiet: a client needs the port
+                click.echo(f"wfrun host: webhooks on http://{host.webhooks.address}", err=True)
 
         report = host.run(once=once, on_ready=ready)
     store.close()

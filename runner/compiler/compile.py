@@ -117,7 +117,8 @@ class Compiler:
             name=wf.name, start=wf.start, nodes=nodes, edges=edges, title=wf.title,
             description=wf.description, input_schema=wf.input_schema, max_steps=wf.max_steps,
             presentation=wf.presentation, secrets=wf.secrets, env=wf.env,
-            template_budget=wf.template_budget,
+            template_budget=wf.template_budget, triggers=wf.triggers,
+            concurrency=wf.concurrency, rate_limit=wf.rate_limit,
             exits={k: v[0] for k, v in wf.exits.items()},
             source=unit.source, sources=tuple(_dedupe(unit.sources)))
         snapshot = definition.snapshot()

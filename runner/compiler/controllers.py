@@ -21,10 +21,11 @@ from .compile import digest_of
 from .diagnostics import Diagnostic, DiagnosticSink, internal_error, sort_key
 from .model import HookRef, Source
 from .sources import read_source
+from .triggers import TriggerSpec, parse_triggers
 from .yamlio import YamlProblem, load, locate_all
 
 CONTROLLER_KEYS = ("name", "description", "reconcile", "timeout", "spec", "initial_status",
-                   "resync")
+                   "resync", "triggers")
 DEFAULT_RECONCILE_TIMEOUT = 60.0
 
 
@@ -37,6 +38,9 @@ class ControllerDefinition:
     initial_status: dict[str, Any] = field(default_factory=dict)
     resync: float | None = None
     description: str | None = None
+    # Enqueue a resource key on a schedule, a webhook or file changes (DESIGN §10);
+    # not in the digest (when a key is reconciled, not how).
+    triggers: tuple[TriggerSpec, ...] = ()
     source: Source | None = None
     digest: str = ""
 
@@ -127,7 +131,10 @@ def _parse(data: Any, name: str, path: Path, sink: DiagnosticSink
     if "description" in m:
         description = c.string(m["description"], ("description",), "description",
                                non_empty=False)
+    triggers = (parse_triggers(m["triggers"], sink, controller=True) if "triggers" in m
+                else ())
     if hook is None:
         return None
     return ControllerDefinition(name=name, reconcile=hook, timeout=timeout, spec_schema=spec,
-                                initial_status=initial, resync=resync, description=description)
+                                initial_status=initial, resync=resync, description=description,
+                                triggers=triggers)

@@ -30,7 +30,7 @@ _EMPTY = {"cases": "switch cases must not be empty",
 # invalid-duration, invalid-hook, invalid-name, unsupported-version, ...), and the
 # places whose checks are their own (budgets, a step's `with:`).
 _PARSER_OWNED = frozenset({"pattern", "propertyNames", "const", "enum", "uniqueItems", "format"})
-_OWN_SUBTREES = ("template_budget",)
+_OWN_SUBTREES = ("template_budget", "triggers", "concurrency", "rate_limit")  # own parsers
 
 
 def _validators() -> tuple[Draft202012Validator, Draft202012Validator, Draft202012Validator]:

@@ -18,6 +18,8 @@ from typing import Any, Literal, Protocol
 from runner.canonical import canonical_json
 
 from .budget import DEFAULT_BUDGET, TemplateBudget
+from .flow import ConcurrencySpec, RateLimitSpec
+from .triggers import TriggerSpec
 
 DEFAULT_FAIL_CODE = "workflow_failed"
 RESERVED_NODE_IDS = frozenset({"list", "start", "status", "cancel", "pause", "resume", "answer"})
@@ -272,6 +274,10 @@ class WorkflowDefinition:
     secrets: tuple[str, ...] = ()  # names of secrets resolved at activation (never stored)
     env: tuple[str, ...] = ()  # environment variables templates may read as env.NAME
     template_budget: TemplateBudget = DEFAULT_BUDGET  # per render (compiler/budget.py)
+    # When runs start (compiler/triggers.py): not in the snapshot nor the digest.
+    triggers: tuple[TriggerSpec, ...] = ()
+    concurrency: ConcurrencySpec | None = None  # flow control (compiler/flow.py): idem
+    rate_limit: RateLimitSpec | None = None
     source: Source | None = None
     sources: tuple[Source, ...] = ()  # every file that went into it (YAML, hooks, children)
     digest: str = ""

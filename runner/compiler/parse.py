@@ -18,6 +18,7 @@ from .budget import DEFAULT_BUDGET, TemplateBudget, budget_from_yaml
 from .checker import Checker, case_key, type_name
 from .diagnostics import DiagnosticSink, KeyPath, did_you_mean
 from .docshape import check_document, check_node
+from .flow import ConcurrencySpec, RateLimitSpec, parse_concurrency, parse_rate_limit
 from .kinds import KINDS, authored_kinds
 from .model import (
     DEFAULT_MAX_STEPS,
@@ -29,6 +30,7 @@ from .model import (
     Retry,
     Spec,
 )
+from .triggers import TriggerSpec, parse_triggers
 
 # `secrets:` and `env:` name environment variables (DESIGN §9, runner/engine/secrets.py).
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -86,6 +88,9 @@ class RawWorkflow:
     env: tuple[str, ...] = ()
     hooks: list[HookRef] = field(default_factory=list)
     template_budget: TemplateBudget = DEFAULT_BUDGET
+    triggers: tuple[TriggerSpec, ...] = ()
+    concurrency: ConcurrencySpec | None = None
+    rate_limit: RateLimitSpec | None = None
     # (key path, text) of every template, for the reference checks (references.py).
     templates: list[tuple[KeyPath, str]] = field(default_factory=list)
     # Every node id written in the file, including nodes that failed their own checks,
@@ -169,6 +174,12 @@ def parse_workflow(data: Any, name: str, path: Path, sink: DiagnosticSink) -> Ra
             if "retry" in d:
                 default_retry = _retry(c, d["retry"], ("defaults", "retry")) or default_retry
 
+    if "triggers" in data:
+        wf.triggers = parse_triggers(data["triggers"], sink)
+    if "concurrency" in data:
+        wf.concurrency = parse_concurrency(data["concurrency"], sink)
+    if "rate_limit" in data:
+        wf.rate_limit = parse_rate_limit(data["rate_limit"], sink)
     if "includes" in data:
         _includes(c, wf, data["includes"])
     if "nodes" in data:

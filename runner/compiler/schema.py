@@ -11,9 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 from .budget import BUDGET_KEYS, CEILING
+from .flow import CONCURRENCY_KEYS, RATE_LIMIT_KEYS, STRATEGIES
 from .kinddef import DURATION, ID_PATTERN, JSON_SCHEMA, TEMPLATE
 from .kinds import KINDS
 from .model import OUTCOMES
+from .triggers import FILES_KEYS, MISSED, OVERLAP, TRIGGER_KEYS, TRIGGER_KINDS, WEBHOOK_KEYS
 
 SCHEMA_ID = "https://wfrun.dev/schema/workflow-v1.json"
 # One node (any kind): a kind whose body holds nodes (a branch, a map's item) refers
@@ -22,7 +24,7 @@ NODE_REF = "#/$defs/node"
 # The format's keys outside nodes (a node's body keys are its kind's: kinds.py).
 TOP_KEYS = ("version", "name", "title", "description", "input", "start", "nodes", "edges",
             "includes", "exits", "max_steps", "presentation", "defaults", "secrets", "env",
-            "template_budget")
+            "template_budget", "triggers", "concurrency", "rate_limit")
 DEFAULTS_KEYS = ("timeout", "retry")
 NODE_COMMON_KEYS = ("timeout", "retry", "description", "cache")
 CACHE_KEYS = ("ttl", "key")
@@ -44,6 +46,31 @@ def _obj(props: dict[str, Any], keys: tuple[str, ...], required: tuple[str, ...]
     if description:
         out["description"] = description
     return out
+
+
+def _triggers_schema() -> dict[str, Any]:
+    """`triggers:` name -> one trigger (compiler/triggers.py, DESIGN §10)."""
+    header = {"type": "string", "pattern": "^[A-Za-z0-9-]{1,64}$"}
+    webhook = _obj({"path": {"type": "string", "pattern": "^/[A-Za-z0-9._~/-]{0,200}$"},
+                    "secret": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$",
+                               "description": "The environment variable holding the "
+                                              "HMAC-SHA256 key."},
+                    "signature_header": header, "delivery_header": header,
+                    "debounce": DURATION}, WEBHOOK_KEYS, ("path",))
+    files = _obj({"paths": {"type": "array", "minItems": 1, "items": {"type": "string"}},
+                  "debounce": DURATION}, FILES_KEYS, ("paths",))
+    trigger = _obj({
+        "cron": {"type": "string", "description": "5 fields, or 6 with seconds first."},
+        "every": DURATION, "webhook": webhook, "files": files,
+        "timezone": {"type": "string", "description": "An IANA time zone (default UTC)."},
+        "missed": {"enum": list(MISSED)}, "catch_up_window": DURATION,
+        "overlap": {"enum": list(OVERLAP)},
+        "input": {"description": "Run input; templates see `trigger` and `event`."},
+        "description": {"type": "string"},
+    }, TRIGGER_KEYS, (), "A trigger: exactly one of cron, every, webhook, files.")
+    trigger["oneOf"] = [{"required": [k]} for k in TRIGGER_KINDS]
+    return {"type": "object", "propertyNames": {"pattern": ID_PATTERN},
+            "additionalProperties": trigger}
 
 
 def workflow_schema() -> dict[str, Any]:
@@ -115,6 +142,16 @@ def workflow_schema() -> dict[str, Any]:
                for k in BUDGET_KEYS if k != "seconds"},
         }, BUDGET_KEYS, (), "Per-render template limits (docs/workflows.md), up to a "
                             "hard ceiling."),
+        "triggers": _triggers_schema(),
+        "concurrency": _obj({"key": TEMPLATE, "limit": {"type": "integer", "minimum": 1,
+                                                        "maximum": 100_000},
+                             "strategy": {"enum": list(STRATEGIES)}},
+                            CONCURRENCY_KEYS, ("key",),
+                            "At most `limit` runs per rendered key at once."),
+        "rate_limit": _obj({"key": TEMPLATE, "limit": {"type": "integer", "minimum": 1,
+                                                       "maximum": 100_000},
+                            "per": DURATION}, RATE_LIMIT_KEYS, RATE_LIMIT_KEYS,
+                           "At most `limit` runs started per rendered key per `per`."),
     }, TOP_KEYS, ("start", "nodes"), "A wfrun workflow (format version 1).")
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": SCHEMA_ID,
             "title": "wfrun workflow", **top, "$defs": {"node": node}}

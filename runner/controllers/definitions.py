@@ -17,6 +17,7 @@ from runner.compiler.controllers import (
 )
 from runner.compiler.diagnostics import did_you_mean
 from runner.compiler.jsonschemas import validation_errors
+from runner.compiler.triggers import TriggerSpec
 from runner.errors import InputError, NotFoundError
 
 from .workflows import load_hook
@@ -45,6 +46,7 @@ class Controller:
     spec_schema: Mapping[str, Any] | None = None
     initial_status: Mapping[str, Any] = field(default_factory=dict)
     resync: float | None = None
+    triggers: tuple[TriggerSpec, ...] = ()  # enqueue keys (a host fires them)
 
     def check_spec(self, spec: Any) -> dict[str, Any]:
         if not isinstance(spec, dict):
@@ -70,4 +72,4 @@ def define_controller(name: str, reconcile: Reconcile, *,
 def load_controller(definition: ControllerDefinition) -> Controller:
     fn = load_hook(definition.reconcile)
     return Controller(definition.name, fn, definition.timeout, definition.spec_schema,
-                      definition.initial_status, definition.resync)
+                      definition.initial_status, definition.resync, definition.triggers)

@@ -49,7 +49,9 @@ from .runtime.channels import ChannelDeliverer, DeliveryPass, load_channels
 from .runtime.coordinators import build_coordinator
 from .runtime.errors import translate
 from .runtime.local import Workspace
+from .runtime.triggers import HostTriggers
 from .runtime.watch import Drift, Sourced, SourceWatch
+from .runtime.webhooks import WebhookServer
 from .workers import (
     EXIT_GRACE,
     Message,
@@ -261,8 +263,9 @@ class StandaloneHost:
                  durability: str = "full", lease_seconds: float = LEASE_SECONDS,
                  on_run_ended: RunEnded | None = None, lock: HostLock | None = None,
                  pool: WorkerPool | None = None,
-                 registry: ProcessRegistry | None = None) -> None:
-        """`lock`: the project's host lock when the caller took it already (before
+                 registry: ProcessRegistry | None = None, listen: str | None = None) -> None:
+        """`listen`: ADDR:PORT for the webhook triggers (runtime/webhooks.py).
+        `lock`: the project's host lock when the caller took it already (before
         forking `pool`, the worker processes, with `fork_workers`); `registry`: where
         shell process groups are recorded (a worker process has its own)."""
         if ws.project_root is None:
@@ -307,6 +310,11 @@ class StandaloneHost:
         # the host here, in one line, before it claims anything.
         self.deliverer = ChannelDeliverer(store, load_channels(ws.project_root), ws.clock)
         self._delivery_error: str | None = None
+        # The project's `triggers:` (runtime/triggers.py): the host runs them, its
+        # worker processes do not; `--once` fires none.
+        self.triggers: HostTriggers | None = None
+        self.listen = listen
+        self.webhooks: WebhookServer | None = None
 
     # -- lifecycle -------------------------------------------------------------------
     def run(self, *, once: bool = False,
@@ -316,6 +324,18 @@ class StandaloneHost:
         if self.lock.fd is None:
             self.lock.acquire()
         try:
+            if not once:
+                manager = self.manager
+                self.triggers = HostTriggers(
+                    self.ws, self.store, self.coordinator,
+                    on_launched=lambda _run: self._wake.set(),
+                    listening=self.listen is not None,
+                    controllers=(lambda: manager.controllers.values()) if manager else None,
+                    enqueue=manager.enqueue if manager else None)
+                if self.listen is not None:  # a refused address: before anything runs
+                    self.webhooks = WebhookServer(self.listen, self.triggers.loop,
+                                                  self.triggers.current, os.environ)
+                    self.webhooks.start()
             if on_ready is not None:
                 on_ready()
             # Groups of a dead host, and of dead foreground runners (`wfrun run`).
@@ -347,6 +367,10 @@ class StandaloneHost:
             if self.pool is not None and self.pool.failure is not None:
                 raise self.pool.failure  # a worker's error ends the host, in one line
         finally:
+            if self.webhooks is not None:
+                self.webhooks.stop()
+            if self.triggers is not None:
+                self.triggers.stop()
             self.lock.release()
         return self.report
 
@@ -374,6 +398,8 @@ class StandaloneHost:
     def _loop(self, once: bool) -> None:
         while not self.stop_event.is_set():
             self._wake.clear()  # before claiming: a run ending from here on wakes the wait
+            # Due slots first: a slot's run is claimed in this same pass.
+            next_slot = self.triggers.tick() if self.triggers is not None else None
             claimed = self._claim_ready()
             if not once:  # --once ends with the error line itself
                 self._report_claim_error()
@@ -394,7 +420,8 @@ class StandaloneHost:
             # A refused claim (the database restarting) is retried soon: the notice
             # that it is back may have come before the claim that failed.
             refused = self.coordinator.claim_error is not None
-            self._wake.wait(min(self.poll, CLAIM_RETRY) if refused else self.poll)
+            wait = min(self.poll, CLAIM_RETRY) if refused else self.poll
+            self._wake.wait(wait if next_slot is None else min(wait, next_slot))
             self.idle.clear()
 
     def _claim_ready(self) -> int:

@@ -12,6 +12,7 @@ adds nothing. The host delivers the rows (runner/host/runtime/channels.py).
 from __future__ import annotations
 
 from runner.engine.runner import NotificationSink
+from runner.safety import bound
 from runner.store import Store
 from runner.store.states import DELIVERY_MESSAGE_MAX_BYTES
 
@@ -23,7 +24,7 @@ class ChannelSink:
 
     def emit(self, run_id: str, node: str, attempt: str, notification_id: str, kind: str,
              message: str, channels: tuple[str, ...] = ()) -> None:
-        text = message.encode("utf-8")[:DELIVERY_MESSAGE_MAX_BYTES].decode("utf-8", "ignore")
+        text = bound(message, DELIVERY_MESSAGE_MAX_BYTES, mark=False)
         for channel in channels:
             self.store.deliveries.enqueue(notification_id=notification_id, channel=channel,
                                           run_id=run_id, node_id=node,

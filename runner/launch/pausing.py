@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from runner.errors import ConflictError, InputError, NotFoundError
-from runner.store import LaunchRecord, LostRace, Store
+from runner.store import LaunchBook, LaunchRecord, LostRace, Store
 
 from .keeper import PAUSE_EVENT, UNPAUSE_EVENT, pause_pending
 
@@ -50,7 +50,7 @@ class PauseResult:
 
 
 def _record(co: PauseSite, run_id: str) -> LaunchRecord:
-    record = co.store.launches.get(run_id)
+    record = LaunchBook(co.store).get(run_id)
     if record is None:
         raise NotFoundError(f"no launch '{run_id}'; `wfrun runs` lists runs")
     return record
@@ -89,12 +89,12 @@ def _pause_abandoned(co: PauseSite, record: LaunchRecord,
                      dead_runner: str | None) -> PauseResult:
     """Its runner died mid-run: take the claim over and park it `paused` (the bundle
     is resumed at its interrupted node once it is unpaused)."""
-    claimed = co.store.launches.claim(record.run_id, runner_id=co.runner_id,
+    claimed = LaunchBook(co.store).claim(record.run_id, runner_id=co.runner_id,
                                       lease_seconds=co.lease_seconds, dead_runner=dead_runner)
     if isinstance(claimed, LostRace):
         raise ConflictError(f"run '{record.run_id}' changed state ({claimed.status}); "
                             "try again")
-    parked = co.store.launches.park(record.run_id, claimed.claim_token or "", mode="paused")
+    parked = LaunchBook(co.store).park(record.run_id, claimed.claim_token or "", mode="paused")
     if isinstance(parked, LostRace):
         raise ConflictError(f"run '{record.run_id}' changed state ({parked.status}); "
                             "try again")
@@ -126,6 +126,6 @@ def settle_pause(store: Store, run_id: str) -> None:
     # unpause followed the last request.
     last_pause = max((i for i, t in enumerate(events) if t == PAUSE_EVENT), default=-1)
     if UNPAUSE_EVENT in events[last_pause + 1:]:
-        record = store.launches.get(run_id)
+        record = LaunchBook(store).get(run_id)
         if record is not None and record.status == "parked" and record.park_mode == "paused":
             store.pauses.unpause(run_id)

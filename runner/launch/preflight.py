@@ -8,16 +8,18 @@ way of starting a run comes through here (`wfrun run` and `wfrun answer` too).
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from runner.compiler import WorkflowDefinition
+from runner.compiler.templates import TemplateError, render_native
 from runner.engine import check_input, new_run_id
 from runner.engine.secrets import split_input
 from runner.errors import DefinitionInvalid, InputError, NotFoundError, WfrunError
 from runner.leases import LEASE_SECONDS
-from runner.store import LaunchBook, LaunchRecord, LostRace, NewLaunch, StoreError
+from runner.store import LaunchBook, LaunchGate, LaunchRecord, LostRace, NewLaunch, StoreError
 
 from .held import HeldInput
 
@@ -25,6 +27,8 @@ if TYPE_CHECKING:
     from runner.clock import Clock
     from runner.engine import RunReader
     from runner.store import Store
+
+log = logging.getLogger("wfrun.launch")
 
 
 class Resolver(Protocol):
@@ -108,12 +112,14 @@ class Preflight:
                 value, hidden = split_input(definition, value)
             source = {"source": definition.source.to_json() if definition.source else None,
                       "sources": [s.to_json() for s in definition.sources]}
+            gate = launch_gate(definition, value) if parent_run_id is None else None
             result = self.book.enqueue(NewLaunch(
                 run_id=run_id, workflow_ref=stored_ref, source=source,
                 definition_digest=definition.digest, input=value,
                 workflow_path=definition.source.path if definition.source else None,
                 origin_session_id=session_id, parent_run_id=parent_run_id,
-                affinity_runner_id=affinity_runner_id, options=options), claim_by=claim_by,
+                affinity_runner_id=affinity_runner_id, options=options, gate=gate),
+                claim_by=claim_by,
                 lease_seconds=lease_seconds)
         except StoreError as exc:
             raise PreflightError("store_unavailable", self.safe(
@@ -132,7 +138,32 @@ class Preflight:
                                      f"answered (run {result.holder}); each waiting run "
                                      "continues once")
             raise PreflightError("activation_failed", f"could not queue the run ({result.reason})")
+        if gate is not None and gate.strategy in ("cancel_newest", "cancel_running") \
+                and claim_by is None:
+            return self._apply_strategy(result, gate)
         return result
+
+    def cancel(self, run_id: str) -> LaunchRecord:
+        raise NotImplementedError
+
+    def _apply_strategy(self, record: LaunchRecord, gate: LaunchGate) -> LaunchRecord:
+        """`concurrency.strategy` when the key is full: `cancel_newest` cancels the run
+        just queued, `cancel_running` the oldest runs holding the key (the new one
+        starts once they have stopped)."""
+        assert gate.concurrency_key is not None
+        assert gate.concurrency_limit is not None
+        try:
+            holders = self.book.gate_holders(gate.concurrency_key)
+            over = len(holders) - gate.concurrency_limit + 1
+            if over <= 0:
+                return record
+            if gate.strategy == "cancel_newest":
+                return self.cancel(record.run_id)
+            for run_id, _ in holders[:over]:
+                self.cancel(run_id)
+        except WfrunError as exc:  # it ended meanwhile, or the store refused: it waits
+            log.info("concurrency %s: %s", gate.strategy, exc.message)
+        return record
 
     def _pending_presentation(self, session_id: str) -> str | None:
         """A run of this session whose closing presentation is not delivered yet."""
@@ -174,6 +205,36 @@ def relative(runs_dir: Path, text: str) -> str:
     project, never by absolute path (it says where the user's files live)."""
     root = str(runs_dir.parent.parent) + "/"
     return text.replace(root, "") if len(root) > 1 else text
+
+
+#: The longest rendered concurrency or rate key.
+GATE_KEY_MAX = 200
+
+
+def launch_gate(definition: WorkflowDefinition, value: Any) -> LaunchGate | None:
+    """The run's flow-control gate: its keys rendered over its input (DESIGN §10)."""
+    concurrency, rate = definition.concurrency, definition.rate_limit
+    if concurrency is None and rate is None:
+        return None
+    context = {"input": value, "workflow": definition.name}
+
+    def key(template: str, what: str) -> str:
+        try:
+            text = str(render_native(template, context))
+        except TemplateError as exc:
+            raise PreflightError("input_invalid", f"{what} key: {exc}") from None
+        if not text or len(text) > GATE_KEY_MAX or not text.isprintable():
+            raise PreflightError("input_invalid", f"{what} key must render to 1-"
+                                 f"{GATE_KEY_MAX} printable characters")
+        return f"{definition.name}:{text}"
+
+    return LaunchGate(
+        concurrency_key=key(concurrency.key, "concurrency") if concurrency else None,
+        concurrency_limit=concurrency.limit if concurrency else None,
+        strategy=concurrency.strategy if concurrency else None,
+        rate_key=key(rate.key, "rate_limit") if rate else None,
+        rate_limit=rate.limit if rate else None,
+        rate_per_ms=max(1, round(rate.per * 1000)) if rate else None)
 
 
 def _plain_json(value: Any) -> Any:

@@ -39,6 +39,7 @@ from runner.store.interface import (
 )
 from runner.store.layout import SCHEMA_ID, TABLE_COLUMNS, TABLES
 from runner.store.records import (
+    LaunchGate,
     LaunchRecord,
     LostRace,
     LostReason,
@@ -93,6 +94,7 @@ __all__ = [
     "InputScrub",
     "LaunchBook",
     "LaunchErrorCode",
+    "LaunchGate",
     "LaunchQueue",
     "LaunchRecord",
     "LaunchStatus",

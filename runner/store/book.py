@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from runner.leases import LEASE_SECONDS as DEFAULT_LEASE_SECONDS
 from runner.store.interface import BundleWrite, LaunchQueue, Store
 from runner.store.records import (
+    LaunchGate,
     LaunchRecord,
     LostRace,
     NewLaunch,
@@ -75,6 +76,18 @@ class LaunchBook:
         """Launches by status and, for `done`, how the run ended (created in the window)."""
         return self._queue.ending_counts(workflow_ref=workflow_ref, created_from=created_from,
                                          created_to=created_to)
+
+    def gate(self, run_id: str) -> LaunchGate | None:
+        """The launch's flow-control gate (concurrency and rate keys), if it has one."""
+        return self._queue.gate(run_id)
+
+    def gate_holders(self, key: str) -> list[tuple[str, str]]:
+        """(run id, status) of the claimed runs holding concurrency key `key`."""
+        return self._queue.gate_holders(key)
+
+    def gate_starts(self, key: str, since_ms: int) -> list[int]:
+        """When the runs of rate key `key` started after `since_ms` (ms)."""
+        return self._queue.gate_starts(key, since_ms)
 
     def workflow_counts(self) -> dict[str, int]:
         """Launches by workflow ref."""

@@ -86,6 +86,9 @@ class Dialect:
     #: SQLite it does not: RETURNING turns off the one-pass UPDATE, and a status change
     #: of a launch row (five indexes) cost ~1.6x the plain UPDATE plus a re-read by key.
     cheap_returning: bool = True
+    #: A statement that holds the transaction until no other holds `:key` (Postgres:
+    #: an advisory lock); None where writers already go one at a time (SQLite).
+    key_lock: str | None = None
 
     def indexed_by(self, index: str) -> str:
         return f" INDEXED BY {index}" if self.index_hints else ""

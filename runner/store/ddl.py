@@ -23,6 +23,8 @@ from runner.store.states import (
     DELIVERY_STATUSES,
     EFFECT_STATES,
     ERROR_MESSAGE_MAX_BYTES,
+    EVENT_MAX_BYTES,
+    FIRING_OUTCOMES,
     INPUT_STATUSES,
     LAUNCH_ENDINGS,
     LAUNCH_ERROR_CODES,
@@ -329,4 +331,56 @@ DDL: tuple[str, ...] = (
 )""",
     """CREATE INDEX notification_deliveries_due
     ON notification_deliveries (status, next_attempt_at)""",
+    # Triggers (DESIGN §10): one row per firing; the primary key is the idempotency key
+    # (workflow, trigger, slot | delivery | file batch), so every host that sees a slot
+    # tries the same insert and exactly one wins. Added within v1 (layout.ADDED_TABLES).
+    f"""CREATE TABLE trigger_firings (
+    workflow TEXT NOT NULL,
+    trigger_name TEXT NOT NULL,
+    firing_key TEXT NOT NULL,
+    slot_at INTEGER,
+    outcome TEXT NOT NULL CHECK (outcome IN {sql_in(FIRING_OUTCOMES)}),
+    run_id TEXT,
+    reason TEXT CHECK (reason IS NULL
+        OR length(CAST(reason AS BLOB)) <= {CONTROLLER_ERROR_MAX_BYTES}),
+    event_json TEXT CHECK (event_json IS NULL
+        OR length(CAST(event_json AS BLOB)) <= {EVENT_MAX_BYTES}),
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    PRIMARY KEY (workflow, trigger_name, firing_key)
+)""",
+    """CREATE INDEX trigger_firings_by_slot
+    ON trigger_firings (workflow, trigger_name, slot_at)""",
+    """CREATE INDEX trigger_firings_pending
+    ON trigger_firings (workflow, trigger_name, slot_at) WHERE outcome = 'pending'""",
+    """CREATE UNIQUE INDEX trigger_firings_by_run
+    ON trigger_firings (run_id) WHERE run_id IS NOT NULL""",
+    # Flow control (DESIGN §10): a launch's concurrency key and rate key, rendered when
+    # it was queued; the claim skips a launch whose gate is shut (launch_queries.py).
+    """CREATE TABLE launch_gates (
+    run_id TEXT PRIMARY KEY,
+    concurrency_key TEXT,
+    concurrency_limit INTEGER CHECK (concurrency_limit IS NULL OR concurrency_limit > 0),
+    strategy TEXT,
+    rate_key TEXT,
+    rate_limit INTEGER CHECK (rate_limit IS NULL OR rate_limit > 0),
+    rate_per_ms INTEGER CHECK (rate_per_ms IS NULL OR rate_per_ms > 0),
+    started_at INTEGER,
+    CHECK ((concurrency_key IS NULL) = (concurrency_limit IS NULL)),
+    CHECK ((rate_key IS NULL) = (rate_limit IS NULL) AND (rate_key IS NULL) = (rate_per_ms IS NULL))
+)""",
+    """CREATE INDEX launch_gates_by_concurrency
+    ON launch_gates (concurrency_key) WHERE concurrency_key IS NOT NULL""",
+    """CREATE INDEX launch_gates_by_rate
+    ON launch_gates (rate_key, started_at) WHERE rate_key IS NOT NULL""",
+    # Per trigger: paused or not, and the slot time up to which it was evaluated (the
+    # catch-up after an outage starts there).
+    """CREATE TABLE trigger_states (
+    workflow TEXT NOT NULL,
+    trigger_name TEXT NOT NULL,
+    paused INTEGER NOT NULL CHECK (paused IN (0, 1)),
+    cursor_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    PRIMARY KEY (workflow, trigger_name)
+)""",
 )

@@ -15,11 +15,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
+if TYPE_CHECKING:
+    from runner.store.domain.triggers import TriggerLedger
+
 from runner.leases import LEASE_SECONDS as DEFAULT_LEASE_SECONDS
 from runner.store.controller_interface import ControllerStore
 from runner.store.records import (
     AuditEntry,
     Delivery,
+    LaunchGate,
     LaunchRecord,
     LostRace,
     NewLaunch,
@@ -133,6 +137,18 @@ class LaunchQueue(Protocol):
 
     def find_continuation(self, parent_run_id: str) -> LaunchRecord | None:
         """The launch continuing `parent_run_id` that holds its continuation slot."""
+        ...
+
+    def gate(self, run_id: str) -> LaunchGate | None:
+        """The launch's flow-control gate (concurrency and rate keys), if it has one."""
+        ...
+
+    def gate_holders(self, key: str) -> list[tuple[str, str]]:
+        """(run id, status) of the claimed runs holding concurrency key `key`."""
+        ...
+
+    def gate_starts(self, key: str, since_ms: int) -> list[int]:
+        """When the runs of rate key `key` started after `since_ms` (ms)."""
         ...
 
     def claim(
@@ -421,7 +437,8 @@ class ChannelOutbox(Protocol):
     def enqueue(self, *, notification_id: str, channel: str, run_id: str, node_id: str,
                 kind: str, message: str) -> bool: ...
 
-    def claim_due(self, *, limit: int = 20, lease_seconds: float = 60.0) -> list[Delivery]: ...
+    def claim_due(self, *, limit: int = 20, lease_seconds: float = DEFAULT_LEASE_SECONDS
+                  ) -> list[Delivery]: ...
 
     def mark_delivered(self, delivery: Delivery) -> bool: ...
 
@@ -466,6 +483,9 @@ class Store(Protocol):
 
     @property
     def deliveries(self) -> ChannelOutbox: ...
+
+    @property
+    def triggers(self) -> TriggerLedger: ...
 
     def now_ms(self) -> int:
         """The store's clock, in integer milliseconds."""

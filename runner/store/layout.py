@@ -21,7 +21,8 @@ ADDED_INDEXES: frozenset[str] = frozenset({"workflow_run_queue_ready",
 #: column of an existing one. Opening a store for writing creates a missing one (as
 #: it does an added index); a read-only open reads it as empty.
 ADDED_TABLES: frozenset[str] = frozenset({"workflow_reruns", "step_cache", "audit_log",
-                                          "notification_deliveries"})
+                                          "notification_deliveries", "trigger_firings",
+                                          "launch_gates", "trigger_states"})
 
 TABLE_COLUMNS: Mapping[str, tuple[str, ...]] = {
     "schema_info": ("singleton", "schema_id", "created_at"),
@@ -196,6 +197,35 @@ TABLE_COLUMNS: Mapping[str, tuple[str, ...]] = {
         "claim_expires_at",
         "created_at",
         "delivered_at",
+    ),
+    "trigger_firings": (
+        "workflow",
+        "trigger_name",
+        "firing_key",
+        "slot_at",
+        "outcome",
+        "run_id",
+        "reason",
+        "event_json",
+        "created_at",
+        "updated_at",
+    ),
+    "launch_gates": (
+        "run_id",
+        "concurrency_key",
+        "concurrency_limit",
+        "strategy",
+        "rate_key",
+        "rate_limit",
+        "rate_per_ms",
+        "started_at",
+    ),
+    "trigger_states": (
+        "workflow",
+        "trigger_name",
+        "paused",
+        "cursor_at",
+        "updated_at",
     ),
 }
 

@@ -109,6 +109,7 @@ LostReason = Literal[
     "not_deleting",  # delete() before request_deletion()
     "finalizers_pending",  # delete() while finalizers remain
     "stale_attempt",  # a workflow request attempt that is no longer current
+    "gate_shut",  # a launch's flow-control gate (concurrency, rate limit) is shut
 ]
 
 
@@ -141,6 +142,21 @@ class LostRace:
 
 
 @dataclass(frozen=True, slots=True)
+class LaunchGate:
+    """When a launch may start (DESIGN §10 flow control, `launch_gates`): at most
+    `concurrency_limit` claimed runs per `concurrency_key`, at most `rate_limit`
+    starts per `rate_key` in any `rate_per_ms`. A gated launch is not claimable
+    (it holds no host slot) until its gate opens."""
+
+    concurrency_key: str | None = None
+    concurrency_limit: int | None = None
+    strategy: str | None = None
+    rate_key: str | None = None
+    rate_limit: int | None = None
+    rate_per_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class NewLaunch:
     """A launch to enqueue as `queued` (seed 000, "Storage contract")."""
 
@@ -154,6 +170,7 @@ class NewLaunch:
     origin_session_id: str | None = None
     parent_run_id: str | None = None
     affinity_runner_id: str | None = None
+    gate: LaunchGate | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -205,3 +205,10 @@ def recovery_transitions(outcome: RecoveryOutcome) -> list[tuple[LaunchStatus, L
     """The consecutive transitions a recovery outcome walks through."""
     path = RECOVERY_PATHS[outcome]
     return list(itertools.pairwise(path))
+
+#: What became of a trigger's firing (DESIGN §10, store/domain/triggers.py): `pending`
+#: is claimed and not yet queued (or waiting for the run before it: `overlap: queue`).
+FIRING_OUTCOMES: tuple[str, ...] = ("pending", "launched", "skipped", "missed", "failed")
+#: A debounced delivery's event kept on its firing until the batch fires (a webhook
+#: body is at most 1 MiB; headers and the id fit in the rest).
+EVENT_MAX_BYTES = 2 * 1024 * 1024

@@ -10,7 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 # The tables a retention pass trims, in the order it reports them.
-TRIMMED_TABLES = ("run_events", "controller_events", "effects", "workflow_requests")
+TRIMMED_TABLES = ("run_events", "controller_events", "effects", "workflow_requests",
+                  "trigger_firings")
 
 
 @dataclass(frozen=True)
@@ -21,10 +22,12 @@ class Trimmed:
     controller_events: int = 0
     effects: int = 0
     workflow_requests: int = 0
+    trigger_firings: int = 0
 
     def to_json(self) -> dict[str, int]:
         return {"run_events": self.run_events, "controller_events": self.controller_events,
-                "effects": self.effects, "workflow_requests": self.workflow_requests}
+                "effects": self.effects, "workflow_requests": self.workflow_requests,
+                "trigger_firings": self.trigger_firings}
 
 
 def cutoffs(before_ms: int, tables: Mapping[str, int] | None) -> dict[str, int]:

@@ -196,6 +196,11 @@ def test_every_json_output_spells_its_keys_in_snake_case(tmp_path: Path) -> None
     case("controller events", "controller", "events", "probe", "p1", "--json")
     case("controller cancel", "controller", "cancel", "probe", "p1", "--json")
     case("controller delete", "controller", "delete", "probe", "p1", "--json")
+    (p.root / ".wfrun" / "workflows" / "ticker.yaml").write_text(
+        "triggers:\n  t: {every: 1h}\nstart: a\nnodes:\n  a: {action: {shell: [echo, hi]}}\n")
+    case("triggers", "triggers", "--json")
+    case("triggers backfill", "triggers", "backfill", "ticker/t", "--from", "2027-01-01T00:00Z",
+         "--to", "2027-01-01T01:00Z", "--json")
 
     assert json_commands() <= set(outputs), "a --json command has no case here"
     bad = [(command, where, key) for command, docs in outputs.items() for doc in docs

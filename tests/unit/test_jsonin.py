@@ -25,6 +25,10 @@ OWN_DATA = {
     "store/domain/intents.py", "store/domain/controller_events.py",
     "store/domain/controller_resources.py", "store/domain/events.py", "jsonin.py",
     "host/daemon.py",  # the queued launches' workflow_source_json, a store column
+    # Store columns and bundles wfrun wrote itself: audit detail, rerun links, the step
+    # cache, a trigger's kept event, the definition snapshot, a launch row's input.
+    "store/domain/audit.py", "store/domain/operations.py", "launch/triggers.py",
+    "engine/rerun.py", "ui/data.py",
 }
 
 

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from runner.backoff import backoff_delay
+from runner.canonical import canonical_bytes
 from runner.clock import Clock
 from runner.compiler.discovery import PROJECT_DIR
 from runner.errors import InputError
@@ -222,10 +223,10 @@ def render(channel: Channel, delivery: Delivery, key: str | None
     if channel.type == "slack":
         body = json.dumps({"text": delivery.message}).encode()
     else:
-        body = json.dumps({"notification_id": delivery.notification_id,
-                           "run_id": delivery.run_id, "node": delivery.node_id,
-                           "kind": delivery.kind, "message": delivery.message,
-                           "channel": delivery.channel}, sort_keys=True).encode()
+        body = canonical_bytes({"notification_id": delivery.notification_id,
+                                "run_id": delivery.run_id, "node": delivery.node_id,
+                                "kind": delivery.kind, "message": delivery.message,
+                                "channel": delivery.channel})
     if key:
         digest = hmac.new(key.encode(), body, hashlib.sha256).hexdigest()
         headers[SIGNATURE_HEADER] = f"sha256={digest}"

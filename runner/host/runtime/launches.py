@@ -186,6 +186,13 @@ def explain(ws: Workspace, store: Store, run_id: str) -> dict[str, Any]:
                        f"{record.origin_session_id}")
     if status in ("queued", "starting", "parked"):
         reasons.extend(_source_reasons(ws, record))
+    if status in ("queued", "parked"):
+        import contextlib
+
+        from runner.store import StoreError
+
+        with contextlib.suppress(StoreError):  # a store made before flow control, read-only
+            reasons.extend(_gate_reasons(store, record, now))
     try:
         manifest = ws.reader(store).manifest(run_id)
     except NotFoundError:
@@ -193,6 +200,31 @@ def explain(ws: Workspace, store: Store, run_id: str) -> dict[str, Any]:
     if manifest is not None:
         reasons.append(f"bundle status: {manifest.get('status')}")
     return {**view, "reasons": reasons}
+
+
+def _gate_reasons(store: Store, record: LaunchRecord, now: int) -> list[str]:
+    """Flow control (DESIGN §10): which key a waiting run waits for, and the runs
+    holding it, or when its rate lets it start."""
+    queue = book(store)
+    gate = queue.gate(record.run_id)
+    if gate is None:
+        return []
+    out = []
+    if gate.concurrency_key is not None and gate.concurrency_limit is not None:
+        holders = [r for r, _ in queue.gate_holders(gate.concurrency_key)
+                   if r != record.run_id]
+        if len(holders) >= gate.concurrency_limit:
+            out.append(f"waits for concurrency key '{gate.concurrency_key}' (limit "
+                       f"{gate.concurrency_limit}, {gate.strategy}): held by run(s) "
+                       + ", ".join(holders) + "; it holds no host slot meanwhile")
+    if gate.rate_key is not None and gate.rate_limit is not None and gate.rate_per_ms:
+        starts = queue.gate_starts(gate.rate_key, now - gate.rate_per_ms)
+        if len(starts) >= gate.rate_limit:
+            free = starts[len(starts) - gate.rate_limit] + gate.rate_per_ms
+            out.append(f"waits for rate limit '{gate.rate_key}' ({gate.rate_limit} per "
+                       f"{gate.rate_per_ms / 1000:g}s): {len(starts)} started in the last "
+                       f"period; the next start is possible in {max(0, free - now) / 1000:.1f}s")
+    return out
 
 
 def _ended_reasons(view: dict[str, Any], record: LaunchRecord | None,

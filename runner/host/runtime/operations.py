@@ -17,7 +17,7 @@ from runner.launch.rerun import RerunQueued, RerunRequest, queue_rerun
 from runner.store import Store
 
 from .foreground import execute_here, foreground_coordinator, preflight_error
-from .launches import dead_local_runner, detached_coordinator
+from .launches import book, dead_local_runner, detached_coordinator
 from .local import Workspace
 
 __all__ = ["PauseResult", "RerunQueued", "RerunRequest", "cache_entries", "clear_cache",
@@ -53,7 +53,7 @@ def rerun_here(ws: Workspace, store: Store, request: RerunRequest, control: RunC
 
 def pause_run(ws: Workspace, store: Store, run_id: str) -> PauseResult:
     """`wfrun pause RUN`: any running run, on any host (or parked: it stays put)."""
-    record = store.launches.get(run_id)
+    record = book(store).get(run_id)
     dead = dead_local_runner(record.runner_id) if record is not None else None
     return pause(detached_coordinator(ws, store), run_id, dead_runner=dead)
 

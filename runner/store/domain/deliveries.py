@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from runner.leases import LEASE_SECONDS
 from runner.store.connector import Connector, Row, named
 from runner.store.records import Delivery, bounded_message, check_id, lease_ms, new_claim_token
 from runner.store.states import DELIVERY_MESSAGE_MAX_BYTES, NOTIFICATION_KINDS
@@ -78,7 +79,7 @@ class NotificationDeliveries:
                 "node_id": node_id, "kind": kind, "message": message, "now": tx.now_ms()})
         return added > 0
 
-    def claim_due(self, *, limit: int = 20, lease_seconds: float = 60.0) -> list[Delivery]:
+    def claim_due(self, *, limit: int = 20, lease_seconds: float = LEASE_SECONDS) -> list[Delivery]:
         """Claim up to `limit` rows that are due (pending, their time come, no live
         claim), oldest first; each claim counts as an attempt."""
         lease = lease_ms(lease_seconds)

@@ -42,10 +42,39 @@ ORIGIN = {True: f"(q.origin_session_id IS NULL OR q.affinity_runner_id = '{HANDE
 # Only a run parked by a host shutdown resumes by itself; the others wait to be asked.
 _AUTO_RESUME = "(q.status <> 'parked' OR q.park_mode = 'auto')"
 _READY = f"q.status IN {sql_in(READY_STATUSES)}"
-_CLAIM_TERMS = f"{_CLAIMABLE} AND {{origin}} AND {_RESERVATION_FREE} AND {_AUTO_RESUME}"
+# Flow control (DESIGN §10): a queued or parked launch whose gate is shut is not
+# claimable, so it holds no host slot: its concurrency key has `limit` claimed runs,
+# or its rate key saw `limit` starts within the period. (A claim taken over after a
+# lease ran out is the same start, not a new one.) `_take` re-checks under a lock.
+_GATE_SHUT = (
+    "EXISTS (SELECT 1 FROM launch_gates g WHERE g.run_id = q.run_id AND ("
+    "(g.concurrency_key IS NOT NULL AND (SELECT count(*) FROM launch_gates o"
+    " JOIN workflow_run_queue r ON r.run_id = o.run_id WHERE o.concurrency_key ="
+    f" g.concurrency_key AND r.status IN {sql_in(CLAIMED_STATUSES)} AND r.run_id <> q.run_id)"
+    " >= g.concurrency_limit)"
+    " OR (g.rate_key IS NOT NULL AND (SELECT count(*) FROM launch_gates o WHERE"
+    " o.rate_key = g.rate_key AND o.started_at > :now - g.rate_per_ms) >= g.rate_limit)))"
+)
+_GATE_OPEN = f"(q.status NOT IN ('queued', 'parked') OR NOT {_GATE_SHUT})"
+_CLAIM_TERMS = (f"{_CLAIMABLE} AND {{origin}} AND {_RESERVATION_FREE} AND {_AUTO_RESUME}"
+                f" AND {_GATE_OPEN}")
 _CONTINUATION_SLOT = "NOT (status IN ('failed', 'cancelled') AND started_at IS NULL)"
 
 SQL: Mapping[str, str] = {
+    "gate": "SELECT * FROM launch_gates WHERE run_id = :run_id",
+    "gate_shut": f"SELECT 1 AS shut FROM workflow_run_queue q WHERE q.run_id = :run_id"
+    f" AND {_GATE_SHUT}",
+    "gate_insert": "INSERT INTO launch_gates (run_id, concurrency_key, concurrency_limit,"
+    " strategy, rate_key, rate_limit, rate_per_ms) VALUES (:run_id, :ckey, :climit,"
+    " :strategy, :rkey, :rlimit, :rper)",
+    "gate_started": "UPDATE launch_gates SET started_at = COALESCE(started_at, :now)"
+    " WHERE run_id = :run_id",
+    # The claimed runs holding a concurrency key, oldest first (`why`, cancel_running).
+    "gate_holders": "SELECT r.run_id, r.status FROM launch_gates o JOIN workflow_run_queue r"
+    f" ON r.run_id = o.run_id WHERE o.concurrency_key = :key AND r.status IN"
+    f" {sql_in(CLAIMED_STATUSES)} ORDER BY r.created_at, r.run_id",
+    "gate_starts": "SELECT started_at FROM launch_gates WHERE rate_key = :key AND"
+    " started_at > :since ORDER BY started_at",
     "load": "SELECT * FROM workflow_run_queue WHERE run_id = :run_id",
     # Only what the guard reads: the fence runs before every irreversible write.
     "fence": "SELECT status, claim_token, claim_expires_at, {now} AS fence_now"

@@ -17,11 +17,13 @@ from runner.store.domain.launches import LaunchQueue
 from runner.store.domain.notifications import Notifications
 from runner.store.domain.operations import Pauses, Reruns, StepCache
 from runner.store.domain.retention import Retention
+from runner.store.domain.triggers import TriggerLedger
 from runner.store.interface import InputScrub, NoScrub
 
 
 class LaunchSide:
-    """`launches`, `turn_intents`, `notifications`, `run_events` and `retention`.
+    """`launches`, `turn_intents`, `notifications`, `run_events`, `retention` and
+    `triggers`.
     `overrides` are the backend's named queries per domain module (`"events"`,
     `"launches"`, `"pages"`, `"intents"`, `"notifications"`)."""
 
@@ -38,6 +40,7 @@ class LaunchSide:
         self._step_cache = StepCache(connector)
         self._audit = AuditLog(connector, mine.get("audit"))
         self._deliveries = NotificationDeliveries(connector, mine.get("deliveries"))
+        self._triggers = TriggerLedger(connector)
 
     @property
     def launches(self) -> LaunchQueue:
@@ -90,3 +93,8 @@ class LaunchSide:
     def step_cache(self) -> StepCache:
         """Kept ok node outputs (`cache:`), `wfrun cache list|clear`."""
         return self._step_cache
+
+    @property
+    def triggers(self) -> TriggerLedger:
+        """Trigger states and firings (DESIGN §10)."""
+        return self._triggers

@@ -42,6 +42,7 @@ from runner.store.domain.workflow_requests import settle_child
 from runner.store.interface import BundleRefused, BundleWrite
 from runner.store.records import (
     INPUT_MAX_BYTES,
+    LaunchGate,
     LaunchRecord,
     LostRace,
     NewLaunch,
@@ -148,12 +149,20 @@ class LaunchQueue(LaunchReads):
                 return self._enqueue_conflict(tx, launch) or LostRace(
                     launch.run_id, "already_exists")
             assert row is not None
+            if launch.gate is not None:
+                gate = launch.gate
+                tx.run(self._sql["gate_insert"], {
+                    "run_id": launch.run_id, "ckey": gate.concurrency_key,
+                    "climit": gate.concurrency_limit, "strategy": gate.strategy,
+                    "rkey": gate.rate_key, "rlimit": gate.rate_limit,
+                    "rper": gate.rate_per_ms})
             self._event(log, row, None, "launch.queued")
             if claim_by is not None:
                 # Queued and claimed in one commit: between the two a host woken by
                 # the notice (or polling) took a `wfrun run`'s launch and ran it
                 # elsewhere, without that process's secrets (issue 35).
-                taken = self._take(tx, log, row, claim_by, lease_ms(lease_seconds))
+                taken = self._take(tx, log, row, claim_by, lease_ms(lease_seconds),
+                                   gated=False)
                 assert isinstance(taken, LaunchRecord), "a row inserted here changed"
                 return taken
             if launch.origin_session_id is None:
@@ -292,9 +301,14 @@ class LaunchQueue(LaunchReads):
         return tx.one(self._sql["load"], {"run_id": params["run_id"]})
 
     def _take(self, tx: Transaction, log: EventLog, row: Row, runner_id: str,
-              lease: int) -> LaunchRecord | LostRace:
-        """Claim a row already checked to be claimable, guarded by its status and epoch."""
+              lease: int, *, gated: bool = True) -> LaunchRecord | LostRace:
+        """Claim a row already checked to be claimable, guarded by its status and epoch.
+        `gated=False`: a foreground `wfrun run` claims its own launch at once (a person
+        runs it here and now; flow control holds the detached ones)."""
         now = tx.now_ms()
+        if gated and row["status"] in ("queued", "parked") and \
+                not self._gate_open(tx, row, now):
+            return LostRace(row["run_id"], "gate_shut", row["status"])
         claimed = self._update(tx, self._sql["take"], {
             **FIXED, "runner": runner_id, "token": new_claim_token(), "expires": now + lease,
             "now": now, "run_id": row["run_id"], "status": row["status"],
@@ -304,6 +318,45 @@ class LaunchQueue(LaunchReads):
         event = "launch.starting" if row["status"] != claimed["status"] else "launch.reclaimed"
         self._event(log, claimed, row["status"], event)
         return launch_from_row(claimed)
+
+    def _gate_open(self, tx: Transaction, row: Row, now: int) -> bool:
+        """A gated launch's start, checked again under its keys' locks (Postgres: two
+        hosts claiming two launches of one key at once would each count the other out),
+        and its start time recorded for the rate limit."""
+        gate = tx.one(self._sql["gate"], {"run_id": row["run_id"]})
+        if gate is None:
+            return True
+        lock = tx.dialect.key_lock
+        if lock is not None:
+            for key in sorted({f"c:{gate['concurrency_key']}" if gate["concurrency_key"]
+                               is not None else "", f"r:{gate['rate_key']}"
+                               if gate["rate_key"] is not None else ""} - {""}):
+                tx.run(lock, {"key": key})
+        if tx.one(self._sql["gate_shut"], {"run_id": row["run_id"], "now": now}) is not None:
+            return False
+        tx.run(self._sql["gate_started"], {"run_id": row["run_id"], "now": now})
+        return True
+
+    def gate(self, run_id: str) -> LaunchGate | None:
+        """The launch's flow-control gate, if it has one."""
+        with self._connector.read() as tx:
+            row = tx.one(self._sql["gate"], {"run_id": run_id})
+        if row is None:
+            return None
+        return LaunchGate(row["concurrency_key"], row["concurrency_limit"], row["strategy"],
+                          row["rate_key"], row["rate_limit"], row["rate_per_ms"])
+
+    def gate_holders(self, key: str) -> list[tuple[str, str]]:
+        """(run id, status) of the claimed runs holding concurrency key `key`."""
+        with self._connector.read() as tx:
+            rows = tx.all(self._sql["gate_holders"], {"key": key})
+        return [(r["run_id"], r["status"]) for r in rows]
+
+    def gate_starts(self, key: str, since_ms: int) -> list[int]:
+        """When the runs of rate key `key` started after `since_ms` (ms)."""
+        with self._connector.read() as tx:
+            rows = tx.all(self._sql["gate_starts"], {"key": key, "since": since_ms})
+        return [r["started_at"] for r in rows]
 
     def renew_lease(self, run_id: str, claim_token: str, *,
                     lease_seconds: float = LEASE_SECONDS) -> LaunchRecord | LostRace:

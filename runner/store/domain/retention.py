@@ -46,6 +46,9 @@ _FORGET = (
     "DELETE FROM run_events WHERE run_id IN {ids}",
     # A pruned run's rerun links, either way (the rerun's bundle still says what it reran).
     "DELETE FROM workflow_reruns WHERE run_id IN {ids} OR rerun_of IN {ids}",
+    # A forgotten run's flow-control gate (its start no longer counts for a rate).
+    "DELETE FROM launch_gates WHERE run_id IN {ids} AND NOT EXISTS ("
+    "SELECT 1 FROM workflow_run_queue q WHERE q.run_id = launch_gates.run_id)",
 )
 _TRIM = {
     "run_events": "DELETE FROM run_events WHERE recorded_at < :cut AND run_id NOT IN ("
@@ -55,6 +58,11 @@ _TRIM = {
     " AND completed_at < :cut AND resource_uid NOT IN (SELECT uid FROM resources)",
     "workflow_requests": "DELETE FROM workflow_requests WHERE state IN ('succeeded', 'failed')"
     " AND updated_at < :cut AND resource_uid NOT IN (SELECT uid FROM resources)",
+    # Settled firings whose run is gone (a slot older than its trigger's cursor never
+    # fires again; a webhook delivery replayed after this long would start anew).
+    "trigger_firings": "DELETE FROM trigger_firings WHERE outcome <> 'pending'"
+    " AND updated_at < :cut AND (run_id IS NULL OR NOT EXISTS ("
+    "SELECT 1 FROM workflow_run_queue q WHERE q.run_id = trigger_firings.run_id))",
 }
 
 
@@ -112,4 +120,4 @@ class Retention:
             done = {table: tx.run(sql, {"cut": cut[table], **_TERMINAL_PARAMS})
                     for table, sql in _TRIM.items()}
         return Trimmed(done["run_events"], done["controller_events"], done["effects"],
-                       done["workflow_requests"])
+                       done["workflow_requests"], done["trigger_firings"])

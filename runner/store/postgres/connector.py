@@ -26,7 +26,8 @@ from runner.store.postgres.wakeups import notify
 
 DIALECT = Dialect(name="postgres", lock=" FOR UPDATE",
                   skip_locked=" FOR UPDATE SKIP LOCKED", unlimited=None,
-                  same="IS NOT DISTINCT FROM")
+                  same="IS NOT DISTINCT FROM",
+                  key_lock="SELECT pg_advisory_xact_lock(hashtext('wfrun-gate:' || :key))")
 _NO_PARAMS: Params = {}
 #: The database clock in integer milliseconds (the transaction's start).
 DB_NOW_MS = "(extract(epoch FROM now()) * 1000)::bigint"

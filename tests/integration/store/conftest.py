@@ -49,6 +49,8 @@ POSTGRES_MODULES = frozenset({
     "test_store_properties",
     "test_store_recovery",
     "test_store_release",
+    "test_store_flow_control",
+    "test_store_triggers",
     "test_store_turn_intents",
 })
 _SCHEMAS = itertools.count()

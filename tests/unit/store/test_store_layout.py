@@ -33,6 +33,10 @@ DESIGN_TABLES = {
     "step_cache",  # issue 39
     "audit_log",  # DESIGN §10: the HTTP API's actions (added within v1: ADDED_TABLES)
     "notification_deliveries",  # DESIGN §10: the channel outbox (added within v1)
+    # DESIGN §10 (triggers, flow control), added within v1 (layout.ADDED_TABLES).
+    "trigger_firings",
+    "launch_gates",
+    "trigger_states",
 }
 
 
