@@ -18,6 +18,8 @@ from runner.store.states import (
     EFFECT_STATES,
     ERROR_MESSAGE_MAX_BYTES,
     INPUT_STATUSES,
+    ITEM_OPEN_STATES,
+    ITEM_STATES,
     LAUNCH_ENDINGS,
     LAUNCH_ERROR_CODES,
     LAUNCH_STATUSES,
@@ -36,6 +38,14 @@ def index_ddl(name: str) -> str:
     """The DDL statement that creates index `name`."""
     for statement in DDL:
         if re.match(rf"CREATE (UNIQUE )?INDEX {name}\b", statement):
+            return statement
+    raise KeyError(name)
+
+
+def table_ddl(name: str) -> str:
+    """The DDL statement that creates table `name`."""
+    for statement in DDL:
+        if re.match(rf"CREATE TABLE {name}\b", statement):
             return statement
     raise KeyError(name)
 
@@ -252,4 +262,30 @@ DDL: tuple[str, ...] = (
 )""",
     """CREATE INDEX controller_events_by_resource
     ON controller_events (controller, resource_key, seq DESC)""",
+    # Fan-out branches and items (ADR 0008), one row per (run, node, visit, index).
+    # Added within v1 (layout.ADDED_TABLES). `claim_token` is the claim of the parent's
+    # launch that runs the item; `starts` counts its starts (a third is refused).
+    f"""CREATE TABLE fanout_items (
+    run_id TEXT NOT NULL,
+    node_id TEXT NOT NULL,
+    visit INTEGER NOT NULL CHECK (visit > 0),
+    item_index INTEGER NOT NULL CHECK (item_index >= 0),
+    state TEXT NOT NULL CHECK (state IN {sql_in(ITEM_STATES)}),
+    claim_token TEXT,
+    starts INTEGER NOT NULL DEFAULT 0 CHECK (starts >= 0),
+    child_run_id TEXT,
+    output_json TEXT,
+    error_json TEXT,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    finished_at INTEGER,
+    PRIMARY KEY (run_id, node_id, visit, item_index),
+    CHECK ((state = 'running') = (claim_token IS NOT NULL)),
+    CHECK ((state IN {sql_in(ITEM_OPEN_STATES)}) = (finished_at IS NULL))
+)""",
+    # The open items of a node in index order: a claim reads the first ones, and the
+    # index shrinks as items end (a 10,000-item map does not rescan its ended rows).
+    f"""CREATE INDEX fanout_items_open
+    ON fanout_items (run_id, node_id, visit, item_index)
+    WHERE state IN {sql_in(ITEM_OPEN_STATES)}""",
 )

@@ -13,7 +13,7 @@ The conformance suite in `tests/integration/store/` runs against this interface.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from runner.store.records import (
     LaunchRecord,
@@ -34,6 +34,9 @@ from runner.store.states import (
     RecoveryOutcome,
     TurnResolution,
 )
+
+if TYPE_CHECKING:
+    from runner.store.domain.fanout import FanoutItems
 
 DEFAULT_LEASE_SECONDS = 30.0
 
@@ -368,6 +371,9 @@ class Store(Protocol):
 
     @property
     def run_events(self) -> RunEvents: ...
+
+    @property
+    def fanout(self) -> FanoutItems: ...
 
     def now_ms(self) -> int:
         """The store's clock, in integer milliseconds."""

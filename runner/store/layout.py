@@ -17,6 +17,10 @@ SCHEMA_ID = "wfrun.controller-store.v1"
 ADDED_INDEXES: frozenset[str] = frozenset({"workflow_run_queue_ready",
                                            "workflow_run_queue_ready_affinity",
                                            "workflow_run_queue_ended"})
+#: Tables added to v1 after stores were made without them (ADR 0008), with their
+#: indexes: a writing open creates a missing one in its transaction, a read-only open
+#: does without it (a store without the table has no fan-out items).
+ADDED_TABLES: dict[str, tuple[str, ...]] = {"fanout_items": ("fanout_items_open",)}
 
 TABLE_COLUMNS: Mapping[str, tuple[str, ...]] = {
     "schema_info": ("singleton", "schema_id", "created_at"),
@@ -145,6 +149,21 @@ TABLE_COLUMNS: Mapping[str, tuple[str, ...]] = {
         "type",
         "reconcile_id",
         "payload_json",
+    ),
+    "fanout_items": (
+        "run_id",
+        "node_id",
+        "visit",
+        "item_index",
+        "state",
+        "claim_token",
+        "starts",
+        "child_run_id",
+        "output_json",
+        "error_json",
+        "created_at",
+        "updated_at",
+        "finished_at",
     ),
 }
 

@@ -189,3 +189,11 @@ def recovery_transitions(outcome: RecoveryOutcome) -> list[tuple[LaunchStatus, L
     """The consecutive transitions a recovery outcome walks through."""
     path = RECOVERY_PATHS[outcome]
     return list(itertools.pairwise(path))
+
+
+#: A fan-out branch or item (`fanout_items.state`, ADR 0008): `pending` until a holder
+#: of its parent claims it, `running` under that claim, then one ending.
+ItemState = Literal["pending", "running", "ok", "failed", "timed_out", "cancelled"]
+ITEM_STATES: tuple[ItemState, ...] = get_args(ItemState)
+ITEM_OPEN_STATES: tuple[ItemState, ...] = ("pending", "running")
+ITEM_ENDINGS: tuple[ItemState, ...] = ("ok", "failed", "timed_out", "cancelled")

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 
 from runner.store.connector import Connector
 from runner.store.domain.events import RunEvents
+from runner.store.domain.fanout import FanoutItems
 from runner.store.domain.intents import TurnIntents
 from runner.store.domain.launches import LaunchQueue
 from runner.store.domain.notifications import Notifications
@@ -17,7 +18,8 @@ from runner.store.domain.retention import Retention
 
 
 class LaunchSide:
-    """`launches`, `turn_intents`, `notifications`, `run_events` and `retention`.
+    """`launches`, `turn_intents`, `notifications`, `run_events`, `retention` and
+    `fanout`.
     `overrides` are the backend's named queries per domain module (`"events"`,
     `"launches"`, `"pages"`, `"intents"`, `"notifications"`)."""
 
@@ -29,6 +31,7 @@ class LaunchSide:
         self._turn_intents = TurnIntents(connector, mine.get("intents"))
         self._notifications = Notifications(connector, mine.get("notifications"))
         self._retention = Retention(connector)
+        self._fanout = FanoutItems(connector)
 
     @property
     def launches(self) -> LaunchQueue:
@@ -50,3 +53,8 @@ class LaunchSide:
     def retention(self) -> Retention:
         """Forgetting pruned runs and trimming history (`wfrun prune`)."""
         return self._retention
+
+    @property
+    def fanout(self) -> FanoutItems:
+        """The branches and items of `parallel` and `map` nodes (ADR 0008)."""
+        return self._fanout

@@ -41,6 +41,7 @@ _FORGET = (
     "DELETE FROM workflow_turn_intents WHERE run_id IN {ids} AND resolved_at IS NOT NULL",
     "DELETE FROM workflow_notifications WHERE run_id IN {ids} AND delivered_at IS NOT NULL",
     "DELETE FROM run_events WHERE run_id IN {ids}",
+    "DELETE FROM fanout_items WHERE run_id IN {ids}",
 )
 _TRIM = {
     "run_events": "DELETE FROM run_events WHERE recorded_at < :cut AND run_id NOT IN ("

@@ -34,10 +34,11 @@ from dataclasses import dataclass
 import psycopg
 
 from runner.store.ddl import DDL as SQLITE_DDL
-from runner.store.ddl import index_ddl
+from runner.store.ddl import index_ddl, table_ddl
 from runner.store.errors import IncompatibleLayout
 from runner.store.layout import (
     ADDED_INDEXES,
+    ADDED_TABLES,
     SCHEMA_ID,
     TABLE_COLUMNS,
     TABLES,
@@ -157,10 +158,16 @@ def layout_drift(conn: Conn) -> str | None:
     """One phrase naming the first way the store differs from the contract."""
     actual = read_layout(conn)
     expected = expected_layout(conn)
-    missing = [t for t in ALL_TABLES if t not in actual.tables]
+    # A table added within v1 may be missing (open_schema makes it), its indexes too.
+    absent = [t for t in ADDED_TABLES if t not in actual.tables]
+    later = set(ADDED_INDEXES).union(
+        *(ADDED_TABLES[t] for t in absent),
+        (n for n, d in expected.indexes.items() for t in absent if f" ON {t} " in d))
+    tables = [t for t in ALL_TABLES if t not in absent]
+    missing = [t for t in tables if t not in actual.tables]
     if missing:
         return "missing table(s) " + ", ".join(missing)
-    for table in ALL_TABLES:
+    for table in tables:
         names = tuple(str(c[0]) for c in actual.columns[table])
         drift = describe_column_drift(table, ALL_COLUMNS[table], names)
         if drift:
@@ -171,7 +178,7 @@ def layout_drift(conn: Conn) -> str | None:
             return f"table {table}: constraints differ from the state contract"
     for name, definition in expected.indexes.items():
         if name not in actual.indexes:
-            if name in ADDED_INDEXES:
+            if name in later:
                 continue  # made by open_schema (add_missing_indexes)
             return f"missing index {name}"
         if actual.indexes[name] != definition:
@@ -269,10 +276,15 @@ def open_schema(db: PostgresDatabase) -> None:
 
 
 def add_missing_indexes(conn: Conn) -> None:
-    """Create the indexes added to v1 that a store made before them lacks (under the
-    open's advisory lock and in its transaction)."""
-    present = set(read_layout(conn).indexes)
-    for name in sorted(ADDED_INDEXES - present):
+    """Create the tables and indexes added to v1 that a store made before them lacks
+    (under the open's advisory lock and in its transaction)."""
+    layout = read_layout(conn)
+    wanted = set(ADDED_INDEXES)
+    for table, indexes in ADDED_TABLES.items():
+        if table not in layout.tables:
+            conn.execute(_postgres(table_ddl(table)))  # fixed contract text
+        wanted.update(indexes)
+    for name in sorted(wanted - set(layout.indexes)):
         conn.execute(_postgres(index_ddl(name)))  # fixed contract text
 
 

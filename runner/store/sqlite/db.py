@@ -44,7 +44,7 @@ from runner.store.errors import (
     StoreError,
     StoreUnavailable,
 )
-from runner.store.layout import ADDED_INDEXES
+from runner.store.layout import ADDED_INDEXES, ADDED_TABLES
 from runner.store.sqlite import faults as sqlite_faults
 from runner.store.sqlite.files import (
     DEFAULT_BUSY_TIMEOUT_MS,
@@ -383,12 +383,12 @@ class SqliteDatabase:
     def add_missing_indexes(self) -> None:
         """Create what `layout.ADDED_INDEXES` names and this store lacks (one read when
         nothing is missing)."""
-        wanted = sorted(ADDED_INDEXES)
+        wanted = sorted({*ADDED_INDEXES, *ADDED_TABLES}.union(*ADDED_TABLES.values()))
         marks = ", ".join("?" * len(wanted))
         try:
             present = self.connection().execute(
-                f"SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name IN ({marks})",
-                wanted).fetchone()[0]
+                "SELECT count(*) FROM sqlite_master WHERE type IN ('index', 'table')"
+                f" AND name IN ({marks})", wanted).fetchone()[0]
         except sqlite3.Error as exc:
             raise translate(exc, self.path) from None
         if present != len(wanted):

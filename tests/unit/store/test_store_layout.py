@@ -7,7 +7,7 @@ import sqlite3
 import pytest
 
 from runner.store import SCHEMA_ID, TABLE_COLUMNS, TABLES
-from runner.store.layout import describe_column_drift, describe_table_drift
+from runner.store.layout import ADDED_TABLES, describe_column_drift, describe_table_drift
 from runner.store.sqlite.schema import (
     DDL,
     create_schema,
@@ -30,16 +30,19 @@ DESIGN_TABLES = {
     "workflow_requests",
     "controller_events",
 }
+#: Added within v1 since (layout.ADDED_TABLES; ADR 0008).
+ADDED = {"fanout_items"}
 
 
 def test_the_contract_names_the_design_tables() -> None:
-    assert set(TABLES) == DESIGN_TABLES
+    assert set(TABLES) == DESIGN_TABLES | ADDED
+    assert set(ADDED_TABLES) == ADDED
     assert SCHEMA_ID == "wfrun.controller-store.v1"
 
 
 def test_the_ddl_creates_exactly_the_contract_columns() -> None:
     layout = expected_layout()
-    assert set(layout.tables) == DESIGN_TABLES
+    assert set(layout.tables) == DESIGN_TABLES | ADDED
     for table in TABLES:
         assert layout.columns[table] == TABLE_COLUMNS[table], table
     assert "epoch" in TABLE_COLUMNS["workflow_run_queue"]
