@@ -21,10 +21,13 @@ from .budget import DEFAULT_BUDGET, TemplateBudget
 
 NodeKind = Literal[
     "agent", "decision", "compute", "action", "notify", "checkpoint", "fail",
-    "include_entry", "include_exit",
+    "include_entry", "include_exit", "parallel", "map",
 ]
 AUTHOR_KINDS: tuple[str, ...] = ("agent", "decision", "compute", "action", "notify", "checkpoint",
-                                 "fail")
+                                 "fail", "parallel", "map")
+#: Fan-out (DESIGN §10): a map's default item ceiling and concurrency.
+DEFAULT_MAX_ITEMS = 10_000
+DEFAULT_MAP_CONCURRENCY = 8
 DEFAULT_FAIL_CODE = "workflow_failed"
 RESERVED_NODE_IDS = frozenset({"list", "start", "status", "cancel", "pause", "resume", "answer"})
 OUTCOMES: tuple[str, ...] = ("ok", "failed", "timed_out", "cancelled")
@@ -169,8 +172,53 @@ class IncludeExitSpec:
         return {"mount": self.mount, "exit": self.exit, "from": self.source}
 
 
+@dataclass(frozen=True)
+class ChildWorkflowBody:
+    """A branch or item body that runs as a linked child run of its own (`workflow:`)."""
+
+    workflow: str
+    input: Any = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"workflow": self.workflow, "input": self.input}
+
+
+@dataclass(frozen=True)
+class ParallelSpec:
+    """Named branches run at once (DESIGN §10); `outputs.NODE.<branch>`."""
+
+    branches: tuple[tuple[str, Node | ChildWorkflowBody], ...]
+    max_concurrency: int | None = None  # None: every branch at once
+    fail_fast: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        return {"branches": {name: _body_json(b) for name, b in self.branches},
+                "max_concurrency": self.max_concurrency, "fail_fast": self.fail_fast}
+
+
+@dataclass(frozen=True)
+class MapSpec:
+    """One body per item of a list (DESIGN §10); `outputs.NODE` in item order."""
+
+    over: str  # a template that must yield a list
+    body: Node | ChildWorkflowBody
+    as_name: str = "item"
+    max_concurrency: int = DEFAULT_MAP_CONCURRENCY
+    fail_fast: bool = False
+    max_items: int = DEFAULT_MAX_ITEMS
+
+    def to_json(self) -> dict[str, Any]:
+        return {"over": self.over, "as": self.as_name, "do": _body_json(self.body),
+                "max_concurrency": self.max_concurrency, "fail_fast": self.fail_fast,
+                "max_items": self.max_items}
+
+
+def _body_json(body: Node | ChildWorkflowBody) -> dict[str, Any]:
+    return body.to_json()
+
+
 Spec = (AgentSpec | ComputeSpec | ActionSpec | NotifySpec | CheckpointSpec | FailSpec
-        | IncludeEntrySpec | IncludeExitSpec)
+        | IncludeEntrySpec | IncludeExitSpec | ParallelSpec | MapSpec)
 
 
 @dataclass(frozen=True)

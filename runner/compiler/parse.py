@@ -16,6 +16,7 @@ from typing import Any
 from .budget import DEFAULT_BUDGET, TemplateBudget, budget_from_yaml
 from .diagnostics import DiagnosticSink, KeyPath, did_you_mean
 from .durations import DurationError, parse_duration
+from .fanout import MAP_KEYS, PARALLEL_KEYS, parse_map, parse_parallel
 from .jsonschemas import schema_problem_at
 from .model import (
     AUTHOR_KINDS,
@@ -32,6 +33,7 @@ from .model import (
     ComputeSpec,
     FailSpec,
     HookRef,
+    Node,
     NotifySpec,
     Retry,
     Spec,
@@ -57,6 +59,8 @@ KIND_KEYS: dict[str, tuple[str, ...]] = {
     "notify": ("kind", "message"),
     "checkpoint": ("summary",),
     "fail": ("message", "code"),
+    "parallel": PARALLEL_KEYS,
+    "map": MAP_KEYS,
 }
 EDGE_KEYS = ("from", "to", "switch")
 SWITCH_KEYS = ("on", "cases", "default")
@@ -523,6 +527,14 @@ def _node(c: _Checker, node_id: str, spec: Any, kp: KeyPath, default_timeout: fl
     elif kind == "fail":
         parsed = _fail_spec(c, body, bkp)
         retry = Retry()  # failing on purpose again would fail the same way
+    elif kind in ("parallel", "map"):
+        def body_node(body_id: str, spec: Any, at: KeyPath) -> Node | None:
+            raw = _node(c, body_id, spec, at, default_timeout, default_retry)
+            return None if raw is None else Node(
+                raw.id, raw.kind, raw.spec, local_id=raw.id,  # type: ignore[arg-type]
+                timeout=raw.timeout, retry=raw.retry, description=raw.description)
+        parse = parse_parallel if kind == "parallel" else parse_map
+        parsed = parse(c, node_id, body, bkp, body_node)
     else:
         parsed = _checkpoint(c, body, bkp)
     if parsed is None:

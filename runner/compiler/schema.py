@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from .budget import BUDGET_KEYS, CEILING
+from .fanout import MAX_CONCURRENCY, MAX_ITEMS_CEILING, TAKEN_NAMES, WORKFLOW_BODY_KEYS
 from .model import OUTCOMES
 from .parse import (
     DEFAULTS_KEYS,
@@ -54,6 +55,37 @@ def _obj(props: dict[str, Any], keys: tuple[str, ...], required: tuple[str, ...]
     if description:
         out["description"] = description
     return out
+
+
+def _fanout_kinds(kinds: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
+    """`parallel` and `map` (DESIGN §10): a body is one node of any kind but checkpoint
+    and fan-out, or a linked child run."""
+    inline = {k: v for k, v in kinds.items() if k != "checkpoint"}
+    body = {"anyOf": [
+        {"type": "object", "additionalProperties": False,
+         "properties": {**common, **inline}, "oneOf": [{"required": [k]} for k in inline]},
+        _obj({"workflow": {"type": "string", "description": "A workflow name or a ./path.yaml"},
+              "input": {"description": "Templates rendered natively in the node's scope."}},
+             WORKFLOW_BODY_KEYS, ("workflow",), "A linked child run with its own bundle.")]}
+    concurrency = {"type": "integer", "minimum": 1, "maximum": MAX_CONCURRENCY}
+    return {
+        "parallel": _obj(
+            {"branches": {"type": "object", "minProperties": 1,
+                          "propertyNames": {"pattern": ID_PATTERN},
+                          "additionalProperties": body},
+             "max_concurrency": concurrency, "fail_fast": {"type": "boolean"}},
+            KIND_KEYS["parallel"], ("branches",),
+            "Named branches at once; outputs.NODE.<branch>. fail_fast defaults to true."),
+        "map": _obj(
+            {"over": {**TEMPLATE, "description": "A template that yields a list."},
+             "as": {"type": "string", "pattern": ID_PATTERN,
+                    "not": {"enum": list(TAKEN_NAMES)}},
+             "do": body, "max_concurrency": concurrency, "fail_fast": {"type": "boolean"},
+             "max_items": {"type": "integer", "minimum": 1, "maximum": MAX_ITEMS_CEILING}},
+            KIND_KEYS["map"], ("over", "do"),
+            "One body per item (default 8 at once, at most 10,000 items); outputs.NODE "
+            "is the list of item outputs in order."),
+    }
 
 
 def workflow_schema() -> dict[str, Any]:
@@ -106,6 +138,7 @@ def workflow_schema() -> dict[str, Any]:
     }
     common = {"timeout": DURATION, "retry": retry, "description": {"type": "string"}}
     assert set(common) == set(NODE_COMMON_KEYS)
+    kinds.update(_fanout_kinds(kinds, common))
     node = {
         "type": "object",
         "additionalProperties": False,

@@ -21,6 +21,7 @@ from .artifacts import has_artifacts, internalize
 from .bundle import STATE, TRACE, WORKFLOW, Fence, always
 from .control import RunControl
 from .dbbundle import PATIENCE, DatabaseBundle
+from .fanout import ItemLedger
 from .processes import ProcessRegistry
 from .rows import BundleRows
 from .runner import CrashPoint, LaunchLink, NotificationSink, Observer, RunDriver, RunOutcome
@@ -90,6 +91,8 @@ class Engine:
     # asked only when a resume finds an action node interrupted mid-run. True: that node
     # is not run again blindly; the run fails `indeterminate` and the controller decides.
     effects_guarded: Callable[[], bool] = lambda: False
+    # Where fan-out items are durable (ADR 0008); None: in memory, for this process only.
+    items: ItemLedger | None = None
 
     @property
     def space(self) -> BundleSpace:
@@ -111,6 +114,8 @@ class Engine:
                          crash_point=self.crash_point, processes=self.processes,
                          secrets=secrets)
         driver.launch = self.launch
+        if self.items is not None:
+            driver.items = self.items
         return driver
 
     # -- start ---------------------------------------------------------------------
@@ -245,7 +250,9 @@ class Engine:
                 driver.emit("run_interrupted", {"reason": message, "node": at}, sync=True)
                 return driver.finish("failed", error={"code": "indeterminate", "node": at,
                                                       "message": message})
-            if state.current_node_starts >= NODE_START_BUDGET:
+            # A fan-out node makes progress across deaths: its items carry the budget.
+            fanout = node is not None and node.kind in ("map", "parallel")
+            if state.current_node_starts >= NODE_START_BUDGET and not fanout:
                 # A crash loop: the node's process died every time it ran. Running it
                 # again could repeat its side effects a third time.
                 message = (f"node '{at}' was interrupted {state.current_node_starts} times "

@@ -22,6 +22,7 @@ from runner.compiler import (
     Node,
     NotifySpec,
 )
+from runner.compiler.model import MapSpec, ParallelSpec
 from runner.compiler.templates import (
     TemplateError,
     TemplateStopped,
@@ -115,6 +116,10 @@ def execute(driver: RunDriver, node: Node, attempt: str, deadline: float | None,
         if isinstance(spec, FailSpec):
             # A failure on purpose: the run loop ends the run with this error.
             return _fail(spec.code, render_text(spec.message, ctx))
+        if isinstance(spec, MapSpec | ParallelSpec):
+            from .fanout import run_fanout  # imports this module
+
+            return run_fanout(driver, node, deadline, ctx)
     except TemplateStopped:
         return _stopped(driver)
     except TemplateTimedOut as exc:

@@ -27,6 +27,7 @@ from .artifacts import externalize, has_artifacts, internalize
 from .context import ScopedValues
 from .control import RunControl
 from .dbbundle import DatabaseBundle
+from .fanout import ItemLedger, MemoryLedger
 from .livelog import LiveLog
 from .nodes import NodeResult, execute, new_attempt_id, pure
 from .processes import ProcessRegistry
@@ -108,6 +109,8 @@ class RunDriver:
                  processes: ProcessRegistry | None = None,
                  secrets: RunSecrets = EMPTY) -> None:
         self.launch: LaunchLink | None = None  # set by the engine (a claimed launch)
+        # Where fan-out items are durable (set by the engine: the store's, via launch).
+        self.items: ItemLedger = MemoryLedger()
         self.run_id = run_id
         self.definition = definition
         self.bundle = bundle

@@ -68,6 +68,7 @@ from runner.store import (
 
 from .faults import FaultGate, hold, store_fault
 from .intents import new_intent
+from .items import StoreItems
 from .keeper import LeaseKeeper
 from .link import Link, Step, Transition
 from .preflight import Preflight, PreflightError, Resolver, workflow_name
@@ -571,6 +572,7 @@ class LaunchCoordinator(Preflight):
                       secret_source=self._secret_source(record.run_id),
                       rows=self.rows, claim=token, patience=self.lease_seconds / 3,
                       launch=None if self.rows is None or act is None else self._link(act),
+                      items=StoreItems(self.store.fanout, record.run_id, token),
                       # Only a take-over (the claim found the row `running`: its runner
                       # died mid-node). A park stopped its node itself; that resumes as before.
                       effects_guarded=lambda: record.status == "running"

@@ -1,0 +1,71 @@
+"""Issue 37, "Prove it": maps and parallel nodes run through real `wfrun` processes,
+with their items durable in the store (ADR 0008)."""
+
+from __future__ import annotations
+
+from fanoutkit import AT_ONCE, EXPECTED, GATE, ITEMS, Project, peak
+
+
+def test_a_map_of_50_shell_items_runs_4_at_a_time_each_once_outputs_in_order(
+        project: Project) -> None:
+    project.go()  # no gate: every item runs through
+    outcome = project.finish(project.start("fifty"))
+    assert outcome["status"] == "completed", outcome
+    assert outcome["final_output"] == EXPECTED  # in item order, whatever order they ended
+    log = project.log()
+    assert project.counts("start") == {str(i): 1 for i in range(ITEMS)}
+    assert project.counts("end") == {str(i): 1 for i in range(ITEMS)}
+    # Each item waits until 4 have started, so fewer than 4 at once would never end;
+    # the store's claim keeps it at 4.
+    assert peak(log) == AT_ONCE
+
+
+def test_a_killed_runner_resumes_the_map_without_rerunning_a_finished_item(
+        project: Project) -> None:
+    proc = project.start("fifty")
+    project.wait_log("end", GATE)  # items 0..9 ended ...
+    project.wait_log("start", GATE + AT_ONCE)  # ... and 10..13 run, held at the gate
+    run_id = project.only_run()
+    project.kill(proc)
+    resumed = project.resume(run_id)
+    # The resume reaps the dead runner's item processes, then starts those items again.
+    project.wait_log("start", GATE + 2 * AT_ONCE)
+    project.go()
+    outcome = project.finish(resumed)
+    assert outcome["status"] == "completed", outcome
+    assert outcome["final_output"] == EXPECTED
+    interrupted = {str(i) for i in range(GATE, GATE + AT_ONCE)}
+    assert project.counts("start") == {str(i): 2 if str(i) in interrupted else 1
+                                       for i in range(ITEMS)}
+    assert project.counts("end") == {str(i): 1 for i in range(ITEMS)}  # orphans reaped
+    items = project.items(run_id, "files")
+    assert [i["state"] for i in items] == ["ok"] * ITEMS
+    assert [i["starts"] for i in items] == [2 if str(i) in interrupted else 1
+                                            for i in range(ITEMS)]
+
+
+def test_cancel_mid_map_cancels_every_running_item(project: Project) -> None:
+    proc = project.start("fifty")
+    project.wait_log("start", GATE + AT_ONCE)
+    run_id = project.only_run()
+    cancelled = project.wfrun("cancel", run_id, "--json")
+    assert cancelled.returncode == 0, cancelled.stderr
+    outcome = project.finish(proc)
+    assert outcome["status"] == "cancelled", outcome
+    project.go()
+    assert project.counts("end") == {str(i): 1 for i in range(GATE)}  # none ended after
+    items = project.items(run_id, "files")
+    assert [i["state"] for i in items] == ["ok"] * GATE + ["cancelled"] * (ITEMS - GATE)
+    assert max(i["starts"] for i in items) == 1
+
+
+def test_parallel_fail_fast_cancels_the_rest_and_routes_by_result(project: Project) -> None:
+    outcome = project.finish(project.start("reviews"))
+    assert outcome["status"] == "completed", outcome
+    assert outcome["final_output"] == {
+        "error": "items_failed",
+        "branches": ["failed", "ok", "cancelled"],  # broken, quick, slow (by name)
+        "outputs": {"broken": None, "slow": None, "quick": "fine"},
+    }
+    project.go()
+    assert project.counts("end") == {}  # the slow branch was stopped, not left running
