@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO))
 from template_bombs import BOMB_N, PAYLOADS, constant  # noqa: E402
 
 from runner.compiler.budget import DEFAULT_BUDGET  # noqa: E402
-from runner.compiler.templates import check_budget  # noqa: E402
+from runner.compiler.template_checks import check_budget  # noqa: E402
 
 SMOKE = ("format_width", "translate", "list_of_chars")
 AIM_MIB = 100

@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 
 from runner.compiler import WorkflowDefinition
+from runner.compiler.kinds import icon as kind_icon
 
-_ICONS = {"agent": "●", "compute": "ƒ", "action": "$", "notify": "!", "checkpoint": "◆",
-          "fail": "✗", "include_entry": "↘", "include_exit": "↗"}
 # The entry marker's id cannot clash with a node's: node ids get the "n_" prefix.
 _START_ID = "start_marker"
 
@@ -29,7 +28,7 @@ def render_graph(definition: WorkflowDefinition, fmt: str) -> str:
 def _text(d: WorkflowDefinition) -> str:
     lines = [f"{d.name}  {d.digest}", f"start: {d.start}  max_steps: {d.max_steps}"]
     for nid, node in d.nodes.items():
-        icon = _ICONS.get(node.kind, "?")
+        icon = kind_icon(node.kind)
         lines.append(f"{icon} {_label(d, nid)}")
         edge = d.edges.get(nid)
         if edge is None:

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .checker import Checker
 from .compile import digest_of
 from .diagnostics import Diagnostic, DiagnosticSink, internal_error, sort_key
 from .model import HookRef, Source
-from .parse import _Checker as Checker
 from .sources import read_source
 from .yamlio import YamlProblem, load, locate_all
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .diagnostics import DiagnosticSink, KeyPath, did_you_mean
+from .kinds import ends
 from .model import (
     DEFAULT_NODE_TIMEOUT,
     AgentSpec,
@@ -203,7 +204,7 @@ def check_included(parent: LocalGraph, mount: str, sink: DiagnosticSink) -> None
     exit_sources = {src for src, _ in child.workflow.exits.values()}
     for nid in child.terminals:
         node = child.workflow.nodes[nid]
-        if node.kind in ("checkpoint", "fail") or nid in exit_sources:
+        if ends(node.kind) is not None or nid in exit_sources:
             continue
         sink.error("unmapped-terminal", f"included workflow '{child.workflow.name}' can end at "
                    f"node '{nid}', which no exit maps; declare it under the child's 'exits'",
@@ -230,7 +231,7 @@ def flatten(g: LocalGraph, prefix: str = "") -> tuple[dict[str, Node], dict[str,
     nodes: dict[str, Node] = {}
     edges: dict[str, Edge] = {}
     for nid, raw in wf.nodes.items():
-        nodes[q(nid)] = Node(id=q(nid), kind=raw.kind,  # type: ignore[arg-type]
+        nodes[q(nid)] = Node(id=q(nid), kind=raw.kind,
                              spec=raw.spec, scope=prefix, local_id=nid, timeout=raw.timeout,
                              retry=raw.retry, description=raw.description)
     for mount, inc in wf.includes.items():

@@ -144,6 +144,11 @@ def _validator(key: str) -> Draft202012Validator:
     return bounded_validator(json.loads(key))
 
 
+def validator_for(schema: dict[str, Any]) -> Draft202012Validator:
+    """A cached validator with wfrun's bounds (regexes under a timeout, local refs)."""
+    return _validator(canonical(schema))
+
+
 def validation_errors(schema: dict[str, Any] | Any, value: Any, limit: int = 5) -> list[str]:
     """Human messages for why `value` does not match `schema` (empty when it does), each
     one short line that quotes no more than a few characters of the value."""

@@ -13,21 +13,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from runner.canonical import canonical_json
 
 from .budget import DEFAULT_BUDGET, TemplateBudget
 
-NodeKind = Literal[
-    "agent", "decision", "compute", "action", "notify", "checkpoint", "fail",
-    "include_entry", "include_exit", "parallel", "map",
-]
-AUTHOR_KINDS: tuple[str, ...] = ("agent", "decision", "compute", "action", "notify", "checkpoint",
-                                 "fail", "parallel", "map")
-#: Fan-out (DESIGN §10): a map's default item ceiling and concurrency.
-DEFAULT_MAX_ITEMS = 10_000
-DEFAULT_MAP_CONCURRENCY = 8
 DEFAULT_FAIL_CODE = "workflow_failed"
 RESERVED_NODE_IDS = frozenset({"list", "start", "status", "cancel", "pause", "resume", "answer"})
 OUTCOMES: tuple[str, ...] = ("ok", "failed", "timed_out", "cancelled")
@@ -42,9 +33,11 @@ UNSET: Any = "unset"
 
 @dataclass(frozen=True)
 class HookRef:
-    """A Python hook: `module:function` or `./file.py:function` (relative to the YAML)."""
+    """A Python hook: `module:function`, `./file.py:function` (relative to the YAML), or
+    the name of a step registered under the entry-point group `wfrun.steps`."""
 
     ref: str
+    step: str | None = None  # a registered step's name (compiler/stepcalls.py)
     module: str | None = None
     file: str | None = None  # absolute path of a file hook, resolved at compile time
     function: str = ""
@@ -105,9 +98,11 @@ class ActionSpec:
     allow_nonzero_exit: bool = False
     output_cap: int = DEFAULT_OUTPUT_CAP
     parse: str | None = None
+    params: Mapping[str, Any] | None = None  # `with:`, templates rendered natively
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        # `with` only when written, so actions without it keep their digests.
+        return {**({"with": self.params} if self.params is not None else {}),
             "shell": list(self.shell) if isinstance(self.shell, tuple) else self.shell,
             "use_shell": self.use_shell,
             "call": self.call.to_json() if self.call else None,
@@ -172,59 +167,16 @@ class IncludeExitSpec:
         return {"mount": self.mount, "exit": self.exit, "from": self.source}
 
 
-@dataclass(frozen=True)
-class ChildWorkflowBody:
-    """A branch or item body that runs as a linked child run of its own (`workflow:`)."""
+class Spec(Protocol):
+    """A node's parsed body (each kind has its own, `compiler/kinds.py`)."""
 
-    workflow: str
-    input: Any = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"workflow": self.workflow, "input": self.input}
-
-
-@dataclass(frozen=True)
-class ParallelSpec:
-    """Named branches run at once (DESIGN §10); `outputs.NODE.<branch>`."""
-
-    branches: tuple[tuple[str, Node | ChildWorkflowBody], ...]
-    max_concurrency: int | None = None  # None: every branch at once
-    fail_fast: bool = True
-
-    def to_json(self) -> dict[str, Any]:
-        return {"branches": {name: _body_json(b) for name, b in self.branches},
-                "max_concurrency": self.max_concurrency, "fail_fast": self.fail_fast}
-
-
-@dataclass(frozen=True)
-class MapSpec:
-    """One body per item of a list (DESIGN §10); `outputs.NODE` in item order."""
-
-    over: str  # a template that must yield a list
-    body: Node | ChildWorkflowBody
-    as_name: str = "item"
-    max_concurrency: int = DEFAULT_MAP_CONCURRENCY
-    fail_fast: bool = False
-    max_items: int = DEFAULT_MAX_ITEMS
-
-    def to_json(self) -> dict[str, Any]:
-        return {"over": self.over, "as": self.as_name, "do": _body_json(self.body),
-                "max_concurrency": self.max_concurrency, "fail_fast": self.fail_fast,
-                "max_items": self.max_items}
-
-
-def _body_json(body: Node | ChildWorkflowBody) -> dict[str, Any]:
-    return body.to_json()
-
-
-Spec = (AgentSpec | ComputeSpec | ActionSpec | NotifySpec | CheckpointSpec | FailSpec
-        | IncludeEntrySpec | IncludeExitSpec | ParallelSpec | MapSpec)
+    def to_json(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
 class Node:
     id: str  # qualified id, unique in the flattened graph
-    kind: NodeKind
+    kind: str  # a name in the node-kind table (compiler/kinds.py)
     spec: Spec
     scope: str = ""  # mount path of the workflow the node was written in ("" = root)
     local_id: str = ""  # the id as written in its own file

@@ -16,9 +16,8 @@ from __future__ import annotations
 import re
 
 from .diagnostics import DiagnosticSink, KeyPath, did_you_mean
-from .fanout import unknown_branch
+from .fanout import MapSpec, ParallelSpec, unknown_branch
 from .graph import LocalGraph
-from .model import MapSpec, ParallelSpec
 from .template_ast import MAPPING_METHODS, ROOTS, summary
 
 CONTEXT = ("input", "outputs", "results", "run", "project", "secrets", "env")
@@ -30,11 +29,11 @@ RESULT_FIELDS = ("outcome", "error", "exit_code")
 
 def _refs(text: str) -> tuple[frozenset[str], tuple[tuple[str, str, int], ...]] | None:
     """(free names, (root, key, line) for `root.key`), or None when it does not parse."""
-    from .templates import _only_simple_tags, is_template
+    from .templates import is_template, only_simple_tags
 
     if not is_template(text):  # plain text: nothing to look up
         return frozenset(), ()
-    if _only_simple_tags(text):  # most prompts: no parse (~1 ms each) needed
+    if only_simple_tags(text):  # most prompts: no parse (~1 ms each) needed
         return _simple_refs(text)
     found = summary(text)
     return None if found.problem else (found.free, found.refs)

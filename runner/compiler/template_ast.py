@@ -15,6 +15,8 @@ from typing import Any, NamedTuple
 
 from jinja2 import TemplateSyntaxError, nodes
 
+from .templates import _text_env
+
 
 class Parsed(NamedTuple):
     """The tree (as the sandbox parses it, loops instrumented), or (line, message)."""
@@ -27,8 +29,6 @@ def parsed(text: str) -> Parsed:
     """The one parse of `text` validate does. Callers must not change the tree (the
     budget check's compile of an all-constant template may fold constant parts into
     constants, which changes no name or reference the other checks read)."""
-    from .templates import _text_env
-
     try:
         return Parsed(_text_env().parse(text), None)
     except TemplateSyntaxError as exc:

@@ -14,9 +14,16 @@ from typing import Any
 from jinja2 import nodes
 
 from . import budget as _b
-from .budget import Guard, Scope, TemplateBudget
+from .budget import DEFAULT_BUDGET, Guard, Scope, TemplateBudget
 from .template_ast import parsed, summary
-from .templates import _collect, _Guarded, _native_env, _text_env
+from .templates import (
+    _collect,
+    _Guarded,
+    _native_env,
+    _text_env,
+    is_template,
+    only_simple_tags,
+)
 
 _RISKY = (nodes.BinExpr, nodes.Call, nodes.Filter, nodes.Concat)
 _CONSTANT_LEAVES = (nodes.Const, nodes.TemplateData)
@@ -165,3 +172,22 @@ def _expression_problems(expr: str, quote: str) -> list[str]:
         out.append("'tojson' in shell code: JSON keeps \", $ and backticks, so the value can "
                    "run commands; end the expression with '| shell_quote'")
     return out
+
+
+def check_syntax(text: str) -> tuple[int, str] | None:
+    """None when the template parses; else (1-based line within it, message)."""
+    if not is_template(text) or only_simple_tags(text):
+        return None
+    return _parse_problem(text)
+
+
+def check_budget(text: str, budget: TemplateBudget = DEFAULT_BUDGET) -> tuple[int, str] | None:
+    """For a template that parses: None when the parts of it that do not depend on the
+    run fit the budget (tried for at most 1 s); else (line, message)."""
+    if not is_template(text) or only_simple_tags(text):
+        return None
+    return constant_problem(text, budget)
+
+
+def _parse_problem(text: str) -> tuple[int, str] | None:
+    return summary(text).problem  # the one parse: what the reference check reads is kept

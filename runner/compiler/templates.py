@@ -35,7 +35,7 @@ from jinja2.visitor import NodeTransformer
 
 from . import budget as _b
 from . import estimates as _e
-from .budget import DEFAULT_BUDGET, Guard, Scope, TemplateBudget
+from .budget import DEFAULT_BUDGET, Guard, Scope
 
 __all__ = [
     "SecurityError",
@@ -44,8 +44,6 @@ __all__ = [
     "TemplateStopped",
     "TemplateTimedOut",
     "UndefinedError",
-    "check_budget",
-    "check_syntax",
     "is_template",
     "render_native",
     "render_text",
@@ -408,7 +406,7 @@ _SIMPLE_TAG = re.compile(r"\{\{\s*(?!not\b)[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*"
 _TAG_START = re.compile(r"\{[{%#]")
 
 
-def _only_simple_tags(text: str) -> bool:
+def only_simple_tags(text: str) -> bool:
     pos = 0
     while True:
         start = _TAG_START.search(text, pos)
@@ -418,29 +416,6 @@ def _only_simple_tags(text: str) -> bool:
         if tag is None:
             return False
         pos = tag.end()
-
-
-def check_syntax(text: str) -> tuple[int, str] | None:
-    """None when the template parses; else (1-based line within it, message)."""
-    if not is_template(text) or _only_simple_tags(text):
-        return None
-    return _parse_problem(text)
-
-
-def check_budget(text: str, budget: TemplateBudget = DEFAULT_BUDGET) -> tuple[int, str] | None:
-    """For a template that parses: None when the parts of it that do not depend on the
-    run fit the budget (tried for at most 1 s); else (line, message)."""
-    if not is_template(text) or _only_simple_tags(text):
-        return None
-    from .template_checks import constant_problem
-
-    return constant_problem(text, budget)
-
-
-def _parse_problem(text: str) -> tuple[int, str] | None:
-    from .template_ast import summary  # what the reference check reads is kept
-
-    return summary(text).problem
 
 
 def _collect(template: Template, context: Mapping[str, Any], guard: Guard, *,

@@ -13,6 +13,7 @@ from runner.compiler import WorkflowDefinition
 from runner.compiler.budget import Scope
 from runner.compiler.budget import scoped as scoped_budget
 from runner.compiler.jsonschemas import validation_errors
+from runner.compiler.kinds import ends, kind_of
 from runner.compiler.templates import TemplateError, render_text
 from runner.errors import InputError, OperationFailed
 
@@ -21,7 +22,7 @@ from .artifacts import has_artifacts, internalize
 from .bundle import STATE, TRACE, WORKFLOW, Fence, always
 from .control import RunControl
 from .dbbundle import PATIENCE, DatabaseBundle
-from .fanout import ItemLedger
+from .items import ItemLedger
 from .processes import ProcessRegistry
 from .rows import BundleRows
 from .runner import CrashPoint, LaunchLink, NotificationSink, Observer, RunDriver, RunOutcome
@@ -240,7 +241,7 @@ class Engine:
             raise
         if replay_from == "interrupted":
             node = driver.definition.nodes.get(at) if isinstance(at, str) else None
-            if node is not None and node.kind == "action" and self.effects_guarded():
+            if node is not None and _has_effects(node.kind) and self.effects_guarded():
                 # Seed 004: a controller's child step that may have changed the world is
                 # an effect. Its start is recorded (pending), its end is not, and a shell
                 # command offers nothing to observe: indeterminate, never applied twice.
@@ -273,7 +274,7 @@ class Engine:
         last = st.last_node
         result = st.results.get(last, {})
         node = d.nodes.get(last)
-        if node is not None and node.kind == "checkpoint" and result.get("outcome") == "ok":
+        if node is not None and ends(node.kind) == "wait" and result.get("outcome") == "ok":
             return driver.wait(last, driver.live(st.outputs.get(last))), "done"
         extra = {k: v for k, v in result.items() if k == "exit_code"}
         output = driver.live(st.outputs.get(last))
@@ -436,3 +437,8 @@ class Engine:
     # -- reading ---------------------------------------------------------------------
     def manifest(self, run_id: str) -> dict[str, Any]:
         return self.space.manifest(run_id)
+
+
+def _has_effects(kind: str) -> bool:
+    row = kind_of(kind)
+    return row is not None and row.effects

@@ -18,119 +18,23 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import Any
 
 from runner.backoff import ENGINE_JITTER, backoff_delay
 from runner.compiler import Node
-from runner.compiler.budget import Scope
-from runner.compiler.budget import scoped as scoped_budget
-from runner.compiler.model import ChildWorkflowBody, MapSpec, ParallelSpec
+from runner.compiler.fanout import ChildWorkflowBody, MapSpec, ParallelSpec
 from runner.compiler.templates import TemplateError, TemplateStopped, render_native
 from runner.errors import ClaimLost
 
 from .control import RunControl
-from .nodes import NodeResult, Outcome, execute, new_attempt_id, pure
-
-if TYPE_CHECKING:
-    from .runner import RunDriver
+from .items import ItemEnd
+from .nodecontext import FanoutPort, NodeContext, NodeResult, Outcome
+from .nodes import execute, new_attempt_id, pure
 
 #: Pure items settled per ledger write.
 PURE_BATCH = 500
 _POLL = 0.05  # seconds between looks at the run's control while items run
-
-
-@dataclass(frozen=True)
-class ItemEnd:
-    index: int
-    outcome: str  # ok | failed | timed_out | cancelled
-    output: Any = None
-    error: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class ItemRecord:
-    index: int
-    state: str  # pending | running | ok | failed | timed_out | cancelled
-    starts: int
-    output: Any = None
-    error: dict[str, Any] | None = None
-
-
-class ItemLedger(Protocol):
-    """Where a fan-out node's items are durable. Every call raises `ClaimLost` when the
-    caller no longer holds the run."""
-
-    def open(self, node: str, visit: int, count: int) -> None: ...
-
-    def claim(self, node: str, visit: int, limit: int) -> tuple[list[tuple[int, int]],
-                                                                list[int]]:
-        """(the items claimed as (index, start number), the items ended `interrupted`)."""
-        ...
-
-    def settle(self, node: str, visit: int, ends: Sequence[ItemEnd], *,
-               claimed: bool = True) -> int:
-        """Record endings; returns how many items of the visit are still open."""
-        ...
-
-    def cancel_open(self, node: str, visit: int, error: dict[str, Any]) -> int: ...
-
-    def items(self, node: str, visit: int) -> list[ItemRecord]: ...
-
-
-class MemoryLedger:
-    """An `ItemLedger` in memory: an engine run without a store (nothing survives the
-    process, as nothing of such a run's launch does)."""
-
-    def __init__(self) -> None:
-        self._rows: dict[tuple[str, int], list[dict[str, Any]]] = {}
-        self._lock = threading.Lock()
-
-    def open(self, node: str, visit: int, count: int) -> None:
-        with self._lock:
-            self._rows.setdefault((node, visit), [
-                {"state": "pending", "starts": 0, "output": None, "error": None}
-                for _ in range(count)])
-
-    def claim(self, node: str, visit: int, limit: int) -> tuple[list[tuple[int, int]],
-                                                                list[int]]:
-        with self._lock:
-            rows = self._rows[(node, visit)]
-            free = limit - sum(r["state"] == "running" for r in rows)
-            got: list[tuple[int, int]] = []
-            for i, r in enumerate(rows):
-                if len(got) >= free:
-                    break
-                if r["state"] == "pending":
-                    r["state"], r["starts"] = "running", r["starts"] + 1
-                    got.append((i, r["starts"]))
-            return got, []
-
-    def settle(self, node: str, visit: int, ends: Sequence[ItemEnd], *,
-               claimed: bool = True) -> int:
-        with self._lock:
-            rows = self._rows[(node, visit)]
-            for end in ends:
-                r = rows[end.index]
-                if r["state"] == ("running" if claimed else "pending"):
-                    r.update(state=end.outcome, output=end.output, error=end.error)
-                    r["starts"] += 0 if claimed else 1
-            return sum(r["state"] in ("pending", "running") for r in rows)
-
-    def cancel_open(self, node: str, visit: int, error: dict[str, Any]) -> int:
-        with self._lock:
-            n = 0
-            for r in self._rows.get((node, visit), []):
-                if r["state"] in ("pending", "running"):
-                    r.update(state="cancelled", error=error)
-                    n += 1
-            return n
-
-    def items(self, node: str, visit: int) -> list[ItemRecord]:
-        with self._lock:
-            return [ItemRecord(i, r["state"], r["starts"], r["output"], r["error"])
-                    for i, r in enumerate(self._rows.get((node, visit), []))]
 
 
 @dataclass(frozen=True)
@@ -145,7 +49,7 @@ class _Plan:
     as_name: str | None
 
 
-def _plan(driver: RunDriver, node: Node, ctx: dict[str, Any]) -> _Plan | NodeResult:
+def _plan(node: Node, ctx: dict[str, Any]) -> _Plan | NodeResult:
     spec = node.spec
     if isinstance(spec, ParallelSpec):
         names = [name for name, _ in spec.branches]
@@ -174,29 +78,20 @@ def _failed(code: str, message: str) -> NodeResult:
     return NodeResult("failed", error={"code": code, "message": message[:2000]})
 
 
-def steps_needed(driver: RunDriver, node: Node, count: int) -> str | None:
-    """`max_steps` counts each item execution: why `count` more do not fit, or None."""
-    limit = driver.definition.max_steps
-    if driver.state.steps + count > limit:
-        return (f"node '{node.id}' would run {count} items past the run's max_steps ({limit}, "
-                f"{driver.state.steps} used); raise max_steps")
-    return None
-
-
-def run_fanout(driver: RunDriver, node: Node, deadline: float | None,
-               ctx: dict[str, Any]) -> NodeResult:
-    plan = _plan(driver, node, ctx)
+def run_fanout(ctx: NodeContext, port: FanoutPort) -> NodeResult:
+    """One attempt of a `parallel` or `map` node (nodes.py hands it here, with the port
+    the run loop made for it)."""
+    plan = _plan(ctx.node, ctx.values)
     if isinstance(plan, NodeResult):
         return plan
     n = len(plan.bodies)
-    resumed = driver.resuming_node == node.id
-    over = None if resumed else steps_needed(driver, node, n)
-    if over is not None:
-        return NodeResult("failed", error={"code": "max_steps", "message": over})
-    ledger = driver.items
-    visit = driver.state.visits.get(node.id, 1)
-    ledger.open(node.id, visit, n)
-    run = _Fanout(driver, node, plan, visit, deadline, ctx)
+    # `max_steps` counts each item: a node that cannot run them all does not start any.
+    left = port.steps_left()
+    if not ctx.resuming and n > left:
+        return _failed("max_steps", f"node '{ctx.node.id}' would run {n} items with "
+                       f"{left} of the run's max_steps left; raise max_steps")
+    port.items.open(ctx.node.id, ctx.visit, n)
+    run = _Fanout(ctx, port, plan)
     stopped = run.drive()
     if stopped is not None:
         return stopped
@@ -204,11 +99,10 @@ def run_fanout(driver: RunDriver, node: Node, deadline: float | None,
 
 
 class _Fanout:
-    def __init__(self, driver: RunDriver, node: Node, plan: _Plan, visit: int,
-                 deadline: float | None, ctx: dict[str, Any]) -> None:
-        self.driver, self.node, self.plan, self.visit = driver, node, plan, visit
-        self.deadline, self.ctx = deadline, ctx
-        self.ledger = driver.items
+    def __init__(self, ctx: NodeContext, port: FanoutPort, plan: _Plan) -> None:
+        self.ctx, self.port, self.plan = ctx, port, plan
+        self.node, self.visit, self.deadline = ctx.node, ctx.visit, ctx.deadline
+        self.ledger = port.items
         self.done: queue.Queue[tuple[int, ItemEnd | BaseException | None]] = queue.Queue()
         self.controls: dict[int, RunControl] = {}
         self.threads: dict[int, threading.Thread] = {}
@@ -227,7 +121,7 @@ class _Fanout:
         if failed and self.plan.fail_fast:
             self._cancel_open("fail_fast: an earlier item failed")
             return None
-        control = self.driver.control
+        control = self.ctx.control
         while True:
             if control.stopping:
                 return self._stop()
@@ -284,7 +178,7 @@ class _Fanout:
                 control.cancel(reason)
 
     def _stop(self) -> NodeResult:
-        parent = self.driver.control
+        parent = self.ctx.control
         if parent.stop_reason == "park":
             self._stop_all("park", parent.reason or "parked", clean=parent.clean)
         else:
@@ -315,14 +209,15 @@ class _Fanout:
     def _pure(self, open_: list[int]) -> NodeResult | None:
         batch: list[ItemEnd] = []
         for index in open_:
-            if self.driver.control.stopping:
+            if self.ctx.control.stopping:
                 break
             body = self.plan.bodies[index]
             assert isinstance(body, Node)
-            result = execute(self.driver, self._item_node(body, index), "", self.deadline,
-                             self._item_ctx(index))
+            result = execute(self.port.item_context(
+                self._item_node(body, index), "", self.deadline, self._item_values(index),
+                self.ctx.control, self.emit_lock))
             if result.outcome == "parked" or (result.outcome == "cancelled"
-                                              and self.driver.control.stopping):
+                                              and self.ctx.control.stopping):
                 break
             masked = self._masked(ItemEnd(index, result.outcome, result.output, result.error))
             assert masked is not None
@@ -334,7 +229,7 @@ class _Fanout:
                 break
         if batch:
             self.ledger.settle(self.node.id, self.visit, batch, claimed=False)
-        if self.driver.control.stopping:
+        if self.ctx.control.stopping:
             return self._stop()
         if self.plan.fail_fast and self._open_left():
             self._cancel_open("fail_fast: another item failed")
@@ -344,7 +239,7 @@ class _Fanout:
         """A secret's value never reaches the store (as `RunDriver.emit` masks events)."""
         if end is None:
             return None
-        mask = self.driver.secrets.mask_json
+        mask = self.ctx.secrets.mask_json
         return replace(end, output=mask(end.output), error=mask(end.error))
 
     # -- one item -------------------------------------------------------------------------
@@ -352,12 +247,12 @@ class _Fanout:
         return replace(body, id=f"{self.node.id}[{self.plan.labels[index]}]",
                        scope=self.node.scope)
 
-    def _item_ctx(self, index: int) -> dict[str, Any]:
-        ctx = dict(self.ctx)
+    def _item_values(self, index: int) -> dict[str, Any]:
+        values = dict(self.ctx.values)
         if self.plan.as_name is not None:
-            ctx[self.plan.as_name] = self.plan.values[index]
-            ctx["index"] = index
-        return ctx
+            values[self.plan.as_name] = self.plan.values[index]
+            values["index"] = index
+        return values
 
     def _item(self, index: int, start: int, control: RunControl) -> None:
         end: ItemEnd | BaseException | None
@@ -382,26 +277,24 @@ class _Fanout:
             return ItemEnd(index, "failed", error={
                 "code": "unsupported", "message": "workflow: bodies are not run yet"})
         item = self._item_node(body, index)
-        # The per-kind code reads the driver's attributes only: the view stands in for it.
-        view = cast("RunDriver", ItemDriver(self.driver, control, self.emit_lock))
         attempts = max(body.retry.attempts, 1)
         result = NodeResult("failed")
+        clock = self.ctx.clock
         for k in range(attempts):
-            clock = self.driver.clock
             own = clock.monotonic() + body.timeout if body.timeout is not None else None
             deadline = min(d for d in (own, self.deadline) if d is not None) \
                 if own is not None or self.deadline is not None else None
-            scope = Scope(self.driver.definition.template_budget, clock.monotonic, deadline,
-                          lambda: control.stopping)
-            with scoped_budget(scope):
-                result = execute(view, item, new_attempt_id(), deadline, self._item_ctx(index))
+            with self.port.template_scope(deadline, control):
+                result = execute(self.port.item_context(
+                    item, new_attempt_id(), deadline, self._item_values(index), control,
+                    self.emit_lock))
             if result.outcome == "parked":
                 return None
             if result.outcome not in ("failed", "timed_out") or k + 1 >= attempts:
                 break
             delay = backoff_delay(k + 1, body.retry.backoff, body.retry.max_delay,
                                   jitter=ENGINE_JITTER,
-                                  seed=f"{self.driver.run_id}|{item.id}|{k + 1}")
+                                  seed=f"{self.ctx.run_id}|{item.id}|{k + 1}")
             if clock.sleep(delay, control.wake) or control.stopping:
                 if control.stop_reason == "park":
                     return None
@@ -413,10 +306,9 @@ class _Fanout:
     # -- the node's result ------------------------------------------------------------------
     def result(self, n: int) -> NodeResult:
         records = self.ledger.items(self.node.id, self.visit)
-        driver = self.driver
         summary = [{"outcome": r.state, "error": r.error, "starts": r.starts}
                    for r in records]
-        outputs = [driver.live(r.output) if r.state == "ok" else None for r in records]
+        outputs = [self.port.live(r.output) if r.state == "ok" else None for r in records]
         if isinstance(self.node.spec, ParallelSpec):
             output: Any = dict(zip(self.plan.labels, outputs, strict=True))
             extra: dict[str, Any] = {"branches": dict(zip(self.plan.labels, summary,
@@ -438,32 +330,3 @@ class _Fanout:
                             f"{self.node.id}[{label}]: {message}"[:2000],
                  "item": label}
         return NodeResult(outcome, output, error=error, extra=extra)
-
-
-class ItemDriver:
-    """What one item's body sees of the run: the driver, with the item's own control and
-    its recording serialized with the other items' (the trace has one writer)."""
-
-    def __init__(self, driver: RunDriver, control: RunControl, lock: threading.Lock) -> None:
-        self._driver = driver
-        self.control = control
-        self._lock = lock
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._driver, name)
-
-    def record_log(self, *args: Any, **kwargs: Any) -> None:
-        with self._lock:
-            self._driver.record_log(*args, **kwargs)
-
-    def prompt_sent(self, *args: Any) -> None:
-        with self._lock:
-            self._driver.prompt_sent(*args)
-
-    def publish_update(self, kind: str, key: str, data: Any) -> None:
-        with self._lock:
-            self._driver.publish_update(kind, key, data)
-
-    def notify(self, *args: Any) -> None:
-        with self._lock:
-            self._driver.notify(*args)

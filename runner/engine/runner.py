@@ -10,7 +10,9 @@ node's `node_started` (the loop routes first; `emit(hold=)`).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -19,17 +21,21 @@ from runner.clock import Clock, iso
 from runner.compiler import Node, WorkflowDefinition
 from runner.compiler.budget import Scope
 from runner.compiler.budget import scoped as scoped_budget
+from runner.compiler.fanout import FANOUT_KINDS as _FANOUT_ROWS
+from runner.compiler.kinds import ends
 from runner.compiler.templates import TemplateError, render_native
 from runner.safety import bound, mask_values, redact
 
-from .agent import AgentStep, AgentStepExecutor, TurnKind
+from .agent import AgentStepExecutor
 from .artifacts import externalize, has_artifacts, internalize
 from .context import ScopedValues
 from .control import RunControl
 from .dbbundle import DatabaseBundle
-from .fanout import ItemLedger, MemoryLedger
+from .fanout import run_fanout
+from .items import ItemLedger, MemoryLedger
 from .livelog import LiveLog
-from .nodes import NodeResult, execute, new_attempt_id, pure
+from .nodecontext import NodeContext, NodeResult
+from .nodes import execute, new_attempt_id, pure
 from .processes import ProcessRegistry
 from .routing import route
 from .rows import LaunchStep
@@ -38,6 +44,9 @@ from .state import TRACE_SCHEMA, RunState
 
 if TYPE_CHECKING:
     from .space import RunBundle
+
+#: Kinds whose node gets a `FanoutPort` (its items run through this driver).
+FANOUT_KINDS = frozenset(k.name for k in _FANOUT_ROWS)
 
 Observer = Callable[[dict[str, Any], RunState], None]
 # A test seam: the engine calls it at named points (see CRASH_POINTS); the host may
@@ -217,13 +226,6 @@ class RunDriver:
         self.emit("agent_prompt_sent", {"kind": kind, "prompt": prompt}, node=node,
                   attempt=attempt)
 
-    def turn(self, step: AgentStep, message: str, kind: TurnKind) -> None:
-        assert self.executor is not None
-        try:
-            self.executor.run_turn(step, message, kind)
-        except Exception as exc:  # an executor bug ends the turn, never the run loop
-            step.rejections.append(f"executor error: {type(exc).__name__}")
-
     def record_log(self, node: str, attempt: str, stdout: str, stderr: str,
                    stdout_cut: bool = False, stderr_cut: bool = False,
                    exit_code: int | None = None) -> None:
@@ -267,6 +269,18 @@ class RunDriver:
             self.notifications.emit(self.run_id, node, attempt, notification_id, kind, message)
 
     # -- context -----------------------------------------------------------------
+    def node_context(self, node: Node, attempt: str, deadline: float | None) -> NodeContext:
+        """What one attempt is given (nodecontext.py): never the driver itself."""
+        recorder = _StepRecorder(self, node.id, attempt)
+        return NodeContext(
+            run_id=self.run_id, workflow=self.definition.name, node=node, attempt=attempt,
+            deadline=deadline, values=self.context(node.scope),
+            visit=self.state.visits.get(node.id, 1), resuming=self.resuming_node == node.id,
+            control=self.control, clock=self.clock, secrets=self.secrets, logs=recorder,
+            updates=recorder, executor=self.executor, work_dir=self.work_dir,
+            processes=self.processes,
+            fanout=_Fanout(self) if node.kind in FANOUT_KINDS else None)
+
     def template_scope(self, deadline: float | None) -> scoped_budget:
         """Renders inside get the workflow's budget, the node's deadline, and stop when
         the run is cancelled or parked (compiler/budget.py)."""
@@ -336,9 +350,10 @@ class RunDriver:
                 return self.park()
             if result.outcome == "cancelled":
                 return self.finish("cancelled", error=result.error)
-            if node.kind == "fail":
+            end = ends(node.kind)  # the node-kind table: checkpoint waits, fail fails
+            if end == "fail":
                 return self.finish("failed", error={**(result.error or {}), "node": node.id})
-            if node.kind == "checkpoint" and result.outcome == "ok":
+            if end == "wait" and result.outcome == "ok":
                 return self.wait(node.id, result.output)
             nxt = self.next_after(node.id, result.outcome, result.output, result.error,
                                   result.extra)
@@ -432,7 +447,7 @@ class RunDriver:
                                        "counts_step": not resumed, "resumed": resumed},
                       node=node.id, attempt=attempt)
             with self.template_scope(deadline):
-                result = execute(self, node, attempt, deadline, self.context(node.scope))
+                result = execute(self.node_context(node, attempt, deadline))
             self.resuming_node = None
             resumed = False
             duration = int((self.clock.monotonic() - start_mono) * 1000)
@@ -518,3 +533,77 @@ class RunDriver:
         return RunOutcome(self.run_id, st.status, False, self.live(st.final_output), st.error,
                           st)
 
+
+
+class _Fanout:
+    """`FanoutPort`: what a fan-out node has of its run. Its items record through the
+    driver one at a time (`lock`: the trace has one writer)."""
+
+    __slots__ = ("_driver",)
+
+    def __init__(self, driver: RunDriver) -> None:
+        self._driver = driver
+
+    @property
+    def items(self) -> ItemLedger:
+        return self._driver.items
+
+    def steps_left(self) -> int:
+        return max(self._driver.definition.max_steps - self._driver.state.steps, 0)
+
+    def item_context(self, node: Node, attempt: str, deadline: float | None,
+                     values: dict[str, Any], control: RunControl,
+                     lock: threading.Lock) -> NodeContext:
+        d = self._driver
+        recorder = _StepRecorder(d, node.id, attempt, lock)
+        return NodeContext(
+            run_id=d.run_id, workflow=d.definition.name, node=node, attempt=attempt,
+            deadline=deadline, values=values, visit=d.state.visits.get(node.id, 1),
+            resuming=False, control=control, clock=d.clock, secrets=d.secrets,
+            logs=recorder, updates=recorder, executor=d.executor, work_dir=d.work_dir,
+            processes=d.processes)
+
+    def template_scope(self, deadline: float | None, control: RunControl) -> scoped_budget:
+        d = self._driver
+        return scoped_budget(Scope(d.definition.template_budget, d.clock.monotonic, deadline,
+                                   lambda: control.stopping))
+
+    def live(self, value: Any) -> Any:
+        return self._driver.live(value)
+
+    def run(self, ctx: NodeContext) -> NodeResult:
+        return run_fanout(ctx, self)
+
+
+class _StepRecorder:
+    """One attempt's logs and updates (nodecontext.StepLogs, StepUpdates), recorded
+    through the driver's `emit`: the node gets these, not the driver. A fan-out item's
+    recorder holds `lock` around each, as items record from their own threads."""
+
+    __slots__ = ("_attempt", "_driver", "_lock", "_node")
+
+    def __init__(self, driver: RunDriver, node: str, attempt: str,
+                 lock: AbstractContextManager[object] | None = None) -> None:
+        self._driver, self._node, self._attempt = driver, node, attempt
+        self._lock = lock if lock is not None else nullcontext()
+
+    def record(self, stdout: str, stderr: str, stdout_cut: bool = False,
+               stderr_cut: bool = False, exit_code: int | None = None) -> None:
+        with self._lock:
+            self._driver.record_log(self._node, self._attempt, stdout, stderr, stdout_cut,
+                                    stderr_cut, exit_code)
+
+    def live(self, extra: tuple[str, ...], cap_chars: int) -> LiveLog:
+        return self._driver.live_log(self._node, self._attempt, extra, cap_chars)
+
+    def publish(self, kind: str, key: str, data: Any) -> None:
+        with self._lock:
+            self._driver.publish_update(kind, key, data)
+
+    def notify(self, notification_id: str, kind: str, message: str) -> None:
+        with self._lock:
+            self._driver.notify(self._node, self._attempt, notification_id, kind, message)
+
+    def prompt_sent(self, kind: str, prompt: str) -> None:
+        with self._lock:
+            self._driver.prompt_sent(self._node, self._attempt, kind, prompt)

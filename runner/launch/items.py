@@ -12,7 +12,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from runner.engine.fanout import ItemEnd, ItemRecord
+from runner.engine.items import ItemEnd, ItemRecord
 from runner.errors import ClaimLost
 from runner.store import LostRace
 from runner.store.domain.fanout import FanoutItems, ItemEnding, ItemKey

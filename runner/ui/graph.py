@@ -21,6 +21,9 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any
 
+from runner.compiler.kinds import authored_kinds
+from runner.compiler.kinds import icon as kind_icon
+
 NODE_W = 168
 NODE_H = 38
 GAP_X = 36
@@ -76,7 +79,7 @@ def _node_kind(spec: Any) -> str:
         kind = spec.get("kind")
         if isinstance(kind, str):
             return kind
-        for name in ("agent", "compute", "action", "notify", "checkpoint"):
+        for name in authored_kinds():  # a hand-written snapshot: its kind key
             if name in spec:
                 return name
     return "node"
@@ -210,6 +213,7 @@ def render_svg(graph: Layout, states: dict[str, str] | None = None) -> str:
             f'<text x="{p.x + NODE_W // 2}" y="{p.y + 16}" class="node-id">'
             f'{escape(_short(p.node))}</text>'
             f'<text x="{p.x + NODE_W // 2}" y="{p.y + 31}" class="node-kind">'
-            f'{escape(p.kind)} · <tspan class="node-state">{escape(state)}</tspan></text></g>')
+            f'{escape(kind_icon(p.kind))} {escape(p.kind)} · '
+            f'<tspan class="node-state">{escape(state)}</tspan></text></g>')
     parts.append("</svg>")
     return "".join(parts)

@@ -22,8 +22,8 @@ from runner.compiler import (
     build_catalog,
     builtin_folder,
 )
+from runner.compiler.checker import case_key
 from runner.compiler.model import DEFAULT_MAX_STEPS
-from runner.compiler.parse import case_key
 from runner.compiler.schema import workflow_schema
 from runner.compiler.templates import render_native, render_text
 from runner.compiler.yamlio import load

@@ -20,7 +20,7 @@ RUNNER = Path(__file__).resolve().parents[2] / "runner"
 # own registry) or round-trips a value it holds: no outside text reaches them.
 OWN_DATA = {
     "engine/bundle.py", "engine/dbbundle.py", "engine/reader.py", "engine/processes.py",
-    "engine/engine.py", "engine/nodes.py", "engine/agent.py", "launch/preflight.py",
+    "engine/engine.py", "engine/nodecontext.py", "engine/agent.py", "launch/preflight.py",
     "compiler/jsonschemas.py", "store/records.py", "store/domain/pages.py",
     "store/domain/intents.py", "store/domain/controller_events.py",
     "store/domain/controller_resources.py", "store/domain/events.py", "jsonin.py",

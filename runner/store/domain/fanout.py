@@ -22,10 +22,8 @@ from dataclasses import dataclass
 
 from runner.store.connector import Connector, Row, in_params
 from runner.store.connector import Transaction as Tx
-from runner.store.domain.launch_queries import HOLD
-from runner.store.domain.launches import guard
 from runner.store.records import LostRace
-from runner.store.states import ITEM_ENDINGS, ItemState
+from runner.store.states import CLAIMED_STATUSES, ITEM_ENDINGS, ItemState
 
 #: A third start of an item whose runner died twice is refused (engine.NODE_START_BUDGET
 #: for items): it ends failed, `interrupted`.
@@ -92,7 +90,16 @@ def _fence(tx: Tx, run_id: str, owner: str) -> LostRace | None:
     row stays locked to the end of the transaction on Postgres."""
     row = tx.one("SELECT status, claim_token, claim_expires_at FROM workflow_run_queue"
                  " WHERE run_id = :run" + tx.dialect.lock, {"run": run_id})
-    return guard(row, run_id, HOLD, owner, tx.now_ms())
+    # The launch queue's `hold` guard (domain/launches.py), read here as data.
+    if row is None:
+        return LostRace(run_id, "not_found")
+    if row["status"] not in CLAIMED_STATUSES:
+        return LostRace(run_id, "wrong_status", row["status"])
+    if row["claim_token"] != owner:
+        return LostRace(run_id, "token_mismatch", row["status"])
+    if row["claim_expires_at"] <= tx.now_ms():
+        return LostRace(run_id, "lease_expired", row["status"])
+    return None
 
 
 def _check(ending: ItemEnding) -> None:

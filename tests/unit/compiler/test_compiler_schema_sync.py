@@ -12,17 +12,14 @@ import pytest
 from compiler_corpus import INVALID_FILES, VALID_FILES, expectations
 
 from runner.compiler import Compiler
+from runner.compiler.checker import FILE_HOOK_RE, ID_RE, MODULE_HOOK_RE, STEP_NAME_RE
 from runner.compiler.durations import DurationError, parse_duration
-from runner.compiler.model import AUTHOR_KINDS
+from runner.compiler.kinds import KINDS, authored_kinds
 from runner.compiler.parse import (
     DEFAULTS_KEYS,
     EDGE_KEYS,
     EXIT_KEYS,
-    FILE_HOOK_RE,
-    ID_RE,
     INCLUDE_KEYS,
-    KIND_KEYS,
-    MODULE_HOOK_RE,
     NODE_COMMON_KEYS,
     PATH_RE,
     RETRY_KEYS,
@@ -70,12 +67,11 @@ def test_key_sets_equal_the_compiler_tables() -> None:
     assert _keys(SCHEMA) == set(TOP_KEYS)
     assert _keys(props["defaults"]) == set(DEFAULTS_KEYS)
     node = props["nodes"]["additionalProperties"]
-    assert _keys(node) == set(AUTHOR_KINDS) | set(NODE_COMMON_KEYS)
+    assert _keys(node) == set(authored_kinds()) | set(NODE_COMMON_KEYS)
     assert _keys(node["properties"]["retry"]) == set(RETRY_KEYS)
     assert _keys(props["defaults"]["properties"]["retry"]) == set(RETRY_KEYS)
-    for kind in AUTHOR_KINDS:
-        assert _keys(node["properties"][kind]) == set(KIND_KEYS[kind]), kind
-    assert set(KIND_KEYS) == set(AUTHOR_KINDS)
+    for kind in authored_kinds():  # the body keys the parser suggests are the schema's
+        assert _keys(node["properties"][kind]) == set(KINDS[kind].keys), kind
     edge = props["edges"]["items"]
     assert _keys(edge) == set(EDGE_KEYS)
     assert _keys(edge["properties"]["switch"]) == set(SWITCH_KEYS)
@@ -110,9 +106,10 @@ def test_durations_the_compiler_rejects(value: Any) -> None:
 
 @pytest.mark.parametrize("ref", ["json:dumps", "pkg.mod:run", "./hooks.py:f",
                                  "../shared/h.py:go_2", "pkg:bad name", "hooks.py", "./h.py",
-                                 "./h.txt:f", "mod:1f", ":f"])
+                                 "./h.txt:f", "mod:1f", ":f", "http", "my-step", "1http"])
 def test_hook_pattern_matches_the_compiler(ref: str) -> None:
-    compiler_ok = bool(MODULE_HOOK_RE.match(ref) or FILE_HOOK_RE.match(ref))
+    compiler_ok = bool(MODULE_HOOK_RE.match(ref) or FILE_HOOK_RE.match(ref)
+                       or STEP_NAME_RE.match(ref))
     doc = {"start": "a", "nodes": {"a": {"compute": {"call": ref}}}}
     assert VALIDATOR.is_valid(doc) == compiler_ok
 

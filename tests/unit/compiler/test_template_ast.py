@@ -84,9 +84,9 @@ edges:
 def test_the_simple_tag_shortcut_finds_what_the_parse_finds(text: str) -> None:
     from runner.compiler.references import _simple_refs
     from runner.compiler.template_ast import summary
-    from runner.compiler.templates import _only_simple_tags
+    from runner.compiler.templates import only_simple_tags
 
-    assert _only_simple_tags(text)
+    assert only_simple_tags(text)
     _, free, found = summary(text)
     simple_free, simple_found = _simple_refs(text)
     assert (simple_free, sorted(simple_found)) == (free, sorted(found))

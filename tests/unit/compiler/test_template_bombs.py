@@ -18,7 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from template_bombs import PAYLOADS, constant, context, runtime
 
-from runner.compiler.templates import TemplateBudgetExceeded, check_budget, render_text
+from runner.compiler.template_checks import check_budget
+from runner.compiler.templates import TemplateBudgetExceeded, render_text
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -12,12 +12,12 @@ import pytest
 
 from runner.clock import FakeClock, SystemClock
 from runner.compiler.budget import CEILING, Scope, TemplateBudget, budget_from_yaml, scoped
+from runner.compiler.template_checks import check_budget
 from runner.compiler.templates import (
     TemplateBudgetExceeded,
     TemplateError,
     TemplateStopped,
     TemplateTimedOut,
-    check_budget,
     render_native,
     render_text,
 )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from runner.engine.nodes import HookContext
+from runner.steps import HookContext
 
 HOOKS = Path(__file__).resolve().parents[3] / "fixtures" / "definitions" / "valid" / "hooks.py"
 

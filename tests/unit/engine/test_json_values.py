@@ -10,7 +10,7 @@ import pytest
 
 from runner.compiler.model import WorkflowDefinition
 from runner.engine.engine import check_input
-from runner.engine.nodes import _json_value
+from runner.engine.nodecontext import json_value as _json_value
 from runner.errors import InputError
 
 
