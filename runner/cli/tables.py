@@ -104,7 +104,12 @@ def run_view(view: dict[str, Any]) -> None:
         table.add_column(col)
     for e in view["timeline"]:
         err = (e.get("error") or {}).get("message", "") if e.get("error") else ""
-        table.add_row(str(e["node"]), str(e.get("kind") or ""), str(e.get("outcome") or "…"),
+        outcome = str(e.get("outcome") or "…")
+        if e.get("items"):  # a map or parallel node: its items by outcome, of how many
+            counts = e["items"]
+            outcome += " (" + ", ".join(f"{n} {k}" for k, n in counts.items()) \
+                + f" of {sum(counts.values())})"
+        table.add_row(str(e["node"]), str(e.get("kind") or ""), escape(outcome),
                       str(e.get("duration_ms") if e.get("duration_ms") is not None else ""),
                       escape(str(err)[:100]))
     console.print(table)

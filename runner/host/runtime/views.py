@@ -158,6 +158,20 @@ def list_runs(runs: Path | RunReader, status: str | None = None, *,
     return rows if where.limit is None else rows[:where.limit]
 
 
+def _item_counts(payload: dict[str, Any]) -> dict[str, int] | None:
+    """A fan-out node's items by outcome (`{"ok": 48, "failed": 2}`), or None."""
+    found = payload.get("items")
+    if found is None and isinstance(payload.get("branches"), dict):
+        found = list(payload["branches"].values())
+    if not isinstance(found, list):
+        return None
+    counts: dict[str, int] = {}
+    for item in found:
+        outcome = str(item.get("outcome")) if isinstance(item, dict) else "unknown"
+        counts[outcome] = counts.get(outcome, 0) + 1
+    return counts
+
+
 def show_run(runs: Path | RunReader, run_id: str) -> dict[str, Any]:
     """Status, node timeline, outputs and errors of one run, as stable JSON."""
     reader = reader_for(runs)
@@ -178,6 +192,9 @@ def show_run(runs: Path | RunReader, run_id: str) -> dict[str, Any]:
             entry = open_nodes.pop(node)
             entry.update({"finished_at": event.get("at"), "outcome": p.get("outcome"),
                           "duration_ms": p.get("duration_ms"), "error": p.get("error")})
+            items = _item_counts(p)
+            if items is not None:
+                entry["items"] = items
         elif kind in ("include_entered", "include_exited"):
             timeline.append({"node": node, "kind": kind, "started_at": event.get("at"),
                              "finished_at": event.get("at"), "outcome": "ok",

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from fanoutkit import Project, make
+from pgcluster import PgCluster
 
 
 @pytest.fixture
@@ -27,3 +29,12 @@ def stop(proj: Project) -> None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate(timeout=30)
+
+
+@pytest.fixture
+def pg_project(tmp_path: Path, pg_cluster: PgCluster) -> Iterator[Project]:
+    """The same project with its store (and run bundles) in Postgres."""
+    url = pg_cluster.create_schema(f"fanout_{secrets.token_hex(4)}")
+    proj = make(tmp_path / "proj", store=url)
+    yield proj
+    stop(proj)

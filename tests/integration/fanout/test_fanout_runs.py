@@ -3,6 +3,8 @@ with their items durable in the store (ADR 0008)."""
 
 from __future__ import annotations
 
+import json
+
 from fanoutkit import AT_ONCE, EXPECTED, GATE, ITEMS, Project, peak
 
 
@@ -18,6 +20,15 @@ def test_a_map_of_50_shell_items_runs_4_at_a_time_each_once_outputs_in_order(
     # Each item waits until 4 have started, so fewer than 4 at once would never end;
     # the store's claim keeps it at 4.
     assert peak(log) == AT_ONCE
+    run_id = project.only_run()
+    one = project.wfrun("logs", run_id, "files[7]")
+    assert one.returncode == 0, one.stderr
+    assert one.stdout == "7\n"  # that item's output alone; headers on stderr
+    assert "files[7] stdout" in one.stderr
+    shown = project.wfrun("show", run_id, "--json")
+    assert shown.returncode == 0, shown.stderr
+    files = next(e for e in json.loads(shown.stdout)["timeline"] if e["node"] == "files")
+    assert files["items"] == {"ok": ITEMS}
 
 
 def test_a_killed_runner_resumes_the_map_without_rerunning_a_finished_item(
@@ -69,3 +80,8 @@ def test_parallel_fail_fast_cancels_the_rest_and_routes_by_result(project: Proje
     }
     project.go()
     assert project.counts("end") == {}  # the slow branch was stopped, not left running
+
+
+def test_on_postgres_a_killed_runner_resumes_the_map_without_rerunning_a_finished_item(
+        pg_project: Project) -> None:
+    test_a_killed_runner_resumes_the_map_without_rerunning_a_finished_item(pg_project)
