@@ -25,7 +25,6 @@ from runner.backoff import ENGINE_JITTER, backoff_delay
 from runner.compiler import Node
 from runner.compiler.fanout import ChildWorkflowBody, MapSpec, ParallelSpec
 from runner.compiler.templates import TemplateError, TemplateStopped, render_native
-from runner.errors import ClaimLost
 
 from .control import RunControl
 from .items import ItemEnd
@@ -108,6 +107,7 @@ class _Fanout:
         self.threads: dict[int, threading.Thread] = {}
         self.emit_lock = threading.Lock()
         self.lost: BaseException | None = None
+        self.unsettled: list[ItemEnd] = []  # ended, not yet written (the next claim's)
 
     # -- the loop ---------------------------------------------------------------------
     def drive(self) -> NodeResult | None:
@@ -126,40 +126,56 @@ class _Fanout:
             if control.stopping:
                 return self._stop()
             if self.lost is None and not failed:
+                # The ends gathered so far and the claim of their slots: one commit.
                 self._start_claimed()
+            else:
+                self._settle()
             if not self.threads:
                 if failed or self.lost is not None:
                     break
                 if not self._open_left():
                     break
             try:
-                index, end = self.done.get(timeout=_POLL)
+                got = [self.done.get(timeout=_POLL)]
             except queue.Empty:
                 continue
-            self.threads.pop(index, None)
-            self.controls.pop(index, None)
-            if isinstance(end, BaseException):
-                self.lost = self.lost or end
-                self._stop_all("park", "lost the run's claim", clean=False)
-                continue
-            if end is None:
-                continue  # parked: left running for the next holder
-            if end.outcome in ("failed", "timed_out") and self.plan.fail_fast and not failed:
-                failed = True
-                self._stop_all("cancel", f"fail_fast: item {self.plan.labels[end.index]} "
-                               f"{end.outcome}")
+            while not self.done.empty():  # every end that is in: settled together
+                got.append(self.done.get_nowait())
+            for index, end in got:
+                self.threads.pop(index, None)
+                self.controls.pop(index, None)
+                if isinstance(end, BaseException):
+                    self.lost = self.lost or end
+                    self._stop_all("park", "lost the run's claim", clean=False)
+                    continue
+                if end is None:
+                    continue  # parked: left running for the next holder
+                self.unsettled.append(end)
+                if end.outcome in ("failed", "timed_out") and self.plan.fail_fast \
+                        and not failed:
+                    failed = True
+                    self._stop_all("cancel", f"fail_fast: item {self.plan.labels[end.index]}"
+                                   f" {end.outcome}")
         if self.lost is not None:
             raise self.lost
+        self._settle()
         if failed and self.plan.fail_fast:
             self._cancel_open("fail_fast: another item failed")
         return None
+
+    def _settle(self) -> None:
+        ends, self.unsettled = self.unsettled, []
+        if ends and self.lost is None:
+            self.ledger.settle(self.node.id, self.visit, ends)
 
     def _open_left(self) -> bool:
         return any(r.state in ("pending", "running")
                    for r in self.ledger.items(self.node.id, self.visit))
 
     def _start_claimed(self) -> None:
-        claimed, interrupted = self.ledger.claim(self.node.id, self.visit, self.plan.limit)
+        ends, self.unsettled = self.unsettled, []
+        claimed, interrupted = self.ledger.claim(self.node.id, self.visit, self.plan.limit,
+                                                 ends)
         del interrupted  # ended `failed` by the ledger; the result reads them back
         for index, start in claimed:
             control = RunControl()
@@ -184,6 +200,9 @@ class _Fanout:
         else:
             self._stop_all("cancel", parent.reason or "cancelled")
         self._join()
+        if self.lost is not None:
+            raise self.lost
+        self._settle()  # what ended before the stop stays ended (a park's resume skips it)
         if parent.stop_reason == "park":
             return NodeResult("parked")
         self._cancel_open(parent.reason or "cancelled")
@@ -197,6 +216,8 @@ class _Fanout:
             self.controls.pop(index, None)
             if isinstance(end, BaseException):
                 self.lost = self.lost or end
+            elif end is not None:
+                self.unsettled.append(end)
 
     def _cancel_open(self, reason: str) -> None:
         self.ledger.cancel_open(self.node.id, self.visit,
@@ -258,18 +279,10 @@ class _Fanout:
         end: ItemEnd | BaseException | None
         try:
             end = self._masked(self._run_item(index, control))
-            if end is not None:
-                self.ledger.settle(self.node.id, self.visit, [end])
-        except ClaimLost as exc:
-            end = exc
         except Exception as exc:  # a bug in one item ends that item, never the run loop
             end = ItemEnd(index, "failed", error={"code": "internal_error",
                                                   "message": type(exc).__name__})
-            try:
-                self.ledger.settle(self.node.id, self.visit, [end])
-            except ClaimLost as lost:
-                end = lost
-        self.done.put((index, end))
+        self.done.put((index, end))  # the run loop writes it with the next claim
 
     def _run_item(self, index: int, control: RunControl) -> ItemEnd | None:
         body = self.plan.bodies[index]

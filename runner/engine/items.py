@@ -35,9 +35,10 @@ class ItemLedger(Protocol):
 
     def open(self, node: str, visit: int, count: int) -> None: ...
 
-    def claim(self, node: str, visit: int, limit: int) -> tuple[list[tuple[int, int]],
-                                                                list[int]]:
-        """(the items claimed as (index, start number), the items ended `interrupted`)."""
+    def claim(self, node: str, visit: int, limit: int,
+              settling: Sequence[ItemEnd] = ()) -> tuple[list[tuple[int, int]], list[int]]:
+        """Record `settling` (ended claimed items), then claim: (the items claimed as
+        (index, start number), the items ended `interrupted`), in one write."""
         ...
 
     def settle(self, node: str, visit: int, ends: Sequence[ItemEnd], *,
@@ -64,8 +65,10 @@ class MemoryLedger:
                 {"state": "pending", "starts": 0, "output": None, "error": None}
                 for _ in range(count)])
 
-    def claim(self, node: str, visit: int, limit: int) -> tuple[list[tuple[int, int]],
-                                                                list[int]]:
+    def claim(self, node: str, visit: int, limit: int,
+              settling: Sequence[ItemEnd] = ()) -> tuple[list[tuple[int, int]], list[int]]:
+        if settling:
+            self.settle(node, visit, settling)
         with self._lock:
             rows = self._rows[(node, visit)]
             free = limit - sum(r["state"] == "running" for r in rows)

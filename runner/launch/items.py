@@ -27,6 +27,11 @@ def _load(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
+def _endings(ends: Sequence[ItemEnd]) -> list[ItemEnding]:
+    return [ItemEnding(e.index, e.outcome,  # type: ignore[arg-type]
+                       _dump(e.output), _dump(e.error)) for e in ends]
+
+
 class StoreItems:
     """`ItemLedger` over `store.fanout` for one claimed launch."""
 
@@ -47,16 +52,15 @@ class StoreItems:
     def open(self, node: str, visit: int, count: int) -> None:
         self._held(self._fanout.open(self._key(node, visit), count, owner=self._owner))
 
-    def claim(self, node: str, visit: int, limit: int) -> tuple[list[tuple[int, int]],
-                                                                list[int]]:
+    def claim(self, node: str, visit: int, limit: int,
+              settling: Sequence[ItemEnd] = ()) -> tuple[list[tuple[int, int]], list[int]]:
         got = self._held(self._fanout.claim(self._key(node, visit), owner=self._owner,
-                                            limit=limit))
+                                            limit=limit, settling=_endings(settling)))
         return list(got.items), list(got.interrupted)
 
     def settle(self, node: str, visit: int, ends: Sequence[ItemEnd], *,
                claimed: bool = True) -> int:
-        rows = [ItemEnding(e.index, e.outcome,  # type: ignore[arg-type]
-                           _dump(e.output), _dump(e.error)) for e in ends]
+        rows = _endings(ends)
         left: int = self._held(self._fanout.settle(self._key(node, visit), rows,
                                                    owner=self._owner, claimed=claimed))
         return left

@@ -107,6 +107,18 @@ def _check(ending: ItemEnding) -> None:
         raise ValueError(f"an item cannot end as {ending.state!r}")
 
 
+def _settle(tx: Tx, key: ItemKey, rows: Sequence[ItemEnding], owner: str, now: int, *,
+            claimed: bool) -> None:
+    source = "state = 'running' AND claim_token = :owner" if claimed else "state = 'pending'"
+    starts = "" if claimed else ", starts = starts + 1"
+    base = key.params()
+    tx.many(f"UPDATE fanout_items SET state = :state, claim_token = NULL{starts},"
+            " output_json = :output, error_json = :error, updated_at = :now,"
+            f" finished_at = :now WHERE {_KEY} AND item_index = :i AND {source}",
+            [{**base, "owner": owner, "now": now, "i": e.index, "state": e.state,
+              "output": e.output_json, "error": e.error_json} for e in rows])
+
+
 class FanoutItems:
     """The fan-out item rows on any backend."""
 
@@ -133,18 +145,25 @@ class FanoutItems:
         return int(row["n"])
 
     def claim(self, key: ItemKey, *, owner: str, limit: int,
-              indexes: Sequence[int] | None = None) -> Claimed | LostRace:
+              indexes: Sequence[int] | None = None,
+              settling: Sequence[ItemEnding] = ()) -> Claimed | LostRace:
         """Claim up to `limit` minus the owner's running items, lowest index first
         (among `indexes` when given). Rows another owner left running are taken over
-        (their start counted), or ended `interrupted` at the start budget."""
+        (their start counted), or ended `interrupted` at the start budget. `settling`:
+        the owner's items that ended, recorded first in the same transaction (one
+        commit hands a finished item's slot to the next)."""
         if limit < 1:
             raise ValueError("max_concurrency is at least 1")
+        for ending in settling:
+            _check(ending)
         base = key.params()
         with self._c.write() as tx:
             lost = _fence(tx, key.run_id, owner)
             if lost is not None:
                 return lost
             now = tx.now_ms()
+            if settling:
+                _settle(tx, key, settling, owner, now, claimed=True)
             params = {**base, "owner": owner, "now": now, "budget": ITEM_START_BUDGET}
             dead = tx.all(f"SELECT item_index FROM fanout_items WHERE {_KEY} AND state ="
                           " 'running' AND claim_token <> :owner AND starts >= :budget",
@@ -185,19 +204,11 @@ class FanoutItems:
         for ending in rows:
             _check(ending)
         base = key.params()
-        source = "state = 'running' AND claim_token = :owner" if claimed \
-            else "state = 'pending'"
         with self._c.write() as tx:
             lost = _fence(tx, key.run_id, owner)
             if lost is not None:
                 return lost
-            now = tx.now_ms()
-            starts = "" if claimed else ", starts = starts + 1"
-            tx.many(f"UPDATE fanout_items SET state = :state, claim_token = NULL{starts},"
-                    " output_json = :output, error_json = :error, updated_at = :now,"
-                    f" finished_at = :now WHERE {_KEY} AND item_index = :i AND {source}",
-                    [{**base, "owner": owner, "now": now, "i": e.index, "state": e.state,
-                      "output": e.output_json, "error": e.error_json} for e in rows])
+            _settle(tx, key, rows, owner, tx.now_ms(), claimed=claimed)
             row = tx.one(f"SELECT count(*) AS n FROM fanout_items WHERE {_OPEN}", base)
         return int(row["n"]) if row else 0
 

@@ -126,3 +126,13 @@ def test_a_claim_among_given_indexes(store: Store) -> None:
     got = store.fanout.claim(KEY, owner=owner, limit=6, indexes=[4, 1])
     assert not isinstance(got, LostRace)
     assert [i for i, _ in got.items] == [1, 4]
+
+
+def test_a_claim_records_the_ends_it_is_given_and_claims_their_slots(store: Store) -> None:
+    owner = _held(store)
+    store.fanout.open(KEY, 4, owner=owner)
+    store.fanout.claim(KEY, owner=owner, limit=2)
+    got = store.fanout.claim(KEY, owner=owner, limit=2, settling=[_ok(0), _ok(1)])
+    assert not isinstance(got, LostRace)
+    assert got.items == ((2, 1), (3, 1))
+    assert [i.state for i in store.fanout.items(KEY)] == ["ok", "ok", "running", "running"]
