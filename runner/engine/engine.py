@@ -22,7 +22,7 @@ from .artifacts import has_artifacts, internalize
 from .bundle import STATE, TRACE, WORKFLOW, Fence, always
 from .control import RunControl
 from .dbbundle import PATIENCE, DatabaseBundle
-from .items import ItemLedger
+from .items import ChildRuns, ItemLedger
 from .processes import ProcessRegistry
 from .rows import BundleRows
 from .runner import CrashPoint, LaunchLink, NotificationSink, Observer, RunDriver, RunOutcome
@@ -94,6 +94,8 @@ class Engine:
     effects_guarded: Callable[[], bool] = lambda: False
     # Where fan-out items are durable (ADR 0008); None: in memory, for this process only.
     items: ItemLedger | None = None
+    # Runs `workflow:` bodies of fan-out nodes as linked child runs (the launch layer).
+    children: ChildRuns | None = None
 
     @property
     def space(self) -> BundleSpace:
@@ -117,6 +119,7 @@ class Engine:
         driver.launch = self.launch
         if self.items is not None:
             driver.items = self.items
+        driver.children = self.children
         return driver
 
     # -- start ---------------------------------------------------------------------

@@ -16,6 +16,7 @@ parallel branch: `NODE[name]`), so `wfrun logs RUN NODE[3]` finds them.
 
 from __future__ import annotations
 
+import hashlib
 import queue
 import threading
 from dataclasses import dataclass, replace
@@ -287,8 +288,7 @@ class _Fanout:
     def _run_item(self, index: int, control: RunControl) -> ItemEnd | None:
         body = self.plan.bodies[index]
         if isinstance(body, ChildWorkflowBody):
-            return ItemEnd(index, "failed", error={
-                "code": "unsupported", "message": "workflow: bodies are not run yet"})
+            return self._child(body, index, control)
         item = self._item_node(body, index)
         attempts = max(body.retry.attempts, 1)
         result = NodeResult("failed")
@@ -315,6 +315,27 @@ class _Fanout:
         if result.outcome == "cancelled" and control.stop_reason == "park":
             return None
         return ItemEnd(index, result.outcome, result.output, result.error)
+
+    def _child(self, body: ChildWorkflowBody, index: int,
+               control: RunControl) -> ItemEnd | None:
+        """A `workflow:` body: a linked child run, its id fixed by the item, so a resumed
+        parent finds the child it started (and resumes it, or reads how it ended)."""
+        values = self._item_values(index)
+        scope = self.port.template_scope(self.deadline, control)
+        try:
+            with scope:
+                value = render_native(body.input, values) if body.input is not None else {}
+        except TemplateError as exc:
+            return ItemEnd(index, "failed", error={"code": "template_error",
+                                                   "message": f"input: {exc}"[:2000]})
+        label = self.plan.labels[index]
+        digest = hashlib.sha256(f"{self.node.id}|{self.visit}|{label}".encode()).hexdigest()
+        run_id = f"{self.ctx.run_id}-{digest[:8]}"
+        result = self.port.child_run(body.workflow, value, run_id, control)
+        if result.outcome == "parked":
+            return None
+        error = dict(result.error or {}, child_run_id=run_id) if result.error else None
+        return ItemEnd(index, result.outcome, result.output, error)
 
     # -- the node's result ------------------------------------------------------------------
     def result(self, n: int) -> NodeResult:

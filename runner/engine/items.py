@@ -105,3 +105,13 @@ class MemoryLedger:
         with self._lock:
             return [ItemRecord(i, r["state"], r["starts"], r["output"], r["error"])
                     for i, r in enumerate(self._rows.get((node, visit), []))]
+
+
+class ChildRuns(Protocol):
+    """`workflow:` bodies as linked child runs (the launch layer's: each one its own
+    launch row and bundle). `run` starts the child `run_id` (or, after a crash, resumes
+    it or reads how it ended) under `control` and returns how it ended:
+    (outcome: ok | failed | timed_out | cancelled | parked, final output, error)."""
+
+    def run(self, workflow: str, value: Any, run_id: str,
+            control: Any) -> tuple[str, Any, dict[str, Any] | None]: ...

@@ -80,6 +80,11 @@ class FanoutPort(Protocol):
         """Run the fan-out node `ctx` is for (engine/fanout.py)."""
         ...
 
+    def child_run(self, workflow: str, value: Any, run_id: str,
+                  control: RunControl) -> NodeResult:
+        """A `workflow:` body: the linked child run `run_id`, to its end."""
+        ...
+
 
 @dataclass(frozen=True)
 class NodeContext:

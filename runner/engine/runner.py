@@ -32,7 +32,7 @@ from .context import ScopedValues
 from .control import RunControl
 from .dbbundle import DatabaseBundle
 from .fanout import run_fanout
-from .items import ItemLedger, MemoryLedger
+from .items import ChildRuns, ItemLedger, MemoryLedger
 from .livelog import LiveLog
 from .nodecontext import NodeContext, NodeResult
 from .nodes import execute, new_attempt_id, pure
@@ -120,6 +120,7 @@ class RunDriver:
         self.launch: LaunchLink | None = None  # set by the engine (a claimed launch)
         # Where fan-out items are durable (set by the engine: the store's, via launch).
         self.items: ItemLedger = MemoryLedger()
+        self.children: ChildRuns | None = None  # `workflow:` bodies (set by the engine)
         self.run_id = run_id
         self.definition = definition
         self.bundle = bundle
@@ -573,6 +574,18 @@ class _Fanout:
 
     def run(self, ctx: NodeContext) -> NodeResult:
         return run_fanout(ctx, self)
+
+    def child_run(self, workflow: str, value: Any, run_id: str,
+                  control: RunControl) -> NodeResult:
+        children = self._driver.children
+        if children is None:
+            return NodeResult("failed", error={
+                "code": "unsupported", "message": "a workflow: body needs a launch queue "
+                "(run it with `wfrun run` or a host)"})
+        outcome, output, error = children.run(workflow, value, run_id, control)
+        if outcome not in ("ok", "failed", "timed_out", "cancelled", "parked"):
+            outcome = "failed"
+        return NodeResult(outcome, output, error)  # type: ignore[arg-type]
 
 
 class _StepRecorder:

@@ -68,7 +68,7 @@ from runner.store import (
 
 from .faults import FaultGate, hold, store_fault
 from .intents import new_intent
-from .items import StoreItems
+from .items import LaunchChildren, StoreItems
 from .keeper import LeaseKeeper
 from .link import Link, Step, Transition
 from .preflight import Preflight, PreflightError, Resolver, workflow_name
@@ -573,6 +573,7 @@ class LaunchCoordinator(Preflight):
                       rows=self.rows, claim=token, patience=self.lease_seconds / 3,
                       launch=None if self.rows is None or act is None else self._link(act),
                       items=StoreItems(self.store.fanout, record.run_id, token),
+                      children=LaunchChildren(self),
                       # Only a take-over (the claim found the row `running`: its runner
                       # died mid-node). A park stopped its node itself; that resumes as before.
                       effects_guarded=lambda: record.status == "running"

@@ -10,12 +10,33 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
+from runner.engine import RunControl, RunOutcome, RunReader
 from runner.engine.items import ItemEnd, ItemRecord
-from runner.errors import ClaimLost
-from runner.store import LostRace
+from runner.errors import ClaimLost, ConflictError, InputError, NotFoundError
+from runner.store import TERMINAL_STATUSES, LaunchRecord, LostRace, Store
 from runner.store.domain.fanout import FanoutItems, ItemEnding, ItemKey
+
+from .preflight import PreflightError
+
+
+class _Launcher(Protocol):
+    """What of the `LaunchCoordinator` a child run needs (it imports this module)."""
+
+    store: Store
+    runner_id: str
+    lease_seconds: float
+    reader: RunReader
+
+    def prepare(self, ref: str, run_input: Any = None, *, affinity_runner_id: str | None,
+                run_id: str | None, claim_by: str | None,
+                lease_seconds: float) -> LaunchRecord: ...
+
+    def claim(self, run_id: str, *, dead_runner: str | None = None) -> LaunchRecord: ...
+
+    def execute(self, record: LaunchRecord, *,
+                control: RunControl | None = None) -> RunOutcome | None: ...
 
 
 def _dump(value: Any) -> str | None:
@@ -74,3 +95,62 @@ class StoreItems:
         return [ItemRecord(i.index, i.state, i.starts, _load(i.output_json),
                            _load(i.error_json))
                 for i in self._fanout.items(self._key(node, visit))]
+
+
+class LaunchChildren:
+    """`ChildRuns`: a fan-out's `workflow:` body as a linked child run. The child is a
+    launch row and a bundle of its own (`wfrun runs`, `show`, `logs` see it), run in this
+    process on the item's thread under the item's control. Its id is fixed by the item,
+    so a resumed parent finds the child it started: one that ended is read, not run
+    again; one left behind by a dead runner is taken over and resumed."""
+
+    def __init__(self, coordinator: _Launcher) -> None:
+        self._c = coordinator
+
+    def run(self, workflow: str, value: Any, run_id: str,
+            control: Any) -> tuple[str, Any, dict[str, Any] | None]:
+        c = self._c
+        row = c.store.launches.get(run_id)
+        if row is not None and row.status in TERMINAL_STATUSES:
+            return self._ended(row)
+        try:
+            if row is None:
+                record = c.prepare(workflow, value, run_id=run_id,
+                                   affinity_runner_id=c.runner_id, claim_by=c.runner_id,
+                                   lease_seconds=c.lease_seconds)
+            else:
+                # Left by the parent's last runner, which lost the parent: it is dead (or
+                # fenced), so its claim on the child is taken over too.
+                dead = row.runner_id if row.runner_id != c.runner_id else None
+                record = c.claim(run_id, dead_runner=dead)
+        except PreflightError as exc:
+            return "failed", None, {"code": exc.code, "message": exc.message}
+        except (ConflictError, InputError, NotFoundError) as exc:
+            return "failed", None, {"code": "child_unavailable", "message": str(exc)[:500]}
+        outcome = c.execute(record, control=control)
+        if outcome is None:
+            ended = c.store.launches.get(run_id)
+            if ended is None or ended.status not in TERMINAL_STATUSES:
+                return "parked", None, None
+            return self._ended(ended)
+        if outcome.parked:
+            return "parked", None, None
+        return _from_status(outcome.status), outcome.final_output, outcome.error
+
+    def _ended(self, row: LaunchRecord) -> tuple[str, Any, dict[str, Any] | None]:
+        if row.status == "done" and row.ending == "completed":
+            return "ok", self._c.reader.final_output(row.run_id), None
+        if row.status == "done":
+            return "failed", None, {"code": "child_waiting", "message": (
+                f"child run {row.run_id} waits at a checkpoint; a branch cannot wait")}
+        if row.status == "cancelled":
+            return "cancelled", None, {"code": "cancelled", "message": f"child run "
+                                       f"{row.run_id} was cancelled"}
+        return "failed", None, {"code": row.error_code or "child_failed",
+                                "message": row.error_message or f"child run {row.run_id} "
+                                "failed"}
+
+
+def _from_status(status: str) -> str:
+    return {"completed": "ok", "timed_out": "timed_out", "cancelled": "cancelled"}.get(
+        status, "failed")

@@ -74,6 +74,26 @@ PARALLEL = """\
     edges:
       - {from: reviews, switch: {on: $result.outcome, cases: {ok: merged}, default: report}}
 """
+CHILD = """\
+    name: stylecheck
+    input: {type: object, required: [who], properties: {who: {type: string}}}
+    start: greet
+    nodes:
+      greet: {action: {shell: [echo, "hi {{ input.who }}"]}}
+      out: {compute: "{{ outputs.greet.stdout | trim }}"}
+    edges:
+      - {from: greet, to: out}
+"""
+WITH_CHILD = """\
+    name: withchild
+    start: both
+    nodes:
+      both:
+        parallel:
+          branches:
+            style: {workflow: stylecheck, input: {who: "{{ 'ada' }}"}}
+            quick: {compute: "{{ 1 }}"}
+"""
 EXPECTED = [str(i) for i in range(ITEMS)]
 
 
@@ -166,13 +186,17 @@ class Project:
 
     def only_run(self) -> str:
         """The run id, from the launch queue (bundles may live in the database)."""
-        listed = self.wfrun("runs", "--json")
-        assert listed.returncode == 0, listed.stderr
-        data = json.loads(listed.stdout)
-        rows = data["runs"] if isinstance(data, dict) else data
+        rows = self.listed()
         assert len(rows) == 1, rows
         run_id: str = rows[0]["run_id"]
         return run_id
+
+    def listed(self) -> list[dict[str, Any]]:
+        listed = self.wfrun("runs", "--json")
+        assert listed.returncode == 0, listed.stderr
+        data = json.loads(listed.stdout)
+        rows: list[dict[str, Any]] = data["runs"] if isinstance(data, dict) else data
+        return rows
 
 
 def peak(log: list[tuple[str, str]]) -> int:
@@ -189,4 +213,6 @@ def make(root: Path, store: str | None = None) -> Project:
     flows.mkdir(parents=True)
     (flows / "fifty.yaml").write_text(textwrap.dedent(MAP))
     (flows / "reviews.yaml").write_text(textwrap.dedent(PARALLEL))
+    (flows / "stylecheck.yaml").write_text(textwrap.dedent(CHILD))
+    (flows / "withchild.yaml").write_text(textwrap.dedent(WITH_CHILD))
     return Project(root, store)

@@ -85,3 +85,20 @@ def test_parallel_fail_fast_cancels_the_rest_and_routes_by_result(project: Proje
 def test_on_postgres_a_killed_runner_resumes_the_map_without_rerunning_a_finished_item(
         pg_project: Project) -> None:
     test_a_killed_runner_resumes_the_map_without_rerunning_a_finished_item(pg_project)
+
+
+def test_a_workflow_branch_runs_as_a_linked_child_run(project: Project) -> None:
+    outcome = project.finish(project.start("withchild"))
+    assert outcome["status"] == "completed", outcome
+    parent = outcome["run_id"]
+    assert outcome["final_output"] == {"style": "hi ada", "quick": 1}
+    runs = {r["run_id"]: r for r in project.listed()}
+    children = [r for r in runs if r != parent]
+    assert len(children) == 1
+    (child,) = children
+    assert child.startswith(parent + "-")  # its id is fixed by the item: a resume finds it
+    assert runs[child]["workflow"] == "stylecheck"
+    shown = project.wfrun("show", parent, "--json")
+    assert shown.returncode == 0, shown.stderr
+    outputs = json.loads(shown.stdout)["outputs"]
+    assert outputs["both"] == {"style": "hi ada", "quick": 1}
