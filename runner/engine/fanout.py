@@ -91,8 +91,15 @@ def run_fanout(ctx: NodeContext, port: FanoutPort) -> NodeResult:
         return _failed("max_steps", f"node '{ctx.node.id}' would run {n} items with "
                        f"{left} of the run's max_steps left; raise max_steps")
     port.items.open(ctx.node.id, ctx.visit, n)
+    port.crash("after_items_opened")
     run = _Fanout(ctx, port, plan)
-    stopped = run.drive()
+    try:
+        stopped = run.drive()
+    except BaseException:
+        # A lost claim, or the run's thread dying (interpreter exit, a simulated crash):
+        # no item runs on without its run. Their rows stay for the next holder.
+        run.abandon()
+        raise
     if stopped is not None:
         return stopped
     return run.result(n)
@@ -175,6 +182,8 @@ class _Fanout:
 
     def _start_claimed(self) -> None:
         ends, self.unsettled = self.unsettled, []
+        if ends:
+            self.port.crash("before_items_settled")
         claimed, interrupted = self.ledger.claim(self.node.id, self.visit, self.plan.limit,
                                                  ends)
         del interrupted  # ended `failed` by the ledger; the result reads them back
@@ -186,6 +195,8 @@ class _Fanout:
             self.controls[index] = control
             self.threads[index] = thread
             thread.start()
+        if claimed:
+            self.port.crash("after_items_claimed")
 
     def _stop_all(self, how: str, reason: str, *, clean: bool = True) -> None:
         for control in list(self.controls.values()):
@@ -209,6 +220,11 @@ class _Fanout:
         self._cancel_open(parent.reason or "cancelled")
         return NodeResult("cancelled", error={"code": "cancelled",
                                               "message": parent.reason or "cancelled"})
+
+    def abandon(self) -> None:
+        self._stop_all("park", "the run's runner stopped", clean=False)
+        for thread in list(self.threads.values()):
+            thread.join(timeout=30)
 
     def _join(self) -> None:
         while self.threads:

@@ -80,6 +80,10 @@ class FanoutPort(Protocol):
         """Run the fan-out node `ctx` is for (engine/fanout.py)."""
         ...
 
+    def crash(self, point: str) -> None:
+        """The crash seam at a named point (runner.CRASH_POINTS), on the run's thread."""
+        ...
+
     def child_run(self, workflow: str, value: Any, run_id: str,
                   control: RunControl) -> NodeResult:
         """A `workflow:` body: the linked child run `run_id`, to its end."""

@@ -53,7 +53,10 @@ Observer = Callable[[dict[str, Any], RunState], None]
 # pass one that kills the process there. The engine never reads the environment.
 CrashPoint = Callable[[str], None]
 CRASH_POINTS = ("after_bundle_created", "after_manifest_written", "after_trace_append",
-                "after_state_replace", "after_routing", "between_nodes", "before_seal")
+                "after_state_replace", "after_routing", "between_nodes", "before_seal",
+                # a fan-out node (fanout.py): its items opened; items claimed (with the
+                # ends written in that commit) and running; items ended, not yet written
+                "after_items_opened", "after_items_claimed", "before_items_settled")
 UPDATE_RATE = 20.0  # updates per second per run, with a burst of 100
 UPDATE_BURST = 100.0
 MAX_UPDATE_PAIRS = 1024
@@ -574,6 +577,9 @@ class _Fanout:
 
     def run(self, ctx: NodeContext) -> NodeResult:
         return run_fanout(ctx, self)
+
+    def crash(self, point: str) -> None:
+        self._driver.crash(point)
 
     def child_run(self, workflow: str, value: Any, run_id: str,
                   control: RunControl) -> NodeResult:
