@@ -105,6 +105,36 @@ def run_fanout(ctx: NodeContext, port: FanoutPort) -> NodeResult:
     return run.result(n)
 
 
+class _Turns:
+    """A session-owned run's agent items reach the session one at a time (it holds one
+    step at a time), in the order they were claimed, which is item order; other kinds
+    run at once. A ticket per agent item; a stopped one gives its turn up."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._issued = 0
+        self._next = 0
+        self._done: set[int] = set()
+
+    def ticket(self) -> int:
+        with self._cv:
+            self._issued += 1
+            return self._issued - 1
+
+    def wait(self, ticket: int, control: RunControl) -> None:
+        with self._cv:
+            while self._next != ticket and not control.stopping:
+                self._cv.wait(_POLL)
+
+    def done(self, ticket: int) -> None:
+        with self._cv:
+            self._done.add(ticket)
+            while self._next in self._done:
+                self._done.discard(self._next)
+                self._next += 1
+            self._cv.notify_all()
+
+
 class _Fanout:
     def __init__(self, ctx: NodeContext, port: FanoutPort, plan: _Plan) -> None:
         self.ctx, self.port, self.plan = ctx, port, plan
@@ -116,6 +146,10 @@ class _Fanout:
         self.emit_lock = threading.Lock()
         self.lost: BaseException | None = None
         self.unsettled: list[ItemEnd] = []  # ended, not yet written (the next claim's)
+        executor = ctx.executor
+        self.turns = _Turns() if executor is not None and executor.name == "session" \
+            else None
+        self.tickets: dict[int, int] = {}
 
     # -- the loop ---------------------------------------------------------------------
     def drive(self) -> NodeResult | None:
@@ -188,6 +222,9 @@ class _Fanout:
                                                  ends)
         del interrupted  # ended `failed` by the ledger; the result reads them back
         for index, start in claimed:
+            body = self.plan.bodies[index]
+            if self.turns is not None and isinstance(body, Node) and body.kind == "agent":
+                self.tickets[index] = self.turns.ticket()
             control = RunControl()
             thread = threading.Thread(target=self._item, args=(index, start, control),
                                       daemon=True,
@@ -294,11 +331,17 @@ class _Fanout:
 
     def _item(self, index: int, start: int, control: RunControl) -> None:
         end: ItemEnd | BaseException | None
+        ticket = self.tickets.get(index)
         try:
+            if ticket is not None and self.turns is not None:
+                self.turns.wait(ticket, control)
             end = self._masked(self._run_item(index, control))
         except Exception as exc:  # a bug in one item ends that item, never the run loop
             end = ItemEnd(index, "failed", error={"code": "internal_error",
                                                   "message": type(exc).__name__})
+        finally:
+            if ticket is not None and self.turns is not None:
+                self.turns.done(ticket)
         self.done.put((index, end))  # the run loop writes it with the next claim
 
     def _run_item(self, index: int, control: RunControl) -> ItemEnd | None:

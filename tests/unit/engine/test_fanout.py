@@ -6,6 +6,7 @@ proven in tests/integration/fanout and tests/integration/store/test_store_fanout
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
 from runner.engine.items import MemoryLedger
@@ -130,3 +131,53 @@ def test_an_item_secret_never_reaches_the_ledger(env: Any) -> None:
     stored = json.dumps([r.output for r in ledger.items("each", 1)])
     assert "s3cr3t-v4lue" not in stored
     assert "***" in stored
+
+
+class _OneSession:
+    """A session-like executor (`name == "session"`): it holds one step at a time, so
+    two turns inside it at once is the bug this records."""
+
+    name = "session"
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.active = 0
+        self.most = 0
+        self.order: list[str] = []
+
+    def run_turn(self, step: Any, message: str, kind: Any) -> None:
+        with self.lock:
+            self.active += 1
+            self.most = max(self.most, self.active)
+            self.order.append(step.contract.step)
+        threading.Event().wait(0.05)  # room for another turn to come in, if one could
+        step.handle_tool_call({"action": "submit", "step": step.contract.step,
+                               "attempt": step.contract.attempt, "output": {"ok": True}})
+        with self.lock:
+            self.active -= 1
+
+
+def test_a_session_gets_agent_items_one_at_a_time_in_item_order(env: Any) -> None:
+    flow = """\
+    start: each
+    nodes:
+      each:
+        map:
+          over: "{{ [0, 1, 2, 3] }}"
+          max_concurrency: 4
+          do: {agent: {prompt: "review {{ item }}"}}
+      both:
+        parallel:
+          branches:
+            one: {agent: "first"}
+            two: {agent: "second"}
+            shell: {action: {shell: [echo, hi]}}
+    edges:
+      - {from: each, to: both}
+    """
+    session = _OneSession()
+    out = env.engine(executor=session).start(env.workflow(flow))
+    assert out.status == "completed", out.error
+    assert session.most == 1
+    assert session.order == ["each[0]", "each[1]", "each[2]", "each[3]", "both[one]",
+                             "both[two]"]
