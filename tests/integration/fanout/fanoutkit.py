@@ -120,6 +120,21 @@ class Project:
         self.procs.append(proc)
         return proc
 
+    def host(self) -> subprocess.Popen[str]:
+        """`wfrun host` with a 2 s lease (a test knob): a killed host's runs are taken
+        over by the next one soon after."""
+        proc = subprocess.Popen(self.argv("host", "--lease", "2", "--no-controllers"),
+                                cwd=self.root, env=self.env(), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+        self.procs.append(proc)
+        return proc
+
+    def status(self, run_id: str) -> str:
+        shown = self.wfrun("show", run_id, "--json")
+        assert shown.returncode == 0, shown.stderr
+        status: str = json.loads(shown.stdout)["status"]
+        return status
+
     def resume(self, run_id: str) -> subprocess.Popen[str]:
         proc = subprocess.Popen(self.argv("resume", run_id, "--json", "-q"), cwd=self.root,
                                 env=self.env(), stdout=subprocess.PIPE,
@@ -161,6 +176,10 @@ class Project:
 
     def kill(self, proc: subprocess.Popen[str]) -> None:
         proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=DEADLINE)
+
+    def kill_group(self, proc: subprocess.Popen[str]) -> None:
+        os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate(timeout=DEADLINE)
 
     def log(self) -> list[tuple[str, str]]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from fanoutkit import AT_ONCE, EXPECTED, GATE, ITEMS, Project, peak
+from waiting import wait_until
 
 
 def test_a_map_of_50_shell_items_runs_4_at_a_time_each_once_outputs_in_order(
@@ -53,6 +54,34 @@ def test_a_killed_runner_resumes_the_map_without_rerunning_a_finished_item(
     assert [i["state"] for i in items] == ["ok"] * ITEMS
     assert [i["starts"] for i in items] == [2 if str(i) in interrupted else 1
                                             for i in range(ITEMS)]
+
+
+def test_a_killed_host_is_taken_over_mid_map_and_no_finished_item_runs_again(
+        project: Project) -> None:
+    started = project.wfrun("start", "fifty", "--json")
+    assert started.returncode == 0, started.stderr
+    run_id = json.loads(started.stdout)["run_id"]
+    first = project.host()
+    project.wait_log("end", GATE)
+    project.wait_log("start", GATE + AT_ONCE)
+    project.kill_group(first)  # the host and its own process group; items run on
+    second = project.host()  # reaps the dead host's item processes, takes the run over
+    project.wait_log("start", GATE + 2 * AT_ONCE)
+    project.go()
+    wait_until(lambda: project.status(run_id) == "completed",
+               what=lambda: f"the run to complete; it is {project.status(run_id)}")
+    project.kill_group(second)
+    interrupted = {str(i) for i in range(GATE, GATE + AT_ONCE)}
+    assert project.counts("start") == {str(i): 2 if str(i) in interrupted else 1
+                                       for i in range(ITEMS)}
+    # Every item once; one that was running when its host died at most twice (its
+    # orphaned process may finish beside the rerun if the new host's reaping misses it).
+    ends = project.counts("end")
+    assert {i: n for i, n in ends.items() if i not in interrupted} == {
+        str(i): 1 for i in range(ITEMS) if str(i) not in interrupted}
+    assert all(1 <= ends[i] <= 2 for i in interrupted)
+    assert [i["starts"] for i in project.items(run_id, "files")] == [
+        2 if str(i) in interrupted else 1 for i in range(ITEMS)]
 
 
 def test_cancel_mid_map_cancels_every_running_item(project: Project) -> None:
