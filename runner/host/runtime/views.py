@@ -262,10 +262,34 @@ def show_view(ws: Workspace, run_id: str) -> dict[str, Any]:
         view = show_run(reader, run_id)
         view["status"] = run_state(record, view["status"])
         view["launch"] = record.status if record is not None else None
+        if store is not None:
+            _running_items(store, run_id, view["timeline"])
         return view
     finally:
         if store is not None:
             store.close()
+
+
+def _running_items(store: Any, run_id: str, timeline: list[dict[str, Any]]) -> None:
+    """A running map's or parallel's items by state, from the store (its rows change as
+    they end; the bundle records the node once it has ended): done, running, failed of N."""
+    from runner.store.errors import StoreError
+
+    running = [e for e in timeline if e.get("outcome") is None
+               and e.get("kind") in ("map", "parallel")]
+    if not running:
+        return
+    try:
+        progress = store.fanout.progress(run_id)
+    except StoreError:
+        return  # a store made before fan-out items (read-only: the table is not made)
+    latest: dict[str, dict[str, int]] = {}
+    for (node, visit), counts in sorted(progress.items()):
+        latest[node] = counts  # the last visit wins
+    for entry in running:
+        counts = latest.get(str(entry["node"]))
+        if counts:
+            entry["items"] = counts
 
 
 def _launch_only_view(record: LaunchRecord) -> dict[str, Any]:

@@ -135,6 +135,14 @@ class Project:
         status: str = json.loads(shown.stdout)["status"]
         return status
 
+    def shown_items(self, run_id: str, node: str) -> dict[str, int] | None:
+        """`wfrun show --json`'s item counts of a fan-out node (None: none shown)."""
+        shown = self.wfrun("show", run_id, "--json")
+        assert shown.returncode == 0, shown.stderr
+        entry = next(e for e in json.loads(shown.stdout)["timeline"] if e["node"] == node)
+        items: dict[str, int] | None = entry.get("items")
+        return items
+
     def resume(self, run_id: str) -> subprocess.Popen[str]:
         proc = subprocess.Popen(self.argv("resume", run_id, "--json", "-q"), cwd=self.root,
                                 env=self.env(), stdout=subprocess.PIPE,

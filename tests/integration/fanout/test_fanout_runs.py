@@ -88,6 +88,11 @@ def test_cancel_mid_map_cancels_every_running_item(project: Project) -> None:
     proc = project.start("fifty")
     project.wait_log("start", GATE + AT_ONCE)
     run_id = project.only_run()
+    # While it runs, `show` counts the items from the store: done, running, pending
+    # (an item's end line comes a moment before its row is written).
+    expected = {"ok": GATE, "running": AT_ONCE, "pending": ITEMS - GATE - AT_ONCE}
+    wait_until(lambda: project.shown_items(run_id, "files") == expected,
+               what=lambda: f"{expected}; shown {project.shown_items(run_id, 'files')}")
     cancelled = project.wfrun("cancel", run_id, "--json")
     assert cancelled.returncode == 0, cancelled.stderr
     outcome = project.finish(proc)
