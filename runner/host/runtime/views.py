@@ -284,7 +284,7 @@ def _running_items(store: Any, run_id: str, timeline: list[dict[str, Any]]) -> N
     except StoreError:
         return  # a store made before fan-out items (read-only: the table is not made)
     latest: dict[str, dict[str, int]] = {}
-    for (node, visit), counts in sorted(progress.items()):
+    for (node, _visit), counts in sorted(progress.items()):
         latest[node] = counts  # the last visit wins
     for entry in running:
         counts = latest.get(str(entry["node"]))
