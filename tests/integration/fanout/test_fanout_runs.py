@@ -136,3 +136,15 @@ def test_a_workflow_branch_runs_as_a_linked_child_run(project: Project) -> None:
     assert shown.returncode == 0, shown.stderr
     outputs = json.loads(shown.stdout)["outputs"]
     assert outputs["both"] == {"style": "hi ada", "quick": 1}
+
+
+def test_graph_draws_a_maps_body_and_a_parallels_branches(project: Project) -> None:
+    drawn = project.wfrun("graph", "reviews")
+    assert drawn.returncode == 0, drawn.stderr
+    assert "⫴ reviews [parallel]" in drawn.stdout
+    assert "| branch broken: $ action" in drawn.stdout
+    assert "| branch quick: ƒ compute" in drawn.stdout
+    mapped = project.wfrun("graph", "fifty")
+    assert "| each n (max 4 at once): $ action" in mapped.stdout
+    child = project.wfrun("graph", "withchild")
+    assert "| branch style: workflow stylecheck" in child.stdout
