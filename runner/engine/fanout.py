@@ -150,6 +150,7 @@ class _Fanout:
         self.turns = _Turns() if executor is not None and executor.name == "session" \
             else None
         self.tickets: dict[int, int] = {}
+        self.parked: set[int] = set()  # items a park stopped (their rows stay running)
 
     # -- the loop ---------------------------------------------------------------------
     def drive(self) -> NodeResult | None:
@@ -253,6 +254,9 @@ class _Fanout:
             raise self.lost
         self._settle()  # what ended before the stop stays ended (a park's resume skips it)
         if parent.stop_reason == "park":
+            if parent.clean and self.parked:
+                # Stopped, not dead: their starts are not counted against the budget.
+                self.ledger.release(self.node.id, self.visit, sorted(self.parked))
             return NodeResult("parked")
         self._cancel_open(parent.reason or "cancelled")
         return NodeResult("cancelled", error={"code": "cancelled",
@@ -272,6 +276,8 @@ class _Fanout:
                 self.lost = self.lost or end
             elif end is not None:
                 self.unsettled.append(end)
+            else:
+                self.parked.add(index)
 
     def _cancel_open(self, reason: str) -> None:
         self.ledger.cancel_open(self.node.id, self.visit,

@@ -48,6 +48,10 @@ class ItemLedger(Protocol):
 
     def cancel_open(self, node: str, visit: int, error: dict[str, Any]) -> int: ...
 
+    def release(self, node: str, visit: int, indexes: Sequence[int]) -> None:
+        """Running items a clean park stopped go back to pending, uncounted."""
+        ...
+
     def items(self, node: str, visit: int) -> list[ItemRecord]: ...
 
 
@@ -100,6 +104,13 @@ class MemoryLedger:
                     r.update(state="cancelled", error=error)
                     n += 1
             return n
+
+    def release(self, node: str, visit: int, indexes: Sequence[int]) -> None:
+        with self._lock:
+            rows = self._rows.get((node, visit), [])
+            for i in indexes:
+                if rows[i]["state"] == "running":
+                    rows[i]["state"], rows[i]["starts"] = "pending", rows[i]["starts"] - 1
 
     def items(self, node: str, visit: int) -> list[ItemRecord]:
         with self._lock:

@@ -91,6 +91,9 @@ class StoreItems:
                                                      error_json=_dump(error) or "{}"))
         return n
 
+    def release(self, node: str, visit: int, indexes: Sequence[int]) -> None:
+        self._held(self._fanout.release(self._key(node, visit), indexes, owner=self._owner))
+
     def items(self, node: str, visit: int) -> list[ItemRecord]:
         return [ItemRecord(i.index, i.state, i.starts, _load(i.output_json),
                            _load(i.error_json))

@@ -225,6 +225,22 @@ class FanoutItems:
                           f" WHERE {_OPEN}", {**key.params(), "now": now,
                                               "error": error_json})
 
+    def release(self, key: ItemKey, indexes: Sequence[int], *, owner: str) -> int | LostRace:
+        """Give running items back (`pending`, their start uncounted): a clean park
+        stopped them, they did not die, so the start budget does not count it."""
+        if not indexes:
+            return 0
+        marks, more = in_params("ix", indexes)
+        with self._c.write() as tx:
+            lost = _fence(tx, key.run_id, owner)
+            if lost is not None:
+                return lost
+            return tx.run(f"UPDATE fanout_items SET state = 'pending', claim_token = NULL,"
+                          f" starts = starts - 1, updated_at = :now WHERE {_KEY}"
+                          f" AND item_index IN {marks} AND state = 'running'"
+                          " AND claim_token = :owner AND starts > 0",
+                          {**key.params(), **more, "owner": owner, "now": tx.now_ms()})
+
     def set_child(self, key: ItemKey, index: int, child_run_id: str, *,
                   owner: str) -> bool | LostRace:
         """Record the linked child run of a `workflow:` item (kept across its restarts)."""

@@ -136,3 +136,12 @@ def test_a_claim_records_the_ends_it_is_given_and_claims_their_slots(store: Stor
     assert not isinstance(got, LostRace)
     assert got.items == ((2, 1), (3, 1))
     assert [i.state for i in store.fanout.items(KEY)] == ["ok", "ok", "running", "running"]
+
+
+def test_a_release_gives_running_items_back_uncounted(store: Store) -> None:
+    owner = _held(store)
+    store.fanout.open(KEY, 3, owner=owner)
+    store.fanout.claim(KEY, owner=owner, limit=2)
+    assert store.fanout.release(KEY, [0, 1, 2], owner=owner) == 2  # 2 was never claimed
+    assert [(i.state, i.starts) for i in store.fanout.items(KEY)] == [("pending", 0)] * 3
+    assert isinstance(store.fanout.release(KEY, [0], owner="stranger"), LostRace)

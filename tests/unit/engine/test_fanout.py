@@ -9,6 +9,9 @@ import json
 import threading
 from typing import Any
 
+from waiting import DEADLINE, wait_until
+
+from runner.engine import RunControl
 from runner.engine.items import MemoryLedger
 from runner.engine.secrets import SecretSource
 
@@ -181,3 +184,56 @@ def test_a_session_gets_agent_items_one_at_a_time_in_item_order(env: Any) -> Non
     assert session.most == 1
     assert session.order == ["each[0]", "each[1]", "each[2]", "each[3]", "both[one]",
                              "both[two]"]
+
+
+def test_a_clean_park_gives_running_items_back_uncounted(env: Any) -> None:
+    """A park (a host's SIGTERM, a Ctrl-C) stops items; it is not a death, so their start
+    is not counted: three parks in a row never fail an item `interrupted`."""
+    flow = """\
+    start: each
+    nodes:
+      each:
+        map:
+          over: "{{ [0, 1] }}"
+          do:
+            action:
+              use_shell: true
+              shell: "echo x >> started.{{ item }}; while [ ! -e go ]; do sleep 0.01; done"
+    """
+    d = env.workflow(flow)
+    ledger = MemoryLedger()
+    engine = env.engine(items=ledger)
+    run_id: str | None = None
+    for round_ in range(1, 4):
+        run_id = _parked_once(env, engine, d, run_id, round_)
+        assert [r.starts for r in ledger.items("each", 1)] == [0, 0]
+    assert run_id is not None
+    (env.root / "go").touch()
+    out = engine.resume(run_id, env.resolver())
+    assert out.status == "completed", out.error
+    assert [(r.state, r.starts) for r in ledger.items("each", 1)] == [("ok", 1), ("ok", 1)]
+
+
+def _parked_once(env: Any, engine: Any, d: Any, run_id: str | None, round_: int) -> str:
+    """Start (or resume) the run, wait for both items to start, park it cleanly."""
+    control = RunControl()
+    done: list[Any] = []
+
+    def run() -> None:
+        if run_id is None:
+            done.append(engine.start(d, control=control))
+        else:
+            done.append(engine.resume(run_id, env.resolver(), control=control))
+
+    def started(i: int) -> int:
+        path = env.root / f"started.{i}"
+        return len(path.read_text().split()) if path.exists() else 0
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    wait_until(lambda: started(0) == started(1) == round_, what="both items to start")
+    control.park("a host stops", auto_resume=True)
+    thread.join(timeout=DEADLINE)
+    assert done[0].parked
+    rid: str = done[0].run_id
+    return rid
