@@ -170,7 +170,9 @@ class _Fanout:
                 return self._stop()
             if self.lost is None and not failed:
                 # The ends gathered so far and the claim of their slots: one commit.
-                self._start_claimed()
+                if self._start_claimed() and self.plan.fail_fast:
+                    failed = True  # an item ended `interrupted` instead of a third start
+                    self._stop_all("cancel", "fail_fast: an item was interrupted twice")
             else:
                 self._settle()
             if not self.threads:
@@ -215,13 +217,14 @@ class _Fanout:
         return any(r.state in ("pending", "running")
                    for r in self.ledger.items(self.node.id, self.visit))
 
-    def _start_claimed(self) -> None:
+    def _start_claimed(self) -> bool:
+        """Claim free slots and start their items; True when the claim ended an item
+        `interrupted` (it would have been its third start)."""
         ends, self.unsettled = self.unsettled, []
         if ends:
             self.port.crash("before_items_settled")
         claimed, interrupted = self.ledger.claim(self.node.id, self.visit, self.plan.limit,
                                                  ends)
-        del interrupted  # ended `failed` by the ledger; the result reads them back
         for index, start in claimed:
             body = self.plan.bodies[index]
             if self.turns is not None and isinstance(body, Node) and body.kind == "agent":
@@ -235,6 +238,7 @@ class _Fanout:
             thread.start()
         if claimed:
             self.port.crash("after_items_claimed")
+        return bool(interrupted)  # ended `failed` by the ledger; the result reads them
 
     def _stop_all(self, how: str, reason: str, *, clean: bool = True) -> None:
         for control in list(self.controls.values()):
