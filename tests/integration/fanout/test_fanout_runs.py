@@ -93,6 +93,9 @@ def test_cancel_mid_map_cancels_every_running_item(project: Project) -> None:
     expected = {"ok": GATE, "running": AT_ONCE, "pending": ITEMS - GATE - AT_ONCE}
     wait_until(lambda: project.shown_items(run_id, "files") == expected,
                what=lambda: f"{expected}; shown {project.shown_items(run_id, 'files')}")
+    status = project.wfrun("status", run_id, "--json")
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["items"]["files"] == expected  # `workflow status` too
     cancelled = project.wfrun("cancel", run_id, "--json")
     assert cancelled.returncode == 0, cancelled.stderr
     outcome = project.finish(proc)
