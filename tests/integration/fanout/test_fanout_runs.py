@@ -151,3 +151,11 @@ def test_graph_draws_a_maps_body_and_a_parallels_branches(project: Project) -> N
     assert "| each n (max 4 at once): $ action" in mapped.stdout
     child = project.wfrun("graph", "withchild")
     assert "| branch style: workflow stylecheck" in child.stdout
+
+
+def test_on_postgres_cancel_mid_map_cancels_every_running_item(pg_project: Project) -> None:
+    test_cancel_mid_map_cancels_every_running_item(pg_project)
+
+
+def test_on_postgres_a_map_of_50_items_runs_4_at_a_time(pg_project: Project) -> None:
+    test_a_map_of_50_shell_items_runs_4_at_a_time_each_once_outputs_in_order(pg_project)
