@@ -12,7 +12,7 @@ from typing import Any
 
 from .checker import Checker, case_key, type_name
 from .diagnostics import KeyPath, did_you_mean
-from .kinddef import HOOK, ID_PATTERN, JSON_SCHEMA, SCALAR, TEMPLATE, KindDef, Parsed, obj
+from .kinddef import HOOK, ID_PATTERN, JSON_SCHEMA, TEMPLATE, WORD, KindDef, Parsed, obj
 from .model import (
     DEFAULT_FAIL_CODE,
     DEFAULT_OUTPUT_CAP,
@@ -46,7 +46,6 @@ def _agent(c: Checker, body: Any, kp: KeyPath) -> AgentSpec | None:
     m = c.mapping(body, kp, "agent")
     if m is None:
         return None
-    c.keys(m, AGENT_KEYS, kp, "agent", required=("prompt",))
     prompt = c.string(m["prompt"], (*kp, "prompt"), "prompt", template=True) if (
         "prompt" in m) else None
     output = c.schema(m["output"], (*kp, "output"), "output") if "output" in m else None
@@ -63,11 +62,10 @@ def _decision(c: Checker, body: Any, kp: KeyPath) -> tuple[AgentSpec | None,
     m = c.mapping(body, kp, "decision")
     if m is None:
         return None, None
-    c.keys(m, DECISION_KEYS, kp, "decision", required=("question", "choices"))
     question = c.string(m["question"], (*kp, "question"), "question", template=True) if (
         "question" in m) else None
     field_name = "route"
-    if "field" in m:
+    if isinstance(m.get("field"), str):  # another type: the shape check said so
         field_name = c.ident(m["field"], (*kp, "field"), "decision field") or "route"
     reminders = DEFAULT_REMINDERS
     if "reminders" in m:
@@ -79,7 +77,7 @@ def _decision(c: Checker, body: Any, kp: KeyPath) -> tuple[AgentSpec | None,
     if isinstance(raw, list):
         for i, choice in enumerate(raw):
             if isinstance(choice, (dict, list)) or choice is None:
-                c.sink.error("wrong-type", "each choice must be a word", (*ckp, i))
+                c.shape_error("wrong-type", "each choice must be a word", (*ckp, i))
                 continue
             key = case_key(choice)
             if key in choices:
@@ -91,7 +89,7 @@ def _decision(c: Checker, body: Any, kp: KeyPath) -> tuple[AgentSpec | None,
         for choice, target in raw.items():
             key = case_key(choice)
             if not isinstance(target, str):
-                c.sink.error("wrong-type", f"choice '{key}' must name the node it leads to",
+                c.shape_error("wrong-type", f"choice '{key}' must name the node it leads to",
                              (*ckp, choice))
                 continue
             if key in targets:
@@ -101,10 +99,10 @@ def _decision(c: Checker, body: Any, kp: KeyPath) -> tuple[AgentSpec | None,
             choices.append(key)
             targets[key] = target
     elif "choices" in m:
-        c.sink.error("wrong-type", "choices must be a list of words, or a mapping of word to "
+        c.shape_error("wrong-type", "choices must be a list of words, or a mapping of word to "
                      "node id", ckp)
     if "choices" in m and not choices and isinstance(raw, (list, dict)):
-        c.sink.error("empty-value", "a decision needs at least one choice", ckp)
+        c.shape_error("empty-value", "a decision needs at least one choice", ckp)
     if question is None or not choices:
         return None, None
     schema = {
@@ -127,9 +125,8 @@ def _compute(c: Checker, body: Any, kp: KeyPath) -> ComputeSpec | None:
     m = c.mapping(body, kp, "compute")
     if m is None:
         return None
-    c.keys(m, COMPUTE_KEYS, kp, "compute")
     if ("expr" in m) == ("call" in m):
-        c.sink.error("compute-form", "compute needs exactly one of 'expr' or 'call'", kp)
+        c.shape_error("compute-form", "compute needs exactly one of 'expr' or 'call'", kp)
         return None
     if "expr" in m:
         expr = m["expr"]
@@ -144,9 +141,8 @@ def _action(c: Checker, body: Any, kp: KeyPath) -> ActionSpec | None:
     m = c.mapping(body, kp, "action")
     if m is None:
         return None
-    c.keys(m, ACTION_KEYS, kp, "action")
     if ("shell" in m) == ("call" in m):
-        c.sink.error("action-form", "action needs exactly one of 'shell' (an argv list) or "
+        c.shape_error("action-form", "action needs exactly one of 'shell' (an argv list) or "
                      "'call' (a Python hook)", kp)
         return None
     use_shell = False
@@ -167,12 +163,12 @@ def _action(c: Checker, body: Any, kp: KeyPath) -> ActionSpec | None:
             shell = raw
         elif isinstance(raw, list):
             if not raw:
-                c.sink.error("empty-value", "shell needs at least the program name", skp)
+                c.shape_error("empty-value", "shell needs at least the program name", skp)
                 return None
             argv = []
             for i, arg in enumerate(raw):
                 if isinstance(arg, (dict, list)) or arg is None:
-                    c.sink.error("wrong-type", "each shell argument must be a string", (*skp, i))
+                    c.shape_error("wrong-type", "each shell argument must be a string", (*skp, i))
                     return None
                 text = case_key(arg)
                 c.template(text, (*skp, i))
@@ -184,7 +180,7 @@ def _action(c: Checker, body: Any, kp: KeyPath) -> ActionSpec | None:
                 _shell_quoting(c, argv[i], (*skp, i))
             shell = tuple(argv)
         else:
-            c.sink.error("wrong-type", f"shell must be an argv list, not {type_name(raw)}", skp)
+            c.shape_error("wrong-type", f"shell must be an argv list, not {type_name(raw)}", skp)
             return None
     else:
         call = c.hook(m["call"], (*kp, "call"))
@@ -212,7 +208,7 @@ def _action(c: Checker, body: Any, kp: KeyPath) -> ActionSpec | None:
                              (*kp, "env", k), at_key=True)
                 continue
             if isinstance(v, (dict, list)) or v is None:
-                c.sink.error("wrong-type", f"env value '{k}' must be a string", (*kp, "env", k))
+                c.shape_error("wrong-type", f"env value '{k}' must be a string", (*kp, "env", k))
                 continue
             text = case_key(v)
             c.template(text, (*kp, "env", k))
@@ -252,7 +248,6 @@ def _notify(c: Checker, body: Any, kp: KeyPath) -> NotifySpec | None:
     m = c.mapping(body, kp, "notify")
     if m is None:
         return None
-    c.keys(m, NOTIFY_KEYS, kp, "notify", required=("message",))
     kind = m.get("kind", "progress")
     if kind not in ("progress", "final"):
         c.sink.error("invalid-value", f"notify kind must be 'progress' or 'final', not "
@@ -274,7 +269,6 @@ def _checkpoint(c: Checker, body: Any, kp: KeyPath) -> CheckpointSpec | None:
     m = c.mapping(body, kp, "checkpoint")
     if m is None:
         return None
-    c.keys(m, CHECKPOINT_KEYS, kp, "checkpoint")
     summary = c.string(m["summary"], (*kp, "summary"), "summary", template=True) if (
         "summary" in m) else None
     return CheckpointSpec(summary=summary)
@@ -286,13 +280,14 @@ def _fail_spec(c: Checker, body: Any, kp: KeyPath) -> FailSpec | None:
     m = c.mapping(body, kp, "fail")
     if m is None:
         return None
-    c.keys(m, FAIL_KEYS, kp, "fail", required=("message",))
     message = c.string(m["message"], (*kp, "message"), "message", template=True) if (
         "message" in m) else None
     code = DEFAULT_FAIL_CODE
     if "code" in m:
         raw = m["code"]
-        if not isinstance(raw, str) or not FAIL_CODE_RE.match(raw):
+        if not isinstance(raw, str):
+            return None  # the shape check said so
+        if not FAIL_CODE_RE.match(raw):
             c.sink.error("invalid-value", "fail code must be a word of letters, digits and _ "
                          f"(like tests_failed), not {raw!r}", (*kp, "code"))
             return None
@@ -353,7 +348,7 @@ DECISION = KindDef(
     "decision", "An agent step that picks one of `choices`; a mapping builds the switch.", "●",
     obj({"question": TEMPLATE,
          "choices": {"anyOf": [
-             {"type": "array", "minItems": 1, "items": SCALAR},
+             {"type": "array", "minItems": 1, "items": WORD},
              {"type": "object", "minProperties": 1,
               "additionalProperties": {"type": "string", "pattern": ID_PATTERN}}]},
          "field": {"type": "string", "pattern": ID_PATTERN},
@@ -364,21 +359,21 @@ COMPUTE = KindDef(
     "compute", "A sandboxed Jinja expression, or a Python hook.", "ƒ",
     {"anyOf": [TEMPLATE, {"type": "object", "additionalProperties": False,
                           "properties": {"expr": {}, "call": HOOK},
-                          "minProperties": 1, "maxProperties": 1}]},
+                          "oneOf": [{"required": ["expr"]}, {"required": ["call"]}]}]},
     COMPUTE_KEYS, _compute_row)
 ACTION = KindDef(
     "action", "A side effect: `shell` (argv list) or `call` (a hook, with parameters).", "$",
-    {**obj({"shell": {"anyOf": [{"type": "array", "minItems": 1, "items": SCALAR},
+    {**obj({"shell": {"anyOf": [{"type": "array", "minItems": 1, "items": WORD},
                                 {"type": "string"}]},
             "use_shell": {"type": "boolean"},
             "call": HOOK,
             "with": {"type": "object", "description": "Parameters for the `call` hook, each "
                      "value a template rendered natively."},
             "cwd": TEMPLATE,
-            "env": {"type": "object", "additionalProperties": SCALAR},
+            "env": {"type": "object", "additionalProperties": WORD},
             "stdin": TEMPLATE,
             "allow_nonzero_exit": {"type": "boolean"},
-            "output_cap": {"type": "integer", "minimum": 1},
+            "output_cap": {"type": "integer", "minimum": 1, "maximum": MAX_OUTPUT_CAP},
             "parse": TEMPLATE}, (),
            "A side effect: `shell` (argv list) or `call` (a hook, with parameters)."),
      "oneOf": [{"required": ["shell"]}, {"required": ["call"]}]},

@@ -28,11 +28,17 @@ FILE_HOOK_RE = re.compile(r"^(\.{1,2}/[^:]+\.py):([A-Za-z_]\w*)$")
 
 
 class Checker:
-    """Walks one document; small typed accessors that report and return None."""
+    """Walks one document; small typed accessors that report and return None.
 
-    def __init__(self, sink: DiagnosticSink, base_dir: Path) -> None:
+    `shapes_checked`: the document's shape was checked from its JSON Schema already
+    (a workflow, docshape.py), so the accessors convert and say nothing about shape
+    (`shape_error` is silent); their format and cross-field checks still report."""
+
+    def __init__(self, sink: DiagnosticSink, base_dir: Path, *,
+                 shapes_checked: bool = False) -> None:
         self.sink = sink
         self.base_dir = base_dir
+        self.shapes_checked = shapes_checked
         self.hooks: list[HookRef] = []
         self.budget = DEFAULT_BUDGET  # what constant template parts are tried against
         self.templates: list[tuple[KeyPath, str]] = []
@@ -41,17 +47,22 @@ class Checker:
         self.body_node: Callable[[str, Any, KeyPath], Node | None] | None = None
 
     # -- shapes -----------------------------------------------------------------
+    def shape_error(self, code: str, message: str, kp: KeyPath, *, at_key: bool = False,
+                    hint: str | None = None) -> None:
+        if not self.shapes_checked:
+            self.sink.error(code, message, kp, at_key=at_key, hint=hint)
+
     def mapping(self, value: Any, kp: KeyPath, what: str,
                 hint: str | None = None) -> dict[str, Any] | None:
         if isinstance(value, dict):
             return value
-        self.sink.error("wrong-type", f"{what} must be a mapping, not {type_name(value)}", kp,
-                        hint=hint)
+        self.shape_error("wrong-type", f"{what} must be a mapping, not {type_name(value)}", kp,
+                         hint=hint)
         return None
 
     def keys(self, m: Mapping[Any, Any], allowed: tuple[str, ...], kp: KeyPath,
              what: str, required: tuple[str, ...] = ()) -> None:
-        if self.sink.stopped:  # past the cap: skip the 'did you mean' work as well
+        if self.sink.stopped or self.shapes_checked:  # past the cap: skip 'did you mean'
             return
         for k in m:
             if not isinstance(k, str) or k not in allowed:
@@ -66,8 +77,8 @@ class Checker:
     def string(self, value: Any, kp: KeyPath, what: str, *, template: bool = False,
                non_empty: bool = True) -> str | None:
         if not isinstance(value, str):
-            self.sink.error("wrong-type", f"{what} must be a string, not {type_name(value)}",
-                            kp)
+            self.shape_error("wrong-type", f"{what} must be a string, not {type_name(value)}",
+                             kp)
             return None
         if non_empty and not value.strip():
             self.sink.error("empty-value", f"{what} must not be empty", kp)
@@ -101,17 +112,17 @@ class Checker:
     def boolean(self, value: Any, kp: KeyPath, what: str) -> bool | None:
         if isinstance(value, bool):
             return value
-        self.sink.error("wrong-type", f"{what} must be true or false, not {type_name(value)}",
-                        kp)
+        self.shape_error("wrong-type", f"{what} must be true or false, not "
+                         f"{type_name(value)}", kp)
         return None
 
     def integer(self, value: Any, kp: KeyPath, what: str, lo: int, hi: int) -> int | None:
         if isinstance(value, bool) or not isinstance(value, int):
-            self.sink.error("wrong-type", f"{what} must be an integer, not {type_name(value)}",
-                            kp)
+            self.shape_error("wrong-type", f"{what} must be an integer, not "
+                             f"{type_name(value)}", kp)
             return None
         if not lo <= value <= hi:
-            self.sink.error("out-of-range", f"{what} must be between {lo} and {hi}", kp)
+            self.shape_error("out-of-range", f"{what} must be between {lo} and {hi}", kp)
             return None
         return value
 
@@ -131,8 +142,8 @@ class Checker:
 
     def schema(self, value: Any, kp: KeyPath, what: str) -> dict[str, Any] | None:
         if not isinstance(value, dict):
-            self.sink.error("wrong-type", f"{what} must be a JSON Schema mapping, not "
-                            f"{type_name(value)}", kp)
+            self.shape_error("wrong-type", f"{what} must be a JSON Schema mapping, not "
+                             f"{type_name(value)}", kp)
             return None
         found = schema_problem_at(value)
         if found is not None:
@@ -144,8 +155,8 @@ class Checker:
 
     def hook(self, value: Any, kp: KeyPath) -> HookRef | None:
         if not isinstance(value, str):
-            self.sink.error("wrong-type", f"a hook must be a string like 'module:function' or "
-                            f"'./file.py:function', not {type_name(value)}", kp)
+            self.shape_error("wrong-type", f"a hook must be a string like 'module:function' "
+                             f"or './file.py:function', not {type_name(value)}", kp)
             return None
         ref = value.strip()
         if STEP_NAME_RE.match(ref):

@@ -38,6 +38,7 @@ HOOK: dict[str, Any] = {
 }
 JSON_SCHEMA: dict[str, Any] = {"type": "object", "description": "A JSON Schema (draft 2020-12)."}
 SCALAR: dict[str, Any] = {"type": ["string", "number", "integer", "boolean", "null"]}
+WORD: dict[str, Any] = {"type": ["string", "number", "boolean"]}  # a scalar that is text-like
 
 
 def obj(props: dict[str, Any], required: tuple[str, ...] = (),

@@ -9,10 +9,14 @@ cover every kind in it (checked when the engine loads).
 Adding a kind:
 1. Write its spec (a frozen dataclass with `to_json`), its body parser
    (`Checker`, body, key path -> `Parsed | None`) and its body schema, and make a
-   `KindDef` of them, in a module of its own (see `builtin_kinds.py`).
+   `KindDef` of them, in a module of its own (see `builtin_kinds.py`). A body that
+   holds nodes refers to one as `{"$ref": schema.NODE_REF}`; the shape of every
+   body is checked from the schema before its parser runs (docshape.py), so the
+   parser only converts and checks formats and rules across fields.
 2. List the `KindDef` in `_ROWS` below (or call `register_kind` before compiling).
 3. Give the engine its executor: `@executes("name")` on a function
-   `(StepContext) -> NodeResult` (runner/engine/nodes.py shows the built-ins).
+   `(NodeContext) -> NodeResult` (runner/engine/nodes.py shows the built-ins; the
+   context is runner/engine/nodecontext.py).
 Nothing else names kinds: the schema, the parser's 'did you mean', the graph
 icons and the digest all follow from the row.
 """

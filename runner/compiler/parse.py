@@ -17,6 +17,7 @@ from typing import Any
 from .budget import DEFAULT_BUDGET, TemplateBudget, budget_from_yaml
 from .checker import Checker, case_key, type_name
 from .diagnostics import DiagnosticSink, KeyPath, did_you_mean
+from .docshape import check_document, check_node
 from .kinds import KINDS, authored_kinds
 from .model import (
     DEFAULT_MAX_STEPS,
@@ -29,18 +30,8 @@ from .model import (
     Spec,
 )
 
-TOP_KEYS = ("version", "name", "title", "description", "input", "start", "nodes", "edges",
-            "includes", "exits", "max_steps", "presentation", "defaults", "secrets", "env",
-            "template_budget")
 # `secrets:` and `env:` name environment variables (DESIGN §9, runner/engine/secrets.py).
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-DEFAULTS_KEYS = ("timeout", "retry")
-NODE_COMMON_KEYS = ("timeout", "retry", "description")
-RETRY_KEYS = ("attempts", "backoff", "max_delay")
-EDGE_KEYS = ("from", "to", "switch")
-SWITCH_KEYS = ("on", "cases", "default")
-INCLUDE_KEYS = ("workflow", "input")
-EXIT_KEYS = ("from",)
 
 PATH_RE = re.compile(r"^\$(?:output|result)?(?:\.[A-Za-z0-9_-]+)*$")
 
@@ -104,9 +95,7 @@ class RawWorkflow:
 def _env_names(c: Checker, value: Any, key: str) -> tuple[str, ...]:
     """`secrets:` / `env:`: a list of environment variable names, each once."""
     if not isinstance(value, list):
-        c.sink.error("wrong-type", f"{key} must be a list of environment variable names, not "
-                     f"{type_name(value)}", (key,))
-        return ()
+        return ()  # the shape check said so
     names: list[str] = []
     for i, item in enumerate(value):
         if not isinstance(item, str) or not ENV_NAME_RE.match(item):
@@ -120,8 +109,10 @@ def _env_names(c: Checker, value: Any, key: str) -> tuple[str, ...]:
 
 
 def parse_workflow(data: Any, name: str, path: Path, sink: DiagnosticSink) -> RawWorkflow | None:
-    """Check one document's shape; returns None only when it is not a mapping."""
-    c = Checker(sink, path.parent)
+    """Check one document; returns None only when it is not a mapping. Its shape is
+    checked from the published JSON Schema (docshape.py); what follows converts and
+    checks formats and the rules across fields."""
+    c = Checker(sink, path.parent, shapes_checked=True)
     if data is None:
         sink.error("empty-file", "the file is empty; a workflow needs at least 'start' and "
                    "'nodes'", line=1, column=1)
@@ -130,7 +121,7 @@ def parse_workflow(data: Any, name: str, path: Path, sink: DiagnosticSink) -> Ra
         sink.error("wrong-type", f"a workflow file must be a mapping at the top level, not "
                    f"{type_name(data)}", (), line=1, column=1)
         return None
-    c.keys(data, TOP_KEYS, (), "the workflow", required=("start", "nodes"))
+    check_document(sink, data)
     wf = RawWorkflow(name=name, path=path)
     if "template_budget" in data:  # first: the template checks below use it
         wf.template_budget, problems = budget_from_yaml(data["template_budget"])
@@ -170,7 +161,6 @@ def parse_workflow(data: Any, name: str, path: Path, sink: DiagnosticSink) -> Ra
     if "defaults" in data:
         d = c.mapping(data["defaults"], ("defaults",), "defaults")
         if d is not None:
-            c.keys(d, DEFAULTS_KEYS, ("defaults",), "defaults")
             if "timeout" in d:
                 ok, t = c.duration(d["timeout"], ("defaults", "timeout"), "timeout")
                 if ok:
@@ -203,7 +193,6 @@ def _retry(c: Checker, value: Any, kp: KeyPath) -> Retry | None:
                   else None)
     if m is None:
         return None
-    c.keys(m, RETRY_KEYS, kp, "retry", required=("attempts",))
     attempts = c.integer(m.get("attempts", 1), (*kp, "attempts"), "retry attempts", 1, 100)
     backoff: float | None = 0.0
     if "backoff" in m:
@@ -237,7 +226,6 @@ def _includes(c: Checker, wf: RawWorkflow, value: Any) -> None:
         s = c.mapping(spec, kp, f"include '{mount}'")
         if s is None:
             continue
-        c.keys(s, INCLUDE_KEYS, kp, f"include '{mount}'", required=("workflow",))
         workflow = c.string(s.get("workflow", ""), (*kp, "workflow"), "workflow") if (
             "workflow" in s) else None
         inp = s.get("input")
@@ -252,8 +240,6 @@ def _nodes(c: Checker, wf: RawWorkflow, value: Any, default_timeout: float | Non
     m = c.mapping(value, ("nodes",), "nodes")
     if m is None:
         return
-    if not m:
-        c.sink.error("no-nodes", "a workflow needs at least one node", ("nodes",))
     for node_id, spec in m.items():
         if c.sink.stopped:  # a generated file with 100,000 mistakes: nothing more is kept
             break
@@ -269,6 +255,7 @@ def _nodes(c: Checker, wf: RawWorkflow, value: Any, default_timeout: float | Non
             c.sink.error("duplicate-id", f"'{node_id}' names both a node and an include mount",
                          kp, at_key=True)
             continue
+        check_node(c.sink, node_id, spec)
         node = _node(c, node_id, spec, kp, default_timeout, default_retry)
         if node is not None:
             wf.nodes[node_id] = node
@@ -281,21 +268,7 @@ def _node(c: Checker, node_id: str, spec: Any, kp: KeyPath, default_timeout: flo
         return None
     authored = authored_kinds()
     kinds = [k for k in m if k in authored]
-    allowed = (*authored, *NODE_COMMON_KEYS)
-    for k in m:
-        if k not in allowed and not c.sink.stopped:
-            hint = did_you_mean(str(k), allowed)
-            c.sink.error("unknown-key", f"unknown key '{k}' in node '{node_id}'", (*kp, k),
-                         at_key=True, hint=hint or "a node has one kind key: "
-                         + ", ".join(authored))
-    if not kinds:
-        if not any(k not in allowed for k in m):
-            c.sink.error("missing-kind", f"node '{node_id}' needs one kind key: "
-                         + ", ".join(authored), kp, at_key=True)
-        return None
-    if len(kinds) > 1:
-        c.sink.error("multiple-kinds", f"node '{node_id}' has several kind keys ("
-                     + ", ".join(kinds) + "); keep exactly one", (*kp, kinds[1]), at_key=True)
+    if len(kinds) != 1:  # none or several: the shape check said which
         return None
     kind = kinds[0]
     timeout = default_timeout
@@ -332,7 +305,6 @@ def _body_node(c: Checker, body_id: str, spec: Any, kp: KeyPath,
 
 def _edges(c: Checker, wf: RawWorkflow, value: Any) -> None:
     if not isinstance(value, list):
-        c.sink.error("wrong-type", f"edges must be a list, not {type_name(value)}", ("edges",))
         return
     for i, item in enumerate(value):
         if c.sink.stopped:
@@ -341,21 +313,17 @@ def _edges(c: Checker, wf: RawWorkflow, value: Any) -> None:
         m = c.mapping(item, kp, "an edge")
         if m is None:
             continue
-        c.keys(m, EDGE_KEYS, kp, "an edge", required=("from",))
         source = m.get("from")
         if "from" in m and not isinstance(source, str):
-            c.sink.error("wrong-type", "edge 'from' must be a node id", (*kp, "from"))
             continue
         has_to, has_switch = "to" in m, "switch" in m
         if has_to == has_switch:
-            c.sink.error("edge-form", "an edge needs exactly one of 'to' or 'switch'", kp)
             continue
         if source is None:
             continue
         if has_to:
             to = m["to"]
             if not isinstance(to, str):
-                c.sink.error("wrong-type", "edge 'to' must be a node id", (*kp, "to"))
                 continue
             wf.edges.append(RawEdge(source, to, None, {}, None, kp))
             continue
@@ -363,9 +331,10 @@ def _edges(c: Checker, wf: RawWorkflow, value: Any) -> None:
         s = c.mapping(m["switch"], skp, "switch")
         if s is None:
             continue
-        c.keys(s, SWITCH_KEYS, skp, "switch", required=("on", "cases"))
         on = s.get("on")
-        if "on" in s and (not isinstance(on, str) or not PATH_RE.match(on)):
+        if "on" in s and not isinstance(on, str):
+            continue
+        if isinstance(on, str) and not PATH_RE.match(on):
             c.sink.error("invalid-path", f"switch 'on' must be a path like $.route, "
                          f"$output.route or $result.outcome, not '{on}'", (*skp, "on"))
             continue
@@ -376,12 +345,9 @@ def _edges(c: Checker, wf: RawWorkflow, value: Any) -> None:
             if cm is None:
                 continue
             if not cm:
-                c.sink.error("empty-value", "switch cases must not be empty", (*skp, "cases"))
                 continue
             for k, target in cm.items():
                 if not isinstance(target, str):
-                    c.sink.error("wrong-type", f"case '{case_key(k)}' must name a node",
-                                 (*skp, "cases", k))
                     continue
                 if case_key(k) in cases:
                     c.sink.error("duplicate-case", f"case '{case_key(k)}' appears twice (cases "
@@ -397,7 +363,6 @@ def _edges(c: Checker, wf: RawWorkflow, value: Any) -> None:
                                      hint=did_you_mean(k, OUTCOMES))
         default = s.get("default")
         if default is not None and not isinstance(default, str):
-            c.sink.error("wrong-type", "switch 'default' must name a node", (*skp, "default"))
             default = None
         if on is None or not cases:
             continue
@@ -417,9 +382,7 @@ def _exits(c: Checker, wf: RawWorkflow, value: Any) -> None:
         s = c.mapping(spec, kp, f"exit '{name}'")
         if s is None:
             continue
-        c.keys(s, EXIT_KEYS, kp, f"exit '{name}'", required=("from",))
         source = s.get("from")
         if "from" in s and isinstance(source, str):
             wf.exits[name] = (source, (*kp, "from"))
-        elif "from" in s:
-            c.sink.error("wrong-type", "exit 'from' must be a node id", (*kp, "from"))
+

@@ -14,25 +14,30 @@ from .budget import BUDGET_KEYS, CEILING
 from .kinddef import DURATION, ID_PATTERN, JSON_SCHEMA, TEMPLATE
 from .kinds import KINDS
 from .model import OUTCOMES
-from .parse import (
-    DEFAULTS_KEYS,
-    EDGE_KEYS,
-    EXIT_KEYS,
-    INCLUDE_KEYS,
-    NODE_COMMON_KEYS,
-    RETRY_KEYS,
-    SWITCH_KEYS,
-    TOP_KEYS,
-)
 
 SCHEMA_ID = "https://wfrun.dev/schema/workflow-v1.json"
+# One node (any kind): a kind whose body holds nodes (a branch, a map's item) refers
+# to it as {"$ref": NODE_REF}.
+NODE_REF = "#/$defs/node"
+# The format's keys outside nodes (a node's body keys are its kind's: kinds.py).
+TOP_KEYS = ("version", "name", "title", "description", "input", "start", "nodes", "edges",
+            "includes", "exits", "max_steps", "presentation", "defaults", "secrets", "env",
+            "template_budget")
+DEFAULTS_KEYS = ("timeout", "retry")
+NODE_COMMON_KEYS = ("timeout", "retry", "description")
+RETRY_KEYS = ("attempts", "backoff", "max_delay")
+EDGE_KEYS = ("from", "to", "switch")
+SWITCH_KEYS = ("on", "cases", "default")
+INCLUDE_KEYS = ("workflow", "input")
+EXIT_KEYS = ("from",)
 
 
 def _obj(props: dict[str, Any], keys: tuple[str, ...], required: tuple[str, ...] = (),
          description: str | None = None) -> dict[str, Any]:
     assert set(props) == set(keys), (set(props) ^ set(keys))
+    # In the table's order: 'expected one of' hints list the keys as the docs do.
     out: dict[str, Any] = {"type": "object", "additionalProperties": False,
-                           "properties": props}
+                           "properties": {k: props[k] for k in keys}}
     if required:
         out["required"] = list(required)
     if description:
@@ -77,13 +82,14 @@ def workflow_schema() -> dict[str, Any]:
         "input": JSON_SCHEMA,
         "start": {"type": "string", "description": "The first node or include mount."},
         "nodes": {"type": "object", "minProperties": 1,
-                  "propertyNames": {"pattern": ID_PATTERN}, "additionalProperties": node},
+                  "propertyNames": {"pattern": ID_PATTERN},
+                  "additionalProperties": {"$ref": NODE_REF}},
         "edges": {"type": "array", "items": edge},
         "includes": {"type": "object", "propertyNames": {"pattern": ID_PATTERN},
                      "additionalProperties": include},
         "exits": {"type": "object", "propertyNames": {"pattern": ID_PATTERN},
                   "additionalProperties": exit_},
-        "max_steps": {"type": "integer", "minimum": 1},
+        "max_steps": {"type": "integer", "minimum": 1, "maximum": 1_000_000},
         "presentation": TEMPLATE,
         "secrets": {"type": "array", "uniqueItems": True,
                     "items": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
@@ -101,4 +107,4 @@ def workflow_schema() -> dict[str, Any]:
                             "hard ceiling."),
     }, TOP_KEYS, ("start", "nodes"), "A wfrun workflow (format version 1).")
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": SCHEMA_ID,
-            "title": "wfrun workflow", **top}
+            "title": "wfrun workflow", **top, "$defs": {"node": node}}

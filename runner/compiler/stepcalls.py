@@ -30,7 +30,7 @@ def is_template(value: Any) -> bool:
 def call_params(c: Checker, hook: HookRef, value: Any, kp: KeyPath) -> dict[str, Any] | None:
     """Check one `with:` mapping; every string in it is a template rendered natively."""
     if not isinstance(value, dict):
-        c.sink.error("wrong-type", f"with must be a mapping of parameter names to values, "
+        c.shape_error("wrong-type", f"with must be a mapping of parameter names to values, "
                      f"not {type_name(value)}", kp)
         return None
     ok = True

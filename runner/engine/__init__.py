@@ -1,7 +1,7 @@
 """Finite execution of one run; run bundles; the agent-step contract (DESIGN §4).
 
-Imports only `runner.compiler` (and the leaf modules `runner.errors`, `runner.clock`,
-`runner.lazy`).
+Imports only `runner.compiler`, the hook API `runner.steps` (and the leaf modules
+`runner.errors`, `runner.clock`, `runner.lazy`).
 
 The names below load on first use (PEP 562): a view that reads a bundle
 (`RunReader`, `fold`) must not pay for the executor, the node kinds and Jinja2
@@ -16,6 +16,7 @@ from runner.lazy import lazy_names
 
 if TYPE_CHECKING:
     from .agent import AgentStep, AgentStepExecutor, StepContract, ToolResult, parse_tolerant
+    from .attempts import Attempt, fold_attempts
     from .bundle import BundleWriter, FolderBundle
     from .control import RunControl
     from .engine import Engine, check_input, new_run_id
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 _LAZY: dict[str, str] = {
     **dict.fromkeys(("AgentStep", "AgentStepExecutor", "StepContract", "ToolResult",
                      "parse_tolerant"), "agent"),
+    **dict.fromkeys(("Attempt", "fold_attempts"), "attempts"),
     **dict.fromkeys(("BundleWriter", "FolderBundle"), "bundle"),
     "RunControl": "control",
     **dict.fromkeys(("Engine", "check_input", "new_run_id"), "engine"),
@@ -45,6 +47,7 @@ __all__ = [
     "TERMINAL",
     "AgentStep",
     "AgentStepExecutor",
+    "Attempt",
     "BundleRows",
     "BundleWriter",
     "Engine",
@@ -59,6 +62,7 @@ __all__ = [
     "ToolResult",
     "check_input",
     "fold",
+    "fold_attempts",
     "new_run_id",
     "parse_tolerant",
 ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from runner.engine import fold
+from runner.engine import fold, fold_attempts
 from runner.host.runtime.runstate import run_state
 from runner.host.runtime.views import progress_bars
 from runner.safety import mask_json, mask_values, redact
@@ -45,19 +45,9 @@ def node_states(events: list[dict[str, Any]], node_ids: list[str],
                 status: str) -> dict[str, str]:
     """Each node's state; a node the ended run never reached was skipped by routing."""
     states = {n: "pending" for n in node_ids}
-    for event in events:
-        kind, node, p = event.get("type"), event.get("node"), event.get("payload") or {}
-        if not isinstance(node, str):
-            if kind == "run_interrupted":
-                for n, s in states.items():
-                    if s == "running":
-                        states[n] = "interrupted"
-            continue
-        if kind == "node_started":
-            states[node] = "running"
-        elif kind in ("node_finished", "node_failed"):
-            outcome = str(p.get("outcome") or ("ok" if kind == "node_finished" else "failed"))
-            states[node] = "retrying" if p.get("will_retry") else outcome
+    for a in fold_attempts(events):
+        if not a.boundary:
+            states[a.node] = a.state  # the last attempt's
     if status == "waiting":
         for n, s in states.items():
             if s == "running":
@@ -71,27 +61,11 @@ def node_states(events: list[dict[str, Any]], node_ids: list[str],
 
 def timeline(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per node attempt: when, how long, outcome, retry number, error."""
-    rows: list[dict[str, Any]] = []
-    open_rows: dict[str, dict[str, Any]] = {}
-    for event in events:
-        kind, node, p = event.get("type"), event.get("node"), event.get("payload") or {}
-        if not isinstance(node, str):
-            continue
-        if kind == "node_started":
-            row = {"node": node, "attempt": event.get("attempt"), "kind": p.get("kind"),
-                   "retry": int(p.get("retry") or 0), "resumed": bool(p.get("resumed")),
-                   "started_at": event.get("at"), "finished_at": None, "duration_ms": None,
-                   "outcome": "running", "error": None, "will_retry": False}
-            open_rows[node] = row
-            rows.append(row)
-        elif kind in ("node_finished", "node_failed") and node in open_rows:
-            row = open_rows.pop(node)
-            error = p.get("error")
-            row.update({"finished_at": event.get("at"), "duration_ms": p.get("duration_ms"),
-                        "outcome": p.get("outcome") or "ok",
-                        "error": error.get("message") if isinstance(error, dict) else error,
-                        "will_retry": bool(p.get("will_retry"))})
-    return rows
+    return [{"node": a.node, "attempt": a.attempt, "kind": a.kind, "retry": a.retry,
+             "resumed": a.resumed, "started_at": a.started_at, "finished_at": a.finished_at,
+             "duration_ms": a.duration_ms, "outcome": a.outcome, "error": a.error_message,
+             "will_retry": a.will_retry}
+            for a in fold_attempts(events) if not a.boundary]
 
 
 def _text(value: Any) -> str:

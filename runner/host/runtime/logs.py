@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from runner.clock import Clock, SystemClock
-from runner.engine import RunReader, fold
+from runner.engine import RunReader, fold, fold_attempts
 from runner.errors import NotFoundError
 
 Stream = Literal["stdout", "stderr"]
@@ -68,8 +68,7 @@ def _addresses(asked: str, logged: object) -> bool:
 
 
 def _check_node(run_id: str, events: list[dict[str, Any]], node: str) -> None:
-    ran = list(dict.fromkeys(str(e["node"]) for e in events
-                             if e.get("type") == "node_started" and e.get("node")))
+    ran = list(dict.fromkeys(a.node for a in fold_attempts(events) if not a.boundary))
     if node.endswith("]") and "[" in node and node.split("[", 1)[0] in ran:
         return  # an item of a fan-out node (NODE[3], NODE[branch])
     if node not in ran:
@@ -216,17 +215,16 @@ def failure_summary(runs: Path | RunReader, run_id: str,
     reader = _reader(runs)
     logs = _entries(reader, run_id, events, node)
     error = state.error.get("message")
-    kinds = {e.get("node"): (e.get("payload") or {}).get("kind") for e in events
-             if e.get("type") == "node_started"}
+    attempts = [a for a in fold_attempts(events) if not a.boundary]
+    kinds = {a.node: a.kind for a in attempts}
     if not logs and kinds.get(node) == "fail":
         # Failed on purpose (a `fail` node after a failed check, say): the last node that
         # failed with logs is the one to look at.
-        failed = [e for e in events if e.get("type") == "node_failed"]
-        for event in reversed(failed):
-            logs = _entries(reader, run_id, events, str(event.get("node")))
+        for failed in reversed([a for a in attempts if a.ended and a.outcome != "ok"]):
+            logs = _entries(reader, run_id, events, failed.node)
             if logs:
-                node = str(event.get("node"))
-                error = ((event.get("payload") or {}).get("error") or {}).get("message")
+                node = failed.node
+                error = failed.error_message
                 break
     summary: dict[str, Any] = {"node": node, "error": error,
                                "stdout_tail": [], "stderr_tail": [], "exit_code": None}

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runner.clock import Clock, SystemClock
-from runner.engine import RunReader, fold
+from runner.engine import RunReader, fold, fold_attempts
 from runner.errors import InputError, OperationFailed, WfrunError
 
 from .logs import failure_summary
@@ -158,47 +158,17 @@ def list_runs(runs: Path | RunReader, status: str | None = None, *,
     return rows if where.limit is None else rows[:where.limit]
 
 
-def _item_counts(payload: dict[str, Any]) -> dict[str, int] | None:
-    """A fan-out node's items by outcome (`{"ok": 48, "failed": 2}`), or None."""
-    found = payload.get("items")
-    if found is None and isinstance(payload.get("branches"), dict):
-        found = list(payload["branches"].values())
-    if not isinstance(found, list):
-        return None
-    counts: dict[str, int] = {}
-    for item in found:
-        outcome = str(item.get("outcome")) if isinstance(item, dict) else "unknown"
-        counts[outcome] = counts.get(outcome, 0) + 1
-    return counts
-
-
 def show_run(runs: Path | RunReader, run_id: str) -> dict[str, Any]:
     """Status, node timeline, outputs and errors of one run, as stable JSON."""
     reader = reader_for(runs)
     manifest = reader.manifest(run_id)  # InputError, NotFoundError, OperationFailed
     trace = reader.read_trace(run_id)
     state = fold(run_id, trace.events)
-    timeline: list[dict[str, Any]] = []
-    open_nodes: dict[str, dict[str, Any]] = {}
-    for event in trace.events:
-        kind, node, p = event["type"], event.get("node"), event.get("payload") or {}
-        if kind == "node_started" and node:
-            entry = {"node": node, "attempt": event.get("attempt"), "kind": p.get("kind"),
-                     "started_at": event.get("at"), "finished_at": None, "outcome": None,
-                     "duration_ms": None, "error": None}
-            open_nodes[node] = entry
-            timeline.append(entry)
-        elif kind in ("node_finished", "node_failed") and node and node in open_nodes:
-            entry = open_nodes.pop(node)
-            entry.update({"finished_at": event.get("at"), "outcome": p.get("outcome"),
-                          "duration_ms": p.get("duration_ms"), "error": p.get("error")})
-            items = _item_counts(p)
-            if items is not None:
-                entry["items"] = items
-        elif kind in ("include_entered", "include_exited"):
-            timeline.append({"node": node, "kind": kind, "started_at": event.get("at"),
-                             "finished_at": event.get("at"), "outcome": "ok",
-                             "attempt": None, "duration_ms": 0, "error": None})
+    timeline = [{"node": a.node, "attempt": a.attempt, "kind": a.kind,
+                 "started_at": a.started_at, "finished_at": a.finished_at,
+                 "outcome": a.outcome if a.ended else None, "duration_ms": a.duration_ms,
+                 "error": a.error, **({"items": a.items} if a.items is not None else {})}
+                for a in fold_attempts(trace.events)]
     status = state.status
     if status == "running" and state.paused:
         status = "paused"

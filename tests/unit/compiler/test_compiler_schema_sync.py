@@ -15,18 +15,18 @@ from runner.compiler import Compiler
 from runner.compiler.checker import FILE_HOOK_RE, ID_RE, MODULE_HOOK_RE, STEP_NAME_RE
 from runner.compiler.durations import DurationError, parse_duration
 from runner.compiler.kinds import KINDS, authored_kinds
-from runner.compiler.parse import (
+from runner.compiler.parse import PATH_RE
+from runner.compiler.schema import (
     DEFAULTS_KEYS,
     EDGE_KEYS,
     EXIT_KEYS,
     INCLUDE_KEYS,
     NODE_COMMON_KEYS,
-    PATH_RE,
     RETRY_KEYS,
     SWITCH_KEYS,
     TOP_KEYS,
+    workflow_schema,
 )
-from runner.compiler.schema import workflow_schema
 from runner.compiler.yamlio import YamlProblem, load
 
 SCHEMA = workflow_schema()
@@ -66,7 +66,8 @@ def test_key_sets_equal_the_compiler_tables() -> None:
     props = SCHEMA["properties"]
     assert _keys(SCHEMA) == set(TOP_KEYS)
     assert _keys(props["defaults"]) == set(DEFAULTS_KEYS)
-    node = props["nodes"]["additionalProperties"]
+    assert props["nodes"]["additionalProperties"] == {"$ref": "#/$defs/node"}
+    node = SCHEMA["$defs"]["node"]
     assert _keys(node) == set(authored_kinds()) | set(NODE_COMMON_KEYS)
     assert _keys(node["properties"]["retry"]) == set(RETRY_KEYS)
     assert _keys(props["defaults"]["properties"]["retry"]) == set(RETRY_KEYS)
@@ -165,6 +166,8 @@ def _required_paths(schema: dict[str, Any], doc: Any, prefix: tuple[Any, ...] = 
     out: list[tuple[Any, ...]] = []
     if not isinstance(doc, dict):
         return out
+    if "$ref" in schema:  # the only one: a node ("#/$defs/node")
+        schema = SCHEMA["$defs"][schema["$ref"].rsplit("/", 1)[-1]]
     candidates = [schema, *schema.get("anyOf", [])]
     for s in candidates:
         props = s.get("properties", {})

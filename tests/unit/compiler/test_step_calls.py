@@ -74,10 +74,11 @@ def test_plugin_mistakes_are_positioned_with_did_you_mean(tmp_path: Path) -> Non
     (report,) = json.loads(done.stdout)["files"]
     found = {(d["code"], d["line"], d["column"]): d for d in report["diagnostics"]}
     assert set(found) == {("missing-key", 4, 27), ("unknown-key", 4, 34),
-                          ("invalid-value", 4, 50), ("step-unloadable", 6, 20),
+                          ("out-of-range", 4, 50), ("step-unloadable", 6, 20),
                           ("unknown-step", 8, 20)}
     assert found[("unknown-key", 4, 34)]["hint"] == "did you mean 'who'?"
-    assert "with.times of step 'greet' must be >= 1" in found[("invalid-value", 4, 50)]["message"]
+    bound = found[("out-of-range", 4, 50)]["message"]
+    assert "with.times of step 'greet' must be at least 1" in bound
     assert "brokenplug:step" in found[("step-unloadable", 6, 20)]["message"]
     assert "a dependency is missing" in found[("step-unloadable", 6, 20)]["message"]
     assert found[("unknown-step", 8, 20)]["hint"] == "did you mean 'greet'?"

@@ -16,7 +16,7 @@ def test_every_kind_a_node_can_run_as_has_an_executor() -> None:
 
 
 def test_the_schema_the_parser_and_the_icons_follow_the_table() -> None:
-    node = workflow_schema()["properties"]["nodes"]["additionalProperties"]
+    node = workflow_schema()["$defs"]["node"]
     assert {k for k in node["properties"] if k in KINDS} == set(authored_kinds())
     assert [s["required"] for s in node["oneOf"]] == [[k] for k in authored_kinds()]
     assert all(icon(k) != "?" for k in KINDS)
