@@ -25,6 +25,7 @@ OWN_DATA = {
     "store/domain/intents.py", "store/domain/controller_events.py",
     "store/domain/controller_resources.py", "store/domain/events.py", "jsonin.py",
     "host/daemon.py",  # the queued launches' workflow_source_json, a store column
+    "launch/items.py",  # fan-out item outputs and errors, fanout_items columns it wrote
 }
 
 
