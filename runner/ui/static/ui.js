@@ -60,6 +60,12 @@ function renderTimeline(rows) {
     const outcome = el("td");
     outcome.append(el("span", row.outcome + (row.will_retry ? " (retrying)" : ""),
       "badge outcome-" + row.outcome));
+    if (row.items) {  // a map's or parallel's items by outcome, of how many
+      const counts = Object.entries(row.items);
+      const total = counts.reduce((sum, [, n]) => sum + n, 0);
+      outcome.append(el("span", " " + counts.map(([k, n]) => n + " " + k).join(", ") +
+        " of " + total, "items"));
+    }
     tr.append(outcome, el("td", row.error || "", "error-text"));
     body.append(tr);
   }
