@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from runner.compiler import WorkflowDefinition
+from runner.compiler.fanout import ChildWorkflowBody, MapSpec, ParallelSpec
 from runner.compiler.kinds import icon as kind_icon
 
 # The entry marker's id cannot clash with a node's: node ids get the "n_" prefix.
@@ -15,6 +16,24 @@ def _label(definition: WorkflowDefinition, nid: str) -> str:
     node = definition.nodes[nid]
     kind = "decision" if getattr(node.spec, "decision_field", None) else node.kind
     return f"{nid} [{kind}]"
+
+
+def _fanout_lines(spec: object) -> list[str]:
+    """A map's body or a parallel node's branches, under the node (`wfrun graph`)."""
+    bodies: list[tuple[str, object]] = []
+    if isinstance(spec, MapSpec):
+        bodies = [(f"each {spec.as_name} (max {spec.max_concurrency} at once"
+                   f"{', fail_fast' if spec.fail_fast else ''})", spec.body)]
+    elif isinstance(spec, ParallelSpec):
+        bodies = [(f"branch {name}", body) for name, body in spec.branches]
+    out = []
+    for label, body in bodies:
+        if isinstance(body, ChildWorkflowBody):
+            out.append(f"    | {label}: workflow {body.workflow}")
+        else:
+            kind = str(getattr(body, "kind", "?"))
+            out.append(f"    | {label}: {kind_icon(kind)} {kind}")
+    return out
 
 
 def render_graph(definition: WorkflowDefinition, fmt: str) -> str:
@@ -30,6 +49,7 @@ def _text(d: WorkflowDefinition) -> str:
     for nid, node in d.nodes.items():
         icon = kind_icon(node.kind)
         lines.append(f"{icon} {_label(d, nid)}")
+        lines.extend(_fanout_lines(node.spec))
         edge = d.edges.get(nid)
         if edge is None:
             lines.append("    (end)")

@@ -117,7 +117,11 @@ def run_view(view: dict[str, Any]) -> None:
             outcome += " (set)" if e.get("set") else " (reused)"
         elif e.get("cached_from"):
             outcome += f" (cached: {e['cached_from']})"
-        table.add_row(str(e["node"]), str(e.get("kind") or ""), outcome,
+        if e.get("items"):  # a map or parallel node: its items by outcome, of how many
+            counts = e["items"]
+            outcome += " (" + ", ".join(f"{n} {k}" for k, n in counts.items()) \
+                + f" of {sum(counts.values())})"
+        table.add_row(str(e["node"]), str(e.get("kind") or ""), escape(outcome),
                       str(e.get("duration_ms") if e.get("duration_ms") is not None else ""),
                       escape(str(err)[:100]))
     console.print(table)

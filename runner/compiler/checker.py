@@ -7,7 +7,7 @@ a parser reads as the format it accepts. Nothing raises for a user's mistake.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,7 @@ from .budget import DEFAULT_BUDGET
 from .diagnostics import DiagnosticSink, KeyPath, did_you_mean
 from .durations import DurationError, parse_duration
 from .jsonschemas import schema_problem_at
-from .model import HookRef
+from .model import HookRef, Node
 from .registry import STEP_GROUP, registered_steps
 from .sources import sha256_hex
 from .template_checks import check_budget, check_syntax
@@ -42,6 +42,9 @@ class Checker:
         self.hooks: list[HookRef] = []
         self.budget = DEFAULT_BUDGET  # what constant template parts are tried against
         self.templates: list[tuple[KeyPath, str]] = []
+        # Parses a node nested in another (a fan-out body: compiler/fanout.py) with the
+        # file's defaults; the parser sets it before it parses nodes.
+        self.body_node: Callable[[str, Any, KeyPath], Node | None] | None = None
 
     # -- shapes -----------------------------------------------------------------
     def shape_error(self, code: str, message: str, kp: KeyPath, *, at_key: bool = False,

@@ -24,9 +24,10 @@ icons and the digest all follow from the row.
 from __future__ import annotations
 
 from .builtin_kinds import BUILTIN_KINDS
+from .fanout import FANOUT_KINDS
 from .kinddef import KindDef
 
-_ROWS: tuple[KindDef, ...] = BUILTIN_KINDS
+_ROWS: tuple[KindDef, ...] = (*BUILTIN_KINDS, *FANOUT_KINDS)
 KINDS: dict[str, KindDef] = {k.name: k for k in _ROWS}
 
 

@@ -27,6 +27,7 @@ from .model import (
     RESERVED_NODE_IDS,
     CacheSpec,
     HookRef,
+    Node,
     Retry,
     Spec,
 )
@@ -180,6 +181,8 @@ def parse_workflow(data: Any, name: str, path: Path, sink: DiagnosticSink) -> Ra
         wf.concurrency = parse_concurrency(data["concurrency"], sink)
     if "rate_limit" in data:
         wf.rate_limit = parse_rate_limit(data["rate_limit"], sink)
+    c.body_node = lambda body_id, spec, kp: _body_node(c, body_id, spec, kp, default_timeout,
+                                                       default_retry)
     if "includes" in data:
         _includes(c, wf, data["includes"])
     if "nodes" in data:
@@ -327,6 +330,16 @@ def _cache(c: Checker, value: Any, kp: KeyPath, kind: str) -> CacheSpec | None:
     if key is not None:
         key = c.string(key, (*kp, "key"), "cache key", template=True)
     return CacheSpec(ttl=ttl, key=key or None)
+
+
+def _body_node(c: Checker, body_id: str, spec: Any, kp: KeyPath,
+               default_timeout: float | None, default_retry: Retry) -> Node | None:
+    """A fan-out's branch or item body: one node, parsed as any node is."""
+    raw = _node(c, body_id, spec, kp, default_timeout, default_retry)
+    if raw is None:
+        return None
+    return Node(raw.id, raw.kind, raw.spec, local_id=raw.id, timeout=raw.timeout,
+                retry=raw.retry, description=raw.description)
 
 
 def _edges(c: Checker, wf: RawWorkflow, value: Any) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 
 from .diagnostics import DiagnosticSink, KeyPath, did_you_mean
+from .fanout import MapSpec, ParallelSpec, unknown_branch
 from .graph import LocalGraph
 from .template_ast import MAPPING_METHODS, ROOTS, summary
 
@@ -94,6 +95,8 @@ def check_references(g: LocalGraph, sink: DiagnosticSink) -> None:
     schema = wf.input_schema if isinstance(wf.input_schema, dict) else None
     props = schema.get("properties") if schema else None
     closed = schema is not None and schema.get("additionalProperties") is False
+    branches = {nid: tuple(name for name, _ in n.spec.branches)
+                for nid, n in wf.nodes.items() if isinstance(n.spec, ParallelSpec)}
     for kp, text in wf.templates:
         if sink.stopped:
             break
@@ -104,7 +107,10 @@ def check_references(g: LocalGraph, sink: DiagnosticSink) -> None:
         if refs is None:
             continue
         free, found = refs
-        known = (*CONTEXT, *GLOBALS, *(PARSE_CONTEXT if "parse" in kp else ()))
+        known = (*CONTEXT, *GLOBALS, *(PARSE_CONTEXT if "parse" in kp else ()),
+                 *_item_names(wf.nodes.get(here), kp))
+        if branches:
+            unknown_branch(sink.error, text, kp, branches)
         for name in sorted(free - set(known)):
             sink.error("unknown-name", f"templates here cannot see '{name}'", kp,
                        hint=did_you_mean(name, CONTEXT) or f"they see: {', '.join(CONTEXT)}")
@@ -133,6 +139,14 @@ def check_references(g: LocalGraph, sink: DiagnosticSink) -> None:
                            _on_path(edge.key_path),
                            hint=did_you_mean(field, RESULT_FIELDS)
                            or f"$result has: {', '.join(RESULT_FIELDS)}")
+
+
+def _item_names(node: object, kp: KeyPath) -> tuple[str, ...]:
+    """A map body's templates also see the item (`as`) and its `index`."""
+    spec = getattr(node, "spec", None)
+    if isinstance(spec, MapSpec) and kp[2:4] == ("map", "do"):
+        return (spec.as_name, "index")
+    return ()
 
 
 def _on_path(kp: KeyPath) -> KeyPath:

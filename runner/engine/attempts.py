@@ -33,6 +33,8 @@ class Attempt:
     interrupted: bool = False  # its runner died while it ran (`run_interrupted`)
     cached_from: str | None = None  # the run whose kept result it reused (`cache:`)
     logs: list[dict[str, Any]] = field(default_factory=list)  # node_log payloads
+    # A fan-out node's items by outcome (`{"ok": 48, "failed": 2}`), once it ended.
+    items: dict[str, int] | None = None
 
     @property
     def ended(self) -> bool:
@@ -57,6 +59,20 @@ class Attempt:
         if not self.ended:
             return "interrupted" if self.interrupted else "running"
         return "retrying" if self.will_retry else self.outcome
+
+
+def item_counts(payload: dict[str, Any]) -> dict[str, int] | None:
+    """A fan-out node's end: its items (a map's) or branches (a parallel's) by outcome."""
+    found = payload.get("items")
+    if found is None and isinstance(payload.get("branches"), dict):
+        found = list(payload["branches"].values())
+    if not isinstance(found, list):
+        return None
+    counts: dict[str, int] = {}
+    for item in found:
+        outcome = str(item.get("outcome")) if isinstance(item, dict) else "unknown"
+        counts[outcome] = counts.get(outcome, 0) + 1
+    return counts
 
 
 def fold_attempts(events: list[dict[str, Any]]) -> list[Attempt]:
@@ -85,6 +101,7 @@ def fold_attempts(events: list[dict[str, Any]]) -> list[Attempt]:
             a.error = p.get("error")
             a.will_retry = bool(p.get("will_retry"))
             a.cached_from = (p.get("cached_from") or {}).get("run_id")
+            a.items = item_counts(p)
         elif kind == "node_log" and node in open_:
             open_[node].logs.append(p)
         elif kind in INCLUDE_EVENTS:

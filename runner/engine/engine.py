@@ -23,6 +23,7 @@ from .bundle import STATE, TRACE, WORKFLOW, Fence, always
 from .cache import StepCache
 from .control import RunControl
 from .dbbundle import PATIENCE, DatabaseBundle
+from .items import ChildRuns, ItemLedger
 from .processes import ProcessRegistry
 from .rows import BundleRows
 from .runner import CrashPoint, LaunchLink, NotificationSink, Observer, RunDriver, RunOutcome
@@ -95,6 +96,10 @@ class Engine:
     # Kept node results (`cache:`, engine/cache.py); `use_cache` False: --no-cache.
     step_cache: StepCache | None = None
     use_cache: bool = True
+    # Where fan-out items are durable (ADR 0008); None: in memory, for this process only.
+    items: ItemLedger | None = None
+    # Runs `workflow:` bodies of fan-out nodes as linked child runs (the launch layer).
+    children: ChildRuns | None = None
 
     @property
     def space(self) -> BundleSpace:
@@ -118,6 +123,9 @@ class Engine:
         driver.launch = self.launch
         driver.cache = self.step_cache
         driver.cache_reads = self.use_cache
+        if self.items is not None:
+            driver.items = self.items
+        driver.children = self.children
         return driver
 
     # -- start ---------------------------------------------------------------------
@@ -252,7 +260,9 @@ class Engine:
                 driver.emit("run_interrupted", {"reason": message, "node": at}, sync=True)
                 return driver.finish("failed", error={"code": "indeterminate", "node": at,
                                                       "message": message})
-            if state.current_node_starts >= NODE_START_BUDGET:
+            # A fan-out node makes progress across deaths: its items carry the budget.
+            fanout = node is not None and node.kind in ("map", "parallel")
+            if state.current_node_starts >= NODE_START_BUDGET and not fanout:
                 # A crash loop: the node's process died every time it ran. Running it
                 # again could repeat its side effects a third time.
                 message = (f"node '{at}' was interrupted {state.current_node_starts} times "

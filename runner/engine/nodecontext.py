@@ -10,7 +10,9 @@ loop, and the run loop (`runner.py`) is the one place that records events.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -19,6 +21,7 @@ from runner.compiler import Node
 
 from .agent import AgentStepExecutor
 from .control import RunControl
+from .items import ItemLedger
 from .livelog import LiveLog
 from .processes import ProcessRegistry
 from .secrets import RunSecrets
@@ -55,6 +58,39 @@ class StepUpdates(Protocol):
     def prompt_sent(self, kind: str, prompt: str) -> None: ...
 
 
+class FanoutPort(Protocol):
+    """What a fan-out node (`parallel`, `map`: fanout.py) has of its run besides its own
+    attempt: where its items are durable, the run's step budget, and a context per item
+    (recorded as `NODE[i]`, under the item's own control)."""
+
+    @property
+    def items(self) -> ItemLedger: ...
+
+    def steps_left(self) -> int: ...
+
+    def item_context(self, node: Node, attempt: str, deadline: float | None,
+                     values: dict[str, Any], control: RunControl,
+                     lock: threading.Lock) -> NodeContext: ...
+
+    def template_scope(self, deadline: float | None,
+                       control: RunControl) -> AbstractContextManager[object]: ...
+
+    def live(self, value: Any) -> Any: ...
+
+    def run(self, ctx: NodeContext) -> NodeResult:
+        """Run the fan-out node `ctx` is for (engine/fanout.py)."""
+        ...
+
+    def crash(self, point: str) -> None:
+        """The crash seam at a named point (runner.CRASH_POINTS), on the run's thread."""
+        ...
+
+    def child_run(self, workflow: str, value: Any, run_id: str,
+                  control: RunControl) -> NodeResult:
+        """A `workflow:` body: the linked child run `run_id`, to its end."""
+        ...
+
+
 @dataclass(frozen=True)
 class NodeContext:
     run_id: str
@@ -73,6 +109,7 @@ class NodeContext:
     executor: AgentStepExecutor | None
     work_dir: str
     processes: ProcessRegistry | None = None
+    fanout: FanoutPort | None = None  # a fan-out node's (set by the run loop)
 
     def remaining(self) -> float | None:
         if self.deadline is None:

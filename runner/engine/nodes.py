@@ -265,3 +265,13 @@ def _agent(ctx: NodeContext) -> NodeResult:
         return stopped(ctx.control)
     return NodeResult("timed_out", error={"code": "timed_out",
                                           "message": "the agent did not submit in time"})
+
+
+
+@executes("map")
+@executes("parallel")
+def _fanout(ctx: NodeContext) -> NodeResult:
+    # Items run through the run loop (engine/fanout.py, through the port it hands in).
+    if ctx.fanout is None:
+        return fail("unsupported", f"node '{ctx.node.id}' fans out, which needs a run loop")
+    return ctx.fanout.run(ctx)

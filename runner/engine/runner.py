@@ -10,7 +10,9 @@ node's `node_started` (the loop routes first; `emit(hold=)`).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -19,6 +21,7 @@ from runner.clock import Clock, iso
 from runner.compiler import Node, WorkflowDefinition
 from runner.compiler.budget import Scope
 from runner.compiler.budget import scoped as scoped_budget
+from runner.compiler.fanout import FANOUT_KINDS as _FANOUT_ROWS
 from runner.compiler.kinds import ends
 from runner.compiler.templates import TemplateError, render_native
 from runner.safety import bound, mask_values, redact
@@ -29,6 +32,8 @@ from .cache import StepCache, cache_key
 from .context import ScopedValues
 from .control import PAUSED, RunControl
 from .dbbundle import DatabaseBundle
+from .fanout import run_fanout
+from .items import ChildRuns, ItemLedger, MemoryLedger
 from .livelog import LiveLog
 from .nodecontext import NodeContext, NodeResult
 from .nodes import execute, new_attempt_id, pure
@@ -41,12 +46,18 @@ from .state import TRACE_SCHEMA, RunState
 if TYPE_CHECKING:
     from .space import RunBundle
 
+#: Kinds whose node gets a `FanoutPort` (its items run through this driver).
+FANOUT_KINDS = frozenset(k.name for k in _FANOUT_ROWS)
+
 Observer = Callable[[dict[str, Any], RunState], None]
 # A test seam: the engine calls it at named points (see CRASH_POINTS); the host may
 # pass one that kills the process there. The engine never reads the environment.
 CrashPoint = Callable[[str], None]
 CRASH_POINTS = ("after_bundle_created", "after_manifest_written", "after_trace_append",
-                "after_state_replace", "after_routing", "between_nodes", "before_seal")
+                "after_state_replace", "after_routing", "between_nodes", "before_seal",
+                # a fan-out node (fanout.py): its items opened; items claimed (with the
+                # ends written in that commit) and running; items ended, not yet written
+                "after_items_opened", "after_items_claimed", "before_items_settled")
 UPDATE_RATE = 20.0  # updates per second per run, with a burst of 100
 UPDATE_BURST = 100.0
 MAX_UPDATE_PAIRS = 1024
@@ -114,6 +125,9 @@ class RunDriver:
                  processes: ProcessRegistry | None = None,
                  secrets: RunSecrets = EMPTY) -> None:
         self.launch: LaunchLink | None = None  # set by the engine (a claimed launch)
+        # Where fan-out items are durable (set by the engine: the store's, via launch).
+        self.items: ItemLedger = MemoryLedger()
+        self.children: ChildRuns | None = None  # `workflow:` bodies (set by the engine)
         self.run_id = run_id
         self.definition = definition
         self.bundle = bundle
@@ -277,7 +291,8 @@ class RunDriver:
             visit=self.state.visits.get(node.id, 1), resuming=self.resuming_node == node.id,
             control=self.control, clock=self.clock, secrets=self.secrets, logs=recorder,
             updates=recorder, executor=self.executor, work_dir=self.work_dir,
-            processes=self.processes)
+            processes=self.processes,
+            fanout=_Fanout(self) if node.kind in FANOUT_KINDS else None)
 
     def template_scope(self, deadline: float | None) -> scoped_budget:
         """Renders inside get the workflow's budget, the node's deadline, and stop when
@@ -580,30 +595,92 @@ class RunDriver:
 
 
 
+class _Fanout:
+    """`FanoutPort`: what a fan-out node has of its run. Its items record through the
+    driver one at a time (`lock`: the trace has one writer)."""
+
+    __slots__ = ("_driver",)
+
+    def __init__(self, driver: RunDriver) -> None:
+        self._driver = driver
+
+    @property
+    def items(self) -> ItemLedger:
+        return self._driver.items
+
+    def steps_left(self) -> int:
+        return max(self._driver.definition.max_steps - self._driver.state.steps, 0)
+
+    def item_context(self, node: Node, attempt: str, deadline: float | None,
+                     values: dict[str, Any], control: RunControl,
+                     lock: threading.Lock) -> NodeContext:
+        d = self._driver
+        recorder = _StepRecorder(d, node.id, attempt, lock)
+        return NodeContext(
+            run_id=d.run_id, workflow=d.definition.name, node=node, attempt=attempt,
+            deadline=deadline, values=values, visit=d.state.visits.get(node.id, 1),
+            resuming=False, control=control, clock=d.clock, secrets=d.secrets,
+            logs=recorder, updates=recorder, executor=d.executor, work_dir=d.work_dir,
+            processes=d.processes)
+
+    def template_scope(self, deadline: float | None, control: RunControl) -> scoped_budget:
+        d = self._driver
+        return scoped_budget(Scope(d.definition.template_budget, d.clock.monotonic, deadline,
+                                   lambda: control.stopping))
+
+    def live(self, value: Any) -> Any:
+        return self._driver.live(value)
+
+    def run(self, ctx: NodeContext) -> NodeResult:
+        return run_fanout(ctx, self)
+
+    def crash(self, point: str) -> None:
+        self._driver.crash(point)
+
+    def child_run(self, workflow: str, value: Any, run_id: str,
+                  control: RunControl) -> NodeResult:
+        children = self._driver.children
+        if children is None:
+            return NodeResult("failed", error={
+                "code": "unsupported", "message": "a workflow: body needs a launch queue "
+                "(run it with `wfrun run` or a host)"})
+        outcome, output, error = children.run(workflow, value, run_id, control)
+        if outcome not in ("ok", "failed", "timed_out", "cancelled", "parked"):
+            outcome = "failed"
+        return NodeResult(outcome, output, error)  # type: ignore[arg-type]
+
+
 class _StepRecorder:
     """One attempt's logs and updates (nodecontext.StepLogs, StepUpdates), recorded
-    through the driver's `emit`: the node gets these, not the driver."""
+    through the driver's `emit`: the node gets these, not the driver. A fan-out item's
+    recorder holds `lock` around each, as items record from their own threads."""
 
-    __slots__ = ("_attempt", "_driver", "_node")
+    __slots__ = ("_attempt", "_driver", "_lock", "_node")
 
-    def __init__(self, driver: RunDriver, node: str, attempt: str) -> None:
+    def __init__(self, driver: RunDriver, node: str, attempt: str,
+                 lock: AbstractContextManager[object] | None = None) -> None:
         self._driver, self._node, self._attempt = driver, node, attempt
+        self._lock = lock if lock is not None else nullcontext()
 
     def record(self, stdout: str, stderr: str, stdout_cut: bool = False,
                stderr_cut: bool = False, exit_code: int | None = None) -> None:
-        self._driver.record_log(self._node, self._attempt, stdout, stderr, stdout_cut,
-                                stderr_cut, exit_code)
+        with self._lock:
+            self._driver.record_log(self._node, self._attempt, stdout, stderr, stdout_cut,
+                                    stderr_cut, exit_code)
 
     def live(self, extra: tuple[str, ...], cap_chars: int) -> LiveLog:
         return self._driver.live_log(self._node, self._attempt, extra, cap_chars)
 
     def publish(self, kind: str, key: str, data: Any) -> None:
-        self._driver.publish_update(kind, key, data)
+        with self._lock:
+            self._driver.publish_update(kind, key, data)
 
     def notify(self, notification_id: str, kind: str, message: str,
                channels: tuple[str, ...] = ()) -> None:
-        self._driver.notify(self._node, self._attempt, notification_id, kind, message,
-                            channels)
+        with self._lock:
+            self._driver.notify(self._node, self._attempt, notification_id, kind, message,
+                                channels)
 
     def prompt_sent(self, kind: str, prompt: str) -> None:
-        self._driver.prompt_sent(self._node, self._attempt, kind, prompt)
+        with self._lock:
+            self._driver.prompt_sent(self._node, self._attempt, kind, prompt)

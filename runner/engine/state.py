@@ -96,7 +96,8 @@ class RunState:
                 scope = p.get("scope") or ""
                 if scope:
                     self.scope_steps[scope] = self.scope_steps.get(scope, 0) + 1
-            if p.get("retry", 0) == 0 and node:
+            # A resumed start is the same visit (a fan-out node finds its items by it).
+            if p.get("retry", 0) == 0 and node and not p.get("resumed"):
                 self.visits[node] = self.visits.get(node, 0) + 1
         elif kind in ("node_finished", "node_failed"):
             result = {
@@ -110,13 +111,20 @@ class RunState:
                 "duration_ms": p.get("duration_ms"),
                 "kind": p.get("kind"),
             }
+            for key in ("items", "branches"):  # a fan-out node's per-item outcomes
+                if key in p:
+                    result[key] = p[key]
+            if not p.get("will_retry"):
+                self.steps += int(p.get("item_steps") or 0)  # each item counts a step
             if kind == "node_finished":
                 result["output"] = p.get("output")
                 if node:
                     self.outputs[node] = p.get("output")
             else:
                 result["error"] = p.get("error")
-                if node and not p.get("will_retry"):
+                if node and "output" in p:
+                    self.outputs[node] = p["output"]  # a fan-out's list, null per failure
+                elif node and not p.get("will_retry"):
                     self.outputs.pop(node, None)  # a later failure removes the output
             if p.get("will_retry"):
                 result["will_retry"] = True

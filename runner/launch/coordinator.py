@@ -53,6 +53,7 @@ from .endings import Endings
 from .engines import EngineOptions, Engines
 from .faults import FaultHold
 from .held import HeldInput
+from .items import LaunchChildren
 from .keeper import LeaseKeeper
 from .preflight import Preflight, PreflightError, Resolver
 from .recovery import Recovery
@@ -98,6 +99,7 @@ class LaunchCoordinator:
         self._engines = Engines(store, runs_dir, self.clock, self._held,
                                 options or EngineOptions(), rows=rows,
                                 lease_seconds=lease_seconds)
+        self._engines.children = LaunchChildren(self)  # a fan-out's `workflow:` bodies
         self.faults = FaultGate(self.clock)  # claiming waits after a full/read-only disk
         self._claims = Claims(self.book, runner_id, self.clock, lease_seconds,
                               self.faults, self._scrub)

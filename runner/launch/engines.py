@@ -15,6 +15,7 @@ from pathlib import Path
 
 from runner.clock import Clock
 from runner.engine import AgentStepExecutor, Engine, NotificationSink
+from runner.engine.items import ChildRuns
 from runner.engine.processes import ProcessRegistry
 from runner.engine.rows import BundleRows
 from runner.engine.runner import LaunchLink, Observer
@@ -25,6 +26,7 @@ from runner.store import LaunchRecord, Store
 from .channels import ChannelSink
 from .fence import LeaseFence
 from .held import HeldInput
+from .items import StoreItems
 from .stepcache import StoreStepCache
 
 
@@ -57,6 +59,9 @@ class Engines:
         # Bundles in the store's database (Postgres): any host can resume any run.
         self.rows = rows
         self._patience = renew_every(lease_seconds)
+        # Runs `workflow:` bodies of fan-out nodes as linked child runs (set by the
+        # coordinator, which is what runs them: items.LaunchChildren).
+        self.children: ChildRuns | None = None
 
     def fenced(self, record: LaunchRecord, fence: LeaseFence, *,
                link: LaunchLink | None = None) -> Engine:
@@ -73,6 +78,8 @@ class Engines:
                       rows=self.rows, claim=fence.token, patience=self._patience,
                       step_cache=StoreStepCache(self._store), use_cache=opts.use_cache,
                       launch=link,
+                      items=StoreItems(self._store.fanout, record.run_id, fence.token),
+                      children=self.children,
                       # Only a take-over (the claim found the row `running`: its runner
                       # died mid-node). A park stopped its node itself; that resumes as before.
                       effects_guarded=lambda: record.status == "running"

@@ -26,6 +26,8 @@ from runner.store.states import (
     EVENT_MAX_BYTES,
     FIRING_OUTCOMES,
     INPUT_STATUSES,
+    ITEM_OPEN_STATES,
+    ITEM_STATES,
     LAUNCH_ENDINGS,
     LAUNCH_ERROR_CODES,
     LAUNCH_STATUSES,
@@ -383,4 +385,30 @@ DDL: tuple[str, ...] = (
     updated_at INTEGER NOT NULL,
     PRIMARY KEY (workflow, trigger_name)
 )""",
+    # Fan-out branches and items (ADR 0008), one row per (run, node, visit, index).
+    # Added within v1 (layout.ADDED_TABLES). `claim_token` is the claim of the parent's
+    # launch that runs the item; `starts` counts its starts (a third is refused).
+    f"""CREATE TABLE fanout_items (
+    run_id TEXT NOT NULL,
+    node_id TEXT NOT NULL,
+    visit INTEGER NOT NULL CHECK (visit > 0),
+    item_index INTEGER NOT NULL CHECK (item_index >= 0),
+    state TEXT NOT NULL CHECK (state IN {sql_in(ITEM_STATES)}),
+    claim_token TEXT,
+    starts INTEGER NOT NULL DEFAULT 0 CHECK (starts >= 0),
+    child_run_id TEXT,
+    output_json TEXT,
+    error_json TEXT,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    finished_at INTEGER,
+    PRIMARY KEY (run_id, node_id, visit, item_index),
+    CHECK ((state = 'running') = (claim_token IS NOT NULL)),
+    CHECK ((state IN {sql_in(ITEM_OPEN_STATES)}) = (finished_at IS NULL))
+)""",
+    # The open items of a node in index order: a claim reads the first ones, and the
+    # index shrinks as items end (a 10,000-item map does not rescan its ended rows).
+    f"""CREATE INDEX fanout_items_open
+    ON fanout_items (run_id, node_id, visit, item_index)
+    WHERE state IN {sql_in(ITEM_OPEN_STATES)}""",
 )

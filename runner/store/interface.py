@@ -46,6 +46,7 @@ from runner.store.states import (
 )
 
 if TYPE_CHECKING:
+    from runner.store.domain.fanout import FanoutItems
     from runner.store.domain.operations import Pauses, Reruns, StepCache
     from runner.store.domain.retention import Retention
 
@@ -486,6 +487,9 @@ class Store(Protocol):
 
     @property
     def triggers(self) -> TriggerLedger: ...
+
+    @property
+    def fanout(self) -> FanoutItems: ...
 
     def now_ms(self) -> int:
         """The store's clock, in integer milliseconds."""

@@ -22,7 +22,8 @@ ADDED_INDEXES: frozenset[str] = frozenset({"workflow_run_queue_ready",
 #: it does an added index); a read-only open reads it as empty.
 ADDED_TABLES: frozenset[str] = frozenset({"workflow_reruns", "step_cache", "audit_log",
                                           "notification_deliveries", "trigger_firings",
-                                          "launch_gates", "trigger_states"})
+                                          "launch_gates", "trigger_states",
+                                          "fanout_items"})
 
 TABLE_COLUMNS: Mapping[str, tuple[str, ...]] = {
     "schema_info": ("singleton", "schema_id", "created_at"),
@@ -226,6 +227,21 @@ TABLE_COLUMNS: Mapping[str, tuple[str, ...]] = {
         "paused",
         "cursor_at",
         "updated_at",
+    ),
+    "fanout_items": (
+        "run_id",
+        "node_id",
+        "visit",
+        "item_index",
+        "state",
+        "claim_token",
+        "starts",
+        "child_run_id",
+        "output_json",
+        "error_json",
+        "created_at",
+        "updated_at",
+        "finished_at",
     ),
 }
 

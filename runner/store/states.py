@@ -212,3 +212,10 @@ FIRING_OUTCOMES: tuple[str, ...] = ("pending", "launched", "skipped", "missed", 
 #: A debounced delivery's event kept on its firing until the batch fires (a webhook
 #: body is at most 1 MiB; headers and the id fit in the rest).
 EVENT_MAX_BYTES = 2 * 1024 * 1024
+
+#: A fan-out branch or item (`fanout_items.state`, ADR 0008): `pending` until a holder
+#: of its parent claims it, `running` under that claim, then one ending.
+ItemState = Literal["pending", "running", "ok", "failed", "timed_out", "cancelled"]
+ITEM_STATES: tuple[ItemState, ...] = get_args(ItemState)
+ITEM_OPEN_STATES: tuple[ItemState, ...] = ("pending", "running")
+ITEM_ENDINGS: tuple[ItemState, ...] = ("ok", "failed", "timed_out", "cancelled")

@@ -60,11 +60,12 @@ def node_states(events: list[dict[str, Any]], node_ids: list[str],
 
 
 def timeline(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per node attempt: when, how long, outcome, retry number, error."""
+    """One row per node attempt: when, how long, outcome, retry number, error, and a
+    fan-out node's items by outcome."""
     return [{"node": a.node, "attempt": a.attempt, "kind": a.kind, "retry": a.retry,
              "resumed": a.resumed, "started_at": a.started_at, "finished_at": a.finished_at,
              "duration_ms": a.duration_ms, "outcome": a.outcome, "error": a.error_message,
-             "will_retry": a.will_retry, "cached_from": a.cached_from}
+             "will_retry": a.will_retry, "cached_from": a.cached_from, "items": a.items}
             for a in fold_attempts(events) if not a.boundary]
 
 

@@ -29,6 +29,7 @@ OWN_DATA = {
     # cache, a trigger's kept event, the definition snapshot, a launch row's input.
     "store/domain/audit.py", "store/domain/operations.py", "launch/triggers.py",
     "engine/rerun.py", "ui/data.py",
+    "launch/items.py",  # fan-out item outputs and errors, fanout_items columns it wrote
 }
 
 

@@ -106,12 +106,29 @@ def launch_status(ws: Workspace, store: Store, run_id: str, *,
             run["title"] = safe_message(str(run["title"]))
         view["run"] = run
     view["status"] = run_state(record, bundle.status if bundle is not None else None)
+    items = _item_progress(store, run_id) if record is not None and record.started_at else None
+    if items:
+        view["items"] = items  # fan-out nodes: their items by state, the last visit each
     if record is not None and record.status in ("starting", "running") and (
             not record.lease_live(store.now_ms())
             or dead_local_runner(record.runner_id) is not None):
         # Its runner is gone: whatever the bundle says, nothing runs it now.
         view["interrupted"] = True
     return view
+
+
+def _item_progress(store: Store, run_id: str) -> dict[str, dict[str, int]] | None:
+    """Per fan-out node of the run, its items by state (`{"files": {"ok": 48, ...}}`)."""
+    from runner.store.errors import StoreError
+
+    try:
+        progress = store.fanout.progress(run_id)
+    except StoreError:
+        return None  # a store made before fan-out items, opened read-only
+    latest: dict[str, dict[str, int]] = {}
+    for (node, _visit), counts in sorted(progress.items()):
+        latest[node] = counts
+    return latest
 
 
 def explain(ws: Workspace, store: Store, run_id: str) -> dict[str, Any]:

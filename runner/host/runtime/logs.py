@@ -50,7 +50,8 @@ def _entries(reader: RunReader, run_id: str, events: list[dict[str, Any]],
              node: str | None) -> list[StepLog]:
     found = []
     for event in events:
-        if event.get("type") != LOG_EVENT or (node is not None and event.get("node") != node):
+        if event.get("type") != LOG_EVENT or (node is not None
+                                               and not _addresses(node, event.get("node"))):
             continue
         p = reader.live(run_id, event.get("payload") or {})  # artifacts read back
         code = p.get("exit_code")
@@ -62,8 +63,16 @@ def _entries(reader: RunReader, run_id: str, events: list[dict[str, Any]],
     return found
 
 
+def _addresses(asked: str, logged: object) -> bool:
+    """`files` finds its items' logs (`files[3]`, recorded as such by a map or a parallel
+    node, engine/fanout.py); `files[3]` finds that item's."""
+    return logged == asked or (isinstance(logged, str) and logged.startswith(asked + "["))
+
+
 def _check_node(run_id: str, events: list[dict[str, Any]], node: str) -> None:
     ran = list(dict.fromkeys(a.node for a in fold_attempts(events) if not a.boundary))
+    if node.endswith("]") and "[" in node and node.split("[", 1)[0] in ran:
+        return  # an item of a fan-out node (NODE[3], NODE[branch])
     if node not in ran:
         listed = ", ".join(ran) if ran else "none yet"
         raise NotFoundError(f"run '{run_id}' has no node '{node}' that ran (nodes that ran: "

@@ -23,7 +23,7 @@ from .logs import failure_summary
 from .runstate import run_state
 
 if TYPE_CHECKING:
-    from runner.store import LaunchRecord
+    from runner.store import LaunchRecord, Store
 
     from .local import Workspace
 
@@ -170,7 +170,9 @@ def show_run(runs: Path | RunReader, run_id: str) -> dict[str, Any]:
         {"node": a.node, "attempt": a.attempt, "kind": a.kind,
          "started_at": a.started_at, "finished_at": a.finished_at,
          "outcome": a.outcome if a.ended else None, "duration_ms": a.duration_ms,
-         "error": a.error, "cached_from": a.cached_from} for a in fold_attempts(trace.events)]
+         "error": a.error, "cached_from": a.cached_from,
+         **({"items": a.items} if a.items is not None else {})}
+        for a in fold_attempts(trace.events)]
     if state.rerun:
         # A rerun: the nodes it reused ran in the run it reran; shown first, marked.
         reused = [_reused_entry(node, state.results.get(node) or {})
@@ -262,10 +264,33 @@ def show_view(ws: Workspace, run_id: str) -> dict[str, Any]:
         view["launch"] = record.status if record is not None else None
         if store is not None:
             view["rerun_by"] = [r.run_id for r in store.reruns.reruns_of(run_id)]
+            _running_items(store, run_id, view["timeline"])
         return view
     finally:
         if store is not None:
             store.close()
+
+
+def _running_items(store: Store, run_id: str, timeline: list[dict[str, Any]]) -> None:
+    """A running map's or parallel's items by state, from the store (its rows change as
+    they end; the bundle records the node once it has ended): done, running, failed of N."""
+    from runner.store.errors import StoreError
+
+    running = [e for e in timeline if e.get("outcome") is None
+               and e.get("kind") in ("map", "parallel")]
+    if not running:
+        return
+    try:
+        progress = store.fanout.progress(run_id)
+    except StoreError:
+        return  # a store made before fan-out items (read-only: the table is not made)
+    latest: dict[str, dict[str, int]] = {}
+    for (node, _visit), counts in sorted(progress.items()):
+        latest[node] = counts  # the last visit wins
+    for entry in running:
+        found = latest.get(str(entry["node"]))
+        if found:
+            entry["items"] = found
 
 
 def _launch_only_view(record: LaunchRecord) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from runner.store.connector import Connector
 from runner.store.domain.audit import AuditLog
 from runner.store.domain.deliveries import NotificationDeliveries
 from runner.store.domain.events import RunEvents
+from runner.store.domain.fanout import FanoutItems
 from runner.store.domain.intents import TurnIntents
 from runner.store.domain.launches import LaunchQueue
 from runner.store.domain.notifications import Notifications
@@ -23,7 +24,7 @@ from runner.store.interface import InputScrub, NoScrub
 
 class LaunchSide:
     """`launches`, `turn_intents`, `notifications`, `run_events`, `retention` and
-    `triggers`.
+    `triggers`, `fanout`.
     `overrides` are the backend's named queries per domain module (`"events"`,
     `"launches"`, `"pages"`, `"intents"`, `"notifications"`)."""
 
@@ -41,6 +42,7 @@ class LaunchSide:
         self._audit = AuditLog(connector, mine.get("audit"))
         self._deliveries = NotificationDeliveries(connector, mine.get("deliveries"))
         self._triggers = TriggerLedger(connector)
+        self._fanout = FanoutItems(connector)
 
     @property
     def launches(self) -> LaunchQueue:
@@ -98,3 +100,8 @@ class LaunchSide:
     def triggers(self) -> TriggerLedger:
         """Trigger states and firings (DESIGN §10)."""
         return self._triggers
+
+    @property
+    def fanout(self) -> FanoutItems:
+        """The branches and items of `parallel` and `map` nodes (ADR 0008)."""
+        return self._fanout

@@ -177,6 +177,12 @@ function renderTimeline(rows) {
       : row.cached_from ? " (cached from " + row.cached_from + ")" : "";
     outcome.append(el("span", row.outcome + (row.will_retry ? " (retrying)" : "") + note,
       "badge outcome-" + row.outcome));
+    if (row.items) {  // a map's or parallel's items by outcome, of how many
+      const counts = Object.entries(row.items);
+      const total = counts.reduce((sum, [, n]) => sum + n, 0);
+      outcome.append(el("span", " " + counts.map(([k, n]) => n + " " + k).join(", ") +
+        " of " + total, "items"));
+    }
     tr.append(outcome, el("td", row.error || "", "error-text"));
     body.append(tr);
   }

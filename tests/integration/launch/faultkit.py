@@ -56,6 +56,35 @@ edges:
   - {from: second, to: close}
 """
 
+# `fanout=True` seeds also start this one: a map of 5 shell items, 2 at a time, and a
+# parallel node; each item logs its run and index to effects.log.
+FAN = """\
+input:
+  type: object
+  required: [who]
+  properties: {who: {type: string}}
+start: each
+nodes:
+  each:
+    map:
+      over: "{{ range(ITEMS) | list }}"
+      max_concurrency: 2
+      do:
+        action: {shell: ["sh", "-c", "echo \\"$0 item $1\\" >> effects.log", "{{ run.id }}",
+                         "{{ item }}"]}
+  both:
+    parallel:
+      branches:
+        a: {action: {shell: ["sh", "-c", "echo \\"$0 branch a\\" >> effects.log",
+                             "{{ run.id }}"]}}
+        b: {compute: "{{ 1 }}"}
+  close: {compute: "{{ {'who': input.who} }}"}
+edges:
+  - {from: each, to: both}
+  - {from: both, to: close}
+""".replace("ITEMS", "5")
+FAN_ITEMS = 5
+
 
 class Crash(BaseException):
     """The runner died here (nothing after this point of its thread runs)."""
@@ -104,6 +133,7 @@ class World:
         self.rng = random.Random(seed)
         (root / ".wfrun" / "workflows").mkdir(parents=True)
         (root / ".wfrun" / "workflows" / "job.yaml").write_text(WORKFLOW)
+        (root / ".wfrun" / "workflows" / "fan.yaml").write_text(FAN)
         self.clock = FakeClock()
         self.ws = Workspace(build_catalog("workflows", root, None), root, root / ".wfrun")
         self.store = open_store(root, store_url, self.clock)
@@ -136,21 +166,25 @@ class World:
 
 
 def run_seed(seed: int, *, steps: int = 12, crash_every: float = 0.08,
-             store_url: str | None = None) -> Report:
-    """One seed; `store_url`: an empty Postgres schema to run it on (else SQLite)."""
+             store_url: str | None = None, fanout: bool = False) -> Report:
+    """One seed; `store_url`: an empty Postgres schema to run it on (else SQLite);
+    `fanout`: every other launch runs the map-and-parallel workflow."""
     tmp = Path(tempfile.mkdtemp(prefix=f"wfrun-fault-{seed}-"))
     try:
-        return _run(World(tmp / "p", seed, store_url), seed, steps, crash_every)
+        return _run(World(tmp / "p", seed, store_url), seed, steps, crash_every,
+                    "fan" if fanout else None)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _run(w: World, seed: int, steps: int, crash_every: float) -> Report:
+def _run(w: World, seed: int, steps: int, crash_every: float,
+         other: str | None = None) -> Report:
     report = Report(seed)
     rng = w.rng
     co = w.coordinator(crash_every)
     ids: list[str] = []
-    for _ in range(steps):
+    for step in range(steps):
+        ref = other if other is not None and step % 2 == 0 else "job"
         action = rng.choice(["start", "start", "session", "foreground", "drain", "drain",
                              "session_drain", "cancel", "expire", "restart"])
         try:
@@ -158,11 +192,11 @@ def _run(w: World, seed: int, steps: int, crash_every: float) -> Report:
                 session = rng.choice(SESSIONS) if action == "session" else None
                 value = {"who": f"w{rng.randrange(1000)}"}
                 if action == "foreground":  # queued and claimed in one commit, as `wfrun run`
-                    record = co.prepare_here("job", value)
+                    record = co.prepare_here(ref, value)
                     ids.append(record.run_id)
                     co.execute(record, control=RunControl())
                 else:
-                    record = co.prepare("job", value, session_id=session)
+                    record = co.prepare(ref, value, session_id=session)
                     ids.append(record.run_id)
             elif action in ("drain", "session_drain"):
                 session = rng.choice(SESSIONS) if action == "session_drain" else None
@@ -244,6 +278,8 @@ def check_invariants(w: World, ids: list[str]) -> list[str]:
                     problems.append(f"{run_id}: {node} ran {ran} times (budget is 2)")
             if status == "completed" and w.reader.final_output(run_id) != started["input"]:
                 problems.append(f"{run_id}: final output does not match the input")
+            if record.workflow_ref == "fan":
+                problems.extend(_fan_problems(w, run_id, trace, effects, status))
         elif record.status == "done":
             problems.append(f"{run_id}: done without a bundle")
     for held in w.store.launches.query(statuses=["queued", "starting", "running"]):
@@ -270,6 +306,34 @@ def check_invariants(w: World, ids: list[str]) -> list[str]:
     return problems
 
 
+def _fan_problems(w: World, run_id: str, trace: list[dict[str, Any]], effects: list[str],
+                  status: str | None) -> list[str]:
+    """A map's and a parallel node's items: none started a third time, none ran more
+    often than it was started, every one ended once the run completed, and each
+    fan-out node ended once per visit."""
+    from runner.store.domain.fanout import ItemKey
+
+    problems: list[str] = []
+    for node, labels in (("each", [f"item {i}" for i in range(FAN_ITEMS)]),
+                         ("both", ["branch a"])):
+        ends = sum(1 for e in trace if e["type"] in ("node_finished", "node_failed")
+                   and e.get("node") == node and not e["payload"].get("will_retry"))
+        if ends > 1:
+            problems.append(f"{run_id}: {node} ended {ends} times")
+        rows = w.store.fanout.items(ItemKey(run_id, node, 1))
+        for row in rows:
+            if row.starts > 2:
+                problems.append(f"{run_id}: {node}[{row.index}] started {row.starts} times")
+            if status == "completed" and row.state in ("pending", "running"):
+                problems.append(f"{run_id}: {node}[{row.index}] {row.state} after the run")
+        for i, label in enumerate(labels):
+            ran = effects.count(f"{run_id} {label}")
+            starts = rows[i].starts if i < len(rows) else 0
+            if ran > max(starts, 0) or ran > 2:
+                problems.append(f"{run_id}: {node}[{i}] ran {ran} times, started {starts}")
+    return problems
+
+
 def main(argv: list[str]) -> int:
     """`--seeds N` (default 1000) or `--seed S`: print one JSON line per failing seed
     and a summary."""
@@ -283,8 +347,9 @@ def main(argv: list[str]) -> int:
     t0 = time.perf_counter()
     failed = 0
     launches = crashes = 0
+    fanout = "--fanout" in argv  # maps and parallel nodes too (issue 37)
     for seed in seeds:
-        report = run_seed(seed)
+        report = run_seed(seed, fanout=fanout)
         launches += report.launches
         crashes += report.crashes
         if report.problems:

@@ -42,3 +42,22 @@ def test_every_crash_point_on_postgres_ends_every_launch_once(pg_cluster: PgClus
         assert report.launches > 0
         fired |= report.points
     assert fired == set(POINTS) - _UNREACHED
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(30))
+def test_maps_and_parallel_nodes_keep_every_item_once_through_crashes(seed: int) -> None:
+    """Issue 37: every item once (or, if it was running at a crash, at most twice), none
+    started a third time, each fan-out node ended once."""
+    report = run_seed(seed, fanout=True)
+    assert report.problems == [], report.to_json()
+
+
+def test_the_harness_crashes_inside_fan_out_nodes() -> None:
+    """Seeds 4 and 5 reach all three of the fan-out's crash points between them."""
+    points: set[str] = set()
+    for seed in (4, 5):
+        report = run_seed(seed, fanout=True)
+        assert report.problems == [], report.to_json()
+        points |= report.points
+    assert {"after_items_opened", "after_items_claimed", "before_items_settled"} <= points

@@ -43,6 +43,7 @@ POSTGRES_MODULES = frozenset({
     "test_store_chained_claims",
     "test_store_claims",
     "test_store_event_order",
+    "test_store_fanout",
     "test_store_launch_queue",
     "test_store_operations",
     "test_store_outbox",

@@ -12,7 +12,7 @@ from storekit import Backend, launch
 from runner.clock import FakeClock
 from runner.store import SqliteStore, Store
 from runner.store.domain.launch_queries import FIXED as _FIXED
-from runner.store.layout import ADDED_INDEXES
+from runner.store.layout import ADDED_INDEXES, ADDED_TABLES
 
 
 def _indexes(store: Any, backend: Backend) -> set[str]:
@@ -131,3 +131,27 @@ def test_a_page_of_the_live_launches_reads_the_claim_order_index(tmp_path: Path)
             "run-0000", "run-0001", "run-0002"]
     finally:
         old.close()
+
+
+def test_a_store_made_before_fanout_items_opens_and_gains_the_table(
+        backend: Backend, clock: FakeClock) -> None:
+    """`layout.ADDED_TABLES`: not refused as another layout; the writing open makes it."""
+    store = backend.open(clock)
+    with store._db.write() as conn:  # type: ignore[attr-defined]
+        conn.execute("DROP TABLE fanout_items")
+    store.close()
+    again: Store = backend.open(clock)
+    try:
+        assert {"fanout_items", *ADDED_TABLES["fanout_items"]} <= (
+            _indexes(again, backend) | _tables(again, backend))
+    finally:
+        again.close()
+
+
+def _tables(store: Any, backend: Backend) -> set[str]:
+    with store._db.write() as conn:
+        if backend.name == "sqlite":
+            rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            return {str(r[0]) for r in rows.fetchall()}
+        rows = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
+        return {str(r["tablename"]) for r in rows.fetchall()}

@@ -24,7 +24,7 @@ def test_nodes_of_one_shape_each_get_their_own_names_and_positions(tmp_path: Pat
     assert got == [
         ("edge-form", 8, 5, "an edge needs exactly one of 'to' or 'switch'", None),
         ("missing-kind", 5, 3, "node 'c' needs one kind key: agent, decision, compute, "
-         "action, notify, checkpoint, fail", None),
+         "action, notify, checkpoint, fail, parallel, map", None),
         ("unknown-key", 3, 19, "unknown key 'tmeout' in node 'a'", "did you mean 'timeout'?"),
         ("unknown-key", 4, 19, "unknown key 'tmeout' in node 'b'", "did you mean 'timeout'?"),
         ("wrong-type", 5, 14, "retry must be a mapping, not an integer",

@@ -7,7 +7,7 @@ import sqlite3
 import pytest
 
 from runner.store import SCHEMA_ID, TABLE_COLUMNS, TABLES
-from runner.store.layout import describe_column_drift, describe_table_drift
+from runner.store.layout import ADDED_TABLES, describe_column_drift, describe_table_drift
 from runner.store.sqlite.schema import (
     DDL,
     create_schema,
@@ -29,25 +29,21 @@ DESIGN_TABLES = {
     "effects",
     "workflow_requests",
     "controller_events",
-    "workflow_reruns",  # issue 39
-    "step_cache",  # issue 39
-    "audit_log",  # DESIGN §10: the HTTP API's actions (added within v1: ADDED_TABLES)
-    "notification_deliveries",  # DESIGN §10: the channel outbox (added within v1)
-    # DESIGN §10 (triggers, flow control), added within v1 (layout.ADDED_TABLES).
-    "trigger_firings",
-    "launch_gates",
-    "trigger_states",
 }
+#: Added within v1 since (layout.ADDED_TABLES; ADR 0008).
+ADDED = {"fanout_items", "workflow_reruns", "step_cache", "audit_log",
+         "notification_deliveries", "trigger_firings", "launch_gates", "trigger_states"}
 
 
 def test_the_contract_names_the_design_tables() -> None:
-    assert set(TABLES) == DESIGN_TABLES
+    assert set(TABLES) == DESIGN_TABLES | ADDED
+    assert set(ADDED_TABLES) == ADDED
     assert SCHEMA_ID == "wfrun.controller-store.v1"
 
 
 def test_the_ddl_creates_exactly_the_contract_columns() -> None:
     layout = expected_layout()
-    assert set(layout.tables) == DESIGN_TABLES
+    assert set(layout.tables) == DESIGN_TABLES | ADDED
     for table in TABLES:
         assert layout.columns[table] == TABLE_COLUMNS[table], table
     assert "epoch" in TABLE_COLUMNS["workflow_run_queue"]

@@ -1,0 +1,239 @@
+"""`parallel` and `map` in the engine (DESIGN §10): outputs and results addressing,
+fail_fast, max_steps per item, the item ceiling, retries per item, secrets kept out of
+the item ledger. The ledger here is the engine's own (MemoryLedger); the store's is
+proven in tests/integration/fanout and tests/integration/store/test_store_fanout.py."""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+from waiting import DEADLINE, wait_until
+
+from runner.engine import RunControl
+from runner.engine.items import MemoryLedger
+from runner.engine.secrets import SecretSource
+
+MAP = """\
+start: ls
+max_steps: {steps}
+nodes:
+  ls: {{compute: "{{{{ [3, 1, 2] }}}}"}}
+  each:
+    map:
+      over: "{{{{ outputs.ls }}}}"
+      as: n
+      do: {{compute: "{{{{ {{'n': n, 'i': index, 'twice': n * 2}} }}}}"}}
+  last: {{compute: "{{{{ outputs.each | map(attribute='twice') | list }}}}"}}
+edges:
+  - {{from: ls, to: each}}
+  - {{from: each, to: last}}
+"""
+
+
+def test_a_map_yields_its_outputs_in_item_order_and_counts_a_step_per_item(env: Any) -> None:
+    out = env.engine().start(env.workflow(MAP.format(steps=10)))
+    assert out.status == "completed", out.error
+    assert out.final_output == [6, 2, 4]
+    assert out.state.outputs["each"] == [{"n": 3, "i": 0, "twice": 6},
+                                         {"n": 1, "i": 1, "twice": 2},
+                                         {"n": 2, "i": 2, "twice": 4}]
+    items = out.state.results["each"]["items"]
+    assert [i["outcome"] for i in items] == ["ok"] * 3
+    assert out.state.steps == 3 + 3  # three nodes, three items
+
+
+def test_a_map_that_would_pass_max_steps_starts_no_item(env: Any) -> None:
+    out = env.engine().start(env.workflow(MAP.format(steps=4)))
+    assert out.status == "failed"
+    assert out.error is not None
+    assert out.error["code"] == "max_steps"
+    assert "3 items" in out.error["message"]
+
+
+def test_over_must_yield_a_list_within_the_item_limit(env: Any) -> None:
+    flow = """\
+    start: each
+    nodes:
+      each:
+        map: {over: "{{ input.xs }}", max_items: 2, do: {compute: "{{ item }}"}}
+    """
+    d = env.workflow(flow)
+    many = env.engine().start(d, {"xs": [1, 2, 3]})
+    assert many.status == "failed"
+    assert many.error is not None
+    assert many.error["code"] == "too_many_items"
+    assert "nodes.each.map.over yielded 3 items, over the limit of 2" in many.error["message"]
+    bad = env.engine().start(d, {"xs": "abc"})
+    assert bad.error is not None
+    assert bad.error["code"] == "bad_over"
+
+
+def test_parallel_fail_fast_cancels_the_rest_and_a_result_switch_routes_it(env: Any) -> None:
+    env.write("gate.sh", "while [ ! -e never ]; do sleep 0.01; done\n")
+    flow = """\
+    start: both
+    nodes:
+      both:
+        parallel:
+          branches:
+            bad: {action: {shell: [sh, -c, "exit 4"]}}
+            hang: {action: {shell: [sh, gate.sh]}}
+            fine: {compute: "{{ 'yes' }}"}
+      ok: {compute: "{{ 'ok' }}"}
+      caught:
+        compute: "{{ [results.both.error.item, outputs.both.fine, outputs.both.hang] }}"
+    edges:
+      - {from: both, switch: {on: $result.outcome, cases: {ok: ok, failed: caught}}}
+    """
+    out = env.engine().start(env.workflow(flow))
+    assert out.status == "completed", out.error
+    assert out.final_output == ["bad", "yes", None]
+    branches = out.state.results["both"]["branches"]
+    assert {k: v["outcome"] for k, v in branches.items()} == {
+        "bad": "failed", "hang": "cancelled", "fine": "ok"}
+
+
+def test_a_map_without_fail_fast_runs_every_item_and_retries_each_alone(env: Any) -> None:
+    flow = """\
+    start: each
+    nodes:
+      each:
+        map:
+          over: "{{ [0, 1, 2] }}"
+          max_concurrency: 2
+          do:
+            action:
+              use_shell: true
+              shell: >-
+                echo x >> tries.{{ item }};
+                [ {{ item }} -ne 1 ] || [ $(wc -l < tries.1) -ge 2 ]
+            retry: {attempts: 2}
+    """
+    out = env.engine().start(env.workflow(flow))
+    assert out.status == "completed", out.error
+    assert [len((env.root / f"tries.{i}").read_text().split()) for i in range(3)] == [1, 2, 1]
+    logs = [e["node"] for e in env.events(out.run_id, "node_log")]
+    assert sorted(logs) == ["each[0]", "each[1]", "each[1]", "each[2]"]
+
+
+def test_an_item_secret_never_reaches_the_ledger(env: Any) -> None:
+    flow = """\
+    secrets: [TOKEN]
+    start: each
+    nodes:
+      each:
+        map: {over: "{{ [1] }}", do: {compute: "{{ 'key=' ~ secrets.TOKEN }}"}}
+    """
+    ledger = MemoryLedger()
+    d = env.workflow(flow)
+    engine = env.engine(items=ledger, secret_source=SecretSource({"TOKEN": "s3cr3t-v4lue"}))
+    out = engine.start(d)
+    assert out.status == "completed", out.error
+    stored = json.dumps([r.output for r in ledger.items("each", 1)])
+    assert "s3cr3t-v4lue" not in stored
+    assert "***" in stored
+
+
+class _OneSession:
+    """A session-like executor (`name == "session"`): it holds one step at a time, so
+    two turns inside it at once is the bug this records."""
+
+    name = "session"
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.active = 0
+        self.most = 0
+        self.order: list[str] = []
+
+    def run_turn(self, step: Any, message: str, kind: Any) -> None:
+        with self.lock:
+            self.active += 1
+            self.most = max(self.most, self.active)
+            self.order.append(step.contract.step)
+        threading.Event().wait(0.05)  # room for another turn to come in, if one could
+        step.handle_tool_call({"action": "submit", "step": step.contract.step,
+                               "attempt": step.contract.attempt, "output": {"ok": True}})
+        with self.lock:
+            self.active -= 1
+
+
+def test_a_session_gets_agent_items_one_at_a_time_in_item_order(env: Any) -> None:
+    flow = """\
+    start: each
+    nodes:
+      each:
+        map:
+          over: "{{ [0, 1, 2, 3] }}"
+          max_concurrency: 4
+          do: {agent: {prompt: "review {{ item }}"}}
+      both:
+        parallel:
+          branches:
+            one: {agent: "first"}
+            two: {agent: "second"}
+            shell: {action: {shell: [echo, hi]}}
+    edges:
+      - {from: each, to: both}
+    """
+    session = _OneSession()
+    out = env.engine(executor=session).start(env.workflow(flow))
+    assert out.status == "completed", out.error
+    assert session.most == 1
+    assert session.order == ["each[0]", "each[1]", "each[2]", "each[3]", "both[one]",
+                             "both[two]"]
+
+
+def test_a_clean_park_gives_running_items_back_uncounted(env: Any) -> None:
+    """A park (a host's SIGTERM, a Ctrl-C) stops items; it is not a death, so their start
+    is not counted: three parks in a row never fail an item `interrupted`."""
+    flow = """\
+    start: each
+    nodes:
+      each:
+        map:
+          over: "{{ [0, 1] }}"
+          do:
+            action:
+              use_shell: true
+              shell: "echo x >> started.{{ item }}; while [ ! -e go ]; do sleep 0.01; done"
+    """
+    d = env.workflow(flow)
+    ledger = MemoryLedger()
+    engine = env.engine(items=ledger)
+    run_id: str | None = None
+    for round_ in range(1, 4):
+        run_id = _parked_once(env, engine, d, run_id, round_)
+        assert [r.starts for r in ledger.items("each", 1)] == [0, 0]
+    assert run_id is not None
+    (env.root / "go").touch()
+    out = engine.resume(run_id, env.resolver())
+    assert out.status == "completed", out.error
+    assert [(r.state, r.starts) for r in ledger.items("each", 1)] == [("ok", 1), ("ok", 1)]
+
+
+def _parked_once(env: Any, engine: Any, d: Any, run_id: str | None, round_: int) -> str:
+    """Start (or resume) the run, wait for both items to start, park it cleanly."""
+    control = RunControl()
+    done: list[Any] = []
+
+    def run() -> None:
+        if run_id is None:
+            done.append(engine.start(d, control=control))
+        else:
+            done.append(engine.resume(run_id, env.resolver(), control=control))
+
+    def started(i: int) -> int:
+        path = env.root / f"started.{i}"
+        return len(path.read_text().split()) if path.exists() else 0
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    wait_until(lambda: started(0) == started(1) == round_, what="both items to start")
+    control.park("a host stops", auto_resume=True)
+    thread.join(timeout=DEADLINE)
+    assert done[0].parked
+    rid: str = done[0].run_id
+    return rid
