@@ -16,7 +16,7 @@ from runner.lazy import lazy_names
 
 if TYPE_CHECKING:
     from .agent import AgentStep, AgentStepExecutor, StepContract, ToolResult, parse_tolerant
-    from .bundle import BundleWriter, FolderBundle
+    from .bundle import FolderBundle
     from .control import RunControl
     from .engine import Engine, check_input, new_run_id
     from .reader import RunReader
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 _LAZY: dict[str, str] = {
     **dict.fromkeys(("AgentStep", "AgentStepExecutor", "StepContract", "ToolResult",
                      "parse_tolerant"), "agent"),
-    **dict.fromkeys(("BundleWriter", "FolderBundle"), "bundle"),
+    "FolderBundle": "bundle",
     "RunControl": "control",
     **dict.fromkeys(("Engine", "check_input", "new_run_id"), "engine"),
     "RunReader": "reader",
@@ -46,7 +46,6 @@ __all__ = [
     "AgentStep",
     "AgentStepExecutor",
     "BundleRows",
-    "BundleWriter",
     "Engine",
     "FolderBundle",
     "MemoryRows",

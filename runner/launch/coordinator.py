@@ -383,12 +383,14 @@ class LaunchCoordinator(Preflight):
                                reason=reason)  # the bundle ends as the launch does
             self.fail_launch(record, act.token, "activation_failed", reason, fixed=True)
             return False
-        first = self.rows is not None and record.status == "starting" and record.epoch == 1
+        first = self.reader.space.commits_with_store and record.status == "starting" \
+            and record.epoch == 1
         if first or not self.reader.started(record.run_id):
             # No bundle, or one whose creator died before `run_started` was durable:
             # nothing ran, and the input is still in the row (it is cleared at running).
-            # A database bundle is created only under a claim, so on the first claim
-            # there is none to look for or discard (a read and a write less per run).
+            # A bundle committed with the store's own transitions exists only under a
+            # claim the store kept, so on the first claim there is none to look for or
+            # discard (a read and a write less per run).
             if not first:
                 engine.discard_unstarted(record.run_id, record.parent_run_id)
             if record.status != "starting":
@@ -464,29 +466,11 @@ class LaunchCoordinator(Preflight):
             self.fail_launch(record, token, code, reason)
             return False
         self.crash("during_starting")
-        if self.rows is not None:
-            # The bundle's first write takes the launch to `running` (link.py): a cancel
-            # that won meanwhile refuses that write, and `_lost` ends the launch.
-            act.driver = driver
-            return True
-        sent = self.clock.monotonic()
-        try:
-            running = self.store.launches.mark_running(record.run_id, token)
-        except BaseException:
-            # Refused (a full disk, the store gone): the guard settles the launch, and
-            # the bundle's lock goes now, or ending the bundle found it held "by
-            # another process" (this one).
-            driver.bundle.close()
-            raise
-        if isinstance(running, LostRace):
-            # Cancellation won the race: record it in the bundle we own, run nothing.
-            driver.bundle.fence = lambda: True
-            driver.finish("cancelled", error={"code": "cancelled",
-                                               "message": "cancelled before it started"})
-            return False
-        self._scrub_later()
-        act.running(running, sent, self.fence_margin)
         act.driver = driver
+        # The launch goes `running` now (a folder) or with the first node's start (a
+        # database bundle, link.py): a cancel that won meanwhile refuses it, and `_lost`
+        # ends the launch and the bundle.
+        driver.bundle.start_launch()
         return True
 
     @staticmethod
@@ -500,8 +484,6 @@ class LaunchCoordinator(Preflight):
         assert driver is not None
         assert engine is not None
         self.crash("before_executor_release")
-        if self.rows is None:
-            self.crash("after_running")  # as with database bundles (`_link`), before a node
         self._keeper.add(act)
         if act.checkpoint is not None:
             outcome = engine.drive_continuation(driver, act.checkpoint)
@@ -570,7 +552,7 @@ class LaunchCoordinator(Preflight):
                       crash_point=opts.crash_point,
                       secret_source=self._secret_source(record.run_id),
                       rows=self.rows, claim=token, patience=self.lease_seconds / 3,
-                      launch=None if self.rows is None or act is None else self._link(act),
+                      launch=None if act is None else self._link(act),
                       # Only a take-over (the claim found the row `running`: its runner
                       # died mid-node). A park stopped its node itself; that resumes as before.
                       effects_guarded=lambda: record.status == "running"
