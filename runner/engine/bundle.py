@@ -156,13 +156,15 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-def _create_private(path: str | Path, data: bytes) -> None:
+def _create_private(path: str | Path, data: bytes, *, sync: bool = False) -> None:
     """Write a new 0600 file in place: for a file no reader looks at yet (a refused
     write removes what it began)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         try:
             _write_all(fd, data)
+            if sync:
+                os.fsync(fd)
         finally:
             os.close(fd)
     except BaseException:
@@ -381,7 +383,16 @@ class FolderBundle:
         # Compact canonical JSON: the C encoder (indenting takes Python's slow one, twice
         # per run); `wfrun show` is the readable view.
         text = dumps(manifest) + "\n"
-        _write_private(self._manifest_path, text.encode(), sync=self.sync)
+        if self._fresh:
+            # The first one in place: no temp file to create and rename (a file creation
+            # is the dearest call a run makes here). Until `run_started` is durable the
+            # bundle is half-made, and a reader takes a torn manifest for no run yet.
+            try:
+                _create_private(self._manifest_path, text.encode(), sync=self.sync)
+            except FileExistsError:  # a creator writing its first manifest again
+                _write_private(self._manifest_path, text.encode(), sync=self.sync)
+        else:
+            _write_private(self._manifest_path, text.encode(), sync=self.sync)
         self._manifest = text
         self._fresh = False
 

@@ -218,6 +218,9 @@ class FolderSpace:
         except NotFoundError:
             raise _no_run(run_id) from None
         except OperationFailed:
+            if not self.started(run_id):
+                # Being created: the first manifest is written in place (bundle.py).
+                raise _no_run(run_id) from None
             raise OperationFailed(f"run '{run_id}' has a damaged manifest") from None
         except (IsADirectoryError, NotADirectoryError):
             raise _no_run(run_id) from None
