@@ -30,7 +30,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchkit import CHAIN3, machine, use_root  # bench/ is on sys.path
+from benchkit import CHAIN3, machine, plain_coordinator, use_root  # bench/ is on sys.path
 
 ROOT = use_root()
 
@@ -39,7 +39,6 @@ def cycles(n: int, no_chain: bool = False) -> None:
     """The measured body, run under valgrind (`--cycles N`)."""
     from runner.compiler import build_catalog
     from runner.host.runtime.local import Workspace
-    from runner.launch import LaunchCoordinator
     from runner.store import SqliteStore
 
     tmp = Path(tempfile.mkdtemp(prefix="wfrun-bench-instr-"))
@@ -49,7 +48,7 @@ def cycles(n: int, no_chain: bool = False) -> None:
         (root / ".wfrun" / "workflows" / "three.yaml").write_text(CHAIN3)
         ws = Workspace(build_catalog("workflows", root, None), root, root / ".wfrun")
         store = SqliteStore(root / ".wfrun" / "state" / "store.sqlite3")
-        coord = LaunchCoordinator(store, ws, ws.runs_dir, runner_id="bench-instr")
+        coord = plain_coordinator(ws, store, "bench-instr")
 
         # As a busy host slot: the next launch is claimed with the last run's ending
         # (bench_run_cost.py); without `next_claim` (an older --root) or with

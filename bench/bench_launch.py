@@ -56,7 +56,7 @@ if sys.argv[1:2] == ["--root"]:
     del sys.argv[1:3]
 sys.path.insert(0, str(ROOT))
 
-from benchkit import sqlite_commit_cost  # noqa: E402
+from benchkit import plain_coordinator, sqlite_commit_cost  # noqa: E402
 
 from runner.compiler import build_catalog  # noqa: E402
 from runner.host.runtime.local import Workspace  # noqa: E402
@@ -116,7 +116,7 @@ SCRUB = True  # --no-scrub: no WAL checkpoint after input is cleared (to compare
 def coordinator(root: Path, runner_id: str) -> tuple[SqliteStore, LaunchCoordinator]:
     ws = Workspace(build_catalog("workflows", root, None), root, root / ".wfrun")
     store = SqliteStore(root / ".wfrun" / "state" / "store.sqlite3")
-    return store, LaunchCoordinator(store, ws, ws.runs_dir, runner_id=runner_id,
+    return store, plain_coordinator(ws, store, runner_id,
                                     scrub_input=SCRUB)
 
 

@@ -56,6 +56,7 @@ from benchkit import (  # bench/ is on sys.path
     CHAIN3,
     file_create_cost,
     machine,
+    plain_coordinator,
     sqlite_commit_cost,
     use_root,
 )
@@ -64,7 +65,6 @@ ROOT = use_root()  # `--root DIR`: `runner` from DIR (benchkit.use_root)
 
 from runner.compiler import build_catalog  # noqa: E402
 from runner.host.runtime.local import Workspace  # noqa: E402
-from runner.launch import LaunchCoordinator  # noqa: E402
 from runner.store import SqliteStore  # noqa: E402
 
 WORKFLOW = CHAIN3
@@ -202,7 +202,7 @@ def main() -> int:
     create_us = file_create_cost(tmp)
     ws = Workspace(build_catalog("workflows", root, None), root, root / ".wfrun")
     store = SqliteStore(root / ".wfrun" / "state" / "store.sqlite3")
-    coord = LaunchCoordinator(store, ws, ws.runs_dir, runner_id="bench-cost",
+    coord = plain_coordinator(ws, store, "bench-cost",
                               scrub_input=not args.no_scrub)
     install_counters()
     split = Split() if args.split else None

@@ -69,9 +69,9 @@ def make_project(root: Path, size: int) -> None:
     for i in range(REAL):
         name = "boom" if i % 10 == 9 else "ask" if i % 25 == 24 else "quick"
         run_workflow(ws, store, name, {"n": i} if name == "quick" else {}, RunControl())
-    from runner.launch import LaunchCoordinator  # the real preflight queues them
+    from bench.benchkit import plain_coordinator  # the real preflight queues them
 
-    coordinator = LaunchCoordinator(store, ws, ws.runs_dir, runner_id="bench:1", clock=ws.clock)
+    coordinator = plain_coordinator(ws, store, "bench:1", clock=ws.clock)
     for i in range(QUEUED):
         coordinator.prepare("quick", {"n": -i})
     store.close()

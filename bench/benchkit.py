@@ -11,6 +11,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 #: The trivial 3-node compute chain the hot-path figures count (the tests use it too).
@@ -75,3 +76,15 @@ def sqlite_commit_cost(folder: Path, n: int = 100) -> float:
     finally:
         conn.close()
     return statistics.median(times)
+
+
+def plain_coordinator(ws: Any, store: Any, runner: str, **overrides: Any) -> Any:
+    """A `plain` runner built as tests build one (`runner.testing.build_coordinator`);
+    a `--root` tree from before `build_coordinator` gets its hand-built equivalent."""
+    try:
+        from runner.testing import build_coordinator
+    except ImportError:
+        from runner.launch import LaunchCoordinator
+
+        return LaunchCoordinator(store, ws, ws.runs_dir, runner_id=runner, **overrides)
+    return build_coordinator(ws, store, "plain", runner=runner, **overrides)

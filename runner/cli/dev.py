@@ -46,13 +46,14 @@ def dev_cmd(ctx: Context, names: tuple[str, ...], run_name: str | None, agent: s
 
     def queued() -> list[Any]:
         """Every queued launch (detached or a session's): their sources and digests."""
+        from runner.host.runtime.launches import book
         from runner.host.runtime.local import open_store, store_exists
 
         if not store_exists(ws):
             return []
         store = open_store(ws)
         try:
-            rows: list[Any] = store.launches.query(statuses=["queued"])
+            rows: list[Any] = book(store).query(statuses=["queued"])
             return rows
         finally:
             store.close()

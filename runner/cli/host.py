@@ -21,6 +21,7 @@ from runner.host.daemon import (
     host_lock,
 )
 from runner.host.runtime.controllers import discover, load_all, make_manager
+from runner.host.runtime.launches import book
 from runner.host.runtime.local import open_store
 
 from .app import cli
@@ -132,7 +133,7 @@ def _ended_line(store: Any, run_id: str, outcome: RunOutcome | None) -> str:
     """One line per run the host finished with, parked or could not start."""
     if outcome is None:
         try:
-            row = store.launches.get(run_id)
+            row = book(store).get(run_id)
         except Exception:  # a store error (cli may not import runner.store)
             # The store is away: say what is known; a report line never stops the host.
             return f"run {run_id} let go (the store did not answer)"

@@ -91,7 +91,7 @@ STATUS_PAGE = 100
 @click.pass_obj
 def status_cmd(ctx: Context, run_id: str | None, limit: int, as_json: bool) -> None:
     """Launch and run state; works before a run bundle exists."""
-    from runner.host.runtime.launches import ACTIVE, launch_status
+    from runner.host.runtime.launches import ACTIVE, book, launch_status
     from runner.host.runtime.local import open_store
 
     ws = workspace(ctx)
@@ -99,9 +99,9 @@ def status_cmd(ctx: Context, run_id: str | None, limit: int, as_json: bool) -> N
     if run_id is None:
         # A page, not the whole queue: 100,000 queued launches took 12.5 s and 434 MB
         # as rows, each re-read and re-hashed. The total is counted in SQL.
-        counts = store.launches.counts()
+        counts = book(store).counts()
         total = sum(counts.get(s, 0) for s in ACTIVE)
-        records = store.launches.query(statuses=ACTIVE, limit=limit or None)
+        records = book(store).query(statuses=ACTIVE, limit=limit or None)
         rows = [launch_status(ws, store, r.run_id, record=r) for r in records]
         if as_json:
             click.echo(json.dumps({"launches": rows, "total": total}, indent=2))

@@ -38,18 +38,15 @@ from runner.engine.processes import (
     registry_for_this_process,
 )
 from runner.engine.runner import Observer
-from runner.engine.secrets import SecretSource
 from runner.errors import InputError, machine_fault
-from runner.launch import EngineOptions, LaunchCoordinator
-from runner.launch.coordinator import LEASE_SECONDS, RENEW_EVERY
-from runner.launch.handback import executor_for_sessions
+from runner.launch.coordinator import LEASE_SECONDS
 from runner.launch.wakeups import LaunchListener
 from runner.private import private_dirs
 from runner.store import LaunchRecord, NextClaim, QueuedSources, Store, StoreError
 from runner.store.wakeups import launch_wakeups
 
+from .runtime.coordinators import build_coordinator
 from .runtime.errors import translate
-from .runtime.launches import runner_id
 from .runtime.local import Workspace
 from .runtime.watch import Drift, Sourced, SourceWatch
 from .workers import (
@@ -280,17 +277,10 @@ class StandaloneHost:
         self.max_runs = max(max_runs, 1)
         self.poll = poll
         # A session's run handed over to this host gives its agent steps back.
-        options = EngineOptions(executor=executor_for_sessions(store, executor),
-                                observer=observer,
-                                durability=durability, project_root=ws.project_root,
-                                processes=self.processes, crash_point=ws.crash_point,
-                                secret_source=SecretSource(environ=dict(os.environ)))
-        self.coordinator = LaunchCoordinator(store, ws, ws.runs_dir, runner_id=runner_id(),
-                                             clock=ws.clock, options=options,
-                                             lease_seconds=lease_seconds,
-                                             renew_every=min(RENEW_EVERY, lease_seconds / 3),
-                                             crash=ws.crash_point,
-                                             rows=ws.bundle_rows(store), for_sessions=True)
+        self.coordinator = build_coordinator(ws, store, "host", executor=executor,
+                                             observer=observer, durability=durability,
+                                             processes=self.processes,
+                                             lease_seconds=lease_seconds)
         self.coordinator.faults.announce = True  # launches a full disk left waiting
         self.stop_event = threading.Event()
         self._wake = threading.Event()  # a run ended (a slot is free) or the host stops
@@ -425,7 +415,7 @@ class StandaloneHost:
             return
         self._watched_at = now
         try:
-            rows = self.store.launches.queued_sources(limit=WATCH_SOURCES)
+            rows = self.coordinator.book.queued_sources(limit=WATCH_SOURCES)
         except StoreError as exc:
             log.debug("source watch: cannot list queued launches: %s", exc.message)
             return

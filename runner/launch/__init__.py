@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from runner.safety import redact, safe_message
 
-from .coordinator import Activation, EngineOptions, LaunchCoordinator, PreflightError, Resolver
+from .activation import Activation
+from .coordinator import LaunchCoordinator
+from .engines import EngineOptions
 from .intents import fallback_text, intent_id, launch_failed_text, message_id, new_intent
-from .preflight import workflow_name
+from .preflight import PreflightError, Resolver, workflow_name
 
 __all__ = [
     "Activation",

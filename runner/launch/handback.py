@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable
 
 from runner.engine.agent import AgentStep, AgentStepExecutor, TurnKind
-from runner.store import LaunchRecord, Store, StoreError
+from runner.store import LaunchBook, LaunchRecord, Store, StoreError
 
 log = logging.getLogger(__name__)
 ExecutorFor = Callable[[LaunchRecord], AgentStepExecutor | None]
@@ -25,14 +25,14 @@ class HandBack:
 
     name = "session"
 
-    def __init__(self, store: Store, run_id: str) -> None:
-        self.store = store
+    def __init__(self, book: LaunchBook, run_id: str) -> None:
+        self.book = book
         self.run_id = run_id
 
     def run_turn(self, step: AgentStep, message: str, kind: TurnKind) -> None:
         try:
             # First: should the park below not get through, only the session takes it.
-            self.store.launches.hand_back(self.run_id)
+            self.book.hand_back(self.run_id)
         except StoreError as exc:
             log.warning("run %s not handed back to its session yet: %s", self.run_id,
                         exc.message)
@@ -43,8 +43,10 @@ class HandBack:
 def executor_for_sessions(store: Store, own: AgentStepExecutor | None) -> ExecutorFor:
     """A host's executor factory: its own agent for detached launches, `HandBack`
     for a session's."""
+    book = LaunchBook(store)
+
     def pick(record: LaunchRecord) -> AgentStepExecutor | None:
         if record.origin_session_id is not None:
-            return HandBack(store, record.run_id)
+            return HandBack(book, record.run_id)
         return own
     return pick

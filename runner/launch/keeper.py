@@ -1,4 +1,4 @@
-"""The lease keeper: one thread per coordinator for every run it is executing.
+"""The lease keeper: one thread per runner for every run it is executing.
 
 While a run executes, its claim is renewed by the shared renewer
 (`runner.leases.Renewer`, every `renew_every`, at most lease/3 by default) and, on
@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING
 
 from runner.clock import Clock
 from runner.leases import Renewer
-from runner.store import LostRace, Store, StoreError
+from runner.store import LaunchBook, LostRace, Store, StoreError
 
 if TYPE_CHECKING:
-    from .coordinator import Activation
+    from .activation import Activation
 
 CANCEL_POLL = 0.5
 CANCEL_EVENT = "cancel_requested"
@@ -38,10 +38,12 @@ class _Kept:
 
 
 class LeaseKeeper:
-    def __init__(self, store: Store, clock: Clock, lease_seconds: float, renew_every: float,
-                 runner_id: str = "", tick: Callable[[], None] = lambda: None) -> None:
+    def __init__(self, store: Store, book: LaunchBook, clock: Clock, lease_seconds: float,
+                 renew_every: float, runner_id: str = "",
+                 tick: Callable[[], None] = lambda: None) -> None:
         self.store = store
-        self.tick = tick  # the coordinator's due work (its batched input scrub)
+        self.book = book
+        self.tick = tick  # the runner's due work (its batched input scrub)
         self.clock = clock
         self.lease_seconds = lease_seconds
         self.renew_every = renew_every
@@ -85,13 +87,13 @@ class LeaseKeeper:
         act = kept.act
         sent = self.clock.monotonic()
         try:
-            renewed = self.store.launches.renew_lease(act.record.run_id, act.token,
+            renewed = self.book.renew_lease(act.record.run_id, act.token,
                                                       lease_seconds=self.lease_seconds)
         except StoreError:
             return None  # a busy store; the next tick retries before the lease runs out
         if isinstance(renewed, LostRace):
             return False
-        act.held(renewed, sent, self.lease_seconds / 3)  # the fence answers from it
+        act.fence.held(renewed, sent)  # the fence answers from it
         return True
 
     def _lost(self, kept: _Kept) -> None:
@@ -100,6 +102,6 @@ class LeaseKeeper:
             if current is not kept and current is not None:
                 self._kept[id(kept.act)] = current  # added again meanwhile: not this one
         if current is kept:  # not removed meanwhile: the run is still executing
-            kept.act.lease["running"] = False  # the fence asks the store from now on
+            kept.act.fence.lost()  # the fence asks the store from now on
             kept.act.claim_lost = True
             kept.act.control.park("claim lost", clean=False)

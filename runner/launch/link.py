@@ -12,7 +12,7 @@ locked launch row) is the bundle write's fence: a refused guard writes nothing.
 A folder bundle has no transaction to share: it runs the same steps with no write
 (`run(None)`), the `running` one just before the executor is released and the
 ending's right after its seal, each committed as the store commits a transition
-without a bundle.
+without a bundle. The link of one activation is `activator.RunLink`.
 """
 
 from __future__ import annotations
@@ -20,9 +20,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from runner.engine import RunOutcome
-from runner.engine.rows import LaunchStep
-from runner.store import BundleRefused, BundleWrite, LaunchRecord, LostRace, StoreUnavailable
+from runner.store import (
+    BundleRefused,
+    BundleWrite,
+    LaunchBook,
+    LaunchRecord,
+    LostRace,
+    StoreUnavailable,
+)
 
 Transition = Callable[[BundleWrite | None], LaunchRecord | LostRace]
 
@@ -51,17 +56,24 @@ class Step:
         return "ok"
 
 
-class Link:
-    """`LaunchLink` from two factories: the `running` step, and the ending's for an
-    outcome (None: the coordinator records that ending apart)."""
+class RunningStep:
+    """The launch's `running` transition carrying the run's first bundle write: it
+    tells `ran` the committed row and when the statement was sent (the fence answers
+    from that, activation.py)."""
 
-    def __init__(self, running: Callable[[], Step],
-                 ended: Callable[[RunOutcome], Step | None]) -> None:
-        self._running = running
-        self._ended = ended
+    def __init__(self, book: LaunchBook, run_id: str, token: str, sent: float,
+                 ran: Callable[[LaunchRecord, float], None]) -> None:
+        self._book = book
+        self._run_id = run_id
+        self._token = token
+        self._sent = sent
+        self._ran = ran
 
-    def running(self) -> LaunchStep | None:
-        return self._running()
+    def __call__(self, bundle: BundleWrite | None) -> LaunchRecord | LostRace:
+        return self._book.mark_running(self._run_id, self._token, bundle=bundle)
 
-    def ended(self, outcome: RunOutcome) -> LaunchStep | None:
-        return self._ended(outcome)
+    def step(self) -> Step:
+        return Step(self, self._then)
+
+    def _then(self, record: LaunchRecord) -> None:
+        self._ran(record, self._sent)

@@ -16,7 +16,9 @@ from runner.compiler import WorkflowDefinition
 from runner.engine import check_input, new_run_id
 from runner.engine.secrets import split_input
 from runner.errors import DefinitionInvalid, InputError, NotFoundError, WfrunError
-from runner.store import LaunchRecord, LostRace, NewLaunch, StoreError
+from runner.store import LaunchBook, LaunchRecord, LostRace, NewLaunch, StoreError
+
+from .held import HeldInput
 
 if TYPE_CHECKING:
     from runner.clock import Clock
@@ -39,24 +41,26 @@ class PreflightError(InputError):
 
 
 class Preflight:
-    """The preparation half of the coordinator (it supplies the attributes below)."""
+    """Prepares launches for one runner: the checks, then the `queued` row."""
 
-    store: Store
-    resolver: Resolver
-    reader: RunReader
-    clock: Clock
-    runs_dir: Path
-    crash: Callable[[str], None]
-    held: dict[str, dict[str, Any]]
+    def __init__(self, store: Store, book: LaunchBook, resolver: Resolver, reader: RunReader,
+                 clock: Clock, runs_dir: Path, held: HeldInput, *,
+                 crash: Callable[[str], None]) -> None:
+        self.store = store
+        self.book = book
+        self.resolver = resolver
+        self.reader = reader
+        self.clock = clock
+        self.runs_dir = runs_dir
+        self._held = held
+        self.crash = crash
 
     def safe(self, text: str, run_input: Any = None) -> str:
-        raise NotImplementedError
+        return self._held.safe(text, run_input)
 
     def relative(self, text: str) -> str:
-        """Messages shown to a model or kept in the store name files relative to the
-        project, never by absolute path (it says where the user's files live)."""
-        root = str(self.runs_dir.parent.parent) + "/"
-        return text.replace(root, "") if len(root) > 1 else text
+        """`text` with the project's files named relative to it (`relative`)."""
+        return relative(self.runs_dir, text)
 
     def prepare(self, ref: str, run_input: Any = None, *, session_id: str | None = None,
                 parent_run_id: str | None = None, presentation_pending: str | None = None,
@@ -90,7 +94,7 @@ class Preflight:
                                  "start the next workflow")
         try:
             if session_id is not None:
-                held = self.store.launches.find_session_reservation(session_id)
+                held = self.book.reservation(session_id)
                 if held is not None:
                     raise PreflightError("activation_failed", _reserved(held.run_id, held.status))
             # A controller child's run id is saved on its request before it is queued.
@@ -102,7 +106,7 @@ class Preflight:
                 value, hidden = split_input(definition, value)
             source = {"source": definition.source.to_json() if definition.source else None,
                       "sources": [s.to_json() for s in definition.sources]}
-            result = self.store.launches.enqueue(NewLaunch(
+            result = self.book.enqueue(NewLaunch(
                 run_id=run_id, workflow_ref=stored_ref, source=source,
                 definition_digest=definition.digest, input=value,
                 workflow_path=definition.source.path if definition.source else None,
@@ -115,7 +119,7 @@ class Preflight:
         except ValueError as exc:  # the store refuses the input (too large, not plain JSON)
             raise PreflightError("input_invalid", self.safe(str(exc))) from None
         if hidden and not isinstance(result, LostRace):
-            self.held[run_id] = hidden
+            self._held.values[run_id] = hidden
         self.crash("after_queued_commit")
         if isinstance(result, LostRace):
             if result.reason == "session_reserved":
@@ -159,6 +163,13 @@ class Preflight:
         if manifest.get("definition_digest") != definition.digest:
             raise PreflightError("source_changed", f"the workflow changed since run "
                                  f"'{parent_run_id}' started; start a new run instead")
+
+
+def relative(runs_dir: Path, text: str) -> str:
+    """Messages shown to a model or kept in the store name files relative to the
+    project, never by absolute path (it says where the user's files live)."""
+    root = str(runs_dir.parent.parent) + "/"
+    return text.replace(root, "") if len(root) > 1 else text
 
 
 def _plain_json(value: Any) -> Any:

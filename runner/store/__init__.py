@@ -7,6 +7,7 @@ This package imports nothing from the rest of `runner`.
 
 from __future__ import annotations
 
+from runner.store.book import LaunchBook
 from runner.store.errors import (
     RESET_INSTRUCTION,
     IdentityConflict,
@@ -25,7 +26,9 @@ from runner.store.interface import (
     DEFAULT_LEASE_SECONDS,
     BundleRefused,
     BundleWrite,
+    InputScrub,
     LaunchQueue,
+    NoScrub,
     Notifications,
     RunEvents,
     Store,
@@ -84,6 +87,8 @@ __all__ = [
     "IdentityConflict",
     "IncompatibleLayout",
     "InputCleared",
+    "InputScrub",
+    "LaunchBook",
     "LaunchErrorCode",
     "LaunchQueue",
     "LaunchRecord",
@@ -94,6 +99,7 @@ __all__ = [
     "NewNotification",
     "NewTurnIntent",
     "NextClaim",
+    "NoScrub",
     "Notification",
     "NotificationKind",
     "Notifications",

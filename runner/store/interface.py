@@ -351,6 +351,44 @@ class RunEvents(Protocol):
         ...
 
 
+class InputScrub(Protocol):
+    """One runner's scrub of cleared private input from the store's files (SQLite: a
+    WAL checkpoint, batched; runner/store/sqlite/scrub.py). A store with nothing to
+    scrub hands out `NoScrub`."""
+
+    def cleared(self) -> None:
+        """An activation cleared input: owe a scrub, paid when the batch is due."""
+        ...
+
+    def tick(self) -> None:
+        """Pay the owed scrubs if the batch is due."""
+        ...
+
+    def flush(self) -> None:
+        """Pay the owed scrubs, if any."""
+        ...
+
+    def now(self) -> None:
+        """Scrub at once (and pay what is owed)."""
+        ...
+
+
+class NoScrub:
+    """The scrub of a store that keeps no stale copy of cleared input (Postgres)."""
+
+    def cleared(self) -> None:
+        pass
+
+    def tick(self) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def now(self) -> None:
+        pass
+
+
 class Store(Protocol):
     """The durable store (DESIGN §5)."""
 
@@ -371,6 +409,12 @@ class Store(Protocol):
 
     def now_ms(self) -> int:
         """The store's clock, in integer milliseconds."""
+        ...
+
+    def input_scrub(self, monotonic: Callable[[], float], *,
+                    enabled: bool = True) -> InputScrub:
+        """A runner's own scrub of cleared input, batched on its `monotonic` clock
+        (`enabled=False`: owed and paid, never run; benches compare without it)."""
         ...
 
     def close(self) -> None: ...

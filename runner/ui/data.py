@@ -20,7 +20,7 @@ from runner.host.runtime.launches import explain
 from runner.host.runtime.local import Workspace, open_store, store_exists
 from runner.host.runtime.runstate import COUNTED_STATES, counted_rows, run_state, state_counts
 from runner.host.runtime.views import launch_row, run_row, shown_input
-from runner.store import LaunchRecord, Store
+from runner.store import LaunchBook, LaunchRecord, Store
 from runner.store.controller_interface import ControllerStore
 
 from .graph import layout, render_svg
@@ -91,15 +91,15 @@ def runs_page(site: Site, *, status: str | None = None, workflow: str | None = N
         return view
     # Per run state, as `wfrun runs` names them: done rows split into completed and
     # waiting by their ending.
-    counts = state_counts(store.launches.ending_counts(workflow_ref=workflow or None))
+    counts = state_counts(LaunchBook(store).ending_counts(workflow_ref=workflow or None))
     view["counts"] = counts
     view["all"] = sum(counts.values())
     view["total"] = counts[status] if status else view["all"]
     view["pages"] = max(1, -(-view["total"] // size))
-    view["workflows"] = list(store.launches.workflow_counts())
+    view["workflows"] = list(LaunchBook(store).workflow_counts())
     # A chip counts rows by status and ending alone, so its page takes exactly those rows.
     rows = counted_rows(status) if status else None
-    records = store.launches.page(statuses=rows.statuses if rows else None,
+    records = LaunchBook(store).page(statuses=rows.statuses if rows else None,
                                   ending=rows.ending if rows else None,
                                   workflow_ref=workflow or None,
                                   newest_first=view["order"] == "newest",
@@ -127,7 +127,7 @@ def run_page(site: Site, run_id: str) -> dict[str, Any]:
     """The static part of the run page: manifest, links, launch row, the graph."""
     reader = site.reader
     store = site.store()
-    record = store.launches.get(run_id) if store is not None else None
+    record = LaunchBook(store).get(run_id) if store is not None else None
     if not reader.exists(run_id):
         if record is None:
             raise NotFoundError(f"no run '{run_id}'")
@@ -170,7 +170,7 @@ def run_page(site: Site, run_id: str) -> dict[str, Any]:
 def launch_of(site: Site, run_id: str) -> LaunchRecord | None:
     """The run's launch row, None without a store or a row (the live views' state)."""
     store = site.store()
-    return store.launches.get(run_id) if store is not None else None
+    return LaunchBook(store).get(run_id) if store is not None else None
 
 
 def _launch(record: LaunchRecord) -> dict[str, Any]:
@@ -196,7 +196,7 @@ def queue_page(site: Site) -> dict[str, Any]:
     store = site.store()
     groups: dict[str, list[dict[str, Any]]] = {s: [] for s in (*WAITING_STATES, "running")}
     if store is not None:
-        for record in store.launches.query(statuses=list(groups),  # type: ignore[arg-type]
+        for record in LaunchBook(store).query(statuses=list(groups),  # type: ignore[arg-type]
                                            limit=QUEUE_LIMIT):
             entry = {"run_id": record.run_id, "workflow": record.workflow_ref,
                      "status": record.status, "created_at": record.created_at,

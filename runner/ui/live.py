@@ -18,6 +18,7 @@ from typing import Any
 from runner.engine import RunReader
 from runner.errors import WfrunError
 from runner.host.runtime.runstate import ENDED_STATES, run_state
+from runner.store import LaunchBook
 
 from .data import Site, launch_of
 from .runview import run_live
@@ -95,7 +96,7 @@ async def run_events(site: Site, run_id: str, *,
                 return
         elif tail.snapshot is None and polls % LAUNCH_POLLS == 0:
             store = site.store()
-            record = store.launches.get(run_id) if store is not None else None
+            record = LaunchBook(store).get(run_id) if store is not None else None
             status = record.status if record is not None else None
             if status != launch_status:
                 launch_status = status

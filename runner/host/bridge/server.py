@@ -321,7 +321,7 @@ class BridgeServer:
         stays the truth)."""
         runtime, host = self._session()
         limit = int(wire.field_number(params, "limit", LAUNCH_VIEW_LIMIT))
-        rows = runtime.store.launches.query(session_id=host.sid)[-max(limit, 1):]
+        rows = runtime.coordinator.book.query(session_id=host.sid)[-max(limit, 1):]
         return {"launches": [
             {"runId": r.run_id, "workflow": r.workflow_ref, "status": r.status,
              "error": ({"code": r.error_code, "message": r.error_message}

@@ -51,7 +51,7 @@ class LocalChildLauncher:
         return None
 
     def status(self, run_id: str) -> LaunchStatus | None:
-        record = self.coordinator.store.launches.get(run_id)
+        record = self.coordinator.book.get(run_id)
         return None if record is None else record.status
 
     def take_over(self, run_id: str) -> bool:
@@ -111,7 +111,7 @@ class LocalChildLauncher:
                     return  # shut down before a slot freed up: the row stays for a host
                 record: LaunchRecord | None
                 if claimed:
-                    record = self.coordinator.store.launches.get(run_id)
+                    record = self.coordinator.book.get(run_id)
                 else:
                     try:
                         record = self.coordinator.claim(run_id)

@@ -5,7 +5,6 @@ The CLI and the standalone host call these; they hold no state of their own.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
@@ -21,15 +20,14 @@ from runner.controllers import (
 )
 from runner.controllers.definitions import unknown_controller
 from runner.engine import AgentStepExecutor
-from runner.engine.processes import reap_dead_registries, registry_for_this_process
-from runner.engine.secrets import SecretSource
+from runner.engine.processes import reap_dead_registries
 from runner.errors import ConflictError, DefinitionInvalid, InputError, NotFoundError
-from runner.launch import EngineOptions, LaunchCoordinator
+from runner.launch import LaunchCoordinator
 from runner.store import Store
 from runner.store.controller_interface import ControllerStore
 
 from .children import DEFAULT_CHILD_WORKERS, LocalChildLauncher
-from .launches import environment_secrets, runner_id
+from .coordinators import build_coordinator
 from .local import Workspace
 
 
@@ -110,20 +108,9 @@ def make_manager(ws: Workspace, store: ControllerStore, entries: list[Controller
 
 def child_coordinator(ws: Workspace, store: ControllerStore,
                       executor: AgentStepExecutor | None = None) -> LaunchCoordinator:
-    """The launch coordinator of controller children (the store's launch side).
-
-    Like a foreground runner's: shell process groups are recorded in this process's
-    registry (so whoever takes a child over from a dead process can reap them), and
-    the `WFRUN_CRASH_AT` test seam reaches the launch and the engine."""
-    options = EngineOptions(executor=lambda _record: executor, project_root=ws.project_root,
-                            processes=registry_for_this_process(ws.children_dir),
-                            crash_point=ws.crash_point,
-                            secret_source=SecretSource(environ=dict(os.environ)))
+    """The launch coordinator of controller children (the store's launch side)."""
     launches: Store = cast(Store, store)  # one SQLite file holds both sides
-    return LaunchCoordinator(launches, ws, ws.runs_dir, runner_id=runner_id(),
-                             clock=ws.clock, options=options,
-                             secrets=environment_secrets(), crash=ws.crash_point,
-                             rows=ws.bundle_rows(store))
+    return build_coordinator(ws, launches, "child", executor=executor)
 
 
 def child_launcher(ws: Workspace, store: ControllerStore,

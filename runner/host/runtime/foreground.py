@@ -9,12 +9,11 @@ by `wfrun host` or `wfrun resume`, and `wfrun cancel` works on it either way.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any
 
 from runner.engine import AgentStepExecutor, RunControl, RunOutcome, RunReader
-from runner.engine.processes import reap_dead_registries, registry_for_this_process
+from runner.engine.processes import reap_dead_registries
 from runner.engine.runner import Observer
 from runner.engine.secrets import SecretSource, write_only_fields
 from runner.engine.secrets import resolve as resolve_secrets
@@ -27,16 +26,12 @@ from runner.errors import (
     TemporaryError,
     WfrunError,
 )
-from runner.launch import EngineOptions, LaunchCoordinator, PreflightError, workflow_name
-from runner.store import LaunchRecord, Store
+from runner.launch import LaunchCoordinator, PreflightError, workflow_name
+from runner.store import LaunchBook, LaunchRecord, Store
 
-from .launches import dead_local_runner, environment_secrets, runner_id
+from .coordinators import build_coordinator
+from .launches import dead_local_runner
 from .local import Workspace
-
-
-def secret_source(given: Mapping[str, str] | None = None) -> SecretSource:
-    """This process's secrets: `--secret` values first, then its environment."""
-    return SecretSource(given=dict(given or {}), environ=dict(os.environ))
 
 
 def foreground_coordinator(ws: Workspace, store: Store, *,
@@ -44,13 +39,9 @@ def foreground_coordinator(ws: Workspace, store: Store, *,
                            observer: Observer | None = None,
                            durability: str = "full",
                            secrets: Mapping[str, str] | None = None) -> LaunchCoordinator:
-    options = EngineOptions(executor=lambda _record: executor, observer=observer,
-                            durability=durability, project_root=ws.project_root,
-                            processes=registry_for_this_process(ws.children_dir),
-                            crash_point=ws.crash_point, secret_source=secret_source(secrets))
-    return LaunchCoordinator(store, ws, ws.runs_dir, runner_id=runner_id(), clock=ws.clock,
-                             options=options, secrets=environment_secrets(),
-                             crash=ws.crash_point, rows=ws.bundle_rows(store))
+    """The runner of a foreground run (`wfrun run`, `start --wait`, `resume`, `answer`)."""
+    return build_coordinator(ws, store, "foreground", executor=executor, observer=observer,
+                             durability=durability, given=secrets)
 
 
 def prepared(coordinator: LaunchCoordinator, ref: str, value: Any, *,
@@ -115,13 +106,13 @@ def execute_here(coordinator: LaunchCoordinator, run: str | LaunchRecord, contro
         record, run_id = run, run.run_id
     else:
         run_id = run
-        row = coordinator.store.launches.get(run_id)
+        row = coordinator.book.get(run_id)
         dead = dead_local_runner(row.runner_id) if row is not None else None
         record = coordinator.claim(run_id, dead_runner=dead)
     outcome = coordinator.execute(record, control=control, force=force)
     if outcome is not None:
         return outcome
-    row = coordinator.store.launches.get(run_id)
+    row = coordinator.book.get(run_id)
     fault = coordinator.faults.last
     if fault is not None and row is not None and row.status == "parked":
         raise TemporaryError(f"run {run_id} is parked: {fault.problem}; {fault.todo}, then "
@@ -192,7 +183,7 @@ def resume_run(ws: Workspace, store: Store, run_id: str, control: RunControl, *,
     """An explicit resume: a parked launch, or one whose runner died (lease expired)."""
     # Shell process groups left by a runner that died would run on beside the resume.
     reap_dead_registries(ws.children_dir)
-    if store.launches.get(run_id) is None:
+    if LaunchBook(store).get(run_id) is None:
         # Every run is a launch row; one without (a bundle from before that, or a store
         # that was reset) is not run around the queue, where `runs`, `status`, `cancel`
         # and the hosts would not see it. Nothing is changed: its bundle stays readable.

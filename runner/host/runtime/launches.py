@@ -6,20 +6,24 @@ exists, then add what the bundle says once it does.
 
 from __future__ import annotations
 
-import os
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from runner.errors import NotFoundError, WfrunError
-from runner.safety import MIN_SECRET_CHARS, safe_message, secret_env_values
+from runner.safety import safe_message
 
+# The runner's identity lives in identity.py (coordinators.py reads it without this
+# module); named here too, where its importers have always found it.
+from .identity import dead_local_runner as dead_local_runner
+from .identity import environment_secrets as environment_secrets
+from .identity import runner_id as runner_id
 from .local import Workspace
 from .runstate import ENDED_STATES, run_state
 
 if TYPE_CHECKING:
     from runner.engine import AgentStepExecutor
     from runner.launch import LaunchCoordinator
-    from runner.store import LaunchRecord, LaunchStatus, Store
+    from runner.store import LaunchBook, LaunchRecord, LaunchStatus, Store
 
     from .drift import Drift
 
@@ -27,58 +31,23 @@ if TYPE_CHECKING:
 DRIFT_STATES = ("queued", "starting")
 
 
-def runner_id() -> str:
-    import socket  # here: `status` never names a runner (cold start)
+def book(store: Store) -> LaunchBook:
+    """The launch queue's one facade over an open store (`runner.store.LaunchBook`):
+    how the host's functions, and the CLI through them, read launches."""
+    from runner.store import LaunchBook  # here: cold views import this module
 
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def dead_local_runner(runner: str | None) -> str | None:
-    """`runner` if it names a process of this machine that no longer exists."""
-    if runner is None:
-        return None
-    import socket
-
-    host, _, pid = runner.rpartition(":")
-    if host != socket.gethostname() or not pid.isdigit():
-        return None
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return runner
-    except PermissionError:
-        return None  # alive, someone else's
-    try:
-        # A killed runner whose parent died too stays a zombie where nothing reaps
-        # orphans (a container without an init): dead all the same.
-        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as fh:
-            state = fh.read().rsplit(")", 1)[-1].split()[0]
-    except (OSError, IndexError):
-        return None
-    return runner if state in ("Z", "X") else None
-
-
-def environment_secrets() -> tuple[str, ...]:
-    """Values of this process's secret-named environment variables (redacted wherever
-    they would be persisted or shown to a model), by the one policy in runner/safety.py."""
-    return tuple(v for v in secret_env_values(os.environ) if len(v) >= MIN_SECRET_CHARS)
+    return LaunchBook(store)
 
 
 def detached_coordinator(ws: Workspace, store: Store,
                          executor: AgentStepExecutor | None = None) -> LaunchCoordinator:
+    """The runner of a command outside every session (`wfrun start`, `resume`,
+    `cancel`): a session's launch it runs gives its agent steps back."""
     # Here, not at the top: `status` and `why` read rows and bundles and must not load
     # the coordinator, the engine's executors and Jinja2 (issue 15, cold start).
-    from runner.engine.secrets import SecretSource
-    from runner.launch import EngineOptions, LaunchCoordinator
-    from runner.launch.handback import executor_for_sessions
+    from .coordinators import build_coordinator
 
-    # A detached run's secrets come from this process's environment (`wfrun host`'s).
-    options = EngineOptions(executor=executor_for_sessions(store, executor),
-                            project_root=ws.project_root,
-                            secret_source=SecretSource(environ=dict(os.environ)))
-    return LaunchCoordinator(store, ws, ws.runs_dir, runner_id=runner_id(), clock=ws.clock,
-                             options=options, secrets=environment_secrets(),
-                             rows=ws.bundle_rows(store), for_sessions=True)
+    return build_coordinator(ws, store, "detached", executor=executor)
 
 
 def _iso(ms: int | None) -> str | None:
@@ -111,7 +80,7 @@ def launch_status(ws: Workspace, store: Store, run_id: str, *,
     from .views import run_row  # here: an idle `status` reads no bundle (cold start)
 
     if record is None or record.run_id != run_id:
-        record = store.launches.get(run_id)
+        record = book(store).get(run_id)
     bundle = run_row(ws.reader(store), run_id)
     if record is None and bundle is None:
         raise NotFoundError(f"no launch or run '{run_id}'; `wfrun status` lists launches")
@@ -150,7 +119,7 @@ def explain(ws: Workspace, store: Store, run_id: str) -> dict[str, Any]:
     from runner.store.states import HANDED_OVER
 
     view = launch_status(ws, store, run_id)
-    record = store.launches.get(run_id)
+    record = book(store).get(run_id)
     reasons: list[str] = []
     now = store.now_ms()
     state = view["status"]

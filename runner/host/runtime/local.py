@@ -399,7 +399,7 @@ def store_choice(ws: Workspace) -> StoreChoice:
 def check_store(ws: Workspace) -> dict[str, Any]:
     """`wfrun store check`: the layout (on open) and every page and index (SQLite's
     quick_check), read-only; a damaged store is one error line, never reset advice."""
-    from runner.store import StoreError, faults
+    from runner.store import LaunchBook, StoreError, faults
 
     choice = store_choice(ws)
     if choice.url is not None:
@@ -421,7 +421,7 @@ def check_store(ws: Workspace) -> dict[str, Any]:
         if problems:
             detail = f"{len(problems)} problem(s), first: {problems[0]}"
             raise faults.corrupt(path, detail)
-        counts = store.launches.counts()  # counted in SQL, not a row object per launch
+        counts = LaunchBook(store).counts()  # counted in SQL, not a row object per launch
         launches = {status: counts.get(status, 0) for status in (
             "queued", "starting", "running", "parked", "done", "failed", "cancelled")}
     except StoreError as exc:
@@ -472,11 +472,11 @@ def _open_postgres(choice: StoreChoice) -> Any:
 
 def _check_postgres(ws: Workspace, choice: StoreChoice) -> dict[str, Any]:
     """`wfrun store check` on Postgres: the layout check (on open) and the counts."""
-    from runner.store import StoreError
+    from runner.store import LaunchBook, StoreError
 
     store = _open_postgres(choice)
     try:
-        counts = store.launches.counts()
+        counts = LaunchBook(store).counts()
     except StoreError as exc:
         from runner.host.runtime.errors import translate
 

@@ -33,6 +33,7 @@ from runner.engine import RunReader
 from runner.errors import WfrunError
 from runner.store.errors import StoreCorrupt
 
+from .launches import book
 from .local import Workspace, open_store, store_choice, store_path
 from .runstate import rows_for
 from .views import RunFilter, RunRow, _parse_iso, launch_row, list_runs
@@ -75,7 +76,7 @@ def page_runs(store: Any, reader: RunReader, where: RunFilter) -> RunPage:
     rows: list[RunRow] = []
     offset, chunk = 0, max(FIRST_CHUNK, limit + 1)
     while len(rows) <= limit:
-        records = store.launches.page(statuses=rows_filter.statuses, run_id_prefix=prefix,
+        records = book(store).page(statuses=rows_filter.statuses, run_id_prefix=prefix,
                                       updated_since=changed, limit=chunk, offset=offset,
                                       ending=rows_filter.ending)
         for record in records:

@@ -224,6 +224,7 @@ def show_view(ws: Workspace, run_id: str) -> dict[str, Any]:
     """`wfrun show`: the run's bundle (`show_run`) with its launch row, so its status is
     `run_state`, the name `runs`, `status`, `why` and the web view give it; a launch
     that has no bundle yet (queued) is shown from its row."""
+    from runner.store import LaunchBook
     from runner.store.errors import StoreCorrupt
 
     from .local import open_store, store_exists
@@ -236,7 +237,7 @@ def show_view(ws: Workspace, run_id: str) -> dict[str, Any]:
             store = None  # a damaged store: the bundle is still the run's own record
     try:
         try:
-            record = store.launches.get(run_id) if store is not None else None
+            record = LaunchBook(store).get(run_id) if store is not None else None
         except StoreCorrupt:
             record = None  # its launch pages are damaged: the bundle, as `runs` falls back
         reader = ws.reader(store)

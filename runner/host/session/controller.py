@@ -109,6 +109,7 @@ class SessionController:
         self.watch = watch  # optional, owned (started, stopped) by the session adapter
         self.coordinator = coordinator
         self.store = coordinator.store
+        self.book = coordinator.book  # the launch queue
         self.lister = lister
         self.status_reader = status
         self.session_id = host.session_id()
@@ -175,7 +176,7 @@ class SessionController:
         first); how it ends reaches the session's next turn as a turn intent. A run
         still held here (its park did not land in time) follows when its lease ends."""
         try:
-            handed = self.store.launches.hand_over(self.session_id)
+            handed = self.book.hand_over(self.session_id)
         except StoreError as exc:
             log.warning("launches of session %s not handed over: %s", self.session_id,
                         exc.message)
@@ -265,7 +266,7 @@ class SessionController:
         """`resume` with no active run: this session's explicitly parked run continues
         (seed 000: parked -> starting on an explicit resume) at the next boundary, like
         a start, so nothing runs inside the model's turn."""
-        parked = self.store.launches.query(statuses=["parked"], session_id=self.session_id)
+        parked = self.book.query(statuses=["parked"], session_id=self.session_id)
         if not parked:
             return error_reply("no workflow run of this session is paused or parked",
                                "resume", "not_parked")
@@ -292,7 +293,7 @@ class SessionController:
             act.control.cancel("cancelled by the model")
             return self._cancel_reply(act.record.run_id, done=False)
         if run_id is None:
-            held = self.store.launches.find_session_reservation(self.session_id)
+            held = self.book.reservation(self.session_id)
             if held is None:
                 return error_reply("nothing to cancel in this session", "cancel",
                                    "nothing_to_cancel")
@@ -313,8 +314,8 @@ class SessionController:
     def _status(self, run_id: str | None) -> ToolReply:
         if run_id is None:
             # Seed 000: the session's reservation, else the run it displayed last.
-            held = self.store.launches.find_session_reservation(self.session_id)
-            shown = held or next(iter(reversed(self.store.launches.query(
+            held = self.book.reservation(self.session_id)
+            shown = held or next(iter(reversed(self.book.query(
                 session_id=self.session_id))), None)
             if shown is None:
                 return ToolReply("no workflow is queued or running in this session",
@@ -347,7 +348,7 @@ class SessionController:
     def _waiting_run(self) -> str:
         """The one run of this session waiting at a checkpoint, from the store (any
         process of the session, before or after a restart); else InputError."""
-        rows = self.store.launches.query(session_id=self.session_id)
+        rows = self.book.query(session_id=self.session_id)
         answered = {r.parent_run_id for r in rows if r.parent_run_id}
         reader = self.coordinator.reader
         waiting = [r.run_id for r in reversed(rows)
@@ -363,7 +364,7 @@ class SessionController:
         return waiting[0]
 
     def _workflow_ref(self, run_id: str) -> str:
-        record = self.store.launches.get(run_id)
+        record = self.book.get(run_id)
         if record is not None:
             return record.workflow_ref
         manifest = self.coordinator.reader.manifest(run_id)
@@ -387,7 +388,7 @@ class SessionController:
         if self.watch is None:
             return
         try:
-            self.watch.update(self.store.launches.query(statuses=["queued"],
+            self.watch.update(self.book.query(statuses=["queued"],
                                                         session_id=self.session_id))
         except StoreError as exc:
             log.debug("source watch not refreshed: %s", exc.message)
@@ -437,7 +438,7 @@ class SessionController:
         from runner.host.runtime.launches import dead_local_runner
 
         try:
-            held = self.store.launches.query(statuses=["starting", "running"],
+            held = self.book.query(statuses=["starting", "running"],
                                              session_id=self.session_id)
         except StoreError:
             return None
@@ -501,7 +502,7 @@ class SessionController:
         """Render a run's closing presentation from its definition and bundle."""
         coordinator = self.coordinator
         try:
-            record = self.store.launches.get(intent.run_id)
+            record = self.book.get(intent.run_id)
             if record is None or record.status != "done":
                 return None
             definition, _ = coordinator.resolver.compile(record.workflow_ref)

@@ -15,11 +15,11 @@ from typing import Any
 
 from runner.clock import Clock
 from runner.compiler.schemamessages import cut
-from runner.engine.processes import registry_for_this_process
 from runner.errors import WfrunError
-from runner.host.runtime.launches import environment_secrets, launch_status, runner_id
+from runner.host.runtime.coordinators import build_coordinator
+from runner.host.runtime.launches import launch_status
 from runner.host.runtime.local import Workspace, open_store, store_choice, store_path
-from runner.launch import EngineOptions, LaunchCoordinator
+from runner.launch import LaunchCoordinator
 from runner.store import SqliteStore, Store
 
 from .controller import SessionController, SessionExecutor
@@ -50,13 +50,8 @@ def open_session(host: Host, ws: Workspace, *, store_clock: Clock | None = None)
         store = open_store(ws)  # Postgres times leases on the database clock
     else:
         store = SqliteStore(store_path(ws), now=store_clock.now)
-    options = EngineOptions(project_root=ws.project_root,
-                            processes=registry_for_this_process(ws.children_dir),
-                            crash_point=ws.crash_point)
-    coordinator = LaunchCoordinator(store, ws, ws.runs_dir, runner_id=runner_id(),
-                                    clock=ws.clock, options=options,
-                                    secrets=environment_secrets(), crash=ws.crash_point,
-                                    rows=ws.bundle_rows(store))
+    coordinator = build_coordinator(ws, store, "session")
+    options = coordinator.options
     controller = SessionController(host, coordinator, lister=lambda offset: list_text(ws, offset),
                                    status=lambda run_id: launch_status(ws, store, run_id))
     options.executor = lambda _record: SessionExecutor(controller)

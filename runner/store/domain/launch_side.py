@@ -6,7 +6,7 @@ file's checkpoint and integrity check; the URL, wake-ups and bundle rows).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from runner.store.connector import Connector
 from runner.store.domain.events import RunEvents
@@ -14,6 +14,7 @@ from runner.store.domain.intents import TurnIntents
 from runner.store.domain.launches import LaunchQueue
 from runner.store.domain.notifications import Notifications
 from runner.store.domain.retention import Retention
+from runner.store.interface import InputScrub, NoScrub
 
 
 class LaunchSide:
@@ -50,3 +51,9 @@ class LaunchSide:
     def retention(self) -> Retention:
         """Forgetting pruned runs and trimming history (`wfrun prune`)."""
         return self._retention
+
+    def input_scrub(self, monotonic: Callable[[], float], *,
+                    enabled: bool = True) -> InputScrub:
+        """Nothing to scrub by default: a backend whose files keep stale copies of
+        cleared input (SQLite's WAL) overrides this."""
+        return NoScrub()

@@ -28,6 +28,7 @@ from runner.store.sqlite.controllers import (
 )
 from runner.store.sqlite.db import SqliteDatabase, open_database
 from runner.store.sqlite.files import DEFAULT_BUSY_TIMEOUT_MS, remove_store_files
+from runner.store.sqlite.scrub import BatchedScrub
 
 if TYPE_CHECKING:
     from runner.store.controller_interface import ControllerStore
@@ -125,6 +126,11 @@ class SqliteStore(LaunchSide):
         either file.
         """
         self._db.checkpoint()
+
+    def input_scrub(self, monotonic: Callable[[], float], *,
+                    enabled: bool = True) -> BatchedScrub:
+        """A runner's batched scrub of cleared input from the WAL (scrub.py)."""
+        return BatchedScrub(self.checkpoint, monotonic, enabled=enabled)
 
     def integrity_problems(self, limit: int = 20) -> list[str]:
         """SQLite's `quick_check` of every page and index (empty: the file is sound).

@@ -38,6 +38,7 @@ from runner.host.session import SessionController, SessionExecutor
 from runner.host.session.reference import JsonlHost, Model, ModelReply, ModelView, ToolCall
 from runner.launch import EngineOptions, LaunchCoordinator
 from runner.store import LaunchRecord, SqliteStore, Store
+from runner.testing import build_coordinator
 
 #: One agent step, then done. The step contract arrives as a session message.
 AGENT_WF = """
@@ -230,8 +231,8 @@ def _build(root: Path, model: Model, *, session_id: str, store_clock: FakeClock,
     ws = Workspace(build_catalog("workflows", root, None), root, root / ".wfrun" / "state")
     store = open_test_store(ws, store_url, store_clock)
     options = EngineOptions(project_root=root)
-    coordinator = LaunchCoordinator(store, ws, ws.runs_dir, runner_id=f"test:{session_id}",
-                                    options=options, crash=crash, rows=ws.bundle_rows(store))
+    coordinator = build_coordinator(ws, store, "plain", runner=f"test:{session_id}",
+                                    options=options, crash=crash)
     host = JsonlHost(root / "sessions" / f"{session_id}.jsonl", model, sid=session_id)
     controller = SessionController(host, coordinator,
                                    status=lambda run_id: launch_status(ws, store, run_id))

@@ -33,6 +33,7 @@ from runner.host.runtime.local import Workspace
 from runner.launch import EngineOptions, LaunchCoordinator, PreflightError
 from runner.launch.coordinator import CRASH_POINTS as LAUNCH_POINTS
 from runner.store import SqliteStore, Store
+from runner.testing import build_coordinator
 
 LEASE = 30.0
 SESSIONS = ("session-a", "session-b")  # launches only their own session activates
@@ -124,8 +125,8 @@ class World:
                 raise Crash(point)
 
         options = EngineOptions(project_root=self.root, crash_point=crash)
-        return LaunchCoordinator(self.store, self.ws, self.ws.runs_dir,
-                                 runner_id=f"runner-{self.runners}", clock=self.clock,
+        return build_coordinator(self.ws, self.store, "plain",
+                                 runner=f"runner-{self.runners}", clock=self.clock,
                                  options=options, lease_seconds=LEASE, crash=crash,
                                  scrub_input=False, rows=self.rows)
 

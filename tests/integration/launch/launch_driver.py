@@ -41,9 +41,10 @@ from runner.host.runtime.local import Workspace
 from runner.host.session import SessionController, SessionExecutor
 from runner.host.session.protocol import SessionEntry
 from runner.host.session.reference import JsonlHost, ModelReply, ModelView, ToolCall
-from runner.launch import EngineOptions, LaunchCoordinator
+from runner.launch import EngineOptions
 from runner.launch.intents import AGENT_STEP_TYPE, DEFERRED_TURN_TYPE
 from runner.store import SqliteStore, Store
+from runner.testing import build_coordinator
 
 LEASE_SECONDS = 2.0
 TRIGGERS = (AGENT_STEP_TYPE, DEFERRED_TURN_TYPE)
@@ -134,10 +135,9 @@ def main(argv: list[str]) -> int:
     model = Model(project)
     host = JsonlHost(args.session_log, model)
     options = EngineOptions(project_root=project)
-    coordinator = LaunchCoordinator(store, ws, ws.runs_dir, runner_id=f"driver-{os.getpid()}",
+    coordinator = build_coordinator(ws, store, "plain", runner=f"driver-{os.getpid()}",
                                     options=options, lease_seconds=LEASE_SECONDS,
-                                    renew_every=LEASE_SECONDS / 4, crash=crash,
-                                    rows=ws.bundle_rows(store))
+                                    renew_every=LEASE_SECONDS / 4, crash=crash)
     controller = SessionController(host, coordinator)
     options.executor = lambda _record: SessionExecutor(controller)
     options.notifications = controller.notification_sink()

@@ -23,8 +23,9 @@ from typing import Any
 from runner.compiler import build_catalog
 from runner.errors import ConflictError, NotFoundError
 from runner.host.runtime.local import Workspace
-from runner.launch import EngineOptions, LaunchCoordinator
+from runner.launch import EngineOptions
 from runner.store import SqliteStore, StoreError
+from runner.testing import build_coordinator
 
 OPEN = ["queued", "starting", "running", "parked"]
 
@@ -37,7 +38,7 @@ def main(argv: list[str]) -> int:
     runner = f"racer-{role}-{os.getpid()}"
     ws = Workspace(build_catalog("workflows", project, None), project, project / ".wfrun")
     store = SqliteStore(project / ".wfrun" / "state" / "store.sqlite3")
-    coordinator = LaunchCoordinator(store, ws, ws.runs_dir, runner_id=runner,
+    coordinator = build_coordinator(ws, store, "plain", runner=runner,
                                     options=EngineOptions(project_root=project))
     out = out_file.open("a", encoding="utf-8")
 

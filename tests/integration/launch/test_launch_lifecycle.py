@@ -18,8 +18,9 @@ from launch_it_kit import Project, event_counts
 from runner.compiler import build_catalog
 from runner.errors import WfrunError
 from runner.host.runtime.local import Workspace
-from runner.launch import EngineOptions, LaunchCoordinator
+from runner.launch import EngineOptions
 from runner.store import LaunchRecord, SqliteStore
+from runner.testing import build_coordinator
 
 TINY = """\
     input: {type: object, properties: {task: {type: string}}}
@@ -58,8 +59,8 @@ class Stack:
         self.project = project
         self.ws = Workspace(build_catalog("workflows", root, None), root, root / ".wfrun")
         self.store = SqliteStore(project.store_path)
-        self.coordinator = LaunchCoordinator(
-            self.store, self.ws, self.ws.runs_dir, runner_id=kwargs.pop("runner_id", "r1"),
+        self.coordinator = build_coordinator(
+            self.ws, self.store, "plain", runner=kwargs.pop("runner_id", "r1"),
             options=EngineOptions(project_root=root), **kwargs)
 
     def claimed(self, ref: str, value: Any = None) -> LaunchRecord:
@@ -113,8 +114,11 @@ def test_a_cancel_during_bundle_creation_wins_and_leaves_no_running_bundle(
     stack = Stack(project)
     record = stack.claimed("tiny")
     launches = _CancelAtFence(stack.store.launches, at)
-    stack.coordinator.store = _Store(stack.store, launches)  # type: ignore[assignment]
-    assert stack.coordinator.execute(record) is None
+    # The same runner over a launch queue that cancels at the n-th fence check.
+    runner = build_coordinator(stack.ws, _Store(stack.store, launches),  # type: ignore[arg-type]
+                               "plain", runner="r1",
+                               options=EngineOptions(project_root=project.root))
+    assert runner.execute(record) is None
     assert launches.calls >= at
     assert stack.store.launches.get(record.run_id).status == "cancelled"  # type: ignore[union-attr]
     # No bundle claims the run is running (or exists at all: it never started a node).

@@ -18,8 +18,8 @@ from launch_it_kit import Project
 from runner.compiler import build_catalog
 from runner.engine.rows import MemoryRows
 from runner.host.runtime.local import Workspace
-from runner.launch import LaunchCoordinator
 from runner.store import LaunchRecord, SqliteStore
+from runner.testing import build_coordinator
 
 THREE = """\
     start: a
@@ -41,7 +41,7 @@ class Stack:
         self.store = SqliteStore(self.project.store_path)
         self.rows = MemoryRows()
         self.hooks: dict[str, object] = crash or {}
-        self.coordinator = LaunchCoordinator(self.store, ws, ws.runs_dir, runner_id="link",
+        self.coordinator = build_coordinator(ws, self.store, "plain", runner="link",
                                              rows=self.rows, crash=self._crash)
 
     def _crash(self, point: str) -> None:

@@ -21,8 +21,8 @@ from launch_it_kit import RACER, TERMINAL, TINY, Project, event_counts
 
 from runner.compiler import build_catalog
 from runner.host.runtime.local import Workspace
-from runner.launch import LaunchCoordinator
 from runner.store import SqliteStore
+from runner.testing import build_coordinator
 
 LAUNCHES = 500
 ROLES = ("activate", "activate", "cancel", "mixed")
@@ -36,7 +36,7 @@ def test_racing_activators_and_cancellers_activate_each_launch_at_most_once(
     root = project.root
     ws = Workspace(build_catalog("workflows", root, None), root, root / ".wfrun")
     with SqliteStore(project.store_path) as store:
-        coordinator = LaunchCoordinator(store, ws, ws.runs_dir, runner_id="setup")
+        coordinator = build_coordinator(ws, store, "plain", runner="setup")
         ids = [coordinator.prepare("tiny", {}).run_id for _ in range(LAUNCHES)]
     assert len(set(ids)) == LAUNCHES
     ids_file = tmp_path / "ids.txt"

@@ -19,8 +19,9 @@ from runner.clock import FakeClock
 from runner.compiler import build_catalog
 from runner.host.runtime.local import Workspace
 from runner.launch import LaunchCoordinator
-from runner.launch.coordinator import SCRUB_SECONDS
 from runner.store import SqliteStore
+from runner.store.sqlite.scrub import SCRUB_SECONDS
+from runner.testing import build_coordinator
 
 ECHO = """\
     input: {type: object, required: [task], properties: {task: {type: string}}}
@@ -46,8 +47,8 @@ def stack(tmp_path: Path) -> tuple[Project, LaunchCoordinator, FakeClock]:
     root = project.root
     ws = Workspace(build_catalog("workflows", root, None), root, root / ".wfrun")
     clock = FakeClock()
-    coordinator = LaunchCoordinator(SqliteStore(project.store_path), ws, ws.runs_dir,
-                                    runner_id="scrub", clock=clock)
+    coordinator = build_coordinator(ws, SqliteStore(project.store_path), "plain",
+                                    runner="scrub", clock=clock)
     return project, coordinator, clock
 
 

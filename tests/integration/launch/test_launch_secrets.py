@@ -20,6 +20,7 @@ from runner.engine.secrets import SecretSource
 from runner.host.runtime.local import Workspace
 from runner.launch import EngineOptions, LaunchCoordinator
 from runner.store import SqliteStore
+from runner.testing import build_coordinator
 
 PASSWORD = "queued-password-canary-81f2"
 TOKEN = "resume-token-canary-4c9e"
@@ -47,7 +48,7 @@ def _coordinator(project: Project, store: SqliteStore, runner_id: str,
                  source: SecretSource) -> LaunchCoordinator:
     root = project.root
     ws = Workspace(build_catalog("workflows", root, None), root, root / ".wfrun")
-    return LaunchCoordinator(store, ws, ws.runs_dir, runner_id=runner_id,
+    return build_coordinator(ws, store, "plain", runner=runner_id,
                              options=EngineOptions(project_root=root, secret_source=source))
 
 

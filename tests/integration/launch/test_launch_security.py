@@ -29,9 +29,10 @@ from runner.errors import OperationFailed, WfrunError
 from runner.host.runtime.local import Workspace
 from runner.host.session import SessionController, SessionExecutor
 from runner.host.session.reference import JsonlHost, ModelReply, ModelView, ToolCall
-from runner.launch import EngineOptions, LaunchCoordinator
+from runner.launch import EngineOptions
 from runner.launch.intents import DEFERRED_TURN_TYPE
 from runner.store import SqliteStore
+from runner.testing import build_coordinator
 
 # Not token-shaped: only "no raw input in messages" keeps it out.
 SECRET_INPUT = "sekrit-input-5e1f0c2a9b"
@@ -104,8 +105,8 @@ class Session:
         self.resolver = ArmedResolver(ws)
         self.store = SqliteStore(project.store_path)
         options = EngineOptions(project_root=root)
-        self.coordinator = LaunchCoordinator(self.store, self.resolver, ws.runs_dir,
-                                             runner_id="security", options=options,
+        self.coordinator = build_coordinator(ws, self.store, "plain", resolver=self.resolver,
+                                             runner="security", options=options,
                                              secrets=(KNOWN_SECRET,))
         self.host = JsonlHost(project.session_log, self.model)
         self.controller = SessionController(self.host, self.coordinator)

@@ -20,6 +20,7 @@ from runner.compiler import build_catalog
 from runner.host.runtime.local import Workspace
 from runner.launch import EngineOptions, LaunchCoordinator
 from runner.store import SqliteStore
+from runner.testing import build_coordinator
 
 WORKFLOW = """\
     input: {type: object, required: [n], properties: {n: {type: integer}}}
@@ -48,7 +49,7 @@ def _project(tmp_path: Path) -> Path:
 def _coordinator(root: Path, runner_id: str, **options: Any) -> LaunchCoordinator:
     ws = Workspace(build_catalog("workflows", root, None), root, root / ".wfrun")
     store = SqliteStore(root / ".wfrun" / "state" / "store.sqlite3")
-    return LaunchCoordinator(store, ws, ws.runs_dir, runner_id=runner_id,
+    return build_coordinator(ws, store, "plain", runner=runner_id,
                              options=EngineOptions(project_root=root, **options))
 
 

@@ -1,4 +1,4 @@
-"""Shared helpers for the store conformance suite: a fake clock and record factories."""
+"""Shared helpers for the store conformance suite: the fake clock and record factories."""
 
 from __future__ import annotations
 
@@ -6,22 +6,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from runner import testing
 from runner.store import NewLaunch, NewNotification, NewTurnIntent, Store
 
 SECRET = "sk-live-SECRET-0123456789abcdef"
 
 
-class FakeClock:
-    """Wall-clock seconds that move only when a test says so."""
+class FakeClock(testing.FakeClock):
+    """runner.testing's virtual clock, started where this suite's times start."""
 
     def __init__(self, start: float = 1_800_000_000.0) -> None:
-        self.t = start
-
-    def now(self) -> float:
-        return self.t
-
-    def advance(self, seconds: float) -> None:
-        self.t += seconds
+        super().__init__(start)
 
 
 @dataclass

@@ -13,8 +13,9 @@ from runner.compiler import build_catalog
 from runner.errors import ConflictError, DefinitionInvalid, InputError, NotFoundError
 from runner.host.runtime.local import Workspace
 from runner.launch import LaunchCoordinator, PreflightError
-from runner.launch.coordinator import _classify
+from runner.launch.endings import classify as _classify
 from runner.store import SqliteStore, StoreUnavailable
+from runner.testing import build_coordinator
 
 pytestmark = pytest.mark.timeout(10)
 WF = """\
@@ -55,7 +56,7 @@ def env(tmp_path: Path) -> tuple[Workspace, SqliteStore, LaunchCoordinator]:
     (root / ".wfrun" / "workflows" / "w.yaml").write_text(WF)
     ws = Workspace(build_catalog("workflows", root, None), root, root / ".wfrun" / "state")
     store = SqliteStore(tmp_path / "store.sqlite3", now=FakeClock().now)
-    coordinator = LaunchCoordinator(store, ws, ws.runs_dir, runner_id="r")
+    coordinator = build_coordinator(ws, store, "plain", runner="r")
     yield ws, store, coordinator
     store.close()
 
@@ -64,8 +65,8 @@ def env(tmp_path: Path) -> tuple[Workspace, SqliteStore, LaunchCoordinator]:
 def test_store_unavailable_is_a_preflight_error_with_a_safe_message(env: Any,
                                                                     fail: str) -> None:
     ws, store, _ = env
-    coordinator = LaunchCoordinator(_Store(store, fail), ws, ws.runs_dir,  # type: ignore[arg-type]
-                                    runner_id="r")
+    coordinator = build_coordinator(ws, _Store(store, fail), "plain",  # type: ignore[arg-type]
+                                    runner="r")
     with pytest.raises(PreflightError) as caught:
         coordinator.prepare("w", {"task": "x"}, session_id="s1")
     assert caught.value.code == "store_unavailable"
@@ -113,8 +114,8 @@ def test_cancel_refuses_unknown_and_finished_launches(env: Any) -> None:
 
 def test_claim_next_treats_an_unavailable_store_as_idle(env: Any) -> None:
     ws, store, _ = env
-    coordinator = LaunchCoordinator(_Store(store, "claim_next"), ws,  # type: ignore[arg-type]
-                                    ws.runs_dir, runner_id="r")
+    coordinator = build_coordinator(ws, _Store(store, "claim_next"),  # type: ignore[arg-type]
+                                    "plain", runner="r")
     assert coordinator.claim_next("s1") is None
 
 
