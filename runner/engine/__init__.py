@@ -17,7 +17,7 @@ from runner.lazy import lazy_names
 if TYPE_CHECKING:
     from .agent import AgentStep, AgentStepExecutor, StepContract, ToolResult, parse_tolerant
     from .attempts import Attempt, fold_attempts
-    from .bundle import BundleWriter, FolderBundle
+    from .bundle import FolderBundle
     from .control import RunControl
     from .engine import Engine, check_input, new_run_id
     from .reader import RunReader
@@ -30,7 +30,7 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(("AgentStep", "AgentStepExecutor", "StepContract", "ToolResult",
                      "parse_tolerant"), "agent"),
     **dict.fromkeys(("Attempt", "fold_attempts"), "attempts"),
-    **dict.fromkeys(("BundleWriter", "FolderBundle"), "bundle"),
+    "FolderBundle": "bundle",
     "RunControl": "control",
     **dict.fromkeys(("Engine", "check_input", "new_run_id"), "engine"),
     "RunReader": "reader",
@@ -49,7 +49,6 @@ __all__ = [
     "AgentStepExecutor",
     "Attempt",
     "BundleRows",
-    "BundleWriter",
     "Engine",
     "FolderBundle",
     "MemoryRows",

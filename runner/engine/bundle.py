@@ -1,13 +1,19 @@
 """Run bundles: the durable record of one run (DESIGN §4).
 
-The engine writes only through `BundleWriter`; `FolderBundle` is the default
-implementation (`.wfrun/runs/<run-id>/`, folders 0700, files 0600). The trace
+The engine writes only through `RunBundle` (engine/space.py); `FolderBundle` is
+the folder space's (`.wfrun/runs/<run-id>/`, folders 0700, files 0600). The trace
 (`trace.jsonl`) is the truth; `state.json` and `manifest.json` are projections
 rebuilt from it (state.json is never fsync'd; the manifest is, at creation and at
 the end). Write order per step: append trace (fsync) -> replace state atomically
 -> manifest. At creation the workflow snapshot is held and written with the first
 manifest. Every write first passes the caller's fence; a stale writer writes
 nothing. A terminal bundle is immutable (its files become read-only).
+
+Joined to its launch (`begin`, `seal(ending)`), a folder bundle makes the launch's
+`running` transition when the launch layer is about to release the executor
+(`start_launch`), and the ending's right after the seal: a folder shares no
+transaction with the store, so each is its own commit (a database bundle carries
+them in its first write and its seal, dbbundle.py).
 """
 
 from __future__ import annotations
@@ -22,11 +28,13 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from runner.canonical import canonical_json
-from runner.errors import ClaimLost, InputError, NotFoundError, OperationFailed
+from runner.errors import ClaimLost, InputError, NotFoundError, OperationFailed, read_fault
 from runner.private import private_dirs
+
+from .rows import LaunchStep
 
 MANIFEST = "manifest.json"
 WORKFLOW = "workflow.json"
@@ -41,6 +49,14 @@ ARTIFACT_THRESHOLD = 4096  # UTF-8 bytes; longer strings move to artifacts/
 # a waiting run in a new bundle).
 ENDED = frozenset({"completed", "failed", "timed_out", "cancelled", "waiting"})
 
+# The folder of continuation markers (`<runs_dir>/.continued/<parent run id>` holds the
+# id of the run that continued it); written by `Engine.prepare_answer`.
+CONTINUED = ".continued"
+# A folder name holds at most 255 bytes on every file system wfrun runs on; a longer
+# id names no run (and would make the OS raise ENAMETOOLONG instead of "not found").
+MAX_RUN_ID_BYTES = 255
+LEFTOVER = ".removing-"  # the dot-name prefix of a folder bundle being removed
+
 Fence = Callable[[], bool]
 
 
@@ -53,20 +69,26 @@ def dumps(value: Any) -> str:
     return canonical_json(value)
 
 
-class BundleWriter(Protocol):
-    """The narrow interface the engine writes and reads runs through."""
+def valid_run_id(run_id: str) -> bool:
+    """A run id names one folder directly under `runs_dir`, never a dot-entry."""
+    if not run_id or "/" in run_id or "\0" in run_id or run_id.startswith("."):
+        return False
+    try:
+        return len(run_id.encode()) <= MAX_RUN_ID_BYTES
+    except UnicodeEncodeError:  # a lone surrogate from a hostile URL
+        return False
 
-    run_id: str
 
-    def append(self, events: Iterable[dict[str, Any]], *, sync: bool) -> None: ...
-    def replace_state(self, state: dict[str, Any]) -> None: ...
-    def write_manifest(self, manifest: dict[str, Any]) -> None: ...
-    def write_artifact(self, data: bytes, media_type: str) -> dict[str, Any]: ...
-    def read_artifact(self, ref: dict[str, Any]) -> bytes: ...
-    def read_trace(self) -> list[dict[str, Any]]: ...
-    def read_manifest(self) -> dict[str, Any]: ...
-    def seal(self) -> None: ...
-    def close(self) -> None: ...
+def joined(run_id: str, step: LaunchStep) -> None:
+    """Make a launch transition whose bundle write is done already (a folder's: no
+    write rides it, so the store commits it as it would without a bundle); refused,
+    the run is let go as a fenced database write is (`ClaimLost`)."""
+    word = step.run(None)
+    if word == "unavailable":
+        raise ClaimLost(f"cannot reach the store holding run '{run_id}'; letting go of it "
+                        "(a host that reaches it resumes the run)")
+    if word != "ok":
+        raise ClaimLost(f"lost the claim on run '{run_id}'; another runner owns it")
 
 
 @dataclass(frozen=True)
@@ -134,13 +156,15 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-def _create_private(path: str | Path, data: bytes) -> None:
+def _create_private(path: str | Path, data: bytes, *, sync: bool = False) -> None:
     """Write a new 0600 file in place: for a file no reader looks at yet (a refused
     write removes what it began)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         try:
             _write_all(fd, data)
+            if sync:
+                os.fsync(fd)
         finally:
             os.close(fd)
     except BaseException:
@@ -241,6 +265,9 @@ class FolderBundle:
         self._snapshot: bytes | None = None  # workflow.json, held for the next write
         self._fresh = False  # created by this writer, no manifest yet
         self._linked = False  # workflow.json links the shared snapshot (already 0400)
+        # The launch's `running` step (a claimed launch's new run, set by the space):
+        # made by `start_launch`, or at the latest before the first node's start.
+        self.begin: Callable[[], LaunchStep | None] | None = None
 
     # -- opening --------------------------------------------------------------
     @classmethod
@@ -321,13 +348,31 @@ class FolderBundle:
 
     def append(self, events: Iterable[dict[str, Any]], *, sync: bool) -> None:
         self._check()
-        data = "".join(dumps(e) + "\n" for e in events).encode()
+        batch = events if isinstance(events, list) else list(events)
+        if self.begin is not None and any(e.get("type") != "run_started" for e in batch):
+            self._begin()
+        data = "".join(dumps(e) + "\n" for e in batch).encode()
         if self._trace_fd is None:
             self._trace_fd = os.open(self._trace_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT,
                                      0o600)
         _write_all(self._trace_fd, data)  # refused midway: a torn tail, repaired on resume
         if sync and self.sync:
             os.fsync(self._trace_fd)
+
+    def start_launch(self) -> None:
+        """Take the joined launch to `running` now, before the executor is released:
+        no write of a folder shares the store's transaction, so none carries it."""
+        if self.begin is not None:
+            self._begin()
+
+    def _begin(self) -> None:
+        """The launch goes `running` before the first node's start is written: a
+        refused transition (a cancel won) records nothing of the node."""
+        begin, self.begin = self.begin, None
+        assert begin is not None
+        step = begin()
+        if step is not None:
+            joined(self.run_id, step)
 
     def replace_state(self, state: dict[str, Any]) -> None:
         self._check()
@@ -338,7 +383,16 @@ class FolderBundle:
         # Compact canonical JSON: the C encoder (indenting takes Python's slow one, twice
         # per run); `wfrun show` is the readable view.
         text = dumps(manifest) + "\n"
-        _write_private(self._manifest_path, text.encode(), sync=self.sync)
+        if self._fresh:
+            # The first one in place: no temp file to create and rename (a file creation
+            # is the dearest call a run makes here). Until `run_started` is durable the
+            # bundle is half-made, and a reader takes a torn manifest for no run yet.
+            try:
+                _create_private(self._manifest_path, text.encode(), sync=self.sync)
+            except FileExistsError:  # a creator writing its first manifest again
+                _write_private(self._manifest_path, text.encode(), sync=self.sync)
+        else:
+            _write_private(self._manifest_path, text.encode(), sync=self.sync)
         self._manifest = text
         self._fresh = False
 
@@ -407,9 +461,13 @@ class FolderBundle:
                 fh.truncate(pos)
                 os.fsync(fh.fileno())
 
-    def seal(self) -> None:
-        """Make a terminal bundle immutable: read-only files, no more writes."""
+    def seal(self, ending: LaunchStep | None = None) -> None:
+        """Make a terminal bundle immutable: read-only files, no more writes; then
+        make `ending` (the launch's transition recording how the run ended), after
+        the lock is let go, so whoever the launch's ending wakes finds the bundle free."""
         self._check()
+        if self.begin is not None:
+            self._begin()  # ended before any node started: the launch ran all the same
         paths = [self._state_path, self._manifest_path]
         if not self._linked:  # a link to the shared snapshot is read-only already
             paths.append(self._workflow_path)
@@ -423,19 +481,18 @@ class FolderBundle:
             with contextlib.suppress(FileNotFoundError):
                 os.chmod(path, 0o400)
         self._sealed = True
-
-    @staticmethod
-    def started(root: Path) -> bool:
-        """True once the trace holds `run_started` (the run's input is durable)."""
-        events = read_trace(root).events
-        return bool(events) and events[0].get("type") == "run_started"
+        self.close()
+        if ending is not None:
+            # Refused or unanswered, the step has recorded nothing, and the launch
+            # layer records the ending apart, as it does for a bundle without one.
+            ending.run(None)
 
     def remove_unstarted(self) -> None:
         """Delete a bundle whose run never started, under its lock (a live creator
         holds the lock, so its bundle is never removed from under it)."""
         self._acquire()
         try:
-            if FolderBundle.started(self.root):
+            if started(self.root, self.run_id):
                 raise OperationFailed(f"run '{self.run_id}' has started; not removing it")
             for entry in sorted(self.root.rglob("*"), reverse=True):
                 if entry.is_dir() and not entry.is_symlink():
@@ -467,6 +524,29 @@ def read_json(path: Path) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise OperationFailed(f"{path} does not hold a JSON object")
     return value
+
+
+def started(root: Path, run_id: str) -> bool:
+    """The trace's first line is `run_started` (seq 1, always fsync'd): the run's input
+    is durable. Reads one line, not the trace."""
+    try:
+        with open(os.path.join(root, TRACE), "rb") as fh:
+            line = fh.readline()
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as exc:
+        # An unreadable runs folder is the machine's (a launch waits it out), not
+        # the run's: a MachineFault, as a refused write is.
+        raise read_fault(exc, f"the trace of run '{run_id}'") or OperationFailed(
+            f"cannot read the trace of run '{run_id}': {exc.strerror}") from None
+    if not line.endswith(b"\n"):
+        return False  # empty, or the first write was torn
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(event, dict) and event.get("seq") == 1 \
+        and event.get("type") == "run_started"
 
 
 def read_trace(root: Path) -> TraceRead:

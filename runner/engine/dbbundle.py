@@ -303,6 +303,9 @@ class DatabaseBundle:
         private_dirs(path)
         return path
 
+    def start_launch(self) -> None:
+        """Nothing now: the first node's start carries the launch's `running`."""
+
     def repair(self) -> int:
         """A transaction commits whole: there is never a torn tail."""
         self._check()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -19,17 +20,17 @@ from runner.errors import InputError, OperationFailed
 
 from .agent import AgentStepExecutor
 from .artifacts import has_artifacts, internalize
+from .bundle import CONTINUED as CONTINUED  # re-exported: the marker folder
 from .bundle import STATE, TRACE, WORKFLOW, Fence, always
 from .cache import StepCache
 from .control import RunControl
-from .dbbundle import PATIENCE, DatabaseBundle
+from .dbbundle import PATIENCE
 from .items import ChildRuns, ItemLedger
 from .processes import ProcessRegistry
 from .rows import BundleRows
 from .runner import CrashPoint, LaunchLink, NotificationSink, Observer, RunDriver, RunOutcome
 from .secrets import EMPTY, NO_SOURCE, RunSecrets, SecretSource, split_input
 from .secrets import resolve as resolve_secrets
-from .space import CONTINUED as CONTINUED  # re-exported: the marker folder
 from .space import BundleSpace, RunBundle, space_for
 from .state import TERMINAL, TRACE_SCHEMA, RunState, fold
 
@@ -101,17 +102,14 @@ class Engine:
     # Runs `workflow:` bodies of fan-out nodes as linked child runs (the launch layer).
     children: ChildRuns | None = None
 
-    @property
+    @cached_property
     def space(self) -> BundleSpace:
-        return space_for(self.runs_dir, self.rows, self.clock)
+        """Where this engine's bundles live, chosen once (engine/space.py)."""
+        return space_for(self.runs_dir, self.rows, self.clock, self.patience)
 
     def _driver(self, run_id: str, definition: WorkflowDefinition, bundle: RunBundle,
                 state: RunState, control: RunControl | None,
                 secrets: RunSecrets = EMPTY) -> RunDriver:
-        if self.launch is not None and isinstance(bundle, DatabaseBundle):
-            bundle.begin = self.launch.running  # a bare driver records endings apart
-        if isinstance(bundle, DatabaseBundle):
-            bundle.patience = self.patience
         driver = RunDriver(run_id=run_id, definition=definition, bundle=bundle, state=state,
                          clock=self.clock, control=control or RunControl(),
                          executor=self.executor, notifications=self.notifications,
@@ -146,7 +144,9 @@ class Engine:
         run_id = run_id or new_run_id(definition.name, now)
         # Before the bundle: a missing secret leaves nothing behind.
         secrets = resolve_secrets(definition, self.secret_source, value)
-        bundle = self.space.create(run_id, self.fence, self.durability, self.claim)
+        # Joined to a claimed launch, the run's first node start takes it to `running`.
+        bundle = self.space.create(run_id, self.fence, self.durability, self.claim,
+                                   None if self.launch is None else self.launch.running)
         try:
             if self.crash_point is not None:
                 self.crash_point("after_bundle_created")

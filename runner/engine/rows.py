@@ -53,9 +53,10 @@ DOCUMENTS = ("manifest", "workflow", "state")
 class LaunchStep(Protocol):
     """A launch transition that runs a bundle write in its transaction: `run(write)`
     calls `write(tx)` under the launch row's lock and answers with the write's word;
-    `fenced` when the transition's guard refused (nothing was written)."""
+    `fenced` when the transition's guard refused (nothing was written). `run(None)`:
+    the bundle was written apart (a folder), the transition commits on its own."""
 
-    def run(self, write: Callable[[Any], str]) -> str: ...
+    def run(self, write: Callable[[Any], str] | None) -> str: ...
 
 
 class BundleRows(Protocol):

@@ -31,7 +31,6 @@ from .artifacts import externalize, has_artifacts, internalize
 from .cache import StepCache, cache_key
 from .context import ScopedValues
 from .control import PAUSED, RunControl
-from .dbbundle import DatabaseBundle
 from .fanout import run_fanout
 from .items import ChildRuns, ItemLedger, MemoryLedger
 from .livelog import LiveLog
@@ -104,11 +103,12 @@ def retry_delay(run_id: str, node: str, attempt: int, backoff: float,
 
 
 class LaunchLink(Protocol):
-    """The claimed launch a run's database bundle belongs to (the launch layer makes
-    it, runner/launch/link.py): its transitions commit in the bundle's writes."""
+    """The claimed launch a run belongs to (the launch layer makes it,
+    runner/launch/link.py): its transitions commit in the bundle's writes, or right
+    after them where the bundle shares no transaction with the store (a folder)."""
 
     def running(self) -> LaunchStep | None:
-        """The step that takes the launch to `running`, for the run's first write."""
+        """The step that takes the launch to `running`, with the first node's start."""
         ...
 
     def ended(self, outcome: RunOutcome) -> LaunchStep | None:
@@ -581,11 +581,8 @@ class RunDriver:
         # them for the seal's transaction (engine/dbbundle.py), so a kill here leaves it
         # without its ending and the next holder records the ending again.
         self.crash("before_seal")
-        if isinstance(self.bundle, DatabaseBundle) and self.launch is not None:
-            # Joined to its launch, the seal also records how the launch ended.
-            self.bundle.seal(self.launch.ended(self.outcome()))
-        else:
-            self.bundle.seal()
+        # Joined to its launch, the seal also records how the launch ended.
+        self.bundle.seal(None if self.launch is None else self.launch.ended(self.outcome()))
         self.bundle.close()
 
     def outcome(self) -> RunOutcome:

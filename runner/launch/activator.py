@@ -153,13 +153,14 @@ class Activator:
             self._endings.fail_launch(record, act.token, "activation_failed", reason,
                                       fixed=True)
             return False
-        rows = self._engines.rows is not None
-        first = rows and record.status == "starting" and record.epoch == 1
+        first = self._reader.space.commits_with_store and record.status == "starting" \
+            and record.epoch == 1
         if first or not self._reader.started(record.run_id):
             # No bundle, or one whose creator died before `run_started` was durable:
             # nothing ran, and the input is still in the row (it is cleared at running).
-            # A database bundle is created only under a claim, so on the first claim
-            # there is none to look for or discard (a read and a write less per run).
+            # A bundle committed with the store's own transitions exists only under a
+            # claim the store kept, so on the first claim there is none to look for or
+            # discard (a read and a write less per run).
             if not first:
                 engine.discard_unstarted(record.run_id, record.parent_run_id)
             if record.status != "starting":
@@ -239,29 +240,11 @@ class Activator:
             self._endings.fail_launch(record, token, code, reason)
             return False
         self._crash("during_starting")
-        if self._engines.rows is not None:
-            # The bundle's first write takes the launch to `running` (link.py): a cancel
-            # that won meanwhile refuses that write, and `_lost` ends the launch.
-            act.driver = driver
-            return True
-        sent = self._clock.monotonic()
-        try:
-            running = self._book.mark_running(record.run_id, token)
-        except BaseException:
-            # Refused (a full disk, the store gone): the guard settles the launch, and
-            # the bundle's lock goes now, or ending the bundle found it held "by
-            # another process" (this one).
-            driver.bundle.close()
-            raise
-        if isinstance(running, LostRace):
-            # Cancellation won the race: record it in the bundle we own, run nothing.
-            driver.bundle.fence = lambda: True
-            driver.finish("cancelled", error={"code": "cancelled",
-                                               "message": "cancelled before it started"})
-            return False
-        self._scrub.cleared()
-        act.running(running, sent)
         act.driver = driver
+        # The launch goes `running` now (a folder) or with the first node's start (a
+        # database bundle, link.py): a cancel that won meanwhile refuses it, and `_lost`
+        # ends the launch and the bundle.
+        driver.bundle.start_launch()
         return True
 
     def _run(self, act: Activation) -> RunOutcome:
@@ -270,8 +253,6 @@ class Activator:
         assert driver is not None
         assert engine is not None
         self._crash("before_executor_release")
-        if self._engines.rows is None:
-            self._crash("after_running")  # as with database bundles (`_link`), before a node
         self._keeper.add(act)
         if act.checkpoint is not None:
             outcome = engine.drive_continuation(driver, act.checkpoint)
@@ -301,14 +282,13 @@ class Activator:
         self._endings.record(act, outcome)
         return outcome
 
-    def _link(self, act: Activation) -> RunLink | None:
-        """The launch's transitions that commit in its database bundle's writes."""
-        if self._engines.rows is None:
-            return None  # a folder bundle: the launch is recorded apart
+    def _link(self, act: Activation) -> RunLink:
+        """The launch's transitions that ride its bundle's writes (link.py)."""
         return RunLink(act, self._book, self._endings, self._clock, self._ran)
 
     def _ran(self, act: Activation, record: LaunchRecord, sent: float) -> None:
-        """The run's first write committed `running` (its input is cleared)."""
+        """The launch committed `running` (its input is cleared): with the run's first
+        write on rows, just before the executor is released on a folder."""
         act.running(record, sent)
         self._scrub.cleared()
         self._crash("after_running")  # with the first node's start; it has not run

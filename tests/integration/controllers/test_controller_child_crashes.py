@@ -154,7 +154,9 @@ KILLS = {
     "after_queued_commit": ("WFRUN_CRASH_AT", "queued", None, False),
     "before_executor_release": ("WFRUN_CRASH_AT", "running", "running", False),
     "between_nodes": ("WFRUN_CRASH_AT", "running", "running", True),
-    "before_outcome_recorded": ("WFRUN_CRASH_AT", "running", "completed", True),
+    # The run has its ending, the launch not: a bundle's seal records the launch's
+    # ending (runner/launch/link.py), so the kill just before the seal is that window.
+    "before_seal": ("WFRUN_CRASH_AT", "running", "completed", True),
 }
 
 

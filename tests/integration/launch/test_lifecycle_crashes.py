@@ -165,28 +165,25 @@ def test_a_kill_while_the_bundle_is_made_reruns_from_the_stored_input(
 def test_a_kill_after_the_run_completed_but_before_the_store_recorded_it(proj: Proj) -> None:
     """Defect 2: the next runner marked the launch failed while the bundle said done.
 
-    A database bundle's seal commits with the launch's ending (runner/launch/link.py):
-    there the window is gone, and the kill before the seal is the nearest one."""
-    if proj.store_url is not None:
-        run_id = _killed_run(proj, "before_outcome_recorded")
-        (row,) = proj.rows()
-        assert (row["status"], proj.bundle_status(run_id)) == ("done", "completed")
-        run_id = _killed_run_again(proj, "before_seal")
-        (row,) = [r for r in proj.rows() if r["run_id"] == run_id]
-        assert row["status"] == "running"
-        assert proj.bundle_status(run_id) == "running"  # neither has its ending
-    else:
-        run_id = _killed_run(proj, "before_outcome_recorded")
-        assert proj.rows()[0]["status"] == "running"
-        assert proj.bundle_status(run_id) == "completed"
+    A bundle's seal makes the launch's ending (runner/launch/link.py; in the seal's
+    transaction on rows, right after it on a folder): there the window is gone, and
+    the kill before the seal is the nearest one. A folder then has its ending in the
+    trace and manifest while the store has none (defect 2's shape); rows have neither."""
+    run_id = _killed_run(proj, "before_outcome_recorded")
+    (row,) = proj.rows()
+    assert (row["status"], proj.bundle_status(run_id)) == ("done", "completed")
+    run_id = _killed_run_again(proj, "before_seal")
+    (row,) = [r for r in proj.rows() if r["run_id"] == run_id]
+    assert row["status"] == "running"
+    assert proj.bundle_status(run_id) == ("running" if proj.store_url else "completed")
     again = proj.wfrun("resume", run_id, "--json")
     assert again.returncode == 0, again
     assert json.loads(again.stdout)["status"] == "completed"
     (row,) = [r for r in proj.rows() if r["run_id"] == run_id]
     assert (row["status"], row["error_code"]) == ("done", None)
     assert proj.bundle_status(run_id) == "completed"
-    # Nothing ran again (a database run was killed twice: once each).
-    assert proj.effects() == ["ada"] * (1 + (proj.store_url is not None))
+    # Nothing ran again (two runs were killed: once each).
+    assert proj.effects() == ["ada"] * 2
 
 
 def test_a_killed_foreground_run_is_finished_by_the_host_after_its_lease(proj: Proj) -> None:

@@ -197,6 +197,20 @@ def test_a_damaged_manifest_is_operation_failed(env: Any) -> None:
         reader.manifest(out.run_id)
 
 
+def test_a_torn_first_manifest_of_a_bundle_being_made_is_no_run_yet(env: Any) -> None:
+    """The first manifest is written in place (no temp file and rename): until
+    `run_started` is durable, a torn one means the bundle is being made, as a missing
+    one does, not a damaged run."""
+    root = env.runs / "wf-20270101T000000Z-0000abcd"
+    root.mkdir(parents=True)
+    (root / "manifest.json").write_text('{"schema": "wfrun.run-bun')
+    reader = RunReader(env.runs)
+    with pytest.raises(NotFoundError, match="no run"):
+        reader.manifest(root.name)
+    assert reader.exists(root.name)
+    assert not reader.started(root.name)
+
+
 def test_missing_runs_are_not_found(env: Any) -> None:
     env.engine().start(env.workflow(SMALL_WF))
     reader = RunReader(env.runs)
