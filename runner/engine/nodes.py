@@ -31,6 +31,7 @@ from runner.compiler.templates import (
 )
 from runner.safety import mask, mask_values, redact, secret_env_values
 
+from . import tracing
 from .agent import AgentStep, StepContract, TurnKind, reminder_text
 from .hooks import HookError, load_hook, run_bounded
 from .livelog import LiveLog
@@ -191,7 +192,8 @@ def _action(driver: RunDriver, node: Node, attempt: str, spec: ActionSpec,
     base = driver.work_dir
     if cwd is not None and not os.path.isabs(cwd):
         cwd = os.path.join(base, cwd)
-    env = {k: render_text(v, ctx) for k, v in spec.env.items()}
+    env = {**tracing.environment(driver.run_id),  # TRACEPARENT: this attempt's span
+           **{k: render_text(v, ctx) for k, v in spec.env.items()}}
     stdin = render_text(spec.stdin, ctx) if spec.stdin is not None else None
     nul = _nul_problem(command, cwd, env)
     if nul is not None:
