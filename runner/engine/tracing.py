@@ -10,8 +10,9 @@ from facts the trace holds (a node attempt's start and duration, the run's start
 end), so nothing stays open across a crash. A run's trace id and its run span's id are
 derived from the run id, which the bundle keeps: a run resumed by another process,
 after a SIGKILL, continues the same trace, and its node spans find their parent; the
-run span itself is sent when the run ends (completed, failed, timed out, cancelled).
-A child run's span links to its parent run's span. The node span's id is chosen when
+run span itself is sent when the run ends (completed, failed, timed out, cancelled,
+or waiting at a checkpoint). A child run's span (a continuation, a controller's
+child) links to its parent run's span. The node span's id is chosen when
 the node starts, so a shell step gets `TRACEPARENT` naming it.
 
 Exporting never blocks or fails a run: spans go to the SDK's batch processor (a
@@ -36,8 +37,11 @@ from .state import RunState
 log = logging.getLogger(__name__)
 
 ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+# A run waiting at a checkpoint has ended too: `wfrun answer` continues it as a new run
+# (its own trace, its span linked to this one).
 RUN_ENDS = {"run_completed": "completed", "run_failed": "failed",
-            "run_timed_out": "timed_out", "run_cancelled": "cancelled"}
+            "run_timed_out": "timed_out", "run_cancelled": "cancelled",
+            "run_waiting": "waiting"}
 NODE_ENDS = ("node_finished", "node_failed")
 EXIT_WAIT = 3.0  # seconds a process waits at exit for its last spans to be sent
 
@@ -123,10 +127,13 @@ class Tracing:
                                     or "wfrun"})
         self.provider = TracerProvider(resource=resource, id_generator=self.ids.generator,
                                        shutdown_on_exit=False)
-        self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        exporter = OTLPSpanExporter()
+        self.sent = _Sent(str(getattr(exporter, "_endpoint", "the OTLP endpoint")))
+        self.provider.add_span_processor(BatchSpanProcessor(_counting(exporter, self.sent)))
         self.tracer = self.provider.get_tracer("wfrun")
         self._lock = threading.Lock()
         self._nodes: dict[str, tuple[str, int]] = {}  # run id -> its running node, span id
+        self.made = 0  # spans ended (handed to the batch processor)
         import atexit
 
         atexit.register(self.close)
@@ -198,6 +205,8 @@ class Tracing:
         if outcome != "ok":
             span.set_status(Status(StatusCode.ERROR))
         span.end(end_time=end)
+        with self._lock:
+            self.made += 1
 
     def _run_span(self, event: dict[str, Any], state: RunState, status: str) -> None:
         from opentelemetry.context import Context
@@ -218,9 +227,11 @@ class Tracing:
         span = self.tracer.start_span(f"run {state.workflow}", context=Context(), links=links,
                                       start_time=_nanos(state.started_at),
                                       attributes=attributes)
-        if status != "completed":
+        if status not in ("completed", "waiting"):
             span.set_status(Status(StatusCode.ERROR))
         span.end(end_time=_nanos(event.get("at")))
+        with self._lock:
+            self.made += 1
 
     def close(self) -> None:
         """Send what is queued, waiting `EXIT_WAIT` seconds at most (a receiver that
@@ -229,6 +240,48 @@ class Tracing:
                                 name="wfrun-otel-shutdown")
         done.start()
         done.join(EXIT_WAIT)
+        lost = self.sent.unsent(self.made)
+        if lost:
+            log.warning("wfrun: %d of %d trace span(s) were not sent to %s (the receiver "
+                        "did not take them in time, or the queue was full)", lost, self.made,
+                        self.sent.endpoint)
+
+
+class _Sent:
+    """How many spans the receiver took (the exporter's successes): the rest were dropped."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.endpoint = endpoint
+        self.count = 0
+        self._lock = threading.Lock()
+
+    def add(self, n: int) -> None:
+        with self._lock:
+            self.count += n
+
+    def unsent(self, made: int) -> int:
+        with self._lock:
+            return max(made - self.count, 0)
+
+
+def _counting(inner: Any, sent: _Sent) -> Any:
+    """`inner`, an exporter, counting into `sent` the spans it exported."""
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+    class Counting(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            result: SpanExportResult = inner.export(spans)
+            if result == SpanExportResult.SUCCESS:
+                sent.add(len(spans))
+            return result
+
+        def shutdown(self) -> None:
+            inner.shutdown()
+
+        def force_flush(self, timeout_millis: int = 30_000) -> bool:
+            return bool(inner.force_flush(timeout_millis))
+
+    return Counting()
 
 
 class _Ids:

@@ -3,6 +3,7 @@ to a real receiver on 127.0.0.1 that decodes the protobuf (tests/fakes/otlp_rece
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -178,6 +179,33 @@ def test_the_receiver_down_leaves_runs_unaffected(project: Project) -> None:
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
     assert len((project.root / "seen.txt").read_text().split()) == 2  # both attempts traced
+    # The spans it could not send are counted, in one line.
+    assert "4 of 4 trace span(s) were not sent" in done.stderr, done.stderr
+
+
+def test_a_continued_run_links_to_the_run_it_continues(project: Project,
+                                                      otlp: OtlpReceiver) -> None:
+    (project.root / ".wfrun" / "workflows" / "ask.yaml").write_text(textwrap.dedent("""\
+        start: ask
+        nodes:
+          ask: {checkpoint: "Ship it?"}
+          after: {compute: "{{ outputs.ask.answer }}"}
+        edges: [{from: ask, to: after}]
+        """))
+    first = project.wfrun("run", "ask", "-q", "--json", env=otel(otlp.endpoint))
+    waiting = json.loads(first.stdout)
+    assert waiting["status"] == "waiting", first.stderr
+    done = project.wfrun("answer", waiting["run_id"], '"yes"', "-q", "--json",
+                         env=otel(otlp.endpoint))
+    assert done.returncode == 0, done.stderr
+    spans = otlp.received()
+    parent, child = sorted(named(spans, "run ask"), key=lambda s: s.start_ns)
+    assert parent.attributes["wfrun.outcome"] == "waiting"
+    assert not parent.error
+    assert child.attributes["wfrun.parent_run_id"] == waiting["run_id"]
+    assert child.links == [(parent.trace_id, parent.span_id)]
+    [after] = named(spans, "node after")
+    assert (after.trace_id, after.parent_span_id) == (child.trace_id, child.span_id)
 
 
 def test_without_an_endpoint_no_traceparent_is_given(project: Project) -> None:
