@@ -23,6 +23,7 @@ of flushing, whether or not the receiver answers.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -100,6 +101,17 @@ def run_ids(run_id: str) -> tuple[int, int]:
     return (int.from_bytes(digest[:16], "big") or 1), (int.from_bytes(digest[16:24], "big") or 1)
 
 
+@functools.lru_cache(maxsize=1024)  # the runs in flight in a host, and then some
+def _run_context(run_id: str) -> Any:
+    """The context whose span is `run_id`'s run span: the parent of its node spans."""
+    from opentelemetry import trace
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+    trace_id, span_id = run_ids(run_id)
+    return trace.set_span_in_context(NonRecordingSpan(SpanContext(
+        trace_id, span_id, is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED))))
+
+
 def traceparent(trace_id: int, span_id: int) -> str:
     return f"00-{trace_id:032x}-{span_id:016x}-01"
 
@@ -122,6 +134,9 @@ class Tracing:
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+        # The exporter logs each failed try (three lines a batch while the receiver is
+        # down); the spans that never got through are counted in one line at exit.
+        logging.getLogger("opentelemetry.exporter.otlp.proto.http").setLevel(logging.ERROR)
         self.ids = _Ids()
         resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME")
                                     or "wfrun"})
@@ -167,14 +182,6 @@ class Tracing:
         elif kind in RUN_ENDS:
             self._run_span(event, state, RUN_ENDS[kind])
 
-    def _parent(self, run_id: str) -> Any:
-        from opentelemetry import trace
-        from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
-
-        trace_id, span_id = run_ids(run_id)
-        return trace.set_span_in_context(NonRecordingSpan(SpanContext(
-            trace_id, span_id, is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED))))
-
     def _node_span(self, event: dict[str, Any], state: RunState) -> None:
         from opentelemetry.trace import Status, StatusCode
 
@@ -200,7 +207,7 @@ class Tracing:
         if payload.get("will_retry"):
             attributes["wfrun.will_retry"] = True
         self.ids.next_span = None if running is None or running[0] != node else running[1]
-        span = self.tracer.start_span(f"node {node}", context=self._parent(state.run_id),
+        span = self.tracer.start_span(f"node {node}", context=_run_context(state.run_id),
                                       start_time=start, attributes=attributes)
         if outcome != "ok":
             span.set_status(Status(StatusCode.ERROR))
