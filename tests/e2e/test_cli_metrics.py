@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -15,6 +16,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from waiting import DEADLINE, LineReader, wait_until
+
+from runner.store import LaunchRecord, SqliteStore
 
 WORKFLOWS = {
     "ok": """\
@@ -38,6 +41,13 @@ WORKFLOWS = {
 }
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "controllers" / "project"
 RUNS = {"ok": 3, "fails": 2, "flaky": 1}
+# `hold` waits for the file `gate` (never made: the test takes its claim away).
+HOLD = """\
+    start: hold
+    nodes:
+      hold:
+        action: {shell: [sh, -c, "touch holding; while [ ! -e gate ]; do sleep 0.02; done"]}
+    """
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -135,6 +145,33 @@ def test_metrics_count_exactly_the_runs_a_host_ran(project: Project, processes: 
     assert host.wait(timeout=DEADLINE) == 0
     with pytest.raises(httpx.TransportError):  # the server went with the host
         httpx.get(url, timeout=5)
+
+
+def test_a_run_whose_claim_is_taken_is_a_lease_loss(project: Project) -> None:
+    (project.root / ".wfrun" / "workflows" / "hold.yaml").write_text(textwrap.dedent(HOLD))
+    done = project.wfrun("start", "hold", "-q")
+    assert done.returncode == 0, done.stderr
+    host, lines = project.host("--metrics", "127.0.0.1:0", "--lease", "1.5")
+    url = lines.wait_for(r"metrics on http://").split("metrics on ", 1)[1]
+    wait_until((project.root / "holding").exists, what="the host to run `hold`")
+    store_file = project.root / ".wfrun" / "state" / "store.sqlite3"
+    with sqlite3.connect(store_file) as conn:  # its lease runs out ...
+        conn.execute("UPDATE workflow_run_queue SET claim_expires_at = 1")
+    conn.close()
+    thief = SqliteStore(store_file)
+    try:  # ... and another runner takes it: the host's keeper notices and lets go
+        [row] = thief.launches.query()
+        assert isinstance(thief.launches.claim(row.run_id, runner_id="thief"), LaunchRecord)
+    finally:
+        thief.close()
+    samples = wait_until(lambda: (s := scrape(url)) and value(
+        s, "wfrun_lease_losses_total", workflow="hold") and s, what="the lease loss")
+    assert value(samples, "wfrun_lease_losses_total", workflow="hold") == 1
+    assert value(samples, "wfrun_runs_started_total", workflow="hold") == 1
+    assert ended(samples) == 0  # let go is not an end: the thief carries the run on
+    assert value(samples, "wfrun_queue_depth", state="running") == 1  # the thief's
+    host.send_signal(signal.SIGTERM)
+    assert host.wait(timeout=DEADLINE) == 0
 
 
 def test_controller_passes_are_counted(project: Project) -> None:
