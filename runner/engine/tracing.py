@@ -83,6 +83,13 @@ def active() -> Tracing | None:
     return _current
 
 
+def flush() -> None:
+    """Send what this process's tracing holds (bounded, as at exit): for a process that
+    ends with os._exit, which runs no atexit handler (a host's worker process)."""
+    if _current is not None:
+        _current.close()
+
+
 def observer(inner: Observer | None) -> Observer | None:
     """The engine observer with tracing, or `inner` itself when tracing is off."""
     tracing = active()

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner.controllers import ControllerManager
-from runner.engine import AgentStepExecutor, RunControl, RunOutcome
+from runner.engine import AgentStepExecutor, RunControl, RunOutcome, tracing
 from runner.engine.processes import (
     ProcessRegistry,
     reap_dead_registries,
@@ -248,6 +248,7 @@ def _work_as_worker(ws: Workspace, settings: WorkerSettings, share: int,
         send(("failed", portable(error)))
     finally:
         store.close()
+        tracing.flush()  # the worker ends with os._exit: no atexit sends its last spans
 
 
 def _reap(state_dir: Path, ws: Workspace) -> list[int]:

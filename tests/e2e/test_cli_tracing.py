@@ -171,6 +171,21 @@ def test_a_run_resumed_after_sigkill_continues_its_trace(project: Project,
     assert {s.parent_span_id for s in spans if s is not run} == {run.span_id}
 
 
+def test_a_hosts_worker_processes_send_their_spans(project: Project,
+                                                  otlp: OtlpReceiver) -> None:
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": otlp.endpoint}  # the SDK's 5 s batch delay
+    for _ in range(4):
+        assert project.wfrun("start", "broken", "-q", env=env).returncode == 0
+    done = subprocess.run(project.argv("host", "--once", "--no-controllers", "-q",
+                                       "--processes", "2", "--max-runs", "2"),
+                          capture_output=True, text=True, timeout=DEADLINE, cwd=project.root,
+                          env={**os.environ, **env})
+    assert done.returncode == 0, done.stderr
+    spans = otlp.received()  # every process sent its spans before it exited
+    assert len(named(spans, "run broken")) == 4
+    assert len(named(spans, "node one")) == 4
+
+
 def test_the_receiver_down_leaves_runs_unaffected(project: Project) -> None:
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
