@@ -216,6 +216,7 @@ class Tracing:
         self.ids.next_span = None if running is None or running[0] != node else running[1]
         span = self.tracer.start_span(f"node {node}", context=_run_context(state.run_id),
                                       start_time=start, attributes=attributes)
+        self.ids.next_span = None  # never left for another span of this thread
         if outcome != "ok":
             span.set_status(Status(StatusCode.ERROR))
         span.end(end_time=end)
@@ -241,6 +242,7 @@ class Tracing:
         span = self.tracer.start_span(f"run {state.workflow}", context=Context(), links=links,
                                       start_time=_nanos(state.started_at),
                                       attributes=attributes)
+        self.ids.next_trace = self.ids.next_span = None
         if status not in ("completed", "waiting"):
             span.set_status(Status(StatusCode.ERROR))
         span.end(end_time=_nanos(event.get("at")))

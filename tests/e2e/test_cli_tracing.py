@@ -171,6 +171,34 @@ def test_a_run_resumed_after_sigkill_continues_its_trace(project: Project,
     assert {s.parent_span_id for s in spans if s is not run} == {run.span_id}
 
 
+AGENT = """\
+#!/bin/sh
+cat >/dev/null
+echo "$TRACEPARENT" > agent-saw.txt
+printf 'WFRUN_STEP_SUBMISSION {"action":"submit","step":"%s","attempt":"%s","output":{}}\\n' \\
+  "$WFRUN_STEP" "$WFRUN_ATTEMPT"
+"""
+
+
+def test_a_command_agent_sees_its_steps_traceparent(project: Project,
+                                                   otlp: OtlpReceiver) -> None:
+    (project.root / ".wfrun" / "workflows" / "agentic.yaml").write_text(textwrap.dedent("""\
+        start: think
+        nodes:
+          think: {agent: {prompt: "Think"}}
+        """))
+    agent = project.root / "agent.sh"
+    agent.write_text(AGENT)
+    agent.chmod(0o755)
+    done = project.wfrun("run", "agentic", "-q", "--agent", f"command:{agent}",
+                         env=otel(otlp.endpoint))
+    assert done.returncode == 0, done.stderr
+    [think] = named(otlp.received(), "node think")
+    assert think.attributes["wfrun.node.kind"] == "agent"
+    assert (project.root / "agent-saw.txt").read_text().strip() == \
+        f"00-{think.trace_id}-{think.span_id}-01"
+
+
 def test_a_hosts_worker_processes_send_their_spans(project: Project,
                                                   otlp: OtlpReceiver) -> None:
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": otlp.endpoint}  # the SDK's 5 s batch delay
