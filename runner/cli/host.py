@@ -20,6 +20,7 @@ from runner.host.daemon import (
     fork_workers,
     host_lock,
 )
+from runner.host.metrics import for_host, parse_address
 from runner.host.runtime.controllers import discover, load_all, make_manager
 from runner.host.runtime.launches import book
 from runner.host.runtime.local import open_store
@@ -43,6 +44,12 @@ if TYPE_CHECKING:
                    "one uses more CPU cores (the first process also runs the controllers).")
 @click.option("--no-controllers", is_flag=True, help="Do not run the controller manager.")
 @click.option("--quiet", "-q", is_flag=True)
+@click.option("--metrics", "metrics_at", metavar="ADDR:PORT",
+              help="Serve Prometheus metrics on http://ADDR:PORT/metrics (loopback only "
+                   "unless --metrics-public; port 0: a free one, printed).")
+@click.option("--metrics-public", is_flag=True,
+              help="Allow a --metrics address other than loopback (/metrics has no "
+                   "authentication).")
 @click.option("--lease", "lease", type=click.FloatRange(0.5, 3600), default=LEASE_SECONDS,
               envvar="WFRUN_LEASE_SECONDS", hidden=True,
               help="Claim lease in seconds (tests shorten it; renewed every lease/3).")
@@ -55,8 +62,8 @@ if TYPE_CHECKING:
                    "has a secret; port 0 picks a free port).")
 @click.pass_obj
 def host_cmd(ctx: Context, agent: str | None, once: bool, max_runs: int, processes: int,
-             no_controllers: bool, quiet: bool, lease: float, poll: float,
-             listen: str | None) -> None:
+             no_controllers: bool, quiet: bool, metrics_at: str | None, metrics_public: bool,
+             lease: float, poll: float, listen: str | None) -> None:
     """Run detached launches, resume parked runs and run controllers (one per project)."""
     if listen is not None and once:
         raise click.UsageError("--listen serves webhooks for as long as the host runs; "
@@ -64,6 +71,7 @@ def host_cmd(ctx: Context, agent: str | None, once: bool, max_runs: int, process
     if processes > max_runs:
         raise click.UsageError(f"--processes {processes} is more than --max-runs {max_runs}: "
                                "each process runs one run at least; lower --processes")
+    address = None if metrics_at is None else parse_address(metrics_at, public=metrics_public)
     ws = workspace(ctx)
     ctx.require_project()
     lock = pool = None
@@ -76,7 +84,8 @@ def host_cmd(ctx: Context, agent: str | None, once: bool, max_runs: int, process
         lock = host_lock(ws)
         lock.acquire()
         settings = WorkerSettings(open_store=lambda: open_store(ws), executor=executor,
-                                  once=once, poll=poll, lease_seconds=lease)
+                                  once=once, poll=poll, lease_seconds=lease,
+                                  metrics=address is not None)
         pool, max_runs = fork_workers(ws, lock, processes=processes, max_runs=max_runs,
                                       settings=settings)
         store = open_store(ws)
@@ -91,6 +100,8 @@ def host_cmd(ctx: Context, agent: str | None, once: bool, max_runs: int, process
                                    on_skip=not_loaded)
         else:
             load_all(entries, on_skip=not_loaded)  # nothing to run: still name the bad ones
+    metrics = None if address is None else for_host(store, manager)
+
     def ended(run_id: str, outcome: RunOutcome | None) -> None:
         if not quiet:
             click.echo(f"wfrun host: {_ended_line(store, run_id, outcome)}", err=True)
@@ -99,7 +110,7 @@ def host_cmd(ctx: Context, agent: str | None, once: bool, max_runs: int, process
         host = StandaloneHost(ws, store, executor=executor, manager=manager,
                               max_runs=max_runs, observer=progress, lease_seconds=lease,
                               poll=poll, on_run_ended=ended, lock=lock, pool=pool,
-                              listen=listen)
+                              listen=listen, metrics=metrics)
 
         def stop(signum: int, frame: FrameType | None) -> None:
             click.echo("\nwfrun host: parking in-flight runs and stopping...", err=True)
@@ -108,6 +119,10 @@ def host_cmd(ctx: Context, agent: str | None, once: bool, max_runs: int, process
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, stop)
         def ready() -> None:  # only once the lock is held: a refused host prints no banner
+            if metrics is not None and address is not None:  # bound once the lock is held
+                served = metrics.serve(address)
+                if not quiet or address.port == 0:  # a free port: the line says which
+                    click.echo(f"wfrun host: metrics on {served.url()}", err=True)
             if not once and not quiet:
                 more = f", {processes} processes" if processes > 1 else ""
                 click.echo(f"wfrun host running for {ws.project_root} (pid {os.getpid()}"
@@ -115,7 +130,11 @@ def host_cmd(ctx: Context, agent: str | None, once: bool, max_runs: int, process
             if host.webhooks is not None:  # even when quiet: a client needs the port
                 click.echo(f"wfrun host: webhooks on http://{host.webhooks.address}", err=True)
 
-        report = host.run(once=once, on_ready=ready)
+        try:
+            report = host.run(once=once, on_ready=ready)
+        finally:
+            if metrics is not None:
+                metrics.close()
     store.close()
     fault = host.coordinator.faults.last
     if once and fault is not None:  # one line; each launch it touched waits (logged)

@@ -32,6 +32,7 @@ from runner.compiler.templates import (
 )
 from runner.safety import mask, mask_values, redact, secret_env_values
 
+from . import tracing
 from .agent import AgentStep, StepContract, TurnKind, reminder_text
 from .hooks import call_hook
 from .nodecontext import Executor, NodeContext, NodeResult, fail, json_value, stopped
@@ -129,7 +130,8 @@ def _action(ctx: NodeContext) -> NodeResult:
     base = ctx.work_dir
     if cwd is not None and not os.path.isabs(cwd):
         cwd = os.path.join(base, cwd)
-    env = {k: render_text(v, values) for k, v in spec.env.items()}
+    env = {**tracing.environment(ctx.run_id),  # TRACEPARENT: this attempt's span
+           **{k: render_text(v, values) for k, v in spec.env.items()}}
     stdin = render_text(spec.stdin, values) if spec.stdin is not None else None
     nul = _nul_problem(command, cwd, env)
     if nul is not None:

@@ -26,6 +26,7 @@ from runner.compiler.kinds import ends
 from runner.compiler.templates import TemplateError, render_native
 from runner.safety import bound, mask_values, redact
 
+from . import tracing
 from .agent import AgentStepExecutor
 from .artifacts import externalize, has_artifacts, internalize
 from .cache import StepCache, cache_key
@@ -136,7 +137,7 @@ class RunDriver:
         self.control = control
         self.executor = executor
         self.notifications = notifications
-        self.observer = observer
+        self.observer = tracing.observer(observer)  # itself unless OTEL_* asks for spans
         self.work_dir = work_dir
         self.project_root = project_root
         self.resuming_node: str | None = None

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner.controllers import ControllerManager
-from runner.engine import AgentStepExecutor, RunControl, RunOutcome
+from runner.engine import AgentStepExecutor, RunControl, RunOutcome, tracing
 from runner.engine.processes import (
     ProcessRegistry,
     reap_dead_registries,
@@ -42,9 +42,10 @@ from runner.errors import InputError, machine_fault
 from runner.launch.wakeups import LaunchListener
 from runner.leases import LEASE_SECONDS
 from runner.private import private_dirs
-from runner.store import LaunchRecord, NextClaim, QueuedSources, Store, StoreError
+from runner.store import LaunchBook, LaunchRecord, NextClaim, QueuedSources, Store, StoreError
 from runner.store.wakeups import launch_wakeups
 
+from .metrics import Forwarded, Metrics, take_forwarded
 from .runtime.channels import ChannelDeliverer, DeliveryPass, load_channels
 from .runtime.coordinators import build_coordinator
 from .runtime.errors import translate
@@ -190,6 +191,7 @@ class WorkerSettings:
     poll: float = 0.5
     durability: str = "full"
     lease_seconds: float = LEASE_SECONDS
+    metrics: bool = False  # measure, forwarded to the host (`wfrun host --metrics`)
 
 
 def fork_workers(ws: Workspace, lock: HostLock, *, processes: int, max_runs: int,
@@ -233,7 +235,8 @@ def _work_as_worker(ws: Workspace, settings: WorkerSettings, share: int,
                                 lease_seconds=settings.lease_seconds,
                                 on_run_ended=lambda run_id, outcome: send(
                                     ("ended", run_id, outcome)),
-                                registry=registry_for_this_process(ws.children_dir))
+                                registry=registry_for_this_process(ws.children_dir),
+                                metrics=Forwarded(send) if settings.metrics else None)
         worker.on_run_started = lambda run_id: send(("started", run_id))
         watch_control(control, worker.stop)
         signal.signal(signal.SIGTERM, lambda _signum, _frame: worker.stop())
@@ -247,6 +250,7 @@ def _work_as_worker(ws: Workspace, settings: WorkerSettings, share: int,
         send(("failed", portable(error)))
     finally:
         store.close()
+        tracing.flush()  # the worker ends with os._exit: no atexit sends its last spans
 
 
 def _reap(state_dir: Path, ws: Workspace) -> list[int]:
@@ -263,11 +267,13 @@ class StandaloneHost:
                  durability: str = "full", lease_seconds: float = LEASE_SECONDS,
                  on_run_ended: RunEnded | None = None, lock: HostLock | None = None,
                  pool: WorkerPool | None = None,
-                 registry: ProcessRegistry | None = None, listen: str | None = None) -> None:
+                 registry: ProcessRegistry | None = None, listen: str | None = None,
+                 metrics: Metrics | None = None) -> None:
         """`listen`: ADDR:PORT for the webhook triggers (runtime/webhooks.py).
         `lock`: the project's host lock when the caller took it already (before
         forking `pool`, the worker processes, with `fork_workers`); `registry`: where
-        shell process groups are recorded (a worker process has its own)."""
+        shell process groups are recorded (a worker process has its own); `metrics`:
+        what the host measures (metrics.py; none by default)."""
         if ws.project_root is None:
             raise InputError("wfrun host needs a project (a folder with .wfrun/); pass --project")
         self.ws = ws
@@ -275,8 +281,10 @@ class StandaloneHost:
         self.state_dir = ws.project_root / ".wfrun" / "state"
         self.lock = lock or HostLock(self.state_dir / "host.lock")
         self.pool = pool
+        self.metrics = metrics or Metrics()
         if pool is not None:
             pool.on_started, pool.on_ended = self._worker_started, self._run_ended
+            pool.on_metric = lambda name, args: take_forwarded(self.metrics, name, args)
             pool.on_failed = lambda _error: self.stop()
         self.processes = registry or ProcessRegistry(self.state_dir / HOST_CHILDREN)
         self.manager = manager
@@ -284,7 +292,8 @@ class StandaloneHost:
         self.poll = poll
         # A session's run handed over to this host gives its agent steps back.
         self.coordinator = build_coordinator(ws, store, "host", executor=executor,
-                                             observer=observer, durability=durability,
+                                             observer=self.metrics.observe(observer),
+                                             durability=durability,
                                              processes=self.processes,
                                              lease_seconds=lease_seconds)
         self.coordinator.faults.announce = True  # launches a full disk left waiting
@@ -533,6 +542,10 @@ class StandaloneHost:
             self.report.started += 1
         if self.on_run_started is not None:
             self.on_run_started(record.run_id)
+        if self.metrics.enabled:
+            self.metrics.run_started(record.workflow_ref)
+            if record.started_at is None:  # its first start: the wait since `workflow start`
+                self.metrics.claimed((record.updated_at - record.created_at) / 1000)
         return control, ended
 
     def _work_loop(self) -> None:
@@ -559,14 +572,33 @@ class StandaloneHost:
         a transaction per run fewer than a claim of its own)."""
         then = None if self.stop_event.is_set() else self.coordinator.next_claim()
         try:
-            self._run_ended(record.run_id, self.coordinator.execute(
-                record, control=control, then_claim=then))
+            outcome = self.coordinator.execute(record, control=control, then_claim=then)
+            if self.metrics.enabled:
+                self._measure_end(record, outcome)
+            self._run_ended(record.run_id, outcome)
         except BaseException:
             follow = self._follow(record, then)
             if follow is not None:
                 self._work.put(follow)  # another worker runs it (or this one, if it lives)
             raise
         return self._follow(record, then)
+
+    def _measure_end(self, record: LaunchRecord, outcome: RunOutcome | None) -> None:
+        """Count how a run this process executed ended; None (no outcome): it failed to
+        start, or its claim was lost (the row, still active, says which)."""
+        workflow = record.workflow_ref
+        if outcome is not None:
+            self.metrics.run_ended(workflow, "parked" if outcome.parked else outcome.status)
+            return
+        try:
+            row = LaunchBook(self.store).get(record.run_id)
+        except StoreError as exc:
+            log.debug("metrics: cannot read launch %s: %s", record.run_id, exc.message)
+            return
+        if row is not None and row.status in ("queued", "starting", "running"):
+            self.metrics.lease_lost(workflow)  # let go: another host carries it on
+        else:
+            self.metrics.run_ended(workflow, "failed_to_start")
 
     def _follow(self, record: LaunchRecord, then: NextClaim | None
                 ) -> tuple[LaunchRecord, RunControl] | None:

@@ -66,7 +66,8 @@ def shares(slots: int, processes: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(processes)]
 
 
-# What a worker tells its host: ("started", run_id) or ("ended", run_id, outcome).
+# What a worker tells its host: ("started", run_id), ("ended", run_id, outcome),
+# ("failed", error) or ("metric", name, args) (a measurement, host/metrics.py).
 Message = tuple[Any, ...]
 # A worker's work: given how to report and its control fd, run until told to stop.
 Body = Callable[[Callable[[Message], None], int], None]
@@ -94,6 +95,7 @@ class WorkerPool:
         self.on_started: Callable[[str], None] = _ignore
         self.on_ended: Callable[[str, RunOutcome | None], None] = _ignore
         self.on_failed: Callable[[WfrunError], None] = _ignore
+        self.on_metric: Callable[[str, tuple[Any, ...]], None] = _ignore
         self.failure: WfrunError | None = None  # the first error a worker stopped on
         self.workers: list[Worker] = []
         self.reaped: list[int] = []  # process groups reaped before the fork
@@ -138,6 +140,8 @@ class WorkerPool:
                     self.on_started(message[1])
                 elif message[0] == "ended":
                     self.on_ended(message[1], message[2])
+                elif message[0] == "metric":
+                    self.on_metric(message[1], message[2])
                 elif message[0] == "failed":
                     if self.failure is None:
                         self.failure = message[1]

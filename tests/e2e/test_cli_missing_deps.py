@@ -29,6 +29,8 @@ main()
     ("psycopg,psycopg_pool", ["--store", "postgresql://u@127.0.0.1:9/db", "status"],
      "install wfrun[postgres]"),
     ("starlette,uvicorn", ["ui", "--port", "0"], "pip install --upgrade --force-reinstall wfrun"),
+    ("prometheus_client", ["host", "--once", "--metrics", "127.0.0.1:0"],
+     "pip install --upgrade --force-reinstall wfrun"),
 ])
 def test_a_missing_dependency_is_one_line(tmp_path: Path, missing: str, args: list[str],
                                           says: str) -> None:
@@ -41,6 +43,21 @@ def test_a_missing_dependency_is_one_line(tmp_path: Path, missing: str, args: li
     (line,) = out.stderr.strip().splitlines()
     assert line.startswith("wfrun: error: ")
     assert says in line
+
+
+def test_traces_asked_for_without_the_otel_extra_is_one_warning_and_the_run_goes_on(
+        tmp_path: Path) -> None:
+    (tmp_path / ".wfrun" / "workflows").mkdir(parents=True)
+    (tmp_path / ".wfrun" / "workflows" / "greet.yaml").write_text(
+        'start: hello\nnodes:\n  hello: {compute: "hi"}\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WFRUN_", "PYTHON"))}
+    out = subprocess.run([sys.executable, "-c", WRAPPER, "opentelemetry.sdk", "run", "greet",
+                          "-q"], cwd=tmp_path, capture_output=True, text=True, timeout=100,
+                         env={**env, "WFRUN_HOME": str(tmp_path / "home"),
+                              "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"})
+    assert out.returncode == 0, out.stderr
+    (line,) = out.stderr.strip().splitlines()
+    assert "pip install 'wfrun[otel]'" in line
 
 
 def test_wfrun_mcp_needs_no_mcp_sdk(tmp_path: Path) -> None:

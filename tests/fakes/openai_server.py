@@ -40,6 +40,9 @@ class Answer:
     text: str = ""
     calls: list[tuple[str, dict[str, Any] | str]] = field(default_factory=list)
     reasoning: str | None = None
+    # Streamed: the text is sent, then the answer waits for this event (set by the
+    # test) before its tool calls and its end; a live view is seen mid-answer.
+    hold: threading.Event | None = None
 
 
 @dataclass
@@ -208,7 +211,13 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(200, _completion(reply))
             return
         self._start_stream()
+        held = reply.hold is None
         for chunk in _chunks(reply):
+            if not held and "content" not in chunk["choices"][0]["delta"] and \
+                    chunk["choices"][0]["delta"].get("role") is None:
+                held = True  # the text is out: wait for the test before the rest
+                assert reply.hold is not None
+                reply.hold.wait(60)
             self._event(chunk)
             time.sleep(fake.delay)
         self.wfile.write(b"data: [DONE]\n\n")

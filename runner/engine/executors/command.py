@@ -26,6 +26,7 @@ from typing import Any
 
 from runner import jsonin
 from runner.clock import Clock, SystemClock
+from runner.engine import tracing
 from runner.engine.agent import AgentStep, ToolResult, TurnKind, parse_tolerant
 from runner.engine.procs import KILL_GRACE, GroupResult, run_group
 from runner.safety import safe_message, secret_env_values, without_secrets
@@ -127,6 +128,7 @@ class CommandExecutor:
             "WFRUN_ATTEMPT": step.contract.attempt,
             "WFRUN_TURN_KIND": kind,
         })
+        env.update(tracing.environment(step.contract.run_id))  # TRACEPARENT when traced
         return env
 
     def _secrets(self) -> list[str]:

@@ -26,7 +26,7 @@ import logging
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Coroutine, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -35,6 +35,7 @@ import httpx
 from runner import jsonin
 from runner.clock import Clock, SystemClock
 from runner.engine.agent import STEP_TOOL_SCHEMA, AgentStep, TurnKind, parse_tolerant
+from runner.engine.livelog import LiveLog
 from runner.errors import InputError
 from runner.safety import safe_message, secret_env_values
 
@@ -50,6 +51,7 @@ MAX_CONVERSATIONS = 32  # attempts whose conversation we remember (reminders nee
 ERROR_CAP = 2_000
 WATCH_POLL = 0.02
 MAX_REPLY_CHARS = 2_000_000  # text plus tool arguments of one model answer
+LIVE_CHARS = 200_000  # streamed text shown live per turn (`logs --follow`), at most
 TOOL_NAME = str(STEP_TOOL_SCHEMA["name"])
 T = TypeVar("T")
 
@@ -180,6 +182,18 @@ class OpenAIExecutor:
 
     # -- the turn ------------------------------------------------------------------
     async def _turn(self, step: AgentStep, messages: list[dict[str, Any]]) -> None:
+        # The answer's text as it streams, for `wfrun logs --follow` (masked and bounded
+        # by the live log); removed once the turn ends: the trace keeps the outcome only.
+        live = step.open_live(LIVE_CHARS) if step.open_live is not None else None
+        try:
+            await self._round_trips(step, messages, live)
+        finally:
+            if live is not None:
+                live.remove()
+
+    async def _round_trips(self, step: AgentStep, messages: list[dict[str, Any]],
+                           live: LiveLog | None) -> None:
+        on_text = None if live is None else (lambda text: live.stdout.feed(text.encode()))
         async with httpx.AsyncClient(follow_redirects=False) as client:
             for _ in range(self.max_round_trips):
                 if step.should_stop():
@@ -187,7 +201,8 @@ class OpenAIExecutor:
                     return
                 self.last_round_trips += 1
                 try:
-                    reply = await _watched(step, self._request(client, step, messages))
+                    reply = await _watched(step, self._request(client, step, messages,
+                                                               on_text))
                 except _Stopped:
                     self._fail(f"stopped ({_stop_cause(step)}) while the model was answering; "
                                "the request was closed")
@@ -226,7 +241,8 @@ class OpenAIExecutor:
         return json.dumps(step.handle_tool_call(args).to_json())
 
     async def _request(self, client: httpx.AsyncClient, step: AgentStep,
-                       messages: list[dict[str, Any]]) -> Reply | None:
+                       messages: list[dict[str, Any]],
+                       on_text: Callable[[str], None] | None = None) -> Reply | None:
         body = {"model": self.model, "messages": messages, "stream": True,
                 "tools": [{"type": "function", "function": STEP_TOOL_SCHEMA}]}
         remaining = step.remaining()
@@ -241,7 +257,7 @@ class OpenAIExecutor:
                     step.give_up(self.last_error)  # a wrong key, URL or model name
                 return None
             if "text/event-stream" in response.headers.get("content-type", ""):
-                return await read_sse_reply(response.aiter_lines())
+                return await read_sse_reply(response.aiter_lines(), on_text)
             # Some servers ignore `stream: true` and answer with one JSON document.
             return await read_json_reply(response.aiter_bytes())
 
@@ -374,8 +390,10 @@ class StreamAssembler:
     part of the answer and is dropped.
     """
 
-    def __init__(self, limit: int = MAX_REPLY_CHARS) -> None:
+    def __init__(self, limit: int = MAX_REPLY_CHARS,
+                 on_text: Callable[[str], None] | None = None) -> None:
         self.limit = limit
+        self.on_text = on_text  # each piece of text as it arrives (the live log)
         self.done = False
         self._size = 0
         self._text: list[str] = []
@@ -410,6 +428,8 @@ class StreamAssembler:
         if isinstance(content, str):
             self._grow(len(content))
             self._text.append(content)
+            if self.on_text is not None and content:
+                self.on_text(content)
         calls = delta.get("tool_calls")
         if isinstance(calls, list):
             for position, call in enumerate(calls):
@@ -448,9 +468,11 @@ class StreamAssembler:
         return Reply("".join(self._text), calls, self._finish)
 
 
-async def read_sse_reply(lines: AsyncIterator[str]) -> Reply:
-    """Read a `text/event-stream` of chunks up to `[DONE]` or the end of the body."""
-    assembler = StreamAssembler()
+async def read_sse_reply(lines: AsyncIterator[str],
+                         on_text: Callable[[str], None] | None = None) -> Reply:
+    """Read a `text/event-stream` of chunks up to `[DONE]` or the end of the body;
+    `on_text` sees each piece of the answer's text as it arrives."""
+    assembler = StreamAssembler(on_text=on_text)
     data: list[str] = []
     async for line in lines:
         if line.startswith(":"):
