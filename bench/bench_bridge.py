@@ -9,7 +9,7 @@ tool action measured (`status` of a run, `list`, and `start` followed by an
 untimed `cancel`):
 
 - direct: `SessionController.on_tool_call` in this process, on a session wired
-  exactly as the bridge wires its own (runner.host.session.wiring);
+  exactly as the bridge wires its own (runner.host.session._wiring);
 - bridge: the same call as a `tool/call` line to a `wfrun bridge` subprocess,
   timed from the write to the parsed reply (JSON encoding both ways, the pipes,
   the reader thread and the serializing worker).
@@ -38,9 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.benchkit import machine
 from runner.compiler import build_catalog
-from runner.host.runtime.local import Workspace
-from runner.host.session.protocol import SessionEntry
-from runner.host.session.wiring import open_session
+from runner.host.runtime._local import Workspace
+from runner.host.session._protocol import SessionEntry
+from runner.host.session._wiring import open_session
 
 AIM_MS = 5.0
 WORKFLOW = """\

@@ -1,5 +1,5 @@
 """Run bundles in a folder and in Postgres rows, in the same run: what the bundle of
-one 3-node run costs (runner/engine/space.py).
+one 3-node run costs (runner/engine/_space.py).
 
     .venv/bin/python bench/bench_bundle_spaces.py               # a throwaway PG 15 cluster
     .venv/bin/python bench/bench_bundle_spaces.py --url postgresql://u@h/db  # an existing one

@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from runner.compiler import Catalog, build_catalog  # noqa: E402
-from runner.host.runtime.devmode import DEBOUNCE, DevMode  # noqa: E402
+from runner.host.runtime._devmode import DEBOUNCE, DevMode  # noqa: E402
 
 AIM_P95_MS = 200.0
 EDITED = """\

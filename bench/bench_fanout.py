@@ -26,8 +26,8 @@ ROOT = use_root()
 
 from runner.compiler import build_catalog  # noqa: E402
 from runner.engine import RunControl  # noqa: E402
-from runner.host.runtime.foreground import run_workflow  # noqa: E402
-from runner.host.runtime.local import Workspace, open_store  # noqa: E402
+from runner.host.runtime._foreground import run_workflow  # noqa: E402
+from runner.host.runtime._local import Workspace, open_store  # noqa: E402
 
 COMPUTE = """\
     start: each

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchkit import machine
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from runner.host.mcp.channel import socket_path
+from runner.host.mcp._channel import socket_path
 
 REPO = Path(__file__).resolve().parent.parent
 WFRUN = [sys.executable, "-m", "runner"]

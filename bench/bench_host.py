@@ -42,10 +42,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from runner.compiler import build_catalog  # noqa: E402
-from runner.engine.bundle import MANIFEST, read_json  # noqa: E402
-from runner.host.daemon import StandaloneHost  # noqa: E402
-from runner.host.runtime.launches import detached_coordinator  # noqa: E402
-from runner.host.runtime.local import Workspace  # noqa: E402
+from runner.engine._bundle import MANIFEST, read_json  # noqa: E402
+from runner.host._daemon import StandaloneHost  # noqa: E402
+from runner.host.runtime._launches import detached_coordinator  # noqa: E402
+from runner.host.runtime._local import Workspace  # noqa: E402
 from runner.store import SqliteStore  # noqa: E402
 
 AIM_RUNS_PER_S = 150.0

@@ -31,8 +31,8 @@ sys.path.insert(0, str(REPO))
 
 from bench.benchkit import machine  # noqa: E402
 from runner.compiler import build_catalog  # noqa: E402
-from runner.host.runtime.launches import detached_coordinator  # noqa: E402
-from runner.host.runtime.local import Workspace, open_store, store_path  # noqa: E402
+from runner.host.runtime._launches import detached_coordinator  # noqa: E402
+from runner.host.runtime._local import Workspace, open_store, store_path  # noqa: E402
 
 BIG = """
 start: one

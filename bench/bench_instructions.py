@@ -38,7 +38,7 @@ ROOT = use_root()
 def cycles(n: int, no_chain: bool = False) -> None:
     """The measured body, run under valgrind (`--cycles N`)."""
     from runner.compiler import build_catalog
-    from runner.host.runtime.local import Workspace
+    from runner.host.runtime._local import Workspace
     from runner.store import SqliteStore
 
     tmp = Path(tempfile.mkdtemp(prefix="wfrun-bench-instr-"))

@@ -59,9 +59,9 @@ sys.path.insert(0, str(ROOT))
 from benchkit import plain_coordinator, sqlite_commit_cost  # noqa: E402
 
 from runner.compiler import build_catalog  # noqa: E402
-from runner.host.runtime.local import Workspace  # noqa: E402
+from runner.host.runtime._local import Workspace  # noqa: E402
 from runner.host.session import SessionController  # noqa: E402
-from runner.host.session.protocol import SessionEntry  # noqa: E402
+from runner.host.session._protocol import SessionEntry  # noqa: E402
 from runner.launch import LaunchCoordinator  # noqa: E402
 from runner.store import SqliteStore  # noqa: E402
 
@@ -185,7 +185,7 @@ def _timed_writes() -> tuple[list[float], list[float]]:
     and how long it then held the writers' turn (its body and COMMIT)."""
     from contextlib import contextmanager
 
-    from runner.store.sqlite import db
+    from runner.store.sqlite import _db as db
 
     waits: list[float] = []
     holds: list[float] = []
@@ -267,7 +267,7 @@ def bench_cycles(root: Path, procs: int, seconds: float) -> dict[str, Any]:
 
 # -- (d) the writers' turn alone ------------------------------------------------------
 def turn_worker(path: Path, seconds: float, start_at: float) -> None:
-    from runner.store.sqlite.db import SqliteDatabase
+    from runner.store.sqlite._db import SqliteDatabase
 
     db = SqliteDatabase(path)
     while time.time() < start_at:
@@ -283,7 +283,7 @@ def turn_worker(path: Path, seconds: float, start_at: float) -> None:
 
 
 def bench_turns(folder: Path, procs: int, seconds: float) -> dict[str, Any]:
-    from runner.store.sqlite.db import open_database
+    from runner.store.sqlite._db import open_database
 
     path = folder / "turns.sqlite3"
     db = open_database(path, now_ms=0, busy_timeout_ms=30_000)

@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchkit import machine
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from runner.host.mcp.channel import socket_path
+from runner.host.mcp._channel import socket_path
 
 SCRIPT = Path(sys.executable).parent / "wfrun"  # what `wfrun integrate` writes
 WFRUN = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "runner"]

@@ -123,8 +123,8 @@ def traced(work: Callable[[], Any], seen: Path_) -> None:
 def one_run(folder: Path) -> Callable[[], Any]:
     """A workspace with the chain queued and run once (warm); returns the next run."""
     from runner.compiler import build_catalog
-    from runner.host.runtime.launches import detached_coordinator
-    from runner.host.runtime.local import Workspace
+    from runner.host.runtime._launches import detached_coordinator
+    from runner.host.runtime._local import Workspace
     from runner.store import SqliteStore
 
     root = folder / "proj"

@@ -60,8 +60,8 @@ from benchkit import machine, sqlite_commit_cost  # noqa: E402
 from pgcluster import PgCluster  # noqa: E402
 
 from runner.compiler import build_catalog  # noqa: E402
-from runner.host.runtime.launches import detached_coordinator  # noqa: E402
-from runner.host.runtime.local import Workspace, open_store  # noqa: E402
+from runner.host.runtime._launches import detached_coordinator  # noqa: E402
+from runner.host.runtime._local import Workspace, open_store  # noqa: E402
 
 WORKFLOW = """
     start: one

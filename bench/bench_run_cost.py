@@ -64,7 +64,7 @@ from benchkit import (  # bench/ is on sys.path
 ROOT = use_root()  # `--root DIR`: `runner` from DIR (benchkit.use_root)
 
 from runner.compiler import build_catalog  # noqa: E402
-from runner.host.runtime.local import Workspace  # noqa: E402
+from runner.host.runtime._local import Workspace  # noqa: E402
 from runner.store import SqliteStore  # noqa: E402
 
 WORKFLOW = CHAIN3
@@ -155,9 +155,13 @@ class Split:
                 setattr(cls, name, self.charged(member, part))
 
     def install(self) -> None:
-        from runner.engine import nodes
-        from runner.engine.bundle import FolderBundle
-        from runner.store.domain import events, intents, launches, notifications, pages
+        from runner.engine import _nodes as nodes
+        from runner.engine._bundle import FolderBundle
+        from runner.store.domain import _events as events
+        from runner.store.domain import _intents as intents
+        from runner.store.domain import _launches as launches
+        from runner.store.domain import _notifications as notifications
+        from runner.store.domain import _pages as pages
 
         self.wrap_class(FolderBundle, "bundle (files)")
         for cls in (launches.LaunchQueue, pages.LaunchPages, events.RunEvents,

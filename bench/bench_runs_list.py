@@ -38,10 +38,10 @@ sys.path.insert(0, str(REPO))
 from bench.benchkit import machine  # noqa: E402
 from runner.compiler import build_catalog  # noqa: E402
 from runner.engine import RunControl, RunReader  # noqa: E402
-from runner.host.runtime.foreground import run_workflow  # noqa: E402
-from runner.host.runtime.local import Workspace, open_store, store_path  # noqa: E402
-from runner.host.runtime.runlist import page_runs  # noqa: E402
-from runner.host.runtime.views import RunFilter  # noqa: E402
+from runner.host.runtime._foreground import run_workflow  # noqa: E402
+from runner.host.runtime._local import Workspace, open_store, store_path  # noqa: E402
+from runner.host.runtime._runlist import page_runs  # noqa: E402
+from runner.host.runtime._views import RunFilter  # noqa: E402
 
 REAL = 200
 QUEUED = 5

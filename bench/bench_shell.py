@@ -39,8 +39,8 @@ def main() -> int:
     from benchkit import machine
 
     from runner.clock import SystemClock
-    from runner.engine.control import RunControl
-    from runner.engine.procs import run_shell
+    from runner.engine._control import RunControl
+    from runner.engine._procs import run_shell
 
     clock, control = SystemClock(), RunControl()
     bare, shell = [], []

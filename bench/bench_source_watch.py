@@ -25,7 +25,7 @@ from benchkit import machine, use_root  # bench/ is on sys.path
 ROOT = use_root()  # `--root DIR`: `runner` from DIR (benchkit.use_root)
 
 from runner.compiler import Compiler, Diagnostic, build_catalog  # noqa: E402
-from runner.host.runtime.watch import SourceWatch  # noqa: E402
+from runner.host.runtime._watch import SourceWatch  # noqa: E402
 from runner.store import LaunchRecord  # noqa: E402
 
 FLOW = "start: one\nnodes:\n  one: {compute: \"{{ 1 + 1 }}\"}\n"

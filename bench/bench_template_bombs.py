@@ -28,8 +28,8 @@ sys.path.insert(0, str(REPO))
 
 from template_bombs import BOMB_N, PAYLOADS, constant  # noqa: E402
 
-from runner.compiler.budget import DEFAULT_BUDGET  # noqa: E402
-from runner.compiler.template_checks import check_budget  # noqa: E402
+from runner.compiler._budget import DEFAULT_BUDGET  # noqa: E402
+from runner.compiler._template_checks import check_budget  # noqa: E402
 
 SMOKE = ("format_width", "translate", "list_of_chars")
 AIM_MIB = 100
@@ -40,7 +40,7 @@ cap = 2 * 2**30
 resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 sys.path.insert(0, "tests")
 from template_bombs import context, runtime
-from runner.compiler.templates import TemplateError, render_text
+from runner.compiler._templates import TemplateError, render_text
 render_text("{{ 1 }}", {})
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 start = time.perf_counter()

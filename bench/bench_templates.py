@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from jinja2 import StrictUndefined
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from runner.compiler.templates import TemplateError, render_text
+from runner.compiler._templates import TemplateError, render_text
 
 CTX: dict[str, Any] = {
     "input": {"task": "fix the bug", "items": [{"n": i, "name": f"item {i}"} for i in range(50)]},

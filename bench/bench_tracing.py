@@ -8,7 +8,7 @@
 One process, `Engine(durability="full")` runs of a 20-node compute chain (21 spans
 each: the run and its nodes), in blocks alternating off and on so drift hits both
 alike; the figure is the median block's CPU per run. On:
-the real `runner.engine.tracing.Tracing` (the SDK's batch processor and its OTLP/HTTP
+the real `runner.engine._tracing.Tracing` (the SDK's batch processor and its OTLP/HTTP
 exporter) sending to a receiver on 127.0.0.1 in this process that takes each request
 and answers 200 (its own CPU is counted too: an upper bound). CPU is
 time.process_time() over all of the process's threads (the exporter's included),
@@ -82,7 +82,7 @@ def main() -> None:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{server.server_address[1]}"
     try:
-        from runner.engine.tracing import Tracing
+        from runner.engine._tracing import Tracing
         tracing = Tracing()  # its exporter reads the endpoint now
     except ImportError:
         print("skipped: the OpenTelemetry SDK is not installed (pip install 'wfrun[otel]')")

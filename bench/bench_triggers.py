@@ -41,11 +41,11 @@ import httpx
 
 from bench.benchkit import machine
 from runner.compiler import build_catalog
-from runner.host.daemon import StandaloneHost
-from runner.host.runtime.launches import detached_coordinator
-from runner.host.runtime.local import Workspace
-from runner.host.runtime.triggers import HostTriggers
-from runner.host.runtime.webhooks import WebhookServer
+from runner.host._daemon import StandaloneHost
+from runner.host.runtime._launches import detached_coordinator
+from runner.host.runtime._local import Workspace
+from runner.host.runtime._triggers import HostTriggers
+from runner.host.runtime._webhooks import WebhookServer
 from runner.store import SqliteStore
 
 SLOT_AIM_MS = 100.0

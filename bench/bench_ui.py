@@ -48,7 +48,7 @@ import httpx  # noqa: E402
 from bench.benchkit import machine  # noqa: E402
 from runner.clock import FakeClock  # noqa: E402
 from runner.engine import RunReader  # noqa: E402
-from runner.host.runtime.views import list_runs  # noqa: E402
+from runner.host.runtime._views import list_runs  # noqa: E402
 from runner.store import NewLaunch, SqliteStore  # noqa: E402
 
 QUICK = """\

@@ -100,9 +100,9 @@ def child_wfrun(folder: Path, n: int, cli: bool, runner_root: Path = REPO,
                 processes: int = 1) -> dict[str, Any]:
     sys.path.insert(0, str(runner_root))
     from runner.compiler import build_catalog
-    from runner.host.daemon import StandaloneHost
-    from runner.host.runtime.launches import detached_coordinator
-    from runner.host.runtime.local import Workspace
+    from runner.host._daemon import StandaloneHost
+    from runner.host.runtime._launches import detached_coordinator
+    from runner.host.runtime._local import Workspace
     from runner.store import SqliteStore
 
     root = folder / "proj"
@@ -134,7 +134,7 @@ def child_wfrun(folder: Path, n: int, cli: bool, runner_root: Path = REPO,
     ws = Workspace(build_catalog("workflows", root, None), root, root / ".wfrun")
     c0, t0 = _cpu(children=True), time.perf_counter()
     if processes > 1:  # as `wfrun host --processes N` does: fork before opening the store
-        from runner.host.daemon import WorkerSettings, fork_workers, host_lock
+        from runner.host._daemon import WorkerSettings, fork_workers, host_lock
 
         lock = host_lock(ws)
         lock.acquire()

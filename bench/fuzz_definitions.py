@@ -44,7 +44,7 @@ sys.path.insert(0, str(REPO))
 
 from fuzzing import case, compile_case  # noqa: E402
 
-from runner.compiler.diagnostics import INTERNAL_ERROR  # noqa: E402
+from runner.compiler._diagnostics import INTERNAL_ERROR  # noqa: E402
 
 HANG_SECONDS = 5
 BATCH = 500
@@ -144,7 +144,7 @@ def _chain(limit: int) -> str:
 
 
 def sizes(root: Path) -> int:
-    from runner.compiler.sources import MAX_DEFINITION_BYTES as CAP
+    from runner.compiler._sources import MAX_DEFINITION_BYTES as CAP
 
     cases = {"over_cap_4mib_mistakes": _mistakes(4 * 1024 * 1024),
              "at_cap_mistakes": _mistakes(CAP), "at_cap_valid_chain": _chain(CAP)}

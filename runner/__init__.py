@@ -45,14 +45,14 @@ if TYPE_CHECKING:
     from runner.engine import AgentStep, AgentStepExecutor, Engine, RunControl, RunOutcome
     from runner.host.inprocess import AgentSession
     from runner.host.session import SessionController
-    from runner.host.session.reference import JsonlHost
+    from runner.host.session._reference import JsonlHost
     from runner.launch import LaunchCoordinator
     from runner.store import SqliteStore
 
 __version__ = "0.1.0"
 
 # The compiler is lazy too: `wfrun hook claude-code` runs on every prompt and stop
-# and must not pay for YAML, Jinja2 and NetworkX (runner/host/mcp/hook.py).
+# and must not pay for YAML, Jinja2 and NetworkX (runner/host/mcp/_hook.py).
 _LAZY = {
     "Clock": "runner.clock",
     "FakeClock": "runner.clock",
@@ -75,7 +75,7 @@ _LAZY = {
     "ControllerManager": "runner.controllers",
     "ReconcileContext": "runner.controllers",
     "define_controller": "runner.controllers",
-    "JsonlHost": "runner.host.session.reference",
+    "JsonlHost": "runner.host.session._reference",
     "SessionController": "runner.host.session",
 }
 

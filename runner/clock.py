@@ -45,7 +45,7 @@ class FakeClock:
     """A virtual clock: `sleep` advances time instantly; `advance` moves it by hand.
 
     A sleep moves the time for every reader, so only the logic under test sleeps on
-    it; background threads (`runner.leases`, `runner.deadline`) wait on events and
+    it; background threads (`runner._leases`, `runner._deadline`) wait on events and
     only read the time, so virtual time passes when the test (or that logic) says.
     """
 

@@ -10,7 +10,7 @@
     │   ├── ClaimLost          another worker owns this claim now: stop writing
     │   └── MachineFault       the disk is full, read-only or forbidden: fix it, run again
     ├── ConflictError          the state changed underneath: re-read and decide again
-    └── StoreError             the durable store failed (its branch: runner.store.errors)
+    └── StoreError             the durable store failed (its branch: runner.store._errors)
 
 Messages are one line, safe to show, and say what to fix. This module imports
 nothing so every layer may use it.
@@ -18,8 +18,8 @@ nothing so every layer may use it.
 A reconciler steers its own retries with these (as in kopf): `TemporaryError(msg,
 delay=N)` is retried after exactly N seconds, `PermanentError` is not retried until
 the resource changes or is woken again, anything else backs off exponentially.
-The store's branch lives beside the store (`runner.store.errors`, which imports this
-module); `runner.host.runtime.errors.STORE_ERRORS` says which of the classes above
+The store's branch lives beside the store (`runner.store._errors`, which imports this
+module); `runner.host.runtime._errors.STORE_ERRORS` says which of the classes above
 each store error asks its caller to treat it as (busy -> TemporaryError, ...).
 """
 

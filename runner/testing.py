@@ -27,8 +27,8 @@ from pathlib import Path
 
 from runner.clock import Clock, FakeClock
 from runner.compiler import build_catalog
-from runner.host.runtime.coordinators import ROLES, Role, build_coordinator
-from runner.host.runtime.local import Workspace, store_path
+from runner.host.runtime._coordinators import ROLES, Role, build_coordinator
+from runner.host.runtime._local import Workspace, store_path
 from runner.store import SqliteStore
 
 __all__ = ["ROLES", "FakeClock", "Role", "build_coordinator", "sqlite_store", "workspace",

@@ -1,5 +1,5 @@
 """The bundle-space conformance suite: the engine on folders, on the in-memory rows
-fake and on Postgres rows must behave the same (runner/engine/space.py).
+fake and on Postgres rows must behave the same (runner/engine/_space.py).
 
 A test module defines a `kit` fixture returning a `Kit` and imports the `test_*`
 functions below (`from bundlespaces import *`). A kit says where bundles live
@@ -20,13 +20,13 @@ from typing import Any
 
 import pytest
 
-from runner.canonical import canonical_json
+from runner._canonical import canonical_json
 from runner.clock import SystemClock
 from runner.compiler import Compiler, WorkflowDefinition
 from runner.engine import Engine, RunReader
-from runner.engine.bundle import always
-from runner.engine.rows import BundleRows
-from runner.engine.space import space_for
+from runner.engine._bundle import always
+from runner.engine._rows import BundleRows
+from runner.engine._space import space_for
 from runner.errors import ClaimLost, InputError, OperationFailed
 
 __all__ = [

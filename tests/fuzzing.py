@@ -86,7 +86,7 @@ def controller_texts() -> list[tuple[str, str]]:
 
 
 def _load(text: str) -> Any:
-    from runner.compiler.yamlio import load
+    from runner.compiler._yamlio import load
 
     return load(text, "fixture")
 
@@ -206,8 +206,8 @@ def compile_case(root: Path, index: int, origin: str, text: str | bytes) -> list
     controller, the rest as workflows) under `root`; its diagnostics. Raises what the
     compiler raises; the file is removed afterwards."""
     from runner.compiler import Compiler
-    from runner.compiler.controllers import compile_controller
-    from runner.compiler.discovery import build_catalog
+    from runner.compiler._controllers import compile_controller
+    from runner.compiler._discovery import build_catalog
 
     controller = origin.startswith("controller:")
     folder = root / ".wfrun" / ("controllers" if controller else "workflows")

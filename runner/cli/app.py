@@ -2,7 +2,7 @@
 
 Every user mistake surfaces as one line on stderr with the exit code its class
 asks for (DESIGN §9); a traceback appears only with `--debug`. Store errors are
-WfrunErrors too (one tree); `runner.host.runtime.errors.translate` classifies them by
+WfrunErrors too (one tree); `runner.host.runtime._errors.translate` classifies them by
 its table, so no command can leak a traceback for a busy or broken store.
 
 Commands load on first use (issue 15, cold start): `COMMANDS` names each command's
@@ -98,7 +98,7 @@ class Options:
 
 def _translate(exc: BaseException) -> WfrunError | None:
     """The one line `exc` is at the boundary: a refused file as a MachineFault, a store
-    error as its table says (`runner.host.runtime.errors`), any other WfrunError as it
+    error as its table says (`runner.host.runtime._errors`), any other WfrunError as it
     is; None for a bug."""
     from runner.errors import WfrunError, os_fault
 
@@ -108,9 +108,9 @@ def _translate(exc: BaseException) -> WfrunError | None:
         return None
     # No store error exists before the store's errors are loaded, and loading the table
     # (the whole store package) for click's own exits (`start --help`) costs ~30 ms.
-    if "runner.store.errors" not in sys.modules:
+    if "runner.store._errors" not in sys.modules:
         return exc
-    from runner.host.runtime.errors import translate
+    from runner.host.runtime._errors import translate
 
     return translate(exc)
 
@@ -144,7 +144,7 @@ class WfrunGroup(click.Group):
             name = args[0] if args else ""
             if name.startswith("-") or self.get_command(ctx, name) is not None:
                 raise
-            from runner.compiler.diagnostics import did_you_mean  # only a mistake needs it
+            from runner.compiler._diagnostics import did_you_mean  # only a mistake needs it
 
             hint = did_you_mean(name, self.list_commands(ctx))
             if hint is None:
@@ -229,7 +229,7 @@ def _show_hook_tracebacks() -> None:
     """`--debug`: a raising hook's traceback on stderr (it is never recorded)."""
     import logging
 
-    from runner.engine.hooks import TRACEBACKS
+    from runner.engine._hooks import TRACEBACKS
 
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("wfrun: debug: %(message)s"))

@@ -8,7 +8,7 @@ import click
 
 from runner.clock import CLOCK_FILE_ENV, clock_from_env
 from runner.host.bridge import serve_stdio
-from runner.host.runtime.local import open_store
+from runner.host.runtime._local import open_store
 
 from .app import cli
 from .context import Context

@@ -12,17 +12,17 @@ from runner.errors import InputError
 if TYPE_CHECKING:  # the compiler loads on first use: `wfrun --help` never pays for it
     from runner.clock import Clock
     from runner.compiler import Catalog
-    from runner.compiler.discovery import Kind
+    from runner.compiler._discovery import Kind
     from runner.engine import AgentStepExecutor
 
-PROJECT_DIR = ".wfrun"  # runner.compiler.discovery.PROJECT_DIR (a test keeps them equal)
+PROJECT_DIR = ".wfrun"  # runner.compiler._discovery.PROJECT_DIR (a test keeps them equal)
 
 
 @dataclass
 class Context:
     project_flag: str | None
     debug: bool = False
-    store: str | None = None  # --store / WFRUN_STORE (runner/host/runtime/storeconfig.py)
+    store: str | None = None  # --store / WFRUN_STORE (runner/host/runtime/_storeconfig.py)
     openai: dict[str, str] = field(default_factory=dict)
     _catalogs: dict[str, Catalog] = field(default_factory=dict)
 
@@ -53,7 +53,7 @@ class Context:
 
     @property
     def user_dir(self) -> Path | None:
-        from runner.compiler.discovery import user_folder_default
+        from runner.compiler._discovery import user_folder_default
 
         platform_dir: Path | None = None
         if not os.environ.get("WFRUN_HOME"):
@@ -65,7 +65,7 @@ class Context:
     def executor(self, spec: str | None, clock: Clock | None = None
                  ) -> AgentStepExecutor | None:
         """The agent executor a `--agent SPEC` names, with the global openai settings."""
-        from runner.host.runtime.local import make_executor
+        from runner.host.runtime._local import make_executor
 
         return make_executor(spec, clock, self.openai)
 

@@ -12,18 +12,18 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from runner.compiler import render_text
-from runner.compiler.yamlio import YamlProblem, load
+from runner.compiler._yamlio import YamlProblem, load
 from runner.errors import InputError
-from runner.host.runtime.controllers import cancel_children, discover, make_manager, resource_view
-from runner.host.runtime.local import open_store
+from runner.host.runtime._controllers import cancel_children, discover, make_manager, resource_view
+from runner.host.runtime._local import open_store
 
 from .app import cli
 from .context import Context, not_loaded
 from .runs import agent_option, workspace
 
 if TYPE_CHECKING:
-    from runner.host.runtime.controllers import ControllerEntry
-    from runner.host.runtime.local import ProjectStore, Workspace
+    from runner.host.runtime._controllers import ControllerEntry
+    from runner.host.runtime._local import ProjectStore, Workspace
 
 VERBS = ("list", "get", "apply", "reconcile", "delete", "events", "cancel")
 USAGE = ("usage: wfrun controller run [--once] | list NAME | get NAME KEY | "
@@ -85,7 +85,7 @@ class ControllerGroup(click.Group):
             # parse_args already tried the older order, so neither word is a verb.
             words = (f"neither '{args[0]}' nor '{args[1]}' is a verb" if len(args) > 1
                      else f"unknown verb '{args[0]}'")
-            from runner.compiler.diagnostics import did_you_mean
+            from runner.compiler._diagnostics import did_you_mean
 
             hint = did_you_mean(args[0], self.commands)
             raise InputError(f"{words}; {hint + ' ' if hint else ''}{USAGE}")

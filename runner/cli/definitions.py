@@ -10,8 +10,8 @@ from typing import Any
 import click
 
 from runner.compiler import Compiler, CompileResult, Diagnostic, render_text, summary_line
-from runner.compiler.discovery import SUFFIXES, is_path_ref
-from runner.compiler.schema import workflow_schema
+from runner.compiler._discovery import SUFFIXES, is_path_ref
+from runner.compiler._schema import workflow_schema
 from runner.errors import DefinitionInvalid, InputError, NotFoundError
 
 from .app import cli

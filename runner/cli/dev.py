@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from runner.compiler import build_catalog
-from runner.host.runtime.devmode import DevMode
-from runner.host.runtime.local import parse_input
+from runner.host.runtime._devmode import DevMode
+from runner.host.runtime._local import parse_input
 
 if TYPE_CHECKING:
     pass
@@ -46,8 +46,8 @@ def dev_cmd(ctx: Context, names: tuple[str, ...], run_name: str | None, agent: s
 
     def queued() -> list[Any]:
         """Every queued launch (detached or a session's): their sources and digests."""
-        from runner.host.runtime.launches import book
-        from runner.host.runtime.local import open_store, store_exists
+        from runner.host.runtime._launches import book
+        from runner.host.runtime._local import open_store, store_exists
 
         if not store_exists(ws):
             return []
@@ -59,7 +59,7 @@ def dev_cmd(ctx: Context, names: tuple[str, ...], run_name: str | None, agent: s
             store.close()
 
     def launch(name: str, value: Any) -> Any:
-        from runner.host.runtime.foreground import run_in_store
+        from runner.host.runtime._foreground import run_in_store
 
         return run_in_store(ws, name, value, executor=ctx.executor(agent, ws.clock))
 

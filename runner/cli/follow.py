@@ -15,7 +15,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from runner.host.runtime.views import follow
+from runner.host.runtime._views import follow
 
 from .tables import run_view
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from runner.compiler import WorkflowDefinition
-from runner.compiler.fanout import ChildWorkflowBody, MapSpec, ParallelSpec
-from runner.compiler.kinds import icon as kind_icon
+from runner.compiler._fanout import ChildWorkflowBody, MapSpec, ParallelSpec
+from runner.compiler._kinds import icon as kind_icon
 
 # The entry marker's id cannot clash with a node's: node ids get the "n_" prefix.
 _START_ID = "start_marker"

@@ -12,7 +12,7 @@ import click
 
 from runner.engine import RunOutcome
 from runner.errors import MachineFault, WfrunError
-from runner.host.daemon import (
+from runner.host._daemon import (
     LEASE_SECONDS,
     HostReport,
     StandaloneHost,
@@ -20,10 +20,10 @@ from runner.host.daemon import (
     fork_workers,
     host_lock,
 )
-from runner.host.metrics import for_host, parse_address
-from runner.host.runtime.controllers import discover, load_all, make_manager
-from runner.host.runtime.launches import book
-from runner.host.runtime.local import open_store
+from runner.host._metrics import for_host, parse_address
+from runner.host.runtime._controllers import discover, load_all, make_manager
+from runner.host.runtime._launches import book
+from runner.host.runtime._local import open_store
 
 from .app import cli
 from .context import Context, not_loaded
@@ -31,7 +31,7 @@ from .progress import Progress
 from .runs import agent_option, workspace
 
 if TYPE_CHECKING:
-    from runner.host.runtime.local import ProjectStore
+    from runner.host.runtime._local import ProjectStore
 
 
 @cli.command("host")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from runner.host.runtime.housekeeping import (
+from runner.host.runtime._housekeeping import (
     PRUNABLE,
     execute_prune,
     init_project,

@@ -16,7 +16,7 @@ import click
 
 from runner.errors import OperationFailed
 from runner.integrations import pi
-from runner.integrations.command import check_starts
+from runner.integrations._command import check_starts
 
 from .app import cli
 from .context import Context
@@ -55,9 +55,9 @@ def integrate_pi(ctx: Context, print_path: bool) -> None:
 def integrate_claude_code(ctx: Context) -> None:
     """Write .mcp.json, and the hooks and the tool's permission in .claude/settings.json
     (merged, idempotent)."""
-    from runner.host.mcp.integrate import TOOL
-    from runner.host.mcp.integrate import integrate as write_files
-    from runner.integrations.command import on_path
+    from runner.host.mcp._integrate import TOOL
+    from runner.host.mcp._integrate import integrate as write_files
+    from runner.integrations._command import on_path
 
     root = ctx.require_project()
     done = write_files(root)

@@ -37,9 +37,9 @@ def start_cmd(ctx: Context, ref: str, input_json: str | None, pairs: tuple[str, 
               wait: bool, agent: str | None, as_json: bool, quiet: bool) -> None:
     """Queue a detached launch (a host activates it; --wait runs it here)."""
     from runner.engine import RunControl
-    from runner.host.runtime.foreground import queue_detached, queue_here, start_and_wait
-    from runner.host.runtime.launches import detached_coordinator
-    from runner.host.runtime.local import open_store, parse_input
+    from runner.host.runtime._foreground import queue_detached, queue_here, start_and_wait
+    from runner.host.runtime._launches import detached_coordinator
+    from runner.host.runtime._local import open_store, parse_input
 
     from .progress import Progress
 
@@ -91,8 +91,8 @@ STATUS_PAGE = 100
 @click.pass_obj
 def status_cmd(ctx: Context, run_id: str | None, limit: int, as_json: bool) -> None:
     """Launch and run state; works before a run bundle exists."""
-    from runner.host.runtime.launches import ACTIVE, book, launch_status
-    from runner.host.runtime.local import open_store
+    from runner.host.runtime._launches import ACTIVE, book, launch_status
+    from runner.host.runtime._local import open_store
 
     ws = workspace(ctx)
     store = open_store(ws, read_only=True)  # a view: it reads a read-only project too
@@ -141,8 +141,8 @@ def _drift_note(view: dict[str, Any]) -> str:
 @click.pass_obj
 def cancel_cmd(ctx: Context, run_id: str, as_json: bool) -> None:
     """Cancel a queued, starting or parked launch (a running one is asked to stop)."""
-    from runner.host.runtime.launches import detached_coordinator
-    from runner.host.runtime.local import open_store
+    from runner.host.runtime._launches import detached_coordinator
+    from runner.host.runtime._local import open_store
 
     ws = workspace(ctx)
     store = open_store(ws)
@@ -163,8 +163,8 @@ def cancel_cmd(ctx: Context, run_id: str, as_json: bool) -> None:
 @click.pass_obj
 def why_cmd(ctx: Context, run_id: str, as_json: bool) -> None:
     """Explain why a run is not running (state, owner, lease, reservation, source)."""
-    from runner.host.runtime.launches import explain
-    from runner.host.runtime.local import open_store
+    from runner.host.runtime._launches import explain
+    from runner.host.runtime._local import open_store
 
     ws = workspace(ctx)
     facts = explain(ws, open_store(ws, read_only=True), run_id)
@@ -185,7 +185,7 @@ def store_group() -> None:
 @click.pass_obj
 def store_check(ctx: Context, as_json: bool) -> None:
     """Open the store read-only and verify its layout and every page (quick_check)."""
-    from runner.host.runtime.local import check_store
+    from runner.host.runtime._local import check_store
 
     info = check_store(workspace(ctx))
     path = info["path"]
@@ -200,7 +200,7 @@ def store_check(ctx: Context, as_json: bool) -> None:
 @click.pass_obj
 def store_reset(ctx: Context, yes: bool) -> None:
     """Delete and recreate the store file; never touches run bundles."""
-    from runner.host.runtime.local import reset_store
+    from runner.host.runtime._local import reset_store
 
     if not yes:
         raise InputError("store reset deletes every queued launch and intent; keep the run "

@@ -15,7 +15,7 @@ import sys
 import click
 
 from runner.errors import InputError
-from runner.host.runtime.logs import LiveText, StepLog, follow_logs, run_logs, running_output
+from runner.host.runtime._logs import LiveText, StepLog, follow_logs, run_logs, running_output
 
 from .app import cli
 from .context import Context

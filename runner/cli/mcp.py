@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from runner.host.mcp import hook as claude_hook
+from runner.host.mcp import _hook as claude_hook
 
 from .app import cli
 from .context import Context

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from runner.clock import Clock
-    from runner.host.runtime.local import Workspace
+    from runner.host.runtime._local import Workspace
 
     from .context import Context
 
@@ -28,9 +28,9 @@ def serve(context: Callable[[], Context], client: str, session_id: str | None,
     """Serve until the client leaves. The project was checked by the caller; `context`
     is called after the handshake, on the session's thread, with the runtime."""
     from runner import __version__
-    from runner.host.mcp.hook import wfrun_session
-    from runner.host.mcp.serve import serve_stdio
-    from runner.host.mcp.sessionlog import valid_session_id
+    from runner.host.mcp._hook import wfrun_session
+    from runner.host.mcp._serve import serve_stdio
+    from runner.host.mcp._sessionlog import valid_session_id
 
     if session_id is None:
         claude = os.environ.get("CLAUDE_CODE_SESSION_ID")
@@ -45,7 +45,7 @@ def serve(context: Callable[[], Context], client: str, session_id: str | None,
                          "and '-' (at most 128)")
 
     def runtime() -> tuple[Workspace, Clock | None]:
-        # After the handshake (runner/host/mcp/serve.py); a store that cannot open is
+        # After the handshake (runner/host/mcp/_serve.py); a store that cannot open is
         # then the error of every tool call, and one line on stderr.
         from runner.clock import CLOCK_FILE_ENV, clock_from_env
 
@@ -84,7 +84,7 @@ def _project_root() -> str:
     ~30 ms of CPU); otherwise Context itself checks and says what is wrong."""
     flag = os.environ.get("WFRUN_PROJECT") or None
     if flag is None:
-        from runner.host.mcp.hook import find_wfrun_dir
+        from runner.host.mcp._hook import find_wfrun_dir
 
         found = find_wfrun_dir(os.getcwd())
         if found is not None:

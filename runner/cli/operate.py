@@ -26,8 +26,8 @@ from .runs import (
 
 def _parse_sets(pairs: tuple[str, ...]) -> dict[str, Any]:
     """`--set NODE=JSON` (repeatable; `NODE=@FILE` reads the JSON from a file)."""
-    from runner import jsonin
-    from runner.host.runtime.local import _read_text
+    from runner import _jsonin as jsonin
+    from runner.host.runtime._local import _read_text
 
     out: dict[str, Any] = {}
     for pair in pairs:
@@ -72,13 +72,13 @@ def rerun_cmd(ctx: Context, run_id: str, from_node: str | None, input_json: str 
               quiet: bool) -> None:
     """Run an ended run again as a new linked run, reusing what ran before a node."""
     from runner.engine import RunControl
-    from runner.host.runtime.local import open_store, parse_input
-    from runner.host.runtime.operations import (
+    from runner.host.runtime._local import open_store, parse_input
+    from runner.host.runtime._operations import (
         RerunRequest,
         queue_rerun_detached,
         rerun_here,
     )
-    from runner.host.runtime.secrets import parse_secrets
+    from runner.host.runtime._secrets import parse_secrets
 
     from .progress import Progress
 
@@ -117,8 +117,8 @@ def rerun_cmd(ctx: Context, run_id: str, from_node: str | None, input_json: str 
 @click.pass_obj
 def pause_cmd(ctx: Context, run_id: str, as_json: bool) -> None:
     """Pause a run at its next node boundary, on any host; it holds no slot until unpaused."""
-    from runner.host.runtime.local import open_store
-    from runner.host.runtime.operations import pause_run
+    from runner.host.runtime._local import open_store
+    from runner.host.runtime._operations import pause_run
 
     ws = workspace(ctx)
     result = pause_run(ws, open_store(ws), run_id)
@@ -136,8 +136,8 @@ def pause_cmd(ctx: Context, run_id: str, as_json: bool) -> None:
 @click.pass_obj
 def unpause_cmd(ctx: Context, run_id: str, as_json: bool) -> None:
     """Let a paused run go on: a host resumes it (or `wfrun resume RUN` here)."""
-    from runner.host.runtime.local import open_store
-    from runner.host.runtime.operations import unpause_run
+    from runner.host.runtime._local import open_store
+    from runner.host.runtime._operations import unpause_run
 
     ws = workspace(ctx)
     result = unpause_run(ws, open_store(ws), run_id)
@@ -163,8 +163,8 @@ def cache_group() -> None:
 @click.pass_obj
 def cache_list(ctx: Context, workflow: str | None, node: str | None, as_json: bool) -> None:
     """List kept node results: workflow, node, the run that made each, when it expires."""
-    from runner.host.runtime.local import open_store
-    from runner.host.runtime.operations import cache_entries
+    from runner.host.runtime._local import open_store
+    from runner.host.runtime._operations import cache_entries
 
     ws = workspace(ctx)
     rows = cache_entries(open_store(ws, read_only=True), workflow=workflow, node=node)
@@ -189,8 +189,8 @@ def cache_list(ctx: Context, workflow: str | None, node: str | None, as_json: bo
 def cache_clear(ctx: Context, workflow: str | None, node: str | None, keys: tuple[str, ...],
                 expired: bool, as_json: bool) -> None:
     """Forget kept node results (all of them unless narrowed); runs are not touched."""
-    from runner.host.runtime.local import open_store
-    from runner.host.runtime.operations import clear_cache
+    from runner.host.runtime._local import open_store
+    from runner.host.runtime._operations import clear_cache
 
     ws = workspace(ctx)
     removed = clear_cache(open_store(ws), workflow=workflow, node=node, keys=keys,

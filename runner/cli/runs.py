@@ -20,7 +20,7 @@ from .context import Context
 
 if TYPE_CHECKING:  # the runtime loads inside each command (`status` imports this module)
     from runner.engine import RunControl, RunOutcome
-    from runner.host.runtime.local import Workspace
+    from runner.host.runtime._local import Workspace
 
 EXIT = {"completed": 0, "failed": 1, "timed_out": 1, "cancelled": 1, "waiting": 4}
 PARKED_EXIT = 130
@@ -28,7 +28,7 @@ PARKED_EXIT = 130
 
 def workspace(ctx: Context) -> Workspace:
     from runner.clock import clock_from_env
-    from runner.host.runtime.local import Workspace
+    from runner.host.runtime._local import Workspace
 
     state_dir = ctx.user_dir
     if state_dir is None:
@@ -70,7 +70,7 @@ class RunStateChoice(click.Choice):  # type: ignore[type-arg]
 
     @property
     def choices(self) -> tuple[str, ...]:  # type: ignore[override]
-        from runner.host.runtime.runstate import RUN_STATES
+        from runner.host.runtime._runstate import RUN_STATES
 
         return RUN_STATES
 
@@ -160,9 +160,9 @@ def run_cmd(ctx: Context, ref: str, input_json: str | None, pairs: tuple[str, ..
             as_json: bool, quiet: bool) -> None:
     """Run a workflow in the foreground (exit 0 completed, 1 failed, 4 waiting)."""
     from runner.engine import RunControl
-    from runner.host.runtime.foreground import run_workflow
-    from runner.host.runtime.local import open_store, parse_input
-    from runner.host.runtime.secrets import parse_secrets
+    from runner.host.runtime._foreground import run_workflow
+    from runner.host.runtime._local import open_store, parse_input
+    from runner.host.runtime._secrets import parse_secrets
 
     from .progress import Progress
 
@@ -194,9 +194,9 @@ def resume_cmd(ctx: Context, run_id: str, force: bool, agent: str | None,
     """Resume a parked or interrupted run at the node it was in (secrets are resolved
     again: nothing secret was stored)."""
     from runner.engine import RunControl
-    from runner.host.runtime.foreground import resume_run
-    from runner.host.runtime.local import open_store
-    from runner.host.runtime.secrets import parse_secrets
+    from runner.host.runtime._foreground import resume_run
+    from runner.host.runtime._local import open_store
+    from runner.host.runtime._secrets import parse_secrets
 
     from .progress import Progress
 
@@ -223,9 +223,9 @@ def answer_cmd(ctx: Context, run_id: str, answer: str | None, agent: str | None,
                secret_pairs: tuple[str, ...], as_json: bool, quiet: bool) -> None:
     """Continue a waiting run as a new linked run, with the answer at its checkpoint."""
     from runner.engine import RunControl
-    from runner.host.runtime.foreground import answer_run
-    from runner.host.runtime.local import open_store, parse_answer
-    from runner.host.runtime.secrets import parse_secrets
+    from runner.host.runtime._foreground import answer_run
+    from runner.host.runtime._local import open_store, parse_answer
+    from runner.host.runtime._secrets import parse_secrets
 
     from .progress import Progress
 
@@ -254,9 +254,9 @@ def answer_cmd(ctx: Context, run_id: str, answer: str | None, agent: str | None,
 def runs_cmd(ctx: Context, status: str | None, workflow: str | None, since: str | None,
              limit: int | None, as_json: bool) -> None:
     """List runs, newest first (a page from the store: only its runs' bundles are read)."""
-    from runner.host.runtime.housekeeping import parse_since
-    from runner.host.runtime.runlist import list_runs_paged
-    from runner.host.runtime.views import RunFilter
+    from runner.host.runtime._housekeeping import parse_since
+    from runner.host.runtime._runlist import list_runs_paged
+    from runner.host.runtime._views import RunFilter
 
     ws = workspace(ctx)
     where = RunFilter(status=status, workflow=workflow, limit=limit,
@@ -283,7 +283,7 @@ def runs_cmd(ctx: Context, status: str | None, workflow: str | None, since: str 
 @click.pass_obj
 def show_cmd(ctx: Context, run_id: str, as_json: bool, follow: bool) -> None:
     """Show a run: status, node timeline, outputs and errors."""
-    from runner.host.runtime.views import show_view
+    from runner.host.runtime._views import show_view
 
     ws = workspace(ctx)
     if follow:

@@ -19,8 +19,8 @@ def triggers_group(click_ctx: click.Context, as_json: bool) -> None:
     """List the project's triggers: schedule, policy, last and next firing, skipped slots."""
     if click_ctx.invoked_subcommand is not None:
         return
-    from runner.host.runtime.local import open_store
-    from runner.host.runtime.triggers import trigger_rows
+    from runner.host.runtime._local import open_store
+    from runner.host.runtime._triggers import trigger_rows
 
     ws = workspace(click_ctx.obj)
     store = open_store(ws)
@@ -70,8 +70,8 @@ def resume_cmd(ctx: Context, name: str) -> None:
 
 
 def _pause(ctx: Context, name: str, paused: bool) -> None:
-    from runner.host.runtime.local import open_store
-    from runner.host.runtime.triggers import set_paused
+    from runner.host.runtime._local import open_store
+    from runner.host.runtime._triggers import set_paused
 
     ws = workspace(ctx)
     store = open_store(ws)
@@ -95,9 +95,9 @@ def _pause(ctx: Context, name: str, paused: bool) -> None:
 def backfill_cmd(ctx: Context, name: str, start: str, end: str, limit: int,
                  as_json: bool) -> None:
     """Queue a run for every slot between two times that has none (a host runs them)."""
-    from runner.host.runtime.launches import detached_coordinator
-    from runner.host.runtime.local import open_store
-    from runner.host.runtime.triggers import backfill
+    from runner.host.runtime._launches import detached_coordinator
+    from runner.host.runtime._local import open_store
+    from runner.host.runtime._triggers import backfill
 
     ws = workspace(ctx)
     store = open_store(ws)

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import click
 
 from runner.errors import InputError, OperationFailed
-from runner.host.runtime.launches import environment_secrets
+from runner.host.runtime._launches import environment_secrets
 
 from .app import cli
 from .context import Context
@@ -36,13 +36,13 @@ def ui_cmd(ctx: Context, port_text: str, host: str | None, token: str | None,
                          f"got {port_text!r}")
     port = int(port_text)
     try:
-        from runner.ui.data import Site
-        from runner.ui.server import check_bind, serve
+        from runner.ui._data import Site
+        from runner.ui._server import check_bind, serve
     except ImportError as exc:  # a dependency of every install, removed or broken since
         raise OperationFailed(f"wfrun ui needs {exc.name or 'starlette and uvicorn'}, which "
                               "is not installed: pip install --upgrade --force-reinstall "
                               "wfrun") from None
-    from runner.host.runtime.local import store_path
+    from runner.host.runtime._local import store_path
 
     ws = workspace(ctx)
     config = check_bind(host, token, store_path(ws).parent)
@@ -67,7 +67,7 @@ def ui_cmd(ctx: Context, port_text: str, host: str | None, token: str | None,
 @click.pass_obj
 def audit_cmd(ctx: Context, run_id: str | None, limit: int, as_json: bool) -> None:
     """Show the actions taken through the web console and its HTTP API, newest first."""
-    from runner.host.runtime.local import open_store, store_exists
+    from runner.host.runtime._local import open_store, store_exists
 
     ws = workspace(ctx)
     rows = []

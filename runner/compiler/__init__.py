@@ -11,21 +11,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from runner.lazy import lazy_names
+from runner._lazy import lazy_names
 
 if TYPE_CHECKING:
-    from .compile import Compiler, CompileResult, digest_of
-    from .diagnostics import Diagnostic, render_text, summary_line
-    from .discovery import (
-        Catalog,
-        CatalogEntry,
-        build_catalog,
-        builtin_folder,
-        find_project_root,
-        is_path_ref,
-    )
-    from .durations import format_duration, parse_duration
-    from .model import (
+    from ._compile import Compiler, CompileResult
+    from ._diagnostics import Diagnostic, render_text, summary_line
+    from ._discovery import Catalog, build_catalog, find_project_root
+    from ._model import (
         ActionSpec,
         AgentSpec,
         CheckpointSpec,
@@ -33,25 +25,20 @@ if TYPE_CHECKING:
         Edge,
         FailSpec,
         HookRef,
-        IncludeEntrySpec,
-        IncludeExitSpec,
         Node,
         NotifySpec,
-        Retry,
         Source,
         WorkflowDefinition,
     )
 
 #: public name -> the submodule that defines it
 _LAZY: dict[str, str] = {
-    **dict.fromkeys(("Compiler", "CompileResult", "digest_of"), "compile"),
-    **dict.fromkeys(("Diagnostic", "render_text", "summary_line"), "diagnostics"),
-    **dict.fromkeys(("Catalog", "CatalogEntry", "build_catalog", "builtin_folder",
-                     "find_project_root", "is_path_ref"), "discovery"),
-    **dict.fromkeys(("format_duration", "parse_duration"), "durations"),
+    **dict.fromkeys(("Compiler", "CompileResult"), "_compile"),
+    **dict.fromkeys(("Diagnostic", "render_text", "summary_line"), "_diagnostics"),
+    **dict.fromkeys(("Catalog", "build_catalog", "find_project_root"), "_discovery"),
     **dict.fromkeys(("ActionSpec", "AgentSpec", "CheckpointSpec", "ComputeSpec", "Edge",
-                     "FailSpec", "HookRef", "IncludeEntrySpec", "IncludeExitSpec", "Node",
-                     "NotifySpec", "Retry", "Source", "WorkflowDefinition"), "model"),
+                     "FailSpec", "HookRef", "Node",
+                     "NotifySpec", "Source", "WorkflowDefinition"), "_model"),
 }
 
 
@@ -62,7 +49,6 @@ __all__ = [
     "ActionSpec",
     "AgentSpec",
     "Catalog",
-    "CatalogEntry",
     "CheckpointSpec",
     "CompileResult",
     "Compiler",
@@ -71,20 +57,12 @@ __all__ = [
     "Edge",
     "FailSpec",
     "HookRef",
-    "IncludeEntrySpec",
-    "IncludeExitSpec",
     "Node",
     "NotifySpec",
-    "Retry",
     "Source",
     "WorkflowDefinition",
     "build_catalog",
-    "builtin_folder",
-    "digest_of",
     "find_project_root",
-    "format_duration",
-    "is_path_ref",
-    "parse_duration",
     "render_text",
     "summary_line",
 ]

@@ -1,16 +1,16 @@
 """Controller runtime: durable resources, keyed queue, effects, child workflows (DESIGN §7).
 
-Reaches the engine only through `runner.controllers.workflows`.
+Reaches the engine only through `runner.controllers._workflows`.
 """
 
 from __future__ import annotations
 
-from .conditions import Condition, Result, StatusPatch, condition, is_true, merge_conditions
-from .context import ReconcileContext
-from .definitions import Controller, define_controller, load_controller
-from .effects import Applied, EffectError, EffectOutcome, Observation
-from .manager import ControllerManager, ManagerConfig, backoff_delay
-from .workflows import ChildView, ChildWorkflows
+from ._conditions import Condition, Result, StatusPatch, condition, is_true, merge_conditions
+from ._context import ReconcileContext
+from ._definitions import Controller, define_controller, load_controller
+from ._effects import Applied, EffectError, EffectOutcome, Observation
+from ._manager import ControllerManager, ManagerConfig, backoff_delay
+from ._workflows import ChildView, ChildWorkflows
 
 __all__ = [
     "Applied",

@@ -1,7 +1,7 @@
 """Finite execution of one run; run bundles; the agent-step contract (DESIGN §4).
 
 Imports only `runner.compiler`, the hook API `runner.steps` (and the leaf modules
-`runner.errors`, `runner.clock`, `runner.lazy`).
+`runner.errors`, `runner.clock`, `runner._lazy`).
 
 The names below load on first use (PEP 562): a view that reads a bundle
 (`RunReader`, `fold`) must not pay for the executor, the node kinds and Jinja2
@@ -12,31 +12,26 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from runner.lazy import lazy_names
+from runner._lazy import lazy_names
 
 if TYPE_CHECKING:
-    from .agent import AgentStep, AgentStepExecutor, StepContract, ToolResult, parse_tolerant
-    from .attempts import Attempt, fold_attempts
-    from .bundle import FolderBundle
-    from .control import RunControl
-    from .engine import Engine, check_input, new_run_id
-    from .reader import RunReader
-    from .rows import BundleRows, MemoryRows
-    from .runner import NotificationSink, RunOutcome
-    from .state import TERMINAL, RunState, fold
+    from ._agent import AgentStep, AgentStepExecutor
+    from ._attempts import fold_attempts
+    from ._control import RunControl
+    from ._engine import Engine, check_input, new_run_id
+    from ._reader import RunReader
+    from ._runner import NotificationSink, RunOutcome
+    from ._state import RunState, fold
 
 #: public name -> the submodule that defines it
 _LAZY: dict[str, str] = {
-    **dict.fromkeys(("AgentStep", "AgentStepExecutor", "StepContract", "ToolResult",
-                     "parse_tolerant"), "agent"),
-    **dict.fromkeys(("Attempt", "fold_attempts"), "attempts"),
-    "FolderBundle": "bundle",
-    "RunControl": "control",
-    **dict.fromkeys(("Engine", "check_input", "new_run_id"), "engine"),
-    "RunReader": "reader",
-    **dict.fromkeys(("BundleRows", "MemoryRows"), "rows"),
-    **dict.fromkeys(("NotificationSink", "RunOutcome"), "runner"),
-    **dict.fromkeys(("TERMINAL", "RunState", "fold"), "state"),
+    **dict.fromkeys(("AgentStep", "AgentStepExecutor"), "_agent"),
+    "fold_attempts": "_attempts",
+    "RunControl": "_control",
+    **dict.fromkeys(("Engine", "check_input", "new_run_id"), "_engine"),
+    "RunReader": "_reader",
+    **dict.fromkeys(("NotificationSink", "RunOutcome"), "_runner"),
+    **dict.fromkeys(("RunState", "fold"), "_state"),
 }
 
 
@@ -44,24 +39,16 @@ __getattr__, __dir__ = lazy_names(__name__, _LAZY)
 
 
 __all__ = [
-    "TERMINAL",
     "AgentStep",
     "AgentStepExecutor",
-    "Attempt",
-    "BundleRows",
     "Engine",
-    "FolderBundle",
-    "MemoryRows",
     "NotificationSink",
     "RunControl",
     "RunOutcome",
     "RunReader",
     "RunState",
-    "StepContract",
-    "ToolResult",
     "check_input",
     "fold",
     "fold_attempts",
     "new_run_id",
-    "parse_tolerant",
-]
+    ]

@@ -2,26 +2,17 @@
 
 from __future__ import annotations
 
-from runner.safety import redact, safe_message
-
-from .activation import Activation
-from .coordinator import LaunchCoordinator
-from .engines import EngineOptions
-from .intents import fallback_text, intent_id, launch_failed_text, message_id, new_intent
-from .preflight import PreflightError, Resolver, workflow_name
+from ._coordinator import LaunchCoordinator
+from ._engines import EngineOptions
+from ._intents import fallback_text, message_id
+from ._preflight import PreflightError, Resolver, workflow_name
 
 __all__ = [
-    "Activation",
     "EngineOptions",
     "LaunchCoordinator",
     "PreflightError",
     "Resolver",
     "fallback_text",
-    "intent_id",
-    "launch_failed_text",
     "message_id",
-    "new_intent",
-    "redact",
-    "safe_message",
     "workflow_name",
 ]

@@ -21,7 +21,7 @@ every wait of the request).
 
 Secrets: the run's secrets are masked by the engine in everything it records;
 this step also masks the values of request headers whose names say they hold a
-secret (`runner.safety.is_secret_name`: Authorization, Cookie, X-Api-Key...) in
+secret (`runner._safety.is_secret_name`: Authorization, Cookie, X-Api-Key...) in
 the output and every message, never echoes request headers, shows URLs without
 their query or credentials, and drops `Set-Cookie` from the response headers.
 A cancel ends the node at once; the request's own thread then stops at its next
@@ -35,8 +35,8 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
-from runner.jsonin import loads
-from runner.safety import is_secret_name, mask, mask_values
+from runner._jsonin import loads
+from runner._safety import is_secret_name, mask, mask_values
 
 from . import HookContext, StepFailed, StepTimedOut
 
@@ -109,7 +109,7 @@ def http(ctx: HookContext) -> dict[str, Any]:
     }
     if _is_json(reply_headers.get("content-type", "")) and not truncated:
         try:
-            out["json"] = loads(text)  # bounded depth, finite numbers (runner/jsonin.py)
+            out["json"] = loads(text)  # bounded depth, finite numbers (runner/_jsonin.py)
             return out
         except ValueError:
             pass  # a server that says JSON and sends something else: give the text

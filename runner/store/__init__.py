@@ -8,16 +8,9 @@ modules and `runner.errors`, whose tree the store's errors belong to).
 
 from __future__ import annotations
 
-from runner.leases import LEASE_SECONDS as DEFAULT_LEASE_SECONDS
-from runner.store.book import LaunchBook
-from runner.store.errors import (
-    RESET_INSTRUCTION,
+from runner.store._book import LaunchBook
+from runner.store._errors import (
     IdentityConflict,
-    IncompatibleLayout,
-    InputCleared,
-    SqliteTooOld,
-    StoreBusy,
-    StoreCorrupt,
     StoreDiskFull,
     StoreError,
     StoreNoPermission,
@@ -25,100 +18,53 @@ from runner.store.errors import (
     StoreUnavailable,
     StoreUnreachable,
 )
-from runner.store.interface import (
-    BundleRefused,
-    BundleWrite,
-    InputScrub,
-    LaunchQueue,
-    NoScrub,
-    Notifications,
-    ProjectStore,
-    RunEvents,
-    Store,
-    TurnIntents,
-)
-from runner.store.layout import SCHEMA_ID, TABLE_COLUMNS, TABLES
-from runner.store.records import (
+from runner.store._interface import BundleRefused, BundleWrite, InputScrub, ProjectStore, Store
+from runner.store._records import (
     LaunchGate,
     LaunchRecord,
     LostRace,
-    LostReason,
     NewLaunch,
     NewNotification,
     NewTurnIntent,
     NextClaim,
-    Notification,
     QueuedSources,
-    RunEvent,
     TurnIntent,
 )
-from runner.store.sqlite.store import SqliteStore
-from runner.store.states import (
-    LAUNCH_ERROR_CODES,
-    LAUNCH_OPERATIONS,
+from runner.store._states import (
     LAUNCH_STATUSES,
-    LAUNCH_TRANSITIONS,
     MAX_ACTIVATION_CRASHES,
-    PARK_MODES,
-    RECOVERY_PATHS,
     TERMINAL_STATUSES,
     LaunchErrorCode,
     LaunchStatus,
-    NotificationKind,
     ParkMode,
-    RecoveryOutcome,
     TurnCause,
     TurnResolution,
-    is_valid_transition,
 )
+from runner.store.sqlite._store import SqliteStore
 
 __all__ = [
-    "DEFAULT_LEASE_SECONDS",
-    "LAUNCH_ERROR_CODES",
-    "LAUNCH_OPERATIONS",
     "LAUNCH_STATUSES",
-    "LAUNCH_TRANSITIONS",
     "MAX_ACTIVATION_CRASHES",
-    "PARK_MODES",
-    "RECOVERY_PATHS",
-    "RESET_INSTRUCTION",
-    "SCHEMA_ID",
-    "TABLES",
-    "TABLE_COLUMNS",
     "TERMINAL_STATUSES",
     "BundleRefused",
     "BundleWrite",
     "IdentityConflict",
-    "IncompatibleLayout",
-    "InputCleared",
     "InputScrub",
     "LaunchBook",
     "LaunchErrorCode",
     "LaunchGate",
-    "LaunchQueue",
     "LaunchRecord",
     "LaunchStatus",
     "LostRace",
-    "LostReason",
     "NewLaunch",
     "NewNotification",
     "NewTurnIntent",
     "NextClaim",
-    "NoScrub",
-    "Notification",
-    "NotificationKind",
-    "Notifications",
     "ParkMode",
     "ProjectStore",
     "QueuedSources",
-    "RecoveryOutcome",
-    "RunEvent",
-    "RunEvents",
     "SqliteStore",
-    "SqliteTooOld",
     "Store",
-    "StoreBusy",
-    "StoreCorrupt",
     "StoreDiskFull",
     "StoreError",
     "StoreNoPermission",
@@ -127,7 +73,5 @@ __all__ = [
     "StoreUnreachable",
     "TurnCause",
     "TurnIntent",
-    "TurnIntents",
     "TurnResolution",
-    "is_valid_transition",
-]
+    ]

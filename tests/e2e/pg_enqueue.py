@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 from runner.compiler import build_catalog
-from runner.host.runtime.foreground import queue_detached
-from runner.host.runtime.launches import detached_coordinator
-from runner.host.runtime.local import Workspace, open_store
+from runner.host.runtime._foreground import queue_detached
+from runner.host.runtime._launches import detached_coordinator
+from runner.host.runtime._local import Workspace, open_store
 
 
 def main() -> None:

@@ -23,19 +23,19 @@ pytestmark = pytest.mark.timeout(120)
 
 #: Never needed by --help, status, runs, show or validate.
 NEVER = ("runner.controllers", "runner.ui", "starlette", "uvicorn", "mcp", "anyio",
-         "runner.host.daemon", "runner.host.bridge", "runner.host.mcp", "runner.host.inprocess",
-         "runner.host.session", "runner.host.runtime.foreground", "runner.host.runtime.devmode",
-         "runner.host.runtime.watch", "watchdog", "networkx", "runner.launch",
+         "runner.host._daemon", "runner.host.bridge", "runner.host.mcp", "runner.host.inprocess",
+         "runner.host.session", "runner.host.runtime._foreground", "runner.host.runtime._devmode",
+         "runner.host.runtime._watch", "watchdog", "networkx", "runner.launch",
          "psycopg", "psycopg_pool", "runner.store.postgres")
 #: The engine's run loop, node kinds and executors: only running a workflow needs them.
-EXECUTOR = ("runner.engine.engine", "runner.engine.runner", "runner.engine.nodes",
-            "runner.engine.agent", "runner.engine.executors", "runner.engine.context",
-            "runner.engine.hooks", "runner.engine.secrets", "runner.engine.procs")
+EXECUTOR = ("runner.engine._engine", "runner.engine._runner", "runner.engine._nodes",
+            "runner.engine._agent", "runner.engine.executors", "runner.engine._context",
+            "runner.engine._hooks", "runner.engine._secrets", "runner.engine._procs")
 #: The compiler's checks and what they load (YAML, Jinja2, JSON Schema): only compiling
-#: a definition needs them; finding the project needs just `runner.compiler.discovery`.
-COMPILING = ("runner.compiler.compile", "runner.compiler.parse", "runner.compiler.templates",
-             "runner.compiler.yamlio", "runner.compiler.graph", "runner.compiler.references",
-             "runner.compiler.jsonschemas", "jinja2", "markupsafe", "ruamel", "_ruamel_yaml",
+#: a definition needs them; finding the project needs just `runner.compiler._discovery`.
+COMPILING = ("runner.compiler._compile", "runner.compiler._parse", "runner.compiler._templates",
+             "runner.compiler._yamlio", "runner.compiler._graph", "runner.compiler._references",
+             "runner.compiler._jsonschemas", "jinja2", "markupsafe", "ruamel", "_ruamel_yaml",
              "jsonschema", "referencing")
 #: The store and a run's bundle: not for --help or validate.
 RUNTIME = ("runner.engine", "runner.store", "sqlite3", "runner.host")
@@ -47,9 +47,9 @@ COMMAND_MODULES = tuple(f"runner.cli.{m}" for m in (
 HELP_MODULES = {"runner", "runner.__main__", "runner.cli", "runner.cli.app", "runner.clock",
                 "runner.errors"}
 HOOK_MODULES = {"runner", "runner.__main__", "runner.cli", "runner.clock", "runner.errors",
-                "runner.host", "runner.host.mcp", "runner.host.mcp.hook",
-                "runner.host.mcp.channel", "runner.host.mcp.sessionlog",
-                "runner.jsonin"}  # Claude's event on stdin, read bounded (stdlib only)
+                "runner.host", "runner.host.mcp", "runner.host.mcp._hook",
+                "runner.host.mcp._channel", "runner.host.mcp._sessionlog",
+                "runner._jsonin"}  # Claude's event on stdin, read bounded (stdlib only)
 
 
 #: `python -m runner ARGS`, writing sys.modules at exit (also after sys.exit) to a file.
@@ -136,13 +136,13 @@ def test_status_on_an_empty_store_reads_the_store_only(root: Path) -> None:
     out, modules = imported(root, "status")
     assert out.returncode == 0, out.stderr[-2000:]
     assert "no queued, starting, running or parked launches" in out.stderr
-    assert "runner.store.sqlite.store" in modules
+    assert "runner.store.sqlite._store" in modules
     assert loaded(modules, (*NEVER, *EXECUTOR, *COMPILING, "rich",
                             *others("runner.cli.launches", "runner.cli.runs"))) == []
     # Nothing in flight: no bundle is read and no source re-hashed; a user folder is
     # given (WFRUN_HOME), so no platform folder is looked up; no store file is copied.
-    assert loaded(modules, ("runner.engine.reader", "runner.host.runtime.views",
-                            "runner.host.runtime.drift", "platformdirs", "shutil")) == []
+    assert loaded(modules, ("runner.engine._reader", "runner.host.runtime._views",
+                            "runner.host.runtime._drift", "platformdirs", "shutil")) == []
 
 
 def test_status_and_why_of_launches_load_no_executor(used: tuple[Path, str, str]) -> None:
@@ -161,7 +161,7 @@ def test_status_and_why_of_launches_load_no_executor(used: tuple[Path, str, str]
     out, modules = imported(root, "why", queued)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "queued as a detached launch" in out.stdout
-    assert "runner.compiler.compile" in modules
+    assert "runner.compiler._compile" in modules
     assert loaded(modules, (*NEVER, *EXECUTOR, "rich")) == []
 
 
@@ -183,7 +183,7 @@ def test_validate_imports_the_compiler_only(root: Path) -> None:
     out, modules = imported(root, "validate", "greet")
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.startswith("ok greet sha256:")
-    assert "runner.compiler.compile" in modules
+    assert "runner.compiler._compile" in modules
     # networkx builds the graph for `wfrun graph` and the engine; checking never needs it.
     assert loaded(modules, (*NEVER, *RUNTIME, "rich", *others("runner.cli.definitions"))) == []
 

@@ -21,9 +21,10 @@ from typing import Any
 
 import pytest
 
-from runner.compiler import Compiler, builtin_folder
-from runner.compiler.schema import workflow_schema
-from runner.compiler.sources import MAX_DEFINITION_BYTES
+from runner.compiler import Compiler
+from runner.compiler._discovery import builtin_folder
+from runner.compiler._schema import workflow_schema
+from runner.compiler._sources import MAX_DEFINITION_BYTES
 
 REPO = Path(__file__).resolve().parents[2]
 VALID = REPO / "fixtures" / "definitions" / "valid"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from everyday import Project
 
-from runner.compiler.yamlio import load
+from runner.compiler._yamlio import load
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 

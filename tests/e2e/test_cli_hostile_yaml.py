@@ -13,7 +13,7 @@ import pytest
 from everyday import Project
 from waiting import wait_for_line
 
-from runner.compiler.sources import MAX_DEFINITION_BYTES
+from runner.compiler._sources import MAX_DEFINITION_BYTES
 
 BAD = {
     "tag_float": ('start: a\nnodes:\n  a: {compute: !!float ""}\n', "yaml-value", 3, 16),

@@ -195,8 +195,8 @@ def test_status_lists_a_page_of_the_queue_and_counts_the_rest(project: Project) 
     """`wfrun status` is a page (oldest first), not the whole queue: 100,000 queued
     launches took 12.5 s and 434 MB (issue 35)."""
     from runner.compiler import build_catalog
-    from runner.host.runtime.launches import detached_coordinator
-    from runner.host.runtime.local import Workspace, open_store
+    from runner.host.runtime._launches import detached_coordinator
+    from runner.host.runtime._local import Workspace, open_store
 
     ws = Workspace(build_catalog("workflows", project.root, None), project.root,
                    project.root / ".wfrun")

@@ -29,10 +29,10 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from waiting import wait_until
 
-from runner.engine.agent import CONTRACT_RE
-from runner.host.mcp.sessionlog import SessionLog
-from runner.host.session.tool import WORKFLOW_TOOL
-from runner.launch.intents import DEFERRED_TURN_TYPE
+from runner.engine._agent import CONTRACT_RE
+from runner.host.mcp._sessionlog import SessionLog
+from runner.host.session._tool import WORKFLOW_TOOL
+from runner.launch._intents import DEFERRED_TURN_TYPE
 from runner.store import SqliteStore
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]

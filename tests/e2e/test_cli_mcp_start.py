@@ -22,9 +22,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 #: What the start path must not load before `initialize` is answered.
 HEAVY = ("mcp", "mcp_types", "anyio", "pydantic", "click", "rich", "runner.cli.app",
-         "runner.compiler.compile", "runner.engine", "runner.store", "runner.launch",
-         "runner.controllers", "runner.host.session.controller", "runner.host.runtime",
-         "runner.host.mcp.server", "jinja2", "ruamel", "jsonschema", "networkx", "sqlite3")
+         "runner.compiler._compile", "runner.engine", "runner.store", "runner.launch",
+         "runner.controllers", "runner.host.session._controller", "runner.host.runtime",
+         "runner.host.mcp._server", "jinja2", "ruamel", "jsonschema", "networkx", "sqlite3")
 
 #: What the command `integrate` writes loads through click (and the CLI's context).
 CLICK_PATH = ("click", "runner.cli.app")
@@ -34,7 +34,7 @@ FAST_PATH_NEVER = ("dataclasses", "runner.cli.context", "runner.compiler", "uuid
 #: The console script's `main`, with the first protocol write dumping sys.modules.
 WRAPPER = """
 import json, os, sys
-from runner.host.mcp import stdio
+from runner.host.mcp import _stdio as stdio
 send = stdio.StdioServer._send
 def first_send(self, message):
     path = os.environ["MODULES_AT_INIT"]
@@ -92,7 +92,7 @@ def test_initialize_is_answered_before_the_runtime_loads(
     assert "not any other workflow tool" in tool["description"]
     assert "greet" in replies[3]["result"]["content"][0]["text"]  # the session did open
     at_init = json.loads(dump.read_text())
-    assert "runner.host.mcp.stdio" in at_init
+    assert "runner.host.mcp._stdio" in at_init
     if argv == ["mcp"]:  # spelled otherwise than `integrate` writes it: through click
         assert _loaded(at_init, tuple(h for h in HEAVY if h not in CLICK_PATH)) == []
     else:

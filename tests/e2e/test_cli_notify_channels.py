@@ -26,7 +26,7 @@ from everyday import Project
 from waiting import wait_for_line, wait_until
 
 from runner.clock import FakeClock
-from runner.host.runtime.channels import ChannelDeliverer, load_channels
+from runner.host.runtime._channels import ChannelDeliverer, load_channels
 from runner.store import SqliteStore
 
 KEY = "ops-hook-key"

@@ -38,9 +38,9 @@ from pgcluster import PgCluster
 from waiting import wait_until
 
 from runner.compiler import build_catalog
-from runner.engine.engine import NODE_START_BUDGET
-from runner.host.runtime.launches import detached_coordinator
-from runner.host.runtime.local import Workspace, open_store
+from runner.engine._engine import NODE_START_BUDGET
+from runner.host.runtime._launches import detached_coordinator
+from runner.host.runtime._local import Workspace, open_store
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

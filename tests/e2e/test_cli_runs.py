@@ -244,7 +244,7 @@ HOLDING_AGENT = """
     import time
     from pathlib import Path
 
-    import runner.host.runtime.local as local
+    import runner.host.runtime._local as local
 
 
     class Holding:

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from runner.engine.agent import CONTRACT_RE
+from runner.engine._agent import CONTRACT_RE
 
 ARG_CHUNKS = (5, 6, 12)  # argument pieces cycle through these sizes, like the upstream mock
 Messages = list[dict[str, Any]]

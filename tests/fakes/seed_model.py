@@ -22,7 +22,7 @@ from typing import Any
 
 from fakes.openai_server import Answer, Messages, Reply, last_user_text
 
-from runner.engine.agent import CONTRACT_RE
+from runner.engine._agent import CONTRACT_RE
 
 QUEUED_RE = re.compile(r"Workflow review queued \(run (?P<run>review-[\w]+-[0-9a-f]{8})\)\.")
 FAILED_RE = re.compile(

@@ -66,7 +66,7 @@ def test_wheel_contains_every_builtin_definition(wheel: Path) -> None:
         for name in BUILTINS:
             data = zf.read(f"runner/_builtin/definitions/{name}")
             assert data == (REPO / "definitions" / name).read_bytes()
-    assert "runner/compiler/discovery.py" in names
+    assert "runner/compiler/_discovery.py" in names
 
 
 def test_installed_wheel_lists_builtins_from_the_install_not_the_repo(
@@ -76,7 +76,7 @@ def test_installed_wheel_lists_builtins_from_the_install_not_the_repo(
     script = (
         "import json, runner\n"
         "from runner import build_catalog\n"
-        "from runner.compiler import builtin_folder\n"
+        "from runner.compiler._discovery import builtin_folder\n"
         "cat = build_catalog('workflows', None, None)\n"
         "print(json.dumps({'runner': runner.__file__,\n"
         "                  'folder': str(builtin_folder('workflows')),\n"

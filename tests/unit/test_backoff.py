@@ -1,4 +1,4 @@
-"""runner.backoff: the one exponential backoff (engine retries, controller reconciles)."""
+"""runner._backoff: the one exponential backoff (engine retries, controller reconciles)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from runner.backoff import CONTROLLER_JITTER, ENGINE_JITTER, backoff_delay, seeded_random
+from runner._backoff import CONTROLLER_JITTER, ENGINE_JITTER, backoff_delay, seeded_random
 from runner.controllers import backoff_delay as controller_backoff
-from runner.engine.runner import retry_delay
+from runner.engine._runner import retry_delay
 
 
 def _engine_before_issue_9(run_id: str, node: str, attempt: int, backoff: float,

@@ -20,13 +20,13 @@ from runner.compiler import (
     CompileResult,
     WorkflowDefinition,
     build_catalog,
-    builtin_folder,
 )
-from runner.compiler.checker import case_key
-from runner.compiler.model import DEFAULT_MAX_STEPS
-from runner.compiler.schema import workflow_schema
-from runner.compiler.templates import render_native, render_text
-from runner.compiler.yamlio import load
+from runner.compiler._checker import case_key
+from runner.compiler._discovery import builtin_folder
+from runner.compiler._model import DEFAULT_MAX_STEPS
+from runner.compiler._schema import workflow_schema
+from runner.compiler._templates import render_native, render_text
+from runner.compiler._yamlio import load
 
 REPO = Path(__file__).resolve().parents[2]
 DEFINITIONS = REPO / "definitions"

@@ -1,4 +1,4 @@
-"""One canonical JSON encoding (runner.canonical): stable bytes under key order, plain
+"""One canonical JSON encoding (runner._canonical): stable bytes under key order, plain
 JSON only, and the same bytes the store, the bundles and the digests always wrote."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runner.canonical import canonical_bytes, canonical_json, fingerprint
-from runner.compiler import jsonschemas
-from runner.compiler.compile import digest_of
-from runner.controllers import effects
-from runner.engine.bundle import dumps
-from runner.store import records
+from runner._canonical import canonical_bytes, canonical_json, fingerprint
+from runner.compiler import _jsonschemas as jsonschemas
+from runner.compiler._compile import digest_of
+from runner.controllers import _effects as effects
+from runner.engine._bundle import dumps
+from runner.store import _records as records
 
 pytestmark = pytest.mark.timeout(30)
 

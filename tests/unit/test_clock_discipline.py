@@ -30,7 +30,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("cli/progress.py", "Progress.__call__"): "display only: the live counter's start",
     ("cli/follow.py", "_elapsed"): "display only: a running node's age in `show --follow`",
     ("cli/follow.py", "follow_run"): "display only: yield so the live view's last refresh lands",
-    ("compiler/discovery.py", "build_catalog"): "compared with folder mtimes, which the "
+    ("compiler/_discovery.py", "build_catalog"): "compared with folder mtimes, which the "
                                                 "kernel's real clock sets (a racy scan check)",
 }
 

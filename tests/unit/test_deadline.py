@@ -1,4 +1,4 @@
-"""runner.deadline: user code on a pooled thread, abandoned at its deadline or a stop."""
+"""runner._deadline: user code on a pooled thread, abandoned at its deadline or a stop."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import threading
 import pytest
 from waiting import DEADLINE
 
-from runner import deadline
+from runner import _deadline as deadline
+from runner._deadline import run_with_deadline
 from runner.clock import FakeClock, SystemClock
-from runner.deadline import run_with_deadline
 
 REAL = SystemClock()
 

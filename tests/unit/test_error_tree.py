@@ -1,6 +1,6 @@
 """One exception tree (issue 36.5), checked as httpx checks its own.
 
-The trees drawn in `runner.errors` and `runner.store.errors` are the real class
+The trees drawn in `runner.errors` and `runner.store._errors` are the real class
 hierarchy (a reader picks an `except` level from them), every class wfrun raises on
 purpose is a `WfrunError`, the caller-side table covers every store class, and the
 CLI prints each one as its one line with the exit code its class asks for.
@@ -20,9 +20,9 @@ import pytest
 from click.testing import CliRunner
 
 import runner.errors as errors
-import runner.store.errors as store_errors
+import runner.store._errors as store_errors
 from runner.cli.app import cli
-from runner.host.runtime.errors import BUSY_MESSAGE, STORE_ERRORS, translate
+from runner.host.runtime._errors import BUSY_MESSAGE, STORE_ERRORS, translate
 
 RUNNER = Path(__file__).resolve().parents[2] / "runner"
 _NODE = re.compile(r"^(?P<lead>[ │]*)(?:[├└]── )?(?P<name>[A-Z]\w+)\b")

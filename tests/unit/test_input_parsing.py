@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from runner.errors import InputError
-from runner.host.runtime.local import parse_input
+from runner.host.runtime._local import parse_input
 
 SCHEMA = {"type": "object", "properties": {"command": {"type": "string"},
                                            "n": {"type": "integer"}}}

@@ -12,24 +12,24 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runner import jsonin
+from runner import _jsonin as jsonin
 
 RUNNER = Path(__file__).resolve().parents[2] / "runner"
 
 # Files whose `json.loads` reads only what wfrun itself wrote (bundles, store rows, its
 # own registry) or round-trips a value it holds: no outside text reaches them.
 OWN_DATA = {
-    "engine/bundle.py", "engine/dbbundle.py", "engine/reader.py", "engine/processes.py",
-    "engine/engine.py", "engine/nodecontext.py", "engine/agent.py", "launch/preflight.py",
-    "compiler/jsonschemas.py", "store/records.py", "store/domain/pages.py",
-    "store/domain/intents.py", "store/domain/controller_events.py",
-    "store/domain/controller_resources.py", "store/domain/events.py", "jsonin.py",
-    "host/daemon.py",  # the queued launches' workflow_source_json, a store column
+    "engine/_bundle.py", "engine/_dbbundle.py", "engine/_reader.py", "engine/_processes.py",
+    "engine/_engine.py", "engine/_nodecontext.py", "engine/_agent.py", "launch/_preflight.py",
+    "compiler/_jsonschemas.py", "store/_records.py", "store/domain/_pages.py",
+    "store/domain/_intents.py", "store/domain/_controller_events.py",
+    "store/domain/_controller_resources.py", "store/domain/_events.py", "_jsonin.py",
+    "host/_daemon.py",  # the queued launches' workflow_source_json, a store column
     # Store columns and bundles wfrun wrote itself: audit detail, rerun links, the step
     # cache, a trigger's kept event, the definition snapshot, a launch row's input.
-    "store/domain/audit.py", "store/domain/operations.py", "launch/triggers.py",
-    "engine/rerun.py", "ui/data.py",
-    "launch/items.py",  # fan-out item outputs and errors, fanout_items columns it wrote
+    "store/domain/_audit.py", "store/domain/_operations.py", "launch/_triggers.py",
+    "engine/_rerun.py", "ui/_data.py",
+    "launch/_items.py",  # fan-out item outputs and errors, fanout_items columns it wrote
 }
 
 
@@ -39,7 +39,7 @@ def test_every_json_loads_outside_wfrun_s_own_data_goes_through_jsonin() -> None
         rel = path.relative_to(RUNNER).as_posix()
         if rel not in OWN_DATA and re.search(r"\bjson\.loads?\(", path.read_text()):
             offenders.append(rel)
-    assert offenders == [], ("JSON from outside must go through runner.jsonin.loads (depth "
+    assert offenders == [], ("JSON from outside must go through runner._jsonin.loads (depth "
                              f"and number bounds): {offenders}")
 
 

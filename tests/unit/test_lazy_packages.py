@@ -34,13 +34,13 @@ def test_every_public_name_resolves_to_its_submodule_object(package: str) -> Non
 def test_from_imports_keep_working() -> None:
     from runner.compiler import Compiler, WorkflowDefinition
     from runner.engine import Engine, RunReader
-    from runner.engine.engine import Engine as DefinedEngine
-    from runner.engine.reader import RunReader as DefinedReader
+    from runner.engine._engine import Engine as DefinedEngine
+    from runner.engine._reader import RunReader as DefinedReader
 
     assert Engine is DefinedEngine
     assert RunReader is DefinedReader
-    assert Compiler.__module__ == "runner.compiler.compile"
-    assert WorkflowDefinition.__module__ == "runner.compiler.model"
+    assert Compiler.__module__ == "runner.compiler._compile"
+    assert WorkflowDefinition.__module__ == "runner.compiler._model"
 
 
 @pytest.mark.parametrize("package", PACKAGES)

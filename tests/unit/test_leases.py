@@ -1,4 +1,4 @@
-"""runner.leases.Renewer: one thread keeps every held claim alive, due on the Clock.
+"""runner._leases.Renewer: one thread keeps every held claim alive, due on the Clock.
 
 The renewer runs on a FakeClock here: renewals come due only when the test moves
 the clock, and the renewer itself never moves it.
@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import pytest
 from waiting import wait_until
 
+from runner._leases import Renewer
 from runner.clock import FakeClock
-from runner.leases import Renewer
 
 TICK = 0.005
 

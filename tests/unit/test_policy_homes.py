@@ -3,11 +3,11 @@
 An AST scan of every module under runner/ for a second copy of a shared policy:
 
     canonical JSON   json.dumps/dump with sort_keys=True, a JSONEncoder, or JSON fed to
-                     a hash: only runner/canonical.py encodes for identity
-    byte bounds      `text.encode(...)[...]`, a cut of encoded text: only runner/safety.py
+                     a hash: only runner/_canonical.py encodes for identity
+    byte bounds      `text.encode(...)[...]`, a cut of encoded text: only runner/_safety.py
                      (`bound`, `safe_message`) cuts at a character boundary
     the lease        a literal lease length or renewal interval, or a lease divided by
-                     a literal: only runner/leases.py (`LEASE_SECONDS`, `renew_every`)
+                     a literal: only runner/_leases.py (`LEASE_SECONDS`, `renew_every`)
 
 Each finding must be in `ALLOWED`, by file and enclosing function, with the reason
 it is not that policy (a log line, a prompt, a wire format). A new copy fails here:
@@ -35,28 +35,28 @@ def _home(module: str) -> str:
     return Path(spec.origin).relative_to(RUNNER).as_posix()
 
 
-HOMES = {"canonical": _home("runner.canonical"), "bytes": _home("runner.safety"),
-         "lease": _home("runner.leases")}
+HOMES = {"canonical": _home("runner._canonical"), "bytes": _home("runner._safety"),
+         "lease": _home("runner._leases")}
 
 #: (policy, file under runner/, enclosing function) -> why it is not the policy.
 ALLOWED: dict[tuple[str, str, str], str] = {
-    ("canonical", "engine/dbbundle.py", "DatabaseBundle.write_manifest"):
+    ("canonical", "engine/_dbbundle.py", "DatabaseBundle.write_manifest"):
         "the manifest document, pretty-printed for people as the folder bundle's file",
-    ("canonical", "engine/agent.py", "StepContract.expected"):
+    ("canonical", "engine/_agent.py", "StepContract.expected"):
         "a prompt: the output schema shown to a model, keys sorted for reading",
-    ("canonical", "compiler/templates.py", "_tojson"):
+    ("canonical", "compiler/_templates.py", "_tojson"):
         "the `tojson` template filter: text a template renders, not an identity",
-    ("canonical", "host/session/wiring.py", "_described"):
+    ("canonical", "host/session/_wiring.py", "_described"):
         "a prompt: a workflow's input schema shown to a model",
-    ("canonical", "host/session/reference.py", "JsonlHost._write"):
+    ("canonical", "host/session/_reference.py", "JsonlHost._write"):
         "a log line of the reference host's session file",
-    ("canonical", "host/inprocess/sessionlog.py", "SessionLog._write"):
+    ("canonical", "host/inprocess/_sessionlog.py", "SessionLog._write"):
         "a log line of the in-process host's session file",
-    ("canonical", "host/mcp/sessionlog.py", "SessionLog._write"):
+    ("canonical", "host/mcp/_sessionlog.py", "SessionLog._write"):
         "a log line of the MCP host's session file (the hook path loads no more)",
-    ("canonical", "host/mcp/integrate.py", "integrate"):
+    ("canonical", "host/mcp/_integrate.py", "integrate"):
         "says whether a client's settings file changed, within one process",
-    ("canonical", "launch/intents.py", "_digest"):
+    ("canonical", "launch/_intents.py", "_digest"):
         "turn intent ids already stored: their bytes (ASCII-escaped JSON) must not change",
 }
 
@@ -179,8 +179,8 @@ def all_findings() -> list[Finding]:
 
 def test_every_policy_lives_in_its_home() -> None:
     stray = [str(f) for f in all_findings() if (f.policy, f.path, f.scope) not in ALLOWED]
-    assert stray == [], ("a second copy of a shared policy; use runner/canonical.py, "
-                         "runner/safety.py or runner/leases.py:\n" + "\n".join(stray))
+    assert stray == [], ("a second copy of a shared policy; use runner/_canonical.py, "
+                         "runner/_safety.py or runner/_leases.py:\n" + "\n".join(stray))
 
 
 def test_every_allowance_is_still_needed() -> None:
@@ -208,7 +208,7 @@ def test_the_ratchet_sees_the_copies_it_replaced(source: str, policy: str) -> No
 
 
 def test_the_homes_hold_what_the_ratchet_looks_for() -> None:
-    import runner.leases as leases
+    import runner._leases as leases
 
     assert leases.LEASE_SECONDS == 30.0
     assert leases.renew_every() == leases.LEASE_SECONDS / 3

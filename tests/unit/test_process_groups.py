@@ -1,4 +1,4 @@
-"""runner.engine.procs: one process-group runner, one kill policy (issue 9).
+"""runner.engine._procs: one process-group runner, one kill policy (issue 9).
 
 Shell actions (`run_shell`) and the command executor (`run_group`) share it: the
 group gets SIGTERM, a grace on the caller's Clock, then SIGKILL, both when the
@@ -15,8 +15,8 @@ from waiting import wait_until
 
 from runner.clock import FakeClock, SystemClock
 from runner.engine import RunControl
-from runner.engine import shell as shell_module
-from runner.engine.procs import ShellResult, run_group, run_shell
+from runner.engine import _shell as shell_module
+from runner.engine._procs import ShellResult, run_group, run_shell
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
 

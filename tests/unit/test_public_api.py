@@ -68,4 +68,4 @@ def test_agent_session_is_public_and_loads_lazily() -> None:
             "cls = runner.AgentSession; print(before, cls.__module__, callable(cls.open))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=30)
-    assert out.stdout.split() == ["False", "runner.host.inprocess.agent_session", "True"]
+    assert out.stdout.split() == ["False", "runner.host.inprocess._agent_session", "True"]

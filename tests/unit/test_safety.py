@@ -1,5 +1,5 @@
 """One policy for text that is persisted or shown: secrets masked, ordinary words kept,
-a strict UTF-8 byte bound that never splits a character (runner.safety)."""
+a strict UTF-8 byte bound that never splits a character (runner._safety)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runner import safety
-from runner.engine import procs
-from runner.launch import safety as launch_safety
-from runner.safety import (
+from runner import _safety as safety
+from runner._safety import (
     MAX_SAFE_BYTES,
     REDACTED,
     bound,
@@ -20,6 +18,8 @@ from runner.safety import (
     secret_env_values,
     secret_values,
 )
+from runner.engine import _procs as procs
+from runner.launch import _safety as launch_safety
 
 pytestmark = pytest.mark.timeout(30)
 

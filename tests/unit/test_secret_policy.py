@@ -1,4 +1,4 @@
-"""One secret-name policy (issue 34.4): `runner/safety.py` decides which names say secret,
+"""One secret-name policy (issue 34.4): `runner/_safety.py` decides which names say secret,
 and every part of wfrun asks it. Two lists drifted apart once (the UI and launch messages
 missed DB_PASSWD, GITHUB_AUTH, SESSION_COOKIE); this ratchet fails when a second appears.
 """
@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from runner.host.runtime.launches import environment_secrets
-from runner.safety import SECRET_NAME, is_secret_name
+from runner._safety import SECRET_NAME, is_secret_name
+from runner.host.runtime._launches import environment_secrets
 
 RUNNER = Path(__file__).resolve().parents[2] / "runner"
-POLICY = RUNNER / "safety.py"
+POLICY = RUNNER / "_safety.py"
 # The words a secret name ends in, as any second list would spell them.
 WORDS = frozenset({"token", "tokens", "secret", "secrets", "password", "passwd", "passphrase",
                    "apikey", "auth", "authorization", "cookie", "credential", "credentials",
@@ -49,7 +49,7 @@ def test_no_second_list_of_secret_name_rules_in_runner() -> None:
     offenders = [f"{path.relative_to(RUNNER.parent)}:{line}: {what}"
                  for path in sorted(RUNNER.rglob("*.py")) if path != POLICY
                  for line, what in second_lists(path.read_text())]
-    assert offenders == [], ("secret-name rules belong in runner/safety.py only "
+    assert offenders == [], ("secret-name rules belong in runner/_safety.py only "
                              "(is_secret_name, secret_env_values):\n" + "\n".join(offenders))
 
 
@@ -76,7 +76,7 @@ def test_environment_secrets_follow_the_policy(name: str,
 def test_wfrun_agent_env_names_what_a_command_agent_may_inherit(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from runner.engine.executors import CommandExecutor
-    from runner.host.runtime.local import make_executor
+    from runner.host.runtime._local import make_executor
 
     monkeypatch.setenv("WFRUN_AGENT_ENV", " ANTHROPIC_API_KEY, ,OTHER_TOKEN")
     executor = make_executor("command:my-agent --flag")

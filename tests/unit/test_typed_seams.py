@@ -9,7 +9,7 @@ import inspect
 import typing
 from pathlib import Path
 
-from runner.host.runtime import local
+from runner.host.runtime import _local as local
 from runner.store import ProjectStore, SqliteStore
 
 RUNNER = Path(__file__).resolve().parents[2] / "runner"

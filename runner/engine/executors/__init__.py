@@ -11,14 +11,14 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from runner.engine.executors.command import CommandExecutor
-    from runner.engine.executors.openai import OpenAIExecutor
-    from runner.engine.executors.scripted import ScriptedExecutor
+    from runner.engine.executors._command import CommandExecutor
+    from runner.engine.executors._openai import OpenAIExecutor
+    from runner.engine.executors._scripted import ScriptedExecutor
 
 _HOMES = {
-    "CommandExecutor": "command",
-    "OpenAIExecutor": "openai",
-    "ScriptedExecutor": "scripted",
+    "CommandExecutor": "_command",
+    "OpenAIExecutor": "_openai",
+    "ScriptedExecutor": "_scripted",
 }
 
 __all__ = [

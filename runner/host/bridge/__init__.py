@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from .server import BridgeServer, RemoteHost, serve_stdio
-from .wire import PROTOCOL_VERSION
+from ._server import serve_stdio
 
-__all__ = ["PROTOCOL_VERSION", "BridgeServer", "RemoteHost", "serve_stdio"]
+__all__ = ["serve_stdio"]

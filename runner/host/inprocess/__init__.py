@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from .agent_session import AgentSession
+from ._agent_session import AgentSession
 
 __all__ = ["AgentSession"]

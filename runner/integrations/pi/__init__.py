@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.integrations.files import write_if_changed
+from runner.integrations._files import write_if_changed
 
 EXTENSION = Path(__file__).with_name("index.ts")
 INSTALL_DIR = Path(".pi") / "extensions" / "wfrun"

@@ -6,8 +6,6 @@ embedded default never loads psycopg.
 
 from __future__ import annotations
 
-from runner.store.postgres.store import PostgresStore
-from runner.store.postgres.wakeups import LaunchWakeups
-from runner.store.urls import is_postgres_url, mask_url
+from runner.store.postgres._store import PostgresStore
 
-__all__ = ["LaunchWakeups", "PostgresStore", "is_postgres_url", "mask_url"]
+__all__ = ["PostgresStore"]

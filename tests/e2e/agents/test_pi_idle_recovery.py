@@ -19,7 +19,7 @@ from pi_rpc import custom_messages
 from pi_world import World
 from waiting import wait_until
 
-from runner.launch.intents import AGENT_STEP_TYPE
+from runner.launch._intents import AGENT_STEP_TYPE
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 PROMPT = "please start the review workflow"

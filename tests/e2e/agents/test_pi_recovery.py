@@ -22,7 +22,7 @@ from pi_world import FAILED_RE, World
 from waiting import wait_until
 
 from runner.clock import CLOCK_FILE_ENV, FileClock
-from runner.launch.intents import DEFERRED_TURN_TYPE
+from runner.launch._intents import DEFERRED_TURN_TYPE
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 PROMPT = "please start the review workflow"

@@ -25,7 +25,7 @@ from pi_rpc import VENV_BIN, custom_messages
 from pi_world import FAILED_RE, World
 from waiting import wait_until
 
-from runner.launch.intents import AGENT_STEP_TYPE, DEFERRED_TURN_TYPE
+from runner.launch._intents import AGENT_STEP_TYPE, DEFERRED_TURN_TYPE
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 PROMPT = "please start the review workflow"

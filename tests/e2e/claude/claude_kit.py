@@ -28,7 +28,7 @@ import pytest
 from fakes.anthropic_server import Answer, Body, FakeAnthropic, Reply
 
 from runner.clock import CLOCK_FILE_ENV, FileClock
-from runner.host.mcp.sessionlog import LogMessage, SessionLog
+from runner.host.mcp._sessionlog import LogMessage, SessionLog
 from runner.store import LaunchRecord, SqliteStore
 
 REPO = Path(__file__).resolve().parents[3]

@@ -19,7 +19,7 @@ from claude_kit import FAILED_RE, TOOL, ClaudeWorld, answer, feedback_texts
 from fakes.anthropic_server import Body, Reply, last_turn_results, last_user_text
 from fakes.seed_workflow import AGENT_WF, RUN_RE
 
-from runner.launch.intents import DEFERRED_TURN_TYPE
+from runner.launch._intents import DEFERRED_TURN_TYPE
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]  # real Claude Code processes
 

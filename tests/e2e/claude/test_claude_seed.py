@@ -26,8 +26,8 @@ from claude_kit import FAILED_RE, TOOL, ClaudeWorld, Result, answer, feedback_te
 from fakes.anthropic_server import Body, Reply, last_turn_results, last_user_text, tool_names
 from fakes.seed_workflow import AGENT_WF, RUN_RE
 
-from runner.engine.agent import CONTRACT_RE
-from runner.launch.intents import AGENT_STEP_TYPE, DEFERRED_TURN_TYPE
+from runner.engine._agent import CONTRACT_RE
+from runner.launch._intents import AGENT_STEP_TYPE, DEFERRED_TURN_TYPE
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]  # real Claude Code processes
 

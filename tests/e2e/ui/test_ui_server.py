@@ -227,7 +227,7 @@ def test_open_hands_the_printed_url_to_the_browser(project: Project, tmp_path: P
 def test_secret_named_variables_of_every_spelling_are_masked_in_the_views(
         project: Project) -> None:
     # Issue 34.4: the UI used its own list (TOKEN, SECRET, PASSWORD, API_KEY) and showed
-    # these in clear. One policy (runner/safety.py) decides for every part of wfrun.
+    # these in clear. One policy (runner/_safety.py) decides for every part of wfrun.
     values = {"DB_PASSWD": "canary-passwd-8a1f", "GITHUB_AUTH": "canary-auth-7c2e",
               "SESSION_COOKIE": "canary-cookie-44d0"}
     project.workflow("said", "start: say\nnodes:\n  say: {compute: \"{{ '"
@@ -245,7 +245,7 @@ def test_secret_named_variables_of_every_spelling_are_masked_in_the_views(
 
 def test_every_built_in_workflow_has_a_page(project: Project) -> None:
     # A built-in's sources carry a name, not a path (issue 35 item 8: every one was a 500).
-    from runner.compiler.discovery import builtin_folder
+    from runner.compiler._discovery import builtin_folder
 
     names = sorted(p.stem for p in builtin_folder("workflows").glob("*.yaml"))
     assert names

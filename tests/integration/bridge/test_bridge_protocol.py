@@ -12,8 +12,8 @@ import pytest
 from bridge_world import Project
 from fakes.bridge_client import BridgeError
 
-from runner.host.session.tool import WORKFLOW_TOOL
-from runner.launch.intents import AGENT_STEP_TYPE
+from runner.host.session._tool import WORKFLOW_TOOL
+from runner.launch._intents import AGENT_STEP_TYPE
 
 pytestmark = pytest.mark.timeout(60)
 START = {"action": "start", "workflow": "review", "input": {"task": "x"}}

@@ -19,8 +19,8 @@ from fakes.bridge_client import BridgeError
 from fakes.seed_workflow import AGENT_WF
 
 from runner.clock import CLOCK_FILE_ENV, FileClock
-from runner.engine.agent import CONTRACT_RE
-from runner.launch.intents import AGENT_STEP_TYPE, DEFERRED_TURN_TYPE
+from runner.engine._agent import CONTRACT_RE
+from runner.launch._intents import AGENT_STEP_TYPE, DEFERRED_TURN_TYPE
 
 pytestmark = pytest.mark.timeout(60)
 FAILED_RE = re.compile(

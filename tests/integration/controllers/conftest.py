@@ -9,7 +9,7 @@ import pytest
 from ctlkit import Harness, make_project, probe_controller, pull_request_controller
 from fakes.github_server import github as github
 
-from runner.engine.executors.scripted import ScriptedExecutor
+from runner.engine.executors._scripted import ScriptedExecutor
 
 
 @pytest.fixture

@@ -4,10 +4,10 @@
                                  [--once | --serve] [--wait S]
 
 It wires the project's store, discovered controllers and child workflows exactly
-as `wfrun controller run` does (runner.host.runtime.controllers.make_manager), plus two
+as `wfrun controller run` does (runner.host.runtime._controllers.make_manager), plus two
 things the CLI does not expose: the claim lease, and a crash seam. With
 `CTL_CRASH_AT=<point>[:<n>]` in the environment (a point of
-runner.controllers.effects.CRASH_POINTS or manager.MANAGER_CRASH_POINTS, or
+runner.controllers._effects.CRASH_POINTS or manager.MANAGER_CRASH_POINTS, or
 `before_child_queued`: a child's attempt is saved, its launch row not yet queued)
 the process SIGKILLs itself the n-th time it passes that point, the way a power
 cut or OOM kill would. The launch and engine points (`WFRUN_CRASH_AT`) work here
@@ -36,10 +36,10 @@ from typing import Any
 from runner.clock import clock_from_env
 from runner.compiler import build_catalog
 from runner.controllers import ManagerConfig
-from runner.controllers.effects import CRASH_POINTS
-from runner.controllers.manager import MANAGER_CRASH_POINTS
-from runner.host.runtime.controllers import discover, make_manager
-from runner.host.runtime.local import Workspace, make_executor, open_store
+from runner.controllers._effects import CRASH_POINTS
+from runner.controllers._manager import MANAGER_CRASH_POINTS
+from runner.host.runtime._controllers import discover, make_manager
+from runner.host.runtime._local import Workspace, make_executor, open_store
 
 #: Where a child's attempt is saved but its launch row not yet queued.
 CHILD_POINTS = ("before_child_queued",)

@@ -24,7 +24,7 @@ from waiting import DEADLINE, wait_until
 
 from runner.clock import FakeClock
 from runner.compiler import build_catalog
-from runner.compiler.controllers import compile_controller
+from runner.compiler._controllers import compile_controller
 from runner.controllers import (
     ChildWorkflows,
     Condition,
@@ -36,10 +36,10 @@ from runner.controllers import (
     load_controller,
 )
 from runner.engine import AgentStepExecutor
-from runner.host.runtime.controllers import child_launcher
-from runner.host.runtime.local import Workspace
+from runner.host.runtime._controllers import child_launcher
+from runner.host.runtime._local import Workspace
 from runner.store import SqliteStore
-from runner.store.controller_interface import Resource
+from runner.store._controller_interface import Resource
 
 REPO = Path(__file__).resolve().parents[3]
 FIXTURE_PROJECT = REPO / "fixtures" / "controllers" / "project"

@@ -60,7 +60,7 @@ import time
 from typing import Any
 
 from runner.controllers import Condition, ReconcileContext, Result
-from runner.controllers.effects import Applied, Observation
+from runner.controllers._effects import Applied, Observation
 
 
 def reconcile(ctx: ReconcileContext, resource: Any) -> Result:

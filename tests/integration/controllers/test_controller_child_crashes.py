@@ -37,7 +37,7 @@ from waiting import DEADLINE
 
 from runner.clock import CLOCK_FILE_ENV, FileClock
 from runner.controllers import ControllerManager, is_true
-from runner.controllers.workflows import QUEUE_GRACE_SECONDS
+from runner.controllers._workflows import QUEUE_GRACE_SECONDS
 from runner.engine import RunReader
 from runner.store import SqliteStore
 
@@ -155,7 +155,7 @@ KILLS = {
     "before_executor_release": ("WFRUN_CRASH_AT", "running", "running", False),
     "between_nodes": ("WFRUN_CRASH_AT", "running", "running", True),
     # The run has its ending, the launch not: a bundle's seal records the launch's
-    # ending (runner/launch/link.py), so the kill just before the seal is that window.
+    # ending (runner/launch/_link.py), so the kill just before the seal is that window.
     "before_seal": ("WFRUN_CRASH_AT", "running", "completed", True),
 }
 

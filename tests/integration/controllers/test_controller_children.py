@@ -37,13 +37,13 @@ from runner.controllers import (
     define_controller,
     is_true,
 )
-from runner.controllers.workflows import QUEUE_GRACE_SECONDS, ChildView
+from runner.controllers._workflows import QUEUE_GRACE_SECONDS, ChildView
 from runner.errors import InputError
-from runner.host.runtime.children import LocalChildLauncher
-from runner.host.runtime.controllers import child_launcher
-from runner.host.runtime.local import Workspace
+from runner.host.runtime._children import LocalChildLauncher
+from runner.host.runtime._controllers import child_launcher
+from runner.host.runtime._local import Workspace
 from runner.store import SqliteStore
-from runner.store.controller_interface import Resource, WorkflowRequest
+from runner.store._controller_interface import Resource, WorkflowRequest
 
 
 def launch_ids(h: Harness) -> list[str]:

@@ -43,7 +43,7 @@ from runner.controllers import (
     define_controller,
 )
 from runner.store import SqliteStore
-from runner.store.controller_interface import Resource
+from runner.store._controller_interface import Resource
 
 PULL = f"/repos/{REPO_NAME}/pulls/7"
 COMMENTS = f"/repos/{REPO_NAME}/issues/7/comments"

@@ -22,9 +22,9 @@ from runner.controllers import (
     Result,
     define_controller,
 )
-from runner.controllers.effects import CRASH_POINTS, Effects, request_fingerprint
+from runner.controllers._effects import CRASH_POINTS, Effects, request_fingerprint
 from runner.store import SqliteStore
-from runner.store.controller_interface import Resource
+from runner.store._controller_interface import Resource
 
 
 class Provider:

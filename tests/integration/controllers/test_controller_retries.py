@@ -22,7 +22,7 @@ from runner.controllers import (
     Result,
     define_controller,
 )
-from runner.store.controller_interface import Resource
+from runner.store._controller_interface import Resource
 
 CONFIG = ManagerConfig(backoff_base=1.0, backoff_cap=300.0)
 

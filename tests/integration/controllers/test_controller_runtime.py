@@ -32,8 +32,8 @@ from runner.controllers import (
     is_true,
 )
 from runner.store import SqliteStore
-from runner.store.controller_interface import Resource
-from runner.store.records import LostRace
+from runner.store._controller_interface import Resource
+from runner.store._records import LostRace
 
 
 class Gate:

@@ -39,7 +39,7 @@ from runner.controllers import (
     define_controller,
 )
 from runner.store import SqliteStore
-from runner.store.controller_interface import Resource
+from runner.store._controller_interface import Resource
 
 LEASE = 30.0
 KEYS = st.sampled_from(["a", "b", "c"])

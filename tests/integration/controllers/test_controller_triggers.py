@@ -16,9 +16,9 @@ import pytest
 from ctlkit import HEAD, PR_YAML, REPO_NAME, Harness, load, pr_spec
 from fakes.github_server import FakeGitHub
 
-from runner.engine.executors.scripted import ScriptedExecutor
-from runner.host.runtime.webhooks import WebhookServer
-from runner.launch.triggers import Scheduled, TriggerLoop
+from runner.engine.executors._scripted import ScriptedExecutor
+from runner.host.runtime._webhooks import WebhookServer
+from runner.launch._triggers import Scheduled, TriggerLoop
 
 CTL = "pull-request"
 SECRET = "gh-webhook-secret"

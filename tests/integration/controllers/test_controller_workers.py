@@ -1,7 +1,7 @@
 """How a manager's workers share the work (real SQLite store, real threads).
 
 - Blocking reconcilers run as many at once as there are workers, however few lanes
-  the manager's own Python gets (runner/controllers/lanes.py): four reconcilers that
+  the manager's own Python gets (runner/controllers/_lanes.py): four reconcilers that
   wait on one barrier all reach it, with one lane, inline or under a timeout, for a
   controller known to block and for one whose calls had returned at once.
 - An idle manager does not spin: one idle worker looks at the store each

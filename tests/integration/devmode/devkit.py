@@ -18,9 +18,9 @@ from typing import Any
 from waiting import DEADLINE
 
 from runner.compiler import Catalog, Compiler, build_catalog
-from runner.host.runtime.devmode import DevMode
-from runner.host.runtime.foreground import run_in_store
-from runner.host.runtime.local import Workspace
+from runner.host.runtime._devmode import DevMode
+from runner.host.runtime._foreground import run_in_store
+from runner.host.runtime._local import Workspace
 
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 

@@ -11,10 +11,10 @@ import pytest
 from devkit import DIGEST, Dev, digest_of, project_catalog
 from waiting import DEADLINE
 
-from runner.host.runtime import devmode
-from runner.host.runtime.devmode import DEBOUNCE
-from runner.host.runtime.launches import detached_coordinator
-from runner.host.runtime.local import Workspace
+from runner.host.runtime import _devmode as devmode
+from runner.host.runtime._devmode import DEBOUNCE
+from runner.host.runtime._launches import detached_coordinator
+from runner.host.runtime._local import Workspace
 from runner.store import SqliteStore
 
 FLOW = """\

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from devkit import Dev, digest_of, project_catalog
 
-from runner.host.runtime.launches import detached_coordinator
-from runner.host.runtime.local import Workspace
+from runner.host.runtime._launches import detached_coordinator
+from runner.host.runtime._local import Workspace
 from runner.launch import LaunchCoordinator
 from runner.store import SqliteStore
 

@@ -30,8 +30,8 @@ from typing import Any
 
 from waiting import DEADLINE, wait_until
 
-from runner.engine.bundle import parse_trace
-from runner.engine.state import fold
+from runner.engine._bundle import parse_trace
+from runner.engine._state import fold
 
 WORKFLOW = """\
     name: crash

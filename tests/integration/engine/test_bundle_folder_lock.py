@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 from waiting import LineReader
 
-from runner.engine.bundle import FolderBundle
-from runner.engine.removal import remove_ended_run
+from runner.engine._bundle import FolderBundle
+from runner.engine._removal import remove_ended_run
 from runner.errors import InputError
 
 HOLD = (
-    "import sys; from pathlib import Path; from runner.engine.bundle import FolderBundle\n"
+    "import sys; from pathlib import Path; from runner.engine._bundle import FolderBundle\n"
     "bundle = FolderBundle.open(Path(sys.argv[1]), sys.argv[2])\n"
     "print('held', flush=True); sys.stdin.readline()\n"
 )

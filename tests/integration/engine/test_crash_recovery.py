@@ -14,7 +14,7 @@ import signal
 import pytest
 from crashkit import NODES, Project, assert_recovered
 
-from runner.engine.state import fold
+from runner.engine._state import fold
 
 pytestmark = pytest.mark.slow
 

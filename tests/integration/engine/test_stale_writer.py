@@ -10,9 +10,9 @@ import pytest
 from bundlespaces import CHAIN3
 
 from runner.compiler import Compiler, WorkflowDefinition
-from runner.engine import Engine, FolderBundle, RunState
-from runner.engine.bundle import parse_trace
-from runner.engine.state import fold
+from runner.engine import Engine, RunState
+from runner.engine._bundle import FolderBundle, parse_trace
+from runner.engine._state import fold
 from runner.errors import ClaimLost, InputError
 
 

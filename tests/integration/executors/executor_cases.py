@@ -10,8 +10,8 @@ from typing import Any
 
 from waiting import DEADLINE
 
-from runner.engine.agent import AgentStep, StepContract
-from runner.engine.control import RunControl
+from runner.engine._agent import AgentStep, StepContract
+from runner.engine._control import RunControl
 
 RESULT_SCHEMA: dict[str, Any] = {
     "type": "object",

@@ -12,7 +12,7 @@ import pytest
 from executor_cases import TASK, MakeStep
 from waiting import wait_until
 
-from runner.engine.agent import reminder_text
+from runner.engine._agent import reminder_text
 from runner.engine.executors import CommandExecutor
 
 GOOD = {"verdict": "pass", "score": 7}

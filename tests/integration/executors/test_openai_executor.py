@@ -27,7 +27,7 @@ from fakes.openai_server import (
     update_then_submit,
 )
 
-from runner.engine.agent import reminder_text
+from runner.engine._agent import reminder_text
 from runner.engine.executors import OpenAIExecutor
 
 API_KEY = "sk-test-DO-NOT-LEAK-0123456789abcdef"

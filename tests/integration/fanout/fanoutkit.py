@@ -152,7 +152,7 @@ class Project:
 
     def items(self, run_id: str, node: str, visit: int = 1) -> list[dict[str, Any]]:
         """The node's item rows, read from the store as a view would."""
-        from runner.store.domain.fanout import ItemKey
+        from runner.store.domain._fanout import ItemKey
 
         store = self.open_store()
         try:

@@ -25,7 +25,7 @@ from fakes.seed_model import FAILED_RE, SeedModel
 from fakes.seed_workflow import AGENT_WF
 
 from runner import AgentSession
-from runner.launch.intents import AGENT_STEP_TYPE, DEFERRED_TURN_TYPE
+from runner.launch._intents import AGENT_STEP_TYPE, DEFERRED_TURN_TYPE
 from runner.store import SqliteStore
 
 pytestmark = pytest.mark.timeout(60)

@@ -5,7 +5,7 @@
     s.launch(run_id).status                  # the durable row
 
 The model is a plain function `ModelView -> str | ToolCall | list[ToolCall]`
-(see `runner.host.session.reference`); `Scripted` builds one from small rules. Nothing
+(see `runner.host.session._reference`); `Scripted` builds one from small rules. Nothing
 here talks to a real model. The store clock is a `FakeClock` the test controls
 (`s.store_clock.advance(...)` expires leases); the engine runs on the system
 clock so step deadlines behave normally.
@@ -31,11 +31,12 @@ from typing import Any
 
 from runner.clock import FakeClock
 from runner.compiler import build_catalog
-from runner.engine.agent import CONTRACT_RE
-from runner.host.runtime.launches import launch_status
-from runner.host.runtime.local import Workspace, store_path
-from runner.host.session import SessionController, SessionExecutor
-from runner.host.session.reference import JsonlHost, Model, ModelReply, ModelView, ToolCall
+from runner.engine._agent import CONTRACT_RE
+from runner.host.runtime._launches import launch_status
+from runner.host.runtime._local import Workspace, store_path
+from runner.host.session import SessionController
+from runner.host.session._controller import SessionExecutor
+from runner.host.session._reference import JsonlHost, Model, ModelReply, ModelView, ToolCall
 from runner.launch import EngineOptions, LaunchCoordinator
 from runner.store import LaunchRecord, SqliteStore, Store
 from runner.testing import build_coordinator

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from harness import Scripted, Session, on_user
 
-from runner.host.session.reference import ToolCall
+from runner.host.session._reference import ToolCall
 
 pytestmark = pytest.mark.timeout(20)
 

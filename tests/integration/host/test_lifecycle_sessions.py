@@ -13,8 +13,8 @@ from harness import Crash, Scripted, Session, crash_at, drop_fds_under, on_user,
 from harness import submit_steps as submit
 from waiting import wait_until
 
-from runner.host.session.reference import ModelView
-from runner.launch.intents import AGENT_STEP_TYPE, DEFERRED_TURN_TYPE, PRESENTATION_TYPE
+from runner.host.session._reference import ModelView
+from runner.launch._intents import AGENT_STEP_TYPE, DEFERRED_TURN_TYPE, PRESENTATION_TYPE
 from runner.store import MAX_ACTIVATION_CRASHES
 
 pytestmark = pytest.mark.timeout(30)

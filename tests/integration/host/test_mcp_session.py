@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 
 from runner.compiler import build_catalog
-from runner.host.mcp.hook import main as hook_main
-from runner.host.mcp.serve import listen_for_hooks
-from runner.host.mcp.server import McpSession
-from runner.host.mcp.sessionlog import SessionLog
-from runner.host.runtime.local import Workspace
-from runner.launch.intents import AGENT_STEP_TYPE, DEFERRED_TURN_TYPE
+from runner.host.mcp._hook import main as hook_main
+from runner.host.mcp._serve import listen_for_hooks
+from runner.host.mcp._server import McpSession
+from runner.host.mcp._sessionlog import SessionLog
+from runner.host.runtime._local import Workspace
+from runner.launch._intents import AGENT_STEP_TYPE, DEFERRED_TURN_TYPE
 from runner.store import SqliteStore
 
 pytestmark = pytest.mark.timeout(60)

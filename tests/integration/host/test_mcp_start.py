@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from runner.compiler import build_catalog
-from runner.host.mcp import channel
-from runner.host.mcp.hook import main as hook_main
-from runner.host.mcp.serve import LazySession, listen_for_hooks
-from runner.host.mcp.server import McpSession
-from runner.host.runtime.local import Workspace
+from runner.host.mcp import _channel as channel
+from runner.host.mcp._hook import main as hook_main
+from runner.host.mcp._serve import LazySession, listen_for_hooks
+from runner.host.mcp._server import McpSession
+from runner.host.runtime._local import Workspace
 
 pytestmark = pytest.mark.timeout(60)
 PID = 31338

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 from harness import AGENT_WF, Scripted, Session, on_user, start_call, submit_steps, wfrun
 
-from runner.engine.agent import CONTRACT_RE
-from runner.host.session.reference import ModelView, ToolCall
-from runner.launch.intents import AGENT_STEP_TYPE, DEFERRED_TURN_TYPE
+from runner.engine._agent import CONTRACT_RE
+from runner.host.session._reference import ModelView, ToolCall
+from runner.launch._intents import AGENT_STEP_TYPE, DEFERRED_TURN_TYPE
 
 pytestmark = pytest.mark.timeout(20)
 FAILED_RE = re.compile(

@@ -19,8 +19,8 @@ from harness import (
 )
 
 from runner.errors import OperationFailed
-from runner.host.session.reference import ModelView, ToolCall
-from runner.launch.intents import (
+from runner.host.session._reference import ModelView, ToolCall
+from runner.launch._intents import (
     DEFERRED_TURN_TYPE,
     FACTS_SCHEMA,
     intent_id,
@@ -28,7 +28,7 @@ from runner.launch.intents import (
     message_id,
     source_event_id,
 )
-from runner.launch.safety import MAX_SAFE_BYTES
+from runner.launch._safety import MAX_SAFE_BYTES
 
 pytestmark = pytest.mark.timeout(20)
 Make = Callable[..., Session]

@@ -27,8 +27,8 @@ from harness import (
     submit_steps,
 )
 
-from runner.host.session.reference import ModelView, ToolCall
-from runner.launch.intents import AGENT_STEP_TYPE, DEFERRED_TURN_TYPE, launch_failed_text
+from runner.host.session._reference import ModelView, ToolCall
+from runner.launch._intents import AGENT_STEP_TYPE, DEFERRED_TURN_TYPE, launch_failed_text
 from runner.store import StoreUnavailable
 
 pytestmark = pytest.mark.timeout(20)
@@ -81,7 +81,7 @@ def test_seed09_lease_expiry_and_recovery_at_every_activation_boundary(
         with pytest.raises(Crash):
             s.host.prompt("go")
     (row,) = s.launches()
-    # A database bundle's first write commits with `running` (runner/launch/link.py):
+    # A database bundle's first write commits with `running` (runner/launch/_link.py):
     # before the first node's start there is neither.
     in_db = s.store_url is not None
     expected_row = {"after_claim": "starting", "during_starting": "starting",
@@ -156,7 +156,7 @@ def test_seed09_recover_expired_reconciles_starting_with_the_bundle(
     (row,) = s.launches()
     if s.store_url is not None and bundle != "none":
         # A database bundle is made by the write that takes the launch to `running`
-        # (runner/launch/link.py): a `starting` launch never has one to reconcile, so
+        # (runner/launch/_link.py): a `starting` launch never has one to reconcile, so
         # recovery always finds none and queues the launch again, input kept.
         assert not s.has_bundle(row.run_id)
         s.store_clock.advance(LEASE + 1)
@@ -268,7 +268,7 @@ def test_seed10_cancellation_during_starting(session: Make, point: str) -> None:
     if point == "during_starting" and s.store_url is None:
         assert s.manifest(row.run_id)["status"] == "cancelled"  # recorded; nothing ran
     elif point == "during_starting":
-        # The bundle's first write was refused with `running` (runner/launch/link.py):
+        # The bundle's first write was refused with `running` (runner/launch/_link.py):
         # nothing was written, as for a launch cancelled before its claim.
         assert not s.has_bundle(row.run_id)
 

@@ -20,9 +20,9 @@ from harness import (
 )
 from waiting import wait_until
 
-from runner.host.session.protocol import ToolReply
-from runner.host.session.reference import ModelView, ToolCall
-from runner.launch.intents import AGENT_STEP_TYPE, PRESENTATION_TYPE
+from runner.host.session._protocol import ToolReply
+from runner.host.session._reference import ModelView, ToolCall
+from runner.launch._intents import AGENT_STEP_TYPE, PRESENTATION_TYPE
 
 pytestmark = pytest.mark.timeout(20)
 Make = Callable[..., Session]
@@ -66,7 +66,7 @@ def test_seed04_one_session_reservation_and_different_session_independence(
     # A's own turn settles: now A's launch activates, and it still holds A's reservation.
     a.controller.on_turn_settled(False)
     # `running` commits with the bundle's first write, on the run's thread when the
-    # bundle is in the database (runner/launch/link.py).
+    # bundle is in the database (runner/launch/_link.py).
     wait_until(lambda: a.launch(held).status == "running", what="A's launch running")
     assert a.store.launches.find_session_reservation("session-a").run_id == held
     assert a.store.launches.find_session_reservation("session-b") is None

@@ -22,9 +22,9 @@ from harness import (
 )
 from waiting import wait_until
 
-from runner.engine.agent import CONTRACT_RE
-from runner.host.session.reference import ModelView, ToolCall
-from runner.launch.intents import (
+from runner.engine._agent import CONTRACT_RE
+from runner.host.session._reference import ModelView, ToolCall
+from runner.launch._intents import (
     AGENT_STEP_TYPE,
     DEFERRED_TURN_TYPE,
     NOTIFICATION_TYPE,

@@ -20,14 +20,10 @@ from harness import Scripted, make_session, on_user, start_call
 
 from runner.compiler import build_catalog
 from runner.errors import OperationFailed
-from runner.host.runtime.local import Workspace, open_store, store_path
-from runner.store import (
-    LAUNCH_STATUSES,
-    RESET_INSTRUCTION,
-    SCHEMA_ID,
-    TABLE_COLUMNS,
-    IncompatibleLayout,
-)
+from runner.host.runtime._local import Workspace, open_store, store_path
+from runner.store import LAUNCH_STATUSES
+from runner.store._errors import RESET_INSTRUCTION, IncompatibleLayout
+from runner.store._layout import SCHEMA_ID, TABLE_COLUMNS
 
 pytestmark = pytest.mark.timeout(20)
 

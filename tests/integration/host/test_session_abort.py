@@ -12,8 +12,8 @@ from collections.abc import Callable
 import pytest
 from harness import AGENT_WF, Scripted, Session, on_user, start_call, submit_steps
 
-from runner.host.session.reference import Abort, ModelReply, ModelView, ToolCall
-from runner.launch.intents import AGENT_STEP_TYPE
+from runner.host.session._reference import Abort, ModelReply, ModelView, ToolCall
+from runner.launch._intents import AGENT_STEP_TYPE
 
 pytestmark = pytest.mark.timeout(30)
 Make = Callable[..., Session]

@@ -13,8 +13,8 @@ from collections.abc import Callable
 import pytest
 from harness import Scripted, Session, on_user, once, start_call, submit_steps
 
-from runner.host.session.reference import ToolCall
-from runner.launch.intents import AGENT_STEP_TYPE, DEFERRED_TURN_TYPE
+from runner.host.session._reference import ToolCall
+from runner.launch._intents import AGENT_STEP_TYPE, DEFERRED_TURN_TYPE
 
 pytestmark = pytest.mark.timeout(30)
 Make = Callable[..., Session]

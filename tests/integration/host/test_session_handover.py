@@ -17,12 +17,12 @@ import pytest
 from harness import Scripted, Session, on_user, start_call, submit_steps
 from waiting import wait_until
 
-from runner.host.daemon import StandaloneHost
-from runner.host.runtime.launches import explain
-from runner.host.runtime.local import store_path
-from runner.launch.intents import AGENT_STEP_TYPE, DEFERRED_TURN_TYPE
+from runner.host._daemon import StandaloneHost
+from runner.host.runtime._launches import explain
+from runner.host.runtime._local import store_path
+from runner.launch._intents import AGENT_STEP_TYPE, DEFERRED_TURN_TYPE
 from runner.store import SqliteStore
-from runner.store.states import HANDED_OVER
+from runner.store._states import HANDED_OVER
 
 pytestmark = pytest.mark.timeout(60)
 Make = Callable[..., Session]

@@ -16,8 +16,8 @@ from collections.abc import Callable
 import pytest
 from harness import Scripted, Session, on_user, start_call, submit_steps
 
-from runner.engine.secrets import SecretSource
-from runner.launch.intents import DEFERRED_TURN_TYPE, NOTIFICATION_TYPE
+from runner.engine._secrets import SecretSource
+from runner.launch._intents import DEFERRED_TURN_TYPE, NOTIFICATION_TYPE
 
 pytestmark = pytest.mark.timeout(30)
 TOKEN = "session-token-canary-2b7d"

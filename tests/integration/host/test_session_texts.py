@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from harness import Scripted, Session, on_user
 
-from runner.host.session.reference import ToolCall
-from runner.host.session.wiring import list_text
-from runner.launch.intents import DEFERRED_TURN_TYPE
+from runner.host.session._reference import ToolCall
+from runner.host.session._wiring import list_text
+from runner.launch._intents import DEFERRED_TURN_TYPE
 
 pytestmark = pytest.mark.timeout(30)
 Make = Callable[..., Session]

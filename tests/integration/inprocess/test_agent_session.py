@@ -13,8 +13,8 @@ import pytest
 from fakes.seed_workflow import AGENT_WF
 
 from runner import AgentSession, InputError
-from runner.engine.agent import CONTRACT_RE
-from runner.launch.intents import AGENT_STEP_TYPE
+from runner.engine._agent import CONTRACT_RE
+from runner.launch._intents import AGENT_STEP_TYPE
 
 pytestmark = pytest.mark.timeout(60)
 START = {"action": "start", "workflow": "review", "input": {"task": "x"}}

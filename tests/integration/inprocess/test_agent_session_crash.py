@@ -14,7 +14,7 @@ import pytest
 
 from runner import AgentSession
 from runner.clock import CLOCK_FILE_ENV, FileClock
-from runner.launch.intents import DEFERRED_TURN_TYPE
+from runner.launch._intents import DEFERRED_TURN_TYPE
 from runner.store import SqliteStore
 
 pytestmark = pytest.mark.timeout(60)

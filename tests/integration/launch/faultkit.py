@@ -27,11 +27,11 @@ from typing import Any
 from runner.clock import FakeClock
 from runner.compiler import build_catalog
 from runner.engine import RunControl, RunReader
-from runner.engine.runner import CRASH_POINTS as ENGINE_POINTS
+from runner.engine._runner import CRASH_POINTS as ENGINE_POINTS
 from runner.errors import WfrunError
-from runner.host.runtime.local import Workspace
+from runner.host.runtime._local import Workspace
 from runner.launch import EngineOptions, LaunchCoordinator, PreflightError
-from runner.launch.coordinator import CRASH_POINTS as LAUNCH_POINTS
+from runner.launch._coordinator import CRASH_POINTS as LAUNCH_POINTS
 from runner.store import SqliteStore, Store
 from runner.testing import build_coordinator
 
@@ -311,7 +311,7 @@ def _fan_problems(w: World, run_id: str, trace: list[dict[str, Any]], effects: l
     """A map's and a parallel node's items: none started a third time, none ran more
     often than it was started, every one ended once the run completed, and each
     fan-out node ended once per visit."""
-    from runner.store.domain.fanout import ItemKey
+    from runner.store.domain._fanout import ItemKey
 
     problems: list[str] = []
     for node, labels in (("each", [f"item {i}" for i in range(FAN_ITEMS)]),

@@ -36,13 +36,14 @@ from pathlib import Path
 
 from runner.clock import SystemClock
 from runner.compiler import build_catalog
-from runner.engine.agent import CONTRACT_RE
-from runner.host.runtime.local import Workspace
-from runner.host.session import SessionController, SessionExecutor
-from runner.host.session.protocol import SessionEntry
-from runner.host.session.reference import JsonlHost, ModelReply, ModelView, ToolCall
+from runner.engine._agent import CONTRACT_RE
+from runner.host.runtime._local import Workspace
+from runner.host.session import SessionController
+from runner.host.session._controller import SessionExecutor
+from runner.host.session._protocol import SessionEntry
+from runner.host.session._reference import JsonlHost, ModelReply, ModelView, ToolCall
 from runner.launch import EngineOptions
-from runner.launch.intents import AGENT_STEP_TYPE, DEFERRED_TURN_TYPE
+from runner.launch._intents import AGENT_STEP_TYPE, DEFERRED_TURN_TYPE
 from runner.store import SqliteStore, Store
 from runner.testing import build_coordinator
 

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.engine.bundle import MANIFEST, parse_trace
-from runner.engine.reader import RunReader
+from runner.engine._bundle import MANIFEST, parse_trace
+from runner.engine._reader import RunReader
 from runner.store import SqliteStore, Store
 
 HERE = Path(__file__).resolve().parent

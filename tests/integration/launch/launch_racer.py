@@ -22,7 +22,7 @@ from typing import Any
 
 from runner.compiler import build_catalog
 from runner.errors import ConflictError, NotFoundError
-from runner.host.runtime.local import Workspace
+from runner.host.runtime._local import Workspace
 from runner.launch import EngineOptions
 from runner.store import SqliteStore, StoreError
 from runner.testing import build_coordinator

@@ -15,8 +15,8 @@ import pytest
 from runner.compiler import build_catalog
 from runner.engine import RunControl, RunReader
 from runner.errors import OperationFailed
-from runner.host.runtime.foreground import run_workflow
-from runner.host.runtime.local import Workspace, open_store
+from runner.host.runtime._foreground import run_workflow
+from runner.host.runtime._local import Workspace, open_store
 
 TOKEN = "zebra-cabbage-31"
 FLOW = """\

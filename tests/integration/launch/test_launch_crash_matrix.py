@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from launch_it_kit import STEADY, TERMINAL, Project, event_counts
 
-from runner.launch.intents import AGENT_STEP_TYPE, DEFERRED_TURN_TYPE, NOTIFICATION_TYPE
+from runner.launch._intents import AGENT_STEP_TYPE, DEFERRED_TURN_TYPE, NOTIFICATION_TYPE
 
 START = "please start steady"
 BREAK = "please start steady and break it"
@@ -31,7 +31,7 @@ RESTART_OFFSET = 120.0
 
 # point -> (launch status after the kill, does a bundle exist yet), with the bundle in a
 # folder. A database bundle's first write commits with the launch's `running` and the
-# first node's start (runner/launch/link.py): until `after_running` there is nothing.
+# first node's start (runner/launch/_link.py): until `after_running` there is nothing.
 ACTIVATION_POINTS = {
     "after_queued_commit": ("queued", False),
     "after_claim": ("starting", False),

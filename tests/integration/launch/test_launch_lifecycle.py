@@ -17,7 +17,7 @@ from launch_it_kit import Project, event_counts
 
 from runner.compiler import build_catalog
 from runner.errors import WfrunError
-from runner.host.runtime.local import Workspace
+from runner.host.runtime._local import Workspace
 from runner.launch import EngineOptions
 from runner.store import LaunchRecord, SqliteStore
 from runner.testing import build_coordinator
@@ -239,7 +239,7 @@ def test_an_input_the_store_refuses_is_a_preflight_error_in_the_tool_call(
     """A 2 MiB input passes the schema but not the store's 1 MiB bound: the tool call
     answers with an error (it used to raise out of the host's turn) and stores nothing."""
     from runner.host.session import SessionController
-    from runner.host.session.reference import JsonlHost
+    from runner.host.session._reference import JsonlHost
 
     stack = Stack(project)
     controller = SessionController(JsonlHost(project.session_log, lambda _v: "ok"),

@@ -1,4 +1,4 @@
-"""A launch joined to its database bundle (runner/launch/link.py): the run's first
+"""A launch joined to its database bundle (runner/launch/_link.py): the run's first
 write commits in the launch's `running`, its seal in the launch's ending.
 
 The coordinator runs on a real SQLite store file with the in-memory rows fake as its
@@ -16,8 +16,8 @@ import pytest
 from launch_it_kit import Project
 
 from runner.compiler import build_catalog
-from runner.engine.rows import MemoryRows
-from runner.host.runtime.local import Workspace
+from runner.engine._rows import MemoryRows
+from runner.host.runtime._local import Workspace
 from runner.store import LaunchRecord, SqliteStore
 from runner.testing import build_coordinator
 

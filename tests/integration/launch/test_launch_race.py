@@ -20,7 +20,7 @@ import pytest
 from launch_it_kit import RACER, TERMINAL, TINY, Project, event_counts
 
 from runner.compiler import build_catalog
-from runner.host.runtime.local import Workspace
+from runner.host.runtime._local import Workspace
 from runner.store import SqliteStore
 from runner.testing import build_coordinator
 

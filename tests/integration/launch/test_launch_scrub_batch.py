@@ -17,10 +17,10 @@ from launch_it_kit import Project
 
 from runner.clock import FakeClock
 from runner.compiler import build_catalog
-from runner.host.runtime.local import Workspace
+from runner.host.runtime._local import Workspace
 from runner.launch import LaunchCoordinator
 from runner.store import SqliteStore
-from runner.store.sqlite.scrub import SCRUB_SECONDS
+from runner.store.sqlite._scrub import SCRUB_SECONDS
 from runner.testing import build_coordinator
 
 ECHO = """\

@@ -16,8 +16,8 @@ from waiting import wait_until
 
 from runner.compiler import build_catalog
 from runner.engine import RunControl
-from runner.engine.secrets import SecretSource
-from runner.host.runtime.local import Workspace
+from runner.engine._secrets import SecretSource
+from runner.host.runtime._local import Workspace
 from runner.launch import EngineOptions, LaunchCoordinator
 from runner.store import SqliteStore
 from runner.testing import build_coordinator

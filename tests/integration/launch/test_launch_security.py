@@ -26,11 +26,12 @@ from launch_it_kit import Project
 
 from runner.compiler import WorkflowDefinition, build_catalog
 from runner.errors import OperationFailed, WfrunError
-from runner.host.runtime.local import Workspace
-from runner.host.session import SessionController, SessionExecutor
-from runner.host.session.reference import JsonlHost, ModelReply, ModelView, ToolCall
+from runner.host.runtime._local import Workspace
+from runner.host.session import SessionController
+from runner.host.session._controller import SessionExecutor
+from runner.host.session._reference import JsonlHost, ModelReply, ModelView, ToolCall
 from runner.launch import EngineOptions
-from runner.launch.intents import DEFERRED_TURN_TYPE
+from runner.launch._intents import DEFERRED_TURN_TYPE
 from runner.store import SqliteStore
 from runner.testing import build_coordinator
 

@@ -1,7 +1,7 @@
 """A power cut under the commits that do not wait for the disk.
 
 Claims, lease renewals and `mark_running` commit with `synchronous = NORMAL`
-(runner/store/domain/launches.py, `_CLAIM_DURABLE`): a power cut may lose them, and
+(runner/store/domain/_launches.py, `_CLAIM_DURABLE`): a power cut may lose them, and
 only them, after the process had acted on them. What the disk then holds is the
 store as of its last durable commit (the enqueue) and the bundle as of its last
 fsync. These tests build exactly that image (copies of the store files taken after
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from runner.compiler import build_catalog
-from runner.host.runtime.local import Workspace
+from runner.host.runtime._local import Workspace
 from runner.launch import EngineOptions, LaunchCoordinator
 from runner.store import SqliteStore
 from runner.testing import build_coordinator

@@ -15,8 +15,8 @@ import pytest
 from runner.compiler import build_catalog
 from runner.engine import RunControl
 from runner.errors import TemporaryError
-from runner.host.runtime.foreground import foreground_coordinator, run_workflow
-from runner.host.runtime.local import Workspace, open_store
+from runner.host.runtime._foreground import foreground_coordinator, run_workflow
+from runner.host.runtime._local import Workspace, open_store
 
 FLOW = """
     start: a

@@ -28,9 +28,9 @@ from typing import Any
 from waiting import DEADLINE, wait_until
 
 from runner.compiler import build_catalog
-from runner.engine.bundle import MANIFEST, read_json
-from runner.host.runtime.launches import detached_coordinator
-from runner.host.runtime.local import Workspace
+from runner.engine._bundle import MANIFEST, read_json
+from runner.host.runtime._launches import detached_coordinator
+from runner.host.runtime._local import Workspace
 from runner.store import LaunchRecord, SqliteStore
 
 THREE = """\

@@ -10,8 +10,8 @@ import json
 import pytest
 from standalonekit import Project, wait_for
 
-from runner.host.runtime.launches import detached_coordinator
-from runner.launch.preflight import PreflightError
+from runner.host.runtime._launches import detached_coordinator
+from runner.launch._preflight import PreflightError
 
 KEYED = """\
 concurrency: {{key: "{{{{ input.repo }}}}", limit: 1, strategy: {strategy}}}

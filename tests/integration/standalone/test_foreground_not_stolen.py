@@ -22,10 +22,10 @@ from pgcluster import PgCluster
 
 from runner.compiler import build_catalog
 from runner.engine import RunControl
-from runner.host.daemon import StandaloneHost
-from runner.host.runtime.foreground import queue_here, run_workflow, start_and_wait
-from runner.host.runtime.launches import detached_coordinator
-from runner.host.runtime.local import Workspace, open_store
+from runner.host._daemon import StandaloneHost
+from runner.host.runtime._foreground import queue_here, run_workflow, start_and_wait
+from runner.host.runtime._launches import detached_coordinator
+from runner.host.runtime._local import Workspace, open_store
 from runner.store import LaunchRecord
 
 TINY = """

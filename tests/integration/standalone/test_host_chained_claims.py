@@ -18,7 +18,7 @@ import pytest
 from standalonekit import Project, wait_for
 from waiting import DEADLINE
 
-from runner.host.daemon import StandaloneHost
+from runner.host._daemon import StandaloneHost
 from runner.store import LaunchRecord, SqliteStore
 
 pytestmark = pytest.mark.slow

@@ -15,9 +15,9 @@ from standalonekit import Project
 from waiting import DEADLINE
 
 from runner.engine import RunOutcome
-from runner.engine.state import RunState
-from runner.host.daemon import StandaloneHost
-from runner.host.runtime.watch import Drift
+from runner.engine._state import RunState
+from runner.host._daemon import StandaloneHost
+from runner.host.runtime._watch import Drift
 from runner.store import LaunchRecord
 
 RUNS = 15

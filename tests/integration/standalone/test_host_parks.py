@@ -11,7 +11,7 @@ import pytest
 from standalonekit import Project, wait_for
 from waiting import DEADLINE
 
-from runner.engine.state import fold
+from runner.engine._state import fold
 
 pytestmark = pytest.mark.slow
 

@@ -12,8 +12,8 @@ import pytest
 from standalonekit import Project, group_gone, pid_gone, wait_for
 from waiting import DEADLINE
 
-from runner.host.daemon import StandaloneHost, WorkerSettings, fork_workers, host_lock
-from runner.host.runtime.views import show_run
+from runner.host._daemon import StandaloneHost, WorkerSettings, fork_workers, host_lock
+from runner.host.runtime._views import show_run
 
 pytestmark = pytest.mark.slow
 LEASE = {"WFRUN_LEASE_SECONDS": "1.5"}

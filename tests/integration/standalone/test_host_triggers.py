@@ -14,9 +14,9 @@ from standalonekit import Project, wait_for
 from test_webhooks import HOOKED, SECRET, post
 
 from runner.clock import CLOCK_FILE_ENV, FileClock
-from runner.launch.triggers import slot_key
+from runner.launch._triggers import slot_key
 from runner.store import SqliteStore
-from runner.store.domain.triggers import Firing
+from runner.store.domain._triggers import Firing
 
 SLOW = """\
 triggers:

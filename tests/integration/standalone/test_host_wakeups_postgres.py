@@ -21,10 +21,10 @@ from waiting import wait_until
 
 from runner.compiler import build_catalog
 from runner.engine import RunOutcome
-from runner.host.daemon import StandaloneHost
-from runner.host.runtime.foreground import queue_detached
-from runner.host.runtime.launches import detached_coordinator
-from runner.host.runtime.local import Workspace, open_store
+from runner.host._daemon import StandaloneHost
+from runner.host.runtime._foreground import queue_detached
+from runner.host.runtime._launches import detached_coordinator
+from runner.host.runtime._local import Workspace, open_store
 from runner.store import Store
 
 POLL = 60.0  # far beyond every wait below: a claim within them was not the poll's doing

@@ -14,13 +14,13 @@ from standalonekit import pid_gone, wait_for
 
 from runner.clock import SystemClock
 from runner.engine import RunControl
-from runner.engine.processes import (
+from runner.engine._processes import (
     MARK_ENV,
     ProcessRegistry,
     reap_dead_registries,
     reap_orphans,
 )
-from runner.engine.procs import run_shell
+from runner.engine._procs import run_shell
 
 
 @pytest.fixture
@@ -100,7 +100,7 @@ def test_reap_of_a_missing_or_torn_file_is_a_no_op(tmp_path: Path) -> None:
 RUNNER = """
 import os, subprocess, sys, time
 from pathlib import Path
-from runner.engine.processes import MARK_ENV, registry_for_this_process
+from runner.engine._processes import MARK_ENV, registry_for_this_process
 registry = registry_for_this_process(Path(sys.argv[1]))
 # Killed between starting a command and recording its group: only the mark is left.
 child = subprocess.Popen(["sleep", "300"], start_new_session=True,

@@ -12,7 +12,7 @@ import pytest
 from standalonekit import Project, group_gone, pgid_of, pid_gone, wait_for
 from waiting import DEADLINE
 
-from runner.host.runtime.views import show_run
+from runner.host.runtime._views import show_run
 
 pytestmark = pytest.mark.slow
 LEASE = {"WFRUN_LEASE_SECONDS": "1.5"}

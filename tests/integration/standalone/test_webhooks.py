@@ -21,10 +21,10 @@ from standalonekit import Project
 
 from runner.clock import FakeClock
 from runner.compiler import build_catalog
-from runner.host.runtime.launches import detached_coordinator
-from runner.host.runtime.local import Workspace
-from runner.host.runtime.triggers import HostTriggers
-from runner.host.runtime.webhooks import MAX_BODY, WebhookServer
+from runner.host.runtime._launches import detached_coordinator
+from runner.host.runtime._local import Workspace
+from runner.host.runtime._triggers import HostTriggers
+from runner.host.runtime._webhooks import MAX_BODY, WebhookServer
 from runner.store import SqliteStore
 
 SECRET = "s3cret-for-tests"

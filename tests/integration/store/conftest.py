@@ -18,7 +18,7 @@ from pgcluster import PgCluster
 from storekit import Backend, FakeClock
 
 from runner.store import SqliteStore, Store
-from runner.store.controller_interface import ControllerStore
+from runner.store._controller_interface import ControllerStore
 
 
 def _sqlite(tmp_path: Path) -> Backend:

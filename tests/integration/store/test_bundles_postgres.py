@@ -1,4 +1,4 @@
-"""Run bundles in Postgres (runner/store/postgres/bundles.py): the bundle-space
+"""Run bundles in Postgres (runner/store/postgres/_bundles.py): the bundle-space
 conformance suite (tests/bundlespaces.py) with real launch rows as the fence, the
 layout check over the bundle tables, and a reset that keeps them."""
 
@@ -16,8 +16,9 @@ from pgcluster import PgCluster
 from storekit import FakeClock, launch
 
 from runner.engine import RunReader
-from runner.launch.link import Step, Transition
-from runner.store import IncompatibleLayout, LostRace
+from runner.launch._link import Step, Transition
+from runner.store import LostRace
+from runner.store._errors import IncompatibleLayout
 from runner.store.postgres import PostgresStore
 
 LEASE = 30.0
@@ -153,7 +154,7 @@ def test_a_first_write_creates_the_bundle_with_its_documents_and_events(
 
 def test_a_batch_in_a_launch_transition_commits_with_it_or_not_at_all(
         pg: tuple[PostgresStore, FakeClock]) -> None:
-    """runner/launch/link.py: the first write rides `mark_running`, the seal `finish`;
+    """runner/launch/_link.py: the first write rides `mark_running`, the seal `finish`;
     a refused batch rolls the transition back, a refused guard writes no batch."""
     store, clock = pg
     rows, launches = store.bundles, store.launches
@@ -226,10 +227,10 @@ def test_the_ui_and_status_read_a_postgres_project_without_a_sqlite_file(
 ) -> None:
     from runner.compiler import build_catalog
     from runner.engine import RunControl
-    from runner.host.runtime.foreground import run_workflow
-    from runner.host.runtime.launches import launch_status
-    from runner.host.runtime.local import Workspace, open_store, store_exists, store_path
-    from runner.ui.data import Site, run_page, runs_page
+    from runner.host.runtime._foreground import run_workflow
+    from runner.host.runtime._launches import launch_status
+    from runner.host.runtime._local import Workspace, open_store, store_exists, store_path
+    from runner.ui._data import Site, run_page, runs_page
 
     project = tmp_path / "project"
     (project / ".wfrun" / "workflows").mkdir(parents=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from runner.store import SqliteStore, StoreUnreachable
-from runner.store.records import LaunchRecord, NewLaunch
+from runner.store._records import LaunchRecord, NewLaunch
 
 RUN = "wf-20261201T000000Z-0000000a"
 

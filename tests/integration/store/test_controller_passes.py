@@ -12,7 +12,7 @@ import pytest
 from storekit import FakeClock
 
 from runner.store import LostRace
-from runner.store.controller_interface import (
+from runner.store._controller_interface import (
     STATUS_MAX_BYTES,
     ControllerStore,
     PassEnd,

@@ -10,7 +10,7 @@ import pytest
 from storekit import Backend, FakeClock
 
 from runner.store import LostRace
-from runner.store.controller_interface import ControllerStore, QueueItem
+from runner.store._controller_interface import ControllerStore, QueueItem
 
 C = "pull-request"
 

@@ -6,7 +6,7 @@ import pytest
 from storekit import FakeClock
 
 from runner.store import IdentityConflict, LostRace
-from runner.store.controller_interface import ControllerStore, Effect, WorkflowRequest
+from runner.store._controller_interface import ControllerStore, Effect, WorkflowRequest
 
 UID = "0123456789abcdef0123456789abcdef"
 FP = "sha256:" + "ab" * 32

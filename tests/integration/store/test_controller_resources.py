@@ -6,7 +6,7 @@ import pytest
 from storekit import FakeClock
 
 from runner.store import LostRace
-from runner.store.controller_interface import (
+from runner.store._controller_interface import (
     SPEC_MAX_BYTES,
     STATUS_MAX_BYTES,
     ControllerStore,

@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
-from runner.store import IncompatibleLayout, LostRace, SqliteStore
-from runner.store.sqlite.schema import DDL
+from runner.store import LostRace, SqliteStore
+from runner.store._errors import IncompatibleLayout
+from runner.store.sqlite._schema import DDL
 
 C = "race"
 KEYS = 40

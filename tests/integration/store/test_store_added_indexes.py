@@ -11,8 +11,8 @@ from storekit import Backend, launch
 
 from runner.clock import FakeClock
 from runner.store import SqliteStore, Store
-from runner.store.domain.launch_queries import FIXED as _FIXED
-from runner.store.layout import ADDED_INDEXES, ADDED_TABLES
+from runner.store._layout import ADDED_INDEXES, ADDED_TABLES
+from runner.store.domain._launch_queries import FIXED as _FIXED
 
 
 def _indexes(store: Any, backend: Backend) -> set[str]:

@@ -11,7 +11,7 @@ from storekit import Backend
 
 from runner.clock import FakeClock
 from runner.store import SqliteStore
-from runner.store.layout import ADDED_TABLES
+from runner.store._layout import ADDED_TABLES
 
 
 def test_actions_are_appended_and_read_newest_first_per_run_and_paged(

@@ -8,14 +8,8 @@ from pathlib import Path
 import pytest
 from storekit import FakeClock, intent, launch
 
-from runner.store import (
-    LAUNCH_TRANSITIONS,
-    LaunchRecord,
-    LostRace,
-    SqliteStore,
-    Store,
-    TurnIntent,
-)
+from runner.store import LaunchRecord, LostRace, SqliteStore, Store, TurnIntent
+from runner.store._states import LAUNCH_TRANSITIONS
 
 
 def _record(result: object) -> LaunchRecord:
@@ -530,7 +524,7 @@ def test_every_recorded_transition_is_in_the_seed_table(store: Store, clock: Fak
 def test_a_claimer_that_found_nothing_still_sees_new_and_expired_launches(
     store: Store, clock: FakeClock
 ) -> None:
-    """After an empty claim the next one looks before it writes (domain/launches.py,
+    """After an empty claim the next one looks before it writes (domain/_launches.py,
     `_claimable`): what it looks at must be what the claim would take."""
     assert store.launches.claim_next(runner_id="host-1") is None
     store.launches.enqueue(launch("run-new"))

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from runner.store.sqlite.db import SqliteDatabase, open_database
+from runner.store.sqlite._db import SqliteDatabase, open_database
 
 
 def _in_thread(fn: Any) -> Any:

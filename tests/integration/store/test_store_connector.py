@@ -1,4 +1,4 @@
-"""The store seam (runner/store/connector.py) on both backends: a real SQLite file and
+"""The store seam (runner/store/_connector.py) on both backends: a real SQLite file and
 a real Postgres schema on the session's throwaway cluster, with a scratch table."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import psycopg
 import pytest
 from pgcluster import PgCluster
 
-from runner.store.connector import Connector, Transaction, UniqueViolation, in_params, named
-from runner.store.errors import StoreError
-from runner.store.postgres.connector import DB_NOW_MS, PostgresConnector, to_psycopg
-from runner.store.postgres.db import PostgresDatabase
-from runner.store.sqlite.connector import SqliteConnector
-from runner.store.sqlite.db import SqliteDatabase
+from runner.store._connector import Connector, Transaction, UniqueViolation, in_params, named
+from runner.store._errors import StoreError
+from runner.store.postgres._connector import DB_NOW_MS, PostgresConnector, to_psycopg
+from runner.store.postgres._db import PostgresDatabase
+from runner.store.sqlite._connector import SqliteConnector
+from runner.store.sqlite._db import SqliteDatabase
 
 _TABLE = ("CREATE TABLE items (k TEXT PRIMARY KEY, n INTEGER NOT NULL CHECK (n >= 0),"
           " note TEXT)")

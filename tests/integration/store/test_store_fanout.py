@@ -7,8 +7,8 @@ from __future__ import annotations
 from storekit import FakeClock, launch
 
 from runner.store import Store
-from runner.store.domain.fanout import ItemEnding, ItemKey
-from runner.store.records import LostRace
+from runner.store._records import LostRace
+from runner.store.domain._fanout import ItemEnding, ItemKey
 
 KEY = ItemKey("run-1", "files", 1)
 

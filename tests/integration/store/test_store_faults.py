@@ -19,15 +19,8 @@ import machinefaults as mf
 import pytest
 from storekit import SECRET, launch
 
-from runner.store import (
-    IncompatibleLayout,
-    LaunchRecord,
-    SqliteStore,
-    StoreCorrupt,
-    StoreDiskFull,
-    StoreError,
-    StoreReadOnly,
-)
+from runner.store import LaunchRecord, SqliteStore, StoreDiskFull, StoreError, StoreReadOnly
+from runner.store._errors import IncompatibleLayout, StoreCorrupt
 
 pytestmark = pytest.mark.timeout(120)
 

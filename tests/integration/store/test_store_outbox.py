@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from storekit import FakeClock, notification
 
-from runner.store import IdentityConflict, LostRace, Notification, Store
+from runner.store import IdentityConflict, LostRace, Store
+from runner.store._records import Notification
 
 
 def _ok(result: object) -> Notification:

@@ -15,8 +15,10 @@ from pgcluster import PgCluster
 from storekit import FakeClock, launch
 from waiting import wait_until
 
-from runner.store import IncompatibleLayout, LaunchRecord, LostRace, StoreUnreachable
-from runner.store.postgres import PostgresStore, mask_url
+from runner.store import LaunchRecord, LostRace, StoreUnreachable
+from runner.store._errors import IncompatibleLayout
+from runner.store._urls import mask_url
+from runner.store.postgres import PostgresStore
 
 PASSWORD = "hunter2-NOT-SHOWN"
 
@@ -57,7 +59,7 @@ def test_a_store_that_passed_the_check_is_not_checked_again(
     every CLI command (issue 34 item 12); a store whose catalog is as the last passed
     check left it opens on one fingerprint query. Any change is checked in full: the
     test below this one changes the layout after such a mark."""
-    from runner.store.postgres import schema
+    from runner.store.postgres import _schema as schema
 
     PostgresStore(url).close()  # creates and marks
     PostgresStore(url).close()  # a fresh process's check would mark it anyway

@@ -10,14 +10,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 from storekit import Backend, FakeClock, launch
 
-from runner.store import (
-    LAUNCH_TRANSITIONS,
-    RECOVERY_PATHS,
-    TERMINAL_STATUSES,
-    LaunchRecord,
-    LostRace,
-    Store,
-)
+from runner.store import TERMINAL_STATUSES, LaunchRecord, LostRace, Store
+from runner.store._states import LAUNCH_TRANSITIONS, RECOVERY_PATHS
 
 SESSIONS = [None, "session-a", "session-b"]
 RUNS = [f"run-{i}" for i in range(3)]

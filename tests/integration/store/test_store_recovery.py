@@ -7,14 +7,8 @@ import itertools
 import pytest
 from storekit import FakeClock, intent, launch
 
-from runner.store import (
-    LAUNCH_TRANSITIONS,
-    RECOVERY_PATHS,
-    LaunchRecord,
-    LostRace,
-    RecoveryOutcome,
-    Store,
-)
+from runner.store import LaunchRecord, LostRace, Store
+from runner.store._states import LAUNCH_TRANSITIONS, RECOVERY_PATHS, RecoveryOutcome
 
 
 def _starting(store: Store, run_id: str = "run-1", **kw: object) -> LaunchRecord:

@@ -8,7 +8,7 @@ from typing import Any
 from storekit import FakeClock, launch
 
 from runner.store import SqliteStore
-from runner.store.controller_interface import Resource
+from runner.store._controller_interface import Resource
 
 FP = "sha256:" + "ab" * 32
 GONE_UID = "f" * 32  # a resource that was deleted: nothing reserves its effects again

@@ -13,17 +13,10 @@ from pathlib import Path
 import pytest
 from storekit import SECRET, FakeClock, launch
 
-from runner.store import (
-    SCHEMA_ID,
-    IncompatibleLayout,
-    LaunchRecord,
-    SqliteStore,
-    SqliteTooOld,
-    StoreCorrupt,
-    StoreError,
-    StoreUnavailable,
-)
-from runner.store.sqlite.schema import DDL
+from runner.store import LaunchRecord, SqliteStore, StoreError, StoreUnavailable
+from runner.store._errors import IncompatibleLayout, SqliteTooOld, StoreCorrupt
+from runner.store._layout import SCHEMA_ID
+from runner.store.sqlite._schema import DDL
 
 
 @pytest.fixture

@@ -15,11 +15,11 @@ from zoneinfo import ZoneInfo
 import pytest
 from storekit import Backend, FakeClock, launch
 
-from runner.compiler.triggers import TriggerSpec
+from runner.compiler._triggers import TriggerSpec
 from runner.errors import WfrunError
-from runner.launch.triggers import Scheduled, TriggerLoop, slot_key, slots_after
+from runner.launch._triggers import Scheduled, TriggerLoop, slot_key, slots_after
 from runner.store import Store
-from runner.store.layout import ADDED_TABLES
+from runner.store._layout import ADDED_TABLES
 
 HOUR = 3600.0
 

@@ -26,10 +26,10 @@ import pytest
 from waiting import LineReader, wait_until
 
 from runner.store import SqliteStore
-from runner.store.errors import StoreBusy
-from runner.store.sqlite import writelock
-from runner.store.sqlite.db import SqliteDatabase, open_database
-from runner.store.sqlite.writelock import PLACES, WriteLock, tickets_taken, wlock_path
+from runner.store._errors import StoreBusy
+from runner.store.sqlite import _writelock as writelock
+from runner.store.sqlite._db import SqliteDatabase, open_database
+from runner.store.sqlite._writelock import PLACES, WriteLock, tickets_taken, wlock_path
 
 pytestmark = pytest.mark.skipif(not writelock.SUPPORTED,
                                 reason="the writers' queue needs Linux OFD locks")

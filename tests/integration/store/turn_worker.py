@@ -23,8 +23,8 @@ import sys
 import threading
 from pathlib import Path
 
-from runner.store.sqlite.db import SqliteDatabase
-from runner.store.sqlite.writelock import WriteLock, tickets_taken
+from runner.store.sqlite._db import SqliteDatabase
+from runner.store.sqlite._writelock import WriteLock, tickets_taken
 
 
 def hold(db: SqliteDatabase, name: str) -> None:

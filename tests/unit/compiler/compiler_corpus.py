@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 
 from runner.compiler import Compiler, CompileResult
-from runner.compiler.discovery import Catalog, CatalogEntry
+from runner.compiler._discovery import Catalog, CatalogEntry
 
 REPO = Path(__file__).resolve().parents[3]
 CORPUS = REPO / "fixtures" / "definitions"

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
 from runner.compiler import Compiler, render_text
-from runner.compiler.model import OUTCOMES, RESERVED_NODE_IDS
+from runner.compiler._model import OUTCOMES, RESERVED_NODE_IDS
 
 SETTINGS = settings(max_examples=150, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -255,7 +255,7 @@ def test_damaged_files_only_produce_diagnostics(mutant_dir: Path, data: bytes) -
 # -- type confusion ------------------------------------------------------------------
 
 def _load_plain(path: Path) -> Any:
-    from runner.compiler.yamlio import load
+    from runner.compiler._yamlio import load
 
     return json.loads(json.dumps(load(path.read_text(encoding="utf-8-sig"), path.name)))
 

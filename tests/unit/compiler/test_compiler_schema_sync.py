@@ -12,11 +12,11 @@ import pytest
 from compiler_corpus import INVALID_FILES, VALID_FILES, expectations
 
 from runner.compiler import Compiler
-from runner.compiler.checker import FILE_HOOK_RE, ID_RE, MODULE_HOOK_RE, STEP_NAME_RE
-from runner.compiler.durations import DurationError, parse_duration
-from runner.compiler.kinds import KINDS, authored_kinds
-from runner.compiler.parse import PATH_RE
-from runner.compiler.schema import (
+from runner.compiler._checker import FILE_HOOK_RE, ID_RE, MODULE_HOOK_RE, STEP_NAME_RE
+from runner.compiler._durations import DurationError, parse_duration
+from runner.compiler._kinds import KINDS, authored_kinds
+from runner.compiler._parse import PATH_RE
+from runner.compiler._schema import (
     DEFAULTS_KEYS,
     EDGE_KEYS,
     EXIT_KEYS,
@@ -27,7 +27,7 @@ from runner.compiler.schema import (
     TOP_KEYS,
     workflow_schema,
 )
-from runner.compiler.yamlio import YamlProblem, load
+from runner.compiler._yamlio import YamlProblem, load
 
 SCHEMA = workflow_schema()
 VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from runner.compiler import Compiler, CompileResult, build_catalog
-from runner.compiler.sources import MAX_DEFINITION_BYTES, read_source
-from runner.compiler.yamlio import MAX_DEPTH
+from runner.compiler._sources import MAX_DEFINITION_BYTES, read_source
+from runner.compiler._yamlio import MAX_DEPTH
 
 VALID_TEXT = "start: a\nnodes:\n  a: {agent: hi}\n"
 
@@ -165,7 +165,7 @@ def test_unreadable_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
             raise PermissionError(13, "Permission denied")
         return real_listdir(path)  # type: ignore[arg-type]
 
-    monkeypatch.setattr("runner.compiler.discovery.os.listdir", deny)
+    monkeypatch.setattr("runner.compiler._discovery.os.listdir", deny)
     catalog = build_catalog("workflows", tmp_path, None)
     assert [(d.code, d.path) for d in catalog.problems] == [
         ("unreadable-folder", folder.as_posix())]

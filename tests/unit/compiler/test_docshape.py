@@ -1,4 +1,4 @@
-"""Shape mistakes come from the published JSON Schema (compiler/docshape.py): each at
+"""Shape mistakes come from the published JSON Schema (compiler/_docshape.py): each at
 its own key, named for its own node, even when nodes of one shape share a check."""
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from fuzzing import case, compile_case, controller_texts, fixture_texts, seeded
 
-from runner.compiler.diagnostics import INTERNAL_ERROR
+from runner.compiler._diagnostics import INTERNAL_ERROR
 
 FUZZ = settings(max_examples=300, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow])

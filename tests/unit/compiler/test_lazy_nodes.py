@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.compiler import Compiler, yamlio
+from runner.compiler import Compiler
+from runner.compiler import _yamlio as yamlio
 
 
 def _big() -> str:

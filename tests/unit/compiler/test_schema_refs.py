@@ -13,8 +13,8 @@ from typing import Any, ClassVar
 
 import pytest
 
-from runner.compiler.jsonschemas import schema_problem_at, validation_errors
-from runner.compiler.schemarefs import bounded_validator
+from runner.compiler._jsonschemas import schema_problem_at, validation_errors
+from runner.compiler._schemarefs import bounded_validator
 
 REFUSED = [
     ({"$ref": "http://127.0.0.1:9/schema.json"}, "points outside"),

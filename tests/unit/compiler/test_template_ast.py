@@ -11,8 +11,8 @@ import pytest
 from jinja2 import meta
 
 from runner.compiler import Compiler
-from runner.compiler.template_ast import free_names, parsed
-from runner.compiler.templates import _Guarded, _text_env
+from runner.compiler._template_ast import free_names, parsed
+from runner.compiler._templates import _Guarded, _text_env
 
 TEMPLATES = [
     "{{ a.b }} plain",
@@ -82,9 +82,9 @@ edges:
     "{{ outputs }} {{ x }}",
 ])
 def test_the_simple_tag_shortcut_finds_what_the_parse_finds(text: str) -> None:
-    from runner.compiler.references import _simple_refs
-    from runner.compiler.template_ast import summary
-    from runner.compiler.templates import only_simple_tags
+    from runner.compiler._references import _simple_refs
+    from runner.compiler._template_ast import summary
+    from runner.compiler._templates import only_simple_tags
 
     assert only_simple_tags(text)
     _, free, found = summary(text)

@@ -18,8 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from template_bombs import PAYLOADS, constant, context, runtime
 
-from runner.compiler.template_checks import check_budget
-from runner.compiler.templates import TemplateBudgetExceeded, render_text
+from runner.compiler._template_checks import check_budget
+from runner.compiler._templates import TemplateBudgetExceeded, render_text
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -30,7 +30,7 @@ cap = 1536 * 2**20
 resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 sys.path.insert(0, "tests")
 from template_bombs import context, runtime
-from runner.compiler.templates import TemplateError, render_text
+from runner.compiler._templates import TemplateError, render_text
 payload = sys.argv[1]
 render_text("{{ 1 }}", {})  # the imports and the environments, before the baseline
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -92,7 +92,7 @@ def test_ordinary_formatting_is_unchanged(template: str, expected: str) -> None:
 
 def test_a_workflow_budget_raises_the_limit_for_big_lists() -> None:
     from runner.clock import FakeClock
-    from runner.compiler.budget import CEILING, Scope, TemplateBudget, scoped
+    from runner.compiler._budget import CEILING, Scope, TemplateBudget, scoped
 
     text = "{{ (input.s | list | length) }}"
     big = {"input": {"s": "x" * 2_000_000}}

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from runner.clock import FakeClock, SystemClock
-from runner.compiler.budget import CEILING, Scope, TemplateBudget, budget_from_yaml, scoped
-from runner.compiler.template_checks import check_budget
-from runner.compiler.templates import (
+from runner.compiler._budget import CEILING, Scope, TemplateBudget, budget_from_yaml, scoped
+from runner.compiler._template_checks import check_budget
+from runner.compiler._templates import (
     TemplateBudgetExceeded,
     TemplateError,
     TemplateStopped,
@@ -210,7 +210,7 @@ def test_the_budget_seconds_stop_a_render() -> None:
 
 
 def test_cancel_from_another_thread_stops_a_render() -> None:
-    from runner.engine.control import RunControl
+    from runner.engine._control import RunControl
 
     control = RunControl()
     started = threading.Event()

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from runner.compiler import templates
-from runner.compiler.budget import Scope, TemplateBudget, scoped
-from runner.compiler.templates import TemplateBudgetExceeded, render_native, render_text
+from runner.compiler import _templates as templates
+from runner.compiler._budget import Scope, TemplateBudget, scoped
+from runner.compiler._templates import TemplateBudgetExceeded, render_native, render_text
 
 
 def _in_thread(fn: Any) -> Any:

@@ -17,9 +17,9 @@ from runner.controllers import (
     is_true,
     merge_conditions,
 )
-from runner.controllers.conditions import apply_patch
-from runner.controllers.effects import request_fingerprint
-from runner.store.controller_interface import Resource
+from runner.controllers._conditions import apply_patch
+from runner.controllers._effects import request_fingerprint
+from runner.store._controller_interface import Resource
 
 T0, T1 = "2026-01-01T00:00:00.000Z", "2026-01-01T00:05:00.000Z"
 

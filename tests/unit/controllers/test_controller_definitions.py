@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from runner.compiler import build_catalog
-from runner.compiler.controllers import DEFAULT_RECONCILE_TIMEOUT, compile_controller
+from runner.compiler._controllers import DEFAULT_RECONCILE_TIMEOUT, compile_controller
 from runner.controllers import define_controller, load_controller
 from runner.errors import DefinitionInvalid, InputError, OperationFailed
-from runner.host.runtime.controllers import discover, load_all
-from runner.host.runtime.local import Workspace
+from runner.host.runtime._controllers import discover, load_all
+from runner.host.runtime._local import Workspace
 
 REPO = Path(__file__).resolve().parents[3]
 CORPUS = REPO / "fixtures" / "controllers"

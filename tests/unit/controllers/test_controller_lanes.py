@@ -1,4 +1,4 @@
-"""Lanes (runner/controllers/lanes.py): at most `count` workers run the manager's own
+"""Lanes (runner/controllers/_lanes.py): at most `count` workers run the manager's own
 Python at once, a lane held across a user call that blocks is taken over, and
 `Habits` tells controllers whose calls block from ones whose calls return at once.
 
@@ -13,7 +13,7 @@ from collections.abc import Callable
 import pytest
 from waiting import DEADLINE, wait_until
 
-from runner.controllers.lanes import LONGEST_LOOK, SLOW_CALL, Habits, Lanes
+from runner.controllers._lanes import LONGEST_LOOK, SLOW_CALL, Habits, Lanes
 
 
 def _spawn(target: Callable[[], None]) -> threading.Thread:

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from runner.engine import AgentStep, parse_tolerant
-from runner.engine.agent import TurnKind
-from runner.engine.executors.scripted import ScriptedExecutor
+from runner.engine import AgentStep
+from runner.engine._agent import TurnKind, parse_tolerant
+from runner.engine.executors._scripted import ScriptedExecutor
 
 SCHEMA_WF = """
     start: plan

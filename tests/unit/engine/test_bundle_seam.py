@@ -1,5 +1,5 @@
 """One bundle seam (issue 36): the backend is chosen once, in `space_for`, and every
-other module asks its space (engine/space.py) instead of asking which space it has.
+other module asks its space (engine/_space.py) instead of asking which space it has.
 
 An AST scan of every module under runner/ for the two shapes a backend branch takes:
 `isinstance(..., DatabaseBundle | FolderBundle | DatabaseSpace | FolderSpace)`, and a
@@ -21,7 +21,7 @@ BACKEND_CLASSES = frozenset({"DatabaseBundle", "FolderBundle", "DatabaseSpace",
 
 #: (file under runner/, enclosing function) -> why it may branch on the backend.
 ALLOWED: dict[tuple[str, str], str] = {
-    ("engine/space.py", "space_for"): "the one place the backend is chosen",
+    ("engine/_space.py", "space_for"): "the one place the backend is chosen",
 }
 
 

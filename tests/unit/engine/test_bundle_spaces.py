@@ -13,8 +13,8 @@ from bundlespaces import CHAIN3, Holder, Kit
 
 from runner.clock import FakeClock
 from runner.engine import Engine
-from runner.engine.dbbundle import PATIENCE, RETRY_EVERY
-from runner.engine.rows import MemoryRows
+from runner.engine._dbbundle import PATIENCE, RETRY_EVERY
+from runner.engine._rows import MemoryRows
 from runner.errors import ClaimLost
 
 

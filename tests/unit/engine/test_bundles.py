@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 
-from runner.canonical import canonical_json
+from runner._canonical import canonical_json
 from runner.clock import FakeClock
-from runner.engine import FolderBundle, RunControl
-from runner.engine.executors.scripted import ScriptedExecutor
+from runner.engine import RunControl
+from runner.engine._bundle import FolderBundle
+from runner.engine.executors._scripted import ScriptedExecutor
 from runner.errors import ClaimLost, InputError, OperationFailed
 
 
@@ -415,7 +416,7 @@ def test_runs_of_one_definition_link_one_read_only_snapshot(tmp_path: Path) -> N
 
 
 def test_pruning_forgets_a_snapshot_only_when_no_run_links_it(tmp_path: Path) -> None:
-    from runner.engine.removal import forget_snapshots
+    from runner.engine._removal import forget_snapshots
 
     one = _create_with_snapshot(tmp_path, "r1", {"name": "wf"})
     _create_with_snapshot(tmp_path, "r2", {"name": "wf"})

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from runner.engine.procs import _ExitWaiter
+from runner.engine._procs import _ExitWaiter
 
 
 def _child(code: str) -> subprocess.Popen[bytes]:

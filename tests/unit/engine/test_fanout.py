@@ -12,8 +12,8 @@ from typing import Any
 from waiting import DEADLINE, wait_until
 
 from runner.engine import RunControl
-from runner.engine.items import MemoryLedger
-from runner.engine.secrets import SecretSource
+from runner.engine._items import MemoryLedger
+from runner.engine._secrets import SecretSource
 
 MAP = """\
 start: ls

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from fakes.http_server import FakeHttp
 
-from runner.engine.control import RunControl
-from runner.engine.secrets import SecretSource
+from runner.engine._control import RunControl
+from runner.engine._secrets import SecretSource
 
 TOKEN = "tok-3f9a1c77e2b54d08"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runner.engine.executors.scripted import ScriptedExecutor
+from runner.engine.executors._scripted import ScriptedExecutor
 
 CHILD = """
     input:

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from runner.compiler.model import WorkflowDefinition
-from runner.engine.engine import check_input
-from runner.engine.nodecontext import json_value as _json_value
+from runner.compiler._model import WorkflowDefinition
+from runner.engine._engine import check_input
+from runner.engine._nodecontext import json_value as _json_value
 from runner.errors import InputError
 
 
@@ -44,7 +44,7 @@ def test_run_input_is_copied_normalized_or_refused() -> None:
 
 
 def test_a_definition_encodes_its_snapshot_once_in_the_canonical_bytes() -> None:
-    from runner.canonical import canonical_json
+    from runner._canonical import canonical_json
 
     definition = WorkflowDefinition(name="w", start="a", nodes={}, edges={}, title="T")
     text = definition.snapshot_json

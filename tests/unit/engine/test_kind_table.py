@@ -1,11 +1,11 @@
-"""The node-kind table (runner/compiler/kinds.py) is the one list of kinds: every
+"""The node-kind table (runner/compiler/_kinds.py) is the one list of kinds: every
 layer that names kinds follows it."""
 
 from __future__ import annotations
 
-from runner.compiler.kinds import KINDS, authored_kinds, icon
-from runner.compiler.schema import workflow_schema
-from runner.engine.nodes import EXECUTORS
+from runner.compiler._kinds import KINDS, authored_kinds, icon
+from runner.compiler._schema import workflow_schema
+from runner.engine._nodes import EXECUTORS
 
 
 def test_every_kind_a_node_can_run_as_has_an_executor() -> None:

@@ -1,4 +1,4 @@
-"""Live logs (engine/livelog.py): masked chunk by chunk, bounded, private files."""
+"""Live logs (engine/_livelog.py): masked chunk by chunk, bounded, private files."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import os
 import stat
 from pathlib import Path
 
-from runner.engine.livelog import LiveLog, LiveStream
-from runner.safety import mask_values
+from runner._safety import mask_values
+from runner.engine._livelog import LiveLog, LiveStream
 
 SECRET = "tok-ABCD-9f"
 

@@ -12,14 +12,14 @@ import pytest
 
 from runner.cli.graphfmt import render_graph
 from runner.compiler import Compiler
-from runner.compiler.checker import Checker
-from runner.compiler.diagnostics import KeyPath
-from runner.compiler.kinddef import TEMPLATE, KindDef, Parsed, obj
-from runner.compiler.kinds import register_kind, unregister_kind
-from runner.compiler.schema import workflow_schema
-from runner.compiler.templates import render_text
-from runner.engine.nodecontext import NodeContext, NodeResult
-from runner.engine.nodes import EXECUTORS, executes
+from runner.compiler._checker import Checker
+from runner.compiler._diagnostics import KeyPath
+from runner.compiler._kinddef import TEMPLATE, KindDef, Parsed, obj
+from runner.compiler._kinds import register_kind, unregister_kind
+from runner.compiler._schema import workflow_schema
+from runner.compiler._templates import render_text
+from runner.engine._nodecontext import NodeContext, NodeResult
+from runner.engine._nodes import EXECUTORS, executes
 
 
 @dataclass(frozen=True)

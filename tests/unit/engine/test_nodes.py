@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from runner.engine.executors.scripted import ScriptedExecutor
+from runner.engine.executors._scripted import ScriptedExecutor
 
 
 def test_agent_node_accepts_scripted_output_and_renders_prompt(env: Any) -> None:

@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
-from runner.engine import FolderBundle, RunReader, RunState
-from runner.engine import engine as engine_module
-from runner.engine import reader as reader_module
-from runner.engine.executors.scripted import ScriptedExecutor
+from runner.engine import RunReader, RunState
+from runner.engine import _engine as engine_module
+from runner.engine import _reader as reader_module
+from runner.engine._bundle import FolderBundle
+from runner.engine.executors._scripted import ScriptedExecutor
 from runner.errors import InputError, NotFoundError, OperationFailed
 
 LONG = "z" * 5000  # over the 4 KiB artifact threshold

@@ -1,4 +1,4 @@
-"""engine/rerun.py: what a rerun reuses, from which node, and what it refuses."""
+"""engine/_rerun.py: what a rerun reuses, from which node, and what it refuses."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from runner.engine import RunReader
-from runner.engine.rerun import changed_nodes, plan
+from runner.engine._rerun import changed_nodes, plan
 from runner.errors import InputError
 
 CHECK = """

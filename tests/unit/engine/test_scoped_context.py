@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from runner.engine.context import ScopedValues, scoped
-from runner.engine.state import RunState
+from runner.engine._context import ScopedValues, scoped
+from runner.engine._state import RunState
 
 
 class CountingDict(dict[str, Any]):

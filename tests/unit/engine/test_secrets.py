@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
+from runner._safety import MASK, mask, mask_json, mask_values
 from runner.compiler import Compiler
 from runner.engine import RunControl
-from runner.engine.secrets import (
+from runner.engine._secrets import (
     SecretMissing,
     SecretSource,
     resolve,
@@ -20,7 +21,6 @@ from runner.engine.secrets import (
     write_only_fields,
 )
 from runner.errors import InputError
-from runner.safety import MASK, mask, mask_json, mask_values
 
 TOKEN = "tok-canary-0a1b2c"
 PASSWORD = "pw-canary-3d4e5f"

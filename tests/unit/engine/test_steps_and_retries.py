@@ -8,8 +8,8 @@ import pytest
 
 from runner.clock import FakeClock
 from runner.engine import RunControl
-from runner.engine.executors.scripted import ScriptedExecutor
-from runner.engine.runner import retry_delay
+from runner.engine._runner import retry_delay
+from runner.engine.executors._scripted import ScriptedExecutor
 
 
 def test_max_steps_bounds_a_loop(env: Any) -> None:

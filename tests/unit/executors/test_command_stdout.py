@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runner.engine.executors.command import (
+from runner.engine.executors._command import (
     SUBMISSION_PREFIX,
     CommandExecutor,
     is_tool_call,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runner.engine.procs import REDACTED, bound, redact, safe_text, secret_env_values
+from runner.engine._procs import REDACTED, bound, redact, safe_text, secret_env_values
 
 
 @pytest.mark.parametrize(("raw", "leak"), [
@@ -40,7 +40,7 @@ def test_known_secrets_are_masked_longest_first() -> None:
 
 
 def test_bound_keeps_head_or_tail_within_the_byte_limit() -> None:
-    # One policy (runner.safety): the cut is marked with "…", counted inside the limit.
+    # One policy (runner._safety): the cut is marked with "…", counted inside the limit.
     assert bound("x" * 10, 10) == "x" * 10
     assert bound("abcdefghij", 4) == "a…"
     assert bound("abcdefghij", 4, keep="tail") == "…j"

@@ -23,7 +23,7 @@ def test_unknown_names_raise_attribute_error() -> None:
 
 
 def test_scripted_executor_does_not_import_httpx() -> None:
-    code = ("import sys; from runner.engine.executors.scripted import ScriptedExecutor; "
+    code = ("import sys; from runner.engine.executors._scripted import ScriptedExecutor; "
             "print('httpx' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=30, check=True)

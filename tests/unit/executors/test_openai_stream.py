@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from runner.engine.executors.openai import (
+from runner.engine.executors._openai import (
     OpenAIExecutor,
     Reply,
     StreamAssembler,

@@ -16,7 +16,7 @@ import pytest
 
 from runner.compiler import Catalog, build_catalog
 from runner.errors import NotFoundError
-from runner.host.runtime.local import Workspace
+from runner.host.runtime._local import Workspace
 
 WF = "start: only\nnodes:\n  only: {compute: \"{{ 1 }}\"}\n"
 

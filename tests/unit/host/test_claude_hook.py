@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from runner.host.mcp import channel
-from runner.host.mcp.hook import TOOL_NOTE, main
-from runner.host.mcp.sessionlog import SessionLog
+from runner.host.mcp import _channel as channel
+from runner.host.mcp._hook import TOOL_NOTE, main
+from runner.host.mcp._sessionlog import SessionLog
 
 SID = "5c1d7e2a-0000-4000-8000-000000000001"
 
@@ -184,7 +184,7 @@ def test_the_server_finds_its_claude_process_through_a_wrapper(tmp_path: Path) -
     Claude process above it: the nearest ancestor named `claude`."""
     fake_claude = tmp_path / "claude"
     shutil.copy("/bin/sh", fake_claude)
-    probe = ("from runner.host.mcp.channel import claude_process; import os; "
+    probe = ("from runner.host.mcp._channel import claude_process; import os; "
              "print(claude_process(), os.getppid())")
     # claude -> sh (the wrapper) -> python: the claude pid, not the wrapper's.
     script = f"{shlex.quote(sys.executable)} -c {shlex.quote(probe)}; true"

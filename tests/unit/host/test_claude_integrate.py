@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from runner.errors import InputError
-from runner.host.mcp.integrate import HOOK_EVENTS, integrate
+from runner.host.mcp._integrate import HOOK_EVENTS, integrate
 
 CMD = ["/opt/venv/bin/wfrun"]
 

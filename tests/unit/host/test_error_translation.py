@@ -1,4 +1,4 @@
-"""`runner.host.runtime.errors.translate`: the store's tree classified onto runner.errors.
+"""`runner.host.runtime._errors.translate`: the store's tree classified onto runner.errors.
 
 The busy case comes from a real SQLite lock (another connection mid-transaction),
 so it proves the store's own error carries what the classification reads.
@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from runner.errors import NotFoundError, OperationFailed, TemporaryError, WfrunError
-from runner.host.runtime.errors import BUSY_MESSAGE, translate
-from runner.store import SqliteStore, faults
-from runner.store.errors import (
+from runner.host.runtime._errors import BUSY_MESSAGE, translate
+from runner.store import SqliteStore
+from runner.store import _faults as faults
+from runner.store._errors import (
     RESET_INSTRUCTION,
     IdentityConflict,
     IncompatibleLayout,

@@ -10,8 +10,8 @@ from typing import Any
 
 from runner.clock import FakeClock
 from runner.compiler import build_catalog
-from runner.host.daemon import WATCH_SHARE, StandaloneHost
-from runner.host.runtime.local import Workspace
+from runner.host._daemon import WATCH_SHARE, StandaloneHost
+from runner.host.runtime._local import Workspace
 from runner.store import SqliteStore
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from runner.compiler import build_catalog
-from runner.host.daemon import WorkerSettings, fork_workers, host_lock
-from runner.host.runtime.local import Workspace
-from runner.host.workers import shares, store_is_open
+from runner.host._daemon import WorkerSettings, fork_workers, host_lock
+from runner.host._workers import shares, store_is_open
+from runner.host.runtime._local import Workspace
 from runner.store import SqliteStore
 
 
@@ -69,7 +69,7 @@ def test_no_fork_without_the_host_lock(tmp_path: Path) -> None:
 
 def test_a_worker_error_reaches_the_host_with_its_message_and_exit_code() -> None:
     from runner.errors import InputError, MachineFault, WfrunError
-    from runner.host.workers import portable
+    from runner.host._workers import portable
 
     plain = InputError("no such workflow 'x'")
     assert portable(plain) is plain  # pickles as it is

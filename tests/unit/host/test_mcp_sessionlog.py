@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.host.mcp.sessionlog import SessionLog, SessionLogError, log_path, valid_session_id
+from runner.host.mcp._sessionlog import SessionLog, SessionLogError, log_path, valid_session_id
 
 
 def test_messages_are_pending_until_marked_delivered(tmp_path: Path) -> None:

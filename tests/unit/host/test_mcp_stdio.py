@@ -1,4 +1,4 @@
-"""MCP's stdio subset (runner/host/mcp/stdio.py) on in-memory streams: the handshake,
+"""MCP's stdio subset (runner/host/mcp/_stdio.py) on in-memory streams: the handshake,
 version negotiation, errors a client can cause, and tool calls in arrival order.
 (The official SDK's client talks to the real process in tests/e2e/test_cli_mcp.py.)"""
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from runner.host.mcp.stdio import PROTOCOL_VERSIONS, ServerInfo, StdioServer, ToolResult
+from runner.host.mcp._stdio import PROTOCOL_VERSIONS, ServerInfo, StdioServer, ToolResult
 
 TOOL = {"name": "workflow", "description": "d", "inputSchema": {"type": "object"}}
 

@@ -1,5 +1,5 @@
 """The model-facing texts' building blocks: bounded schema messages, tool-action hints,
-errors as one JSON object (runner/compiler/schemamessages.py, host/session/replies.py)."""
+errors as one JSON object (runner/compiler/_schemamessages.py, host/session/_replies.py)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from runner.compiler.jsonschemas import validation_errors
+from runner.compiler._jsonschemas import validation_errors
 from runner.errors import DefinitionInvalid, InputError, NotFoundError, TemporaryError
-from runner.host.session.protocol import ToolReply
-from runner.host.session.replies import (
+from runner.host.session._protocol import ToolReply
+from runner.host.session._replies import (
     MAX_ERROR_CHARS,
     MAX_REPLY_CHARS,
     bounded,

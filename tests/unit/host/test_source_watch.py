@@ -16,7 +16,13 @@ from waiting import DEADLINE, wait_until
 
 from runner.clock import FakeClock
 from runner.compiler import Compiler, Diagnostic, WorkflowDefinition, build_catalog
-from runner.host.runtime.watch import Drift, SourceWatch, display_path, recorded_files, source_drift
+from runner.host.runtime._watch import (
+    Drift,
+    SourceWatch,
+    display_path,
+    recorded_files,
+    source_drift,
+)
 from runner.store import LaunchRecord
 
 pytestmark = pytest.mark.timeout(60)
@@ -287,10 +293,10 @@ def test_debouncing_runs_on_the_injected_clock(tmp_path: Path, seen: Seen) -> No
 
 def test_a_session_controller_hands_its_queued_launches_to_its_watch(
         tmp_path: Path, seen: Seen, watch: SourceWatch) -> None:
-    from runner.host.runtime.launches import detached_coordinator
-    from runner.host.runtime.local import Workspace, store_path
+    from runner.host.runtime._launches import detached_coordinator
+    from runner.host.runtime._local import Workspace, store_path
     from runner.host.session import SessionController
-    from runner.host.session.reference import JsonlHost
+    from runner.host.session._reference import JsonlHost
     from runner.store import SqliteStore
 
     folder = _project(tmp_path)

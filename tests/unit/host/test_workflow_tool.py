@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from runner.errors import InputError
-from runner.host.session.tool import ACTIONS, FIELDS, WORKFLOW_TOOL, validate_call
+from runner.host.session._tool import ACTIONS, FIELDS, WORKFLOW_TOOL, validate_call
 
 pytestmark = pytest.mark.timeout(10)
 COMBINATORS = {"oneOf", "anyOf", "allOf", "not", "if", "then", "else", "$ref"}

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from runner.launch.intents import (
+from runner.launch._intents import (
     FACTS_SCHEMA,
     MAX_REASON_BYTES,
     fallback_text,

@@ -11,9 +11,9 @@ import pytest
 from runner.clock import FakeClock
 from runner.compiler import build_catalog
 from runner.errors import ConflictError, DefinitionInvalid, InputError, NotFoundError
-from runner.host.runtime.local import Workspace
+from runner.host.runtime._local import Workspace
 from runner.launch import LaunchCoordinator, PreflightError
-from runner.launch.endings import classify as _classify
+from runner.launch._endings import classify as _classify
 from runner.store import SqliteStore, StoreUnavailable
 from runner.testing import build_coordinator
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runner.launch.safety import MAX_SAFE_BYTES, REDACTED, bound, redact, safe_message
+from runner.launch._safety import MAX_SAFE_BYTES, REDACTED, bound, redact, safe_message
 
 pytestmark = pytest.mark.timeout(10)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from runner.launch.fence import LeaseFence
+from runner.launch._fence import LeaseFence
 from runner.store import LaunchBook, LaunchRecord, LostRace, NewLaunch, SqliteStore
 from runner.testing import FakeClock
 

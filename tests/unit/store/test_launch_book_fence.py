@@ -2,7 +2,7 @@
 
 Like procrastinate's `JobManager`, the book is the only caller of the store's
 `launches` (the `LaunchQueue`) outside the store's own modules, so what the other
-layers ask of the queue is listed, typed, in one place (runner/store/book.py). An
+layers ask of the queue is listed, typed, in one place (runner/store/_book.py). An
 AST scan of every module under runner/ outside runner/store/: no `<x>.launches.<y>`
 and no `<store>.launches` (however the store is named). import-linter follows
 imports, not attribute reads, so this ratchet keeps the rule; the contract

@@ -1,5 +1,5 @@
 """runner.store stands alone: no imports from the rest of runner but the shared policy
-modules (runner.safety, runner.canonical, runner.private, runner.leases, runner.clock)
+modules (runner._safety, runner._canonical, runner._private, runner._leases, runner.clock)
 and the one error tree (runner.errors, whose StoreError branch the store defines);
 time comes from the injected Clock."""
 
@@ -26,7 +26,7 @@ def _imports(path: Path) -> set[str]:
 
 
 #: The root-level modules (standard library only) every layer shares.
-SHARED_POLICIES = {"runner.safety", "runner.canonical", "runner.private", "runner.leases",
+SHARED_POLICIES = {"runner._safety", "runner._canonical", "runner._private", "runner._leases",
                    "runner.clock", "runner.errors"}
 
 
@@ -55,7 +55,7 @@ def test_only_the_postgres_package_imports_psycopg() -> None:
 
 
 def test_time_is_injected_the_wall_clock_is_only_a_default() -> None:
-    """`time` appears only in sqlite/store.py, as the constructor's default `now`."""
+    """`time` appears only in sqlite/_store.py, as the constructor's default `now`."""
     for path in MODULES:
         tree = ast.parse(path.read_text())
         calls = [
@@ -67,7 +67,7 @@ def test_time_is_injected_the_wall_clock_is_only_a_default() -> None:
             and n.func.value.id in ("time", "datetime")
         ]
         assert calls == [], path.name
-        if path.relative_to(STORE).as_posix() != "sqlite/store.py":
+        if path.relative_to(STORE).as_posix() != "sqlite/_store.py":
             assert not {"time", "datetime"} & _imports(path), path.name
 
 

@@ -6,9 +6,15 @@ import sqlite3
 
 import pytest
 
-from runner.store import SCHEMA_ID, TABLE_COLUMNS, TABLES
-from runner.store.layout import ADDED_TABLES, describe_column_drift, describe_table_drift
-from runner.store.sqlite.schema import (
+from runner.store._layout import (
+    ADDED_TABLES,
+    SCHEMA_ID,
+    TABLE_COLUMNS,
+    TABLES,
+    describe_column_drift,
+    describe_table_drift,
+)
+from runner.store.sqlite._schema import (
     DDL,
     create_schema,
     expected_layout,

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from runner.store import RESET_INSTRUCTION, IncompatibleLayout, InputCleared, StoreUnavailable
-from runner.store.records import (
+from runner.store import StoreUnavailable
+from runner.store._errors import RESET_INSTRUCTION, IncompatibleLayout, InputCleared
+from runner.store._records import (
     LaunchRecord,
     bounded_message,
     canonical_json,

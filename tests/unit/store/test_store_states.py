@@ -6,15 +6,16 @@ import itertools
 
 import pytest
 
-from runner.store import (
+from runner.store import LAUNCH_STATUSES, TERMINAL_STATUSES
+from runner.store._states import (
+    CLAIMED_STATUSES,
+    INPUT_STATUSES,
     LAUNCH_OPERATIONS,
-    LAUNCH_STATUSES,
     LAUNCH_TRANSITIONS,
     RECOVERY_PATHS,
-    TERMINAL_STATUSES,
+    RESERVING_STATUSES,
     is_valid_transition,
 )
-from runner.store.states import CLAIMED_STATUSES, INPUT_STATUSES, RESERVING_STATUSES
 
 # Copied from seeds/000_0e403422aa799daa.txt, "State transitions".
 SEED_TRANSITIONS = """

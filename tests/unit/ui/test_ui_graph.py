@@ -5,7 +5,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from runner.ui.graph import GAP_Y, NODE_H, layout, render_svg
+from runner.ui._graph import GAP_Y, NODE_H, layout, render_svg
 
 SVG = "{http://www.w3.org/2000/svg}"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runner.ui.runview import masked, node_logs, node_states, run_live, timeline
+from runner.ui._runview import masked, node_logs, node_states, run_live, timeline
 
 SNAPSHOT = {"start": "a", "nodes": {"a": {"kind": "action"}, "b": {"kind": "compute"},
                                     "c": {"kind": "compute"}},

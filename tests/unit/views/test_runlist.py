@@ -13,10 +13,10 @@ import pytest
 from runner.clock import FakeClock
 from runner.compiler import build_catalog
 from runner.engine import RunControl, RunReader
-from runner.host.runtime.foreground import answer_run, run_workflow
-from runner.host.runtime.local import Workspace, open_store
-from runner.host.runtime.runlist import DEFAULT_LIMIT, list_runs_paged, page_runs
-from runner.host.runtime.views import RunFilter, list_runs
+from runner.host.runtime._foreground import answer_run, run_workflow
+from runner.host.runtime._local import Workspace, open_store
+from runner.host.runtime._runlist import DEFAULT_LIMIT, list_runs_paged, page_runs
+from runner.host.runtime._views import RunFilter, list_runs
 
 WORKFLOWS = {
     "quick": """

@@ -1,4 +1,4 @@
-"""The run-state vocabulary (runner/host/runtime/runstate.py): one name per run from its
+"""The run-state vocabulary (runner/host/runtime/_runstate.py): one name per run from its
 launch row and its bundle, and run lists that page and count by the same names."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from runner.host.runtime.runstate import (
+from runner.host.runtime._runstate import (
     COUNTED_STATES,
     RUN_STATES,
     counted_rows,

@@ -16,7 +16,7 @@ from waiting import DEADLINE
 from runner.compiler import Compiler, WorkflowDefinition
 from runner.engine import Engine
 from runner.errors import InputError, NotFoundError
-from runner.host.runtime.views import eta_seconds, follow, list_runs, progress_bars, show_run
+from runner.host.runtime._views import eta_seconds, follow, list_runs, progress_bars, show_run
 
 REPO = Path(__file__).resolve().parents[3]
 ROW_KEYS = {"run_id", "workflow", "status", "started_at", "finished_at", "duration_s",

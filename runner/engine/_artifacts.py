@@ -1,0 +1,68 @@
+"""Long strings leave the trace: values over 4 KiB are stored in `artifacts/`.
+
+A persisted value replaces each long string with
+`{"$artifact": {path, media_type, bytes, sha256}}`; a user object that happens
+to use the key `$artifact` (or `$escaped`) is wrapped as `{"$escaped": ...}`
+so reading back is unambiguous.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ._bundle import ARTIFACT_THRESHOLD
+
+_MARKERS = ("$artifact", "$escaped")
+Writer = Callable[[bytes, str], dict[str, Any]]
+Reader = Callable[[dict[str, Any]], bytes]
+
+
+def externalize(value: Any, write: Writer, marked: list[bool] | None = None) -> Any:
+    """`value` as persisted; `marked[0]` becomes True when the result holds a marker
+    (an artifact or an escaped object), which `has_artifacts` would otherwise find in
+    a second walk of every event."""
+    if isinstance(value, str):
+        if len(value) > ARTIFACT_THRESHOLD // 4 and len(value.encode()) > ARTIFACT_THRESHOLD:
+            if marked is not None:
+                marked[0] = True
+            return {"$artifact": write(value.encode(), "text/plain; charset=utf-8")}
+        return value
+    if isinstance(value, dict):
+        inner = {k: v if v is None or type(v) in _SCALARS else externalize(v, write, marked)
+                 for k, v in value.items()}
+        if len(value) == 1 and next(iter(value)) in _MARKERS:
+            if marked is not None:
+                marked[0] = True
+            return {"$escaped": inner}
+        return inner
+    if isinstance(value, list):
+        return [externalize(v, write, marked) for v in value]
+    return value
+
+
+_SCALARS = frozenset({bool, int, float})  # nothing to move or escape: no call for them
+
+
+def internalize(value: Any, read: Reader) -> Any:
+    if isinstance(value, dict):
+        if len(value) == 1:
+            key = next(iter(value))
+            if key == "$artifact" and isinstance(value[key], dict):
+                return read(value[key]).decode()
+            if key == "$escaped" and isinstance(value[key], dict):
+                return {k: internalize(v, read) for k, v in value[key].items()}
+        return {k: internalize(v, read) for k, v in value.items()}
+    if isinstance(value, list):
+        return [internalize(v, read) for v in value]
+    return value
+
+
+def has_artifacts(value: Any) -> bool:
+    if isinstance(value, dict):
+        if len(value) == 1 and next(iter(value)) in _MARKERS:
+            return True
+        return any(has_artifacts(v) for v in value.values())
+    if isinstance(value, list):
+        return any(has_artifacts(v) for v in value)
+    return False

@@ -1,0 +1,435 @@
+"""`parallel` and `map` nodes (DESIGN §10, ADR 0008): many bodies at once, each one
+durable on its own.
+
+The node's items live in an `ItemLedger` (the store's `fanout_items` through the
+launch layer; `MemoryLedger` for an engine without a store). Entering the node
+opens its rows (idempotent: a resumed run finds the items that ended and runs only
+the others), claims up to `max_concurrency` at a time (the ledger keeps the
+ceiling), runs each claimed body on its own thread through the per-kind code every
+node uses (`nodes.execute`), and settles it. A pure body (a compute expression) is
+evaluated here on the run's thread and settled in batches, with no claim.
+
+Each body runs under its own `RunControl`, which follows the run's (cancel, park)
+and which `fail_fast` cancels alone. Item logs are recorded under `NODE[i]` (a
+parallel branch: `NODE[name]`), so `wfrun logs RUN NODE[3]` finds them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import queue
+import threading
+from dataclasses import dataclass, replace
+from typing import Any
+
+from runner._backoff import ENGINE_JITTER, backoff_delay
+from runner.compiler import Node
+from runner.compiler._fanout import ChildWorkflowBody, MapSpec, ParallelSpec
+from runner.compiler._templates import TemplateError, TemplateStopped, render_native
+
+from ._control import RunControl
+from ._items import ItemEnd
+from ._nodecontext import FanoutPort, NodeContext, NodeResult, Outcome
+from ._nodes import execute, new_attempt_id, pure
+
+#: Pure items settled per ledger write.
+PURE_BATCH = 500
+_POLL = 0.05  # seconds between looks at the run's control while items run
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What a fan-out node runs: a body and a name per item, and its rules."""
+
+    bodies: list[Node | ChildWorkflowBody]
+    labels: list[str]  # item index or branch name, for NODE[label]
+    values: list[Any]  # the map's items (None per branch)
+    limit: int
+    fail_fast: bool
+    as_name: str | None
+
+
+def _plan(node: Node, ctx: dict[str, Any]) -> _Plan | NodeResult:
+    spec = node.spec
+    if isinstance(spec, ParallelSpec):
+        names = [name for name, _ in spec.branches]
+        return _Plan([b for _, b in spec.branches], names, [None] * len(names),
+                     spec.max_concurrency or max(len(names), 1), spec.fail_fast, None)
+    assert isinstance(spec, MapSpec)
+    where = f"nodes.{node.local_id or node.id}.map.over"
+    try:
+        values = render_native(spec.over, ctx)
+    except TemplateStopped:
+        raise
+    except TemplateError as exc:
+        return _failed("template_error", f"{where}: {exc}")
+    if not isinstance(values, list):
+        return _failed("bad_over", f"{where} must yield a list, not "
+                       f"{type(values).__name__}")
+    if len(values) > spec.max_items:
+        return _failed("too_many_items", f"{where} yielded {len(values)} items, over the "
+                       f"limit of {spec.max_items}; raise it with `max_items:` or split the "
+                       "list")
+    return _Plan([spec.body] * len(values), [str(i) for i in range(len(values))], values,
+                 spec.max_concurrency, spec.fail_fast, spec.as_name)
+
+
+def _failed(code: str, message: str) -> NodeResult:
+    return NodeResult("failed", error={"code": code, "message": message[:2000]})
+
+
+def run_fanout(ctx: NodeContext, port: FanoutPort) -> NodeResult:
+    """One attempt of a `parallel` or `map` node (nodes.py hands it here, with the port
+    the run loop made for it)."""
+    plan = _plan(ctx.node, ctx.values)
+    if isinstance(plan, NodeResult):
+        return plan
+    n = len(plan.bodies)
+    # `max_steps` counts each item: a node that cannot run them all does not start any.
+    left = port.steps_left()
+    if not ctx.resuming and n > left:
+        return _failed("max_steps", f"node '{ctx.node.id}' would run {n} items with "
+                       f"{left} of the run's max_steps left; raise max_steps")
+    port.items.open(ctx.node.id, ctx.visit, n)
+    port.crash("after_items_opened")
+    run = _Fanout(ctx, port, plan)
+    try:
+        stopped = run.drive()
+    except BaseException:
+        # A lost claim, or the run's thread dying (interpreter exit, a simulated crash):
+        # no item runs on without its run. Their rows stay for the next holder.
+        run.abandon()
+        raise
+    if stopped is not None:
+        return stopped
+    return run.result(n)
+
+
+class _Turns:
+    """A session-owned run's agent items reach the session one at a time (it holds one
+    step at a time), in the order they were claimed, which is item order; other kinds
+    run at once. A ticket per agent item; a stopped one gives its turn up."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._issued = 0
+        self._next = 0
+        self._done: set[int] = set()
+
+    def ticket(self) -> int:
+        with self._cv:
+            self._issued += 1
+            return self._issued - 1
+
+    def wait(self, ticket: int, control: RunControl) -> None:
+        with self._cv:
+            while self._next != ticket and not control.stopping:
+                self._cv.wait(_POLL)
+
+    def done(self, ticket: int) -> None:
+        with self._cv:
+            self._done.add(ticket)
+            while self._next in self._done:
+                self._done.discard(self._next)
+                self._next += 1
+            self._cv.notify_all()
+
+
+class _Fanout:
+    def __init__(self, ctx: NodeContext, port: FanoutPort, plan: _Plan) -> None:
+        self.ctx, self.port, self.plan = ctx, port, plan
+        self.node, self.visit, self.deadline = ctx.node, ctx.visit, ctx.deadline
+        self.ledger = port.items
+        self.done: queue.Queue[tuple[int, ItemEnd | BaseException | None]] = queue.Queue()
+        self.controls: dict[int, RunControl] = {}
+        self.threads: dict[int, threading.Thread] = {}
+        self.emit_lock = threading.Lock()
+        self.lost: BaseException | None = None
+        self.unsettled: list[ItemEnd] = []  # ended, not yet written (the next claim's)
+        executor = ctx.executor
+        self.turns = _Turns() if executor is not None and executor.name == "session" \
+            else None
+        self.tickets: dict[int, int] = {}
+        self.parked: set[int] = set()  # items a park stopped (their rows stay running)
+
+    # -- the loop ---------------------------------------------------------------------
+    def drive(self) -> NodeResult | None:
+        records = self.ledger.items(self.node.id, self.visit)
+        open_ = [r.index for r in records if r.state in ("pending", "running")]
+        if not open_:
+            return None
+        if self._all_pure():
+            return self._pure(open_)
+        failed = any(r.state in ("failed", "timed_out") for r in records)
+        if failed and self.plan.fail_fast:
+            self._cancel_open("fail_fast: an earlier item failed")
+            return None
+        control = self.ctx.control
+        while True:
+            if control.stopping:
+                return self._stop()
+            if self.lost is None and not failed:
+                # The ends gathered so far and the claim of their slots: one commit.
+                if self._start_claimed() and self.plan.fail_fast:
+                    failed = True  # an item ended `interrupted` instead of a third start
+                    self._stop_all("cancel", "fail_fast: an item was interrupted twice")
+            else:
+                self._settle()
+            if not self.threads:
+                if failed or self.lost is not None:
+                    break
+                if not self._open_left():
+                    break
+            try:
+                got = [self.done.get(timeout=_POLL)]
+            except queue.Empty:
+                continue
+            while not self.done.empty():  # every end that is in: settled together
+                got.append(self.done.get_nowait())
+            for index, end in got:
+                self.threads.pop(index, None)
+                self.controls.pop(index, None)
+                if isinstance(end, BaseException):
+                    self.lost = self.lost or end
+                    self._stop_all("park", "lost the run's claim", clean=False)
+                    continue
+                if end is None:
+                    continue  # parked: left running for the next holder
+                self.unsettled.append(end)
+                if end.outcome in ("failed", "timed_out") and self.plan.fail_fast \
+                        and not failed:
+                    failed = True
+                    self._stop_all("cancel", f"fail_fast: item {self.plan.labels[end.index]}"
+                                   f" {end.outcome}")
+        if self.lost is not None:
+            raise self.lost
+        self._settle()
+        if failed and self.plan.fail_fast:
+            self._cancel_open("fail_fast: another item failed")
+        return None
+
+    def _settle(self) -> None:
+        ends, self.unsettled = self.unsettled, []
+        if ends and self.lost is None:
+            self.ledger.settle(self.node.id, self.visit, ends)
+
+    def _open_left(self) -> bool:
+        return any(r.state in ("pending", "running")
+                   for r in self.ledger.items(self.node.id, self.visit))
+
+    def _start_claimed(self) -> bool:
+        """Claim free slots and start their items; True when the claim ended an item
+        `interrupted` (it would have been its third start)."""
+        ends, self.unsettled = self.unsettled, []
+        if ends:
+            self.port.crash("before_items_settled")
+        claimed, interrupted = self.ledger.claim(self.node.id, self.visit, self.plan.limit,
+                                                 ends)
+        for index, start in claimed:
+            body = self.plan.bodies[index]
+            if self.turns is not None and isinstance(body, Node) and body.kind == "agent":
+                self.tickets[index] = self.turns.ticket()
+            control = RunControl()
+            thread = threading.Thread(target=self._item, args=(index, start, control),
+                                      daemon=True,
+                                      name=f"wfrun-item-{self.node.id}[{index}]")
+            self.controls[index] = control
+            self.threads[index] = thread
+            thread.start()
+        if claimed:
+            self.port.crash("after_items_claimed")
+        return bool(interrupted)  # ended `failed` by the ledger; the result reads them
+
+    def _stop_all(self, how: str, reason: str, *, clean: bool = True) -> None:
+        for control in list(self.controls.values()):
+            if how == "park":
+                control.park(reason, clean=clean)
+            else:
+                control.cancel(reason)
+
+    def _stop(self) -> NodeResult:
+        parent = self.ctx.control
+        if parent.stop_reason == "park":
+            self._stop_all("park", parent.reason or "parked", clean=parent.clean)
+        else:
+            self._stop_all("cancel", parent.reason or "cancelled")
+        self._join()
+        if self.lost is not None:
+            raise self.lost
+        self._settle()  # what ended before the stop stays ended (a park's resume skips it)
+        if parent.stop_reason == "park":
+            if parent.clean and self.parked:
+                # Stopped, not dead: their starts are not counted against the budget.
+                self.ledger.release(self.node.id, self.visit, sorted(self.parked))
+            return NodeResult("parked")
+        self._cancel_open(parent.reason or "cancelled")
+        return NodeResult("cancelled", error={"code": "cancelled",
+                                              "message": parent.reason or "cancelled"})
+
+    def abandon(self) -> None:
+        self._stop_all("park", "the run's runner stopped", clean=False)
+        for thread in list(self.threads.values()):
+            thread.join(timeout=30)
+
+    def _join(self) -> None:
+        while self.threads:
+            index, end = self.done.get()
+            self.threads.pop(index, None)
+            self.controls.pop(index, None)
+            if isinstance(end, BaseException):
+                self.lost = self.lost or end
+            elif end is not None:
+                self.unsettled.append(end)
+            else:
+                self.parked.add(index)
+
+    def _cancel_open(self, reason: str) -> None:
+        self.ledger.cancel_open(self.node.id, self.visit,
+                                {"code": "cancelled", "message": reason})
+
+    # -- pure bodies --------------------------------------------------------------------
+    def _all_pure(self) -> bool:
+        return all(isinstance(b, Node) and pure(b) for b in self.plan.bodies)
+
+    def _pure(self, open_: list[int]) -> NodeResult | None:
+        batch: list[ItemEnd] = []
+        for index in open_:
+            if self.ctx.control.stopping:
+                break
+            body = self.plan.bodies[index]
+            assert isinstance(body, Node)
+            result = execute(self.port.item_context(
+                self._item_node(body, index), "", self.deadline, self._item_values(index),
+                self.ctx.control, self.emit_lock))
+            if result.outcome == "parked" or (result.outcome == "cancelled"
+                                              and self.ctx.control.stopping):
+                break
+            masked = self._masked(ItemEnd(index, result.outcome, result.output, result.error))
+            assert masked is not None
+            batch.append(masked)
+            if len(batch) >= PURE_BATCH:
+                self.ledger.settle(self.node.id, self.visit, batch, claimed=False)
+                batch = []
+            if result.outcome != "ok" and self.plan.fail_fast:
+                break
+        if batch:
+            self.ledger.settle(self.node.id, self.visit, batch, claimed=False)
+        if self.ctx.control.stopping:
+            return self._stop()
+        if self.plan.fail_fast and self._open_left():
+            self._cancel_open("fail_fast: another item failed")
+        return None
+
+    def _masked(self, end: ItemEnd | None) -> ItemEnd | None:
+        """A secret's value never reaches the store (as `RunDriver.emit` masks events)."""
+        if end is None:
+            return None
+        mask = self.ctx.secrets.mask_json
+        return replace(end, output=mask(end.output), error=mask(end.error))
+
+    # -- one item -------------------------------------------------------------------------
+    def _item_node(self, body: Node, index: int) -> Node:
+        return replace(body, id=f"{self.node.id}[{self.plan.labels[index]}]",
+                       scope=self.node.scope)
+
+    def _item_values(self, index: int) -> dict[str, Any]:
+        values = dict(self.ctx.values)
+        if self.plan.as_name is not None:
+            values[self.plan.as_name] = self.plan.values[index]
+            values["index"] = index
+        return values
+
+    def _item(self, index: int, start: int, control: RunControl) -> None:
+        end: ItemEnd | BaseException | None
+        ticket = self.tickets.get(index)
+        try:
+            if ticket is not None and self.turns is not None:
+                self.turns.wait(ticket, control)
+            end = self._masked(self._run_item(index, control))
+        except Exception as exc:  # a bug in one item ends that item, never the run loop
+            end = ItemEnd(index, "failed", error={"code": "internal_error",
+                                                  "message": type(exc).__name__})
+        finally:
+            if ticket is not None and self.turns is not None:
+                self.turns.done(ticket)
+        self.done.put((index, end))  # the run loop writes it with the next claim
+
+    def _run_item(self, index: int, control: RunControl) -> ItemEnd | None:
+        body = self.plan.bodies[index]
+        if isinstance(body, ChildWorkflowBody):
+            return self._child(body, index, control)
+        item = self._item_node(body, index)
+        attempts = max(body.retry.attempts, 1)
+        result = NodeResult("failed")
+        clock = self.ctx.clock
+        for k in range(attempts):
+            own = clock.monotonic() + body.timeout if body.timeout is not None else None
+            deadline = min(d for d in (own, self.deadline) if d is not None) \
+                if own is not None or self.deadline is not None else None
+            with self.port.template_scope(deadline, control):
+                result = execute(self.port.item_context(
+                    item, new_attempt_id(), deadline, self._item_values(index), control,
+                    self.emit_lock))
+            if result.outcome == "parked":
+                return None
+            if result.outcome not in ("failed", "timed_out") or k + 1 >= attempts:
+                break
+            delay = backoff_delay(k + 1, body.retry.backoff, body.retry.max_delay,
+                                  jitter=ENGINE_JITTER,
+                                  seed=f"{self.ctx.run_id}|{item.id}|{k + 1}")
+            if clock.sleep(delay, control.wake) or control.stopping:
+                if control.stop_reason == "park":
+                    return None
+                break
+        if result.outcome == "cancelled" and control.stop_reason == "park":
+            return None
+        return ItemEnd(index, result.outcome, result.output, result.error)
+
+    def _child(self, body: ChildWorkflowBody, index: int,
+               control: RunControl) -> ItemEnd | None:
+        """A `workflow:` body: a linked child run, its id fixed by the item, so a resumed
+        parent finds the child it started (and resumes it, or reads how it ended)."""
+        values = self._item_values(index)
+        scope = self.port.template_scope(self.deadline, control)
+        try:
+            with scope:
+                value = render_native(body.input, values) if body.input is not None else {}
+        except TemplateError as exc:
+            return ItemEnd(index, "failed", error={"code": "template_error",
+                                                   "message": f"input: {exc}"[:2000]})
+        label = self.plan.labels[index]
+        digest = hashlib.sha256(f"{self.node.id}|{self.visit}|{label}".encode()).hexdigest()
+        run_id = f"{self.ctx.run_id}-{digest[:8]}"
+        result = self.port.child_run(body.workflow, value, run_id, control)
+        if result.outcome == "parked":
+            return None
+        error = dict(result.error or {}, child_run_id=run_id) if result.error else None
+        return ItemEnd(index, result.outcome, result.output, error)
+
+    # -- the node's result ------------------------------------------------------------------
+    def result(self, n: int) -> NodeResult:
+        records = self.ledger.items(self.node.id, self.visit)
+        summary = [{"outcome": r.state, "error": r.error, "starts": r.starts}
+                   for r in records]
+        outputs = [self.port.live(r.output) if r.state == "ok" else None for r in records]
+        if isinstance(self.node.spec, ParallelSpec):
+            output: Any = dict(zip(self.plan.labels, outputs, strict=True))
+            extra: dict[str, Any] = {"branches": dict(zip(self.plan.labels, summary,
+                                                          strict=True))}
+        else:
+            output = outputs
+            extra = {"items": summary}
+        extra["item_steps"] = sum(r.starts for r in records)
+        bad = [r for r in records if r.state != "ok"]
+        if not bad:
+            return NodeResult("ok", output, extra=extra)
+        extra["output"] = output  # kept on a failure too: the items that ended ok
+        first = next((r for r in bad if r.state != "cancelled"), bad[0])
+        outcome: Outcome = "failed" if first.state != "cancelled" else "cancelled"
+        label = self.plan.labels[first.index]
+        message = (first.error or {}).get("message") or first.state
+        error = {"code": "items_failed" if outcome == "failed" else "cancelled",
+                 "message": f"{len(bad)} of {n} items did not end ok; "
+                            f"{self.node.id}[{label}]: {message}"[:2000],
+                 "item": label}
+        return NodeResult(outcome, output, error=error, extra=extra)

@@ -1,0 +1,145 @@
+"""What one attempt of one node is given, and what it hands back.
+
+A node executor (`nodes.py`, one per kind in the node-kind table) sees a narrow
+`NodeContext`: the run's control, clock and secrets, where its logs and updates
+go, the agent executor, and its own node, attempt, deadline and template values.
+It never sees the run driver, so it cannot reach the bundle, the state or the
+loop, and the run loop (`runner.py`) is the one place that records events.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from runner.clock import Clock
+from runner.compiler import Node
+
+from ._agent import AgentStepExecutor
+from ._control import RunControl
+from ._items import ItemLedger
+from ._livelog import LiveLog
+from ._processes import ProcessRegistry
+from ._secrets import RunSecrets
+
+Outcome = Literal["ok", "failed", "timed_out", "cancelled", "parked"]
+
+
+@dataclass
+class NodeResult:
+    outcome: Outcome
+    output: Any = None
+    error: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # goes into $result (e.g. exit_code)
+
+
+class StepLogs(Protocol):
+    """One attempt's logs (`wfrun logs`): recorded events and the live file."""
+
+    def record(self, stdout: str, stderr: str, stdout_cut: bool = False,
+               stderr_cut: bool = False, exit_code: int | None = None) -> None: ...
+
+    def live(self, extra: tuple[str, ...], cap_chars: int) -> LiveLog: ...
+
+
+class StepUpdates(Protocol):
+    """What an attempt tells the run as it goes: progress updates, notifications to
+    the run's origin, and the prompts it sends an agent (all recorded in the trace)."""
+
+    def publish(self, kind: str, key: str, data: Any) -> None: ...
+
+    def notify(self, notification_id: str, kind: str, message: str,
+               channels: tuple[str, ...] = ()) -> None: ...
+
+    def prompt_sent(self, kind: str, prompt: str) -> None: ...
+
+
+class FanoutPort(Protocol):
+    """What a fan-out node (`parallel`, `map`: fanout.py) has of its run besides its own
+    attempt: where its items are durable, the run's step budget, and a context per item
+    (recorded as `NODE[i]`, under the item's own control)."""
+
+    @property
+    def items(self) -> ItemLedger: ...
+
+    def steps_left(self) -> int: ...
+
+    def item_context(self, node: Node, attempt: str, deadline: float | None,
+                     values: dict[str, Any], control: RunControl,
+                     lock: threading.Lock) -> NodeContext: ...
+
+    def template_scope(self, deadline: float | None,
+                       control: RunControl) -> AbstractContextManager[object]: ...
+
+    def live(self, value: Any) -> Any: ...
+
+    def run(self, ctx: NodeContext) -> NodeResult:
+        """Run the fan-out node `ctx` is for (engine/_fanout.py)."""
+        ...
+
+    def crash(self, point: str) -> None:
+        """The crash seam at a named point (runner.CRASH_POINTS), on the run's thread."""
+        ...
+
+    def child_run(self, workflow: str, value: Any, run_id: str,
+                  control: RunControl) -> NodeResult:
+        """A `workflow:` body: the linked child run `run_id`, to its end."""
+        ...
+
+
+@dataclass(frozen=True)
+class NodeContext:
+    run_id: str
+    workflow: str  # the definition's name
+    node: Node
+    attempt: str
+    deadline: float | None  # on `clock.monotonic()`; None: no deadline
+    values: dict[str, Any]  # the template context of the node's scope
+    visit: int  # how many times the run has entered this node (1 the first time)
+    resuming: bool  # re-running the step the run was interrupted in
+    control: RunControl
+    clock: Clock
+    secrets: RunSecrets
+    logs: StepLogs
+    updates: StepUpdates
+    executor: AgentStepExecutor | None
+    work_dir: str
+    processes: ProcessRegistry | None = None
+    fanout: FanoutPort | None = None  # a fan-out node's (set by the run loop)
+
+    def remaining(self) -> float | None:
+        if self.deadline is None:
+            return None
+        return max(self.deadline - self.clock.monotonic(), 0.0)
+
+
+Executor = Callable[[NodeContext], NodeResult]
+
+
+def fail(code: str, message: str, **extra: Any) -> NodeResult:
+    return NodeResult("failed", error={"code": code, "message": message[:2000]}, extra=extra)
+
+
+def stopped(control: RunControl) -> NodeResult:
+    """The ending of an attempt a cancel or park interrupted."""
+    if control.stop_reason == "park":
+        return NodeResult("parked")
+    return NodeResult("cancelled", error={"code": "cancelled",
+                                          "message": control.reason or "cancelled"})
+
+
+_PLAIN = frozenset({str, int, bool, type(None)})  # a JSON round trip returns them as is
+
+
+def json_value(value: Any, what: str) -> tuple[Any, NodeResult | None]:
+    if type(value) in _PLAIN:
+        return value, None
+    try:
+        return json.loads(json.dumps(value, allow_nan=False)), None
+    except (TypeError, ValueError):
+        return None, fail("not_json", f"{what} returned a value that is not JSON "
+                          f"({type(value).__name__})")

@@ -1,0 +1,175 @@
+"""A file-backed registry of child process groups, so a new host can reap orphans.
+
+SIGKILL of a host does not kill the process groups its shell nodes started
+(each runs in its own session). The host records every group it starts in
+`host.children.json`; the next host kills the groups still alive. A group is
+identified by its leader's pid *and* its kernel start time, so a recycled pid
+is never killed by mistake.
+
+A host killed between starting a command and recording its group leaves a group
+no file names. So every command also carries a mark in its environment (the
+folder, the runner's pid and start time; inherited by all it spawns), and reaping
+also looks through /proc for marks of this folder whose runner is gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+from runner._private import private_dirs
+
+
+def _start_time(pid: int) -> str | None:
+    """The process start time in clock ticks since boot (field 22 of /proc/PID/stat)."""
+    try:
+        data = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may contain spaces; fields resume after the last ')'.
+    rest = data.rsplit(")", 1)[-1].split()
+    return rest[19] if len(rest) > 19 else None
+
+
+MARK_ENV = "WFRUN_RUNNER_MARK"
+
+
+def _folder_key(folder: Path) -> str:
+    return hashlib.sha256(os.path.realpath(folder).encode()).hexdigest()[:16]
+
+
+class ProcessRegistry:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._groups: dict[int, dict[str, Any]] = {}
+        me = os.getpid()
+        # Set in every command's environment (see the module doc).
+        self.mark = f"{_folder_key(path.parent)}:{me}:{_start_time(me)}"
+
+    def add(self, pgid: int) -> None:
+        """Record a group by its leader's pid and start time: nothing else. A command's
+        argv holds rendered secrets, and this file outlives the run (issue 34.2)."""
+        with self._lock:
+            # A group whose leader is gone without `remove` (a runner that stopped
+            # mid-command) is dropped here: the file stays as small as what runs.
+            self._groups = {g: e for g, e in self._groups.items()
+                            if e.get("start") is not None and _start_time(g) == e["start"]}
+            self._groups[pgid] = {"pgid": pgid, "start": _start_time(pgid)}
+            self._save()
+
+    def remove(self, pgid: int) -> None:
+        with self._lock:
+            if self._groups.pop(pgid, None) is not None:
+                self._save()
+
+    def _save(self) -> None:
+        private_dirs(self.path.parent)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, json.dumps(list(self._groups.values())).encode())
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.path)
+
+
+def reap_orphans(path: Path) -> list[int]:
+    """Kill the process groups a dead host left behind; returns the pgids killed."""
+    try:
+        entries = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    killed = []
+    for entry in entries if isinstance(entries, list) else []:
+        pgid = entry.get("pgid") if isinstance(entry, dict) else None
+        if not isinstance(pgid, int) or pgid <= 1:
+            continue
+        start = _start_time(pgid)
+        if start is None or start != entry.get("start"):
+            continue  # gone, or the pid now belongs to someone else
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+            killed.append(pgid)
+    with contextlib.suppress(OSError):
+        path.unlink()
+    return killed
+
+
+def registry_for_this_process(folder: Path) -> ProcessRegistry:
+    """A registry file named after this process, under `folder` (one file per runner)."""
+    return ProcessRegistry(folder / f"{os.getpid()}.json")
+
+
+def reap_dead_registries(folder: Path) -> list[int]:
+    """Reap the groups recorded by runners that are no longer alive."""
+    killed: list[int] = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        # No registry yet: a runner killed between starting its first command and
+        # recording it made none. Its marked groups are found all the same.
+        names = []
+    for name in names:
+        stem = name.removesuffix(".json")
+        if not name.endswith(".json") or not stem.isdigit():
+            continue
+        pid = int(stem)
+        if pid == os.getpid() or _alive(pid):
+            continue
+        killed.extend(reap_orphans(folder / name))
+    killed.extend(_reap_marked(folder))
+    return killed
+
+
+def _reap_marked(folder: Path) -> list[int]:
+    """Kill the groups of processes marked by a runner of `folder` that is gone (its
+    pid dead or now another process's): those started but never recorded."""
+    prefix = f"{MARK_ENV}={_folder_key(folder)}:".encode()
+    mine = {os.getpid(), os.getpgrp()}
+    killed: list[int] = []
+    try:
+        pids = [int(n) for n in os.listdir("/proc") if n.isdigit()]
+    except OSError:
+        return killed
+    for pid in pids:
+        if pid in mine:
+            continue
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:  # gone, or another user's
+            continue
+        mark = next((v for v in environ.split(b"\0") if v.startswith(prefix)), None)
+        if mark is None:
+            continue
+        runner_pid, _, start = mark[len(prefix):].decode(errors="replace").partition(":")
+        if not runner_pid.isdigit() or (_start_time(int(runner_pid)) == start
+                                        and _alive(int(runner_pid))):
+            continue  # its runner still lives (a zombie runner counts as gone)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            pgid = os.getpgid(pid)
+            if pgid > 1 and pgid not in mine and pgid not in killed:
+                os.killpg(pgid, signal.SIGKILL)
+                killed.append(pgid)
+    return killed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie is dead for our purposes (its children are orphans now).
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"

@@ -1,0 +1,369 @@
+"""Child processes in their own group, and the text they leave behind (DESIGN §9).
+
+One process-group runner for every child wfrun starts: `run_group` (an argv list,
+for the command executor) and `run_shell` (a shell action: argv or a shell line,
+results as data) share one supervisor. The child runs with
+`start_new_session=True`, so it and everything it spawns share one process group,
+and one kill policy (`kill_group`) ends it: SIGTERM to the group, a grace period
+on the Clock, then SIGKILL for whatever is left. The group is killed when the
+caller stops it (cancel, park, deadline) and also when its leader exits, so a job
+the child left behind can neither keep our pipes open nor outlive the step.
+Pipes are drained on threads with byte bounds, so a chatty child can neither
+block on a full pipe nor grow our memory without limit.
+
+Text a child leaves behind is shaped by the one policy in `runner._safety`
+(`redact`, `bound`), re-exported here for older imports, before it is recorded
+anywhere (an error message, a log line).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import subprocess
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import IO, Literal
+
+from runner._safety import REDACTED as REDACTED
+from runner._safety import Keep
+from runner._safety import bound as bound
+from runner._safety import redact as redact
+from runner._safety import secret_env_values as secret_env_values
+from runner.clock import Clock, SystemClock
+
+from ._control import RunControl
+from ._processes import MARK_ENV, ProcessRegistry
+
+KILL_GRACE = 1.0
+POLL = 0.02
+# After the group is gone, give the pipes this long to reach EOF; a process that left
+# the group (setsid) may hold them for ever, and its readers are abandoned.
+DRAIN_GRACE = 0.5
+Ending = Literal["exited", "timed_out", "stopped", "not_found", "error"]
+Sink = Callable[[bytes], None]
+
+
+def safe_text(text: str, limit: int, secrets: Iterable[str] = (), *, keep: Keep = "head") -> str:
+    """Redact first (so a cut cannot split a secret past the masks), then bound to
+    `limit` UTF-8 bytes; line breaks are kept (see `runner._safety.safe_message`)."""
+    return bound(redact(text, secrets), limit, keep)
+
+
+class _Drain(threading.Thread):
+    """Reads a pipe to EOF, keeping the first (or last) `cap` bytes."""
+
+    def __init__(self, pipe: IO[bytes], cap: int, keep: str, sink: Sink | None = None) -> None:
+        super().__init__(daemon=True)
+        self.pipe = pipe
+        self.sink = sink  # each chunk as read (a live log), before any cut
+        self.cap = cap
+        self.keep = keep
+        self.data = bytearray()
+        self.truncated = False
+
+    def run(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            while True:
+                chunk = self.pipe.read1(65536)  # type: ignore[attr-defined]
+                if not chunk:
+                    break
+                if self.sink is not None:
+                    try:
+                        self.sink(chunk)
+                    except Exception:  # a broken live view must not lose the output
+                        self.sink = None
+                self.data += chunk
+                if len(self.data) > self.cap:
+                    self.truncated = True
+                    if self.keep == "tail":
+                        del self.data[: len(self.data) - self.cap]
+                    else:
+                        del self.data[self.cap:]
+
+
+def _feed(pipe: IO[bytes], data: bytes) -> None:
+    # A child that never reads stdin, or exits early, is not an error for us.
+    with contextlib.suppress(OSError, ValueError):
+        pipe.write(data)
+    with contextlib.suppress(OSError, ValueError):
+        pipe.close()
+
+
+@dataclass(frozen=True)
+class GroupResult:
+    returncode: int | None  # negative: killed by that signal
+    stdout: str
+    stdout_truncated: bool
+    stderr: str  # the tail, which is where errors usually are
+    stopped: bool  # True when `should_stop` made us kill the group
+    seconds: float
+
+
+@dataclass(frozen=True)
+class ShellResult:
+    ending: Ending
+    exit_code: int | None
+    signal: int | None
+    stdout: str
+    stderr: str
+    stdout_truncated: bool
+    stderr_truncated: bool
+    duration_ms: int
+    error: str | None = None
+
+
+def kill_group(proc: subprocess.Popen[bytes], grace: float = KILL_GRACE,
+               settled: Callable[[], bool] | None = None, *,
+               clock: Clock | None = None) -> None:
+    """SIGTERM the child's process group, then SIGKILL whatever is left after `grace`
+    seconds on `clock` (default: the system clock).
+
+    The wait ends early once the leader has exited and the group is empty, or
+    `settled()` says so (the caller may know better: a group whose members are
+    zombies nobody reaps still "exists" for the kernel). On a test's FakeClock the
+    grace passes as virtual time, like every other wait of the run.
+    """
+    clock = clock or SystemClock()
+    pgid = proc.pid  # start_new_session made the child the group leader
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGTERM)
+    end = clock.monotonic() + grace
+    while clock.monotonic() < end:
+        # Polling also reaps the leader, so it does not keep the group alive as a zombie.
+        if proc.poll() is not None and (_group_gone(pgid) or (settled and settled())):
+            break
+        clock.sleep(POLL)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=5)
+
+
+def _group_gone(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return True
+    return False
+
+
+@dataclass
+class _Ran:
+    """What the supervisor leaves: the reaped leader and its drained pipes."""
+
+    proc: subprocess.Popen[bytes]
+    out: _Drain
+    err: _Drain
+    stopped: bool
+
+
+def _supervise(proc: subprocess.Popen[bytes], *, stdin: str | None, out_cap: int,
+               err_cap: int, err_keep: str, should_stop: Callable[[], bool], grace: float,
+               clock: Clock, sinks: tuple[Sink, Sink] | None = None) -> _Ran:
+    """Drain, wait, and kill the group by the one policy (on a stop, and once the
+    leader has exited, so no straggler survives it)."""
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    # 4 bytes per character is the UTF-8 worst case; the text is cut to characters later.
+    out = _Drain(proc.stdout, out_cap * 4, "head", sinks[0] if sinks else None)
+    err = _Drain(proc.stderr, err_cap * 4, err_keep, sinks[1] if sinks else None)
+    out.start()
+    err.start()
+    if stdin is not None and proc.stdin is not None:
+        threading.Thread(target=_feed, args=(proc.stdin, stdin.encode()), daemon=True).start()
+
+    def pipes_closed() -> bool:
+        # Nothing alive holds our stdout/stderr any more: the group has wound down.
+        return not out.is_alive() and not err.is_alive()
+
+    stopped = False
+    exited = _ExitWaiter(proc)
+    try:
+        while not exited(POLL):  # a wait on the operating system, not a poll of time
+            if should_stop():
+                stopped = True
+                break
+    finally:
+        exited.close()
+    # Stopped: the whole group goes. Exited: whatever the leader left in its group
+    # (a background job) goes too; an empty group costs three system calls.
+    kill_group(proc, grace, pipes_closed, clock=clock)
+    out.join(timeout=DRAIN_GRACE)
+    err.join(timeout=DRAIN_GRACE)
+    for reader in (out, err):
+        # A process that left the group (setsid) may still hold the pipe: its daemon
+        # reader is abandoned rather than letting it block the step. Closing a buffered
+        # pipe waits for its lock, which a blocked reader holds.
+        if not reader.is_alive():
+            with contextlib.suppress(OSError):
+                reader.pipe.close()
+    return _Ran(proc, out, err, stopped)
+
+
+class _ExitWaiter:
+    """Waits for the child's exit. On Linux a pidfd becomes readable the moment the
+    child exits, so a step ends without the latency of `Popen.wait(timeout)`, which
+    sleeps in growing steps (0.5 ms up to 50 ms) between checks."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+        self.fd: int | None = None
+        self.poller: select.poll | None = None
+        with contextlib.suppress(AttributeError, OSError):  # no pidfd: Popen.wait
+            self.fd = os.pidfd_open(proc.pid)
+            self.poller = select.poll()
+            self.poller.register(self.fd, select.POLLIN)
+
+    def __call__(self, timeout: float) -> bool:
+        """True once the child has exited (and is reaped); else after `timeout` s."""
+        if self.poller is not None:
+            if not self.poller.poll(int(timeout * 1000)):
+                return False
+            self.proc.wait()  # exited: the reap returns at once
+            return True
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
+    def close(self) -> None:
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = self.poller = None
+
+
+def _text(drain: _Drain, cap: int, keep: str = "head") -> tuple[str, bool]:
+    """The captured bytes as at most `cap` characters, and whether anything was cut."""
+    text = bytes(drain.data).decode("utf-8", errors="replace")
+    cut = drain.truncated or len(text) > cap
+    return (text[-cap:] if keep == "tail" else text[:cap]), cut
+
+
+def run_group(
+    argv: Sequence[str],
+    *,
+    stdin: str | None,
+    cwd: str | None,
+    env: Mapping[str, str] | None,
+    should_stop: Callable[[], bool],
+    stdout_cap: int = 1_000_000,
+    stderr_cap: int = 16_384,
+    grace: float = KILL_GRACE,
+    clock: Clock | None = None,
+    sinks: tuple[Sink, Sink] | None = None,
+) -> GroupResult:
+    """Run `argv` to completion or until `should_stop()`; raises OSError if it cannot
+    start. `env` None inherits ours; a mapping replaces it. Keeps the head of stdout
+    and the tail of stderr; `sinks` (stdout, stderr) see every chunk as it is read."""
+    clock = clock or SystemClock()
+    start = clock.monotonic()
+    proc = subprocess.Popen(
+        list(argv),
+        cwd=cwd,
+        env=dict(env) if env is not None else None,
+        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    ran = _supervise(proc, stdin=stdin, out_cap=stdout_cap, err_cap=stderr_cap,
+                     err_keep="tail", should_stop=should_stop, grace=grace, clock=clock,
+                     sinks=sinks)
+    stdout, truncated = _text(ran.out, stdout_cap)
+    stderr, _ = _text(ran.err, stderr_cap, "tail")
+    return GroupResult(
+        returncode=proc.returncode,
+        stdout=stdout,
+        stdout_truncated=truncated,
+        stderr=stderr,
+        stopped=ran.stopped,
+        seconds=clock.monotonic() - start,
+    )
+
+
+def run_shell(
+    command: list[str] | str,
+    *,
+    use_shell: bool,
+    cwd: str | None,
+    env: Mapping[str, str] | None,
+    stdin: str | None,
+    deadline: float | None,
+    cap: int,
+    control: RunControl,
+    clock: Clock,
+    registry: ProcessRegistry | None = None,
+    grace: float = KILL_GRACE,
+    sinks: tuple[Sink, Sink] | None = None,
+) -> ShellResult:
+    """A shell action: `command` (argv, or a shell line with `use_shell`) with `env`
+    added to ours, until it exits, `control` stops it or `deadline` (on `clock`)
+    passes. Never raises for a command that cannot start: that is a result. `sinks`
+    (stdout, stderr) see every chunk as it is read: the live log."""
+    start = clock.monotonic()
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    if registry is not None:  # found by the next runner even if `add` never happens
+        full_env[MARK_ENV] = registry.mark
+    try:
+        proc = subprocess.Popen(
+            command,
+            shell=use_shell,
+            cwd=cwd,
+            env=full_env,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+    except FileNotFoundError as exc:
+        missing = exc.filename or (command[0] if isinstance(command, list) else command)
+        what = "working directory" if cwd and missing == cwd else "command"
+        return _failed("not_found", f"{what} not found: {missing}", start, clock)
+    except PermissionError as exc:
+        return _failed("error", f"permission denied: {exc.filename}", start, clock)
+    except OSError as exc:
+        return _failed("error", f"cannot start command: {exc.strerror}", start, clock)
+    except ValueError:  # a NUL byte in argv, env or cwd (nodes.py checks first, with detail)
+        return _failed("error", "the command, its environment or working directory contains "
+                       "a NUL byte", start, clock)
+    if registry is not None:
+        registry.add(proc.pid)
+    why: list[Ending] = []
+
+    def should_stop() -> bool:
+        if control.stopping:
+            why.append("stopped")
+        elif deadline is not None and clock.monotonic() >= deadline:
+            why.append("timed_out")
+        return bool(why)
+
+    ran = _supervise(proc, stdin=stdin, out_cap=cap, err_cap=cap, err_keep="head",
+                     should_stop=should_stop, grace=grace, clock=clock, sinks=sinks)
+    if registry is not None:  # `_supervise` killed its group: nothing left to reap
+        registry.remove(proc.pid)
+    code = proc.returncode
+    stdout, stdout_cut = _text(ran.out, cap)
+    stderr, stderr_cut = _text(ran.err, cap)
+    return ShellResult(
+        ending=why[0] if why else "exited",
+        exit_code=code if code is not None and code >= 0 else None,
+        signal=-code if code is not None and code < 0 else None,
+        stdout=stdout,
+        stderr=stderr,
+        stdout_truncated=stdout_cut,
+        stderr_truncated=stderr_cut,
+        duration_ms=int((clock.monotonic() - start) * 1000),
+    )
+
+
+def _failed(ending: Ending, message: str, start: float, clock: Clock) -> ShellResult:
+    return ShellResult(ending, None, None, "", "", False, False,
+                       int((clock.monotonic() - start) * 1000), message)

@@ -1,0 +1,224 @@
+"""The run state: a pure fold of trace events (the trace is the truth).
+
+`RunState.apply` is used both live (right after an event is appended) and on
+resume (replaying the whole trace), so the two can never disagree.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+STATE_SCHEMA = "wfrun.run-state.v1"
+TRACE_SCHEMA = "wfrun.trace-event.v1"
+TERMINAL = frozenset({"completed", "failed", "timed_out", "cancelled"})
+STATUSES = ("running", "waiting", "completed", "failed", "timed_out", "cancelled")
+EVENT_TYPES = (
+    "run_started", "node_started", "agent_prompt_sent", "node_finished", "node_failed",
+    "update_published", "notification_emitted", "include_entered", "include_exited",
+    "run_paused", "run_resumed", "run_completed", "run_waiting", "run_failed",
+    "run_timed_out", "run_cancelled", "run_interrupted", "run_parked",
+)
+_TERMINAL_EVENTS = {"run_completed": "completed", "run_failed": "failed",
+                    "run_timed_out": "timed_out", "run_cancelled": "cancelled"}
+
+
+@dataclass
+class RunState:
+    run_id: str
+    workflow: str = ""
+    status: str = "running"
+    paused: bool = False
+    input: Any = None
+    parent_run_id: str | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    current_node: str | None = None
+    current_attempt: str | None = None
+    current_node_started_at: str | None = None
+    last_node: str | None = None  # the last node that finished (any outcome)
+    steps: int = 0
+    # Steps per include invocation (mount path -> count), bounded by the child's max_steps.
+    scope_steps: dict[str, int] = field(default_factory=dict)
+    scope_inputs: dict[str, Any] = field(default_factory=dict)
+    outputs: dict[str, Any] = field(default_factory=dict)
+    results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    visits: dict[str, int] = field(default_factory=dict)
+    updates: dict[str, dict[str, Any]] = field(default_factory=dict)
+    notifications: int = 0
+    waiting_on: str | None = None
+    final_output: Any = None
+    error: dict[str, Any] | None = None
+    trace_seq: int = 0
+    carried_steps: int = 0
+    # A rerun (engine/_rerun.py): the node it executes first, and what it reran.
+    start_at: str | None = None
+    rerun: dict[str, Any] | None = None
+    continued_at: str | None = None
+    # How many times `current_node` started without ending and without a clean park
+    # (`run_parked`): a start after such a start of the same node means the process
+    # running it died. Resume bounds it (engine.py, NODE_START_BUDGET).
+    current_node_starts: int = 0
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL
+
+    def apply(self, event: dict[str, Any]) -> None:
+        kind = event["type"]
+        p = event.get("payload") or {}
+        self.trace_seq = int(event["seq"])
+        node = event.get("node")
+        at = event.get("at")
+        if kind == "run_started":
+            self.workflow = p.get("workflow", "")
+            self.input = p.get("input")
+            self.parent_run_id = p.get("parent_run_id")
+            self.started_at = at
+            carried = p.get("carried") or {}
+            self.outputs = copy.deepcopy(carried.get("outputs", {}))
+            self.results = copy.deepcopy(carried.get("results", {}))
+            self.steps = self.carried_steps = int(carried.get("steps", 0))
+            self.scope_inputs = copy.deepcopy(carried.get("scope_inputs", {}))
+            self.start_at = p.get("start_at")
+            self.rerun = p.get("rerun")
+            # A continuation begins after its parent's checkpoint (`wfrun answer`).
+            self.continued_at = p.get("checkpoint") if p.get("continued_from") else None
+        elif kind == "node_started":
+            unfinished = self.current_node == node and self.current_node is not None
+            self.current_node_starts = self.current_node_starts + 1 if unfinished else 1
+            self.current_node = node
+            self.current_attempt = event.get("attempt")
+            self.current_node_started_at = at
+            if p.get("counts_step", True) and p.get("retry", 0) == 0:
+                self.steps += 1
+                scope = p.get("scope") or ""
+                if scope:
+                    self.scope_steps[scope] = self.scope_steps.get(scope, 0) + 1
+            # A resumed start is the same visit (a fan-out node finds its items by it).
+            if p.get("retry", 0) == 0 and node and not p.get("resumed"):
+                self.visits[node] = self.visits.get(node, 0) + 1
+        elif kind in ("node_finished", "node_failed"):
+            result = {
+                # The attempt's number (1 = the first try), as docs/workflows.md says; the
+                # attempt's id (the trace's, the agent contract's) is `attempt_id`.
+                "attempt": int(p.get("retry") or 0) + 1,
+                "attempt_id": event.get("attempt"),
+                "outcome": p.get("outcome", "ok" if kind == "node_finished" else "failed"),
+                "started_at": p.get("started_at"),
+                "finished_at": at,
+                "duration_ms": p.get("duration_ms"),
+                "kind": p.get("kind"),
+            }
+            for key in ("items", "branches"):  # a fan-out node's per-item outcomes
+                if key in p:
+                    result[key] = p[key]
+            if not p.get("will_retry"):
+                self.steps += int(p.get("item_steps") or 0)  # each item counts a step
+            if kind == "node_finished":
+                result["output"] = p.get("output")
+                if node:
+                    self.outputs[node] = p.get("output")
+            else:
+                result["error"] = p.get("error")
+                if node and "output" in p:
+                    self.outputs[node] = p["output"]  # a fan-out's list, null per failure
+                elif node and not p.get("will_retry"):
+                    self.outputs.pop(node, None)  # a later failure removes the output
+            if p.get("will_retry"):
+                result["will_retry"] = True
+            if p.get("cached_from"):
+                result["cached_from"] = p["cached_from"]  # a `cache:` hit: nothing ran
+            if node:
+                self.results[node] = result
+                if not p.get("will_retry"):
+                    self.last_node = node
+            self.current_node = None
+            self.current_attempt = None
+            self.current_node_started_at = None
+            self.current_node_starts = 0
+        elif kind == "include_entered":
+            mount = p.get("mount", "")
+            prefix = mount + "/"
+            # Re-entry starts empty: forget the previous invocation's outputs.
+            for key in [k for k in self.outputs if k.startswith(prefix)]:
+                del self.outputs[key]
+            for key in [k for k in self.results if k.startswith(prefix)]:
+                del self.results[key]
+            for key in [k for k in self.scope_steps if k == mount or k.startswith(prefix)]:
+                del self.scope_steps[key]
+            self.scope_inputs[mount] = p.get("input")
+        elif kind == "include_exited":
+            mount = p.get("mount", "")
+            self.outputs[mount] = {"exit": p.get("exit"), "output": p.get("output")}
+        elif kind == "update_published":
+            key = f"{p.get('type')}:{p.get('key')}"
+            self.updates[key] = {"node": node, "type": p.get("type"), "key": p.get("key"),
+                                 "data": p.get("data"), "at": at}
+        elif kind == "notification_emitted":
+            self.notifications += 1
+        elif kind == "run_paused":
+            self.paused = True
+        elif kind == "run_resumed":
+            self.paused = False
+            if self.status == "waiting":
+                self.status = "running"
+        elif kind == "run_waiting":
+            self.status = "waiting"
+            self.waiting_on = p.get("waiting_on")
+            self.final_output = p.get("final_output")
+            self.finished_at = at
+        elif kind in _TERMINAL_EVENTS:
+            self.status = _TERMINAL_EVENTS[kind]
+            self.final_output = p.get("final_output")
+            self.error = p.get("error")
+            self.finished_at = at
+            self.current_node = None
+            self.current_attempt = None
+        elif kind == "run_interrupted":
+            self.current_node = None
+        elif kind == "run_parked" and self.current_node is not None:
+            # Stopped cleanly (a host's SIGTERM, a Ctrl-C): that start of the node did
+            # not end in a death, so the crash-loop budget does not count it.
+            self.current_node_starts = max(self.current_node_starts - 1, 0)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": STATE_SCHEMA,
+            "run_id": self.run_id,
+            "workflow": self.workflow,
+            "status": self.status,
+            "paused": self.paused,
+            "input": self.input,
+            "parent_run_id": self.parent_run_id,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "current_node": self.current_node,
+            "current_attempt": self.current_attempt,
+            "current_node_started_at": self.current_node_started_at,
+            "current_node_starts": self.current_node_starts,
+            "last_node": self.last_node,
+            "steps": self.steps,
+            "carried_steps": self.carried_steps,
+            "start_at": self.start_at,
+            "rerun": self.rerun,
+            "scope_steps": self.scope_steps,
+            "scope_inputs": self.scope_inputs,
+            "outputs": self.outputs,
+            "results": self.results,
+            "visits": self.visits,
+            "updates": self.updates,
+            "notifications": self.notifications,
+            "waiting_on": self.waiting_on,
+            "final_output": self.final_output,
+            "error": self.error,
+            "trace_seq": self.trace_seq,
+        }
+
+
+def fold(run_id: str, events: list[dict[str, Any]]) -> RunState:
+    state = RunState(run_id)
+    for event in events:
+        state.apply(event)
+    return state

@@ -1,0 +1,654 @@
+"""The standalone host (`wfrun host`): one per project, runs detached work (DESIGN §8).
+
+It holds an advisory lock (`.wfrun/state/host.lock`, naming its pid), reaps the
+process groups a dead host left behind, then loops: claim detached queued
+launches and parked or abandoned runs (up to `max_runs` at once, on worker threads
+kept for the host's life), and run the controller manager beside them. Idle, it
+sleeps until a run ends, the store announces a claimable launch (Postgres:
+LISTEN/NOTIFY, through `LaunchListener`) or the poll interval passes (SQLite has no
+notices: it polls).
+SIGINT/SIGTERM parks every in-flight run at a safe point and exits; `once` drains
+what is ready and exits. While detached launches wait in the queue (for a free
+slot), a `SourceWatch` on their source files logs one line per launch whose source
+changed; activation's digest check still decides. With `--processes N` the slots
+are shared with N - 1 worker processes forked at start (`fork_workers`, workers.py),
+each running this same claim loop (`StandaloneHost.work`) on its own store handle.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runner._leases import LEASE_SECONDS
+from runner._private import private_dirs
+from runner.controllers import ControllerManager
+from runner.engine import AgentStepExecutor, RunControl, RunOutcome
+from runner.engine import _tracing as tracing
+from runner.engine._processes import (
+    ProcessRegistry,
+    reap_dead_registries,
+    reap_orphans,
+    registry_for_this_process,
+)
+from runner.engine._runner import Observer
+from runner.errors import InputError, machine_fault
+from runner.launch._wakeups import LaunchListener
+from runner.store import LaunchBook, LaunchRecord, NextClaim, QueuedSources, Store, StoreError
+from runner.store._wakeups import launch_wakeups
+
+from ._metrics import Forwarded, Metrics, take_forwarded
+from ._workers import (
+    EXIT_GRACE,
+    Message,
+    WorkerPool,
+    portable,
+    shares,
+    store_is_open,
+    watch_control,
+)
+from .runtime._channels import ChannelDeliverer, DeliveryPass, load_channels
+from .runtime._coordinators import build_coordinator
+from .runtime._errors import translate
+from .runtime._local import Workspace
+from .runtime._triggers import HostTriggers
+from .runtime._watch import Drift, Sourced, SourceWatch
+from .runtime._webhooks import WebhookServer
+
+log = logging.getLogger(__name__)
+__all__ = ["LEASE_SECONDS", "HostLock", "HostReport", "StandaloneHost", "WorkerSettings",
+           "fork_workers"]
+PARK_DEADLINE = 8.0
+HOST_CHILDREN = "host.children.json"  # the host's own shell process groups, for reaping
+CLAIM_RETRY = 1.0  # seconds between claims while the store refuses them
+TIMEOUT_JOIN = 15.0  # a post in flight when the host stops (its own timeout is 10 s)
+# The source watch's query groups the queued launches by source identity in the
+# database (one row per distinct source, never one per launch: a host's memory stays
+# flat in the queue's length), still a scan of the queue: it runs at most once per
+# poll interval, and at most every WATCH_SHARE times its own last duration, so a long
+# queue costs the loop at most ~1/WATCH_SHARE of its time.
+WATCH_SHARE = 20
+WATCH_SOURCES = 1000  # distinct source identities watched at most (the oldest first)
+
+
+@dataclass(frozen=True, slots=True)
+class SourceGroup:
+    """The queued detached launches of one source identity, as the watch sees them:
+    `run_id` is the group's key (drift is a property of the files, not of a launch)."""
+
+    run_id: str
+    source: dict[str, object]
+    launches: int
+    first_run_id: str
+
+    @staticmethod
+    def of(row: QueuedSources) -> SourceGroup | None:
+        try:
+            source = json.loads(row.source_json)
+        except ValueError:
+            return None
+        if not isinstance(source, dict):
+            return None
+        key = "sources-" + hashlib.sha256(row.source_json.encode()).hexdigest()[:16]
+        return SourceGroup(key, source, row.launches, row.first_run_id)
+
+    def named(self) -> str:
+        if self.launches == 1:
+            return f"queued launch {self.first_run_id}"
+        return f"{self.launches} queued launches ({self.first_run_id}, ...)"
+
+
+@dataclass
+class HostReport:
+    """What a host did, as counters only: a host serving runs for weeks holds nothing
+    per run (it kept every RunOutcome, outputs included, until it exited)."""
+
+    started: int = 0
+    ended: dict[str, int] = field(default_factory=dict)
+    failed_to_start: int = 0
+    reaped: list[int] = field(default_factory=list)
+    reconciles: int = 0
+    notifications: int = 0  # channel notifications delivered
+
+    def count(self, outcome: RunOutcome) -> None:
+        key = "parked" if outcome.parked else outcome.status
+        self.ended[key] = self.ended.get(key, 0) + 1
+
+    def counts(self) -> dict[str, int]:
+        """Finished runs by how they ended: completed, failed, timed_out, cancelled,
+        waiting (at a checkpoint) and parked (stopped, to be resumed)."""
+        return dict(self.ended)
+
+
+# Called once per launch the host executed: its run id and outcome (None: it failed to
+# start; the launch row says why).
+RunEnded = Callable[[str, RunOutcome | None], None]
+
+
+class HostLock:
+    """An exclusive advisory lock on the project; the holder's pid is in the file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.fd: int | None = None
+
+    def acquire(self) -> None:
+        try:
+            private_dirs(self.path.parent)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            fault = machine_fault(exc, str(self.path))
+            if fault is None:
+                raise
+            raise fault from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            holder = os.read(fd, 64).decode(errors="replace").strip()
+            os.close(fd)
+            if exc.errno in (errno.EAGAIN, errno.EACCES):
+                # The README's "several hosts" made users start two here (issue 34).
+                raise InputError("another wfrun host is running for this project"
+                                 + (f" (pid {holder})" if holder else "")
+                                 + "; stop it first, or give it more slots or cores "
+                                 "(--max-runs, --processes); hosts share one queue only on "
+                                 "Postgres, each in its own project folder") from None
+            raise
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, str(os.getpid()).encode())
+        except OSError as exc:  # a full disk: the pid is a courtesy, the flock is the lock
+            log.warning("wfrun host: cannot write its pid to %s (%s)", self.path, exc.strerror)
+        self.fd = fd
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def host_lock(ws: Workspace) -> HostLock:
+    if ws.project_root is None:
+        raise InputError("wfrun host needs a project (a folder with .wfrun/); pass --project")
+    return HostLock(ws.project_root / ".wfrun" / "state" / "host.lock")
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """What a worker process needs to build its own store, executor and claim loop."""
+
+    open_store: Callable[[], Store]
+    executor: AgentStepExecutor | None = None  # the host's, copied by the fork
+    once: bool = False
+    poll: float = 0.5
+    durability: str = "full"
+    lease_seconds: float = LEASE_SECONDS
+    metrics: bool = False  # measure, forwarded to the host (`wfrun host --metrics`)
+
+
+def fork_workers(ws: Workspace, lock: HostLock, *, processes: int, max_runs: int,
+                 settings: WorkerSettings) -> tuple[WorkerPool | None, int]:
+    """Fork the host's `processes - 1` worker processes (`wfrun host --processes N`):
+    the pool and the host's own share of the `max_runs` slots.
+
+    Called with the host lock held and before this process opens the store or starts
+    a thread: SQLite keeps per-process lock state in memory, which a fork would copy
+    into the workers wrong (workers.py says more)."""
+    split = shares(max_runs, processes)
+    if processes == 1:
+        return None, split[0]
+    if lock.fd is None:
+        raise RuntimeError("fork_workers needs the host lock held")
+    if store_is_open(ws):
+        raise RuntimeError("fork_workers must run before this process opens the store")
+    pool = WorkerPool(ws.children_dir, clock=ws.clock)
+    # A dead host's groups go before any worker could resume a run beside them.
+    pool.reaped = _reap(lock.path.parent, ws)
+
+    def body(share: int) -> Callable[[Callable[[Message], None], int], None]:
+        return lambda send, control: _work_as_worker(ws, settings, share, send, control)
+
+    for share in split[1:]:
+        pool.fork(body(share))
+    # The host reads their reports once it exists (StandaloneHost.run): until then
+    # they wait in the pipes, so a run a worker ends first is still counted.
+    return pool, split[0]
+
+
+def _work_as_worker(ws: Workspace, settings: WorkerSettings, share: int,
+                    send: Callable[[Message], None], control: int) -> None:
+    """A worker process: its own store and claim loop, reporting to its host."""
+    import signal
+
+    store = settings.open_store()
+    try:
+        worker = StandaloneHost(ws, store, executor=settings.executor, max_runs=share,
+                                poll=settings.poll, durability=settings.durability,
+                                lease_seconds=settings.lease_seconds,
+                                on_run_ended=lambda run_id, outcome: send(
+                                    ("ended", run_id, outcome)),
+                                registry=registry_for_this_process(ws.children_dir),
+                                metrics=Forwarded(send) if settings.metrics else None)
+        worker.on_run_started = lambda run_id: send(("started", run_id))
+        watch_control(control, worker.stop)
+        signal.signal(signal.SIGTERM, lambda _signum, _frame: worker.stop())
+        worker.work(once=settings.once)
+    except Exception as exc:
+        error = translate(exc)
+        if error is None:  # a bug: the worker's traceback is the report
+            raise
+        # A user's error (a damaged store, a full disk): the host stops and says it in
+        # its one line, as it does for its own.
+        send(("failed", portable(error)))
+    finally:
+        store.close()
+        tracing.flush()  # the worker ends with os._exit: no atexit sends its last spans
+
+
+def _reap(state_dir: Path, ws: Workspace) -> list[int]:
+    """Kill the process groups of a dead host and of dead foreground runners."""
+    return (reap_orphans(state_dir / HOST_CHILDREN)
+            + reap_dead_registries(ws.children_dir))
+
+
+class StandaloneHost:
+    def __init__(self, ws: Workspace, store: Store, *,
+                 executor: AgentStepExecutor | None = None,
+                 manager: ControllerManager | None = None, max_runs: int = 4,
+                 poll: float = 0.5, observer: Observer | None = None,
+                 durability: str = "full", lease_seconds: float = LEASE_SECONDS,
+                 on_run_ended: RunEnded | None = None, lock: HostLock | None = None,
+                 pool: WorkerPool | None = None,
+                 registry: ProcessRegistry | None = None, listen: str | None = None,
+                 metrics: Metrics | None = None) -> None:
+        """`listen`: ADDR:PORT for the webhook triggers (runtime/_webhooks.py).
+        `lock`: the project's host lock when the caller took it already (before
+        forking `pool`, the worker processes, with `fork_workers`); `registry`: where
+        shell process groups are recorded (a worker process has its own); `metrics`:
+        what the host measures (metrics.py; none by default)."""
+        if ws.project_root is None:
+            raise InputError("wfrun host needs a project (a folder with .wfrun/); pass --project")
+        self.ws = ws
+        self.store = store
+        self.state_dir = ws.project_root / ".wfrun" / "state"
+        self.lock = lock or HostLock(self.state_dir / "host.lock")
+        self.pool = pool
+        self.metrics = metrics or Metrics()
+        if pool is not None:
+            pool.on_started, pool.on_ended = self._worker_started, self._run_ended
+            pool.on_metric = lambda name, args: take_forwarded(self.metrics, name, args)
+            pool.on_failed = lambda _error: self.stop()
+        self.processes = registry or ProcessRegistry(self.state_dir / HOST_CHILDREN)
+        self.manager = manager
+        self.max_runs = max(max_runs, 1)
+        self.poll = poll
+        # A session's run handed over to this host gives its agent steps back.
+        self.coordinator = build_coordinator(ws, store, "host", executor=executor,
+                                             observer=self.metrics.observe(observer),
+                                             durability=durability,
+                                             processes=self.processes,
+                                             lease_seconds=lease_seconds)
+        self.coordinator.faults.announce = True  # launches a full disk left waiting
+        self.stop_event = threading.Event()
+        self._wake = threading.Event()  # a run ended (a slot is free) or the host stops
+        self.idle = threading.Event()  # set while the loop sleeps (tests and benches wait on it)
+        self._lock = threading.Lock()
+        self._running: dict[str, tuple[threading.Event, RunControl]] = {}  # set: it ended
+        self._work: queue.SimpleQueue[tuple[LaunchRecord, RunControl] | None] = \
+            queue.SimpleQueue()
+        self._workers: list[threading.Thread] = []
+        self.report = HostReport()
+        self.on_run_ended = on_run_ended
+        self.on_run_started: Callable[[str], None] | None = None
+        self.watch = SourceWatch(self._drifted, on_clear=self._restored, clock=ws.clock)
+        self._watched_at: float | None = None
+        self._watch_every = poll  # seconds between two looks at the queue (see WATCH_SHARE)
+        self._drift_logged: set[str] = set()  # one log line per drifted source group
+        self._groups: dict[str, SourceGroup] = {}  # the watched groups, by key
+        self._claim_error_logged: str | None = None
+        self.listener: LaunchListener | None = None  # while running, if the store has notices
+        # `notify` messages for configured channels (webhooks, Slack): a bad config stops
+        # the host here, in one line, before it claims anything.
+        self.deliverer = ChannelDeliverer(store, load_channels(ws.project_root), ws.clock)
+        self._delivery_error: str | None = None
+        # The project's `triggers:` (runtime/_triggers.py): the host runs them, its
+        # worker processes do not; `--once` fires none.
+        self.triggers: HostTriggers | None = None
+        self.listen = listen
+        self.webhooks: WebhookServer | None = None
+
+    # -- lifecycle -------------------------------------------------------------------
+    def run(self, *, once: bool = False,
+            on_ready: Callable[[], None] | None = None) -> HostReport:
+        """Hold the project's host lock and work; `on_ready` is called once the lock is
+        held (a refused second host says so before anything else)."""
+        if self.lock.fd is None:
+            self.lock.acquire()
+        try:
+            if not once:
+                manager = self.manager
+                self.triggers = HostTriggers(
+                    self.ws, self.store, self.coordinator,
+                    on_launched=lambda _run: self._wake.set(),
+                    listening=self.listen is not None,
+                    controllers=(lambda: manager.controllers.values()) if manager else None,
+                    enqueue=manager.enqueue if manager else None)
+                if self.listen is not None:  # a refused address: before anything runs
+                    self.webhooks = WebhookServer(self.listen, self.triggers.loop,
+                                                  self.triggers.current, os.environ)
+                    self.webhooks.start()
+            if on_ready is not None:
+                on_ready()
+            # Groups of a dead host, and of dead foreground runners (`wfrun run`).
+            self.report.reaped = (self.pool.reaped if self.pool is not None else []) + \
+                _reap(self.state_dir, self.ws)
+            if self.pool is not None:
+                self.pool.start_reading()
+            if self.manager is not None and not once:
+                self.manager.start()
+            delivery = None
+            if not once:
+                delivery = threading.Thread(target=self._delivery_loop, daemon=True,
+                                            name="wfrun-notify-channels")
+                delivery.start()
+            self.watch.start()
+            try:
+                self.work(once)
+            except BaseException:
+                self.stop_event.set()  # the workers must not run on (or be waited for)
+                raise
+            finally:
+                self.watch.stop()
+                if delivery is not None:
+                    delivery.join(timeout=TIMEOUT_JOIN)
+                if self.pool is not None:  # the workers park (if stopping) and report
+                    self.pool.finish(self.stop_event, PARK_DEADLINE + EXIT_GRACE)
+                if self.manager is not None:
+                    self.manager.stop(grace=2.0)
+            if self.pool is not None and self.pool.failure is not None:
+                raise self.pool.failure  # a worker's error ends the host, in one line
+        finally:
+            if self.webhooks is not None:
+                self.webhooks.stop()
+            if self.triggers is not None:
+                self.triggers.stop()
+            self.lock.release()
+        return self.report
+
+    def work(self, once: bool = False) -> None:
+        """The claim loop alone: what a worker process runs (its host holds the lock,
+        the controllers and the source watch); parks what is in flight when stopped."""
+        try:
+            wakeups = None if once else launch_wakeups(self.store)
+            if wakeups is not None:  # listening before the first claim: no notice falls between
+                self.listener = LaunchListener(wakeups, self._wake.set)
+                self.listener.start()
+            self._loop(once)
+        finally:
+            if self.listener is not None:
+                self.listener.stop()
+            if self.pool is not None and self.stop_event.is_set():
+                self.pool.stop()  # the workers park beside this host's own runs
+            self._park_all()
+            self._stop_workers()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self._wake.set()
+
+    def _loop(self, once: bool) -> None:
+        while not self.stop_event.is_set():
+            self._wake.clear()  # before claiming: a run ending from here on wakes the wait
+            # Due slots first: a slot's run is claimed in this same pass.
+            next_slot = self.triggers.tick() if self.triggers is not None else None
+            claimed = self._claim_ready()
+            if not once:  # --once ends with the error line itself
+                self._report_claim_error()
+            self._watch_queued()
+            if once:  # else the delivery thread posts them (a slow receiver must not
+                self._deliver_notifications()  # hold up claims)
+            reconciled = 0
+            if self.manager is not None and once:
+                reconciled = self.manager.run_until_idle()
+                self.report.reconciles += reconciled
+            with self._lock:
+                busy = bool(self._running)
+            if once and not claimed and not busy and not reconciled:
+                return
+            # Sleep until a run ends (a slot frees up), a notice announces a launch or
+            # the poll interval passes.
+            self.idle.set()
+            # A refused claim (the database restarting) is retried soon: the notice
+            # that it is back may have come before the claim that failed.
+            refused = self.coordinator.claim_error is not None
+            wait = min(self.poll, CLAIM_RETRY) if refused else self.poll
+            self._wake.wait(wait if next_slot is None else min(wait, next_slot))
+            self.idle.clear()
+
+    def _claim_ready(self) -> int:
+        claimed = 0
+        while not self.stop_event.is_set():
+            with self._lock:
+                if len(self._running) >= self.max_runs:
+                    break
+            record = self.coordinator.claim_next(None)
+            if record is None:
+                break
+            claimed += 1
+            self._start(record)
+        return claimed
+
+    def _report_claim_error(self) -> None:
+        """One log line when the store starts (or stops) refusing claims: busy, full,
+        read-only; the host keeps polling and its launches wait, none is lost."""
+        refused = self.coordinator.claim_error
+        text = refused.message if refused is not None else None
+        if text != self._claim_error_logged:
+            if text is not None:
+                log.warning("wfrun host: cannot claim launches: %s", text)
+            elif self._claim_error_logged is not None:
+                log.warning("wfrun host: the store accepts claims again")
+            self._claim_error_logged = text
+
+    def _delivery_loop(self) -> None:
+        while not self.stop_event.wait(max(self.poll, 1.0)):
+            self._deliver_notifications()
+
+    def _deliver_notifications(self) -> None:
+        """Post the channel notifications that are due (a few per pass); a failing
+        channel is logged once per distinct error and retried on its own schedule."""
+        done: DeliveryPass | None = None
+        try:
+            done = self.deliverer.deliver_due()
+            errors = done.errors
+        except (StoreError, OSError) as exc:
+            error = translate(exc) if isinstance(exc, StoreError) else None
+            errors = [error.message if error is not None else str(exc)]
+        text = errors[-1] if errors else None
+        if text is not None and text != self._delivery_error:
+            log.warning("wfrun host: notification not delivered: %s", text)
+        self._delivery_error = text
+        if done is not None:
+            self.report.notifications += done.delivered
+
+    def _watch_queued(self) -> None:
+        """Watch the sources of the detached launches still queued: one query, at most
+        once per poll interval (a busy host wakes on every run that ends), and less often
+        when the queue is so long that the query itself takes a while (WATCH_SHARE)."""
+        now = self.ws.clock.monotonic()
+        if self._watched_at is not None and now - self._watched_at < self._watch_every:
+            return
+        self._watched_at = now
+        try:
+            rows = self.coordinator.book.queued_sources(limit=WATCH_SOURCES)
+        except StoreError as exc:
+            log.debug("source watch: cannot list queued launches: %s", exc.message)
+            return
+        finally:
+            took = self.ws.clock.monotonic() - now
+            self._watch_every = max(self.poll, WATCH_SHARE * took)
+        groups = [g for g in map(SourceGroup.of, rows) if g is not None]
+        with self._lock:
+            self._groups = {g.run_id: g for g in groups}
+            self._drift_logged &= set(self._groups)
+        self.watch.update(groups)
+
+    def _drifted(self, watched: Sourced, drift: Drift) -> None:
+        with self._lock:
+            group = self._groups.get(watched.run_id)
+            if group is None or watched.run_id in self._drift_logged:
+                return
+            self._drift_logged.add(watched.run_id)
+        log.warning("wfrun host: %s: its workflow source %s was %s; activation re-checks it "
+                    "and refuses a changed definition (source_changed)", group.named(),
+                    drift.display(self.ws.project_root), drift.detail)
+
+    def _restored(self, watched: Sourced) -> None:
+        with self._lock:
+            self._drift_logged.discard(watched.run_id)  # a later change is news again
+
+    def _start(self, record: LaunchRecord) -> None:
+        control, _ = self._admit(record)
+        with self._lock:
+            # One worker per slot in use: a host that never runs two at once has one.
+            grow = len(self._workers) < len(self._running)
+            if grow:
+                worker = threading.Thread(target=self._work_loop, daemon=True,
+                                          name=f"wfrun-host-worker-{len(self._workers) + 1}")
+                self._workers.append(worker)
+        self._work.put((record, control))
+        if grow:
+            worker.start()
+
+    def _admit(self, record: LaunchRecord, replacing: str | None = None
+               ) -> tuple[RunControl, tuple[threading.Event, RunControl] | None]:
+        """Count a claimed launch as running in this host, in place of the run that
+        ended (`replacing`, whose entry is returned) in one step, so the claim loop
+        never sees the slot free in between."""
+        control = RunControl()
+        if self.stop_event.is_set():
+            control.park("host stopping", auto_resume=True)
+        with self._lock:  # worker processes' reports count here too
+            ended = None if replacing is None else self._running.pop(replacing, None)
+            self._running[record.run_id] = (threading.Event(), control)
+            self.report.started += 1
+        if self.on_run_started is not None:
+            self.on_run_started(record.run_id)
+        if self.metrics.enabled:
+            self.metrics.run_started(record.workflow_ref)
+            if record.started_at is None:  # its first start: the wait since `workflow start`
+                self.metrics.claimed((record.updated_at - record.created_at) / 1000)
+        return control, ended
+
+    def _work_loop(self) -> None:
+        while (item := self._work.get()) is not None:
+            while item is not None:  # the slot's next run, claimed with its last one's end
+                item = self._execute(*item)
+
+    def _stop_workers(self) -> None:
+        with self._lock:
+            workers = list(self._workers)
+            self._workers.clear()
+        for _ in workers:
+            self._work.put(None)
+        with self._lock:
+            stuck = bool(self._running)  # past _park_all's deadline: not waited for again
+        if not stuck:
+            for worker in workers:  # each is back from its last run: it exits at once
+                worker.join()
+
+    def _execute(self, record: LaunchRecord, control: RunControl
+                 ) -> tuple[LaunchRecord, RunControl] | None:
+        """Run one launch; the next one for this slot when its ending claimed one (the
+        transition that records a run's end takes the next launch in the same commit,
+        a transaction per run fewer than a claim of its own)."""
+        then = None if self.stop_event.is_set() else self.coordinator.next_claim()
+        try:
+            outcome = self.coordinator.execute(record, control=control, then_claim=then)
+            if self.metrics.enabled:
+                self._measure_end(record, outcome)
+            self._run_ended(record.run_id, outcome)
+        except BaseException:
+            follow = self._follow(record, then)
+            if follow is not None:
+                self._work.put(follow)  # another worker runs it (or this one, if it lives)
+            raise
+        return self._follow(record, then)
+
+    def _measure_end(self, record: LaunchRecord, outcome: RunOutcome | None) -> None:
+        """Count how a run this process executed ended; None (no outcome): it failed to
+        start, or its claim was lost (the row, still active, says which)."""
+        workflow = record.workflow_ref
+        if outcome is not None:
+            self.metrics.run_ended(workflow, "parked" if outcome.parked else outcome.status)
+            return
+        try:
+            row = LaunchBook(self.store).get(record.run_id)
+        except StoreError as exc:
+            log.debug("metrics: cannot read launch %s: %s", record.run_id, exc.message)
+            return
+        if row is not None and row.status in ("queued", "starting", "running"):
+            self.metrics.lease_lost(workflow)  # let go: another host carries it on
+        else:
+            self.metrics.run_ended(workflow, "failed_to_start")
+
+    def _follow(self, record: LaunchRecord, then: NextClaim | None
+                ) -> tuple[LaunchRecord, RunControl] | None:
+        """The run `record` ended: its slot frees, or goes to the launch claimed with
+        its ending."""
+        taken = None if then is None else then.record
+        if taken is not None:
+            control, ended = self._admit(taken, replacing=record.run_id)
+        else:
+            with self._lock:
+                ended = self._running.pop(record.run_id, None)
+        if ended is not None:
+            ended[0].set()
+        if taken is None:
+            self._wake.set()  # a slot is free: the claim loop looks again
+            return None
+        return taken, control
+
+    def _worker_started(self, run_id: str) -> None:
+        with self._lock:
+            self.report.started += 1
+
+    def _run_ended(self, run_id: str, outcome: RunOutcome | None) -> None:
+        """A run this host or one of its worker processes ended: counted, reported."""
+        with self._lock:
+            if outcome is None:
+                self.report.failed_to_start += 1
+            else:
+                self.report.count(outcome)
+        if self.on_run_ended is not None:
+            try:
+                self.on_run_ended(run_id, outcome)
+            except Exception:  # a display problem never ends the host
+                log.exception("wfrun host: cannot report run %s", run_id)
+
+    def _park_all(self) -> None:
+        """Park every in-flight run at its next safe point, then wait (bounded)."""
+        deadline = self.ws.clock.monotonic() + PARK_DEADLINE
+        seen: set[str] = set()
+        while True:  # again for a launch a slot claimed with the ending of one parked here
+            with self._lock:
+                running = [(run_id, entry) for run_id, entry in self._running.items()
+                           if run_id not in seen]
+            if not running:
+                return
+            for run_id, (_, control) in running:
+                seen.add(run_id)
+                control.park("host stopping", auto_resume=True)  # the next host resumes it
+            for _run_id, (ended, _control) in running:
+                ended.wait(timeout=max(deadline - self.ws.clock.monotonic(), 0.0))
+            if self.ws.clock.monotonic() >= deadline:
+                return

@@ -1,0 +1,237 @@
+"""Step logs: what each shell action and command agent printed (`wfrun logs`, `show`).
+
+The engine records one `node_log` event per attempt (stdout and stderr, bounded,
+secrets already masked, long streams in artifacts/); this module reads them back
+through `RunReader`, never from bundle files, so it works on a run another
+process is executing. While an attempt runs, `follow_logs` tails its live log
+(engine/_livelog.py) and then takes only the rest from the recorded event.
+"""
+
+from __future__ import annotations
+
+import codecs
+import threading
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from runner.clock import Clock, SystemClock
+from runner.engine import RunReader, fold, fold_attempts
+from runner.errors import NotFoundError
+
+Stream = Literal["stdout", "stderr"]
+STREAMS: tuple[Stream, ...] = ("stdout", "stderr")
+LOG_EVENT = "node_log"
+SUMMARY_LINES = 10  # `show` prints this many last lines of each stream of a failed node
+
+
+@dataclass(frozen=True)
+class StepLog:
+    node: str
+    attempt: str | None
+    at: str | None
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    stdout_truncated: bool
+    stderr_truncated: bool
+    cached_from: str | None = None  # a `cache:` hit: the run whose result it reused
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _reader(runs: Path | RunReader) -> RunReader:
+    return runs if isinstance(runs, RunReader) else RunReader(runs)
+
+
+def _entries(reader: RunReader, run_id: str, events: list[dict[str, Any]],
+             node: str | None) -> list[StepLog]:
+    found = []
+    for event in events:
+        if event.get("type") != LOG_EVENT or (node is not None
+                                               and not _addresses(node, event.get("node"))):
+            continue
+        p = reader.live(run_id, event.get("payload") or {})  # artifacts read back
+        code = p.get("exit_code")
+        found.append(StepLog(str(event.get("node")), event.get("attempt"), event.get("at"),
+                             code if isinstance(code, int) else None,
+                             str(p.get("stdout") or ""), str(p.get("stderr") or ""),
+                             bool(p.get("stdout_truncated")), bool(p.get("stderr_truncated")),
+                             (p.get("cached_from") or {}).get("run_id")))
+    return found
+
+
+def _addresses(asked: str, logged: object) -> bool:
+    """`files` finds its items' logs (`files[3]`, recorded as such by a map or a parallel
+    node, engine/_fanout.py); `files[3]` finds that item's."""
+    return logged == asked or (isinstance(logged, str) and logged.startswith(asked + "["))
+
+
+def _check_node(run_id: str, events: list[dict[str, Any]], node: str) -> None:
+    ran = list(dict.fromkeys(a.node for a in fold_attempts(events) if not a.boundary))
+    if node.endswith("]") and "[" in node and node.split("[", 1)[0] in ran:
+        return  # an item of a fan-out node (NODE[3], NODE[branch])
+    if node not in ran:
+        listed = ", ".join(ran) if ran else "none yet"
+        raise NotFoundError(f"run '{run_id}' has no node '{node}' that ran (nodes that ran: "
+                            f"{listed})")
+
+
+def run_logs(runs: Path | RunReader, run_id: str, node: str | None = None) -> list[StepLog]:
+    """Every recorded log of the run (or of one node), oldest first."""
+    reader = _reader(runs)
+    events = reader.trace(run_id)  # InputError / NotFoundError for a bad run id
+    if node is not None:
+        _check_node(run_id, events, node)
+    return _entries(reader, run_id, events, node)
+
+
+@dataclass(frozen=True)
+class LiveText:
+    """Output a running attempt printed since the last call (its live log)."""
+
+    node: str
+    attempt: str
+    stream: Stream
+    text: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "live": True}
+
+
+class _Tail:
+    """What has been read of one stream of one running attempt's live log."""
+
+    def __init__(self, turn: int) -> None:
+        self.turn = turn  # the attempt's logs recorded before this live one
+        self.offset = 0
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.shown = ""
+
+
+def _rest(entry: StepLog, tails: dict[tuple[str, str], _Tail]) -> StepLog:
+    """`entry` without what its live log already showed (all of it when the two differ,
+    which a mask that only whole lines reveal can cause)."""
+    rest = {}
+    for stream in ("stdout", "stderr"):
+        text = getattr(entry, stream)
+        tail = tails.pop((str(entry.attempt), stream), None)
+        shown = tail.shown if tail is not None else ""
+        rest[stream] = text[len(shown):] if shown and text.startswith(shown) else text
+    return replace(entry, stdout=rest["stdout"], stderr=rest["stderr"])
+
+
+def _running(events: list[dict[str, Any]], run_id: str) -> tuple[str, str, int] | None:
+    """The (node, attempt, turn) running now, if any: turn counts the attempt's logs
+    recorded so far (a command agent logs each turn, and its next one is live)."""
+    state = fold(run_id, events) if events else None
+    if state is None or state.current_node is None or state.current_attempt is None:
+        return None
+    attempt = str(state.current_attempt)
+    turn = sum(1 for e in events if e.get("type") == LOG_EVENT and e.get("attempt") == attempt)
+    return state.current_node, attempt, turn
+
+
+def running_output(runs: Path | RunReader, run_id: str,
+                   node: str | None = None) -> list[LiveText]:
+    """What the attempt running now (of `node`, when given) has printed so far, per
+    stream: its live log, which `run_logs` does not have until the attempt ends."""
+    reader = _reader(runs)
+    events = reader.trace(run_id)
+    running = _running(events, run_id)
+    if running is None or node not in (None, running[0]):
+        return []
+    out = []
+    for stream in STREAMS:
+        data = reader.live_log(run_id, running[0], running[1], stream, 0, running[2])
+        if data:
+            out.append(LiveText(running[0], running[1], stream,
+                                data.decode("utf-8", errors="replace")))
+    return out
+
+
+def follow_logs(runs: Path | RunReader, run_id: str, node: str | None,
+                on_log: Callable[[StepLog], None], *, clock: Clock | None = None,
+                poll: float = 0.2, stop: threading.Event | None = None,
+                on_live: Callable[[LiveText], None] | None = None) -> str:
+    """Call `on_log` for each log as it is recorded until the run stops running (or
+    `stop` is set); the run's status then. A node that has not run yet is waited for.
+
+    With `on_live`, a running attempt's output is passed on as it is printed (its live
+    log), and its recorded log then carries only the rest."""
+    clock = clock or SystemClock()
+    reader = _reader(runs)
+    seen = 0
+    tails: dict[tuple[str, str], _Tail] = {}
+    while True:
+        events = reader.trace(run_id)
+        logs = [e for e in events if e.get("type") == LOG_EVENT]
+        for entry in _entries(reader, run_id, logs[seen:], node):
+            on_log(_rest(entry, tails))
+        seen = len(logs)
+        status = fold(run_id, events).status if events else "running"
+        running = _running(events, run_id) if on_live is not None else None
+        if on_live is not None and running is not None and node in (None, running[0]):
+            for stream in STREAMS:
+                _tail_live(reader, run_id, running, stream, tails, on_live)
+        if status != "running" or (stop is not None and stop.is_set()):
+            if node is not None and status != "running":
+                _check_node(run_id, events, node)
+            return status
+        clock.sleep(poll, stop)
+
+
+def _tail_live(reader: RunReader, run_id: str, running: tuple[str, str, int],
+               stream: Stream, tails: dict[tuple[str, str], _Tail],
+               on_live: Callable[[LiveText], None]) -> None:
+    node, attempt, turn = running
+    tail = tails.get((attempt, stream))
+    if tail is None or tail.turn != turn:
+        tail = tails[(attempt, stream)] = _Tail(turn)
+    data = reader.live_log(run_id, node, attempt, stream, tail.offset, turn)
+    if not data:
+        return
+    tail.offset += len(data)
+    text = tail.decoder.decode(data)
+    if text:
+        tail.shown += text
+        on_live(LiveText(node, attempt, stream, text))
+
+
+def last_lines(text: str, count: int = SUMMARY_LINES) -> list[str]:
+    return text.rstrip("\n").splitlines()[-count:] if text.strip() else []
+
+
+def failure_summary(runs: Path | RunReader, run_id: str,
+                    events: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """For a run that failed in a node: that node, its error and the last lines of both
+    streams of its last logged attempt (None when no node failed it)."""
+    state = fold(run_id, events) if events else None
+    if state is None or state.status not in ("failed", "timed_out") or not state.error:
+        return None
+    node = state.error.get("node")
+    if not isinstance(node, str):
+        return None
+    reader = _reader(runs)
+    logs = _entries(reader, run_id, events, node)
+    error = state.error.get("message")
+    attempts = [a for a in fold_attempts(events) if not a.boundary]
+    kinds = {a.node: a.kind for a in attempts}
+    if not logs and kinds.get(node) == "fail":
+        # Failed on purpose (a `fail` node after a failed check, say): the last node that
+        # failed with logs is the one to look at.
+        for failed in reversed([a for a in attempts if a.ended and a.outcome != "ok"]):
+            logs = _entries(reader, run_id, events, failed.node)
+            if logs:
+                node = failed.node
+                error = failed.error_message
+                break
+    summary: dict[str, Any] = {"node": node, "error": error,
+                               "stdout_tail": [], "stderr_tail": [], "exit_code": None}
+    if logs:
+        last = logs[-1]
+        summary.update({"stdout_tail": last_lines(last.stdout),
+                        "stderr_tail": last_lines(last.stderr), "exit_code": last.exit_code})
+    return summary

@@ -1,0 +1,54 @@
+"""One claimed launch on its way to running (or already running): its state.
+
+An `Activation` is what the run path knows of one claim: the row, the claim token,
+the fence that guards the bundle's writes, and what activation has built so far
+(the definition, the engine, the driver). The run path itself is `activator.py`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from runner.compiler import WorkflowDefinition
+from runner.engine import Engine, RunControl, RunOutcome
+from runner.engine._runner import RunDriver
+from runner.store import LaunchRecord, NextClaim
+
+from ._fence import LeaseFence
+from ._preflight import workflow_name
+
+
+@dataclass(eq=False)
+class Activation:
+    """One claimed launch on its way to running (or already running)."""
+
+    record: LaunchRecord
+    token: str
+    fence: LeaseFence
+    definition: WorkflowDefinition | None = None
+    control: RunControl = field(default_factory=RunControl)
+    claim_lost: bool = False
+    driver: RunDriver | None = None
+    engine: Engine | None = None
+    checkpoint: str | None = None  # a continuation's first boundary: the parent's checkpoint
+    force: bool = False  # resume although the workflow changed (an explicit, recorded choice)
+    outcome: RunOutcome | None = None  # set when the bundle had ended before this claim
+    by_id: bool = False  # claimed by id (foreground, resume): no claim loop follows it
+    recorded: bool = False  # the ending committed with the bundle's seal (link.py)
+    then_claim: NextClaim | None = None  # the next launch, claimed with this one's ending
+
+    def running(self, record: LaunchRecord, sent: float) -> None:
+        """The row is `running` under this claim (mark_running's committed answer, to
+        a statement sent at `sent`): the fence answers from it."""
+        self.record = record
+        self.fence.running(record, sent)
+
+    @property
+    def run_id(self) -> str:
+        return self.record.run_id
+
+    @property
+    def workflow(self) -> str:
+        if self.definition is not None and self.definition.name:
+            return self.definition.name
+        return workflow_name(self.record.workflow_ref)

@@ -1,0 +1,358 @@
+"""The run path: begin a claimed launch, drive its run, record how it ended.
+
+`begin` decides once what the claimed row needs:
+
+    no bundle, or a half-made one     activate: re-check the source, create the
+                                      bundle, `running`, first node
+    a bundle that has ended           record the ending the bundle shows
+    a bundle that is running          resume it (replay, re-run the interrupted node)
+
+and `drive` runs it and maps how the run ended onto the row (endings.py). Both
+pass one boundary (`_guarded`): a lost claim lets go, a full or read-only disk
+holds the launch (faults.py), and any other unexpected exception fails the launch
+(the bundle ended too, the reservation released, one follow-up for a session).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
+
+from runner.clock import Clock
+from runner.compiler import WorkflowDefinition
+from runner.engine import Engine, RunControl, RunOutcome, RunReader, check_input
+from runner.engine._secrets import SecretMissing, restore_input
+from runner.engine._secrets import resolve as resolve_secrets
+from runner.errors import ClaimLost, MachineFault, WfrunError, machine_fault
+from runner.store import (
+    MAX_ACTIVATION_CRASHES,
+    InputScrub,
+    LaunchBook,
+    LaunchRecord,
+    LostRace,
+    Store,
+    StoreError,
+    StoreUnreachable,
+)
+
+from ._activation import Activation
+from ._claims import Claims
+from ._endings import Endings, classify
+from ._engines import Engines
+from ._faults import FaultHold, store_fault
+from ._fence import LeaseFence
+from ._held import HeldInput
+from ._intents import new_intent
+from ._keeper import LeaseKeeper
+from ._link import RunningStep, Step
+from ._preflight import Resolver, relative, workflow_name
+from ._rerun import create_rerun, rerun_options
+
+log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+
+
+class _SourceChanged(Exception):
+    pass
+
+
+class Activator:
+    """Begins and drives one runner's claimed launches."""
+
+    def __init__(self, store: Store, book: LaunchBook, resolver: Resolver, reader: RunReader,
+                 clock: Clock, *,
+                 runs_dir: Path, lease_seconds: float, claims: Claims, keeper: LeaseKeeper,
+                 engines: Engines, endings: Endings, faults: FaultHold, held: HeldInput,
+                 scrub: InputScrub, crash: Callable[[str], None]) -> None:
+        self._store = store
+        self._book = book
+        self._resolver = resolver
+        self._reader = reader
+        self._clock = clock
+        self._runs_dir = runs_dir
+        self._lease_seconds = lease_seconds
+        self._claims = claims
+        self._keeper = keeper
+        self._engines = engines
+        self._endings = endings
+        self._faults = faults
+        self._held = held
+        self._scrub = scrub
+        self._crash = crash
+
+    def begin(self, record: LaunchRecord, *, control: RunControl | None = None,
+              on_start: Callable[[Activation], None] | None = None,
+              force: bool = False) -> Activation | None:
+        """Up to `running` (a session does it at its idle boundary and drives the run
+        on a worker thread). None: nothing to drive."""
+        assert record.claim_token is not None, "execute needs a claimed launch"
+        fence = LeaseFence(self._book, record.run_id, record.claim_token,
+                           self._clock, self._lease_seconds)
+        act = Activation(record, record.claim_token, fence, control=control or RunControl(),
+                         force=force, by_id=self._claims.take_by_id(record.run_id))
+        if on_start is not None:
+            on_start(act)
+        return act if self._guarded(act, self._begin) else None
+
+    def drive(self, act: Activation) -> RunOutcome | None:
+        """Run the nodes, record the ending."""
+        try:
+            return self._guarded(act, self._drive)
+        finally:
+            self._keeper.remove(act)
+            if act.by_id:
+                self._scrub.flush()  # no claim loop follows a run claimed by id
+            else:
+                self._scrub.tick()
+
+    def _guarded(self, act: Activation, step: Callable[[Activation], _T]) -> _T | None:
+        """The one boundary of the run path: a lost claim lets go, and any unexpected
+        exception fails the launch instead of leaving it `running` until its lease
+        expires (and crashing again in the next runner)."""
+        try:
+            return step(act)
+        except ClaimLost:
+            self._lost(act)
+            return None
+        except Exception as exc:
+            if isinstance(exc, StoreUnreachable):
+                # The database went away (a restart, a network blip) under a read of the
+                # launch or its bundle: let go as for a lost claim; the lease expires and
+                # a runner that reaches the database takes the launch over. Nothing fails.
+                log.warning("run %s: the store is unreachable; letting go (%s)",
+                            act.record.run_id, exc)
+                self._lost(act)
+                return None
+            fault = exc if isinstance(exc, MachineFault) else machine_fault(
+                exc, f"the run bundle of {act.record.run_id}")
+            if fault is None and isinstance(exc, StoreError):
+                # The store's own disk refused a transition (`mark_running` on a full
+                # disk): the launch waits as for a bundle's, one line, no traceback.
+                fault = store_fault(exc)
+            if fault is not None:  # a full or read-only disk: the launch waits
+                self._faults.hold(act, fault)
+                return None
+            log.exception("run %s crashed in its runner", act.record.run_id)
+            self._endings.crashed(act, exc)
+            return None
+
+    def _begin(self, act: Activation) -> bool:
+        record = act.record
+        self._crash("after_claim")
+        engine = self._engines.fenced(record, act.fence, link=self._link(act))
+        act.engine = engine
+        if record.status == "starting" and record.crash_count >= MAX_ACTIVATION_CRASHES:
+            reason = (f"activation crashed {record.crash_count} times in a row; it is not "
+                      "tried again. Check the host log, then start it again")
+            if self._reader.started(record.run_id):
+                engine.abandon(record.run_id, "failed", code="activation_failed",
+                               reason=reason)  # the bundle ends as the launch does
+            self._endings.fail_launch(record, act.token, "activation_failed", reason,
+                                      fixed=True)
+            return False
+        first = self._reader.space.commits_with_store and record.status == "starting" \
+            and record.epoch == 1
+        if first or not self._reader.started(record.run_id):
+            # No bundle, or one whose creator died before `run_started` was durable:
+            # nothing ran, and the input is still in the row (it is cleared at running).
+            # A bundle committed with the store's own transitions exists only under a
+            # claim the store kept, so on the first claim there is none to look for or
+            # discard (a read and a write less per run).
+            if not first:
+                engine.discard_unstarted(record.run_id, record.parent_run_id)
+            if record.status != "starting":
+                self._endings.fail_launch(record, act.token, "activation_failed",
+                                          "the run bundle is missing; start the workflow "
+                                          "again")
+                return False
+            return self._activate(act, engine)
+        if record.status == "starting":
+            sent = self._clock.monotonic()
+            running = self._book.mark_running(record.run_id, act.token)
+            if isinstance(running, LostRace):
+                self._lost(act)
+                return False
+            act.running(running, sent)
+        status = self._reader.status(record.run_id)
+        if status is not None and status != "running":
+            # The run ended but its runner died before the store recorded it.
+            act.outcome = engine.settle(record.run_id)
+        return True
+
+    def _drive(self, act: Activation) -> RunOutcome | None:
+        engine = act.engine
+        assert engine is not None
+        try:
+            if act.outcome is not None:
+                self._endings.record(act, act.outcome)
+                return act.outcome
+            if act.driver is None:
+                return self._resume(act, engine)
+            return self._run(act)
+        except ClaimLost:
+            return self._lost(act)  # a cancel's ending is still an outcome
+
+    def _activate(self, act: Activation, engine: Engine) -> bool:
+        """Take a claimed `starting` launch to `running`; False when it failed or lost."""
+        record, token = act.record, act.token
+        try:
+            definition, _ = self._resolver.compile(record.workflow_ref)
+            if definition.digest != record.definition_digest:
+                raise _SourceChanged()
+            value = restore_input(record.input(), self._held.values.get(record.run_id, {}))
+            if record.parent_run_id is None:
+                # A missing secret or writeOnly value is a clear failure before the bundle.
+                resolve_secrets(definition, self._held.source(record.run_id), value)
+                value = check_input(definition, value)
+        except _SourceChanged:
+            self._endings.fail_launch(record, token, "source_changed", "the workflow source "
+                                      "changed after it was queued; review the change, then "
+                                      "start it again", fixed=True)
+            return False
+        except Exception as exc:
+            code, reason = classify(exc)
+            if code in ("workflow_invalid", "workflow_not_found") and _deleted(record):
+                code, reason = "workflow_not_found", (
+                    f"workflow '{workflow_name(record.workflow_ref)}' no longer exists (its "
+                    "file was removed after the run was queued); restore it or start another")
+            self._endings.fail_launch(record, token, code, relative(self._runs_dir, reason))
+            return False
+        act.definition = definition
+        try:
+            if record.parent_run_id is not None:
+                # A continuation: the launch input is the answer to the parent's checkpoint.
+                driver, act.checkpoint = engine.prepare_answer(
+                    record.parent_run_id, value, lambda _m: definition, control=act.control,
+                    run_id=record.run_id, definition=definition)
+            elif rerun_options(record) is not None:
+                driver = create_rerun(self._reader, engine, record, definition, value,
+                                      act.control)
+            else:
+                _, driver = engine.create(definition, value, workflow_ref=record.workflow_ref,
+                                          run_id=record.run_id, control=act.control)
+        except (ClaimLost, StoreError):
+            raise  # the claim or the store, not the run: `_guarded` lets go or holds
+        except WfrunError as exc:
+            code, reason = classify(exc)
+            self._endings.fail_launch(record, token, code, reason)
+            return False
+        self._crash("during_starting")
+        act.driver = driver
+        # The launch goes `running` now (a folder) or with the first node's start (a
+        # database bundle, link.py): a cancel that won meanwhile refuses it, and `_lost`
+        # ends the launch and the bundle.
+        driver.bundle.start_launch()
+        return True
+
+    def _run(self, act: Activation) -> RunOutcome:
+        """Release the engine to run the first node; record how the run ended."""
+        driver, engine = act.driver, act.engine
+        assert driver is not None
+        assert engine is not None
+        self._crash("before_executor_release")
+        self._keeper.add(act)
+        if act.checkpoint is not None:
+            outcome = engine.drive_continuation(driver, act.checkpoint)
+        else:
+            assert act.definition is not None
+            # A rerun begins at its node (engine/_rerun.py); every other run at the start.
+            outcome = driver.drive(driver.state.start_at or act.definition.start)
+        self._endings.record(act, outcome)
+        return outcome
+
+    def _resume(self, act: Activation, engine: Engine) -> RunOutcome | None:
+        self._keeper.add(act)
+
+        def resolve(manifest: dict[str, Any]) -> WorkflowDefinition:
+            definition, _ = self._resolver.compile(str(manifest.get("workflow_ref")))
+            act.definition = definition
+            return definition
+
+        try:
+            outcome = engine.resume(act.record.run_id, resolve, control=act.control,
+                                    force=act.force)
+        except SecretMissing as exc:
+            # Nothing ran and nothing is lost: park it until it is resumed with the value.
+            log.warning("run %s not resumed: %s", act.record.run_id, exc.message)
+            self._book.park(act.record.run_id, act.token, mode="explicit")
+            return None
+        self._endings.record(act, outcome)
+        return outcome
+
+    def _link(self, act: Activation) -> RunLink:
+        """The launch's transitions that ride its bundle's writes (link.py)."""
+        return RunLink(act, self._book, self._endings, self._clock, self._ran)
+
+    def _ran(self, act: Activation, record: LaunchRecord, sent: float) -> None:
+        """The launch committed `running` (its input is cleared): with the run's first
+        write on rows, just before the executor is released on a folder."""
+        act.running(record, sent)
+        self._scrub.cleared()
+        self._crash("after_running")  # with the first node's start; it has not run
+
+    def _lost(self, act: Activation) -> RunOutcome | None:
+        """A fence or renewal refused us: a cancel, or another runner took the claim."""
+        try:
+            current = self._book.get(act.record.run_id)
+        except StoreError:
+            current = None
+        if act.driver is not None:
+            act.driver.bundle.close()
+        if current is None or (current.claim_token == act.token
+                               and current.status in ("starting", "running")):
+            # We let go but may still hold the claim (the store was unreachable): hand
+            # the lease back so recovery takes the run now, not when the lease runs out.
+            self._keeper.remove(act)  # no renewal may race the hand-back
+            self._claims.give_back(act.record.run_id, act.token)
+        if current is not None and current.status == "cancelled" and act.engine is not None:
+            if self._reader.started(act.record.run_id):
+                return self._endings.end_cancelled(act.record.run_id)
+            act.engine.discard_unstarted(act.record.run_id, act.record.parent_run_id)
+            return None
+        session = act.record.origin_session_id
+        if session is not None:
+            intent = new_intent(session_id=session, run_id=act.record.run_id,
+                                workflow=act.workflow, cause="claim_lost",
+                                source="claim_lost", state="handed_off",
+                                reason="another runner took over the run", eligible=False,
+                                handoff=True)
+            try:
+                self._store.turn_intents.ensure(intent)
+            except StoreError:
+                log.warning("could not record the claim-lost intent for %s",
+                            act.record.run_id)
+        return None
+
+
+class RunLink:
+    """`LaunchLink` of one activation (engine/_runner.py): the `running` step for the
+    run's first write, the ending's for its seal (None when parked: recorded apart)."""
+
+    def __init__(self, act: Activation, book: LaunchBook, endings: Endings, clock: Clock,
+                 ran: Callable[[Activation, LaunchRecord, float], None]) -> None:
+        self._act = act
+        self._book = book
+        self._endings = endings
+        self._clock = clock
+        self._ran = ran
+
+    def running(self) -> Step:
+        act = self._act
+        return RunningStep(self._book, act.record.run_id, act.token, self._clock.monotonic(),
+                           partial(self._ran, act)).step()
+
+    def ended(self, outcome: RunOutcome) -> Step | None:
+        if outcome.parked:
+            return None
+        return Step(self._endings.transition(self._act, outcome), self._recorded)
+
+    def _recorded(self, _record: LaunchRecord) -> None:
+        self._act.recorded = True  # committed with the bundle's seal
+
+
+def _deleted(record: LaunchRecord) -> bool:
+    path = record.workflow_path
+    return path is not None and not Path(path).exists()

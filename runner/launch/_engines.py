@@ -1,0 +1,98 @@
+"""The engines a runner builds: fenced for a claimed launch, bare for endings.
+
+A fenced engine writes a claimed run's bundle behind its `LeaseFence`; when the
+bundles live in the store's database its first write and its seal commit in the
+launch's own transitions (`Link`, link.py). A bare engine only records endings:
+no claim, so unfenced (a folder's lock or the launch's own state decides who may
+write).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from runner._leases import renew_every
+from runner.clock import Clock
+from runner.engine import AgentStepExecutor, Engine, NotificationSink
+from runner.engine._items import ChildRuns
+from runner.engine._processes import ProcessRegistry
+from runner.engine._rows import BundleRows
+from runner.engine._runner import LaunchLink, Observer
+from runner.engine._secrets import NO_SOURCE, SecretSource
+from runner.store import LaunchRecord, Store
+
+from ._channels import ChannelSink
+from ._fence import LeaseFence
+from ._held import HeldInput
+from ._items import StoreItems
+from ._stepcache import StoreStepCache
+
+
+@dataclass
+class EngineOptions:
+    executor: Callable[[LaunchRecord], AgentStepExecutor | None] = lambda _r: None
+    notifications: NotificationSink | None = None
+    observer: Observer | None = None
+    durability: str = "full"
+    project_root: Path | None = None
+    processes: ProcessRegistry | None = None
+    crash_point: Callable[[str], None] | None = None  # the engine's crash seam (tests)
+    # Secrets and env values (`--secret`, the environment), resolved at each activation.
+    secret_source: SecretSource = NO_SOURCE
+    # `--no-cache`: nodes with `cache:` run and their results are kept, none is reused.
+    use_cache: bool = True
+
+
+class Engines:
+    """Builds a runner's engines over its runs folder (or database bundles)."""
+
+    def __init__(self, store: Store, runs_dir: Path, clock: Clock, held: HeldInput,
+                 options: EngineOptions, *, rows: BundleRows | None,
+                 lease_seconds: float) -> None:
+        self._store = store
+        self.runs_dir = runs_dir
+        self._clock = clock
+        self._held = held
+        self.options = options  # read at each build: a caller may change it before a run
+        # Bundles in the store's database (Postgres): any host can resume any run.
+        self.rows = rows
+        self._patience = renew_every(lease_seconds)
+        # Runs `workflow:` bodies of fan-out nodes as linked child runs (set by the
+        # coordinator, which is what runs them: items.LaunchChildren).
+        self.children: ChildRuns | None = None
+
+    def fenced(self, record: LaunchRecord, fence: LeaseFence, *,
+               link: LaunchLink | None = None) -> Engine:
+        """An engine for the claimed launch `record`, its writes behind `fence`;
+        `link` joins its database bundle's writes to the launch's transitions."""
+        opts = self.options
+        return Engine(runs_dir=self.runs_dir, clock=self._clock,
+                      executor=opts.executor(record),
+                      notifications=ChannelSink(self._store, opts.notifications),
+                      observer=opts.observer, durability=opts.durability,
+                      project_root=opts.project_root, work_dir=opts.project_root,
+                      fence=fence, processes=opts.processes, crash_point=opts.crash_point,
+                      secret_source=self._held.source(record.run_id),
+                      rows=self.rows, claim=fence.token, patience=self._patience,
+                      step_cache=StoreStepCache(self._store), use_cache=opts.use_cache,
+                      launch=link,
+                      items=StoreItems(self._store.fanout, record.run_id, fence.token),
+                      children=self.children,
+                      # Only a take-over (the claim found the row `running`: its runner
+                      # died mid-node). A park stopped its node itself; that resumes as before.
+                      effects_guarded=lambda: record.status == "running"
+                      and self._controller_child(record.run_id))
+
+    def bare(self) -> Engine:
+        """An engine that only records endings (no claim: unfenced, as a folder's lock
+        or the launch's own state decides who may write)."""
+        return Engine(runs_dir=self.runs_dir, clock=self._clock, rows=self.rows)
+
+    def _controller_child(self, run_id: str) -> bool:
+        """Whether `run_id` is the current attempt of a controller's child request (its
+        action nodes are effects of that controller's operation, seed 004). Both stores
+        hold the controller tables; a store without them has no children."""
+        requests = getattr(self._store, "workflow_requests", None)
+        return requests is not None and requests.find_by_run(run_id) is not None

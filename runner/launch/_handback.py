@@ -1,0 +1,52 @@
+"""A session's run outside its session: agent steps go back to the session.
+
+When a session ends, its launches are handed over (`Launches.hand_over`) and a
+`wfrun host` may run them. Everything but an agent step runs there as it would in
+the session. An agent step's prompt is part of the session's conversation, so
+the host never gives it to an agent of its own: it hands the launch back (only
+the session claims it again) and parks the run at that step, and the session
+delivers the step when it starts again (as a `resume` turn).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from runner.engine._agent import AgentStep, AgentStepExecutor, TurnKind
+from runner.store import LaunchBook, LaunchRecord, Store, StoreError
+
+log = logging.getLogger(__name__)
+ExecutorFor = Callable[[LaunchRecord], AgentStepExecutor | None]
+
+
+class HandBack:
+    """The agent-step executor of a session's run taken by a host."""
+
+    name = "session"
+
+    def __init__(self, book: LaunchBook, run_id: str) -> None:
+        self.book = book
+        self.run_id = run_id
+
+    def run_turn(self, step: AgentStep, message: str, kind: TurnKind) -> None:
+        try:
+            # First: should the park below not get through, only the session takes it.
+            self.book.hand_back(self.run_id)
+        except StoreError as exc:
+            log.warning("run %s not handed back to its session yet: %s", self.run_id,
+                        exc.message)
+        step.control.park(f"step '{step.contract.step}' waits for its agent session",
+                          auto_resume=True)
+
+
+def executor_for_sessions(store: Store, own: AgentStepExecutor | None) -> ExecutorFor:
+    """A host's executor factory: its own agent for detached launches, `HandBack`
+    for a session's."""
+    book = LaunchBook(store)
+
+    def pick(record: LaunchRecord) -> AgentStepExecutor | None:
+        if record.origin_session_id is not None:
+            return HandBack(book, record.run_id)
+        return own
+    return pick

@@ -1,0 +1,466 @@
+"""Scheduled triggers (DESIGN §10): which slots are due, and one launch per slot.
+
+`TriggerLoop.tick()` looks at every `cron` and `every` trigger of the project's
+workflows: the slots after the trigger's cursor up to now are due. Each due slot
+is claimed in the store under its idempotency key (workflow, trigger, slot); the
+claim that lands decides what the slot does (launch, skip, miss), so two hosts, a
+restarted host or a slow tick never start a slot twice, and a crash between the
+claim and the launch is finished by the next tick with the same run id.
+
+Policies, as docs/triggers.md documents them:
+- the newest due slot is *on time* when it is at most `ON_TIME` late; every other
+  due slot was missed (the host was down or busy). `missed: all` launches every
+  missed slot inside `catch_up_window`; `last` launches only the newest due slot;
+  `none` launches only an on-time slot. Slots older than the window are recorded
+  as missed, in one row per gap.
+- `overlap` applies when an earlier run of the trigger has not ended: `skip`
+  records the slot as skipped, `queue` keeps it pending until the runs before it
+  ended, `cancel_running` cancels them and launches, `allow` launches.
+- cron slots are wall-clock times in the trigger's time zone, by cronsim (Debian
+  cron's rules). A fixed time the clocks skip in spring (`30 2 * * *`) fires at
+  the first minute after the gap, once; a fixed time repeated in autumn fires once,
+  at its first occurrence. A schedule with a wildcard hour follows real hours: an
+  hourly cron has no slot in the skipped hour and one in each occurrence of the
+  repeated hour (23 and 25 slots on those days). The slot's key is its UTC instant.
+  `every` slots are multiples of the period since the Unix epoch, the same on every
+  host.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo
+
+from runner._safety import safe_message
+from runner.clock import compact_utc
+from runner.compiler._templates import TemplateError, render_native
+from runner.compiler._triggers import TriggerSpec
+from runner.errors import WfrunError
+from runner.store import StoreError
+
+if TYPE_CHECKING:
+    from runner.clock import Clock
+    from runner.store.domain._triggers import Firing, TriggerLedger
+
+log = logging.getLogger("wfrun.triggers")
+
+#: The newest due slot at most this late is on time (a busy or restarting host
+#: still fires it, under every `missed` policy).
+ON_TIME = 60.0
+#: At most this many missed slots are launched by one evaluation (`missed: all`
+#: after a long outage of a fast schedule); older ones are recorded as missed.
+MAX_CATCH_UP = 1000
+#: Slots counted one by one when recording a gap older than the catch-up window.
+MAX_COUNTED = 100_000
+#: A pending firing another host claimed is finished here only after this long
+#: (its host had the time to queue it; a crash left it).
+STALE_PENDING = 30.0
+
+
+@dataclass(frozen=True)
+class Scheduled:
+    """One trigger of one workflow, or of a controller (`controller`: its name; then
+    `workflow` is `controller:NAME`, the firings' own namespace)."""
+
+    workflow: str
+    spec: TriggerSpec
+    controller: str | None = None
+
+    @staticmethod
+    def of_controller(name: str, spec: TriggerSpec) -> Scheduled:
+        return Scheduled(f"controller:{name}", spec, controller=name)
+
+
+#: Queue run `run_id` of `workflow` with this input; raises WfrunError when refused.
+Launcher = Callable[[str, Any, str], None]
+
+
+def slot_key(slot: float) -> str:
+    """The slot's part of the idempotency key: its UTC instant (unique across DST)."""
+    return datetime.fromtimestamp(slot, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def firing_run_id(workflow: str, trigger: str, key: str, at: float) -> str:
+    """A run id fixed by the firing (the queue's primary key backs the firing's)."""
+    digest = hashlib.sha256(f"{workflow}\0{trigger}\0{key}".encode()).hexdigest()[:8]
+    return f"{workflow}-{compact_utc(at)}-{digest}"
+
+
+def slots_after(spec: TriggerSpec, after: float, until: float,
+                limit: int = MAX_CATCH_UP + 1) -> list[float]:
+    """The trigger's slots in (after, until], oldest first, at most `limit` (the first)."""
+    out: list[float] = []
+    if spec.every is not None:
+        step = spec.every
+        k = int(after // step) + 1
+        while len(out) < limit:
+            slot = k * step
+            if slot > until:
+                break
+            if slot > after:
+                out.append(slot)
+            k += 1
+        return out
+    if spec.cron is None:
+        return out
+    from cronsim import CronSim
+
+    zone = ZoneInfo(spec.timezone)
+    for moment in CronSim(spec.cron, datetime.fromtimestamp(after, zone)):
+        slot = moment.timestamp()
+        if slot > until or len(out) >= limit:
+            break
+        if slot > after:
+            out.append(slot)
+    return out
+
+
+def newest_slots(spec: TriggerSpec, after: float, until: float, keep: int
+                 ) -> tuple[list[float], int]:
+    """The newest `keep` slots in (after, until], oldest first, and how many older
+    ones the range holds besides."""
+    if spec.every is not None:
+        last = int(until // spec.every)
+        first = int(after // spec.every) + 1
+        total = max(0, last - first + 1)
+        steps = [k * spec.every for k in range(max(first, last - keep + 1), last + 1)]
+        return steps, total - len(steps)
+    kept: list[float] = []
+    older = 0
+    start = after
+    while True:  # in chunks: a cron with seconds has 86,400 slots a day
+        chunk = slots_after(spec, start, until, limit=MAX_COUNTED)
+        kept.extend(chunk)
+        if len(kept) > keep:
+            older += len(kept) - keep
+            kept = kept[-keep:]
+        if len(chunk) < MAX_COUNTED:
+            return kept, older
+        start = chunk[-1]
+
+
+def next_slot(spec: TriggerSpec, after: float) -> float | None:
+    """The first slot after `after` (None: the schedule has no more)."""
+    if spec.every is not None:
+        return (int(after // spec.every) + 1) * spec.every
+    found = slots_after(spec, after, after + 5 * 366 * 86_400, limit=1)
+    return found[0] if found else None
+
+
+def count_slots(spec: TriggerSpec, after: float, until: float) -> tuple[int, float | None]:
+    """How many slots (after, until] holds (capped at MAX_COUNTED) and the last one."""
+    if spec.every is not None:
+        first = int(after // spec.every) + 1
+        last = int(until // spec.every)
+        return max(0, last - first + 1), (last * spec.every if last >= first else None)
+    found = slots_after(spec, after, until, limit=MAX_COUNTED)
+    return len(found), (found[-1] if found else None)
+
+
+class TriggerLoop:
+    """The host's trigger evaluation; one per host, ticked from its loop."""
+
+    def __init__(self, ledger: TriggerLedger, clock: Clock, launch: Launcher, *,
+                 triggers: Callable[[], Iterable[Scheduled]],
+                 cancel: Callable[[str], None] | None = None,
+                 on_launched: Callable[[str], None] | None = None,
+                 enqueue: Callable[[str, str], None] | None = None) -> None:
+        """`on_launched(run_id)`: a firing queued a run (the host claims it at once).
+        `enqueue(controller, key)`: what a controller's trigger does instead."""
+        self.ledger = ledger
+        self.enqueue = enqueue
+        self.on_launched = on_launched
+        self.clock = clock
+        self.launch = launch
+        self.triggers = triggers
+        self.cancel = cancel
+        self._mine: set[str] = set()  # pending firings this loop claimed (run ids)
+        self._failed: str | None = None  # the last evaluation error logged
+
+    def tick(self) -> float | None:
+        """Evaluate every scheduled trigger; the seconds until the next slot (None:
+        no scheduled trigger)."""
+        now = self.clock.now()
+        soonest: float | None = None
+        for item in self.triggers():
+            hook = item.spec.webhook
+            if hook is not None and hook.debounce:
+                try:
+                    upcoming = self.flush_debounced(item, hook.debounce, now)
+                except (WfrunError, StoreError) as exc:
+                    self._log_once(f"trigger {item.workflow}.{item.spec.name}: {exc.message}")
+                    continue
+                if upcoming is not None:
+                    soonest = upcoming if soonest is None else min(soonest, upcoming)
+                continue
+            if not item.spec.scheduled:
+                continue
+            try:
+                upcoming = self.evaluate(item, now)
+            except (WfrunError, StoreError) as exc:  # refused: the next tick tries again
+                self._log_once(f"trigger {item.workflow}.{item.spec.name}: {exc.message}")
+                continue
+            if upcoming is not None:
+                soonest = upcoming if soonest is None else min(soonest, upcoming)
+        return None if soonest is None else max(0.0, soonest - self.clock.now())
+
+    def evaluate(self, item: Scheduled, now: float) -> float | None:
+        """One trigger's due slots at `now`; its next slot."""
+        workflow, spec = item.workflow, item.spec
+        state = self.ledger.ensure(workflow, spec.name, _ms(now))
+        if state.paused:
+            return next_slot(spec, now)
+        self._finish_pending(item, now)
+        cursor = state.cursor_at / 1000.0
+        window_start = now - spec.catch_up_window
+        if cursor < window_start:
+            self._record_gap(item, cursor, window_start)
+            self.ledger.advance(workflow, spec.name, _ms(window_start))
+            cursor = window_start
+        due, older = newest_slots(spec, cursor, now, MAX_CATCH_UP)
+        if older:  # more due slots than one evaluation starts: the older ones are a gap
+            self._record_gap(item, cursor, due[0] - 0.001, why="over the catch-up limit "
+                             f"of {MAX_CATCH_UP} slots")
+        if due:
+            launch, missed = self._plan(spec, due, now)
+            self.ledger.claim_many(workflow, spec.name, [
+                (slot_key(s), _ms(s), "missed", why) for s, why in missed])
+            for slot in launch:
+                self.fire(item, slot)
+            self.ledger.advance(workflow, spec.name, _ms(due[-1]))
+        return next_slot(spec, now)
+
+    @staticmethod
+    def _plan(spec: TriggerSpec, due: list[float], now: float
+              ) -> tuple[list[float], list[tuple[float, str]]]:
+        """Which due slots launch and which were missed (with why)."""
+        newest = due[-1]
+        on_time = now - newest <= ON_TIME
+        if spec.missed == "all":
+            return due, []
+        if spec.missed == "last":
+            why = f"missed: last (the slot at {slot_key(newest)} ran instead)"
+            return [newest], [(s, why) for s in due[:-1]]
+        why = "missed: none (no host was running the trigger at that time)"
+        launch = [newest] if on_time else []
+        return launch, [(s, why) for s in due if s not in launch]
+
+    def _record_gap(self, item: Scheduled, after: float, until: float, *,
+                    why: str | None = None) -> None:
+        count, last = count_slots(item.spec, after, until)
+        if not count or last is None:
+            return
+        first = slots_after(item.spec, after, until, limit=1)[0]
+        many = f"{count}+" if count >= MAX_COUNTED else str(count)
+        reason = (f"{many} slot(s) from {slot_key(first)} to {slot_key(last)} missed: "
+                  + (why or "older than catch_up_window "
+                     f"({item.spec.catch_up_window:g}s)"))
+        self.ledger.claim_many(item.workflow, item.spec.name, [
+            (f"gap:{slot_key(first)}..{slot_key(last)}", _ms(last), "missed", reason)])
+
+    # -- one firing ------------------------------------------------------------------
+    def fire(self, item: Scheduled, slot: float) -> str | None:
+        """Claim the slot and start it; the run id when this call claimed it."""
+        key = slot_key(slot)
+        run_id = firing_run_id(item.workflow, item.spec.name, key, slot)
+        if not self.ledger.claim(item.workflow, item.spec.name, key, slot_at=_ms(slot),
+                                 outcome="pending", run_id=run_id):
+            return None  # another host (or an earlier tick) has this slot
+        self._mine.add(run_id)
+        self._start(item, key, run_id, slot, {})
+        return run_id
+
+    def deliver(self, item: Scheduled, delivery: str, event: dict[str, Any]
+                ) -> tuple[Firing, bool]:
+        """Start the trigger for one event (a webhook delivery): claimed under its
+        delivery id, so a replayed delivery starts nothing new and gets the firing the
+        first one made. The firing as it stands after this call, and whether this
+        call made it (False: a replay)."""
+        hook = item.spec.webhook
+        if hook is not None and hook.debounce:
+            # Kept (durably, with its event) until no delivery came for `debounce`;
+            # then the newest starts the run and the others are recorded as skipped.
+            key = f"delivery:{delivery}"
+            run_id = firing_run_id(item.workflow, item.spec.name, key, self.clock.now())
+            fresh = self.ledger.claim(item.workflow, item.spec.name, key, slot_at=None,
+                                      outcome="pending", run_id=run_id, event=event)
+            found = self.ledger.firing(item.workflow, item.spec.name, key)
+            assert found is not None
+            return found, fresh
+        return self.fire_event(item, f"delivery:{delivery}", event)
+
+    def fire_event(self, item: Scheduled, key: str, event: dict[str, Any]
+                   ) -> tuple[Firing, bool]:
+        """Start the trigger once for the event whose idempotency key is `key` (a
+        delivery, a batch of file changes); as `deliver`."""
+        now = self.clock.now()
+        run_id = firing_run_id(item.workflow, item.spec.name, key, now)
+        fresh = self.ledger.claim(item.workflow, item.spec.name, key, slot_at=None,
+                                  outcome="pending", run_id=run_id)
+        if fresh:
+            self._mine.add(run_id)
+            self._start(item, key, run_id, None, event)
+        found = self.ledger.firing(item.workflow, item.spec.name, key)
+        assert found is not None  # claimed by this call or an earlier one; never deleted
+        return found, fresh
+
+    def flush_debounced(self, item: Scheduled, debounce: float, now: float) -> float | None:
+        """A debounced webhook's kept deliveries, once none came for `debounce`: the
+        newest starts its run, the others are skipped naming it. When the batch is due
+        (None: nothing kept)."""
+        kept = self.ledger.pending(item.workflow, item.spec.name)
+        if not kept:
+            return None
+        newest = max(kept, key=lambda f: (f.created_at, f.key))
+        due = newest.created_at / 1000.0 + debounce
+        if due > now:
+            return due
+        assert newest.run_id is not None
+        event = json.loads(newest.event_json) if newest.event_json else {}
+        event["debounced"] = [f.key.removeprefix("delivery:") for f in kept]
+        self._start(item, newest.key, newest.run_id, None, event)
+        for firing in kept:
+            if firing.key != newest.key:
+                self.ledger.settle(item.workflow, item.spec.name, firing.key, "skipped",
+                                   f"debounced: {newest.key} started run {newest.run_id}")
+        return None
+
+    def backfill(self, item: Scheduled, start: float, end: float,
+                 limit: int = MAX_CATCH_UP) -> list[tuple[str, str | None, str]]:
+        """Queue a run for every slot in [start, end] that has none (a missed, skipped
+        or failed slot included), whatever the overlap policy; (slot key, run id,
+        what happened) per slot. Raises ValueError past `limit` slots."""
+        slots = slots_after(item.spec, start - 0.001, end, limit=limit + 1)
+        if len(slots) > limit:
+            raise ValueError(f"more than {limit} slots between those times")
+        done: list[tuple[str, str | None, str]] = []
+        for slot in slots:
+            key = slot_key(slot)
+            run_id = firing_run_id(item.workflow, item.spec.name, key, slot)
+            found = self.ledger.firing(item.workflow, item.spec.name, key)
+            if found is not None and found.outcome in ("launched", "pending"):
+                done.append((key, found.run_id, f"has run {found.run_id} already"))
+                continue
+            won = (self.ledger.claim(item.workflow, item.spec.name, key, slot_at=_ms(slot),
+                                     outcome="pending", run_id=run_id) if found is None
+                   else self.ledger.reopen(item.workflow, item.spec.name, key, run_id))
+            if not won:
+                done.append((key, None, "taken by a host meanwhile"))
+                continue
+            self._start(item, key, run_id, slot, {}, overlap="allow")
+            after = self.ledger.firing(item.workflow, item.spec.name, key)
+            outcome = after.outcome if after is not None else "?"
+            done.append((key, run_id if outcome == "launched" else None,
+                         outcome if not (after and after.reason) else
+                         f"{outcome}: {after.reason}"))
+        return done
+
+    def _start(self, item: Scheduled, key: str, run_id: str, slot: float | None,
+               event: dict[str, Any], overlap: str | None = None) -> bool:
+        """Apply the overlap policy to a pending firing and queue its run; False when
+        it stays pending (`overlap: queue` behind a running run)."""
+        workflow, spec = item.workflow, item.spec
+        policy = overlap or spec.overlap
+        active = [] if policy == "allow" else [
+            (r, s) for r, s in self.ledger.active_runs(workflow, spec.name) if r != run_id]
+        if active and policy == "skip":
+            holder, status = active[0]
+            self._settle(item, key, run_id, "skipped",
+                         f"overlap: skip (run {holder} is still {status})")
+            return True
+        if active and policy == "queue":
+            return False
+        if active and policy == "cancel_running" and self.cancel is not None:
+            for holder, _ in active:
+                try:
+                    self.cancel(holder)
+                except WfrunError as exc:  # it ended meanwhile, or the store refused
+                    log.info("trigger %s.%s: could not cancel %s: %s", workflow, spec.name,
+                             holder, exc.message)
+        context = {"trigger": {"name": spec.name, "workflow": workflow,
+                               "slot": None if slot is None else slot_key(slot),
+                               "kind": spec.kind, "key": key},
+                   "event": event}
+        if item.controller is not None:
+            return self._enqueue(item, key, run_id, context)
+        try:
+            run_input = None if spec.input is None else render_native(spec.input, context)
+        except TemplateError as exc:
+            self._settle(item, key, run_id, "failed", f"the trigger's input: {exc}")
+            return True
+        try:
+            self.launch(workflow, run_input, run_id)
+        except WfrunError as exc:
+            if self.ledger.run_exists(run_id):  # another host queued it first
+                self._settle(item, key, run_id, "launched")
+                return True
+            self._settle(item, key, run_id, "failed", safe_message(exc.message))
+            return True
+        self._settle(item, key, run_id, "launched")
+        return True
+
+    def _enqueue(self, item: Scheduled, key: str, run_id: str,
+                 context: dict[str, Any]) -> bool:
+        """A controller's firing: the rendered resource key goes on its reconcile queue
+        (duplicate wake-ups of one key collapse there: seed 004)."""
+        assert item.controller is not None
+        try:
+            resource = str(render_native(item.spec.key or "", context)).strip()
+        except TemplateError as exc:
+            self._settle(item, key, run_id, "failed", f"the trigger's key: {exc}")
+            return True
+        if not resource or len(resource) > 512 or not resource.isprintable():
+            self._settle(item, key, run_id, "failed", "the trigger's key must render to "
+                         "1-512 printable characters")
+            return True
+        if self.enqueue is None:
+            self._settle(item, key, run_id, "failed", "no controller manager runs here")
+            return True
+        self.enqueue(item.controller, resource)
+        self.ledger.settle(item.workflow, item.spec.name, key, "launched",
+                           f"reconcile {item.controller}/{resource}")
+        self._mine.discard(run_id)
+        return True
+
+    def _settle(self, item: Scheduled, key: str, run_id: str, outcome: str,
+                reason: str | None = None) -> None:
+        self.ledger.settle(item.workflow, item.spec.name, key, outcome, reason)
+        self._mine.discard(run_id)
+        if outcome == "launched":
+            if self.on_launched is not None:
+                self.on_launched(run_id)
+            log.info("trigger %s.%s fired %s: run %s", item.workflow, item.spec.name, key,
+                     run_id)
+        elif outcome == "failed":
+            log.warning("trigger %s.%s could not start %s: %s", item.workflow,
+                        item.spec.name, key, reason)
+
+    def _finish_pending(self, item: Scheduled, now: float) -> None:
+        """Queued-behind firings whose turn came, and firings a crash left pending."""
+        for firing in self.ledger.pending(item.workflow, item.spec.name):
+            assert firing.run_id is not None
+            if self.ledger.run_exists(firing.run_id):  # queued, but not settled: a crash
+                self._settle(item, firing.key, firing.run_id, "launched")
+                continue
+            waiting = item.spec.overlap == "queue"
+            stale = now - firing.created_at / 1000.0 >= STALE_PENDING
+            if not (waiting or stale or firing.run_id in self._mine):
+                continue  # its host is queueing it right now
+            slot = None if firing.slot_at is None else firing.slot_at / 1000.0
+            if not self._start(item, firing.key, firing.run_id, slot, {}):
+                break  # behind a running run: the later ones wait too, in order
+
+    def _log_once(self, text: str) -> None:
+        if text != self._failed:
+            log.warning("wfrun host: %s", text)
+            self._failed = text
+
+
+def _ms(seconds: float) -> int:
+    return round(seconds * 1000)

@@ -1,0 +1,177 @@
+"""`LaunchBook`: the launch queue's one facade, for every caller above the store.
+
+Like procrastinate's `JobManager` over its connector: every layer above the store
+(the launch layer's runners, the hosts, sessions, views, the web console, and the
+CLI through the host's runtime functions) reaches the queue through this facade,
+so what they ask of it is listed here, typed, once. It is the only reader of
+`store.launches` outside the store's own modules (tests/unit/store/
+test_launch_book_fence.py); the rules stay in the store (guards, transitions,
+named queries: domain/_launches.py) and this module adds none. It lives in the
+store package, not in `runner.launch`, because the cold views (`wfrun status`,
+`wfrun runs`) read launches without loading the launch layer.
+
+    reads        get, query, page, counts, ending_counts, workflow_counts,
+                 queued_sources, reservation
+    sessions     hand_over (a session ended), hand_back (an agent step goes back)
+    a runner's   enqueue, claim, claim_next, check_claim, renew_lease, mark_running,
+    transitions  park, finish, fail, release, cancel, yield_lease,
+                 recover_expired_starting
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from runner._leases import LEASE_SECONDS as DEFAULT_LEASE_SECONDS
+from runner.store._interface import BundleWrite, LaunchQueue, Store
+from runner.store._records import (
+    LaunchGate,
+    LaunchRecord,
+    LostRace,
+    NewLaunch,
+    NewTurnIntent,
+    NextClaim,
+    QueuedSources,
+)
+from runner.store._states import LaunchEnding, LaunchStatus, ParkMode, RecoveryOutcome
+
+
+class LaunchBook:
+    """One store's launch queue, as every layer above the store uses it."""
+
+    def __init__(self, store: Store) -> None:
+        self._queue: LaunchQueue = store.launches
+
+    # -- reads ---------------------------------------------------------------------------
+    def get(self, run_id: str) -> LaunchRecord | None:
+        return self._queue.get(run_id)
+
+    def query(self, *, statuses: Iterable[LaunchStatus] | None = None,
+              session_id: str | None = None, limit: int | None = None
+              ) -> list[LaunchRecord]:
+        """Launches, oldest first, by status and origin session (every match unless
+        `limit`)."""
+        return self._queue.query(statuses=statuses, session_id=session_id, limit=limit)
+
+    def page(self, *, statuses: Iterable[LaunchStatus] | None = None,
+             workflow_ref: str | None = None, run_id_prefix: str | None = None,
+             updated_since: int | None = None, newest_first: bool = True,
+             limit: int = 50, offset: int = 0, ending: LaunchEnding | None = None,
+             created_from: int | None = None, created_to: int | None = None
+             ) -> list[LaunchRecord]:
+        """One page of a run list, filtered and paged in SQL."""
+        return self._queue.page(statuses=statuses, workflow_ref=workflow_ref,
+                                run_id_prefix=run_id_prefix, updated_since=updated_since,
+                                newest_first=newest_first, limit=limit, offset=offset,
+                                ending=ending, created_from=created_from,
+                                created_to=created_to)
+
+    def counts(self, *, workflow_ref: str | None = None) -> dict[str, int]:
+        """Launches by status, counted in SQL."""
+        return self._queue.counts(workflow_ref=workflow_ref)
+
+    def ending_counts(self, *, workflow_ref: str | None = None,
+                      created_from: int | None = None, created_to: int | None = None
+                      ) -> dict[tuple[str, str | None], int]:
+        """Launches by status and, for `done`, how the run ended (created in the window)."""
+        return self._queue.ending_counts(workflow_ref=workflow_ref, created_from=created_from,
+                                         created_to=created_to)
+
+    def gate(self, run_id: str) -> LaunchGate | None:
+        """The launch's flow-control gate (concurrency and rate keys), if it has one."""
+        return self._queue.gate(run_id)
+
+    def gate_holders(self, key: str) -> list[tuple[str, str]]:
+        """(run id, status) of the claimed runs holding concurrency key `key`."""
+        return self._queue.gate_holders(key)
+
+    def gate_starts(self, key: str, since_ms: int) -> list[int]:
+        """When the runs of rate key `key` started after `since_ms` (ms)."""
+        return self._queue.gate_starts(key, since_ms)
+
+    def workflow_counts(self) -> dict[str, int]:
+        """Launches by workflow ref."""
+        return self._queue.workflow_counts()
+
+    def queued_sources(self, *, limit: int = 1000) -> list[QueuedSources]:
+        """The queued launches' recorded sources, in groups (what a host watches)."""
+        return self._queue.queued_sources(limit=limit)
+
+    def reservation(self, session_id: str) -> LaunchRecord | None:
+        """The session's one live launch (queued, starting or running), if any."""
+        return self._queue.find_session_reservation(session_id)
+
+    # -- sessions ------------------------------------------------------------------------
+    def hand_over(self, session_id: str) -> list[LaunchRecord]:
+        """A session ended: its launches become claimable by a host."""
+        return self._queue.hand_over(session_id)
+
+    def hand_back(self, run_id: str) -> bool:
+        """A handed-over launch reached an agent step: only its session claims it."""
+        return self._queue.hand_back(run_id)
+
+    # -- a runner's transitions ----------------------------------------------------------
+    def enqueue(self, launch: NewLaunch, *, claim_by: str | None = None,
+                lease_seconds: float = DEFAULT_LEASE_SECONDS) -> LaunchRecord | LostRace:
+        return self._queue.enqueue(launch, claim_by=claim_by, lease_seconds=lease_seconds)
+
+    def claim(self, run_id: str, *, runner_id: str,
+              lease_seconds: float = DEFAULT_LEASE_SECONDS,
+              dead_runner: str | None = None) -> LaunchRecord | LostRace:
+        return self._queue.claim(run_id, runner_id=runner_id, lease_seconds=lease_seconds,
+                                 dead_runner=dead_runner)
+
+    def claim_next(self, *, runner_id: str, session_id: str | None = None,
+                   lease_seconds: float = DEFAULT_LEASE_SECONDS) -> LaunchRecord | None:
+        return self._queue.claim_next(runner_id=runner_id, session_id=session_id,
+                                      lease_seconds=lease_seconds)
+
+    def check_claim(self, run_id: str, claim_token: str) -> LaunchStatus | LostRace:
+        return self._queue.check_claim(run_id, claim_token)
+
+    def renew_lease(self, run_id: str, claim_token: str, *,
+                    lease_seconds: float = DEFAULT_LEASE_SECONDS) -> LaunchRecord | LostRace:
+        return self._queue.renew_lease(run_id, claim_token, lease_seconds=lease_seconds)
+
+    def mark_running(self, run_id: str, claim_token: str, *,
+                     bundle: BundleWrite | None = None) -> LaunchRecord | LostRace:
+        return self._queue.mark_running(run_id, claim_token, bundle=bundle)
+
+    def park(self, run_id: str, claim_token: str, *,
+             mode: ParkMode = "explicit") -> LaunchRecord | LostRace:
+        return self._queue.park(run_id, claim_token, mode=mode)
+
+    def finish(self, run_id: str, claim_token: str, *, waiting: bool = False,
+               turn_intent: NewTurnIntent | None = None, bundle: BundleWrite | None = None,
+               then_claim: NextClaim | None = None) -> LaunchRecord | LostRace:
+        return self._queue.finish(run_id, claim_token, waiting=waiting,
+                                  turn_intent=turn_intent, bundle=bundle,
+                                  then_claim=then_claim)
+
+    def fail(self, run_id: str, claim_token: str, *, code: str, message: str,
+             turn_intent: NewTurnIntent | None = None, bundle: BundleWrite | None = None,
+             then_claim: NextClaim | None = None) -> LaunchRecord | LostRace:
+        return self._queue.fail(run_id, claim_token, code=code, message=message,
+                                turn_intent=turn_intent, bundle=bundle,
+                                then_claim=then_claim)
+
+    def release(self, run_id: str, claim_token: str) -> LaunchRecord | LostRace:
+        return self._queue.release(run_id, claim_token)
+
+    def cancel(self, run_id: str, *, claim_token: str | None = None,
+               bundle: BundleWrite | None = None,
+               then_claim: NextClaim | None = None) -> LaunchRecord | LostRace:
+        return self._queue.cancel(run_id, claim_token=claim_token, bundle=bundle,
+                                  then_claim=then_claim)
+
+    def yield_lease(self, run_id: str, claim_token: str) -> bool:
+        return self._queue.yield_lease(run_id, claim_token)
+
+    def recover_expired_starting(self, run_id: str, *, epoch: int,
+                                 outcome: RecoveryOutcome, code: str | None = None,
+                                 message: str | None = None,
+                                 turn_intent: NewTurnIntent | None = None
+                                 ) -> LaunchRecord | LostRace:
+        return self._queue.recover_expired_starting(run_id, epoch=epoch, outcome=outcome,
+                                                    code=code, message=message,
+                                                    turn_intent=turn_intent)

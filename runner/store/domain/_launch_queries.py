@@ -1,0 +1,170 @@
+"""The launch queue's named statements and the constants its transitions share
+(`domain/_launches.py`). A backend overrides a statement by name (`named()`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from runner.store._connector import in_params
+from runner.store._ddl import sql_in
+from runner.store._states import (
+    CLAIMED_STATUSES,
+    HANDED_OVER,
+    READY_STATUSES,
+    RESERVING_STATUSES,
+    LaunchStatus,
+    Operation,
+)
+
+#: Wake-ups for hosts waiting on detached launches (Postgres LISTEN/NOTIFY).
+LAUNCH_CHANNEL = "wfrun_launch"
+
+_CLAIMED, _CLAIMED_PARAMS = in_params("claimed", CLAIMED_STATUSES)
+_RESERVING, _RESERVING_PARAMS = in_params("reserving", RESERVING_STATUSES)
+FIXED: dict[str, object] = {**_CLAIMED_PARAMS, **_RESERVING_PARAMS}
+
+_CLAIMABLE = (
+    "(q.status IN ('queued', 'parked')"
+    f" OR (q.status IN {_CLAIMED} AND q.claim_expires_at <= :now))"
+)
+# A parked launch cannot take its session back while another launch reserves it.
+_RESERVATION_FREE = (
+    "NOT (q.status = 'parked' AND q.origin_session_id IS NOT NULL AND EXISTS ("
+    " SELECT 1 FROM workflow_run_queue r WHERE r.origin_session_id = q.origin_session_id"
+    f" AND r.status IN {_RESERVING} AND r.run_id <> q.run_id))"
+)
+# Detached launches belong to hosts, session launches to their session: a session
+# never activates a `wfrun start` launch (its prompt and input are not that
+# conversation's), and a host takes a session's launch only once the session has
+# ended and handed it over (a live session's queued launch waits for its boundary).
+ORIGIN = {True: f"(q.origin_session_id IS NULL OR q.affinity_runner_id = '{HANDED_OVER}')",
+          False: "q.origin_session_id = :session"}
+# Only a run parked by a host shutdown resumes by itself; the others wait to be asked.
+_AUTO_RESUME = "(q.status <> 'parked' OR q.park_mode = 'auto')"
+_READY = f"q.status IN {sql_in(READY_STATUSES)}"
+# Flow control (DESIGN §10): a queued or parked launch whose gate is shut is not
+# claimable, so it holds no host slot: its concurrency key has `limit` claimed runs,
+# or its rate key saw `limit` starts within the period. (A claim taken over after a
+# lease ran out is the same start, not a new one.) `_take` re-checks under a lock.
+_GATE_SHUT = (
+    "EXISTS (SELECT 1 FROM launch_gates g WHERE g.run_id = q.run_id AND ("
+    "(g.concurrency_key IS NOT NULL AND (SELECT count(*) FROM launch_gates o"
+    " JOIN workflow_run_queue r ON r.run_id = o.run_id WHERE o.concurrency_key ="
+    f" g.concurrency_key AND r.status IN {sql_in(CLAIMED_STATUSES)} AND r.run_id <> q.run_id)"
+    " >= g.concurrency_limit)"
+    " OR (g.rate_key IS NOT NULL AND (SELECT count(*) FROM launch_gates o WHERE"
+    " o.rate_key = g.rate_key AND o.started_at > :now - g.rate_per_ms) >= g.rate_limit)))"
+)
+_GATE_OPEN = f"(q.status NOT IN ('queued', 'parked') OR NOT {_GATE_SHUT})"
+_CLAIM_TERMS = (f"{_CLAIMABLE} AND {{origin}} AND {_RESERVATION_FREE} AND {_AUTO_RESUME}"
+                f" AND {_GATE_OPEN}")
+_CONTINUATION_SLOT = "NOT (status IN ('failed', 'cancelled') AND started_at IS NULL)"
+
+SQL: Mapping[str, str] = {
+    "gate": "SELECT * FROM launch_gates WHERE run_id = :run_id",
+    "gate_shut": f"SELECT 1 AS shut FROM workflow_run_queue q WHERE q.run_id = :run_id"
+    f" AND {_GATE_SHUT}",
+    "gate_insert": "INSERT INTO launch_gates (run_id, concurrency_key, concurrency_limit,"
+    " strategy, rate_key, rate_limit, rate_per_ms) VALUES (:run_id, :ckey, :climit,"
+    " :strategy, :rkey, :rlimit, :rper)",
+    "gate_started": "UPDATE launch_gates SET started_at = COALESCE(started_at, :now)"
+    " WHERE run_id = :run_id",
+    # The claimed runs holding a concurrency key, oldest first (`why`, cancel_running).
+    "gate_holders": "SELECT r.run_id, r.status FROM launch_gates o JOIN workflow_run_queue r"
+    f" ON r.run_id = o.run_id WHERE o.concurrency_key = :key AND r.status IN"
+    f" {sql_in(CLAIMED_STATUSES)} ORDER BY r.created_at, r.run_id",
+    "gate_starts": "SELECT started_at FROM launch_gates WHERE rate_key = :key AND"
+    " started_at > :since ORDER BY started_at",
+    "load": "SELECT * FROM workflow_run_queue WHERE run_id = :run_id",
+    # Only what the guard reads: the fence runs before every irreversible write.
+    "fence": "SELECT status, claim_token, claim_expires_at, {now} AS fence_now"
+    " FROM workflow_run_queue WHERE run_id = :run_id",
+    "reservation": "SELECT * FROM workflow_run_queue WHERE origin_session_id = :session"
+    f" AND status IN {_RESERVING} AND run_id <> :run_id",
+    "continuation": "SELECT * FROM workflow_run_queue WHERE parent_run_id = :parent"
+    f" AND {_CONTINUATION_SLOT}",
+    "query": "SELECT * FROM workflow_run_queue{hint} WHERE {where} ORDER BY created_at, run_id"
+    " LIMIT :limit",
+    # The host's source watch: one row per distinct source identity of the detached
+    # queued launches, never a row per launch (93k queued cost 445 MB as records).
+    "queued_sources": "SELECT workflow_source_json AS source_json, COUNT(*) AS launches,"
+    " MIN(run_id) AS first_run_id FROM workflow_run_queue"
+    " WHERE status = 'queued' AND origin_session_id IS NULL"
+    " GROUP BY workflow_source_json ORDER BY MIN(created_at) LIMIT :limit",
+    "recoverable": f"SELECT * FROM workflow_run_queue q WHERE {_CLAIMABLE}{{session}}"
+    " ORDER BY q.created_at, q.run_id",
+    "insert": "INSERT INTO workflow_run_queue (run_id, workflow_ref, workflow_path,"
+    " workflow_source_json, definition_digest, input_json, launch_options_json, status,"
+    " affinity_runner_id, origin_session_id, parent_run_id, created_at, updated_at)"
+    " VALUES (:run_id, :workflow_ref, :workflow_path, :source, :digest, :input, :options,"
+    " 'queued', :affinity, :origin, :parent, :now, :now) RETURNING *",
+    "void_lease": "UPDATE workflow_run_queue SET claim_expires_at = :now WHERE run_id = :run_id"
+    " AND runner_id = :dead AND claim_token IS NOT NULL",
+    # A claim looks twice, each time reading a claim-order index from its oldest
+    # entry to the first claimable one (no sort of the whole queue): this runner's own
+    # launches (a `wfrun run` queued them), then any. The first term repeats the
+    # index's condition so the planner may use it.
+    "next_mine": "SELECT * FROM workflow_run_queue q{hint_mine} WHERE"
+    f" {_READY} AND q.affinity_runner_id = :runner AND q.affinity_runner_id IS NOT NULL"
+    f" AND {_CLAIM_TERMS} ORDER BY q.affinity_runner_id, q.created_at, q.run_id LIMIT 1",
+    "next": f"SELECT * FROM workflow_run_queue q{{hint}} WHERE {_READY} AND {_CLAIM_TERMS}"
+    " ORDER BY q.created_at, q.run_id LIMIT 1",
+    "take": "UPDATE workflow_run_queue AS q SET"
+    " status = CASE WHEN q.status IN ('queued', 'parked') THEN 'starting' ELSE q.status END,"
+    " runner_id = :runner, claim_token = :token, claim_expires_at = :expires,"
+    " epoch = q.epoch + 1, updated_at = :now, park_mode = NULL,"
+    # Taking over an expired `starting` claim means its runner died activating it.
+    " crash_count = q.crash_count + CASE WHEN q.status = 'starting' THEN 1 ELSE 0 END"
+    " WHERE q.run_id = :run_id AND q.status = :status AND q.epoch = :epoch"
+    f" AND {_CLAIMABLE}",
+    "yield": "UPDATE workflow_run_queue SET claim_expires_at = :now, updated_at = :now"
+    " WHERE run_id = :run_id AND claim_token = :token AND claim_expires_at > :now"
+    f" AND status IN {_CLAIMED} RETURNING origin_session_id",
+    "renew": "UPDATE workflow_run_queue SET claim_expires_at = :expires, updated_at = :now"
+    " WHERE run_id = :run_id AND claim_token = :token AND claim_expires_at > :now",
+    # A session ended: its launches not yet ended go to the hosts (and to the session,
+    # should it start again first).
+    "hand_over": "UPDATE workflow_run_queue SET affinity_runner_id = :mark, updated_at = :now"
+    f" WHERE origin_session_id = :session AND status IN {sql_in(READY_STATUSES)}"
+    " AND (affinity_runner_id IS NULL OR affinity_runner_id <> :mark)",
+    "handed_over": "SELECT * FROM workflow_run_queue WHERE origin_session_id = :session"
+    f" AND affinity_runner_id = :mark AND status IN {sql_in(READY_STATUSES)}"
+    " ORDER BY created_at, run_id",
+    # A host met a step only the session can take: the run waits for its session again.
+    "hand_back": "UPDATE workflow_run_queue SET affinity_runner_id = NULL, updated_at = :now"
+    " WHERE run_id = :run_id AND affinity_runner_id = :mark",
+    "enter": "UPDATE workflow_run_queue SET status = :target, updated_at = :now, {columns}"
+    " WHERE run_id = :run_id AND status = :status AND epoch = :epoch",
+}
+
+#: Column changes per target status (the `enter` statement's `{columns}`).
+ENTER: dict[LaunchStatus, str] = {
+    "running": "input_json = NULL, launch_options_json = NULL, crash_count = 0,"
+    " started_at = COALESCE(started_at, :now)",
+    "parked": "claim_token = NULL, claim_expires_at = NULL, input_json = NULL,"
+    " launch_options_json = NULL, started_at = COALESCE(started_at, :now),"
+    " park_mode = :mode, crash_count = 0",
+    # Recovery goes back to queued (its runner died while starting): a crash; a release
+    # (the disk refused the bundle) is not one (:crashed 0).
+    "queued": "claim_token = NULL, claim_expires_at = NULL, runner_id = NULL,"
+    " crash_count = crash_count + :crashed",
+    "done": "claim_token = NULL, claim_expires_at = NULL, input_json = NULL,"
+    " launch_options_json = NULL, started_at = COALESCE(started_at, :now), finished_at = :now,"
+    " ending = :ending",
+    "failed": "claim_token = NULL, claim_expires_at = NULL, input_json = NULL,"
+    " launch_options_json = NULL, error_code = :code, error_message = :message,"
+    " finished_at = :now",
+    "cancelled": "claim_token = NULL, claim_expires_at = NULL, input_json = NULL,"
+    " launch_options_json = NULL, finished_at = :now, park_mode = NULL",
+}
+#: What a child workflow request (a controller's, linked by run id) becomes when
+#: its launch ends; the parent's key is woken in the same transaction.
+CHILD_STATE = {"done": "succeeded", "failed": "failed", "cancelled": "failed"}
+#: The fence and lease renewal: a live claim in starting|running.
+HOLD = Operation("hold", CLAIMED_STATUSES, "running", needs_claim=True)
+# Claims and lease renewals commit without waiting for the disk (`Connector.write`):
+# another process sees them at once, which is all one-runner-at-a-time needs, and a
+# power cut that loses one only returns the launch to where it was (queued, parked, or
+# an earlier lease), which recovery already handles: a claimed launch is recovered from
+# its bundle, never from the claim. The enqueue and every ending stay durable.
+CLAIM_DURABLE = False

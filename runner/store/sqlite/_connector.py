@@ -1,0 +1,134 @@
+"""The store seam on SQLite (`runner.store._connector`): `SqliteDatabase`'s transactions.
+
+`write()` is `SqliteDatabase.write()` (the in-process writer lock, then `BEGIN
+IMMEDIATE`), so a read-then-update needs no row lock: `lock` is empty.
+`read()` runs on this thread's connection in autocommit mode. Statements use
+SQLite's own `:name` parameters unchanged; rows are dicts (a cursor row factory,
+so the connection's `sqlite3.Row` for older modules is left alone). Savepoints
+are `SAVEPOINT`/`ROLLBACK TO`; a unique constraint failure is `UniqueViolation`,
+every other sqlite3 error is translated by `faults.from_sqlite`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from runner.store._connector import Dialect, Params, Row, Transaction, UniqueViolation
+from runner.store.sqlite._db import SqliteDatabase, translate
+
+DIALECT = Dialect(name="sqlite", lock="", skip_locked="", unlimited=-1, same="IS",
+                  index_hints=True, cheap_returning=False)
+_NO_PARAMS: Params = {}
+
+
+def _dict_row(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> Row:
+    return {column[0]: value for column, value in zip(cursor.description, row, strict=True)}
+
+
+class SqliteTransaction:
+    """`Transaction` on one SQLite connection."""
+
+    def __init__(self, db: SqliteDatabase, conn: sqlite3.Connection,
+                 clock: Callable[[], int]) -> None:
+        self._db = db
+        self._conn = conn
+        self._clock = clock
+        self._now: int | None = None
+        self._savepoints = 0
+
+    @property
+    def dialect(self) -> Dialect:
+        return DIALECT
+
+    def _error(self, exc: sqlite3.Error) -> Exception:
+        if isinstance(exc, sqlite3.IntegrityError) and "UNIQUE constraint failed" in str(exc):
+            return UniqueViolation(f"{exc} (store {self._db.path})")
+        return translate(exc, self._db.path)
+
+    # Each statement translates its errors in one try (no context manager per call:
+    # a run makes ~20 statements, and the seam's overhead was a visible share of them).
+    def _run(self, sql: str, params: Params) -> sqlite3.Cursor:
+        cursor = self._conn.cursor()
+        cursor.row_factory = _dict_row
+        try:
+            return cursor.execute(sql, params)
+        except sqlite3.Error as exc:
+            raise self._error(exc) from None
+
+    def all(self, sql: str, params: Params = _NO_PARAMS) -> list[Row]:
+        cursor = self._conn.cursor()
+        cursor.row_factory = _dict_row
+        try:
+            rows: list[Row] = cursor.execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise self._error(exc) from None
+        return rows
+
+    def one(self, sql: str, params: Params = _NO_PARAMS) -> Row | None:
+        cursor = self._conn.cursor()
+        cursor.row_factory = _dict_row
+        try:
+            row: Row | None = cursor.execute(sql, params).fetchone()
+        except sqlite3.Error as exc:
+            raise self._error(exc) from None
+        return row
+
+    def run(self, sql: str, params: Params = _NO_PARAMS) -> int:
+        return self._run(sql, params).rowcount
+
+    def many(self, sql: str, rows: Sequence[Params]) -> None:
+        try:
+            self._conn.executemany(sql, rows)
+        except sqlite3.Error as exc:
+            raise self._error(exc) from None
+
+    def now_ms(self) -> int:
+        if self._now is None:
+            self._now = self._clock()
+        return self._now
+
+    def clock_sql(self, name: str = "now") -> tuple[str, dict[str, int]]:
+        return f":{name}", {name: int(self.now_ms())}
+
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        self._savepoints += 1
+        name = f"wfrun_sp{self._savepoints}"
+        self._run(f"SAVEPOINT {name}", _NO_PARAMS)
+        try:
+            yield
+        except BaseException:
+            self._run(f"ROLLBACK TO {name}", _NO_PARAMS)
+            self._run(f"RELEASE {name}", _NO_PARAMS)
+            raise
+        self._run(f"RELEASE {name}", _NO_PARAMS)
+
+    def notify(self, channel: str, item_id: str) -> None:
+        """SQLite has no notices: hosts on one file poll (and share no machine anyway)."""
+
+
+class SqliteConnector:
+    """`Connector` on one SQLite store file; `now_ms` is the store's injected clock."""
+
+    def __init__(self, db: SqliteDatabase, now_ms: Callable[[], int]) -> None:
+        self._db = db
+        self._now_ms = now_ms
+
+    @property
+    def dialect(self) -> Dialect:
+        return DIALECT
+
+    @contextmanager
+    def write(self, *, durable: bool = True, shared_sync: bool = False) -> Iterator[Transaction]:
+        with self._db.write(durable=durable, shared_sync=shared_sync) as conn:
+            yield SqliteTransaction(self._db, conn, self._now_ms)
+
+    @contextmanager
+    def read(self) -> Iterator[Transaction]:
+        yield SqliteTransaction(self._db, self._db.connection(), self._now_ms)
+
+    def now_ms(self) -> int:
+        return self._now_ms()

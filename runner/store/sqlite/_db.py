@@ -1,0 +1,472 @@
+"""The SQLite store: the open procedure, connections, transactions (the file: files.py).
+
+Open procedure (see docs/store.md):
+
+1. Refuse SQLite older than 3.35 (RETURNING, partial indexes, UPSERT).
+2. An existing file is inspected through a read-only connection before anything
+   writes to it: a file in WAL mode that nobody has open (no `-shm` beside it) is
+   read with `immutable=1` so not even the `-shm`/`-wal` sidecars appear; otherwise
+   `mode=ro`. Another layout raises IncompatibleLayout and leaves the file
+   byte-identical. A damaged, full, read-only or forbidden file raises its own
+   class (`runner.store._faults`), never IncompatibleLayout.
+3. A missing store is built complete (WAL, schema) in a private temporary file
+   created 0600 (folder 0700) before its first SQLite open, so SQLite creates
+   `-wal`/`-shm` with the same mode, and hard-linked into place: others see no
+   store or a finished one. An existing empty file is set up in place.
+4. Every connection sets WAL, `synchronous=FULL`, `busy_timeout`, `foreign_keys=ON`
+   and `secure_delete=ON`.
+
+A read-only database (`read_only=True`, for views such as `wfrun status`) never
+creates, sets up or tightens anything and opens `mode=ro`, or `immutable=1` when
+its folder cannot be written and no `-wal` exists (a read-only project).
+
+One connection per thread at a time (and per process: a connection never crosses
+fork()); a finished thread's connection is reused by the next thread.
+Every writing transaction is `BEGIN IMMEDIATE`; sqlite3 runs in autocommit mode
+(`isolation_level=None`) so Python never opens a deferred transaction itself.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import weakref
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any
+
+from runner.store import _faults as store_faults
+from runner.store._errors import (
+    IncompatibleLayout,
+    StoreCorrupt,
+    StoreError,
+    StoreUnavailable,
+)
+from runner.store._layout import ADDED_INDEXES, ADDED_TABLES
+from runner.store.sqlite import _faults as sqlite_faults
+from runner.store.sqlite._files import (
+    DEFAULT_BUSY_TIMEOUT_MS,
+    check_sqlite_version,
+    create_store_file,
+    inspect_existing,
+    open_in_this_process,
+    read_only_uri,
+    sidecar_paths,
+    tighten_permissions,
+    track_open,
+)
+from runner.store.sqlite._schema import (
+    add_missing_indexes,
+    create_schema,
+    layout_drift,
+    read_layout,
+    schema_id_drift,
+)
+from runner.store.sqlite._writelock import Turn, WriteLock
+
+_WAL_SWITCH_ATTEMPTS = 200
+
+def translate(exc: sqlite3.Error, path: Path) -> StoreError:
+    """Map a sqlite3 error onto the store's exception tree (see `faults`)."""
+    return sqlite_faults.from_sqlite(exc, path)
+
+
+_WRITE_LOCKS: dict[str, tuple[threading.Lock, WriteLock]] = {}
+_WRITE_LOCKS_GUARD = threading.Lock()
+
+
+def _write_lock_for(path: Path) -> tuple[threading.Lock, WriteLock]:
+    """One in-process writer lock per store file, shared by every handle on it, and
+    the process's place in the file's writers' queue (`writelock`), used only under it."""
+    key = os.path.realpath(path)
+    with _WRITE_LOCKS_GUARD:
+        locks = _WRITE_LOCKS.get(key)
+        if locks is None:
+            locks = _WRITE_LOCKS[key] = (threading.Lock(), WriteLock(Path(key)))
+        return locks
+
+
+class _Slot:
+    """A thread's hold on a connection. When the thread ends, Python drops its
+    thread-local data and this hands the connection back to the store's pool, so
+    the next thread (the host starts one per run) skips the open and its PRAGMAs."""
+
+    __slots__ = ("conn", "db", "pid")
+
+    def __init__(self, pid: int, conn: sqlite3.Connection, db: SqliteDatabase) -> None:
+        self.pid, self.conn = pid, conn
+        self.db: weakref.ref[SqliteDatabase] | None = weakref.ref(db)
+
+    def __del__(self) -> None:
+        # Runs at thread exit (or when the slot is replaced): only a list append, which
+        # needs no lock, so it can never deadlock with a lock held where the GC runs.
+        # A connection of a closed store, or one left inside a transaction, is not
+        # reused: dropped here, sqlite3 closes it.
+        db = self.db() if self.db is not None else None
+        try:
+            if db is not None and not db._closed and not self.conn.in_transaction:
+                db._pool.append((self.pid, self.conn))
+        except Exception:  # a closed connection: nothing to hand back
+            pass
+
+
+class SqliteDatabase:
+    """Connections (one per thread at a time, never across fork(), pooled when their
+    thread ends) and transactions on one store file."""
+
+    def __init__(self, path: Path, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+                 read_only: bool = False) -> None:
+        self.path = path
+        self.busy_timeout_ms = busy_timeout_ms
+        self.read_only = read_only
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._write_lock, self._turns = _write_lock_for(path)
+        track_open(path, +1)
+        # id(conn) -> (pid, owning thread, conn): close() closes what no live thread uses.
+        self._connections: dict[int, tuple[int, int, sqlite3.Connection]] = {}
+        self._pool: list[tuple[int, sqlite3.Connection]] = []
+        self._relaxed: set[int] = set()  # id(conn) of connections at synchronous=NORMAL
+        self._wal = f"{path}-wal"  # synced after a shared-sync commit (`write`)
+        self._closed = False
+
+    def connection(self) -> sqlite3.Connection:
+        """This thread's connection: its own, a pooled one, or a new one opened with the
+        store's pragmas."""
+        pid = os.getpid()
+        cached: _Slot | None = getattr(self._local, "slot", None)
+        if self._closed:
+            if cached is not None and cached.pid == pid:
+                # Closed by another thread: this thread closes its own connection, here,
+                # where nothing else can be using it.
+                self._local.slot = None
+                cached.db = None  # not back into the pool
+                cached.conn.close()
+            raise StoreError(f"the store at {self.path} is closed")
+        if cached is not None and cached.pid == pid:
+            return cached.conn
+        conn = self._pooled(pid)
+        if conn is None:
+            conn = self._connect()
+            with self._lock:
+                self._connections[id(conn)] = (pid, threading.get_ident(), conn)
+        self._local.slot = _Slot(pid, conn, self)
+        return conn
+
+    def _pooled(self, pid: int) -> sqlite3.Connection | None:
+        """A connection a finished thread of this process handed back, now this thread's
+        (recorded as such under the lock, so close() leaves it to this thread)."""
+        with self._lock:
+            if self._closed:
+                raise StoreError(f"the store at {self.path} is closed")
+            while self._pool:
+                owner, conn = self._pool.pop()
+                if owner == pid and id(conn) in self._connections:
+                    self._connections[id(conn)] = (pid, threading.get_ident(), conn)
+                    return conn
+        return None
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(
+                read_only_uri(self.path) if self.read_only else str(self.path),
+                timeout=self.busy_timeout_ms / 1000,
+                isolation_level=None,
+                check_same_thread=False,
+                uri=self.read_only,
+            )
+        except sqlite3.Error as exc:
+            raise translate(exc, self.path) from None
+        try:
+            conn.row_factory = sqlite3.Row
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+            if self.read_only:
+                conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # opens it now
+                return conn
+            mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+            if str(mode).lower() != "wal":
+                mode = self._switch_to_wal(conn)
+            if str(mode).lower() != "wal":
+                raise StoreUnavailable(
+                    f"the store at {self.path} cannot use WAL (journal mode {mode}); "
+                    "keep it on a local file system"
+                )
+            conn.execute("PRAGMA synchronous = FULL")
+            conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute("PRAGMA secure_delete = ON")
+        except sqlite3.Error as exc:
+            conn.close()
+            raise translate(exc, self.path) from None
+        except StoreError:
+            conn.close()
+            raise
+        return conn
+
+    @staticmethod
+    def _switch_to_wal(conn: sqlite3.Connection) -> object:
+        """Only for a store set up in place: SQLite may refuse the switch with
+        SQLITE_BUSY without waiting while another connection opens the file."""
+        for _ in range(_WAL_SWITCH_ATTEMPTS - 1):
+            try:
+                return conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise
+        return conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+
+    @contextmanager
+    def write(self, *, durable: bool = True,
+              shared_sync: bool = False) -> Iterator[sqlite3.Connection]:
+        """A `BEGIN IMMEDIATE` transaction: committed on success, rolled back on error.
+
+        `durable=False`: a commit that need not survive a power loss (the callers say
+        why), made with `synchronous = NORMAL`: no fsync of its own, still atomic and
+        visible to every other connection at once, and made durable by the next FULL
+        commit's fsync of the WAL, which covers every frame before it.
+
+        Threads of this process take turns on a Python lock first, then wfrun's
+        processes in the file's first-come, first-served writers' queue (`writelock`):
+        SQLite's own busy handler waits by sleeping (1, 2, 5, 10 ms ...), which wasted
+        most of the time when several writers met. A foreign writer is still waited
+        for by SQLite's busy timeout, with the same one-line "busy" error.
+
+        `shared_sync=True` (durable): group commit. The transaction commits with
+        `synchronous = NORMAL` (no sync while it holds SQLite's write lock and the
+        writers' turn), and then, with both let go, this thread syncs the WAL file
+        (`fdatasync`), which covers every frame written before it: the commit is
+        durable before the block returns, as with FULL, and the next writer commits
+        meanwhile, so writers that commit close together share the disk's flushes.
+        Other connections may see the commit a moment before it is durable; the
+        callers (a run's ending) record what their bundle holds durably already.
+        """
+        shared = durable and shared_sync and not self.read_only
+        with self._write_lock:
+            turn = self._take_turn()
+            try:
+                yield from self._write(durable and not shared)
+            finally:
+                if turn is not None:
+                    self._turns.release(turn)
+        if shared:  # reached only once the transaction committed
+            self._sync_wal()
+
+    def _sync_wal(self) -> None:
+        """Make every commit so far durable: sync the WAL file (SQLite writes its frames
+        with pwrite, so they are all in it). A WAL that is gone was checkpointed into
+        the database file and removed, which SQLite syncs before it lets the WAL go."""
+        try:
+            fd = os.open(self._wal, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise store_faults.from_os(exc, self.path, "sync") from None
+        try:
+            os.fdatasync(fd)
+        except OSError as exc:
+            raise store_faults.from_os(exc, self.path, "sync") from None
+        finally:
+            os.close(fd)
+
+    def _take_turn(self) -> Turn | None:
+        # A read-only handle creates nothing, not even the sidecar; SQLite refuses
+        # its writes.
+        return None if self.read_only else self._turns.acquire(self.busy_timeout_ms)
+
+    def _write(self, durable: bool) -> Iterator[sqlite3.Connection]:
+        conn = self.connection()
+        try:
+            self._sync_for(conn, durable)
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise translate(exc, self.path) from None
+        yield from self._commit(conn)
+
+    def _sync_for(self, conn: sqlite3.Connection, durable: bool) -> None:
+        """Set the connection's synchronous level for the next write, only when it
+        changes: a run alternates relaxed and durable writes, and a PRAGMA each way
+        around every relaxed one was two statements per commit. Only `write()`
+        commits on these connections, and each asks for its level first, so a
+        connection left at NORMAL never commits a durable write. A stale id (a
+        dropped connection's, reused by a new one at FULL) can only make a relaxed
+        write durable, never the other way round."""
+        relaxed = id(conn) in self._relaxed
+        if relaxed != durable:
+            return
+        conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
+        with self._lock:
+            if durable:
+                self._relaxed.discard(id(conn))
+            else:
+                self._relaxed.add(id(conn))
+
+    def _commit(self, conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+        try:
+            yield conn
+        except sqlite3.Error as exc:
+            self._rollback(conn)
+            raise translate(exc, self.path) from None
+        except BaseException:
+            self._rollback(conn)
+            raise
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._rollback(conn)
+            raise translate(exc, self.path) from None
+
+    @staticmethod
+    def _rollback(conn: sqlite3.Connection) -> None:
+        if conn.in_transaction:
+            with suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+
+    def read(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[sqlite3.Row]:
+        """Run one read statement (its own snapshot) and fetch every row."""
+        try:
+            rows: list[sqlite3.Row] = self.connection().execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise translate(exc, self.path) from None
+        return rows
+
+    def settings(self) -> dict[str, object]:
+        """This thread's connection settings, as SQLite reports them."""
+        conn = self.connection()
+        names = ("journal_mode", "synchronous", "busy_timeout", "foreign_keys", "secure_delete")
+        try:
+            self._sync_for(conn, True)  # the level every write but the relaxed ones runs at
+            return {name: conn.execute(f"PRAGMA {name}").fetchone()[0] for name in names}
+        except sqlite3.Error as exc:
+            raise translate(exc, self.path) from None
+
+    def checkpoint(self) -> None:
+        """Copy the WAL into the database file and truncate the WAL to zero bytes.
+
+        In the writers' turn: a TRUNCATE checkpoint takes SQLite's write lock, and
+        outside the turn it slept in the busy handler while wfrun's writers went on."""
+        with self._write_lock:
+            turn = self._take_turn()
+            try:
+                self.connection().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            except sqlite3.Error as exc:
+                raise translate(exc, self.path) from None
+            finally:
+                if turn is not None:
+                    self._turns.release(turn)
+
+    def integrity_problems(self, limit: int) -> list[str]:
+        """`PRAGMA quick_check(limit)`: the problems found, or [] for a sound file.
+        Damage bad enough to stop the check itself is reported as its one problem."""
+        try:
+            rows = self.connection().execute(f"PRAGMA quick_check({int(limit)})").fetchall()
+        except sqlite3.DatabaseError as exc:
+            if sqlite_faults.is_machine_fault(exc) and not isinstance(
+                    translate(exc, self.path), StoreCorrupt):
+                raise translate(exc, self.path) from None
+            return [str(exc)]
+        problems = [str(row[0]) for row in rows]
+        return [] if problems == ["ok"] else problems
+
+    def initialize(self, now_ms: int) -> None:
+        """Create the schema in an empty store, or verify what another process made."""
+        with self.write() as conn:
+            layout = read_layout(conn)
+            if layout.empty:
+                create_schema(conn, now_ms)
+                return
+            drift = layout_drift(layout) or schema_id_drift(conn)
+            if drift:
+                raise IncompatibleLayout(str(self.path), drift)
+            add_missing_indexes(conn, layout)
+
+    def add_missing_indexes(self) -> None:
+        """Create what `layout.ADDED_INDEXES` and `ADDED_TABLES` name and this store
+        lacks (one read when nothing is missing)."""
+        wanted = sorted(ADDED_INDEXES | ADDED_TABLES)
+        marks = ", ".join("?" * len(wanted))
+        try:
+            present = self.connection().execute(
+                "SELECT count(*) FROM sqlite_master WHERE type IN ('index', 'table')"
+                f" AND name IN ({marks})", wanted).fetchone()[0]
+        except sqlite3.Error as exc:
+            raise translate(exc, self.path) from None
+        if present != len(wanted):
+            with self.write() as conn:
+                add_missing_indexes(conn, read_layout(conn))
+
+    def close(self) -> None:
+        """Close the store (idempotent): this thread's connection and those of threads
+        that have ended now; a live thread closes its own at its next use. Closing a
+        connection another thread is in the middle of using can crash the interpreter
+        (a lease keeper reading run events while its owner closes the store did)."""
+        pid = os.getpid()
+        me = threading.get_ident()
+        alive = {t.ident for t in threading.enumerate()}
+        with self._lock:
+            connections, self._connections = self._connections, {}
+            was_closed, self._closed = self._closed, True
+            self._pool.clear()
+        if not was_closed:
+            track_open(self.path, -1)
+            # The last handle of the process lets the sidecar go; only when no writer of
+            # this process is mid-turn (never waits: close() may run inside a write).
+            if self._write_lock.acquire(blocking=False):
+                try:
+                    if not open_in_this_process(self.path):
+                        self._turns.close()
+                finally:
+                    self._write_lock.release()
+        for owner, thread, conn in connections.values():
+            if owner == pid and (thread == me or thread not in alive):
+                conn.close()
+        cached: _Slot | None = getattr(self._local, "slot", None)
+        if cached is not None:
+            cached.db = None
+            self._local.slot = None
+
+
+def open_database(path: Path, *, now_ms: int, busy_timeout_ms: int,
+                  read_only: bool = False) -> SqliteDatabase:
+    """Run the open procedure and return a ready database. `read_only` opens an
+    existing, set-up store for reading only (it creates and changes nothing)."""
+    check_sqlite_version()
+    if path.is_dir():
+        raise StoreUnavailable(f"the store path {path} is a directory")
+    if not path.exists():
+        orphans = [p.name for p in sidecar_paths(path) if p.exists()]
+        if orphans and not path.exists():  # SQLite could replay an orphaned WAL
+            # Not a layout mismatch: resetting would delete the commits in the orphan.
+            raise StoreCorrupt(
+                f"the store file {path} is missing but {', '.join(orphans)} remain(s) beside "
+                "it; nothing was changed. Restore the store file from a backup, or move the "
+                "leftover file(s) aside to start a new, empty store"
+            )
+        if read_only:
+            raise StoreUnavailable(f"no store at {path} yet; it is created on the first start")
+        create_store_file(path, now_ms)
+    state = inspect_existing(path)
+    if read_only:
+        if state == "empty":
+            raise StoreUnavailable(f"the store {path} is empty (not set up yet); "
+                                   "any command that writes sets it up")
+        db = SqliteDatabase(path, busy_timeout_ms=busy_timeout_ms, read_only=True)
+        try:
+            db.connection()
+        except BaseException:
+            db.close()
+            raise
+        return db
+    tighten_permissions(path)
+    db = SqliteDatabase(path, busy_timeout_ms=busy_timeout_ms)
+    try:
+        db.connection()
+        if state == "empty":
+            db.initialize(now_ms)
+        else:
+            db.add_missing_indexes()
+        tighten_permissions(path)
+    except BaseException:
+        db.close()
+        raise
+    return db

@@ -1,0 +1,211 @@
+"""The HTTP API's actions: start a workflow, cancel, pause, unpause or rerun a run,
+answer a checkpoint; each recorded in `audit_log`.
+
+Each action is the runtime function its command calls (`wfrun start`, `cancel`,
+`pause`, `unpause`, `rerun --detach`, `answer`), detached: it queues or asks,
+and a host (`wfrun host`) runs what was queued, so a request never waits for a
+run. The guard (server.py, auth.py) has checked the token and the CSRF rule
+before any of this runs; here every action,
+done or refused by the runtime, leaves one audit row (who, what, which run, when,
+from where). The row is written after the action in a transaction of its own:
+a failed action is recorded too, and a process killed between the two loses the
+row, never the action.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from runner import _jsonin as jsonin
+from runner._safety import safe_message
+from runner.errors import InputError, NotFoundError, WfrunError
+from runner.host.runtime._errors import translate
+from runner.host.runtime._foreground import queue_answer, queue_detached
+from runner.host.runtime._launches import detached_coordinator
+from runner.host.runtime._operations import (
+    RerunRequest,
+    pause_run,
+    queue_rerun_detached,
+    unpause_run,
+)
+from runner.launch import LaunchCoordinator, workflow_name
+from runner.store import Store
+from runner.store._states import AuditAction
+
+from ._data import Site
+
+#: A request body larger than this is refused before it is parsed.
+BODY_MAX_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who asks (the token's fingerprint and the local user) and from which address."""
+
+    who: str
+    origin: str | None
+
+
+def parse_body(raw: bytes) -> dict[str, Any]:
+    """An action's body: empty, or a JSON object."""
+    if len(raw) > BODY_MAX_BYTES:
+        raise InputError(f"the request body is {len(raw)} bytes; the limit is "
+                         f"{BODY_MAX_BYTES}")
+    if not raw.strip():
+        return {}
+    try:
+        value = jsonin.loads(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InputError(f"the request body must be a JSON object: {exc}") from None
+    if not isinstance(value, dict):
+        raise InputError("the request body must be a JSON object, such as "
+                         '{"input": {...}}')
+    return value
+
+
+class Actions:
+    """The actions over one served project; one at a time (they are few and quick,
+    and one coordinator serves them all)."""
+
+    def __init__(self, site: Site) -> None:
+        self.site = site
+        self._lock = threading.Lock()
+        self._coordinator: LaunchCoordinator | None = None
+
+    def _store(self) -> Store:
+        return self.site.writable_store()
+
+    def coordinator(self) -> LaunchCoordinator:
+        if self._coordinator is None:
+            self._coordinator = detached_coordinator(self.site.ws, self._store())
+        return self._coordinator
+
+    def run(self, actor: Actor, action: AuditAction, *, run_id: str | None,
+            workflow: str | None, detail: Mapping[str, Any],
+            do: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """Do one action and record it, whether it was done or refused."""
+        with self._lock:
+            try:
+                result = do()
+            except Exception as exc:
+                error = translate(exc)
+                if error is None:
+                    raise
+                self._record(actor, action, "failed", run_id, workflow,
+                             {**detail, "error": safe_message(error.message, max_bytes=500)})
+                raise error from None
+            made = result.get("run_id")
+            if run_id is not None and made not in (None, run_id):
+                detail = {**detail, "new_run_id": made}  # an answer's continuation
+            self._record(actor, action, "ok", run_id or made,
+                         result.get("workflow", workflow), detail)
+            return result
+
+    def _record(self, actor: Actor, action: AuditAction, outcome: str, run_id: str | None,
+                workflow: str | None, detail: Mapping[str, Any]) -> None:
+        self._store().audit.append(actor=actor.who, action=action,
+                                   outcome="ok" if outcome == "ok" else "failed",
+                                   run_id=run_id, workflow_ref=workflow,
+                                   origin=actor.origin, detail=dict(detail))
+
+    # --- the actions ---------------------------------------------------------------
+
+    def start(self, actor: Actor, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        value = body.get("input")
+
+        def do() -> dict[str, Any]:
+            workflow, run_id = queue_detached(self.coordinator(), name, value)
+            return {"action": "start", "workflow": workflow, "run_id": run_id,
+                    "status": "queued"}
+
+        return self.run(actor, "start", run_id=None, workflow=name,
+                        detail={"input": value is not None}, do=do)
+
+    def cancel(self, actor: Actor, run_id: str) -> dict[str, Any]:
+        def do() -> dict[str, Any]:
+            record = self.coordinator().cancel(run_id)
+            return {"action": "cancel", "run_id": run_id, "workflow": record.workflow_ref,
+                    "status": record.status, "requested": record.status == "running"}
+
+        return self.run(actor, "cancel", run_id=run_id, workflow=None, detail={}, do=do)
+
+    def answer(self, actor: Actor, run_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        if "answer" not in body:
+            raise InputError('the body must carry the answer: {"answer": ...}')
+        answer = body["answer"]
+
+        def do() -> dict[str, Any]:
+            record = queue_answer(self.coordinator(), run_id, answer)
+            return {"action": "answer", "run_id": record.run_id, "continues": run_id,
+                    "workflow": workflow_name(record.workflow_ref), "status": "queued"}
+
+        return self.run(actor, "answer", run_id=run_id, workflow=None, detail={}, do=do)
+
+    def pause(self, actor: Actor, run_id: str) -> dict[str, Any]:
+        def do() -> dict[str, Any]:
+            return {"action": "pause", **pause_run(self.site.ws, self._store(), run_id).to_json()}
+
+        return self.run(actor, "pause", run_id=run_id, workflow=None, detail={}, do=do)
+
+    def unpause(self, actor: Actor, run_id: str) -> dict[str, Any]:
+        def do() -> dict[str, Any]:
+            return {"action": "unpause",
+                    **unpause_run(self.site.ws, self._store(), run_id).to_json()}
+
+        return self.run(actor, "unpause", run_id=run_id, workflow=None, detail={}, do=do)
+
+    def rerun(self, actor: Actor, run_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        request = rerun_request(run_id, body)
+        detail = {"from": request.from_node, "input": request.input is not None,
+                  "set": sorted(request.set), "force": request.force}
+
+        def do() -> dict[str, Any]:
+            queued = queue_rerun_detached(self.site.ws, self._store(), request)
+            return {"action": "rerun", **queued.to_json(),
+                    "workflow": workflow_name(queued.record.workflow_ref)}
+
+        return self.run(actor, "rerun", run_id=run_id, workflow=None, detail=detail, do=do)
+
+    def close(self) -> None:
+        self._coordinator = None
+
+
+def rerun_request(run_id: str, body: dict[str, Any]) -> RerunRequest:
+    """`{"from": NODE, "input": ..., "set": {NODE: OUTPUT}, "force": false}`, each
+    optional, as `wfrun rerun`'s options."""
+    unknown = sorted(set(body) - {"from", "input", "set", "force"})
+    if unknown:
+        raise InputError(f"unknown rerun field(s) {', '.join(unknown)}; the fields are "
+                         "from, input, set and force")
+    from_node = body.get("from")
+    if from_node is not None and (not isinstance(from_node, str) or not from_node):
+        raise InputError("from must be a node id (text)")
+    sets = body.get("set") or {}
+    if not isinstance(sets, dict):
+        raise InputError('set must be an object of node id -> output, such as {"review": '
+                         '{"ok": true}}')
+    force = body.get("force", False)
+    if not isinstance(force, bool):
+        raise InputError("force must be true or false")
+    return RerunRequest(run_id=run_id, from_node=from_node, input=body.get("input"),
+                        set=sets, force=force)
+
+
+def error_status(error: WfrunError) -> int:
+    """The HTTP status of a refused action or read (what the caller should do)."""
+    from runner.errors import ConflictError, OperationFailed, TemporaryError
+
+    if isinstance(error, NotFoundError):
+        return 404
+    if isinstance(error, InputError):
+        return 400
+    if isinstance(error, ConflictError):
+        return 409
+    if isinstance(error, TemporaryError):
+        return 503
+    if isinstance(error, OperationFailed):
+        return 422
+    return 500
