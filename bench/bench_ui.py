@@ -138,7 +138,8 @@ class Ui:
         line = self.proc.stdout.readline()
         found = re.search(r"(http://\S+)", line)
         assert found is not None, line
-        self.base = found[1].rstrip("/")
+        # The printed URL carries the console's token (`?token=`): reads need none.
+        self.base = found[1].split("?", 1)[0].rstrip("/")
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGINT)

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from runner.clock import Clock
-from runner.errors import InputError, NotFoundError, OperationFailed
+from runner.errors import InputError, NotFoundError, OperationFailed, os_fault
 
 from . import _dbbundle as dbbundle
 from ._bundle import (
@@ -225,6 +225,7 @@ class FolderSpace:
         except (IsADirectoryError, NotADirectoryError):
             raise _no_run(run_id) from None
         except OSError as exc:
+            _refused(exc)
             raise OperationFailed(f"cannot read the manifest of run '{run_id}': "
                                   f"{exc.strerror}") from None
 
@@ -241,6 +242,7 @@ class FolderSpace:
                 raise NotFoundError(f"run '{run_id}' has no workflow snapshot") from None
             raise OperationFailed(f"run '{run_id}' has a damaged workflow snapshot") from None
         except OSError as exc:
+            _refused(exc)
             raise OperationFailed(f"cannot read the workflow snapshot of run '{run_id}': "
                                   f"{exc.strerror}") from None
 
@@ -256,6 +258,7 @@ class FolderSpace:
         except FileNotFoundError:
             return TraceRead([], offset, False)
         except OSError as exc:
+            _refused(exc)
             raise OperationFailed(f"cannot read the trace of run '{run_id}': "
                                   f"{exc.strerror}") from None
         read = parse_trace(data, next_seq)
@@ -273,6 +276,7 @@ class FolderSpace:
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as exc:
+            _refused(exc)
             raise OperationFailed(f"cannot read the continuation marker of run '{run_id}': "
                                   f"{exc.strerror}") from None
 
@@ -285,6 +289,7 @@ class FolderSpace:
         except FileNotFoundError:
             return []
         except OSError as exc:
+            _refused(exc)
             raise OperationFailed(f"cannot list runs in {self.runs_dir}: "
                                   f"{exc.strerror}") from None
         return sorted(e.name for e in entries if valid_run_id(e.name) and e.is_dir())
@@ -406,3 +411,11 @@ def space_for(runs_dir: Path, rows: BundleRows | None, clock: Clock | None = Non
     if rows is None:
         return FolderSpace(runs_dir)
     return DatabaseSpace(rows, runs_dir, clock, patience)
+
+
+def _refused(exc: OSError) -> None:
+    """A read the machine refused (permissions, a read-only or full disk) is said as
+    such, in one line with what to do (errors.os_fault), not as a damaged run."""
+    fault = os_fault(exc)
+    if fault is not None:
+        raise fault from None

@@ -470,9 +470,12 @@ class StandaloneHost:
         try:
             done = self.deliverer.deliver_due()
             errors = done.errors
-        except (StoreError, OSError) as exc:
-            error = translate(exc) if isinstance(exc, StoreError) else None
-            errors = [error.message if error is not None else str(exc)]
+        except StoreError as exc:
+            # The claim loop already says the store is away (once); the outbox waits.
+            log.debug("notification delivery waits for the store: %s", exc)
+            return
+        except OSError as exc:
+            errors = [str(exc)]
         text = errors[-1] if errors else None
         if text is not None and text != self._delivery_error:
             log.warning("wfrun host: notification not delivered: %s", text)

@@ -116,7 +116,8 @@ class LaunchCoordinator:
                                     faults=hold, held=self._held, scrub=self._scrub,
                                     crash=self._crash_at)
         self._preflight = Preflight(store, self.book, resolver, self.reader, self.clock,
-                                    runs_dir, self._held, crash=self._crash_at)
+                                    runs_dir, self._held, crash=self._crash_at,
+                                    cancel=lambda run_id: self.cancel(run_id))
         self._recovery = Recovery(store, self.book, runner_id, self.clock, lease_seconds,
                                   reader=self.reader, resolver=resolver,
                                   endings=self._endings, engines=self._engines,

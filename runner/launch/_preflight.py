@@ -50,7 +50,8 @@ class Preflight:
 
     def __init__(self, store: Store, book: LaunchBook, resolver: Resolver, reader: RunReader,
                  clock: Clock, runs_dir: Path, held: HeldInput, *,
-                 crash: Callable[[str], None]) -> None:
+                 crash: Callable[[str], None],
+                 cancel: Callable[[str], LaunchRecord]) -> None:
         self.store = store
         self.book = book
         self.resolver = resolver
@@ -59,6 +60,7 @@ class Preflight:
         self.runs_dir = runs_dir
         self._held = held
         self.crash = crash
+        self.cancel = cancel  # the runner's cancel (a `cancel_*` concurrency strategy)
 
     def safe(self, text: str, run_input: Any = None) -> str:
         return self._held.safe(text, run_input)
@@ -142,9 +144,6 @@ class Preflight:
                 and claim_by is None:
             return self._apply_strategy(result, gate)
         return result
-
-    def cancel(self, run_id: str) -> LaunchRecord:
-        raise NotImplementedError
 
     def _apply_strategy(self, record: LaunchRecord, gate: LaunchGate) -> LaunchRecord:
         """`concurrency.strategy` when the key is full: `cancel_newest` cancels the run

@@ -113,7 +113,7 @@ def project(tmp_path: Path) -> Project:
 
 
 def store_of(project: Project, clock: FakeClock) -> SqliteStore:
-    return SqliteStore(project.root / ".wfrun" / "state" / "store.sqlite3", now=clock.now)
+    return SqliteStore(project.root / ".wfrun" / "state" / "store.sqlite3", clock=clock)
 
 
 def test_each_notification_reaches_its_channels_once_after_the_receiver_was_down(

@@ -29,6 +29,8 @@ def test_the_harness_does_inject_crashes() -> None:
 # its clock, and the harness's FakeClock never moves that far between two nodes: this
 # point fires in no seed on SQLite either.
 _UNREACHED = {"after_state_replace"}
+#: Inside fan-out nodes: only the fan-out workflows (`fanout=True`) pass them, below.
+_FANOUT = {"after_items_opened", "after_items_claimed", "before_items_settled"}
 
 
 @pytest.mark.slow
@@ -41,7 +43,7 @@ def test_every_crash_point_on_postgres_ends_every_launch_once(pg_cluster: PgClus
         assert report.problems == [], report.to_json()
         assert report.launches > 0
         fired |= report.points
-    assert fired == set(POINTS) - _UNREACHED
+    assert fired == set(POINTS) - _UNREACHED - _FANOUT
 
 
 @pytest.mark.slow
@@ -60,4 +62,4 @@ def test_the_harness_crashes_inside_fan_out_nodes() -> None:
         report = run_seed(seed, fanout=True)
         assert report.problems == [], report.to_json()
         points |= report.points
-    assert {"after_items_opened", "after_items_claimed", "before_items_settled"} <= points
+    assert points >= _FANOUT

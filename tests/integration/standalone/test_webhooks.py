@@ -162,7 +162,7 @@ def test_a_debounced_webhook_starts_one_run_for_a_burst(tmp_path: Path) -> None:
     project.workflow("hooked", DEBOUNCED)
     clock = FakeClock()
     root = project.root
-    store = SqliteStore(root / ".wfrun" / "state" / "store.sqlite3", now=clock.now)
+    store = SqliteStore(root / ".wfrun" / "state" / "store.sqlite3", clock=clock)
     ws = Workspace(build_catalog("workflows", root, None), root, root / ".wfrun", clock=clock)
     triggers = HostTriggers(ws, store, detached_coordinator(ws, store), listening=True)
     server = WebhookServer("127.0.0.1:0", triggers.loop, triggers.current,

@@ -18,6 +18,21 @@ class FakeClock(testing.FakeClock):
     def __init__(self, start: float = 1_800_000_000.0) -> None:
         super().__init__(start)
 
+    @property
+    def t(self) -> float:
+        """The wall time; setting it jumps there (forward also moves the monotonic
+        time, as a sleep would; backward moves the wall time only)."""
+        return self.now()
+
+    @t.setter
+    def t(self, value: float) -> None:
+        delta = value - self.now()
+        if delta >= 0:
+            self.advance(delta)
+        else:
+            with self._lock:
+                self._now = value
+
 
 @dataclass
 class Backend:
