@@ -56,10 +56,14 @@ def test_maps_and_parallel_nodes_keep_every_item_once_through_crashes(seed: int)
 
 
 def test_the_harness_crashes_inside_fan_out_nodes() -> None:
-    """Seeds 4 and 5 reach all three of the fan-out's crash points between them."""
+    """The fan-out seeds reach all three of the fan-out's crash points. Which seed
+    reaches which point depends on how items interleave with the node's threads (seeds
+    4 and 5 did on one machine, not on another), so seeds run until all three fired."""
     points: set[str] = set()
-    for seed in (4, 5):
+    for seed in range(60):
         report = run_seed(seed, fanout=True)
         assert report.problems == [], report.to_json()
         points |= report.points
-    assert points >= _FANOUT
+        if points >= _FANOUT:
+            break
+    assert points >= _FANOUT, sorted(_FANOUT - points)
