@@ -7,8 +7,10 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 
 class Project:
@@ -16,6 +18,8 @@ class Project:
         self.root = root
         if create:
             (root / ".wfrun" / "workflows").mkdir(parents=True)
+        # Long-lived processes a test started (hosts, followers): `close` ends them.
+        self.procs: list[subprocess.Popen[str]] = []
 
     def workflow(self, name: str, text: str) -> Path:
         path = self.root / ".wfrun" / "workflows" / f"{name}.yaml"
@@ -49,6 +53,41 @@ class Project:
         rows: list[dict[str, Any]] = self.json("runs", "--json", *args, env=env)["runs"]
         return rows
 
+    def spawn(self, *args: str, env: dict[str, str] | None = None,
+              stdout: int | IO[str] = subprocess.DEVNULL,
+              stderr: int | IO[str] = subprocess.DEVNULL) -> subprocess.Popen[str]:
+        """Start `wfrun ARGS` in the background; `close` kills it if the test did not."""
+        proc = subprocess.Popen(self.argv(*args), stdout=stdout, stderr=stderr, text=True,
+                                cwd=self.root, env={**os.environ, **(env or {})})
+        self.procs.append(proc)
+        return proc
+
+    def host(self, *args: str, env: dict[str, str] | None = None,
+             stderr: int | IO[str] = subprocess.DEVNULL) -> subprocess.Popen[str]:
+        """A `wfrun host` without controllers (the tests that want them say so)."""
+        return self.spawn("host", "--no-controllers", *args, env=env, stderr=stderr)
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(timeout=10)
+            for pipe in (proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
+
     @property
     def runs_dir(self) -> Path:
         return self.root / ".wfrun" / "runs"
+
+
+@contextmanager
+def temp_project(root: Path, workflows: Mapping[str, str] | None = None) -> Iterator[Project]:
+    """A project with `workflows` (name -> YAML text); its processes end with the block."""
+    project = Project(root)
+    for name, text in (workflows or {}).items():
+        project.workflow(name, text)
+    try:
+        yield project
+    finally:
+        project.close()

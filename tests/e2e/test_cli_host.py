@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from everyday import Project, temp_project
 from waiting import DEADLINE, LineReader, wait_until
 
 ROW_KEYS = {"run_id", "workflow", "status", "started_at", "finished_at", "duration_s",
@@ -62,56 +60,20 @@ FAILS = """\
 """
 
 
-class Project:
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        folder = root / ".wfrun" / "workflows"
-        folder.mkdir(parents=True)
-        for name, text in (("slow", SLOW), ("ok", OK), ("fails", FAILS)):
-            (folder / f"{name}.yaml").write_text(textwrap.dedent(text))
-        (folder / "slow.py").write_text(SLOW_PY)
-        self.gate = folder / "gate"
-        self.gate.mkdir()
-        self.procs: list[subprocess.Popen[str]] = []
-
-    def argv(self, *args: str) -> list[str]:
-        return [sys.executable, "-m", "runner", "--project", str(self.root), *args]
-
-    def wfrun(self, *args: str, timeout: float = 30, cwd: Path | None = None,
-              env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(self.argv(*args) if cwd is None else
-                              [sys.executable, "-m", "runner", *args],
-                              capture_output=True, text=True, timeout=timeout,
-                              cwd=cwd or self.root, env={**os.environ, **(env or {})})
-
-    def json(self, *args: str) -> Any:
-        done = self.wfrun(*args)
-        assert done.returncode == 0, done.stderr
-        return json.loads(done.stdout)
-
-    def host(self) -> subprocess.Popen[str]:
-        proc = subprocess.Popen(self.argv("host", "--no-controllers", "-q"),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                text=True, cwd=self.root)
-        self.procs.append(proc)
-        return proc
-
-
 @pytest.fixture
 def project(tmp_path: Path) -> Iterator[Project]:
-    proj = Project(tmp_path / "proj")
-    yield proj
-    for proc in proj.procs:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=10)
+    with temp_project(tmp_path / "proj", {"slow": SLOW, "ok": OK, "fails": FAILS}) as proj:
+        folder = proj.root / ".wfrun" / "workflows"
+        (folder / "slow.py").write_text(SLOW_PY)
+        (folder / "gate").mkdir()
+        yield proj
 
 
 def test_host_outside_a_project_is_a_one_line_usage_error(project: Project,
                                                           tmp_path: Path) -> None:
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    done = project.wfrun("host", "--once", cwd=elsewhere)
+    done = project.wfrun("host", "--once", cwd=elsewhere, project=False)
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1
     assert "no .wfrun/ folder" in done.stderr
@@ -122,7 +84,7 @@ def test_host_outside_a_project_is_a_one_line_usage_error(project: Project,
 
 
 def test_show_follow_json_streams_views_until_the_run_ends(project: Project) -> None:
-    host = project.host()
+    host = project.host("-q")
     started = project.json("start", "slow", "--json")
     run_id = started["run_id"]
     manifest = project.root / ".wfrun" / "runs" / run_id / "manifest.json"
@@ -143,7 +105,7 @@ def test_show_follow_json_streams_views_until_the_run_ends(project: Project) -> 
             shown = max((b["completed"] for b in view["progress"]), default=0)
             if view["status"] == "running" and shown == released < 8:
                 released += 1  # the follower showed step `shown`: let the next one happen
-                (project.gate / str(released)).touch()
+                (project.root / ".wfrun" / "workflows" / "gate" / str(released)).touch()
         code, err = follow.wait(timeout=DEADLINE), follow.stderr.read()
     finally:
         if follow.poll() is None:

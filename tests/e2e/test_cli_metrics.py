@@ -7,13 +7,13 @@ import shutil
 import signal
 import sqlite3
 import subprocess
-import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+from everyday import Project, temp_project
 from prometheus_client.parser import text_string_to_metric_families
 from waiting import DEADLINE, LineReader, wait_until
 
@@ -52,41 +52,16 @@ HOLD = """\
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
-class Project:
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        folder = root / ".wfrun" / "workflows"
-        folder.mkdir(parents=True)
-        for name, text in WORKFLOWS.items():
-            (folder / f"{name}.yaml").write_text(textwrap.dedent(text))
-        self.procs: list[subprocess.Popen[str]] = []
-
-    def argv(self, *args: str) -> list[str]:
-        return [sys.executable, "-m", "runner", "--project", str(self.root), *args]
-
-    def wfrun(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(self.argv(*args), capture_output=True, text=True,
-                              timeout=DEADLINE, cwd=self.root)
-
-    def host(self, *args: str) -> tuple[subprocess.Popen[str], LineReader]:
-        proc = subprocess.Popen(self.argv("host", "--no-controllers", *args),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                cwd=self.root)
-        self.procs.append(proc)
-        assert proc.stderr is not None
-        return proc, LineReader(proc.stderr)
-
-
 @pytest.fixture
 def project(tmp_path: Path) -> Iterator[Project]:
-    proj = Project(tmp_path / "proj")
-    yield proj
-    for proc in proj.procs:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=10)
-        if proc.stderr is not None:
-            proc.stderr.close()
+    with temp_project(tmp_path / "proj", WORKFLOWS) as proj:
+        yield proj
+
+
+def serving(proc: subprocess.Popen[str]) -> str:
+    """The /metrics URL a host prints once it serves it."""
+    assert proc.stderr is not None
+    return LineReader(proc.stderr).wait_for(r"metrics on http://").split("metrics on ", 1)[1]
 
 
 def scrape(url: str) -> Samples:
@@ -113,9 +88,9 @@ def ended(samples: Samples) -> float:
 @pytest.mark.parametrize("processes", [1, 2])
 def test_metrics_count_exactly_the_runs_a_host_ran(project: Project, processes: int) -> None:
     enqueue(project)
-    host, lines = project.host("--metrics", "127.0.0.1:0", "--max-runs", "2",
-                               "--processes", str(processes))
-    url = lines.wait_for(r"metrics on http://").split("metrics on ", 1)[1]
+    host = project.host("--metrics", "127.0.0.1:0", "--max-runs", "2",
+                        "--processes", str(processes), stderr=subprocess.PIPE)
+    url = serving(host)
     assert url.startswith("http://127.0.0.1:")
     assert url.endswith("/metrics")
 
@@ -151,8 +126,8 @@ def test_a_run_whose_claim_is_taken_is_a_lease_loss(project: Project) -> None:
     (project.root / ".wfrun" / "workflows" / "hold.yaml").write_text(textwrap.dedent(HOLD))
     done = project.wfrun("start", "hold", "-q")
     assert done.returncode == 0, done.stderr
-    host, lines = project.host("--metrics", "127.0.0.1:0", "--lease", "1.5")
-    url = lines.wait_for(r"metrics on http://").split("metrics on ", 1)[1]
+    host = project.host("--metrics", "127.0.0.1:0", "--lease", "1.5", stderr=subprocess.PIPE)
+    url = serving(host)
     wait_until((project.root / "holding").exists, what="the host to run `hold`")
     store_file = project.root / ".wfrun" / "state" / "store.sqlite3"
     with sqlite3.connect(store_file) as conn:  # its lease runs out ...
@@ -180,11 +155,8 @@ def test_controller_passes_are_counted(project: Project) -> None:
     spec.write_text("{}")
     done = project.wfrun("controller", "apply", "probe", "p1", str(spec))
     assert done.returncode == 0, done.stderr
-    proc = subprocess.Popen(project.argv("host", "--metrics", ":0"), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, cwd=project.root)
-    project.procs.append(proc)
-    assert proc.stderr is not None
-    url = LineReader(proc.stderr).wait_for(r"metrics on http://").split("metrics on ", 1)[1]
+    proc = project.spawn("host", "--metrics", ":0", stderr=subprocess.PIPE)
+    url = serving(proc)
     wait_until(lambda: (value(scrape(url), "wfrun_controller_passes_total") or 0) >= 1,
                what="the controller's pass to be counted")
     proc.send_signal(signal.SIGTERM)
@@ -207,8 +179,8 @@ def test_a_bad_metrics_address_is_one_line_and_nothing_runs(project: Project, ad
 
 
 def test_a_public_address_is_served_when_allowed(project: Project) -> None:
-    host, lines = project.host("--metrics", "0.0.0.0:0", "--metrics-public")
-    url = lines.wait_for(r"metrics on http://").split("metrics on ", 1)[1]
+    host = project.host("--metrics", "0.0.0.0:0", "--metrics-public", stderr=subprocess.PIPE)
+    url = serving(host)
     port = url.rsplit(":", 1)[1].split("/")[0]
     assert "process_cpu_seconds_total" in httpx.get(f"http://127.0.0.1:{port}/metrics",
                                                     timeout=10).text

@@ -9,15 +9,12 @@ thread or print a traceback.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
+from everyday import Project, temp_project
 from waiting import wait_until
 
 WORKFLOWS = {
@@ -62,40 +59,10 @@ EXPECTED = {
 }
 
 
-class Project:
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        folder = root / ".wfrun" / "workflows"
-        folder.mkdir(parents=True)
-        for name, text in WORKFLOWS.items():
-            (folder / f"{name}.yaml").write_text(textwrap.dedent(text))
-        self.procs: list[subprocess.Popen[str]] = []
-
-    def argv(self, *args: str) -> list[str]:
-        return [sys.executable, "-m", "runner", "--project", str(self.root), *args]
-
-    def wfrun(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(self.argv(*args), capture_output=True, text=True, timeout=60,
-                              cwd=self.root, env=dict(os.environ), check=False)
-
-    def json(self, *args: str) -> Any:
-        done = self.wfrun(*args)
-        assert done.returncode == 0, done.stderr
-        return json.loads(done.stdout)
-
-
 @pytest.fixture
 def project(tmp_path: Path) -> Iterator[Project]:
-    proj = Project(tmp_path / "proj")
-    yield proj
-    for proc in proj.procs:
-        if proc.poll() is None:
-            proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+    with temp_project(tmp_path / "proj", WORKFLOWS) as proj:
+        yield proj
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -124,10 +91,7 @@ def test_a_nul_failure_can_be_routed_like_any_node_failure(project: Project) -> 
 
 @pytest.mark.timeout(120)
 def test_wfrun_host_fails_the_node_and_keeps_running_launches(project: Project) -> None:
-    host = subprocess.Popen(project.argv("host", "--no-controllers", "-q"),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            cwd=project.root)
-    project.procs.append(host)
+    host = project.host("-q", stderr=subprocess.PIPE)
     ids = {name: project.json("start", name, "--input", NUL_INPUT, "--json")["run_id"]
            for name in EXPECTED}
     ok = project.json("start", "ok", "--json")["run_id"]

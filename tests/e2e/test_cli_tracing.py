@@ -8,12 +8,12 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from everyday import Project, temp_project
 from fakes.otlp_receiver import OtlpReceiver, Received
 from waiting import DEADLINE, wait_until
 
@@ -49,38 +49,10 @@ WORKFLOWS = {
 }
 
 
-class Project:
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        folder = root / ".wfrun" / "workflows"
-        folder.mkdir(parents=True)
-        for name, text in WORKFLOWS.items():
-            (folder / f"{name}.yaml").write_text(textwrap.dedent(text))
-        self.procs: list[subprocess.Popen[str]] = []
-
-    def argv(self, *args: str) -> list[str]:
-        return [sys.executable, "-m", "runner", "--project", str(self.root), *args]
-
-    def wfrun(self, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(self.argv(*args), capture_output=True, text=True,
-                              timeout=DEADLINE, cwd=self.root, env={**os.environ, **env})
-
-    def host(self, env: dict[str, str]) -> subprocess.Popen[str]:
-        proc = subprocess.Popen(self.argv("host", "--no-controllers", "-q"),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                text=True, cwd=self.root, env={**os.environ, **env})
-        self.procs.append(proc)
-        return proc
-
-
 @pytest.fixture
 def project(tmp_path: Path) -> Iterator[Project]:
-    proj = Project(tmp_path / "proj")
-    yield proj
-    for proc in proj.procs:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=10)
+    with temp_project(tmp_path / "proj", WORKFLOWS) as proj:
+        yield proj
 
 
 @pytest.fixture
@@ -150,14 +122,14 @@ def test_a_run_resumed_after_sigkill_continues_its_trace(project: Project,
     env = {**otel(otlp.endpoint), "WFRUN_LEASE_SECONDS": "1"}
     done = project.wfrun("start", "gated", "-q", env=env)
     assert done.returncode == 0, done.stderr
-    host = project.host(env)
+    host = project.host("-q", env=env)
     wait_until((project.root / "holding").exists, what="the host to run `hold`")
     wait_until(lambda: named(otlp.received(), "node first"), what="the first node's span")
     host.send_signal(signal.SIGKILL)
     host.wait(timeout=DEADLINE)
 
     (project.root / "gate").touch()
-    again = project.host(env)
+    again = project.host("-q", env=env)
     spans = wait_until(lambda: (s := otlp.received()) and named(s, "run gated") and s,
                        what="the resumed run's span")
     again.send_signal(signal.SIGTERM)
