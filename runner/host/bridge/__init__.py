@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from ._server import serve_stdio
+from ._server import DEFAULT_SETTLE_TIMEOUT, serve_stdio
 
-__all__ = ["serve_stdio"]
+__all__ = ["DEFAULT_SETTLE_TIMEOUT", "serve_stdio"]

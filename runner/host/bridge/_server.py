@@ -177,8 +177,10 @@ class BridgeServer:
     """One bridge process serves one session (the client's `initialize` names it)."""
 
     def __init__(self, ws: Workspace, inp: IO[bytes], out: IO[bytes], *,
-                 store_clock: Clock | None = None) -> None:
+                 store_clock: Clock | None = None,
+                 settle_timeout: float = DEFAULT_SETTLE_TIMEOUT) -> None:
         self.ws = ws
+        self.settle_timeout = settle_timeout
         self.inp = inp
         self.writer = wire.LineWriter(out)
         self.peer = Peer(self.writer)
@@ -287,7 +289,7 @@ class BridgeServer:
             return {}
         if method == wire.TURN_SETTLED:
             aborted = wire.field_bool(params, "aborted", False)
-            timeout = wire.field_number(params, "timeout", DEFAULT_SETTLE_TIMEOUT)
+            timeout = wire.field_number(params, "timeout", self.settle_timeout)
             host.set_idle(True)
             controller.on_turn_settled(aborted)
             return self._settled(timeout)
@@ -295,7 +297,7 @@ class BridgeServer:
             reason = wire.field_str(params, "reason", "startup")
             host.set_idle(wire.field_bool(params, "idle", True))
             controller.on_session_start(reason)
-            return self._settled(wire.field_number(params, "timeout", DEFAULT_SETTLE_TIMEOUT))
+            return self._settled(wire.field_number(params, "timeout", self.settle_timeout))
         # session/shutdown
         self._finish(wire.field_str(params, "reason", "shutdown"))
         return {}
@@ -382,7 +384,8 @@ def _version() -> str:
         return "unknown"
 
 
-def serve_stdio(ws: Workspace, *, store_clock: Clock | None = None) -> None:
+def serve_stdio(ws: Workspace, *, store_clock: Clock | None = None,
+                settle_timeout: float = DEFAULT_SETTLE_TIMEOUT) -> None:
     """Serve the protocol on this process's stdin/stdout.
 
     The protocol gets a private copy of fd 1 and fd 1 becomes stderr, so a stray
@@ -391,7 +394,8 @@ def serve_stdio(ws: Workspace, *, store_clock: Clock | None = None) -> None:
     sys.stdout.flush()
     proto = os.fdopen(os.dup(1), "wb", buffering=0)
     os.dup2(2, 1)
-    server = BridgeServer(ws, sys.stdin.buffer, proto, store_clock=store_clock)
+    server = BridgeServer(ws, sys.stdin.buffer, proto, store_clock=store_clock,
+                          settle_timeout=settle_timeout)
 
     def on_term(_sig: int, _frame: FrameType | None) -> None:
         raise KeyboardInterrupt  # leaves the read loop; serve() then shuts down

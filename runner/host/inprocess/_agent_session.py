@@ -92,18 +92,25 @@ class AgentSession:
         self._host = host
         self._tool_lock = threading.Lock()
         self._closed = False
+        self.settle_timeout = DEFAULT_SETTLE_TIMEOUT
 
     # -- opening and closing --------------------------------------------------------
     @classmethod
     def open(cls, project: str | Path | None = None, *, session_id: str = "default",
              log_path: str | Path | None = None, start: bool = True,
-             store_clock: Clock | None = None) -> AgentSession:
+             store_clock: Clock | None = None,
+             settle_timeout: float = DEFAULT_SETTLE_TIMEOUT) -> AgentSession:
         """Open (or resume) session `session_id` of the project at `project` (default:
         the nearest folder holding .wfrun/ from the current directory).
 
         The log defaults to `.wfrun/state/sessions/<session_id>.jsonl`; reopening the
         same id resumes the session (queued launches, pending follow-ups).
+        `settle_timeout` is how long the end of a turn waits for a run to go quiet
+        (reach a step for this session, or end) before `run` returns.
         """
+        if settle_timeout <= 0:
+            raise InputError(f"settle_timeout must be a positive number of seconds, "
+                             f"not {settle_timeout!r}")
         if not SESSION_ID_RE.match(session_id):
             raise InputError(f"session id {session_id!r} must be 1-128 letters, digits, "
                              "'.', '_' or '-', starting with a letter or digit")
@@ -115,6 +122,7 @@ class AgentSession:
         log = SessionLog(path, session_id)
         host = _LogHost(log)
         session = cls(open_session(host, ws, store_clock=store_clock), host)
+        session.settle_timeout = settle_timeout
         if start:
             session.start("resume" if log.entries() else "startup")
         return session
@@ -122,7 +130,7 @@ class AgentSession:
     def start(self, reason: str = "startup") -> None:
         """The session (re)started: activate or recover what it left queued."""
         self._runtime.controller.on_session_start(reason)
-        self._wait_quiet(DEFAULT_SETTLE_TIMEOUT)
+        self._wait_quiet(self.settle_timeout)
 
     def close(self, reason: str = "closed") -> None:
         """Shut the session down (an active run is parked, resumed at the next open)."""
@@ -181,14 +189,13 @@ class AgentSession:
         self._runtime.controller.on_turn_started()
         return "\n\n".join([*notes, *([text] if text is not None else [])])
 
-    def end_turn(self, aborted: bool = False,
-                 timeout: float = DEFAULT_SETTLE_TIMEOUT) -> bool:
+    def end_turn(self, aborted: bool = False, timeout: float | None = None) -> bool:
         """The run returned: settle, let queued work activate, wait until it is quiet.
         True when wfrun asked for another turn (`next_input()` has its text)."""
         with self._host._lock:
             self._host.in_turn = False
         self._runtime.controller.on_turn_settled(aborted)
-        self._wait_quiet(timeout)
+        self._wait_quiet(self.settle_timeout if timeout is None else timeout)
         return self.turn_requested
 
     @contextmanager

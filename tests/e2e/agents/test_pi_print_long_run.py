@@ -1,7 +1,8 @@
 """A run longer than `pi -p` waits (issue 33, item 4), through the real Pi.
 
 `pi -p` starts a workflow whose one step runs until the test opens its gate. Pi's
-settle wait (the bridge's 30 s) runs out, Pi exits, and its session hands the run
+settle wait (the bridge's, 30 s by default; 2 s here through WFRUN_SETTLE_TIMEOUT)
+runs out, Pi exits, and its session hands the run
 over. A `wfrun host` continues it; once the gate opens it completes, and `pi -p`
 on the same session hears the outcome exactly once.
 """
@@ -41,7 +42,8 @@ def pi_print(world: World, prompt: str, session: Path | None = None) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PI_")}
     env.update({"PATH": f"{NODE_BIN}:{VENV_BIN}:{env.get('PATH', '/usr/bin:/bin')}",
                 "PI_OFFLINE": "1", "PI_SKIP_VERSION_CHECK": "1", "PI_TELEMETRY": "0",
-                "PI_CODING_AGENT_DIR": str(agent), "HOME": str(world.root / "home")})
+                "PI_CODING_AGENT_DIR": str(agent), "HOME": str(world.root / "home"),
+                "WFRUN_SETTLE_TIMEOUT": "2"})
     done = subprocess.run(argv, cwd=world.project, env=env, capture_output=True, text=True,
                           timeout=120, start_new_session=True)
     assert done.returncode == 0, done.stderr[-2000:]

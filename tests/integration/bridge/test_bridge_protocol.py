@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -269,3 +270,40 @@ def test_a_run_whose_bridge_died_mid_step_resumes_at_an_idle_session_start(
         assert record.status == "running"
         assert record.epoch >= 2  # claimed again, by the new bridge
     assert again.close() == 0
+
+
+GATED = """
+    start: wait
+    nodes:
+      wait:
+        action: {use_shell: true, shell: "while [ ! -e release ]; do sleep 0.05; done"}
+"""
+
+
+# The default wait is 30 s: a reply well inside 25 s is the configured wait's.
+@pytest.mark.timeout(25)
+def test_the_settle_wait_is_configured_by_the_environment(project: Project) -> None:
+    project.write("gated", GATED)
+    client = project.bridge(env={"WFRUN_SETTLE_TIMEOUT": "0.3"})
+    client.request("session/start", {"reason": "startup"})
+    client.request("turn/started")
+    run_id = client.tool({"action": "start", "workflow": "gated"})["details"]["runId"]
+    # The run stays busy: the settle gives up after the configured wait, not quiet.
+    assert client.request("turn/settled", {}) == {"quiet": False, "turnRequested": False}
+    (project.root / "release").touch()
+    # A timeout the client names still wins over the configured one.
+    assert client.request("turn/settled", {"timeout": 20})["quiet"] is True
+    with project.store() as store:
+        record = store.launches.get(run_id)
+        assert record is not None
+        assert record.status == "done"
+    assert client.close() == 0
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "soon"])
+def test_a_bad_settle_wait_is_a_usage_error(project: Project, value: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "runner", "--project", str(project.root),
+                           "bridge"], env={**os.environ, "WFRUN_SETTLE_TIMEOUT": value},
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2  # click's usage error, before any protocol
+    assert "Error: Invalid value for '--settle-timeout'" in done.stderr

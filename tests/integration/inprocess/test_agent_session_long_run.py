@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from waiting import wait_until
 
-from runner import AgentSession
+from runner import AgentSession, InputError
 from runner.store import SqliteStore
 
 pytestmark = pytest.mark.timeout(180)
@@ -45,7 +45,7 @@ def test_a_long_run_outlives_agent_session_run_and_is_heard_once_on_reopen(
     (root / ".wfrun" / "workflows").mkdir(parents=True)
     (root / ".wfrun" / "workflows" / "gated.yaml").write_text(textwrap.dedent(GATED).lstrip())
     queued: list[str] = []
-    with AgentSession.open(root, session_id="s1") as session:
+    with AgentSession.open(root, session_id="s1", settle_timeout=2) as session:
         def agent_run(text: str) -> str:
             if "please start" in text:
                 reply = session.call_tool({"action": "start", "workflow": "gated"})
@@ -76,3 +76,10 @@ def test_a_long_run_outlives_agent_session_run_and_is_heard_once_on_reopen(
             pass
     with AgentSession.open(root, session_id="s1") as session:
         assert session.next_input() is None  # exactly once
+
+
+@pytest.mark.parametrize("wait", [0, -1.5])
+def test_a_settle_wait_that_is_not_positive_is_refused(tmp_path: Path, wait: float) -> None:
+    (tmp_path / ".wfrun" / "workflows").mkdir(parents=True)
+    with pytest.raises(InputError, match="settle_timeout must be a positive number"):
+        AgentSession.open(tmp_path, settle_timeout=wait)
