@@ -10,6 +10,7 @@ a subprocess.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
@@ -133,30 +134,57 @@ def _amount(n: int) -> str:
 
 
 def weight(value: Any, limit: int) -> int:
-    """A value's size counted through nesting and shared references, stopping once
-    past `limit` (so `[x] * n` of a big `x` costs at most `limit` steps)."""
-    total = 0
-    stack = [value]
+    """A value's size as it would be written out: nesting counted, a shared part once per
+    place it stands (so `[x] * n` of a big `x` counts `n` times `x`). Each container is
+    walked once (its weight remembered by identity), so a value that doubles itself 64
+    times costs 64 steps, not 2^24 before the limit; a cycle weighs more than `limit`."""
+    if not isinstance(value, _CONTAINERS):
+        return _scalar(value)
+    memo: dict[int, int] = {}
+    walking = {id(value)}
+    # Frames of (container, its parts not yet counted, weight so far), deepest last.
+    stack: list[tuple[Any, Iterator[Any], int]] = [(value, _parts(value), _own(value))]
     while stack:
-        v = stack.pop()
-        if isinstance(v, (str, bytes)):
-            total += len(v)
-        elif isinstance(v, (list, tuple, set, frozenset)):
-            total += len(v) + 1
+        container, parts, total = stack.pop()
+        for part in parts:
+            if not isinstance(part, _CONTAINERS):
+                total += _scalar(part)
+            elif (seen := memo.get(id(part))) is not None:
+                total += seen
+            elif id(part) in walking:
+                return limit + 1  # it contains itself: written out, it never ends
+            else:
+                stack.append((container, parts, total))
+                walking.add(id(part))
+                stack.append((part, _parts(part), _own(part)))
+                break
             if total > limit:
                 return total
-            stack.extend(v)
-        elif isinstance(v, dict):
-            total += 2 * len(v) + 1
-            if total > limit:
-                return total
-            stack.extend(v.keys())
-            stack.extend(v.values())
         else:
-            total += 1
-        if total > limit:
-            return total
-    return total
+            walking.discard(id(container))
+            memo[id(container)] = total
+            if not stack or total > limit:
+                return total
+            outer, rest, so_far = stack.pop()
+            stack.append((outer, rest, so_far + total))
+    raise AssertionError("unreachable: the walk returns at its root")
+
+
+_CONTAINERS = (list, tuple, set, frozenset, dict)
+
+
+def _scalar(value: Any) -> int:
+    return len(value) if isinstance(value, (str, bytes)) else 1
+
+
+def _own(container: Any) -> int:
+    return 2 * len(container) + 1 if isinstance(container, dict) else len(container) + 1
+
+
+def _parts(container: Any) -> Iterator[Any]:
+    if isinstance(container, dict):
+        return itertools.chain(container.keys(), container.values())
+    return iter(container)
 
 
 _ACTIVE: ContextVar[Guard | None] = ContextVar("wfrun_template_guard", default=None)

@@ -11,7 +11,14 @@ from typing import Any
 import pytest
 
 from runner.clock import FakeClock, SystemClock
-from runner.compiler._budget import CEILING, Scope, TemplateBudget, budget_from_yaml, scoped
+from runner.compiler._budget import (
+    CEILING,
+    Scope,
+    TemplateBudget,
+    budget_from_yaml,
+    scoped,
+    weight,
+)
 from runner.compiler._template_checks import check_budget
 from runner.compiler._templates import (
     TemplateBudgetExceeded,
@@ -258,3 +265,32 @@ def test_shell_quote_makes_one_word_for_a_real_shell() -> None:
     out = subprocess.run(["sh", "-c", words], capture_output=True, text=True, check=True,
                          timeout=30)
     assert out.stdout == "x y|$HOME||"
+
+
+class _Counted(list[Any]):
+    """A list that counts how often it is walked."""
+
+    walks = 0
+
+    def __iter__(self) -> Any:
+        _Counted.walks += 1
+        return super().__iter__()
+
+
+def test_a_shared_part_is_weighed_once_not_once_per_place() -> None:
+    # `ns.a = [ns.a, ns.a]` 64 times: written out 2^64 items, held in 64 lists. Walking
+    # every place took 16 million steps (seconds per render) before the limit.
+    value: Any = _Counted([1])
+    for _ in range(64):
+        value = _Counted([value, value])
+    _Counted.walks = 0
+    heavy = weight(value, 16_777_216)  # (names, not the value: its repr never ends)
+    walks = _Counted.walks
+    assert heavy > 16_777_216
+    assert walks <= 65
+    # Exact below the limit: level k weighs 6 * 2^k - 3 (two of level k-1, plus 3).
+    exact = weight(_Counted([value]), 2**70)
+    assert exact == 6 * 2**64 - 3 + 2
+    cycle: list[Any] = [1]
+    cycle.append(cycle)
+    assert weight(cycle, 1_000) > 1_000
