@@ -280,6 +280,7 @@ sys.path.insert(0, sys.argv[1])
 from pathlib import Path
 from runner.compiler import Compiler
 import runner.compiler._compile
+assert runner.compiler.__file__.startswith(sys.argv[1]), runner.compiler.__file__
 if sys.argv[3] == "time":
     c0, t0 = time.process_time(), time.perf_counter()
 result = Compiler().compile_path(Path(sys.argv[2])) if sys.argv[3] != "imports" else None
