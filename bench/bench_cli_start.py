@@ -4,6 +4,7 @@
     .venv/bin/python bench/bench_cli_start.py -n 50 --json
     .venv/bin/python bench/bench_cli_start.py --check    # exit 1 if an aim is missed
     .venv/bin/python bench/bench_cli_start.py --no-postgres  # SQLite only
+    .venv/bin/python bench/bench_cli_start.py --instructions  # + callgrind counts
 
 Agents and hooks call wfrun on every turn, so each figure is the whole process as a
 shell starts it (the console script when installed, else `python -m runner`):
@@ -19,10 +20,14 @@ server). Aims (issue 15), p50 on a quiet machine: <= 150 ms for
 --help, status and validate NAME; <= 100 ms for the hook. `runs` has no aim of its
 own and is shown for comparison.
 
-With the PostgreSQL 15 server binaries installed (scripts/setup), `status` and `runs`
-are also run on a throwaway cluster's store (WFRUN_STORE, one finished run there too):
-aim (issue 34 item 12) at most 2x the SQLite figure. The store's layout check ran on
-every command there (~0.6 s); a store that passed it now opens on one catalog query.
+With the PostgreSQL 15 server binaries installed (scripts/setup), `status`, `runs`
+and `show RUN` are also run on a throwaway cluster's store (WFRUN_STORE, one finished
+run there too): aim (issue 34 item 12) at most 2x the SQLite figure. The store's
+layout check ran on every command there (~0.6 s); a store that passed it now opens
+on one catalog query, over the one connection the command makes. `--instructions`
+adds each command's user-space instructions under callgrind (one process each: a
+figure the machine's load cannot move; psycopg's own import is most of the
+difference, and the server's work is not in it).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import statistics
 import subprocess
@@ -86,6 +92,8 @@ def main() -> int:
     ap.add_argument("-n", type=int, default=30, help="runs of each command")
     ap.add_argument("--check", action="store_true", help="exit 1 if a p50 misses the aim")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--instructions", action="store_true",
+                    help="add callgrind instruction counts (one process per command)")
     args = ap.parse_args()
     if args.smoke:  # the Postgres rows start a cluster: bench_pg_scale's smoke covers it
         args.n, args.no_postgres = 1, True
@@ -96,6 +104,7 @@ def main() -> int:
         "wfrun status": [*wfrun, "status"],
         "wfrun validate NAME": [*wfrun, "validate", "greet"],
         "wfrun runs": [*wfrun, "runs"],
+        "wfrun show RUN": [*wfrun, "show", "RUN"],
         "wfrun hook claude-code": [*wfrun, "hook", "claude-code"],
     }
     cluster = None
@@ -115,6 +124,27 @@ def main() -> int:
 
 PG_INITDB = "/usr/lib/postgresql/15/bin/initdb"
 RATIO_AIM = 2.0
+PG_COMMANDS = ("wfrun status", "wfrun runs", "wfrun show RUN")
+
+
+def one_run(wfrun: list[str], root: Path, env: dict[str, str]) -> str:
+    """The project's one finished run on this store; its id."""
+    out = subprocess.run([*wfrun, "run", "greet", "-i", "name=bench", "--json"], cwd=root,
+                         env=env, capture_output=True, text=True, timeout=120, check=False)
+    if out.returncode != 0:
+        raise SystemExit(f"wfrun run failed (exit {out.returncode}): {out.stderr[-300:]}")
+    return str(json.loads(out.stdout)["run_id"])
+
+
+def instructions(cmd: list[str], cwd: Path, env: dict[str, str], stdin: bytes | None) -> int:
+    """User-space instructions of one process under callgrind (needs valgrind)."""
+    out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+                          *cmd], cwd=cwd, env=env, capture_output=True, timeout=600,
+                         input=stdin, check=False)
+    found = re.search(rb"Collected : (\d+)", out.stderr)
+    if out.returncode != 0 or found is None:
+        raise SystemExit(f"callgrind of {' '.join(cmd)} failed: {out.stderr[-300:]!r}")
+    return int(found[1])
 
 
 def measure(args: argparse.Namespace, wfrun: list[str], commands: dict[str, list[str]],
@@ -131,13 +161,16 @@ def measure(args: argparse.Namespace, wfrun: list[str], commands: dict[str, list
                            "cwd": str(root), "stop_hook_active": False}).encode()
         stdin = {"wfrun hook claude-code": stop}
         envs = {name: env for name in commands}
-        timed([*wfrun, "run", "greet", "-i", "name=bench"], root, env)  # the one run
+        run_ids = {"sqlite": one_run(wfrun, root, env)}
         if cluster is not None:
             pg_env = {**env, "WFRUN_STORE": cluster.create_schema("bench_cli")}
-            timed([*wfrun, "run", "greet", "-i", "name=bench"], root, pg_env)
-            for name in ("wfrun status", "wfrun runs"):
-                commands[f"{name} (postgres)"] = commands[name]
+            run_ids["postgres"] = one_run(wfrun, root, pg_env)
+            for name in PG_COMMANDS:
+                commands[f"{name} (postgres)"] = [
+                    run_ids["postgres"] if a == "RUN" else a for a in commands[name]]
                 envs[f"{name} (postgres)"] = pg_env
+        commands["wfrun show RUN"] = [
+            run_ids["sqlite"] if a == "RUN" else a for a in commands["wfrun show RUN"]]
         for name, cmd in commands.items():  # warm-up: byte-code caches, the store file
             timed(cmd, root, envs[name], stdin.get(name))
         samples: dict[str, list[float]] = {name: [] for name in commands}
@@ -147,34 +180,48 @@ def measure(args: argparse.Namespace, wfrun: list[str], commands: dict[str, list
                 wall, used = timed(cmd, root, envs[name], stdin.get(name))
                 samples[name].append(wall)
                 cpu[name].append(used)
+        counted = {name: instructions(cmd, root, envs[name], stdin.get(name))
+                   for name, cmd in commands.items()} if args.instructions else {}
     load_after = os.getloadavg()
     figures = {name: {"p50_ms": round(statistics.median(v), 1),
                       "p95_ms": round(pct(v, 0.95), 1), "min_ms": round(min(v), 1),
                       "cpu_p50_ms": round(statistics.median(cpu[name]), 1)}
                for name, v in samples.items()}
     missed = [name for name, aim in AIMS_P50_MS.items() if figures[name]["p50_ms"] > aim]
+    for name, count in counted.items():
+        figures[name]["instructions_m"] = round(count / 1e6, 1)
     ratios = {name: round(figures[f"{name} (postgres)"]["p50_ms"] / figures[name]["p50_ms"], 2)
-              for name in ("wfrun status", "wfrun runs") if f"{name} (postgres)" in figures}
+              for name in PG_COMMANDS if f"{name} (postgres)" in figures}
+    cpu_ratios = {name: round(figures[f"{name} (postgres)"]["cpu_p50_ms"]
+                              / figures[name]["cpu_p50_ms"], 2)
+                  for name in ratios}
     missed += [f"{name} (postgres)" for name, ratio in ratios.items() if ratio > RATIO_AIM]
     load = f"load average {load_before[0]:.2f} before, {load_after[0]:.2f} after"
     if args.json:
         print(json.dumps({"machine": machine(), "load_average": [load_before[0], load_after[0]],
                           "runs": args.n, "aims_p50_ms": AIMS_P50_MS, "figures": figures,
-                          "postgres_over_sqlite": ratios, "ratio_aim": RATIO_AIM,
+                          "postgres_over_sqlite": ratios, "cpu_postgres_over_sqlite": cpu_ratios,
+                          "ratio_aim": RATIO_AIM,
                           "missed": missed}, indent=2))
     else:
         print(f"machine: {machine()}; {load}")
         print(f"{args.n} runs each, interleaved")
-        print(f"{'command':<25}{'p50 ms':>9}{'p95 ms':>9}{'min ms':>9}{'CPU p50':>9}"
-              f"{'aim p50':>9}")
+        print(f"{'command':<27}{'p50 ms':>9}{'p95 ms':>9}{'min ms':>9}{'CPU p50':>9}"
+              f"{'aim p50':>9}{'M instr':>9}")
         for name, f in figures.items():
             aim = AIMS_P50_MS.get(name)
             mark = "  (over the aim)" if name in missed else ""
             shown = f"{aim:.0f}" if aim else "-"
-            print(f"{name:<25}{f['p50_ms']:>9.1f}{f['p95_ms']:>9.1f}{f['min_ms']:>9.1f}"
-                  f"{f['cpu_p50_ms']:>9.1f}{shown:>9}{mark}")
+            count = f"{f['instructions_m']:.0f}" if "instructions_m" in f else "-"
+            print(f"{name:<27}{f['p50_ms']:>9.1f}{f['p95_ms']:>9.1f}{f['min_ms']:>9.1f}"
+                  f"{f['cpu_p50_ms']:>9.1f}{shown:>9}{count:>9}{mark}")
         for name, ratio in ratios.items():
-            print(f"{name}: Postgres / SQLite p50 {ratio:.2f}x (aim <= {RATIO_AIM:.0f}x)")
+            extra = ""
+            if "instructions_m" in figures[name]:
+                pg = figures[f"{name} (postgres)"]["instructions_m"]
+                extra = f", instructions {pg / figures[name]['instructions_m']:.2f}x"
+            print(f"{name}: Postgres / SQLite p50 {ratio:.2f}x, CPU {cpu_ratios[name]:.2f}x"
+                  f"{extra} (aim <= {RATIO_AIM:.0f}x)")
     return 1 if args.check and missed else 0
 
 

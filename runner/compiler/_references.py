@@ -13,12 +13,11 @@ each failed only when the run got there. Per file, after the graph checks:
 
 from __future__ import annotations
 
-import re
-
 from ._diagnostics import DiagnosticSink, KeyPath, did_you_mean
 from ._fanout import MapSpec, ParallelSpec, unknown_branch
 from ._graph import LocalGraph
-from ._template_ast import MAPPING_METHODS, ROOTS, summary
+from ._simple_tags import simple_names
+from ._template_ast import summary
 
 CONTEXT = ("input", "outputs", "results", "run", "project", "secrets", "env")
 GLOBALS = ("range", "lipsum", "dict", "cycler", "joiner", "namespace", "true", "false",
@@ -28,30 +27,17 @@ RESULT_FIELDS = ("outcome", "error", "exit_code")
 
 
 def _refs(text: str) -> tuple[frozenset[str], tuple[tuple[str, str, int], ...]] | None:
-    """(free names, (root, key, line) for `root.key`), or None when it does not parse."""
-    from ._templates import is_template, only_simple_tags
+    """(free names, (root, key, line) for `root.key`, sorted), or None when it does not
+    parse. Sorted: a simple text's are read off the text, the others off the tree."""
+    from ._templates import is_template
 
     if not is_template(text):  # plain text: nothing to look up
         return frozenset(), ()
-    if only_simple_tags(text):  # most prompts: no parse (~1 ms each) needed
-        return _simple_refs(text)
+    simple = simple_names(text)  # most templates: no parse (~1 ms each) needed
+    if simple is not None:
+        return simple.free, tuple(sorted(simple.refs))
     found = summary(text)
-    return None if found.problem else (found.free, found.refs)
-
-
-_SIMPLE_NAME = re.compile(r"\{\{\s*([A-Za-z_]\w*)(?:\.([A-Za-z_]\w*))?", re.ASCII)
-
-
-def _simple_refs(text: str) -> tuple[frozenset[str], tuple[tuple[str, str, int], ...]]:
-    """`_refs` of a text whose every tag is `{{ name.attr... | filter }}`."""
-    free: set[str] = set()
-    found: list[tuple[str, str, int]] = []
-    for m in _SIMPLE_NAME.finditer(text):
-        root, key = m.group(1), m.group(2)
-        free.add(root)
-        if key and root in ROOTS and key not in MAPPING_METHODS:
-            found.append((root, key, text.count("\n", 0, m.start()) + 1))
-    return frozenset(free), tuple(found)
+    return None if found.problem else (found.free, tuple(sorted(found.refs)))
 
 
 def _predecessors(g: LocalGraph) -> dict[str, set[str]]:

@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 
 from jinja2 import TemplateSyntaxError, nodes
 
+from ._simple_tags import MAPPING_METHODS, ROOTS
 from ._templates import _text_env
 
 
@@ -35,13 +36,6 @@ def parsed(text: str) -> Parsed:
         return Parsed(None, (exc.lineno or 1, exc.message or "invalid template"))
     except (RecursionError, MemoryError):
         return Parsed(None, (1, "the template is nested too deeply to parse"))
-
-
-#: The context mappings whose keys validate checks (input keys, node ids).
-ROOTS = ("input", "outputs", "results")
-# Mapping methods on those: `outputs.items()` iterates, it names no node (the sandbox
-# resolves `outputs.items` to the method, whatever the nodes are called).
-MAPPING_METHODS = ("items", "keys", "values", "get")
 
 
 class Summary(NamedTuple):

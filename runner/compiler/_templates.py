@@ -10,7 +10,6 @@ the context.
 from __future__ import annotations
 
 import json
-import re
 import threading
 import types
 from collections.abc import Mapping
@@ -36,6 +35,7 @@ from jinja2.visitor import NodeTransformer
 from . import _budget as _b
 from . import _estimates as _e
 from ._budget import DEFAULT_BUDGET, Guard, Scope
+from ._simple_tags import only_simple_tags as only_simple_tags  # re-exported
 
 __all__ = [
     "SecurityError",
@@ -395,27 +395,6 @@ _MARKERS = ("{{", "{%", "{#")
 
 def is_template(text: str) -> bool:
     return any(m in text for m in _MARKERS)
-
-
-# `{{ name.attr | filter }}`: the shape of most prompt and message substitutions.
-# Jinja's lexer starts a tag at the leftmost `{{`, `{%` or `{#`; a text whose every
-# tag is one of these (ASCII names, no whitespace control, no `not` prefix) always
-# parses, so it skips the parser. Anything else takes the full parse below.
-_SIMPLE_TAG = re.compile(r"\{\{\s*(?!not\b)[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*"
-                         r"(?:\s*\|\s*[A-Za-z_]\w*)*\s*\}\}", re.ASCII)
-_TAG_START = re.compile(r"\{[{%#]")
-
-
-def only_simple_tags(text: str) -> bool:
-    pos = 0
-    while True:
-        start = _TAG_START.search(text, pos)
-        if start is None:
-            return True
-        tag = _SIMPLE_TAG.match(text, start.start())
-        if tag is None:
-            return False
-        pos = tag.end()
 
 
 def _collect(template: Template, context: Mapping[str, Any], guard: Guard, *,

@@ -15,7 +15,7 @@ from pgcluster import PgCluster
 from storekit import FakeClock, launch
 from waiting import wait_until
 
-from runner.store import LaunchRecord, LostRace, StoreUnreachable
+from runner.store import LaunchRecord, LostRace, StoreError, StoreUnreachable
 from runner.store._errors import IncompatibleLayout
 from runner.store._urls import mask_url
 from runner.store.postgres import PostgresStore
@@ -216,6 +216,48 @@ def test_a_lost_connection_is_store_unavailable_and_the_next_call_reconnects(
         assert record.status == "queued"
     finally:
         store.close()
+
+
+def test_one_connection_until_two_operations_overlap(url: str) -> None:
+    """A CLI command connects once (issue 34 item 12): the store keeps the connection
+    it opened with; an operation that starts while another holds it gets its own
+    from a pool made then, and neither waits for the other."""
+    from runner.store.postgres._db import PostgresDatabase
+
+    db = PostgresDatabase(url, pool_size=3)
+    try:
+        def backend() -> int:
+            return int(db.read("SELECT pg_backend_pid() AS pid")[0]["pid"])
+
+        first = backend()
+        assert [backend() for _ in range(3)] == [first] * 3
+        assert db._pool is None
+        inside = threading.Event()
+        release = threading.Event()
+        seen: list[int] = []
+
+        def hold() -> None:
+            with db.write() as conn:
+                row = conn.execute("SELECT pg_backend_pid() AS pid").fetchone()
+                assert row is not None
+                seen.append(int(row["pid"]))
+                inside.set()
+                assert release.wait(30)
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        assert inside.wait(30)
+        other = backend()  # while the kept connection is in a transaction
+        release.set()
+        holder.join(30)
+        assert seen == [first]
+        assert other != first
+        assert db._pool is not None
+        assert backend() == first  # free again: the kept one first
+    finally:
+        db.close()
+    with pytest.raises(StoreError, match="closed"):
+        db.read("SELECT 1")
 
 
 @pytest.mark.timeout(300)  # the restart's own bound is 240 s (PgCluster.restart)

@@ -74,19 +74,3 @@ edges:
     result = Compiler(None).compile_path(path)
     assert result.valid, result.diagnostics
     assert len(seen) == 2 == len(set(seen))
-
-
-@pytest.mark.parametrize("text", [
-    "{{ outputs.plan | tojson }}\n{{ input.task|upper }} {{ inptu.x }}",
-    "Work on {{input.task}} ({{ run.id }}).\n\n{{ results.build.outcome }} {{ outputs.items }}",
-    "{{ outputs }} {{ x }}",
-])
-def test_the_simple_tag_shortcut_finds_what_the_parse_finds(text: str) -> None:
-    from runner.compiler._references import _simple_refs
-    from runner.compiler._template_ast import summary
-    from runner.compiler._templates import only_simple_tags
-
-    assert only_simple_tags(text)
-    _, free, found = summary(text)
-    simple_free, simple_found = _simple_refs(text)
-    assert (simple_free, sorted(simple_found)) == (free, sorted(found))
