@@ -386,9 +386,12 @@ class FolderBundle:
         fenced, self._covered = self._covered, False
         self._check(fenced)
         batch = events if isinstance(events, list) else list(events)
-        if self.begin is not None and any(e.get("type") != "run_started" for e in batch):
+        if not batch:
+            return
+        if self.begin is not None and (
+                len(batch) > 1 or batch[0].get("type") != "run_started"):
             self._begin()
-        data = "".join(dumps(e) + "\n" for e in batch).encode()
+        data = ("\n".join(map(canonical_json, batch)) + "\n").encode()
         if self._trace_fd is None:
             self._trace_fd = os.open(self._trace_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT,
                                      0o600)
@@ -413,7 +416,7 @@ class FolderBundle:
 
     def replace_state(self, state: dict[str, Any]) -> None:
         self._check()
-        data = (dumps(state) + "\n").encode()
+        data = (canonical_json(state) + "\n").encode()
         if self._state_new:
             # The first one in place, as the first manifest: a short run writes it once,
             # and a projection nobody decides on needs no temp file and rename.
@@ -427,7 +430,7 @@ class FolderBundle:
         self._check()
         # Compact canonical JSON: the C encoder (indenting takes Python's slow one, twice
         # per run); `wfrun show` is the readable view.
-        text = dumps(manifest) + "\n"
+        text = canonical_json(manifest) + "\n"
         if self._fresh:
             # The first one in place and not fsync'd: no temp file to create and rename
             # (a file creation is the dearest call a run makes here) and no flush of its
