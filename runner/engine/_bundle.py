@@ -294,7 +294,6 @@ class FolderBundle:
         self._snapshot: bytes | None = None  # workflow.json, held for the next write
         self._fresh = False  # created by this writer, no manifest yet
         self._state_new = False  # created by this writer, no state.json yet
-        self._covered = False  # the next append was fenced already (`append`)
         self._linked = False  # workflow.json links the shared snapshot (already 0400)
         # The launch's `running` step (a claimed launch's new run, set by the space):
         # made by `start_launch`, or at the latest before the first node's start.
@@ -355,12 +354,10 @@ class FolderBundle:
         self._snapshot = None  # never written: a bundle without its manifest is half-made
 
     # -- writes ---------------------------------------------------------------
-    def _check(self, fenced: bool = False) -> None:
-        """Refuse a write to a sealed bundle or under a lost claim (`fenced`: the
-        caller's fence was asked for this write already)."""
+    def _check(self) -> None:
         if self._sealed:
             raise OperationFailed(f"run '{self.run_id}' has ended; its bundle is immutable")
-        if not fenced and not self.fence():
+        if not self.fence():
             raise ClaimLost(f"lost the claim on run '{self.run_id}'; another runner owns it")
         if self._snapshot is not None:
             self._write_snapshot()
@@ -380,11 +377,7 @@ class FolderBundle:
             _write_private(path, data)
 
     def append(self, events: Iterable[dict[str, Any]], *, sync: bool) -> None:
-        # `run_started` right after the first manifest rides on that write's fence check
-        # (nothing waits between the two); a claim lost since is refused at `running`,
-        # which comes before any node's start (the launch layer then ends the run).
-        fenced, self._covered = self._covered, False
-        self._check(fenced)
+        self._check()
         batch = events if isinstance(events, list) else list(events)
         if not batch:
             return
@@ -448,7 +441,6 @@ class FolderBundle:
                 _update_private(self._manifest_path, text.encode(), sync=self.sync)
             except FileNotFoundError:
                 _write_private(self._manifest_path, text.encode(), sync=self.sync)
-        self._covered = self._fresh  # the first: its check covers `run_started`
         self._manifest = text
         self._fresh = False
 

@@ -507,23 +507,3 @@ def test_sealing_makes_an_unlinked_snapshot_read_only_and_leaves_a_shared_one_al
     assert str(own.root / "trace.jsonl") in chmods
     assert str(linked.root / "trace.jsonl") not in chmods  # fchmod'ed while open
 
-
-def test_run_started_rides_on_the_first_manifests_fence_check(tmp_path: Path) -> None:
-    """Creation asks the fence twice (the folder, the first manifest with its
-    snapshot); `run_started` follows with nothing waited on between, and every later
-    write asks again."""
-    checks = {"n": 0}
-
-    def fence() -> bool:
-        checks["n"] += 1
-        return True
-
-    bundle = FolderBundle.create(tmp_path, "r1", fence)
-    bundle.write_workflow(canonical_json({"name": "wf"}))
-    bundle.write_manifest({"run_id": "r1", "status": "running"})
-    assert checks["n"] == 2
-    bundle.append([{"seq": 1, "type": "run_started"}], sync=True)
-    assert checks["n"] == 2
-    bundle.append([{"seq": 2, "type": "node_started"}], sync=False)
-    assert checks["n"] == 3
-    bundle.close()
