@@ -3,11 +3,14 @@
 The engine writes only through `RunBundle` (engine/_space.py); `FolderBundle` is
 the folder space's (`.wfrun/runs/<run-id>/`, folders 0700, files 0600). The trace
 (`trace.jsonl`) is the truth; `state.json` and `manifest.json` are projections
-rebuilt from it (state.json is never fsync'd; the manifest is, at creation and at
-the end). Write order per step: append trace (fsync) -> replace state atomically
--> manifest. At creation the workflow snapshot is held and written with the first
-manifest. Every write first passes the caller's fence; a stale writer writes
-nothing. A terminal bundle is immutable (its files become read-only).
+rebuilt from it. state.json is never fsync'd. Neither is the first manifest: the
+run's `run_started` (fsync'd) carries what the trace does not already say of it. The
+final manifest is rewritten in place and fsync'd after the ending is in the trace. A
+reader that finds the manifest missing or torn in a started bundle rebuilds it from
+the trace (`rebuild_manifest`). Write order per step: append trace (fsync) ->
+replace state -> manifest. At creation the workflow snapshot is held and written
+with the first manifest. Every write first passes the caller's fence; a stale
+writer writes nothing. A terminal bundle is immutable (its files become read-only).
 
 Joined to its launch (`begin`, `seal(ending)`), a folder bundle makes the launch's
 `running` transition when the launch layer is about to release the executor
@@ -35,6 +38,7 @@ from runner._private import private_dirs
 from runner.errors import ClaimLost, InputError, NotFoundError, OperationFailed, read_fault
 
 from ._rows import LaunchStep
+from ._state import fold
 
 MANIFEST = "manifest.json"
 WORKFLOW = "workflow.json"
@@ -55,6 +59,12 @@ CONTINUED = ".continued"
 # A folder name holds at most 255 bytes on every file system wfrun runs on; a longer
 # id names no run (and would make the OS raise ENAMETOOLONG instead of "not found").
 MAX_RUN_ID_BYTES = 255
+BUNDLE_SCHEMA = "wfrun.run-bundle.v1"
+#: Where a folder bundle's files are, as every manifest names them.
+PATHS = {"workflow": WORKFLOW, "state": STATE, "trace": TRACE, "artifacts": f"{ARTIFACTS}/"}
+#: The first manifest's fields that the trace does not hold: `run_started` carries
+#: them under "manifest" where the first manifest is not fsync'd (a folder's).
+MANIFEST_FIELDS = ("workflow_ref", "title", "source", "sources", "started_at")
 LEFTOVER = ".removing-"  # the dot-name prefix of a folder bundle being removed
 
 Fence = Callable[[], bool]
@@ -190,6 +200,25 @@ def _write_private(path: str | Path, data: bytes, *, sync: bool = False) -> None
         raise
 
 
+def _update_private(path: str, data: bytes, *, sync: bool = False) -> None:
+    """Overwrite an existing file in place (no temp file to create and rename): for a
+    projection whose reader rebuilds it from the trace when it finds it torn."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        view = memoryview(data)
+        at = 0
+        while at < len(data):
+            written = os.pwrite(fd, view[at:], at)
+            if written <= 0:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            at += written
+        os.ftruncate(fd, len(data))
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def link_snapshot(runs_dir: Path, path: str | Path, data: bytes) -> bool:
     """Make `path` a hard link to the one copy of `data` in `runs/.snapshots/`, named
     by its SHA-256: the runs of one definition share the snapshot's inode. A file
@@ -264,6 +293,7 @@ class FolderBundle:
         self._manifest: str | None = None  # the text this writer last wrote (no re-read)
         self._snapshot: bytes | None = None  # workflow.json, held for the next write
         self._fresh = False  # created by this writer, no manifest yet
+        self._state_new = False  # created by this writer, no state.json yet
         self._linked = False  # workflow.json links the shared snapshot (already 0400)
         # The launch's `running` step (a claimed launch's new run, set by the space):
         # made by `start_launch`, or at the latest before the first node's start.
@@ -282,14 +312,14 @@ class FolderBundle:
             raise OperationFailed(f"run '{run_id}' already exists") from None
         bundle = cls(root, run_id, fence, durability)
         bundle._acquire()
-        bundle._fresh = True
+        bundle._fresh = bundle._state_new = True
         return bundle
 
     @classmethod
     def open(cls, runs_dir: Path, run_id: str, fence: Fence = always,
              durability: str = "full") -> FolderBundle:
         root = runs_dir / run_id
-        if not (root / MANIFEST).is_file():
+        if not (root / MANIFEST).is_file() and first_event(root, run_id) is None:
             raise NotFoundError(f"no run '{run_id}' in {runs_dir}; `wfrun runs` lists runs")
         bundle = cls(root, run_id, fence, durability)
         bundle._acquire()
@@ -349,9 +379,12 @@ class FolderBundle:
     def append(self, events: Iterable[dict[str, Any]], *, sync: bool) -> None:
         self._check()
         batch = events if isinstance(events, list) else list(events)
-        if self.begin is not None and any(e.get("type") != "run_started" for e in batch):
+        if not batch:
+            return
+        if self.begin is not None and (
+                len(batch) > 1 or batch[0].get("type") != "run_started"):
             self._begin()
-        data = "".join(dumps(e) + "\n" for e in batch).encode()
+        data = ("\n".join(map(canonical_json, batch)) + "\n").encode()
         if self._trace_fd is None:
             self._trace_fd = os.open(self._trace_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT,
                                      0o600)
@@ -376,23 +409,38 @@ class FolderBundle:
 
     def replace_state(self, state: dict[str, Any]) -> None:
         self._check()
-        _write_private(self._state_path, (dumps(state) + "\n").encode())
+        data = (canonical_json(state) + "\n").encode()
+        if self._state_new:
+            # The first one in place, as the first manifest: a short run writes it once,
+            # and a projection nobody decides on needs no temp file and rename.
+            self._state_new = False
+            with contextlib.suppress(FileExistsError):
+                _create_private(self._state_path, data)
+                return
+        _write_private(self._state_path, data)
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         self._check()
         # Compact canonical JSON: the C encoder (indenting takes Python's slow one, twice
         # per run); `wfrun show` is the readable view.
-        text = dumps(manifest) + "\n"
+        text = canonical_json(manifest) + "\n"
         if self._fresh:
-            # The first one in place: no temp file to create and rename (a file creation
-            # is the dearest call a run makes here). Until `run_started` is durable the
-            # bundle is half-made, and a reader takes a torn manifest for no run yet.
+            # The first one in place and not fsync'd: no temp file to create and rename
+            # (a file creation is the dearest call a run makes here) and no flush of its
+            # own. Until `run_started` is durable the bundle is half-made, and a reader
+            # takes a torn manifest for no run yet; after that `run_started` holds it
+            # (a power loss may still empty the file: `manifest_from_trace`).
             try:
-                _create_private(self._manifest_path, text.encode(), sync=self.sync)
+                _create_private(self._manifest_path, text.encode())
             except FileExistsError:  # a creator writing its first manifest again
-                _write_private(self._manifest_path, text.encode(), sync=self.sync)
+                _write_private(self._manifest_path, text.encode())
         else:
-            _write_private(self._manifest_path, text.encode(), sync=self.sync)
+            # In place and fsync'd: the trace holds the ending already (fsync'd first),
+            # so a reader that finds this torn rebuilds the same from the trace.
+            try:
+                _update_private(self._manifest_path, text.encode(), sync=self.sync)
+            except FileNotFoundError:
+                _write_private(self._manifest_path, text.encode(), sync=self.sync)
         self._manifest = text
         self._fresh = False
 
@@ -511,7 +559,67 @@ class FolderBundle:
         if self._manifest is not None:  # held under the lock: nobody else writes it
             value: dict[str, Any] = json.loads(self._manifest)
             return value
-        return read_json(self.root / MANIFEST)
+        return read_manifest(self.root, self.run_id)
+
+
+def read_manifest(root: Path, run_id: str) -> dict[str, Any]:
+    """A bundle's manifest. Missing, or torn as only its writer or a power loss leaves
+    it, in a started bundle: rebuilt from the trace (`rebuild_manifest`). Else
+    NotFoundError / OperationFailed as `read_json`: one damaged by hand stays damaged."""
+    path = root / MANIFEST
+    try:
+        return read_json(path)
+    except (NotFoundError, OperationFailed):
+        rebuilt = rebuild_manifest(root, run_id)
+        if rebuilt is None:
+            raise
+        try:
+            data: bytes | None = path.read_bytes()
+        except FileNotFoundError:
+            data = None
+        if data is not None and not _torn(data, rebuilt):
+            raise
+        return rebuilt
+
+
+def _torn(data: bytes, manifest: dict[str, Any]) -> bool:
+    """`data` is what a writer of `manifest` leaves when cut short: empty or zeroed (a
+    power loss), or one that begins as every manifest of this run does (canonical
+    JSON: `{"definition_digest":"<its digest>"`), read while rewritten in place."""
+    data = data.rstrip(b"\0")
+    head = dumps({"definition_digest": manifest["definition_digest"]})[:-1].encode()
+    return head.startswith(data) or data.startswith(head)
+
+
+def rebuild_manifest(root: Path, run_id: str) -> dict[str, Any] | None:
+    """The manifest of a started bundle as its trace says it: the first one from
+    `run_started`, with the ending the final one records. Read where the file is
+    missing or torn: a power loss emptied the unsynced first one, or a reader met the
+    final one while it was rewritten in place (after the ending is in the trace).
+    None: not started, or a trace written without it (rows)."""
+    first = first_event(root, run_id)
+    manifest = None if first is None else manifest_from_trace(run_id, first)
+    if manifest is not None:
+        state = fold(run_id, read_trace(root).events)
+        if state.status in ENDED:
+            manifest.update(status=state.status, finished_at=state.finished_at)
+    return manifest
+
+
+def manifest_from_trace(run_id: str, started: dict[str, Any]) -> dict[str, Any] | None:
+    """The first manifest as the run's `run_started` event records it (None: an event
+    written without it, by a space whose first manifest is durable)."""
+    payload = started.get("payload") or {}
+    kept = payload.get("manifest")
+    if not isinstance(kept, dict) or any(k not in kept for k in MANIFEST_FIELDS):
+        return None
+    return {"schema": BUNDLE_SCHEMA, "run_id": run_id, "workflow": payload.get("workflow"),
+            "workflow_ref": kept["workflow_ref"], "title": kept["title"],
+            "source": kept["source"], "sources": kept["sources"],
+            "definition_digest": payload.get("digest"),
+            "parent_run_id": payload.get("parent_run_id"),
+            "started_at": kept["started_at"], "finished_at": None, "status": "running",
+            "trace_schema": started.get("schema"), "paths": dict(PATHS)}
 
 
 def read_json(path: Path) -> dict[str, Any]:
@@ -529,24 +637,30 @@ def read_json(path: Path) -> dict[str, Any]:
 def started(root: Path, run_id: str) -> bool:
     """The trace's first line is `run_started` (seq 1, always fsync'd): the run's input
     is durable. Reads one line, not the trace."""
+    return first_event(root, run_id) is not None
+
+
+def first_event(root: Path, run_id: str) -> dict[str, Any] | None:
+    """The trace's first line when it is a whole `run_started` (seq 1), else None."""
     try:
         with open(os.path.join(root, TRACE), "rb") as fh:
             line = fh.readline()
     except (FileNotFoundError, NotADirectoryError):
-        return False
+        return None
     except OSError as exc:
         # An unreadable runs folder is the machine's (a launch waits it out), not
         # the run's: a MachineFault, as a refused write is.
         raise read_fault(exc, f"the trace of run '{run_id}'") or OperationFailed(
             f"cannot read the trace of run '{run_id}': {exc.strerror}") from None
     if not line.endswith(b"\n"):
-        return False  # empty, or the first write was torn
+        return None  # empty, or the first write was torn
     try:
         event = json.loads(line)
     except ValueError:
-        return False
-    return isinstance(event, dict) and event.get("seq") == 1 \
-        and event.get("type") == "run_started"
+        return None
+    if isinstance(event, dict) and event.get("seq") == 1 and event.get("type") == "run_started":
+        return event
+    return None
 
 
 def read_trace(root: Path) -> TraceRead:

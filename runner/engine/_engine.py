@@ -20,8 +20,8 @@ from runner.errors import InputError, OperationFailed
 
 from ._agent import AgentStepExecutor
 from ._artifacts import has_artifacts, internalize
+from ._bundle import BUNDLE_SCHEMA, MANIFEST_FIELDS, PATHS, Fence, always
 from ._bundle import CONTINUED as CONTINUED  # re-exported: the marker folder
-from ._bundle import STATE, TRACE, WORKFLOW, Fence, always
 from ._cache import StepCache
 from ._control import RunControl
 from ._dbbundle import PATIENCE
@@ -34,7 +34,6 @@ from ._secrets import resolve as resolve_secrets
 from ._space import BundleSpace, RunBundle, space_for
 from ._state import TERMINAL, TRACE_SCHEMA, RunState, fold
 
-BUNDLE_SCHEMA = "wfrun.run-bundle.v1"
 Resolver = Callable[[dict[str, Any]], WorkflowDefinition]
 #: How many times one node may start without ending (its process died each time)
 #: before resume gives up on it: the first run and one re-run. A node's side effects
@@ -169,7 +168,7 @@ class Engine:
         except TemplateError:
             title = None
         bundle.write_workflow(definition.snapshot_json)
-        bundle.write_manifest({
+        manifest = {
             "schema": BUNDLE_SCHEMA,
             "run_id": run_id,
             "workflow": definition.name,
@@ -183,9 +182,9 @@ class Engine:
             "finished_at": None,
             "status": "running",
             "trace_schema": TRACE_SCHEMA,
-            "paths": {"workflow": WORKFLOW, "state": STATE, "trace": TRACE,
-                      "artifacts": "artifacts/"},
-        })
+            "paths": dict(PATHS),
+        }
+        bundle.write_manifest(manifest)
         if self.crash_point is not None:
             self.crash_point("after_manifest_written")
         driver = self._driver(run_id, definition, bundle, RunState(run_id), control, secrets)
@@ -197,6 +196,10 @@ class Engine:
         if carried is not None:
             payload["carried"] = carried
         payload.update(extra or {})
+        if not self.space.commits_with_store:
+            # A folder's first manifest is not fsync'd: the trace keeps what it alone
+            # says (`manifest_from_trace` rebuilds it; rows commit it with this event).
+            payload["manifest"] = {k: manifest[k] for k in MANIFEST_FIELDS}
         # No state.json yet: the trace holds the start; the first projection follows.
         driver.emit("run_started", payload, sync=True)
         return driver

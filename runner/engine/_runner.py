@@ -190,8 +190,14 @@ class RunDriver:
             self._held.append((event, sync, state))
             return
         held, self._held = self._held, []
-        self.bundle.append([*(e for e, _, _ in held), event],
-                           sync=sync or any(s for _, s, _ in held))
+        batch = [event]
+        if held:  # plain loops: a comprehension is a frame of its own, twice per event
+            batch = []
+            for e, s, _ in held:
+                batch.append(e)
+                sync = sync or s
+            batch.append(event)
+        self.bundle.append(batch, sync=sync)
         for e, _, s in held:  # applied when held; what follows a write follows it now
             self._recorded(e, s)
         self.state.apply(event)

@@ -45,6 +45,7 @@ from ._bundle import (
     always,
     parse_trace,
     read_json,
+    read_manifest,
     started,
     valid_run_id,
 )
@@ -212,9 +213,10 @@ class FolderSpace:
         return started(self.runs_dir / run_id, run_id)
 
     def manifest(self, run_id: str) -> dict[str, Any]:
-        path = self.runs_dir / run_id / MANIFEST
+        root = self.runs_dir / run_id
         try:
-            return read_json(path)
+            # Missing or torn in a started bundle: rebuilt from the trace (bundle.py).
+            return read_manifest(root, run_id)
         except NotFoundError:
             raise _no_run(run_id) from None
         except OperationFailed:

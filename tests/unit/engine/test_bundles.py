@@ -506,3 +506,4 @@ def test_sealing_makes_an_unlinked_snapshot_read_only_and_leaves_a_shared_one_al
     assert _mode(shared) == 0o400
     assert str(own.root / "trace.jsonl") in chmods
     assert str(linked.root / "trace.jsonl") not in chmods  # fchmod'ed while open
+

@@ -62,3 +62,33 @@ def test_an_effectful_nodes_end_is_flushed_before_the_next_node_runs(
     # flushed with the next node's start, before that node runs; pure ends are not.
     assert flushed == ["run_started:", "node_started:c", "node_started:e",
                        "run_completed:"]
+
+
+def test_a_folder_run_flushes_its_trace_twice_and_its_final_manifest_once(
+        env: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first manifest is not fsync'd (run_started carries it) and the final one is
+    rewritten in place: no temp file, no rename (ADR 0009, levers 4 and 5)."""
+    synced: list[str] = []
+    renamed: list[str] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        path = Path(os.readlink(f"/proc/self/fd/{fd}"))
+        if path.parent.name != ".snapshots":  # the definition's shared copy, made once
+            synced.append(path.name)
+        real_fsync(fd)
+
+    def replace(src: Any, dst: Any, **kw: Any) -> None:
+        renamed.append(Path(dst).name)
+        real_replace(src, dst, **kw)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    out = env.engine().start(env.workflow(CHAIN3))
+    monkeypatch.undo()
+    assert out.status == "completed", out
+    assert synced == ["trace.jsonl", "trace.jsonl", "manifest.json"]
+    assert renamed == []
+    manifest = json.loads((env.runs / out.run_id / "manifest.json").read_text())
+    assert (manifest["status"], manifest["finished_at"]) == ("completed",
+                                                             out.state.finished_at)

@@ -302,3 +302,36 @@ def test_reading_writes_nothing(env: Any) -> None:
         reader.continued_by(rid)
     reader.list_ids()
     assert _snapshot(env.runs) == before
+
+
+def test_a_manifest_a_power_loss_emptied_or_tore_is_rebuilt_from_the_trace(env: Any) -> None:
+    """The first manifest is not fsync'd and the final one is rewritten in place: a
+    started bundle whose manifest is missing, empty, zeroed or cut short reads as the
+    trace says, the same manifest its writer wrote."""
+    out = env.engine().start(env.workflow(SMALL_WF))
+    path = _writable(env.runs / out.run_id / "manifest.json")
+    text = path.read_text()
+    written = json.loads(text)
+    assert written["status"] == "completed"
+    reader = RunReader(env.runs)
+    for damaged in ("", "\0" * len(text), text[:7], text[: len(text) // 2], text[:-3]):
+        path.write_text(damaged)
+        assert reader.manifest(out.run_id) == written, repr(damaged)
+    path.unlink()
+    assert reader.manifest(out.run_id) == written
+    bundle = FolderBundle.open(env.runs, out.run_id)  # resume and removal find it too
+    try:
+        assert bundle.read_manifest() == written
+    finally:
+        bundle.close()
+
+
+def test_a_started_runs_first_manifest_is_rebuilt_as_it_was_written(env: Any) -> None:
+    out = env.engine().start(env.workflow(SMALL_WF))
+    run_id = out.run_id
+    path = _writable(env.runs / run_id / "manifest.json")
+    first = {**json.loads(path.read_text()), "status": "running", "finished_at": None}
+    trace = env.runs / run_id / "trace.jsonl"
+    _writable(trace).write_text(trace.read_text().splitlines()[0] + "\n")  # run_started
+    path.write_text("")
+    assert RunReader(env.runs).manifest(run_id) == first
