@@ -411,4 +411,20 @@ DDL: tuple[str, ...] = (
     f"""CREATE INDEX fanout_items_open
     ON fanout_items (run_id, node_id, visit, item_index)
     WHERE state IN {sql_in(ITEM_OPEN_STATES)}""",
+    # A fan-out node visit whose items any host may run (ADR 0008 phase 2): its ceiling
+    # and the item lease a host's claim holds. `active` goes to 0 once no item is open
+    # (hosts look only at active ones); `waiting`: the parent parked until its items end
+    # (the settle that ends the last one re-queues it). Added within v1 (ADDED_TABLES).
+    """CREATE TABLE fanout_nodes (
+    run_id TEXT NOT NULL,
+    node_id TEXT NOT NULL,
+    visit INTEGER NOT NULL CHECK (visit > 0),
+    max_concurrency INTEGER NOT NULL CHECK (max_concurrency > 0),
+    lease_ms INTEGER NOT NULL CHECK (lease_ms > 0),
+    fail_fast INTEGER NOT NULL DEFAULT 0 CHECK (fail_fast IN (0, 1)),
+    active INTEGER NOT NULL DEFAULT 1 CHECK (active IN (0, 1)),
+    waiting INTEGER NOT NULL DEFAULT 0 CHECK (waiting IN (0, 1)),
+    created_at INTEGER NOT NULL,
+    PRIMARY KEY (run_id, node_id, visit)
+)""",
 )

@@ -37,7 +37,7 @@ DESIGN_TABLES = {
     "controller_events",
 }
 #: Added within v1 since (layout.ADDED_TABLES; ADR 0008).
-ADDED = {"fanout_items", "workflow_reruns", "step_cache", "audit_log",
+ADDED = {"fanout_items", "fanout_nodes", "workflow_reruns", "step_cache", "audit_log",
          "notification_deliveries", "trigger_firings", "launch_gates", "trigger_states"}
 
 
