@@ -246,7 +246,8 @@ class LaunchCoordinator:
     def host_items(self) -> HostItems:
         """A host's item worker: items of shared fan-out nodes of any run (ADR 0008)."""
         return HostItems(self.store, self._engines, self.resolver, self.clock,
-                         runner_id=self.runner_id, lease_seconds=self.lease_seconds)
+                         runner_id=self.runner_id, lease_seconds=self.lease_seconds,
+                         crash=self._crash_at)
 
     def bare_engine(self) -> Engine:
         """An engine that only records endings (no claim: unfenced)."""

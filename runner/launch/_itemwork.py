@@ -16,6 +16,7 @@ import logging
 import threading
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Protocol
 
 from runner._leases import renew_every
@@ -33,6 +34,8 @@ from ._preflight import Resolver
 
 log = logging.getLogger(__name__)
 
+#: Where tests kill a host's item worker (the fault harness), in the order it passes them.
+HOST_ITEM_POINTS = ("after_host_item_claimed", "before_host_item_settled")
 #: Seconds between renewals at most: also how soon a cancelled item is stopped.
 CANCEL_POLL = 0.5
 #: Node visits whose read state a host keeps (an ItemHost folds the parent's trace).
@@ -53,8 +56,10 @@ class HostItems:
     """One host's (or worker process's) item worker over one store."""
 
     def __init__(self, store: Store, engines: Engines, resolver: Resolver, clock: Clock, *,
-                 runner_id: str, lease_seconds: float) -> None:
+                 runner_id: str, lease_seconds: float,
+                 crash: Callable[[str], None] | None = None) -> None:
         self._fanout = store.fanout
+        self._crash = crash or (lambda _point: None)
         self._engines = engines
         self._resolver = resolver
         self._clock = clock
@@ -84,6 +89,7 @@ class HostItems:
         """Run one claimed item to its end and settle it; returns how it ended
         (`parked`: given back; `skipped`: this host cannot run the node)."""
         key, index = claim.key, claim.index
+        self._crash("after_host_item_claimed")
         host = self._host(key)
         if isinstance(host, str):
             log.info("wfrun host: leaving the items of %s[%s] to its run's host: %s",
@@ -102,6 +108,7 @@ class HostItems:
             if control.clean:
                 self._release(key, index)  # stopped, not dead: the start is not counted
             return "parked"
+        self._crash("before_host_item_settled")
         try:
             self._fanout.settle_held(key, _endings([end]), holder=self.holder)
         except StoreError as exc:  # the lease runs out; another holder runs it again
