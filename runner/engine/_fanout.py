@@ -450,8 +450,22 @@ class _Fanout:
         error = dict(result.error or {}, child_run_id=run_id) if result.error else None
         return ItemEnd(index, result.outcome, result.output, error)
 
+    def _host_logs(self) -> None:
+        """Items other hosts ran kept their logs in the ledger; the run's trace has one
+        writer, this node, which records them as its own items' (`NODE[i]`)."""
+        for index, attempt, log in self.ledger.logs(self.node.id, self.visit):
+            if not 0 <= index < len(self.plan.bodies):
+                continue
+            item = replace(self.node, id=f"{self.node.id}[{self.plan.labels[index]}]")
+            ctx = self.port.item_context(item, attempt, None, {}, self.ctx.control,
+                                         self.emit_lock)
+            ctx.logs.record(str(log.get("stdout", "")), str(log.get("stderr", "")),
+                            bool(log.get("stdout_truncated")),
+                            bool(log.get("stderr_truncated")), log.get("exit_code"))
+
     # -- the node's result ------------------------------------------------------------------
     def result(self, n: int) -> NodeResult:
+        self._host_logs()
         records = self.ledger.items(self.node.id, self.visit)
         summary = [{"outcome": r.state, "error": r.error, "starts": r.starts}
                    for r in records]

@@ -6,10 +6,11 @@ writes it), folds its trace, resolves its definition and secrets as a resume wou
 and so has the node's template values at the visit the items belong to. Each item
 then runs through the same code as on the parent's host (`fanout.run_body`).
 
-What the parent's host records per item (its `node_log` under `NODE[i]`) is not
-written here: the parent's trace has one writer. The item's output and error reach
-the parent through its row; its stdout and stderr are in its output (`stdout`,
-`stderr`, as any shell step's), and its live log is a private temporary file.
+The parent's trace has one writer, so nothing is written to it here: the item's
+output and error reach the parent through its row, its logs (`node_log` payloads,
+masked and bounded) through the store's `fanout_logs` in the same transaction, and
+the parent records them under `NODE[i]` when its node ends. The live log of a
+running item is a private temporary file on this host.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from runner._safety import mask_values
+from runner._safety import bound, mask_values, redact
 from runner.compiler import Node, WorkflowDefinition
 from runner.compiler._budget import Scope
 from runner.compiler._budget import scoped as scoped_budget
@@ -49,7 +50,16 @@ class _Recorder:
 
     def record(self, stdout: str, stderr: str, stdout_cut: bool = False,
                stderr_cut: bool = False, exit_code: int | None = None) -> None:
-        pass  # the output carries stdout and stderr; the parent's trace has one writer
+        """Kept for the parent's trace (its one writer records it when the node ends):
+        bounded, stderr redacted and secrets masked as `RunDriver.record_log` does."""
+        out, err = bound(stdout, LOG_CAP), bound(redact(stderr), LOG_CAP)
+        log = self._host.driver.secrets.mask_json({
+            "stdout": out, "stderr": err, "stdout_truncated": stdout_cut or out != stdout,
+            "stderr_truncated": stderr_cut or err != stderr, "exit_code": exit_code})
+        index = self._host.index_of.get(self._node)
+        if index is not None:
+            with self._host.lock:
+                self._host.logs.setdefault(index, []).append((self._attempt, log))
 
     def live(self, extra: tuple[str, ...], cap_chars: int) -> LiveLog:
         values = mask_values([*self._host.driver.secrets.masked, *extra])
@@ -78,6 +88,8 @@ class ItemHost:
         self.scratch = tempfile.mkdtemp(prefix="wfrun-items-")  # 0700
         self.lock = threading.Lock()
         self.ctx = driver.node_context(node, "", None)
+        self.index_of = {f"{node.id}[{label}]": i for i, label in enumerate(plan.labels)}
+        self.logs: dict[int, list[tuple[str, Any]]] = {}  # index -> its attempts' logs
 
     # -- FanoutPort (what run_body uses of it) ------------------------------------------
     def item_context(self, node: Node, attempt: str, deadline: float | None,
@@ -113,6 +125,11 @@ class ItemHost:
             return None
         mask = self.driver.secrets.mask_json
         return ItemEnd(end.index, end.outcome, mask(end.output), mask(end.error))
+
+    def take_logs(self, index: int) -> list[tuple[str, Any]]:
+        """The logs item `index` recorded here (each attempt's), handed over once."""
+        with self.lock:
+            return self.logs.pop(index, [])
 
     def close(self) -> None:
         shutil.rmtree(self.scratch, ignore_errors=True)

@@ -63,6 +63,10 @@ class ItemLedger(Protocol):
 
     def items(self, node: str, visit: int) -> list[ItemRecord]: ...
 
+    def logs(self, node: str, visit: int) -> list[tuple[int, str, dict[str, Any]]]:
+        """The logs of items other hosts ran: (index, attempt, `node_log` payload)."""
+        ...
+
 
 class MemoryLedger:
     """An `ItemLedger` in memory: an engine run without a store (nothing survives the
@@ -124,6 +128,9 @@ class MemoryLedger:
             for i in indexes:
                 if rows[i]["state"] == "running":
                     rows[i]["state"], rows[i]["starts"] = "pending", rows[i]["starts"] - 1
+
+    def logs(self, node: str, visit: int) -> list[tuple[int, str, dict[str, Any]]]:
+        return []  # only this process runs them
 
     def items(self, node: str, visit: int) -> list[ItemRecord]:
         with self._lock:

@@ -108,6 +108,10 @@ class StoreItems:
     def release(self, node: str, visit: int, indexes: Sequence[int]) -> None:
         self._held(self._fanout.release(self._key(node, visit), indexes, owner=self._owner))
 
+    def logs(self, node: str, visit: int) -> list[tuple[int, str, dict[str, Any]]]:
+        return [(g.index, g.attempt, json.loads(g.log_json))
+                for g in self._fanout.logs(self._key(node, visit))]
+
     def items(self, node: str, visit: int) -> list[ItemRecord]:
         return [ItemRecord(i.index, i.state, i.starts, _load(i.output_json),
                            _load(i.error_json))

@@ -12,6 +12,7 @@ holder took it over) or whose parent ended is stopped at the next renewal.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import uuid
@@ -26,7 +27,7 @@ from runner.engine import RunControl
 from runner.engine._itemhost import ItemHost, open_item_host
 from runner.errors import WfrunError
 from runner.store import Store, StoreError
-from runner.store.domain._fanout import HOST_TOKEN, HostClaim, ItemKey
+from runner.store.domain._fanout import HOST_TOKEN, HostClaim, ItemKey, ItemLog
 
 from ._engines import Engines
 from ._items import _endings
@@ -105,12 +106,16 @@ class HostItems:
             with self._lock:
                 self._controls.pop((key, index), None)
         if end is None:
+            host.take_logs(index)  # it runs again: its next run's logs are the ones kept
             if control.clean:
                 self._release(key, index)  # stopped, not dead: the start is not counted
             return "parked"
         self._crash("before_host_item_settled")
+        logs = [ItemLog(index, attempt, json.dumps(log, separators=(",", ":"),
+                                                   ensure_ascii=False))
+                for attempt, log in host.take_logs(index)]
         try:
-            self._fanout.settle_held(key, _endings([end]), holder=self.holder)
+            self._fanout.settle_held(key, _endings([end]), holder=self.holder, logs=logs)
         except StoreError as exc:  # the lease runs out; another holder runs it again
             log.warning("wfrun host: cannot record item %s[%s]: %s", key.node_id, index,
                         exc.message)

@@ -427,4 +427,17 @@ DDL: tuple[str, ...] = (
     created_at INTEGER NOT NULL,
     PRIMARY KEY (run_id, node_id, visit)
 )""",
+    # The logs (`node_log` payloads) of items another host ran: the parent's trace has
+    # one writer, so the parent records them when its node ends. Added within v1.
+    """CREATE TABLE fanout_logs (
+    run_id TEXT NOT NULL,
+    node_id TEXT NOT NULL,
+    visit INTEGER NOT NULL CHECK (visit > 0),
+    item_index INTEGER NOT NULL CHECK (item_index >= 0),
+    seq INTEGER NOT NULL CHECK (seq >= 0),
+    attempt TEXT NOT NULL,
+    log_json TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    PRIMARY KEY (run_id, node_id, visit, item_index, seq)
+)""",
 )

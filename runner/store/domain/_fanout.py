@@ -89,6 +89,15 @@ class SharedNode:
 
 
 @dataclass(frozen=True, slots=True)
+class ItemLog:
+    """One attempt's log (a `node_log` payload as JSON) of an item another host ran."""
+
+    index: int
+    attempt: str
+    log_json: str
+
+
+@dataclass(frozen=True, slots=True)
 class HostClaim:
     """An item a host's worker claimed: its node visit, index and start number."""
 
@@ -415,28 +424,34 @@ class FanoutItems:
                 for r in rows}
 
     def settle_held(self, key: ItemKey, endings: Iterable[ItemEnding], *,
-                    holder: str) -> int:
+                    holder: str, logs: Sequence[ItemLog] = ()) -> int:
         """A host holder records its items' endings: fenced by its token (an item taken
-        over or cancelled meanwhile is left alone). Returns how many it recorded."""
+        over or cancelled meanwhile is left alone), with their logs (`logs`, kept for
+        the parent's trace). Returns how many it recorded."""
         rows = list(endings)
         for ending in rows:
             _check(ending)
         with self._c.write() as tx:
-            before = tx.one(f"SELECT count(*) AS n FROM fanout_items WHERE {_KEY} AND state"
-                            " = 'running' AND claim_token = :owner",
-                            {**key.params(), "owner": holder})
+            mine = {r["item_index"] for r in tx.all(
+                f"SELECT item_index FROM fanout_items WHERE {_KEY} AND state = 'running'"
+                " AND claim_token = :owner", {**key.params(), "owner": holder})}
             now = tx.now_ms()
-            _settle(tx, key, rows, holder, now, claimed=True)
+            _settle(tx, key, [e for e in rows if e.index in mine], holder, now, claimed=True)
+            kept = [g for g in logs if g.index in mine]
+            if kept:
+                tx.many("INSERT INTO fanout_logs (run_id, node_id, visit, item_index, seq,"
+                        " attempt, log_json, created_at) VALUES (:run, :node, :visit, :i,"
+                        " (SELECT count(*) FROM fanout_logs WHERE run_id = :run AND node_id ="
+                        " :node AND visit = :visit AND item_index = :i), :attempt, :log, :now)",
+                        [{**key.params(), "i": g.index, "attempt": g.attempt,
+                          "log": g.log_json, "now": now} for g in kept])
             node = tx.one(f"SELECT fail_fast FROM fanout_nodes WHERE {_KEY}", key.params())
             if node is not None and node["fail_fast"] and any(
-                    e.state in ("failed", "timed_out") for e in rows):
+                    e.state in ("failed", "timed_out") for e in rows if e.index in mine):
                 _cancel_open(tx, key, now, FAIL_FAST)  # the parent is parked: here, then
             if not tx.one(f"SELECT 1 AS x FROM fanout_items WHERE {_OPEN}", key.params()):
                 _wake(tx, key, now)  # the last item: its parent is re-queued with it
-            after = tx.one(f"SELECT count(*) AS n FROM fanout_items WHERE {_KEY} AND state"
-                           " = 'running' AND claim_token = :owner",
-                           {**key.params(), "owner": holder})
-        return int(before["n"] if before else 0) - int(after["n"] if after else 0)
+        return len({e.index for e in rows} & mine)
 
     def release_held(self, key: ItemKey, indexes: Sequence[int], *, holder: str) -> int:
         """A stopping host gives its running items back (`pending`, uncounted)."""
@@ -449,6 +464,13 @@ class FanoutItems:
                           f" AND item_index IN {marks} AND state = 'running'"
                           " AND claim_token = :owner AND starts > 0",
                           {**key.params(), **more, "owner": holder, "now": tx.now_ms()})
+
+    def logs(self, key: ItemKey) -> list[ItemLog]:
+        """The logs of the visit's items other hosts ran, in item and attempt order."""
+        with self._c.read() as tx:
+            rows = tx.all(f"SELECT item_index, attempt, log_json FROM fanout_logs WHERE {_KEY}"
+                          " ORDER BY item_index, seq", key.params())
+        return [ItemLog(r["item_index"], r["attempt"], r["log_json"]) for r in rows]
 
     def items(self, key: ItemKey) -> list[FanoutItem]:
         with self._c.read() as tx:

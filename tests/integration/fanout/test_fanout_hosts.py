@@ -223,6 +223,9 @@ def _spreads(hosts: Hosts) -> None:
     ran_on = {pid for _, _, pid in log}
     assert len(ran_on) >= 2, ran_on  # more than one process ran items
     assert [r["starts"] for r in hosts.rows(run_id)] == [1] * ITEMS
+    one = hosts.wfrun("logs", run_id, "files[7]")  # whichever host ran it
+    assert one.returncode == 0, one.stderr
+    assert one.stdout == "7\n"
 
 
 def _killed(hosts: Hosts) -> None:
@@ -347,3 +350,7 @@ def test_the_parent_holds_no_slot_while_hosts_run_its_items(sqlite_hosts: Hosts)
     parked = [e["payload"]["reason"] for e in trace if e["type"] == "run_parked"]
     assert parked == ["waiting for its items (hosts run them)"]
     assert [e["type"] for e in trace].count("run_resumed") == 1
+    # The items' logs, kept in the store by the host that ran them, are in the trace.
+    one = sqlite_hosts.wfrun("logs", run_id, "files[3]")
+    assert one.returncode == 0, one.stderr
+    assert one.stdout == "3\n"
