@@ -238,6 +238,25 @@ def _run(w: World, seed: int, steps: int, crash_every: float,
     items.close()
     items = co.host_items()
     w.clock.advance(LEASE + 1)
+    # Again while it moves anything: a run resumed below may park at its map, and its
+    # items then run in host slots, which re-queues it.
+    for _ in range(4):
+        if not _recover(co, items, ids, report):
+            break
+    items.close()
+    report.launches = len(ids)
+    report.crashes = w.crashes
+    report.points = set(w.points)
+    report.problems = check_invariants(w, ids)
+    w.store.close()
+    return report
+
+
+def _recover(co: LaunchCoordinator, items: HostItems, ids: list[str],
+             report: Report) -> bool:
+    """Drain until idle (claims, host items), then resume what is parked; True if any
+    of it moved."""
+    moved = False
     for session in (None, *SESSIONS):
         for _ in range(len(ids) * 3 + 5):
             if session is not None:
@@ -247,17 +266,13 @@ def _run(w: World, seed: int, steps: int, crash_every: float,
             report.host_items += ran
             if claimed is None and not ran:
                 break
+            moved = True
             if claimed is not None:
                 co.execute(claimed)
-    for record in w.store.launches.query(statuses=["parked"]):
+    for record in co.store.launches.query(statuses=["parked"]):
         co.execute(co.claim(record.run_id))  # explicit resumes of what a person parked
-    items.close()
-    report.launches = len(ids)
-    report.crashes = w.crashes
-    report.points = set(w.points)
-    report.problems = check_invariants(w, ids)
-    w.store.close()
-    return report
+        moved = True
+    return moved
 
 
 def _host_items(items: HostItems, want: int) -> int:
