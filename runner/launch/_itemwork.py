@@ -93,9 +93,14 @@ class HostItems:
         self._crash("after_host_item_claimed")
         host = self._host(key)
         if isinstance(host, str):
-            log.info("wfrun host: leaving the items of %s[%s] to its run's host: %s",
-                     key.node_id, key.visit, host)
+            log.warning("wfrun host: run %s: cannot run the items of %s here (%s); its "
+                        "runner runs them", key.run_id, key.node_id, host)
             self._release(key, index)
+            try:
+                self._fanout.refuse(key)
+            except StoreError as exc:
+                log.debug("refusing %s[%s] waits for the store: %s", key.node_id, index,
+                          exc.message)
             return "skipped"
         with self._lock:
             self._controls[(key, index)] = control

@@ -414,7 +414,9 @@ DDL: tuple[str, ...] = (
     # A fan-out node visit whose items any host may run (ADR 0008 phase 2): its ceiling
     # and the item lease a host's claim holds. `active` goes to 0 once no item is open
     # (hosts look only at active ones); `waiting`: the parent parked until its items end
-    # (the settle that ends the last one re-queues it). Added within v1 (ADDED_TABLES).
+    # (the settle that ends the last one re-queues it); `refused`: a host could not run
+    # them (a secret or a definition it lacks), so the parent runs the rest itself.
+    # Added within v1 (layout.ADDED_TABLES).
     """CREATE TABLE fanout_nodes (
     run_id TEXT NOT NULL,
     node_id TEXT NOT NULL,
@@ -424,6 +426,7 @@ DDL: tuple[str, ...] = (
     fail_fast INTEGER NOT NULL DEFAULT 0 CHECK (fail_fast IN (0, 1)),
     active INTEGER NOT NULL DEFAULT 1 CHECK (active IN (0, 1)),
     waiting INTEGER NOT NULL DEFAULT 0 CHECK (waiting IN (0, 1)),
+    refused INTEGER NOT NULL DEFAULT 0 CHECK (refused IN (0, 1)),
     created_at INTEGER NOT NULL,
     PRIMARY KEY (run_id, node_id, visit)
 )""",

@@ -253,6 +253,7 @@ TABLE_COLUMNS: Mapping[str, tuple[str, ...]] = {
         "fail_fast",
         "active",
         "waiting",
+        "refused",
         "created_at",
     ),
     "fanout_logs": (

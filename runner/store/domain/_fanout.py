@@ -361,8 +361,8 @@ class FanoutItems:
                           key.params())
             if not (left and left["n"]):
                 return False
-            n = tx.run(f"UPDATE fanout_nodes SET waiting = 1, active = 1 WHERE {_KEY}",
-                       key.params())
+            n = tx.run(f"UPDATE fanout_nodes SET waiting = 1, active = 1 WHERE {_KEY}"
+                       " AND refused = 0", key.params())
         return n == 1
 
     # -- a host's item worker (phase 2): items of shared nodes of any run -----------------
@@ -375,7 +375,7 @@ class FanoutItems:
             raise ValueError(f"a host's item claim token starts {HOST_TOKEN!r}")
         with self._c.read() as tx:
             nodes = tx.all("SELECT run_id, node_id, visit, max_concurrency, lease_ms FROM"
-                           " fanout_nodes WHERE active = 1 ORDER BY created_at LIMIT 50", {})
+                           " fanout_nodes WHERE active = 1 AND refused = 0 ORDER BY created_at LIMIT 50", {})
         out: list[HostClaim] = []
         for n in nodes:
             if want <= 0:
@@ -403,9 +403,27 @@ class FanoutItems:
                     and parent["claim_expires_at"] > now
                 got = _take(tx, key, holder, parent["claim_token"] if live else "",
                             int(n["max_concurrency"]), now, int(n["lease_ms"]), want=want)
+                if got.interrupted and not tx.one(
+                        f"SELECT 1 AS x FROM fanout_items WHERE {_OPEN}", key.params()):
+                    _wake(tx, key, now)  # the ends it wrote (interrupted) were the last
             out.extend(HostClaim(key, index, start) for index, start in got.items)
             want -= len(got.items)
         return out
+
+    def refuse(self, key: ItemKey) -> None:
+        """A host cannot run the visit's items (a secret or a definition it lacks): no
+        host claims them any more, and a parent parked waiting for them is re-queued to
+        run the rest itself."""
+        with self._c.write() as tx:
+            tx.run(f"UPDATE fanout_nodes SET refused = 1 WHERE {_KEY}", key.params())
+            woken = tx.run("UPDATE workflow_run_queue SET park_mode = 'auto', updated_at ="
+                           " :now WHERE run_id = :run AND status = 'parked' AND park_mode ="
+                           " 'explicit' AND EXISTS (SELECT 1 FROM fanout_nodes WHERE"
+                           f" {_KEY} AND waiting = 1)", {**key.params(), "now": tx.now_ms()})
+            tx.run(f"UPDATE fanout_nodes SET active = 0, waiting = 0 WHERE {_KEY}",
+                   key.params())
+            if woken:
+                tx.notify(LAUNCH_CHANNEL, key.run_id)
 
     def renew_held(self, holder: str) -> set[tuple[ItemKey, int]]:
         """Renew the item leases `holder` has; returns the items it still holds (one no
@@ -414,12 +432,12 @@ class FanoutItems:
         with self._c.write() as tx:
             params = {"holder": holder, "now": tx.now_ms()}
             ended = sql_in(TERMINAL_STATUSES)
-            tx.run("UPDATE fanout_items SET updated_at = :now WHERE state = 'running' AND"
-                   " claim_token = :holder AND NOT EXISTS (SELECT 1 FROM workflow_run_queue q"
-                   f" WHERE q.run_id = fanout_items.run_id AND q.status IN {ended})", params)
+            mine = ("state = 'running' AND claim_token = :holder AND NOT EXISTS (SELECT 1"
+                    " FROM workflow_run_queue q WHERE q.run_id = fanout_items.run_id AND"
+                    f" q.status IN {ended})")
+            tx.run(f"UPDATE fanout_items SET updated_at = :now WHERE {mine}", params)
             rows = tx.all("SELECT run_id, node_id, visit, item_index FROM fanout_items WHERE"
-                          " state = 'running' AND claim_token = :holder AND updated_at = :now",
-                          params)
+                          f" {mine}", params)
         return {(ItemKey(r["run_id"], r["node_id"], r["visit"]), r["item_index"])
                 for r in rows}
 
