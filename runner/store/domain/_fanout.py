@@ -375,7 +375,8 @@ class FanoutItems:
             raise ValueError(f"a host's item claim token starts {HOST_TOKEN!r}")
         with self._c.read() as tx:
             nodes = tx.all("SELECT run_id, node_id, visit, max_concurrency, lease_ms FROM"
-                           " fanout_nodes WHERE active = 1 AND refused = 0 ORDER BY created_at LIMIT 50", {})
+                           " fanout_nodes WHERE active = 1 AND refused = 0"
+                           " ORDER BY created_at LIMIT 50", {})
         out: list[HostClaim] = []
         for n in nodes:
             if want <= 0:

@@ -167,14 +167,16 @@ def _park_waiting(store: Store, owner: str) -> None:
 def test_hosts_and_the_parent_share_one_ceiling(store: Store) -> None:
     owner = _shared(store, limit=3)
     mine = store.fanout.claim(KEY, owner=owner, limit=3)
-    assert not isinstance(mine, LostRace) and mine.items == ((0, 1), (1, 1), (2, 1))
+    assert not isinstance(mine, LostRace)
+    assert mine.items == ((0, 1), (1, 1), (2, 1))
     assert store.fanout.claim_for_host(HOST_A, 4) == []  # the parent holds all three
     assert store.fanout.settle(KEY, [_ok(0)], owner=owner) == 5
     [got] = store.fanout.claim_for_host(HOST_A, 4)
     assert (got.key, got.index, got.start) == (KEY, 3, 1)
     assert store.fanout.claim_for_host(HOST_B, 4) == []  # 1, 2 (parent) and 3 (host A)
     again = store.fanout.claim(KEY, owner=owner, limit=3)
-    assert not isinstance(again, LostRace) and again.items == ()  # host A's counts too
+    assert not isinstance(again, LostRace)
+    assert again.items == ()
 
 
 def test_the_settle_that_ends_the_last_item_re_queues_the_parked_parent(
@@ -190,7 +192,8 @@ def test_the_settle_that_ends_the_last_item_re_queues_the_parked_parent(
     [last] = store.fanout.claim_for_host(HOST_B, 4)
     assert store.fanout.settle_held(KEY, [_ok(last.index)], holder=HOST_B) == 1
     row = store.launches.get("run-1")
-    assert row is not None and (row.status, row.park_mode) == ("parked", "auto")
+    assert row is not None
+    assert (row.status, row.park_mode) == ("parked", "auto")
     assert [(i.state, i.starts) for i in store.fanout.items(KEY)] == [("ok", 1)] * 3
     assert store.fanout.logs(KEY) == logs
     assert store.fanout.claim_for_host(HOST_A, 4) == []
@@ -213,7 +216,8 @@ def test_a_dead_hosts_items_are_taken_over_after_their_lease_and_never_a_third_t
     assert [(i.state, i.starts) for i in items] == [("failed", 2)] * 2
     assert all('"interrupted"' in (i.error_json or "") for i in items)
     row = store.launches.get("run-1")
-    assert row is not None and row.park_mode == "auto"  # the last ending woke it
+    assert row is not None
+    assert row.park_mode == "auto"
 
 
 def test_fail_fast_on_a_host_cancels_the_rest_for_the_parked_parent(store: Store) -> None:
@@ -226,7 +230,8 @@ def test_fail_fast_on_a_host_cancels_the_rest_for_the_parked_parent(store: Store
     assert [i.state for i in store.fanout.items(KEY)] == ["failed"] + ["cancelled"] * 3
     assert store.fanout.renew_held(HOST_B) == set()  # host B stops its item
     row = store.launches.get("run-1")
-    assert row is not None and row.park_mode == "auto"
+    assert row is not None
+    assert row.park_mode == "auto"
 
 
 def test_a_cancelled_parents_open_items_end_and_holders_let_go(store: Store) -> None:
@@ -247,9 +252,11 @@ def test_a_host_that_cannot_run_the_items_hands_them_back_to_the_parent(
     assert store.fanout.release_held(KEY, [0, 1], holder=HOST_A) == 2
     store.fanout.refuse(first.key)
     row = store.launches.get("run-1")
-    assert row is not None and row.park_mode == "auto"  # re-queued: it runs them itself
+    assert row is not None
+    assert row.park_mode == "auto"
     assert store.fanout.claim_for_host(HOST_B, 4) == []
     assert [(i.state, i.starts) for i in store.fanout.items(KEY)] == [("pending", 0)] * 2
     resumed = store.launches.claim("run-1", runner_id="h2")
-    assert not isinstance(resumed, LostRace) and resumed.claim_token is not None
+    assert not isinstance(resumed, LostRace)
+    assert resumed.claim_token is not None
     assert store.fanout.wait_for_hosts(KEY, owner=resumed.claim_token) is False
