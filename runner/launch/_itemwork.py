@@ -87,8 +87,16 @@ class HostItems:
             return []
 
     def run(self, claim: HostClaim, control: RunControl) -> str:
-        """Run one claimed item to its end and settle it; returns how it ended
-        (`parked`: given back; `skipped`: this host cannot run the node)."""
+        """Run a claimed item to its end and settle it, then the items its settles claim
+        for the same slot (one commit each hands the slot on), until none is left or the
+        slot is stopped; returns how the last one ended (`parked`: given back;
+        `skipped`: this host cannot run the node)."""
+        outcome, more = self._run_one(claim, control)
+        while more is not None:
+            outcome, more = self._run_one(more, control)
+        return outcome
+
+    def _run_one(self, claim: HostClaim, control: RunControl) -> tuple[str, HostClaim | None]:
         key, index = claim.key, claim.index
         self._crash("after_host_item_claimed")
         host = self._host(key)
@@ -101,7 +109,7 @@ class HostItems:
             except StoreError as exc:
                 log.debug("refusing %s[%s] waits for the store: %s", key.node_id, index,
                           exc.message)
-            return "skipped"
+            return "skipped", None
         with self._lock:
             self._controls[(key, index)] = control
         self._ensure_renewer()
@@ -114,17 +122,20 @@ class HostItems:
             host.take_logs(index)  # it runs again: its next run's logs are the ones kept
             if control.clean:
                 self._release(key, index)  # stopped, not dead: the start is not counted
-            return "parked"
+            return "parked", None
         self._crash("before_host_item_settled")
         logs = [ItemLog(index, attempt, json.dumps(log, separators=(",", ":"),
                                                    ensure_ascii=False))
                 for attempt, log in host.take_logs(index)]
         try:
-            self._fanout.settle_held(key, _endings([end]), holder=self.holder, logs=logs)
+            _, more = self._fanout.settle_and_claim(
+                key, _endings([end]), holder=self.holder, logs=logs,
+                want=0 if control.stopping else 1)
         except StoreError as exc:  # the lease runs out; another holder runs it again
             log.warning("wfrun host: cannot record item %s[%s]: %s", key.node_id, index,
                         exc.message)
-        return end.outcome
+            return end.outcome, None
+        return end.outcome, more[0] if more else None
 
     def close(self) -> None:
         self._stop.set()

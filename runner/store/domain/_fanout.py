@@ -232,6 +232,36 @@ def _wake(tx: Tx, key: ItemKey, now: int) -> None:
     tx.run(f"UPDATE fanout_nodes SET active = 0, waiting = 0 WHERE {_KEY}", key.params())
 
 
+def _claim_node(tx: Tx, key: ItemKey, holder: str, want: int, limit: int,
+                lease_ms: int) -> list[HostClaim]:
+    """A host's claim of up to `want` items of one shared visit, in `tx`: the parent's
+    launch row locked first (the order every fan-out write takes), its live claim's
+    items counted against the ceiling; a visit whose run ended has its open items
+    ended, and one with none open wakes its parked parent."""
+    parent = tx.one("SELECT status, claim_token, claim_expires_at FROM workflow_run_queue"
+                    " WHERE run_id = :run" + tx.dialect.lock, {"run": key.run_id})
+    now = tx.now_ms()
+    if parent is None or parent["status"] in TERMINAL_STATUSES:
+        # Its run ended (cancelled while parked): so do its open items (a holder stops
+        # its own at the next renewal).
+        _cancel_open(tx, key, now, RUN_ENDED)
+        tx.run(f"UPDATE fanout_nodes SET active = 0 WHERE {_KEY}", key.params())
+        return []
+    if not tx.one(f"SELECT 1 AS x FROM fanout_items WHERE {_OPEN}", key.params()):
+        _wake(tx, key, now)  # the last settle's wake missed a park since
+        return []
+    if want <= 0:
+        return []
+    live = parent["status"] in CLAIMED_STATUSES and parent["claim_token"] \
+        and parent["claim_expires_at"] > now
+    got = _take(tx, key, holder, parent["claim_token"] if live else "", limit, now,
+                lease_ms, want=want)
+    if got.interrupted and not tx.one(f"SELECT 1 AS x FROM fanout_items WHERE {_OPEN}",
+                                      key.params()):
+        _wake(tx, key, now)  # the ends it wrote (interrupted) were the last
+    return [HostClaim(key, index, start) for index, start in got.items]
+
+
 class FanoutItems:
     """The fan-out item rows on any backend."""
 
@@ -385,30 +415,10 @@ class FanoutItems:
             if key in skip:
                 continue
             with self._c.write() as tx:
-                parent = tx.one("SELECT status, claim_token, claim_expires_at FROM"
-                                " workflow_run_queue WHERE run_id = :run" + tx.dialect.lock,
-                                {"run": key.run_id})
-                now = tx.now_ms()
-                left = tx.one(f"SELECT count(*) AS n FROM fanout_items WHERE {_OPEN}",
-                              key.params())
-                if parent is None or parent["status"] in TERMINAL_STATUSES:
-                    # Its run ended (cancelled while parked): so do its open items (a
-                    # holder stops its own at the next renewal).
-                    _cancel_open(tx, key, now, RUN_ENDED)
-                    tx.run(f"UPDATE fanout_nodes SET active = 0 WHERE {_KEY}", key.params())
-                    continue
-                if not (left and left["n"]):
-                    _wake(tx, key, now)  # the last settle's wake missed a park since
-                    continue
-                live = parent["status"] in CLAIMED_STATUSES and parent["claim_token"] \
-                    and parent["claim_expires_at"] > now
-                got = _take(tx, key, holder, parent["claim_token"] if live else "",
-                            int(n["max_concurrency"]), now, int(n["lease_ms"]), want=want)
-                if got.interrupted and not tx.one(
-                        f"SELECT 1 AS x FROM fanout_items WHERE {_OPEN}", key.params()):
-                    _wake(tx, key, now)  # the ends it wrote (interrupted) were the last
-            out.extend(HostClaim(key, index, start) for index, start in got.items)
-            want -= len(got.items)
+                got = _claim_node(tx, key, holder, want, int(n["max_concurrency"]),
+                                  int(n["lease_ms"]))
+            out.extend(got)
+            want -= len(got)
         return out
 
     def refuse(self, key: ItemKey) -> None:
@@ -447,10 +457,20 @@ class FanoutItems:
         """A host holder records its items' endings: fenced by its token (an item taken
         over or cancelled meanwhile is left alone), with their logs (`logs`, kept for
         the parent's trace). Returns how many it recorded."""
+        return self.settle_and_claim(key, endings, holder=holder, logs=logs)[0]
+
+    def settle_and_claim(self, key: ItemKey, endings: Iterable[ItemEnding], *,
+                         holder: str, logs: Sequence[ItemLog] = (),
+                         want: int = 0) -> tuple[int, list[HostClaim]]:
+        """`settle_held`, and in the same transaction the claim of up to `want` more
+        items of the visit: one commit hands the slot on, as the parent's own claims
+        do. Returns (endings recorded, items claimed)."""
         rows = list(endings)
         for ending in rows:
             _check(ending)
         with self._c.write() as tx:
+            tx.one("SELECT status FROM workflow_run_queue WHERE run_id = :run"
+                   + tx.dialect.lock, {"run": key.run_id})  # the order every writer takes
             mine = {r["item_index"] for r in tx.all(
                 f"SELECT item_index FROM fanout_items WHERE {_KEY} AND state = 'running'"
                 " AND claim_token = :owner", {**key.params(), "owner": holder})}
@@ -464,13 +484,18 @@ class FanoutItems:
                         " :node AND visit = :visit AND item_index = :i), :attempt, :log, :now)",
                         [{**key.params(), "i": g.index, "attempt": g.attempt,
                           "log": g.log_json, "now": now} for g in kept])
-            node = tx.one(f"SELECT fail_fast FROM fanout_nodes WHERE {_KEY}", key.params())
+            node = tx.one("SELECT fail_fast, max_concurrency, lease_ms, refused FROM"
+                          f" fanout_nodes WHERE {_KEY}", key.params())
             if node is not None and node["fail_fast"] and any(
                     e.state in ("failed", "timed_out") for e in rows if e.index in mine):
                 _cancel_open(tx, key, now, FAIL_FAST)  # the parent is parked: here, then
             if not tx.one(f"SELECT 1 AS x FROM fanout_items WHERE {_OPEN}", key.params()):
                 _wake(tx, key, now)  # the last item: its parent is re-queued with it
-        return len({e.index for e in rows} & mine)
+            claimed: list[HostClaim] = []
+            if want > 0 and node is not None and not node["refused"]:
+                claimed = _claim_node(tx, key, holder, want, int(node["max_concurrency"]),
+                                      int(node["lease_ms"]))
+        return len({e.index for e in rows} & mine), claimed
 
     def release_held(self, key: ItemKey, indexes: Sequence[int], *, holder: str) -> int:
         """A stopping host gives its running items back (`pending`, uncounted)."""
