@@ -200,6 +200,7 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, seconds")
     parser.add_argument("--part", choices=("pg", "huey", "both"), default="both")
     parser.add_argument("--venv", type=Path, default=REPO / ".bench-venv")
+    parser.add_argument("--items", type=int, default=10_000, help="the Postgres map's size")
     args = parser.parse_args()
     print(f"# bench_fanout_hosts  {machine()}  runner from {ROOT}")
     if args.part in ("huey", "both"):
@@ -208,7 +209,7 @@ def main() -> None:
         else:
             huey_part(1_000, 16, 0.1, args.venv, smoke=False)
     if args.part in ("pg", "both"):
-        pg_part((60,) if args.smoke else (10_000,), (1, 2) if args.smoke else (1, 2, 3))
+        pg_part((60,) if args.smoke else (args.items,), (1, 2) if args.smoke else (1, 2, 3))
 
 
 if __name__ == "__main__":
