@@ -8,6 +8,8 @@ import pytest
 from faultkit import POINTS, run_seed
 from pgcluster import PgCluster
 
+from runner.launch._itemwork import HOST_ITEM_POINTS
+
 
 @pytest.mark.slow
 # 71 and 212 broke invariants in a 1,000-seed run once (cancel of a completed run whose
@@ -29,8 +31,10 @@ def test_the_harness_does_inject_crashes() -> None:
 # its clock, and the harness's FakeClock never moves that far between two nodes: this
 # point fires in no seed on SQLite either.
 _UNREACHED = {"after_state_replace"}
-#: Inside fan-out nodes: only the fan-out workflows (`fanout=True`) pass them, below.
-_FANOUT = {"after_items_opened", "after_items_claimed", "before_items_settled"}
+#: Inside fan-out nodes: only the fan-out workflows (`fanout=True`) pass them, below;
+#: and in host item workers (ADR 0008 phase 2), which only those seeds run.
+_FANOUT_NODES = {"after_items_opened", "after_items_claimed", "before_items_settled"}
+_FANOUT = _FANOUT_NODES | set(HOST_ITEM_POINTS)
 
 
 @pytest.mark.slow
@@ -64,6 +68,21 @@ def test_the_harness_crashes_inside_fan_out_nodes() -> None:
         report = run_seed(seed, fanout=True)
         assert report.problems == [], report.to_json()
         points |= report.points
-        if points >= _FANOUT:
+        if points >= _FANOUT_NODES:
             break
-    assert points >= _FANOUT, sorted(_FANOUT - points)
+    assert points >= _FANOUT_NODES, sorted(_FANOUT_NODES - points)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_the_harness_crashes_inside_host_item_workers() -> None:
+    """Odd fan-out seeds run as hosts (a run parks at its map, host item workers run its
+    items): crashes reach both of the worker's points, and every invariant holds."""
+    points: set[str] = set()
+    for seed in range(1, 600, 2):
+        report = run_seed(seed, fanout=True)
+        assert report.problems == [], report.to_json()
+        points |= report.points
+        if points >= set(HOST_ITEM_POINTS):
+            break
+    assert points >= set(HOST_ITEM_POINTS), sorted(set(HOST_ITEM_POINTS) - points)
