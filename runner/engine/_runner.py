@@ -647,6 +647,11 @@ class _Fanout:
             outcome = "failed"
         return NodeResult(outcome, output, error)  # type: ignore[arg-type]
 
+    def reused(self, node: str, visit: int) -> tuple[str, dict[str, Any]] | None:
+        st = self._driver.state
+        items = st.reused_items.get(node) if visit == 1 else None
+        return (str((st.rerun or {}).get("of")), items) if items else None
+
 
 class _StepRecorder:
     """One attempt's logs and updates (nodecontext.StepLogs, StepUpdates), recorded
