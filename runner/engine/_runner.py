@@ -465,7 +465,8 @@ class RunDriver:
             start_mono = self.clock.monotonic()
             deadline = start_mono + node.timeout if node.timeout is not None else None
             self.emit("node_started", {"kind": node.kind, "scope": node.scope, "retry": k,
-                                       "counts_step": not resumed, "resumed": resumed},
+                                       "counts_step": not resumed, "resumed": resumed,
+                                       **_branch_order(node)},
                       node=node.id, attempt=attempt)
             with self.template_scope(deadline):
                 cached = None
@@ -591,6 +592,13 @@ class RunDriver:
         return RunOutcome(self.run_id, st.status, False, self.live(st.final_output), st.error,
                           st)
 
+
+
+def _branch_order(node: Node) -> dict[str, Any]:
+    """A parallel node's branch names in item order (the snapshot sorts them): views
+    name a running branch's row by it."""
+    branches = getattr(node.spec, "branches", None) if node.kind == "parallel" else None
+    return {"branches": [name for name, _ in branches]} if branches else {}
 
 
 class _Fanout:
