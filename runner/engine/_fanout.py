@@ -35,6 +35,7 @@ from ._nodes import execute, new_attempt_id, pure
 #: Pure items settled per ledger write.
 PURE_BATCH = 500
 _POLL = 0.05  # seconds between looks at the run's control while items run
+IDLE_POLLS = 5  # polls between claims that settle nothing (a shared node's other hosts)
 
 
 @dataclass(frozen=True)
@@ -95,11 +96,16 @@ def run_fanout(ctx: NodeContext, port: FanoutPort) -> NodeResult:
     if not ctx.resuming and runs > left:
         return _failed("max_steps", f"node '{ctx.node.id}' would run {runs} items with "
                        f"{left} of the run's max_steps left; raise max_steps")
-    port.items.open(ctx.node.id, ctx.visit, n)
-    port.crash("after_items_opened")
+    shared = shareable(ctx, plan)
     if reused is not None:
+        # A rerun's reused items are written ended before the node is shared (opening
+        # is idempotent): no host can claim one while it is still pending.
+        port.items.open(ctx.node.id, ctx.visit, n)
         _seed(port, ctx, plan, reused[1])
-    run = _Fanout(ctx, port, plan, reused)
+    port.items.open(ctx.node.id, ctx.visit, n, share=plan.limit if shared else None,
+                    fail_fast=plan.fail_fast)
+    port.crash("after_items_opened")
+    run = _Fanout(ctx, port, plan, shared, reused)
     try:
         stopped = run.drive()
     except BaseException:
@@ -120,6 +126,65 @@ def _seed(port: FanoutPort, ctx: NodeContext, plan: _Plan, reused: dict[str, Any
             if r.state == "pending" and plan.labels[r.index] in reused]
     for i in range(0, len(ends), PURE_BATCH):
         port.items.settle(ctx.node.id, ctx.visit, ends[i:i + PURE_BATCH], claimed=False)
+
+
+def shareable(ctx: NodeContext, plan: _Plan) -> bool:
+    """Whether any host may run the node's items (ADR 0008 phase 2): shell bodies of a
+    run no session owns. A session's agent items keep its one-at-a-time turns on the
+    parent's host; hooks, agents and `workflow:` bodies run there too."""
+    if ctx.executor is not None and ctx.executor.name == "session":
+        return False
+    return all(isinstance(b, Node) and b.kind == "action"
+               and getattr(b.spec, "call", None) is None for b in plan.bodies)
+
+
+def item_values(values: dict[str, Any], plan: _Plan, index: int) -> dict[str, Any]:
+    """The template values of item `index`: the node's, with the item under `as`."""
+    out = dict(values)
+    if plan.as_name is not None:
+        out[plan.as_name] = plan.values[index]
+        out["index"] = index
+    return out
+
+
+def item_node(node: Node, plan: _Plan, index: int) -> Node:
+    """The body of item `index` as a node of its own (`NODE[label]`)."""
+    body = plan.bodies[index]
+    assert isinstance(body, Node)
+    return replace(body, id=f"{node.id}[{plan.labels[index]}]", scope=node.scope)
+
+
+def run_body(ctx: NodeContext, port: FanoutPort, plan: _Plan, index: int,
+             control: RunControl, lock: threading.Lock) -> ItemEnd | None:
+    """Run one item's node body with its retries (None: a park stopped it). The same
+    code runs an item on the parent's host and on any other host (_itemhost.py)."""
+    body = plan.bodies[index]
+    assert isinstance(body, Node)
+    item = item_node(ctx.node, plan, index)
+    attempts = max(body.retry.attempts, 1)
+    result = NodeResult("failed")
+    clock = ctx.clock
+    for k in range(attempts):
+        own = clock.monotonic() + body.timeout if body.timeout is not None else None
+        deadline = min(d for d in (own, ctx.deadline) if d is not None) \
+            if own is not None or ctx.deadline is not None else None
+        with port.template_scope(deadline, control):
+            result = execute(port.item_context(
+                item, new_attempt_id(), deadline, item_values(ctx.values, plan, index),
+                control, lock))
+        if result.outcome == "parked":
+            return None
+        if result.outcome not in ("failed", "timed_out") or k + 1 >= attempts:
+            break
+        delay = backoff_delay(k + 1, body.retry.backoff, body.retry.max_delay,
+                              jitter=ENGINE_JITTER, seed=f"{ctx.run_id}|{item.id}|{k + 1}")
+        if clock.sleep(delay, control.wake) or control.stopping:
+            if control.stop_reason == "park":
+                return None
+            break
+    if result.outcome == "cancelled" and control.stop_reason == "park":
+        return None
+    return ItemEnd(index, result.outcome, result.output, result.error)
 
 
 class _Turns:
@@ -154,8 +219,9 @@ class _Turns:
 
 class _Fanout:
     def __init__(self, ctx: NodeContext, port: FanoutPort, plan: _Plan,
+                 shared: bool = False,
                  reused: tuple[str, dict[str, Any]] | None = None) -> None:
-        self.ctx, self.port, self.plan = ctx, port, plan
+        self.ctx, self.port, self.plan, self.shared = ctx, port, plan, shared
         self.reused = reused
         self.node, self.visit, self.deadline = ctx.node, ctx.visit, ctx.deadline
         self.ledger = port.items
@@ -170,6 +236,7 @@ class _Fanout:
             else None
         self.tickets: dict[int, int] = {}
         self.parked: set[int] = set()  # items a park stopped (their rows stay running)
+        self.idle = 0  # polls until the next claim with nothing to settle
 
     # -- the loop ---------------------------------------------------------------------
     def drive(self) -> NodeResult | None:
@@ -183,13 +250,22 @@ class _Fanout:
         if failed and self.plan.fail_fast:
             self._cancel_open("fail_fast: an earlier item failed")
             return None
+        if self.shared and self.ledger.wait_for_hosts(self.node.id, self.visit):
+            # Phase 2: the hosts run the items; the run parks holding no slot, and the
+            # settle that ends the last item re-queues it (it re-enters and reads them).
+            self.ctx.control.park("waiting for its items (hosts run them)")
+            return NodeResult("parked")
         control = self.ctx.control
         while True:
             if control.stopping:
                 return self._stop()
             if self.lost is None and not failed:
-                # The ends gathered so far and the claim of their slots: one commit.
-                if self._start_claimed() and self.plan.fail_fast:
+                # The ends gathered so far and the claim of their slots: one commit. With
+                # nothing to settle, a claim is tried every IDLE_POLLS polls only (on a
+                # shared node, other hosts' ends free slots too).
+                self.idle -= 1
+                if (self.unsettled or (self.idle <= 0 and len(self.threads) < self.plan.limit)) \
+                        and self._start_claimed() and self.plan.fail_fast:
                     failed = True  # an item ended `interrupted` instead of a third start
                     self._stop_all("cancel", "fail_fast: an item was interrupted twice")
             else:
@@ -197,8 +273,8 @@ class _Fanout:
             if not self.threads:
                 if failed or self.lost is not None:
                     break
-                if not self._open_left():
-                    break
+                if self.idle >= IDLE_POLLS - 1 and not self._open_left():
+                    break  # (looked once per claim: other hosts may hold the rest)
             try:
                 got = [self.done.get(timeout=_POLL)]
             except queue.Empty:
@@ -244,6 +320,7 @@ class _Fanout:
             self.port.crash("before_items_settled")
         claimed, interrupted = self.ledger.claim(self.node.id, self.visit, self.plan.limit,
                                                  ends)
+        self.idle = 0 if claimed else IDLE_POLLS
         for index, start in claimed:
             body = self.plan.bodies[index]
             if self.turns is not None and isinstance(body, Node) and body.kind == "agent":
@@ -348,15 +425,10 @@ class _Fanout:
 
     # -- one item -------------------------------------------------------------------------
     def _item_node(self, body: Node, index: int) -> Node:
-        return replace(body, id=f"{self.node.id}[{self.plan.labels[index]}]",
-                       scope=self.node.scope)
+        return item_node(self.node, self.plan, index)
 
     def _item_values(self, index: int) -> dict[str, Any]:
-        values = dict(self.ctx.values)
-        if self.plan.as_name is not None:
-            values[self.plan.as_name] = self.plan.values[index]
-            values["index"] = index
-        return values
+        return item_values(self.ctx.values, self.plan, index)
 
     def _item(self, index: int, start: int, control: RunControl) -> None:
         end: ItemEnd | BaseException | None
@@ -377,32 +449,7 @@ class _Fanout:
         body = self.plan.bodies[index]
         if isinstance(body, ChildWorkflowBody):
             return self._child(body, index, control)
-        item = self._item_node(body, index)
-        attempts = max(body.retry.attempts, 1)
-        result = NodeResult("failed")
-        clock = self.ctx.clock
-        for k in range(attempts):
-            own = clock.monotonic() + body.timeout if body.timeout is not None else None
-            deadline = min(d for d in (own, self.deadline) if d is not None) \
-                if own is not None or self.deadline is not None else None
-            with self.port.template_scope(deadline, control):
-                result = execute(self.port.item_context(
-                    item, new_attempt_id(), deadline, self._item_values(index), control,
-                    self.emit_lock))
-            if result.outcome == "parked":
-                return None
-            if result.outcome not in ("failed", "timed_out") or k + 1 >= attempts:
-                break
-            delay = backoff_delay(k + 1, body.retry.backoff, body.retry.max_delay,
-                                  jitter=ENGINE_JITTER,
-                                  seed=f"{self.ctx.run_id}|{item.id}|{k + 1}")
-            if clock.sleep(delay, control.wake) or control.stopping:
-                if control.stop_reason == "park":
-                    return None
-                break
-        if result.outcome == "cancelled" and control.stop_reason == "park":
-            return None
-        return ItemEnd(index, result.outcome, result.output, result.error)
+        return run_body(self.ctx, self.port, self.plan, index, control, self.emit_lock)
 
     def _child(self, body: ChildWorkflowBody, index: int,
                control: RunControl) -> ItemEnd | None:
@@ -425,8 +472,22 @@ class _Fanout:
         error = dict(result.error or {}, child_run_id=run_id) if result.error else None
         return ItemEnd(index, result.outcome, result.output, error)
 
+    def _host_logs(self) -> None:
+        """Items other hosts ran kept their logs in the ledger; the run's trace has one
+        writer, this node, which records them as its own items' (`NODE[i]`)."""
+        for index, attempt, log in self.ledger.logs(self.node.id, self.visit):
+            if not 0 <= index < len(self.plan.bodies):
+                continue
+            item = replace(self.node, id=f"{self.node.id}[{self.plan.labels[index]}]")
+            ctx = self.port.item_context(item, attempt, None, {}, self.ctx.control,
+                                         self.emit_lock)
+            ctx.logs.record(str(log.get("stdout", "")), str(log.get("stderr", "")),
+                            bool(log.get("stdout_truncated")),
+                            bool(log.get("stderr_truncated")), log.get("exit_code"))
+
     # -- the node's result ------------------------------------------------------------------
     def result(self, n: int) -> NodeResult:
+        self._host_logs()
         records = self.ledger.items(self.node.id, self.visit)
         summary: list[dict[str, Any]] = [{"outcome": r.state, "error": r.error,
                                           "starts": r.starts} for r in records]

@@ -33,7 +33,16 @@ class ItemLedger(Protocol):
     """Where a fan-out node's items are durable. Every call raises `ClaimLost` when the
     caller no longer holds the run."""
 
-    def open(self, node: str, visit: int, count: int) -> None: ...
+    def open(self, node: str, visit: int, count: int, *, share: int | None = None,
+             fail_fast: bool = False) -> None:
+        """Make the visit's `count` rows (idempotent). `share`: the node's ceiling, when
+        any host may run its items (ADR 0008 phase 2); a ledger without hosts ignores it."""
+        ...
+
+    def wait_for_hosts(self, node: str, visit: int) -> bool:
+        """Whether the run should park until hosts have ended the (shared) node's open
+        items: True only where hosts run them (the run itself runs under one)."""
+        ...
 
     def claim(self, node: str, visit: int, limit: int,
               settling: Sequence[ItemEnd] = ()) -> tuple[list[tuple[int, int]], list[int]]:
@@ -54,6 +63,10 @@ class ItemLedger(Protocol):
 
     def items(self, node: str, visit: int) -> list[ItemRecord]: ...
 
+    def logs(self, node: str, visit: int) -> list[tuple[int, str, dict[str, Any]]]:
+        """The logs of items other hosts ran: (index, attempt, `node_log` payload)."""
+        ...
+
 
 class MemoryLedger:
     """An `ItemLedger` in memory: an engine run without a store (nothing survives the
@@ -63,7 +76,11 @@ class MemoryLedger:
         self._rows: dict[tuple[str, int], list[dict[str, Any]]] = {}
         self._lock = threading.Lock()
 
-    def open(self, node: str, visit: int, count: int) -> None:
+    def wait_for_hosts(self, node: str, visit: int) -> bool:
+        return False  # no host sees these rows
+
+    def open(self, node: str, visit: int, count: int, *, share: int | None = None,
+             fail_fast: bool = False) -> None:
         with self._lock:
             self._rows.setdefault((node, visit), [
                 {"state": "pending", "starts": 0, "output": None, "error": None}
@@ -111,6 +128,9 @@ class MemoryLedger:
             for i in indexes:
                 if rows[i]["state"] == "running":
                     rows[i]["state"], rows[i]["starts"] = "pending", rows[i]["starts"] - 1
+
+    def logs(self, node: str, visit: int) -> list[tuple[int, str, dict[str, Any]]]:
+        return []  # only this process runs them
 
     def items(self, node: str, visit: int) -> list[ItemRecord]:
         with self._lock:

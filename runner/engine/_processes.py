@@ -49,6 +49,7 @@ class ProcessRegistry:
         self.path = path
         self._lock = threading.Lock()
         self._groups: dict[int, dict[str, Any]] = {}
+        self._folder_made = False
         me = os.getpid()
         # Set in every command's environment (see the module doc).
         self.mark = f"{_folder_key(path.parent)}:{me}:{_start_time(me)}"
@@ -65,14 +66,24 @@ class ProcessRegistry:
             self._save()
 
     def remove(self, pgid: int) -> None:
+        """Forget an ended group. While others run, the file keeps it until the next
+        write: a reaper finds its leader gone (or its pid reused: another start time)
+        and leaves it, so a busy runner's step costs one write, its `add`. The last
+        one out writes the file empty."""
         with self._lock:
-            if self._groups.pop(pgid, None) is not None:
+            if self._groups.pop(pgid, None) is not None and not self._groups:
                 self._save()
 
     def _save(self) -> None:
-        private_dirs(self.path.parent)
+        if not self._folder_made:
+            private_dirs(self.path.parent)
+            self._folder_made = True
         tmp = self.path.with_name(self.path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        except FileNotFoundError:  # the folder went away (a prune of state): again
+            private_dirs(self.path.parent)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             os.write(fd, json.dumps(list(self._groups.values())).encode())
         finally:

@@ -42,9 +42,11 @@ from runner.engine._processes import (
 )
 from runner.engine._runner import Observer
 from runner.errors import InputError, machine_fault
+from runner.launch._itemwork import ItemWork
 from runner.launch._wakeups import LaunchListener
 from runner.store import LaunchBook, LaunchRecord, NextClaim, QueuedSources, Store, StoreError
 from runner.store._wakeups import launch_wakeups
+from runner.store.domain._fanout import HOST_TOKEN, HostClaim
 
 from ._metrics import Forwarded, Metrics, take_forwarded
 from ._workers import (
@@ -260,6 +262,12 @@ def _reap(state_dir: Path, ws: Workspace) -> list[int]:
             + reap_dead_registries(ws.children_dir))
 
 
+def _item_slot(item: HostClaim) -> str:
+    """The key of a shared item in the host's running slots (no run id looks like it)."""
+    k = item.key
+    return f"{HOST_TOKEN}{k.run_id}/{k.node_id}/{k.visit}/{item.index}"
+
+
 class StandaloneHost:
     def __init__(self, ws: Workspace, store: Store, *,
                  executor: AgentStepExecutor | None = None,
@@ -298,13 +306,16 @@ class StandaloneHost:
                                              processes=self.processes,
                                              lease_seconds=lease_seconds)
         self.coordinator.faults.announce = True  # launches a full disk left waiting
+        self.coordinator.options.items_on_hosts = True  # shared items: any host's slots
         self.stop_event = threading.Event()
         self._wake = threading.Event()  # a run ended (a slot is free) or the host stops
         self.idle = threading.Event()  # set while the loop sleeps (tests and benches wait on it)
         self._lock = threading.Lock()
         self._running: dict[str, tuple[threading.Event, RunControl]] = {}  # set: it ended
-        self._work: queue.SimpleQueue[tuple[LaunchRecord, RunControl] | None] = \
+        self._work: queue.SimpleQueue[tuple[LaunchRecord | HostClaim, RunControl] | None] = \
             queue.SimpleQueue()
+        # Items of shared fan-out nodes of any run, in slots no launch wants (ADR 0008).
+        self.items: ItemWork = self.coordinator.host_items()
         self._workers: list[threading.Thread] = []
         self.report = HostReport()
         self.on_run_ended = on_run_ended
@@ -400,6 +411,7 @@ class StandaloneHost:
                 self.pool.stop()  # the workers park beside this host's own runs
             self._park_all()
             self._stop_workers()
+            self.items.close()
 
     def stop(self) -> None:
         self.stop_event.set()
@@ -445,7 +457,36 @@ class StandaloneHost:
                 break
             claimed += 1
             self._start(record)
+        if not self.stop_event.is_set():  # the slots no launch took run shared items
+            with self._lock:
+                free = self.max_runs - len(self._running)
+            for item in self.items.claim(free):
+                claimed += 1
+                self._start_item(item)
         return claimed
+
+    def _start_item(self, item: HostClaim) -> None:
+        control = RunControl()
+        with self._lock:
+            self._running[_item_slot(item)] = (threading.Event(), control)
+            grow = len(self._workers) < len(self._running)
+            if grow:
+                worker = threading.Thread(target=self._work_loop, daemon=True,
+                                          name=f"wfrun-host-worker-{len(self._workers) + 1}")
+                self._workers.append(worker)
+        self._work.put((item, control))
+        if grow:
+            worker.start()
+
+    def _run_item(self, item: HostClaim, control: RunControl) -> None:
+        try:
+            self.items.run(item, control)
+        finally:
+            with self._lock:
+                ended = self._running.pop(_item_slot(item), None)
+            if ended is not None:
+                ended[0].set()
+            self._wake.set()  # a slot is free: the claim loop looks again
 
     def _report_claim_error(self) -> None:
         """One log line when the store starts (or stops) refusing claims: busy, full,
@@ -554,8 +595,12 @@ class StandaloneHost:
 
     def _work_loop(self) -> None:
         while (item := self._work.get()) is not None:
-            while item is not None:  # the slot's next run, claimed with its last one's end
-                item = self._execute(*item)
+            if isinstance(item[0], HostClaim):
+                self._run_item(item[0], item[1])
+                continue
+            work: tuple[LaunchRecord, RunControl] | None = (item[0], item[1])
+            while work is not None:  # the slot's next run, claimed with its last one's end
+                work = self._execute(*work)
 
     def _stop_workers(self) -> None:
         with self._lock:

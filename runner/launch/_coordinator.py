@@ -54,6 +54,7 @@ from ._engines import EngineOptions, Engines
 from ._faults import FaultHold
 from ._held import HeldInput
 from ._items import LaunchChildren
+from ._itemwork import HostItems
 from ._keeper import LeaseKeeper
 from ._preflight import Preflight, PreflightError, Resolver
 from ._recovery import Recovery
@@ -241,6 +242,12 @@ class LaunchCoordinator:
                     reason: str, *, fixed: bool = False) -> LaunchRecord | LostRace:
         """Fail a claimed launch with one eligible follow-up for its session."""
         return self._endings.fail_launch(record, token, code, reason, fixed=fixed)
+
+    def host_items(self) -> HostItems:
+        """A host's item worker: items of shared fan-out nodes of any run (ADR 0008)."""
+        return HostItems(self.store, self._engines, self.resolver, self.clock,
+                         runner_id=self.runner_id, lease_seconds=self.lease_seconds,
+                         crash=self._crash_at)
 
     def bare_engine(self) -> Engine:
         """An engine that only records endings (no claim: unfenced)."""

@@ -43,6 +43,9 @@ class EngineOptions:
     secret_source: SecretSource = NO_SOURCE
     # `--no-cache`: nodes with `cache:` run and their results are kept, none is reused.
     use_cache: bool = True
+    # A host's runs park while hosts run their shared fan-out items (ADR 0008 phase 2);
+    # a foreground `wfrun run` runs them itself.
+    items_on_hosts: bool = False
 
 
 class Engines:
@@ -59,6 +62,7 @@ class Engines:
         # Bundles in the store's database (Postgres): any host can resume any run.
         self.rows = rows
         self._patience = renew_every(lease_seconds)
+        self._lease_seconds = lease_seconds
         # Runs `workflow:` bodies of fan-out nodes as linked child runs (set by the
         # coordinator, which is what runs them: items.LaunchChildren).
         self.children: ChildRuns | None = None
@@ -78,12 +82,23 @@ class Engines:
                       rows=self.rows, claim=fence.token, patience=self._patience,
                       step_cache=StoreStepCache(self._store), use_cache=opts.use_cache,
                       launch=link,
-                      items=StoreItems(self._store.fanout, record.run_id, fence.token),
+                      items=StoreItems(self._store.fanout, record.run_id, fence.token,
+                                       lease_seconds=self._lease_seconds,
+                                       hosted=opts.items_on_hosts),
                       children=self.children,
                       # Only a take-over (the claim found the row `running`: its runner
                       # died mid-node). A park stopped its node itself; that resumes as before.
                       effects_guarded=lambda: record.status == "running"
                       and self._controller_child(record.run_id))
+
+    def reading(self, run_id: str) -> Engine:
+        """An engine that reads run `run_id` to run items of its shared fan-out nodes on
+        this host (engine/_itemhost.py): no claim, it never writes the run's bundle."""
+        opts = self.options
+        return Engine(runs_dir=self.runs_dir, clock=self._clock, rows=self.rows,
+                      project_root=opts.project_root, work_dir=opts.project_root,
+                      processes=opts.processes, secret_source=self._held.source(run_id),
+                      patience=self._patience)
 
     def bare(self) -> Engine:
         """An engine that only records endings (no claim: unfenced, as a folder's lock

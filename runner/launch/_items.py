@@ -12,11 +12,12 @@ import json
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from runner._leases import LEASE_SECONDS
 from runner.engine import RunControl, RunOutcome, RunReader
 from runner.engine._items import ItemEnd, ItemRecord
 from runner.errors import ClaimLost, ConflictError, InputError, NotFoundError
 from runner.store import TERMINAL_STATUSES, LaunchBook, LaunchRecord, LostRace, Store
-from runner.store.domain._fanout import FanoutItems, ItemEnding, ItemKey
+from runner.store.domain._fanout import FanoutItems, ItemEnding, ItemKey, SharedNode
 
 from ._preflight import PreflightError
 
@@ -56,10 +57,13 @@ def _endings(ends: Sequence[ItemEnd]) -> list[ItemEnding]:
 class StoreItems:
     """`ItemLedger` over `store.fanout` for one claimed launch."""
 
-    def __init__(self, fanout: FanoutItems, run_id: str, claim_token: str) -> None:
+    def __init__(self, fanout: FanoutItems, run_id: str, claim_token: str, *,
+                 lease_seconds: float = LEASE_SECONDS, hosted: bool = False) -> None:
         self._fanout = fanout
         self._run_id = run_id
         self._owner = claim_token
+        self._lease_ms = max(int(lease_seconds * 1000), 1)  # a shared node's item lease
+        self._hosted = hosted  # the run's runner is a host: it parks while hosts run items
 
     def _key(self, node: str, visit: int) -> ItemKey:
         return ItemKey(self._run_id, node, visit)
@@ -70,8 +74,18 @@ class StoreItems:
                             "another runner owns it")
         return result
 
-    def open(self, node: str, visit: int, count: int) -> None:
-        self._held(self._fanout.open(self._key(node, visit), count, owner=self._owner))
+    def open(self, node: str, visit: int, count: int, *, share: int | None = None,
+             fail_fast: bool = False) -> None:
+        shared = None if share is None else SharedNode(share, self._lease_ms, fail_fast)
+        self._held(self._fanout.open(self._key(node, visit), count, owner=self._owner,
+                                     shared=shared))
+
+    def wait_for_hosts(self, node: str, visit: int) -> bool:
+        if not self._hosted:
+            return False
+        waiting: bool = self._held(self._fanout.wait_for_hosts(self._key(node, visit),
+                                                               owner=self._owner))
+        return waiting
 
     def claim(self, node: str, visit: int, limit: int,
               settling: Sequence[ItemEnd] = ()) -> tuple[list[tuple[int, int]], list[int]]:
@@ -93,6 +107,10 @@ class StoreItems:
 
     def release(self, node: str, visit: int, indexes: Sequence[int]) -> None:
         self._held(self._fanout.release(self._key(node, visit), indexes, owner=self._owner))
+
+    def logs(self, node: str, visit: int) -> list[tuple[int, str, dict[str, Any]]]:
+        return [(g.index, g.attempt, json.loads(g.log_json))
+                for g in self._fanout.logs(self._key(node, visit))]
 
     def items(self, node: str, visit: int) -> list[ItemRecord]:
         return [ItemRecord(i.index, i.state, i.starts, _load(i.output_json),

@@ -411,4 +411,36 @@ DDL: tuple[str, ...] = (
     f"""CREATE INDEX fanout_items_open
     ON fanout_items (run_id, node_id, visit, item_index)
     WHERE state IN {sql_in(ITEM_OPEN_STATES)}""",
+    # A fan-out node visit whose items any host may run (ADR 0008 phase 2): its ceiling
+    # and the item lease a host's claim holds. `active` goes to 0 once no item is open
+    # (hosts look only at active ones); `waiting`: the parent parked until its items end
+    # (the settle that ends the last one re-queues it); `refused`: a host could not run
+    # them (a secret or a definition it lacks), so the parent runs the rest itself.
+    # Added within v1 (layout.ADDED_TABLES).
+    """CREATE TABLE fanout_nodes (
+    run_id TEXT NOT NULL,
+    node_id TEXT NOT NULL,
+    visit INTEGER NOT NULL CHECK (visit > 0),
+    max_concurrency INTEGER NOT NULL CHECK (max_concurrency > 0),
+    lease_ms INTEGER NOT NULL CHECK (lease_ms > 0),
+    fail_fast INTEGER NOT NULL DEFAULT 0 CHECK (fail_fast IN (0, 1)),
+    active INTEGER NOT NULL DEFAULT 1 CHECK (active IN (0, 1)),
+    waiting INTEGER NOT NULL DEFAULT 0 CHECK (waiting IN (0, 1)),
+    refused INTEGER NOT NULL DEFAULT 0 CHECK (refused IN (0, 1)),
+    created_at INTEGER NOT NULL,
+    PRIMARY KEY (run_id, node_id, visit)
+)""",
+    # The logs (`node_log` payloads) of items another host ran: the parent's trace has
+    # one writer, so the parent records them when its node ends. Added within v1.
+    """CREATE TABLE fanout_logs (
+    run_id TEXT NOT NULL,
+    node_id TEXT NOT NULL,
+    visit INTEGER NOT NULL CHECK (visit > 0),
+    item_index INTEGER NOT NULL CHECK (item_index >= 0),
+    seq INTEGER NOT NULL CHECK (seq >= 0),
+    attempt TEXT NOT NULL,
+    log_json TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    PRIMARY KEY (run_id, node_id, visit, item_index, seq)
+)""",
 )

@@ -23,7 +23,8 @@ ADDED_INDEXES: frozenset[str] = frozenset({"workflow_run_queue_ready",
 ADDED_TABLES: frozenset[str] = frozenset({"workflow_reruns", "step_cache", "audit_log",
                                           "notification_deliveries", "trigger_firings",
                                           "launch_gates", "trigger_states",
-                                          "fanout_items"})
+                                          "fanout_items", "fanout_nodes",
+                                          "fanout_logs"})
 
 TABLE_COLUMNS: Mapping[str, tuple[str, ...]] = {
     "schema_info": ("singleton", "schema_id", "created_at"),
@@ -242,6 +243,28 @@ TABLE_COLUMNS: Mapping[str, tuple[str, ...]] = {
         "created_at",
         "updated_at",
         "finished_at",
+    ),
+    "fanout_nodes": (
+        "run_id",
+        "node_id",
+        "visit",
+        "max_concurrency",
+        "lease_ms",
+        "fail_fast",
+        "active",
+        "waiting",
+        "refused",
+        "created_at",
+    ),
+    "fanout_logs": (
+        "run_id",
+        "node_id",
+        "visit",
+        "item_index",
+        "seq",
+        "attempt",
+        "log_json",
+        "created_at",
     ),
 }
 

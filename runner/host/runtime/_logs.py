@@ -10,6 +10,7 @@ process is executing. While an attempt runs, `follow_logs` tails its live log
 from __future__ import annotations
 
 import codecs
+import json
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
@@ -189,13 +190,19 @@ def _node_ended(events: list[dict[str, Any]], node: str) -> bool:
     return False
 
 
-def store_item_state(store: Store, run_id: str) -> Callable[[list[dict[str, Any]], str, str],
-                                                            str | None]:
+ItemState = Callable[[list[dict[str, Any]], str, str],
+                     tuple[str, list[tuple[str, dict[str, Any]]]] | None]
+
+
+def store_item_state(store: Store, run_id: str) -> ItemState:
     """`follow_logs`'s `item_state` from the store's item rows: the row of item `label`
-    (a map's index, a parallel branch's name) of the node's latest visit."""
+    (a map's index, a parallel branch's name) of the node's latest visit, and the logs
+    another host recorded for it there ((attempt, `node_log` payload) each: the
+    parent's trace gets them only when the node ends)."""
     from runner.store.domain._fanout import ItemKey
 
-    def state(events: list[dict[str, Any]], node: str, label: str) -> str | None:
+    def state(events: list[dict[str, Any]], node: str,
+              label: str) -> tuple[str, list[tuple[str, dict[str, Any]]]] | None:
         visit = fold(run_id, events).visits.get(node, 1) if events else 1
         started = next((e.get("payload") or {} for e in reversed(events)
                         if e.get("type") == "node_started" and e.get("node") == node), {})
@@ -206,11 +213,17 @@ def store_item_state(store: Store, run_id: str) -> Callable[[list[dict[str, Any]
             index = int(label) if label.isdigit() else None
         if index is None:
             return None
+        key = ItemKey(run_id, node, visit)
         try:
-            rows = store.fanout.items(ItemKey(run_id, node, visit))
+            rows = store.fanout.items(key)
+            if index >= len(rows):
+                return None
+            logs = [(log.attempt, json.loads(log.log_json)) for log in store.fanout.logs(key)
+                    if log.index == index] if rows[index].state not in ("pending",
+                                                                        "running") else []
         except StoreError:
             return None
-        return rows[index].state if index < len(rows) else None
+        return rows[index].state, logs
 
     return state
 
@@ -224,8 +237,7 @@ def follow_logs(runs: Path | RunReader, run_id: str, node: str | None,
                 on_log: Callable[[StepLog], None], *, clock: Clock | None = None,
                 poll: float = 0.2, stop: threading.Event | None = None,
                 on_live: Callable[[LiveText], None] | None = None,
-                item_state: Callable[[list[dict[str, Any]], str, str], str | None]
-                | None = None) -> str:
+                item_state: ItemState | None = None) -> str:
     """Call `on_log` for each log as it is recorded until the run stops running (or
     `stop` is set); the run's status then. A node that has not run yet is waited for.
     A fan-out item (`NODE[3]`) is followed until it ends: `item_state(events, node,
@@ -244,16 +256,22 @@ def follow_logs(runs: Path | RunReader, run_id: str, node: str | None,
         # Read before the logs: an item's log is recorded before its row ends, so a
         # state read here as ended has its whole log in the trace read next.
         ended = None
+        held: list[tuple[str, dict[str, Any]]] = []  # an item's logs in the store
         if item is not None:
-            ended = item_state(events, *item) if item_state is not None else None
-            if ended in ("pending", "running") or (ended is None
-                                                   and not _node_ended(events, item[0])):
-                ended = None
-            else:
-                ended = ended or "ended"
+            found = item_state(events, *item) if item_state is not None else None
+            if found is not None and found[0] not in ("pending", "running"):
+                ended, held = found
                 events = reader.trace(run_id)
+            elif found is None and _node_ended(events, item[0]):
+                ended = "ended"
         logs = [e for e in events if e.get("type") == LOG_EVENT]
-        for entry in _entries(reader, run_id, logs[seen:], node):
+        entries = _entries(reader, run_id, logs[seen:], node)
+        if ended is not None and not any(e.get("node") == node for e in logs):
+            # Another host ran the item: its logs are in the store until the node ends.
+            entries += _entries(reader, run_id, [
+                {"type": LOG_EVENT, "node": node, "attempt": attempt, "payload": payload}
+                for attempt, payload in held], node)
+        for entry in entries:
             on_log(_rest(entry, tails))
         seen = len(logs)
         status = fold(run_id, events).status if events else "running"

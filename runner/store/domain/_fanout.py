@@ -17,21 +17,29 @@ transaction and takes at most the difference, lowest index first.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from runner.store._connector import Connector, Row, in_params
 from runner.store._connector import Transaction as Tx
+from runner.store._ddl import sql_in
 from runner.store._records import LostRace
-from runner.store._states import CLAIMED_STATUSES, ITEM_ENDINGS, ItemState
+from runner.store._states import CLAIMED_STATUSES, ITEM_ENDINGS, TERMINAL_STATUSES, ItemState
+from runner.store.domain._launch_queries import LAUNCH_CHANNEL
 
 #: A third start of an item whose runner died twice is refused (engine.NODE_START_BUDGET
 #: for items): it ends failed, `interrupted`.
 ITEM_START_BUDGET = 2
 #: Ended items written per transaction (pure items settle in batches).
 BATCH = 500
+#: How a host's item worker's claim token starts (a parent launch's claim never does):
+#: a running row under such a token is live while its item lease lasts.
+HOST_TOKEN = "item:"
 INTERRUPTED = ('{"code":"interrupted","message":"the item was interrupted twice (its runner'
                ' died each time); it is not run again"}')
+
+RUN_ENDED = '{"code":"cancelled","message":"the run ended"}'
+FAIL_FAST = '{"code":"cancelled","message":"fail_fast: another item failed"}'
 
 _KEY = "run_id = :run AND node_id = :node AND visit = :visit"
 _OPEN = f"{_KEY} AND state IN ('pending', 'running')"
@@ -68,6 +76,34 @@ class ItemEnding:
     state: ItemState
     output_json: str | None = None
     error_json: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SharedNode:
+    """A node visit any host may run items of: its ceiling, the item lease a host's
+    claim holds, and whether a failed item cancels the rest (the parent may be parked)."""
+
+    limit: int
+    lease_ms: int
+    fail_fast: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ItemLog:
+    """One attempt's log (a `node_log` payload as JSON) of an item another host ran."""
+
+    index: int
+    attempt: str
+    log_json: str
+
+
+@dataclass(frozen=True, slots=True)
+class HostClaim:
+    """An item a host's worker claimed: its node visit, index and start number."""
+
+    key: ItemKey
+    index: int
+    start: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,15 +155,95 @@ def _settle(tx: Tx, key: ItemKey, rows: Sequence[ItemEnding], owner: str, now: i
               "output": e.output_json, "error": e.error_json} for e in rows])
 
 
+def _lease_ms(tx: Tx, key: ItemKey) -> int | None:
+    """The item lease of a shared node visit (any host may run its items); None: the
+    items run under the parent's claim alone (phase 1)."""
+    row = tx.one("SELECT lease_ms FROM fanout_nodes WHERE run_id = :run AND node_id = :node"
+                 " AND visit = :visit", key.params())
+    return None if row is None else int(row["lease_ms"])
+
+
+def _take(tx: Tx, key: ItemKey, owner: str, parent: str, limit: int, now: int,
+          lease_ms: int | None, indexes: Sequence[int] | None = None,
+          want: int | None = None) -> Claimed:
+    """The claim rule, for the parent's holder and for a host's item worker alike.
+    A running row is live when `owner` or `parent` (the parent launch's live claim,
+    '' when it has none) holds it, or a host holder whose lease (`updated_at` plus
+    `lease_ms`) has not run out; any other running row was left by a dead holder."""
+    stale = now - lease_ms if lease_ms is not None else now + 1  # no host holders
+    params = {**key.params(), "owner": owner, "parent": parent, "now": now,
+              "stale": stale, "host": HOST_TOKEN + "%", "budget": ITEM_START_BUDGET}
+    live = ("(claim_token = :owner OR claim_token = :parent OR (claim_token LIKE :host"
+            " AND updated_at > :stale))")
+    dead = tx.all(f"SELECT item_index FROM fanout_items WHERE {_KEY} AND state = 'running'"
+                  f" AND NOT {live} AND starts >= :budget", params)
+    if dead:
+        tx.run(f"UPDATE fanout_items SET state = 'failed', claim_token = NULL,"
+               f" error_json = :err, updated_at = :now, finished_at = :now WHERE {_KEY}"
+               f" AND state = 'running' AND NOT {live} AND starts >= :budget",
+               {**params, "err": INTERRUPTED})
+    row = tx.one(f"SELECT count(*) AS n FROM fanout_items WHERE {_KEY} AND state ="
+                 f" 'running' AND {live}", params)
+    free = limit - int(row["n"] if row else 0)
+    if want is not None:
+        free = min(free, want)
+    taken: list[Row] = []
+    if free > 0:
+        among = ""
+        if indexes is not None:
+            marks, more = in_params("ix", indexes)
+            among = f" AND item_index IN {marks}" if indexes else " AND 1 = 0"
+            params.update(more)
+        taken = tx.all(
+            f"SELECT item_index, starts FROM fanout_items WHERE {_OPEN}{among}"
+            f" AND (state = 'pending' OR NOT {live})"
+            f" ORDER BY item_index LIMIT {int(free)}" + tx.dialect.lock, params)
+        tx.many("UPDATE fanout_items SET state = 'running', claim_token = :owner,"
+                f" starts = starts + 1, updated_at = :now WHERE {_KEY}"
+                " AND item_index = :i",
+                [{**key.params(), "owner": owner, "now": now, "i": r["item_index"]}
+                 for r in taken])
+    return Claimed(tuple((r["item_index"], r["starts"] + 1) for r in taken),
+                   tuple(r["item_index"] for r in dead))
+
+
+def _cancel_open(tx: Tx, key: ItemKey, now: int, error_json: str) -> int:
+    return tx.run(f"UPDATE fanout_items SET state = 'cancelled', claim_token = NULL,"
+                  " error_json = :error, updated_at = :now, finished_at = :now"
+                  f" WHERE {_OPEN}", {**key.params(), "now": now, "error": error_json})
+
+
+def _wake(tx: Tx, key: ItemKey, now: int) -> None:
+    """No item of the visit is open: a parent parked waiting for them is re-queued
+    (`auto`: the next host resumes it) and the node is done for the hosts. A parent
+    that marked the node waiting but has not parked yet keeps it active: the next
+    host's sweep (claim_for_host) wakes it once it has."""
+    node = tx.one(f"SELECT waiting FROM fanout_nodes WHERE {_KEY}" + tx.dialect.lock,
+                  key.params())
+    if node is None:
+        return
+    if node["waiting"]:
+        woken = tx.run("UPDATE workflow_run_queue SET park_mode = 'auto', updated_at = :now"
+                       " WHERE run_id = :run AND status = 'parked' AND park_mode ="
+                       " 'explicit'", {"run": key.run_id, "now": now})
+        if not woken:
+            return
+        tx.notify(LAUNCH_CHANNEL, key.run_id)  # an idle host claims it on the notice
+    tx.run(f"UPDATE fanout_nodes SET active = 0, waiting = 0 WHERE {_KEY}", key.params())
+
+
 class FanoutItems:
     """The fan-out item rows on any backend."""
 
     def __init__(self, connector: Connector) -> None:
         self._c = connector
 
-    def open(self, key: ItemKey, count: int, *, owner: str) -> int | LostRace:
+    def open(self, key: ItemKey, count: int, *, owner: str,
+             shared: SharedNode | None = None) -> int | LostRace:
         """Make the visit's rows 0..count-1 (`pending`) unless they exist: idempotent, so
-        a resumed parent opens again and finds what it had. Returns the row count."""
+        a resumed parent opens again and finds what it had. Returns the row count.
+        `shared`: hosts may run the items too (the parent, back in the node, no longer
+        waits for them)."""
         if count < 0:
             raise ValueError("an item count is never negative")
         with self._c.write() as tx:
@@ -140,6 +256,13 @@ class FanoutItems:
                     " starts, created_at, updated_at) VALUES (:run, :node, :visit, :i,"
                     " 'pending', 0, :now, :now) ON CONFLICT DO NOTHING",
                     [{**base, "i": i, "now": now} for i in range(count)])
+            if shared is not None:
+                tx.run("INSERT INTO fanout_nodes (run_id, node_id, visit, max_concurrency,"
+                       " lease_ms, fail_fast, active, waiting, created_at) VALUES (:run,"
+                       " :node, :visit, :limit, :lease, :ff, 1, 0, :now) ON CONFLICT DO NOTHING",
+                       {**base, "limit": shared.limit, "lease": shared.lease_ms,
+                        "ff": int(shared.fail_fast), "now": now})
+                tx.run(f"UPDATE fanout_nodes SET waiting = 0 WHERE {_KEY}", base)
             row = tx.one(f"SELECT count(*) AS n FROM fanout_items WHERE {_KEY}", base)
         assert row is not None
         return int(row["n"])
@@ -147,16 +270,16 @@ class FanoutItems:
     def claim(self, key: ItemKey, *, owner: str, limit: int,
               indexes: Sequence[int] | None = None,
               settling: Sequence[ItemEnding] = ()) -> Claimed | LostRace:
-        """Claim up to `limit` minus the owner's running items, lowest index first
-        (among `indexes` when given). Rows another owner left running are taken over
-        (their start counted), or ended `interrupted` at the start budget. `settling`:
-        the owner's items that ended, recorded first in the same transaction (one
-        commit hands a finished item's slot to the next)."""
+        """Claim up to `limit` minus the live running items, lowest index first (among
+        `indexes` when given). Live: the owner's, and on a shared node also the host
+        holders' whose item lease has not expired. Rows a dead holder left running are
+        taken over (their start counted), or ended `interrupted` at the start budget.
+        `settling`: the owner's items that ended, recorded first in the same
+        transaction (one commit hands a finished item's slot to the next)."""
         if limit < 1:
             raise ValueError("max_concurrency is at least 1")
         for ending in settling:
             _check(ending)
-        base = key.params()
         with self._c.write() as tx:
             lost = _fence(tx, key.run_id, owner)
             if lost is not None:
@@ -164,36 +287,7 @@ class FanoutItems:
             now = tx.now_ms()
             if settling:
                 _settle(tx, key, settling, owner, now, claimed=True)
-            params = {**base, "owner": owner, "now": now, "budget": ITEM_START_BUDGET}
-            dead = tx.all(f"SELECT item_index FROM fanout_items WHERE {_KEY} AND state ="
-                          " 'running' AND claim_token <> :owner AND starts >= :budget",
-                          params)
-            if dead:
-                tx.run(f"UPDATE fanout_items SET state = 'failed', claim_token = NULL,"
-                       f" error_json = :err, updated_at = :now, finished_at = :now WHERE {_KEY}"
-                       " AND state = 'running' AND claim_token <> :owner AND starts >= :budget",
-                       {**params, "err": INTERRUPTED})
-            row = tx.one(f"SELECT count(*) AS n FROM fanout_items WHERE {_KEY} AND state ="
-                         " 'running' AND claim_token = :owner", params)
-            free = limit - int(row["n"] if row else 0)
-            taken: list[Row] = []
-            if free > 0:
-                among = ""
-                if indexes is not None:
-                    marks, more = in_params("ix", indexes)
-                    among = f" AND item_index IN {marks}" if indexes else " AND 1 = 0"
-                    params.update(more)
-                taken = tx.all(
-                    f"SELECT item_index, starts FROM fanout_items WHERE {_OPEN}{among}"
-                    " AND (state = 'pending' OR claim_token <> :owner)"
-                    f" ORDER BY item_index LIMIT {int(free)}" + tx.dialect.lock, params)
-                tx.many("UPDATE fanout_items SET state = 'running', claim_token = :owner,"
-                        f" starts = starts + 1, updated_at = :now WHERE {_KEY}"
-                        " AND item_index = :i",
-                        [{**base, "owner": owner, "now": now, "i": r["item_index"]}
-                         for r in taken])
-        return Claimed(tuple((r["item_index"], r["starts"] + 1) for r in taken),
-                       tuple(r["item_index"] for r in dead))
+            return _take(tx, key, owner, owner, limit, now, _lease_ms(tx, key), indexes)
 
     def settle(self, key: ItemKey, endings: Iterable[ItemEnding], *, owner: str,
                claimed: bool = True) -> int | LostRace:
@@ -254,6 +348,148 @@ class FanoutItems:
                        {**key.params(), "child": child_run_id, "now": tx.now_ms(), "i": index,
                         "owner": owner})
         return n == 1
+
+    def wait_for_hosts(self, key: ItemKey, *, owner: str) -> bool | LostRace:
+        """The parent is about to park until hosts have ended its items: True (and the
+        node marked waiting, so the settle that ends the last item re-queues the
+        parent) unless none is open any more (then it reads them and goes on)."""
+        with self._c.write() as tx:
+            lost = _fence(tx, key.run_id, owner)
+            if lost is not None:
+                return lost
+            left = tx.one(f"SELECT count(*) AS n FROM fanout_items WHERE {_OPEN}",
+                          key.params())
+            if not (left and left["n"]):
+                return False
+            n = tx.run(f"UPDATE fanout_nodes SET waiting = 1, active = 1 WHERE {_KEY}"
+                       " AND refused = 0", key.params())
+        return n == 1
+
+    # -- a host's item worker (phase 2): items of shared nodes of any run -----------------
+    def claim_for_host(self, holder: str, want: int, *,
+                       skip: Collection[ItemKey] = ()) -> list[HostClaim]:
+        """Claim up to `want` items of shared node visits, oldest visit first, each under
+        its node's ceiling (counted in the transaction that claims, with the parent's
+        launch row locked, as the parent's own claims do). `holder` starts HOST_TOKEN."""
+        if not holder.startswith(HOST_TOKEN):
+            raise ValueError(f"a host's item claim token starts {HOST_TOKEN!r}")
+        with self._c.read() as tx:
+            nodes = tx.all("SELECT run_id, node_id, visit, max_concurrency, lease_ms FROM"
+                           " fanout_nodes WHERE active = 1 AND refused = 0"
+                           " ORDER BY created_at LIMIT 50", {})
+        out: list[HostClaim] = []
+        for n in nodes:
+            if want <= 0:
+                break
+            key = ItemKey(n["run_id"], n["node_id"], n["visit"])
+            if key in skip:
+                continue
+            with self._c.write() as tx:
+                parent = tx.one("SELECT status, claim_token, claim_expires_at FROM"
+                                " workflow_run_queue WHERE run_id = :run" + tx.dialect.lock,
+                                {"run": key.run_id})
+                now = tx.now_ms()
+                left = tx.one(f"SELECT count(*) AS n FROM fanout_items WHERE {_OPEN}",
+                              key.params())
+                if parent is None or parent["status"] in TERMINAL_STATUSES:
+                    # Its run ended (cancelled while parked): so do its open items (a
+                    # holder stops its own at the next renewal).
+                    _cancel_open(tx, key, now, RUN_ENDED)
+                    tx.run(f"UPDATE fanout_nodes SET active = 0 WHERE {_KEY}", key.params())
+                    continue
+                if not (left and left["n"]):
+                    _wake(tx, key, now)  # the last settle's wake missed a park since
+                    continue
+                live = parent["status"] in CLAIMED_STATUSES and parent["claim_token"] \
+                    and parent["claim_expires_at"] > now
+                got = _take(tx, key, holder, parent["claim_token"] if live else "",
+                            int(n["max_concurrency"]), now, int(n["lease_ms"]), want=want)
+                if got.interrupted and not tx.one(
+                        f"SELECT 1 AS x FROM fanout_items WHERE {_OPEN}", key.params()):
+                    _wake(tx, key, now)  # the ends it wrote (interrupted) were the last
+            out.extend(HostClaim(key, index, start) for index, start in got.items)
+            want -= len(got.items)
+        return out
+
+    def refuse(self, key: ItemKey) -> None:
+        """A host cannot run the visit's items (a secret or a definition it lacks): no
+        host claims them any more, and a parent parked waiting for them is re-queued to
+        run the rest itself."""
+        with self._c.write() as tx:
+            tx.run(f"UPDATE fanout_nodes SET refused = 1 WHERE {_KEY}", key.params())
+            woken = tx.run("UPDATE workflow_run_queue SET park_mode = 'auto', updated_at ="
+                           " :now WHERE run_id = :run AND status = 'parked' AND park_mode ="
+                           " 'explicit' AND EXISTS (SELECT 1 FROM fanout_nodes WHERE"
+                           f" {_KEY} AND waiting = 1)", {**key.params(), "now": tx.now_ms()})
+            tx.run(f"UPDATE fanout_nodes SET active = 0, waiting = 0 WHERE {_KEY}",
+                   key.params())
+            if woken:
+                tx.notify(LAUNCH_CHANNEL, key.run_id)
+
+    def renew_held(self, holder: str) -> set[tuple[ItemKey, int]]:
+        """Renew the item leases `holder` has; returns the items it still holds (one no
+        longer running under it was cancelled or taken over; one whose parent ended is
+        not renewed: its runner stops it)."""
+        with self._c.write() as tx:
+            params = {"holder": holder, "now": tx.now_ms()}
+            ended = sql_in(TERMINAL_STATUSES)
+            mine = ("state = 'running' AND claim_token = :holder AND NOT EXISTS (SELECT 1"
+                    " FROM workflow_run_queue q WHERE q.run_id = fanout_items.run_id AND"
+                    f" q.status IN {ended})")
+            tx.run(f"UPDATE fanout_items SET updated_at = :now WHERE {mine}", params)
+            rows = tx.all("SELECT run_id, node_id, visit, item_index FROM fanout_items WHERE"
+                          f" {mine}", params)
+        return {(ItemKey(r["run_id"], r["node_id"], r["visit"]), r["item_index"])
+                for r in rows}
+
+    def settle_held(self, key: ItemKey, endings: Iterable[ItemEnding], *,
+                    holder: str, logs: Sequence[ItemLog] = ()) -> int:
+        """A host holder records its items' endings: fenced by its token (an item taken
+        over or cancelled meanwhile is left alone), with their logs (`logs`, kept for
+        the parent's trace). Returns how many it recorded."""
+        rows = list(endings)
+        for ending in rows:
+            _check(ending)
+        with self._c.write() as tx:
+            mine = {r["item_index"] for r in tx.all(
+                f"SELECT item_index FROM fanout_items WHERE {_KEY} AND state = 'running'"
+                " AND claim_token = :owner", {**key.params(), "owner": holder})}
+            now = tx.now_ms()
+            _settle(tx, key, [e for e in rows if e.index in mine], holder, now, claimed=True)
+            kept = [g for g in logs if g.index in mine]
+            if kept:
+                tx.many("INSERT INTO fanout_logs (run_id, node_id, visit, item_index, seq,"
+                        " attempt, log_json, created_at) VALUES (:run, :node, :visit, :i,"
+                        " (SELECT count(*) FROM fanout_logs WHERE run_id = :run AND node_id ="
+                        " :node AND visit = :visit AND item_index = :i), :attempt, :log, :now)",
+                        [{**key.params(), "i": g.index, "attempt": g.attempt,
+                          "log": g.log_json, "now": now} for g in kept])
+            node = tx.one(f"SELECT fail_fast FROM fanout_nodes WHERE {_KEY}", key.params())
+            if node is not None and node["fail_fast"] and any(
+                    e.state in ("failed", "timed_out") for e in rows if e.index in mine):
+                _cancel_open(tx, key, now, FAIL_FAST)  # the parent is parked: here, then
+            if not tx.one(f"SELECT 1 AS x FROM fanout_items WHERE {_OPEN}", key.params()):
+                _wake(tx, key, now)  # the last item: its parent is re-queued with it
+        return len({e.index for e in rows} & mine)
+
+    def release_held(self, key: ItemKey, indexes: Sequence[int], *, holder: str) -> int:
+        """A stopping host gives its running items back (`pending`, uncounted)."""
+        if not indexes:
+            return 0
+        marks, more = in_params("ix", indexes)
+        with self._c.write() as tx:
+            return tx.run(f"UPDATE fanout_items SET state = 'pending', claim_token = NULL,"
+                          f" starts = starts - 1, updated_at = :now WHERE {_KEY}"
+                          f" AND item_index IN {marks} AND state = 'running'"
+                          " AND claim_token = :owner AND starts > 0",
+                          {**key.params(), **more, "owner": holder, "now": tx.now_ms()})
+
+    def logs(self, key: ItemKey) -> list[ItemLog]:
+        """The logs of the visit's items other hosts ran, in item and attempt order."""
+        with self._c.read() as tx:
+            rows = tx.all(f"SELECT item_index, attempt, log_json FROM fanout_logs WHERE {_KEY}"
+                          " ORDER BY item_index, seq", key.params())
+        return [ItemLog(r["item_index"], r["attempt"], r["log_json"]) for r in rows]
 
     def items(self, key: ItemKey) -> list[FanoutItem]:
         with self._c.read() as tx:

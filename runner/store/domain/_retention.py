@@ -50,6 +50,8 @@ _FORGET = (
     "DELETE FROM launch_gates WHERE run_id IN {ids} AND NOT EXISTS ("
     "SELECT 1 FROM workflow_run_queue q WHERE q.run_id = launch_gates.run_id)",
     "DELETE FROM fanout_items WHERE run_id IN {ids}",
+    "DELETE FROM fanout_nodes WHERE run_id IN {ids}",
+    "DELETE FROM fanout_logs WHERE run_id IN {ids}",
 )
 _TRIM = {
     "run_events": "DELETE FROM run_events WHERE recorded_at < :cut AND run_id NOT IN ("

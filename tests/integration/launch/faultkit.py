@@ -20,6 +20,7 @@ import json
 import random
 import shutil
 import tempfile
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,12 +33,13 @@ from runner.errors import WfrunError
 from runner.host.runtime._local import Workspace
 from runner.launch import EngineOptions, LaunchCoordinator, PreflightError
 from runner.launch._coordinator import CRASH_POINTS as LAUNCH_POINTS
+from runner.launch._itemwork import HOST_ITEM_POINTS, HostItems
 from runner.store import SqliteStore, Store
 from runner.testing import build_coordinator
 
 LEASE = 30.0
 SESSIONS = ("session-a", "session-b")  # launches only their own session activates
-POINTS = tuple(p for p in (*LAUNCH_POINTS, *ENGINE_POINTS)
+POINTS = tuple(p for p in (*LAUNCH_POINTS, *ENGINE_POINTS, *HOST_ITEM_POINTS)
                if p not in ("after_session_append",))
 WORKFLOW = """\
 input:
@@ -112,6 +114,7 @@ class Report:
     launches: int = 0
     crashes: int = 0
     points: set[str] = field(default_factory=set)  # the crash points that fired
+    host_items: int = 0  # items host item workers claimed (ADR 0008 phase 2)
     problems: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
@@ -128,8 +131,12 @@ def open_store(root: Path, store_url: str | None, clock: FakeClock) -> Store:
 
 
 class World:
-    def __init__(self, root: Path, seed: int, store_url: str | None = None) -> None:
+    def __init__(self, root: Path, seed: int, store_url: str | None = None,
+                 hosted: bool = False) -> None:
         self.root = root
+        # Runners are hosts (ADR 0008 phase 2): a run parks at a shared map and host
+        # item workers (`items` steps) run its items.
+        self.hosted = hosted
         self.rng = random.Random(seed)
         (root / ".wfrun" / "workflows").mkdir(parents=True)
         (root / ".wfrun" / "workflows" / "job.yaml").write_text(WORKFLOW)
@@ -154,7 +161,8 @@ class World:
                 self.points.add(point)
                 raise Crash(point)
 
-        options = EngineOptions(project_root=self.root, crash_point=crash)
+        options = EngineOptions(project_root=self.root, crash_point=crash,
+                                items_on_hosts=self.hosted)
         return build_coordinator(self.ws, self.store, "plain",
                                  runner=f"runner-{self.runners}", clock=self.clock,
                                  options=options, lease_seconds=LEASE, crash=crash,
@@ -171,8 +179,8 @@ def run_seed(seed: int, *, steps: int = 12, crash_every: float = 0.08,
     `fanout`: every other launch runs the map-and-parallel workflow."""
     tmp = Path(tempfile.mkdtemp(prefix=f"wfrun-fault-{seed}-"))
     try:
-        return _run(World(tmp / "p", seed, store_url), seed, steps, crash_every,
-                    "fan" if fanout else None)
+        return _run(World(tmp / "p", seed, store_url, hosted=fanout and seed % 2 == 1),
+                    seed, steps, crash_every, "fan" if fanout else None)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -182,11 +190,13 @@ def _run(w: World, seed: int, steps: int, crash_every: float,
     report = Report(seed)
     rng = w.rng
     co = w.coordinator(crash_every)
+    items = co.host_items()  # this runner's host item worker
     ids: list[str] = []
+    kinds = ["start", "start", "session", "foreground", "drain", "drain", "session_drain",
+             "cancel", "expire", "restart"] + (["items", "items"] if other else [])
     for step in range(steps):
         ref = other if other is not None and step % 2 == 0 else "job"
-        action = rng.choice(["start", "start", "session", "foreground", "drain", "drain",
-                             "session_drain", "cancel", "expire", "restart"])
+        action = rng.choice(kinds)
         try:
             if action in ("start", "foreground", "session"):
                 session = rng.choice(SESSIONS) if action == "session" else None
@@ -205,37 +215,72 @@ def _run(w: World, seed: int, steps: int, crash_every: float,
                 claimed = co.claim_next(session)
                 if claimed is not None:
                     co.execute(claimed)
+            elif action == "items":
+                report.host_items += _host_items(items, rng.randint(1, 3))
             elif action == "cancel" and ids:
                 co.cancel(rng.choice(ids))
             elif action == "expire":
                 w.clock.advance(LEASE + 1)
             else:
                 co = w.coordinator(crash_every)
+                items.close()
+                items = co.host_items()
         except Crash:
             drop_fds_under(w.ws.runs_dir)
             co = w.coordinator(crash_every)  # the process died; a new one starts later
+            items.close()  # (its lease renewals die with it)
+            items = co.host_items()
             w.clock.advance(LEASE + 1)
         except (WfrunError, PreflightError):
             pass  # a refused cancel or claim: the race was lost, nothing changed
     # Final recovery: no more crashes; expire every lease and drain until idle.
     co = w.coordinator(0.0)
+    items.close()
+    items = co.host_items()
     w.clock.advance(LEASE + 1)
-    for session in (None, *SESSIONS):
-        for _ in range(len(ids) * 3 + 5):
-            if session is not None:
-                co.recover_expired(session)
-            claimed = co.claim_next(session)
-            if claimed is None:
-                break
-            co.execute(claimed)
-    for record in w.store.launches.query(statuses=["parked"]):
-        co.execute(co.claim(record.run_id))  # explicit resumes of what a person parked
+    # Again while it moves anything: a run resumed below may park at its map, and its
+    # items then run in host slots, which re-queues it.
+    for _ in range(4):
+        if not _recover(co, items, ids, report):
+            break
+    items.close()
     report.launches = len(ids)
     report.crashes = w.crashes
     report.points = set(w.points)
     report.problems = check_invariants(w, ids)
     w.store.close()
     return report
+
+
+def _recover(co: LaunchCoordinator, items: HostItems, ids: list[str],
+             report: Report) -> bool:
+    """Drain until idle (claims, host items), then resume what is parked; True if any
+    of it moved."""
+    moved = False
+    for session in (None, *SESSIONS):
+        for _ in range(len(ids) * 3 + 5):
+            if session is not None:
+                co.recover_expired(session)
+            claimed = co.claim_next(session)
+            ran = 0 if session is not None else _host_items(items, 4)
+            report.host_items += ran
+            if claimed is None and not ran:
+                break
+            moved = True
+            if claimed is not None:
+                co.execute(claimed)
+    for record in co.store.launches.query(statuses=["parked"]):
+        co.execute(co.claim(record.run_id))  # explicit resumes of what a person parked
+        moved = True
+    return moved
+
+
+def _host_items(items: HostItems, want: int) -> int:
+    """A host's free slots run up to `want` shared items, one after another."""
+    claimed = items.claim(want)
+    for claim in claimed:
+        items.run(claim, RunControl())
+    return len(claimed)
 
 
 AGREES = {"done": ("completed", "waiting"), "failed": ("failed", "timed_out", None),
@@ -346,17 +391,22 @@ def main(argv: list[str]) -> int:
         seeds = list(range(count))
     t0 = time.perf_counter()
     failed = 0
-    launches = crashes = 0
+    launches = crashes = host_items = 0
+    points: Counter[str] = Counter()
     fanout = "--fanout" in argv  # maps and parallel nodes too (issue 37)
     for seed in seeds:
         report = run_seed(seed, fanout=fanout)
         launches += report.launches
         crashes += report.crashes
+        host_items += report.host_items
+        points.update(report.points)
         if report.problems:
             failed += 1
             print(json.dumps(report.to_json()))
     elapsed = time.perf_counter() - t0
     print(json.dumps({"seeds": len(seeds), "failed": failed, "launches": launches,
-                      "crashes_injected": crashes, "seconds": round(elapsed, 1),
+                      "crashes_injected": crashes, "host_items": host_items,
+                      "seeds_per_point": dict(sorted(points.items())),
+                      "seconds": round(elapsed, 1),
                       "ms_per_seed": round(elapsed * 1000 / max(len(seeds), 1), 1)}))
     return 1 if failed else 0

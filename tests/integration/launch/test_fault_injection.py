@@ -8,6 +8,8 @@ import pytest
 from faultkit import POINTS, run_seed
 from pgcluster import PgCluster
 
+from runner.launch._itemwork import HOST_ITEM_POINTS
+
 
 @pytest.mark.slow
 # 71 and 212 broke invariants in a 1,000-seed run once (cancel of a completed run whose
@@ -29,8 +31,10 @@ def test_the_harness_does_inject_crashes() -> None:
 # its clock, and the harness's FakeClock never moves that far between two nodes: this
 # point fires in no seed on SQLite either.
 _UNREACHED = {"after_state_replace"}
-#: Inside fan-out nodes: only the fan-out workflows (`fanout=True`) pass them, below.
-_FANOUT = {"after_items_opened", "after_items_claimed", "before_items_settled"}
+#: Inside fan-out nodes and host item workers (ADR 0008 phase 2): only the fan-out
+#: workflows (`fanout=True`) pass them, below.
+_FANOUT = {"after_items_opened", "after_items_claimed", "before_items_settled",
+           *HOST_ITEM_POINTS}
 
 
 @pytest.mark.slow
@@ -56,9 +60,10 @@ def test_maps_and_parallel_nodes_keep_every_item_once_through_crashes(seed: int)
 
 
 def test_the_harness_crashes_inside_fan_out_nodes() -> None:
-    """The fan-out seeds reach all three of the fan-out's crash points. Which seed
+    """The fan-out seeds reach all of the fan-out's crash points, the host item
+    workers' too (odd seeds run as hosts: a run parks at its map). Which seed
     reaches which point depends on how items interleave with the node's threads (seeds
-    4 and 5 did on one machine, not on another), so seeds run until all three fired."""
+    4 and 5 did on one machine, not on another), so seeds run until all fired."""
     points: set[str] = set()
     for seed in range(60):
         report = run_seed(seed, fanout=True)

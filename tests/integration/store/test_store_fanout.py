@@ -8,7 +8,7 @@ from storekit import FakeClock, launch
 
 from runner.store import Store
 from runner.store._records import LostRace
-from runner.store.domain._fanout import ItemEnding, ItemKey
+from runner.store.domain._fanout import ItemEnding, ItemKey, ItemLog, SharedNode
 
 KEY = ItemKey("run-1", "files", 1)
 
@@ -145,3 +145,118 @@ def test_a_release_gives_running_items_back_uncounted(store: Store) -> None:
     assert store.fanout.release(KEY, [0, 1, 2], owner=owner) == 2  # 2 was never claimed
     assert [(i.state, i.starts) for i in store.fanout.items(KEY)] == [("pending", 0)] * 3
     assert isinstance(store.fanout.release(KEY, [0], owner="stranger"), LostRace)
+
+
+# -- phase 2: items of shared node visits, claimed by any host under an item lease --------
+HOST_A, HOST_B = "item:host-a:1", "item:host-b:1"
+
+
+def _shared(store: Store, count: int = 6, limit: int = 2, *,
+            fail_fast: bool = False) -> str:
+    owner = _held(store)
+    assert store.fanout.open(KEY, count, owner=owner,
+                             shared=SharedNode(limit, 30_000, fail_fast)) == count
+    return owner
+
+
+def _park_waiting(store: Store, owner: str) -> None:
+    assert store.fanout.wait_for_hosts(KEY, owner=owner) is True
+    assert store.launches.park("run-1", owner, mode="explicit") is not None
+
+
+def test_hosts_and_the_parent_share_one_ceiling(store: Store) -> None:
+    owner = _shared(store, limit=3)
+    mine = store.fanout.claim(KEY, owner=owner, limit=3)
+    assert not isinstance(mine, LostRace)
+    assert mine.items == ((0, 1), (1, 1), (2, 1))
+    assert store.fanout.claim_for_host(HOST_A, 4) == []  # the parent holds all three
+    assert store.fanout.settle(KEY, [_ok(0)], owner=owner) == 5
+    [got] = store.fanout.claim_for_host(HOST_A, 4)
+    assert (got.key, got.index, got.start) == (KEY, 3, 1)
+    assert store.fanout.claim_for_host(HOST_B, 4) == []  # 1, 2 (parent) and 3 (host A)
+    again = store.fanout.claim(KEY, owner=owner, limit=3)
+    assert not isinstance(again, LostRace)
+    assert again.items == ()
+
+
+def test_the_settle_that_ends_the_last_item_re_queues_the_parked_parent(
+        store: Store) -> None:
+    owner = _shared(store, count=3, limit=2)
+    _park_waiting(store, owner)
+    assert store.launches.get("run-1").status == "parked"  # type: ignore[union-attr]
+    first = store.fanout.claim_for_host(HOST_A, 4)
+    assert [c.index for c in first] == [0, 1]
+    logs = [ItemLog(0, "att-0", '{"stdout":"0\\n"}')]
+    assert store.fanout.settle_held(KEY, [_ok(0), _ok(1)], holder=HOST_A, logs=logs) == 2
+    assert store.launches.get("run-1").park_mode == "explicit"  # type: ignore[union-attr]
+    [last] = store.fanout.claim_for_host(HOST_B, 4)
+    assert store.fanout.settle_held(KEY, [_ok(last.index)], holder=HOST_B) == 1
+    row = store.launches.get("run-1")
+    assert row is not None
+    assert (row.status, row.park_mode) == ("parked", "auto")
+    assert [(i.state, i.starts) for i in store.fanout.items(KEY)] == [("ok", 1)] * 3
+    assert store.fanout.logs(KEY) == logs
+    assert store.fanout.claim_for_host(HOST_A, 4) == []
+
+
+def test_a_dead_hosts_items_are_taken_over_after_their_lease_and_never_a_third_time(
+        store: Store, clock: FakeClock) -> None:
+    owner = _shared(store, count=2, limit=2)
+    _park_waiting(store, owner)
+    assert len(store.fanout.claim_for_host(HOST_A, 4)) == 2
+    assert store.fanout.claim_for_host(HOST_B, 4) == []  # host A's leases hold
+    clock.advance(31)  # host A died: no renewal
+    taken = store.fanout.claim_for_host(HOST_B, 4)
+    assert [(c.index, c.start) for c in taken] == [(0, 2), (1, 2)]
+    assert store.fanout.settle_held(KEY, [_ok(0)], holder=HOST_A) == 0  # fenced off
+    assert store.fanout.renew_held(HOST_B) == {(KEY, 0), (KEY, 1)}
+    clock.advance(31)  # host B died too
+    assert store.fanout.claim_for_host(HOST_A, 4) == []
+    items = store.fanout.items(KEY)
+    assert [(i.state, i.starts) for i in items] == [("failed", 2)] * 2
+    assert all('"interrupted"' in (i.error_json or "") for i in items)
+    row = store.launches.get("run-1")
+    assert row is not None
+    assert row.park_mode == "auto"
+
+
+def test_fail_fast_on_a_host_cancels_the_rest_for_the_parked_parent(store: Store) -> None:
+    owner = _shared(store, count=4, limit=2, fail_fast=True)
+    _park_waiting(store, owner)
+    store.fanout.claim_for_host(HOST_A, 1)
+    store.fanout.claim_for_host(HOST_B, 1)
+    failed = ItemEnding(0, "failed", error_json='{"code":"x"}')
+    assert store.fanout.settle_held(KEY, [failed], holder=HOST_A) == 1
+    assert [i.state for i in store.fanout.items(KEY)] == ["failed"] + ["cancelled"] * 3
+    assert store.fanout.renew_held(HOST_B) == set()  # host B stops its item
+    row = store.launches.get("run-1")
+    assert row is not None
+    assert row.park_mode == "auto"
+
+
+def test_a_cancelled_parents_open_items_end_and_holders_let_go(store: Store) -> None:
+    owner = _shared(store, count=4, limit=2)
+    _park_waiting(store, owner)
+    store.fanout.claim_for_host(HOST_A, 1)
+    store.launches.cancel("run-1")
+    assert store.fanout.renew_held(HOST_A) == set()  # its runner stops the item
+    assert store.fanout.claim_for_host(HOST_B, 4) == []
+    assert [i.state for i in store.fanout.items(KEY)] == ["cancelled"] * 4
+
+
+def test_a_host_that_cannot_run_the_items_hands_them_back_to_the_parent(
+        store: Store) -> None:
+    owner = _shared(store, count=2, limit=2)
+    _park_waiting(store, owner)
+    [first, _] = store.fanout.claim_for_host(HOST_A, 4)
+    assert store.fanout.release_held(KEY, [0, 1], holder=HOST_A) == 2
+    store.fanout.refuse(first.key)
+    row = store.launches.get("run-1")
+    assert row is not None
+    assert row.park_mode == "auto"
+    assert store.fanout.claim_for_host(HOST_B, 4) == []
+    assert [(i.state, i.starts) for i in store.fanout.items(KEY)] == [("pending", 0)] * 2
+    resumed = store.launches.claim("run-1", runner_id="h2")
+    assert not isinstance(resumed, LostRace)
+    assert resumed.claim_token is not None
+    assert store.fanout.wait_for_hosts(KEY, owner=resumed.claim_token) is False

@@ -37,8 +37,9 @@ DESIGN_TABLES = {
     "controller_events",
 }
 #: Added within v1 since (layout.ADDED_TABLES; ADR 0008).
-ADDED = {"fanout_items", "workflow_reruns", "step_cache", "audit_log",
-         "notification_deliveries", "trigger_firings", "launch_gates", "trigger_states"}
+ADDED = {"fanout_items", "fanout_nodes", "fanout_logs", "workflow_reruns", "step_cache",
+         "audit_log", "notification_deliveries", "trigger_firings", "launch_gates",
+         "trigger_states"}
 
 
 def test_the_contract_names_the_design_tables() -> None:

@@ -1,0 +1,196 @@
+"""A host's item worker (ADR 0008 phase 2): items of shared fan-out nodes of any run.
+
+A host with a free slot and no launch to claim claims items of shared node visits
+(shell bodies of runs no session owns), whoever holds their parent run. Its claim
+holds an item lease, not the parent: the store counts every live holder's items
+against the node's `max_concurrency` in the transaction that claims, and a row left
+`running` by a dead host is taken over once its lease runs out (its start counted;
+a third start is refused, as for any item). One renewal thread keeps this host's
+leases; an item it no longer holds (the parent cancelled it, fail_fast, another
+holder took it over) or whose parent ended is stopped at the next renewal.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Protocol
+
+from runner._leases import renew_every
+from runner.clock import Clock
+from runner.compiler import WorkflowDefinition
+from runner.engine import RunControl
+from runner.engine._itemhost import ItemHost, open_item_host
+from runner.errors import WfrunError
+from runner.store import Store, StoreError
+from runner.store.domain._fanout import HOST_TOKEN, HostClaim, ItemKey, ItemLog
+
+from ._engines import Engines
+from ._items import _endings
+from ._preflight import Resolver
+
+log = logging.getLogger(__name__)
+
+#: Where tests kill a host's item worker (the fault harness), in the order it passes them.
+HOST_ITEM_POINTS = ("after_host_item_claimed", "before_host_item_settled")
+#: Seconds between renewals at most: also how soon a cancelled item is stopped.
+CANCEL_POLL = 0.5
+#: Node visits whose read state a host keeps (an ItemHost folds the parent's trace).
+KEPT_HOSTS = 16
+
+
+class ItemWork(Protocol):
+    """What a host's claim loop uses of its item worker."""
+
+    def claim(self, want: int) -> list[HostClaim]: ...
+
+    def run(self, claim: HostClaim, control: RunControl) -> str: ...
+
+    def close(self) -> None: ...
+
+
+class HostItems:
+    """One host's (or worker process's) item worker over one store."""
+
+    def __init__(self, store: Store, engines: Engines, resolver: Resolver, clock: Clock, *,
+                 runner_id: str, lease_seconds: float,
+                 crash: Callable[[str], None] | None = None) -> None:
+        self._fanout = store.fanout
+        self._crash = crash or (lambda _point: None)
+        self._engines = engines
+        self._resolver = resolver
+        self._clock = clock
+        self.holder = f"{HOST_TOKEN}{runner_id}:{uuid.uuid4().hex[:12]}"
+        self._every = min(renew_every(lease_seconds), CANCEL_POLL)
+        self._lock = threading.Lock()
+        self._hosts: OrderedDict[ItemKey, ItemHost | str] = OrderedDict()
+        self._controls: dict[tuple[ItemKey, int], RunControl] = {}
+        self._skip: set[ItemKey] = set()  # visits this host cannot run (the parent's will)
+        self._stop = threading.Event()
+        self._renewer: threading.Thread | None = None
+
+    # -- the claim loop's side ------------------------------------------------------------
+    def claim(self, want: int) -> list[HostClaim]:
+        """Claim up to `want` items (none when the store refuses: the loop goes on)."""
+        if want <= 0:
+            return []
+        try:
+            with self._lock:
+                skip = frozenset(self._skip)
+            return self._fanout.claim_for_host(self.holder, want, skip=skip)
+        except StoreError as exc:
+            log.debug("item claims wait for the store: %s", exc.message)
+            return []
+
+    def run(self, claim: HostClaim, control: RunControl) -> str:
+        """Run one claimed item to its end and settle it; returns how it ended
+        (`parked`: given back; `skipped`: this host cannot run the node)."""
+        key, index = claim.key, claim.index
+        self._crash("after_host_item_claimed")
+        host = self._host(key)
+        if isinstance(host, str):
+            log.warning("wfrun host: run %s: cannot run the items of %s here (%s); its "
+                        "runner runs them", key.run_id, key.node_id, host)
+            self._release(key, index)
+            try:
+                self._fanout.refuse(key)
+            except StoreError as exc:
+                log.debug("refusing %s[%s] waits for the store: %s", key.node_id, index,
+                          exc.message)
+            return "skipped"
+        with self._lock:
+            self._controls[(key, index)] = control
+        self._ensure_renewer()
+        try:
+            end = host.run(index, control)
+        finally:
+            with self._lock:
+                self._controls.pop((key, index), None)
+        if end is None:
+            host.take_logs(index)  # it runs again: its next run's logs are the ones kept
+            if control.clean:
+                self._release(key, index)  # stopped, not dead: the start is not counted
+            return "parked"
+        self._crash("before_host_item_settled")
+        logs = [ItemLog(index, attempt, json.dumps(log, separators=(",", ":"),
+                                                   ensure_ascii=False))
+                for attempt, log in host.take_logs(index)]
+        try:
+            self._fanout.settle_held(key, _endings([end]), holder=self.holder, logs=logs)
+        except StoreError as exc:  # the lease runs out; another holder runs it again
+            log.warning("wfrun host: cannot record item %s[%s]: %s", key.node_id, index,
+                        exc.message)
+        return end.outcome
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._renewer is not None:
+            self._renewer.join(timeout=5)
+        with self._lock:
+            hosts = [h for h in self._hosts.values() if isinstance(h, ItemHost)]
+            self._hosts.clear()
+        for host in hosts:
+            host.close()
+
+    # -- internals ------------------------------------------------------------------------
+    def _release(self, key: ItemKey, index: int) -> None:
+        try:
+            self._fanout.release_held(key, [index], holder=self.holder)
+        except StoreError as exc:
+            log.debug("item %s[%s] left to its lease: %s", key.node_id, index, exc.message)
+
+    def _host(self, key: ItemKey) -> ItemHost | str:
+        with self._lock:
+            host = self._hosts.get(key)
+            if host is not None:
+                self._hosts.move_to_end(key)
+                return host
+        count = len(self._fanout.items(key))
+
+        def resolve(manifest: dict[str, object]) -> WorkflowDefinition:
+            definition, _ = self._resolver.compile(str(manifest.get("workflow_ref")))
+            return definition
+
+        try:
+            made: ItemHost | str = open_item_host(self._engines.reading(key.run_id),
+                                                  key.run_id, key.node_id, key.visit, count,
+                                                  resolve)
+        except (WfrunError, OSError, ValueError) as exc:
+            made = f"{type(exc).__name__}: {exc}"[:300]
+        with self._lock:
+            if isinstance(made, str):
+                self._skip.add(key)
+            self._hosts[key] = made
+            while len(self._hosts) > KEPT_HOSTS:
+                _, old = self._hosts.popitem(last=False)
+                if isinstance(old, ItemHost):
+                    old.close()
+        return made
+
+    def _ensure_renewer(self) -> None:
+        with self._lock:
+            if self._renewer is not None:
+                return
+            self._renewer = threading.Thread(target=self._renew_loop, daemon=True,
+                                             name="wfrun-item-leases")
+            self._renewer.start()
+
+    def _renew_loop(self) -> None:
+        while not self._stop.wait(self._every):  # real time, as the host's own polls
+            with self._lock:
+                running = dict(self._controls)
+            if not running:
+                continue
+            try:
+                held = self._fanout.renew_held(self.holder)
+            except StoreError as exc:
+                log.debug("item leases wait for the store: %s", exc.message)
+                continue
+            for (key, index), control in running.items():
+                if (key, index) not in held and not control.stopping:
+                    control.cancel(f"item {key.node_id}[{index}] was cancelled (or its run "
+                                   "ended, or another holder took it over)")
