@@ -5,10 +5,13 @@ item appends its name to a counter file) and runs only the others (pgflow#658)."
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
 from pathlib import Path
 
 import pytest
 from everyday import Project
+from waiting import wait_until
 
 MAP = """\
     input:
@@ -129,3 +132,21 @@ def test_a_rerun_of_a_parallel_node_runs_only_the_failed_branch(project: Project
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["final_output"]["style"]["stdout"] == "s\n"
     assert _ran(project) == ["safety", "safety", "style"]
+
+
+def test_a_rerun_on_a_host_whose_items_any_host_may_claim_reuses_them_too(
+        project: Project) -> None:
+    """Shell items of a host's run are claimed by host item workers (ADR 0008 phase 2):
+    the reused ones are ended before the node is shared, so no worker runs them."""
+    old = _failed_map_run(project, ["a", "b", "c", "d"])
+    (project.root / "fixed").touch()
+    queued = project.json("rerun", old, "--detach", "--json")
+    host = subprocess.Popen(project.argv("host", "--no-controllers", "-q"), cwd=project.root,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: project.json("status", queued["run_id"], "--json")["status"]
+                   == "completed", what="the rerun to complete on the host")
+    finally:
+        host.send_signal(signal.SIGTERM)
+        host.wait(timeout=60)
+    assert _ran(project) == ["a", "b", "c", "c", "d"]
