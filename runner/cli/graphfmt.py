@@ -18,22 +18,27 @@ def _label(definition: WorkflowDefinition, nid: str) -> str:
     return f"{nid} [{kind}]"
 
 
-def _fanout_lines(spec: object) -> list[str]:
-    """A map's body or a parallel node's branches, under the node (`wfrun graph`)."""
-    bodies: list[tuple[str, object]] = []
+def _bodies(spec: object) -> list[tuple[str, str, str]]:
+    """A map's body or a parallel node's branches: (key, label, what runs)."""
+    bodies: list[tuple[str, str, object]] = []
     if isinstance(spec, MapSpec):
-        bodies = [(f"each {spec.as_name} (max {spec.max_concurrency} at once"
+        bodies = [("each", f"each {spec.as_name} (max {spec.max_concurrency} at once"
                    f"{', fail_fast' if spec.fail_fast else ''})", spec.body)]
     elif isinstance(spec, ParallelSpec):
-        bodies = [(f"branch {name}", body) for name, body in spec.branches]
+        bodies = [(name, f"branch {name}", body) for name, body in spec.branches]
     out = []
-    for label, body in bodies:
+    for key, label, body in bodies:
         if isinstance(body, ChildWorkflowBody):
-            out.append(f"    | {label}: workflow {body.workflow}")
+            out.append((key, label, f"workflow {body.workflow}"))
         else:
             kind = str(getattr(body, "kind", "?"))
-            out.append(f"    | {label}: {kind_icon(kind)} {kind}")
+            out.append((key, label, f"{kind_icon(kind)} {kind}"))
     return out
+
+
+def _fanout_lines(spec: object) -> list[str]:
+    """A map's body or a parallel node's branches, under the node (`wfrun graph`)."""
+    return [f"    | {label}: {what}" for _, label, what in _bodies(spec)]
 
 
 def render_graph(definition: WorkflowDefinition, fmt: str) -> str:
@@ -71,6 +76,12 @@ def _mermaid(d: WorkflowDefinition) -> str:
     lines = ["flowchart TD", f"    {_START_ID}(((start))) --> {_mid(d.start)}"]
     for nid in d.nodes:
         lines.append(f'    {_mid(nid)}["{_label(d, nid)}"]')
+        # A fan-out node's branches (a map's body): rounded, on a dotted link.
+        for i, (_, label, what) in enumerate(_bodies(d.nodes[nid].spec)):
+            text = f"{label}: {what}".replace('"', "#quot;")
+            # "b<i>_" cannot be a node's id: those get the "n_" prefix.
+            lines.append(f'    b{i}_{_mid(nid)}(["{text}"])')
+            lines.append(f"    {_mid(nid)} -.- b{i}_{_mid(nid)}")
     for src, edge in d.edges.items():
         if edge.to is not None:
             lines.append(f"    {_mid(src)} --> {_mid(edge.to)}")
@@ -89,6 +100,12 @@ def _dot(d: WorkflowDefinition) -> str:
     for nid in d.nodes:
         shape = "diamond" if getattr(d.nodes[nid].spec, "decision_field", None) else "box"
         lines.append(f"  {json.dumps(nid)} [label={json.dumps(_label(d, nid))}, shape={shape}];")
+        for key, label, what in _bodies(d.nodes[nid].spec):
+            body = json.dumps(f"{nid}[{key}]")
+            text = json.dumps(f"{label}: {what}", ensure_ascii=False)
+            lines.append(f"  {body} [label={text}, shape=box, "
+                         'style="rounded,dashed"];')
+            lines.append(f"  {json.dumps(nid)} -> {body} [style=dashed, arrowhead=none];")
     for src, edge in d.edges.items():
         if edge.to is not None:
             lines.append(f"  {json.dumps(src)} -> {json.dumps(edge.to)};")

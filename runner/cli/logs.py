@@ -5,6 +5,7 @@ step's output and nothing else); the header naming each node and stream goes to
 stderr. Secrets were masked before the logs were recorded. With `--follow`, a running
 step's output is printed as the step prints it (from its live log), and its recorded
 log then adds only the rest; with `--json`, live chunks are JSON lines with "live": true.
+A fan-out item (`NODE[3]`) is followed until it ends, not until the run does.
 """
 
 from __future__ import annotations
@@ -15,7 +16,15 @@ import sys
 import click
 
 from runner.errors import InputError
-from runner.host.runtime._logs import LiveText, StepLog, follow_logs, run_logs, running_output
+from runner.host.runtime._local import open_store, store_exists
+from runner.host.runtime._logs import (
+    LiveText,
+    StepLog,
+    follow_logs,
+    run_logs,
+    running_output,
+    store_item_state,
+)
 
 from .app import cli
 from .context import Context
@@ -102,8 +111,16 @@ def logs_cmd(ctx: Context, run_id: str, node: str | None, follow: bool, only_std
             else:
                 _print(entry, streams, headers=True, streamed=streamed)
 
-        status = follow_logs(ws.reader(), run_id, node, recorded, clock=ws.clock,
-                             on_live=live)
+        # A fan-out item (NODE[3]) is followed until its row in the store ends.
+        store = open_store(ws, read_only=True) if node and node.endswith("]") \
+            and store_exists(ws) else None
+        try:
+            status = follow_logs(ws.reader(), run_id, node, recorded, clock=ws.clock,
+                                 on_live=live, item_state=store_item_state(store, run_id)
+                                 if store is not None else None)
+        finally:
+            if store is not None:
+                store.close()
         sys.exit(EXIT.get(status, 0))
     entries = run_logs(ws.reader(), run_id, node)
     # A step that is running has no recorded log yet: what it printed so far is live.

@@ -105,7 +105,9 @@ def rerun_cmd(ctx: Context, run_id: str, from_node: str | None, input_json: str 
                                      observer=progress, secrets=secrets,
                                      use_cache=not no_cache)
     if not quiet:
-        reused = ", ".join(queued.plan.reused) or "nothing"
+        reused = ", ".join([*queued.plan.reused, *(
+            f"{len(done)} ended item{'s' if len(done) != 1 else ''} of {node}"
+            for node, done in queued.plan.items.items())]) or "nothing"
         click.echo(f"wfrun: rerun of {run_id} from node {queued.plan.from_node} (reused: "
                    f"{reused}{'; forced' if queued.plan.forced else ''})", err=True)
     _finish(outcome, as_json, ws, frozenset(progress.shown))

@@ -98,8 +98,10 @@ def run_view(view: dict[str, Any]) -> None:
     if view.get("rerun_of"):
         forced = f"; forced (changed: {', '.join(rerun.get('changed_nodes') or [])})" \
             if rerun.get("forced") else ""
+        items = "".join(f"; reused {len(done)} ended item{'s' if len(done) != 1 else ''} "
+                        f"of {node}" for node, done in (rerun.get("reused_items") or {}).items())
         console.print(f"  rerun of {escape(str(view['rerun_of']))} from node "
-                      f"{escape(str(rerun.get('from')))}{escape(forced)}")
+                      f"{escape(str(rerun.get('from')))}{escape(items)}{escape(forced)}")
     if view.get("rerun_by"):
         console.print(f"  rerun by {escape(', '.join(view['rerun_by']))}")
     if view.get("continued_by"):

@@ -410,7 +410,8 @@ FAIL = KindDef(
     {"anyOf": [TEMPLATE, obj(
         {"message": TEMPLATE, "code": {"type": "string", "pattern": FAIL_CODE_RE.pattern}},
         ("message",), "Ends the run failed on purpose (exit 1) with this message and code.")]},
-    FAIL_KEYS, _fail_row, ends="fail", retries=False)
+    FAIL_KEYS, _fail_row, ends="fail", retries=False,
+    retry_fix="remove `retry:`: a fail node fails on purpose, and again the same way")
 # Made by the include flattening (graph.py), never written in a file.
 INCLUDE_ENTRY = KindDef("include_entry", "Entering an included workflow.", "↘", {})
 INCLUDE_EXIT = KindDef("include_exit", "Leaving an included workflow by a named exit.", "↗", {})

@@ -253,7 +253,12 @@ def _schemas() -> tuple[dict[str, Any], dict[str, Any]]:
 
 _PARALLEL_SCHEMA, _MAP_SCHEMA = _schemas()
 PARALLEL = KindDef("parallel", "Named branches run at once (fail_fast by default).", "⫴",
-                   _PARALLEL_SCHEMA, PARALLEL_KEYS, parse_parallel)
+                   _PARALLEL_SCHEMA, PARALLEL_KEYS, parse_parallel, retries=False,
+                   retry_fix="put `retry:` on each branch that may fail: branches: {NAME: "
+                   "{action: ..., retry: {attempts: 3}}} (ADR 0008: a branch is retried "
+                   "alone)")
 MAP = KindDef("map", "One body per item of a list, max_concurrency at once.", "≡",
-              _MAP_SCHEMA, MAP_KEYS, parse_map)
+              _MAP_SCHEMA, MAP_KEYS, parse_map, retries=False,
+              retry_fix="put `retry:` on the body: do: {action: ..., retry: {attempts: 3}} "
+              "(ADR 0008: each item is retried alone)")
 FANOUT_KINDS: tuple[KindDef, ...] = (PARALLEL, MAP)

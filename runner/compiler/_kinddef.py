@@ -78,6 +78,10 @@ class KindDef:
     # `fail` ends it failed on purpose (any end). Either may end an included workflow.
     ends: Literal["wait", "fail"] | None = None
     retries: bool = True  # `retry:` applies (failing on purpose again fails the same way)
+    # Where `retry:` goes instead, when it does not apply: a node that writes one gets a
+    # `misplaced-retry` diagnostic with this as its fix (a silently ignored retry would
+    # let a user believe a flaky step is covered).
+    retry_fix: str = "remove `retry:`"
     # It may change the world outside the run and offers nothing to observe afterwards:
     # an interrupted controller child does not run it again (engine.py, seed 004).
     effects: bool = False

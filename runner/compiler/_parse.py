@@ -302,7 +302,10 @@ def _node(c: Checker, node_id: str, spec: Any, kp: KeyPath, default_timeout: flo
     if parsed is None:
         return None
     if not row.retries:
-        retry = Retry()  # failing on purpose again would fail the same way
+        if "retry" in m:
+            c.sink.error("misplaced-retry", f"`retry:` does not apply to a {kind} node",
+                         (*kp, "retry"), at_key=True, hint=row.retry_fix)
+        retry = Retry()  # `defaults.retry` does not reach it either
     return RawNode(node_id, row.node_kind, parsed.spec, timeout, retry, description, kp,
                    parsed.choice_targets, cache)
 

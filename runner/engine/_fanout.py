@@ -86,16 +86,26 @@ def run_fanout(ctx: NodeContext, port: FanoutPort) -> NodeResult:
     if isinstance(plan, NodeResult):
         return plan
     n = len(plan.bodies)
+    reused = port.reused(ctx.node.id, ctx.visit)
+    labels = set(plan.labels)
+    if reused is not None:  # a rerun: the items that ended ok before do not run again
+        reused = (reused[0], {k: v for k, v in reused[1].items() if k in labels})
+    runs = n - (len(reused[1]) if reused is not None else 0)
     # `max_steps` counts each item: a node that cannot run them all does not start any.
     left = port.steps_left()
-    if not ctx.resuming and n > left:
-        return _failed("max_steps", f"node '{ctx.node.id}' would run {n} items with "
+    if not ctx.resuming and runs > left:
+        return _failed("max_steps", f"node '{ctx.node.id}' would run {runs} items with "
                        f"{left} of the run's max_steps left; raise max_steps")
     shared = shareable(ctx, plan)
+    if reused is not None:
+        # A rerun's reused items are written ended before the node is shared (opening
+        # is idempotent): no host can claim one while it is still pending.
+        port.items.open(ctx.node.id, ctx.visit, n)
+        _seed(port, ctx, plan, reused[1])
     port.items.open(ctx.node.id, ctx.visit, n, share=plan.limit if shared else None,
                     fail_fast=plan.fail_fast)
     port.crash("after_items_opened")
-    run = _Fanout(ctx, port, plan, shared)
+    run = _Fanout(ctx, port, plan, shared, reused)
     try:
         stopped = run.drive()
     except BaseException:
@@ -106,6 +116,16 @@ def run_fanout(ctx: NodeContext, port: FanoutPort) -> NodeResult:
     if stopped is not None:
         return stopped
     return run.result(n)
+
+
+def _seed(port: FanoutPort, ctx: NodeContext, plan: _Plan, reused: dict[str, Any]) -> None:
+    """Write a rerun's reused items ended ok before any item is claimed (a crash before
+    this leaves them pending, and the resume seeds them again: only pending rows are)."""
+    ends = [ItemEnd(r.index, "ok", reused[plan.labels[r.index]])
+            for r in port.items.items(ctx.node.id, ctx.visit)
+            if r.state == "pending" and plan.labels[r.index] in reused]
+    for i in range(0, len(ends), PURE_BATCH):
+        port.items.settle(ctx.node.id, ctx.visit, ends[i:i + PURE_BATCH], claimed=False)
 
 
 def shareable(ctx: NodeContext, plan: _Plan) -> bool:
@@ -199,8 +219,10 @@ class _Turns:
 
 class _Fanout:
     def __init__(self, ctx: NodeContext, port: FanoutPort, plan: _Plan,
-                 shared: bool = False) -> None:
+                 shared: bool = False,
+                 reused: tuple[str, dict[str, Any]] | None = None) -> None:
         self.ctx, self.port, self.plan, self.shared = ctx, port, plan, shared
+        self.reused = reused
         self.node, self.visit, self.deadline = ctx.node, ctx.visit, ctx.deadline
         self.ledger = port.items
         self.done: queue.Queue[tuple[int, ItemEnd | BaseException | None]] = queue.Queue()
@@ -467,8 +489,13 @@ class _Fanout:
     def result(self, n: int) -> NodeResult:
         self._host_logs()
         records = self.ledger.items(self.node.id, self.visit)
-        summary = [{"outcome": r.state, "error": r.error, "starts": r.starts}
-                   for r in records]
+        summary: list[dict[str, Any]] = [{"outcome": r.state, "error": r.error,
+                                          "starts": r.starts} for r in records]
+        if self.reused is not None:  # a rerun's reused items: no start of this run
+            of, carried = self.reused
+            for r, row in zip(records, summary, strict=True):
+                if r.state == "ok" and self.plan.labels[r.index] in carried:
+                    row.update(starts=0, reused_from=of)
         outputs = [self.port.live(r.output) if r.state == "ok" else None for r in records]
         if isinstance(self.node.spec, ParallelSpec):
             output: Any = dict(zip(self.plan.labels, outputs, strict=True))
@@ -477,7 +504,7 @@ class _Fanout:
         else:
             output = outputs
             extra = {"items": summary}
-        extra["item_steps"] = sum(r.starts for r in records)
+        extra["item_steps"] = sum(row["starts"] for row in summary)
         bad = [r for r in records if r.state != "ok"]
         if not bad:
             return NodeResult("ok", output, extra=extra)

@@ -10,7 +10,10 @@ The parent's trace has one writer, so nothing is written to it here: the item's
 output and error reach the parent through its row, its logs (`node_log` payloads,
 masked and bounded) through the store's `fanout_logs` in the same transaction, and
 the parent records them under `NODE[i]` when its node ends. The live log of a
-running item is a private temporary file on this host.
+running item (not a record: a follower's view) goes where the run's own live logs
+go on this host, `logs/NODE[i].<attempt>.<stream>` beside its bundle, so `wfrun logs
+RUN NODE[i] --follow` on this host streams it whichever process runs the item; a
+private temporary folder when that cannot be made.
 """
 
 from __future__ import annotations
@@ -22,12 +25,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from runner._private import private_dirs
 from runner._safety import bound, mask_values, redact
 from runner.compiler import Node, WorkflowDefinition
 from runner.compiler._budget import Scope
 from runner.compiler._budget import scoped as scoped_budget
 from runner.compiler._templates import TemplateError, TemplateStopped
 
+from ._bundle import LOGS
 from ._control import RunControl
 from ._engine import Engine
 from ._fanout import _Plan, _plan, run_body
@@ -63,7 +68,7 @@ class _Recorder:
 
     def live(self, extra: tuple[str, ...], cap_chars: int) -> LiveLog:
         values = mask_values([*self._host.driver.secrets.masked, *extra])
-        return LiveLog(Path(self._host.scratch), self._node, self._attempt, values,
+        return LiveLog(self._host.live, self._node, self._attempt, values,
                        cap_bytes=LOG_CAP, cap_chars=cap_chars)
 
     def publish(self, kind: str, key: str, data: Any) -> None:
@@ -82,10 +87,11 @@ class ItemHost:
     items here (`FanoutPort` for `run_body`)."""
 
     def __init__(self, driver: RunDriver, node: Node, visit: int, plan: _Plan,
-                 count: int) -> None:
+                 count: int, live: Path | None = None) -> None:
         self.driver, self.node, self.visit, self.plan = driver, node, visit, plan
         self.count = count
         self.scratch = tempfile.mkdtemp(prefix="wfrun-items-")  # 0700
+        self.live = live or Path(self.scratch)  # where items' live logs go
         self.lock = threading.Lock()
         self.ctx = driver.node_context(node, "", None)
         self.index_of = {f"{node.id}[{label}]": i for i, label in enumerate(plan.labels)}
@@ -161,4 +167,18 @@ def open_item_host(engine: Engine, run_id: str, node_id: str, visit: int, count:
         return f"run {run_id}: {exc}"
     if isinstance(plan, NodeResult) or len(plan.bodies) != count:
         return f"run {run_id}: {node_id} does not yield its {count} items here"
-    return ItemHost(driver, node, visit, plan, count)
+    return ItemHost(driver, node, visit, plan, count, _live_folder(engine, run_id))
+
+
+def _live_folder(engine: Engine, run_id: str) -> Path | None:
+    """The run's live-log folder on this host (`RunReader.live_log` reads there), made
+    0700 if need be; None when it cannot be (the item's logs then stay private)."""
+    runs_dir = engine.space.runs_dir
+    if not runs_dir.is_dir():
+        return None
+    folder = runs_dir / run_id / LOGS
+    try:
+        private_dirs(folder)
+    except OSError:
+        return None
+    return folder

@@ -90,6 +90,11 @@ class FanoutPort(Protocol):
         """A `workflow:` body: the linked child run `run_id`, to its end."""
         ...
 
+    def reused(self, node: str, visit: int) -> tuple[str, dict[str, Any]] | None:
+        """A rerun's fan-out from node, on its first visit: the run it reran and the
+        outputs of the items that ended ok there, by label (engine/_rerun.py)."""
+        ...
+
 
 @dataclass(frozen=True)
 class NodeContext:

@@ -17,6 +17,7 @@ live logs of attempts running on this host).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -164,6 +165,30 @@ class RunReader:
         except OSError as exc:
             raise OperationFailed(f"cannot read the live log of node '{node}' of run "
                                   f"'{run_id}': {exc.strerror}") from None
+
+    def live_attempts(self, run_id: str, node: str) -> list[tuple[str, str, int]]:
+        """(node, attempt, turn) of each live log of fan-out `node`'s items (`NODE[i]`)
+        present now: an item's attempt is in no event until it ends, so a follower finds
+        it by its file."""
+        self._existing(run_id)
+        prefix = live_log_name(node, "", "stdout").removesuffix("..stdout") + "["
+        try:
+            names = os.listdir(self.runs_dir / run_id / LOGS)
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise OperationFailed(f"cannot list the live logs of run '{run_id}': "
+                                  f"{exc.strerror}") from None
+        found = set()
+        for name in names:
+            stem, _, stream = name.rpartition(".")
+            item, sep, rest = stem.partition("].")
+            if not name.startswith(prefix) or stream not in ("stdout", "stderr") or not sep:
+                continue
+            attempt, _, turn = rest.partition("-")
+            if attempt and "." not in attempt and (not turn or turn.isdigit()):
+                found.add((f"{node}[{item[len(prefix):]}]", attempt, int(turn or 0)))
+        return sorted(found)
 
     # -- listing ----------------------------------------------------------------------
     def list_ids(self) -> list[str]:

@@ -12,6 +12,12 @@ else the node a cancel interrupted. `--set NODE=JSON` replaces one reused node's
 output, checked against that node's output schema. A definition whose digest
 changed since the old run is refused, naming the nodes that differ, unless forced;
 the new run records either way.
+
+A fan-out node (`map`, `parallel`) rerun from reuses the items that ended ok in the
+old run (pgflow#658): their outputs are carried (`reused_items` in `run_started`) and
+their rows are written ended when the node opens them, so only the others run. That
+holds only while the items would see what they saw: the node's definition unchanged,
+the same input and no `--set` (a map's list and every body template read only those).
 """
 
 from __future__ import annotations
@@ -19,10 +25,12 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from runner._canonical import canonical_json
 from runner.compiler import WorkflowDefinition
+from runner.compiler._fanout import FANOUT_KINDS
 from runner.compiler._jsonschemas import validation_errors
 from runner.errors import InputError
 
@@ -30,7 +38,8 @@ from ._reader import RunReader
 from ._state import TERMINAL, RunState
 
 #: What a rerun's `run_started` records under `rerun` (and `wfrun show` shows).
-RERUN_FIELDS = ("of", "from", "reused", "set", "forced", "changed_nodes")
+RERUN_FIELDS = ("of", "from", "reused", "set", "forced", "changed_nodes", "reused_items")
+_FANOUT = frozenset(k.name for k in FANOUT_KINDS)
 
 
 @dataclass(frozen=True)
@@ -45,12 +54,27 @@ class RerunPlan:
     replaced: tuple[str, ...] = ()  # nodes whose output `--set` replaced
     workflow_ref: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # A fan-out from node: the outputs of its items that ended ok, by label (a map's
+    # index as text, a branch's name).
+    items: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def record(self) -> dict[str, Any]:
         """The `rerun` entry of the new run's `run_started`."""
         return {"of": self.rerun_of, "from": self.from_node, "reused": list(self.reused),
                 "set": list(self.replaced), "forced": self.forced,
-                "changed_nodes": list(self.changed_nodes)}
+                "changed_nodes": list(self.changed_nodes),
+                "reused_items": {n: list(v) for n, v in self.items.items()}}
+
+    def for_input(self, value: Any) -> RerunPlan:
+        """The plan for a rerun given `value` as input: a new input, or a replaced
+        output, may change what the fan-out items see, so none is reused then."""
+        if not self.items:
+            return self
+        try:
+            same = canonical_json(value) == canonical_json(self.input)
+        except ValueError:
+            same = False
+        return self if same and not self.replaced else replace(self, items={})
 
 
 def changed_nodes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
@@ -151,13 +175,41 @@ def plan(reader: RunReader, run_id: str, definition: WorkflowDefinition, *,
         results[name]["output"] = value
         results[name]["set"] = True
         replaced.append(name)
+    items = {} if node in changed or definition.nodes[node].kind not in _FANOUT else \
+        _ended_items(reader, run_id, events[cut:], node)
     carried = {"outputs": outputs, "results": results, "steps": before.steps,
                "scope_inputs": reader.live(run_id, copy.deepcopy(before.scope_inputs))}
     return RerunPlan(rerun_of=run_id, from_node=node, reused=reused, carried=carried,
                      input=reader.live(run_id, state.input),
                      changed_nodes=tuple(changed), forced=bool(force and changed),
                      replaced=tuple(replaced),
-                     workflow_ref=str(manifest.get("workflow_ref") or definition.name))
+                     workflow_ref=str(manifest.get("workflow_ref") or definition.name),
+                     items={node: items} if items else {})
+
+
+def _ended_items(reader: RunReader, run_id: str, events: list[dict[str, Any]],
+                 node: str) -> dict[str, Any]:
+    """The items of fan-out `node`'s first visit from the cut that ended ok, by label,
+    with their outputs (the node's final end records both: `items` or `branches`
+    beside `output`, kept on a failure too)."""
+    for event in events:
+        p = event.get("payload") or {}
+        if event.get("node") != node or p.get("will_retry") \
+                or event.get("type") not in ("node_finished", "node_failed"):
+            continue
+        outputs, items, branches = p.get("output"), p.get("items"), p.get("branches")
+        if isinstance(items, list) and isinstance(outputs, list):
+            pairs = [(str(i), s, outputs[i] if i < len(outputs) else None)
+                     for i, s in enumerate(items)]
+        elif isinstance(branches, dict) and isinstance(outputs, dict):
+            pairs = [(str(k), s, outputs.get(k)) for k, s in branches.items()]
+        else:
+            return {}
+        ok = {label: out for label, s, out in pairs
+              if isinstance(s, dict) and s.get("outcome") == "ok"}
+        live: dict[str, Any] = reader.live(run_id, copy.deepcopy(ok))
+        return live
+    return {}  # the node never ended (a killed run): nothing is known to have ended ok
 
 
 def _check_override(run_id: str, definition: WorkflowDefinition, name: str, value: Any,

@@ -471,7 +471,8 @@ class RunDriver:
             start_mono = self.clock.monotonic()
             deadline = start_mono + node.timeout if node.timeout is not None else None
             self.emit("node_started", {"kind": node.kind, "scope": node.scope, "retry": k,
-                                       "counts_step": not resumed, "resumed": resumed},
+                                       "counts_step": not resumed, "resumed": resumed,
+                                       **_branch_order(node)},
                       node=node.id, attempt=attempt)
             with self.template_scope(deadline):
                 cached = None
@@ -599,6 +600,13 @@ class RunDriver:
 
 
 
+def _branch_order(node: Node) -> dict[str, Any]:
+    """A parallel node's branch names in item order (the snapshot sorts them): views
+    name a running branch's row by it."""
+    branches = getattr(node.spec, "branches", None) if node.kind == "parallel" else None
+    return {"branches": [name for name, _ in branches]} if branches else {}
+
+
 class _Fanout:
     """`FanoutPort`: what a fan-out node has of its run. Its items record through the
     driver one at a time (`lock`: the trace has one writer)."""
@@ -652,6 +660,11 @@ class _Fanout:
         if outcome not in ("ok", "failed", "timed_out", "cancelled", "parked"):
             outcome = "failed"
         return NodeResult(outcome, output, error)  # type: ignore[arg-type]
+
+    def reused(self, node: str, visit: int) -> tuple[str, dict[str, Any]] | None:
+        st = self._driver.state
+        items = st.reused_items.get(node) if visit == 1 else None
+        return (str((st.rerun or {}).get("of")), items) if items else None
 
 
 class _StepRecorder:

@@ -55,6 +55,8 @@ class RunState:
     # A rerun (engine/_rerun.py): the node it executes first, and what it reran.
     start_at: str | None = None
     rerun: dict[str, Any] | None = None
+    # A rerun's fan-out from node: the old run's items that ended ok (label -> output).
+    reused_items: dict[str, dict[str, Any]] = field(default_factory=dict)
     continued_at: str | None = None
     # How many times `current_node` started without ending and without a clean park
     # (`run_parked`): a start after such a start of the same node means the process
@@ -83,6 +85,7 @@ class RunState:
             self.scope_inputs = copy.deepcopy(carried.get("scope_inputs", {}))
             self.start_at = p.get("start_at")
             self.rerun = p.get("rerun")
+            self.reused_items = copy.deepcopy(p.get("reused_items") or {})
             # A continuation begins after its parent's checkpoint (`wfrun answer`).
             self.continued_at = p.get("checkpoint") if p.get("continued_from") else None
         elif kind == "node_started":

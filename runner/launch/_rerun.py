@@ -97,6 +97,7 @@ def queue_rerun(co: RerunSite, request: RerunRequest, *,
     rerun = plan(co.reader, request.run_id, definition, from_node=request.from_node,
                  overrides=request.set, force=request.force)
     value = rerun.input if request.input is None else request.input
+    rerun = rerun.for_input(value)
     if request.input is None and isinstance(value, dict):
         hidden = [f for f in write_only_fields(definition) if f in value]
         if hidden:
@@ -127,8 +128,12 @@ def create_rerun(reader: RunReader, engine: Engine, record: LaunchRecord,
     options = rerun_options(record)
     assert options is not None
     rerun = plan(reader, str(options["of"]), definition, from_node=str(options["from"]),
-                 overrides=options.get("set") or {}, force=bool(options.get("force")))
+                 overrides=options.get("set") or {},
+                 force=bool(options.get("force"))).for_input(value)
+    extra: dict[str, Any] = {"rerun": rerun.record(), "start_at": rerun.from_node}
+    if rerun.items:
+        extra["reused_items"] = rerun.items
     _, driver = engine.create(definition, value, workflow_ref=record.workflow_ref,
                               run_id=record.run_id, control=control, carried=rerun.carried,
-                              extra={"rerun": rerun.record(), "start_at": rerun.from_node})
+                              extra=extra)
     return driver

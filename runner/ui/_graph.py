@@ -11,8 +11,13 @@ definition snapshot, so the page loads no graph library and works offline:
    workflows have;
 4. forward edges are straight lines, back edges arcs on the right side.
 
-Every piece of user text (node ids, switch cases) is XML-escaped; node state is a
-`data-state` attribute the page's script changes live, never markup.
+A `parallel` node draws its branches and a `map` its body as rows inside its box,
+with a bar of its items' progress (done, running, failed of N) under them; each
+branch row has its own `data-state`, and the bar's counts are filled the same way
+(server-side from `items`, live by the page's script).
+
+Every piece of user text (node ids, switch cases, branch names) is XML-escaped; node
+state is a `data-state` attribute the page's script changes live, never markup.
 """
 
 from __future__ import annotations
@@ -30,6 +35,12 @@ GAP_X = 36
 GAP_Y = 64
 MARGIN = 24
 LABEL_CHARS = 22  # longer ids are cut in the box; the full id is in the <title>
+BODY_H = 20  # a branch's (a map body's) row inside a fan-out node's box
+BAR_H = 22  # the items' progress bar and its counts
+BODY_CHARS = 26
+#: The item states the bar shows, in its order (left to right), and what each counts.
+BAR_PARTS = (("ok", ("ok",)), ("failed", ("failed", "timed_out")),
+             ("cancelled", ("cancelled",)), ("running", ("running",)))
 
 
 @dataclass(frozen=True)
@@ -40,12 +51,25 @@ class GraphEdge:
 
 
 @dataclass(frozen=True)
+class Body:
+    """A parallel node's branch or a map's body, as the graph labels it."""
+
+    branch: str | None  # the branch name; None for a map's body
+    label: str  # "security: ƒ compute", "each file: $ action", "style: workflow review"
+
+
+@dataclass(frozen=True)
 class Placed:
     node: str
     kind: str
     layer: int
     x: int
     y: int
+    bodies: tuple[Body, ...] = ()
+
+    @property
+    def h(self) -> int:
+        return NODE_H + (len(self.bodies) * BODY_H + BAR_H if self.bodies else 0)
 
 
 @dataclass(frozen=True)
@@ -83,6 +107,26 @@ def _node_kind(spec: Any) -> str:
             if name in spec:
                 return name
     return "node"
+
+
+def _body_label(body: Any) -> str:
+    if not isinstance(body, dict):
+        return "?"
+    if "workflow" in body:
+        return f"workflow {body.get('workflow')}"
+    kind = str(body.get("kind") or _node_kind(body))
+    return f"{kind_icon(kind)} {kind}"
+
+
+def bodies_of(spec: Any) -> tuple[Body, ...]:
+    """A fan-out node's branches (in the snapshot's order: by name) or map body."""
+    if not isinstance(spec, dict) or spec.get("kind") not in ("map", "parallel"):
+        return ()
+    inner = spec.get("spec") or {}
+    if spec.get("kind") == "map":
+        return (Body(None, f"each {inner.get('as') or 'item'}: {_body_label(inner.get('do'))}"),)
+    branches = inner.get("branches") or {}
+    return tuple(Body(str(name), f"{name}: {_body_label(b)}") for name, b in branches.items())
 
 
 def layout(snapshot: dict[str, Any]) -> Layout:
@@ -159,14 +203,23 @@ def layout(snapshot: dict[str, Any]) -> Layout:
 
     widest = max((len(r) for r in layers.values()), default=1)
     width = MARGIN * 2 + widest * NODE_W + (widest - 1) * GAP_X + 40  # room for back arcs
-    height = MARGIN * 2 + len(layers) * NODE_H + max(len(layers) - 1, 0) * GAP_Y
+    bodies = {n: bodies_of(nodes_spec.get(n)) for n in ids}
+    # A layer is as tall as its tallest box (a fan-out node's grows with its branches).
+    tall = {d: max(Placed(n, "", d, 0, 0, bodies[n]).h for n in row)
+            for d, row in layers.items()}
+    top: dict[int, int] = {}
+    y = MARGIN
+    for depth in sorted(layers):
+        top[depth] = y
+        y += tall[depth] + GAP_Y
+    height = y - GAP_Y + MARGIN if layers else MARGIN * 2
     placed: dict[str, Placed] = {}
     for depth, row in layers.items():
         row_w = len(row) * NODE_W + (len(row) - 1) * GAP_X
         left = MARGIN + ((widest * NODE_W + (widest - 1) * GAP_X) - row_w) // 2
         for i, n in enumerate(row):
             placed[n] = Placed(n, _node_kind(nodes_spec.get(n)), depth,
-                               left + i * (NODE_W + GAP_X), MARGIN + depth * (NODE_H + GAP_Y))
+                               left + i * (NODE_W + GAP_X), top[depth], bodies[n])
     return Layout(placed, edges, frozenset(back), width, height)
 
 
@@ -174,9 +227,64 @@ def _short(text: str) -> str:
     return text if len(text) <= LABEL_CHARS else text[:LABEL_CHARS - 1] + "…"
 
 
-def render_svg(graph: Layout, states: dict[str, str] | None = None) -> str:
-    """The graph as an inline <svg>; `states` gives each node's initial `data-state`."""
+def _short_body(text: str) -> str:
+    return text if len(text) <= BODY_CHARS else text[:BODY_CHARS - 1] + "…"
+
+
+def items_text(counts: dict[str, int]) -> str:
+    """`2 ok · 1 running · 1 failed of 4`: a fan-out node's items (the page's script
+    writes the same words)."""
+    total = int(counts.get("total") or 0)
+    words = [f"{n} {name}" for name, keys in BAR_PARTS
+             if (n := sum(int(counts.get(k) or 0) for k in keys))
+             or name in ("ok", "running", "failed")]
+    return f"{' · '.join(words)} of {total}"
+
+
+def _fanout_parts(p: Placed, branch_states: dict[str, str],
+                  counts: dict[str, int] | None) -> list[str]:
+    """The rows of a fan-out node's branches (or map body) and its items' bar, drawn
+    over its box in a group of their own (the box's CSS colours only the box)."""
+    node = escape(p.node)
+    out = [f'<g class="fanout" data-node="{node}">']
+    for i, body in enumerate(p.bodies):
+        y = p.y + NODE_H + i * BODY_H
+        branch = f' data-branch="{escape(body.branch)}"' if body.branch is not None else ""
+        state = branch_states.get(body.branch or "", "pending")
+        out.append(f'<g class="body"{branch} data-state="{escape(state)}">'
+                   f'<title>{escape(body.label)}</title>'
+                   f'<rect x="{p.x + 8}" y="{y}" width="{NODE_W - 16}" height="{BODY_H - 4}" '
+                   f'rx="4"/><text x="{p.x + 14}" y="{y + 12}">'
+                   f'{escape(_short_body(body.label))}</text></g>')
+    y = p.y + NODE_H + len(p.bodies) * BODY_H
+    counts = counts or {}
+    total = int(counts.get("total") or 0)
+    width = NODE_W - 16
+    out.append(f'<g class="items" data-total="{total}">'
+               f'<rect class="items-track" x="{p.x + 8}" y="{y}" width="{width}" height="5" '
+               'rx="2"/>')
+    x = p.x + 8
+    for name, keys in BAR_PARTS:
+        n = sum(int(counts.get(k) or 0) for k in keys)
+        w = round(width * n / total) if total else 0
+        out.append(f'<rect class="items-{name}" data-part="{name}" x="{x}" y="{y}" '
+                   f'width="{w}" height="5"/>')
+        x += w
+    text = items_text(counts) if total else ""
+    out.append(f'<text class="items-text" x="{p.x + NODE_W // 2}" y="{y + 16}">'
+               f'{escape(text)}</text></g></g>')
+    return out
+
+
+def render_svg(graph: Layout, states: dict[str, str] | None = None, *,
+               items: dict[str, dict[str, int]] | None = None,
+               branches: dict[str, dict[str, str]] | None = None) -> str:
+    """The graph as an inline <svg>; `states` gives each node's initial `data-state`,
+    `items` a fan-out node's item counts by state (with `total`), `branches` its
+    branches' states."""
     states = states or {}
+    items = items or {}
+    branches = branches or {}
     parts = [f'<svg class="graph" xmlns="http://www.w3.org/2000/svg" role="img" '
              f'aria-label="workflow graph" width="{graph.width}" height="{graph.height}" '
              f'viewBox="0 0 {graph.width} {graph.height}">',
@@ -188,13 +296,13 @@ def render_svg(graph: Layout, states: dict[str, str] | None = None) -> str:
         is_back = (e.source, e.target) in graph.back or a.layer >= b.layer
         if is_back:
             # Leave the right side of the source, loop round, enter the target's right side.
-            x1, y1 = a.x + NODE_W, a.y + NODE_H // 2
-            x2, y2 = b.x + NODE_W, b.y + NODE_H // 2
+            x1, y1 = a.x + NODE_W, a.y + a.h // 2
+            x2, y2 = b.x + NODE_W, b.y + b.h // 2
             bend = max(x1, x2) + 28 + 6 * abs(a.layer - b.layer)
             path = f"M{x1},{y1} C{bend},{y1} {bend},{y2} {x2},{y2}"
             lx, ly = bend - 4, (y1 + y2) // 2
         else:
-            x1, y1 = a.x + NODE_W // 2, a.y + NODE_H
+            x1, y1 = a.x + NODE_W // 2, a.y + a.h
             x2, y2 = b.x + NODE_W // 2, b.y
             path = f"M{x1},{y1} L{x2},{y2}"
             lx, ly = (x1 + x2) // 2 + 4, (y1 + y2) // 2
@@ -209,11 +317,13 @@ def render_svg(graph: Layout, states: dict[str, str] | None = None) -> str:
         parts.append(
             f'<g class="node" data-node="{escape(p.node)}" data-kind="{escape(p.kind)}" '
             f'data-state="{escape(state)}"><title>{escape(p.node)} ({escape(p.kind)})</title>'
-            f'<rect x="{p.x}" y="{p.y}" width="{NODE_W}" height="{NODE_H}" rx="7"/>'
+            f'<rect x="{p.x}" y="{p.y}" width="{NODE_W}" height="{p.h}" rx="7"/>'
             f'<text x="{p.x + NODE_W // 2}" y="{p.y + 16}" class="node-id">'
             f'{escape(_short(p.node))}</text>'
             f'<text x="{p.x + NODE_W // 2}" y="{p.y + 31}" class="node-kind">'
             f'{escape(kind_icon(p.kind))} {escape(p.kind)} · '
             f'<tspan class="node-state">{escape(state)}</tspan></text></g>')
+        if p.bodies:
+            parts.extend(_fanout_parts(p, branches.get(p.node) or {}, items.get(p.node)))
     parts.append("</svg>")
     return "".join(parts)

@@ -21,6 +21,7 @@ from runner.host.runtime._runstate import ENDED_STATES, run_state
 from runner.store import LaunchBook
 
 from ._data import Site, launch_of
+from ._fanoutview import live_items, running_fanout
 from ._runview import run_live
 
 #: How often the trace's length is checked: well inside the 200 ms update goal.
@@ -75,20 +76,28 @@ async def run_events(site: Site, run_id: str, *,
     launch_status: str | None = None
     first = True
     shown: str | None = None  # the launch status the last view was made with
+    items_shown: tuple[Any, ...] = ()  # the fan-out items the last view was made with
     while True:
         fresh = tail.poll()
         record = None
+        fanout = None
         if tail.snapshot is not None and not fresh and not first and polls % LAUNCH_POLLS == 0:
             # No new events, but the launch may have moved (parked, resumed): its state is
-            # part of the run's (run_state), so a change repaints too.
+            # part of the run's (run_state), so a change repaints too. So may a running
+            # map's items: their rows change in the store, the trace only at the node's end.
             record = launch_of(site, run_id)
-            fresh = (record.status if record is not None else None) != shown
+            fanout = live_items(site.store(), run_id, running_fanout(tail.events))
+            fresh = (record.status if record is not None else None) != shown \
+                or fanout.key() != items_shown
         if tail.snapshot is not None and (fresh or first):
             first = False
             record = record or launch_of(site, run_id)
             shown = record.status if record is not None else None
+            if fanout is None:
+                fanout = live_items(site.store(), run_id, running_fanout(tail.events))
+            items_shown = fanout.key()
             view = run_live(run_id, tail.events, tail.snapshot, site.secrets, launch=record,
-                            continued_by=tail.reader.continued_by(run_id))
+                            continued_by=tail.reader.continued_by(run_id), fanout=fanout)
             view = tail.reader.live(run_id, view)  # long strings back from artifacts/
             yield sse("run", view)
             if view["status"] in ENDED:

@@ -15,6 +15,8 @@ from runner.engine import RunState, fold, fold_attempts
 from runner.host.runtime._runstate import run_state
 from runner.host.runtime._views import progress_bars
 
+from ._fanoutview import LiveItems, fanout_view
+
 if TYPE_CHECKING:
     from runner.store import LaunchRecord
 
@@ -135,10 +137,12 @@ def node_logs(events: list[dict[str, Any]]) -> dict[str, list[str]]:
 
 def run_live(run_id: str, events: list[dict[str, Any]], snapshot: dict[str, Any],
              secrets: tuple[str, ...] = (), *, continued_by: str | None = None,
-             launch: LaunchRecord | None = None) -> dict[str, Any]:
-    """The dynamic part of the run page (graph states, timeline, outputs, logs,
-    progress), as JSON for the page's script; its status is `run_state` of the launch
-    row and the folded events, the name every other view gives the run."""
+             launch: LaunchRecord | None = None,
+             fanout: LiveItems | None = None) -> dict[str, Any]:
+    """The dynamic part of the run page (graph states, fan-out items and branches,
+    timeline, outputs, logs, progress), as JSON for the page's script; its status is
+    `run_state` of the launch row and the folded events, the name every other view
+    gives the run. `fanout`: the store's rows of the running fan-out nodes."""
     state = fold(run_id, events)
     folded = state.status if events else "starting"
     if folded == "running" and state.paused:
@@ -158,6 +162,7 @@ def run_live(run_id: str, events: list[dict[str, Any]], snapshot: dict[str, Any]
             nodes[row["node"]] = str(row["outcome"])  # a rerun's reused node: it ran before
     if state.status == "waiting" and state.waiting_on in nodes:
         nodes[str(state.waiting_on)] = "waiting"  # the checkpoint that asks the question
+    items, branches = fanout_view(events, snapshot, fanout)
     view = {
         "run_id": run_id,
         "status": status,
@@ -166,6 +171,8 @@ def run_live(run_id: str, events: list[dict[str, Any]], snapshot: dict[str, Any]
         "waiting_on": state.waiting_on,
         "finished_at": state.finished_at,
         "nodes": nodes,
+        "items": items,
+        "branches": branches,
         "timeline": reused_rows(state) + timeline(events),
         "outputs": state.outputs,
         "final_output": state.final_output,

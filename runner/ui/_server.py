@@ -55,6 +55,7 @@ from ._auth import (
     same,
 )
 from ._data import Site
+from ._fanoutview import live_items, running_fanout
 from ._live import RunTail, run_events
 from ._pages import render
 from ._runview import run_live
@@ -329,7 +330,9 @@ def build_app(site: Site, config: UiConfig | None = None, *,
             tail.poll()
             live = run_live(run_id, tail.events, snapshot, site.secrets,
                             launch=data.launch_of(site, run_id),
-                            continued_by=tail.reader.continued_by(run_id))
+                            continued_by=tail.reader.continued_by(run_id),
+                            fanout=live_items(site.store(), run_id,
+                                              running_fanout(tail.events)))
             view["live"] = tail.reader.live(run_id, live)
         return view
 

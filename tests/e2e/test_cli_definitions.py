@@ -453,3 +453,18 @@ def test_project_flag_on_a_symlink_loop_is_one_line(tmp_path: Path) -> None:
     assert "Traceback" not in res.stderr
     assert res.stderr.strip().count("\n") == 0
     assert "symlink loop" in res.stderr
+
+
+def test_graph_draws_a_fan_out_nodes_branches_and_body_in_every_format() -> None:
+    text = wfrun("graph", str(VALID / "fanout.yaml")).stdout.splitlines()
+    assert "    | each file (max 2 at once, fail_fast): $ action" in text
+    assert "    | branch security: ƒ compute" in text
+    assert "    | branch style: workflow style-review" in text
+    mermaid = wfrun("graph", str(VALID / "fanout.yaml"), "--format", "mermaid").stdout
+    assert '    b0_n_files(["each file (max 2 at once, fail_fast): $ action"])' in mermaid
+    assert "    n_reviews -.- b1_n_reviews" in mermaid.splitlines()
+    assert '    b1_n_reviews(["branch style: workflow style-review"])' in mermaid
+    dot = wfrun("graph", str(VALID / "fanout.yaml"), "--format", "dot").stdout
+    assert ('"reviews[security]" [label="branch security: ƒ compute", shape=box, '
+            'style="rounded,dashed"];') in dot
+    assert '"files" -> "files[each]" [style=dashed, arrowhead=none];' in dot

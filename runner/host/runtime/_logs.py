@@ -10,6 +10,7 @@ process is executing. While an attempt runs, `follow_logs` tails its live log
 from __future__ import annotations
 
 import codecs
+import json
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
@@ -17,13 +18,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 from runner.clock import Clock, SystemClock
+from runner.compiler._fanout import FANOUT_KINDS as _FANOUT_ROWS
 from runner.engine import RunReader, fold, fold_attempts
 from runner.errors import NotFoundError
+from runner.store import Store, StoreError
 
 Stream = Literal["stdout", "stderr"]
 STREAMS: tuple[Stream, ...] = ("stdout", "stderr")
 LOG_EVENT = "node_log"
 SUMMARY_LINES = 10  # `show` prints this many last lines of each stream of a failed node
+FANOUT_KINDS = frozenset(k.name for k in _FANOUT_ROWS)
 
 
 @dataclass(frozen=True)
@@ -123,41 +127,122 @@ def _rest(entry: StepLog, tails: dict[tuple[str, str], _Tail]) -> StepLog:
     return replace(entry, stdout=rest["stdout"], stderr=rest["stderr"])
 
 
-def _running(events: list[dict[str, Any]], run_id: str) -> tuple[str, str, int] | None:
-    """The (node, attempt, turn) running now, if any: turn counts the attempt's logs
-    recorded so far (a command agent logs each turn, and its next one is live)."""
+def _turns(events: list[dict[str, Any]], attempt: str) -> int:
+    return sum(1 for e in events if e.get("type") == LOG_EVENT and e.get("attempt") == attempt)
+
+
+def _running(reader: RunReader, events: list[dict[str, Any]],
+             run_id: str) -> list[tuple[str, str, int]]:
+    """The (node, attempt, turn) running now: turn counts the attempt's logs recorded
+    so far (a command agent logs each turn, and its next one is live). A fan-out node's
+    running items (`NODE[i]`) are in no event until they end: their live logs name
+    them."""
     state = fold(run_id, events) if events else None
     if state is None or state.current_node is None or state.current_attempt is None:
-        return None
+        return []
+    node = state.current_node
+    started = next((e for e in reversed(events) if e.get("type") == "node_started"
+                    and e.get("node") == node), None)
+    if started is not None and (started.get("payload") or {}).get("kind") in FANOUT_KINDS:
+        # A live log whose turn is not the next one is a finished turn's, being removed.
+        return [(item, attempt, turn) for item, attempt, turn in reader.live_attempts(
+                run_id, node) if turn == _turns(events, attempt)]
     attempt = str(state.current_attempt)
-    turn = sum(1 for e in events if e.get("type") == LOG_EVENT and e.get("attempt") == attempt)
-    return state.current_node, attempt, turn
+    return [(node, attempt, _turns(events, attempt))]
 
 
 def running_output(runs: Path | RunReader, run_id: str,
                    node: str | None = None) -> list[LiveText]:
-    """What the attempt running now (of `node`, when given) has printed so far, per
-    stream: its live log, which `run_logs` does not have until the attempt ends."""
+    """What the attempts running now (of `node`, when given: a fan-out node's items
+    too) have printed so far, per stream: their live logs, which `run_logs` does not
+    have until an attempt ends."""
     reader = _reader(runs)
     events = reader.trace(run_id)
-    running = _running(events, run_id)
-    if running is None or node not in (None, running[0]):
-        return []
     out = []
-    for stream in STREAMS:
-        data = reader.live_log(run_id, running[0], running[1], stream, 0, running[2])
-        if data:
-            out.append(LiveText(running[0], running[1], stream,
-                                data.decode("utf-8", errors="replace")))
+    for running in _running(reader, events, run_id):
+        if node is not None and not _addresses(node, running[0]):
+            continue
+        for stream in STREAMS:
+            data = reader.live_log(run_id, running[0], running[1], stream, 0, running[2])
+            if data:
+                out.append(LiveText(running[0], running[1], stream,
+                                    data.decode("utf-8", errors="replace")))
     return out
+
+
+def _item_address(node: str | None) -> tuple[str, str] | None:
+    """`files[3]` -> ("files", "3"); None for a node's own id."""
+    if node is None or not node.endswith("]") or "[" not in node:
+        return None
+    base, _, label = node[:-1].partition("[")
+    return base, label
+
+
+def _node_ended(events: list[dict[str, Any]], node: str) -> bool:
+    """The node ended after its last start (its items with it)."""
+    for event in reversed(events):
+        if event.get("node") != node:
+            continue
+        if event.get("type") in ("node_finished", "node_failed"):
+            return True
+        if event.get("type") == "node_started":
+            return False
+    return False
+
+
+ItemState = Callable[[list[dict[str, Any]], str, str],
+                     tuple[str, list[tuple[str, dict[str, Any]]]] | None]
+
+
+def store_item_state(store: Store, run_id: str) -> ItemState:
+    """`follow_logs`'s `item_state` from the store's item rows: the row of item `label`
+    (a map's index, a parallel branch's name) of the node's latest visit, and the logs
+    another host recorded for it there ((attempt, `node_log` payload) each: the
+    parent's trace gets them only when the node ends)."""
+    from runner.store.domain._fanout import ItemKey
+
+    def state(events: list[dict[str, Any]], node: str,
+              label: str) -> tuple[str, list[tuple[str, dict[str, Any]]]] | None:
+        visit = fold(run_id, events).visits.get(node, 1) if events else 1
+        started = next((e.get("payload") or {} for e in reversed(events)
+                        if e.get("type") == "node_started" and e.get("node") == node), {})
+        names = started.get("branches")
+        if isinstance(names, list):  # a parallel node: rows in branch order
+            index = names.index(label) if label in names else None
+        else:
+            index = int(label) if label.isdigit() else None
+        if index is None:
+            return None
+        key = ItemKey(run_id, node, visit)
+        try:
+            rows = store.fanout.items(key)
+            if index >= len(rows):
+                return None
+            logs = [(log.attempt, json.loads(log.log_json)) for log in store.fanout.logs(key)
+                    if log.index == index] if rows[index].state not in ("pending",
+                                                                        "running") else []
+        except StoreError:
+            return None
+        return rows[index].state, logs
+
+    return state
+
+
+#: An item's state (from the store: `item_state`) as the status `follow_logs` returns.
+ITEM_STATUS = {"ok": "completed", "failed": "failed", "timed_out": "timed_out",
+               "cancelled": "cancelled"}
 
 
 def follow_logs(runs: Path | RunReader, run_id: str, node: str | None,
                 on_log: Callable[[StepLog], None], *, clock: Clock | None = None,
                 poll: float = 0.2, stop: threading.Event | None = None,
-                on_live: Callable[[LiveText], None] | None = None) -> str:
+                on_live: Callable[[LiveText], None] | None = None,
+                item_state: ItemState | None = None) -> str:
     """Call `on_log` for each log as it is recorded until the run stops running (or
     `stop` is set); the run's status then. A node that has not run yet is waited for.
+    A fan-out item (`NODE[3]`) is followed until it ends: `item_state(events, node,
+    label)` says its state (the store's row; None when unknown), else until its node
+    ends; the item's outcome is returned as a run's (ok: `completed`).
 
     With `on_live`, a running attempt's output is passed on as it is printed (its live
     log), and its recorded log then carries only the rest."""
@@ -165,17 +250,38 @@ def follow_logs(runs: Path | RunReader, run_id: str, node: str | None,
     reader = _reader(runs)
     seen = 0
     tails: dict[tuple[str, str], _Tail] = {}
+    item = _item_address(node)
     while True:
         events = reader.trace(run_id)
+        # Read before the logs: an item's log is recorded before its row ends, so a
+        # state read here as ended has its whole log in the trace read next.
+        ended = None
+        held: list[tuple[str, dict[str, Any]]] = []  # an item's logs in the store
+        if item is not None:
+            found = item_state(events, *item) if item_state is not None else None
+            if found is not None and found[0] not in ("pending", "running"):
+                ended, held = found
+                events = reader.trace(run_id)
+            elif found is None and _node_ended(events, item[0]):
+                ended = "ended"
         logs = [e for e in events if e.get("type") == LOG_EVENT]
-        for entry in _entries(reader, run_id, logs[seen:], node):
+        entries = _entries(reader, run_id, logs[seen:], node)
+        if ended is not None and not any(e.get("node") == node for e in logs):
+            # Another host ran the item: its logs are in the store until the node ends.
+            entries += _entries(reader, run_id, [
+                {"type": LOG_EVENT, "node": node, "attempt": attempt, "payload": payload}
+                for attempt, payload in held], node)
+        for entry in entries:
             on_log(_rest(entry, tails))
         seen = len(logs)
         status = fold(run_id, events).status if events else "running"
-        running = _running(events, run_id) if on_live is not None else None
-        if on_live is not None and running is not None and node in (None, running[0]):
-            for stream in STREAMS:
-                _tail_live(reader, run_id, running, stream, tails, on_live)
+        if on_live is not None and ended is None:
+            for running in _running(reader, events, run_id):
+                if node is None or _addresses(node, running[0]):
+                    for stream in STREAMS:
+                        _tail_live(reader, run_id, running, stream, tails, on_live)
+        if ended is not None:
+            return ITEM_STATUS.get(ended, status if status != "running" else "completed")
         if status != "running" or (stop is not None and stop.is_set()):
             if node is not None and status != "running":
                 _check_node(run_id, events, node)

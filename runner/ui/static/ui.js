@@ -161,6 +161,42 @@ function renderGraph(nodes) {
   }
 }
 
+// A map's or parallel's items (done, running, failed of N) and each branch's state,
+// drawn in the SVG the server made (graph.py): the same words as its items_text.
+const BAR_PARTS = [["ok", ["ok"]], ["failed", ["failed", "timed_out"]],
+  ["cancelled", ["cancelled"]], ["running", ["running"]]];
+
+function renderFanout(items, branches) {
+  for (const g of document.querySelectorAll("#graph g.fanout")) {
+    const node = g.dataset.node;
+    const states = Object.prototype.hasOwnProperty.call(branches, node) ? branches[node] : {};
+    for (const row of g.querySelectorAll("g.body[data-branch]")) {
+      const state = Object.prototype.hasOwnProperty.call(states, row.dataset.branch)
+        ? states[row.dataset.branch] : undefined;
+      if (state !== undefined) row.dataset.state = state;
+    }
+    if (!Object.prototype.hasOwnProperty.call(items, node)) continue;
+    const counts = items[node];
+    const total = counts.total || 0;
+    const bar = g.querySelector("g.items");
+    const track = bar.querySelector(".items-track");
+    const width = Number(track.getAttribute("width"));
+    let x = Number(track.getAttribute("x"));
+    const words = [];
+    for (const [name, keys] of BAR_PARTS) {
+      const n = keys.reduce((sum, k) => sum + (counts[k] || 0), 0);
+      const w = total ? Math.round(width * n / total) : 0;
+      const part = bar.querySelector('rect[data-part="' + name + '"]');
+      part.setAttribute("x", String(x));
+      part.setAttribute("width", String(w));
+      x += w;
+      if (n || name === "ok" || name === "running" || name === "failed") words.push(n + " " + name);
+    }
+    bar.dataset.total = String(total);
+    bar.querySelector(".items-text").textContent = total ? words.join(" · ") + " of " + total : "";
+  }
+}
+
 function renderTimeline(rows) {
   const body = document.querySelector("#timeline tbody");
   if (!body) return;
@@ -252,6 +288,7 @@ function render(view) {
   const node = document.getElementById("run-node");
   if (node) node.textContent = view.current_node || "";
   renderGraph(view.nodes || {});
+  renderFanout(view.items || {}, view.branches || {});
   renderTimeline(view.timeline || []);
   renderGantt(view.timeline || []);
   renderError(view.error);

@@ -56,3 +56,44 @@ def test_every_piece_of_user_text_is_escaped_and_states_are_attributes() -> None
     assert nodes == {evil: "failed", "b": "pending"}
     labels = [t.text for t in svg.iter(f"{SVG}text") if t.get("class") == "edge-label"]
     assert labels == ['<img onerror="x">']
+
+
+def _fanout_snapshot() -> dict[str, Any]:
+    action = {"kind": "action", "spec": {"shell": ["echo"]}}
+    return {"start": "reviews", "edges": [{"from": "reviews", "to": "files"}], "nodes": {
+        "reviews": {"kind": "parallel", "spec": {"branches": {
+            "style": action, "<b>x</b>": {"workflow": "deep-review", "input": {}}}}},
+        "files": {"kind": "map", "spec": {"over": "{{ [1] }}", "as": "file", "do": action}}}}
+
+
+def test_a_fan_out_node_draws_its_branches_or_body_and_its_items_progress() -> None:
+    graph = layout(_fanout_snapshot())
+    reviews, files = graph.nodes["reviews"], graph.nodes["files"]
+    assert [b.label for b in reviews.bodies] == ["style: $ action",
+                                                 "<b>x</b>: workflow deep-review"]
+    assert [b.label for b in files.bodies] == ["each file: $ action"]
+    # The box grows with its rows, and the next layer starts below it.
+    assert reviews.h > files.h > NODE_H
+    assert files.y == reviews.y + reviews.h + GAP_Y
+    svg = ET.fromstring(render_svg(
+        graph, {"reviews": "running", "files": "pending"},
+        items={"reviews": {"ok": 1, "running": 1, "total": 2},
+               "files": {"ok": 5, "failed": 1, "timed_out": 1, "running": 2, "pending": 1,
+                         "total": 10}},
+        branches={"reviews": {"style": "ok", "<b>x</b>": "running"}}))
+    groups = {g.get("data-node"): g for g in svg.iter(f"{SVG}g") if g.get("class") == "fanout"}
+    rows = [(r.get("data-branch"), r.get("data-state")) for r in groups["reviews"].iter(f"{SVG}g")
+            if r.get("class") == "body"]
+    assert rows == [("style", "ok"), ("<b>x</b>", "running")]  # escaped in, read back whole
+    text = {n: "".join("".join(t.itertext()) for t in g.iter(f"{SVG}text")
+                       if t.get("class") == "items-text") for n, g in groups.items()}
+    assert text == {"reviews": "1 ok · 0 failed · 1 running of 2",
+                    "files": "5 ok · 2 failed · 2 running of 10"}
+    widths = {r.get("data-part"): int(r.get("width") or 0)
+              for r in groups["files"].iter(f"{SVG}rect") if r.get("data-part")}
+    track = next(int(r.get("width") or 0) for r in groups["files"].iter(f"{SVG}rect")
+                 if r.get("class") == "items-track")
+    assert widths["ok"] == round(track * 5 / 10)
+    assert widths["failed"] == round(track * 2 / 10)
+    assert widths["cancelled"] == 0
+    assert "<b>" not in render_svg(graph)  # user text is escaped, never markup
