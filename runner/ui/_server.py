@@ -39,10 +39,11 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
 from runner.errors import InputError, NotFoundError, OperationFailed
+from runner.host.runtime._audit import Actor
 from runner.host.runtime._errors import translate
 
 from . import _data as data
-from ._actions import BODY_MAX_BYTES, Actions, Actor, error_status, parse_body
+from ._actions import BODY_MAX_BYTES, Actions, error_status, parse_body
 from ._auth import (
     COOKIE,
     CSRF_HEADER,
