@@ -1,5 +1,5 @@
 """The HTTP API's actions: start a workflow, cancel, pause, unpause or rerun a run,
-answer a checkpoint; each recorded in `audit_log`.
+answer a checkpoint, pause or resume a trigger; each recorded in `audit_log`.
 
 Each action is the runtime function its command calls (`wfrun start`, `cancel`,
 `pause`, `unpause`, `rerun --detach`, `answer`), detached: it queues or asks,
@@ -30,6 +30,7 @@ from runner.host.runtime._operations import (
     rerun_detail,
     unpause_run,
 )
+from runner.host.runtime._triggers import pause_trigger
 from runner.launch import LaunchCoordinator, workflow_name
 from runner.store import Store
 from runner.store._states import AuditAction
@@ -139,6 +140,11 @@ class Actions:
                     "workflow": workflow_name(queued.record.workflow_ref)}
 
         return self.run(actor, "rerun", run_id=run_id, workflow=None, detail=detail, do=do)
+
+    def trigger(self, actor: Actor, name: str, paused: bool) -> dict[str, Any]:
+        """`wfrun triggers pause|resume NAME`: audited there (pause/unpause naming it)."""
+        with self._lock:
+            return pause_trigger(self.site.ws, self._store(), actor, name, paused)
 
     def close(self) -> None:
         self._coordinator = None
