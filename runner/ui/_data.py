@@ -23,6 +23,7 @@ from runner.host.runtime._controllers import discover, resource_view
 from runner.host.runtime._launches import explain
 from runner.host.runtime._local import Workspace, open_store, store_exists
 from runner.host.runtime._runstate import COUNTED_STATES, counted_rows, run_state, state_counts
+from runner.host.runtime._storeconfig import with_channels
 from runner.host.runtime._triggers import trigger_rows
 from runner.host.runtime._views import launch_row, run_row, shown_input
 from runner.store import LaunchBook, LaunchRecord, Store
@@ -326,7 +327,7 @@ def _diagnostics_text(diags: list[Diagnostic], texts: dict[str, str] | None = No
 
 
 def workflows_page(site: Site) -> dict[str, Any]:
-    catalog = build_catalog("workflows", site.ws.project_root, site.user_dir)
+    catalog = with_channels(build_catalog("workflows", site.ws.project_root, site.user_dir))
     compiler = Compiler(catalog)
     rows = []
     for entry in catalog.entries:
@@ -343,7 +344,7 @@ def workflows_page(site: Site) -> dict[str, Any]:
 
 
 def workflow_page(site: Site, name: str) -> dict[str, Any]:
-    catalog = build_catalog("workflows", site.ws.project_root, site.user_dir)
+    catalog = with_channels(build_catalog("workflows", site.ws.project_root, site.user_dir))
     entries = [e for e in catalog.entries if e.name == name]
     if not entries:
         raise NotFoundError(f"no workflow '{name}'")
