@@ -68,6 +68,8 @@ class HostTriggers:
     # The controllers this host runs, and how a key goes on one's queue (the manager).
     controllers: Callable[[], Iterable[Controller]] | None = None
     enqueue: Callable[[str, str], None] | None = None
+    # (trigger, outcome, slots) as the loop records them: the host's metrics.
+    counted: Callable[[Scheduled, str, int], None] | None = None
     loop: TriggerLoop = field(init=False)
     _triggers: list[Scheduled] = field(default_factory=list, init=False)
     _read_at: float | None = field(default=None, init=False)
@@ -79,7 +81,7 @@ class HostTriggers:
         self.loop = TriggerLoop(self.store.triggers, self.ws.clock,
                                 self._launcher(self.coordinator), triggers=self.current,
                                 cancel=self._cancel, on_launched=self.on_launched,
-                                enqueue=self.enqueue)
+                                enqueue=self.enqueue, counted=self.counted)
 
     def current(self) -> list[Scheduled]:
         now = self.ws.clock.monotonic()
