@@ -134,6 +134,11 @@ def _running(events: list[dict[str, Any]], run_id: str) -> tuple[str, str, int] 
     return state.current_node, attempt, turn
 
 
+def running_attempt(events: list[dict[str, Any]], run_id: str) -> tuple[str, str, int] | None:
+    """The (node, attempt, turn) whose live log is being written now, if any."""
+    return _running(events, run_id)
+
+
 def running_output(runs: Path | RunReader, run_id: str,
                    node: str | None = None) -> list[LiveText]:
     """What the attempt running now (of `node`, when given) has printed so far, per
