@@ -16,18 +16,21 @@ check is part of the v1 layout every store was made with.
 from __future__ import annotations
 
 import getpass
+import logging
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from runner._safety import safe_message
+from runner.errors import WfrunError
 from runner.store import Store
 from runner.store._states import AuditAction
 
 from ._errors import translate
 
 T = TypeVar("T")
+log = logging.getLogger("wfrun.audit")
 
 #: Where a command-line action comes from (the console records the client address).
 CLI_ORIGIN = "cli"
@@ -88,6 +91,12 @@ def audited(store: Store, actor: Actor, action: AuditAction, *, run_id: str | No
 
 def record(store: Store, actor: Actor, action: AuditAction, outcome: str,
            run_id: str | None, workflow: str | None, detail: Mapping[str, Any]) -> None:
-    store.audit.append(actor=actor.who, action=action,
-                       outcome="ok" if outcome == "ok" else "failed", run_id=run_id,
-                       workflow_ref=workflow, origin=actor.origin, detail=dict(detail))
+    """Write the row; a store that refuses it (read-only, gone) costs the row, never
+    the action's own answer or error (one warning line says so)."""
+    try:
+        store.audit.append(actor=actor.who, action=action,
+                           outcome="ok" if outcome == "ok" else "failed", run_id=run_id,
+                           workflow_ref=workflow, origin=actor.origin, detail=dict(detail))
+    except WfrunError as exc:  # StoreError included
+        log.warning("wfrun: the audit row of this %s was not written: %s", action,
+                    safe_message(exc.message, max_bytes=300))
