@@ -29,8 +29,8 @@ if TYPE_CHECKING:
 COMMANDS: dict[str, tuple[str, str]] = {
     "answer": ("runs", "Continue a waiting run as a new linked run, with the answer at its "
                        "checkpoint."),
-    "audit": ("ui", "Show the actions taken through the web console and its HTTP API, newest "
-                    "first."),
+    "audit": ("ui", "Show the actions taken through the console, its HTTP API and the CLI, "
+                    "newest first."),
     "bridge": ("bridge", "Serve one agent session over stdio: JSON-RPC 2.0, one message per "
                          "line."),
     "cache": ("operate", "List or clear kept node results (`cache:` in a workflow)."),

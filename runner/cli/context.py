@@ -72,8 +72,10 @@ class Context:
     def catalog(self, kind: Kind = "workflows") -> Catalog:
         if kind not in self._catalogs:
             from runner.compiler import build_catalog
+            from runner.host.runtime._storeconfig import with_channels
 
-            self._catalogs[kind] = build_catalog(kind, self.project_root, self.user_dir)
+            self._catalogs[kind] = with_channels(
+                build_catalog(kind, self.project_root, self.user_dir))
         return self._catalogs[kind]
 
 

@@ -11,6 +11,7 @@ import click
 from runner.compiler import build_catalog
 from runner.host.runtime._devmode import DevMode
 from runner.host.runtime._local import parse_input
+from runner.host.runtime._storeconfig import with_channels
 
 if TYPE_CHECKING:
     pass
@@ -64,7 +65,8 @@ def dev_cmd(ctx: Context, names: tuple[str, ...], run_name: str | None, agent: s
         return run_in_store(ws, name, value, executor=ctx.executor(agent, ws.clock))
 
     project, user = ctx.project_root, ctx.user_dir
-    dev = DevMode(lambda: build_catalog("workflows", project, user), emit, names=names,
+    dev = DevMode(lambda: with_channels(build_catalog("workflows", project, user)), emit,
+                  names=names,
                   run=run_name, launch=launch, project_root=project, queued=queued,
                   run_input=parse_input(input_json, ()) if input_json else None,
                   clock=ws.clock)

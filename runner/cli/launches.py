@@ -37,6 +37,7 @@ def start_cmd(ctx: Context, ref: str, input_json: str | None, pairs: tuple[str, 
               wait: bool, agent: str | None, as_json: bool, quiet: bool) -> None:
     """Queue a detached launch (a host activates it; --wait runs it here)."""
     from runner.engine import RunControl
+    from runner.host.runtime._audit import Done, audited, cli_actor
     from runner.host.runtime._foreground import queue_detached, queue_here, start_and_wait
     from runner.host.runtime._launches import detached_coordinator
     from runner.host.runtime._local import open_store, parse_input
@@ -53,11 +54,16 @@ def start_cmd(ctx: Context, ref: str, input_json: str | None, pairs: tuple[str, 
     value = parse_input(input_json, pairs, _input_schema(ws, ref) if pairs else None)
     store = open_store(ws)
     coordinator = detached_coordinator(ws, store, executor=ctx.executor(agent, ws.clock))
+    detail = {"input": input_json is not None or bool(pairs), "wait": wait}
     if wait:  # queued and claimed here in one commit: no host can take it first
-        name, claimed = queue_here(coordinator, ref, value)
+        name, claimed = audited(store, cli_actor(), "start", run_id=None, workflow=ref,
+                                detail=detail, do=lambda: queue_here(coordinator, ref, value),
+                                done=lambda r: Done(r[1].run_id, r[0]))
         run_id = claimed.run_id
     else:
-        name, run_id = queue_detached(coordinator, ref, value)
+        name, run_id = audited(store, cli_actor(), "start", run_id=None, workflow=ref,
+                               detail=detail, do=lambda: queue_detached(coordinator, ref, value),
+                               done=lambda r: Done(r[1], r[0]))
     if as_json and not wait:
         click.echo(json.dumps({"action": "start", "workflow": name, "run_id": run_id,
                                "queued": True}))
@@ -141,13 +147,16 @@ def _drift_note(view: dict[str, Any]) -> str:
 @click.pass_obj
 def cancel_cmd(ctx: Context, run_id: str, as_json: bool) -> None:
     """Cancel a queued, starting or parked launch (a running one is asked to stop)."""
+    from runner.host.runtime._audit import Done, audited, cli_actor
     from runner.host.runtime._launches import detached_coordinator
     from runner.host.runtime._local import open_store
 
     ws = workspace(ctx)
     store = open_store(ws)
     coordinator = detached_coordinator(ws, store)
-    record = coordinator.cancel(run_id)
+    record = audited(store, cli_actor(), "cancel", run_id=run_id, workflow=None, detail={},
+                     do=lambda: coordinator.cancel(run_id),
+                     done=lambda r: Done(workflow=r.workflow_ref))
     if as_json:
         click.echo(json.dumps({"run_id": run_id, "status": record.status,
                                "requested": record.status == "running"}))

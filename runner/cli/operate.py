@@ -72,10 +72,13 @@ def rerun_cmd(ctx: Context, run_id: str, from_node: str | None, input_json: str 
               quiet: bool) -> None:
     """Run an ended run again as a new linked run, reusing what ran before a node."""
     from runner.engine import RunControl
+    from runner.host.runtime._audit import audited, cli_actor
     from runner.host.runtime._local import open_store, parse_input
     from runner.host.runtime._operations import (
         RerunRequest,
         queue_rerun_detached,
+        rerun_detail,
+        rerun_done,
         rerun_here,
     )
     from runner.host.runtime._secrets import parse_secrets
@@ -88,7 +91,10 @@ def rerun_cmd(ctx: Context, run_id: str, from_node: str | None, input_json: str 
                            set=_parse_sets(sets), force=force)
     store = open_store(ws)
     if detach:
-        queued = queue_rerun_detached(ws, store, request)
+        queued = audited(store, cli_actor(), "rerun", run_id=run_id, workflow=None,
+                         detail=rerun_detail(request),
+                         do=lambda: queue_rerun_detached(ws, store, request),
+                         done=rerun_done)
         if as_json:
             click.echo(json.dumps(queued.to_json(), indent=2))
         elif quiet:
@@ -103,7 +109,7 @@ def rerun_cmd(ctx: Context, run_id: str, from_node: str | None, input_json: str 
         queued, outcome = rerun_here(ws, store, request, control,
                                      executor=ctx.executor(agent, ws.clock),
                                      observer=progress, secrets=secrets,
-                                     use_cache=not no_cache)
+                                     use_cache=not no_cache, actor=cli_actor())
     if not quiet:
         reused = ", ".join([*queued.plan.reused, *(
             f"{len(done)} ended item{'s' if len(done) != 1 else ''} of {node}"
@@ -119,11 +125,14 @@ def rerun_cmd(ctx: Context, run_id: str, from_node: str | None, input_json: str 
 @click.pass_obj
 def pause_cmd(ctx: Context, run_id: str, as_json: bool) -> None:
     """Pause a run at its next node boundary, on any host; it holds no slot until unpaused."""
+    from runner.host.runtime._audit import audited, cli_actor
     from runner.host.runtime._local import open_store
     from runner.host.runtime._operations import pause_run
 
     ws = workspace(ctx)
-    result = pause_run(ws, open_store(ws), run_id)
+    store = open_store(ws)
+    result = audited(store, cli_actor(), "pause", run_id=run_id, workflow=None, detail={},
+                     do=lambda: pause_run(ws, store, run_id))
     if as_json:
         click.echo(json.dumps(result.to_json()))
     elif result.state == "paused":
@@ -138,11 +147,14 @@ def pause_cmd(ctx: Context, run_id: str, as_json: bool) -> None:
 @click.pass_obj
 def unpause_cmd(ctx: Context, run_id: str, as_json: bool) -> None:
     """Let a paused run go on: a host resumes it (or `wfrun resume RUN` here)."""
+    from runner.host.runtime._audit import audited, cli_actor
     from runner.host.runtime._local import open_store
     from runner.host.runtime._operations import unpause_run
 
     ws = workspace(ctx)
-    result = unpause_run(ws, open_store(ws), run_id)
+    store = open_store(ws)
+    result = audited(store, cli_actor(), "unpause", run_id=run_id, workflow=None, detail={},
+                     do=lambda: unpause_run(ws, store, run_id))
     if as_json:
         click.echo(json.dumps(result.to_json()))
     elif result.launch == "parked":

@@ -223,6 +223,7 @@ def answer_cmd(ctx: Context, run_id: str, answer: str | None, agent: str | None,
                secret_pairs: tuple[str, ...], as_json: bool, quiet: bool) -> None:
     """Continue a waiting run as a new linked run, with the answer at its checkpoint."""
     from runner.engine import RunControl
+    from runner.host.runtime._audit import cli_actor
     from runner.host.runtime._foreground import answer_run
     from runner.host.runtime._local import open_store, parse_answer
     from runner.host.runtime._secrets import parse_secrets
@@ -236,7 +237,7 @@ def answer_cmd(ctx: Context, run_id: str, answer: str | None, agent: str | None,
     with Progress(quiet) as progress, parking_on_interrupt(control):
         outcome = answer_run(ws, store, run_id, parse_answer(answer), control,
                              executor=ctx.executor(agent, ws.clock), observer=progress,
-                             secrets=secrets)
+                             secrets=secrets, actor=cli_actor())
     _finish(outcome, as_json, ws, frozenset(progress.shown))
 
 

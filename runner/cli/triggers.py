@@ -70,17 +70,20 @@ def resume_cmd(ctx: Context, name: str) -> None:
 
 
 def _pause(ctx: Context, name: str, paused: bool) -> None:
+    from runner.host.runtime._audit import cli_actor
     from runner.host.runtime._local import open_store
-    from runner.host.runtime._triggers import set_paused
+    from runner.host.runtime._triggers import pause_trigger
 
     ws = workspace(ctx)
     store = open_store(ws)
     try:
-        full, changed = set_paused(ws, store, name, paused)
+        done = pause_trigger(ws, store, cli_actor(), name, paused)
     finally:
         store.close()
     word = "paused" if paused else "resumed"
-    click.echo(f"trigger {full} {word}" if changed else f"trigger {full} was {word} already")
+    full = done["trigger"]
+    click.echo(f"trigger {full} {word}" if done["changed"]
+               else f"trigger {full} was {word} already")
 
 
 @triggers_group.command("backfill")
@@ -95,6 +98,7 @@ def _pause(ctx: Context, name: str, paused: bool) -> None:
 def backfill_cmd(ctx: Context, name: str, start: str, end: str, limit: int,
                  as_json: bool) -> None:
     """Queue a run for every slot between two times that has none (a host runs them)."""
+    from runner.host.runtime._audit import cli_actor
     from runner.host.runtime._launches import detached_coordinator
     from runner.host.runtime._local import open_store
     from runner.host.runtime._triggers import backfill
@@ -102,7 +106,8 @@ def backfill_cmd(ctx: Context, name: str, start: str, end: str, limit: int,
     ws = workspace(ctx)
     store = open_store(ws)
     try:
-        done = backfill(ws, store, detached_coordinator(ws, store), name, start, end, limit)
+        done = backfill(ws, store, detached_coordinator(ws, store), name, start, end, limit,
+                        actor=cli_actor())
     finally:
         store.close()
     if as_json:

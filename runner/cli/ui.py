@@ -66,7 +66,7 @@ def ui_cmd(ctx: Context, port_text: str, host: str | None, token: str | None,
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 def audit_cmd(ctx: Context, run_id: str | None, limit: int, as_json: bool) -> None:
-    """Show the actions taken through the web console and its HTTP API, newest first."""
+    """Show the actions taken through the console, its HTTP API and the CLI, newest first."""
     from runner.host.runtime._local import open_store, store_exists
 
     ws = workspace(ctx)
@@ -86,6 +86,8 @@ def audit_cmd(ctx: Context, run_id: str | None, limit: int, as_json: bool) -> No
         when = datetime.fromtimestamp(row["recorded_at"] / 1000, UTC).strftime(
             "%Y-%m-%d %H:%M:%S")
         error = row["detail"].get("error")
+        trigger = row["detail"].get("trigger")
+        target = row["run_id"] or (f"trigger {trigger}" if trigger else "-")
         click.echo(f"{when}  {row['action']:<7}  {row['outcome']:<6}  "
-                   f"{row['run_id'] or '-'}  {row['actor']}  from {row['origin'] or '-'}"
+                   f"{target}  {row['actor']}  from {row['origin'] or '-'}"
                    + (f"  ({error})" if error else ""))

@@ -271,6 +271,7 @@ def _notify(c: Checker, body: Any, kp: KeyPath) -> NotifySpec | None:
                          (*kp, "channels", i))
             return None
         channels.append(channel)
+        c.channels.append(((*kp, "channels", i), channel))
     if message is None:
         return None
     return NotifySpec(kind=kind, message=message, channels=tuple(channels))

@@ -42,6 +42,7 @@ class Checker:
         self.hooks: list[HookRef] = []
         self.budget = DEFAULT_BUDGET  # what constant template parts are tried against
         self.templates: list[tuple[KeyPath, str]] = []
+        self.channels: list[tuple[KeyPath, str]] = []  # notify channel names (parse.py)
         # Parses a node nested in another (a fan-out body: compiler/_fanout.py) with the
         # file's defaults; the parser sets it before it parses nodes.
         self.body_node: Callable[[str, Any, KeyPath], Node | None] | None = None

@@ -16,7 +16,14 @@ from typing import Any
 
 from runner._canonical import fingerprint
 
-from ._diagnostics import Diagnostic, DiagnosticSink, internal_error, sort_key
+from ._diagnostics import (
+    Diagnostic,
+    DiagnosticSink,
+    KeyPath,
+    did_you_mean,
+    internal_error,
+    sort_key,
+)
 from ._discovery import Catalog, Origin, is_path_ref
 from ._graph import LocalGraph, check_included, check_local, flatten, to_networkx
 from ._model import Source, WorkflowDefinition
@@ -83,6 +90,10 @@ def digest_of(snapshot: dict[str, Any]) -> str:
     return fingerprint(snapshot)
 
 
+#: A compiler has not asked its catalog for the project's channels yet.
+_UNREAD = object()
+
+
 class Compiler:
     """Compiles workflow files, resolving includes through a catalog."""
 
@@ -91,6 +102,7 @@ class Compiler:
         self._units: dict[Path, _Unit] = {}
         self._stack: list[Path] = []
         self._texts: dict[str, str] = {}
+        self._channels: frozenset[str] | object | None = _UNREAD
 
     # -- public -------------------------------------------------------------------
     def compile_path(self, path: Path, *, display: str | None = None,
@@ -172,6 +184,8 @@ class Compiler:
             return _Unit(None, source, [source], [problem.diagnostic], read.text)
         if wf is None or sink.stopped:  # past the cap the later checks could add nothing
             return _Unit(None, source, [source], locate_all(sink.items, read.text), read.text)
+        if wf.channels:
+            self._check_channels(wf.channels, sink)
         sources = [source] + [Source("file", h.sha256 or "", path=h.file)
                               for h in wf.hooks if h.file]
         self._stack.append(key)
@@ -184,6 +198,23 @@ class Compiler:
         for mount in children:
             check_included(graph, mount, sink)
         return _Unit(graph, source, sources, locate_all(sink.items, read.text), read.text)
+
+    def _check_channels(self, named: list[tuple[KeyPath, str]], sink: DiagnosticSink) -> None:
+        """A `notify` channel the project does not configure is a mistake now, not a
+        delivery that fails later (when the catalog knows the project's channels)."""
+        if self._channels is _UNREAD:
+            ask = self.catalog.channel_names if self.catalog is not None else None
+            self._channels = ask() if ask is not None else None
+        known = self._channels
+        if not isinstance(known, frozenset):
+            return
+        for kp, name in named:
+            if name in known:
+                continue
+            listed = ", ".join(sorted(known)) if known else "none"
+            sink.error("unknown-channel", f"notify channel '{name}' is not configured in "
+                       f".wfrun/config.yaml (notify: channels:); configured: {listed}", kp,
+                       hint=did_you_mean(name, known))
 
     def _children(self, wf: RawWorkflow, sink: DiagnosticSink,
                   sources: list[Source]) -> dict[str, LocalGraph]:

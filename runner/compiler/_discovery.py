@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -91,6 +91,11 @@ class Catalog:
     user_dir: Path | None = None
     stamp: Stamp = ()
     scanned_ns: int = 0  # the real wall clock: it is compared with file mtimes
+    #: The notification channels the project configures (`.wfrun/config.yaml`), read
+    #: by whoever owns that file (the host's runtime) and asked for only when a
+    #: workflow names a channel; None (or a None answer): not known, names unchecked.
+    channel_names: Callable[[], frozenset[str] | None] | None = field(
+        default=None, compare=False, repr=False)
 
     def current(self) -> Catalog:
         """This catalog, or a fresh scan when a source folder changed since this one."""
@@ -98,6 +103,7 @@ class Catalog:
         if stamp == self.stamp and not _racy(stamp, self.scanned_ns):
             return self
         fresh = build_catalog(self.kind, self.project_root, self.user_dir)
+        fresh.channel_names = self.channel_names
         if fresh.entries == self.entries and fresh.problems == self.problems:
             self.stamp, self.scanned_ns = fresh.stamp, fresh.scanned_ns
             return self

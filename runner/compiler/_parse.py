@@ -94,6 +94,9 @@ class RawWorkflow:
     rate_limit: RateLimitSpec | None = None
     # (key path, text) of every template, for the reference checks (references.py).
     templates: list[tuple[KeyPath, str]] = field(default_factory=list)
+    # (key path, name) of every channel a `notify` node names, checked against the
+    # project's configured channels when the catalog knows them (compile.py).
+    channels: list[tuple[KeyPath, str]] = field(default_factory=list)
     # Every node id written in the file, including nodes that failed their own checks,
     # so edges to them do not cascade into 'unknown node' errors.
     declared: set[str] = field(default_factory=set)
@@ -196,6 +199,7 @@ def parse_workflow(data: Any, name: str, path: Path, sink: DiagnosticSink) -> Ra
         _exits(c, wf, data["exits"])
     wf.hooks = c.hooks
     wf.templates = c.templates
+    wf.channels = c.channels
     return wf
 
 

@@ -43,6 +43,7 @@ from runner.engine._processes import (
 from runner.engine._runner import Observer
 from runner.errors import InputError, machine_fault
 from runner.launch._itemwork import ItemWork
+from runner.launch._triggers import Scheduled
 from runner.launch._wakeups import LaunchListener
 from runner.store import LaunchBook, LaunchRecord, NextClaim, QueuedSources, Store, StoreError
 from runner.store._wakeups import launch_wakeups
@@ -337,6 +338,9 @@ class StandaloneHost:
         self.listen = listen
         self.webhooks: WebhookServer | None = None
 
+    def _count_slots(self, item: Scheduled, outcome: str, slots: int) -> None:
+        self.metrics.trigger_slots(f"{item.workflow}/{item.spec.name}", outcome, slots)
+
     # -- lifecycle -------------------------------------------------------------------
     def run(self, *, once: bool = False,
             on_ready: Callable[[], None] | None = None) -> HostReport:
@@ -352,10 +356,13 @@ class StandaloneHost:
                     on_launched=lambda _run: self._wake.set(),
                     listening=self.listen is not None,
                     controllers=(lambda: manager.controllers.values()) if manager else None,
-                    enqueue=manager.enqueue if manager else None)
+                    enqueue=manager.enqueue if manager else None,
+                    counted=self._count_slots if self.metrics.enabled else None)
                 if self.listen is not None:  # a refused address: before anything runs
-                    self.webhooks = WebhookServer(self.listen, self.triggers.loop,
-                                                  self.triggers.current, os.environ)
+                    self.webhooks = WebhookServer(
+                        self.listen, self.triggers.loop, self.triggers.current, os.environ,
+                        counted=self.metrics.webhook_delivery if self.metrics.enabled
+                        else None)
                     self.webhooks.start()
             if on_ready is not None:
                 on_ready()

@@ -8,6 +8,10 @@ without `--metrics` pays one empty method call per run and nothing per node;
 - Counted where they happen: runs started (claimed to run or resume) and ended, by
   workflow and how they ended; lease losses; the claim latency of a launch's first
   start; node durations, from the run's trace events (the engine's observer).
+- Counted by the trigger loop and the webhook ingress (the host's own threads, not
+  its workers): trigger firings by outcome (launched, skipped, missed, failed; a
+  gap of missed slots counts each slot) and webhook requests by outcome (accepted,
+  replayed, refused, error).
 - Read when scraped: the launch queue's depth by state (one grouped count) and the
   controller manager's passes (its own counter), so neither costs the loop anything.
 - Worker processes (`--processes N`) count through `Forwarded`: each measurement is
@@ -57,6 +61,14 @@ class Metrics:
 
     def node_ended(self, workflow: str, kind: str, outcome: str, seconds: float) -> None:
         """One node attempt ended (a retried attempt counts on its own)."""
+
+    def webhook_delivery(self, trigger: str, outcome: str) -> None:
+        """One request to the webhook ingress: accepted, replayed, refused or error
+        (runtime/_webhooks.delivery_outcome); `trigger` empty when none matched."""
+
+    def trigger_slots(self, trigger: str, outcome: str, slots: int) -> None:
+        """This host's trigger loop recorded `slots` firings of `trigger` as launched,
+        skipped, missed or failed."""
 
     def observe(self, observer: Observer | None) -> Observer | None:
         """The engine observer to use: `observer` itself when metrics are off."""
@@ -174,6 +186,14 @@ class Prometheus(Metrics):
         self.node_duration = prom.Histogram(
             "wfrun_node_duration_seconds", "Seconds per node attempt",
             ["workflow", "kind", "outcome"], buckets=SECONDS_BUCKETS, registry=self.registry)
+        self.deliveries = prom.Counter(
+            "wfrun_webhook_deliveries", "Requests to the webhook ingress by outcome "
+            "(accepted, replayed, refused, error)", ["trigger", "outcome"],
+            registry=self.registry)
+        self.slots = prom.Counter(
+            "wfrun_trigger_slots", "Trigger firings this host recorded, by outcome "
+            "(launched, skipped, missed, failed)", ["trigger", "outcome"],
+            registry=self.registry)
         self.registry.register(_ScrapeTime(queue_depth, controller_passes))
         self._server: Any = None
 
@@ -191,6 +211,12 @@ class Prometheus(Metrics):
 
     def node_ended(self, workflow: str, kind: str, outcome: str, seconds: float) -> None:
         self.node_duration.labels(workflow, kind, outcome).observe(seconds)
+
+    def webhook_delivery(self, trigger: str, outcome: str) -> None:
+        self.deliveries.labels(trigger, outcome).inc()
+
+    def trigger_slots(self, trigger: str, outcome: str, slots: int) -> None:
+        self.slots.labels(trigger, outcome).inc(slots)
 
     def observe(self, observer: Observer | None) -> Observer | None:
         return node_observer(self, observer)

@@ -170,10 +170,14 @@ class TriggerLoop:
                  triggers: Callable[[], Iterable[Scheduled]],
                  cancel: Callable[[str], None] | None = None,
                  on_launched: Callable[[str], None] | None = None,
-                 enqueue: Callable[[str, str], None] | None = None) -> None:
+                 enqueue: Callable[[str, str], None] | None = None,
+                 counted: Callable[[Scheduled, str, int], None] | None = None) -> None:
         """`on_launched(run_id)`: a firing queued a run (the host claims it at once).
-        `enqueue(controller, key)`: what a controller's trigger does instead."""
+        `enqueue(controller, key)`: what a controller's trigger does instead.
+        `counted(trigger, outcome, slots)`: this loop recorded that many slots or
+        deliveries as launched, skipped, missed or failed (the host's metrics)."""
         self.ledger = ledger
+        self.counted = counted
         self.enqueue = enqueue
         self.on_launched = on_launched
         self.clock = clock
@@ -231,6 +235,7 @@ class TriggerLoop:
             launch, missed = self._plan(spec, due, now)
             self.ledger.claim_many(workflow, spec.name, [
                 (slot_key(s), _ms(s), "missed", why) for s, why in missed])
+            self._count(item, "missed", len(missed))
             for slot in launch:
                 self.fire(item, slot)
             self.ledger.advance(workflow, spec.name, _ms(due[-1]))
@@ -263,6 +268,7 @@ class TriggerLoop:
                      f"({item.spec.catch_up_window:g}s)"))
         self.ledger.claim_many(item.workflow, item.spec.name, [
             (f"gap:{slot_key(first)}..{slot_key(last)}", _ms(last), "missed", reason)])
+        self._count(item, "missed", count)
 
     # -- one firing ------------------------------------------------------------------
     def fire(self, item: Scheduled, slot: float) -> str | None:
@@ -326,9 +332,10 @@ class TriggerLoop:
         event["debounced"] = [f.key.removeprefix("delivery:") for f in kept]
         self._start(item, newest.key, newest.run_id, None, event)
         for firing in kept:
-            if firing.key != newest.key:
-                self.ledger.settle(item.workflow, item.spec.name, firing.key, "skipped",
-                                   f"debounced: {newest.key} started run {newest.run_id}")
+            if firing.key != newest.key and self.ledger.settle(
+                    item.workflow, item.spec.name, firing.key, "skipped",
+                    f"debounced: {newest.key} started run {newest.run_id}"):
+                self._count(item, "skipped", 1)
         return None
 
     def backfill(self, item: Scheduled, start: float, end: float,
@@ -423,14 +430,16 @@ class TriggerLoop:
             self._settle(item, key, run_id, "failed", "no controller manager runs here")
             return True
         self.enqueue(item.controller, resource)
-        self.ledger.settle(item.workflow, item.spec.name, key, "launched",
-                           f"reconcile {item.controller}/{resource}")
+        if self.ledger.settle(item.workflow, item.spec.name, key, "launched",
+                              f"reconcile {item.controller}/{resource}"):
+            self._count(item, "launched", 1)
         self._mine.discard(run_id)
         return True
 
     def _settle(self, item: Scheduled, key: str, run_id: str, outcome: str,
                 reason: str | None = None) -> None:
-        self.ledger.settle(item.workflow, item.spec.name, key, outcome, reason)
+        if self.ledger.settle(item.workflow, item.spec.name, key, outcome, reason):
+            self._count(item, outcome, 1)
         self._mine.discard(run_id)
         if outcome == "launched":
             if self.on_launched is not None:
@@ -455,6 +464,10 @@ class TriggerLoop:
             slot = None if firing.slot_at is None else firing.slot_at / 1000.0
             if not self._start(item, firing.key, firing.run_id, slot, {}):
                 break  # behind a running run: the later ones wait too, in order
+
+    def _count(self, item: Scheduled, outcome: str, slots: int) -> None:
+        if self.counted is not None and slots:
+            self.counted(item, outcome, slots)
 
     def _log_once(self, text: str) -> None:
         if text != self._failed:

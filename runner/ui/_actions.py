@@ -1,5 +1,5 @@
 """The HTTP API's actions: start a workflow, cancel, pause, unpause or rerun a run,
-answer a checkpoint; each recorded in `audit_log`.
+answer a checkpoint, pause or resume a trigger; each recorded in `audit_log`.
 
 Each action is the runtime function its command calls (`wfrun start`, `cancel`,
 `pause`, `unpause`, `rerun --detach`, `answer`), detached: it queues or asks,
@@ -16,21 +16,21 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from runner import _jsonin as jsonin
-from runner._safety import safe_message
 from runner.errors import InputError, NotFoundError, WfrunError
-from runner.host.runtime._errors import translate
+from runner.host.runtime._audit import Actor, Done, audited
 from runner.host.runtime._foreground import queue_answer, queue_detached
 from runner.host.runtime._launches import detached_coordinator
 from runner.host.runtime._operations import (
     RerunRequest,
     pause_run,
     queue_rerun_detached,
+    rerun_detail,
     unpause_run,
 )
+from runner.host.runtime._triggers import pause_trigger
 from runner.launch import LaunchCoordinator, workflow_name
 from runner.store import Store
 from runner.store._states import AuditAction
@@ -39,14 +39,6 @@ from ._data import Site
 
 #: A request body larger than this is refused before it is parsed.
 BODY_MAX_BYTES = 1 << 20
-
-
-@dataclass(frozen=True)
-class Actor:
-    """Who asks (the token's fingerprint and the local user) and from which address."""
-
-    who: str
-    origin: str | None
 
 
 def parse_body(raw: bytes) -> dict[str, Any]:
@@ -88,28 +80,9 @@ class Actions:
             do: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         """Do one action and record it, whether it was done or refused."""
         with self._lock:
-            try:
-                result = do()
-            except Exception as exc:
-                error = translate(exc)
-                if error is None:
-                    raise
-                self._record(actor, action, "failed", run_id, workflow,
-                             {**detail, "error": safe_message(error.message, max_bytes=500)})
-                raise error from None
-            made = result.get("run_id")
-            if run_id is not None and made not in (None, run_id):
-                detail = {**detail, "new_run_id": made}  # an answer's continuation
-            self._record(actor, action, "ok", run_id or made,
-                         result.get("workflow", workflow), detail)
-            return result
-
-    def _record(self, actor: Actor, action: AuditAction, outcome: str, run_id: str | None,
-                workflow: str | None, detail: Mapping[str, Any]) -> None:
-        self._store().audit.append(actor=actor.who, action=action,
-                                   outcome="ok" if outcome == "ok" else "failed",
-                                   run_id=run_id, workflow_ref=workflow,
-                                   origin=actor.origin, detail=dict(detail))
+            return audited(self._store(), actor, action, run_id=run_id, workflow=workflow,
+                           detail=detail, do=do,
+                           done=lambda r: Done(r.get("run_id"), r.get("workflow")))
 
     # --- the actions ---------------------------------------------------------------
 
@@ -159,8 +132,7 @@ class Actions:
 
     def rerun(self, actor: Actor, run_id: str, body: dict[str, Any]) -> dict[str, Any]:
         request = rerun_request(run_id, body)
-        detail = {"from": request.from_node, "input": request.input is not None,
-                  "set": sorted(request.set), "force": request.force}
+        detail = rerun_detail(request)
 
         def do() -> dict[str, Any]:
             queued = queue_rerun_detached(self.site.ws, self._store(), request)
@@ -168,6 +140,11 @@ class Actions:
                     "workflow": workflow_name(queued.record.workflow_ref)}
 
         return self.run(actor, "rerun", run_id=run_id, workflow=None, detail=detail, do=do)
+
+    def trigger(self, actor: Actor, name: str, paused: bool) -> dict[str, Any]:
+        """`wfrun triggers pause|resume NAME`: audited there (pause/unpause naming it)."""
+        with self._lock:
+            return pause_trigger(self.site.ws, self._store(), actor, name, paused)
 
     def close(self) -> None:
         self._coordinator = None

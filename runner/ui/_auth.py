@@ -18,7 +18,6 @@ hold even where SameSite=Strict is not honoured (docs/ui.md#actions).
 
 from __future__ import annotations
 
-import getpass
 import hashlib
 import hmac
 import os
@@ -29,6 +28,7 @@ from typing import Literal
 
 from runner._private import private_dirs
 from runner.errors import OperationFailed
+from runner.host.runtime._audit import local_user
 
 COOKIE = "wfrun_ui_token"
 CSRF_HEADER = "x-wfrun-csrf"
@@ -60,13 +60,6 @@ def actor_of(token: str) -> str:
     local user the UI runs as."""
     digest = hashlib.sha256(token.encode()).hexdigest()[:12]
     return f"token:{digest} ({local_user()})"
-
-
-def local_user() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):  # no name for this uid (a container)
-        return f"uid {os.getuid()}"
 
 
 def credential(*, cookie: str, authorization: str, token: str) -> Credential | None:

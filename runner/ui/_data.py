@@ -23,6 +23,8 @@ from runner.host.runtime._controllers import discover, resource_view
 from runner.host.runtime._launches import explain
 from runner.host.runtime._local import Workspace, open_store, store_exists
 from runner.host.runtime._runstate import COUNTED_STATES, counted_rows, run_state, state_counts
+from runner.host.runtime._storeconfig import with_channels
+from runner.host.runtime._triggers import trigger_rows
 from runner.host.runtime._views import launch_row, run_row, shown_input
 from runner.store import LaunchBook, LaunchRecord, Store
 from runner.store._controller_interface import ControllerStore
@@ -325,7 +327,7 @@ def _diagnostics_text(diags: list[Diagnostic], texts: dict[str, str] | None = No
 
 
 def workflows_page(site: Site) -> dict[str, Any]:
-    catalog = build_catalog("workflows", site.ws.project_root, site.user_dir)
+    catalog = with_channels(build_catalog("workflows", site.ws.project_root, site.user_dir))
     compiler = Compiler(catalog)
     rows = []
     for entry in catalog.entries:
@@ -342,7 +344,7 @@ def workflows_page(site: Site) -> dict[str, Any]:
 
 
 def workflow_page(site: Site, name: str) -> dict[str, Any]:
-    catalog = build_catalog("workflows", site.ws.project_root, site.user_dir)
+    catalog = with_channels(build_catalog("workflows", site.ws.project_root, site.user_dir))
     entries = [e for e in catalog.entries if e.name == name]
     if not entries:
         raise NotFoundError(f"no workflow '{name}'")
@@ -372,6 +374,12 @@ def _ready(status: dict[str, Any]) -> str:
         if isinstance(c, dict) and c.get("type") == "Ready":
             return str(c.get("status"))
     return "Unknown"
+
+
+def triggers_page(site: Site) -> dict[str, Any]:
+    """The project's triggers as `wfrun triggers --json` lists them (one function feeds
+    both): policy, last and next firing, skipped and missed slots, paused."""
+    return {"triggers": [site.mask(row) for row in trigger_rows(site.ws, site.store())]}
 
 
 def controllers_page(site: Site) -> dict[str, Any]:

@@ -6,23 +6,31 @@ per poll however long its trace is; the bundle is never re-read whole. A torn
 last line is simply not consumed until it is whole. Each batch of new events is
 re-folded into the run view (runview.run_live) and sent as one `run` event; when
 the run has ended an `end` event tells the page to stop listening.
+
+While an attempt runs, what it has printed so far (its live log: a shell step's
+output, an `openai` agent step's streamed answer) is sent as `live` events, each
+the text appended since the last (masked by the engine before it reached the
+disk, and by the UI's own secrets; the log itself is bounded per turn). A new
+attempt or turn starts with `reset`, and `{"node": null}` says none runs now.
 """
 
 from __future__ import annotations
 
 import asyncio
+import codecs
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from runner.engine import RunReader
 from runner.errors import WfrunError
+from runner.host.runtime._logs import STREAMS, running_attempt
 from runner.host.runtime._runstate import ENDED_STATES, run_state
 from runner.store import LaunchBook
 
 from ._data import Site, launch_of
 from ._fanoutview import live_items, running_fanout
-from ._runview import run_live
+from ._runview import masked, run_live
 
 #: How often the trace's length is checked: well inside the 200 ms update goal.
 POLL_SECONDS = 0.05
@@ -68,10 +76,51 @@ class RunTail:
         return bool(read.events)
 
 
+class LiveTail:
+    """The running attempt's live log as far as the page has been sent it."""
+
+    def __init__(self, reader: RunReader, run_id: str, secrets: tuple[str, ...]) -> None:
+        self.reader = reader
+        self.run_id = run_id
+        self.secrets = secrets
+        self.running: tuple[str, str, int] | None = None
+        self.offsets: dict[str, int] = {}
+        self.decoders: dict[str, codecs.IncrementalDecoder] = {}
+
+    def poll(self, events: list[dict[str, Any]], moved: bool) -> list[dict[str, Any]]:
+        """`live` messages for what was printed since the last poll; `moved`: new
+        trace events came, so the running attempt may have changed."""
+        out: list[dict[str, Any]] = []
+        if moved:
+            running = running_attempt(events, self.run_id) if events else None
+            if running != self.running:
+                self.running = running
+                self.offsets = dict.fromkeys(STREAMS, 0)
+                self.decoders = {s: codecs.getincrementaldecoder("utf-8")(errors="replace")
+                                 for s in STREAMS}
+                out.append({"node": running[0], "attempt": running[1], "reset": True}
+                           if running else {"node": None})
+        if self.running is None:
+            return out
+        node, attempt, turn = self.running
+        for stream in STREAMS:
+            data = self.reader.live_log(self.run_id, node, attempt, stream,
+                                        self.offsets[stream], turn)
+            if not data:
+                continue
+            self.offsets[stream] += len(data)
+            text = self.decoders[stream].decode(data)
+            if text:
+                out.append({"node": node, "attempt": attempt, "stream": stream,
+                            "text": masked(text, self.secrets)})
+        return out
+
+
 async def run_events(site: Site, run_id: str, *,
                      disconnected: Callable[[], Awaitable[bool]],
                      poll: float = POLL_SECONDS) -> AsyncIterator[str]:
     tail = RunTail(site.reader, run_id)
+    live = LiveTail(site.reader, run_id, site.secrets)
     polls = 0
     launch_status: str | None = None
     first = True
@@ -79,6 +128,7 @@ async def run_events(site: Site, run_id: str, *,
     items_shown: tuple[Any, ...] = ()  # the fan-out items the last view was made with
     while True:
         fresh = tail.poll()
+        moved = fresh or first
         record = None
         fanout = None
         if tail.snapshot is not None and not fresh and not first and polls % LAUNCH_POLLS == 0:
@@ -114,6 +164,12 @@ async def run_events(site: Site, run_id: str, *,
             if status in LAUNCH_ENDED and not tail.reader.exists(run_id):
                 yield sse("end", {"status": status})
                 return
+        if tail.snapshot is not None:  # after the view: a page paints the run first
+            try:
+                for message in live.poll(tail.events, moved):
+                    yield sse("live", message)
+            except WfrunError:
+                pass  # a live log is a convenience: the recorded log follows
         polls += 1
         if polls % HEARTBEAT_POLLS == 0:
             yield ": keep-alive\n\n"

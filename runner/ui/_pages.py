@@ -18,7 +18,7 @@ from markupsafe import Markup
 
 TEMPLATES = Path(__file__).parent / "templates"
 NAV = (("/runs", "Runs"), ("/queue", "Queue"), ("/workflows", "Workflows"),
-       ("/controllers", "Controllers"))
+       ("/triggers", "Triggers"), ("/controllers", "Controllers"))
 
 
 def iso_ms(ms: Any) -> str:

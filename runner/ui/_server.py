@@ -39,10 +39,11 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
 from runner.errors import InputError, NotFoundError, OperationFailed
+from runner.host.runtime._audit import Actor
 from runner.host.runtime._errors import translate
 
 from . import _data as data
-from ._actions import BODY_MAX_BYTES, Actions, Actor, error_status, parse_body
+from ._actions import BODY_MAX_BYTES, Actions, error_status, parse_body
 from ._auth import (
     COOKIE,
     CSRF_HEADER,
@@ -289,6 +290,17 @@ def build_app(site: Site, config: UiConfig | None = None, *,
               ) -> dict[str, Any]:
         return a.rerun(who, request.path_params["run_id"], body)
 
+    def trigger_pause(a: Actions, who: Actor, request: Request, body: dict[str, Any]
+                      ) -> dict[str, Any]:
+        return a.trigger(who, request.path_params["name"], True)
+
+    def trigger_resume(a: Actions, who: Actor, request: Request, body: dict[str, Any]
+                       ) -> dict[str, Any]:
+        return a.trigger(who, request.path_params["name"], False)
+
+    def triggers(request: Request) -> dict[str, Any]:
+        return data.triggers_page(site)
+
     def audit(request: Request) -> dict[str, Any]:
         return data.audit_page(site, run_id=q(request, "run"), before=q(request, "before"),
                                limit=q(request, "limit"))
@@ -374,6 +386,11 @@ def build_app(site: Site, config: UiConfig | None = None, *,
         Route("/api/runs/{run_id}/rerun", action(rerun), methods=["POST"]),
         Route("/api/workflows/{name}/start", action(start), methods=["POST"]),
         Route("/api/audit", page("", audit)),
+        Route("/triggers", page("triggers.html", triggers)),
+        Route("/api/triggers", page("", triggers)),
+        # A trigger's name holds a slash (WORKFLOW/TRIGGER): the action is the last part.
+        Route("/api/triggers/{name:path}/pause", action(trigger_pause), methods=["POST"]),
+        Route("/api/triggers/{name:path}/resume", action(trigger_resume), methods=["POST"]),
         Route("/queue", page("queue.html", queue)),
         Route("/api/queue", page("", queue)),
         Route("/workflows", page("workflows.html", workflows)),

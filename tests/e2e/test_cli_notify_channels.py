@@ -288,3 +288,30 @@ def test_a_running_host_delivers_from_its_delivery_thread(project: Project) -> N
             if host.stderr is not None:
                 host.stderr.close()
         assert sorted(r["path"] for r in server.delivered()) == ["/hook", "/hook", "/slack"]
+
+
+def test_a_channel_the_config_does_not_configure_is_refused_at_validate(
+        project: Project) -> None:
+    configure(project, 9)
+    project.workflow("typo", """\
+        name: typo
+        start: n
+        nodes:
+          n: {notify: {message: hi, channels: [ops, teem]}}
+        """)
+    done = project.wfrun("validate", "typo")
+    assert done.returncode != 0
+    text = done.stdout + done.stderr
+    assert text.splitlines()[0].endswith(
+        "typo.yaml:4:45: error[unknown-channel]: notify channel 'teem' is not configured in "
+        ".wfrun/config.yaml (notify: channels:); configured: ops, team")
+    assert "^ did you mean 'team'?" in text
+    assert "Traceback" not in done.stderr
+    run = project.wfrun("run", "typo")  # refused before anything runs
+    assert run.returncode != 0
+    assert "notify channel 'teem' is not configured" in run.stderr
+    assert not (project.runs_dir.exists() and any(project.runs_dir.iterdir()))
+    # Without the config file no channel is configured: each name is refused.
+    (project.root / ".wfrun" / "config.yaml").unlink()
+    bare = project.wfrun("validate", "typo")
+    assert "configured: none" in bare.stdout + bare.stderr

@@ -43,6 +43,10 @@ class Answer:
     # Streamed: the text is sent, then the answer waits for this event (set by the
     # test) before its tool calls and its end; a live view is seen mid-answer.
     hold: threading.Event | None = None
+    # Streamed: after this many characters of the text, wait for `midway` (set by the
+    # test) before the rest of the text; a live view is seen to grow.
+    midway: threading.Event | None = None
+    midway_at: int = 0
 
 
 @dataclass
@@ -212,7 +216,12 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self._start_stream()
         held = reply.hold is None
+        sent = 0
         for chunk in _chunks(reply):
+            piece = chunk["choices"][0]["delta"].get("content")
+            if piece and reply.midway is not None and sent >= reply.midway_at:
+                reply.midway.wait(60)
+            sent += len(piece or "")
             if not held and "content" not in chunk["choices"][0]["delta"] and \
                     chunk["choices"][0]["delta"].get("role") is None:
                 held = True  # the text is out: wait for the test before the rest

@@ -29,6 +29,7 @@ from runner.errors import (
 from runner.launch import LaunchCoordinator, PreflightError, workflow_name
 from runner.store import LaunchBook, LaunchRecord, Store
 
+from ._audit import Actor, Done, audited
 from ._coordinators import build_coordinator
 from ._launches import dead_local_runner
 from ._local import Workspace
@@ -235,13 +236,21 @@ def _check_secrets(ws: Workspace, reader: RunReader, run_id: str, source: Secret
 def answer_run(ws: Workspace, store: Store, run_id: str, answer: Any, control: RunControl, *,
                executor: AgentStepExecutor | None = None,
                observer: Observer | None = None,
-               secrets: Mapping[str, str] | None = None) -> RunOutcome:
-    """Continue a waiting run as a new linked launch, run here."""
+               secrets: Mapping[str, str] | None = None,
+               actor: Actor | None = None) -> RunOutcome:
+    """Continue a waiting run as a new linked launch, run here; with an actor, making
+    the continuation is an audited action (recorded before it runs)."""
     coordinator = foreground_coordinator(ws, store, executor=executor, observer=observer,
                                          secrets=secrets)
-    manifest = coordinator.reader.manifest(run_id)
-    ref = str(manifest.get("workflow_ref") or manifest.get("workflow"))
-    child = prepared(coordinator, ref, answer, parent_run_id=run_id)
+
+    def make() -> LaunchRecord:
+        manifest = coordinator.reader.manifest(run_id)
+        ref = str(manifest.get("workflow_ref") or manifest.get("workflow"))
+        return prepared(coordinator, ref, answer, parent_run_id=run_id)
+
+    child = make() if actor is None else audited(
+        store, actor, "answer", run_id=run_id, workflow=None, detail={}, do=make,
+        done=lambda r: Done(r.run_id, workflow_name(r.workflow_ref)))
     return execute_here(coordinator, child, control)
 
 

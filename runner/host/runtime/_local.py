@@ -21,7 +21,7 @@ from runner import _jsonin as jsonin
 from runner.clock import Clock, SystemClock
 from runner.compiler._discovery import PROJECT_DIR, is_path_ref
 from runner.errors import DefinitionInvalid, InputError, NotFoundError, OperationFailed, WfrunError
-from runner.host.runtime._storeconfig import StoreChoice, choose_store
+from runner.host.runtime._storeconfig import StoreChoice, choose_store, with_channels
 
 if TYPE_CHECKING:
     # Loaded where they are used: `wfrun status` and `runs` build a Workspace but never
@@ -125,6 +125,9 @@ class Workspace:
     _compiled: dict[str, _Compiled] = field(default_factory=dict, init=False, repr=False,
                                             compare=False)
     _rows_store: Any = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        with_channels(self.catalog)  # a notify channel is checked against config.yaml
 
     @property
     def runs_dir(self) -> Path:

@@ -151,6 +151,11 @@ def _running(reader: RunReader, events: list[dict[str, Any]],
     return [(node, attempt, _turns(events, attempt))]
 
 
+def running_attempt(events: list[dict[str, Any]], run_id: str) -> tuple[str, str, int] | None:
+    """The (node, attempt, turn) whose live log is being written now, if any."""
+    return _running(events, run_id)
+
+
 def running_output(runs: Path | RunReader, run_id: str,
                    node: str | None = None) -> list[LiveText]:
     """What the attempts running now (of `node`, when given: a fan-out node's items

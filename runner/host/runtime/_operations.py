@@ -12,16 +12,19 @@ from typing import Any
 from runner.engine import AgentStepExecutor, RunControl, RunOutcome
 from runner.engine._runner import Observer
 from runner.errors import InputError
+from runner.launch import workflow_name
 from runner.launch._pausing import PauseResult, pause, unpause
 from runner.launch._rerun import RerunQueued, RerunRequest, queue_rerun
 from runner.store import Store
 
+from ._audit import Actor, Done, audited
 from ._foreground import execute_here, foreground_coordinator, preflight_error
 from ._launches import book, dead_local_runner, detached_coordinator
 from ._local import Workspace
 
 __all__ = ["PauseResult", "RerunQueued", "RerunRequest", "cache_entries", "clear_cache",
-           "pause_run", "queue_rerun_detached", "rerun_here", "unpause_run"]
+           "pause_run", "queue_rerun_detached", "rerun_detail", "rerun_done", "rerun_here",
+           "unpause_run"]
 
 
 def queue_rerun_detached(ws: Workspace, store: Store, request: RerunRequest) -> RerunQueued:
@@ -38,17 +41,36 @@ def queue_rerun_detached(ws: Workspace, store: Store, request: RerunRequest) -> 
 def rerun_here(ws: Workspace, store: Store, request: RerunRequest, control: RunControl, *,
                executor: AgentStepExecutor | None = None, observer: Observer | None = None,
                secrets: Mapping[str, str] | None = None,
-               use_cache: bool = True) -> tuple[RerunQueued, RunOutcome]:
-    """`wfrun rerun`: the rerun's launch queued and claimed here, then run here."""
+               use_cache: bool = True,
+               actor: Actor | None = None) -> tuple[RerunQueued, RunOutcome]:
+    """`wfrun rerun`: the rerun's launch queued and claimed here, then run here; with
+    an actor, the queueing is an audited action (recorded before the run runs)."""
     from runner.launch import PreflightError
 
     coordinator = foreground_coordinator(ws, store, executor=executor, observer=observer,
                                          secrets=secrets, use_cache=use_cache)
-    try:
-        queued = queue_rerun(coordinator, request, here=True)
-    except PreflightError as exc:
-        raise preflight_error(exc) from None
+
+    def queue() -> RerunQueued:
+        try:
+            return queue_rerun(coordinator, request, here=True)
+        except PreflightError as exc:
+            raise preflight_error(exc) from None
+
+    queued = queue() if actor is None else audited(
+        store, actor, "rerun", run_id=request.run_id, workflow=None,
+        detail=rerun_detail(request), do=queue, done=rerun_done)
     return queued, execute_here(coordinator, queued.record, control)
+
+
+def rerun_done(queued: RerunQueued) -> Done:
+    """What a rerun's audit row names: the new run and its workflow."""
+    return Done(queued.run_id, workflow_name(queued.record.workflow_ref))
+
+
+def rerun_detail(request: RerunRequest) -> dict[str, Any]:
+    """A rerun's audit detail: its options, never input values or outputs."""
+    return {"from": request.from_node, "input": request.input is not None,
+            "set": sorted(request.set), "force": request.force}
 
 
 def pause_run(ws: Workspace, store: Store, run_id: str) -> PauseResult:

@@ -20,12 +20,15 @@ from runner.compiler._diagnostics import did_you_mean
 from runner.errors import InputError, WfrunError
 from runner.launch._triggers import Scheduled, TriggerLoop, next_slot, slot_key
 
+from ._audit import Done, audited
+
 if TYPE_CHECKING:
     from runner.controllers import Controller
     from runner.launch._coordinator import LaunchCoordinator
     from runner.store import Store
     from runner.store.domain._triggers import Firing
 
+    from ._audit import Actor
     from ._filetriggers import FileTriggers
     from ._local import Workspace
 
@@ -65,6 +68,8 @@ class HostTriggers:
     # The controllers this host runs, and how a key goes on one's queue (the manager).
     controllers: Callable[[], Iterable[Controller]] | None = None
     enqueue: Callable[[str, str], None] | None = None
+    # (trigger, outcome, slots) as the loop records them: the host's metrics.
+    counted: Callable[[Scheduled, str, int], None] | None = None
     loop: TriggerLoop = field(init=False)
     _triggers: list[Scheduled] = field(default_factory=list, init=False)
     _read_at: float | None = field(default=None, init=False)
@@ -76,7 +81,7 @@ class HostTriggers:
         self.loop = TriggerLoop(self.store.triggers, self.ws.clock,
                                 self._launcher(self.coordinator), triggers=self.current,
                                 cancel=self._cancel, on_launched=self.on_launched,
-                                enqueue=self.enqueue)
+                                enqueue=self.enqueue, counted=self.counted)
 
     def current(self) -> list[Scheduled]:
         now = self.ws.clock.monotonic()
@@ -169,18 +174,19 @@ def find_trigger(ws: Workspace, name: str) -> Scheduled:
                      + f"; the project's triggers: {known}")
 
 
-def trigger_rows(ws: Workspace, store: Store) -> list[dict[str, Any]]:
-    """What `wfrun triggers` shows: each trigger, its policy, last and next firing,
-    and the slots it skipped or missed."""
+def trigger_rows(ws: Workspace, store: Store | None) -> list[dict[str, Any]]:
+    """What `wfrun triggers` and the console's triggers page show: each trigger, its
+    policy, last and next firing, and the slots it skipped or missed (a project
+    without a store yet: none fired)."""
     now = ws.clock.now()
     rows = []
     for item in all_triggers(ws):
         spec = item.spec
-        state = store.triggers.state(item.workflow, spec.name)
-        summary = store.triggers.summary(item.workflow, spec.name)
+        state = store.triggers.state(item.workflow, spec.name) if store else None
+        summary = store.triggers.summary(item.workflow, spec.name) if store else None
         paused = bool(state and state.paused)
         upcoming = next_slot(spec, now) if spec.scheduled and not paused else None
-        last = summary.last
+        last = summary.last if summary else None
         rows.append({
             "name": f"{item.workflow}/{spec.name}", "workflow": item.workflow,
             "controller": item.controller, "key": spec.key,
@@ -190,8 +196,9 @@ def trigger_rows(ws: Workspace, store: Store) -> list[dict[str, Any]]:
             "overlap": spec.overlap, "paused": paused,
             "last": None if last is None else {**last.to_json(), "slot": _key_time(last)},
             "next": None if upcoming is None else slot_key(upcoming),
-            "counts": summary.counts,
-            "skipped": [{**f.to_json(), "slot": _key_time(f)} for f in summary.recent_skipped],
+            "counts": summary.counts if summary else {},
+            "skipped": [{**f.to_json(), "slot": _key_time(f)}
+                        for f in (summary.recent_skipped if summary else ())],
         })
     return rows
 
@@ -208,10 +215,39 @@ def set_paused(ws: Workspace, store: Store, name: str, paused: bool) -> tuple[st
     return f"{item.workflow}/{item.spec.name}", changed
 
 
+def pause_trigger(ws: Workspace, store: Store, actor: Actor, name: str,
+                  paused: bool) -> dict[str, Any]:
+    """`wfrun triggers pause|resume` and the console's buttons: one audited action
+    (`pause`/`unpause` naming the trigger). The reply: the trigger's full name, its
+    state now and whether this changed it."""
+    def do() -> dict[str, Any]:
+        full, changed = set_paused(ws, store, name, paused)
+        return {"action": "pause" if paused else "resume", "trigger": full,
+                "paused": paused, "changed": changed}
+
+    return audited(store, actor, "pause" if paused else "unpause", run_id=None,
+                   workflow=None, detail={"trigger": name}, do=do,
+                   done=lambda r: Done(None, r["trigger"].rpartition("/")[0]))
+
+
 def backfill(ws: Workspace, store: Store, coordinator: LaunchCoordinator, name: str,
-             start: str, end: str, limit: int) -> list[tuple[str, str | None, str]]:
+             start: str, end: str, limit: int, *,
+             actor: Actor) -> list[tuple[str, str | None, str]]:
     """Queue a run for each slot of a cron or every trigger in [start, end] that has
-    none; times are ISO 8601, in the trigger's time zone when they name none."""
+    none; times are ISO 8601, in the trigger's time zone when they name none. One
+    audited action (`start`, naming the trigger and the window)."""
+    def told(done: list[tuple[str, str | None, str]]) -> Done:
+        queued = sum(1 for _, _, outcome in done if outcome == "launched")
+        return Done(detail={"queued": queued})
+
+    return audited(store, actor, "start", run_id=None, workflow=None,
+                   detail={"trigger": name, "backfill": {"from": start, "to": end}},
+                   do=lambda: _backfill(ws, store, coordinator, name, start, end, limit),
+                   done=told)
+
+
+def _backfill(ws: Workspace, store: Store, coordinator: LaunchCoordinator, name: str,
+              start: str, end: str, limit: int) -> list[tuple[str, str | None, str]]:
     item = find_trigger(ws, name)
     if not item.spec.scheduled:
         raise InputError(f"trigger '{name}' is a {item.spec.kind} trigger; only cron and "

@@ -78,9 +78,13 @@ class WebhookServer:
     `loop` (the host's trigger loop)."""
 
     def __init__(self, listen: str, loop: TriggerLoop, triggers: Callable[[], list[Scheduled]],
-                 environ: Mapping[str, str]) -> None:
+                 environ: Mapping[str, str], *,
+                 counted: Callable[[str, str], None] | None = None) -> None:
+        """`counted(trigger, outcome)`: each request's fate (`delivery_outcome`), for the
+        host's metrics."""
         host, port = parse_listen(listen)
         self.loop = loop
+        self.counted = counted
         self.triggers = triggers
         self.environ = dict(environ)
         if not is_loopback(host):
@@ -117,14 +121,25 @@ class WebhookServer:
             self._thread.join(timeout=10)
 
     # -- one request -----------------------------------------------------------------
+    def count(self, trigger: str, status: int, answer: Mapping[str, Any]) -> None:
+        if self.counted is not None:
+            self.counted(trigger, delivery_outcome(status, answer))
+
     def handle(self, path: str, headers: Mapping[str, str], body: bytes
                ) -> tuple[int, dict[str, Any]]:
         """(status, JSON answer) for a POST of `body` to `path`."""
+        trigger, status, answer = self._handle(path, headers, body)
+        self.count(trigger, status, answer)
+        return status, answer
+
+    def _handle(self, path: str, headers: Mapping[str, str], body: bytes
+                ) -> tuple[str, int, dict[str, Any]]:
         matches = [t for t in self.triggers()
                    if t.spec.webhook is not None and t.spec.webhook.path == path]
         if not matches:
-            return HTTPStatus.NOT_FOUND, {"error": f"no webhook trigger at {path}"}
+            return "", HTTPStatus.NOT_FOUND, {"error": f"no webhook trigger at {path}"}
         item = matches[0]
+        name = f"{item.workflow}/{item.spec.name}"
         hook = item.spec.webhook
         assert hook is not None
         lower = {k.lower(): v for k, v in headers.items()}
@@ -132,21 +147,22 @@ class WebhookServer:
         signed = hook.secret is not None or not self.loopback
         if signed and not (secret and signature_ok(
                 secret, body, lower.get(hook.signature_header.lower()))):
-            return HTTPStatus.UNAUTHORIZED, {"error": "bad or missing signature "
+            return name, HTTPStatus.UNAUTHORIZED, {"error": "bad or missing signature "
                                                  f"({hook.signature_header})"}
         delivery = lower.get(hook.delivery_header.lower(), "").strip()
         if not delivery or len(delivery) > _DELIVERY_MAX or not delivery.isprintable():
-            return HTTPStatus.BAD_REQUEST, {"error": f"a delivery needs a {hook.delivery_header}"
-                                            f" header (1-{_DELIVERY_MAX} characters)"}
+            return name, HTTPStatus.BAD_REQUEST, {
+                "error": f"a delivery needs a {hook.delivery_header} header "
+                         f"(1-{_DELIVERY_MAX} characters)"}
         # Credentials (authorization, cookies) are not facts: never in a run's input.
         event = {"body": _body(body, lower.get("content-type", "")), "delivery": delivery,
                  "headers": {k: v for k, v in lower.items() if not is_secret_name(k)}}
         try:
             firing, fresh = self.loop.deliver(item, delivery, event)
         except (WfrunError, StoreError) as exc:  # the store refused: the sender retries
-            return HTTPStatus.SERVICE_UNAVAILABLE, {"error": exc.message}
+            return name, HTTPStatus.SERVICE_UNAVAILABLE, {"error": exc.message}
         debounced = bool(hook.debounce) and firing.outcome == "pending"
-        answer: dict[str, Any] = {"trigger": f"{item.workflow}/{item.spec.name}",
+        answer: dict[str, Any] = {"trigger": name,
                                   "delivery": delivery, "outcome": firing.outcome,
                                   "run_id": firing.run_id if item.controller is None
                                   and not debounced
@@ -157,9 +173,22 @@ class WebhookServer:
             answer["reason"] = firing.reason
         answer["replayed"] = not fresh
         if firing.outcome == "failed":
-            return HTTPStatus.UNPROCESSABLE_ENTITY, answer
-        return (HTTPStatus.ACCEPTED if fresh and firing.outcome in ("launched", "pending")
+            return name, HTTPStatus.UNPROCESSABLE_ENTITY, answer
+        return name, (HTTPStatus.ACCEPTED if fresh and firing.outcome in ("launched", "pending")
                 else HTTPStatus.OK), answer
+
+
+def delivery_outcome(status: int, answer: Mapping[str, Any]) -> str:
+    """What became of one request, as the metrics count it: `accepted` (a new delivery
+    recorded: queued, kept for a debounce, or skipped or failed by its trigger's
+    policy, which the slot counts say), `replayed` (a delivery id seen before: nothing
+    new), `refused` (a bad signature, no delivery id, no such path, a body too large
+    or without a length: nothing recorded), `error` (the store refused: try again)."""
+    if status == HTTPStatus.SERVICE_UNAVAILABLE or status >= 500:
+        return "error"
+    if "replayed" not in answer:
+        return "refused"
+    return "replayed" if answer["replayed"] else "accepted"
 
 
 def _body(raw: bytes, content_type: str) -> Any:
@@ -182,10 +211,10 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = self.headers.get("Content-Length")
         if length is None or not length.isdigit():
-            self._answer(HTTPStatus.LENGTH_REQUIRED, {"error": "Content-Length required"})
+            self._refuse(HTTPStatus.LENGTH_REQUIRED, {"error": "Content-Length required"})
             return
         if int(length) > MAX_BODY:
-            self._answer(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+            self._refuse(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
                          {"error": f"the body is over {MAX_BODY} bytes"}, close=True)
             return
         body = self.rfile.read(int(length))
@@ -195,10 +224,15 @@ class _Handler(BaseHTTPRequestHandler):
         except Exception as exc:  # one bad request never stops the server
             log.exception("webhook %s failed", path)
             status, answer = HTTPStatus.INTERNAL_SERVER_ERROR, {"error": type(exc).__name__}
+            self.server_ref.count("", status, answer)
         self._answer(status, answer)
 
     def do_GET(self) -> None:
-        self._answer(HTTPStatus.METHOD_NOT_ALLOWED, {"error": "deliveries are POSTs"})
+        self._refuse(HTTPStatus.METHOD_NOT_ALLOWED, {"error": "deliveries are POSTs"})
+
+    def _refuse(self, status: int, answer: dict[str, Any], close: bool = False) -> None:
+        self.server_ref.count("", status, answer)  # before any trigger was matched
+        self._answer(status, answer, close)
 
     def _answer(self, status: int, answer: dict[str, Any], close: bool = False) -> None:
         data = json.dumps(answer).encode()

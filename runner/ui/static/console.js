@@ -274,33 +274,64 @@ async function buildStartForm() {
 // A page with [data-live] parts re-reads itself every 2 s while visible and swaps
 // those parts in: the server renders them (escaped) exactly as on load, and a parsed
 // document runs no script.
-function liveParts() {
-  const parts = document.querySelectorAll("[data-live]");
-  if (!parts.length) return;
-  let busy = false;
-  const refresh = async () => {
-    if (busy || document.hidden) return;
-    busy = true;
-    try {
-      const response = await fetch(window.location.href, { credentials: "same-origin" });
-      if (!response.ok) return;
-      const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
-      for (const old of document.querySelectorAll("[data-live]")) {
-        const next = fresh.getElementById(old.id);
-        if (next) old.replaceWith(document.importNode(next, true));
-      }
-      document.body.dataset.refreshed = String(Number(document.body.dataset.refreshed || 0) + 1);
-    } catch (err) {
-      // The server stopped: keep what is shown.
-    } finally {
-      busy = false;
+let refreshBusy = false;
+
+async function refreshLive(force) {
+  if (refreshBusy || (document.hidden && !force)) return;
+  refreshBusy = true;
+  try {
+    const response = await fetch(window.location.href, { credentials: "same-origin" });
+    if (!response.ok) return;
+    const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
+    for (const old of document.querySelectorAll("[data-live]")) {
+      const next = fresh.getElementById(old.id);
+      if (next) old.replaceWith(document.importNode(next, true));
     }
-  };
-  window.setInterval(refresh, 2000);
+    document.body.dataset.refreshed = String(Number(document.body.dataset.refreshed || 0) + 1);
+  } catch (err) {
+    // The server stopped: keep what is shown.
+  } finally {
+    refreshBusy = false;
+  }
+}
+
+function liveParts() {
+  if (!document.querySelectorAll("[data-live]").length) return;
+  window.setInterval(refreshLive, 2000);
+}
+
+// --- the triggers page: pause and resume -------------------------------------------
+
+// Delegated: the rows are swapped in by the live refresh, their buttons with them.
+function wireTriggerActions() {
+  const result = document.getElementById("trigger-result");
+  if (!result) return;
+  document.addEventListener("click", (event) => {
+    const button = event.target.closest("button[data-trigger-action]");
+    if (!button) return;
+    const row = button.closest("tr[data-trigger]");
+    const name = row.dataset.trigger;
+    const action = button.dataset.triggerAction;
+    confirmThen(button.dataset.confirm, async () => {
+      result.replaceChildren(make("span", action + "…", "meta"));
+      // The name's slash stays a path separator: each part is encoded on its own.
+      const path = name.split("/").map(encodeURIComponent).join("/");
+      const done = await post("/api/triggers/" + path + "/" + action, {});
+      result.dataset.outcome = done.ok ? "ok" : "failed";
+      if (!done.ok) {
+        result.replaceChildren(make("span", done.data.error || "HTTP " + done.status, "error-text"));
+        return;
+      }
+      result.replaceChildren(make("span", "trigger " + done.data.trigger + " "
+        + (done.data.paused ? "paused" : "resumed") + (done.data.changed ? "" : " (it was already)")));
+      await refreshLive(true);
+    });
+  });
 }
 
 document.addEventListener("DOMContentLoaded", () => {
   wireRunActions();
+  wireTriggerActions();
   buildStartForm();
   liveParts();
 });

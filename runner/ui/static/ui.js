@@ -303,6 +303,31 @@ function render(view) {
   document.body.dataset.seq = String(view.seq);
 }
 
+// The running step's output so far (`live` events: docs/ui.md#live-updates), its
+// newest LIVE_SHOWN characters; gone when the step's recorded log takes over.
+const LIVE_SHOWN = 64000;
+
+function showLive(message) {
+  const box = document.getElementById("live-box");
+  const out = document.getElementById("live-text");
+  if (!box || !out) return;
+  if (message.node === null) {
+    box.hidden = true;
+    out.textContent = "";
+  } else if (message.reset) {
+    out.textContent = "";
+    document.getElementById("live-node").textContent = message.node;
+    box.dataset.attempt = message.attempt;
+  }
+  if (message.text) {
+    let text = out.textContent + message.text;
+    if (text.length > LIVE_SHOWN) text = text.slice(text.length - LIVE_SHOWN);
+    out.textContent = text;
+    box.hidden = false;
+  }
+  box.dataset.chars = String(out.textContent.length);
+}
+
 function followRun() {
   const run = document.getElementById("run");
   if (!run || !window.EventSource) return;
@@ -317,7 +342,9 @@ function followRun() {
     const launch = JSON.parse(e.data);
     if (launch.status) setStatus(launch.status);
   });
+  source.addEventListener("live", (e) => showLive(JSON.parse(e.data)));
   source.addEventListener("end", () => {
+    showLive({ node: null });
     source.close();
     document.body.dataset.live = "ended";
   });

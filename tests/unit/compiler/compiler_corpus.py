@@ -26,6 +26,9 @@ INVALID = CORPUS / "invalid"
 VALID_FILES = sorted(p for p in VALID.iterdir() if p.suffix in (".yaml", ".yml"))
 INVALID_FILES = sorted(p for p in INVALID.iterdir() if p.suffix in (".yaml", ".yml"))
 
+#: The notification channels the corpus's project configures.
+CHANNELS = frozenset({"ops", "team"})
+
 EXPECT_RE = re.compile(r"^# expect: ([a-z0-9-]+) (\d+):(\d+)(?: @(\S+))?\s*$")
 
 Expectation = tuple[str, str, int, int]  # (file name, code, line, column)
@@ -61,8 +64,10 @@ def corpus_catalog() -> Catalog:
     """A catalog whose project folder is invalid/ and user folder is valid/ (no built-ins)."""
     entries = [CatalogEntry(p.stem, "project", p) for p in INVALID_FILES]
     entries += [CatalogEntry(p.stem, "user", p) for p in VALID_FILES]
-    return Catalog("workflows", None, {"project": INVALID, "user": VALID, "builtin": None},
-                   entries)
+    catalog = Catalog("workflows", None, {"project": INVALID, "user": VALID, "builtin": None},
+                      entries)
+    catalog.channel_names = lambda: CHANNELS  # as a project's .wfrun/config.yaml would
+    return catalog
 
 
 def compile_fixture(path: Path) -> CompileResult:
