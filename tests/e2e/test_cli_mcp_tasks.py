@@ -238,7 +238,8 @@ def test_tasks_result_blocks_until_the_run_ends(project: Path) -> None:
         [content] = result.content
         assert isinstance(content, types.TextContent)
         error = json.loads(content.text)["error"]
-        assert error["code"] == "exit_nonzero" or "exit" in error["message"], error
+        assert error["code"] == "run_failed", error
+        assert "'sh -c exit 3' exited with 3" in error["message"]
         failed = get(client, task.task_id)
         assert failed.status == "failed"
         assert failed.status_message is not None

@@ -150,7 +150,11 @@ class McpSession:
                              reply.is_error)
 
     def activate_now(self) -> None:
-        """Start what this session queued (a launch an MCP task follows)."""
+        """Start what this session queued (a launch an MCP task follows): the client's
+        polling is the idle signal a hookless client lacks. With hooks, the turn's
+        settle starts it as always (nothing runs inside the model's turn)."""
+        if self.hooks:
+            return
         with self.lock:
             self.runtime.controller.activate_now()
 

@@ -12,10 +12,11 @@ at once with a task and the call's result comes later from `tasks/result`. For t
 - `completed` (the result is the run's final output), `failed` (timed out too; the
   result is the error, `isError`), `cancelled`.
 
-A task start activates its launch at once, even in a client without hooks: the client
-follows the run by polling, so no turn of the model waits for it (without a task a
-hookless client's start waits for the client's exit, docs/hosts.md), and so does the
-continuation an `answer` queues for a run a task follows, at the task's next poll. Any other action
+In a client without hooks a task start activates its launch at once: the client
+follows the run by polling, the idle signal such a client otherwise lacks (without a
+task its start waits for the client's exit, docs/hosts.md), and so does the
+continuation an `answer` queues for a run a task follows, at the task's next poll.
+With Claude Code's hooks the launch starts when the turn settles, as always. Any other action
 called as a task is done on the spot: its task is born terminal, holding the reply.
 
 Tasks live in this process: a task id names a run of this session for as long as the
@@ -190,6 +191,11 @@ class McpTasks(TaskServer):
         """(task status, status message, the result when terminal) of the run."""
         current, view = self._current_run(run_id)
         state = str(view.get("status"))
+        launch = view.get("launch")
+        if isinstance(launch, dict) and launch.get("status") in ("starting", "running"):
+            # The bundle may be a step ahead of the launch row (ended, the row's ending
+            # and error not written yet): the task ends with the row, whole.
+            state = "running"
         if state == "completed":
             output = self.session.final_output(current)
             text = json.dumps(output, ensure_ascii=False, default=str)
@@ -197,8 +203,13 @@ class McpTasks(TaskServer):
                 "content": [{"type": "text", "text": cut(text, MAX_REPLY_CHARS)}],
                 "isError": False, "_meta": {"wfrun": {"runId": current,
                                                       "status": "completed"}}}
-        found = view.get("error")
-        error: dict[str, Any] = found if isinstance(found, dict) else {}
+        # The launch's error (one that ended it before or while it started), else the
+        # run's own (a node that failed it), whichever the view has first.
+        bundle = view.get("run")
+        run: dict[str, Any] = bundle if isinstance(bundle, dict) else {}
+        found = next((e for e in (view.get("error"), run.get("error"))
+                      if isinstance(e, dict) and e.get("code")), None)
+        error: dict[str, Any] = found or {}
         if state in ("failed", "timed_out", "cancelled"):
             status = "cancelled" if state == "cancelled" else "failed"
             code = str(error.get("code") or state)
@@ -206,6 +217,10 @@ class McpTasks(TaskServer):
             text = f"Run {current}: {state} ({code}: {detail})"
             return status, text, error_reply(text, "start", code,
                                              {"runId": current, "status": state})
+        if state == "waiting" and not self.session.runtime.controller.quiet():
+            # The run's last boundary is still delivering what it said (an `answer`
+            # now would find its message pending): input is required once it is out.
+            return "working", f"Run {current}: ending", None
         if state == "waiting":
             return "input_required", (
                 f"Run {current} waits at a checkpoint: the workflow tool's answer action "
