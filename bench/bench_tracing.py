@@ -4,6 +4,8 @@
     .venv/bin/python bench/bench_tracing.py -n 50
     .venv/bin/python bench/bench_tracing.py --shell     # shell nodes: a step that does work
     .venv/bin/python bench/bench_tracing.py --smoke     # tiny sizes: the code paths only
+    .venv/bin/python bench/bench_tracing.py --instructions       # + valgrind counts
+    .venv/bin/python bench/bench_tracing.py --root DIR ...       # `runner` from DIR
 
 One process, `Engine(durability="full")` runs of a 20-node compute chain (21 spans
 each: the run and its nodes), in blocks alternating off and on so drift hits both
@@ -21,7 +23,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -33,7 +38,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from benchkit import machine  # noqa: E402
+from benchkit import machine, use_root  # noqa: E402
+
+ROOT = use_root()  # `--root DIR`: `runner` from an older checkout (before/after)
 
 from runner.compiler import Compiler, WorkflowDefinition  # noqa: E402
 from runner.engine import Engine  # noqa: E402
@@ -41,6 +48,7 @@ from runner.engine import Engine  # noqa: E402
 NODES = 20
 ROUNDS = 5  # blocks of runs, alternating off and on, so drift hits both alike
 AIM_PERCENT = 10.0
+FEW = 3  # runs of the smaller instruction count (--instructions)
 
 
 class Sink(BaseHTTPRequestHandler):
@@ -70,59 +78,112 @@ def chain(folder: Path, n: int, shell: bool = False) -> WorkflowDefinition:
     return result.definition
 
 
+class Bench:
+    """The receiver, the tracing under test, and an untraced and a traced Engine."""
+
+    def __init__(self, folder: Path, nodes: int, shell: bool) -> None:
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Sink)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = (
+            f"http://127.0.0.1:{self.server.server_address[1]}")
+        try:
+            from runner.engine._tracing import Tracing
+            self.tracing = Tracing()  # its exporter reads the endpoint now
+        finally:
+            # Gone before the first run: the engine's own tracing (from the environment)
+            # stays off, so "off" is untraced and "on" is traced once.
+            del os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"]
+        self.definition = chain(folder, nodes, shell)
+        self.engines = {"off": Engine(runs_dir=folder / "off", project_root=folder),
+                        "on": Engine(runs_dir=folder / "on", project_root=folder,
+                                     observer=self.tracing.observer(None))}
+        for engine in self.engines.values():  # warm-up: imports, template environments
+            engine.start(self.definition)
+        self.tracing.provider.force_flush()
+
+    def runs(self, mode: str, n: int) -> None:
+        engine = self.engines[mode]
+        for _ in range(n):
+            outcome = engine.start(self.definition)
+            if outcome.status != "completed":
+                sys.exit(f"a run ended {outcome.status}")
+        if mode == "on":  # the runs' spans encoded and sent: their export is counted
+            self.tracing.provider.force_flush()
+
+    def close(self) -> None:
+        self.tracing.close()
+        self.server.shutdown()
+
+
+def instructions(root: Path, mode: str, n: int, nodes: int, shell: bool) -> int:
+    """User-space instructions of this script doing `n` runs `mode` (all threads: the
+    exporter's and the receiver's too), counted by valgrind's callgrind."""
+    argv = [sys.executable, __file__, "--root", str(root), "--cycles", f"{mode}:{n}",
+            "--nodes", str(nodes), *(["--shell"] if shell else [])]
+    out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+                          *argv], capture_output=True, text=True, check=False)
+    found = re.search(r"Collected\s*:\s*(\d+)", out.stderr)
+    if out.returncode != 0 or found is None:
+        sys.exit(f"valgrind failed ({out.returncode}): {out.stderr.strip()[-400:]}")
+    return int(found.group(1))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("-n", type=int, default=200, help="runs each way")
     parser.add_argument("--shell", action="store_true",
                         help="shell nodes (`true`) instead of trivial compute nodes")
+    parser.add_argument("--instructions", action="store_true",
+                        help="also count instructions per run off and on (valgrind)")
+    parser.add_argument("--nodes", type=int, default=NODES, help=argparse.SUPPRESS)
+    parser.add_argument("--cycles", help=argparse.SUPPRESS)  # MODE:N, under valgrind
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args()
-    runs, nodes = (ROUNDS, 3) if args.smoke else (args.n, NODES)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Sink)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{server.server_address[1]}"
     try:
-        from runner.engine._tracing import Tracing
-        tracing = Tracing()  # its exporter reads the endpoint now
+        import opentelemetry.sdk  # noqa: F401
     except ImportError:
         print("skipped: the OpenTelemetry SDK is not installed (pip install 'wfrun[otel]')")
         return
-    finally:
-        # Gone before the first run: the engine's own tracing (from the environment)
-        # stays off, so "off" is untraced and "on" is traced once.
-        del os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"]
+    if args.cycles is not None:
+        mode, n = args.cycles.split(":")
+        with tempfile.TemporaryDirectory(prefix="bench-tracing-") as tmp:
+            bench = Bench(Path(tmp), args.nodes, args.shell)
+            bench.runs(mode, int(n))
+            bench.close()
+        return
+    runs, nodes = (ROUNDS, 3) if args.smoke else (args.n, args.nodes)
     with tempfile.TemporaryDirectory(prefix="bench-tracing-") as tmp:
-        folder = Path(tmp)
-        definition = chain(folder, nodes, args.shell)
-        engines = {"off": Engine(runs_dir=folder / "off", project_root=folder),
-                   "on": Engine(runs_dir=folder / "on", project_root=folder,
-                                observer=tracing.observer(None))}
-        for engine in engines.values():  # warm-up: imports, template environments
-            engine.start(definition)
-        tracing.provider.force_flush()
+        bench = Bench(Path(tmp), nodes, args.shell)
         cpu: dict[str, list[float]] = {"off": [], "on": []}
         block = max(runs // ROUNDS, 1)
         for _ in range(ROUNDS):
-            for mode, engine in engines.items():
+            for mode in ("off", "on"):
                 c0 = time.process_time()
-                for _ in range(block):
-                    outcome = engine.start(definition)
-                    if outcome.status != "completed":
-                        sys.exit(f"a run ended {outcome.status}")
-                if mode == "on":  # the block's spans sent: their export is counted
-                    tracing.provider.force_flush()
+                bench.runs(mode, block)
                 cpu[mode].append((time.process_time() - c0) * 1000 / block)
-    tracing.close()
-    server.shutdown()
+        bench.close()
     off, on = statistics.median(cpu["off"]), statistics.median(cpu["on"])
     runs = block * ROUNDS
     extra = (on - off) / off * 100 if off else 0.0
     print(f"machine: {machine()}")
+    print(f"runner imported from {ROOT}")
     kind = "shell (`true`)" if args.shell else "compute"
     print(f"{runs} runs each way of a {nodes}-node {kind} chain ({nodes + 1} spans a run), "
           f"{Sink.requests} export request(s) received")
     print(f"CPU per run, median block: off {off:.2f} ms, on {on:.2f} ms: {extra:+.1f} % "
           f"(aim <= {AIM_PERCENT:.0f} %)")
+    if args.instructions and not args.smoke:
+        if shutil.which("valgrind") is None:
+            sys.exit("valgrind is not installed: apt-get install valgrind")
+        # Two counts a mode, FEW and FEW + counted runs: their difference leaves out
+        # what happens once (imports, set-up, the first export's lazy imports).
+        counted = max(runs // 10, 5)
+        per = {mode: (instructions(ROOT, mode, FEW + counted, nodes, args.shell)
+                      - instructions(ROOT, mode, FEW, nodes, args.shell)) / counted
+               for mode in ("off", "on")}
+        print(f"instructions per run ({counted} runs, callgrind, user space, all threads): "
+              f"off {per['off'] / 1e6:.2f} M, on {per['on'] / 1e6:.2f} M: "
+              f"{(per['on'] - per['off']) / per['off'] * 100:+.1f} %")
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from runner.compiler._templates import render_native
 from runner.errors import OperationFailed
 from runner.steps import HookContext, StepFailed, StepTimedOut
 
+from . import _tracing as tracing
 from ._control import RunControl
 from ._nodecontext import NodeContext, NodeResult, fail, json_value, stopped
 
@@ -120,7 +121,8 @@ def hook_context(ctx: NodeContext, params: dict[str, Any]) -> HookContext:
                        project=values["project"], publish_update=ctx.updates.publish,
                        secrets=dict(values.get("secrets") or {}),
                        env=dict(values.get("env") or {}), params=params,
-                       remaining=ctx.remaining, stopping=lambda: ctx.control.stopping)
+                       remaining=ctx.remaining, stopping=lambda: ctx.control.stopping,
+                       traceparent=tracing.environment(ctx.run_id).get("TRACEPARENT"))
 
 
 def call_hook(ctx: NodeContext, hook: HookRef, with_: Any) -> NodeResult:

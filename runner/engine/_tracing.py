@@ -15,6 +15,10 @@ or waiting at a checkpoint). A child run's span (a continuation, a controller's
 child) links to its parent run's span. The node span's id is chosen when
 the node starts, so a shell step gets `TRACEPARENT` naming it.
 
+The sampler (`OTEL_TRACES_SAMPLER`) decides once per run, by its trace id, and the
+decision covers the run span and its node spans alike: a dropped run costs no span
+object at all, and its `TRACEPARENT` says "not sampled" (flags 00).
+
 Exporting never blocks or fails a run: spans go to the SDK's batch processor (a
 bounded queue, sent by its own thread; a full queue drops spans), a problem building
 one is logged at debug level, and a process exits after at most `EXIT_WAIT` seconds
@@ -33,6 +37,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from . import _otlp
 from ._state import RunState
 
 log = logging.getLogger(__name__)
@@ -45,6 +50,7 @@ RUN_ENDS = {"run_completed": "completed", "run_failed": "failed",
             "run_waiting": "waiting"}
 NODE_ENDS = ("node_finished", "node_failed")
 EXIT_WAIT = 3.0  # seconds a process waits at exit for its last spans to be sent
+_SAMPLED_KEPT = 4096  # sampling decisions kept: the runs in flight in a host, and then some
 
 Observer = Callable[[dict[str, Any], RunState], None]
 
@@ -102,25 +108,15 @@ def environment(run_id: str) -> dict[str, str]:
     return {} if tracing is None else tracing.environment(run_id)
 
 
+@functools.lru_cache(maxsize=1024)  # the runs in flight in a host, and then some
 def run_ids(run_id: str) -> tuple[int, int]:
     """The trace id of `run_id` and the span id of its run span (never zero)."""
     digest = hashlib.sha256(b"wfrun run " + run_id.encode()).digest()
     return (int.from_bytes(digest[:16], "big") or 1), (int.from_bytes(digest[16:24], "big") or 1)
 
 
-@functools.lru_cache(maxsize=1024)  # the runs in flight in a host, and then some
-def _run_context(run_id: str) -> Any:
-    """The context whose span is `run_id`'s run span: the parent of its node spans."""
-    from opentelemetry import trace
-    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
-
-    trace_id, span_id = run_ids(run_id)
-    return trace.set_span_in_context(NonRecordingSpan(SpanContext(
-        trace_id, span_id, is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED))))
-
-
-def traceparent(trace_id: int, span_id: int) -> str:
-    return f"00-{trace_id:032x}-{span_id:016x}-01"
+def traceparent(trace_id: int, span_id: int, sampled: bool = True) -> str:
+    return f"00-{trace_id:032x}-{span_id:016x}-{'01' if sampled else '00'}"
 
 
 def _nanos(at: Any) -> int | None:
@@ -133,28 +129,47 @@ def _nanos(at: Any) -> int | None:
 
 
 class Tracing:
-    """One process's tracer provider, exporter and the node spans being run."""
+    """One process's tracer provider, exporter and the node spans being run.
+
+    Spans are built as the SDK's finished `ReadableSpan`s straight from the trace
+    events and handed to the batch processor (its `on_end`): a span never lives open
+    (each is made once what it covers ended), so the SDK's live-span machinery (its
+    Tracer, id generator, attribute validation, context lookups) would only cost a
+    node its CPU (bench/bench_tracing.py). The provider is kept for the standard
+    `OTEL_*` settings: its sampler and its batch processor's shutdown.
+    """
 
     def __init__(self) -> None:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
         # The exporter logs each failed try (three lines a batch while the receiver is
         # down); the spans that never got through are counted in one line at exit.
         logging.getLogger("opentelemetry.exporter.otlp.proto.http").setLevel(logging.ERROR)
-        self.ids = _Ids()
-        resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME")
-                                    or "wfrun"})
-        self.provider = TracerProvider(resource=resource, id_generator=self.ids.generator,
-                                       shutdown_on_exit=False)
+        self.resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME")
+                                         or "wfrun"})
+        self.provider = TracerProvider(resource=self.resource, shutdown_on_exit=False)
         exporter = OTLPSpanExporter()
         self.sent = _Sent(str(getattr(exporter, "_endpoint", "the OTLP endpoint")))
-        self.provider.add_span_processor(BatchSpanProcessor(_counting(exporter, self.sent)))
-        self.tracer = self.provider.get_tracer("wfrun")
+        # The spans are encoded by _otlp.py (a fifth of the official encoder's CPU) and
+        # sent by the official exporter's own HTTP client.
+        self.processor = BatchSpanProcessor(_counting(_otlp.exporter(exporter), self.sent))
+        self.provider.add_span_processor(self.processor)
+        from opentelemetry.sdk.trace import ReadableSpan
+        from opentelemetry.trace import SpanContext, Status, StatusCode, TraceFlags
+
+        # Looked up once: a span is a few object constructions on the run's thread.
+        self._span_class, self._context_class = ReadableSpan, SpanContext
+        self._flags = TraceFlags(TraceFlags.SAMPLED)
+        self._statuses = (Status(StatusCode.UNSET), Status(StatusCode.ERROR))
+        self.scope = InstrumentationScope("wfrun")
+        self.sampler = self.provider.sampler  # OTEL_TRACES_SAMPLER(_ARG), the SDK's reading
         self._lock = threading.Lock()
         self._nodes: dict[str, tuple[str, int]] = {}  # run id -> its running node, span id
+        self._sampled: dict[str, bool] = {}  # run id -> the sampler's decision (bounded)
         self.made = 0  # spans ended (handed to the batch processor)
         import atexit
 
@@ -176,7 +191,29 @@ class Tracing:
             running = self._nodes.get(run_id)
         if running is None:
             return {}
-        return {"TRACEPARENT": traceparent(run_ids(run_id)[0], running[1])}
+        return {"TRACEPARENT": traceparent(run_ids(run_id)[0], running[1],
+                                           self.sampled(run_id))}
+
+    def sampled(self, run_id: str) -> bool:
+        """The sampler's decision for the run's trace, made once, at its first event,
+        for the run span and every node span alike (a ParentBased or TraceIdRatio
+        sampler decides by the trace id, which the run id fixes: every process that
+        runs a part of the run decides the same)."""
+        with self._lock:
+            known = self._sampled.get(run_id)
+        if known is not None:
+            return known
+        from opentelemetry.sdk.trace.sampling import Decision
+        from opentelemetry.trace import SpanKind
+
+        trace_id = run_ids(run_id)[0]
+        decision = self.sampler.should_sample(None, trace_id, "run", SpanKind.INTERNAL)
+        sampled = decision.decision is Decision.RECORD_AND_SAMPLE
+        with self._lock:
+            if len(self._sampled) >= _SAMPLED_KEPT:
+                self._sampled.clear()  # a host's finished runs: decided again if seen
+            self._sampled[run_id] = sampled
+        return sampled
 
     def event(self, event: dict[str, Any], state: RunState) -> None:
         kind = event["type"]
@@ -190,13 +227,15 @@ class Tracing:
             self._run_span(event, state, RUN_ENDS[kind])
 
     def _node_span(self, event: dict[str, Any], state: RunState) -> None:
-        from opentelemetry.trace import Status, StatusCode
-
         node = str(event.get("node"))
         with self._lock:
             running = self._nodes.get(state.run_id)
             if running is not None and running[0] == node:
                 del self._nodes[state.run_id]
+            else:
+                running = None
+        if not self.sampled(state.run_id):
+            return  # nothing built for a span the sampler dropped
         payload = event.get("payload") or {}
         end = _nanos(event.get("at"))
         millis = payload.get("duration_ms")
@@ -213,19 +252,15 @@ class Tracing:
             attributes["wfrun.error.code"] = str(error["code"])  # the code, never the message
         if payload.get("will_retry"):
             attributes["wfrun.will_retry"] = True
-        self.ids.next_span = None if running is None or running[0] != node else running[1]
-        span = self.tracer.start_span(f"node {node}", context=_run_context(state.run_id),
-                                      start_time=start, attributes=attributes)
-        self.ids.next_span = None  # never left for another span of this thread
-        if outcome != "ok":
-            span.set_status(Status(StatusCode.ERROR))
-        span.end(end_time=end)
-        with self._lock:
-            self.made += 1
+        trace_id, run_span = run_ids(state.run_id)
+        span_id = running[1] if running is not None else random.getrandbits(64) or 1
+        self._end(f"node {node}", trace_id, span_id, run_span, attributes, (),
+                  outcome != "ok", start, end)
 
     def _run_span(self, event: dict[str, Any], state: RunState, status: str) -> None:
-        from opentelemetry.context import Context
-        from opentelemetry.trace import Link, SpanContext, Status, StatusCode, TraceFlags
+        if not self.sampled(state.run_id):
+            return
+        from opentelemetry.trace import Link, SpanContext, TraceFlags
 
         attributes: dict[str, Any] = {"wfrun.workflow": state.workflow,
                                       "wfrun.run_id": state.run_id, "wfrun.outcome": status}
@@ -238,14 +273,24 @@ class Tracing:
             parent_trace, parent_span = run_ids(state.parent_run_id)
             links.append(Link(SpanContext(parent_trace, parent_span, is_remote=True,
                                           trace_flags=TraceFlags(TraceFlags.SAMPLED))))
-        self.ids.next_trace, self.ids.next_span = run_ids(state.run_id)
-        span = self.tracer.start_span(f"run {state.workflow}", context=Context(), links=links,
-                                      start_time=_nanos(state.started_at),
-                                      attributes=attributes)
-        self.ids.next_trace = self.ids.next_span = None
-        if status not in ("completed", "waiting"):
-            span.set_status(Status(StatusCode.ERROR))
-        span.end(end_time=_nanos(event.get("at")))
+        trace_id, span_id = run_ids(state.run_id)
+        self._end(f"run {state.workflow}", trace_id, span_id, None, attributes, links,
+                  status not in ("completed", "waiting"), _nanos(state.started_at),
+                  _nanos(event.get("at")))
+
+    def _end(self, name: str, trace_id: int, span_id: int, parent: int | None,
+             attributes: dict[str, Any], links: Any, error: bool, start: int | None,
+             end: int | None) -> None:
+        """Hand a finished span to the batch processor (a bounded queue; its own
+        thread encodes and sends)."""
+        context, flags = self._context_class, self._flags
+        span = self._span_class(
+            name, context=context(trace_id, span_id, False, flags),
+            parent=None if parent is None else context(trace_id, parent, False, flags),
+            resource=self.resource, attributes=attributes, links=links,
+            status=self._statuses[error], start_time=start,
+            end_time=end if end is not None else start, instrumentation_scope=self.scope)
+        self.processor.on_end(span)
         with self._lock:
             self.made += 1
 
@@ -298,46 +343,3 @@ def _counting(inner: Any, sent: _Sent) -> Any:
             return bool(inner.force_flush(timeout_millis))
 
     return Counting()
-
-
-class _Ids:
-    """Random ids, except the next one a span of this thread asks for when set (a run
-    span's derived ids, a node span's id chosen at its start)."""
-
-    def __init__(self) -> None:
-        from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
-
-        ids = self
-        self.local = threading.local()
-
-        class Generator(RandomIdGenerator):
-            def generate_span_id(self) -> int:
-                forced = ids.take("span")
-                return forced if forced is not None else super().generate_span_id()
-
-            def generate_trace_id(self) -> int:
-                forced = ids.take("trace")
-                return forced if forced is not None else super().generate_trace_id()
-
-        self.generator = Generator()
-
-    @property
-    def next_span(self) -> int | None:
-        return getattr(self.local, "span", None)
-
-    @next_span.setter
-    def next_span(self, value: int | None) -> None:
-        self.local.span = value
-
-    @property
-    def next_trace(self) -> int | None:
-        return getattr(self.local, "trace", None)
-
-    @next_trace.setter
-    def next_trace(self, value: int | None) -> None:
-        self.local.trace = value
-
-    def take(self, which: str) -> int | None:
-        value: int | None = getattr(self.local, which, None)
-        setattr(self.local, which, None)
-        return value

@@ -59,6 +59,9 @@ class HookContext:
     # Seconds left before the node's deadline (None: no deadline), on the run's clock.
     remaining: Callable[[], float | None] = _unbounded
     stopping: Callable[[], bool] = _never  # the run was cancelled or parked
+    # W3C `traceparent` naming this node attempt's span when tracing is on (else None):
+    # a step that calls out passes it on (the `http` step sends it as a header).
+    traceparent: str | None = None
 
 
 class StepFailed(Exception):

@@ -25,7 +25,8 @@ secret (`runner._safety.is_secret_name`: Authorization, Cookie, X-Api-Key...) in
 the output and every message, never echoes request headers, shows URLs without
 their query or credentials, and drops `Set-Cookie` from the response headers.
 A cancel ends the node at once; the request's own thread then stops at its next
-read or at its deadline.
+read or at its deadline. With tracing on, the request carries a W3C `traceparent`
+header naming the node attempt's span (a `traceparent` in `headers:` wins).
 """
 
 from __future__ import annotations
@@ -67,6 +68,8 @@ def http(ctx: HookContext) -> dict[str, Any]:
     params = _checked(ctx.params)
     url, method = params["url"], params.get("method", "GET")
     headers = {str(k): _header_value(v) for k, v in (params.get("headers") or {}).items()}
+    if ctx.traceparent and not any(k.lower() == "traceparent" for k in headers):
+        headers["traceparent"] = ctx.traceparent  # the server joins this attempt's trace
     hidden = mask_values([v for k, v in headers.items() if is_secret_name(k)]
                          + list(ctx.secrets.values()))
     shown = f"{method} {_shown_url(url)}"

@@ -9,8 +9,11 @@ import signal
 import socket
 import subprocess
 import textwrap
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 from everyday import Project, temp_project
@@ -169,6 +172,65 @@ def test_a_command_agent_sees_its_steps_traceparent(project: Project,
     assert think.attributes["wfrun.node.kind"] == "agent"
     assert (project.root / "agent-saw.txt").read_text().strip() == \
         f"00-{think.trace_id}-{think.span_id}-01"
+
+
+class Recorder(BaseHTTPRequestHandler):
+    """A real HTTP server's handler that keeps each request's headers."""
+
+    seen: list[dict[str, str]]
+
+    def do_GET(self) -> None:
+        self.seen.append({k.lower(): v for k, v in self.headers.items()})
+        body = b'{"ok": true}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def recorder() -> Iterator[tuple[str, list[dict[str, str]]]]:
+    seen: list[dict[str, str]] = []
+    handler = type("Seen", (Recorder,), {"seen": seen})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    server.shutdown()
+    server.server_close()
+    thread.join(timeout=10)
+
+
+def test_an_http_step_sends_its_attempts_traceparent(
+        project: Project, otlp: OtlpReceiver,
+        recorder: tuple[str, list[dict[str, str]]]) -> None:
+    url, seen = recorder
+    (project.root / ".wfrun" / "workflows" / "fetch.yaml").write_text(textwrap.dedent(f"""\
+        start: get
+        nodes:
+          get: {{action: {{call: http, with: {{url: "{url}/a"}}}}}}
+          own:
+            action:
+              call: http
+              with: {{url: "{url}/b", headers: {{TraceParent: "00-{'1' * 32}-{'2' * 16}-01"}}}}
+        edges: [{{from: get, to: own}}]
+        """))
+    done = project.wfrun("run", "fetch", "-q", env=otel(otlp.endpoint))
+    assert done.returncode == 0, done.stderr
+    [get] = named(otlp.received(), "node get")
+    assert get.attributes["wfrun.node.kind"] == "action"
+    first, second = seen
+    assert first["traceparent"] == f"00-{get.trace_id}-{get.span_id}-01"
+    assert second["traceparent"] == f"00-{'1' * 32}-{'2' * 16}-01"  # the step's own wins
+    # Untraced, no header.
+    seen.clear()
+    env = {k: "" for k in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")}
+    assert project.wfrun("run", "fetch", "-q", env=env).returncode == 0
+    assert "traceparent" not in seen[0]
 
 
 def test_a_hosts_worker_processes_send_their_spans(project: Project,

@@ -33,7 +33,7 @@ from runner.errors import ConflictError, OperationFailed, WfrunError
 from runner.host.session._tool import WORKFLOW_TOOL
 
 from . import _channel as channel
-from ._stdio import ServerInfo, StdioServer, ToolResult
+from ._stdio import RpcError, ServerInfo, StdioServer, TaskServer, ToolResult
 
 TYPE_CHECKING = False  # no typing at run time (start-up time)
 if TYPE_CHECKING:
@@ -102,6 +102,9 @@ class LazySession:
         return ToolResult(reply.content, reply.is_error,
                           {"wfrun": reply.details} if reply.details else None)
 
+    def task_server(self) -> LazyTasks:
+        return LazyTasks(self)
+
     def hook_event(self, request: dict[str, Any]) -> dict[str, Any]:
         try:
             session = self.get()
@@ -115,6 +118,34 @@ class LazySession:
             session, self._session = self._session, None
         if session is not None:
             session.close(reason)
+
+
+class LazyTasks(TaskServer):
+    """The session's MCP Tasks (tasks.py), once the session is open."""
+
+    def __init__(self, session: LazySession) -> None:
+        self.session = session
+
+    def _tasks(self) -> TaskServer:
+        try:
+            return self.session.get().tasks
+        except OperationFailed as exc:
+            raise RpcError(-32603, f"wfrun cannot serve this project: {exc.message}") from None
+
+    def create(self, name: str, args: dict[str, Any], ttl: Any) -> dict[str, Any]:
+        return self._tasks().create(name, args, ttl)
+
+    def get(self, task_id: Any) -> dict[str, Any]:
+        return self._tasks().get(task_id)
+
+    def result(self, task_id: Any) -> dict[str, Any]:
+        return self._tasks().result(task_id)
+
+    def list(self, cursor: Any) -> dict[str, Any]:
+        return self._tasks().list(cursor)
+
+    def cancel(self, task_id: Any) -> dict[str, Any]:
+        return self._tasks().cancel(task_id)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -220,7 +251,7 @@ def serve_stdio(runtime: Callable[[], tuple[Workspace, Clock | None]], session_i
     signal.signal(signal.SIGTERM, on_term)
     reader, writer = _protocol_streams()
     info = ServerInfo(SERVER_NAME, version, [tool_definition()], INSTRUCTIONS,
-                      on_initialized=session.warm)
+                      on_initialized=session.warm, tasks=session.task_server())
     try:
         StdioServer(info, session.tool_call, reader, writer).serve()
     except KeyboardInterrupt:

@@ -40,6 +40,7 @@ from runner.host.session._wiring import SessionRuntime, open_session
 
 from ._hook import render
 from ._sessionlog import SessionLog
+from ._tasks import McpTasks
 
 log = logging.getLogger(__name__)
 Client = Literal["claude-code", "none"]
@@ -106,6 +107,7 @@ class McpSession:
         self._calls = itertools.count(1)
         self._started = False  # a hookless session starts at its first call
         self.host, self.runtime = self._bind(session_id)
+        self.tasks = McpTasks(self)
 
     @property
     def hooks(self) -> bool:
@@ -120,7 +122,9 @@ class McpSession:
         return host, runtime
 
     # -- the tool ----------------------------------------------------------------------
-    def tool_call(self, name: str, args: dict[str, Any]) -> ToolReply:
+    def tool_call(self, name: str, args: dict[str, Any], *, as_task: bool = False) -> ToolReply:
+        """One `workflow` call. `as_task`: the call is an MCP task (tasks.py), whose reply
+        is the task, so pending messages wait for the next plain call."""
         with self.lock:
             controller = self.runtime.controller
             if not self.hooks and not self._started:
@@ -132,7 +136,7 @@ class McpSession:
             elif not self.hooks:
                 controller.deliver_pending()  # e.g. what a host reported meanwhile
             reply = controller.on_tool_call(f"mcp-{next(self._calls)}", name, args)
-            if self.hooks:
+            if self.hooks or as_task:
                 return reply
             if reply.details.get("queued"):
                 reply = ToolReply(reply.content + " " + NO_SETTLE_NOTE, reply.details,
@@ -144,6 +148,24 @@ class McpSession:
             self.host.log.mark_delivered([m.id for m in pending], "tool-reply")
             return ToolReply(render(pending, note=None) + "\n\n" + reply.content, reply.details,
                              reply.is_error)
+
+    def activate_now(self) -> None:
+        """Start what this session queued (a launch an MCP task follows): the client's
+        polling is the idle signal a hookless client lacks. With hooks, the turn's
+        settle starts it as always (nothing runs inside the model's turn)."""
+        if self.hooks:
+            return
+        with self.lock:
+            self.runtime.controller.activate_now()
+
+    def status_view(self, run_id: str) -> dict[str, Any]:
+        reader = self.runtime.controller.status_reader
+        with self.lock:
+            return dict(reader(run_id)) if reader is not None else {}
+
+    def final_output(self, run_id: str) -> Any:
+        with self.lock:
+            return self.runtime.controller.coordinator.reader.final_output(run_id)
 
     # -- hook events -------------------------------------------------------------------
     def hook_event(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -183,6 +205,7 @@ class McpSession:
         self.host, self.runtime = self._bind(session_id)
 
     def close(self, reason: str = "exit") -> None:
+        self.tasks.close()
         with self.lock:
             self.runtime.controller.on_session_shutdown(reason)
             self.runtime.close()

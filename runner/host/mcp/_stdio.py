@@ -7,6 +7,9 @@ three on the reading thread, at once and without the session behind the tool, so
 client that waits ~2 s for the server (Claude Code) gets its answer before wfrun has
 imported its engine; `tools/call` goes to one worker thread in arrival order (the
 session serializes calls anyway) so `ping` is still answered during a long call.
+A client that declares the `tasks` capability on revision 2025-11-25 also gets MCP
+Tasks (`tasks/get`, `tasks/result`, `tasks/list`, `tasks/cancel`, a `tools/call` with
+`task`): each answered on a thread of its own, by tasks.py behind the session.
 
 Standard library only, on purpose: the official MCP SDK costs ~0.7 s of CPU to
 import, which a loaded machine turns into seconds (issue 33). The SDK's own client
@@ -30,6 +33,12 @@ if TYPE_CHECKING:
 #: Protocol revisions with the `initialize` handshake, oldest first. A client asking
 #: for one of them gets it; any other gets the newest (the spec's negotiation).
 PROTOCOL_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+#: The revision whose Tasks (experimental) tasks.py implements: served only to a client
+#: that negotiated it and declared the `tasks` capability.
+TASKS_VERSION = "2025-11-25"
+TASK_METHODS = ("tasks/get", "tasks/result", "tasks/list", "tasks/cancel")
+#: The server's `tasks` capability: cancel, list, and task-augmented `tools/call`.
+TASKS_CAPABILITY: dict[str, Any] = {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
 MAX_LINE = jsonin.MAX_LINE  # one message: the bridge's limit (16 MiB)
 
 PARSE_ERROR = -32700
@@ -55,16 +64,38 @@ class ServerInfo:
     took our `initialize` answer and goes on): the place to start warming up. A
     client that only probes the server (`wfrun integrate`'s check) never sends it."""
 
-    __slots__ = ("instructions", "name", "on_initialized", "tools", "version")
+    __slots__ = ("instructions", "name", "on_initialized", "tasks", "tools", "version")
 
     def __init__(self, name: str, version: str, tools: list[dict[str, Any]],
                  instructions: str | None = None,
-                 on_initialized: Callable[[], None] | None = None) -> None:
+                 on_initialized: Callable[[], None] | None = None,
+                 tasks: TaskServer | None = None) -> None:
         self.name = name
         self.version = version
         self.tools = tools
         self.instructions = instructions
         self.on_initialized = on_initialized
+        self.tasks = tasks
+
+
+class TaskServer:
+    """What serves MCP Tasks (tasks.py behind serve.py's lazy session): each method
+    answers one request, raising RpcError for a protocol error."""
+
+    def create(self, name: str, args: dict[str, Any], ttl: Any) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def get(self, task_id: Any) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def result(self, task_id: Any) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def list(self, cursor: Any) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def cancel(self, task_id: Any) -> dict[str, Any]:
+        raise NotImplementedError
 
 
 class RpcError(Exception):
@@ -86,6 +117,7 @@ class StdioServer:
         self._calls: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self._worker = threading.Thread(target=self._work, name="wfrun-mcp-calls", daemon=True)
         self._initialized = False
+        self._tasks: TaskServer | None = None  # set when the client speaks Tasks
 
     def serve(self) -> None:
         """Read until end of input, then let the calls already read finish."""
@@ -147,6 +179,12 @@ class StdioServer:
         if method == "tools/call":
             self._calls.put(message)
             return
+        if method in TASK_METHODS and self._tasks is not None:
+            # Off the reading thread (tasks/result blocks until the run ends), and off
+            # the calls' worker (a `submit` must get through while a result waits).
+            threading.Thread(target=self._task_request, args=(self._tasks, message),
+                             name="wfrun-mcp-task", daemon=True).start()
+            return
         try:
             result = self._answer(method, params)
         except RpcError as exc:
@@ -158,9 +196,17 @@ class StdioServer:
         if method == "initialize":
             asked = params.get("protocolVersion")
             version = asked if asked in PROTOCOL_VERSIONS else PROTOCOL_VERSIONS[-1]
+            capabilities: dict[str, Any] = {"tools": {"listChanged": False}}
+            declared = params.get("capabilities")
+            if (self.info.tasks is not None and version == TASKS_VERSION
+                    and isinstance(declared, dict) and isinstance(declared.get("tasks"), dict)):
+                self._tasks = self.info.tasks
+                capabilities["tasks"] = TASKS_CAPABILITY
+            else:
+                self._tasks = None  # a client without Tasks keeps the plain tool call
             result: dict[str, Any] = {
                 "protocolVersion": version,
-                "capabilities": {"tools": {"listChanged": False}},
+                "capabilities": capabilities,
                 "serverInfo": {"name": self.info.name, "version": self.info.version},
             }
             if self.info.instructions:
@@ -169,7 +215,10 @@ class StdioServer:
         if method == "ping":
             return {}
         if method == "tools/list":
-            return {"tools": self.info.tools}
+            if self._tasks is None:
+                return {"tools": self.info.tools}
+            return {"tools": [{**tool, "execution": {"taskSupport": "optional"}}
+                              for tool in self.info.tools]}
         raise RpcError(METHOD_NOT_FOUND, f"wfrun mcp does not serve {method!r}")
 
     # -- tool calls ------------------------------------------------------------------
@@ -181,6 +230,10 @@ class StdioServer:
             if not isinstance(name, str) or not isinstance(args, dict | None):
                 self._send_error(msg_id, INVALID_PARAMS,
                                  "tools/call needs a tool name and object arguments")
+                continue
+            task = params.get("task")
+            if self._tasks is not None and isinstance(task, dict):
+                self._task_request(self._tasks, message)
                 continue
             try:
                 reply = self.call_tool(name, dict(args or {}))
@@ -195,6 +248,32 @@ class StdioServer:
             if reply.meta:
                 result["_meta"] = reply.meta
             self._send({"jsonrpc": "2.0", "id": msg_id, "result": result})
+
+    # -- tasks -----------------------------------------------------------------------
+    def _task_request(self, tasks: TaskServer, message: dict[str, Any]) -> None:
+        msg_id, method = message.get("id"), message.get("method")
+        params = message.get("params") or {}
+        try:
+            if method == "tools/call":
+                task = params.get("task") or {}
+                result = tasks.create(params["name"], dict(params.get("arguments") or {}),
+                                      task.get("ttl"))
+            elif method == "tasks/list":
+                result = tasks.list(params.get("cursor"))
+            else:
+                answer = {"tasks/get": tasks.get, "tasks/result": tasks.result,
+                          "tasks/cancel": tasks.cancel}[str(method)]
+                result = answer(params.get("taskId"))
+        except RpcError as exc:
+            self._send_error(msg_id, exc.code, str(exc))
+            return
+        except Exception as exc:  # one failed request must not end the session
+            import traceback
+
+            traceback.print_exc(file=sys.stderr)
+            self._send_error(msg_id, -32603, f"wfrun: internal error: {type(exc).__name__}")
+            return
+        self._send({"jsonrpc": "2.0", "id": msg_id, "result": result})
 
     # -- writing ---------------------------------------------------------------------
     def _send_error(self, msg_id: Any, code: int, message: str) -> None:

@@ -184,6 +184,21 @@ class SessionController:
         for record in handed:
             log.info("run %s (%s) handed over to the hosts", record.run_id, record.status)
 
+    def activate_now(self) -> None:
+        """Activate what this session queued now, not at a turn's end: a launch a client
+        follows as an MCP task (it polls; no turn of its own waits for the run)."""
+        self._boundary(activate=True)
+
+    def open_step(self) -> tuple[str, str, str] | None:
+        """(run id, step, attempt) of the agent step now waiting on this session's model
+        (delivered, not yet submitted), else None."""
+        with self._lock:
+            turn = self._step
+            if turn is None or not turn.delivered:
+                return None
+            contract = turn.step.contract
+            return contract.run_id, contract.step, contract.attempt
+
     def deliver_pending(self) -> None:
         """Deliver what is due without activating anything (a host with no settle
         signal, before each call: an outcome a `wfrun host` reported meanwhile)."""
