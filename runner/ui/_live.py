@@ -92,7 +92,7 @@ class LiveTail:
         trace events came, so the running attempt may have changed."""
         out: list[dict[str, Any]] = []
         if moved:
-            running = running_attempt(events, self.run_id) if events else None
+            running = running_attempt(self.reader, events, self.run_id) if events else None
             if running != self.running:
                 self.running = running
                 self.offsets = dict.fromkeys(STREAMS, 0)

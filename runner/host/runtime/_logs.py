@@ -151,9 +151,12 @@ def _running(reader: RunReader, events: list[dict[str, Any]],
     return [(node, attempt, _turns(events, attempt))]
 
 
-def running_attempt(events: list[dict[str, Any]], run_id: str) -> tuple[str, str, int] | None:
-    """The (node, attempt, turn) whose live log is being written now, if any."""
-    return _running(events, run_id)
+def running_attempt(reader: RunReader, events: list[dict[str, Any]],
+                    run_id: str) -> tuple[str, str, int] | None:
+    """The (node, attempt, turn) whose live log is being written now, if one node's
+    is: a fan-out node's items each have their own (`logs --follow RUN NODE[i]`)."""
+    running = _running(reader, events, run_id)
+    return running[0] if len(running) == 1 and not running[0][0].endswith("]") else None
 
 
 def running_output(runs: Path | RunReader, run_id: str,
