@@ -72,11 +72,21 @@ class Context:
     def catalog(self, kind: Kind = "workflows") -> Catalog:
         if kind not in self._catalogs:
             from runner.compiler import build_catalog
-            from runner.host.runtime._storeconfig import with_channels
 
-            self._catalogs[kind] = with_channels(
-                build_catalog(kind, self.project_root, self.user_dir))
+            catalog = build_catalog(kind, self.project_root, self.user_dir)
+            root = catalog.project_root
+            if kind == "workflows" and root is not None:
+                # The runtime reads config.yaml only when a workflow names a channel, so
+                # `validate` of any other workflow never loads runner.host.
+                catalog.channel_names = lambda: _configured_channels(root)
+            self._catalogs[kind] = catalog
         return self._catalogs[kind]
+
+
+def _configured_channels(project_root: Path) -> frozenset[str] | None:
+    from runner.host.runtime._channelnames import configured_channels
+
+    return configured_channels(project_root)
 
 
 def not_loaded(name: str, why: str) -> None:

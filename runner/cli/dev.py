@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from runner.compiler import build_catalog
+from runner.host.runtime._channelnames import with_channels
 from runner.host.runtime._devmode import DevMode
 from runner.host.runtime._local import parse_input
-from runner.host.runtime._storeconfig import with_channels
 
 if TYPE_CHECKING:
     pass

@@ -19,11 +19,11 @@ from typing import Any, cast
 from runner.compiler import Compiler, Diagnostic, build_catalog, render_text
 from runner.engine import RunReader
 from runner.errors import InputError, NotFoundError, WfrunError
+from runner.host.runtime._channelnames import with_channels
 from runner.host.runtime._controllers import discover, resource_view
 from runner.host.runtime._launches import explain
 from runner.host.runtime._local import Workspace, open_store, store_exists
 from runner.host.runtime._runstate import COUNTED_STATES, counted_rows, run_state, state_counts
-from runner.host.runtime._storeconfig import with_channels
 from runner.host.runtime._triggers import trigger_rows
 from runner.host.runtime._views import launch_row, run_row, shown_input
 from runner.store import LaunchBook, LaunchRecord, Store

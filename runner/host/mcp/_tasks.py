@@ -32,16 +32,30 @@ import threading
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from runner.compiler._schemamessages import cut
 from runner.host.session._protocol import ToolReply
 from runner.host.session._replies import MAX_REPLY_CHARS, error_reply
+from runner.host.session._wiring import SessionRuntime
 
 from ._stdio import INVALID_PARAMS, RpcError, TaskServer
 
-if TYPE_CHECKING:
-    from ._server import McpSession
+
+class McpSession(Protocol):
+    """What tasks need of `wfrun mcp`'s session (_server.py), named here so the two
+    modules do not import each other."""
+
+    runtime: SessionRuntime
+
+    def tool_call(self, name: str, args: dict[str, Any], *,
+                  as_task: bool = False) -> ToolReply: ...
+
+    def activate_now(self) -> None: ...
+
+    def status_view(self, run_id: str) -> dict[str, Any]: ...
+
+    def final_output(self, run_id: str) -> Any: ...
 
 RELATED = "io.modelcontextprotocol/related-task"
 TERMINAL = ("completed", "failed", "cancelled")

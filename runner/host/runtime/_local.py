@@ -21,7 +21,8 @@ from runner import _jsonin as jsonin
 from runner.clock import Clock, SystemClock
 from runner.compiler._discovery import PROJECT_DIR, is_path_ref
 from runner.errors import DefinitionInvalid, InputError, NotFoundError, OperationFailed, WfrunError
-from runner.host.runtime._storeconfig import StoreChoice, choose_store, with_channels
+from runner.host.runtime._channelnames import with_channels
+from runner.host.runtime._storeconfig import StoreChoice, choose_store
 
 if TYPE_CHECKING:
     # Loaded where they are used: `wfrun status` and `runs` build a Workspace but never

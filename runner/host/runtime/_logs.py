@@ -10,15 +10,14 @@ process is executing. While an attempt runs, `follow_logs` tails its live log
 from __future__ import annotations
 
 import codecs
-import json
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from runner import _jsonin as jsonin
 from runner.clock import Clock, SystemClock
-from runner.compiler._fanout import FANOUT_KINDS as _FANOUT_ROWS
 from runner.engine import RunReader, fold, fold_attempts
 from runner.errors import NotFoundError
 from runner.store import Store, StoreError
@@ -27,7 +26,6 @@ Stream = Literal["stdout", "stderr"]
 STREAMS: tuple[Stream, ...] = ("stdout", "stderr")
 LOG_EVENT = "node_log"
 SUMMARY_LINES = 10  # `show` prints this many last lines of each stream of a failed node
-FANOUT_KINDS = frozenset(k.name for k in _FANOUT_ROWS)
 
 
 @dataclass(frozen=True)
@@ -143,7 +141,12 @@ def _running(reader: RunReader, events: list[dict[str, Any]],
     node = state.current_node
     started = next((e for e in reversed(events) if e.get("type") == "node_started"
                     and e.get("node") == node), None)
-    if started is not None and (started.get("payload") or {}).get("kind") in FANOUT_KINDS:
+    # The kind table is the compiler's: read it only here, so `runs` and `status`
+    # (which import this module) never load the compiler (tests/e2e/test_cli_cold_start).
+    from runner.compiler._fanout import FANOUT_KINDS
+
+    if started is not None and (started.get("payload") or {}).get("kind") in {
+            k.name for k in FANOUT_KINDS}:
         # A live log whose turn is not the next one is a finished turn's, being removed.
         return [(item, attempt, turn) for item, attempt, turn in reader.live_attempts(
                 run_id, node) if turn == _turns(events, attempt)]
@@ -226,7 +229,7 @@ def store_item_state(store: Store, run_id: str) -> ItemState:
             rows = store.fanout.items(key)
             if index >= len(rows):
                 return None
-            logs = [(log.attempt, json.loads(log.log_json)) for log in store.fanout.logs(key)
+            logs = [(log.attempt, jsonin.loads(log.log_json)) for log in store.fanout.logs(key)
                     if log.index == index] if rows[index].state not in ("pending",
                                                                         "running") else []
         except StoreError:

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.compiler._discovery import PROJECT_DIR, Catalog
+from runner.compiler._discovery import PROJECT_DIR
 from runner.errors import InputError
 from runner.store._urls import is_postgres_url, mask_url
 
@@ -92,24 +92,3 @@ def choose_store(flag: str | None, project_root: Path | None,
         if configured is not None:
             return configured
     return StoreChoice(None, "default")
-
-
-def with_channels(catalog: Catalog) -> Catalog:
-    """`catalog`, told how to read the project's notification channel names, so its
-    compiler refuses a `notify` channel `.wfrun/config.yaml` does not configure
-    (read only when a workflow names a channel)."""
-    root = catalog.project_root
-    if catalog.kind == "workflows" and root is not None and catalog.channel_names is None:
-        catalog.channel_names = lambda: configured_channels(root)
-    return catalog
-
-
-def configured_channels(project_root: Path) -> frozenset[str] | None:
-    """The channel names `notify: channels:` configures; None when the file cannot be
-    read as such (that one-line error is the host's, when it loads the channels)."""
-    from ._channels import load_channels
-
-    try:
-        return frozenset(load_channels(project_root))
-    except InputError:
-        return None
