@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 from runner._safety import safe_message
 from runner.errors import WfrunError
-from runner.store import Store
+from runner.store import Store, StoreError
 from runner.store._states import AuditAction
 
 from ._errors import translate
@@ -77,8 +77,11 @@ def audited(store: Store, actor: Actor, action: AuditAction, *, run_id: str | No
         error = translate(exc)
         if error is None:
             raise
-        record(store, actor, action, "failed", run_id, workflow,
-               {**detail, "error": safe_message(error.message, max_bytes=500)})
+        # A store that refused the action (busy, damaged, gone) is not written to again
+        # for its row: its one line is the answer, and a damaged file stays as it was.
+        if not _store_refused(exc):
+            record(store, actor, action, "failed", run_id, workflow,
+                   {**detail, "error": safe_message(error.message, max_bytes=500)})
         raise error from None
     told = done(result)
     detail = {**detail, **told.detail}
@@ -87,6 +90,18 @@ def audited(store: Store, actor: Actor, action: AuditAction, *, run_id: str | No
         detail = {**detail, "new_run_id": made}  # an answer's or a rerun's new run
     record(store, actor, action, "ok", run_id or made, told.workflow or workflow, detail)
     return result
+
+
+def _store_refused(exc: BaseException) -> bool:
+    """Whether the store's own error is in `exc`'s chain (an activation error wraps it)."""
+    seen: BaseException | None = exc
+    for _ in range(10):  # chains are short; a loop in one is not followed forever
+        if seen is None:
+            return False
+        if isinstance(seen, StoreError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def record(store: Store, actor: Actor, action: AuditAction, outcome: str,
