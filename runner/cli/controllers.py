@@ -15,11 +15,10 @@ from runner.compiler import render_text
 from runner.compiler._yamlio import YamlProblem, load
 from runner.errors import InputError
 from runner.host.runtime._controllers import cancel_children, discover, make_manager, resource_view
-from runner.host.runtime._local import open_store
 
 from .app import cli
 from .context import Context, not_loaded
-from .runs import agent_option, workspace
+from .runs import agent_option, opened_store, workspace
 
 if TYPE_CHECKING:
     from runner.host.runtime._controllers import ControllerEntry
@@ -138,7 +137,7 @@ def _manager(ctx: Context, name: str) -> tuple[Any, Any]:
     """The store and a manager for the one controller NAME (NotFoundError, exit 3,
     when no valid controller has that name)."""
     ws = workspace(ctx)
-    store = open_store(ws)
+    store = opened_store(ws)
     return store, make_manager(ws, store, discover(ws, ctx.user_dir), only=name)
 
 
@@ -278,7 +277,7 @@ def run_cmd(ctx: Context, once: bool, agent: str | None) -> None:
     Without --once it runs until Ctrl-C or SIGTERM, which stops it gracefully.
     """
     ws = workspace(ctx)
-    store = open_store(ws)
+    store = opened_store(ws)
     _run(ctx, ws, store, discover(ws, ctx.user_dir), once, agent)
 
 

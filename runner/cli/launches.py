@@ -19,6 +19,7 @@ from .runs import (
     PAIR_HELP,
     _input_schema,
     agent_option,
+    opened_store,
     parking_on_interrupt,
     workspace,
 )
@@ -40,7 +41,7 @@ def start_cmd(ctx: Context, ref: str, input_json: str | None, pairs: tuple[str, 
     from runner.host.runtime._audit import Done, audited, cli_actor
     from runner.host.runtime._foreground import queue_detached, queue_here, start_and_wait
     from runner.host.runtime._launches import detached_coordinator
-    from runner.host.runtime._local import open_store, parse_input
+    from runner.host.runtime._local import parse_input
 
     from .progress import Progress
 
@@ -52,7 +53,7 @@ def start_cmd(ctx: Context, ref: str, input_json: str | None, pairs: tuple[str, 
                          f"{shlex.quote(agent)}")
     ws = workspace(ctx)
     value = parse_input(input_json, pairs, _input_schema(ws, ref) if pairs else None)
-    store = open_store(ws)
+    store = opened_store(ws)
     coordinator = detached_coordinator(ws, store, executor=ctx.executor(agent, ws.clock))
     detail = {"input": input_json is not None or bool(pairs), "wait": wait}
     if wait:  # queued and claimed here in one commit: no host can take it first
@@ -98,10 +99,9 @@ STATUS_PAGE = 100
 def status_cmd(ctx: Context, run_id: str | None, limit: int, as_json: bool) -> None:
     """Launch and run state; works before a run bundle exists."""
     from runner.host.runtime._launches import ACTIVE, book, launch_status
-    from runner.host.runtime._local import open_store
 
     ws = workspace(ctx)
-    store = open_store(ws, read_only=True)  # a view: it reads a read-only project too
+    store = opened_store(ws, read_only=True)  # a view: it reads a read-only project too
     if run_id is None:
         # A page, not the whole queue: 100,000 queued launches took 12.5 s and 434 MB
         # as rows, each re-read and re-hashed. The total is counted in SQL.
@@ -149,10 +149,9 @@ def cancel_cmd(ctx: Context, run_id: str, as_json: bool) -> None:
     """Cancel a queued, starting or parked launch (a running one is asked to stop)."""
     from runner.host.runtime._audit import Done, audited, cli_actor
     from runner.host.runtime._launches import detached_coordinator
-    from runner.host.runtime._local import open_store
 
     ws = workspace(ctx)
-    store = open_store(ws)
+    store = opened_store(ws)
     coordinator = detached_coordinator(ws, store)
     record = audited(store, cli_actor(), "cancel", run_id=run_id, workflow=None, detail={},
                      do=lambda: coordinator.cancel(run_id),
@@ -173,10 +172,9 @@ def cancel_cmd(ctx: Context, run_id: str, as_json: bool) -> None:
 def why_cmd(ctx: Context, run_id: str, as_json: bool) -> None:
     """Explain why a run is not running (state, owner, lease, reservation, source)."""
     from runner.host.runtime._launches import explain
-    from runner.host.runtime._local import open_store
 
     ws = workspace(ctx)
-    facts = explain(ws, open_store(ws, read_only=True), run_id)
+    facts = explain(ws, opened_store(ws, read_only=True), run_id)
     if as_json:
         click.echo(json.dumps(facts, indent=2))
         return

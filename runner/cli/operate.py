@@ -18,6 +18,7 @@ from .runs import (
     _finish,
     agent_option,
     no_cache_option,
+    opened_store,
     parking_on_interrupt,
     secret_option,
     workspace,
@@ -73,7 +74,7 @@ def rerun_cmd(ctx: Context, run_id: str, from_node: str | None, input_json: str 
     """Run an ended run again as a new linked run, reusing what ran before a node."""
     from runner.engine import RunControl
     from runner.host.runtime._audit import audited, cli_actor
-    from runner.host.runtime._local import open_store, parse_input
+    from runner.host.runtime._local import parse_input
     from runner.host.runtime._operations import (
         RerunRequest,
         queue_rerun_detached,
@@ -89,7 +90,7 @@ def rerun_cmd(ctx: Context, run_id: str, from_node: str | None, input_json: str 
     value = parse_input(input_json, pairs) if input_json is not None or pairs else None
     request = RerunRequest(run_id=run_id, from_node=from_node, input=value,
                            set=_parse_sets(sets), force=force)
-    store = open_store(ws)
+    store = opened_store(ws)
     if detach:
         queued = audited(store, cli_actor(), "rerun", run_id=run_id, workflow=None,
                          detail=rerun_detail(request),
@@ -126,11 +127,10 @@ def rerun_cmd(ctx: Context, run_id: str, from_node: str | None, input_json: str 
 def pause_cmd(ctx: Context, run_id: str, as_json: bool) -> None:
     """Pause a run at its next node boundary, on any host; it holds no slot until unpaused."""
     from runner.host.runtime._audit import audited, cli_actor
-    from runner.host.runtime._local import open_store
     from runner.host.runtime._operations import pause_run
 
     ws = workspace(ctx)
-    store = open_store(ws)
+    store = opened_store(ws)
     result = audited(store, cli_actor(), "pause", run_id=run_id, workflow=None, detail={},
                      do=lambda: pause_run(ws, store, run_id))
     if as_json:
@@ -148,11 +148,10 @@ def pause_cmd(ctx: Context, run_id: str, as_json: bool) -> None:
 def unpause_cmd(ctx: Context, run_id: str, as_json: bool) -> None:
     """Let a paused run go on: a host resumes it (or `wfrun resume RUN` here)."""
     from runner.host.runtime._audit import audited, cli_actor
-    from runner.host.runtime._local import open_store
     from runner.host.runtime._operations import unpause_run
 
     ws = workspace(ctx)
-    store = open_store(ws)
+    store = opened_store(ws)
     result = audited(store, cli_actor(), "unpause", run_id=run_id, workflow=None, detail={},
                      do=lambda: unpause_run(ws, store, run_id))
     if as_json:
@@ -177,11 +176,10 @@ def cache_group() -> None:
 @click.pass_obj
 def cache_list(ctx: Context, workflow: str | None, node: str | None, as_json: bool) -> None:
     """List kept node results: workflow, node, the run that made each, when it expires."""
-    from runner.host.runtime._local import open_store
     from runner.host.runtime._operations import cache_entries
 
     ws = workspace(ctx)
-    rows = cache_entries(open_store(ws, read_only=True), workflow=workflow, node=node)
+    rows = cache_entries(opened_store(ws, read_only=True), workflow=workflow, node=node)
     if as_json:
         click.echo(json.dumps({"entries": rows}, indent=2))
         return
@@ -203,11 +201,10 @@ def cache_list(ctx: Context, workflow: str | None, node: str | None, as_json: bo
 def cache_clear(ctx: Context, workflow: str | None, node: str | None, keys: tuple[str, ...],
                 expired: bool, as_json: bool) -> None:
     """Forget kept node results (all of them unless narrowed); runs are not touched."""
-    from runner.host.runtime._local import open_store
     from runner.host.runtime._operations import clear_cache
 
     ws = workspace(ctx)
-    removed = clear_cache(open_store(ws), workflow=workflow, node=node, keys=keys,
+    removed = clear_cache(opened_store(ws), workflow=workflow, node=node, keys=keys,
                           expired=expired)
     if as_json:
         click.echo(json.dumps({"removed": removed}))

@@ -20,10 +20,20 @@ from .context import Context
 
 if TYPE_CHECKING:  # the runtime loads inside each command (`status` imports this module)
     from runner.engine import RunControl, RunOutcome
-    from runner.host.runtime._local import Workspace
+    from runner.host.runtime._local import ProjectStore, Workspace
 
 EXIT = {"completed": 0, "failed": 1, "timed_out": 1, "cancelled": 1, "waiting": 4}
 PARKED_EXIT = 130
+
+
+def opened_store(ws: Workspace, *, read_only: bool = False) -> ProjectStore:
+    """The project's store for this command, closed when the command ends (in a test's
+    CliRunner too: an unclosed Postgres connection would outlive the command)."""
+    from runner.host.runtime._local import open_store
+
+    store = open_store(ws, read_only=read_only)
+    click.get_current_context().call_on_close(store.close)
+    return store
 
 
 def workspace(ctx: Context) -> Workspace:
@@ -161,7 +171,7 @@ def run_cmd(ctx: Context, ref: str, input_json: str | None, pairs: tuple[str, ..
     """Run a workflow in the foreground (exit 0 completed, 1 failed, 4 waiting)."""
     from runner.engine import RunControl
     from runner.host.runtime._foreground import run_workflow
-    from runner.host.runtime._local import open_store, parse_input
+    from runner.host.runtime._local import parse_input
     from runner.host.runtime._secrets import parse_secrets
 
     from .progress import Progress
@@ -170,7 +180,7 @@ def run_cmd(ctx: Context, ref: str, input_json: str | None, pairs: tuple[str, ..
     value = parse_input(input_json, pairs, _input_schema(ws, ref) if pairs else None)
     secrets = parse_secrets(secret_pairs)
     control = RunControl()
-    store = open_store(ws)
+    store = opened_store(ws)
     with Progress(quiet) as progress, parking_on_interrupt(control):
         outcome = run_workflow(ws, store, ref, value, control,
                                executor=ctx.executor(agent, ws.clock), observer=progress,
@@ -195,7 +205,6 @@ def resume_cmd(ctx: Context, run_id: str, force: bool, agent: str | None,
     again: nothing secret was stored)."""
     from runner.engine import RunControl
     from runner.host.runtime._foreground import resume_run
-    from runner.host.runtime._local import open_store
     from runner.host.runtime._secrets import parse_secrets
 
     from .progress import Progress
@@ -203,7 +212,7 @@ def resume_cmd(ctx: Context, run_id: str, force: bool, agent: str | None,
     ws = workspace(ctx)
     secrets = parse_secrets(secret_pairs)
     control = RunControl()
-    store = open_store(ws)
+    store = opened_store(ws)
     with Progress(quiet) as progress, parking_on_interrupt(control):
         outcome = resume_run(ws, store, run_id, control, force=force,
                              executor=ctx.executor(agent, ws.clock), observer=progress,
@@ -225,7 +234,7 @@ def answer_cmd(ctx: Context, run_id: str, answer: str | None, agent: str | None,
     from runner.engine import RunControl
     from runner.host.runtime._audit import cli_actor
     from runner.host.runtime._foreground import answer_run
-    from runner.host.runtime._local import open_store, parse_answer
+    from runner.host.runtime._local import parse_answer
     from runner.host.runtime._secrets import parse_secrets
 
     from .progress import Progress
@@ -233,7 +242,7 @@ def answer_cmd(ctx: Context, run_id: str, answer: str | None, agent: str | None,
     ws = workspace(ctx)
     secrets = parse_secrets(secret_pairs)
     control = RunControl()
-    store = open_store(ws)
+    store = opened_store(ws)
     with Progress(quiet) as progress, parking_on_interrupt(control):
         outcome = answer_run(ws, store, run_id, parse_answer(answer), control,
                              executor=ctx.executor(agent, ws.clock), observer=progress,

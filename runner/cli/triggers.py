@@ -9,7 +9,7 @@ import click
 
 from .app import cli
 from .context import Context
-from .runs import workspace
+from .runs import opened_store, workspace
 
 
 @cli.group("triggers", invoke_without_command=True)
@@ -19,11 +19,10 @@ def triggers_group(click_ctx: click.Context, as_json: bool) -> None:
     """List the project's triggers: schedule, policy, last and next firing, skipped slots."""
     if click_ctx.invoked_subcommand is not None:
         return
-    from runner.host.runtime._local import open_store
     from runner.host.runtime._triggers import trigger_rows
 
     ws = workspace(click_ctx.obj)
-    store = open_store(ws)
+    store = opened_store(ws)
     try:
         rows = trigger_rows(ws, store)
     finally:
@@ -71,11 +70,10 @@ def resume_cmd(ctx: Context, name: str) -> None:
 
 def _pause(ctx: Context, name: str, paused: bool) -> None:
     from runner.host.runtime._audit import cli_actor
-    from runner.host.runtime._local import open_store
     from runner.host.runtime._triggers import pause_trigger
 
     ws = workspace(ctx)
-    store = open_store(ws)
+    store = opened_store(ws)
     try:
         done = pause_trigger(ws, store, cli_actor(), name, paused)
     finally:
@@ -100,11 +98,10 @@ def backfill_cmd(ctx: Context, name: str, start: str, end: str, limit: int,
     """Queue a run for every slot between two times that has none (a host runs them)."""
     from runner.host.runtime._audit import cli_actor
     from runner.host.runtime._launches import detached_coordinator
-    from runner.host.runtime._local import open_store
     from runner.host.runtime._triggers import backfill
 
     ws = workspace(ctx)
-    store = open_store(ws)
+    store = opened_store(ws)
     try:
         done = backfill(ws, store, detached_coordinator(ws, store), name, start, end, limit,
                         actor=cli_actor())
