@@ -110,11 +110,15 @@ def test_cancel_mid_map_cancels_every_running_item(project: Project) -> None:
 def test_parallel_fail_fast_cancels_the_rest_and_routes_by_result(project: Project) -> None:
     outcome = project.finish(project.start("reviews"))
     assert outcome["status"] == "completed", outcome
-    assert outcome["final_output"] == {
-        "error": "items_failed",
-        "branches": ["failed", "ok", "cancelled"],  # broken, quick, slow (by name)
-        "outputs": {"broken": None, "slow": None, "quick": "fine"},
-    }
+    report = outcome["final_output"]
+    assert report["error"] == "items_failed"
+    broken, quick, slow = report["branches"]  # by name
+    assert (broken, slow) == ("failed", "cancelled")
+    # `quick` (a compute) races the failing shell branch on its own thread: ended
+    # first it keeps its output, else fail_fast cancels it like any branch still open.
+    assert (quick, report["outputs"]["quick"]) in (("ok", "fine"), ("cancelled", None))
+    assert report["outputs"]["broken"] is None
+    assert report["outputs"]["slow"] is None
     project.go()
     assert project.counts("end") == {}  # the slow branch was stopped, not left running
 
