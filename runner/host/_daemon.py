@@ -476,14 +476,7 @@ class StandaloneHost:
         control = RunControl()
         with self._lock:
             self._running[_item_slot(item)] = (threading.Event(), control)
-            grow = len(self._workers) < len(self._running)
-            if grow:
-                worker = threading.Thread(target=self._work_loop, daemon=True,
-                                          name=f"wfrun-host-worker-{len(self._workers) + 1}")
-                self._workers.append(worker)
-        self._work.put((item, control))
-        if grow:
-            worker.start()
+        self._dispatch(item, control)
 
     def _run_item(self, item: HostClaim, control: RunControl) -> None:
         try:
@@ -569,14 +562,18 @@ class StandaloneHost:
 
     def _start(self, record: LaunchRecord) -> None:
         control, _ = self._admit(record)
+        self._dispatch(record, control)
+
+    def _dispatch(self, work: LaunchRecord | HostClaim, control: RunControl) -> None:
+        """Hand admitted work to the worker threads, one more of them when every one is
+        busy: one worker per slot in use (a host that never runs two at once has one)."""
         with self._lock:
-            # One worker per slot in use: a host that never runs two at once has one.
             grow = len(self._workers) < len(self._running)
             if grow:
                 worker = threading.Thread(target=self._work_loop, daemon=True,
                                           name=f"wfrun-host-worker-{len(self._workers) + 1}")
                 self._workers.append(worker)
-        self._work.put((record, control))
+        self._work.put((work, control))
         if grow:
             worker.start()
 
