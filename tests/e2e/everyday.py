@@ -12,6 +12,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
+from runner.store import LaunchRecord, SqliteStore
+
 
 class Project:
     def __init__(self, root: Path, *, create: bool = True) -> None:
@@ -91,3 +93,14 @@ def temp_project(root: Path, workflows: Mapping[str, str] | None = None) -> Iter
         yield project
     finally:
         project.close()
+
+
+def launch_row(project_root: Path, run_id: str) -> LaunchRecord:
+    """Run `run_id`'s launch row, read from the project's SQLite store and closed again."""
+    store = SqliteStore(project_root / ".wfrun" / "state" / "store.sqlite3")
+    try:
+        record = store.launches.get(run_id)
+    finally:
+        store.close()
+    assert record is not None, f"no launch row for {run_id}"
+    return record

@@ -23,6 +23,7 @@ from typing import Any
 
 import anyio
 import pytest
+from everyday import launch_row
 from fakes.seed_workflow import AGENT_WF as SEED_WF
 from fakes.seed_workflow import RUN_RE
 from mcp.client.session import ClientSession
@@ -70,12 +71,7 @@ async def call(s: ClientSession, **args: Any) -> tuple[str, bool]:
 
 
 def status_of(project: Path, run_id: str) -> tuple[str, str | None]:
-    store = SqliteStore(project / ".wfrun" / "state" / "store.sqlite3")
-    try:
-        record = store.launches.get(run_id)
-    finally:
-        store.close()
-    assert record is not None
+    record = launch_row(project, run_id)
     return record.status, record.error_code
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from everyday import launch_row
 from fakes.seed_workflow import AGENT_WF
 from mcp import types
 from waiting import wait_until
@@ -186,12 +187,7 @@ def run_of(task: types.Task) -> str:
 
 
 def launch(project: Path, run_id: str) -> tuple[str, str | None]:
-    store = SqliteStore(project / ".wfrun" / "state" / "store.sqlite3")
-    try:
-        record = store.launches.get(run_id)
-    finally:
-        store.close()
-    assert record is not None
+    record = launch_row(project, run_id)
     return record.status, record.ending
 
 
