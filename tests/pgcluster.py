@@ -67,6 +67,9 @@ class PgCluster:
             options = (
                 f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.sockets}"
                 " -c max_connections=200"
+                # A throwaway cluster lives for minutes: autovacuum only takes CPU from
+                # the tests and adds its own transactions to the counts they read.
+                " -c autovacuum=off"
             )
             done = self._as_postgres(
                 "pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "120",

@@ -272,7 +272,8 @@ def test_pause_and_unpause_from_the_run_page(project: Project, page: Any) -> Non
         page.wait_for_selector("#action-unpause:not([disabled])")  # the pause can be withdrawn
         page.click("#action-unpause")
         confirm(page)
-        page.wait_for_selector("#action-result:has-text('unpause')")
+        # The button shows `unpause…` while the request is in flight; wait for the answer.
+        page.wait_for_selector("#action-result:has-text('unpause:')")
         assert page.text_content("#action-result") == "unpause: unpaused"
     actions = [r["action"] for r in project.json("audit", "--json")["actions"]]
     assert actions == ["unpause", "pause", "start"]
