@@ -82,8 +82,8 @@ def test_a_command_connects_once_and_reads_the_layout_mark_only(
     wfrun(project, url, "status")  # the store exists and carries its layout mark
     # The server's own transaction when a session starts, then: status reads the
     # fingerprint, schema_info, the counts, the active launches; runs the fingerprint,
-    # schema_info, the launches, then each listed run's rows (manifest, bundle,
-    # trace): one here; show the launch, the run's bundle rows and its reruns.
+    # schema_info, the launches, then the listed runs' manifests and traces (two
+    # reads, however many runs); show the launch, the run's bundle rows and its reruns.
     for args, most in ((("status",), 5), (("runs",), 7), (("show", run_id), 10)):
         sessions, transactions = _counts(pg_cluster.admin_url, name)
         wfrun(project, url, *args)
