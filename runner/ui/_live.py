@@ -10,8 +10,9 @@ the run has ended an `end` event tells the page to stop listening.
 While an attempt runs, what it has printed so far (its live log: a shell step's
 output, an `openai` agent step's streamed answer) is sent as `live` events, each
 the text appended since the last (masked by the engine before it reached the
-disk, and by the UI's own secrets; the log itself is bounded per turn). A new
-attempt or turn starts with `reset`, and `{"node": null}` says none runs now.
+disk, and by the UI's own secrets, a tail that could begin one held back until the
+next read shows it does not; the log itself is bounded per turn). A new attempt or
+turn starts with `reset`, and `{"node": null}` says none runs now.
 """
 
 from __future__ import annotations
