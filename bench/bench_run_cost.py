@@ -70,6 +70,7 @@ from runner.store import SqliteStore  # noqa: E402
 WORKFLOW = CHAIN3
 
 COUNTS: collections.Counter[str] = collections.Counter()
+STATEMENTS: list[str] | None = None  # `--statements`: the last run's, in order
 
 
 def _counting(name: str, fn: Callable[..., Any],
@@ -105,6 +106,8 @@ def install_counters() -> None:
 
 def trace(statement: str) -> None:
     COUNTS["SQL statements"] += 1
+    if STATEMENTS is not None:
+        STATEMENTS.append(" ".join(statement.split())[:150])
     head = statement.lstrip().split(None, 1)[0].upper() if statement.strip() else ""
     if head == "COMMIT":
         COUNTS["SQL COMMITs"] += 1
@@ -195,6 +198,8 @@ def main() -> int:
                          help="run each cycle on a new thread")
     parser.add_argument("--split", action="store_true",
                         help="also print where the CPU goes (store, bundle, templates...)")
+    parser.add_argument("--statements", action="store_true",
+                        help="also print the last run's SQL statements, in order")
     args = parser.parse_args()
     if args.smoke:
         args.n = 5
@@ -264,6 +269,8 @@ def main() -> int:
             if split is not None:
                 split.reset()
             times0 = os.times()
+        global STATEMENTS
+        STATEMENTS = [] if args.statements else None
         c0, t0 = time.process_time(), time.perf_counter()
         if args.same_thread:
             outcome = cycle()
@@ -304,6 +311,10 @@ def main() -> int:
     print(f"  wall median {statistics.median(wall[1:]):.2f} ms per run")
     for name in sorted(COUNTS):
         print(f"  {name:<28} {COUNTS[name] / runs:6.2f} per run")
+    if STATEMENTS is not None:
+        print("  the last run's statements (the enqueue of the next run first):")
+        for number, statement in enumerate(STATEMENTS, 1):
+            print(f"    {number:2}. {statement}")
     if split is not None:
         parts = {k: v * 1000 / runs for k, v in split.cpu.items() if k != OUTSIDE}
         parts["the rest (engine, launch)"] = user + kernel - sum(parts.values())

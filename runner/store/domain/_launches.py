@@ -144,7 +144,7 @@ class LaunchQueue(LaunchReads):
             # continuation per parent) refuse every conflict, and only a refusal pays
             # for the lookups that name it.
             try:
-                with tx.savepoint():  # a unique index may refuse it; the rest is kept
+                with tx.statement():  # a unique index may refuse it; the rest is kept
                     row = tx.one(self._sql["insert"], {**values, "now": tx.now_ms()})
             except UniqueViolation:
                 return self._enqueue_conflict(tx, launch) or LostRace(
@@ -219,8 +219,7 @@ class LaunchQueue(LaunchReads):
                 if holder is not None:
                     return LostRace(run_id, "session_reserved", status, holder["run_id"])
             try:
-                with tx.savepoint():
-                    return self._take(tx, log, row, runner_id, lease)
+                return self._take(tx, log, row, runner_id, lease)
             except UniqueViolation:
                 # Another launch of the session took the reservation meanwhile.
                 return LostRace(run_id, "session_reserved", status)
@@ -254,13 +253,12 @@ class LaunchQueue(LaunchReads):
         return taken if isinstance(taken, LaunchRecord) else None
 
     def _chained(self, tx: Transaction, log: EventLog, then: NextClaim) -> LaunchRecord | None:
-        """`then`'s claim in a transition's transaction, in a savepoint: a session
-        reservation taken meanwhile undoes the claim alone, and the transition still
-        commits (recording how a run ended matters more than taking the next one)."""
+        """`then`'s claim in a transition's transaction: a session reservation taken
+        meanwhile undoes the claim alone (`_take`), and the transition still commits
+        (recording how a run ended matters more than taking the next one)."""
         try:
-            with tx.savepoint():
-                return self._next(tx, log, then.runner_id, then.session_id,
-                                  lease_ms(then.lease_seconds))
+            return self._next(tx, log, then.runner_id, then.session_id,
+                              lease_ms(then.lease_seconds))
         except UniqueViolation:
             return None
 
@@ -305,38 +303,38 @@ class LaunchQueue(LaunchReads):
               lease: int, *, gated: bool = True) -> LaunchRecord | LostRace:
         """Claim a row already checked to be claimable, guarded by its status and epoch.
         `gated=False`: a foreground `wfrun run` claims its own launch at once (a person
-        runs it here and now; flow control holds the detached ones)."""
+        runs it here and now; flow control holds the detached ones). Raises
+        UniqueViolation, the transaction still usable, when the session's reservation
+        (a unique index) refuses the claim."""
         now = tx.now_ms()
-        if gated and row["status"] in ("queued", "parked") and \
-                not self._gate_open(tx, row, now):
-            return LostRace(row["run_id"], "gate_shut", row["status"])
-        claimed = self._update(tx, self._sql["take"], {
-            **FIXED, "runner": runner_id, "token": new_claim_token(), "expires": now + lease,
-            "now": now, "run_id": row["run_id"], "status": row["status"],
-            "epoch": row["epoch"]})
+        gate = None
+        if gated and row["status"] in ("queued", "parked"):
+            gate = tx.one(self._sql["gate"], {"run_id": row["run_id"]})
+            if gate is not None and not self._gate_open(tx, row, gate, now):
+                return LostRace(row["run_id"], "gate_shut", row["status"])
+        with tx.statement():  # the claim alone is undone when the reservation refuses it
+            claimed = self._update(tx, self._sql["take"], {
+                **FIXED, "runner": runner_id, "token": new_claim_token(),
+                "expires": now + lease, "now": now, "run_id": row["run_id"],
+                "status": row["status"], "epoch": row["epoch"]})
         if claimed is None:
             return LostRace(row["run_id"], "epoch_mismatch", row["status"])
+        if gate is not None:  # its start, for the rate limit: only once it is claimed
+            tx.run(self._sql["gate_started"], {"run_id": row["run_id"], "now": now})
         event = "launch.starting" if row["status"] != claimed["status"] else "launch.reclaimed"
         self._event(log, claimed, row["status"], event)
         return launch_from_row(claimed)
 
-    def _gate_open(self, tx: Transaction, row: Row, now: int) -> bool:
+    def _gate_open(self, tx: Transaction, row: Row, gate: Row, now: int) -> bool:
         """A gated launch's start, checked again under its keys' locks (Postgres: two
-        hosts claiming two launches of one key at once would each count the other out),
-        and its start time recorded for the rate limit."""
-        gate = tx.one(self._sql["gate"], {"run_id": row["run_id"]})
-        if gate is None:
-            return True
+        hosts claiming two launches of one key at once would each count the other out)."""
         lock = tx.dialect.key_lock
         if lock is not None:
             for key in sorted({f"c:{gate['concurrency_key']}" if gate["concurrency_key"]
                                is not None else "", f"r:{gate['rate_key']}"
                                if gate["rate_key"] is not None else ""} - {""}):
                 tx.run(lock, {"key": key})
-        if tx.one(self._sql["gate_shut"], {"run_id": row["run_id"], "now": now}) is not None:
-            return False
-        tx.run(self._sql["gate_started"], {"run_id": row["run_id"], "now": now})
-        return True
+        return tx.one(self._sql["gate_shut"], {"run_id": row["run_id"], "now": now}) is None
 
     def gate(self, run_id: str) -> LaunchGate | None:
         """The launch's flow-control gate, if it has one."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -99,6 +99,9 @@ class PostgresTransaction:
     def savepoint(self) -> Iterator[None]:
         with self._conn.transaction():
             yield
+
+    def statement(self) -> AbstractContextManager[None]:
+        return self.savepoint()
 
     def notify(self, channel: str, item_id: str) -> None:
         notify(self._conn, channel, item_id)
