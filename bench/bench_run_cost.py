@@ -57,6 +57,7 @@ from benchkit import (  # bench/ is on sys.path
     file_create_cost,
     machine,
     plain_coordinator,
+    settled_project,
     sqlite_commit_cost,
     use_root,
 )
@@ -198,6 +199,9 @@ def main() -> int:
                          help="run each cycle on a new thread")
     parser.add_argument("--split", action="store_true",
                         help="also print where the CPU goes (store, bundle, templates...)")
+    parser.add_argument("--fresh", action="store_true",
+                        help="a project made this second (its first second's compiles "
+                             "re-scan the folders; default: one settled 10 s ago)")
     parser.add_argument("--statements", action="store_true",
                         help="also print the last run's SQL statements, in order")
     args = parser.parse_args()
@@ -205,8 +209,9 @@ def main() -> int:
         args.n = 5
     tmp = Path(tempfile.mkdtemp(prefix="wfrun-bench-runcost-"))
     root = tmp / "proj"
-    (root / ".wfrun" / "workflows").mkdir(parents=True)
-    (root / ".wfrun" / "workflows" / "three.yaml").write_text(WORKFLOW)
+    settled_project(root, {"three.yaml": WORKFLOW})  # `--fresh`: as a new project is
+    if args.fresh:
+        os.utime(root / ".wfrun" / "runs")  # a folder changed now: compiles re-scan
     fsync_ms, commit_ms = time_fsync(tmp), sqlite_commit_cost(tmp)
     create_us = file_create_cost(tmp)
     ws = Workspace(build_catalog("workflows", root, None), root, root / ".wfrun")
