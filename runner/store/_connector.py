@@ -169,6 +169,12 @@ class Connector(Protocol):
         """A connection for reads, each statement in its own snapshot."""
         ...
 
+    def write_one(self) -> AbstractContextManager[Transaction]:
+        """For ONE writing statement that is a whole transaction by itself: committed
+        (durably) when it returns. Postgres runs it in autocommit: one round trip, no
+        BEGIN or COMMIT of its own; SQLite wraps it in `write()`."""
+        ...
+
     def now_ms(self) -> int:
         """The clock outside any transaction (one round trip on Postgres)."""
         ...

@@ -139,6 +139,8 @@ class LaunchQueue(LaunchReads):
                 launch.options, what="launch options"),
             "affinity": launch.affinity_runner_id, "origin": launch.origin_session_id,
             "parent": launch.parent_run_id}
+        if claim_by is None and launch.gate is None and self._sql["enqueue_one"]:
+            return self._enqueue_one(launch, values)
         with self._events.writing() as (tx, log):
             # Insert first: the unique indexes (run id, session reservation, one
             # continuation per parent) refuse every conflict, and only a refusal pays
@@ -168,6 +170,25 @@ class LaunchQueue(LaunchReads):
                 return taken
             if launch.origin_session_id is None:
                 tx.notify(LAUNCH_CHANNEL, launch.run_id)
+        return launch_from_row(row)
+
+    def _enqueue_one(self, launch: NewLaunch, values: dict[str, Any]) -> LaunchRecord | LostRace:
+        """The backend's one-statement enqueue (`enqueue_one`): the same row, event and
+        notice as the transaction below, in one round trip."""
+        payload = json_object({"from": None, "to": "queued", "epoch": 0},
+                              what="event payload")  # `_event` of a new row
+        try:
+            with self._connector.write_one() as tx:
+                now, clock = tx.clock_sql()
+                row = tx.one(self._sql["enqueue_one"].format(now=now), {
+                    **values, **clock, "payload": payload, "channel": LAUNCH_CHANNEL})
+        except UniqueViolation:
+            with self._connector.read() as tx:
+                return self._enqueue_conflict(tx, launch) or LostRace(
+                    launch.run_id, "already_exists")
+        assert row is not None
+        assert row["epoch"] == 0
+        assert row["error_code"] is None
         return launch_from_row(row)
 
     def _enqueue_conflict(self, tx: Transaction, launch: NewLaunch) -> LostRace | None:

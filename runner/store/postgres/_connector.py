@@ -131,6 +131,12 @@ class PostgresConnector:
         with self._db.connection() as conn:
             yield PostgresTransaction(self._db, conn)
 
+    @contextmanager
+    def write_one(self) -> Iterator[Transaction]:
+        # An autocommit connection: the statement is its own transaction.
+        with self._db.connection() as conn:
+            yield PostgresTransaction(self._db, conn)
+
     def now_ms(self) -> int:
         return self._db.now_ms()
 

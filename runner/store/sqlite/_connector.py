@@ -136,5 +136,8 @@ class SqliteConnector:
     def read(self) -> Iterator[Transaction]:
         yield SqliteTransaction(self._db, self._db.connection(), self._now_ms)
 
+    def write_one(self) -> AbstractContextManager[Transaction]:
+        return self.write()
+
     def now_ms(self) -> int:
         return self._now_ms()
