@@ -27,7 +27,6 @@ from runner.store._connector import (
 from runner.store._interface import BundleRefused, BundleWrite
 from runner.store._records import (
     INPUT_MAX_BYTES,
-    LaunchGate,
     LaunchRecord,
     LostRace,
     NewLaunch,
@@ -191,23 +190,6 @@ class LaunchQueue(LaunchReads):
         assert row["error_code"] is None
         return launch_from_row(row)
 
-    def _enqueue_conflict(self, tx: Transaction, launch: NewLaunch) -> LostRace | None:
-        existing = tx.one(self._sql["load"], {"run_id": launch.run_id})
-        if existing is not None:
-            return LostRace(launch.run_id, "already_exists", existing["status"])
-        if launch.origin_session_id is not None:
-            holder = tx.one(self._sql["reservation"], {
-                **FIXED, "session": launch.origin_session_id, "run_id": launch.run_id})
-            if holder is not None:
-                return LostRace(launch.run_id, "session_reserved", holder["status"],
-                                holder["run_id"])
-        if launch.parent_run_id is not None:
-            holder = tx.one(self._sql["continuation"], {"parent": launch.parent_run_id})
-            if holder is not None:
-                return LostRace(launch.run_id, "continuation_exists", holder["status"],
-                                holder["run_id"])
-        return None
-
     # --- claims ------------------------------------------------------------------
 
     def _load(self, tx: Transaction, run_id: str) -> Row | None:
@@ -356,27 +338,6 @@ class LaunchQueue(LaunchReads):
                                if gate["rate_key"] is not None else ""} - {""}):
                 tx.run(lock, {"key": key})
         return tx.one(self._sql["gate_shut"], {"run_id": row["run_id"], "now": now}) is None
-
-    def gate(self, run_id: str) -> LaunchGate | None:
-        """The launch's flow-control gate, if it has one."""
-        with self._connector.read() as tx:
-            row = tx.one(self._sql["gate"], {"run_id": run_id})
-        if row is None:
-            return None
-        return LaunchGate(row["concurrency_key"], row["concurrency_limit"], row["strategy"],
-                          row["rate_key"], row["rate_limit"], row["rate_per_ms"])
-
-    def gate_holders(self, key: str) -> list[tuple[str, str]]:
-        """(run id, status) of the claimed runs holding concurrency key `key`."""
-        with self._connector.read() as tx:
-            rows = tx.all(self._sql["gate_holders"], {"key": key})
-        return [(r["run_id"], r["status"]) for r in rows]
-
-    def gate_starts(self, key: str, since_ms: int) -> list[int]:
-        """When the runs of rate key `key` started after `since_ms` (ms)."""
-        with self._connector.read() as tx:
-            rows = tx.all(self._sql["gate_starts"], {"key": key, "since": since_ms})
-        return [r["started_at"] for r in rows]
 
     def renew_lease(self, run_id: str, claim_token: str, *,
                     lease_seconds: float = LEASE_SECONDS) -> LaunchRecord | LostRace:
