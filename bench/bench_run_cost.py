@@ -57,6 +57,7 @@ from benchkit import (  # bench/ is on sys.path
     file_create_cost,
     machine,
     plain_coordinator,
+    settled_project,
     sqlite_commit_cost,
     use_root,
 )
@@ -70,6 +71,7 @@ from runner.store import SqliteStore  # noqa: E402
 WORKFLOW = CHAIN3
 
 COUNTS: collections.Counter[str] = collections.Counter()
+STATEMENTS: list[str] | None = None  # `--statements`: the last run's, in order
 
 
 def _counting(name: str, fn: Callable[..., Any],
@@ -105,6 +107,8 @@ def install_counters() -> None:
 
 def trace(statement: str) -> None:
     COUNTS["SQL statements"] += 1
+    if STATEMENTS is not None:
+        STATEMENTS.append(" ".join(statement.split())[:150])
     head = statement.lstrip().split(None, 1)[0].upper() if statement.strip() else ""
     if head == "COMMIT":
         COUNTS["SQL COMMITs"] += 1
@@ -195,13 +199,19 @@ def main() -> int:
                          help="run each cycle on a new thread")
     parser.add_argument("--split", action="store_true",
                         help="also print where the CPU goes (store, bundle, templates...)")
+    parser.add_argument("--fresh", action="store_true",
+                        help="a project made this second (its first second's compiles "
+                             "re-scan the folders; default: one settled 10 s ago)")
+    parser.add_argument("--statements", action="store_true",
+                        help="also print the last run's SQL statements, in order")
     args = parser.parse_args()
     if args.smoke:
         args.n = 5
     tmp = Path(tempfile.mkdtemp(prefix="wfrun-bench-runcost-"))
     root = tmp / "proj"
-    (root / ".wfrun" / "workflows").mkdir(parents=True)
-    (root / ".wfrun" / "workflows" / "three.yaml").write_text(WORKFLOW)
+    settled_project(root, {"three.yaml": WORKFLOW})  # `--fresh`: as a new project is
+    if args.fresh:
+        os.utime(root / ".wfrun" / "runs")  # a folder changed now: compiles re-scan
     fsync_ms, commit_ms = time_fsync(tmp), sqlite_commit_cost(tmp)
     create_us = file_create_cost(tmp)
     ws = Workspace(build_catalog("workflows", root, None), root, root / ".wfrun")
@@ -264,6 +274,8 @@ def main() -> int:
             if split is not None:
                 split.reset()
             times0 = os.times()
+        global STATEMENTS
+        STATEMENTS = [] if args.statements else None
         c0, t0 = time.process_time(), time.perf_counter()
         if args.same_thread:
             outcome = cycle()
@@ -304,6 +316,10 @@ def main() -> int:
     print(f"  wall median {statistics.median(wall[1:]):.2f} ms per run")
     for name in sorted(COUNTS):
         print(f"  {name:<28} {COUNTS[name] / runs:6.2f} per run")
+    if STATEMENTS is not None:
+        print("  the last run's statements (the enqueue of the next run first):")
+        for number, statement in enumerate(STATEMENTS, 1):
+            print(f"    {number:2}. {statement}")
     if split is not None:
         parts = {k: v * 1000 / runs for k, v in split.cpu.items() if k != OUTSIDE}
         parts["the rest (engine, launch)"] = user + kernel - sum(parts.values())

@@ -99,6 +99,8 @@ edges:
 def child_wfrun(folder: Path, n: int, cli: bool, runner_root: Path = REPO,
                 processes: int = 1) -> dict[str, Any]:
     sys.path.insert(0, str(runner_root))
+    from benchkit import settled_project
+
     from runner.compiler import build_catalog
     from runner.host._daemon import StandaloneHost
     from runner.host.runtime._launches import detached_coordinator
@@ -106,8 +108,7 @@ def child_wfrun(folder: Path, n: int, cli: bool, runner_root: Path = REPO,
     from runner.store import SqliteStore
 
     root = folder / "proj"
-    (root / ".wfrun" / "workflows").mkdir(parents=True)
-    (root / ".wfrun" / "workflows" / "pipe.yaml").write_text(WFRUN_WORKFLOW)
+    settled_project(root, {"pipe.yaml": WFRUN_WORKFLOW})  # as a host's project: not new
     store_path = root / ".wfrun" / "state" / "store.sqlite3"
 
     def queue(count: int, offset: int) -> list[float]:

@@ -10,7 +10,12 @@ reader that finds the manifest missing or torn in a started bundle rebuilds it f
 the trace (`rebuild_manifest`). Write order per step: append trace (fsync) ->
 replace state -> manifest. At creation the workflow snapshot is held and written
 with the first manifest. Every write first passes the caller's fence; a stale
-writer writes nothing. A terminal bundle is immutable (its files become read-only).
+writer writes nothing: a bundle being created asks before its folder and again at
+`run_started`, the write that makes it a run. The first manifest (and the held
+snapshot), written microseconds after the folder's check, asks nothing: until
+`run_started` the bundle is half-made (no reader takes it for a run, the next
+claimant discards it), so a cancel that won between the two loses nothing. A
+terminal bundle is immutable (its files become read-only).
 
 Joined to its launch (`begin`, `seal(ending)`), a folder bundle makes the launch's
 `running` transition when the launch layer is about to release the executor
@@ -354,10 +359,10 @@ class FolderBundle:
         self._snapshot = None  # never written: a bundle without its manifest is half-made
 
     # -- writes ---------------------------------------------------------------
-    def _check(self) -> None:
+    def _check(self, *, fenced: bool = True) -> None:
         if self._sealed:
             raise OperationFailed(f"run '{self.run_id}' has ended; its bundle is immutable")
-        if not self.fence():
+        if fenced and not self.fence():
             raise ClaimLost(f"lost the claim on run '{self.run_id}'; another runner owns it")
         if self._snapshot is not None:
             self._write_snapshot()
@@ -420,7 +425,8 @@ class FolderBundle:
         _write_private(self._state_path, data)
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
-        self._check()
+        # The first one makes no run yet (`run_started` does, and asks the fence).
+        self._check(fenced=not self._fresh)
         # Compact canonical JSON: the C encoder (indenting takes Python's slow one, twice
         # per run); `wfrun show` is the readable view.
         text = canonical_json(manifest) + "\n"
@@ -449,9 +455,9 @@ class FolderBundle:
         # definition): it grows with the workflow (`wfrun show` is the readable view).
         data = (snapshot + "\n").encode()
         if self._fresh and not self._sealed:
-            # Creating the bundle: held for the first manifest, and written after that
-            # write's fence check (one claim check for both, as a database bundle
-            # writes them in one transaction); nothing else happens between the two.
+            # Creating the bundle: held for the first manifest and written with it (as a
+            # database bundle writes them in one transaction); nothing else happens
+            # between the two.
             self._snapshot = data
             return
         self._check()

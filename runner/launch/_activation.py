@@ -7,6 +7,7 @@ the fence that guards the bundle's writes, and what activation has built so far
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from runner.compiler import WorkflowDefinition
@@ -16,6 +17,24 @@ from runner.store import LaunchRecord, NextClaim
 
 from ._fence import LeaseFence
 from ._preflight import workflow_name
+
+
+def _no_crash(_point: str) -> None:
+    pass
+
+
+class CrashPoints:
+    """The run path's crash seam (tests): `hook` is called at named points, a no-op in
+    production. One object the collaborators share, so a test may set the coordinator's
+    `crash` before a run and no collaborator calls the coordinator back for it."""
+
+    __slots__ = ("hook",)
+
+    def __init__(self, hook: Callable[[str], None] | None = None) -> None:
+        self.hook: Callable[[str], None] = hook or _no_crash
+
+    def __call__(self, point: str) -> None:
+        self.hook(point)
 
 
 @dataclass(eq=False)

@@ -46,7 +46,7 @@ from runner.store import (
     StoreUnavailable,
 )
 
-from ._activation import Activation
+from ._activation import Activation, CrashPoints
 from ._activator import Activator
 from ._claims import Claims, FaultGate
 from ._endings import Endings
@@ -88,8 +88,8 @@ class LaunchCoordinator:
         self.lease_seconds = lease_seconds
         self.renew_every = renew_every
         # Crash injection for tests: called at named points, a no-op in production. The
-        # collaborators call `_crash_at`, so a test may set `crash` before a run.
-        self.crash: Callable[[str], None] = crash or (lambda _point: None)
+        # collaborators share one seam, so a test may set `crash` before a run.
+        self._crashes = CrashPoints(crash)
         self.reader = RunReader(runs_dir, rows)
         self.book = LaunchBook(store)  # the launch queue, as every layer above the store sees it
         self._held = HeldInput(secrets, lambda: self.options.secret_source)
@@ -107,7 +107,7 @@ class LaunchCoordinator:
         self._keeper = LeaseKeeper(store, self.book, self.clock, lease_seconds, renew_every,
                                    runner_id, tick=self._scrub.tick)
         self._endings = Endings(store, self.book, runner_id, self.reader, self._engines, self._held,
-                                self._scrub, crash=self._crash_at, for_sessions=for_sessions)
+                                self._scrub, crash=self._crashes, for_sessions=for_sessions)
         hold = FaultHold(self.book, runner_id, self.reader, self.faults, self._endings,
                          self._engines)
         self._activator = Activator(store, self.book, resolver, self.reader, self.clock,
@@ -115,9 +115,9 @@ class LaunchCoordinator:
                                     claims=self._claims, keeper=self._keeper,
                                     engines=self._engines, endings=self._endings,
                                     faults=hold, held=self._held, scrub=self._scrub,
-                                    crash=self._crash_at)
+                                    crash=self._crashes)
         self._preflight = Preflight(store, self.book, resolver, self.reader, self.clock,
-                                    runs_dir, self._held, crash=self._crash_at,
+                                    runs_dir, self._held, crash=self._crashes,
                                     cancel=lambda run_id: self.cancel(run_id))
         self._recovery = Recovery(store, self.book, runner_id, self.clock, lease_seconds,
                                   reader=self.reader, resolver=resolver,
@@ -143,8 +143,14 @@ class LaunchCoordinator:
     def secrets(self, value: tuple[str, ...]) -> None:
         self._held.secrets = value
 
-    def _crash_at(self, point: str) -> None:
-        self.crash(point)
+    @property
+    def crash(self) -> Callable[[str], None]:
+        """The crash seam's hook (tests set it before a run)."""
+        return self._crashes.hook
+
+    @crash.setter
+    def crash(self, hook: Callable[[str], None]) -> None:
+        self._crashes.hook = hook
 
     @property
     def claim_error(self) -> StoreUnavailable | None:
@@ -247,7 +253,7 @@ class LaunchCoordinator:
         """A host's item worker: items of shared fan-out nodes of any run (ADR 0008)."""
         return HostItems(self.store, self._engines, self.resolver, self.clock,
                          runner_id=self.runner_id, lease_seconds=self.lease_seconds,
-                         crash=self._crash_at)
+                         crash=self._crashes)
 
     def bare_engine(self) -> Engine:
         """An engine that only records endings (no claim: unfenced)."""

@@ -14,7 +14,7 @@ Using it (the controller side builds on exactly this):
         now = tx.now_ms()                            # the backend's clock, fixed per tx
         changed = tx.run("UPDATE t SET a = :a WHERE k = :k", {"a": 1, "k": "x"})
         try:
-            with tx.savepoint():                     # a unique index may refuse this...
+            with tx.statement():                     # a unique index may refuse this...
                 tx.run("INSERT INTO t (k) VALUES (:k)", {"k": "x"})
         except UniqueViolation:                      # ...and the rest of tx is kept
             ...
@@ -42,8 +42,9 @@ Rules of the seam:
   (`SELECT *, {now} AS now_ms ...`), saving Postgres the extra round trip.
 - Errors: a backend raises only `runner.store._errors` classes (its own translation:
   `StoreUnavailable` is retryable, and so on); `UniqueViolation` is the one a caller
-  may catch and carry on from, and only around `tx.savepoint()` (on Postgres the
-  rest of a transaction is unusable after an error outside a savepoint).
+  may catch and carry on from, and only around `tx.statement()` (one statement) or
+  `tx.savepoint()` (several): on Postgres the rest of a transaction is unusable after
+  an error outside a savepoint; SQLite undoes a refused statement alone.
 - Dialect differences that are fragments (`FOR UPDATE`, `SKIP LOCKED`, "no limit")
   are `Dialect` fields; whole statements that differ are named queries a backend
   overrides (`named()` checks every override names a known query).
@@ -132,6 +133,13 @@ class Transaction(Protocol):
         """A nested savepoint: an error inside undoes only the statements inside."""
         ...
 
+    def statement(self) -> AbstractContextManager[None]:
+        """Around one statement a unique index may refuse: its refusal undoes it alone
+        and the transaction goes on. SQLite does that by itself (a refused statement
+        is rolled back, the transaction kept), so nothing is sent there; Postgres needs
+        a savepoint (after an error outside one the transaction is unusable)."""
+        ...
+
     def notify(self, channel: str, item_id: str) -> None:
         """Announce an id on a channel at commit (Postgres LISTEN/NOTIFY; a no-op where
         the backend has no notices: its readers poll)."""
@@ -159,6 +167,12 @@ class Connector(Protocol):
 
     def read(self) -> AbstractContextManager[Transaction]:
         """A connection for reads, each statement in its own snapshot."""
+        ...
+
+    def write_one(self) -> AbstractContextManager[Transaction]:
+        """For ONE writing statement that is a whole transaction by itself: committed
+        (durably) when it returns. Postgres runs it in autocommit: one round trip, no
+        BEGIN or COMMIT of its own; SQLite wraps it in `write()`."""
         ...
 
     def now_ms(self) -> int:

@@ -106,7 +106,7 @@ def ensure_intent(tx: Transaction, sql: Mapping[str, str],
             return LostRace(intent.intent_id, "intent_pending", None, holder["intent_id"])
         now = tx.now_ms()
         try:
-            with tx.savepoint():  # a racing pending intent (the partial index) loses cleanly
+            with tx.statement():  # a racing pending intent (the partial index) loses cleanly
                 tx.run(sql["insert"], {"intent_id": intent.intent_id, **wanted, "now": now,
                                        "eligible_at": now if intent.eligible else None})
         except UniqueViolation:

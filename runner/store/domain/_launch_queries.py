@@ -93,6 +93,10 @@ SQL: Mapping[str, str] = {
     " GROUP BY workflow_source_json ORDER BY MIN(created_at) LIMIT :limit",
     "recoverable": f"SELECT * FROM workflow_run_queue q WHERE {_CLAIMABLE}{{session}}"
     " ORDER BY q.created_at, q.run_id",
+    # The enqueue as one statement (`LaunchQueue.enqueue`), where a backend commits a
+    # statement by itself in one round trip: empty here (SQLite's transaction costs no
+    # round trips); Postgres's is in store/postgres/_queries.py.
+    "enqueue_one": "",
     "insert": "INSERT INTO workflow_run_queue (run_id, workflow_ref, workflow_path,"
     " workflow_source_json, definition_digest, input_json, launch_options_json, status,"
     " affinity_runner_id, origin_session_id, parent_run_id, created_at, updated_at)"

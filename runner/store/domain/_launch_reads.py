@@ -1,5 +1,6 @@
 """The launch queue's reads: one row, a filtered list, the detached queue grouped by
-source, a session's reservation, a continuation, the recoverable rows.
+source, a session's reservation, a continuation, the recoverable rows, the conflict a
+refused enqueue names, a launch's flow-control gate and who holds its keys.
 
 `LaunchQueue` (launches.py) inherits them; its constructor sets what they read
 (`_connector`, `_sql`, `_ready_index`). Kept apart so the queue's transitions read
@@ -12,7 +13,7 @@ from collections.abc import Iterable, Mapping
 
 from runner.store._connector import Connector, Transaction
 from runner.store._ddl import sql_in
-from runner.store._records import LaunchRecord, QueuedSources
+from runner.store._records import LaunchGate, LaunchRecord, LostRace, NewLaunch, QueuedSources
 from runner.store._states import READY_STATUSES, LaunchStatus
 from runner.store.domain._launch_queries import FIXED
 from runner.store.domain._pages import LaunchPages, launch_from_row, status_clause
@@ -93,3 +94,41 @@ class LaunchReads(LaunchPages):
             sql = self._sql["recoverable"].format(session=rule).replace(":now", now)
             rows = tx.all(sql, {**FIXED, "session": session_id, **clock})
         return [launch_from_row(row) for row in rows]
+
+    def _enqueue_conflict(self, tx: Transaction, launch: NewLaunch) -> LostRace | None:
+        existing = tx.one(self._sql["load"], {"run_id": launch.run_id})
+        if existing is not None:
+            return LostRace(launch.run_id, "already_exists", existing["status"])
+        if launch.origin_session_id is not None:
+            holder = tx.one(self._sql["reservation"], {
+                **FIXED, "session": launch.origin_session_id, "run_id": launch.run_id})
+            if holder is not None:
+                return LostRace(launch.run_id, "session_reserved", holder["status"],
+                                holder["run_id"])
+        if launch.parent_run_id is not None:
+            holder = tx.one(self._sql["continuation"], {"parent": launch.parent_run_id})
+            if holder is not None:
+                return LostRace(launch.run_id, "continuation_exists", holder["status"],
+                                holder["run_id"])
+        return None
+
+    def gate(self, run_id: str) -> LaunchGate | None:
+        """The launch's flow-control gate, if it has one."""
+        with self._connector.read() as tx:
+            row = tx.one(self._sql["gate"], {"run_id": run_id})
+        if row is None:
+            return None
+        return LaunchGate(row["concurrency_key"], row["concurrency_limit"], row["strategy"],
+                          row["rate_key"], row["rate_limit"], row["rate_per_ms"])
+
+    def gate_holders(self, key: str) -> list[tuple[str, str]]:
+        """(run id, status) of the claimed runs holding concurrency key `key`."""
+        with self._connector.read() as tx:
+            rows = tx.all(self._sql["gate_holders"], {"key": key})
+        return [(r["run_id"], r["status"]) for r in rows]
+
+    def gate_starts(self, key: str, since_ms: int) -> list[int]:
+        """When the runs of rate key `key` started after `since_ms` (ms)."""
+        with self._connector.read() as tx:
+            rows = tx.all(self._sql["gate_starts"], {"key": key, "since": since_ms})
+        return [r["started_at"] for r in rows]

@@ -27,7 +27,6 @@ from runner.store._connector import (
 from runner.store._interface import BundleRefused, BundleWrite
 from runner.store._records import (
     INPUT_MAX_BYTES,
-    LaunchGate,
     LaunchRecord,
     LostRace,
     NewLaunch,
@@ -139,12 +138,14 @@ class LaunchQueue(LaunchReads):
                 launch.options, what="launch options"),
             "affinity": launch.affinity_runner_id, "origin": launch.origin_session_id,
             "parent": launch.parent_run_id}
+        if claim_by is None and launch.gate is None and self._sql["enqueue_one"]:
+            return self._enqueue_one(launch, values)
         with self._events.writing() as (tx, log):
             # Insert first: the unique indexes (run id, session reservation, one
             # continuation per parent) refuse every conflict, and only a refusal pays
             # for the lookups that name it.
             try:
-                with tx.savepoint():  # a unique index may refuse it; the rest is kept
+                with tx.statement():  # a unique index may refuse it; the rest is kept
                     row = tx.one(self._sql["insert"], {**values, "now": tx.now_ms()})
             except UniqueViolation:
                 return self._enqueue_conflict(tx, launch) or LostRace(
@@ -170,22 +171,24 @@ class LaunchQueue(LaunchReads):
                 tx.notify(LAUNCH_CHANNEL, launch.run_id)
         return launch_from_row(row)
 
-    def _enqueue_conflict(self, tx: Transaction, launch: NewLaunch) -> LostRace | None:
-        existing = tx.one(self._sql["load"], {"run_id": launch.run_id})
-        if existing is not None:
-            return LostRace(launch.run_id, "already_exists", existing["status"])
-        if launch.origin_session_id is not None:
-            holder = tx.one(self._sql["reservation"], {
-                **FIXED, "session": launch.origin_session_id, "run_id": launch.run_id})
-            if holder is not None:
-                return LostRace(launch.run_id, "session_reserved", holder["status"],
-                                holder["run_id"])
-        if launch.parent_run_id is not None:
-            holder = tx.one(self._sql["continuation"], {"parent": launch.parent_run_id})
-            if holder is not None:
-                return LostRace(launch.run_id, "continuation_exists", holder["status"],
-                                holder["run_id"])
-        return None
+    def _enqueue_one(self, launch: NewLaunch, values: dict[str, Any]) -> LaunchRecord | LostRace:
+        """The backend's one-statement enqueue (`enqueue_one`): the same row, event and
+        notice as the transaction below, in one round trip."""
+        payload = json_object({"from": None, "to": "queued", "epoch": 0},
+                              what="event payload")  # `_event` of a new row
+        try:
+            with self._connector.write_one() as tx:
+                now, clock = tx.clock_sql()
+                row = tx.one(self._sql["enqueue_one"].format(now=now), {
+                    **values, **clock, "payload": payload, "channel": LAUNCH_CHANNEL})
+        except UniqueViolation:
+            with self._connector.read() as tx:
+                return self._enqueue_conflict(tx, launch) or LostRace(
+                    launch.run_id, "already_exists")
+        assert row is not None
+        assert row["epoch"] == 0
+        assert row["error_code"] is None
+        return launch_from_row(row)
 
     # --- claims ------------------------------------------------------------------
 
@@ -219,8 +222,7 @@ class LaunchQueue(LaunchReads):
                 if holder is not None:
                     return LostRace(run_id, "session_reserved", status, holder["run_id"])
             try:
-                with tx.savepoint():
-                    return self._take(tx, log, row, runner_id, lease)
+                return self._take(tx, log, row, runner_id, lease)
             except UniqueViolation:
                 # Another launch of the session took the reservation meanwhile.
                 return LostRace(run_id, "session_reserved", status)
@@ -254,13 +256,12 @@ class LaunchQueue(LaunchReads):
         return taken if isinstance(taken, LaunchRecord) else None
 
     def _chained(self, tx: Transaction, log: EventLog, then: NextClaim) -> LaunchRecord | None:
-        """`then`'s claim in a transition's transaction, in a savepoint: a session
-        reservation taken meanwhile undoes the claim alone, and the transition still
-        commits (recording how a run ended matters more than taking the next one)."""
+        """`then`'s claim in a transition's transaction: a session reservation taken
+        meanwhile undoes the claim alone (`_take`), and the transition still commits
+        (recording how a run ended matters more than taking the next one)."""
         try:
-            with tx.savepoint():
-                return self._next(tx, log, then.runner_id, then.session_id,
-                                  lease_ms(then.lease_seconds))
+            return self._next(tx, log, then.runner_id, then.session_id,
+                              lease_ms(then.lease_seconds))
         except UniqueViolation:
             return None
 
@@ -305,59 +306,38 @@ class LaunchQueue(LaunchReads):
               lease: int, *, gated: bool = True) -> LaunchRecord | LostRace:
         """Claim a row already checked to be claimable, guarded by its status and epoch.
         `gated=False`: a foreground `wfrun run` claims its own launch at once (a person
-        runs it here and now; flow control holds the detached ones)."""
+        runs it here and now; flow control holds the detached ones). Raises
+        UniqueViolation, the transaction still usable, when the session's reservation
+        (a unique index) refuses the claim."""
         now = tx.now_ms()
-        if gated and row["status"] in ("queued", "parked") and \
-                not self._gate_open(tx, row, now):
-            return LostRace(row["run_id"], "gate_shut", row["status"])
-        claimed = self._update(tx, self._sql["take"], {
-            **FIXED, "runner": runner_id, "token": new_claim_token(), "expires": now + lease,
-            "now": now, "run_id": row["run_id"], "status": row["status"],
-            "epoch": row["epoch"]})
+        gate = None
+        if gated and row["status"] in ("queued", "parked"):
+            gate = tx.one(self._sql["gate"], {"run_id": row["run_id"]})
+            if gate is not None and not self._gate_open(tx, row, gate, now):
+                return LostRace(row["run_id"], "gate_shut", row["status"])
+        with tx.statement():  # the claim alone is undone when the reservation refuses it
+            claimed = self._update(tx, self._sql["take"], {
+                **FIXED, "runner": runner_id, "token": new_claim_token(),
+                "expires": now + lease, "now": now, "run_id": row["run_id"],
+                "status": row["status"], "epoch": row["epoch"]})
         if claimed is None:
             return LostRace(row["run_id"], "epoch_mismatch", row["status"])
+        if gate is not None:  # its start, for the rate limit: only once it is claimed
+            tx.run(self._sql["gate_started"], {"run_id": row["run_id"], "now": now})
         event = "launch.starting" if row["status"] != claimed["status"] else "launch.reclaimed"
         self._event(log, claimed, row["status"], event)
         return launch_from_row(claimed)
 
-    def _gate_open(self, tx: Transaction, row: Row, now: int) -> bool:
+    def _gate_open(self, tx: Transaction, row: Row, gate: Row, now: int) -> bool:
         """A gated launch's start, checked again under its keys' locks (Postgres: two
-        hosts claiming two launches of one key at once would each count the other out),
-        and its start time recorded for the rate limit."""
-        gate = tx.one(self._sql["gate"], {"run_id": row["run_id"]})
-        if gate is None:
-            return True
+        hosts claiming two launches of one key at once would each count the other out)."""
         lock = tx.dialect.key_lock
         if lock is not None:
             for key in sorted({f"c:{gate['concurrency_key']}" if gate["concurrency_key"]
                                is not None else "", f"r:{gate['rate_key']}"
                                if gate["rate_key"] is not None else ""} - {""}):
                 tx.run(lock, {"key": key})
-        if tx.one(self._sql["gate_shut"], {"run_id": row["run_id"], "now": now}) is not None:
-            return False
-        tx.run(self._sql["gate_started"], {"run_id": row["run_id"], "now": now})
-        return True
-
-    def gate(self, run_id: str) -> LaunchGate | None:
-        """The launch's flow-control gate, if it has one."""
-        with self._connector.read() as tx:
-            row = tx.one(self._sql["gate"], {"run_id": run_id})
-        if row is None:
-            return None
-        return LaunchGate(row["concurrency_key"], row["concurrency_limit"], row["strategy"],
-                          row["rate_key"], row["rate_limit"], row["rate_per_ms"])
-
-    def gate_holders(self, key: str) -> list[tuple[str, str]]:
-        """(run id, status) of the claimed runs holding concurrency key `key`."""
-        with self._connector.read() as tx:
-            rows = tx.all(self._sql["gate_holders"], {"key": key})
-        return [(r["run_id"], r["status"]) for r in rows]
-
-    def gate_starts(self, key: str, since_ms: int) -> list[int]:
-        """When the runs of rate key `key` started after `since_ms` (ms)."""
-        with self._connector.read() as tx:
-            rows = tx.all(self._sql["gate_starts"], {"key": key, "since": since_ms})
-        return [r["started_at"] for r in rows]
+        return tx.one(self._sql["gate_shut"], {"run_id": row["run_id"], "now": now}) is None
 
     def renew_lease(self, run_id: str, claim_token: str, *,
                     lease_seconds: float = LEASE_SECONDS) -> LaunchRecord | LostRace:

@@ -162,7 +162,7 @@ class RequestBook:
             if row["state"] not in _STARTABLE:
                 return LostRace(request_id, "wrong_status", row["state"])
             try:
-                with tx.savepoint():  # the run id's unique index may refuse it
+                with tx.statement():  # the run id's unique index may refuse it
                     started = tx.one(
                         "UPDATE workflow_requests SET attempt = attempt + 1, run_id = :run,"
                         " state = 'running', error = NULL, updated_at = :now"

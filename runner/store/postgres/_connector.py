@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -100,6 +100,9 @@ class PostgresTransaction:
         with self._conn.transaction():
             yield
 
+    def statement(self) -> AbstractContextManager[None]:
+        return self.savepoint()
+
     def notify(self, channel: str, item_id: str) -> None:
         notify(self._conn, channel, item_id)
 
@@ -125,6 +128,12 @@ class PostgresConnector:
 
     @contextmanager
     def read(self) -> Iterator[Transaction]:
+        with self._db.connection() as conn:
+            yield PostgresTransaction(self._db, conn)
+
+    @contextmanager
+    def write_one(self) -> Iterator[Transaction]:
+        # An autocommit connection: the statement is its own transaction.
         with self._db.connection() as conn:
             yield PostgresTransaction(self._db, conn)
 

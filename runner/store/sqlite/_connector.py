@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 from runner.store._connector import Dialect, Params, Row, Transaction, UniqueViolation
@@ -22,6 +22,7 @@ from runner.store.sqlite._db import SqliteDatabase, translate
 DIALECT = Dialect(name="sqlite", lock="", skip_locked="", unlimited=-1, same="IS",
                   index_hints=True, cheap_returning=False)
 _NO_PARAMS: Params = {}
+_ONE_STATEMENT = nullcontext()
 
 
 def _dict_row(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> Row:
@@ -106,6 +107,11 @@ class SqliteTransaction:
             raise
         self._run(f"RELEASE {name}", _NO_PARAMS)
 
+    def statement(self) -> AbstractContextManager[None]:
+        # SQLite's conflict resolution (ABORT) backs out the refused statement alone and
+        # keeps the transaction: a savepoint around it is two statements for nothing.
+        return _ONE_STATEMENT
+
     def notify(self, channel: str, item_id: str) -> None:
         """SQLite has no notices: hosts on one file poll (and share no machine anyway)."""
 
@@ -129,6 +135,9 @@ class SqliteConnector:
     @contextmanager
     def read(self) -> Iterator[Transaction]:
         yield SqliteTransaction(self._db, self._db.connection(), self._now_ms)
+
+    def write_one(self) -> AbstractContextManager[Transaction]:
+        return self.write()
 
     def now_ms(self) -> int:
         return self._now_ms()

@@ -105,21 +105,31 @@ class _Store:
         return getattr(self._inner, name)
 
 
-# Fence checks while the bundle is created: 1 before the folder exists, 2 before
-# workflow.json and the manifest (one write: the snapshot is held for the manifest's),
-# 3 before run_started (state.json follows later).
-@pytest.mark.parametrize("at", [1, 2, 3])
+# The moments of the bundle's creation: before the folder exists (the source
+# re-checked), at the folder's fence check, after the folder (`after_bundle_created`),
+# after workflow.json and the first manifest (`after_manifest_written`: they ask no
+# fence), and at run_started's check (the write that makes the bundle a run).
+@pytest.mark.parametrize("moment", ["after_claim", "fence 1", "after_bundle_created",
+                                    "after_manifest_written", "fence 2"])
 def test_a_cancel_during_bundle_creation_wins_and_leaves_no_running_bundle(
-        project: Project, at: int) -> None:
+        project: Project, moment: str) -> None:
     stack = Stack(project)
     record = stack.claimed("tiny")
+    at = int(moment.split()[1]) if moment.startswith("fence") else 0
     launches = _CancelAtFence(stack.store.launches, at)
-    # The same runner over a launch queue that cancels at the n-th fence check.
+
+    def cancel_at(point: str) -> None:
+        if point == moment:  # as `workflow cancel` from another process would
+            stack.store.launches.cancel(record.run_id)
+
+    # The same runner over a launch queue that cancels at the `at`-th fence check.
     runner = build_coordinator(stack.ws, _Store(stack.store, launches),  # type: ignore[arg-type]
-                               "plain", runner="r1",
-                               options=EngineOptions(project_root=project.root))
+                               "plain", runner="r1", crash=cancel_at,
+                               options=EngineOptions(project_root=project.root,
+                                                     crash_point=cancel_at))
     assert runner.execute(record) is None
-    assert launches.calls >= at
+    # The folder asked the store (a cancel before it: no folder), then run_started.
+    assert launches.calls == (1 if moment in ("after_claim", "fence 1") else 2)
     assert stack.store.launches.get(record.run_id).status == "cancelled"  # type: ignore[union-attr]
     # No bundle claims the run is running (or exists at all: it never started a node).
     assert project.bundles() == []
@@ -400,7 +410,8 @@ def test_a_running_launch_is_fenced_from_its_lease_end_without_asking_the_store(
     assert outcome is not None
     assert outcome.status == "completed"
     assert (project.root / "effects.log").read_text().splitlines() == ["one", "two"]
-    # Asked while `starting` (the bundle's creation), never once the row was running.
-    assert asked
-    assert set(asked) == {"starting"}
+    # Asked twice while `starting` (before the folder, and at `run_started`, the write
+    # that makes the bundle a run; the first manifest does not ask), never once the
+    # row was running.
+    assert asked == ["starting", "starting"]
     assert clock_reads == []  # nor read the store's clock to judge the lease

@@ -112,6 +112,36 @@ def test_a_unique_violation_in_a_savepoint_keeps_the_rest(connector: Connector) 
             {"k": "a", "n": 2}, {"k": "c", "n": 4}]
 
 
+def test_a_statement_a_unique_index_refuses_is_undone_alone(connector: Connector) -> None:
+    with connector.write() as tx:
+        tx.run("INSERT INTO items (k, n) VALUES ('a', 1)")
+        # One statement refused midway (its first row went in): only it is undone.
+        with pytest.raises(UniqueViolation), tx.statement():
+            tx.run("INSERT INTO items (k, n) VALUES ('b', 1), ('a', 2)")
+        with tx.statement():
+            tx.run("INSERT INTO items (k, n) VALUES ('c', 3)")
+        assert tx.run("UPDATE items SET n = n + 1") == 2
+    with connector.read() as tx:
+        assert tx.all("SELECT k, n FROM items ORDER BY k") == [
+            {"k": "a", "n": 2}, {"k": "c", "n": 4}]
+
+
+def test_sqlite_guards_one_statement_without_a_savepoint(tmp_path: Path) -> None:
+    db = SqliteDatabase(tmp_path / "seam.sqlite3")
+    try:
+        conn = db.connection()
+        conn.execute(_TABLE)
+        sent: list[str] = []
+        conn.set_trace_callback(sent.append)
+        with SqliteConnector(db, Clock()).write() as tx, tx.statement():
+            tx.run("INSERT INTO items (k, n) VALUES ('a', 1)")
+        conn.set_trace_callback(None)
+    finally:
+        db.close()
+    assert not [s for s in sent if "SAVEPOINT" in s.upper()]
+    assert any(s.startswith("INSERT INTO items") for s in sent)
+
+
 def test_the_clock_is_fixed_per_transaction(connector: Connector) -> None:
     with connector.write() as tx:
         first = tx.now_ms()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import secrets
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -194,6 +195,49 @@ def test_wakeups_carry_detached_launch_ids_only(pg: PostgresStore) -> None:
         pg.launches.release(claim.run_id, claim.claim_token or "")  # claimable again
         assert wakeups.wait(30) == ["run-detached"]
     finally:
+        wakeups.close()
+
+
+def test_an_enqueue_is_one_statement_with_its_event_and_notice(
+        pg: PostgresStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    wakeups = pg.launch_wakeups()
+    sent: list[str] = []
+    blocks: list[int] = []
+    real_execute, real_transaction = psycopg.Connection.execute, psycopg.Connection.transaction
+
+    def execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        sent.append(str(query))
+        return real_execute(self, query, *args, **kwargs)
+
+    def transaction(self: Any, *args: Any, **kwargs: Any) -> Any:
+        blocks.append(1)
+        return real_transaction(self, *args, **kwargs)
+
+    try:
+        assert wakeups.wait(0) == []
+        pg.launches.enqueue(launch("run-0"))  # the pool's connection, opened
+        assert wakeups.wait(30) == ["run-0"]
+        monkeypatch.setattr(psycopg.Connection, "execute", execute)
+        monkeypatch.setattr(psycopg.Connection, "transaction", transaction)
+        queued = pg.launches.enqueue(launch("run-1"))
+        monkeypatch.undo()
+        assert len(sent) == 1
+        assert sent[0].startswith("WITH q AS (INSERT")
+        assert blocks == []  # no BEGIN ... COMMIT: the statement commits by itself
+        assert isinstance(queued, LaunchRecord)
+        assert (queued.status, queued.epoch) == ("queued", 0)
+        assert pg.launches.get("run-1") == queued
+        events = pg.run_events.read(run_id="run-1")
+        assert [(e.type, e.payload) for e in events] == [
+            ("launch.queued", {"from": None, "to": "queued", "epoch": 0})]
+        assert events[0].recorded_at == queued.created_at
+        assert wakeups.wait(30) == ["run-1"]
+        # A refused insert still names the conflict, and leaves no event behind.
+        again = pg.launches.enqueue(launch("run-1"))
+        assert again == LostRace("run-1", "already_exists", "queued")
+        assert len(pg.run_events.read(run_id="run-1")) == 1
+    finally:
+        monkeypatch.undo()
         wakeups.close()
 
 

@@ -16,7 +16,7 @@ import pytest
 from runner._canonical import canonical_json
 from runner.clock import FakeClock
 from runner.engine import RunControl
-from runner.engine._bundle import FolderBundle
+from runner.engine._bundle import FolderBundle, first_event
 from runner.engine.executors._scripted import ScriptedExecutor
 from runner.errors import ClaimLost, InputError, OperationFailed
 
@@ -231,7 +231,7 @@ def test_a_fenced_writer_raises_claim_lost_and_writes_nothing(env: Any, when: An
     assert out.status == "completed"
 
 
-def test_creation_writes_the_snapshot_with_the_first_manifest_under_one_fence_check(
+def test_creation_writes_the_snapshot_with_the_first_manifest_under_the_folders_check(
         tmp_path: Path) -> None:
     checks = {"n": 0, "held": True}
 
@@ -244,20 +244,25 @@ def test_creation_writes_the_snapshot_with_the_first_manifest_under_one_fence_ch
     assert checks["n"] == 1  # the folder's own check; the snapshot is held
     assert not (bundle.root / "workflow.json").exists()
     bundle.write_manifest({"run_id": "r1", "status": "running"})
-    assert checks["n"] == 2
+    assert checks["n"] == 1  # no run yet: the folder's check covers the first manifest
     assert json.loads((bundle.root / "workflow.json").read_text()) == {"name": "wf"}
     assert _mode(bundle.root / "workflow.json") == 0o400
     assert sorted(p.name for p in bundle.root.iterdir()) == ["manifest.json", "workflow.json"]
+    bundle.append([{"seq": 1, "type": "run_started"}], sync=True)
+    assert checks["n"] == 2  # the write that makes it a run asks
     bundle.close()
 
-    # A claim lost between the two writes: neither file is written, not one byte.
+    # A claim lost after the folder's check: the bundle stays half-made (no run_started,
+    # not one byte of trace), which readers take for no run and a claimant discards.
     lost = FolderBundle.create(tmp_path, "r2", fence)
     lost.write_workflow(canonical_json({"name": "wf"}))
     checks["held"] = False
+    lost.write_manifest({"run_id": "r2", "status": "running"})
     with pytest.raises(ClaimLost):
-        lost.write_manifest({"run_id": "r2", "status": "running"})
+        lost.append([{"seq": 1, "type": "run_started"}], sync=True)
     lost.close()
-    assert list(lost.root.iterdir()) == []
+    assert sorted(p.name for p in lost.root.iterdir()) == ["manifest.json", "workflow.json"]
+    assert first_event(lost.root, "r2") is None
 
 
 def test_losing_the_claim_mid_run_stops_writes_and_releases_the_bundle(env: Any) -> None:
