@@ -18,8 +18,10 @@ What is counted, per test:
   the CLI, the program's name otherwise). Processes forked by the worker's children
   are in their CPU but not in this count.
 
-Session-scoped fixtures are charged to the first test that uses them. Each xdist
-worker writes `<report>.d/<worker>.jsonl`; the controller merges them into the report.
+Session-scoped fixtures are charged to the first test that uses them. Each process
+appends a line per test to `<report>.d/<worker>.jsonl`; the controller merges them
+into the report at the end (`python tests/cpuprofile.py REPORT` merges what an
+interrupted run left).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import contextlib
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -111,7 +114,6 @@ class CpuProfile:
     def __init__(self, out: Path) -> None:
         self.out = out
         self.spawns: Counter[str] = Counter()
-        self.rows: list[dict[str, Any]] = []
         self._popen_init = subprocess.Popen.__init__
 
     def install(self) -> None:
@@ -134,7 +136,7 @@ class CpuProfile:
             _cpu(resource.RUSAGE_CHILDREN)
         pg = _postgres_cpu()
         yield
-        self.rows.append({
+        self._write({
             "test": item.nodeid,
             "wall": time.monotonic() - wall,
             "self": _cpu(resource.RUSAGE_SELF) - own,
@@ -143,30 +145,46 @@ class CpuProfile:
             "spawns": dict(self.spawns),
         })
 
+    def _write(self, row: dict[str, Any]) -> None:
+        """One line per test, appended at once: an interrupted run keeps what it measured."""
+        with self.part.open("a") as sink:
+            sink.write(json.dumps(row) + "\n")
+
+    @property
+    def folder(self) -> Path:
+        return Path(f"{self.out}.d")
+
+    @property
+    def part(self) -> Path:
+        return self.folder / f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.jsonl"
+
+    def start(self) -> None:
+        if "PYTEST_XDIST_WORKER" not in os.environ:  # the controller: a clean folder
+            shutil.rmtree(self.folder, ignore_errors=True)
+        self.folder.mkdir(parents=True, exist_ok=True)
+
+    @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        worker = os.environ.get("PYTEST_XDIST_WORKER")
-        if worker is not None:
-            folder = Path(f"{self.out}.d")
-            folder.mkdir(parents=True, exist_ok=True)
-            total = {"worker": worker, "self": _cpu(resource.RUSAGE_SELF),
-                     "children": _cpu(resource.RUSAGE_CHILDREN)}
-            with (folder / f"{worker}.jsonl").open("w") as sink:
-                for row in [*self.rows, total]:
-                    sink.write(json.dumps(row) + "\n")
+        self._write({"worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
+                     "self": _cpu(resource.RUSAGE_SELF),
+                     "children": _cpu(resource.RUSAGE_CHILDREN)})
+        if "PYTEST_XDIST_WORKER" in os.environ:
             return
-        rows, totals = self.rows, [{"worker": "main", "self": _cpu(resource.RUSAGE_SELF),
-                                    "children": _cpu(resource.RUSAGE_CHILDREN)}]
-        folder = Path(f"{self.out}.d")
-        if folder.is_dir():  # xdist: the workers wrote theirs
-            rows, totals = [], []
-            for part in sorted(folder.glob("*.jsonl")):
-                for line in part.read_text().splitlines():
-                    row = json.loads(line)
-                    (totals if "worker" in row else rows).append(row)
-                part.unlink()
-            folder.rmdir()
-        self.out.write_text(render(rows, totals))
+        write_report(self.folder, self.out)
         sys.stderr.write(f"\ncpuprofile: wrote {self.out}\n")
+
+
+def write_report(folder: Path, out: Path) -> None:
+    """Merge the parts in `folder` (one per worker) into the report `out`; also usable
+    on the parts an interrupted run left: `python tests/cpuprofile.py REPORT`."""
+    rows: list[dict[str, Any]] = []
+    totals: list[dict[str, Any]] = []
+    for part in sorted(folder.glob("*.jsonl")):
+        for line in part.read_text().splitlines():
+            with contextlib.suppress(ValueError):
+                row = json.loads(line)
+                (totals if "worker" in row else rows).append(row)
+    out.write_text(render(rows, totals))
 
 
 def _cost(row: dict[str, Any]) -> float:
@@ -206,7 +224,7 @@ def render(rows: list[dict[str, Any]], totals: list[dict[str, Any]]) -> str:
         f"{sum(r['children'] for r in rows):.1f}, postgres "
         f"{sum(r['postgres'] for r in rows):.1f}); wall in tests "
         f"{sum(r['wall'] for r in rows):.1f} s",
-        f"workers' whole CPU (with collection and imports, without postgres): "
+        f"pytest processes' whole CPU (with collection and imports, without postgres): "
         f"{worker_cpu:.1f} s, of it outside tests {worker_cpu - tested:.1f} s",
         _table("tiers", by_tier.items(), 20),
         _table("folders", by_folder.items(), 40),
@@ -224,5 +242,11 @@ def configure(config: pytest.Config) -> None:
     if not target:
         return
     profile = CpuProfile(Path(target).resolve())
+    profile.start()
     profile.install()
     config.pluginmanager.register(profile, "wfrun-cpuprofile")
+
+
+if __name__ == "__main__":
+    report = Path(sys.argv[1])
+    write_report(Path(f"{report}.d"), report)

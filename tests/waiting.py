@@ -6,6 +6,10 @@ overall deadline, instead of sleeping for a guessed duration. A deadline only
 bounds how long a broken run takes to fail; a healthy run never gets near it,
 however loaded the machine is.
 
+The same holds for the shell steps the tests hold at a gate: they poll the gate file
+every 0.1 s (`while [ ! -e go ]; do sleep 0.1; done`), as each poll forks a process;
+at 50-100 polls a second a few held steps took a core from the suite under load.
+
 `DEADLINE` stays below pytest-timeout's 60 s per test (pyproject.toml) so that a
 wait that runs out fails with a message naming what it waited for.
 """
