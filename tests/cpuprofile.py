@@ -184,6 +184,9 @@ def write_report(folder: Path, out: Path) -> None:
             with contextlib.suppress(ValueError):
                 row = json.loads(line)
                 (totals if "worker" in row else rows).append(row)
+    if any(t["worker"] != "main" for t in totals):
+        # xdist: the controller's children are the workers, already counted.
+        totals = [{**t, "children": 0.0} if t["worker"] == "main" else t for t in totals]
     out.write_text(render(rows, totals))
 
 
