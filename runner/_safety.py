@@ -197,6 +197,18 @@ def mask(text: str, values: tuple[str, ...]) -> str:
     return text
 
 
+def unsafe_tail(text: str, values: tuple[str, ...]) -> int:
+    """How many trailing characters of `text` could begin one of `values` (a secret
+    split across two chunks of a stream): only those wait for the next chunk, so
+    ordinary output is never delayed."""
+    longest = max((len(v) for v in values), default=1) - 1
+    for k in range(min(longest, len(text)), 0, -1):
+        suffix = text[-k:]
+        if any(v.startswith(suffix) for v in values):
+            return k
+    return 0
+
+
 def mask_json(value: object, values: tuple[str, ...]) -> object:
     """A decoded JSON value with `mask` applied to every string in it, keys included."""
     if not values:

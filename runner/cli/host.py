@@ -152,8 +152,8 @@ def summary(report: HostReport) -> str:
     counts = report.counts()
     if report.failed_to_start:
         counts["failed to start"] = report.failed_to_start
-    order = ("completed", "failed", "timed_out", "cancelled", "waiting", "parked",
-             "failed to start")
+    order = ("completed", "failed", "timed_out", "cancelled", "waiting",
+             "waiting for items", "parked", "failed to start")
     parts = [f"{counts[k]} {k.replace('_', ' ')}" for k in order if counts.get(k)]
     text = f"{report.started} run(s) started" + (f": {', '.join(parts)}" if parts else "")
     if report.reaped:
@@ -175,6 +175,8 @@ def _ended_line(store: ProjectStore, run_id: str, outcome: RunOutcome | None) ->
         why = f": {row.error_message} [{row.error_code}]" if row is not None and \
             row.error_code else ""
         return f"run {run_id} failed to start{why}"
+    if outcome.waits_for_items:
+        return f"run {run_id} waits for its items (hosts run them; it goes on when they end)"
     if outcome.parked and outcome.state.paused:
         return f"run {run_id} paused (`wfrun unpause {run_id}` lets it go on)"
     if outcome.parked:

@@ -20,6 +20,7 @@ from runner.host.runtime._local import open_store, store_exists
 from runner.host.runtime._logs import (
     LiveText,
     StepLog,
+    await_start,
     follow_logs,
     run_logs,
     running_output,
@@ -111,13 +112,20 @@ def logs_cmd(ctx: Context, run_id: str, node: str | None, follow: bool, only_std
             else:
                 _print(entry, streams, headers=True, streamed=streamed)
 
-        # A fan-out item (NODE[3]) is followed until its row in the store ends.
-        store = open_store(ws, read_only=True) if node and node.endswith("]") \
-            and store_exists(ws) else None
+        # A queued launch is waited for; a fan-out item (NODE[3]) is followed until its
+        # row in the store ends.
+        store = open_store(ws, read_only=True) if store_exists(ws) else None
         try:
+            ended = await_start(ws.reader(), store, run_id, clock=ws.clock, on_wait=lambda s: (
+                click.echo(f"--- run {run_id} is {s}; waiting for it to start ---", err=True)))
+            if ended is not None:
+                click.echo(f"wfrun: run {run_id} ended {ended} before it started; it has no "
+                           "logs", err=True)
+                sys.exit(1)
             status = follow_logs(ws.reader(), run_id, node, recorded, clock=ws.clock,
                                  on_live=live, item_state=store_item_state(store, run_id)
-                                 if store is not None else None)
+                                 if store is not None and node and node.endswith("]")
+                                 else None)
         finally:
             if store is not None:
                 store.close()

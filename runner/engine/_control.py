@@ -8,6 +8,9 @@ from typing import Literal
 StopReason = Literal["cancel", "park"]
 #: The park reason of a run stopped by `wfrun pause` (its launch parks `paused`).
 PAUSED = "paused"
+#: The park reason of a run whose fan-out items other hosts run (ADR 0008 phase 2): it
+#: goes on by itself when they end, unlike a run parked by a shutdown.
+ITEMS = "waiting for its items (hosts run them)"
 
 
 class RunControl:

@@ -360,6 +360,10 @@ def read_document(rows: BundleRows, run_id: str, kind: str) -> dict[str, Any]:
     text = rows.read_document(run_id, kind)
     if text is None:
         raise NotFoundError(f"run '{run_id}' has no {kind} in the database")
+    return parse_document(run_id, kind, text)
+
+
+def parse_document(run_id: str, kind: str, text: str) -> dict[str, Any]:
     try:
         value = json.loads(text)
     except ValueError:

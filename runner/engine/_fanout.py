@@ -27,7 +27,7 @@ from runner.compiler import Node
 from runner.compiler._fanout import ChildWorkflowBody, MapSpec, ParallelSpec
 from runner.compiler._templates import TemplateError, TemplateStopped, render_native
 
-from ._control import RunControl
+from ._control import ITEMS, RunControl
 from ._items import ItemEnd
 from ._nodecontext import FanoutPort, NodeContext, NodeResult, Outcome
 from ._nodes import execute, new_attempt_id, pure
@@ -253,7 +253,7 @@ class _Fanout:
         if self.shared and self.ledger.wait_for_hosts(self.node.id, self.visit):
             # Phase 2: the hosts run the items; the run parks holding no slot, and the
             # settle that ends the last item re-queues it (it re-enters and reads them).
-            self.ctx.control.park("waiting for its items (hosts run them)")
+            self.ctx.control.park(ITEMS)
             return NodeResult("parked")
         control = self.ctx.control
         while True:

@@ -48,7 +48,7 @@ def load_hook(hook: HookRef) -> Callable[..., Any]:
         if hook.module:
             try:
                 module = importlib.import_module(hook.module)
-            except Exception as exc:
+            except (Exception, SystemExit) as exc:  # user code at import: exit() included
                 raise HookError(f"cannot import hook module '{hook.module}': "
                                 f"{type(exc).__name__}: {exc}") from None
         else:
@@ -62,7 +62,7 @@ def load_hook(hook: HookRef) -> Callable[..., Any]:
                 module = importlib.util.module_from_spec(spec)
                 try:
                     spec.loader.exec_module(module)
-                except Exception as exc:
+                except (Exception, SystemExit) as exc:  # exit() at import stops no host
                     raise HookError(f"hook file '{hook.file}' failed to load: "
                                     f"{type(exc).__name__}: {exc}") from None
                 sys.modules[name] = module
@@ -79,7 +79,7 @@ def _load_step(name: str) -> Callable[..., Any]:
                         "wfrun.steps); install the package that provides it")
     try:
         fn = ep.load()
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         raise HookError(f"step '{name}' ({ep.value}) failed to load: "
                         f"{type(exc).__name__}: {exc}") from None
     if not callable(fn):

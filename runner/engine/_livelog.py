@@ -24,7 +24,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from runner._safety import bound, mask, redact
+from runner._safety import bound, mask, redact, unsafe_tail
 
 #: Which streams a live log has, in the order `logs` prints them.
 STREAMS = ("stdout", "stderr")
@@ -51,8 +51,6 @@ class LiveStream:
                  cap_chars: int, lines: bool) -> None:
         self.path = path
         self.secrets = secrets
-        # Characters that could still be the start of a secret split across two reads.
-        self.hold = max((len(s) for s in secrets), default=1) - 1
         self.cap_bytes = cap_bytes
         self.cap_chars = cap_chars
         self.lines = lines  # stderr: pattern redaction, which needs whole lines
@@ -80,7 +78,7 @@ class LiveStream:
 
     def _take(self, text: str, *, final: bool) -> None:
         masked = mask(self.pending + text, self.secrets) if self.secrets else self.pending + text
-        cut = len(masked) if final else len(masked) - self._held(masked)
+        cut = len(masked) if final else len(masked) - unsafe_tail(masked, self.secrets)
         if self.lines and not final:
             newline = masked.rfind("\n", 0, cut)
             if newline >= 0:
@@ -90,15 +88,6 @@ class LiveStream:
         out, self.pending = masked[:cut], masked[cut:]
         if out:
             self._write(redact(out) if self.lines else out)
-
-    def _held(self, text: str) -> int:
-        """How many trailing characters could begin a secret (at most `hold`): only
-        those wait for the next chunk, so a line that ends a read is shown at once."""
-        for k in range(min(self.hold, len(text)), 0, -1):
-            suffix = text[-k:]
-            if any(s.startswith(suffix) for s in self.secrets):
-                return k
-        return 0
 
     def _write(self, text: str) -> None:
         if self.fd is None or self.written_chars >= self.cap_chars \

@@ -69,10 +69,11 @@ class ProcessRegistry:
         """Forget an ended group. While others run, the file keeps it until the next
         write: a reaper finds its leader gone (or its pid reused: another start time)
         and leaves it, so a busy runner's step costs one write, its `add`. The last
-        one out writes the file empty."""
+        one out removes the file: a runner that ended leaves nothing in `children/`."""
         with self._lock:
             if self._groups.pop(pgid, None) is not None and not self._groups:
-                self._save()
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.path)
 
     def _save(self) -> None:
         if not self._folder_made:

@@ -18,6 +18,7 @@ live logs of attempts running on this host).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,11 @@ class RunReader:
         self._check(run_id)
         if not self.space.exists(run_id):
             raise NotFoundError(f"no run '{run_id}'; `wfrun runs` lists runs")
+
+    def preloaded(self, run_ids: Iterable[str]) -> RunReader:
+        """A reader of this space with the bundles of `run_ids` read up front, in one go
+        where the space is rows: for one listing (a page of runs), then dropped."""
+        return RunReader(self.runs_dir, space=self.space.preloaded(run_ids))
 
     # -- yes/no questions ---------------------------------------------------------------
     def exists(self, run_id: str) -> bool:

@@ -59,6 +59,10 @@ class LaunchStep(Protocol):
     def run(self, write: Callable[[Any], str] | None) -> str: ...
 
 
+#: One bundle's manifest (None: not written yet) and trace rows, read with others'.
+BundleRead = tuple[str | None, list[str]]
+
+
 class BundleRows(Protocol):
     """Run bundles as rows. Every method is one transaction."""
 
@@ -83,6 +87,10 @@ class BundleRows(Protocol):
     def read_document(self, run_id: str, kind: str) -> str | None: ...
     def read_artifact(self, run_id: str, sha256: str) -> bytes | None: ...
     def bundle_ids(self) -> list[str]: ...
+    def read_bundles(self, run_ids: Sequence[str]) -> dict[str, BundleRead]:
+        """The manifests and traces of those of `run_ids` that exist, in two statements
+        (a run list reads a page of bundles: not four statements per run)."""
+        ...
     def remove_bundle(self, run_id: str, *, unstarted_only: bool) -> bool: ...
 
     # Continuation markers: a waiting run continues once (`wfrun answer`).
@@ -291,6 +299,11 @@ class MemoryRows:
 
     def bundle_ids(self) -> list[str]:
         return sorted(self._bundles)
+
+    def read_bundles(self, run_ids: Sequence[str]) -> dict[str, BundleRead]:
+        with self._lock:
+            return {r: (b.documents.get("manifest"), [b.events[s] for s in sorted(b.events)])
+                    for r in run_ids if (b := self._bundles.get(r)) is not None}
 
     def remove_bundle(self, run_id: str, *, unstarted_only: bool) -> bool:
         with self._lock:

@@ -31,7 +31,7 @@ from ._agent import AgentStepExecutor
 from ._artifacts import externalize, has_artifacts, internalize
 from ._cache import StepCache, cache_key
 from ._context import ScopedValues
-from ._control import PAUSED, RunControl
+from ._control import ITEMS, PAUSED, RunControl
 from ._fanout import run_fanout
 from ._items import ChildRuns, ItemLedger, MemoryLedger
 from ._livelog import LiveLog
@@ -93,6 +93,12 @@ class RunOutcome:
     final_output: Any
     error: dict[str, Any] | None
     state: RunState
+    park_reason: str | None = None  # why a parked run stopped (RunControl.park)
+
+    @property
+    def waits_for_items(self) -> bool:
+        """Parked while hosts run its fan-out items: it goes on when they end."""
+        return self.parked and self.park_reason == ITEMS
 
 
 def retry_delay(run_id: str, node: str, attempt: int, backoff: float,
@@ -579,7 +585,8 @@ class RunDriver:
             self.flush_held()
         self.bundle.replace_state(self.state.to_json())
         self.bundle.close()
-        return RunOutcome(self.run_id, "running", True, None, None, self.state)
+        return RunOutcome(self.run_id, "running", True, None, None, self.state,
+                          self.control.reason)
 
     def _close_bundle(self) -> None:
         manifest = self.bundle.read_manifest()

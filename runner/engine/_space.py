@@ -50,7 +50,7 @@ from ._bundle import (
     valid_run_id,
 )
 from ._dbbundle import PATIENCE, DatabaseBundle
-from ._rows import BundleRows, LaunchStep
+from ._rows import BundleRead, BundleRows, LaunchStep
 from ._state import RunState, fold
 
 Begin = Callable[[], LaunchStep | None]
@@ -116,6 +116,10 @@ class BundleSpace(Protocol):
     def continued_by(self, run_id: str) -> str | None: ...
     def answered(self, run_id: str) -> bool: ...
     def list_ids(self) -> list[str]: ...
+    def preloaded(self, run_ids: Iterable[str]) -> BundleSpace:
+        """This space, with the manifests and traces of `run_ids` read up front in one go
+        where that saves round trips (rows); a snapshot for one listing, not kept."""
+        ...
 
 
 def _check_id(run_id: str) -> None:
@@ -296,6 +300,9 @@ class FolderSpace:
                                   f"{exc.strerror}") from None
         return sorted(e.name for e in entries if valid_run_id(e.name) and e.is_dir())
 
+    def preloaded(self, run_ids: Iterable[str]) -> FolderSpace:
+        return self  # a file read is no round trip
+
 
 class DatabaseSpace:
     """Bundles as rows (`BundleRows`); `runs_dir` holds only this host's live logs
@@ -304,11 +311,19 @@ class DatabaseSpace:
     commits_with_store = True
 
     def __init__(self, rows: BundleRows, runs_dir: Path, clock: Clock | None = None,
-                 patience: float = PATIENCE) -> None:
+                 patience: float = PATIENCE,
+                 loaded: tuple[frozenset[str], dict[str, BundleRead]] | None = None) -> None:
         self.rows = rows
         self.runs_dir = runs_dir
         self.clock = clock  # times retries while the database is unreachable
         self.patience = patience  # how long one write waits for it
+        # (the ids asked for, what exists of them) read up front: `preloaded`
+        self._asked, self._loaded = loaded or (frozenset(), {})
+
+    def preloaded(self, run_ids: Iterable[str]) -> DatabaseSpace:
+        ids = [r for r in dict.fromkeys(run_ids) if valid_run_id(r)]
+        return DatabaseSpace(self.rows, self.runs_dir, self.clock, self.patience,
+                             (frozenset(ids), self.rows.read_bundles(ids)))
 
     def __repr__(self) -> str:
         return f"DatabaseSpace({self.rows!r}, {str(self.runs_dir)!r})"
@@ -361,6 +376,8 @@ class DatabaseSpace:
         return DatabaseBundle(self.rows, run_id, self.runs_dir, clock=self.clock)
 
     def exists(self, run_id: str) -> bool:
+        if run_id in self._asked:
+            return run_id in self._loaded
         return self.rows.bundle_exists(run_id)
 
     def started(self, run_id: str) -> bool:
@@ -378,12 +395,19 @@ class DatabaseSpace:
         return self._document(run_id, "workflow", f"run '{run_id}' has no workflow snapshot")
 
     def _document(self, run_id: str, kind: str, missing: str) -> dict[str, Any]:
+        if kind == "manifest" and run_id in self._asked:
+            text = self._loaded[run_id][0] if run_id in self._loaded else None
+            if text is None:
+                raise NotFoundError(missing)
+            return dbbundle.parse_document(run_id, kind, text)
         try:
             return dbbundle.read_document(self.rows, run_id, kind)
         except NotFoundError:
             raise NotFoundError(missing) from None
 
     def trace(self, run_id: str) -> TraceRead:
+        if run_id in self._loaded:
+            return dbbundle.parse_events(self._loaded[run_id][1])
         return dbbundle.read_trace(self.rows, run_id)
 
     def trace_tail(self, run_id: str, offset: int, next_seq: int) -> TraceRead:

@@ -123,12 +123,14 @@ class HostReport:
     notifications: int = 0  # channel notifications delivered
 
     def count(self, outcome: RunOutcome) -> None:
-        key = "parked" if outcome.parked else outcome.status
+        key = ("waiting for items" if outcome.waits_for_items else "parked") \
+            if outcome.parked else outcome.status
         self.ended[key] = self.ended.get(key, 0) + 1
 
     def counts(self) -> dict[str, int]:
         """Finished runs by how they ended: completed, failed, timed_out, cancelled,
-        waiting (at a checkpoint) and parked (stopped, to be resumed)."""
+        waiting (at a checkpoint), waiting for items (hosts run its fan-out items) and
+        parked (stopped, to be resumed)."""
         return dict(self.ended)
 
 
@@ -425,6 +427,7 @@ class StandaloneHost:
         self._wake.set()
 
     def _loop(self, once: bool) -> None:
+        idle_passes = 0
         while not self.stop_event.is_set():
             self._wake.clear()  # before claiming: a run ending from here on wakes the wait
             # Due slots first: a slot's run is claimed in this same pass.
@@ -442,7 +445,13 @@ class StandaloneHost:
             with self._lock:
                 busy = bool(self._running)
             if once and not claimed and not busy and not reconciled:
-                return
+                # Two idle passes: the sweep of the first may have woken a parent
+                # parked until its items ended (they ended before it parked).
+                idle_passes += 1
+                if idle_passes == 2:
+                    return
+                continue
+            idle_passes = 0
             # Sleep until a run ends (a slot frees up), a notice announces a launch or
             # the poll interval passes.
             self.idle.set()

@@ -249,7 +249,8 @@ def _plain(outcome: RunOutcome | None) -> RunOutcome | None:
     from runner.engine._state import RunState
 
     return RunOutcome(outcome.run_id, outcome.status, outcome.parked, None, outcome.error,
-                      RunState(run_id=outcome.run_id, status=outcome.state.status))
+                      RunState(run_id=outcome.run_id, status=outcome.state.status),
+                      outcome.park_reason)
 
 
 def watch_control(control: int, stop: Callable[[], None]) -> threading.Thread:

@@ -10,8 +10,9 @@ the run has ended an `end` event tells the page to stop listening.
 While an attempt runs, what it has printed so far (its live log: a shell step's
 output, an `openai` agent step's streamed answer) is sent as `live` events, each
 the text appended since the last (masked by the engine before it reached the
-disk, and by the UI's own secrets; the log itself is bounded per turn). A new
-attempt or turn starts with `reset`, and `{"node": null}` says none runs now.
+disk, and by the UI's own secrets, a tail that could begin one held back until the
+next read shows it does not; the log itself is bounded per turn). A new attempt or
+turn starts with `reset`, and `{"node": null}` says none runs now.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from runner._safety import mask, mask_values, unsafe_tail
 from runner.engine import RunReader
 from runner.errors import WfrunError
 from runner.host.runtime._logs import STREAMS, running_attempt
@@ -83,9 +85,13 @@ class LiveTail:
         self.reader = reader
         self.run_id = run_id
         self.secrets = secrets
+        self.values = mask_values(secrets)
         self.running: tuple[str, str, int] | None = None
         self.offsets: dict[str, int] = {}
         self.decoders: dict[str, codecs.IncrementalDecoder] = {}
+        # Masked text whose end could begin one of this process's secrets, split
+        # across two reads: sent once the next read shows it does not.
+        self.pending: dict[str, str] = {}
 
     def poll(self, events: list[dict[str, Any]], moved: bool) -> list[dict[str, Any]]:
         """`live` messages for what was printed since the last poll; `moved`: new
@@ -98,6 +104,7 @@ class LiveTail:
                 self.offsets = dict.fromkeys(STREAMS, 0)
                 self.decoders = {s: codecs.getincrementaldecoder("utf-8")(errors="replace")
                                  for s in STREAMS}
+                self.pending = dict.fromkeys(STREAMS, "")
                 out.append({"node": running[0], "attempt": running[1], "reset": True}
                            if running else {"node": None})
         if self.running is None:
@@ -109,7 +116,10 @@ class LiveTail:
             if not data:
                 continue
             self.offsets[stream] += len(data)
-            text = self.decoders[stream].decode(data)
+            text = mask(self.pending[stream] + self.decoders[stream].decode(data),
+                        self.values)
+            cut = len(text) - unsafe_tail(text, self.values)
+            text, self.pending[stream] = text[:cut], text[cut:]
             if text:
                 out.append({"node": node, "attempt": attempt, "stream": stream,
                             "text": masked(text, self.secrets)})

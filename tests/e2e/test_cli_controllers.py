@@ -393,6 +393,8 @@ def test_one_bad_controller_file_does_not_stop_the_host(project: Project) -> Non
     controllers = project.root / ".wfrun" / "controllers"
     (controllers / "broken.py").write_text("raise RuntimeError('boom at import')\n")
     (controllers / "broken.yaml").write_text("reconcile: ./broken.py:reconcile\n")
+    (controllers / "quits.py").write_text("import sys\nsys.exit(3)\n")  # ended the host
+    (controllers / "quits.yaml").write_text("reconcile: ./quits.py:reconcile\n")
     (controllers / "endless.yaml").write_text(
         f"reconcile: ./probe.py:reconcile\ntimeout: {'9' * 400}s\n")
     (controllers / "setty.yaml").write_text(
@@ -409,5 +411,7 @@ def test_one_bad_controller_file_does_not_stop_the_host(project: Project) -> Non
         assert re.search(r"controller 'broken' is not loaded: .*boom at import", done.stderr), \
             done.stderr
         assert "controller 'endless' is not loaded: " in done.stderr
+        assert re.search(r"controller 'quits' is not loaded: .*SystemExit: 3", done.stderr), \
+            done.stderr
     view = project.json("controller", "get", "probe", "p1", "--json")
     assert view["status"]["observed_generation"] == 1, view["status"]

@@ -153,3 +153,27 @@ def test_runs_and_show_json_keys_and_the_status_filter(project: Project) -> None
     lines = follow.stdout.splitlines()
     assert len(lines) == 1
     assert json.loads(lines[0])["status"] == "failed"
+
+
+def test_host_once_finishes_a_map_whose_items_it_ran_itself(project: Project) -> None:
+    """A host's run parks while hosts run its map items; `host --once` ran the items
+    and then exited with the run parked for ever (the items' last settle found no
+    parked parent to wake: it had not parked yet) and called it `parked`."""
+    project.workflow("each", """\
+        start: each
+        nodes:
+          each:
+            map:
+              over: "{{ [1, 2, 3] }}"
+              do: {action: {shell: [echo, "{{ item }}"]}}
+        """)
+    run_id = project.json("start", "each", "--json")["run_id"]
+    done = project.wfrun("host", "--once")
+    assert done.returncode == 0, done.stderr
+    assert f"run {run_id} waits for its items (hosts run them; it goes on when they end)" \
+        in done.stderr
+    assert f"run {run_id} completed" in done.stderr
+    assert "parked" not in done.stderr
+    shown = project.json("show", run_id, "--json")
+    assert shown["status"] == "completed"
+    assert [o["stdout"] for o in shown["outputs"]["each"]] == ["1\n", "2\n", "3\n"]

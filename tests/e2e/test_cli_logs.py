@@ -201,3 +201,39 @@ def test_follow_prints_each_step_as_it_finishes_until_the_run_ends(project: Proj
                 proc.wait(timeout=30)
         if follower is not None and follower.stdout is not None:
             follower.stdout.close()
+
+
+@pytest.mark.timeout(180)
+def test_follow_of_a_queued_run_waits_for_it_to_start(project: Project) -> None:
+    """`logs --follow` of a launch still in the queue said the run was not found; it
+    waits for a host to start it, then follows it (and ends when the run does)."""
+    project.workflow("later", "start: a\nnodes:\n  a: {action: {shell: [echo, from-the-host]}}\n")
+    run_id = json.loads(project.wfrun("start", "later", "--json").stdout)["run_id"]
+    follower = subprocess.Popen(project.argv("logs", run_id, "--follow"), cwd=project.root,
+                                env=project.env(), text=True, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+    try:
+        assert follower.stdout is not None
+        assert follower.stderr is not None
+        errors = LineReader(follower.stderr)
+        assert errors.wait_for(rf"run {run_id} is queued; waiting for it to start")
+        assert project.wfrun("host", "--once").returncode == 0
+        assert LineReader(follower.stdout).wait_for(r"^from-the-host$")
+        assert follower.wait(timeout=60) == 0
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+        follower.wait(timeout=30)
+        for stream in (follower.stdout, follower.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def test_follow_of_a_launch_cancelled_in_the_queue_says_so(project: Project) -> None:
+    project.workflow("later", "start: a\nnodes:\n  a: {action: {shell: [echo, never]}}\n")
+    run_id = json.loads(project.wfrun("start", "later", "--json").stdout)["run_id"]
+    assert project.wfrun("cancel", run_id).returncode == 0
+    done = project.wfrun("logs", run_id, "--follow")
+    assert done.returncode == 1
+    assert done.stderr.strip() == f"wfrun: run {run_id} ended cancelled before it started; " \
+        "it has no logs"

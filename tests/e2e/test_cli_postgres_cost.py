@@ -82,8 +82,8 @@ def test_a_command_connects_once_and_reads_the_layout_mark_only(
     wfrun(project, url, "status")  # the store exists and carries its layout mark
     # The server's own transaction when a session starts, then: status reads the
     # fingerprint, schema_info, the counts, the active launches; runs the fingerprint,
-    # schema_info, the launches, then each listed run's rows (manifest, bundle,
-    # trace): one here; show the launch, the run's bundle rows and its reruns.
+    # schema_info, the launches, then the listed runs' manifests and traces (two
+    # reads, however many runs); show the launch, the run's bundle rows and its reruns.
     for args, most in ((("status",), 5), (("runs",), 7), (("show", run_id), 10)):
         sessions, transactions = _counts(pg_cluster.admin_url, name)
         wfrun(project, url, *args)
@@ -93,6 +93,17 @@ def test_a_command_connects_once_and_reads_the_layout_mark_only(
         # information_schema): a bound of a few catches it running again.
         assert after[1] - transactions <= most, \
             f"wfrun {args[0]} ran {after[1] - transactions} transactions (at most {most})"
+    # A page of runs reads its bundles' rows in one go: five runs cost what one did
+    # (it was four statements per listed run).
+    for _ in range(4):
+        wfrun(project, url, "run", "shell", "-q")
+    sessions, transactions = _counts(pg_cluster.admin_url, name)
+    listed = json.loads(wfrun(project, url, "runs", "--json").stdout)
+    assert len(listed["runs"]) == 5
+    assert {r["status"] for r in listed["runs"]} == {"completed"}
+    after = _counts(pg_cluster.admin_url, name)
+    assert after[1] - transactions <= 7, f"wfrun runs ran {after[1] - transactions} " \
+        "transactions for five runs (at most 7)"
 
 
 def test_a_run_on_postgres_leaves_no_folder_on_the_host(

@@ -85,9 +85,12 @@ class _Compiled:
     catalog: Catalog
     root: tuple[int, int] | None  # the workflow's own file: (device, inode)
     files: tuple[tuple[str, str], ...]  # (real path, sha256 of the bytes compiled)
+    channels: frozenset[str] = frozenset()  # `notify` channels it names (config.yaml's)
 
     def fresh(self, catalog: Catalog, root: tuple[int, int] | None) -> bool:
         if catalog is not self.catalog or root is None or root != self.root:
+            return False
+        if self.channels and not self._channels_still_configured(catalog):
             return False
         for path, sha256 in self.files:
             try:
@@ -97,6 +100,28 @@ class _Compiled:
             if hashlib.sha256(data).hexdigest() != sha256:
                 return False
         return True
+
+    def _channels_still_configured(self, catalog: Catalog) -> bool:
+        """config.yaml is no source of the definition, yet its channel check depends on
+        it: a channel removed there must refuse the next start, as a fresh compile does."""
+        known = catalog.channel_names() if catalog.channel_names is not None else None
+        return not isinstance(known, frozenset) or self.channels <= known
+
+
+def _named_channels(snapshot: Any) -> frozenset[str]:
+    """Every channel a definition's `notify` nodes name, bodies of fan-out included."""
+    found: set[str] = set()
+    stack = [snapshot]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            channels = item.get("channels")
+            if "message" in item and isinstance(channels, list):
+                found.update(c for c in channels if isinstance(c, str))
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return frozenset(found)
 
 
 def _read_bytes(path: str) -> bytes:
@@ -240,7 +265,8 @@ class Workspace:
             files.append((path, source.sha256))
         if root is None:
             return None
-        return _Compiled(definition, stored, self.catalog, _file_id(root), tuple(files))
+        return _Compiled(definition, stored, self.catalog, _file_id(root), tuple(files),
+                         _named_channels(definition.snapshot()))
 
     def resolver(self, manifest: dict[str, Any]) -> WorkflowDefinition:
         ref = str(manifest.get("workflow_ref") or manifest.get("workflow") or "")

@@ -244,6 +244,34 @@ ITEM_STATUS = {"ok": "completed", "failed": "failed", "timed_out": "timed_out",
                "cancelled": "cancelled"}
 
 
+def await_start(reader: RunReader, store: Store | None, run_id: str, *,
+                clock: Clock | None = None, poll: float = 0.2,
+                on_wait: Callable[[str], None] | None = None,
+                stop: threading.Event | None = None) -> str | None:
+    """Wait while `run_id` is a launch not yet started (no bundle to follow): None once
+    it has one, or when the store does not know it (`follow_logs` then says not found);
+    the launch's status when it ended without ever starting (cancelled in the queue).
+    `on_wait(status)` is told once, when there is a wait."""
+    from runner.host.runtime._launches import book
+
+    clock = clock or SystemClock()
+    told = False
+    while store is not None and not reader.exists(run_id):
+        row = book(store).get(run_id)
+        if row is None:
+            return None
+        if row.status in ("done", "failed", "cancelled"):
+            # It may have started and ended between the two reads: then follow it.
+            return None if reader.exists(run_id) else row.status
+        if on_wait is not None and not told:
+            on_wait(row.status)
+            told = True
+        if stop is not None and stop.is_set():
+            return None
+        clock.sleep(poll, stop)
+    return None
+
+
 def follow_logs(runs: Path | RunReader, run_id: str, node: str | None,
                 on_log: Callable[[StepLog], None], *, clock: Clock | None = None,
                 poll: float = 0.2, stop: threading.Event | None = None,

@@ -82,8 +82,9 @@ def page_runs(store: Store, reader: RunReader, where: RunFilter) -> RunPage:
         records = book(store).page(statuses=rows_filter.statuses, run_id_prefix=prefix,
                                       updated_since=changed, limit=chunk, offset=offset,
                                       ending=rows_filter.ending)
+        batch = reader.preloaded(r.run_id for r in records)
         for record in records:
-            row = launch_row(reader, record)
+            row = launch_row(batch, record)
             if _matches(row, where):
                 rows.append(row)
                 if len(rows) > limit:

@@ -85,6 +85,10 @@ class _StepTurn:
     settled: threading.Event = field(default_factory=threading.Event)
 
 
+#: How many of its latest run outcomes a session controller keeps.
+KEPT_OUTCOMES = 32
+
+
 class SessionExecutor:
     """Agent steps go into the owning session as messages; the model submits via the tool."""
 
@@ -120,6 +124,8 @@ class SessionController:
         self._thread: threading.Thread | None = None
         self._step: _StepTurn | None = None
         self._resume_wanted: str | None = None  # a parked run `resume` asked for
+        # The latest runs' outcomes, for diagnostics: bounded, as a session may last
+        # for days and each holds the run's state and final output.
         self.outcomes: list[RunOutcome] = []
         self.errors: list[str] = []
         # False for a host with no turn-settled signal (a hookless MCP client): nothing
@@ -510,6 +516,7 @@ class SessionController:
             self.active = None
             if outcome is not None:
                 self.outcomes.append(outcome)
+                del self.outcomes[:-KEPT_OUTCOMES]
         if self.host.is_idle() and not self._shutdown:
             self._boundary()
 

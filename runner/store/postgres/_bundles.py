@@ -308,6 +308,22 @@ class PostgresBundleRows:
         return [str(r["run_id"]) for r in
                 self._db.read("SELECT run_id FROM run_bundles ORDER BY run_id")]
 
+    def read_bundles(self, run_ids: Sequence[str]) -> dict[str, tuple[str | None, list[str]]]:
+        ids = list(dict.fromkeys(run_ids))
+        if not ids:
+            return {}
+        # The manifest first: a trace read after it is at least as new, as it is when
+        # one run is read (a manifest never names more than its trace holds).
+        found: dict[str, tuple[str | None, list[str]]] = {
+            str(r["run_id"]): (None if r["manifest"] is None else str(r["manifest"]), [])
+                 for r in self._db.read("SELECT run_id, manifest FROM run_bundles"
+                                        " WHERE run_id = ANY(%s)", (ids,))}
+        if found:
+            for r in self._db.read("SELECT run_id, event FROM run_trace WHERE run_id = ANY(%s)"
+                                   " ORDER BY run_id, seq", (list(found),)):
+                found[str(r["run_id"])][1].append(str(r["event"]))
+        return found
+
     def remove_bundle(self, run_id: str, *, unstarted_only: bool) -> bool:
         guard = (" AND NOT EXISTS (SELECT 1 FROM run_trace t WHERE t.run_id = b.run_id"
                  " AND t.seq = 1)") if unstarted_only else ""

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from runner.compiler import Catalog, build_catalog
-from runner.errors import NotFoundError
+from runner.errors import DefinitionInvalid, NotFoundError
 from runner.host.runtime._local import Workspace
 
 WF = "start: only\nnodes:\n  only: {compute: \"{{ 1 }}\"}\n"
@@ -120,3 +120,26 @@ def test_session_refs_outside_the_project_and_user_folder_are_refused_blind(
     assert len(message) < 400
     for leak in ("bytes", "permission", "No such file", "YAML", "error"):
         assert leak not in message
+
+
+def test_a_channel_removed_from_the_config_refuses_the_next_compile(tmp_path: Path) -> None:
+    """config.yaml is not a source file of the definition, so the compile cache did not
+    see a channel removed there: a long-lived host kept starting a workflow that names
+    it, where a fresh compile refuses it."""
+    from runner.host.runtime._channelnames import with_channels
+
+    root = _project(tmp_path)
+    config = root / ".wfrun" / "config.yaml"
+    config.write_text("notify:\n  channels:\n"
+                      "    ops: {type: webhook, url: 'http://127.0.0.1:9/h', secret_env: K}\n")
+    (root / ".wfrun" / "workflows" / "tell.yaml").write_text(
+        "start: n\nnodes:\n  n: {notify: {message: hi, channels: [ops]}}\n")
+    for folder in (root / ".wfrun", root / ".wfrun" / "workflows"):
+        _old(folder)  # no rescan: the catalog, and so the cache, stays the same
+    ws = Workspace(with_channels(build_catalog("workflows", root, None)), root,
+                   root / ".wfrun" / "state")
+    first, _ = ws.compile("tell")
+    assert ws.compile("tell")[0] is first  # cached while the channel is configured
+    config.write_text("notify:\n  channels:\n    team: {type: slack, url_env: U}\n")
+    with pytest.raises(DefinitionInvalid, match="notify channel 'ops' is not configured"):
+        ws.compile("tell")
