@@ -6,6 +6,7 @@ import signal
 import sys
 from pathlib import Path
 
+import cpuprofile
 import pytest
 from pgcluster import pg_cluster  # noqa: F401  (one throwaway Postgres cluster per session and worker)
 
@@ -33,6 +34,7 @@ _SESSION_MARK = "PYTEST_WFRUN_SESSION"
 
 def pytest_configure(config: pytest.Config) -> None:
     os.environ[_SESSION_MARK] = f"{os.getpid()}-{os.urandom(6).hex()}"
+    cpuprofile.configure(config)  # WFRUN_TEST_CPU=report.txt: where the CPU goes
 
 
 def _marked_processes(mark: str) -> list[tuple[int, str]]:

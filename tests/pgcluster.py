@@ -10,6 +10,7 @@ timer against start-up.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
@@ -23,6 +24,9 @@ import psycopg
 import pytest
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
+# The clusters running in this process, for tests/cpuprofile.py (the server is not
+# our child: its CPU is read from /proc).
+LIVE: set[PgCluster] = set()
 _START_ATTEMPTS = 5  # a free port can be taken between picking it and the server binding it
 
 
@@ -44,6 +48,7 @@ class PgCluster:
         self.port = 0
         self._user = pwd.getpwnam("postgres")
         self._started = False
+        self.postmaster_pid = 0
 
     def _as_postgres(self, *args: str) -> subprocess.CompletedProcess[str]:
         command = [str(PG_BIN / args[0]), *args[1:]]
@@ -77,8 +82,14 @@ class PgCluster:
             )
             if done.returncode == 0:
                 self._started = True
+                self._note_postmaster()
                 return
         raise RuntimeError(f"pg_ctl start failed: {done.stderr.strip()} {self.read_log()}")
+
+    def _note_postmaster(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            self.postmaster_pid = int((self.data / "postmaster.pid").read_text().split()[0])
+        LIVE.add(self)
 
     def read_log(self) -> str:
         try:
@@ -99,11 +110,13 @@ class PgCluster:
             self._as_postgres("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w",
                               "-t", "120", "start")
             raise RuntimeError(f"pg_ctl restart failed: {done.stderr.strip()} {self.read_log()}")
+        self._note_postmaster()
 
     def stop(self) -> None:
         if self._started:
             self._as_postgres("pg_ctl", "-D", str(self.data), "-w", "-m", "immediate", "stop")
             self._started = False
+        LIVE.discard(self)
         shutil.rmtree(self.root, ignore_errors=True)
 
     @property

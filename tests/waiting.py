@@ -6,6 +6,10 @@ overall deadline, instead of sleeping for a guessed duration. A deadline only
 bounds how long a broken run takes to fail; a healthy run never gets near it,
 however loaded the machine is.
 
+The same holds for the shell steps the tests hold at a gate: they poll the gate file
+every 0.1 s (`while [ ! -e go ]; do sleep 0.1; done`), as each poll forks a process;
+at 50-100 polls a second a few held steps took a core from the suite under load.
+
 `DEADLINE` stays below pytest-timeout's 60 s per test (pyproject.toml) so that a
 wait that runs out fails with a message naming what it waited for.
 """
@@ -21,22 +25,34 @@ from typing import IO, TypeVar
 
 T = TypeVar("T")
 DEADLINE = 30.0
+# The longest pause between two polls of `wait_until`: a few hundred polls over a long
+# wait, not thousands (issue 34 item 11: the suite's CPU is what bounds it under load).
+MAX_INTERVAL = 0.1
 
 
 def wait_until(predicate: Callable[[], T], timeout: float = DEADLINE, interval: float = 0.01,
-               what: str | Callable[[], str] = "") -> T:
+               what: str | Callable[[], str] = "", max_interval: float = MAX_INTERVAL) -> T:
     """Poll `predicate` until it returns something truthy and return that value;
     fail after `timeout` seconds, naming `what` (a text, or a callable for the
-    state at the time of failure)."""
+    state at the time of failure).
+
+    The first pause is `interval`; each next one is 1.5 times longer, up to
+    `max_interval`, and never shorter than the check itself took: a quick event is
+    seen at once, a long wait polls a few times a second, and a costly check (a CLI
+    process, a query) takes at most half a core from the processes it waits for."""
     end = time.monotonic() + timeout
+    pause = interval
     while True:
+        began = time.monotonic()
         value = predicate()
         if value:
             return value
-        if time.monotonic() > end:
+        now = time.monotonic()
+        if now > end:
             detail = what() if callable(what) else (what or getattr(predicate, "__name__", ""))
             raise AssertionError(f"timed out after {timeout} s waiting for {detail}")
-        time.sleep(interval)
+        time.sleep(min(max(pause, now - began), max(end - now, 0.0) + 0.001))
+        pause = min(pause * 1.5, max(max_interval, interval))
 
 
 class LineReader:

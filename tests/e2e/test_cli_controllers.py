@@ -282,7 +282,7 @@ nodes:
   hold:
     action:
       shell: [sh, -c, 'echo $$ > "pid.$KEY"; echo "$KEY" >> starts.log;
-              while [ ! -e "release.$KEY" ]; do sleep 0.02; done; echo "$KEY" >> finished.log']
+              while [ ! -e "release.$KEY" ]; do sleep 0.1; done; echo "$KEY" >> finished.log']
       env: {KEY: "{{ input.key }}"}
 """
 

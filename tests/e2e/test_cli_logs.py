@@ -172,7 +172,7 @@ def test_follow_prints_each_step_as_it_finishes_until_the_run_ends(project: Proj
         nodes:
           first: {{action: {{shell: [sh, -c, 'echo first-done']}}}}
           second:
-            action: {{shell: [sh, -c, 'while [ ! -e {gate}/go ]; do sleep 0.02; done; echo second-done; exit 5']}}
+            action: {{shell: [sh, -c, 'while [ ! -e {gate}/go ]; do sleep 0.1; done; echo second-done; exit 5']}}
         edges: [{{from: first, to: second}}]
         """)
     runner = subprocess.Popen(project.argv("run", "steps", "-q"), cwd=project.root,

@@ -30,7 +30,7 @@ ITEMS = """\
           do:
             action:
               shell: [sh, -c, 'echo item-{{ item }}-a;
-                      while [ ! -e gate/{{ item }} ]; do sleep 0.02; done;
+                      while [ ! -e gate/{{ item }} ]; do sleep 0.1; done;
                       echo item-{{ item }}-b; test {{ item }} != 2']
     """
 

@@ -70,7 +70,7 @@ def test_follow_prints_a_running_steps_output_before_it_ends_with_secrets_masked
         nodes:
           talk:
             action:
-              shell: [sh, -c, 'echo first-line; printf tok-AB; while [ ! -e {gate}/one ]; do sleep 0.02; done; printf "CD-9f\\n"; echo mid-line; while [ ! -e {gate}/two ]; do sleep 0.02; done; echo last-line']
+              shell: [sh, -c, 'echo first-line; printf tok-AB; while [ ! -e {gate}/one ]; do sleep 0.1; done; printf "CD-9f\\n"; echo mid-line; while [ ! -e {gate}/two ]; do sleep 0.1; done; echo last-line']
         """)
     runner = subprocess.Popen(project.argv("run", "live", "-q", "--secret", f"TOKEN={SECRET}"),
                               cwd=project.root, stdout=subprocess.DEVNULL,

@@ -308,7 +308,7 @@ def test_an_outcome_a_host_reports_rides_on_the_next_call_of_a_live_session(
         start: wait
         nodes:
           wait:
-            action: {use_shell: true, shell: "while [ ! -e release ]; do sleep 0.05; done"}
+            action: {use_shell: true, shell: "while [ ! -e release ]; do sleep 0.1; done"}
     """).lstrip())
 
     async def queue() -> str:

@@ -46,7 +46,7 @@ HOLD = """\
     start: hold
     nodes:
       hold:
-        action: {shell: [sh, -c, "touch holding; while [ ! -e gate ]; do sleep 0.02; done"]}
+        action: {shell: [sh, -c, "touch holding; while [ ! -e gate ]; do sleep 0.1; done"]}
     """
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]

@@ -36,7 +36,7 @@ FLOW = """\
       a:
         action:
           shell: [sh, -c, 'cd "{{ project.root }}/.."; echo a >> a.txt; touch a.started;
-                  while [ ! -f a.go ]; do sleep 0.05; done']
+                  while [ ! -f a.go ]; do sleep 0.1; done']
       b:
         action: {shell: [sh, -c, 'echo b >> "{{ project.root }}/../b.txt"']}
     edges:

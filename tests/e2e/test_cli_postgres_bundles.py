@@ -34,7 +34,7 @@ WORKFLOW = """
       one: {action: {shell: [sh, -c, 'echo "{{ run.id }}" >> "$1"; echo one-ran', sh, EFFECTS]}}
       two:
         action:
-          shell: [sh, -c, 'echo x >> "$1"; while [ ! -e "$2" ]; do sleep 0.05; done; echo two-ran',
+          shell: [sh, -c, 'echo x >> "$1"; while [ ! -e "$2" ]; do sleep 0.1; done; echo two-ran',
                   sh, STARTED, GO]
       three: {compute: "{{ 'L' * 5000 }}"}
     edges:

@@ -96,6 +96,9 @@ class Drain:
     hosts: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     folder_of: dict[str, str] = field(default_factory=dict)  # runner id -> folder
     kills: int = 0
+    # One connection for every poll and read (a connection per poll forked a server
+    # backend twenty times a second while the hosts worked).
+    _conn: psycopg.Connection[tuple[object, ...]] | None = None
 
     def folder(self, name: str) -> Path:
         return self.root / name
@@ -163,8 +166,13 @@ class Drain:
                 process.wait()
 
     def query(self, sql: str) -> list[tuple[object, ...]]:
-        with psycopg.connect(self.url) as conn:
-            return list(conn.execute(sql).fetchall())
+        if self._conn is None:
+            self._conn = psycopg.connect(self.url, autocommit=True)
+        return list(self._conn.execute(sql).fetchall())
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
 
     def ended(self) -> int:
         [(count,)] = self.query("SELECT count(*) FROM workflow_run_queue"
@@ -194,6 +202,7 @@ def drain(pg_cluster: PgCluster, tmp_path: Path) -> Iterator[Drain]:
         yield made
     finally:
         made.stop_all()
+        made.close()
 
 
 def test_three_hosts_drain_1000_launches_with_one_sigkilled_every_100_runs(

@@ -28,7 +28,7 @@ FLOW = """\
         action: {shell: [sh, -c, "echo once >> count.txt; echo one"]}
       two:
         action:
-          shell: [sh, -c, "touch two.started; while [ ! -f go ]; do sleep 0.05; done;
+          shell: [sh, -c, "touch two.started; while [ ! -f go ]; do sleep 0.1; done;
                   test -f fixed && echo two"]
       three:
         action: {shell: [sh, -c, "echo three >> three.txt; echo {{ input.who | default('x') }}"]}

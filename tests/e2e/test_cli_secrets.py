@@ -115,7 +115,7 @@ nodes:
         - -c
         - |
           touch "$GATE/started"
-          while [ ! -e "$GATE/release" ]; do sleep 0.02; done
+          while [ ! -e "$GATE/release" ]; do sleep 0.1; done
           [ "$(printf %s "$T" | sha256sum | cut -c1-64)" = "{sha(TOKEN)}" ] && echo "token-matches $T"
           [ "$ARGV_COPY" = "$T" ] && echo "argv-matches"
       env: {{T: "{{{{ secrets.DEPLOY_TOKEN }}}}", GATE: "{{{{ project.root }}}}/gate"}}
@@ -333,7 +333,7 @@ def test_a_write_only_field_needs_its_value_again_to_resume(project: Project) ->
         nodes:
           wait:
             action:
-              shell: [sh, -c, 'touch "$G/pw-started"; while [ ! -e "$G/pw-release" ]; do sleep 0.02; done; echo "pw $P"']
+              shell: [sh, -c, 'touch "$G/pw-started"; while [ ! -e "$G/pw-release" ]; do sleep 0.1; done; echo "pw $P"']
               env: {P: "{{ input.password }}", G: "{{ project.root }}/gate"}
         """))
     runner = subprocess.Popen(project.argv("run", "pw", "-q", "-i", f"password={PASSWORD}"),

@@ -29,7 +29,7 @@ BLOCK = """\
     start: wait
     nodes:
       wait:
-        action: {use_shell: true, shell: "while [ -e hold ]; do sleep 0.02; done"}
+        action: {use_shell: true, shell: "while [ -e hold ]; do sleep 0.1; done"}
 """
 FILE = ".wfrun/workflows/greet.yaml"
 

@@ -40,7 +40,7 @@ WORKFLOWS = {
         nodes:
           first: {compute: "{{ 1 }}"}
           hold:
-            action: {shell: [sh, -c, "touch holding; while [ ! -e gate ]; do sleep 0.02; done"]}
+            action: {shell: [sh, -c, "touch holding; while [ ! -e gate ]; do sleep 0.1; done"]}
           last: {compute: "{{ 2 }}"}
         edges: [{from: first, to: hold}, {from: hold, to: last}]
         """,

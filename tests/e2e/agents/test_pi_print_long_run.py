@@ -28,7 +28,7 @@ GATED = """
     start: wait
     nodes:
       wait:
-        action: {use_shell: true, shell: "while [ ! -e release ]; do sleep 0.05; done"}
+        action: {use_shell: true, shell: "while [ ! -e release ]; do sleep 0.1; done"}
 """
 
 

@@ -29,7 +29,7 @@ nodes:
     compute: "{{ {'ready': true} }}"
   hold:
     action:
-      shell: "while [ ! -f release ]; do sleep 0.05; done; echo released"
+      shell: "while [ ! -f release ]; do sleep 0.1; done; echo released"
       use_shell: true
   after:
     compute: "{{ {'done': outputs.hold.exit_code == 0} }}"

@@ -47,7 +47,7 @@ start: hold
 nodes:
   hold:
     action:
-      shell: "while [ ! -f release ]; do sleep 0.05; done"
+      shell: "while [ ! -f release ]; do sleep 0.1; done"
       use_shell: true
 """
 

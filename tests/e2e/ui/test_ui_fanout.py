@@ -23,7 +23,7 @@ nodes:
       fail_fast: false
       branches:
         style: {action: {shell: [echo, s]}}
-        slow: {action: {shell: [sh, -c, "while [ ! -f release ]; do sleep 0.05; done"]}}
+        slow: {action: {shell: [sh, -c, "while [ ! -f release ]; do sleep 0.1; done"]}}
         broken: {action: {shell: [sh, -c, "exit 3"]}}
   files:
     map:
@@ -31,7 +31,7 @@ nodes:
       max_concurrency: 4
       do:
         action:
-          shell: [sh, -c, "if [ {{ item }} = 3 ]; then while [ ! -f release2 ]; do sleep 0.05;
+          shell: [sh, -c, "if [ {{ item }} = 3 ]; then while [ ! -f release2 ]; do sleep 0.1;
                   done; fi; test {{ item }} != 2"]
 edges:
   - {from: reviews, switch: {on: $result.outcome, cases: {ok: files}, default: files}}

@@ -64,7 +64,7 @@ nodes:
     action:
       shell: [sh, -c, 'mkdir -p active; echo $$ > "active/$KEY";
               n=$(ls active | wc -l | tr -d " "); echo "$KEY $n" >> starts.log;
-              while [ ! -e "release/$KEY" ]; do sleep 0.02; done;
+              while [ ! -e "release/$KEY" ]; do sleep 0.1; done;
               rm "active/$KEY"; echo "$KEY" >> finished.log']
       env: {KEY: "{{ input.key }}"}
   done: {compute: "{{ {'key': input.key} }}"}

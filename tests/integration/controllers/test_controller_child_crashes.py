@@ -55,7 +55,7 @@ start: work
 nodes:
   work:
     action:
-      shell: [sh, -c, 'echo "start $$" >> child.log; while [ ! -e release ]; do sleep 0.02; done;
+      shell: [sh, -c, 'echo "start $$" >> child.log; while [ ! -e release ]; do sleep 0.1; done;
               echo done >> child.log']
   report: {compute: "{{ {'ok': true} }}"}
 edges:
@@ -72,7 +72,7 @@ nodes:
     action:
       shell: [sh, -c, 'echo ran >> ran.log; n=$(wc -l < ran.log | tr -d " ");
               if [ "$n" -le 2 ]; then kill -9 $PPID; sleep 30; fi;
-              echo "$n" > started; while [ ! -e release ]; do sleep 0.02; done']
+              echo "$n" > started; while [ ! -e release ]; do sleep 0.1; done']
 """
 #: Past every lease a dead process held (the 0.5 s key claims of these drivers, the
 #: 30 s launch lease of a child) and the queue grace of a saved attempt.

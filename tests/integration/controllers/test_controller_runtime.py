@@ -63,7 +63,7 @@ name: gated-child
 input: {type: object}
 start: wait
 nodes:
-  wait: {action: {shell: [sh, -c, "until [ -e child.gate ]; do sleep 0.01; done"]}}
+  wait: {action: {shell: [sh, -c, "until [ -e child.gate ]; do sleep 0.1; done"]}}
 """
 
 

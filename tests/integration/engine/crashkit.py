@@ -47,7 +47,7 @@ WORKFLOW = """\
           use_shell: true
           shell: >-
             echo $$ >> b.pids; n=$(($(wc -l < b.pids))); rm -f b.hold.$((n - 1));
-            sleep 0.15; while [ -e b.hold.$n ]; do sleep 0.01; done;
+            sleep 0.15; while [ -e b.hold.$n ]; do sleep 0.1; done;
             echo b >> counts; echo B
       c:
         action:

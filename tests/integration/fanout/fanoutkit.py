@@ -40,8 +40,8 @@ MAP = f"""\
               use_shell: true
               shell: >-
                 echo "start {{{{ n }}}}" >> log;
-                while [ $(grep -c start log) -lt {AT_ONCE} ]; do sleep 0.01; done;
-                if [ {{{{ n }}}} -ge {GATE} ]; then while [ ! -e go ]; do sleep 0.01; done; fi;
+                while [ $(grep -c start log) -lt {AT_ONCE} ]; do sleep 0.1; done;
+                if [ {{{{ n }}}} -ge {GATE} ]; then while [ ! -e go ]; do sleep 0.1; done; fi;
                 echo "end {{{{ n }}}}" >> log; echo {{{{ n }}}}
       out:
         compute: "{{{{ outputs.files | map(attribute='stdout') | map('trim') | list }}}}"
@@ -61,7 +61,7 @@ PARALLEL = """\
               action:
                 use_shell: true
                 shell: >-
-                  echo start slow >> log; while [ ! -e go ]; do sleep 0.01; done;
+                  echo start slow >> log; while [ ! -e go ]; do sleep 0.1; done;
                   echo end slow >> log
             quick: {compute: "{{ 'fine' }}"}
       merged: {compute: "{{ 'merged' }}"}

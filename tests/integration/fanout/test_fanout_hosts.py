@@ -44,8 +44,8 @@ SPREAD = """\
               shell: >-
                 pid=$(echo $WFRUN_RUNNER_MARK | cut -d: -f2);
                 echo "start {{{{ n }}}} $pid" >> {log};
-                while [ $(grep -c start {log}) -lt {at_once} ]; do sleep 0.01; done;
-                if [ {{{{ n }}}} -ge {gate} ]; then while [ ! -e {go} ]; do sleep 0.01; done; fi;
+                while [ $(grep -c start {log}) -lt {at_once} ]; do sleep 0.1; done;
+                if [ {{{{ n }}}} -ge {gate} ]; then while [ ! -e {go} ]; do sleep 0.1; done; fi;
                 echo "end {{{{ n }}}} $pid" >> {log}; echo {{{{ n }}}}
       out:
         compute: "{{{{ outputs.files | map(attribute='stdout') | map('trim') | list }}}}"

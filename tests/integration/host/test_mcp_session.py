@@ -147,7 +147,7 @@ GATED = textwrap.dedent("""
     start: wait
     nodes:
       wait:
-        action: {use_shell: true, shell: "while [ ! -e release ]; do sleep 0.02; done"}
+        action: {use_shell: true, shell: "while [ ! -e release ]; do sleep 0.1; done"}
 """).lstrip()
 
 

@@ -31,14 +31,14 @@ GATED_WF = """
     start: wait
     nodes:
       wait:
-        action: {use_shell: true, shell: "while [ ! -e release ]; do sleep 0.02; done; echo done"}
+        action: {use_shell: true, shell: "while [ ! -e release ]; do sleep 0.1; done; echo done"}
 """
 #: The gated step, then an agent step only the session can take.
 GATED_AGENT_WF = """
     start: wait
     nodes:
       wait:
-        action: {use_shell: true, shell: "while [ ! -e release ]; do sleep 0.02; done"}
+        action: {use_shell: true, shell: "while [ ! -e release ]; do sleep 0.1; done"}
       plan:
         agent:
           prompt: "Plan it."

@@ -22,7 +22,7 @@ GATED_WF = """
     nodes:
       wait:
         action:
-          shell: [sh, -c, 'touch "$G/started"; while [ ! -e "$G/go" ]; do sleep 0.02; done']
+          shell: [sh, -c, 'touch "$G/started"; while [ ! -e "$G/go" ]; do sleep 0.1; done']
           env: {G: "{{ project.root }}/gate"}
 """
 

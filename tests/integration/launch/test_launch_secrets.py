@@ -39,7 +39,7 @@ GATED = """\
     nodes:
       wait:
         action:
-          shell: [sh, -c, 'touch "$G/started"; while [ ! -e "$G/go" ]; do sleep 0.02; done; echo "$T"']
+          shell: [sh, -c, 'touch "$G/started"; while [ ! -e "$G/go" ]; do sleep 0.1; done; echo "$T"']
           env: {T: "{{ secrets.DEPLOY_TOKEN }}", G: "{{ project.root }}"}
 """
 

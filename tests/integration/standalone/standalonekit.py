@@ -43,7 +43,7 @@ THREE = """\
           use_shell: true
           shell: >-
             echo b-start >> log; n=$(grep -c b-start log); rm -f b.hold.$((n - 1));
-            (while [ -e b.hold.$n ]; do sleep 0.02; done) & echo $! > sleep.pid; wait;
+            (while [ -e b.hold.$n ]; do sleep 0.1; done) & echo $! > sleep.pid; wait;
             echo b >> log
       c:
         action: {use_shell: true, shell: "echo c >> log"}

@@ -24,7 +24,7 @@ GATED = """\
       wait:
         action:
           use_shell: true
-          shell: "echo start >> log; while [ -e gate ]; do sleep 0.02; done; echo end >> log"
+          shell: "echo start >> log; while [ -e gate ]; do sleep 0.1; done; echo end >> log"
 """
 
 

@@ -217,7 +217,7 @@ def test_pause_holds_at_the_next_node_boundary(env: Any, when: Any) -> None:
         nodes:
           a:
             action:
-              shell: [sh, -c, 'touch a-started; while [ ! -e paused ]; do sleep 0.01; done']
+              shell: [sh, -c, 'touch a-started; while [ ! -e paused ]; do sleep 0.1; done']
           b: {compute: "{{ 'b ran' }}"}
         edges:
           - {from: a, to: b}

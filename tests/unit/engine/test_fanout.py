@@ -71,7 +71,7 @@ def test_over_must_yield_a_list_within_the_item_limit(env: Any) -> None:
 
 
 def test_parallel_fail_fast_cancels_the_rest_and_a_result_switch_routes_it(env: Any) -> None:
-    env.write("gate.sh", "while [ ! -e never ]; do sleep 0.01; done\n")
+    env.write("gate.sh", "while [ ! -e never ]; do sleep 0.1; done\n")
     flow = """\
     start: both
     nodes:
@@ -198,7 +198,7 @@ def test_a_clean_park_gives_running_items_back_uncounted(env: Any) -> None:
           do:
             action:
               use_shell: true
-              shell: "echo x >> started.{{ item }}; while [ ! -e go ]; do sleep 0.01; done"
+              shell: "echo x >> started.{{ item }}; while [ ! -e go ]; do sleep 0.1; done"
     """
     d = env.workflow(flow)
     ledger = MemoryLedger()

@@ -152,7 +152,7 @@ def test_resume_needs_the_secrets_again_and_gets_the_real_values(env: Any) -> No
         nodes:
           wait:
             action:
-              shell: [sh, -c, 'while [ ! -e {gate} ]; do sleep 0.01; done; echo "$T|$P"']
+              shell: [sh, -c, 'while [ ! -e {gate} ]; do sleep 0.1; done; echo "$T|$P"']
               env: {{T: "{{{{ secrets.DEPLOY_TOKEN }}}}", P: "{{{{ input.password }}}}"}}
           show:
             compute: "{{{{ outputs.wait.stdout == secrets.DEPLOY_TOKEN ~ '|' ~ input.password ~ '\\n' }}}}"

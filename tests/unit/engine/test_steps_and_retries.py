@@ -187,7 +187,7 @@ def test_a_pause_request_does_not_cut_the_retry_backoff_short(env: Any, when: An
         nodes:
           flaky:
             action:
-              shell: [sh, -c, 'touch started; while [ ! -e paused ]; do sleep 0.01; done; exit 1']
+              shell: [sh, -c, 'touch started; while [ ! -e paused ]; do sleep 0.1; done; exit 1']
             retry: {attempts: 2, backoff: 5s}
     """)
     clock = FakeClock()
