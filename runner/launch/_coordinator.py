@@ -28,7 +28,7 @@ build_coordinator(workspace, store, role)`, tests through `runner.testing`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -178,6 +178,12 @@ class LaunchCoordinator:
             presentation_pending=presentation_pending,
             affinity_runner_id=affinity_runner_id, run_id=run_id, claim_by=claim_by,
             lease_seconds=lease_seconds, options=options)
+
+    def prepare_many(self, starts: Sequence[tuple[str, Any, str]]
+                     ) -> list[LaunchRecord | PreflightError]:
+        """Detached starts (ref, input, run id) checked one by one and queued in one
+        commit (group commit: trigger firings that arrive together); preflight.py."""
+        return self._preflight.prepare_many(starts)
 
     # -- claims ------------------------------------------------------------------------
     def claim_next(self, session_id: str | None) -> LaunchRecord | None:

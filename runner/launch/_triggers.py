@@ -31,7 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -79,6 +79,11 @@ class Scheduled:
 
 #: Queue run `run_id` of `workflow` with this input; raises WfrunError when refused.
 Launcher = Callable[[str, Any, str], None]
+#: Queue runs (workflow, input, run id) in one commit (group commit); per run, None
+#: (queued) or the WfrunError it was refused with (it alone is not queued).
+BatchLauncher = Callable[[Sequence[tuple[str, Any, str]]], list[WfrunError | None]]
+#: One webhook delivery: its trigger, its delivery id, its event.
+Delivery = tuple[Scheduled, str, dict[str, Any]]
 
 
 def slot_key(slot: float) -> str:
@@ -171,8 +176,10 @@ class TriggerLoop:
                  cancel: Callable[[str], None] | None = None,
                  on_launched: Callable[[str], None] | None = None,
                  enqueue: Callable[[str, str], None] | None = None,
-                 counted: Callable[[Scheduled, str, int], None] | None = None) -> None:
+                 counted: Callable[[Scheduled, str, int], None] | None = None,
+                 launch_many: BatchLauncher | None = None) -> None:
         """`on_launched(run_id)`: a firing queued a run (the host claims it at once).
+        `launch_many`: `launch` for many runs in one commit (`deliver_many`).
         `enqueue(controller, key)`: what a controller's trigger does instead.
         `counted(trigger, outcome, slots)`: this loop recorded that many slots or
         deliveries as launched, skipped, missed or failed (the host's metrics)."""
@@ -182,6 +189,7 @@ class TriggerLoop:
         self.on_launched = on_launched
         self.clock = clock
         self.launch = launch
+        self.launch_many = launch_many
         self.triggers = triggers
         self.cancel = cancel
         self._mine: set[str] = set()  # pending firings this loop claimed (run ids)
@@ -301,6 +309,80 @@ class TriggerLoop:
             return found, fresh
         return self.fire_event(item, f"delivery:{delivery}", event)
 
+    def deliver_many(self, deliveries: Sequence[Delivery]
+                     ) -> list[tuple[Firing, bool] | WfrunError | StoreError]:
+        """`deliver` for deliveries that arrived together (group commit): their
+        firings are claimed in one transaction, the runs of the new ones queued in
+        one commit (one sync for all), then settled in one. Per delivery, what
+        `deliver` returns, or why the store refused it (nothing answered for it).
+        A debounced, controller or non-`allow` overlap trigger's delivery, whose
+        start reads or changes other runs first, takes `deliver` one by one."""
+        done: list[tuple[Firing, bool] | WfrunError | StoreError | None] = []
+        grouped: list[tuple[int, Scheduled, str, dict[str, Any]]] = []
+        for item, delivery, event in deliveries:
+            hook = item.spec.webhook
+            if (self.launch_many is None or item.controller is not None
+                    or (hook is not None and hook.debounce)
+                    or item.spec.overlap != "allow"):
+                try:
+                    done.append(self.deliver(item, delivery, event))
+                except (WfrunError, StoreError) as exc:
+                    done.append(exc)
+                continue
+            grouped.append((len(done), item, f"delivery:{delivery}", event))
+            done.append(None)
+        if grouped:
+            try:
+                for at, found in zip([g[0] for g in grouped], self._fire_many(grouped),
+                                     strict=True):
+                    done[at] = found
+            except (WfrunError, StoreError) as exc:  # the sender retries: a replay then
+                for at, *_ in grouped:
+                    done[at] = exc
+        return [d for d in done if d is not None]
+
+    def _fire_many(self, grouped: list[tuple[int, Scheduled, str, dict[str, Any]]]
+                   ) -> list[tuple[Firing, bool]]:
+        assert self.launch_many is not None
+        now = self.clock.now()
+        ids = [(item.workflow, item.spec.name, key) for _, item, key, _ in grouped]
+        run_ids = [firing_run_id(w, t, k, now) for w, t, k in ids]
+        fresh = self.ledger.claim_each([(*i, r) for i, r in zip(ids, run_ids, strict=True)])
+        settles: list[tuple[Scheduled, str, str, str, str | None]] = []
+        starts: list[tuple[int, str, Any, str]] = []
+        for n, ((_, item, key, event), run_id) in enumerate(zip(grouped, run_ids, strict=True)):
+            if not fresh[n]:
+                continue
+            try:
+                run_input = self._input(item, key, None, event)
+            except TemplateError as exc:
+                settles.append((item, key, run_id, "failed", f"the trigger's input: {exc}"))
+                continue
+            starts.append((n, item.workflow, run_input, run_id))
+        refused = self.launch_many([(w, i, r) for _, w, i, r in starts]) if starts else []
+        for (n, _, _, run_id), error in zip(starts, refused, strict=True):
+            item, key = grouped[n][1], grouped[n][2]
+            if error is None or self.ledger.run_exists(run_id):  # queued (maybe elsewhere)
+                settles.append((item, key, run_id, "launched", None))
+            else:
+                settles.append((item, key, run_id, "failed", safe_message(error.message)))
+        self._settle_each(settles)
+        firings = self.ledger.firings_of(ids)
+        out: list[tuple[Firing, bool]] = []
+        for firing, made in zip(firings, fresh, strict=True):
+            assert firing is not None  # claimed by this call or an earlier one; never deleted
+            out.append((firing, made))
+        return out
+
+    def _settle_each(self, settles: list[tuple[Scheduled, str, str, str, str | None]]) -> None:
+        """`_settle` for many firings, in one transaction."""
+        changed = self.ledger.settle_each([(item.workflow, item.spec.name, key, outcome, why)
+                                           for item, key, _, outcome, why in settles])
+        for (item, key, run_id, outcome, why), made in zip(settles, changed, strict=True):
+            if made:
+                self._count(item, outcome, 1)
+            self._told(item, key, run_id, outcome, why)
+
     def fire_event(self, item: Scheduled, key: str, event: dict[str, Any]
                    ) -> tuple[Firing, bool]:
         """Start the trigger once for the event whose idempotency key is `key` (a
@@ -390,14 +472,10 @@ class TriggerLoop:
                 except WfrunError as exc:  # it ended meanwhile, or the store refused
                     log.info("trigger %s.%s: could not cancel %s: %s", workflow, spec.name,
                              holder, exc.message)
-        context = {"trigger": {"name": spec.name, "workflow": workflow,
-                               "slot": None if slot is None else slot_key(slot),
-                               "kind": spec.kind, "key": key},
-                   "event": event}
         if item.controller is not None:
-            return self._enqueue(item, key, run_id, context)
+            return self._enqueue(item, key, run_id, _context(item, key, slot, event))
         try:
-            run_input = None if spec.input is None else render_native(spec.input, context)
+            run_input = self._input(item, key, slot, event)
         except TemplateError as exc:
             self._settle(item, key, run_id, "failed", f"the trigger's input: {exc}")
             return True
@@ -440,6 +518,11 @@ class TriggerLoop:
                 reason: str | None = None) -> None:
         if self.ledger.settle(item.workflow, item.spec.name, key, outcome, reason):
             self._count(item, outcome, 1)
+        self._told(item, key, run_id, outcome, reason)
+
+    def _told(self, item: Scheduled, key: str, run_id: str, outcome: str,
+              reason: str | None) -> None:
+        """A firing settled: the host hears of its run, the log of its fate."""
         self._mine.discard(run_id)
         if outcome == "launched":
             if self.on_launched is not None:
@@ -449,6 +532,13 @@ class TriggerLoop:
         elif outcome == "failed":
             log.warning("trigger %s.%s could not start %s: %s", item.workflow,
                         item.spec.name, key, reason)
+
+    @staticmethod
+    def _input(item: Scheduled, key: str, slot: float | None, event: dict[str, Any]) -> Any:
+        """The run's input: the trigger's `input:` rendered (raises TemplateError)."""
+        spec = item.spec
+        return None if spec.input is None else render_native(
+            spec.input, _context(item, key, slot, event))
 
     def _finish_pending(self, item: Scheduled, now: float) -> None:
         """Queued-behind firings whose turn came, and firings a crash left pending."""
@@ -473,6 +563,16 @@ class TriggerLoop:
         if text != self._failed:
             log.warning("wfrun host: %s", text)
             self._failed = text
+
+
+def _context(item: Scheduled, key: str, slot: float | None,
+             event: dict[str, Any]) -> dict[str, Any]:
+    """What a trigger's `input:` and `key:` templates see."""
+    spec = item.spec
+    return {"trigger": {"name": spec.name, "workflow": item.workflow,
+                        "slot": None if slot is None else slot_key(slot),
+                        "kind": spec.kind, "key": key},
+            "event": event}
 
 
 def _ms(seconds: float) -> int:

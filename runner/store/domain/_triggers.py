@@ -16,6 +16,7 @@ slot from starting twice. A year of hourly slots costs no fsync of its own.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from runner.store._connector import Connector, Row
@@ -32,6 +33,9 @@ _STATE = ("SELECT workflow, trigger_name, paused, cursor_at, updated_at FROM tri
           " WHERE workflow = :w AND trigger_name = :t")
 _FIRING_COLUMNS = ("workflow, trigger_name, firing_key, slot_at, outcome, run_id, reason,"
                    " event_json, created_at, updated_at")
+_SETTLE = ("UPDATE trigger_firings SET outcome = :outcome, reason = :reason,"
+           " event_json = NULL, updated_at = :now WHERE workflow = :w"
+           " AND trigger_name = :t AND firing_key = :k AND outcome = 'pending'")
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +188,39 @@ class TriggerLedger:
                       "reason": _reason(reason), "now": now}
                      for k, slot, outcome, reason in firings])
 
+    def claim_each(self, firings: Sequence[tuple[str, str, str, str]]) -> list[bool]:
+        """Record pending firings (workflow, trigger, key, run id) of any triggers in
+        one transaction (deliveries that arrived together); per firing, whether this
+        call made it (False: it existed already, a replay)."""
+        for _, _, key, _ in firings:
+            check_id(key, "firing key")
+        if not firings:
+            return []
+        with self._c.write(durable=False) as tx:  # the launches' commit makes it durable
+            now = tx.now_ms()
+            return [tx.run(
+                f"INSERT INTO trigger_firings ({_FIRING_COLUMNS}) VALUES (:w, :t, :k, NULL,"
+                " 'pending', :run, NULL, NULL, :now, :now)"
+                " ON CONFLICT (workflow, trigger_name, firing_key) DO NOTHING",
+                {"w": w, "t": t, "k": k, "run": run, "now": now}) == 1
+                for w, t, k, run in firings]
+
+    def settle_each(self, firings: Sequence[tuple[str, str, str, str, str | None]]
+                    ) -> list[bool]:
+        """`settle` for (workflow, trigger, key, outcome, reason) firings, in one
+        transaction; per firing, whether it was pending (this call settled it)."""
+        for _, _, _, outcome, _ in firings:
+            if outcome not in FIRING_OUTCOMES or outcome == "pending":
+                raise ValueError(f"a firing settles as launched, skipped, missed or failed, "
+                                 f"not {outcome!r}")
+        if not firings:
+            return []
+        with self._c.write(durable=False) as tx:
+            now = tx.now_ms()
+            return [tx.run(_SETTLE, {"w": w, "t": t, "k": k, "outcome": outcome,
+                                     "reason": _reason(reason), "now": now}) == 1
+                    for w, t, k, outcome, reason in firings]
+
     def settle(self, workflow: str, trigger: str, key: str, outcome: str,
                reason: str | None = None) -> bool:
         """End a `pending` firing (launched, skipped or failed); False if it was not
@@ -192,12 +229,9 @@ class TriggerLedger:
             raise ValueError(f"a firing settles as launched, skipped, missed or failed, "
                              f"not {outcome!r}")
         with self._c.write(durable=False) as tx:
-            changed = tx.run(
-                "UPDATE trigger_firings SET outcome = :outcome, reason = :reason,"
-                " event_json = NULL, updated_at = :now WHERE workflow = :w"
-                " AND trigger_name = :t AND firing_key = :k AND outcome = 'pending'",
-                {"w": workflow, "t": trigger, "k": key, "outcome": outcome,
-                 "reason": _reason(reason), "now": tx.now_ms()})
+            changed = tx.run(_SETTLE, {"w": workflow, "t": trigger, "k": key,
+                                       "outcome": outcome, "reason": _reason(reason),
+                                       "now": tx.now_ms()})
         return changed == 1
 
     def reopen(self, workflow: str, trigger: str, key: str, run_id: str) -> bool:
@@ -210,6 +244,14 @@ class TriggerLedger:
                 " AND firing_key = :k AND outcome IN ('missed', 'skipped', 'failed')",
                 {"w": workflow, "t": trigger, "k": key, "r": run_id, "now": tx.now_ms()})
         return changed == 1
+
+    def firings_of(self, keys: Sequence[tuple[str, str, str]]) -> list[Firing | None]:
+        """The firings (workflow, trigger, key), read on one connection."""
+        with self._c.read() as tx:
+            rows = [tx.one(f"SELECT {_FIRING_COLUMNS} FROM trigger_firings WHERE"
+                           " workflow = :w AND trigger_name = :t AND firing_key = :k",
+                           {"w": w, "t": t, "k": k}) for w, t, k in keys]
+        return [None if row is None else _firing(row) for row in rows]
 
     def firing(self, workflow: str, trigger: str, key: str) -> Firing | None:
         with self._c.read() as tx:

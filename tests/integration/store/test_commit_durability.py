@@ -218,3 +218,19 @@ def test_the_fence_is_one_read_of_the_lease_columns(tmp_path: Path) -> None:
     assert len(columns) == 4
     assert columns[3].endswith(" AS fence_now")
     store.close()
+
+
+def test_launches_queued_together_share_one_durable_commit(tmp_path: Path) -> None:
+    """Group commit (webhook deliveries that arrive together): five launches, one
+    `BEGIN IMMEDIATE ... COMMIT` at FULL, so one WAL sync for all five."""
+    store = SqliteStore(tmp_path / "store.sqlite3")
+    statements: list[str] = []
+    store._db.connection().set_trace_callback(statements.append)
+    done = store.launches.enqueue_many([
+        NewLaunch(f"wf-20261201T000000Z-0000000{n}", "wf", {"kind": "file"}, "d" * 64,
+                  {"n": n}) for n in range(5)])
+    assert all(isinstance(d, LaunchRecord) for d in done)
+    assert _sync_levels(statements) == ["FULL"]
+    assert sum(sql.startswith("BEGIN") for sql in statements) == 1
+    assert len(store.launches.query()) == 5
+    store.close()

@@ -18,7 +18,8 @@ from storekit import Backend, FakeClock, launch
 from runner.compiler._triggers import TriggerSpec
 from runner.errors import WfrunError
 from runner.launch._triggers import Scheduled, TriggerLoop, slot_key, slots_after
-from runner.store import Store
+from runner.store import LostRace, Store
+from runner.store._records import INPUT_MAX_BYTES
 from runner.store._layout import ADDED_TABLES
 
 HOUR = 3600.0
@@ -310,5 +311,48 @@ def test_a_long_outage_of_a_fast_schedule_is_bounded(backend: Backend,
         gaps = sorted(f.reason or "" for f in missed if f.key.startswith("gap:"))
         assert len(missed) - len(gaps) == 999
         assert [g.split(" ")[0] for g in gaps] == ["2600", "3600"]
+    finally:
+        store.close()
+
+
+def test_deliveries_that_arrive_together_are_claimed_queued_and_settled_in_batches(
+        backend: Backend, clock: FakeClock) -> None:
+    """Group commit's store side: firings of any triggers claimed in one transaction
+    (a replay, even of a delivery in the same batch, makes nothing), their launches
+    queued in one, each judged alone (a refused one leaves the others queued), and
+    settled in one."""
+    store = backend.open(clock)
+    try:
+        ledger = store.triggers
+        assert ledger.claim("hooked", "push", "delivery:old", slot_at=None,
+                            outcome="pending", run_id="hooked-old")
+        made = ledger.claim_each([("hooked", "push", "delivery:a", "hooked-a"),
+                                  ("hooked", "push", "delivery:old", "hooked-x"),
+                                  ("other", "push", "delivery:a", "other-a"),
+                                  ("hooked", "push", "delivery:a", "hooked-y")])
+        assert made == [True, False, True, False]
+        taken = store.launches.enqueue(launch("hooked-taken"))
+        assert not isinstance(taken, LostRace)
+        queued = store.launches.enqueue_many([
+            launch("hooked-a"), launch("hooked-taken"),
+            launch("other-a", input={"big": "x" * (INPUT_MAX_BYTES + 1)}),
+            launch("hooked-b")])
+        assert [type(q).__name__ for q in queued] == [
+            "LaunchRecord", "LostRace", "ValueError", "LaunchRecord"]
+        assert isinstance(queued[1], LostRace) and queued[1].reason == "already_exists"
+        assert "launch input" in str(queued[2])
+        assert {r.run_id for r in store.launches.query()} == {"hooked-taken", "hooked-a",
+                                                              "hooked-b"}
+        settled = ledger.settle_each([("hooked", "push", "delivery:a", "launched", None),
+                                      ("other", "push", "delivery:a", "failed", "too big"),
+                                      ("hooked", "push", "delivery:a", "skipped", None)])
+        assert settled == [True, True, False]  # each firing settles once
+        found = ledger.firings_of([("hooked", "push", "delivery:a"),
+                                   ("other", "push", "delivery:a"),
+                                   ("hooked", "push", "delivery:none")])
+        assert [(f.outcome, f.run_id, f.reason) if f else None for f in found] == [
+            ("launched", "hooked-a", None), ("failed", "other-a", "too big"), None]
+        with pytest.raises(ValueError, match="settles as"):
+            ledger.settle_each([("hooked", "push", "delivery:a", "pending", None)])
     finally:
         store.close()
