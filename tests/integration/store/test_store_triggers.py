@@ -19,8 +19,8 @@ from runner.compiler._triggers import TriggerSpec
 from runner.errors import WfrunError
 from runner.launch._triggers import Scheduled, TriggerLoop, slot_key, slots_after
 from runner.store import LostRace, Store
-from runner.store._records import INPUT_MAX_BYTES
 from runner.store._layout import ADDED_TABLES
+from runner.store._records import INPUT_MAX_BYTES
 
 HOUR = 3600.0
 
@@ -339,7 +339,8 @@ def test_deliveries_that_arrive_together_are_claimed_queued_and_settled_in_batch
             launch("hooked-b")])
         assert [type(q).__name__ for q in queued] == [
             "LaunchRecord", "LostRace", "ValueError", "LaunchRecord"]
-        assert isinstance(queued[1], LostRace) and queued[1].reason == "already_exists"
+        assert isinstance(queued[1], LostRace)
+        assert queued[1].reason == "already_exists"
         assert "launch input" in str(queued[2])
         assert {r.run_id for r in store.launches.query()} == {"hooked-taken", "hooked-a",
                                                               "hooked-b"}
