@@ -28,7 +28,7 @@ build_coordinator(workspace, store, role)`, tests through `runner.testing`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +56,7 @@ from ._held import HeldInput
 from ._items import LaunchChildren
 from ._itemwork import HostItems
 from ._keeper import LeaseKeeper
-from ._preflight import Preflight, PreflightError, Resolver
+from ._preflight import PlannedLaunch, Preflight, PreflightError, Resolver
 from ._recovery import Recovery
 
 RENEW_EVERY = renew_every(LEASE_SECONDS)
@@ -179,11 +179,13 @@ class LaunchCoordinator:
             affinity_runner_id=affinity_runner_id, run_id=run_id, claim_by=claim_by,
             lease_seconds=lease_seconds, options=options)
 
-    def prepare_many(self, starts: Sequence[tuple[str, Any, str]]
-                     ) -> list[LaunchRecord | PreflightError]:
-        """Detached starts (ref, input, run id) checked one by one and queued in one
-        commit (group commit: trigger firings that arrive together); preflight.py."""
-        return self._preflight.prepare_many(starts)
+    def plan(self, ref: str, run_input: Any, run_id: str) -> PlannedLaunch:
+        """A detached start's checks, its row written by another commit (group
+        commit of trigger firings); then `queued`. preflight.py."""
+        return self._preflight.plan(ref, run_input, run_id)
+
+    def queued(self, planned: PlannedLaunch, record: LaunchRecord) -> LaunchRecord:
+        return self._preflight.queued(planned, record)
 
     # -- claims ------------------------------------------------------------------------
     def claim_next(self, session_id: str | None) -> LaunchRecord | None:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -43,6 +44,15 @@ class PreflightError(InputError):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+@dataclass(frozen=True)
+class PlannedLaunch:
+    """A start that passed every check (`Preflight.plan`): its row, and the writeOnly
+    input values this process keeps for it."""
+
+    launch: NewLaunch
+    hidden: dict[str, Any]
 
 
 class Preflight:
@@ -102,45 +112,19 @@ class Preflight:
             raise PreflightError("input_invalid", self.safe(str(exc))) from None
         return self._queued(launch, hidden, result, claim_by)
 
-    def prepare_many(self, starts: Sequence[tuple[str, Any, str]]
-                     ) -> list[LaunchRecord | PreflightError]:
-        """Group commit of detached starts (ref, input, run id), as trigger firings
-        that arrive together are (webhook deliveries): each passes `prepare`'s checks
-        alone, then every one that passed is queued in one transaction, one commit
-        for all. Per start, its record or why it was refused (nothing stored for it)."""
-        done: list[LaunchRecord | PreflightError | None] = []
-        planned: list[tuple[int, NewLaunch, dict[str, Any]]] = []
-        for ref, run_input, run_id in starts:
-            try:
-                definition, stored_ref, value = self._checked(ref, run_input, None)
-                launch, hidden = self._launch(definition, stored_ref, value, run_id)
-            except PreflightError as exc:
-                done.append(exc)
-                continue
-            except ValueError as exc:
-                done.append(PreflightError("input_invalid", self.safe(str(exc))))
-                continue
-            planned.append((len(done), launch, hidden))
-            done.append(None)
-        if planned:
-            results: list[LaunchRecord | LostRace | ValueError | PreflightError]
-            try:
-                results = list(self.book.enqueue_many([launch for _, launch, _ in planned]))
-            except StoreError as exc:
-                refused = PreflightError("store_unavailable", self.safe(
-                    f"the workflow store is unavailable: {exc.message}"))
-                results = [refused] * len(planned)
-            for (at, launch, hidden), result in zip(planned, results, strict=True):
-                if isinstance(result, PreflightError):
-                    done[at] = result
-                elif isinstance(result, ValueError):
-                    done[at] = PreflightError("input_invalid", self.safe(str(result)))
-                else:
-                    try:
-                        done[at] = self._queued(launch, hidden, result, None)
-                    except PreflightError as exc:
-                        done[at] = exc
-        return [d for d in done if d is not None]
+    def plan(self, ref: str, run_input: Any, run_id: str) -> PlannedLaunch:
+        """`prepare`'s checks for a detached start whose row another commit writes
+        (a trigger's firings that arrive together: `TriggerLedger.fire_many`, one
+        commit for all); then `queued` with what that commit made of it."""
+        definition, stored_ref, value = self._checked(ref, run_input, None)
+        try:
+            return PlannedLaunch(*self._launch(definition, stored_ref, value, run_id))
+        except ValueError as exc:
+            raise PreflightError("input_invalid", self.safe(str(exc))) from None
+
+    def queued(self, planned: PlannedLaunch, record: LaunchRecord) -> LaunchRecord:
+        """After a planned launch was queued: as `prepare` after its commit."""
+        return self._queued(planned.launch, planned.hidden, record, None)
 
     def _checked(self, ref: str, run_input: Any, parent_run_id: str | None
                  ) -> tuple[WorkflowDefinition, str, Any]:

@@ -34,7 +34,7 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from zoneinfo import ZoneInfo
 
 from runner._safety import safe_message
@@ -46,6 +46,8 @@ from runner.store import StoreError
 
 if TYPE_CHECKING:
     from runner.clock import Clock
+    from runner.launch._preflight import PlannedLaunch
+    from runner.store import LaunchRecord
     from runner.store.domain._triggers import Firing, TriggerLedger
 
 log = logging.getLogger("wfrun.triggers")
@@ -79,9 +81,20 @@ class Scheduled:
 
 #: Queue run `run_id` of `workflow` with this input; raises WfrunError when refused.
 Launcher = Callable[[str, Any, str], None]
-#: Queue runs (workflow, input, run id) in one commit (group commit); per run, None
-#: (queued) or the WfrunError it was refused with (it alone is not queued).
-BatchLauncher = Callable[[Sequence[tuple[str, Any, str]]], list[WfrunError | None]]
+
+
+class Starter(Protocol):
+    """Starts whose rows the trigger ledger writes with their firings (group commit:
+    `deliver_many`); `LaunchCoordinator` is one."""
+
+    def plan(self, ref: str, run_input: Any, run_id: str) -> PlannedLaunch:
+        """Every check of a start (raises WfrunError: refused, nothing stored)."""
+        ...
+
+    def queued(self, planned: PlannedLaunch, record: LaunchRecord) -> LaunchRecord:
+        """What follows its commit (raises WfrunError)."""
+        ...
+
 #: One webhook delivery: its trigger, its delivery id, its event.
 Delivery = tuple[Scheduled, str, dict[str, Any]]
 
@@ -177,9 +190,9 @@ class TriggerLoop:
                  on_launched: Callable[[str], None] | None = None,
                  enqueue: Callable[[str, str], None] | None = None,
                  counted: Callable[[Scheduled, str, int], None] | None = None,
-                 launch_many: BatchLauncher | None = None) -> None:
+                 starter: Starter | None = None) -> None:
         """`on_launched(run_id)`: a firing queued a run (the host claims it at once).
-        `launch_many`: `launch` for many runs in one commit (`deliver_many`).
+        `starter`: runs queued in one commit with their firings (`deliver_many`).
         `enqueue(controller, key)`: what a controller's trigger does instead.
         `counted(trigger, outcome, slots)`: this loop recorded that many slots or
         deliveries as launched, skipped, missed or failed (the host's metrics)."""
@@ -189,7 +202,7 @@ class TriggerLoop:
         self.on_launched = on_launched
         self.clock = clock
         self.launch = launch
-        self.launch_many = launch_many
+        self.starter = starter
         self.triggers = triggers
         self.cancel = cancel
         self._mine: set[str] = set()  # pending firings this loop claimed (run ids)
@@ -311,17 +324,17 @@ class TriggerLoop:
 
     def deliver_many(self, deliveries: Sequence[Delivery]
                      ) -> list[tuple[Firing, bool] | WfrunError | StoreError]:
-        """`deliver` for deliveries that arrived together (group commit): their
-        firings are claimed in one transaction, the runs of the new ones queued in
-        one commit (one sync for all), then settled in one. Per delivery, what
-        `deliver` returns, or why the store refused it (nothing answered for it).
+        """`deliver` for deliveries that arrived together (group commit): every new
+        one's firing is recorded and its run queued in one transaction, one commit
+        (one sync) for all. Per delivery, what `deliver` returns, or why the store
+        refused it (the sender retries).
         A debounced, controller or non-`allow` overlap trigger's delivery, whose
         start reads or changes other runs first, takes `deliver` one by one."""
         done: list[tuple[Firing, bool] | WfrunError | StoreError | None] = []
         grouped: list[tuple[int, Scheduled, str, dict[str, Any]]] = []
         for item, delivery, event in deliveries:
             hook = item.spec.webhook
-            if (self.launch_many is None or item.controller is not None
+            if (self.starter is None or item.controller is not None
                     or (hook is not None and hook.debounce)
                     or item.spec.overlap != "allow"):
                 try:
@@ -343,45 +356,49 @@ class TriggerLoop:
 
     def _fire_many(self, grouped: list[tuple[int, Scheduled, str, dict[str, Any]]]
                    ) -> list[tuple[Firing, bool]]:
-        assert self.launch_many is not None
+        from runner.store.domain._triggers import NewFiring
+
+        assert self.starter is not None
         now = self.clock.now()
         ids = [(item.workflow, item.spec.name, key) for _, item, key, _ in grouped]
-        run_ids = [firing_run_id(w, t, k, now) for w, t, k in ids]
-        fresh = self.ledger.claim_each([(*i, r) for i, r in zip(ids, run_ids, strict=True)])
-        settles: list[tuple[Scheduled, str, str, str, str | None]] = []
-        starts: list[tuple[int, str, Any, str]] = []
-        for n, ((_, item, key, event), run_id) in enumerate(zip(grouped, run_ids, strict=True)):
-            if not fresh[n]:
+        known = self.ledger.firings_of(ids)  # replays: nothing to check or queue
+        firings: list[NewFiring] = []
+        plans: list[tuple[int, Scheduled, PlannedLaunch | None]] = []
+        for n, ((_, item, key, event), (w, t, k), seen) in enumerate(
+                zip(grouped, ids, known, strict=True)):
+            if seen is not None:
                 continue
+            run_id = firing_run_id(w, t, k, now)
+            planned, why = None, None
             try:
-                run_input = self._input(item, key, None, event)
+                planned = self.starter.plan(w, self._input(item, key, None, event), run_id)
             except TemplateError as exc:
-                settles.append((item, key, run_id, "failed", f"the trigger's input: {exc}"))
-                continue
-            starts.append((n, item.workflow, run_input, run_id))
-        refused = self.launch_many([(w, i, r) for _, w, i, r in starts]) if starts else []
-        for (n, _, _, run_id), error in zip(starts, refused, strict=True):
-            item, key = grouped[n][1], grouped[n][2]
-            if error is None or self.ledger.run_exists(run_id):  # queued (maybe elsewhere)
-                settles.append((item, key, run_id, "launched", None))
-            else:
-                settles.append((item, key, run_id, "failed", safe_message(error.message)))
-        self._settle_each(settles)
-        firings = self.ledger.firings_of(ids)
+                why = f"the trigger's input: {exc}"
+            except WfrunError as exc:
+                why = safe_message(exc.message)
+            firings.append(NewFiring(w, t, k, run_id,
+                                     planned.launch if planned else None, why))
+            plans.append((n, item, planned))
+        made = self.ledger.fire_many(firings) if firings else []
+        fresh: set[int] = set()
+        for firing, (n, item, planned), done in zip(firings, plans, made, strict=True):
+            if done is None:
+                continue  # a replay after all: another host, batch or this batch was first
+            fresh.add(n)
+            outcome = "failed" if isinstance(done, str) else "launched"
+            if planned is not None and not isinstance(done, str):
+                try:
+                    self.starter.queued(planned, done)
+                except WfrunError as exc:  # a concurrency strategy: the run stays queued
+                    log.info("trigger %s.%s: %s", item.workflow, item.spec.name, exc.message)
+            self._count(item, outcome, 1)
+            self._told(item, firing.key, firing.run_id, outcome,
+                       done if isinstance(done, str) else None)
         out: list[tuple[Firing, bool]] = []
-        for firing, made in zip(firings, fresh, strict=True):
-            assert firing is not None  # claimed by this call or an earlier one; never deleted
-            out.append((firing, made))
+        for n, found in enumerate(self.ledger.firings_of(ids)):
+            assert found is not None  # recorded by this call or an earlier one; never deleted
+            out.append((found, n in fresh))
         return out
-
-    def _settle_each(self, settles: list[tuple[Scheduled, str, str, str, str | None]]) -> None:
-        """`_settle` for many firings, in one transaction."""
-        changed = self.ledger.settle_each([(item.workflow, item.spec.name, key, outcome, why)
-                                           for item, key, _, outcome, why in settles])
-        for (item, key, run_id, outcome, why), made in zip(settles, changed, strict=True):
-            if made:
-                self._count(item, outcome, 1)
-            self._told(item, key, run_id, outcome, why)
 
     def fire_event(self, item: Scheduled, key: str, event: dict[str, Any]
                    ) -> tuple[Firing, bool]:

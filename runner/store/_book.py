@@ -13,14 +13,14 @@ store package, not in `runner.launch`, because the cold views (`wfrun status`,
     reads        get, query, page, counts, ending_counts, workflow_counts,
                  queued_sources, reservation
     sessions     hand_over (a session ended), hand_back (an agent step goes back)
-    a runner's   enqueue, enqueue_many, claim, claim_next, check_claim, renew_lease, mark_running,
+    a runner's   enqueue, claim, claim_next, check_claim, renew_lease, mark_running,
     transitions  park, finish, fail, release, cancel, yield_lease,
                  recover_expired_starting
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 from runner._leases import LEASE_SECONDS as DEFAULT_LEASE_SECONDS
 from runner.store._interface import BundleWrite, LaunchQueue, Store
@@ -114,10 +114,6 @@ class LaunchBook:
     def enqueue(self, launch: NewLaunch, *, claim_by: str | None = None,
                 lease_seconds: float = DEFAULT_LEASE_SECONDS) -> LaunchRecord | LostRace:
         return self._queue.enqueue(launch, claim_by=claim_by, lease_seconds=lease_seconds)
-
-    def enqueue_many(self, launches: Sequence[NewLaunch]
-                     ) -> list[LaunchRecord | LostRace | ValueError]:
-        return self._queue.enqueue_many(launches)
 
     def claim(self, run_id: str, *, runner_id: str,
               lease_seconds: float = DEFAULT_LEASE_SECONDS,

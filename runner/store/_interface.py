@@ -12,7 +12,7 @@ The conformance suite in `tests/integration/store/` runs against this interface.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -81,13 +81,6 @@ class LaunchQueue(Protocol):
         session has a queued/starting/running launch; `holder` names it),
         `continuation_exists` (the parent already has a live continuation).
         """
-        ...
-
-    def enqueue_many(self, launches: Sequence[NewLaunch]
-                     ) -> list[LaunchRecord | LostRace | ValueError]:
-        """Queue detached launches (no claim) in one transaction, one commit for all
-        (group commit); per launch, its record, its LostRace or the ValueError the
-        store refused it with, and only that one is left out."""
         ...
 
     def get(self, run_id: str) -> LaunchRecord | None: ...

@@ -9,7 +9,7 @@ that does not compile keeps its triggers out (one log line) until it is fixed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -82,7 +82,7 @@ class HostTriggers:
                                 self._launcher(self.coordinator), triggers=self.current,
                                 cancel=self._cancel, on_launched=self.on_launched,
                                 enqueue=self.enqueue, counted=self.counted,
-                                launch_many=self._batch_launcher(self.coordinator))
+                                starter=self.coordinator)
 
     def current(self) -> list[Scheduled]:
         now = self.ws.clock.monotonic()
@@ -134,14 +134,6 @@ class HostTriggers:
         def launch(workflow: str, run_input: Any, run_id: str) -> None:
             coordinator.prepare(workflow, run_input, run_id=run_id)
         return launch
-
-    @staticmethod
-    def _batch_launcher(coordinator: LaunchCoordinator
-                        ) -> Callable[[Sequence[tuple[str, Any, str]]], list[WfrunError | None]]:
-        def launch_many(starts: Sequence[tuple[str, Any, str]]) -> list[WfrunError | None]:
-            return [done if isinstance(done, WfrunError) else None
-                    for done in coordinator.prepare_many(starts)]
-        return launch_many
 
     def _cancel(self, run_id: str) -> None:
         self.coordinator.cancel(run_id)

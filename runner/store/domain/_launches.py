@@ -12,7 +12,8 @@ and a detached row that becomes claimable is announced (`tx.notify`, ids only).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from runner._leases import LEASE_SECONDS
@@ -66,6 +67,8 @@ from runner.store.domain._launch_queries import (
 from runner.store.domain._launch_reads import LaunchReads
 from runner.store.domain._pages import launch_from_row
 from runner.store.domain._workflow_requests import settle_child
+
+Adder = Callable[[NewLaunch], LaunchRecord | LostRace | ValueError]  # `batch`'s add
 
 
 def guard(row: Row | None, run_id: str, op: Operation, token: str | None,
@@ -122,21 +125,19 @@ class LaunchQueue(LaunchReads):
         with self._events.writing() as (tx, log):
             return self._insert(tx, log, launch, values, claim_by, lease_seconds)
 
-    def enqueue_many(self, launches: Sequence[NewLaunch]
-                     ) -> list[LaunchRecord | LostRace | ValueError]:
-        """Queue every launch in one transaction: one commit (one sync) for all, as
-        group commit. Each launch is judged alone: one the store refuses (its
-        ValueError: too large, not plain JSON) or that loses a race (its LostRace)
-        queues nothing and leaves the others queued."""
-        values: list[dict[str, Any] | ValueError] = []
-        for launch in launches:
-            try:
-                values.append(launch_values(launch))
-            except ValueError as exc:
-                values.append(exc)
+    @contextmanager
+    def batch(self) -> Iterator[tuple[Transaction, Adder]]:
+        """One durable transaction; `add(launch)` queues a launch in it, judged alone
+        (refused: its ValueError or LostRace, the rest kept), beside what else the
+        caller writes (`TriggerLedger.fire_many`: group commit)."""
         with self._events.writing() as (tx, log):
-            return [v if isinstance(v, ValueError) else self._insert(tx, log, launch, v)
-                    for launch, v in zip(launches, values, strict=True)]
+            def add(launch: NewLaunch) -> LaunchRecord | LostRace | ValueError:
+                try:
+                    values = launch_values(launch)
+                except ValueError as exc:
+                    return exc
+                return self._insert(tx, log, launch, values)
+            yield tx, add
 
     def _insert(self, tx: Transaction, log: EventLog, launch: NewLaunch,
                 values: dict[str, Any], claim_by: str | None = None,

@@ -18,16 +18,27 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from runner.store._connector import Connector, Row
 from runner.store._ddl import sql_in
-from runner.store._records import bounded_message, canonical_json, check_id
+from runner.store._records import (
+    LaunchRecord,
+    LostRace,
+    NewLaunch,
+    bounded_message,
+    canonical_json,
+    check_id,
+)
 from runner.store._states import (
     CONTROLLER_ERROR_MAX_BYTES,
     EVENT_MAX_BYTES,
     FIRING_OUTCOMES,
     TERMINAL_STATUSES,
 )
+
+if TYPE_CHECKING:
+    from runner.store.domain._launches import LaunchQueue
 
 _STATE = ("SELECT workflow, trigger_name, paused, cursor_at, updated_at FROM trigger_states"
           " WHERE workflow = :w AND trigger_name = :t")
@@ -89,11 +100,26 @@ def _reason(reason: str | None) -> str | None:
     return None if reason is None else bounded_message(reason, CONTROLLER_ERROR_MAX_BYTES)
 
 
-class TriggerLedger:
-    """Trigger state and firings on any backend."""
+@dataclass(frozen=True, slots=True)
+class NewFiring:
+    """An event firing to record (`fire_many`) with its run's launch, or with
+    `reason` instead when it failed before one (its input did not render)."""
 
-    def __init__(self, connector: Connector) -> None:
+    workflow: str
+    trigger: str
+    key: str
+    run_id: str
+    launch: NewLaunch | None
+    reason: str | None = None
+
+
+class TriggerLedger:
+    """Trigger state and firings on any backend (`launches`: the queue whose batch
+    `fire_many` writes in)."""
+
+    def __init__(self, connector: Connector, launches: LaunchQueue | None = None) -> None:
         self._c = connector
+        self._launches = launches
 
     # -- state ---------------------------------------------------------------------
     def state(self, workflow: str, trigger: str) -> TriggerState | None:
@@ -188,38 +214,37 @@ class TriggerLedger:
                       "reason": _reason(reason), "now": now}
                      for k, slot, outcome, reason in firings])
 
-    def claim_each(self, firings: Sequence[tuple[str, str, str, str]]) -> list[bool]:
-        """Record pending firings (workflow, trigger, key, run id) of any triggers in
-        one transaction (deliveries that arrived together); per firing, whether this
-        call made it (False: it existed already, a replay)."""
-        for _, _, key, _ in firings:
-            check_id(key, "firing key")
-        if not firings:
-            return []
-        with self._c.write(durable=False) as tx:  # the launches' commit makes it durable
+    def fire_many(self, firings: Sequence[NewFiring]) -> list[LaunchRecord | str | None]:
+        """Event firings (webhook deliveries that arrived together: group commit)
+        recorded and their launches queued in one durable transaction, so a firing
+        never exists without its run, even after a crash. Per firing: None when it
+        existed already (a replay: nothing new), else its queued launch, or why it
+        failed (its own `reason`, or why the store refused its launch)."""
+        assert self._launches is not None, "a ledger built without the launch queue"
+        for f in firings:
+            check_id(f.key, "firing key")
+        done: list[LaunchRecord | str | None] = []
+        with self._launches.batch() as (tx, add):
             now = tx.now_ms()
-            return [tx.run(
-                f"INSERT INTO trigger_firings ({_FIRING_COLUMNS}) VALUES (:w, :t, :k, NULL,"
-                " 'pending', :run, NULL, NULL, :now, :now)"
-                " ON CONFLICT (workflow, trigger_name, firing_key) DO NOTHING",
-                {"w": w, "t": t, "k": k, "run": run, "now": now}) == 1
-                for w, t, k, run in firings]
-
-    def settle_each(self, firings: Sequence[tuple[str, str, str, str, str | None]]
-                    ) -> list[bool]:
-        """`settle` for (workflow, trigger, key, outcome, reason) firings, in one
-        transaction; per firing, whether it was pending (this call settled it)."""
-        for _, _, _, outcome, _ in firings:
-            if outcome not in FIRING_OUTCOMES or outcome == "pending":
-                raise ValueError(f"a firing settles as launched, skipped, missed or failed, "
-                                 f"not {outcome!r}")
-        if not firings:
-            return []
-        with self._c.write(durable=False) as tx:
-            now = tx.now_ms()
-            return [tx.run(_SETTLE, {"w": w, "t": t, "k": k, "outcome": outcome,
-                                     "reason": _reason(reason), "now": now}) == 1
-                    for w, t, k, outcome, reason in firings]
+            for f in firings:
+                ids = {"w": f.workflow, "t": f.trigger, "k": f.key, "now": now}
+                if tx.run(f"INSERT INTO trigger_firings ({_FIRING_COLUMNS}) VALUES (:w, :t,"
+                          " :k, NULL, 'pending', :run, NULL, NULL, :now, :now)"
+                          " ON CONFLICT (workflow, trigger_name, firing_key) DO NOTHING",
+                          {**ids, "run": f.run_id}) != 1:
+                    done.append(None)
+                    continue
+                queued = add(f.launch) if f.launch is not None else f.reason or "failed"
+                if isinstance(queued, LostRace):
+                    queued = f"could not queue the run ({queued.reason})"
+                elif isinstance(queued, ValueError):
+                    queued = str(queued)
+                failed = isinstance(queued, str)
+                tx.run(_SETTLE, {**ids, "outcome": "failed" if failed else "launched",
+                                 "reason": _reason(queued) if isinstance(queued, str)
+                                 else None})
+                done.append(queued)
+        return done
 
     def settle(self, workflow: str, trigger: str, key: str, outcome: str,
                reason: str | None = None) -> bool:

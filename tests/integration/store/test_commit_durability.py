@@ -17,6 +17,7 @@ import pytest
 
 from runner.store import SqliteStore, StoreUnreachable
 from runner.store._records import LaunchRecord, NewLaunch
+from runner.store.domain._triggers import NewFiring
 
 RUN = "wf-20261201T000000Z-0000000a"
 
@@ -226,9 +227,10 @@ def test_launches_queued_together_share_one_durable_commit(tmp_path: Path) -> No
     store = SqliteStore(tmp_path / "store.sqlite3")
     statements: list[str] = []
     store._db.connection().set_trace_callback(statements.append)
-    done = store.launches.enqueue_many([
+    done = store.triggers.fire_many([NewFiring(
+        "wf", "push", f"delivery:{n}", f"wf-20261201T000000Z-0000000{n}",
         NewLaunch(f"wf-20261201T000000Z-0000000{n}", "wf", {"kind": "file"}, "d" * 64,
-                  {"n": n}) for n in range(5)])
+                  {"n": n})) for n in range(5)])
     assert all(isinstance(d, LaunchRecord) for d in done)
     assert _sync_levels(statements) == ["FULL"]
     assert sum(sql.startswith("BEGIN") for sql in statements) == 1

@@ -18,9 +18,10 @@ from storekit import Backend, FakeClock, launch
 from runner.compiler._triggers import TriggerSpec
 from runner.errors import WfrunError
 from runner.launch._triggers import Scheduled, TriggerLoop, slot_key, slots_after
-from runner.store import LostRace, Store
+from runner.store import LaunchRecord, LostRace, Store
 from runner.store._layout import ADDED_TABLES
 from runner.store._records import INPUT_MAX_BYTES
+from runner.store.domain._triggers import NewFiring
 
 HOUR = 3600.0
 
@@ -315,45 +316,44 @@ def test_a_long_outage_of_a_fast_schedule_is_bounded(backend: Backend,
         store.close()
 
 
-def test_deliveries_that_arrive_together_are_claimed_queued_and_settled_in_batches(
+def test_deliveries_that_arrive_together_are_recorded_and_queued_in_one_commit(
         backend: Backend, clock: FakeClock) -> None:
-    """Group commit's store side: firings of any triggers claimed in one transaction
-    (a replay, even of a delivery in the same batch, makes nothing), their launches
-    queued in one, each judged alone (a refused one leaves the others queued), and
-    settled in one."""
+    """Group commit's store side: event firings of any triggers recorded with their
+    runs' launches in one transaction; a replay (even of a delivery in the same
+    batch) queues nothing; each is judged alone: a launch the store refuses leaves
+    its firing failed, saying why, and the others queued."""
     store = backend.open(clock)
     try:
         ledger = store.triggers
         assert ledger.claim("hooked", "push", "delivery:old", slot_at=None,
-                            outcome="pending", run_id="hooked-old")
-        made = ledger.claim_each([("hooked", "push", "delivery:a", "hooked-a"),
-                                  ("hooked", "push", "delivery:old", "hooked-x"),
-                                  ("other", "push", "delivery:a", "other-a"),
-                                  ("hooked", "push", "delivery:a", "hooked-y")])
-        assert made == [True, False, True, False]
-        taken = store.launches.enqueue(launch("hooked-taken"))
-        assert not isinstance(taken, LostRace)
-        queued = store.launches.enqueue_many([
-            launch("hooked-a"), launch("hooked-taken"),
-            launch("other-a", input={"big": "x" * (INPUT_MAX_BYTES + 1)}),
-            launch("hooked-b")])
-        assert [type(q).__name__ for q in queued] == [
-            "LaunchRecord", "LostRace", "ValueError", "LaunchRecord"]
-        assert isinstance(queued[1], LostRace)
-        assert queued[1].reason == "already_exists"
-        assert "launch input" in str(queued[2])
-        assert {r.run_id for r in store.launches.query()} == {"hooked-taken", "hooked-a",
-                                                              "hooked-b"}
-        settled = ledger.settle_each([("hooked", "push", "delivery:a", "launched", None),
-                                      ("other", "push", "delivery:a", "failed", "too big"),
-                                      ("hooked", "push", "delivery:a", "skipped", None)])
-        assert settled == [True, True, False]  # each firing settles once
+                            outcome="launched", run_id="hooked-old")
+        assert not isinstance(store.launches.enqueue(launch("hooked-taken")), LostRace)
+        done = ledger.fire_many([
+            NewFiring("hooked", "push", "delivery:a", "hooked-a", launch("hooked-a")),
+            NewFiring("hooked", "push", "delivery:old", "hooked-x", launch("hooked-x")),
+            NewFiring("other", "push", "delivery:a", "other-a", launch(
+                "other-a", input={"big": "x" * (INPUT_MAX_BYTES + 1)})),
+            NewFiring("hooked", "push", "delivery:a", "hooked-y", launch("hooked-y")),
+            NewFiring("hooked", "push", "delivery:b", "hooked-taken",
+                      launch("hooked-taken")),
+            NewFiring("hooked", "push", "delivery:c", "hooked-c", None,
+                      "the trigger's input: 'event' has no attribute 'x'")])
+        assert isinstance(done[0], LaunchRecord)
+        assert done[0].run_id == "hooked-a"
+        assert done[1] is None  # replays
+        assert done[3] is None
+        assert isinstance(done[2], str)
+        assert "launch input" in done[2]
+        assert done[4] == "could not queue the run (already_exists)"
+        assert done[5] == "the trigger's input: 'event' has no attribute 'x'"
+        assert {r.run_id for r in store.launches.query()} == {"hooked-taken", "hooked-a"}
         found = ledger.firings_of([("hooked", "push", "delivery:a"),
                                    ("other", "push", "delivery:a"),
+                                   ("hooked", "push", "delivery:c"),
                                    ("hooked", "push", "delivery:none")])
-        assert [(f.outcome, f.run_id, f.reason) if f else None for f in found] == [
-            ("launched", "hooked-a", None), ("failed", "other-a", "too big"), None]
-        with pytest.raises(ValueError, match="settles as"):
-            ledger.settle_each([("hooked", "push", "delivery:a", "pending", None)])
+        assert [(f.outcome, f.run_id) if f else None for f in found] == [
+            ("launched", "hooked-a"), ("failed", "other-a"), ("failed", "hooked-c"), None]
+        assert found[2] is not None
+        assert found[2].reason == "the trigger's input: 'event' has no attribute 'x'"
     finally:
         store.close()
