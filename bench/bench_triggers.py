@@ -36,6 +36,7 @@ import hashlib
 import hmac
 import json
 import random
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -205,6 +206,24 @@ def bench_webhooks(root: Path, n: int, clients: int, store: Any) -> dict[str, An
                       "failures": len(failures), "queued_exactly_unique": queued == expected}}
 
 
+def commit_floor(folder: Path, n: int) -> dict[str, float]:
+    """p50/p99 of a bare one-row SQLite commit (WAL, synchronous=FULL) on this disk,
+    now: the floor under any one durable answer (a sender waits for one of these)."""
+    conn = sqlite3.connect(folder / "floor.sqlite3", isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = FULL")
+    conn.execute("CREATE TABLE t (x INTEGER)")
+    times = []
+    for i in range(n):
+        t0 = time.perf_counter()
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("INSERT INTO t VALUES (?)", (i,))
+        conn.execute("COMMIT")
+        times.append((time.perf_counter() - t0) * 1000)
+    conn.close()
+    return {"p50_ms": round(pct(times, 0.5), 2), "p99_ms": round(pct(times, 0.99), 2)}
+
+
 def sqlite_store(root: Path) -> Any:
     return SqliteStore(root / ".wfrun" / "state" / "store.sqlite3")
 
@@ -265,6 +284,7 @@ def main(argv: list[str]) -> int:
             figures["slot_to_first_node"] = bench_slots(base / "a", args.slots)
         spinning = busy_loops(args.busy)
         try:
+            figures["commit_floor"] = commit_floor(base, args.n)
             figures["webhook"] = bench_webhooks(base / "b", args.n, args.clients,
                                                 sqlite_store(base / "b"))
             if args.postgres:
@@ -286,6 +306,9 @@ def main(argv: list[str]) -> int:
         if slot is not None:
             print(f"(a) slot to first node, {slot['slots']} slots of every: 1s: p50 "
                   f"{slot['p50_ms']} ms, p99 {slot['p99_ms']} ms (aim <= {SLOT_AIM_MS:g} ms)")
+        floor = figures["commit_floor"]
+        print(f"the disk's floor: a bare one-row SQLite commit (synchronous=FULL) p50 "
+              f"{floor['p50_ms']} ms, p99 {floor['p99_ms']} ms")
         print(webhook_line("b, SQLite", figures["webhook"]))
         if "webhook_postgres" in figures:
             print(webhook_line("c, Postgres", figures["webhook_postgres"]))

@@ -9,6 +9,11 @@ of them to wake commits the next round with all of theirs. A lone caller pays
 nothing extra (its batch of one starts at once), and while one commit waits for
 the disk the next batch fills: under a burst the syncs per request fall towards
 one per round instead of one each (a webhook storm's deliveries: _webhooks.py).
+
+`rounds`: how many rounds may commit at once. One where the store's writers go
+one at a time anyway (SQLite); more where they make progress side by side
+(Postgres: each round is a connection's round trips, and the server already
+shares its WAL flushes), so batches form only once that many are under way.
 """
 
 from __future__ import annotations
@@ -41,12 +46,13 @@ class GroupCommit(Generic[J, R]):
     its round."""
 
     def __init__(self, run: Callable[[Sequence[J]], Sequence[R]], *,
-                 max_batch: int = MAX_BATCH) -> None:
+                 max_batch: int = MAX_BATCH, rounds: int = 1) -> None:
         self._run = run
         self._max = max(1, max_batch)
+        self._rounds = max(1, rounds)
         self._cond = threading.Condition()
         self._pending: list[_Slot[J, R]] = []
-        self._busy = False
+        self.running = 0  # rounds committing now
         self.rounds = 0  # rounds committed (the bench and tests read it)
 
     def submit(self, job: J) -> R:
@@ -55,11 +61,11 @@ class GroupCommit(Generic[J, R]):
             self._pending.append(slot)
         while True:
             with self._cond:
-                while self._busy and not slot.done:
+                while self.running >= self._rounds and not slot.done:
                     self._cond.wait()
                 if slot.done:
                     break
-                self._busy = True  # this caller commits the round
+                self.running += 1  # this caller commits a round
                 batch = self._pending[:self._max]
                 del self._pending[:self._max]
             self._commit(batch)
@@ -84,5 +90,5 @@ class GroupCommit(Generic[J, R]):
                 s.error = error
                 s.done = True
             self.rounds += 1
-            self._busy = False
+            self.running -= 1
             self._cond.notify_all()

@@ -46,6 +46,9 @@ log = logging.getLogger("wfrun.webhooks")
 #: are far below 1 MiB): larger ones are refused before they are read.
 MAX_BODY = 1 << 20
 _DELIVERY_MAX = 200
+#: Batches of deliveries committed at once on a store whose writers work side by
+#: side (Postgres; the default pool has 8 connections, the host needs the rest).
+PARALLEL_ROUNDS = 4
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -104,7 +107,8 @@ class WebhookServer:
         self.loopback = is_loopback(host)
         # Deliveries that arrive together are queued in one commit (one fsync).
         self.commits: GroupCommit[Delivery, tuple[Firing, bool] | WfrunError | StoreError] = \
-            GroupCommit(loop.deliver_many)
+            GroupCommit(loop.deliver_many,
+                        rounds=PARALLEL_ROUNDS if loop.ledger.parallel_writes else 1)
         server = self
         handler = type("Handler", (_Handler,), {"server_ref": server})
         try:

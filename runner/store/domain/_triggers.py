@@ -121,6 +121,12 @@ class TriggerLedger:
         self._c = connector
         self._launches = launches
 
+    @property
+    def parallel_writes(self) -> bool:
+        """Whether `fire_many` calls of this process commit side by side (Postgres)
+        or one at a time (SQLite): how many batches a group commit runs at once."""
+        return self._c.dialect.parallel_writes
+
     # -- state ---------------------------------------------------------------------
     def state(self, workflow: str, trigger: str) -> TriggerState | None:
         with self._c.read() as tx:

@@ -35,7 +35,7 @@ def test_deliveries_arriving_during_a_commit_share_the_next_one(tmp_path: Path) 
         with db._write_lock:  # the first delivery's commit waits for the store
             first = threading.Thread(target=deliver, args=("d-0",))
             first.start()
-            wait_until(lambda: commits._busy, what="the first delivery's commit")
+            wait_until(lambda: commits.running == 1, what="the first delivery's commit")
             rest = [threading.Thread(target=deliver, args=(f"d-{n}",)) for n in (1, 2, 3, 4)]
             for t in rest:
                 t.start()

@@ -97,3 +97,33 @@ def test_a_result_count_that_does_not_match_is_an_error() -> None:
     commits: GroupCommit[int, int] = GroupCommit(lambda jobs: [])
     with pytest.raises(RuntimeError, match="a group commit of 1 gave 0 results"):
         commits.submit(1)
+
+
+def test_with_two_rounds_a_second_caller_commits_at_once_and_a_third_waits() -> None:
+    """`rounds=2` (a store whose writers work side by side): the second caller does
+    not wait for the first round; the third and fourth, arriving while two rounds
+    run, share the next."""
+    entered = threading.Semaphore(0)
+    go = threading.Event()
+    batches: list[list[int]] = []
+
+    def run(jobs: Sequence[int]) -> list[int]:
+        batches.append(list(jobs))
+        if len(batches) <= 2:
+            entered.release()
+            assert go.wait(30)
+        return [job * 10 for job in jobs]
+
+    commits = GroupCommit(run, rounds=2)
+    first, _ = _submit_all(commits, [1])
+    assert entered.acquire(timeout=30)
+    second, _ = _submit_all(commits, [2])
+    assert entered.acquire(timeout=30)  # a round of its own while the first runs
+    assert commits.running == 2
+    rest, got = _submit_all(commits, [3, 4])
+    wait_until(lambda: len(commits._pending) == 2, what="two callers waiting")
+    go.set()
+    for t in first + second + rest:
+        t.join(30)
+    assert batches == [[1], [2], [3, 4]]
+    assert got == {3: 30, 4: 40}
