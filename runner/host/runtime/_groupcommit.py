@@ -31,13 +31,14 @@ MAX_BATCH = 200
 
 
 class _Slot(Generic[J, R]):
-    __slots__ = ("done", "error", "job", "result")
+    __slots__ = ("done", "error", "job", "result", "taken")
 
     def __init__(self, job: J) -> None:
         self.job = job
         self.result: R | None = None
         self.error: BaseException | None = None
         self.done = False
+        self.taken = False  # in a round under way
 
 
 class GroupCommit(Generic[J, R]):
@@ -61,13 +62,16 @@ class GroupCommit(Generic[J, R]):
             self._pending.append(slot)
         while True:
             with self._cond:
-                while self.running >= self._rounds and not slot.done:
+                # A slot another round took waits for that round's end.
+                while not slot.done and (slot.taken or self.running >= self._rounds):
                     self._cond.wait()
                 if slot.done:
                     break
                 self.running += 1  # this caller commits a round
                 batch = self._pending[:self._max]
                 del self._pending[:self._max]
+                for taken in batch:
+                    taken.taken = True
             self._commit(batch)
         if slot.error is not None:
             raise slot.error

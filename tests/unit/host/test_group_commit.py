@@ -127,3 +127,40 @@ def test_with_two_rounds_a_second_caller_commits_at_once_and_a_third_waits() -> 
         t.join(30)
     assert batches == [[1], [2], [3, 4]]
     assert got == {3: 30, 4: 40}
+
+
+def test_a_caller_whose_job_another_round_took_waits_for_it_without_committing() -> None:
+    """With a round to spare, a caller whose job is being committed by another
+    caller's round waits for that round: it commits no (empty) round meanwhile."""
+    gates = [threading.Event() for _ in range(4)]
+    entered = threading.Semaphore(0)
+    batches: list[list[int]] = []
+
+    def run(jobs: Sequence[int]) -> list[int]:
+        batches.append(list(jobs))
+        n = len(batches) - 1
+        entered.release()
+        if n < len(gates):
+            assert gates[n].wait(30)
+        return [job * 10 for job in jobs]
+
+    commits = GroupCommit(run, rounds=3)
+    started = []
+    for job in (1, 2, 3):  # three rounds under way: every round taken
+        threads, _ = _submit_all(commits, [job])
+        started += threads
+        assert entered.acquire(timeout=30)
+    rest, got = _submit_all(commits, [4, 5])
+    wait_until(lambda: len(commits._pending) == 2, what="two callers waiting")
+    gates[0].set()  # a round frees: one of 4 and 5 commits both, and holds there
+    assert entered.acquire(timeout=30)
+    assert batches[3] == [4, 5]
+    gates[1].set()  # a round is free, but 4 and 5 are being committed already
+    wait_until(lambda: commits.rounds == 2, what="the second round's end")
+    assert len(batches) == 4  # no empty round
+    gates[3].set()
+    gates[2].set()
+    for t in started + rest:
+        t.join(30)
+    assert batches == [[1], [2], [3], [4, 5]]
+    assert got == {4: 40, 5: 50}
