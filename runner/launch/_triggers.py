@@ -360,45 +360,34 @@ class TriggerLoop:
 
         assert self.starter is not None
         now = self.clock.now()
-        ids = [(item.workflow, item.spec.name, key) for _, item, key, _ in grouped]
-        known = self.ledger.firings_of(ids)  # replays: nothing to check or queue
         firings: list[NewFiring] = []
-        plans: list[tuple[int, Scheduled, PlannedLaunch | None]] = []
-        for n, ((_, item, key, event), (w, t, k), seen) in enumerate(
-                zip(grouped, ids, known, strict=True)):
-            if seen is not None:
-                continue
-            run_id = firing_run_id(w, t, k, now)
+        plans: list[PlannedLaunch | None] = []
+        for _, item, key, event in grouped:
+            w, t = item.workflow, item.spec.name
+            run_id = firing_run_id(w, t, key, now)
             planned, why = None, None
-            try:
+            try:  # a replay's checks are wasted, and cheaper than a read first
                 planned = self.starter.plan(w, self._input(item, key, None, event), run_id)
             except TemplateError as exc:
                 why = f"the trigger's input: {exc}"
             except WfrunError as exc:
                 why = safe_message(exc.message)
-            firings.append(NewFiring(w, t, k, run_id,
+            firings.append(NewFiring(w, t, key, run_id,
                                      planned.launch if planned else None, why))
-            plans.append((n, item, planned))
-        made = self.ledger.fire_many(firings) if firings else []
-        fresh: set[int] = set()
-        for firing, (n, item, planned), done in zip(firings, plans, made, strict=True):
-            if done is None:
-                continue  # a replay after all: another host, batch or this batch was first
-            fresh.add(n)
-            outcome = "failed" if isinstance(done, str) else "launched"
-            if planned is not None and not isinstance(done, str):
+            plans.append(planned)
+        done = self.ledger.fire_many(firings)
+        for (_, item, _, _), planned, fired in zip(grouped, plans, done, strict=True):
+            if not fired.made:
+                continue  # a replay: another host, batch or delivery of this one was first
+            if planned is not None and fired.launch is not None:
                 try:
-                    self.starter.queued(planned, done)
+                    self.starter.queued(planned, fired.launch)
                 except WfrunError as exc:  # a concurrency strategy: the run stays queued
                     log.info("trigger %s.%s: %s", item.workflow, item.spec.name, exc.message)
-            self._count(item, outcome, 1)
-            self._told(item, firing.key, firing.run_id, outcome,
-                       done if isinstance(done, str) else None)
-        out: list[tuple[Firing, bool]] = []
-        for n, found in enumerate(self.ledger.firings_of(ids)):
-            assert found is not None  # recorded by this call or an earlier one; never deleted
-            out.append((found, n in fresh))
-        return out
+            firing = fired.firing
+            self._count(item, firing.outcome, 1)
+            self._told(item, firing.key, firing.run_id or "", firing.outcome, firing.reason)
+        return [(fired.firing, fired.made) for fired in done]
 
     def fire_event(self, item: Scheduled, key: str, event: dict[str, Any]
                    ) -> tuple[Firing, bool]:

@@ -113,6 +113,15 @@ class NewFiring:
     reason: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Fired:
+    """What `fire_many` made of one firing."""
+
+    firing: Firing  # as it stands after the commit
+    made: bool  # False: it existed already (a replay)
+    launch: LaunchRecord | None  # the run it queued (made and launched)
+
+
 class TriggerLedger:
     """Trigger state and firings on any backend (`launches`: the queue whose batch
     `fire_many` writes in)."""
@@ -220,36 +229,44 @@ class TriggerLedger:
                       "reason": _reason(reason), "now": now}
                      for k, slot, outcome, reason in firings])
 
-    def fire_many(self, firings: Sequence[NewFiring]) -> list[LaunchRecord | str | None]:
+    def fire_many(self, firings: Sequence[NewFiring]) -> list[Fired]:
         """Event firings (webhook deliveries that arrived together: group commit)
         recorded and their launches queued in one durable transaction, so a firing
-        never exists without its run, even after a crash. Per firing: None when it
-        existed already (a replay: nothing new), else its queued launch, or why it
-        failed (its own `reason`, or why the store refused its launch)."""
+        never exists without its run, even after a crash. Per firing, as it stands
+        after the commit: a replay's (it existed already: nothing new), or the new
+        one, launched with its run queued or failed saying why (its own `reason`,
+        or why the store refused its launch)."""
         assert self._launches is not None, "a ledger built without the launch queue"
         for f in firings:
             check_id(f.key, "firing key")
-        done: list[LaunchRecord | str | None] = []
+        done: list[Fired] = []
         with self._launches.batch() as (tx, add):
             now = tx.now_ms()
             for f in firings:
                 ids = {"w": f.workflow, "t": f.trigger, "k": f.key, "now": now}
-                if tx.run(f"INSERT INTO trigger_firings ({_FIRING_COLUMNS}) VALUES (:w, :t,"
-                          " :k, NULL, 'pending', :run, NULL, NULL, :now, :now)"
-                          " ON CONFLICT (workflow, trigger_name, firing_key) DO NOTHING",
-                          {**ids, "run": f.run_id}) != 1:
-                    done.append(None)
+                row = tx.one(f"INSERT INTO trigger_firings ({_FIRING_COLUMNS}) VALUES (:w,"
+                             " :t, :k, NULL, 'pending', :run, NULL, NULL, :now, :now)"
+                             " ON CONFLICT (workflow, trigger_name, firing_key) DO NOTHING"
+                             f" RETURNING {_FIRING_COLUMNS}", {**ids, "run": f.run_id})
+                if row is None:  # a replay: as the first delivery left it
+                    row = tx.one(f"SELECT {_FIRING_COLUMNS} FROM trigger_firings WHERE"
+                                 " workflow = :w AND trigger_name = :t AND firing_key = :k",
+                                 ids)
+                    assert row is not None  # firings are never deleted while pending
+                    done.append(Fired(_firing(row), False, None))
                     continue
                 queued = add(f.launch) if f.launch is not None else f.reason or "failed"
                 if isinstance(queued, LostRace):
                     queued = f"could not queue the run ({queued.reason})"
                 elif isinstance(queued, ValueError):
                     queued = str(queued)
-                failed = isinstance(queued, str)
-                tx.run(_SETTLE, {**ids, "outcome": "failed" if failed else "launched",
-                                 "reason": _reason(queued) if isinstance(queued, str)
-                                 else None})
-                done.append(queued)
+                why = queued if isinstance(queued, str) else None
+                row = tx.one(f"{_SETTLE} RETURNING {_FIRING_COLUMNS}", {
+                    **ids, "outcome": "launched" if why is None else "failed",
+                    "reason": _reason(why)})
+                assert row is not None  # inserted pending by this transaction
+                done.append(Fired(_firing(row), True,
+                                  None if isinstance(queued, str) else queued))
         return done
 
     def settle(self, workflow: str, trigger: str, key: str, outcome: str,
@@ -275,14 +292,6 @@ class TriggerLedger:
                 " AND firing_key = :k AND outcome IN ('missed', 'skipped', 'failed')",
                 {"w": workflow, "t": trigger, "k": key, "r": run_id, "now": tx.now_ms()})
         return changed == 1
-
-    def firings_of(self, keys: Sequence[tuple[str, str, str]]) -> list[Firing | None]:
-        """The firings (workflow, trigger, key), read on one connection."""
-        with self._c.read() as tx:
-            rows = [tx.one(f"SELECT {_FIRING_COLUMNS} FROM trigger_firings WHERE"
-                           " workflow = :w AND trigger_name = :t AND firing_key = :k",
-                           {"w": w, "t": t, "k": k}) for w, t, k in keys]
-        return [None if row is None else _firing(row) for row in rows]
 
     def firing(self, workflow: str, trigger: str, key: str) -> Firing | None:
         with self._c.read() as tx:

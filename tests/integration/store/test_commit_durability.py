@@ -231,7 +231,7 @@ def test_launches_queued_together_share_one_durable_commit(tmp_path: Path) -> No
         "wf", "push", f"delivery:{n}", f"wf-20261201T000000Z-0000000{n}",
         NewLaunch(f"wf-20261201T000000Z-0000000{n}", "wf", {"kind": "file"}, "d" * 64,
                   {"n": n})) for n in range(5)])
-    assert all(isinstance(d, LaunchRecord) for d in done)
+    assert all(isinstance(d.launch, LaunchRecord) for d in done)
     assert _sync_levels(statements) == ["FULL"]
     assert sum(sql.startswith("BEGIN") for sql in statements) == 1
     assert len(store.launches.query()) == 5

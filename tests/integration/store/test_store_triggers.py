@@ -338,22 +338,18 @@ def test_deliveries_that_arrive_together_are_recorded_and_queued_in_one_commit(
                       launch("hooked-taken")),
             NewFiring("hooked", "push", "delivery:c", "hooked-c", None,
                       "the trigger's input: 'event' has no attribute 'x'")])
-        assert isinstance(done[0], LaunchRecord)
-        assert done[0].run_id == "hooked-a"
-        assert done[1] is None  # replays
-        assert done[3] is None
-        assert isinstance(done[2], str)
-        assert "launch input" in done[2]
-        assert done[4] == "could not queue the run (already_exists)"
-        assert done[5] == "the trigger's input: 'event' has no attribute 'x'"
+        assert [(d.made, d.firing.outcome, d.firing.run_id) for d in done] == [
+            (True, "launched", "hooked-a"), (False, "launched", "hooked-old"),
+            (True, "failed", "other-a"), (False, "launched", "hooked-a"),
+            (True, "failed", "hooked-taken"), (True, "failed", "hooked-c")]
+        assert isinstance(done[0].launch, LaunchRecord)
+        assert done[0].launch.run_id == "hooked-a"
+        assert [d.launch for d in done[1:]] == [None] * 5
+        assert "launch input" in (done[2].firing.reason or "")
+        assert done[4].firing.reason == "could not queue the run (already_exists)"
+        assert done[5].firing.reason == "the trigger's input: 'event' has no attribute 'x'"
         assert {r.run_id for r in store.launches.query()} == {"hooked-taken", "hooked-a"}
-        found = ledger.firings_of([("hooked", "push", "delivery:a"),
-                                   ("other", "push", "delivery:a"),
-                                   ("hooked", "push", "delivery:c"),
-                                   ("hooked", "push", "delivery:none")])
-        assert [(f.outcome, f.run_id) if f else None for f in found] == [
-            ("launched", "hooked-a"), ("failed", "other-a"), ("failed", "hooked-c"), None]
-        assert found[2] is not None
-        assert found[2].reason == "the trigger's input: 'event' has no attribute 'x'"
+        stored = ledger.firing("other", "push", "delivery:a")
+        assert stored == done[2].firing  # as recorded
     finally:
         store.close()
