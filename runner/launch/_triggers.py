@@ -43,6 +43,7 @@ from runner.compiler._templates import TemplateError, render_native
 from runner.compiler._triggers import TriggerSpec
 from runner.errors import WfrunError
 from runner.store import StoreError
+from runner.store.domain._triggers import NewFiring
 
 if TYPE_CHECKING:
     from runner.clock import Clock
@@ -94,6 +95,7 @@ class Starter(Protocol):
     def queued(self, planned: PlannedLaunch, record: LaunchRecord) -> LaunchRecord:
         """What follows its commit (raises WfrunError)."""
         ...
+
 
 #: One webhook delivery: its trigger, its delivery id, its event.
 Delivery = tuple[Scheduled, str, dict[str, Any]]
@@ -356,8 +358,6 @@ class TriggerLoop:
 
     def _fire_many(self, grouped: list[tuple[int, Scheduled, str, dict[str, Any]]]
                    ) -> list[tuple[Firing, bool]]:
-        from runner.store.domain._triggers import NewFiring
-
         assert self.starter is not None
         now = self.clock.now()
         firings: list[NewFiring] = []
