@@ -16,11 +16,12 @@ slot from starting twice. A year of hourly slots costs no fsync of its own.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from runner.store._connector import Connector, Row
+from runner.store._connector import Connector, Row, Transaction
 from runner.store._ddl import sql_in
 from runner.store._records import (
     LaunchRecord,
@@ -37,8 +38,12 @@ from runner.store._states import (
     TERMINAL_STATUSES,
 )
 
-if TYPE_CHECKING:
-    from runner.store.domain._launches import LaunchQueue
+
+class Batching(Protocol):
+    """The launch queue as `fire_many` writes in it (`LaunchQueue.batch`)."""
+
+    def batch(self) -> AbstractContextManager[tuple[Transaction, Callable[
+            [NewLaunch], LaunchRecord | LostRace | ValueError]]]: ...
 
 _STATE = ("SELECT workflow, trigger_name, paused, cursor_at, updated_at FROM trigger_states"
           " WHERE workflow = :w AND trigger_name = :t")
@@ -126,7 +131,7 @@ class TriggerLedger:
     """Trigger state and firings on any backend (`launches`: the queue whose batch
     `fire_many` writes in)."""
 
-    def __init__(self, connector: Connector, launches: LaunchQueue | None = None) -> None:
+    def __init__(self, connector: Connector, launches: Batching | None = None) -> None:
         self._c = connector
         self._launches = launches
 
