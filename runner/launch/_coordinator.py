@@ -56,7 +56,7 @@ from ._held import HeldInput
 from ._items import LaunchChildren
 from ._itemwork import HostItems
 from ._keeper import LeaseKeeper
-from ._preflight import Preflight, PreflightError, Resolver
+from ._preflight import PlannedLaunch, Preflight, PreflightError, Resolver
 from ._recovery import Recovery
 
 RENEW_EVERY = renew_every(LEASE_SECONDS)
@@ -184,6 +184,14 @@ class LaunchCoordinator:
             presentation_pending=presentation_pending,
             affinity_runner_id=affinity_runner_id, run_id=run_id, claim_by=claim_by,
             lease_seconds=lease_seconds, options=options)
+
+    def plan(self, ref: str, run_input: Any, run_id: str) -> PlannedLaunch:
+        """A detached start's checks, its row written by another commit (group
+        commit of trigger firings); then `queued`. preflight.py."""
+        return self._preflight.plan(ref, run_input, run_id)
+
+    def queued(self, planned: PlannedLaunch, record: LaunchRecord) -> LaunchRecord:
+        return self._preflight.queued(planned, record)
 
     # -- claims ------------------------------------------------------------------------
     def claim_next(self, session_id: str | None) -> LaunchRecord | None:

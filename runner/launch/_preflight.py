@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -45,6 +46,15 @@ class PreflightError(InputError):
         self.code = code
 
 
+@dataclass(frozen=True)
+class PlannedLaunch:
+    """A start that passed every check (`Preflight.plan`): its row, and the writeOnly
+    input values this process keeps for it."""
+
+    launch: NewLaunch
+    hidden: dict[str, Any]
+
+
 class Preflight:
     """Prepares launches for one runner: the checks, then the `queued` row."""
 
@@ -77,23 +87,7 @@ class Preflight:
         """Every pre-reply check, then one committed `queued` row with the final run id
         (`claim_by`: claimed by that runner in the same commit; `options`: the private
         launch options, kept until it runs, e.g. a rerun's plan)."""
-        try:
-            definition, stored_ref = self.resolver.compile(ref)
-        except NotFoundError as exc:
-            raise PreflightError("workflow_not_found", self.relative(exc.message)) from None
-        except DefinitionInvalid as exc:
-            raise PreflightError("workflow_invalid", self.relative(exc.message)) from None
-        try:
-            if parent_run_id is not None:
-                # A continuation's input is the answer; the parent's input is carried.
-                self._check_parent(parent_run_id, definition)
-                value = _plain_json(run_input)
-            else:
-                value = check_input(definition, {} if run_input is None else run_input)
-        except PreflightError:
-            raise
-        except InputError as exc:
-            raise PreflightError("input_invalid", exc.message) from None
+        definition, stored_ref, value = self._checked(ref, run_input, parent_run_id)
         if presentation_pending is None and session_id is not None:
             presentation_pending = self._pending_presentation(session_id)
         if presentation_pending is not None:
@@ -105,41 +99,93 @@ class Preflight:
                 held = self.book.reservation(session_id)
                 if held is not None:
                     raise PreflightError("activation_failed", _reserved(held.run_id, held.status))
-            # A controller child's run id is saved on its request before it is queued.
-            run_id = run_id or new_run_id(definition.name, self.clock.now())
-            hidden: dict[str, Any] = {}
-            if parent_run_id is None:
-                # writeOnly fields never reach the store: the row holds `***`, this
-                # process holds the value (a host elsewhere cannot activate it).
-                value, hidden = split_input(definition, value)
-            source = {"source": definition.source.to_json() if definition.source else None,
-                      "sources": [s.to_json() for s in definition.sources]}
-            gate = launch_gate(definition, value) if parent_run_id is None else None
-            result = self.book.enqueue(NewLaunch(
-                run_id=run_id, workflow_ref=stored_ref, source=source,
-                definition_digest=definition.digest, input=value,
-                workflow_path=definition.source.path if definition.source else None,
-                origin_session_id=session_id, parent_run_id=parent_run_id,
-                affinity_runner_id=affinity_runner_id, options=options, gate=gate),
-                claim_by=claim_by,
-                lease_seconds=lease_seconds)
+            launch, hidden = self._launch(
+                definition, stored_ref, value, run_id, session_id=session_id,
+                parent_run_id=parent_run_id, affinity_runner_id=affinity_runner_id,
+                options=options)
+            result = self.book.enqueue(launch, claim_by=claim_by,
+                                       lease_seconds=lease_seconds)
         except StoreError as exc:
             raise PreflightError("store_unavailable", self.safe(
                 f"the workflow store is unavailable: {exc.message}")) from None
         except ValueError as exc:  # the store refuses the input (too large, not plain JSON)
             raise PreflightError("input_invalid", self.safe(str(exc))) from None
+        return self._queued(launch, hidden, result, claim_by)
+
+    def plan(self, ref: str, run_input: Any, run_id: str) -> PlannedLaunch:
+        """`prepare`'s checks for a detached start whose row another commit writes
+        (a trigger's firings that arrive together: `TriggerLedger.fire_many`, one
+        commit for all); then `queued` with what that commit made of it."""
+        definition, stored_ref, value = self._checked(ref, run_input, None)
+        try:
+            return PlannedLaunch(*self._launch(definition, stored_ref, value, run_id))
+        except ValueError as exc:
+            raise PreflightError("input_invalid", self.safe(str(exc))) from None
+
+    def queued(self, planned: PlannedLaunch, record: LaunchRecord) -> LaunchRecord:
+        """After a planned launch was queued: as `prepare` after its commit."""
+        return self._queued(planned.launch, planned.hidden, record, None)
+
+    def _checked(self, ref: str, run_input: Any, parent_run_id: str | None
+                 ) -> tuple[WorkflowDefinition, str, Any]:
+        """The compiled workflow, the ref stored, and the input checked against it."""
+        try:
+            definition, stored_ref = self.resolver.compile(ref)
+        except NotFoundError as exc:
+            raise PreflightError("workflow_not_found", self.relative(exc.message)) from None
+        except DefinitionInvalid as exc:
+            raise PreflightError("workflow_invalid", self.relative(exc.message)) from None
+        try:
+            if parent_run_id is not None:
+                # A continuation's input is the answer; the parent's input is carried.
+                self._check_parent(parent_run_id, definition)
+                return definition, stored_ref, _plain_json(run_input)
+            return definition, stored_ref, check_input(
+                definition, {} if run_input is None else run_input)
+        except PreflightError:
+            raise
+        except InputError as exc:
+            raise PreflightError("input_invalid", exc.message) from None
+
+    def _launch(self, definition: WorkflowDefinition, stored_ref: str, value: Any,
+                run_id: str | None, *, session_id: str | None = None,
+                parent_run_id: str | None = None, affinity_runner_id: str | None = None,
+                options: dict[str, Any] | None = None) -> tuple[NewLaunch, dict[str, Any]]:
+        """The row to queue, and the writeOnly input values this process keeps."""
+        # A controller child's run id is saved on its request before it is queued.
+        run_id = run_id or new_run_id(definition.name, self.clock.now())
+        hidden: dict[str, Any] = {}
+        if parent_run_id is None:
+            # writeOnly fields never reach the store: the row holds `***`, this
+            # process holds the value (a host elsewhere cannot activate it).
+            value, hidden = split_input(definition, value)
+        source = {"source": definition.source.to_json() if definition.source else None,
+                  "sources": [s.to_json() for s in definition.sources]}
+        gate = launch_gate(definition, value) if parent_run_id is None else None
+        return NewLaunch(
+            run_id=run_id, workflow_ref=stored_ref, source=source,
+            definition_digest=definition.digest, input=value,
+            workflow_path=definition.source.path if definition.source else None,
+            origin_session_id=session_id, parent_run_id=parent_run_id,
+            affinity_runner_id=affinity_runner_id, options=options, gate=gate), hidden
+
+    def _queued(self, launch: NewLaunch, hidden: dict[str, Any],
+                result: LaunchRecord | LostRace, claim_by: str | None) -> LaunchRecord:
+        """After the commit: the kept values, then a lost race named, or the
+        concurrency strategy applied."""
         if hidden and not isinstance(result, LostRace):
-            self._held.values[run_id] = hidden
+            self._held.values[launch.run_id] = hidden
         self.crash("after_queued_commit")
         if isinstance(result, LostRace):
             if result.reason == "session_reserved":
                 raise PreflightError("activation_failed",
                                      _reserved(result.holder or "?", "active"))
             if result.reason == "continuation_exists":
-                raise PreflightError("activation_failed", f"run '{parent_run_id}' was already "
-                                     f"answered (run {result.holder}); each waiting run "
-                                     "continues once")
+                raise PreflightError("activation_failed", f"run '{launch.parent_run_id}' was "
+                                     f"already answered (run {result.holder}); each waiting "
+                                     "run continues once")
             raise PreflightError("activation_failed", f"could not queue the run ({result.reason})")
+        gate = launch.gate
         if gate is not None and gate.strategy in ("cancel_newest", "cancel_running") \
                 and claim_by is None:
             return self._apply_strategy(result, gate)

@@ -31,10 +31,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from zoneinfo import ZoneInfo
 
 from runner._safety import safe_message
@@ -43,9 +43,12 @@ from runner.compiler._templates import TemplateError, render_native
 from runner.compiler._triggers import TriggerSpec
 from runner.errors import WfrunError
 from runner.store import StoreError
+from runner.store.domain._triggers import NewFiring
 
 if TYPE_CHECKING:
     from runner.clock import Clock
+    from runner.launch._preflight import PlannedLaunch
+    from runner.store import LaunchRecord
     from runner.store.domain._triggers import Firing, TriggerLedger
 
 log = logging.getLogger("wfrun.triggers")
@@ -79,6 +82,23 @@ class Scheduled:
 
 #: Queue run `run_id` of `workflow` with this input; raises WfrunError when refused.
 Launcher = Callable[[str, Any, str], None]
+
+
+class Starter(Protocol):
+    """Starts whose rows the trigger ledger writes with their firings (group commit:
+    `deliver_many`); `LaunchCoordinator` is one."""
+
+    def plan(self, ref: str, run_input: Any, run_id: str) -> PlannedLaunch:
+        """Every check of a start (raises WfrunError: refused, nothing stored)."""
+        ...
+
+    def queued(self, planned: PlannedLaunch, record: LaunchRecord) -> LaunchRecord:
+        """What follows its commit (raises WfrunError)."""
+        ...
+
+
+#: One webhook delivery: its trigger, its delivery id, its event.
+Delivery = tuple[Scheduled, str, dict[str, Any]]
 
 
 def slot_key(slot: float) -> str:
@@ -171,8 +191,10 @@ class TriggerLoop:
                  cancel: Callable[[str], None] | None = None,
                  on_launched: Callable[[str], None] | None = None,
                  enqueue: Callable[[str, str], None] | None = None,
-                 counted: Callable[[Scheduled, str, int], None] | None = None) -> None:
+                 counted: Callable[[Scheduled, str, int], None] | None = None,
+                 starter: Starter | None = None) -> None:
         """`on_launched(run_id)`: a firing queued a run (the host claims it at once).
+        `starter`: runs queued in one commit with their firings (`deliver_many`).
         `enqueue(controller, key)`: what a controller's trigger does instead.
         `counted(trigger, outcome, slots)`: this loop recorded that many slots or
         deliveries as launched, skipped, missed or failed (the host's metrics)."""
@@ -182,6 +204,7 @@ class TriggerLoop:
         self.on_launched = on_launched
         self.clock = clock
         self.launch = launch
+        self.starter = starter
         self.triggers = triggers
         self.cancel = cancel
         self._mine: set[str] = set()  # pending firings this loop claimed (run ids)
@@ -301,6 +324,71 @@ class TriggerLoop:
             return found, fresh
         return self.fire_event(item, f"delivery:{delivery}", event)
 
+    def deliver_many(self, deliveries: Sequence[Delivery]
+                     ) -> list[tuple[Firing, bool] | WfrunError | StoreError]:
+        """`deliver` for deliveries that arrived together (group commit): every new
+        one's firing is recorded and its run queued in one transaction, one commit
+        (one sync) for all. Per delivery, what `deliver` returns, or why the store
+        refused it (the sender retries).
+        A debounced, controller or non-`allow` overlap trigger's delivery, whose
+        start reads or changes other runs first, takes `deliver` one by one."""
+        done: list[tuple[Firing, bool] | WfrunError | StoreError | None] = []
+        grouped: list[tuple[int, Scheduled, str, dict[str, Any]]] = []
+        for item, delivery, event in deliveries:
+            hook = item.spec.webhook
+            if (self.starter is None or item.controller is not None
+                    or (hook is not None and hook.debounce)
+                    or item.spec.overlap != "allow"):
+                try:
+                    done.append(self.deliver(item, delivery, event))
+                except (WfrunError, StoreError) as exc:
+                    done.append(exc)
+                continue
+            grouped.append((len(done), item, f"delivery:{delivery}", event))
+            done.append(None)
+        if grouped:
+            try:
+                for at, found in zip([g[0] for g in grouped], self._fire_many(grouped),
+                                     strict=True):
+                    done[at] = found
+            except (WfrunError, StoreError) as exc:  # the sender retries: a replay then
+                for at, *_ in grouped:
+                    done[at] = exc
+        return [d for d in done if d is not None]
+
+    def _fire_many(self, grouped: list[tuple[int, Scheduled, str, dict[str, Any]]]
+                   ) -> list[tuple[Firing, bool]]:
+        assert self.starter is not None
+        now = self.clock.now()
+        firings: list[NewFiring] = []
+        plans: list[PlannedLaunch | None] = []
+        for _, item, key, event in grouped:
+            w, t = item.workflow, item.spec.name
+            run_id = firing_run_id(w, t, key, now)
+            planned, why = None, None
+            try:  # a replay's checks are wasted, and cheaper than a read first
+                planned = self.starter.plan(w, self._input(item, key, None, event), run_id)
+            except TemplateError as exc:
+                why = f"the trigger's input: {exc}"
+            except WfrunError as exc:
+                why = safe_message(exc.message)
+            firings.append(NewFiring(w, t, key, run_id,
+                                     planned.launch if planned else None, why))
+            plans.append(planned)
+        done = self.ledger.fire_many(firings)
+        for (_, item, _, _), planned, fired in zip(grouped, plans, done, strict=True):
+            if not fired.made:
+                continue  # a replay: another host, batch or delivery of this one was first
+            if planned is not None and fired.launch is not None:
+                try:
+                    self.starter.queued(planned, fired.launch)
+                except WfrunError as exc:  # a concurrency strategy: the run stays queued
+                    log.info("trigger %s.%s: %s", item.workflow, item.spec.name, exc.message)
+            firing = fired.firing
+            self._count(item, firing.outcome, 1)
+            self._told(item, firing.key, firing.run_id or "", firing.outcome, firing.reason)
+        return [(fired.firing, fired.made) for fired in done]
+
     def fire_event(self, item: Scheduled, key: str, event: dict[str, Any]
                    ) -> tuple[Firing, bool]:
         """Start the trigger once for the event whose idempotency key is `key` (a
@@ -390,14 +478,10 @@ class TriggerLoop:
                 except WfrunError as exc:  # it ended meanwhile, or the store refused
                     log.info("trigger %s.%s: could not cancel %s: %s", workflow, spec.name,
                              holder, exc.message)
-        context = {"trigger": {"name": spec.name, "workflow": workflow,
-                               "slot": None if slot is None else slot_key(slot),
-                               "kind": spec.kind, "key": key},
-                   "event": event}
         if item.controller is not None:
-            return self._enqueue(item, key, run_id, context)
+            return self._enqueue(item, key, run_id, _context(item, key, slot, event))
         try:
-            run_input = None if spec.input is None else render_native(spec.input, context)
+            run_input = self._input(item, key, slot, event)
         except TemplateError as exc:
             self._settle(item, key, run_id, "failed", f"the trigger's input: {exc}")
             return True
@@ -440,6 +524,11 @@ class TriggerLoop:
                 reason: str | None = None) -> None:
         if self.ledger.settle(item.workflow, item.spec.name, key, outcome, reason):
             self._count(item, outcome, 1)
+        self._told(item, key, run_id, outcome, reason)
+
+    def _told(self, item: Scheduled, key: str, run_id: str, outcome: str,
+              reason: str | None) -> None:
+        """A firing settled: the host hears of its run, the log of its fate."""
         self._mine.discard(run_id)
         if outcome == "launched":
             if self.on_launched is not None:
@@ -449,6 +538,13 @@ class TriggerLoop:
         elif outcome == "failed":
             log.warning("trigger %s.%s could not start %s: %s", item.workflow,
                         item.spec.name, key, reason)
+
+    @staticmethod
+    def _input(item: Scheduled, key: str, slot: float | None, event: dict[str, Any]) -> Any:
+        """The run's input: the trigger's `input:` rendered (raises TemplateError)."""
+        spec = item.spec
+        return None if spec.input is None else render_native(
+            spec.input, _context(item, key, slot, event))
 
     def _finish_pending(self, item: Scheduled, now: float) -> None:
         """Queued-behind firings whose turn came, and firings a crash left pending."""
@@ -473,6 +569,16 @@ class TriggerLoop:
         if text != self._failed:
             log.warning("wfrun host: %s", text)
             self._failed = text
+
+
+def _context(item: Scheduled, key: str, slot: float | None,
+             event: dict[str, Any]) -> dict[str, Any]:
+    """What a trigger's `input:` and `key:` templates see."""
+    spec = item.spec
+    return {"trigger": {"name": spec.name, "workflow": item.workflow,
+                        "slot": None if slot is None else slot_key(slot),
+                        "kind": spec.kind, "key": key},
+            "event": event}
 
 
 def _ms(seconds: float) -> int:

@@ -90,6 +90,9 @@ class Dialect:
     #: A statement that holds the transaction until no other holds `:key` (Postgres:
     #: an advisory lock); None where writers already go one at a time (SQLite).
     key_lock: str | None = None
+    #: Whether write transactions of one process make progress side by side (a pool
+    #: of connections, row locks) rather than one at a time (SQLite's write lock).
+    parallel_writes: bool = True
 
     def indexed_by(self, index: str) -> str:
         return f" INDEXED BY {index}" if self.index_hints else ""

@@ -81,7 +81,8 @@ class HostTriggers:
         self.loop = TriggerLoop(self.store.triggers, self.ws.clock,
                                 self._launcher(self.coordinator), triggers=self.current,
                                 cancel=self._cancel, on_launched=self.on_launched,
-                                enqueue=self.enqueue, counted=self.counted)
+                                enqueue=self.enqueue, counted=self.counted,
+                                starter=self.coordinator)
 
     def current(self) -> list[Scheduled]:
         now = self.ws.clock.monotonic()

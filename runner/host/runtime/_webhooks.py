@@ -8,7 +8,9 @@ A POST to a webhook trigger's path starts its workflow once per delivery:
   time); a missing or wrong signature is 401 and nothing is recorded or queued;
 - the delivery id header (`X-GitHub-Delivery`) is the firing's idempotency key: a
   replayed delivery queues nothing new and is answered with the first one's run;
-- the answer is JSON naming the run id (202 queued, 200 a replay or a skip).
+- the answer is JSON naming the run id (202 queued, 200 a replay or a skip), sent
+  once the run is durably queued; deliveries that arrive together are claimed and
+  queued in one commit, one fsync for all (group commit: `_groupcommit.py`).
 
 Only a loopback address serves triggers without a secret: `--listen` on any other
 address is refused unless every webhook trigger of the project is signed.
@@ -25,13 +27,18 @@ import threading
 from collections.abc import Callable, Mapping
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runner import _jsonin as jsonin
 from runner._safety import is_secret_name
 from runner.errors import InputError, WfrunError
-from runner.launch._triggers import Scheduled, TriggerLoop
+from runner.launch._triggers import Delivery, Scheduled, TriggerLoop
 from runner.store import StoreError
+
+from ._groupcommit import GroupCommit
+
+if TYPE_CHECKING:
+    from runner.store.domain._triggers import Firing
 
 log = logging.getLogger("wfrun.webhooks")
 
@@ -39,6 +46,9 @@ log = logging.getLogger("wfrun.webhooks")
 #: are far below 1 MiB): larger ones are refused before they are read.
 MAX_BODY = 1 << 20
 _DELIVERY_MAX = 200
+#: Batches of deliveries committed at once on a store whose writers work side by
+#: side (Postgres; the default pool has 8 connections, the host needs the rest).
+PARALLEL_ROUNDS = 4
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -95,6 +105,10 @@ class WebhookServer:
                                  "unsigned deliveries; give each `secret: NAME` and set "
                                  "$NAME, or listen on 127.0.0.1")
         self.loopback = is_loopback(host)
+        # Deliveries that arrive together are queued in one commit (one fsync).
+        self.commits: GroupCommit[Delivery, tuple[Firing, bool] | WfrunError | StoreError] = \
+            GroupCommit(loop.deliver_many,
+                        rounds=PARALLEL_ROUNDS if loop.ledger.parallel_writes else 1)
         server = self
         handler = type("Handler", (_Handler,), {"server_ref": server})
         try:
@@ -157,10 +171,10 @@ class WebhookServer:
         # Credentials (authorization, cookies) are not facts: never in a run's input.
         event = {"body": _body(body, lower.get("content-type", "")), "delivery": delivery,
                  "headers": {k: v for k, v in lower.items() if not is_secret_name(k)}}
-        try:
-            firing, fresh = self.loop.deliver(item, delivery, event)
-        except (WfrunError, StoreError) as exc:  # the store refused: the sender retries
-            return name, HTTPStatus.SERVICE_UNAVAILABLE, {"error": exc.message}
+        found = self.commits.submit((item, delivery, event))
+        if isinstance(found, (WfrunError, StoreError)):  # refused: the sender retries
+            return name, HTTPStatus.SERVICE_UNAVAILABLE, {"error": found.message}
+        firing, fresh = found
         debounced = bool(hook.debounce) and firing.outcome == "pending"
         answer: dict[str, Any] = {"trigger": name,
                                   "delivery": delivery, "outcome": firing.outcome,

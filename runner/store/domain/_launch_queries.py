@@ -4,9 +4,17 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from runner.store._connector import in_params
 from runner.store._ddl import sql_in
+from runner.store._records import (
+    INPUT_MAX_BYTES,
+    NewLaunch,
+    canonical_json,
+    check_id,
+    json_object,
+)
 from runner.store._states import (
     CLAIMED_STATUSES,
     HANDED_OVER,
@@ -172,3 +180,26 @@ HOLD = Operation("hold", CLAIMED_STATUSES, "running", needs_claim=True)
 # an earlier lease), which recovery already handles: a claimed launch is recovered from
 # its bundle, never from the claim. The enqueue and every ending stay durable.
 CLAIM_DURABLE = False
+
+
+def launch_values(launch: NewLaunch) -> dict[str, Any]:
+    """The queue row's values, checked (ValueError: the store refuses the launch)."""
+    check_id(launch.run_id, "run_id")
+    check_id(launch.workflow_ref, "workflow_ref")
+    check_id(launch.definition_digest, "definition_digest")
+    for name in ("origin_session_id", "parent_run_id", "affinity_runner_id"):
+        if getattr(launch, name) is not None:
+            check_id(getattr(launch, name), name)
+    if launch.parent_run_id == launch.run_id:
+        raise ValueError(f"launch {launch.run_id} cannot continue itself")
+    return {
+        "run_id": launch.run_id, "workflow_ref": launch.workflow_ref,
+        "workflow_path": launch.workflow_path,
+        "source": json_object(launch.source, what="source identity"),
+        "digest": launch.definition_digest,
+        "input": canonical_json(launch.input, what="launch input",
+                                max_bytes=INPUT_MAX_BYTES),
+        "options": None if launch.options is None else json_object(
+            launch.options, what="launch options"),
+        "affinity": launch.affinity_runner_id, "origin": launch.origin_session_id,
+        "parent": launch.parent_run_id}

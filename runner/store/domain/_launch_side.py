@@ -41,7 +41,7 @@ class LaunchSide:
         self._step_cache = StepCache(connector)
         self._audit = AuditLog(connector, mine.get("audit"))
         self._deliveries = NotificationDeliveries(connector, mine.get("deliveries"))
-        self._triggers = TriggerLedger(connector)
+        self._triggers = TriggerLedger(connector, self._launches)
         self._fanout = FanoutItems(connector)
 
     @property

@@ -12,7 +12,8 @@ and a detached row that becomes claimable is announced (`tx.notify`, ids only).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from runner._leases import LEASE_SECONDS
@@ -26,14 +27,12 @@ from runner.store._connector import (
 )
 from runner.store._interface import BundleRefused, BundleWrite
 from runner.store._records import (
-    INPUT_MAX_BYTES,
     LaunchRecord,
     LostRace,
     NewLaunch,
     NewTurnIntent,
     NextClaim,
     bounded_message,
-    canonical_json,
     check_error_code,
     check_id,
     json_object,
@@ -63,10 +62,13 @@ from runner.store.domain._launch_queries import (
     LAUNCH_CHANNEL,
     ORIGIN,
     SQL,
+    launch_values,
 )
 from runner.store.domain._launch_reads import LaunchReads
 from runner.store.domain._pages import launch_from_row
 from runner.store.domain._workflow_requests import settle_child
+
+Adder = Callable[[NewLaunch], LaunchRecord | LostRace | ValueError]  # `batch`'s add
 
 
 def guard(row: Row | None, run_id: str, op: Operation, token: str | None,
@@ -117,58 +119,59 @@ class LaunchQueue(LaunchReads):
     def enqueue(self, launch: NewLaunch, *,
                 claim_by: str | None = None,
                 lease_seconds: float = LEASE_SECONDS) -> LaunchRecord | LostRace:
-        check_id(launch.run_id, "run_id")
         if claim_by is not None:
             check_id(claim_by, "claim_by")
-        check_id(launch.workflow_ref, "workflow_ref")
-        check_id(launch.definition_digest, "definition_digest")
-        for name in ("origin_session_id", "parent_run_id", "affinity_runner_id"):
-            if getattr(launch, name) is not None:
-                check_id(getattr(launch, name), name)
-        if launch.parent_run_id == launch.run_id:
-            raise ValueError(f"launch {launch.run_id} cannot continue itself")
-        values = {
-            "run_id": launch.run_id, "workflow_ref": launch.workflow_ref,
-            "workflow_path": launch.workflow_path,
-            "source": json_object(launch.source, what="source identity"),
-            "digest": launch.definition_digest,
-            "input": canonical_json(launch.input, what="launch input",
-                                    max_bytes=INPUT_MAX_BYTES),
-            "options": None if launch.options is None else json_object(
-                launch.options, what="launch options"),
-            "affinity": launch.affinity_runner_id, "origin": launch.origin_session_id,
-            "parent": launch.parent_run_id}
+        values = launch_values(launch)
         if claim_by is None and launch.gate is None and self._sql["enqueue_one"]:
             return self._enqueue_one(launch, values)
         with self._events.writing() as (tx, log):
-            # Insert first: the unique indexes (run id, session reservation, one
-            # continuation per parent) refuse every conflict, and only a refusal pays
-            # for the lookups that name it.
-            try:
-                with tx.statement():  # a unique index may refuse it; the rest is kept
-                    row = tx.one(self._sql["insert"], {**values, "now": tx.now_ms()})
-            except UniqueViolation:
-                return self._enqueue_conflict(tx, launch) or LostRace(
-                    launch.run_id, "already_exists")
-            assert row is not None
-            if launch.gate is not None:
-                gate = launch.gate
-                tx.run(self._sql["gate_insert"], {
-                    "run_id": launch.run_id, "ckey": gate.concurrency_key,
-                    "climit": gate.concurrency_limit, "strategy": gate.strategy,
-                    "rkey": gate.rate_key, "rlimit": gate.rate_limit,
-                    "rper": gate.rate_per_ms})
-            self._event(log, row, None, "launch.queued")
-            if claim_by is not None:
-                # Queued and claimed in one commit: between the two a host woken by
-                # the notice (or polling) took a `wfrun run`'s launch and ran it
-                # elsewhere, without that process's secrets (issue 35).
-                taken = self._take(tx, log, row, claim_by, lease_ms(lease_seconds),
-                                   gated=False)
-                assert isinstance(taken, LaunchRecord), "a row inserted here changed"
-                return taken
-            if launch.origin_session_id is None:
-                tx.notify(LAUNCH_CHANNEL, launch.run_id)
+            return self._insert(tx, log, launch, values, claim_by, lease_seconds)
+
+    @contextmanager
+    def batch(self) -> Iterator[tuple[Transaction, Adder]]:
+        """One durable transaction; `add(launch)` queues a launch in it, judged alone
+        (refused: its ValueError or LostRace, the rest kept), beside what else the
+        caller writes (`TriggerLedger.fire_many`: group commit)."""
+        with self._events.writing() as (tx, log):
+            def add(launch: NewLaunch) -> LaunchRecord | LostRace | ValueError:
+                try:
+                    values = launch_values(launch)
+                except ValueError as exc:
+                    return exc
+                return self._insert(tx, log, launch, values)
+            yield tx, add
+
+    def _insert(self, tx: Transaction, log: EventLog, launch: NewLaunch,
+                values: dict[str, Any], claim_by: str | None = None,
+                lease_seconds: float = LEASE_SECONDS) -> LaunchRecord | LostRace:
+        # Insert first: the unique indexes (run id, session reservation, one
+        # continuation per parent) refuse every conflict, and only a refusal pays
+        # for the lookups that name it.
+        try:
+            with tx.statement():  # a unique index may refuse it; the rest is kept
+                row = tx.one(self._sql["insert"], {**values, "now": tx.now_ms()})
+        except UniqueViolation:
+            return self._enqueue_conflict(tx, launch) or LostRace(
+                launch.run_id, "already_exists")
+        assert row is not None
+        if launch.gate is not None:
+            gate = launch.gate
+            tx.run(self._sql["gate_insert"], {
+                "run_id": launch.run_id, "ckey": gate.concurrency_key,
+                "climit": gate.concurrency_limit, "strategy": gate.strategy,
+                "rkey": gate.rate_key, "rlimit": gate.rate_limit,
+                "rper": gate.rate_per_ms})
+        self._event(log, row, None, "launch.queued")
+        if claim_by is not None:
+            # Queued and claimed in one commit: between the two a host woken by
+            # the notice (or polling) took a `wfrun run`'s launch and ran it
+            # elsewhere, without that process's secrets (issue 35).
+            taken = self._take(tx, log, row, claim_by, lease_ms(lease_seconds),
+                               gated=False)
+            assert isinstance(taken, LaunchRecord), "a row inserted here changed"
+            return taken
+        if launch.origin_session_id is None:
+            tx.notify(LAUNCH_CHANNEL, launch.run_id)
         return launch_from_row(row)
 
     def _enqueue_one(self, launch: NewLaunch, values: dict[str, Any]) -> LaunchRecord | LostRace:

@@ -16,11 +16,21 @@ slot from starting twice. A year of hourly slots costs no fsync of its own.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from typing import Protocol
 
-from runner.store._connector import Connector, Row
+from runner.store._connector import Connector, Row, Transaction
 from runner.store._ddl import sql_in
-from runner.store._records import bounded_message, canonical_json, check_id
+from runner.store._records import (
+    LaunchRecord,
+    LostRace,
+    NewLaunch,
+    bounded_message,
+    canonical_json,
+    check_id,
+)
 from runner.store._states import (
     CONTROLLER_ERROR_MAX_BYTES,
     EVENT_MAX_BYTES,
@@ -28,10 +38,20 @@ from runner.store._states import (
     TERMINAL_STATUSES,
 )
 
+
+class Batching(Protocol):
+    """The launch queue as `fire_many` writes in it (`LaunchQueue.batch`)."""
+
+    def batch(self) -> AbstractContextManager[tuple[Transaction, Callable[
+            [NewLaunch], LaunchRecord | LostRace | ValueError]]]: ...
+
 _STATE = ("SELECT workflow, trigger_name, paused, cursor_at, updated_at FROM trigger_states"
           " WHERE workflow = :w AND trigger_name = :t")
 _FIRING_COLUMNS = ("workflow, trigger_name, firing_key, slot_at, outcome, run_id, reason,"
                    " event_json, created_at, updated_at")
+_SETTLE = ("UPDATE trigger_firings SET outcome = :outcome, reason = :reason,"
+           " event_json = NULL, updated_at = :now WHERE workflow = :w"
+           " AND trigger_name = :t AND firing_key = :k AND outcome = 'pending'")
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,11 +105,41 @@ def _reason(reason: str | None) -> str | None:
     return None if reason is None else bounded_message(reason, CONTROLLER_ERROR_MAX_BYTES)
 
 
-class TriggerLedger:
-    """Trigger state and firings on any backend."""
+@dataclass(frozen=True, slots=True)
+class NewFiring:
+    """An event firing to record (`fire_many`) with its run's launch, or with
+    `reason` instead when it failed before one (its input did not render)."""
 
-    def __init__(self, connector: Connector) -> None:
+    workflow: str
+    trigger: str
+    key: str
+    run_id: str
+    launch: NewLaunch | None
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Fired:
+    """What `fire_many` made of one firing."""
+
+    firing: Firing  # as it stands after the commit
+    made: bool  # False: it existed already (a replay)
+    launch: LaunchRecord | None  # the run it queued (made and launched)
+
+
+class TriggerLedger:
+    """Trigger state and firings on any backend (`launches`: the queue whose batch
+    `fire_many` writes in)."""
+
+    def __init__(self, connector: Connector, launches: Batching | None = None) -> None:
         self._c = connector
+        self._launches = launches
+
+    @property
+    def parallel_writes(self) -> bool:
+        """Whether `fire_many` calls of this process commit side by side (Postgres)
+        or one at a time (SQLite): how many batches a group commit runs at once."""
+        return self._c.dialect.parallel_writes
 
     # -- state ---------------------------------------------------------------------
     def state(self, workflow: str, trigger: str) -> TriggerState | None:
@@ -184,6 +234,46 @@ class TriggerLedger:
                       "reason": _reason(reason), "now": now}
                      for k, slot, outcome, reason in firings])
 
+    def fire_many(self, firings: Sequence[NewFiring]) -> list[Fired]:
+        """Event firings (webhook deliveries that arrived together: group commit)
+        recorded and their launches queued in one durable transaction, so a firing
+        never exists without its run, even after a crash. Per firing, as it stands
+        after the commit: a replay's (it existed already: nothing new), or the new
+        one, launched with its run queued or failed saying why (its own `reason`,
+        or why the store refused its launch)."""
+        assert self._launches is not None, "a ledger built without the launch queue"
+        for f in firings:
+            check_id(f.key, "firing key")
+        done: list[Fired] = []
+        with self._launches.batch() as (tx, add):
+            now = tx.now_ms()
+            for f in firings:
+                ids = {"w": f.workflow, "t": f.trigger, "k": f.key, "now": now}
+                row = tx.one(f"INSERT INTO trigger_firings ({_FIRING_COLUMNS}) VALUES (:w,"
+                             " :t, :k, NULL, 'pending', :run, NULL, NULL, :now, :now)"
+                             " ON CONFLICT (workflow, trigger_name, firing_key) DO NOTHING"
+                             f" RETURNING {_FIRING_COLUMNS}", {**ids, "run": f.run_id})
+                if row is None:  # a replay: as the first delivery left it
+                    row = tx.one(f"SELECT {_FIRING_COLUMNS} FROM trigger_firings WHERE"
+                                 " workflow = :w AND trigger_name = :t AND firing_key = :k",
+                                 ids)
+                    assert row is not None  # firings are never deleted while pending
+                    done.append(Fired(_firing(row), False, None))
+                    continue
+                queued = add(f.launch) if f.launch is not None else f.reason or "failed"
+                if isinstance(queued, LostRace):
+                    queued = f"could not queue the run ({queued.reason})"
+                elif isinstance(queued, ValueError):
+                    queued = str(queued)
+                why = queued if isinstance(queued, str) else None
+                row = tx.one(f"{_SETTLE} RETURNING {_FIRING_COLUMNS}", {
+                    **ids, "outcome": "launched" if why is None else "failed",
+                    "reason": _reason(why)})
+                assert row is not None  # inserted pending by this transaction
+                done.append(Fired(_firing(row), True,
+                                  None if isinstance(queued, str) else queued))
+        return done
+
     def settle(self, workflow: str, trigger: str, key: str, outcome: str,
                reason: str | None = None) -> bool:
         """End a `pending` firing (launched, skipped or failed); False if it was not
@@ -192,12 +282,9 @@ class TriggerLedger:
             raise ValueError(f"a firing settles as launched, skipped, missed or failed, "
                              f"not {outcome!r}")
         with self._c.write(durable=False) as tx:
-            changed = tx.run(
-                "UPDATE trigger_firings SET outcome = :outcome, reason = :reason,"
-                " event_json = NULL, updated_at = :now WHERE workflow = :w"
-                " AND trigger_name = :t AND firing_key = :k AND outcome = 'pending'",
-                {"w": workflow, "t": trigger, "k": key, "outcome": outcome,
-                 "reason": _reason(reason), "now": tx.now_ms()})
+            changed = tx.run(_SETTLE, {"w": workflow, "t": trigger, "k": key,
+                                       "outcome": outcome, "reason": _reason(reason),
+                                       "now": tx.now_ms()})
         return changed == 1
 
     def reopen(self, workflow: str, trigger: str, key: str, run_id: str) -> bool:

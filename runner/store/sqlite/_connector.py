@@ -20,7 +20,7 @@ from runner.store._connector import Dialect, Params, Row, Transaction, UniqueVio
 from runner.store.sqlite._db import SqliteDatabase, translate
 
 DIALECT = Dialect(name="sqlite", lock="", skip_locked="", unlimited=-1, same="IS",
-                  index_hints=True, cheap_returning=False)
+                  index_hints=True, cheap_returning=False, parallel_writes=False)
 _NO_PARAMS: Params = {}
 _ONE_STATEMENT = nullcontext()
 

@@ -17,6 +17,7 @@ import pytest
 
 from runner.store import SqliteStore, StoreUnreachable
 from runner.store._records import LaunchRecord, NewLaunch
+from runner.store.domain._triggers import NewFiring
 
 RUN = "wf-20261201T000000Z-0000000a"
 
@@ -217,4 +218,21 @@ def test_the_fence_is_one_read_of_the_lease_columns(tmp_path: Path) -> None:
     assert columns[:3] == ["status", "claim_token", "claim_expires_at"]
     assert len(columns) == 4
     assert columns[3].endswith(" AS fence_now")
+    store.close()
+
+
+def test_launches_queued_together_share_one_durable_commit(tmp_path: Path) -> None:
+    """Group commit (webhook deliveries that arrive together): five launches, one
+    `BEGIN IMMEDIATE ... COMMIT` at FULL, so one WAL sync for all five."""
+    store = SqliteStore(tmp_path / "store.sqlite3")
+    statements: list[str] = []
+    store._db.connection().set_trace_callback(statements.append)
+    done = store.triggers.fire_many([NewFiring(
+        "wf", "push", f"delivery:{n}", f"wf-20261201T000000Z-0000000{n}",
+        NewLaunch(f"wf-20261201T000000Z-0000000{n}", "wf", {"kind": "file"}, "d" * 64,
+                  {"n": n})) for n in range(5)])
+    assert all(isinstance(d.launch, LaunchRecord) for d in done)
+    assert _sync_levels(statements) == ["FULL"]
+    assert sum(sql.startswith("BEGIN") for sql in statements) == 1
+    assert len(store.launches.query()) == 5
     store.close()

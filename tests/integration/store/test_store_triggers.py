@@ -18,8 +18,10 @@ from storekit import Backend, FakeClock, launch
 from runner.compiler._triggers import TriggerSpec
 from runner.errors import WfrunError
 from runner.launch._triggers import Scheduled, TriggerLoop, slot_key, slots_after
-from runner.store import Store
+from runner.store import LaunchRecord, LostRace, Store
 from runner.store._layout import ADDED_TABLES
+from runner.store._records import INPUT_MAX_BYTES
+from runner.store.domain._triggers import NewFiring
 
 HOUR = 3600.0
 
@@ -310,5 +312,44 @@ def test_a_long_outage_of_a_fast_schedule_is_bounded(backend: Backend,
         gaps = sorted(f.reason or "" for f in missed if f.key.startswith("gap:"))
         assert len(missed) - len(gaps) == 999
         assert [g.split(" ")[0] for g in gaps] == ["2600", "3600"]
+    finally:
+        store.close()
+
+
+def test_deliveries_that_arrive_together_are_recorded_and_queued_in_one_commit(
+        backend: Backend, clock: FakeClock) -> None:
+    """Group commit's store side: event firings of any triggers recorded with their
+    runs' launches in one transaction; a replay (even of a delivery in the same
+    batch) queues nothing; each is judged alone: a launch the store refuses leaves
+    its firing failed, saying why, and the others queued."""
+    store = backend.open(clock)
+    try:
+        ledger = store.triggers
+        assert ledger.claim("hooked", "push", "delivery:old", slot_at=None,
+                            outcome="launched", run_id="hooked-old")
+        assert not isinstance(store.launches.enqueue(launch("hooked-taken")), LostRace)
+        done = ledger.fire_many([
+            NewFiring("hooked", "push", "delivery:a", "hooked-a", launch("hooked-a")),
+            NewFiring("hooked", "push", "delivery:old", "hooked-x", launch("hooked-x")),
+            NewFiring("other", "push", "delivery:a", "other-a", launch(
+                "other-a", input={"big": "x" * (INPUT_MAX_BYTES + 1)})),
+            NewFiring("hooked", "push", "delivery:a", "hooked-y", launch("hooked-y")),
+            NewFiring("hooked", "push", "delivery:b", "hooked-taken",
+                      launch("hooked-taken")),
+            NewFiring("hooked", "push", "delivery:c", "hooked-c", None,
+                      "the trigger's input: 'event' has no attribute 'x'")])
+        assert [(d.made, d.firing.outcome, d.firing.run_id) for d in done] == [
+            (True, "launched", "hooked-a"), (False, "launched", "hooked-old"),
+            (True, "failed", "other-a"), (False, "launched", "hooked-a"),
+            (True, "failed", "hooked-taken"), (True, "failed", "hooked-c")]
+        assert isinstance(done[0].launch, LaunchRecord)
+        assert done[0].launch.run_id == "hooked-a"
+        assert [d.launch for d in done[1:]] == [None] * 5
+        assert "launch input" in (done[2].firing.reason or "")
+        assert done[4].firing.reason == "could not queue the run (already_exists)"
+        assert done[5].firing.reason == "the trigger's input: 'event' has no attribute 'x'"
+        assert {r.run_id for r in store.launches.query()} == {"hooked-taken", "hooked-a"}
+        stored = ledger.firing("other", "push", "delivery:a")
+        assert stored == done[2].firing  # as recorded
     finally:
         store.close()
