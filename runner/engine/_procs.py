@@ -322,6 +322,25 @@ def run_group(
     )
 
 
+_environ_lock = threading.Lock()
+_environ_seen: dict[bytes, bytes] = {}  # os.environ as last copied, bytes to bytes
+
+
+def _environ_bytes() -> dict[bytes, bytes]:
+    """A copy of our environment as bytes, the form Popen hands the kernel. Copying
+    `os.environ` decodes every variable and Popen encodes each again (~0.3 ms a step
+    on a loaded machine, a tenth of a fan-out item's CPU): the bytes are kept and
+    copied whole while the process environment equals them (one dict comparison)."""
+    global _environ_seen
+    data = getattr(os.environ, "_data", None)  # CPython's bytes mapping behind it
+    if not isinstance(data, dict):
+        return dict(os.environb)
+    with _environ_lock:
+        if data != _environ_seen:
+            _environ_seen = dict(data)
+        return dict(_environ_seen)
+
+
 def run_shell(
     command: list[str] | str,
     *,
@@ -342,11 +361,11 @@ def run_shell(
     passes. Never raises for a command that cannot start: that is a result. `sinks`
     (stdout, stderr) see every chunk as it is read: the live log."""
     start = clock.monotonic()
-    full_env = dict(os.environ)
-    if env:
-        full_env.update(env)
+    full_env = _environ_bytes()
+    for name, value in (env or {}).items():
+        full_env[os.fsencode(name)] = os.fsencode(value)
     if registry is not None:  # found by the next runner even if `add` never happens
-        full_env[MARK_ENV] = registry.mark
+        full_env[MARK_ENV.encode()] = registry.mark.encode()
     try:
         proc = subprocess.Popen(
             command,

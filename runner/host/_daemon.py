@@ -427,6 +427,11 @@ class StandaloneHost:
     def _loop(self, once: bool) -> None:
         while not self.stop_event.is_set():
             self._wake.clear()  # before claiming: a run ending from here on wakes the wait
+            with self._lock:
+                # What runs as the pass begins may end during it and queue work its claim
+                # looked for too early (a map's last item re-queues its parked parent):
+                # --once ends only after a pass that began with nothing running.
+                was_busy = bool(self._running)
             # Due slots first: a slot's run is claimed in this same pass.
             next_slot = self.triggers.tick() if self.triggers is not None else None
             claimed = self._claim_ready()
@@ -441,7 +446,7 @@ class StandaloneHost:
                 self.report.reconciles += reconciled
             with self._lock:
                 busy = bool(self._running)
-            if once and not claimed and not busy and not reconciled:
+            if once and not claimed and not busy and not was_busy and not reconciled:
                 return
             # Sleep until a run ends (a slot frees up), a notice announces a launch or
             # the poll interval passes.
