@@ -17,8 +17,9 @@ host --once --max-runs 16`; and a foreground `wfrun run`) against the same work 
 fsync), from the bench venv bench/bench_vs_queues.py makes (huey and DBOS from PyPI; a
 smoke run without it says it skipped). Each side is timed the same way: the work is
 queued first by another process (`wfrun start`; huey's enqueue), then one process is
-timed from its spawn to its exit, interpreter start-up included, the run checked
-`completed`. Rounds interleave the systems (`--before DIR` adds wfrun from an older
+timed from its spawn to its exit, interpreter start-up included (wfrun's bytecode
+compiled first, as pip compiles an installed package's and did huey's), the run
+checked `completed`. Rounds interleave the systems (`--before DIR` adds wfrun from an older
 copy, A/B); printed: median wall, floor/wall (floor: items x 0.1 s / 16), the ratio
 to huey, and per item the CPU of the process and its children (rusage) and their
 user-space instructions (`perf stat`, when present; the `sleep` children count alike
@@ -256,6 +257,14 @@ def huey_part(n: int, at_once: int, seconds: float, venv: Path, smoke: bool,
     versions: list[tuple[str, Path | None]] = [("", None)]
     if before is not None:
         versions.append((" (before)", before))
+    for root in (REPO, before):
+        # Bytecode as an installed package has it (pip compiles at install, as it did
+        # huey's): an editable checkout under PYTHONDONTWRITEBYTECODE would compile
+        # ~180 modules at every process start (1-2 s here) and time that instead.
+        if root is not None:
+            subprocess.run([sys.executable, "-m", "compileall", "-q", str(root / "runner")],
+                           check=True, capture_output=True,
+                           env={**os.environ, "PYTHONDONTWRITEBYTECODE": ""})
     got: dict[str, list[Measured]] = collections.defaultdict(list)
     huey_own: list[float] = []
     for _ in range(rounds):
