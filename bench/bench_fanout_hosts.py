@@ -267,6 +267,7 @@ def huey_part(n: int, at_once: int, seconds: float, venv: Path, smoke: bool,
                            env={**os.environ, "PYTHONDONTWRITEBYTECODE": ""})
     got: dict[str, list[Measured]] = collections.defaultdict(list)
     huey_own: list[float] = []
+    huey_name = f"huey, {at_once} thread workers"
     for _ in range(rounds):
         for label, root in versions:
             got[f"wfrun host --once{label}"].append(_wfrun_round("host", n, flow, root,
@@ -274,9 +275,9 @@ def huey_part(n: int, at_once: int, seconds: float, venv: Path, smoke: bool,
             got[f"wfrun run{label}"].append(_wfrun_round("run", n, flow, root, at_once))
         if have_huey:
             measured, own = _huey_round(python, n, at_once, seconds)
-            got["huey, 16 thread workers"].append(measured)
+            got[huey_name].append(measured)
             huey_own.append(own)
-    huey = statistics.median(m.wall for m in got["huey, 16 thread workers"]) \
+    huey = statistics.median(m.wall for m in got[huey_name]) \
         if have_huey else None
     print(f"  {'system':<30} {'wall s':>7} {'floor/wall':>10} {'vs huey':>8} "
           f"{'CPU ms/item':>12} {'instr M/item':>13}")
