@@ -7,7 +7,9 @@
 One process, a real `SqliteStore` (WAL, synchronous=FULL) in a temporary project, one
 foreground run per figure (`wfrun run` without process start-up). Per-item CPU is the
 run's CPU (time.process_time) minus a 1-item map's, over the item count (aim: flat, at
-most 1 ms per compute item). The shell map's wall time is set beside its floor
+most 1 ms per compute item). A shell item's CPU: a 500-item map of `true` at 16 at
+once, the same subtraction (the `true` processes' own CPU is not this process's). The
+shell map's wall time is set beside its floor
 (items x sleep / max_concurrency), the aim being at most the same work as 1,000 huey
 tasks on 16 workers (bench/bench_vs_queues.py measures those).
 """
@@ -49,6 +51,16 @@ SHELL = """\
           max_concurrency: AT_ONCE
           do: {action: {shell: [sleep, "SECONDS"]}}
 """
+TRUE = """\
+    start: each
+    max_steps: 100000
+    nodes:
+      each:
+        map:
+          over: "{{ range(input.n) | list }}"
+          max_concurrency: 16
+          do: {action: {shell: ["true"]}}
+"""
 
 
 def _project(root: Path, flows: dict[str, str]) -> Workspace:
@@ -81,7 +93,7 @@ def main() -> None:
     print(f"# bench_fanout  {machine()}  runner from {ROOT}")
     with tempfile.TemporaryDirectory() as tmp:
         shell = SHELL.replace("AT_ONCE", str(at_once)).replace("SECONDS", str(seconds))
-        ws = _project(Path(tmp), {"compute": COMPUTE, "shell": shell})
+        ws = _project(Path(tmp), {"compute": COMPUTE, "shell": shell, "true": TRUE})
         _run(ws, "compute", 1)  # imports, compiles, the store's first open
         base, _ = _run(ws, "compute", 1)
         print(f"{'compute items':>14} {'run CPU ms':>11} {'CPU ms/item':>12} {'wall ms':>9}")
@@ -89,6 +101,10 @@ def main() -> None:
             cpu, wall = _run(ws, "compute", n)
             print(f"{n:>14,} {cpu * 1000:>11.1f} {(cpu - base) * 1000 / n:>12.3f} "
                   f"{wall * 1000:>9.1f}")
+        true_n = 50 if args.smoke else 500
+        cpus = sorted((_run(ws, "true", true_n)[0] - base) * 1000 / true_n for _ in range(3))
+        print(f"shell items (`true`, {true_n} at 16 at once, this process's CPU, children "
+              f"excluded): {cpus[1]:.2f} ms/item (median of 3; {cpus[0]:.2f}-{cpus[2]:.2f})")
         cpu, wall = _run(ws, "shell", shell_n)
         floor = shell_n * seconds / at_once
         print(f"shell map: {shell_n:,} x sleep {seconds} at {at_once} at once: wall "

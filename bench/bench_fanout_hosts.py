@@ -12,10 +12,18 @@ start (the map is queued before) to the run's `done` on the launch row; printed:
 and how many items each host ran.
 
 Part `huey`: 1,000 `sleep 0.1` shell items at 16 at once on one host (SQLite, `wfrun
-host --once --max-runs 16`, one and two processes) against the same work as 1,000 huey
-tasks (each runs `sleep 0.1` as a process) on 16 thread workers (SqliteHuey, fsync),
-from the bench venv bench/bench_vs_queues.py makes (huey and DBOS from PyPI; a smoke
-run without it says it skipped). Floor: items x 0.1 s / 16.
+host --once --max-runs 16`; and a foreground `wfrun run`) against the same work as
+1,000 huey tasks (each runs `sleep 0.1` as a process) on 16 thread workers (SqliteHuey,
+fsync), from the bench venv bench/bench_vs_queues.py makes (huey and DBOS from PyPI; a
+smoke run without it says it skipped). Each side is timed the same way: the work is
+queued first by another process (`wfrun start`; huey's enqueue), then one process is
+timed from its spawn to its exit, interpreter start-up included (wfrun's bytecode
+compiled first, as pip compiles an installed package's and did huey's), the run
+checked `completed`. Rounds interleave the systems (`--before DIR` adds wfrun from an older
+copy, A/B); printed: median wall, floor/wall (floor: items x 0.1 s / 16), the ratio
+to huey, and per item the CPU of the process and its children (rusage) and their
+user-space instructions (`perf stat`, when present; the `sleep` children count alike
+on both sides).
 """
 
 from __future__ import annotations
@@ -24,8 +32,11 @@ import argparse
 import collections
 import json
 import os
+import resource
 import secrets
+import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -54,7 +65,8 @@ MAP = """\
 HUEY_CHILD = """\
 import json, subprocess, sys, threading, time
 from huey import SqliteHuey
-n, workers, seconds, path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+mode, n, workers, seconds, path = sys.argv[1:6]
+n, workers = int(n), int(workers)
 huey = SqliteHuey("bench", filename=path, fsync=True)
 done = threading.Semaphore(0)
 
@@ -63,8 +75,10 @@ def item(i):
     subprocess.run(["sleep", seconds], check=True)
     done.release()
 
-for i in range(n):
-    item(i)
+if mode == "enqueue":  # as `wfrun start`: the work is queued by another process
+    for i in range(n):
+        item(i)
+    sys.exit(0)
 t0 = time.perf_counter()
 consumer = huey.create_consumer(workers=workers, worker_type="thread", periodic=False)
 threading.Thread(target=consumer.run, daemon=True).start()
@@ -73,6 +87,43 @@ for _ in range(n):
 print(json.dumps({"wall": time.perf_counter() - t0}))
 consumer.stop(graceful=False)
 """
+
+
+class Measured:
+    """One timed process: wall from its spawn to its exit, the CPU of it and its
+    children (rusage), and their user-space instructions (`perf stat`, when present)."""
+
+    def __init__(self, argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> None:
+        perf = shutil.which("perf")
+        out = Path(tempfile.mkstemp(suffix=".perf")[1])
+        if perf:
+            argv = [perf, "stat", "-x", ",", "-e", "instructions:u", "-o", str(out), *argv]
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.perf_counter()
+        self.done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True,
+                                   check=False, timeout=3600)
+        self.wall = time.perf_counter() - t0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        self.cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        self.instructions: float | None = None
+        self.status = "completed"  # how the run ended (wfrun's, checked by the caller)
+        for line in out.read_text().splitlines() if perf else ():
+            fields = line.split(",")
+            if len(fields) > 2 and fields[2].startswith("instructions") \
+                    and fields[0].isdigit():
+                self.instructions = float(fields[0])
+        out.unlink(missing_ok=True)
+        if self.done.returncode not in (0, 1):
+            raise SystemExit(f"{argv[-6:]}: {self.done.stderr[-2000:]}")
+
+
+def _env(root: Path | None, store: str | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WFRUN_")}
+    if store:
+        env["WFRUN_STORE"] = store
+    if root is not None:  # `--before DIR`: wfrun imported from that copy
+        env["PYTHONPATH"] = str(root)
+    return env
 
 
 def _wfrun(folder: Path, *args: str, store: str | None = None) -> str:
@@ -152,44 +203,97 @@ def pg_part(sizes: tuple[int, ...], counts: tuple[int, ...]) -> None:
         cluster.stop()
 
 
-def huey_part(n: int, at_once: int, seconds: float, venv: Path, smoke: bool) -> None:
-    floor = n * seconds / at_once
-    print(f"{n:,} x sleep {seconds} at {at_once} at once (floor {floor:.2f} s)")
-    flow = MAP.replace("NAME", "fan").replace("AT_ONCE", str(at_once)).replace(
-        "BODY", f"[sleep, '{seconds}']")
-    results: dict[str, float] = {}
-    for processes in (1, 2):
-        with tempfile.TemporaryDirectory() as tmp:
-            folder = _folder(Path(tmp), "p", flow)
-            _wfrun(folder, "start", "fan", "--input", json.dumps({"n": n}))
-            t0 = time.perf_counter()
-            _wfrun(folder, "host", "--once", "--no-controllers", "-q", "--max-runs",
-                   str(at_once), "--processes", str(processes))
-            wall = time.perf_counter() - t0
-            results[f"wfrun host, {processes} process(es)"] = wall
+def _wfrun_round(kind: str, n: int, flow: str, root: Path | None,
+                 at_once: int) -> Measured:
+    """One timed wfrun process over the queued map: `host` (`wfrun host --once`, the
+    map queued by `wfrun start` first, untimed) or `run` (a foreground `wfrun run`)."""
     with tempfile.TemporaryDirectory() as tmp:
         folder = _folder(Path(tmp), "p", flow)
-        t0 = time.perf_counter()
-        _wfrun(folder, "run", "fan", "--input", json.dumps({"n": n}), "-q")
-        results["wfrun run (foreground)"] = time.perf_counter() - t0
+        env = _env(root)
+        cli = [sys.executable, "-m", "runner", "--project", str(folder)]
+        if kind == "host":
+            subprocess.run([*cli, "start", "fan", "--input", json.dumps({"n": n})], cwd=folder,
+                           env=env, check=True, capture_output=True, timeout=600)
+            got = Measured([*cli, "host", "--once", "--no-controllers", "-q", "--max-runs",
+                            str(at_once)], folder, env)
+        else:
+            got = Measured([*cli, "run", "fan", "--input", json.dumps({"n": n}), "-q"],
+                           folder, env)
+        shown = json.loads(subprocess.run([*cli, "runs", "--json"], cwd=folder, env=env,
+                                          capture_output=True, text=True, check=True).stdout)
+        runs = shown if isinstance(shown, list) else shown.get("runs", [])
+        got.status = str(runs[0].get("status")) if runs else "missing"
+        return got
+
+
+def _huey_round(python: Path, n: int, at_once: int, seconds: float) -> tuple[Measured, float]:
+    """The consumer process timed from its spawn (the tasks queued first by another
+    process, untimed), as `wfrun host --once` is; and its own figure from after its
+    imports (what this bench printed before 2026-12-05)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        db = str(Path(tmp) / "huey.db")
+        args = [str(n), str(at_once), str(seconds), db]
+        subprocess.run([str(python), "-c", HUEY_CHILD, "enqueue", *args], check=True,
+                       capture_output=True, timeout=600)
+        got = Measured([str(python), "-c", HUEY_CHILD, "consume", *args], Path(tmp))
+        return got, json.loads(got.done.stdout.splitlines()[-1])["wall"]
+
+
+def huey_part(n: int, at_once: int, seconds: float, venv: Path, smoke: bool,
+              rounds: int, before: Path | None) -> None:
+    """The systems interleaved round by round (a load swing hits each alike); medians."""
+    floor = n * seconds / at_once
+    print(f"{n:,} x sleep {seconds} at {at_once} at once (floor {floor:.2f} s), "
+          f"{rounds} round(s) interleaved, medians; wall from each process's spawn to its exit")
+    flow = MAP.replace("NAME", "fan").replace("AT_ONCE", str(at_once)).replace(
+        "BODY", f"[sleep, '{seconds}']")
     python = venv / "bin" / "python"
-    huey: float | None = None
-    if python.exists() and (venv / ".wfrun-bench-stamp").exists():
-        with tempfile.TemporaryDirectory() as tmp:
-            done = subprocess.run([str(python), "-c", HUEY_CHILD, str(n), str(at_once),
-                                   str(seconds), str(Path(tmp) / "huey.db")],
-                                  capture_output=True, text=True, check=True, timeout=3600)
-            huey = json.loads(done.stdout.splitlines()[-1])["wall"]
-    elif not smoke:
+    have_huey = python.exists() and (venv / ".wfrun-bench-stamp").exists()
+    if not have_huey and not smoke:
         from bench_vs_queues import ensure_venv
 
         ensure_venv(venv)
-        return huey_part(n, at_once, seconds, venv, smoke)
-    for name, wall in results.items():
-        vs = f", {huey / wall:.2f}x huey's speed" if huey else ""
-        print(f"  {name:<28} {wall:>7.2f} s (floor/wall {floor / wall:.2f}){vs}")
-    if huey:
-        print(f"  {'huey, 16 thread workers':<28} {huey:>7.2f} s (floor/wall {floor / huey:.2f})")
+        have_huey = True
+    versions: list[tuple[str, Path | None]] = [("", None)]
+    if before is not None:
+        versions.append((" (before)", before))
+    for root in (REPO, before):
+        # Bytecode as an installed package has it (pip compiles at install, as it did
+        # huey's): an editable checkout under PYTHONDONTWRITEBYTECODE would compile
+        # ~180 modules at every process start (1-2 s here) and time that instead.
+        if root is not None:
+            subprocess.run([sys.executable, "-m", "compileall", "-q", str(root / "runner")],
+                           check=True, capture_output=True,
+                           env={**os.environ, "PYTHONDONTWRITEBYTECODE": ""})
+    got: dict[str, list[Measured]] = collections.defaultdict(list)
+    huey_own: list[float] = []
+    huey_name = f"huey, {at_once} thread workers"
+    for _ in range(rounds):
+        for label, root in versions:
+            got[f"wfrun host --once{label}"].append(_wfrun_round("host", n, flow, root,
+                                                                 at_once))
+            got[f"wfrun run{label}"].append(_wfrun_round("run", n, flow, root, at_once))
+        if have_huey:
+            measured, own = _huey_round(python, n, at_once, seconds)
+            got[huey_name].append(measured)
+            huey_own.append(own)
+    huey = statistics.median(m.wall for m in got[huey_name]) \
+        if have_huey else None
+    print(f"  {'system':<30} {'wall s':>7} {'floor/wall':>10} {'vs huey':>8} "
+          f"{'CPU ms/item':>12} {'instr M/item':>13}")
+    for name, ms in got.items():
+        wall = statistics.median(m.wall for m in ms)
+        cpu = statistics.median(m.cpu for m in ms) * 1000 / n
+        counted = [m.instructions for m in ms if m.instructions is not None]
+        instr = f"{statistics.median(counted) / n / 1e6:>13.2f}" if counted else f"{'-':>13}"
+        vs = f"{huey / wall:>7.2f}x" if huey else f"{'-':>8}"
+        ended = sorted({m.status for m in ms} - {"completed"})
+        note = f"  NOT COMPLETED: {', '.join(ended)}" if ended else ""
+        print(f"  {name:<30} {wall:>7.2f} {floor / wall:>10.2f} {vs} {cpu:>12.2f} {instr}"
+              f"{note}")
+    if huey_own:
+        print(f"  (huey's consumer from after its imports, as printed before: "
+              f"{statistics.median(huey_own):.2f} s)")
     else:
         print(f"  huey skipped: the bench venv {venv} is not made (a run without --smoke "
               "makes it)")
@@ -201,13 +305,17 @@ def main() -> None:
     parser.add_argument("--part", choices=("pg", "huey", "both"), default="both")
     parser.add_argument("--venv", type=Path, default=REPO / ".bench-venv")
     parser.add_argument("--items", type=int, default=10_000, help="the Postgres map's size")
+    parser.add_argument("--rounds", type=int, default=3, help="huey part: rounds (medians)")
+    parser.add_argument("--before", type=Path, default=None,
+                        help="huey part: also run wfrun from this copy of an older `runner` "
+                        "(`git archive COMMIT runner | tar -x -C DIR`), interleaved")
     args = parser.parse_args()
     print(f"# bench_fanout_hosts  {machine()}  runner from {ROOT}")
     if args.part in ("huey", "both"):
         if args.smoke:
-            huey_part(24, 4, 0.01, args.venv, smoke=True)
+            huey_part(24, 4, 0.01, args.venv, True, 1, args.before)
         else:
-            huey_part(1_000, 16, 0.1, args.venv, smoke=False)
+            huey_part(1_000, 16, 0.1, args.venv, False, args.rounds, args.before)
     if args.part in ("pg", "both"):
         pg_part((60,) if args.smoke else (args.items,), (1, 2) if args.smoke else (1, 2, 3))
 

@@ -1,7 +1,8 @@
 """Live step logs: a running attempt's output, masked, as it is printed (`logs --follow`).
 
 While a shell action runs, each of its streams is appended to
-`logs/<node>.<attempt>.<stream>` in the run bundle (0600 in a 0700 folder). These files
+`logs/<node>.<attempt>.<stream>` in the run bundle (0600 in a 0700 folder), made when
+the stream first prints (a silent step makes no file). These files
 are a convenience for followers, not a record: they are not fsync'd, and the durable
 log stays the `node_log` event recorded when the attempt ends, after which the file is
 removed. They obey the same rules as that event: the same byte bound, and secrets
@@ -59,8 +60,11 @@ class LiveStream:
         self.written_chars = 0
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self.lock = threading.Lock()
-        self.fd: int | None = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND,
-                                      0o600)
+        # Made at the first byte to show: a step that prints nothing (most of a map's
+        # items) costs no file, and a follower waits for the first line as before.
+        self.fd: int | None = None
+        self.made = False
+        self.broken = False  # the file could not be written: the live view stops
 
     def feed(self, chunk: bytes) -> None:
         """Called by the pipe's reader thread for each chunk it reads."""
@@ -90,7 +94,7 @@ class LiveStream:
             self._write(redact(out) if self.lines else out)
 
     def _write(self, text: str) -> None:
-        if self.fd is None or self.written_chars >= self.cap_chars \
+        if self.broken or self.written_chars >= self.cap_chars \
                 or self.written_bytes >= self.cap_bytes:
             return  # past the bound: the rest is in the recorded log's truncation note
         text = text[: self.cap_chars - self.written_chars]
@@ -98,10 +102,16 @@ class LiveStream:
         self.written_chars += len(text)
         self.written_bytes += len(data)
         try:
+            if self.fd is None:
+                self.made = True
+                self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+                                  | os.O_APPEND, 0o600)
             os.write(self.fd, data)
         except OSError:  # a full disk: the live view stops, the recorded log is the truth
-            with contextlib.suppress(OSError):
-                os.close(self.fd)
+            self.broken = True
+            if self.fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(self.fd)
             self.fd = None
 
 
@@ -127,6 +137,7 @@ class LiveLog:
 
     def remove(self) -> None:
         self.close()
-        for path in self.paths:
-            with contextlib.suppress(OSError):
-                path.unlink()
+        for stream in (self.stdout, self.stderr):
+            if stream.made:  # a stream that printed nothing made no file
+                with contextlib.suppress(OSError):
+                    stream.path.unlink()

@@ -38,6 +38,9 @@ def _start_time(pid: int) -> str | None:
 
 
 MARK_ENV = "WFRUN_RUNNER_MARK"
+#: Recorded groups past which `add` drops those whose leader is gone (a reaper skips
+#: them anyway: their leader's start time no longer matches).
+PRUNE_AT = 64
 
 
 def _folder_key(folder: Path) -> str:
@@ -59,9 +62,11 @@ class ProcessRegistry:
         argv holds rendered secrets, and this file outlives the run (issue 34.2)."""
         with self._lock:
             # A group whose leader is gone without `remove` (a runner that stopped
-            # mid-command) is dropped here: the file stays as small as what runs.
-            self._groups = {g: e for g, e in self._groups.items()
-                            if e.get("start") is not None and _start_time(g) == e["start"]}
+            # mid-command) is dropped once there are PRUNE_AT: the file stays small, and
+            # a busy host's step does not read /proc once per running group.
+            if len(self._groups) >= PRUNE_AT:
+                self._groups = {g: e for g, e in self._groups.items() if
+                                e.get("start") is not None and _start_time(g) == e["start"]}
             self._groups[pgid] = {"pgid": pgid, "start": _start_time(pgid)}
             self._save()
 

@@ -445,8 +445,10 @@ class StandaloneHost:
             with self._lock:
                 busy = bool(self._running)
             if once and not claimed and not busy and not reconciled:
-                # Two idle passes: the sweep of the first may have woken a parent
-                # parked until its items ended (they ended before it parked).
+                # --once ends after two idle passes: work may be queued after the
+                # first looked (a map's last item re-queues its parked parent as it
+                # ends; the first pass's sweep wakes a parent whose items ended
+                # before it parked).
                 idle_passes += 1
                 if idle_passes == 2:
                     return

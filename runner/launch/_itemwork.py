@@ -194,14 +194,24 @@ class HostItems:
         while not self._stop.wait(self._every):  # real time, as the host's own polls
             with self._lock:
                 running = dict(self._controls)
-            if not running:
+            if running:
+                self.renew(running)
+
+    def renew(self, running: dict[tuple[ItemKey, int], RunControl]) -> None:
+        """Renew this holder's leases and stop each item of `running` (a snapshot of
+        the items running here) that it no longer holds."""
+        try:
+            held = self._fanout.renew_held(self.holder)
+        except StoreError as exc:
+            log.debug("item leases wait for the store: %s", exc.message)
+            return
+        for (key, index), control in running.items():
+            if (key, index) in held or control.stopping:
                 continue
-            try:
-                held = self._fanout.renew_held(self.holder)
-            except StoreError as exc:
-                log.debug("item leases wait for the store: %s", exc.message)
-                continue
-            for (key, index), control in running.items():
-                if (key, index) not in held and not control.stopping:
+            with self._lock:
+                # An item that ended since the snapshot was settled (so not held), and
+                # its slot's control may run the slot's next item now: only an item
+                # still running here is stopped (under the lock its end takes).
+                if self._controls.get((key, index)) is control:
                     control.cancel(f"item {key.node_id}[{index}] was cancelled (or its run "
                                    "ended, or another holder took it over)")

@@ -14,6 +14,7 @@ from standalonekit import pid_gone, wait_for
 
 from runner.clock import SystemClock
 from runner.engine import RunControl
+from runner.engine import _processes as processes
 from runner.engine._processes import (
     MARK_ENV,
     ProcessRegistry,
@@ -47,7 +48,12 @@ def pgids(path: Path) -> set[int]:
 
 
 def test_the_registry_keeps_only_groups_whose_leader_still_runs(
-        tmp_path: Path, spawn: list[subprocess.Popen[str]]) -> None:
+        tmp_path: Path, spawn: list[subprocess.Popen[str]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A group whose leader is gone without `remove` is dropped once PRUNE_AT groups
+    are recorded (below that it costs a line of the file, which a reaper skips: its
+    leader's start time no longer matches)."""
+    monkeypatch.setattr(processes, "PRUNE_AT", 3)
     registry = ProcessRegistry(tmp_path / "state" / "host.children.json")
     first = group(spawn, "sleep", "30")
     registry.add(first.pid)
@@ -57,9 +63,12 @@ def test_the_registry_keeps_only_groups_whose_leader_still_runs(
     brief.wait(timeout=10)
 
     third = group(spawn, "sleep", "30")
-    registry.add(third.pid)
+    registry.add(third.pid)  # two recorded: not pruned yet
+    assert pgids(registry.path) == {first.pid, brief.pid, third.pid}
+    fourth = group(spawn, "sleep", "30")
+    registry.add(fourth.pid)
 
-    assert pgids(registry.path) == {first.pid, third.pid}
+    assert pgids(registry.path) == {first.pid, third.pid, fourth.pid}
     assert (registry.path.stat().st_mode & 0o777) == 0o600
 
 

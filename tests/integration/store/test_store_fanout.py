@@ -260,3 +260,40 @@ def test_a_host_that_cannot_run_the_items_hands_them_back_to_the_parent(
     assert not isinstance(resumed, LostRace)
     assert resumed.claim_token is not None
     assert store.fanout.wait_for_hosts(KEY, owner=resumed.claim_token) is False
+
+
+def test_a_hosts_renewal_stops_only_items_it_lost_not_the_slots_next_item(
+        store: Store, clock: FakeClock) -> None:
+    """A slot's items share its control. The renewal looks at a snapshot of the items
+    running here: one that ended and was settled since (so no longer held) must not
+    cancel the control, which now runs the slot's next item; an item the parent
+    cancelled while it runs is stopped."""
+    from typing import Any, cast
+
+    from runner.engine import RunControl
+    from runner.launch._itemwork import HostItems
+
+    _shared(store, count=4, limit=2)
+    items = HostItems(store, cast(Any, None), cast(Any, None), clock, runner_id="h",
+                      lease_seconds=30)
+    [first, other] = items.claim(2)
+    slot, other_slot = RunControl(), RunControl()
+    controls = items._controls  # what `run` registers for each item it runs
+    controls[(KEY, first.index)] = slot
+    controls[(KEY, other.index)] = other_slot
+    snapshot = dict(controls)
+    # `first` ends: its slot lets go of it, settles it and claims its next item.
+    del controls[(KEY, first.index)]
+    _, more = store.fanout.settle_and_claim(KEY, [_ok(first.index)], holder=items.holder,
+                                            want=1)
+    assert [m.index for m in more] == [2]
+    controls[(KEY, 2)] = slot
+    items.renew(snapshot)
+    assert not slot.stopping  # item 2 runs on
+    assert not other_slot.stopping
+    # The parent cancels what is open: the next renewal stops both running items.
+    owner = store.launches.get("run-1").claim_token  # type: ignore[union-attr]
+    assert store.fanout.cancel_open(KEY, owner=owner, error_json='{"code":"cancelled"}') == 3
+    items.renew(dict(controls))
+    assert slot.stopping
+    assert other_slot.stopping

@@ -44,7 +44,7 @@ def test_stderr_is_redacted_by_whole_lines(tmp_path: Path) -> None:
     s = _stream(tmp_path, lines=True)
     key = "sk-" + "a1B2c3D4e5F6g7H8i9J0k1L2"
     s.feed(f"OPENAI_API_KEY={key[:8]}".encode())
-    assert (tmp_path / "s").read_text() == ""  # no line break yet: nothing is judged
+    assert not (tmp_path / "s").exists()  # no line break yet: nothing is judged (or made)
     s.feed(f"{key[8:]}\nnext\n".encode())
     s.close()
     written = (tmp_path / "s").read_text()
@@ -77,3 +77,19 @@ def test_files_are_private_and_removed_once_recorded(tmp_path: Path) -> None:
     log.remove()
     assert not path.exists()
     assert not (folder / "build.a1b2.stderr").exists()
+
+
+def test_a_silent_step_makes_no_file(tmp_path: Path) -> None:
+    """Most of a map's items print nothing: their live log costs no file (a follower
+    waits for the first line as it would for a step not started), and one that prints
+    gets its file at the first byte, removed with the log."""
+    live = LiveLog(tmp_path, "each[3]", "a1", (), cap_bytes=100, cap_chars=100)
+    live.close()
+    assert os.listdir(tmp_path) == []
+    live.remove()
+    chatty = LiveLog(tmp_path, "each[4]", "a2", (), cap_bytes=100, cap_chars=100)
+    chatty.stderr.feed(b"warn\n")
+    assert os.listdir(tmp_path) == ["each[4].a2.stderr"]
+    assert (tmp_path / "each[4].a2.stderr").read_text() == "warn\n"
+    chatty.remove()
+    assert os.listdir(tmp_path) == []
