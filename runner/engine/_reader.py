@@ -61,7 +61,8 @@ class RunReader:
     def preloaded(self, run_ids: Iterable[str]) -> RunReader:
         """A reader of this space with the bundles of `run_ids` read up front, in one go
         where the space is rows: for one listing (a page of runs), then dropped."""
-        return RunReader(self.runs_dir, space=self.space.preloaded(run_ids))
+        space = self.space.preloaded(run_ids)
+        return self if space is self.space else RunReader(self.runs_dir, space=space)
 
     # -- yes/no questions ---------------------------------------------------------------
     def exists(self, run_id: str) -> bool:
