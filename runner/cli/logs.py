@@ -16,6 +16,7 @@ import sys
 import click
 
 from runner.errors import InputError
+from runner.host.runtime._launches import book
 from runner.host.runtime._local import open_store, store_exists
 from runner.host.runtime._logs import (
     LiveText,
@@ -116,7 +117,8 @@ def logs_cmd(ctx: Context, run_id: str, node: str | None, follow: bool, only_std
         # row in the store ends.
         store = open_store(ws, read_only=True) if store_exists(ws) else None
         try:
-            ended = await_start(ws.reader(), store, run_id, clock=ws.clock, on_wait=lambda s: (
+            ended = await_start(ws.reader(), book(store) if store is not None else None, run_id,
+                                clock=ws.clock, on_wait=lambda s: (
                 click.echo(f"--- run {run_id} is {s}; waiting for it to start ---", err=True)))
             if ended is not None:
                 click.echo(f"wfrun: run {run_id} ended {ended} before it started; it has no "

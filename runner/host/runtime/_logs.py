@@ -20,7 +20,7 @@ from runner import _jsonin as jsonin
 from runner.clock import Clock, SystemClock
 from runner.engine import RunReader, fold, fold_attempts
 from runner.errors import NotFoundError
-from runner.store import Store, StoreError
+from runner.store import LaunchBook, Store, StoreError
 
 Stream = Literal["stdout", "stderr"]
 STREAMS: tuple[Stream, ...] = ("stdout", "stderr")
@@ -244,7 +244,7 @@ ITEM_STATUS = {"ok": "completed", "failed": "failed", "timed_out": "timed_out",
                "cancelled": "cancelled"}
 
 
-def await_start(reader: RunReader, store: Store | None, run_id: str, *,
+def await_start(reader: RunReader, launches: LaunchBook | None, run_id: str, *,
                 clock: Clock | None = None, poll: float = 0.2,
                 on_wait: Callable[[str], None] | None = None,
                 stop: threading.Event | None = None) -> str | None:
@@ -252,12 +252,10 @@ def await_start(reader: RunReader, store: Store | None, run_id: str, *,
     it has one, or when the store does not know it (`follow_logs` then says not found);
     the launch's status when it ended without ever starting (cancelled in the queue).
     `on_wait(status)` is told once, when there is a wait."""
-    from runner.host.runtime._launches import book
-
     clock = clock or SystemClock()
     told = False
-    while store is not None and not reader.exists(run_id):
-        row = book(store).get(run_id)
+    while launches is not None and not reader.exists(run_id):
+        row = launches.get(run_id)
         if row is None:
             return None
         if row.status in ("done", "failed", "cancelled"):
