@@ -36,7 +36,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from runner import __version__
 from runner._backoff import backoff_delay
 from runner.clock import Clock, SystemClock
 
@@ -152,7 +151,7 @@ class _Connection:
         self.port = parts.port
         self.path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         self.headers = {"Content-Type": "application/x-protobuf",
-                        "User-Agent": f"wfrun/{__version__}", **settings.headers}
+                        "User-Agent": "wfrun", **settings.headers}
         if settings.compression != "none":
             self.headers["Content-Encoding"] = settings.compression
         self.context: ssl.SSLContext | None = None
