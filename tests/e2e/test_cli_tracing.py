@@ -292,3 +292,16 @@ def test_without_an_endpoint_no_traceparent_is_given(project: Project) -> None:
                           timeout=DEADLINE, cwd=project.root, env=env)
     assert done.returncode == 0, done.stderr
     assert (project.root / "seen.txt").read_text().split() == []  # two empty lines
+
+
+def test_a_bad_otel_setting_is_one_warning_and_the_run_goes_on_untraced(
+        project: Project, otlp: OtlpReceiver) -> None:
+    env = {**otel(otlp.endpoint), "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}
+    done = project.wfrun("run", "traced", "-q", env=env)
+    assert done.returncode == 0, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "cannot set up OpenTelemetry (OTEL_EXPORTER_OTLP_PROTOCOL=grpc: wfrun sends " \
+        "traces as http/protobuf only" in line
+    assert "no traces are sent" in line
+    assert otlp.arrived == 0
+    assert (project.root / "seen.txt").read_text().split() == []  # no TRACEPARENT either
