@@ -81,7 +81,10 @@ def _headers(name: str, raw: str) -> dict[str, str]:
         if not sep or not key:
             raise ValueError(f"{name} must be KEY=VALUE pairs separated by commas, "
                              f"not {item.strip()!r}")
-        headers[key] = urllib.parse.unquote(value).strip()
+        value = urllib.parse.unquote(value).strip()
+        if any(c in key + value for c in "\r\n\0") or any(c in key for c in " :\t"):
+            raise ValueError(f"{name}: {item.strip()!r} is not a valid HTTP header")
+        headers[key] = value
     return headers
 
 
@@ -298,7 +301,12 @@ class Exporter(Generic[R]):
                 except Exception:  # a record it cannot write: that batch is lost, counted
                     log.debug("wfrun: cannot encode %d span(s)", len(batch), exc_info=True)
                     continue
-                if self._send(body):
+                try:
+                    sent = self._send(body)
+                except Exception:  # the thread must live on: this batch is counted
+                    log.debug("wfrun: cannot send %d span(s)", len(batch), exc_info=True)
+                    sent = False
+                if sent:
                     with self._count_lock:
                         self.sent += len(batch)
 

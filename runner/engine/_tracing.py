@@ -300,6 +300,7 @@ class Tracing:
             self._nodes[run_id] = (str(event.get("node")), random.getrandbits(64) or 1)
             return
         if kind in RUN_ENDS:
+            self._nodes.pop(run_id, None)  # a node that never ended here (a crash seam)
             if self.sampled(run_id):
                 code = (state.error or {}).get("code")
                 self.exporter.add(_RunEnd(run_id, state.workflow, RUN_ENDS[kind],

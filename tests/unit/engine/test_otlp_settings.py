@@ -45,6 +45,8 @@ def test_the_traces_variables_win_and_the_traces_endpoint_is_used_as_it_is() -> 
      "OTEL_EXPORTER_OTLP_PROTOCOL=grpc: wfrun sends traces as http/protobuf only"),
     ({"OTEL_EXPORTER_OTLP_TRACES_HEADERS": "novalue"},
      "OTEL_EXPORTER_OTLP_TRACES_HEADERS must be KEY=VALUE pairs"),
+    ({"OTEL_EXPORTER_OTLP_HEADERS": "x-evil=a%0D%0Ainjected: 1"},
+     "OTEL_EXPORTER_OTLP_HEADERS: 'x-evil=a%0D%0Ainjected: 1' is not a valid HTTP header"),
     ({"OTEL_EXPORTER_OTLP_COMPRESSION": "zstd"},
      "OTEL_EXPORTER_OTLP_COMPRESSION must be gzip, deflate or none"),
     ({"OTEL_EXPORTER_OTLP_TIMEOUT": "soon"},
