@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/bench_tracing.py             # 200 runs each way
     .venv/bin/python bench/bench_tracing.py -n 50
+    .venv/bin/python bench/bench_tracing.py -n 400 --rounds 20  # more, smaller blocks
     .venv/bin/python bench/bench_tracing.py --shell     # shell nodes: a step that does work
     .venv/bin/python bench/bench_tracing.py --smoke     # tiny sizes: the code paths only
     .venv/bin/python bench/bench_tracing.py --instructions       # + valgrind counts
@@ -9,7 +10,9 @@
 
 One process, `Engine(durability="full")` runs of a 20-node compute chain (21 spans
 each: the run and its nodes), in blocks alternating off and on so drift hits both
-alike; the figure is the median block's CPU per run. On:
+alike; the figures are the median block's CPU per run each way, and the median of
+the rounds' own on/off ratios (each "on" block against the "off" block just before
+it: the load of that minute hits both). On:
 the real `runner.engine._tracing.Tracing` (the SDK's batch processor and its OTLP/HTTP
 exporter) sending to a receiver on 127.0.0.1 in this process that takes each request
 and answers 200 (its own CPU is counted too: an upper bound). CPU is
@@ -142,6 +145,8 @@ def main() -> None:
                         help="shell nodes (`true`) instead of trivial compute nodes")
     parser.add_argument("--instructions", action="store_true",
                         help="also count instructions per run off and on (valgrind)")
+    parser.add_argument("--rounds", type=int, default=ROUNDS,
+                        help=f"blocks each way, alternating (default {ROUNDS})")
     parser.add_argument("--nodes", type=int, default=NODES, help=argparse.SUPPRESS)
     parser.add_argument("--cycles", help=argparse.SUPPRESS)  # MODE:N, under valgrind
     parser.add_argument("--smoke", action="store_true")
@@ -158,19 +163,21 @@ def main() -> None:
             bench.runs(mode, int(n))
             bench.close()
         return
-    runs, nodes = (ROUNDS, 3) if args.smoke else (args.n, args.nodes)
+    rounds = ROUNDS if args.smoke else args.rounds
+    runs, nodes = (rounds, 3) if args.smoke else (args.n, args.nodes)
     with tempfile.TemporaryDirectory(prefix="bench-tracing-") as tmp:
         bench = Bench(Path(tmp), nodes, args.shell)
         cpu: dict[str, list[float]] = {"off": [], "on": []}
-        block = max(runs // ROUNDS, 1)
-        for _ in range(ROUNDS):
+        block = max(runs // rounds, 1)
+        for _ in range(rounds):
             for mode in ("off", "on"):
                 c0 = time.process_time()
                 bench.runs(mode, block)
                 cpu[mode].append((time.process_time() - c0) * 1000 / block)
         bench.close()
     off, on = statistics.median(cpu["off"]), statistics.median(cpu["on"])
-    runs = block * ROUNDS
+    runs = block * rounds
+    paired = statistics.median(b / a for a, b in zip(cpu["off"], cpu["on"], strict=True))
     extra = (on - off) / off * 100 if off else 0.0
     print(f"machine: {machine()}")
     print(f"runner imported from {ROOT}")
@@ -178,7 +185,8 @@ def main() -> None:
     print(f"{runs} runs each way of a {nodes}-node {kind} chain ({nodes + 1} spans a run), "
           f"{Sink.requests} export request(s) received")
     print(f"CPU per run, median block: off {off:.2f} ms, on {on:.2f} ms: {extra:+.1f} % "
-          f"(aim <= {AIM_PERCENT:.0f} %)")
+          f"(aim <= {AIM_PERCENT:.0f} %); median of the {rounds} rounds' on/off: "
+          f"{(paired - 1) * 100:+.1f} %")
     if args.instructions and not args.smoke:
         if shutil.which("valgrind") is None:
             sys.exit("valgrind is not installed: apt-get install valgrind")
