@@ -84,18 +84,25 @@ def chain(folder: Path, n: int, shell: bool = False) -> WorkflowDefinition:
 class Bench:
     """The receiver, the tracing under test, and an untraced and a traced Engine."""
 
-    def __init__(self, folder: Path, nodes: int, shell: bool) -> None:
+    def __init__(self, folder: Path, nodes: int, shell: bool, *, timer: bool = True) -> None:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Sink)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = (
-            f"http://127.0.0.1:{self.server.server_address[1]}")
+        settings = {"OTEL_EXPORTER_OTLP_ENDPOINT":
+                    f"http://127.0.0.1:{self.server.server_address[1]}"}
+        if not timer:
+            # Under callgrind a run takes ~50x as long, so the exporter's 5 s timer
+            # would send a request every few runs where at native speed it sends one
+            # per 512 spans: batches go when full, or at the block's flush.
+            settings["OTEL_BSP_SCHEDULE_DELAY"] = "3600000"
+        os.environ.update(settings)
         try:
             from runner.engine._tracing import Tracing
             self.tracing = Tracing()  # its exporter reads the endpoint now
         finally:
             # Gone before the first run: the engine's own tracing (from the environment)
             # stays off, so "off" is untraced and "on" is traced once.
-            del os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"]
+            for name in settings:
+                del os.environ[name]
         self.definition = chain(folder, nodes, shell)
         self.engines = {"off": Engine(runs_dir=folder / "off", project_root=folder),
                         "on": Engine(runs_dir=folder / "on", project_root=folder,
@@ -130,8 +137,11 @@ def instructions(root: Path, mode: str, n: int, nodes: int, shell: bool) -> int:
     exporter's and the receiver's too), counted by valgrind's callgrind."""
     argv = [sys.executable, __file__, "--root", str(root), "--cycles", f"{mode}:{n}",
             "--nodes", str(nodes), *(["--shell"] if shell else [])]
+    # One hash seed for every count: string hashing decides dict probes, and a random
+    # seed moved the same code path's count by several per cent.
     out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
-                          *argv], capture_output=True, text=True, check=False)
+                          *argv], capture_output=True, text=True, check=False,
+                         env={**os.environ, "PYTHONHASHSEED": "0"})
     found = re.search(r"Collected\s*:\s*(\d+)", out.stderr)
     if out.returncode != 0 or found is None:
         sys.exit(f"valgrind failed ({out.returncode}): {out.stderr.strip()[-400:]}")
@@ -159,7 +169,7 @@ def main() -> None:
     if args.cycles is not None:
         mode, n = args.cycles.split(":")
         with tempfile.TemporaryDirectory(prefix="bench-tracing-") as tmp:
-            bench = Bench(Path(tmp), args.nodes, args.shell)
+            bench = Bench(Path(tmp), args.nodes, args.shell, timer=False)
             bench.runs(mode, int(n))
             bench.close()
         return

@@ -63,6 +63,8 @@ def _varint(value: int) -> bytes:
         value += 1 << 64  # int64: two's complement, ten bytes
     if value < 0x80:
         return bytes((value,))
+    if value < 0x4000:  # a span's length, most often
+        return bytes((value & 0x7F | 0x80, value >> 7))
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
@@ -115,7 +117,7 @@ class Batch:
 
     def __init__(self) -> None:
         self.spans: list[bytes] = []
-        self.pieces: dict[Any, bytes] = {}
+        self.pieces: dict[Any, Any] = {}
         self._pairs: dict[tuple[str, Any, type], bytes] = {}
 
     def attribute(self, key: str, value: Any) -> bytes:

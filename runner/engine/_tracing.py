@@ -58,6 +58,8 @@ EXIT_WAIT = 3.0  # seconds a process waits at exit for its last spans to be sent
 _SAMPLED_KEPT = 4096  # sampling decisions kept: the runs in flight in a host, and then some
 
 Observer = Callable[[dict[str, Any], RunState], None]
+# A record made without calling its class's Python-level __new__ (the run's thread).
+_new_tuple: Callable[[type[_NodeEnd], tuple[Any, ...]], _NodeEnd] = tuple.__new__
 
 _decided = False
 _current: Tracing | None = None
@@ -125,41 +127,52 @@ def traceparent(trace_id: int, span_id: int, sampled: bool = True) -> str:
 
 
 class _NodeEnd(NamedTuple):
-    """A node attempt that ended, as the run's thread saw it: only what its span needs
-    (the event's payload is not kept: an output may be large)."""
+    """A node attempt that ended, as the run's thread saw it: the payload's values its
+    span needs, as they are (the payload itself is not kept: an output may be large;
+    the exporter's thread makes them the attributes)."""
 
     run_id: str
     workflow: str
-    node: str
+    node: Any
     span_id: int
-    kind: str
-    attempt: int
-    outcome: str
-    error_code: str | None
-    will_retry: bool
+    ended: str  # node_finished or node_failed
+    kind: Any
+    retry: Any
+    outcome: Any
+    error_code: Any
+    will_retry: Any
     at: str | None
-    duration_ms: int | float | None
+    duration_ms: Any
 
-    def span(self) -> _otlp.Span:
-        attributes: dict[str, Any] = {
-            "wfrun.workflow": self.workflow, "wfrun.run_id": self.run_id,
-            "wfrun.node": self.node, "wfrun.node.kind": self.kind,
-            "wfrun.attempt": self.attempt, "wfrun.outcome": self.outcome}
-        if self.error_code:
-            attributes["wfrun.error.code"] = self.error_code  # the code, never the message
-        if self.will_retry:
-            attributes["wfrun.will_retry"] = True
+    def attempt(self) -> tuple[str, str, int, str]:
+        """Node, kind, attempt (1 = the first try) and outcome, as attributes say them."""
+        outcome = self.outcome or ("ok" if self.ended == "node_finished" else "failed")
+        return str(self.node), str(self.kind or ""), int(self.retry or 0) + 1, str(outcome)
+
+    def times(self) -> tuple[int, int]:
         end = _nanos(self.at)
         millis = self.duration_ms
-        start = end - int(millis * 1_000_000) if end and isinstance(millis, int | float) \
-            else end
+        if end and isinstance(millis, int | float):
+            return end - int(millis * 1_000_000), end
+        return end, end
+
+    def span(self) -> _otlp.Span:
+        node, kind, attempt, outcome = self.attempt()
+        attributes: dict[str, Any] = {
+            "wfrun.workflow": self.workflow, "wfrun.run_id": self.run_id, "wfrun.node": node,
+            "wfrun.node.kind": kind, "wfrun.attempt": attempt, "wfrun.outcome": outcome}
+        if self.error_code:  # the code, never the message
+            attributes["wfrun.error.code"] = str(self.error_code)
+        if self.will_retry:
+            attributes["wfrun.will_retry"] = True
         trace_id, run_span = run_ids(self.run_id)
-        return _otlp.Span(f"node {self.node}", trace_id, self.span_id, run_span, attributes,
-                          (), self.outcome != "ok", start, end)
+        start, end = self.times()
+        return _otlp.Span(f"node {node}", trace_id, self.span_id, run_span, attributes, (),
+                          outcome != "ok", start, end)
 
     def write(self, batch: _otlp.Batch) -> None:
-        """The span `span()` makes, written without making it: a run's and a node's
-        fields are encoded once a batch (tests/unit/engine/test_otlp_encoding.py
+        """The span `span()` makes, written without making it: a run's and an
+        attempt's fields are encoded once a batch (tests/unit/engine/test_otlp_encoding.py
         requires the same message)."""
         pieces = batch.pieces
         run = pieces.get(self.run_id)
@@ -169,24 +182,23 @@ class _NodeEnd(NamedTuple):
                 batch.trace(trace_id) + batch.parent(run_span)
                 + batch.attribute("wfrun.workflow", self.workflow)
                 + batch.attribute("wfrun.run_id", self.run_id))
-        marker = (self.node, self.kind, self.attempt, self.outcome)
-        node = pieces.get(marker)
-        if node is None:  # the name and the attempt's attributes
-            node = pieces[marker] = (
-                batch.name(f"node {self.node}") + batch.attribute("wfrun.node", self.node)
-                + batch.attribute("wfrun.node.kind", self.kind)
-                + batch.attribute("wfrun.attempt", self.attempt)
-                + batch.attribute("wfrun.outcome", self.outcome))
-        fields = run + node
+        marker = (self.node, self.kind, self.retry, self.outcome, self.ended)
+        known = pieces.get(marker)
+        if known is None:  # the name, the attempt's attributes, whether it failed
+            node, kind, attempt, outcome = self.attempt()
+            known = pieces[marker] = (
+                batch.name(f"node {node}") + batch.attribute("wfrun.node", node)
+                + batch.attribute("wfrun.node.kind", kind)
+                + batch.attribute("wfrun.attempt", attempt)
+                + batch.attribute("wfrun.outcome", outcome), outcome != "ok")
+        fields, failed = known
+        fields = run + fields
         if self.error_code:
-            fields += batch.attribute("wfrun.error.code", self.error_code)
+            fields += batch.attribute("wfrun.error.code", str(self.error_code))
         if self.will_retry:
             fields += batch.attribute("wfrun.will_retry", True)
-        end = _nanos(self.at)
-        millis = self.duration_ms
-        start = end - int(millis * 1_000_000) if end and isinstance(millis, int | float) \
-            else end
-        batch.write(fields, self.span_id, start, end, (), self.outcome != "ok")
+        start, end = self.times()
+        batch.write(fields, self.span_id, start, end, (), failed)
 
 
 class _RunEnd(NamedTuple):
@@ -246,7 +258,7 @@ class Tracing:
         self._sample, self._internal = Decision.RECORD_AND_SAMPLE, SpanKind.INTERNAL
         self.encoder = _otlp.Encoder(resource.attributes, resource.schema_url or "")
         self.exporter: Exporter[_NodeEnd | _RunEnd] = Exporter(settings, self._encode)
-        self._nodes: dict[str, tuple[str, int]] = {}  # run id -> its running node, span id
+        self._nodes: dict[str, tuple[Any, int]] = {}  # run id -> its running node, span id
         self._sampled: dict[str, bool] = {}  # run id -> the sampler's decision (bounded)
         self._closed = False
         import atexit
@@ -259,13 +271,40 @@ class Tracing:
         return self.exporter.made
 
     def observer(self, inner: Observer | None) -> Observer:
+        # What runs per event is kept short and local: it is on the run's thread, a
+        # few times per node (bench/bench_tracing.py).
+        nodes, decided, add, getrandbits = (self._nodes, self._sampled, self.exporter.add,
+                                            random.getrandbits)
+
         def observe(event: dict[str, Any], state: RunState) -> None:
-            if event["type"] in _TRACED:
+            kind = event["type"]
+            if kind in _TRACED:
                 try:
-                    self.event(event, state)
+                    run_id = state.run_id
+                    if kind == "node_started":  # the attempt's span id, for TRACEPARENT
+                        nodes[run_id] = (event.get("node"), getrandbits(64) or 1)
+                    elif kind in RUN_ENDS:
+                        self._run_end(kind, event, state)
+                    else:
+                        node = event.get("node")
+                        running = nodes.pop(run_id, None)
+                        if running is None or running[0] != node:
+                            if running is not None:
+                                nodes[run_id] = running  # another node's attempt
+                            running = (node, getrandbits(64) or 1)
+                        sampled = decided.get(run_id)
+                        if sampled or (sampled is None and self.sampled(run_id)):
+                            payload = event.get("payload") or {}
+                            error = payload.get("error")
+                            add(_new_tuple(_NodeEnd, (
+                                run_id, state.workflow, node, running[1], kind,
+                                payload.get("kind"), payload.get("retry"),
+                                payload.get("outcome"),
+                                error.get("code") if type(error) is dict else None,
+                                payload.get("will_retry"), event.get("at"),
+                                payload.get("duration_ms"))))
                 except Exception:  # a span never costs a run anything
-                    log.debug("wfrun: cannot make a span of %s", event.get("type"),
-                              exc_info=True)
+                    log.debug("wfrun: cannot make a span of %s", kind, exc_info=True)
             if inner is not None:
                 inner(event, state)
 
@@ -293,38 +332,14 @@ class Tracing:
         self._sampled[run_id] = sampled
         return sampled
 
-    def event(self, event: dict[str, Any], state: RunState) -> None:
-        kind = event["type"]
+    def _run_end(self, kind: str, event: dict[str, Any], state: RunState) -> None:
         run_id = state.run_id
-        if kind == "node_started":
-            self._nodes[run_id] = (str(event.get("node")), random.getrandbits(64) or 1)
-            return
-        if kind in RUN_ENDS:
-            self._nodes.pop(run_id, None)  # a node that never ended here (a crash seam)
-            if self.sampled(run_id):
-                code = (state.error or {}).get("code")
-                self.exporter.add(_RunEnd(run_id, state.workflow, RUN_ENDS[kind],
-                                          str(code) if code else None, state.parent_run_id,
-                                          state.started_at, event.get("at")))
-            return
-        node = str(event.get("node"))
-        running = self._nodes.get(run_id)
-        if running is not None and running[0] == node:
-            self._nodes.pop(run_id, None)
-            span_id = running[1]
-        else:
-            span_id = random.getrandbits(64) or 1
-        if not self.sampled(run_id):
-            return  # nothing built for a span the sampler dropped
-        payload = event.get("payload") or {}
-        error = payload.get("error")
-        code = error.get("code") if isinstance(error, dict) else None
-        self.exporter.add(_NodeEnd(
-            run_id, state.workflow, node, span_id, str(payload.get("kind") or ""),
-            int(payload.get("retry") or 0) + 1,
-            str(payload.get("outcome") or ("ok" if kind == "node_finished" else "failed")),
-            str(code) if code else None, bool(payload.get("will_retry")), event.get("at"),
-            payload.get("duration_ms")))
+        self._nodes.pop(run_id, None)  # a node that never ended here (a crash seam)
+        if self.sampled(run_id):
+            code = (state.error or {}).get("code")
+            self.exporter.add(_RunEnd(run_id, state.workflow, RUN_ENDS[kind],
+                                      str(code) if code else None, state.parent_run_id,
+                                      state.started_at, event.get("at")))
 
     def _encode(self, records: list[_NodeEnd | _RunEnd]) -> bytes:
         """The exporter's thread: a batch of records, as one OTLP request."""
@@ -357,6 +372,7 @@ class Tracing:
                         exporter.settings.endpoint, "; ".join(why))
 
 
+@functools.lru_cache(maxsize=256)  # a node's end and the next one's often share a ms
 def _nanos(at: str | None) -> int:
     """Nanoseconds since the epoch of a trace event's time (`2026-12-05T12:51:02.123Z`,
     runner.clock.iso), 0 when there is none. The date part is parsed once a second."""

@@ -77,14 +77,16 @@ def test_the_hand_encoding_is_the_official_encoders_message() -> None:
 
 def records() -> list[_NodeEnd | _RunEnd]:
     at = "2026-12-05T12:51:02.125Z"
-    return [
-        _NodeEnd("r-1", "review", "plan", 0x51, "compute", 1, "ok", None, False, at, 3),
-        _NodeEnd("r-1", "review", "fetch", 0x52, "action", 1, "failed", "exit_code", True,
+    ok, failed = "node_finished", "node_failed"
+    return [  # the payloads' values as they come: the exporter's thread makes them attributes
+        _NodeEnd("r-1", "review", "plan", 0x51, ok, "compute", 0, "ok", None, False, at, 3),
+        _NodeEnd("r-1", "review", "fetch", 0x52, failed, "action", 0, None, "exit_code", True,
                  at, 1500),
-        _NodeEnd("r-1", "review", "fetch", 0x53, "action", 2, "ok", None, False,
+        _NodeEnd("r-1", "review", "fetch", 0x53, ok, "action", 1, "ok", None, None,
                  "2026-12-05T12:51:03.000Z", 0.5),
-        _NodeEnd("r-2", "review", "plan", 0x54, "compute", 1, "ok", None, False, at, 3),
-        _NodeEnd("r-2", "review", "odd", 0x55, "", 1, "ok", None, False, None, None),
+        _NodeEnd("r-2", "review", "plan", 0x54, ok, "compute", None, None, None, False, at, 3),
+        _NodeEnd("r-2", "review", "odd", 0x55, ok, None, None, "skipped", None, False, None,
+                 None),
         _RunEnd("r-1", "review", "completed", None, None, "2026-12-05T12:51:01.000Z", at),
         _RunEnd("r-2", "review", "failed", "exit_code", "r-1", "2026-12-05T12:51:01+00:00",
                 None),
@@ -102,6 +104,7 @@ def test_the_records_written_are_their_spans() -> None:
     assert node.end_ns - node.start_ns == 3_000_000
     assert node.end_ns == 1_796_475_062_125_000_000  # date -d 2026-12-05T12:51:02Z +%s
     assert failed.error
+    assert failed.attributes["wfrun.outcome"] == "failed"  # a failure without its own word
     assert failed.attributes["wfrun.error.code"] == "exit_code"
     assert failed.attributes["wfrun.will_retry"] is True
     child = records()[-1].span()
