@@ -6,6 +6,7 @@
     .venv/bin/python bench/bench_tracing.py --shell     # shell nodes: a step that does work
     .venv/bin/python bench/bench_tracing.py --smoke     # tiny sizes: the code paths only
     .venv/bin/python bench/bench_tracing.py --instructions       # + valgrind counts
+    .venv/bin/python bench/bench_tracing.py --parts   # the run thread's and encoding's CPU
     .venv/bin/python bench/bench_tracing.py --root DIR ...       # `runner` from DIR
 
 One process, `Engine(durability="full")` runs of a 20-node compute chain (21 spans
@@ -132,6 +133,53 @@ class Bench:
         self.server.shutdown()
 
 
+def parts(runs: int, nodes: int) -> tuple[float, float]:
+    """CPU µs per run on the run's thread (the observer) and encoding its spans: `runs`
+    runs' events fed to a real `Tracing.observer`, then the records it queued encoded
+    420 at a time (a block's worth), nothing sent. An older runner (--root): its SDK
+    spans, taken from its batch processor's queue and encoded by its `_otlp.encode`."""
+    from runner.clock import iso
+    from runner.engine._state import RunState
+    from runner.engine._tracing import Tracing
+
+    os.environ.update({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9",
+                       "OTEL_BSP_MAX_QUEUE_SIZE": "10000000",
+                       "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "10000000",
+                       "OTEL_BSP_SCHEDULE_DELAY": "10000000"})
+    tracing: Any = Tracing()
+    observe = tracing.observer(None)
+    events = []
+    now = time.time()
+    for r in range(runs):
+        state = RunState(f"bench-{r:06d}")
+        state.workflow, state.started_at = "chain", iso(now)
+        for n in range(nodes):
+            events.append(({"type": "node_started", "node": f"n{n}", "at": iso(now),
+                            "payload": {}}, state))
+            now += 0.00025
+            events.append(({"type": "node_finished", "node": f"n{n}", "at": iso(now),
+                            "payload": {"kind": "compute", "outcome": "ok", "retry": 0,
+                                        "duration_ms": 0, "output": n}}, state))
+        events.append(({"type": "run_completed", "at": iso(now), "payload": {}}, state))
+    c0 = time.process_time()
+    for event, state in events:
+        observe(event, state)
+    hot = time.process_time() - c0
+    if hasattr(tracing, "exporter"):
+        queued, encode = list(tracing.exporter._queue), tracing._encode
+        tracing.exporter._queue.clear()
+    else:  # the SDK's processor (private: this comparison only)
+        from runner.engine import _otlp
+        inner = tracing.processor._batch_processor._queue
+        queued, encode = list(inner), _otlp.encode
+        inner.clear()
+        tracing.made = 0  # none was meant to be sent: no "not sent" line at exit
+    c0 = time.process_time()
+    for i in range(0, len(queued), 420):
+        encode(queued[i:i + 420])
+    return hot / runs * 1e6, (time.process_time() - c0) / runs * 1e6
+
+
 def instructions(root: Path, mode: str, n: int, nodes: int, shell: bool) -> int:
     """User-space instructions of this script doing `n` runs `mode` (all threads: the
     exporter's and the receiver's too), counted by valgrind's callgrind."""
@@ -159,12 +207,21 @@ def main() -> None:
                         help=f"blocks each way, alternating (default {ROUNDS})")
     parser.add_argument("--nodes", type=int, default=NODES, help=argparse.SUPPRESS)
     parser.add_argument("--cycles", help=argparse.SUPPRESS)  # MODE:N, under valgrind
+    parser.add_argument("--parts", action="store_true",
+                        help="only the in-process parts: CPU per run on the run's thread "
+                             "and encoding, 500 runs' events fed to the observer")
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args()
     try:
         import opentelemetry.sdk  # noqa: F401
     except ImportError:
         print("skipped: the OpenTelemetry SDK is not installed (pip install 'wfrun[otel]')")
+        return
+    if args.parts:
+        hot, encoding = parts(5 if args.smoke else 500, args.nodes)
+        print(f"runner imported from {ROOT}")
+        print(f"per run of {args.nodes} nodes ({args.nodes + 1} spans): the run's thread "
+              f"{hot:.0f} µs, encoding {encoding:.0f} µs (CPU, in process, nothing sent)")
         return
     if args.cycles is not None:
         mode, n = args.cycles.split(":")
