@@ -1,37 +1,61 @@
 """OTLP/protobuf encoding of wfrun's spans, written out by hand (issue 40, tracing cost).
 
-The official encoder (`opentelemetry-exporter-otlp-proto-common`) builds a protobuf
-message object per span, attribute and value: about 50-90 µs of CPU a span, as much
-as a trivial node costs to run (bench/bench_tracing.py). wfrun's spans are few
-shapes (a name, ids, two times, a handful of string/int/bool attributes, a status,
-maybe a link), so this module writes the same `ExportTraceServiceRequest` bytes
-directly from the protobuf wire format (opentelemetry-proto's trace.proto,
-common.proto, resource.proto): ~10 µs a span. A span it cannot write (an attribute
-value of another type) makes `encode` raise ValueError, and the caller sends the
-batch through the official encoder instead; tests/unit/engine/test_otlp_encoding.py
-decodes both with opentelemetry-proto and requires the same message.
+The official encoder (`opentelemetry-exporter-otlp-proto-common`) wants the SDK's
+`ReadableSpan`s and builds a protobuf message object per span, attribute and value:
+about 45 µs of CPU a span, as much as a trivial node costs to run
+(bench/bench_tracing.py). wfrun's spans are few shapes (a name, ids, two times, a
+handful of scalar attributes, an error flag, maybe a link to a parent run), so they
+are plain `Span` tuples here, and `Encoder` writes the `ExportTraceServiceRequest`
+bytes straight from the protobuf wire format (opentelemetry-proto's trace.proto,
+common.proto, resource.proto). tests/unit/engine/test_otlp_encoding.py decodes its
+output and the official encoder's for the same spans with opentelemetry-proto and
+requires the same message, so a receiver cannot tell them apart.
 
-`exporter` wraps the official OTLPSpanExporter: the bytes go out through its own
-HTTP client (endpoint, headers, timeout, compression, retries from the standard
-`OTEL_EXPORTER_OTLP_*` variables). That client is a private attribute of the
-exporter (1.45); an exporter without it is used as it is.
+This module imports only the standard library: it runs on the exporter's thread.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
 
-# Span.flags: the parent's is_remote is known (and set): trace.proto SpanFlags.
+__all__ = ["Batch", "Encoder", "Span"]
+
+# Span.flags and Link.flags: whether the parent (the linked span) is remote is known,
+# and whether it is (trace.proto SpanFlags).
 _HAS_IS_REMOTE = 0x100
 _IS_REMOTE = 0x200
-_STATUS_CODES = {"UNSET": 0, "OK": 1, "ERROR": 2}
-_SPAN_KINDS = {"INTERNAL": 1, "SERVER": 2, "CLIENT": 3, "PRODUCER": 4, "CONSUMER": 5}
 _fixed64 = struct.Struct("<Q").pack
 _fixed32 = struct.Struct("<I").pack
 _double = struct.Struct("<d").pack
-_SCALARS = (str, bool, int, float)
+
+# Constant pieces of every span: its kind (INTERNAL), its status (UNSET, or ERROR
+# with no message: the message could hold what a secret looks like), its flags
+# (a local parent, or none).
+_KIND_INTERNAL = b"\x30\x01"
+_STATUS = (b"\x7a\x00", b"\x7a\x02\x18\x02")
+_LOCAL = b"\x85\x01" + _fixed32(_HAS_IS_REMOTE)
+_LINK_REMOTE = b"\x35" + _fixed32(_HAS_IS_REMOTE | _IS_REMOTE)
+
+
+class Span(NamedTuple):
+    """One finished span, as wfrun makes them: INTERNAL, sampled, never open.
+
+    `parent_id` is a span of the same trace made by wfrun (a local parent); `links`
+    name other traces' spans, (trace id, span id), each remote. A time of 0 is
+    unknown (left out of the message, as the official encoder does with None).
+    """
+
+    name: str
+    trace_id: int
+    span_id: int
+    parent_id: int | None
+    attributes: Mapping[str, Any]
+    links: tuple[tuple[int, int], ...]
+    error: bool
+    start_ns: int
+    end_ns: int
 
 
 def _varint(value: int) -> bytes:
@@ -39,6 +63,8 @@ def _varint(value: int) -> bytes:
         value += 1 << 64  # int64: two's complement, ten bytes
     if value < 0x80:
         return bytes((value,))
+    if value < 0x4000:  # a span's length, most often
+        return bytes((value & 0x7F | 0x80, value >> 7))
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
@@ -57,118 +83,104 @@ def _text(number: int, value: str) -> bytes:
 
 
 def _any_value(value: Any) -> bytes:
+    """An AnyValue's fields, for every attribute value the SDK allows (and None)."""
+    if value is None:
+        return b""
     if isinstance(value, str):
         return _field(1, value.encode())
     if isinstance(value, bool):
         return b"\x10" + (b"\x01" if value else b"\x00")
     if isinstance(value, int):
+        if not -(1 << 63) <= value < 1 << 63:
+            raise ValueError(f"an attribute value out of int64's range: {value}")
         return b"\x18" + _varint(value)
     if isinstance(value, float):
         return b"\x21" + _double(value)
+    if isinstance(value, bytes):
+        return _field(7, value)
+    if isinstance(value, Mapping):
+        return _field(6, b"".join(_key_value(1, str(k), v) for k, v in value.items()))
+    if isinstance(value, Sequence):
+        return _field(5, b"".join(_field(1, _any_value(v)) for v in value))
     raise ValueError(f"an attribute value of type {type(value).__name__}")
 
 
-def _attributes(number: int, attributes: Mapping[str, Any] | None,
-                cache: dict[tuple[str, type, Any], bytes]) -> bytes:
-    """Repeated KeyValue. `cache`: one batch's key-values, most repeat (the workflow,
-    the run id, `kind: compute`, `outcome: ok`...)."""
-    out = b""
-    for key, value in (attributes or {}).items():
-        kind = type(value)
-        if kind not in _SCALARS:
-            raise ValueError(f"an attribute value of type {kind.__name__}")
-        marker = (key, kind, value)
-        encoded = cache.get(marker)
+def _key_value(number: int, key: str, value: Any) -> bytes:
+    return _field(number, _text(1, key) + _field(2, _any_value(value)))
+
+
+class Batch:
+    """The spans of one request being written, and the pieces they share: a batch's
+    spans repeat most of their fields (a run's trace id, its run span as the parent,
+    the workflow and run id attributes, `kind: compute`, `outcome: ok`), so each
+    piece is encoded once a batch. `pieces` is for a writer's own larger pieces."""
+
+    def __init__(self) -> None:
+        self.spans: list[bytes] = []
+        self.pieces: dict[Any, Any] = {}
+        self._pairs: dict[tuple[str, Any, type], bytes] = {}
+
+    def attribute(self, key: str, value: Any) -> bytes:
+        """A span's attribute (a KeyValue, field 9); `value` a scalar."""
+        marker = (key, value, type(value))  # True and 1 are equal, not the same
+        encoded = self._pairs.get(marker)
         if encoded is None:
-            encoded = cache[marker] = _field(number, _text(1, key)
-                                             + _field(2, _any_value(value)))
-        out += encoded
-    return out
+            encoded = self._pairs[marker] = _key_value(9, key, value)
+        return encoded
+
+    @staticmethod
+    def trace(trace_id: int) -> bytes:
+        return b"\x0a\x10" + trace_id.to_bytes(16, "big")
+
+    @staticmethod
+    def parent(span_id: int | None) -> bytes:
+        return b"" if span_id is None else b"\x22\x08" + span_id.to_bytes(8, "big")
+
+    @staticmethod
+    def name(name: str) -> bytes:
+        return _text(5, name)
+
+    def write(self, fields: bytes, span_id: int, start_ns: int, end_ns: int,
+              links: tuple[tuple[int, int], ...], error: bool) -> None:
+        """One span: `fields` holds its trace id, parent, name and attributes (the
+        attributes in their order), as the methods above encode them."""
+        parts = [fields, b"\x12\x08", span_id.to_bytes(8, "big"), _KIND_INTERNAL]
+        if start_ns:
+            parts += (b"\x39", _fixed64(start_ns))
+        if end_ns:
+            parts += (b"\x41", _fixed64(end_ns))
+        for trace_id, linked in links:
+            parts.append(_field(13, b"\x0a\x10" + trace_id.to_bytes(16, "big")
+                                + b"\x12\x08" + linked.to_bytes(8, "big") + _LINK_REMOTE))
+        parts += (_STATUS[error], _LOCAL)
+        self.spans.append(_field(2, b"".join(parts)))
+
+    def add(self, span: Span) -> None:
+        """`span`, whatever its shape."""
+        fields = [self.trace(span.trace_id), self.parent(span.parent_id), self.name(span.name)]
+        fields += [self.attribute(k, v) for k, v in span.attributes.items()]
+        self.write(b"".join(fields), span.span_id, span.start_ns, span.end_ns, span.links,
+                   span.error)
 
 
-def _span(span: Any, cache: dict[tuple[str, type, Any], bytes]) -> bytes:
-    context = span.context
-    parent = span.parent
-    out: bytes = (b"\x0a\x10" + context.trace_id.to_bytes(16, "big")
-           + b"\x12\x08" + context.span_id.to_bytes(8, "big"))
-    if context.trace_state:
-        out += _text(3, context.trace_state.to_header())
-    if parent is not None:
-        out += b"\x22\x08" + parent.span_id.to_bytes(8, "big")
-    out += _text(5, span.name) + b"\x30" + _varint(_SPAN_KINDS[span.kind.name])
-    if span.start_time:
-        out += b"\x39" + _fixed64(span.start_time)
-    if span.end_time:
-        out += b"\x41" + _fixed64(span.end_time)
-    out += _attributes(9, span.attributes, cache)
-    if span.events or span.dropped_attributes or span.dropped_events or span.dropped_links:
-        raise ValueError("events and dropped counts are the official encoder's")
-    for link in span.links:
-        linked = link.context
-        body = (b"\x0a\x10" + linked.trace_id.to_bytes(16, "big")
-                + b"\x12\x08" + linked.span_id.to_bytes(8, "big"))
-        if linked.trace_state:
-            body += _text(3, linked.trace_state.to_header())
-        body += _attributes(4, link.attributes, cache)
-        body += b"\x35" + _fixed32(_HAS_IS_REMOTE | (_IS_REMOTE if linked.is_remote else 0))
-        out += _field(13, body)
-    status = span.status
-    code = _STATUS_CODES[status.status_code.name]
-    out += _field(15, _text(2, status.description or "") + (  # always there, as the
-        b"\x18" + _varint(code) if code else b""))              # official encoder has it
-    remote = parent is not None and parent.is_remote
-    return out + b"\x85\x01" + _fixed32(_HAS_IS_REMOTE | (_IS_REMOTE if remote else 0))
+class Encoder:
+    """The request bytes of a batch of spans of one process: its resource (made once,
+    encoded once) and its instrumentation scope, `wfrun`."""
 
+    def __init__(self, resource: Mapping[str, Any], resource_schema_url: str = "",
+                 scope: str = "wfrun", scope_version: str = "") -> None:
+        body = b"".join(_key_value(1, key, value) for key, value in resource.items())
+        self._resource = _field(1, body)
+        self._resource_schema = _text(3, resource_schema_url)
+        self._scope = _field(1, _text(1, scope) + _text(2, scope_version))
 
-def encode(spans: Sequence[Any]) -> bytes:
-    """The ExportTraceServiceRequest of `spans` (SDK ReadableSpans), serialized."""
-    groups: dict[int, tuple[Any, dict[int, tuple[Any, list[bytes]]]]] = {}
-    cache: dict[tuple[str, type, Any], bytes] = {}
-    for span in spans:
-        resource, scope = span.resource, span.instrumentation_scope
-        by_scope = groups.setdefault(id(resource), (resource, {}))[1]
-        by_scope.setdefault(id(scope), (scope, []))[1].append(_span(span, cache))
-    out = b""
-    for resource, by_scope in groups.values():
-        body = _field(1, _attributes(1, resource.attributes, cache))
-        for scope, encoded in by_scope.values():
-            head = b""
-            if scope is not None:
-                head = _field(1, _text(1, scope.name) + _text(2, scope.version or ""))
-            body += _field(2, head + b"".join(_field(2, e) for e in encoded)
-                           + _text(3, str(scope.schema_url or "") if scope is not None else ""))
-        body += _text(3, str(resource.schema_url or ""))
-        out += _field(1, body)
-    return out
+    def request(self, batch: Batch) -> bytes:
+        """One ExportTraceServiceRequest holding the batch's spans, serialized."""
+        scope_spans = _field(2, self._scope + b"".join(batch.spans))
+        return _field(1, self._resource + scope_spans + self._resource_schema)
 
-
-def exporter(inner: Any) -> Any:
-    """`inner` (an OTLPSpanExporter), sending what `encode` wrote through its own
-    HTTP client; the official encoding where that is not possible."""
-    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
-
-    client = getattr(inner, "_client", None)
-    send = getattr(client, "export", None)
-    limit = getattr(inner, "_max_request_size", None)
-
-    class Exporter(SpanExporter):
-        def export(self, spans: Sequence[Any]) -> SpanExportResult:
-            if not callable(send) or getattr(inner, "_shutdown", False):
-                return inner.export(spans)  # type: ignore[no-any-return]
-            try:
-                data = encode(spans)
-            except (ValueError, AttributeError, KeyError, OverflowError):
-                return inner.export(spans)  # type: ignore[no-any-return]
-            if isinstance(limit, int) and len(data) > limit:
-                return inner.export(spans)  # type: ignore[no-any-return]  # it says so
-            result = send(data)
-            return (SpanExportResult.SUCCESS if getattr(result, "success", False)
-                    else SpanExportResult.FAILURE)
-
-        def shutdown(self) -> None:
-            inner.shutdown()
-
-        def force_flush(self, timeout_millis: int = 30_000) -> bool:
-            return bool(inner.force_flush(timeout_millis))
-
-    return Exporter()
+    def encode(self, spans: Iterable[Span]) -> bytes:
+        batch = Batch()
+        for span in spans:
+            batch.add(span)
+        return self.request(batch)

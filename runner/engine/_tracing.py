@@ -1,9 +1,11 @@
 """OpenTelemetry spans for runs and node attempts (issue 40, DESIGN §10; extra `wfrun[otel]`).
 
 On when the standard `OTEL_EXPORTER_OTLP_ENDPOINT` (or `..._TRACES_ENDPOINT`) is set
-and `OTEL_SDK_DISABLED` is not `true`; the other standard `OTEL_*` variables (headers,
-timeout, service name, sampler, batch queue size) are the SDK's. Off, this module
-imports nothing and `observer` hands the engine's observer back unchanged.
+and `OTEL_SDK_DISABLED` is not `true`; the other standard `OTEL_*` variables are read
+as the specification has them (the sampler and the resource by the SDK itself; the
+exporter's headers, timeout, compression, certificates and `OTEL_BSP_*` batching by
+runner/engine/_otlpexport.py). Off, this module imports nothing of OpenTelemetry and
+`observer` hands the engine's observer back unchanged.
 
 Why spans are made from the run's trace events, each once it ended: a span is built
 from facts the trace holds (a node attempt's start and duration, the run's start and
@@ -19,10 +21,12 @@ The sampler (`OTEL_TRACES_SAMPLER`) decides once per run, by its trace id, and t
 decision covers the run span and its node spans alike: a dropped run costs no span
 object at all, and its `TRACEPARENT` says "not sampled" (flags 00).
 
-Exporting never blocks or fails a run: spans go to the SDK's batch processor (a
-bounded queue, sent by its own thread; a full queue drops spans), a problem building
-one is logged at debug level, and a process exits after at most `EXIT_WAIT` seconds
-of flushing, whether or not the receiver answers.
+Exporting never blocks or fails a run, nor costs it much (bench/bench_tracing.py): the
+run's thread queues a small record per span (a bounded queue; a full one drops
+records, counted), the exporter's own thread makes the spans, encodes them
+(runner/engine/_otlp.py) and sends them, a problem making one is logged at debug
+level, and a process exits after at most `EXIT_WAIT` seconds of sending, whether or
+not the receiver answers, saying in one warning how many spans were not sent.
 """
 
 from __future__ import annotations
@@ -34,8 +38,8 @@ import os
 import random
 import threading
 from collections.abc import Callable
-from datetime import datetime
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, NamedTuple
 
 from . import _otlp
 from ._state import RunState
@@ -49,10 +53,13 @@ RUN_ENDS = {"run_completed": "completed", "run_failed": "failed",
             "run_timed_out": "timed_out", "run_cancelled": "cancelled",
             "run_waiting": "waiting"}
 NODE_ENDS = ("node_finished", "node_failed")
+_TRACED = frozenset({"node_started", *NODE_ENDS, *RUN_ENDS})
 EXIT_WAIT = 3.0  # seconds a process waits at exit for its last spans to be sent
 _SAMPLED_KEPT = 4096  # sampling decisions kept: the runs in flight in a host, and then some
 
 Observer = Callable[[dict[str, Any], RunState], None]
+# A record made without calling its class's Python-level __new__ (the run's thread).
+_new_tuple: Callable[[type[_NodeEnd], tuple[Any, ...]], _NodeEnd] = tuple.__new__
 
 _decided = False
 _current: Tracing | None = None
@@ -119,76 +126,192 @@ def traceparent(trace_id: int, span_id: int, sampled: bool = True) -> str:
     return f"00-{trace_id:032x}-{span_id:016x}-{'01' if sampled else '00'}"
 
 
-def _nanos(at: Any) -> int | None:
-    if not isinstance(at, str):
-        return None
-    try:
-        return int(datetime.fromisoformat(at).timestamp() * 1_000_000_000)
-    except ValueError:
-        return None
+class _NodeEnd(NamedTuple):
+    """A node attempt that ended, as the run's thread saw it: the payload's values its
+    span needs, as they are (the payload itself is not kept: an output may be large;
+    the exporter's thread makes them the attributes)."""
+
+    run_id: str
+    workflow: str
+    node: Any
+    span_id: int
+    ended: str  # node_finished or node_failed
+    kind: Any
+    retry: Any
+    outcome: Any
+    error_code: Any
+    will_retry: Any
+    at: str | None
+    duration_ms: Any
+
+    def attempt(self) -> tuple[str, str, int, str]:
+        """Node, kind, attempt (1 = the first try) and outcome, as attributes say them."""
+        outcome = self.outcome or ("ok" if self.ended == "node_finished" else "failed")
+        return str(self.node), str(self.kind or ""), int(self.retry or 0) + 1, str(outcome)
+
+    def times(self) -> tuple[int, int]:
+        end = _nanos(self.at)
+        millis = self.duration_ms
+        if end and isinstance(millis, int | float):
+            return end - int(millis * 1_000_000), end
+        return end, end
+
+    def span(self) -> _otlp.Span:
+        node, kind, attempt, outcome = self.attempt()
+        attributes: dict[str, Any] = {
+            "wfrun.workflow": self.workflow, "wfrun.run_id": self.run_id, "wfrun.node": node,
+            "wfrun.node.kind": kind, "wfrun.attempt": attempt, "wfrun.outcome": outcome}
+        if self.error_code:  # the code, never the message
+            attributes["wfrun.error.code"] = str(self.error_code)
+        if self.will_retry:
+            attributes["wfrun.will_retry"] = True
+        trace_id, run_span = run_ids(self.run_id)
+        start, end = self.times()
+        return _otlp.Span(f"node {node}", trace_id, self.span_id, run_span, attributes, (),
+                          outcome != "ok", start, end)
+
+    def write(self, batch: _otlp.Batch) -> None:
+        """The span `span()` makes, written without making it: a run's and an
+        attempt's fields are encoded once a batch (tests/unit/engine/test_otlp_encoding.py
+        requires the same message)."""
+        pieces = batch.pieces
+        run = pieces.get(self.run_id)
+        if run is None:  # the trace id, the run span as parent, the run's attributes
+            trace_id, run_span = run_ids(self.run_id)
+            run = pieces[self.run_id] = (
+                batch.trace(trace_id) + batch.parent(run_span)
+                + batch.attribute("wfrun.workflow", self.workflow)
+                + batch.attribute("wfrun.run_id", self.run_id))
+        marker = (self.node, self.kind, self.retry, self.outcome, self.ended)
+        known = pieces.get(marker)
+        if known is None:  # the name, the attempt's attributes, whether it failed
+            node, kind, attempt, outcome = self.attempt()
+            known = pieces[marker] = (
+                batch.name(f"node {node}") + batch.attribute("wfrun.node", node)
+                + batch.attribute("wfrun.node.kind", kind)
+                + batch.attribute("wfrun.attempt", attempt)
+                + batch.attribute("wfrun.outcome", outcome), outcome != "ok")
+        fields, failed = known
+        fields = run + fields
+        if self.error_code:
+            fields += batch.attribute("wfrun.error.code", str(self.error_code))
+        if self.will_retry:
+            fields += batch.attribute("wfrun.will_retry", True)
+        start, end = self.times()
+        batch.write(fields, self.span_id, start, end, (), failed)
+
+
+class _RunEnd(NamedTuple):
+    """A run that ended (or waits at a checkpoint)."""
+
+    run_id: str
+    workflow: str
+    outcome: str
+    error_code: str | None
+    parent_run_id: str | None
+    started_at: str | None
+    at: str | None
+
+    def span(self) -> _otlp.Span:
+        attributes: dict[str, Any] = {"wfrun.workflow": self.workflow,
+                                      "wfrun.run_id": self.run_id, "wfrun.outcome": self.outcome}
+        if self.error_code:
+            attributes["wfrun.error.code"] = self.error_code
+        links: tuple[tuple[int, int], ...] = ()
+        if self.parent_run_id:
+            attributes["wfrun.parent_run_id"] = self.parent_run_id
+            links = (run_ids(self.parent_run_id),)
+        trace_id, span_id = run_ids(self.run_id)
+        start = _nanos(self.started_at)
+        return _otlp.Span(f"run {self.workflow}", trace_id, span_id, None, attributes, links,
+                          self.outcome not in ("completed", "waiting"), start,
+                          _nanos(self.at) or start)
+
+    def write(self, batch: _otlp.Batch) -> None:
+        batch.add(self.span())  # one a run: no piece of it is worth keeping
 
 
 class Tracing:
-    """One process's tracer provider, exporter and the node spans being run.
+    """One process's spans: the sampler's decisions, the node attempts being run, and
+    the exporter (runner/engine/_otlpexport.py) their records go to.
 
-    Spans are built as the SDK's finished `ReadableSpan`s straight from the trace
-    events and handed to the batch processor (its `on_end`): a span never lives open
-    (each is made once what it covers ended), so the SDK's live-span machinery (its
-    Tracer, id generator, attribute validation, context lookups) would only cost a
-    node its CPU (bench/bench_tracing.py). The provider is kept for the standard
-    `OTEL_*` settings: its sampler and its batch processor's shutdown.
+    The run's thread does as little as it can: at a node's start it picks the span
+    id (for `TRACEPARENT`), and at an end it queues a small record of what the span
+    needs. The exporter's thread makes the spans of a batch (ids, times, attributes)
+    and encodes them (runner/engine/_otlp.py). The SDK is used for what it reads
+    from the standard variables once: the sampler and the resource.
     """
 
     def __init__(self) -> None:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
-        from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+        from opentelemetry.sdk.trace.sampling import Decision
+        from opentelemetry.trace import SpanKind
 
-        # The exporter logs each failed try (three lines a batch while the receiver is
-        # down); the spans that never got through are counted in one line at exit.
-        logging.getLogger("opentelemetry.exporter.otlp.proto.http").setLevel(logging.ERROR)
-        self.resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME")
-                                         or "wfrun"})
-        self.provider = TracerProvider(resource=self.resource, shutdown_on_exit=False)
-        exporter = OTLPSpanExporter()
-        self.sent = _Sent(str(getattr(exporter, "_endpoint", "the OTLP endpoint")))
-        # The spans are encoded by _otlp.py (a fifth of the official encoder's CPU) and
-        # sent by the official exporter's own HTTP client.
-        self.processor = BatchSpanProcessor(_counting(_otlp.exporter(exporter), self.sent))
-        self.provider.add_span_processor(self.processor)
-        from opentelemetry.sdk.trace import ReadableSpan
-        from opentelemetry.trace import SpanContext, Status, StatusCode, TraceFlags
+        from ._otlpexport import Exporter, Settings
 
-        # Looked up once: a span is a few object constructions on the run's thread.
-        self._span_class, self._context_class = ReadableSpan, SpanContext
-        self._flags = TraceFlags(TraceFlags.SAMPLED)
-        self._statuses = (Status(StatusCode.UNSET), Status(StatusCode.ERROR))
-        self.scope = InstrumentationScope("wfrun")
-        self.sampler = self.provider.sampler  # OTEL_TRACES_SAMPLER(_ARG), the SDK's reading
-        self._lock = threading.Lock()
-        self._nodes: dict[str, tuple[str, int]] = {}  # run id -> its running node, span id
+        settings = Settings.from_environ()  # a bad value: ValueError, untraced
+        resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME")
+                                    or "wfrun"})
+        # OTEL_TRACES_SAMPLER(_ARG), as the SDK reads them (custom samplers too).
+        self.sampler = TracerProvider(resource=resource, shutdown_on_exit=False).sampler
+        self._sample, self._internal = Decision.RECORD_AND_SAMPLE, SpanKind.INTERNAL
+        self.encoder = _otlp.Encoder(resource.attributes, resource.schema_url or "")
+        self.exporter: Exporter[_NodeEnd | _RunEnd] = Exporter(settings, self._encode)
+        self._nodes: dict[str, tuple[Any, int]] = {}  # run id -> its running node, span id
         self._sampled: dict[str, bool] = {}  # run id -> the sampler's decision (bounded)
-        self.made = 0  # spans ended (handed to the batch processor)
+        self._closed = False
         import atexit
 
         atexit.register(self.close)
 
+    @property
+    def made(self) -> int:
+        """Spans ended (handed to the exporter)."""
+        return self.exporter.made
+
     def observer(self, inner: Observer | None) -> Observer:
+        # What runs per event is kept short and local: it is on the run's thread, a
+        # few times per node (bench/bench_tracing.py).
+        nodes, decided, add, getrandbits = (self._nodes, self._sampled, self.exporter.add,
+                                            random.getrandbits)
+
         def observe(event: dict[str, Any], state: RunState) -> None:
-            try:
-                self.event(event, state)
-            except Exception:  # a span never costs a run anything
-                log.debug("wfrun: cannot make a span of %s", event.get("type"), exc_info=True)
+            kind = event["type"]
+            if kind in _TRACED:
+                try:
+                    run_id = state.run_id
+                    if kind == "node_started":  # the attempt's span id, for TRACEPARENT
+                        nodes[run_id] = (event.get("node"), getrandbits(64) or 1)
+                    elif kind in RUN_ENDS:
+                        self._run_end(kind, event, state)
+                    else:
+                        node = event.get("node")
+                        running = nodes.pop(run_id, None)
+                        if running is None or running[0] != node:
+                            if running is not None:
+                                nodes[run_id] = running  # another node's attempt
+                            running = (node, getrandbits(64) or 1)
+                        sampled = decided.get(run_id)
+                        if sampled or (sampled is None and self.sampled(run_id)):
+                            payload = event.get("payload") or {}
+                            error = payload.get("error")
+                            add(_new_tuple(_NodeEnd, (
+                                run_id, state.workflow, node, running[1], kind,
+                                payload.get("kind"), payload.get("retry"),
+                                payload.get("outcome"),
+                                error.get("code") if type(error) is dict else None,
+                                payload.get("will_retry"), event.get("at"),
+                                payload.get("duration_ms"))))
+                except Exception:  # a span never costs a run anything
+                    log.debug("wfrun: cannot make a span of %s", kind, exc_info=True)
             if inner is not None:
                 inner(event, state)
 
         return observe
 
     def environment(self, run_id: str) -> dict[str, str]:
-        with self._lock:
-            running = self._nodes.get(run_id)
+        running = self._nodes.get(run_id)
         if running is None:
             return {}
         return {"TRACEPARENT": traceparent(run_ids(run_id)[0], running[1],
@@ -199,147 +322,82 @@ class Tracing:
         for the run span and every node span alike (a ParentBased or TraceIdRatio
         sampler decides by the trace id, which the run id fixes: every process that
         runs a part of the run decides the same)."""
-        with self._lock:
-            known = self._sampled.get(run_id)
+        known = self._sampled.get(run_id)
         if known is not None:
             return known
-        from opentelemetry.sdk.trace.sampling import Decision
-        from opentelemetry.trace import SpanKind
-
-        trace_id = run_ids(run_id)[0]
-        decision = self.sampler.should_sample(None, trace_id, "run", SpanKind.INTERNAL)
-        sampled = decision.decision is Decision.RECORD_AND_SAMPLE
-        with self._lock:
-            if len(self._sampled) >= _SAMPLED_KEPT:
-                self._sampled.clear()  # a host's finished runs: decided again if seen
-            self._sampled[run_id] = sampled
+        decision = self.sampler.should_sample(None, run_ids(run_id)[0], "run", self._internal)
+        sampled = decision.decision is self._sample
+        if len(self._sampled) >= _SAMPLED_KEPT:
+            self._sampled.clear()  # a host's finished runs: decided again if seen
+        self._sampled[run_id] = sampled
         return sampled
 
-    def event(self, event: dict[str, Any], state: RunState) -> None:
-        kind = event["type"]
-        if kind == "node_started":
-            with self._lock:
-                self._nodes[state.run_id] = (str(event.get("node")),
-                                             random.getrandbits(64) or 1)
-        elif kind in NODE_ENDS:
-            self._node_span(event, state)
-        elif kind in RUN_ENDS:
-            self._run_span(event, state, RUN_ENDS[kind])
+    def _run_end(self, kind: str, event: dict[str, Any], state: RunState) -> None:
+        run_id = state.run_id
+        self._nodes.pop(run_id, None)  # a node that never ended here (a crash seam)
+        if self.sampled(run_id):
+            code = (state.error or {}).get("code")
+            self.exporter.add(_RunEnd(run_id, state.workflow, RUN_ENDS[kind],
+                                      str(code) if code else None, state.parent_run_id,
+                                      state.started_at, event.get("at")))
 
-    def _node_span(self, event: dict[str, Any], state: RunState) -> None:
-        node = str(event.get("node"))
-        with self._lock:
-            running = self._nodes.get(state.run_id)
-            if running is not None and running[0] == node:
-                del self._nodes[state.run_id]
-            else:
-                running = None
-        if not self.sampled(state.run_id):
-            return  # nothing built for a span the sampler dropped
-        payload = event.get("payload") or {}
-        end = _nanos(event.get("at"))
-        millis = payload.get("duration_ms")
-        start = end - int(millis * 1_000_000) if end is not None and isinstance(
-            millis, int | float) else end
-        outcome = str(payload.get("outcome") or ("ok" if event["type"] == "node_finished"
-                                                 else "failed"))
-        attributes: dict[str, Any] = {
-            "wfrun.workflow": state.workflow, "wfrun.run_id": state.run_id,
-            "wfrun.node": node, "wfrun.node.kind": str(payload.get("kind") or ""),
-            "wfrun.attempt": int(payload.get("retry") or 0) + 1, "wfrun.outcome": outcome}
-        error = payload.get("error")
-        if isinstance(error, dict) and error.get("code"):
-            attributes["wfrun.error.code"] = str(error["code"])  # the code, never the message
-        if payload.get("will_retry"):
-            attributes["wfrun.will_retry"] = True
-        trace_id, run_span = run_ids(state.run_id)
-        span_id = running[1] if running is not None else random.getrandbits(64) or 1
-        self._end(f"node {node}", trace_id, span_id, run_span, attributes, (),
-                  outcome != "ok", start, end)
+    def _encode(self, records: list[_NodeEnd | _RunEnd]) -> bytes:
+        """The exporter's thread: a batch of records, as one OTLP request."""
+        batch = _otlp.Batch()
+        for record in records:
+            record.write(batch)
+        return self.encoder.request(batch)
 
-    def _run_span(self, event: dict[str, Any], state: RunState, status: str) -> None:
-        if not self.sampled(state.run_id):
-            return
-        from opentelemetry.trace import Link, SpanContext, TraceFlags
-
-        attributes: dict[str, Any] = {"wfrun.workflow": state.workflow,
-                                      "wfrun.run_id": state.run_id, "wfrun.outcome": status}
-        code = (state.error or {}).get("code")
-        if code:
-            attributes["wfrun.error.code"] = str(code)
-        links = []
-        if state.parent_run_id:
-            attributes["wfrun.parent_run_id"] = state.parent_run_id
-            parent_trace, parent_span = run_ids(state.parent_run_id)
-            links.append(Link(SpanContext(parent_trace, parent_span, is_remote=True,
-                                          trace_flags=TraceFlags(TraceFlags.SAMPLED))))
-        trace_id, span_id = run_ids(state.run_id)
-        self._end(f"run {state.workflow}", trace_id, span_id, None, attributes, links,
-                  status not in ("completed", "waiting"), _nanos(state.started_at),
-                  _nanos(event.get("at")))
-
-    def _end(self, name: str, trace_id: int, span_id: int, parent: int | None,
-             attributes: dict[str, Any], links: Any, error: bool, start: int | None,
-             end: int | None) -> None:
-        """Hand a finished span to the batch processor (a bounded queue; its own
-        thread encodes and sends)."""
-        context, flags = self._context_class, self._flags
-        span = self._span_class(
-            name, context=context(trace_id, span_id, False, flags),
-            parent=None if parent is None else context(trace_id, parent, False, flags),
-            resource=self.resource, attributes=attributes, links=links,
-            status=self._statuses[error], start_time=start,
-            end_time=end if end is not None else start, instrumentation_scope=self.scope)
-        self.processor.on_end(span)
-        with self._lock:
-            self.made += 1
+    def flush(self) -> None:
+        """Send what is queued now (this thread waits for it)."""
+        self.exporter.flush()
 
     def close(self) -> None:
         """Send what is queued, waiting `EXIT_WAIT` seconds at most (a receiver that
-        is down must not hold a process's exit)."""
-        done = threading.Thread(target=self.provider.shutdown, daemon=True,
-                                name="wfrun-otel-shutdown")
-        done.start()
-        done.join(EXIT_WAIT)
-        lost = self.sent.unsent(self.made)
+        is down must not hold a process's exit), and say once what was not sent."""
+        if self._closed:
+            return
+        self._closed = True
+        exporter = self.exporter
+        exporter.close(EXIT_WAIT)
+        lost, made = exporter.unsent(), exporter.made
         if lost:
-            log.warning("wfrun: %d of %d trace span(s) were not sent to %s (the receiver "
-                        "did not take them in time, or the queue was full)", lost, self.made,
-                        self.sent.endpoint)
+            why = []
+            if exporter.dropped:
+                why.append(f"{exporter.dropped} dropped from a full queue "
+                           "(OTEL_BSP_MAX_QUEUE_SIZE)")
+            if lost > exporter.dropped:
+                why.append(f"{lost - exporter.dropped} the receiver did not take in time")
+            log.warning("wfrun: %d of %d trace span(s) were not sent to %s (%s)", lost, made,
+                        exporter.settings.endpoint, "; ".join(why))
 
 
-class _Sent:
-    """How many spans the receiver took (the exporter's successes): the rest were dropped."""
+@functools.lru_cache(maxsize=256)  # a node's end and the next one's often share a ms
+def _nanos(at: str | None) -> int:
+    """Nanoseconds since the epoch of a trace event's time (`2026-12-05T12:51:02.123Z`,
+    runner.clock.iso), 0 when there is none. The date part is parsed once a second."""
+    if not isinstance(at, str):
+        return 0
+    second, dot, fraction = at.partition(".")
+    if dot and len(fraction) == 4 and fraction[3] == "Z" and fraction[:3].isdigit():
+        base = _seconds(second)
+        if base is not None:
+            return base + int(fraction[:3]) * 1_000_000
+    try:
+        moment = datetime.fromisoformat(at)
+    except ValueError:
+        return 0
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    whole = int(moment.replace(microsecond=0).timestamp())
+    return whole * 1_000_000_000 + moment.microsecond * 1000
 
-    def __init__(self, endpoint: str) -> None:
-        self.endpoint = endpoint
-        self.count = 0
-        self._lock = threading.Lock()
 
-    def add(self, n: int) -> None:
-        with self._lock:
-            self.count += n
-
-    def unsent(self, made: int) -> int:
-        with self._lock:
-            return max(made - self.count, 0)
-
-
-def _counting(inner: Any, sent: _Sent) -> Any:
-    """`inner`, an exporter, counting into `sent` the spans it exported."""
-    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
-
-    class Counting(SpanExporter):
-        def export(self, spans: Any) -> SpanExportResult:
-            result: SpanExportResult = inner.export(spans)
-            if result == SpanExportResult.SUCCESS:
-                sent.add(len(spans))
-            return result
-
-        def shutdown(self) -> None:
-            inner.shutdown()
-
-        def force_flush(self, timeout_millis: int = 30_000) -> bool:
-            return bool(inner.force_flush(timeout_millis))
-
-    return Counting()
+@functools.lru_cache(maxsize=64)
+def _seconds(second: str) -> int | None:
+    """`2026-12-05T12:51:02` (UTC) in nanoseconds since the epoch."""
+    try:
+        moment = datetime.fromisoformat(second).replace(tzinfo=UTC)
+    except ValueError:
+        return None
+    return int(moment.timestamp()) * 1_000_000_000

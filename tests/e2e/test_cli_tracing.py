@@ -292,3 +292,27 @@ def test_without_an_endpoint_no_traceparent_is_given(project: Project) -> None:
                           timeout=DEADLINE, cwd=project.root, env=env)
     assert done.returncode == 0, done.stderr
     assert (project.root / "seen.txt").read_text().split() == []  # two empty lines
+
+
+def test_a_bad_otel_setting_is_one_warning_and_the_run_goes_on_untraced(
+        project: Project, otlp: OtlpReceiver) -> None:
+    env = {**otel(otlp.endpoint), "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}
+    done = project.wfrun("run", "traced", "-q", env=env)
+    assert done.returncode == 0, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "cannot set up OpenTelemetry (OTEL_EXPORTER_OTLP_PROTOCOL=grpc: wfrun sends " \
+        "traces as http/protobuf only" in line
+    assert "no traces are sent" in line
+    assert otlp.arrived == 0
+    assert (project.root / "seen.txt").read_text().split() == []  # no TRACEPARENT either
+
+
+def test_a_receiver_that_never_answers_holds_neither_the_run_nor_the_exit(
+        project: Project, otlp: OtlpReceiver) -> None:
+    otlp.gate = threading.Event()  # each request is taken in and never answered
+    done = project.wfrun("run", "traced", "-q", env=otel(otlp.endpoint))
+    assert done.returncode == 0, done.stderr
+    assert len((project.root / "seen.txt").read_text().split()) == 2  # both attempts ran
+    assert otlp.arrived >= 1  # the spans went out; no answer came
+    assert "4 of 4 trace span(s) were not sent" in done.stderr, done.stderr
+    assert otlp.received() == []

@@ -3,12 +3,17 @@ takes `POST /v1/traces` (protobuf), decodes it with the `opentelemetry-proto` pa
 and keeps each span as a `Received` (ids as hex, attributes as a plain dict).
 
 Use `OtlpReceiver().start()` and `.stop()`, or the `otlp` fixture; `endpoint` is the
-value for `OTEL_EXPORTER_OTLP_ENDPOINT`.
+value for `OTEL_EXPORTER_OTLP_ENDPOINT`. A test can script the answers (`answers`:
+(status, headers) pairs given before the usual 200), hold every answer until it
+opens `gate` (`arrived` counts the requests that came in), and read each request's
+headers (`headers`); a gzip or deflate body is decompressed, as a collector does.
 """
 
 from __future__ import annotations
 
+import gzip
 import threading
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -45,6 +50,10 @@ class OtlpReceiver:
     def __init__(self) -> None:
         self.spans: list[Received] = []
         self.requests = 0
+        self.arrived = 0
+        self.headers: list[dict[str, str]] = []
+        self.answers: list[tuple[int, dict[str, str]]] = []
+        self.gate: threading.Event | None = None
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
 
@@ -59,9 +68,28 @@ class OtlpReceiver:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                with receiver._lock:
+                    receiver.arrived += 1
+                    receiver.headers.append({k.lower(): v for k, v in self.headers.items()})
+                    gate = receiver.gate
+                    scripted = receiver.answers.pop(0) if receiver.answers else None
+                if gate is not None:
+                    gate.wait()
                 if self.path != "/v1/traces":
                     self.send_error(404)
                     return
+                if scripted is not None:
+                    status, headers = scripted
+                    self.send_response(status)
+                    for name, value in {"Content-Length": "0", **headers}.items():
+                        self.send_header(name, value)
+                    self.end_headers()
+                    return
+                encoding = (self.headers.get("Content-Encoding") or "").lower()
+                if encoding == "gzip":
+                    body = gzip.decompress(body)
+                elif encoding == "deflate":
+                    body = zlib.decompress(body)
                 request = ExportTraceServiceRequest()
                 request.ParseFromString(body)
                 receiver.take(request)
@@ -103,6 +131,8 @@ class OtlpReceiver:
             return list(self.spans)
 
     def stop(self) -> None:
+        if self.gate is not None:
+            self.gate.set()  # a held answer must not outlive the test
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()

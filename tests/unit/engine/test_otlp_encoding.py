@@ -1,7 +1,11 @@
 """runner/engine/_otlp.py writes the same ExportTraceServiceRequest as the official
-OTLP encoder: both are decoded with opentelemetry-proto and compared field by field."""
+OTLP encoder: both are decoded with opentelemetry-proto and compared field by field,
+for spans of every shape wfrun makes and for the records the tracing queues (written
+by their fast path, which must say what their `span()` says)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
@@ -13,50 +17,104 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, Status, StatusCode, TraceFlags
 
-from runner.engine._otlp import encode
+from runner.engine import _tracing
+from runner.engine._otlp import Batch, Encoder, Span
+from runner.engine._tracing import _NodeEnd, _RunEnd
 
 SAMPLED = TraceFlags(TraceFlags.SAMPLED)
-RESOURCE = Resource.create({"service.name": "wfrun-test", "deployment": "ci"})
+RESOURCE = Resource.create({"service.name": "wfrun-test", "deployment": "ci",
+                            "process.command_args": ("wfrun", "run", "x"), "cores": 2})
 SCOPE = InstrumentationScope("wfrun")
+TRACE = 0x0123456789ABCDEF0123456789ABCDEF
 
 
-def context(trace: int, span: int, *, remote: bool = False) -> SpanContext:
-    return SpanContext(trace, span, is_remote=remote, trace_flags=SAMPLED)
+def encoder() -> Encoder:
+    return Encoder(RESOURCE.attributes, RESOURCE.schema_url)
 
 
-def spans() -> list[ReadableSpan]:
-    trace = 0x0123456789ABCDEF0123456789ABCDEF
-    run = ReadableSpan("run review", context=context(trace, 0xA1), resource=RESOURCE,
-                       attributes={"wfrun.workflow": "review", "wfrun.run_id": "r-1",
-                                   "wfrun.outcome": "failed", "wfrun.error.code": "x"},
-                       links=[Link(context(0xFEED, 0xBEEF, remote=True))],
-                       status=Status(StatusCode.ERROR), start_time=1_700_000_000_000_000_000,
-                       end_time=1_700_000_000_500_000_000, instrumentation_scope=SCOPE)
-    node = ReadableSpan("node plan — ünïcode", context=context(trace, 0xFFFF_FFFF_FFFF_FFFF),
-                        parent=context(trace, 0xA1), resource=RESOURCE,
-                        attributes={"wfrun.workflow": "review", "wfrun.attempt": 2,
-                                    "wfrun.will_retry": True, "wfrun.negative": -5,
-                                    "wfrun.big": 2**62, "wfrun.ratio": 0.25,
-                                    "wfrun.flag": False, "wfrun.empty": ""},
-                        status=Status(StatusCode.UNSET), start_time=1, end_time=2**63,
-                        instrumentation_scope=SCOPE)
-    other = ReadableSpan("node other", context=context(trace, 0xC3), parent=context(trace, 0xA1),
-                         resource=RESOURCE, attributes={"wfrun.workflow": "review"},
-                         start_time=5, end_time=6, instrumentation_scope=SCOPE)
-    return [run, node, other]
+def readable(span: Span) -> ReadableSpan:
+    """`span` as the SDK's span: what wfrun sent through the official exporter before."""
+    def context(trace: int, span_id: int, remote: bool = False) -> SpanContext:
+        return SpanContext(trace, span_id, is_remote=remote, trace_flags=SAMPLED)
+
+    return ReadableSpan(
+        span.name, context=context(span.trace_id, span.span_id),
+        parent=None if span.parent_id is None else context(span.trace_id, span.parent_id),
+        resource=RESOURCE, attributes=dict(span.attributes),
+        links=[Link(context(t, s, remote=True)) for t, s in span.links],
+        status=Status(StatusCode.ERROR if span.error else StatusCode.UNSET),
+        start_time=span.start_ns or None, end_time=span.end_ns or None,
+        instrumentation_scope=SCOPE)
+
+
+def official(spans: list[Span]) -> ExportTraceServiceRequest:
+    return ExportTraceServiceRequest.FromString(
+        encode_spans([readable(s) for s in spans]).SerializePartialToString())
+
+
+def spans() -> list[Span]:
+    run = Span("run review", TRACE, 0xA1, None,
+               {"wfrun.workflow": "review", "wfrun.run_id": "r-1", "wfrun.outcome": "failed",
+                "wfrun.error.code": "x"}, ((0xFEED, 0xBEEF),), True,
+               1_700_000_000_000_000_000, 1_700_000_000_500_000_000)
+    node = Span("node plan — ünïcode", TRACE, 0xFFFF_FFFF_FFFF_FFFF, 0xA1,
+                {"wfrun.workflow": "review", "wfrun.attempt": 2, "wfrun.will_retry": True,
+                 "wfrun.negative": -5, "wfrun.big": 2**62, "wfrun.ratio": 0.25,
+                 "wfrun.flag": False, "wfrun.empty": "", "wfrun.one": 1},
+                (), False, 1, 2**63)
+    other = Span("node other", TRACE, 0xC3, 0xA1, {"wfrun.workflow": "review",
+                                                   "wfrun.flag": True},
+                 (), False, 5, 6)
+    unknown = Span("node untimed", TRACE, 0xC4, 0xA1, {}, (), False, 0, 0)
+    return [run, node, other, unknown]
 
 
 def test_the_hand_encoding_is_the_official_encoders_message() -> None:
-    ours = ExportTraceServiceRequest.FromString(encode(spans()))
-    official = ExportTraceServiceRequest.FromString(
-        encode_spans(spans()).SerializePartialToString())
-    assert ours == official
-    assert len(ours.resource_spans[0].scope_spans[0].spans) == 3
+    ours = ExportTraceServiceRequest.FromString(encoder().encode(spans()))
+    assert ours == official(spans())
+    assert len(ours.resource_spans[0].scope_spans[0].spans) == 4
 
 
-def test_a_value_it_cannot_write_is_refused_for_the_official_encoder() -> None:
-    odd = ReadableSpan("odd", context=context(1, 2), resource=RESOURCE,
-                       attributes={"list": ("a", "b")}, start_time=1, end_time=2,
-                       instrumentation_scope=SCOPE)
-    with pytest.raises(ValueError, match="tuple"):
-        encode([odd])
+def records() -> list[_NodeEnd | _RunEnd]:
+    at = "2026-12-05T12:51:02.125Z"
+    ok, failed = "node_finished", "node_failed"
+    return [  # the payloads' values as they come: the exporter's thread makes them attributes
+        _NodeEnd("r-1", "review", "plan", 0x51, ok, "compute", 0, "ok", None, False, at, 3),
+        _NodeEnd("r-1", "review", "fetch", 0x52, failed, "action", 0, None, "exit_code", True,
+                 at, 1500),
+        _NodeEnd("r-1", "review", "fetch", 0x53, ok, "action", 1, "ok", None, None,
+                 "2026-12-05T12:51:03.000Z", 0.5),
+        _NodeEnd("r-2", "review", "plan", 0x54, ok, "compute", None, None, None, False, at, 3),
+        _NodeEnd("r-2", "review", "odd", 0x55, ok, None, None, "skipped", None, False, None,
+                 None),
+        _RunEnd("r-1", "review", "completed", None, None, "2026-12-05T12:51:01.000Z", at),
+        _RunEnd("r-2", "review", "failed", "exit_code", "r-1", "2026-12-05T12:51:01+00:00",
+                None),
+    ]
+
+
+def test_the_records_written_are_their_spans() -> None:
+    batch = Batch()
+    for record in records():
+        record.write(batch)
+    ours = ExportTraceServiceRequest.FromString(encoder().request(batch))
+    assert ours == official([record.span() for record in records()])
+    # And the spans say what the records say (a few exact fields).
+    node, failed = records()[0].span(), records()[1].span()
+    assert node.end_ns - node.start_ns == 3_000_000
+    assert node.end_ns == 1_796_475_062_125_000_000  # date -d 2026-12-05T12:51:02Z +%s
+    assert failed.error
+    assert failed.attributes["wfrun.outcome"] == "failed"  # a failure without its own word
+    assert failed.attributes["wfrun.error.code"] == "exit_code"
+    assert failed.attributes["wfrun.will_retry"] is True
+    child = records()[-1].span()
+    assert child.parent_id is None
+    assert child.links == (_tracing.run_ids("r-1"),)
+    assert child.end_ns == child.start_ns  # no end time: the start
+
+
+@pytest.mark.parametrize("value", [object(), 2**64])
+def test_a_value_it_cannot_write_is_refused(value: Any) -> None:
+    odd = Span("odd", 1, 2, None, {"odd": value}, (), False, 1, 2)
+    with pytest.raises(ValueError, match="attribute value"):
+        encoder().encode([odd])
