@@ -29,6 +29,8 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("cli/progress.py", "Progress._render"): "display only: the live elapsed counter",
     ("cli/progress.py", "Progress.__call__"): "display only: the live counter's start",
     ("cli/follow.py", "_elapsed"): "display only: a running node's age in `show --follow`",
+    ("engine/_procs.py", "_supervise"): "the pipes' drain grace after a step's group is "
+                                        "gone: real time, as a reader thread's join was",
     ("cli/follow.py", "follow_run"): "display only: yield so the live view's last refresh lands",
     ("compiler/_discovery.py", "build_catalog"): "compared with folder mtimes, which the "
                                                 "kernel's real clock sets (a racy scan check)",
