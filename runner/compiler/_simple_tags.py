@@ -52,16 +52,33 @@ _CONSTANTS = frozenset({"true", "false", "none", "True", "False", "None"})
 _TOKEN = re.compile(r"""[ \t\r\n]*(?:
     (?P<end>-?\}\})
   | (?P<int>(?:0|[1-9][0-9]*)(?![\w.]))
-  | (?P<name>[A-Za-z_][A-Za-z0-9_]*)(?![^\x00-\x7f])
+  | (?P<name>[A-Za-z_][A-Za-z0-9_]*)(?![A-Za-z0-9_]|[^\x00-\x7f])
   | (?P<str>'[^'\\\r\n]*'|"[^"\\\r\n]*")
   | (?P<op>//|\*\*|==|!=|<=|>=|[-+*/%~\[\](){}=.:|,<>])
 )""", re.VERBOSE)
 _TAG_START = re.compile(r"\{[{%#]")
-# Most tags are a dotted name with filters (`{{ outputs.plan | tojson }}`): read
-# without the descent (what it would find: the name, `root.key`, nothing constant).
-_ID = r"[A-Za-z_][A-Za-z0-9_]*(?![^\x00-\x7f])"
-_PLAIN = re.compile(rf"\{{\{{[ \t\r\n]*({_ID})(?:\.({_ID}))?(?:\.{_ID})*"
-                    rf"(?:[ \t\r\n]*\|[ \t\r\n]*{_ID})*[ \t\r\n]*\}}\}}")
+# Most tags are dotted names with filters, joined by operators with single literals
+# (`{{ outputs.plan | tojson }}`, `{{ outputs.count + 1 }}`): a regular expression
+# reads those ~10x faster than the descent, and finds the same (the names, each
+# `root.key`, nothing constant: no two literals meet at an operator, and a literal
+# takes no filter). Every other tag goes to the descent.
+#     tag  = "{{" [literal op] term {op [literal op] term} [op literal] "}}"
+#     term = name {"." name} {"|" filter}
+_ID = r"[A-Za-z_][A-Za-z0-9_]*(?![A-Za-z0-9_]|[^\x00-\x7f])"  # whole, as Jinja reads it
+_NAME = rf"(?!(?:{'|'.join(sorted(_NOT_A_NAME | _CONSTANTS))})\b){_ID}"
+_TERM = rf"{_NAME}(?:\.{_ID})*(?:[ \t\r\n]*\|[ \t\r\n]*{_ID})*"
+_LITERAL = r"""(?:0|[1-9][0-9]*|'[^'\\\r\n]*'|"[^"\\\r\n]*")(?![\w.'"])"""
+_OP = r"(?://|==|!=|<=|>=|[-+*/%~<>]|(?:and|or)\b)"
+_W = r"[ \t\r\n]*"
+_SIMPLE = re.compile(
+    rf"\{{\{{(?![-+]){_W}(?:{_LITERAL}{_W}{_OP}{_W})?{_TERM}"
+    rf"(?:{_W}{_OP}{_W}(?:{_LITERAL}{_W}{_OP}{_W})?{_TERM})*"
+    rf"(?:{_W}{_OP}{_W}{_LITERAL})?{_W}\}}\}}", re.ASCII)
+# In a tag _SIMPLE matched: a string (skipped), a filter (skipped), or a term's
+# dotted name (an operator word is no term: a term never starts with one).
+_TERMS = re.compile(rf"""'[^']*'|"[^"]*"|\|{_W}{_ID}|(?<![\w.])({_ID})(?:\.({_ID}))?""",
+                    re.ASCII)
+_OPERATOR_WORDS = frozenset({"and", "or"})
 _CLOSE = {"(": ")", "[": "]", "{": "}"}
 # Binary operators by precedence level, as Jinja's parse_or .. parse_math2 nest them
 # (`**` is refused by the tokens; `not` is the prefix at level 2).
@@ -99,7 +116,7 @@ class _Expr(NamedTuple):
     root_attr: tuple[str, str] | None = None
 
 
-_LITERAL = _Expr(True)
+_CONSTANT = _Expr(True)
 _VARIABLE = _Expr(False)
 
 
@@ -267,7 +284,7 @@ class _Descent:
         tok = self.take()
         if tok.kind == "name":
             if tok.value in _CONSTANTS:
-                return _LITERAL
+                return _CONSTANT
             if tok.value in _NOT_A_NAME:
                 raise _Refused
             self.free.add(tok.value)
@@ -278,7 +295,7 @@ class _Descent:
                 parts.append(self.take().value[1:-1])
             return _Expr(True, string="".join(parts))
         if tok.kind == "int":
-            return _LITERAL
+            return _CONSTANT
         if tok.kind == "(":
             node = self.tuple_(explicit=True)
             self.expect(")")
@@ -430,14 +447,16 @@ def _read(text: str) -> Names | None:
             if not text.startswith("{{", at) or text[at + 2:at + 3] in ("-", "+"):
                 return None  # a block, a comment, whitespace control: the parse's
             tags += 1
-            plain = _PLAIN.match(text, at)
-            if plain is not None and plain.group(1) not in _NOT_A_NAME \
-                    and plain.group(1) not in _CONSTANTS:
-                root, key = plain.group(1), plain.group(2)
-                free.add(root)
-                if key and root in ROOTS and key not in MAPPING_METHODS:
-                    refs.append((root, key, text.count("\n", 0, plain.start(1)) + 1))
-                pos = plain.end()
+            simple = _SIMPLE.match(text, at)
+            if simple is not None:
+                for term in _TERMS.finditer(text, at + 2, simple.end() - 2):
+                    root, key = term.group(1), term.group(2)
+                    if root is None or root in _OPERATOR_WORDS:
+                        continue
+                    free.add(root)
+                    if key and root in ROOTS and key not in MAPPING_METHODS:
+                        refs.append((root, key, text.count("\n", 0, term.start()) + 1))
+                pos = simple.end()
                 continue
             toks, pos = _tokens(text, at + 2)
             _Descent(text, toks, free, refs).tag()
