@@ -49,13 +49,15 @@ _CONSTANTS = frozenset({"true", "false", "none", "True", "False", "None"})
 # One token inside `{{ }}`, in the order of Jinja's tag rules (integer before name,
 # longest operator first). A token Jinja would read longer (`1.5`, `1_0`, `0x1`,
 # `abc` followed by a non-ASCII letter) does not match here: the text is left over.
-_TOKEN = re.compile(r"""[ \t\r\n]*(?:
-    (?P<end>-?\}\})
+_TOKENS = r"""[ \t\r\n]*(?:
+    (?P<end>END)
   | (?P<int>(?:0|[1-9][0-9]*)(?![\w.]))
   | (?P<name>[A-Za-z_][A-Za-z0-9_]*)(?![A-Za-z0-9_]|[^\x00-\x7f])
   | (?P<str>'[^'\\\r\n]*'|"[^"\\\r\n]*")
   | (?P<op>//|\*\*|==|!=|<=|>=|[-+*/%~\[\](){}=.:|,<>])
-)""", re.VERBOSE)
+)"""
+_TOKEN = re.compile(_TOKENS.replace("END", r"-?\}\}"), re.VERBOSE)  # in {{ }}
+_BLOCK_TOKEN = re.compile(_TOKENS.replace("END", r"[-+]?%\}"), re.VERBOSE)  # in {% %}
 _TAG_START = re.compile(r"\{[{%#]")
 # Most tags are dotted names with filters, joined by operators with single literals
 # (`{{ outputs.plan | tojson }}`, `{{ outputs.count + 1 }}`): a regular expression
@@ -120,11 +122,12 @@ _CONSTANT = _Expr(True)
 _VARIABLE = _Expr(False)
 
 
-def _tokens(text: str, pos: int) -> tuple[list[_Tok], int]:
-    """The tokens of the tag whose `{{` ends at `pos`, and where its `}}` ends."""
+def _tokens(text: str, pos: int, *, block: bool = False) -> tuple[list[_Tok], int]:
+    """The tokens of the tag whose `{{` (`{%`) ends at `pos`, and where its `}}`
+    (`%}`) ends."""
     toks: list[_Tok] = []
     open_: list[str] = []
-    match = _TOKEN.match
+    match = (_BLOCK_TOKEN if block else _TOKEN).match
     while True:
         m = match(text, pos)
         if m is None:
@@ -134,11 +137,12 @@ def _tokens(text: str, pos: int) -> tuple[list[_Tok], int]:
         start, pos = m.start(kind), m.end()
         if kind == "end":
             if not open_:
-                if text[start] == "-":  # `-}}` strips whitespace: the parse's
+                if text[start] in "-+":  # `-}}`, `+%}`: whitespace control, the parse's
                     raise _Refused
                 toks.append(_Tok("end", "", start))
                 return toks, pos
-            # Inside brackets `}}` is two braces, `-}}` a minus (as Jinja's lexer reads)
+            # Inside brackets `}}` is two braces, `-}}` a minus, `%}` a modulo and a
+            # brace (as Jinja's lexer reads them)
             kind, pos = "op", start + 1
         value = text[start:pos]
         if kind == "op":
@@ -158,9 +162,9 @@ class _Descent:
     one tag's tokens, collecting names and references instead of building a tree."""
 
     def __init__(self, text: str, toks: list[_Tok], free: set[str],
-                 refs: list[tuple[str, str, int]]) -> None:
+                 refs: list[tuple[str, str, int]], bound: frozenset[str]) -> None:
         self.text, self.toks, self.i = text, toks, 0
-        self.free, self.refs = free, refs
+        self.free, self.refs, self.bound = free, refs, bound
 
     # -- the token stream --
 
@@ -200,7 +204,7 @@ class _Descent:
         self.tuple_(explicit=False)
         self.expect("end")
 
-    def tuple_(self, *, explicit: bool) -> _Expr:
+    def tuple_(self, *, explicit: bool, condexpr: bool = True) -> _Expr:
         items: list[_Expr] = []
         is_tuple = False
         while True:
@@ -208,7 +212,7 @@ class _Descent:
                 self.expect(",")
             if self.at("end") or self.at(")"):
                 break
-            items.append(self.expression())
+            items.append(self.expression() if condexpr else self.binary(0))
             if not self.at(","):
                 break
             is_tuple = True
@@ -287,7 +291,8 @@ class _Descent:
                 return _CONSTANT
             if tok.value in _NOT_A_NAME:
                 raise _Refused
-            self.free.add(tok.value)
+            if tok.value not in self.bound:
+                self.free.add(tok.value)
             return _Expr(False, name=tok.value)
         if tok.kind == "str":
             parts = [tok.value[1:-1]]
@@ -434,37 +439,93 @@ class _Descent:
         return _Expr(const)
 
 
-def _read(text: str) -> Names | None:
-    free: set[str] = set()
-    refs: list[tuple[str, str, int]] = []
-    pos, tags = 0, 0
-    try:
+class _Reader:
+    """Jinja's `subparse` for the statements the descent knows: `{{ expression }}`
+    and `{% for NAMES in EXPRESSION [if EXPRESSION] %}...{% endfor %}`, with the
+    names a loop binds (its targets and `loop`) bound in its body, as the parse's
+    scan (template_ast._Scan) binds them."""
+
+    def __init__(self, text: str) -> None:
+        self.text, self.pos, self.tags = text, 0, 0
+        self.free: set[str] = set()
+        self.refs: list[tuple[str, str, int]] = []
+
+    def body(self, bound: frozenset[str], *, in_loop: bool) -> None:
+        """The statements from here to the end of the text, or in a loop to its
+        `{% endfor %}` (read too)."""
+        text = self.text
         while True:
-            start = _TAG_START.search(text, pos)
+            start = _TAG_START.search(text, self.pos)
             if start is None:
-                break
+                if in_loop:  # no `endfor`: the parse's error
+                    raise _Refused
+                return
             at = start.start()
-            if not text.startswith("{{", at) or text[at + 2:at + 3] in ("-", "+"):
-                return None  # a block, a comment, whitespace control: the parse's
-            tags += 1
+            if text[at + 1] == "#" or text[at + 2:at + 3] in ("-", "+"):
+                raise _Refused  # a comment, whitespace control: the parse's
+            self.tags += 1
+            if text[at + 1] == "%":
+                toks, self.pos = _tokens(text, at + 2, block=True)
+                first = toks[0]
+                if first.kind == "name" and first.value == "endfor" and in_loop \
+                        and toks[1].kind == "end":
+                    return
+                if not (first.kind == "name" and first.value == "for"):
+                    raise _Refused  # if, set, macro, raw, ...: the parse's
+                self.for_(toks, bound)
+                continue
             simple = _SIMPLE.match(text, at)
             if simple is not None:
                 for term in _TERMS.finditer(text, at + 2, simple.end() - 2):
                     root, key = term.group(1), term.group(2)
                     if root is None or root in _OPERATOR_WORDS:
                         continue
-                    free.add(root)
+                    if root not in bound:
+                        self.free.add(root)
                     if key and root in ROOTS and key not in MAPPING_METHODS:
-                        refs.append((root, key, text.count("\n", 0, term.start()) + 1))
-                pos = simple.end()
+                        self.refs.append((root, key, text.count("\n", 0, term.start()) + 1))
+                self.pos = simple.end()
                 continue
-            toks, pos = _tokens(text, at + 2)
-            _Descent(text, toks, free, refs).tag()
+            toks, self.pos = _tokens(text, at + 2)
+            _Descent(text, toks, self.free, self.refs, bound).tag()
+
+    def for_(self, toks: list[_Tok], bound: frozenset[str]) -> None:
+        """parse_for, for plain names as targets and no `recursive` or `else`."""
+        descent = _Descent(self.text, toks, self.free, self.refs, bound)
+        descent.i = 1
+        targets = {"loop"}
+        while True:
+            name = descent.expect("name").value
+            if name in _NOT_A_NAME or name in _CONSTANTS:
+                raise _Refused
+            targets.add(name)
+            if not descent.at(","):
+                break
+            descent.take()
+        if not descent.at_word("in"):
+            raise _Refused
+        descent.take()
+        if descent.tuple_(explicit=False, condexpr=False).const:
+            raise _Refused  # a constant loop: the budget check counts its iterations
+        inner = bound | targets
+        if descent.at_word("if"):
+            descent.take()
+            descent.bound = inner
+            descent.expression()
+        descent.expect("end")
+        self.body(inner, in_loop=True)
+        # `{% else %}` was refused in the body (not `for`), `recursive` as a name
+
+
+def _read(text: str) -> Names | None:
+    reader = _Reader(text)
+    try:
+        reader.body(frozenset(), in_loop=False)
     except (_Refused, IndexError):  # IndexError: a token read past the tag's end
         return None
-    if tags and not free:  # all constant: the budget check renders the whole text
+    if reader.tags and not reader.free:  # all constant: the budget check renders it all
         return None
-    return Names(frozenset(free), tuple(refs))
+    return Names(frozenset(reader.free), tuple(reader.refs))
 
 
 def only_simple_tags(text: str) -> bool:
