@@ -223,25 +223,32 @@ def _scalar(node: Any, constructor: Any, *, key: bool = False) -> Any:
 
 
 def _direct(node: Any, constructor: Any, depth: int, budget: list[int],
-            seen: set[int]) -> Any:
+            active: set[int]) -> Any:
     """The plain value of a composed node in one pass, for documents made of plain
     mappings, sequences and scalars: what `construct_document` then `_plain` make of
     it, without ruamel's per-node generators and the second walk (a third of
-    validate's load time). Aliased mappings or sequences, merge keys, duplicate or
-    non-scalar keys, other tags, nesting past MAX_DEPTH or any error: `_Unusual`, so
-    the stock path reads the document and reports what it finds, as before."""
+    validate's load time). An alias is copied where it is used, counted against the
+    budget and the depth there, as `_plain` copies it. Merge keys, duplicate or
+    non-scalar keys, other tags, a mapping inside itself, nesting past MAX_DEPTH,
+    more than MAX_VALUES values or any error: `_Unusual`, so the stock path reads
+    the document and reports what it finds, as before."""
     budget[0] -= 1
+    if budget[0] < 0:
+        raise _Unusual
     cls = node.__class__
     if cls is ScalarNode:
         return node.value if node.ctag.trval == _STR_TAG else _scalar(node, constructor)
-    if budget[0] < 0 or depth >= MAX_DEPTH or id(node) in seen:
+    if depth >= MAX_DEPTH or id(node) in active:
         raise _Unusual
-    seen.add(id(node))
     tag = node.ctag.trval
     if cls is SequenceNode and tag == _SEQ_TAG:
-        return [_direct(v, constructor, depth + 1, budget, seen) for v in node.value]
+        active.add(id(node))
+        items = [_direct(v, constructor, depth + 1, budget, active) for v in node.value]
+        active.discard(id(node))
+        return items
     if cls is not MappingNode or tag != _MAP_TAG:
         raise _Unusual
+    active.add(id(node))
     out: dict[Any, Any] = {}
     for key_node, value_node in node.value:
         if key_node.__class__ is not ScalarNode:
@@ -250,7 +257,8 @@ def _direct(node: Any, constructor: Any, depth: int, budget: list[int],
             else _scalar(key_node, constructor, key=True)  # `1:`, `true:`: as constructed
         if key in out:  # a duplicate: the constructor's error, with its position
             raise _Unusual
-        out[key] = _direct(value_node, constructor, depth + 1, budget, seen)
+        out[key] = _direct(value_node, constructor, depth + 1, budget, active)
+    active.discard(id(node))
     return out
 
 

@@ -37,7 +37,12 @@ TEXTS = [
     "s: !!set {a, b}\no: !!omap [{a: 1}]\np: !!pairs [{a: 1}]\n",
     "x: !!int 'nope'\n", "x: !!float ''\n", "x: !custom 1\n",
     "[1, 2]: x\n", "{a: 1}: x\n",  # collection keys
-    "a: &a [*a]\n",  # an alias inside itself
+    "a: &a [*a]\n", "a: &a {b: [1, *a]}\n",  # an alias inside itself
+    "a: &l [" + ", ".join(["x"] * 10) + "]\nb: &m [" + ", ".join(["*l"] * 10) + "]\n"
+    "c: &n [" + ", ".join(["*m"] * 10) + "]\nd: [" + ", ".join(["*n"] * 10) + "]\n"
+    "e: [" + ", ".join(["*n"] * 1000) + "]\n",  # aliases past MAX_VALUES: yaml-too-large
+    "a: &l [" + ", ".join(["x"] * 10) + "]\nb: &m [" + ", ".join(["*l"] * 10) + "]\n"
+    "c: [" + ", ".join(["*m"] * 10) + "]\n",  # 1,000 values: loads
     "- 1\n- [2, [3, [4]]]\n", "just text\n", "", "---\n", "42\n",
     "x: " + "[" * 70 + "]" * 70 + "\n",  # deeper than MAX_DEPTH
     "a: {b: [c, {d: e}]}\n" * 1,
