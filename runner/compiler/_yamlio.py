@@ -326,9 +326,14 @@ def _load_lazy(text: str) -> Any | None:
                        root.start_mark, root.end_mark)
     budget = [MAX_VALUES]
     try:
-        data = _plain(constructor.construct_document(rest), 0, set(), budget)
-    except (YAMLError, RecursionError, _Limit, *_VALUE_ERRORS):
-        return None
+        data = _direct(rest, constructor, 0, budget, set())
+    except _Unusual:  # the stock path, afresh
+        budget[0] = MAX_VALUES
+        constructor.constructed_objects, constructor.recursive_objects = {}, {}
+        try:
+            data = _plain(constructor.construct_document(rest), 0, set(), budget)
+        except (YAMLError, RecursionError, _Limit, *_VALUE_ERRORS):
+            return None
 
     def build(node: Any) -> Any:
         left = budget[0]

@@ -113,16 +113,19 @@ def _materialized(outcome: Any) -> Any:
     return kind, value
 
 
-@pytest.mark.parametrize("node", [
-    "{compute: x, when: 2024-01-02}",  # a date: the stock path's
-    "{compute: !!float ''}",  # a bad value: the same diagnostic
-    "{compute: *shared}",  # an alias to another node's mapping
-    "{compute: {a: 1, a: 2}}",  # a duplicate
+@pytest.mark.parametrize(("node", "top"), [
+    ("{compute: x, when: 2024-01-02}", "edges: [{from: n0, to: n1}]"),  # a date
+    ("{compute: !!float ''}", "edges: [{from: n0, to: n1}]"),  # a bad value
+    ("{compute: *shared}", "edges: [{from: n0, to: n1, k: *shared}]"),  # aliases
+    ("{compute: {a: 1, a: 2}}", "edges: []"),  # a duplicate in a node
+    ("{compute: x}", "edges: [{from: n0, from: n1}]"),  # a duplicate outside the nodes
+    ("{compute: x}", "when: 2024-01-02"),  # a date outside them
 ])
-def test_a_big_file_builds_each_node_as_the_stock_path(node: str,
+def test_a_big_file_builds_each_node_as_the_stock_path(node: str, top: str,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Past LAZY_MIN `nodes:` is built node by node; each one the same both ways."""
-    lines = ["start: n0", "nodes:", "  n0: {compute: &shared {a: [1, .inf]}}"]
+    """Past LAZY_MIN `nodes:` is built node by node, the rest of the document at
+    once; the same both ways."""
+    lines = [top, "start: n0", "nodes:", "  n0: {compute: &shared {a: [1, .inf]}}"]
     lines += [f"  n{i}: {{compute: '{{{{ outputs.n{i - 1} }}}}', 'k': {i}}}"
               for i in range(1, 9000)]
     lines.append(f"  last: {node}")
