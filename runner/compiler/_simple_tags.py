@@ -6,19 +6,22 @@ expressions: substitutions (`{{ input.task }}`, `{{ outputs.plan | tojson }}`), 
 default('.') }}`) and dict literals (`{{ {'task': input.task | upper, 'n':
 (input.paths | default([])) | length} }}`). A 5,000-node chain of sums spent 3/4 of
 its compile parsing them, and a corpus of dict literals half of its validate (issue
-34 item 18). A text whose every tag is `{{ expression }}` is read here instead, by
-a recursive descent that mirrors Jinja's own (`jinja2/parser.py`, precedence level
-by level) over a subset of its tokens, and what the checks would learn from its tree
-is read off the walk:
+34 item 18). A text whose every tag is `{{ expression }}` or a plain `{% for %}`
+loop is read here instead, by a recursive descent that mirrors Jinja's own
+(`jinja2/parser.py`, precedence level by level) over a subset of its tokens (a
+regular expression first for the plainest tags), and what the checks would learn
+from its tree is read off the walk:
 
 - syntax: none (every token is one Jinja token, in an order its parser accepts);
-- names read: every name loaded; references: `input|outputs|results` `.KEY`,
+- names read: every name loaded that no enclosing loop binds (its targets and
+  `loop`); references: `input|outputs|results` `.KEY`,
   `['KEY']` and `.get('KEY')` (not `.items/keys/values/get` themselves);
 - budget: no operator, filter, call or `~` whose operands are all constant (those
-  the budget check tries), and at least one name read (else the whole text is a
-  constant the budget check renders).
+  the budget check tries), no loop over a constant (whose iterations it counts),
+  and at least one name read (else the whole text is a constant it renders).
 
-Anything the descent does not know is left to the full parse: blocks, comments,
+Anything the descent does not know is left to the full parse: other blocks
+(`if`, `set`, a loop's `else` or `recursive`, ...), comments,
 whitespace control, `**`, `*args`, slices, floats and integers other than plain
 decimals, strings with backslashes or newlines, non-ASCII names, keywords and the
 sandbox's globals as names, and any text the descent would refuse (the parse then
