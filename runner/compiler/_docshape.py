@@ -50,6 +50,10 @@ def _built(_version: int) -> tuple[Draft202012Validator, Draft202012Validator,
     props = schema["properties"]
     nodes, edges = dict(props["nodes"]), dict(props["edges"])
     node, edge = nodes.pop("additionalProperties"), edges.pop("items")
+    if set(nodes.get("propertyNames", {})) <= _PARSER_OWNED:
+        # What it finds (a node id's pattern) is dropped for the parser's invalid-id;
+        # matched per id it was ~5 % of a 5,000-node compile.
+        nodes.pop("propertyNames", None)
     top = {**schema, "properties": {**props, "nodes": nodes, "edges": edges}}
     defs = {"$defs": schema["$defs"]}  # a node may hold nodes ({"$ref": NODE_REF})
     return (Draft202012Validator(top), Draft202012Validator({**node, **defs}),

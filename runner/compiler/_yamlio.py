@@ -12,7 +12,7 @@ import datetime
 import math
 import threading
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from ruamel.yaml import YAML
 from ruamel.yaml.constructor import DuplicateKeyError, SafeConstructor
@@ -149,7 +149,7 @@ def load(text: str, path: str) -> Any:
         if lazy is not None:
             return lazy
     try:
-        data = _fast().load(text)
+        data = _load_data(text)
     except DuplicateKeyError as exc:
         raise YamlProblem(_duplicate(exc, path)) from None
     except MarkedYAMLError as exc:
@@ -164,12 +164,102 @@ def load(text: str, path: str) -> Any:
         raise YamlProblem(exc.diagnostic(path)) from None
     except _VALUE_ERRORS as exc:  # a mapping key, or the pure-Python loader's errors
         raise YamlProblem(_BadValue(None, exc).diagnostic(path)) from None
+    if isinstance(data, _Built):
+        return data.value
     try:
         return _plain(data, 0, set(), [MAX_VALUES])
     except _Limit as exc:
         if exc.code == "yaml-too-deep":
             _check_depth(text, path, force=True)  # raises with the position when it can
         raise YamlProblem(Diagnostic(path, exc.code, exc.message)) from None
+
+
+class _Built(NamedTuple):
+    """A document `_direct` built: plain already."""
+    value: Any
+
+
+def _load_data(text: str) -> Any:
+    """The document as `_fast().load` constructs it, or `_Built` when `_direct` could
+    build it plain in one pass."""
+    y = _fast()
+    if y.Parser.__name__ != "CParser":
+        return y.load(text)
+    constructor, parser = y.get_constructor_parser(text)
+    try:
+        root = constructor.composer.get_single_node()
+    finally:
+        parser.dispose()
+    if root is None:
+        return None
+    try:
+        return _Built(_direct(root, constructor, 0, [MAX_VALUES], set()))
+    except _Unusual:  # afresh: a node that failed is marked as under construction
+        constructor.constructed_objects, constructor.recursive_objects = {}, {}
+        return constructor.construct_document(root)
+
+
+class _Unusual(Exception):
+    """Something `_direct` leaves to ruamel's constructor and `_plain`."""
+
+
+_MAP_TAG = "tag:yaml.org,2002:map"
+_SEQ_TAG = "tag:yaml.org,2002:seq"
+# Scalars whose constructed value `_plain` keeps as it is (but a float's inf and nan).
+_PLAIN_SCALARS = frozenset({"tag:yaml.org,2002:int", "tag:yaml.org,2002:float",
+                            "tag:yaml.org,2002:bool", "tag:yaml.org,2002:null"})
+
+
+def _scalar(node: Any, constructor: Any, *, key: bool = False) -> Any:
+    if node.ctag.trval not in _PLAIN_SCALARS:  # dates, binary, merge keys, own tags
+        raise _Unusual
+    try:
+        value = constructor.construct_object(node)
+    except Exception:  # the stock path reports it (the first in its order)
+        raise _Unusual from None
+    if not key and isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+def _direct(node: Any, constructor: Any, depth: int, budget: list[int],
+            active: set[int]) -> Any:
+    """The plain value of a composed node in one pass, for documents made of plain
+    mappings, sequences and scalars: what `construct_document` then `_plain` make of
+    it, without ruamel's per-node generators and the second walk (a third of
+    validate's load time). An alias is copied where it is used, counted against the
+    budget and the depth there, as `_plain` copies it. Merge keys, duplicate or
+    non-scalar keys, other tags, a mapping inside itself, nesting past MAX_DEPTH,
+    more than MAX_VALUES values or any error: `_Unusual`, so the stock path reads
+    the document and reports what it finds, as before."""
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise _Unusual
+    cls = node.__class__
+    if cls is ScalarNode:
+        return node.value if node.ctag.trval == _STR_TAG else _scalar(node, constructor)
+    if depth >= MAX_DEPTH or id(node) in active:
+        raise _Unusual
+    tag = node.ctag.trval
+    if cls is SequenceNode and tag == _SEQ_TAG:
+        active.add(id(node))
+        items = [_direct(v, constructor, depth + 1, budget, active) for v in node.value]
+        active.discard(id(node))
+        return items
+    if cls is not MappingNode or tag != _MAP_TAG:
+        raise _Unusual
+    active.add(id(node))
+    out: dict[Any, Any] = {}
+    for key_node, value_node in node.value:
+        if key_node.__class__ is not ScalarNode:
+            raise _Unusual
+        key = key_node.value if key_node.ctag.trval == _STR_TAG \
+            else _scalar(key_node, constructor, key=True)  # `1:`, `true:`: as constructed
+        if key in out:  # a duplicate: the constructor's error, with its position
+            raise _Unusual
+        out[key] = _direct(value_node, constructor, depth + 1, budget, active)
+    active.discard(id(node))
+    return out
 
 
 # Past this size `nodes:` is built node by node as the checks walk it.
@@ -236,11 +326,22 @@ def _load_lazy(text: str) -> Any | None:
                        root.start_mark, root.end_mark)
     budget = [MAX_VALUES]
     try:
-        data = _plain(constructor.construct_document(rest), 0, set(), budget)
-    except (YAMLError, RecursionError, _Limit, *_VALUE_ERRORS):
-        return None
+        data = _direct(rest, constructor, 0, budget, set())
+    except _Unusual:  # the stock path, afresh
+        budget[0] = MAX_VALUES
+        constructor.constructed_objects, constructor.recursive_objects = {}, {}
+        try:
+            data = _plain(constructor.construct_document(rest), 0, set(), budget)
+        except (YAMLError, RecursionError, _Limit, *_VALUE_ERRORS):
+            return None
 
     def build(node: Any) -> Any:
+        left = budget[0]
+        try:
+            return _direct(node, constructor, 2, budget, set())
+        except _Unusual:  # the stock path, afresh (its count, no node left half-built)
+            budget[0] = left
+            constructor.recursive_objects = {}
         try:
             value = constructor.construct_object(node, deep=True)
             return _plain(value, 2, set(), budget)

@@ -67,7 +67,7 @@ def test_validate_parses_each_template_once(tmp_path: Path,
 start: a
 nodes:
   a: {{compute: "{{% for i in range(3) %}}{{{{ i }}}}{{% endfor %}} {token}"}}
-  b: {{compute: "{{{{ outputs.a | length if outputs.a else 0 }}}} {token}"}}
+  b: {{compute: "{{{{ outputs.a[:1] | length if outputs.a else 0 }}}} {token}"}}
 edges:
   - {{from: a, to: b}}
 """)
