@@ -36,7 +36,6 @@ import hashlib
 import hmac
 import json
 import random
-import sqlite3
 import statistics
 import subprocess
 import sys
@@ -49,7 +48,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchkit
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # pgcluster
-from benchkit import machine, use_root
+from benchkit import machine, sqlite_commit_times, use_root
 
 ROOT = use_root()
 
@@ -209,18 +208,7 @@ def bench_webhooks(root: Path, n: int, clients: int, store: Any) -> dict[str, An
 def commit_floor(folder: Path, n: int) -> dict[str, float]:
     """p50/p99 of a bare one-row SQLite commit (WAL, synchronous=FULL) on this disk,
     now: the floor under any one durable answer (a sender waits for one of these)."""
-    conn = sqlite3.connect(folder / "floor.sqlite3", isolation_level=None)
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("PRAGMA synchronous = FULL")
-    conn.execute("CREATE TABLE t (x INTEGER)")
-    times = []
-    for i in range(n):
-        t0 = time.perf_counter()
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute("INSERT INTO t VALUES (?)", (i,))
-        conn.execute("COMMIT")
-        times.append((time.perf_counter() - t0) * 1000)
-    conn.close()
+    times = sqlite_commit_times(folder, n)
     return {"p50_ms": round(pct(times, 0.5), 2), "p99_ms": round(pct(times, 0.99), 2)}
 
 

@@ -61,6 +61,12 @@ def file_create_cost(folder: Path, n: int = 200) -> float:
 
 def sqlite_commit_cost(folder: Path, n: int = 100) -> float:
     """Median milliseconds of one WAL, synchronous=FULL commit of one row on this disk."""
+    return statistics.median(sqlite_commit_times(folder, n))
+
+
+def sqlite_commit_times(folder: Path, n: int = 100) -> list[float]:
+    """Milliseconds of each of `n` WAL, synchronous=FULL commits of one row on this disk:
+    the floor under any durable answer."""
     conn = sqlite3.connect(folder / "commit-probe.sqlite3", isolation_level=None)
     try:
         conn.execute("PRAGMA journal_mode = WAL")
@@ -75,7 +81,7 @@ def sqlite_commit_cost(folder: Path, n: int = 100) -> float:
             times.append((time.perf_counter() - started) * 1000)
     finally:
         conn.close()
-    return statistics.median(times)
+    return times
 
 
 def plain_coordinator(ws: Any, store: Any, runner: str, **overrides: Any) -> Any:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import queue
 import re
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -126,3 +127,14 @@ def wait_for_line(stream: IO[str], pattern: str | re.Pattern[str],
         entry = (stream, LineReader(stream))
         _readers[id(stream)] = entry
     return entry[1].wait_for(pattern, timeout)
+
+
+def stop_process(proc: subprocess.Popen[str], timeout: float = 30) -> None:
+    """A test's background process ended: killed if it still runs, reaped, its pipes
+    closed (a test's `finally`, so a failed assertion leaves nothing behind)."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(timeout=timeout)
+    for pipe in (proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()

@@ -12,6 +12,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
+from waiting import stop_process
+
 from runner.store import LaunchRecord, SqliteStore
 
 
@@ -71,12 +73,7 @@ class Project:
 
     def close(self) -> None:
         for proc in self.procs:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait(timeout=10)
-            for pipe in (proc.stdout, proc.stderr):
-                if pipe is not None:
-                    pipe.close()
+            stop_process(proc, timeout=10)
 
     @property
     def runs_dir(self) -> Path:

@@ -16,7 +16,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from waiting import LineReader, wait_until
+from waiting import LineReader, stop_process, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = str(Path(sys.executable).parent)
@@ -221,12 +221,7 @@ def test_follow_of_a_queued_run_waits_for_it_to_start(project: Project) -> None:
         assert LineReader(follower.stdout).wait_for(r"^from-the-host$")
         assert follower.wait(timeout=60) == 0
     finally:
-        if follower.poll() is None:
-            follower.kill()
-        follower.wait(timeout=30)
-        for stream in (follower.stdout, follower.stderr):
-            if stream is not None:
-                stream.close()
+        stop_process(follower)
 
 
 def test_follow_of_a_launch_cancelled_in_the_queue_says_so(project: Project) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from everyday import Project
-from waiting import LineReader, wait_until
+from waiting import LineReader, stop_process, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -99,12 +99,7 @@ def test_follow_streams_one_running_item_and_stops_when_it_ends(project: Project
             "logs"][0]["stdout"] == "item-0-a\nitem-0-b\n"
     finally:
         for proc in followers:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait(timeout=30)
-            for pipe in (proc.stdout, proc.stderr):
-                if pipe is not None:
-                    pipe.close()
+            stop_process(proc)
         if host.poll() is None:
             host.send_signal(signal.SIGTERM)
         host.wait(timeout=60)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -138,6 +139,12 @@ class Project:
         wait_for("the host to take the lock", lambda: self.lock_pid() == proc.pid
                  or proc.poll() is not None)
         assert proc.poll() is None, self.stderr_of(proc)
+
+    def webhooks_url(self, proc: subprocess.Popen[str], path: str) -> str:
+        """`path` on the webhook ingress of a ready `host --listen` (the port it printed)."""
+        found = wait_for("the webhook address", lambda: re.search(
+            r"webhooks on (http://\S+)", self.stderr_of(proc)))
+        return f"{found.group(1)}{path}"
 
     def lock_pid(self) -> int | None:
         try:

@@ -5,7 +5,6 @@ catch-up. Times come from a shared clock file where the test moves time."""
 from __future__ import annotations
 
 import itertools
-import re
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -127,9 +126,7 @@ def test_host_listen_serves_signed_webhooks(project: Project) -> None:
     project.workflow("hooked", HOOKED)
     host = project.host("--listen", "127.0.0.1:0", PUSH_SECRET=SECRET)
     project.wait_host_ready(host)
-    found = wait_for("the webhook address", lambda: re.search(
-        r"webhooks on (http://\S+)", project.stderr_of(host)))
-    url = f"{found.group(1)}/hooks/push"
+    url = project.webhooks_url(host, "/hooks/push")
     with httpx.Client(timeout=30) as client:
         answer = post(client, url, "gh-1", {"ref": "main"})
         assert answer.status_code == 202, answer.text

@@ -5,14 +5,13 @@ after the answers, once (a real `wfrun host --listen` process, real clients)."""
 
 from __future__ import annotations
 
-import re
 import signal
 import threading
 from collections import Counter
 from pathlib import Path
 
 import httpx
-from standalonekit import Project, wait_for
+from standalonekit import Project
 from test_webhooks import HOOKED, SECRET, Served, post
 from waiting import wait_until
 
@@ -73,9 +72,7 @@ def test_every_delivery_answered_before_a_sigkill_is_queued_once(project: Projec
                                               'shell: [true]'))
     host = project.host("--listen", "127.0.0.1:0", PUSH_SECRET=SECRET)
     project.wait_host_ready(host)
-    found = wait_for("the webhook address", lambda: re.search(
-        r"webhooks on (http://\S+)", project.stderr_of(host)))
-    url = f"{found.group(1)}/hooks/push"
+    url = project.webhooks_url(host, "/hooks/push")
     answered: dict[str, str] = {}  # delivery -> run id, for every 2xx answer
     sent: list[str] = []
     lock = threading.Lock()
@@ -117,9 +114,7 @@ def test_every_delivery_answered_before_a_sigkill_is_queued_once(project: Projec
     # answered one as a replay of its run, and queues each other one once.
     again = project.host("--listen", "127.0.0.1:0", PUSH_SECRET=SECRET)
     project.wait_host_ready(again)
-    found = wait_for("the webhook address", lambda: re.search(
-        r"webhooks on (http://\S+)", project.stderr_of(again)))
-    url = f"{found.group(1)}/hooks/push"
+    url = project.webhooks_url(again, "/hooks/push")
     with httpx.Client(timeout=30) as http:
         for delivery in sent:
             answer = post(http, url, delivery, {"ref": delivery})
