@@ -362,7 +362,7 @@ class StandaloneHost:
                     counted=self._count_slots if self.metrics.enabled else None)
                 if self.listen is not None:  # a refused address: before anything runs
                     self.webhooks = WebhookServer(
-                        self.listen, self.triggers.loop, self.triggers.current, os.environ,
+                        self.listen, self.triggers.loop, self.triggers.served, os.environ,
                         counted=self.metrics.webhook_delivery if self.metrics.enabled
                         else None)
                     self.webhooks.start()

@@ -97,8 +97,18 @@ class Starter(Protocol):
         ...
 
 
-#: One webhook delivery: its trigger, its delivery id, its event.
-Delivery = tuple[Scheduled, str, dict[str, Any]]
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A delivery's start checked before its commit (`TriggerLoop.prepare`): the firing
+    to record, with its run's launch unless the checks refused it (then `reason`)."""
+
+    firing: NewFiring
+    planned: PlannedLaunch | None
+
+
+#: One webhook delivery: its trigger, its delivery id, its event, and its start
+#: checked ahead (`prepare`; None: checked in `deliver_many`, or started one by one).
+Delivery = tuple[Scheduled, str, dict[str, Any], Prepared | None]
 
 
 def slot_key(slot: float) -> str:
@@ -227,6 +237,12 @@ class TriggerLoop:
                     soonest = upcoming if soonest is None else min(soonest, upcoming)
                 continue
             if not item.spec.scheduled:
+                if hook is not None or item.spec.files is not None:
+                    try:  # event firings a crash or an overlap policy left pending
+                        self._finish_pending(item, now)
+                    except (WfrunError, StoreError) as exc:
+                        self._log_once(f"trigger {item.workflow}.{item.spec.name}: "
+                                       f"{exc.message}")
                 continue
             try:
                 upcoming = self.evaluate(item, now)
@@ -324,27 +340,53 @@ class TriggerLoop:
             return found, fresh
         return self.fire_event(item, f"delivery:{delivery}", event)
 
+    def grouped(self, item: Scheduled) -> bool:
+        """Whether a delivery of `item` is queued with its firing in one transaction
+        (`deliver_many`). A debounced, controller or non-`allow` overlap trigger's
+        delivery, whose start reads or changes other runs first, takes `deliver`."""
+        hook = item.spec.webhook
+        return not (self.starter is None or item.controller is not None
+                    or (hook is not None and hook.debounce) or item.spec.overlap != "allow")
+
+    def prepare(self, item: Scheduled, delivery: str, event: dict[str, Any]
+                ) -> Prepared | None:
+        """Every check of a delivery's start (its input rendered, the workflow's
+        compile cache, the input schema), made in the request's own thread before it
+        joins a commit: while the commit ahead of it waits for the disk, not inside
+        the next one, whose deliveries all wait for it. None: `deliver` starts it."""
+        if not self.grouped(item):
+            return None
+        assert self.starter is not None
+        w, t, key = item.workflow, item.spec.name, f"delivery:{delivery}"
+        run_id = firing_run_id(w, t, key, self.clock.now())
+        planned, why = None, None
+        try:  # a replay's checks are wasted, and cheaper than a read first
+            planned = self.starter.plan(w, self._input(item, key, None, event), run_id)
+        except TemplateError as exc:
+            why = f"the trigger's input: {exc}"
+        except WfrunError as exc:
+            why = safe_message(exc.message)
+        return Prepared(NewFiring(w, t, key, run_id, planned.launch if planned else None,
+                                  why), planned)
+
     def deliver_many(self, deliveries: Sequence[Delivery]
                      ) -> list[tuple[Firing, bool] | WfrunError | StoreError]:
         """`deliver` for deliveries that arrived together (group commit): every new
         one's firing is recorded and its run queued in one transaction, one commit
         (one sync) for all. Per delivery, what `deliver` returns, or why the store
-        refused it (the sender retries).
-        A debounced, controller or non-`allow` overlap trigger's delivery, whose
-        start reads or changes other runs first, takes `deliver` one by one."""
+        refused it (the sender retries)."""
         done: list[tuple[Firing, bool] | WfrunError | StoreError | None] = []
-        grouped: list[tuple[int, Scheduled, str, dict[str, Any]]] = []
-        for item, delivery, event in deliveries:
-            hook = item.spec.webhook
-            if (self.starter is None or item.controller is not None
-                    or (hook is not None and hook.debounce)
-                    or item.spec.overlap != "allow"):
+        grouped: list[tuple[int, Scheduled, Prepared]] = []
+        for item, delivery, event, prepared in deliveries:
+            if not self.grouped(item):
                 try:
                     done.append(self.deliver(item, delivery, event))
                 except (WfrunError, StoreError) as exc:
                     done.append(exc)
                 continue
-            grouped.append((len(done), item, f"delivery:{delivery}", event))
+            ready = prepared or self.prepare(item, delivery, event)
+            assert ready is not None
+            grouped.append((len(done), item, ready))
             done.append(None)
         if grouped:
             try:
@@ -356,32 +398,16 @@ class TriggerLoop:
                     done[at] = exc
         return [d for d in done if d is not None]
 
-    def _fire_many(self, grouped: list[tuple[int, Scheduled, str, dict[str, Any]]]
+    def _fire_many(self, grouped: list[tuple[int, Scheduled, Prepared]]
                    ) -> list[tuple[Firing, bool]]:
         assert self.starter is not None
-        now = self.clock.now()
-        firings: list[NewFiring] = []
-        plans: list[PlannedLaunch | None] = []
-        for _, item, key, event in grouped:
-            w, t = item.workflow, item.spec.name
-            run_id = firing_run_id(w, t, key, now)
-            planned, why = None, None
-            try:  # a replay's checks are wasted, and cheaper than a read first
-                planned = self.starter.plan(w, self._input(item, key, None, event), run_id)
-            except TemplateError as exc:
-                why = f"the trigger's input: {exc}"
-            except WfrunError as exc:
-                why = safe_message(exc.message)
-            firings.append(NewFiring(w, t, key, run_id,
-                                     planned.launch if planned else None, why))
-            plans.append(planned)
-        done = self.ledger.fire_many(firings)
-        for (_, item, _, _), planned, fired in zip(grouped, plans, done, strict=True):
+        done = self.ledger.fire_many([ready.firing for _, _, ready in grouped])
+        for (_, item, ready), fired in zip(grouped, done, strict=True):
             if not fired.made:
                 continue  # a replay: another host, batch or delivery of this one was first
-            if planned is not None and fired.launch is not None:
+            if ready.planned is not None and fired.launch is not None:
                 try:
-                    self.starter.queued(planned, fired.launch)
+                    self.starter.queued(ready.planned, fired.launch)
                 except WfrunError as exc:  # a concurrency strategy: the run stays queued
                     log.info("trigger %s.%s: %s", item.workflow, item.spec.name, exc.message)
             firing = fired.firing
@@ -395,11 +421,26 @@ class TriggerLoop:
         delivery, a batch of file changes); as `deliver`."""
         now = self.clock.now()
         run_id = firing_run_id(item.workflow, item.spec.name, key, now)
-        fresh = self.ledger.claim(item.workflow, item.spec.name, key, slot_at=None,
-                                  outcome="pending", run_id=run_id)
+        # The event is kept with the claim until the firing settles: a host killed
+        # before the run was queued leaves a pending firing that the next tick, here
+        # or on another host, starts with that same event (`_finish_pending`). Not
+        # durable on its own: nobody hears of the firing before the run's durable
+        # queue commit, which carries the claim with it.
+        kept: dict[str, Any] | None = event
+        try:
+            fresh = self.ledger.claim(item.workflow, item.spec.name, key, slot_at=None,
+                                      outcome="pending", run_id=run_id, event=kept,
+                                      durable=False)
+        except ValueError:  # too large to keep: the run's input is rendered from it now
+            kept = None
+            fresh = self.ledger.claim(item.workflow, item.spec.name, key, slot_at=None,
+                                      outcome="pending", run_id=run_id)
         if fresh:
-            self._mine.add(run_id)
-            self._start(item, key, run_id, None, event)
+            try:
+                self._start(item, key, run_id, None, event)
+            except BaseException:
+                self._mine.add(run_id)  # the next tick retries it at once
+                raise
         found = self.ledger.firing(item.workflow, item.spec.name, key)
         assert found is not None  # claimed by this call or an earlier one; never deleted
         return found, fresh
@@ -558,7 +599,8 @@ class TriggerLoop:
             if not (waiting or stale or firing.run_id in self._mine):
                 continue  # its host is queueing it right now
             slot = None if firing.slot_at is None else firing.slot_at / 1000.0
-            if not self._start(item, firing.key, firing.run_id, slot, {}):
+            event = json.loads(firing.event_json) if firing.event_json else {}
+            if not self._start(item, firing.key, firing.run_id, slot, event):
                 break  # behind a running run: the later ones wait too, in order
 
     def _count(self, item: Scheduled, outcome: str, slots: int) -> None:

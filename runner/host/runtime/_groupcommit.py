@@ -1,19 +1,28 @@
 """Group commit: requests that arrive together share one batch (one commit, one sync).
 
 Each caller `submit`s its job and waits for its own result. No thread is kept for
-it: the first caller that finds no batch running becomes this round's committer,
-takes every job pending (its own among them), runs them as one batch (`run`: one
-transaction, so one fsync, for all), hands each caller its result, and returns
-with its own. Callers that arrived meanwhile wait; when the round ends, the first
-of them to wake commits the next round with all of theirs. A lone caller pays
-nothing extra (its batch of one starts at once), and while one commit waits for
-the disk the next batch fills: under a burst the syncs per request fall towards
-one per round instead of one each (a webhook storm's deliveries: _webhooks.py).
+it: a caller that finds a round free becomes that round's committer, takes every
+job pending (its own first), runs them as one batch (`run`: one transaction, so
+one fsync, for all) and returns with its own result. Callers that arrive while
+no round is free wait, each on a lock of its own: when a round ends, its
+committer wakes only the threads it has something for, the next round's committer
+first (the oldest waiting caller: it takes every job pending then) and then the
+callers whose results it holds. No thread wakes to find nothing to do: under a
+storm, a condition's `notify_all` woke every waiting request thread at each
+round's end, and each had to win the GIL only to go back to sleep, queued ahead of
+the one thread that could commit.
 
-`rounds`: how many rounds may commit at once. One where the store's writers go
-one at a time anyway (SQLite); more where they make progress side by side
-(Postgres: each round is a connection's round trips, and the server already
-shares its WAL flushes), so batches form only once that many are under way.
+A lone caller pays nothing extra (its batch of one starts at once), and while one
+commit waits for the disk the next batch fills: under a burst the syncs per
+request fall towards one per round instead of one each (a webhook storm's
+deliveries: _webhooks.py).
+
+`rounds`: how many rounds may commit at once. Where the store's writers go one at
+a time but sync the disk outside their turn (SQLite's `shared_sync`), two: the
+next round's statements run while the last one's fsync is under way. More where
+writers work side by side (Postgres: each round is a connection's round trips,
+and the server already shares its WAL flushes), so batches form only once that
+many are under way.
 """
 
 from __future__ import annotations
@@ -31,14 +40,17 @@ MAX_BATCH = 200
 
 
 class _Slot(Generic[J, R]):
-    __slots__ = ("done", "error", "job", "result", "taken")
+    __slots__ = ("done", "error", "job", "lead", "result", "wake")
 
     def __init__(self, job: J) -> None:
         self.job = job
         self.result: R | None = None
         self.error: BaseException | None = None
         self.done = False
-        self.taken = False  # in a round under way
+        self.lead = False  # handed the next round by the last one's committer
+        # Held until its thread has something to do (its result, or a round to commit).
+        self.wake = threading.Lock()
+        self.wake.acquire()
 
 
 class GroupCommit(Generic[J, R]):
@@ -51,33 +63,33 @@ class GroupCommit(Generic[J, R]):
         self._run = run
         self._max = max(1, max_batch)
         self._rounds = max(1, rounds)
-        self._cond = threading.Condition()
-        self._pending: list[_Slot[J, R]] = []
-        self.running = 0  # rounds committing now
+        self._lock = threading.Lock()
+        self._pending: list[_Slot[J, R]] = []  # not taken by a round yet
+        self.running = 0  # rounds committing now, or handed to a caller not yet awake
         self.rounds = 0  # rounds committed (the bench and tests read it)
 
     def submit(self, job: J) -> R:
         slot: _Slot[J, R] = _Slot(job)
-        with self._cond:
+        with self._lock:
             self._pending.append(slot)
-        while True:
-            with self._cond:
-                # A slot another round took waits for that round's end.
-                while not slot.done and (slot.taken or self.running >= self._rounds):
-                    self._cond.wait()
-                if slot.done:
-                    break
-                self.running += 1  # this caller commits a round
-                batch = self._pending[:self._max]
-                del self._pending[:self._max]
-                for taken in batch:
-                    taken.taken = True
-            self._commit(batch)
+            slot.lead = self.running < self._rounds
+            if slot.lead:
+                self.running += 1  # this caller commits a round now
+        if not slot.lead:
+            slot.wake.acquire()  # its result, or the next round to commit
+        if not slot.done:
+            self._commit(slot)
         if slot.error is not None:
             raise slot.error
         return slot.result  # type: ignore[return-value]  # set by its round
 
-    def _commit(self, batch: list[_Slot[J, R]]) -> None:
+    def _commit(self, slot: _Slot[J, R]) -> None:
+        """Commit a round whose first job is `slot`'s, then hand the next round on."""
+        with self._lock:
+            others = [s for s in self._pending if s is not slot and not s.lead]
+            batch = [slot, *others[:self._max - 1]]
+            taken = {id(s) for s in batch}
+            self._pending = [s for s in self._pending if id(s) not in taken]
         results: Sequence[R] = ()
         error: BaseException | None = None
         try:
@@ -87,12 +99,24 @@ class GroupCommit(Generic[J, R]):
                                      f"{len(results)} results")
         except BaseException as exc:  # every caller of the round hears of it
             error = exc
-        with self._cond:
-            for n, s in enumerate(batch):
-                if error is None:
-                    s.result = results[n]
-                s.error = error
-                s.done = True
+        for n, s in enumerate(batch):
+            if error is None:
+                s.result = results[n]
+            s.error = error
+            s.done = True
+        with self._lock:
             self.rounds += 1
-            self.running -= 1
-            self._cond.notify_all()
+            # One caller at a time is handed a round (it takes every job pending
+            # when it wakes); a round not handed on frees its place.
+            waiting = [s for s in self._pending if not s.lead]
+            handed = waiting[0] if waiting and not any(s.lead for s in self._pending) \
+                else None
+            if handed is not None:
+                handed.lead = True
+            else:
+                self.running -= 1
+        if handed is not None:  # the next round first: the disk is the long wait
+            handed.wake.release()
+        for s in batch:
+            if s is not slot:
+                s.wake.release()

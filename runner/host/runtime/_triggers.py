@@ -37,6 +37,8 @@ log = logging.getLogger("wfrun.triggers")
 #: Seconds between two looks at the project's workflows for their triggers (a look
 #: re-hashes each file; a new or edited schedule applies within this long).
 REFRESH_EVERY = 2.0
+#: A webhook request re-reads them itself only when they are this old (`served`).
+SERVED_STALE = 3 * REFRESH_EVERY
 
 
 def project_triggers(ws: Workspace, broken: dict[str, str] | None = None) -> list[Scheduled]:
@@ -88,10 +90,11 @@ class HostTriggers:
         now = self.ws.clock.monotonic()
         if self._read_at is None or now - self._read_at >= REFRESH_EVERY:
             broken: dict[str, str] = {}
-            self._triggers = project_triggers(self.ws, broken)
+            found = project_triggers(self.ws, broken)
             for controller in (self.controllers() if self.controllers is not None else ()):
-                self._triggers.extend(Scheduled.of_controller(controller.name, spec)
-                                      for spec in controller.triggers)
+                found.extend(Scheduled.of_controller(controller.name, spec)
+                             for spec in controller.triggers)
+            self._triggers = found  # whole: a webhook request reads it from its thread
             for name, why in broken.items():
                 if self._broken.get(name) != why:
                     log.warning("wfrun host: workflow '%s' starts on no trigger: %s", name, why)
@@ -107,6 +110,16 @@ class HostTriggers:
                 self.files.start()
             if self.files is not None:
                 self.files.watch(self._triggers)
+        return self._triggers
+
+    def served(self) -> list[Scheduled]:
+        """The triggers as last read, for a webhook request: the re-read (each file
+        re-hashed, ~0.6 ms of CPU under the GIL, many times that on a loaded host)
+        is the host loop's, which ticks every poll, not a waiting sender's. Read
+        here only when no loop read them for SERVED_STALE (none runs: a test)."""
+        read_at = self._read_at
+        if read_at is None or self.ws.clock.monotonic() - read_at >= SERVED_STALE:
+            return self.current()
         return self._triggers
 
     def _unserved(self, item: Scheduled) -> None:

@@ -128,11 +128,13 @@ class LaunchQueue(LaunchReads):
             return self._insert(tx, log, launch, values, claim_by, lease_seconds)
 
     @contextmanager
-    def batch(self) -> Iterator[tuple[Transaction, Adder]]:
+    def batch(self, *, shared_sync: bool = False) -> Iterator[tuple[Transaction, Adder]]:
         """One durable transaction; `add(launch)` queues a launch in it, judged alone
         (refused: its ValueError or LostRace, the rest kept), beside what else the
-        caller writes (`TriggerLedger.fire_many`: group commit)."""
-        with self._events.writing() as (tx, log):
+        caller writes (`TriggerLedger.fire_many`: group commit). `shared_sync`: as
+        `Connector.write` (durable once the block returns; the disk's wait outside
+        the writers' turn)."""
+        with self._events.writing(shared_sync=shared_sync) as (tx, log):
             def add(launch: NewLaunch) -> LaunchRecord | LostRace | ValueError:
                 try:
                     values = launch_values(launch)

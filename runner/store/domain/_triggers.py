@@ -42,8 +42,8 @@ from runner.store._states import (
 class Batching(Protocol):
     """The launch queue as `fire_many` writes in it (`LaunchQueue.batch`)."""
 
-    def batch(self) -> AbstractContextManager[tuple[Transaction, Callable[
-            [NewLaunch], LaunchRecord | LostRace | ValueError]]]: ...
+    def batch(self, *, shared_sync: bool = False) -> AbstractContextManager[tuple[
+            Transaction, Callable[[NewLaunch], LaunchRecord | LostRace | ValueError]]]: ...
 
 _STATE = ("SELECT workflow, trigger_name, paused, cursor_at, updated_at FROM trigger_states"
           " WHERE workflow = :w AND trigger_name = :t")
@@ -200,16 +200,20 @@ class TriggerLedger:
     # -- firings -------------------------------------------------------------------
     def claim(self, workflow: str, trigger: str, key: str, *, slot_at: int | None,
               outcome: str, run_id: str | None = None, reason: str | None = None,
-              event: object = None) -> bool:
+              event: object = None, durable: bool | None = None) -> bool:
         """Record a firing; True when this call made it (False: it existed already).
-        `event`: kept until the firing starts (a debounced delivery); durable then."""
+        `event`: kept until the firing settles, so that a pending firing starts with
+        it whoever finishes it (ValueError: it is not JSON, or over EVENT_MAX_BYTES).
+        `durable` (default: whether an event is kept): False when a durable commit
+        of the caller's follows before anyone hears of the firing (its run queued)."""
         if outcome not in FIRING_OUTCOMES:
             raise ValueError(f"a firing's outcome is one of {FIRING_OUTCOMES}, not {outcome!r}")
         check_id(key, "firing key")
         event_json = None if event is None else canonical_json(
             event, what="trigger event", max_bytes=EVENT_MAX_BYTES)
-        # A kept event is the only copy of a delivery already answered: durable.
-        with self._c.write(durable=event is not None) as tx:
+        # A debounced delivery's kept event is the only copy of a delivery already
+        # answered: durable.
+        with self._c.write(durable=event is not None if durable is None else durable) as tx:
             made = tx.run(
                 f"INSERT INTO trigger_firings ({_FIRING_COLUMNS}) VALUES (:w, :t, :k, :slot,"
                 " :outcome, :run, :reason, :event, :now, :now)"
@@ -245,7 +249,9 @@ class TriggerLedger:
         for f in firings:
             check_id(f.key, "firing key")
         done: list[Fired] = []
-        with self._launches.batch() as (tx, add):
+        # Durable when it returns, its fsync made outside the writers' turn: the host's
+        # other writers, and the next batch's statements, do not wait for this disk.
+        with self._launches.batch(shared_sync=True) as (tx, add):
             now = tx.now_ms()
             for f in firings:
                 ids = {"w": f.workflow, "t": f.trigger, "k": f.key, "now": now}
