@@ -38,6 +38,7 @@ import hashlib
 import hmac
 import json
 import random
+import resource
 import statistics
 import subprocess
 import sys
@@ -222,13 +223,14 @@ class Marks:
             began = time.monotonic_ns()
             for job in jobs:
                 self.jobs[id(job)]["round"] = began
-                self.jobs[id(job)]["commit"] = began  # Postgres: not marked
             try:
                 return run(jobs)
             finally:
                 ended = time.monotonic_ns()
                 for job in jobs:
-                    self.jobs.pop(id(job))["stored"] = ended
+                    mark = self.jobs.pop(id(job))
+                    mark["stored"] = ended
+                    mark.setdefault("commit", ended)  # Postgres: its COMMIT is not marked
 
         def marked_fire_many(firings: Any) -> Any:
             began = time.monotonic_ns()
@@ -267,6 +269,14 @@ class Marks:
             return None
         points = [sent, *(m[n] for n in names), answered]
         return {name: (points[i + 1] - points[i]) / 1e6 for i, (name, _) in enumerate(STAGES)}
+
+
+def context_switches() -> int:
+    """The server process's context switches so far, every thread's, the ended ones'
+    too (getrusage): each is a thread that blocked (on a lock, the GIL, the disk, a
+    socket) or was preempted, and most are a wake-up to pay for later."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_nvcsw + usage.ru_nivcsw
 
 
 def run_clients(url: str, shares: list[list[str]], folder: Path
@@ -335,18 +345,20 @@ def bench_webhooks(root: Path, n: int, clients: int, store: Any) -> dict[str, An
     ticking = threading.Thread(target=host_loop, daemon=True)
     ticking.start()
     try:
-        cpu0 = time.process_time()
+        cpu0, switches0 = time.process_time(), context_switches()
         one, took = run_clients(url, [["warm-up"] + [f"one-{i}" for i in range(n)]], root)
         cpu = (time.process_time() - cpu0) * 1000 / n
+        switches = (context_switches() - switches0) / n
         assert all(a[1] == 202 for a in one), "a delivery was not queued"
         rng = random.Random(1)
         unique = [f"storm-{i}" for i in range(n * 9 // 10)]
         deliveries = unique + [rng.choice(unique) for _ in range(n - len(unique))]
         rng.shuffle(deliveries)
-        rounds0 = commits.rounds
+        rounds0, switches0 = commits.rounds, context_switches()
         storm, storm_took = run_clients(
             url, [[f"warm-{i}", *deliveries[i::clients]] for i in range(clients)], root)
         rounds = commits.rounds - rounds0
+        storm_switches = (context_switches() - switches0) / len(deliveries)
         failures = [a for a in storm if a[1] not in (200, 202)]
         queued = len(store.launches.query(limit=100_000))
     finally:
@@ -357,13 +369,15 @@ def bench_webhooks(root: Path, n: int, clients: int, store: Any) -> dict[str, An
     expected = 1 + n + len(unique) + clients
     return {"sequential": {"deliveries": n, **latency_figures(one, marks),
                            "wall_ms_per_delivery": round(took * 1000 / n, 2),
-                           "server_cpu_ms_per_delivery": round(cpu, 2)},
+                           "server_cpu_ms_per_delivery": round(cpu, 2),
+                           "server_switches_per_delivery": round(switches, 1)},
             "storm": {"deliveries": len(deliveries), "clients": clients,
                       "replays": len(deliveries) - len(unique),
                       **latency_figures(storm, marks),
                       "deliveries_per_s": round(len(deliveries) / storm_took, 1),
                       "deliveries_per_commit": round((len(deliveries) + clients) / rounds, 1)
                       if rounds else None,
+                      "server_switches_per_delivery": round(storm_switches, 1),
                       "failures": len(failures), "queued_exactly_unique": queued == expected}}
 
 
@@ -395,12 +409,14 @@ def webhook_line(name: str, hook: dict[str, Any]) -> str:
     return (f"({name}) webhook to launch, {seq['deliveries']} deliveries one after another: "
             f"p50 {seq['p50_ms']} ms, p99 {seq['p99_ms']} ms (aim <= {WEBHOOK_AIM_MS:g} ms); "
             f"per delivery {seq['wall_ms_per_delivery']} ms wall, "
-            f"{seq['server_cpu_ms_per_delivery']} ms CPU (the server's process)\n"
+            f"{seq['server_cpu_ms_per_delivery']} ms CPU and "
+            f"{seq['server_switches_per_delivery']} context switches (the server's process)\n"
             + stage_line(seq) + "\n"
             f"    storm of {storm['deliveries']} ({storm['replays']} replays) from "
             f"{storm['clients']} clients: p50 {storm['p50_ms']} ms, p99 {storm['p99_ms']} ms; "
             f"{storm['deliveries_per_s']} deliveries/s"
             + ("" if per_commit is None else f", {per_commit} deliveries per commit")
+            + f", {storm['server_switches_per_delivery']} context switches per delivery"
             + f"; queued exactly the unique ones: {storm['queued_exactly_unique']}\n"
             + stage_line(storm))
 
