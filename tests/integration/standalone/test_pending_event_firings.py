@@ -1,9 +1,10 @@
-"""Webhook deliveries whose trigger starts them one by one (an overlap policy other
-than `allow`, a controller's trigger: `TriggerLoop.fire_event`), with real clients
-against the real server on 127.0.0.1: the claim keeps the delivery's event until
-the firing settles, so a firing left pending (its host died before the run was
-queued; a run ahead of it under `overlap: queue`) is queued later by a host's tick
-with that delivery's input, and the sender's retry names that run (issue 38)."""
+"""Event firings started one by one (`TriggerLoop.fire_event`: a webhook delivery of
+an overlap policy other than `allow` or of a controller's trigger, a file batch),
+webhooks with real clients against the real server on 127.0.0.1: the claim keeps
+the event until the firing settles, so a firing left pending (its host died before
+the run was queued; a run ahead of it under `overlap: queue`) is queued later by a
+host's tick with that event as its input, and a sender's retry names that run
+(issue 38)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from standalonekit import Project
 from test_webhooks import HOOKED, SECRET, post
 
@@ -120,4 +122,54 @@ def test_a_delivery_queued_behind_a_running_run_starts_with_its_own_event(
         assert (firing.outcome, firing.event_json) == ("launched", None)
     finally:
         host.stop()
+        store.close()
+
+
+FILES = """\
+triggers:
+  edits: {files: {paths: ["src/**/*.py"]}, input: {paths: "{{ event.paths }}"}}
+input:
+  type: object
+  properties: {paths: {type: array, items: {type: string}}}
+start: a
+nodes:
+  a: {compute: {expr: "1"}}
+"""
+
+
+def test_a_file_batch_whose_host_died_before_its_run_was_queued_runs_with_its_paths(
+        tmp_path: Path) -> None:
+    project = Project(tmp_path / "proj")
+    project.workflow("edits", FILES)
+    clock = FakeClock()
+    store = SqliteStore(project.root / ".wfrun" / "state" / "store.sqlite3", clock=clock)
+    root = project.root
+
+    def host() -> HostTriggers:
+        ws = Workspace(build_catalog("workflows", root, None), root, root / ".wfrun",
+                       clock=clock)
+        return HostTriggers(ws, store, detached_coordinator(ws, store))
+
+    try:
+        first = host()
+        (item,) = [t for t in first.current() if t.spec.files is not None]
+
+        def dies(workflow: str, run_input: Any, run_id: str) -> None:
+            raise HostDied("between the claim and the queue")
+        first.loop.launch = dies  # where a SIGKILL would stop the host
+        batch = {"paths": ["src/a.py", "src/b.py"]}
+        with pytest.raises(HostDied):  # as its file watcher fires a quiet batch
+            first.loop.fire_event(item, "files:batch-1", batch)
+        second = host()
+        second.tick()
+        assert store.launches.query(limit=10) == []  # its host may be queueing it now
+        clock.advance(STALE_PENDING + 1)
+        second.tick()
+        (record,) = store.launches.query(limit=10)
+        assert record.input() == batch
+        firing = store.triggers.firing("edits", "edits", "files:batch-1")
+        assert firing is not None
+        assert (firing.outcome, firing.run_id, firing.event_json) == (
+            "launched", record.run_id, None)
+    finally:
         store.close()
