@@ -255,10 +255,14 @@ class TriggerLedger:
             now = tx.now_ms()
             for f in firings:
                 ids = {"w": f.workflow, "t": f.trigger, "k": f.key, "now": now}
+                # Inserted as it will most often end, launched (nobody sees it before
+                # the commit): a refused launch alone pays a second statement.
                 row = tx.one(f"INSERT INTO trigger_firings ({_FIRING_COLUMNS}) VALUES (:w,"
-                             " :t, :k, NULL, 'pending', :run, NULL, NULL, :now, :now)"
+                             " :t, :k, NULL, :outcome, :run, NULL, NULL, :now, :now)"
                              " ON CONFLICT (workflow, trigger_name, firing_key) DO NOTHING"
-                             f" RETURNING {_FIRING_COLUMNS}", {**ids, "run": f.run_id})
+                             f" RETURNING {_FIRING_COLUMNS}", {
+                                 **ids, "run": f.run_id,
+                                 "outcome": "launched" if f.launch is not None else "pending"})
                 if row is None:  # a replay: as the first delivery left it
                     row = tx.one(f"SELECT {_FIRING_COLUMNS} FROM trigger_firings WHERE"
                                  " workflow = :w AND trigger_name = :t AND firing_key = :k",
@@ -271,11 +275,13 @@ class TriggerLedger:
                     queued = f"could not queue the run ({queued.reason})"
                 elif isinstance(queued, ValueError):
                     queued = str(queued)
-                why = queued if isinstance(queued, str) else None
-                row = tx.one(f"{_SETTLE} RETURNING {_FIRING_COLUMNS}", {
-                    **ids, "outcome": "launched" if why is None else "failed",
-                    "reason": _reason(why)})
-                assert row is not None  # inserted pending by this transaction
+                if isinstance(queued, str):  # refused: failed, saying why
+                    row = tx.one(f"UPDATE trigger_firings SET outcome = 'failed',"
+                                 " reason = :reason, updated_at = :now WHERE workflow = :w"
+                                 " AND trigger_name = :t AND firing_key = :k"
+                                 f" RETURNING {_FIRING_COLUMNS}",
+                                 {**ids, "reason": _reason(queued)})
+                    assert row is not None  # inserted by this transaction
                 done.append(Fired(_firing(row), True,
                                   None if isinstance(queued, str) else queued))
         return done
