@@ -17,12 +17,10 @@ commit waits for the disk the next batch fills: under a burst the syncs per
 request fall towards one per round instead of one each (a webhook storm's
 deliveries: _webhooks.py).
 
-`rounds`: how many rounds may commit at once. Where the store's writers go one at
-a time but sync the disk outside their turn (SQLite's `shared_sync`), two: the
-next round's statements run while the last one's fsync is under way. More where
-writers work side by side (Postgres: each round is a connection's round trips,
-and the server already shares its WAL flushes), so batches form only once that
-many are under way.
+`rounds`: how many rounds may commit at once. One where the store's writers go
+one at a time anyway (SQLite); more where they make progress side by side
+(Postgres: each round is a connection's round trips, and the server already
+shares its WAL flushes), so batches form only once that many are under way.
 """
 
 from __future__ import annotations

@@ -49,9 +49,11 @@ _DELIVERY_MAX = 200
 #: Batches of deliveries committed at once on a store whose writers work side by
 #: side (Postgres; the default pool has 8 connections, the host needs the rest).
 PARALLEL_ROUNDS = 4
-#: On a store whose writers take turns but sync the disk after their turn
-#: (SQLite): the next batch's statements run during the last one's fsync.
-PIPELINED_ROUNDS = 1
+#: Batches committed at once where the writers take turns (SQLite). One: a second
+#: batch committing during the first one's fsync (its sync is outside the writers'
+#: turn) made more, smaller batches and two fsyncs queued on one file, slower on
+#: the disk measured (bench/RESULTS.md, 2026-12-05).
+SERIAL_ROUNDS = 1
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -124,7 +126,7 @@ class WebhookServer:
         # Deliveries that arrive together are queued in one commit (one fsync).
         self.commits: GroupCommit[Delivery, tuple[Firing, bool] | WfrunError | StoreError] = \
             GroupCommit(loop.deliver_many, rounds=PARALLEL_ROUNDS
-                        if loop.ledger.parallel_writes else PIPELINED_ROUNDS)
+                        if loop.ledger.parallel_writes else SERIAL_ROUNDS)
         server = self
         handler = type("Handler", (_Handler,), {"server_ref": server})
         try:
