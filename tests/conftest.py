@@ -23,6 +23,22 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("WFRUN_HOME", str(tmp_path / "_wfrun_home"))
 
 
+# -- order: the longest tests first ------------------------------------------------------
+_LONGEST_FIRST = Path(__file__).with_name("longest_first.txt")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Start the slowest tests (tests/longest_first.txt) first, longest first.
+
+    Every xdist worker collects and sorts alike, so the order is the same in all of them.
+    """
+    ranks: dict[str, int] = {}
+    for line in _LONGEST_FIRST.read_text(encoding="utf-8").splitlines():
+        if line.strip() and not line.startswith("#"):
+            ranks.setdefault(line.strip().split(" ", 1)[1], len(ranks))
+    items.sort(key=lambda item: ranks.get(item.nodeid, len(ranks)))  # stable: the rest as collected
+
+
 # -- leftovers ---------------------------------------------------------------------------
 # Every process a test starts inherits this mark (unless the test builds an environment
 # from nothing). A test that fails or times out midway can leave a real host, a shell
