@@ -105,7 +105,9 @@ class ProcessRegistry:
         start = _start_time(pgid)
         with self._lock:
             self._groups[pgid] = start
-            if self._fd is None or self._lines >= PRUNE_AT:
+            # A log someone removed (a prune of state) is written anew: a line appended
+            # to an unlinked file would reach no reaper.
+            if self._fd is None or self._lines >= PRUNE_AT or os.fstat(self._fd).st_nlink == 0:
                 self._rewrite()  # the groups still recorded, ended ones dropped
             else:
                 os.write(self._fd, _line(pgid, start))

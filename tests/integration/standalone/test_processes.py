@@ -122,6 +122,20 @@ def test_the_log_appends_a_line_per_group_and_a_torn_last_line_is_skipped(
     assert second.wait(timeout=10) == -9
 
 
+def test_a_log_removed_under_a_running_registry_is_written_anew(
+        tmp_path: Path, spawn: list[subprocess.Popen[str]]) -> None:
+    """The log is appended through a kept descriptor: if its file is removed meanwhile
+    (a prune of state), the next record writes a new file naming every live group."""
+    path = tmp_path / "children" / "runner.json"
+    registry = ProcessRegistry(path)
+    first = group(spawn, "sleep", "30")
+    registry.add(first.pid)
+    path.unlink()
+    second = group(spawn, "sleep", "30")
+    registry.add(second.pid)
+    assert pgids(path) == {first.pid, second.pid}
+
+
 def test_reap_of_a_missing_or_torn_file_is_a_no_op(tmp_path: Path) -> None:
     assert reap_orphans(tmp_path / "absent.json") == []
     torn = tmp_path / "torn.json"
