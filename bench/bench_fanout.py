@@ -3,6 +3,8 @@
     .venv/bin/python bench/bench_fanout.py            # 200, 2,000, 10,000 compute items;
                                                       # 1,000 x `sleep 0.1` at 16 at once
     .venv/bin/python bench/bench_fanout.py --smoke    # 200 compute items; 20 x sleep 0.01
+    .venv/bin/python bench/bench_fanout.py --instructions [-n 100]  # shell items, callgrind
+    .venv/bin/python bench/bench_fanout.py --root DIR ...  # `runner` from DIR (before)
 
 One process, a real `SqliteStore` (WAL, synchronous=FULL) in a temporary project, one
 foreground run per figure (`wfrun run` without process start-up). Per-item CPU is the
@@ -11,12 +13,23 @@ most 1 ms per compute item). A shell item's CPU: a 500-item map of `true` at 16 
 once, the same subtraction (the `true` processes' own CPU is not this process's). The
 shell map's wall time is set beside its floor
 (items x sleep / max_concurrency), the aim being at most the same work as 1,000 huey
-tasks on 16 workers (bench/bench_vs_queues.py measures those).
+tasks on 16 workers (bench/bench_fanout_hosts.py --part huey runs both, interleaved).
+
+`--instructions`: user-space instructions per shell item (`true`, 16 at once) in the
+runner process, counted by valgrind's callgrind (a map of N items minus a map of 1,
+each in its own process; the `true` processes are not traced). CPU time moves by tens
+of percent between identical runs on a shared VM; the count does not, so it is the
+figure to compare two versions by (`--root DIR`). Kernel work (fsync, process start)
+is not counted.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
+import shutil
+import subprocess
+import sys
 import tempfile
 import textwrap
 import time
@@ -84,10 +97,46 @@ def _run(ws: Workspace, name: str, n: int) -> tuple[float, float]:
     return cpu, wall
 
 
+def _true_map(n: int) -> None:
+    """One run of the `true` map over n items (what callgrind counts, imports and all)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        _run(_project(Path(tmp), {"true": TRUE}), "true", n)
+
+
+def _counted(n: int) -> int:
+    argv = [sys.executable, __file__, "--root", str(ROOT), "--true-map", str(n)]
+    out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+                          *argv], capture_output=True, text=True, check=False)
+    found = re.search(r"Collected\s*:\s*(\d+)", out.stderr)
+    if out.returncode != 0 or found is None:
+        sys.exit(f"valgrind failed ({out.returncode}): {out.stderr.strip()[-400:]}")
+    return int(found.group(1))
+
+
+def instructions(n: int) -> None:
+    if shutil.which("valgrind") is None:
+        print("instructions skipped: valgrind is not installed (apt-get install valgrind)")
+        return
+    base, total = _counted(1), _counted(n)
+    print(f"shell items (`true`, {n} at 16 at once, the runner process, callgrind): "
+          f"{(total - base) / (n - 1) / 1e6:.3f} M user-space instructions per item")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--smoke", action="store_true", help="small sizes, seconds")
+    parser.add_argument("--instructions", action="store_true",
+                        help="count a shell item's instructions (callgrind) and stop")
+    parser.add_argument("-n", type=int, default=100, help="--instructions: items")
+    parser.add_argument("--true-map", type=int, help=argparse.SUPPRESS)  # under valgrind
     args = parser.parse_args()
+    if args.true_map is not None:
+        _true_map(args.true_map)
+        return
+    if args.instructions:
+        print(f"# bench_fanout  {machine()}  runner from {ROOT}")
+        instructions(max(args.n, 2))
+        return
     sizes = (200,) if args.smoke else (200, 2_000, 10_000)
     shell_n, at_once, seconds = (20, 4, 0.01) if args.smoke else (1_000, 16, 0.1)
     print(f"# bench_fanout  {machine()}  runner from {ROOT}")

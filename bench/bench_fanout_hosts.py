@@ -247,6 +247,7 @@ def huey_part(n: int, at_once: int, seconds: float, venv: Path, smoke: bool,
           f"{rounds} round(s) interleaved, medians; wall from each process's spawn to its exit")
     flow = MAP.replace("NAME", "fan").replace("AT_ONCE", str(at_once)).replace(
         "BODY", f"[sleep, '{seconds}']")
+    venv = venv.absolute()  # the consumer runs in a temporary folder
     python = venv / "bin" / "python"
     have_huey = python.exists() and (venv / ".wfrun-bench-stamp").exists()
     if not have_huey and not smoke:

@@ -6,6 +6,15 @@ SIGKILL of a host does not kill the process groups its shell nodes started
 identified by its leader's pid *and* its kernel start time, so a recycled pid
 is never killed by mistake.
 
+The file is a log of JSON lines, one per group started, appended through a
+descriptor kept open: recording a group is one `write` (a fan-out host starts
+hundreds a second; rewriting the whole file and renaming it cost a tenth of a
+shell item's CPU). An ended group stays in the log until the log is compacted (at
+PRUNE_AT lines) or the registry empties (the file goes): a reaper skips it, its
+leader being gone or its pid another process's (another start time). A line is
+written whole by one system call, so a runner killed mid-write leaves at worst a
+torn last line, which readers skip.
+
 A host killed between starting a command and recording its group leaves a group
 no file names. So every command also carries a mark in its environment (the
 folder, the runner's pid and start time; inherited by all it spawns), and reaping
@@ -28,19 +37,50 @@ from runner._private import private_dirs
 
 def _start_time(pid: int) -> str | None:
     """The process start time in clock ticks since boot (field 22 of /proc/PID/stat)."""
-    try:
-        data = Path(f"/proc/{pid}/stat").read_text()
+    try:  # os.open and one read: no file object (once per command a host starts)
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
     except OSError:
         return None
+    try:
+        data = os.read(fd, 4096)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     # The command name (field 2) may contain spaces; fields resume after the last ')'.
-    rest = data.rsplit(")", 1)[-1].split()
-    return rest[19] if len(rest) > 19 else None
+    rest = data.rsplit(b")", 1)[-1].split()
+    return rest[19].decode() if len(rest) > 19 else None
 
 
 MARK_ENV = "WFRUN_RUNNER_MARK"
-#: Recorded groups past which `add` drops those whose leader is gone (a reaper skips
-#: them anyway: their leader's start time no longer matches).
+#: Lines in the log past which `add` rewrites it with only the groups still recorded
+#: (ended ones a reaper would skip anyway: their leader's start time no longer matches).
 PRUNE_AT = 64
+
+
+def read_groups(path: Path) -> list[dict[str, Any]]:
+    """The groups a registry file records, in order: its JSON lines (a torn or foreign
+    line skipped), or the JSON list an older runner wrote."""
+    try:
+        text = path.read_text()
+    except (OSError, ValueError):
+        return []
+    if text.lstrip().startswith("["):  # the format before the log
+        try:
+            entries = json.loads(text)
+        except ValueError:
+            return []
+        return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) \
+            else []
+    out: list[dict[str, Any]] = []
+    for line in text.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue  # a line torn by a runner killed as it wrote
+        if isinstance(entry, dict):
+            out.append(entry)
+    return out
 
 
 def _folder_key(folder: Path) -> str:
@@ -51,7 +91,9 @@ class ProcessRegistry:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
-        self._groups: dict[int, dict[str, Any]] = {}
+        self._groups: dict[int, str | None] = {}  # pgid -> its leader's start time
+        self._fd: int | None = None  # the log, open for appends while it exists
+        self._lines = 0  # lines in the log (ended groups included)
         self._folder_made = False
         me = os.getpid()
         # Set in every command's environment (see the module doc).
@@ -60,52 +102,75 @@ class ProcessRegistry:
     def add(self, pgid: int) -> None:
         """Record a group by its leader's pid and start time: nothing else. A command's
         argv holds rendered secrets, and this file outlives the run (issue 34.2)."""
+        start = _start_time(pgid)
         with self._lock:
-            # A group whose leader is gone without `remove` (a runner that stopped
-            # mid-command) is dropped once there are PRUNE_AT: the file stays small, and
-            # a busy host's step does not read /proc once per running group.
-            if len(self._groups) >= PRUNE_AT:
-                self._groups = {g: e for g, e in self._groups.items() if
-                                e.get("start") is not None and _start_time(g) == e["start"]}
-            self._groups[pgid] = {"pgid": pgid, "start": _start_time(pgid)}
-            self._save()
+            self._groups[pgid] = start
+            # A log someone removed (a prune of state) is written anew: a line appended
+            # to an unlinked file would reach no reaper.
+            if self._fd is None or self._lines >= PRUNE_AT or os.fstat(self._fd).st_nlink == 0:
+                self._rewrite()  # the groups still recorded, ended ones dropped
+            else:
+                os.write(self._fd, _line(pgid, start))
+                self._lines += 1
 
     def remove(self, pgid: int) -> None:
-        """Forget an ended group. While others run, the file keeps it until the next
-        write: a reaper finds its leader gone (or its pid reused: another start time)
-        and leaves it, so a busy runner's step costs one write, its `add`. The last
-        one out removes the file: a runner that ended leaves nothing in `children/`."""
+        """Forget an ended group. While others run, the log keeps its line until it is
+        compacted: a reaper finds its leader gone (or its pid reused: another start
+        time) and leaves it, so a busy runner's step costs one write, its `add`. The
+        last one out removes the file: a runner that ended leaves nothing in
+        `children/`."""
         with self._lock:
-            if self._groups.pop(pgid, None) is not None and not self._groups:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(self.path)
+            if self._groups.pop(pgid, None) is None or self._groups:
+                return
+            self._close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
 
-    def _save(self) -> None:
+    def _rewrite(self) -> None:
+        """Write the log anew (atomically: a reaper reads the old one or the new one)
+        with the groups recorded now, and keep it open for appends."""
         if not self._folder_made:
             private_dirs(self.path.parent)
             self._folder_made = True
+        self._groups = {g: s for g, s in self._groups.items()
+                        if s is not None and _start_time(g) == s}
         tmp = self.path.with_name(self.path.name + ".tmp")
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
         except FileNotFoundError:  # the folder went away (a prune of state): again
             private_dirs(self.path.parent)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
         try:
-            os.write(fd, json.dumps(list(self._groups.values())).encode())
-        finally:
+            os.write(fd, b"".join(_line(g, s) for g, s in self._groups.items()))
+            os.replace(tmp, self.path)
+        except BaseException:
             os.close(fd)
-        os.replace(tmp, self.path)
+            raise
+        self._close()
+        self._fd, self._lines = fd, len(self._groups)
+
+    def _close(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+            self._lines = 0
+
+    def close(self) -> None:
+        """Let the log's descriptor go (the file stays: its groups may still run)."""
+        with self._lock:
+            self._close()
+
+
+def _line(pgid: int, start: str | None) -> bytes:
+    return json.dumps({"pgid": pgid, "start": start}, separators=(",", ":")).encode() + b"\n"
 
 
 def reap_orphans(path: Path) -> list[int]:
     """Kill the process groups a dead host left behind; returns the pgids killed."""
-    try:
-        entries = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return []
     killed = []
-    for entry in entries if isinstance(entries, list) else []:
-        pgid = entry.get("pgid") if isinstance(entry, dict) else None
+    for entry in read_groups(path):
+        pgid = entry.get("pgid")
         if not isinstance(pgid, int) or pgid <= 1:
             continue
         start = _start_time(pgid)

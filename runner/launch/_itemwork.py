@@ -67,6 +67,9 @@ class HostItems:
         self.holder = f"{HOST_TOKEN}{runner_id}:{uuid.uuid4().hex[:12]}"
         self._every = min(renew_every(lease_seconds), CANCEL_POLL)
         self._lock = threading.Lock()
+        # One slot at a time reads a visit's parent run (the others wait for its read:
+        # a host's 16 slots claiming a new visit at once each folded the trace).
+        self._opening = threading.Lock()
         self._hosts: OrderedDict[ItemKey, ItemHost | str] = OrderedDict()
         self._controls: dict[tuple[ItemKey, int], RunControl] = {}
         self._skip: set[ItemKey] = set()  # visits this host cannot run (the parent's will)
@@ -155,11 +158,21 @@ class HostItems:
             log.debug("item %s[%s] left to its lease: %s", key.node_id, index, exc.message)
 
     def _host(self, key: ItemKey) -> ItemHost | str:
+        host = self._kept(key)
+        if host is not None:
+            return host
+        with self._opening:
+            host = self._kept(key)  # another slot read it while this one waited
+            return host if host is not None else self._open(key)
+
+    def _kept(self, key: ItemKey) -> ItemHost | str | None:
         with self._lock:
             host = self._hosts.get(key)
             if host is not None:
                 self._hosts.move_to_end(key)
-                return host
+            return host
+
+    def _open(self, key: ItemKey) -> ItemHost | str:
         count = len(self._fanout.items(key))
 
         def resolve(manifest: dict[str, object]) -> WorkflowDefinition:

@@ -411,6 +411,13 @@ DDL: tuple[str, ...] = (
     f"""CREATE INDEX fanout_items_open
     ON fanout_items (run_id, node_id, visit, item_index)
     WHERE state IN {sql_in(ITEM_OPEN_STATES)}""",
+    # The running items of a node: every claim counts the live ones against the ceiling
+    # and looks for a dead holder's, and a settle finds its own; without it each of
+    # those read every row of the visit (10,000 for a large map). At most the ceiling
+    # plus a dead holder's rows. Added within v1 (layout.ADDED_INDEXES).
+    """CREATE INDEX fanout_items_running
+    ON fanout_items (run_id, node_id, visit, item_index)
+    WHERE state = 'running'""",
     # A fan-out node visit whose items any host may run (ADR 0008 phase 2): its ceiling
     # and the item lease a host's claim holds. `active` goes to 0 once no item is open
     # (hosts look only at active ones); `waiting`: the parent parked until its items end

@@ -175,16 +175,21 @@ def _take(tx: Tx, key: ItemKey, owner: str, parent: str, limit: int, now: int,
               "stale": stale, "host": HOST_TOKEN + "%", "budget": ITEM_START_BUDGET}
     live = ("(claim_token = :owner OR claim_token = :parent OR (claim_token LIKE :host"
             " AND updated_at > :stale))")
-    dead = tx.all(f"SELECT item_index FROM fanout_items WHERE {_KEY} AND state = 'running'"
-                  f" AND NOT {live} AND starts >= :budget", params)
-    if dead:
+    # One read of the running rows (their own index: at most the ceiling and what dead
+    # holders left) counts the live ones and any a dead holder left at the budget.
+    row = tx.one(f"SELECT count(*) AS n, coalesce(sum(CASE WHEN {live} THEN 1 ELSE 0 END), 0)"
+                 f" AS live, coalesce(sum(CASE WHEN NOT {live} AND starts >= :budget THEN 1"
+                 f" ELSE 0 END), 0) AS dead FROM fanout_items WHERE {_KEY}"
+                 " AND state = 'running'", params)
+    dead: list[Row] = []
+    if row is not None and row["dead"]:
+        dead = tx.all(f"SELECT item_index FROM fanout_items WHERE {_KEY} AND state ="
+                      f" 'running' AND NOT {live} AND starts >= :budget", params)
         tx.run(f"UPDATE fanout_items SET state = 'failed', claim_token = NULL,"
                f" error_json = :err, updated_at = :now, finished_at = :now WHERE {_KEY}"
                f" AND state = 'running' AND NOT {live} AND starts >= :budget",
                {**params, "err": INTERRUPTED})
-    row = tx.one(f"SELECT count(*) AS n FROM fanout_items WHERE {_KEY} AND state ="
-                 f" 'running' AND {live}", params)
-    free = limit - int(row["n"] if row else 0)
+    free = limit - int(row["live"] if row else 0)
     if want is not None:
         free = min(free, want)
     taken: list[Row] = []
@@ -232,14 +237,19 @@ def _wake(tx: Tx, key: ItemKey, now: int) -> None:
     tx.run(f"UPDATE fanout_nodes SET active = 0, waiting = 0 WHERE {_KEY}", key.params())
 
 
+def _parent(tx: Tx, run_id: str) -> Row | None:
+    """The parent's launch row, locked (Postgres `FOR UPDATE`; SQLite's writer lock):
+    every fan-out write takes it first, the order the parent's own writes take."""
+    return tx.one("SELECT status, claim_token, claim_expires_at FROM workflow_run_queue"
+                  " WHERE run_id = :run" + tx.dialect.lock, {"run": run_id})
+
+
 def _claim_node(tx: Tx, key: ItemKey, holder: str, want: int, limit: int,
-                lease_ms: int) -> list[HostClaim]:
-    """A host's claim of up to `want` items of one shared visit, in `tx`: the parent's
-    launch row locked first (the order every fan-out write takes), its live claim's
-    items counted against the ceiling; a visit whose run ended has its open items
-    ended, and one with none open wakes its parked parent."""
-    parent = tx.one("SELECT status, claim_token, claim_expires_at FROM workflow_run_queue"
-                    " WHERE run_id = :run" + tx.dialect.lock, {"run": key.run_id})
+                lease_ms: int, parent: Row | None) -> list[HostClaim]:
+    """A host's claim of up to `want` items of one shared visit, in `tx`, after the
+    parent's launch row was locked (`parent`, `_parent`); its live claim's items counted
+    against the ceiling; a visit whose run ended has its open items ended, and one with
+    none open wakes its parked parent."""
     now = tx.now_ms()
     if parent is None or parent["status"] in TERMINAL_STATUSES:
         # Its run ended (cancelled while parked): so do its open items (a holder stops
@@ -247,7 +257,7 @@ def _claim_node(tx: Tx, key: ItemKey, holder: str, want: int, limit: int,
         _cancel_open(tx, key, now, RUN_ENDED)
         tx.run(f"UPDATE fanout_nodes SET active = 0 WHERE {_KEY}", key.params())
         return []
-    if not tx.one(f"SELECT 1 AS x FROM fanout_items WHERE {_OPEN}", key.params()):
+    if not _any_open(tx, key):
         _wake(tx, key, now)  # the last settle's wake missed a park since
         return []
     if want <= 0:
@@ -256,10 +266,14 @@ def _claim_node(tx: Tx, key: ItemKey, holder: str, want: int, limit: int,
         and parent["claim_expires_at"] > now
     got = _take(tx, key, holder, parent["claim_token"] if live else "", limit, now,
                 lease_ms, want=want)
-    if got.interrupted and not tx.one(f"SELECT 1 AS x FROM fanout_items WHERE {_OPEN}",
-                                      key.params()):
+    if got.interrupted and not _any_open(tx, key):
         _wake(tx, key, now)  # the ends it wrote (interrupted) were the last
     return [HostClaim(key, index, start) for index, start in got.items]
+
+
+def _any_open(tx: Tx, key: ItemKey) -> bool:
+    return tx.one(f"SELECT 1 AS x FROM fanout_items WHERE {_OPEN} LIMIT 1",
+                  key.params()) is not None
 
 
 #: Claims and settles are durable, but wait for the disk after the store's write lock
@@ -426,7 +440,7 @@ class FanoutItems:
                 continue
             with self._c.write(shared_sync=SHARED_SYNC) as tx:
                 got = _claim_node(tx, key, holder, want, int(n["max_concurrency"]),
-                                  int(n["lease_ms"]))
+                                  int(n["lease_ms"]), _parent(tx, key.run_id))
             out.extend(got)
             want -= len(got)
         return out
@@ -479,13 +493,18 @@ class FanoutItems:
         for ending in rows:
             _check(ending)
         with self._c.write(shared_sync=SHARED_SYNC) as tx:
-            tx.one("SELECT status FROM workflow_run_queue WHERE run_id = :run"
-                   + tx.dialect.lock, {"run": key.run_id})  # the order every writer takes
-            mine = {r["item_index"] for r in tx.all(
-                f"SELECT item_index FROM fanout_items WHERE {_KEY} AND state = 'running'"
-                " AND claim_token = :owner", {**key.params(), "owner": holder})}
+            parent = _parent(tx, key.run_id)  # the order every writer takes
             now = tx.now_ms()
-            _settle(tx, key, [e for e in rows if e.index in mine], holder, now, claimed=True)
+            # Each ending recorded only if the row is still running under `holder` (one
+            # taken over or cancelled meanwhile is left alone): its own statement, whose
+            # count says whether it was.
+            mine = {e.index for e in rows if tx.run(
+                f"UPDATE fanout_items SET state = :state, claim_token = NULL, output_json ="
+                " :output, error_json = :error, updated_at = :now, finished_at = :now"
+                f" WHERE {_KEY} AND item_index = :i AND state = 'running'"
+                " AND claim_token = :owner",
+                {**key.params(), "owner": holder, "now": now, "i": e.index, "state": e.state,
+                 "output": e.output_json, "error": e.error_json})}
             kept = [g for g in logs if g.index in mine]
             if kept:
                 tx.many("INSERT INTO fanout_logs (run_id, node_id, visit, item_index, seq,"
@@ -499,13 +518,14 @@ class FanoutItems:
             if node is not None and node["fail_fast"] and any(
                     e.state in ("failed", "timed_out") for e in rows if e.index in mine):
                 _cancel_open(tx, key, now, FAIL_FAST)  # the parent is parked: here, then
-            if not tx.one(f"SELECT 1 AS x FROM fanout_items WHERE {_OPEN}", key.params()):
-                _wake(tx, key, now)  # the last item: its parent is re-queued with it
             claimed: list[HostClaim] = []
             if want > 0 and node is not None and not node["refused"]:
+                # Wakes the parked parent if that was the last item (or the run ended).
                 claimed = _claim_node(tx, key, holder, want, int(node["max_concurrency"]),
-                                      int(node["lease_ms"]))
-        return len({e.index for e in rows} & mine), claimed
+                                      int(node["lease_ms"]), parent)
+            elif not _any_open(tx, key):
+                _wake(tx, key, now)  # the last item: its parent is re-queued with it
+        return len(mine), claimed
 
     def release_held(self, key: ItemKey, indexes: Sequence[int], *, holder: str) -> int:
         """A stopping host gives its running items back (`pending`, uncounted)."""

@@ -31,6 +31,7 @@ from typing import Any
 from waiting import DEADLINE, wait_until
 
 from runner.engine._bundle import parse_trace
+from runner.engine._processes import read_groups
 from runner.engine._state import fold
 
 WORKFLOW = """\
@@ -152,11 +153,8 @@ class Project:
         """The process groups every runner of this project recorded for reaping."""
         groups: set[int] = set()
         for path in (self.root / ".wfrun" / "state" / "children").glob("*.json"):
-            try:
-                entries = json.loads(path.read_text())
-            except (OSError, ValueError):  # mid-replace or gone: look again
-                continue
-            groups.update(int(e["pgid"]) for e in entries)
+            # Mid-replace or gone: nothing read, and the caller looks again.
+            groups.update(int(e["pgid"]) for e in read_groups(path))
         return groups
 
     def only_run(self) -> str:

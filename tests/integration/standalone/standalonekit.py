@@ -30,6 +30,7 @@ from waiting import DEADLINE, wait_until
 
 from runner.compiler import build_catalog
 from runner.engine._bundle import MANIFEST, read_json
+from runner.engine._processes import read_groups
 from runner.host.runtime._launches import detached_coordinator
 from runner.host.runtime._local import Workspace
 from runner.store import LaunchRecord, SqliteStore
@@ -155,12 +156,8 @@ class Project:
 
     def registered_groups(self) -> set[int]:
         """The process groups the running host has recorded for reaping."""
-        try:
-            entries = json.loads((self.root / ".wfrun" / "state" / "host.children.json")
-                                 .read_text())
-        except (OSError, ValueError):
-            return set()
-        return {int(e["pgid"]) for e in entries}
+        path = self.root / ".wfrun" / "state" / "host.children.json"
+        return {int(e["pgid"]) for e in read_groups(path)}
 
     def stop_all(self) -> None:
         for proc in self.hosts:

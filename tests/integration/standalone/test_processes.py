@@ -18,6 +18,7 @@ from runner.engine import _processes as processes
 from runner.engine._processes import (
     MARK_ENV,
     ProcessRegistry,
+    read_groups,
     reap_dead_registries,
     reap_orphans,
 )
@@ -44,7 +45,7 @@ def group(procs: list[subprocess.Popen[str]], *argv: str) -> subprocess.Popen[st
 
 
 def pgids(path: Path) -> set[int]:
-    return {e["pgid"] for e in json.loads(path.read_text())}
+    return {e["pgid"] for e in read_groups(path)}
 
 
 def test_the_registry_keeps_only_groups_whose_leader_still_runs(
@@ -81,8 +82,8 @@ def test_reap_kills_a_live_group_with_its_grandchild_and_nothing_else(
     grandchild = int(leader.stdout.readline())
     registry.add(leader.pid)
     stranger = group(spawn, "sleep", "30")  # alive, but not the process that was recorded
-    entries = [
-        *json.loads(path.read_text()),
+    entries = [  # the JSON list runners wrote before the log: still read
+        *read_groups(path),
         {"pgid": stranger.pid, "start": "1"},  # a recycled pid: the start time differs
         {"pgid": 1, "start": None},            # never init
         {"pgid": "x"},                          # garbage is skipped
@@ -97,6 +98,42 @@ def test_reap_kills_a_live_group_with_its_grandchild_and_nothing_else(
     assert stranger.poll() is None
     assert not path.exists()  # reaped once; the next host starts clean
     assert reap_orphans(path) == []
+
+
+def test_the_log_appends_a_line_per_group_and_a_torn_last_line_is_skipped(
+        tmp_path: Path, spawn: list[subprocess.Popen[str]]) -> None:
+    """Recording a group appends one line (the file is not rewritten); a runner killed
+    mid-write leaves a torn last line, and the reaper still kills what the rest names."""
+    path = tmp_path / "children" / "runner.json"
+    registry = ProcessRegistry(path)
+    first = group(spawn, "sleep", "30")
+    registry.add(first.pid)
+    inode = path.stat().st_ino
+    second = group(spawn, "sleep", "30")
+    registry.add(second.pid)
+    assert path.stat().st_ino == inode  # appended to, not replaced
+    assert len(path.read_text().splitlines()) == 2
+    registry.close()
+    with path.open("a") as log:
+        log.write('{"pgid": 12')  # the runner died here
+
+    assert sorted(reap_orphans(path)) == sorted([first.pid, second.pid])
+    assert first.wait(timeout=10) == -9
+    assert second.wait(timeout=10) == -9
+
+
+def test_a_log_removed_under_a_running_registry_is_written_anew(
+        tmp_path: Path, spawn: list[subprocess.Popen[str]]) -> None:
+    """The log is appended through a kept descriptor: if its file is removed meanwhile
+    (a prune of state), the next record writes a new file naming every live group."""
+    path = tmp_path / "children" / "runner.json"
+    registry = ProcessRegistry(path)
+    first = group(spawn, "sleep", "30")
+    registry.add(first.pid)
+    path.unlink()
+    second = group(spawn, "sleep", "30")
+    registry.add(second.pid)
+    assert pgids(path) == {first.pid, second.pid}
 
 
 def test_reap_of_a_missing_or_torn_file_is_a_no_op(tmp_path: Path) -> None:
@@ -165,7 +202,7 @@ def test_the_registry_holds_pids_and_start_times_only_and_forgets_a_finished_com
 
     def sink(_chunk: bytes) -> None:  # the command runs: what does the registry say now?
         if not seen:
-            seen.append(json.loads(registry.path.read_text()))
+            seen.append(read_groups(registry.path))
 
     result = run_shell(["sh", "-c", 'echo "$0"; sleep 0.05', secret], use_shell=False,
                        cwd=None, env=None, stdin=None, deadline=None, cap=4096,

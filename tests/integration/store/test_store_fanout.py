@@ -4,6 +4,8 @@ crash (a finished item never again, none started a third time), cancelled."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from storekit import FakeClock, launch
 
 from runner.store import Store
@@ -268,7 +270,7 @@ def test_a_hosts_renewal_stops_only_items_it_lost_not_the_slots_next_item(
     running here: one that ended and was settled since (so no longer held) must not
     cancel the control, which now runs the slot's next item; an item the parent
     cancelled while it runs is stopped."""
-    from typing import Any, cast
+    from typing import cast
 
     from runner.engine import RunControl
     from runner.launch._itemwork import HostItems
@@ -297,3 +299,40 @@ def test_a_hosts_renewal_stops_only_items_it_lost_not_the_slots_next_item(
     items.renew(dict(controls))
     assert slot.stopping
     assert other_slot.stopping
+
+
+def test_a_hosts_slots_read_a_new_visit_once(store: Store, clock: FakeClock,
+                                             monkeypatch: Any) -> None:
+    """A host's slots claiming items of a visit it has not read yet: one reads the
+    parent run (folds its trace, resolves its definition), the others wait for that
+    read instead of each doing it again."""
+    import threading
+    from types import SimpleNamespace
+    from typing import cast
+
+    from runner.launch import _itemwork
+    from runner.launch._itemwork import HostItems
+
+    _shared(store, count=4, limit=2)
+    engines = SimpleNamespace(reading=lambda _run_id: None)
+    items = HostItems(store, cast(Any, engines), cast(Any, None), clock, runner_id="h",
+                      lease_seconds=30)
+    opened: list[str] = []
+    second_done = threading.Event()
+    second: list[object] = []
+
+    def fake_open(*_args: Any) -> str:
+        opened.append("read")
+        if len(opened) == 1:  # a second slot asks while this read is under way
+            thread = threading.Thread(
+                target=lambda: (second.append(items._host(KEY)), second_done.set()))
+            thread.start()
+            second_done.wait(timeout=1)  # before: it read the run too, at once
+        return "cannot run them here"
+
+    monkeypatch.setattr(_itemwork, "open_item_host", fake_open)
+    first = items._host(KEY)
+    assert second_done.wait(timeout=60)
+    assert opened == ["read"]
+    assert second == [first]
+    items.close()
