@@ -41,26 +41,28 @@ class _Resolver(VersionedResolver):
     stock path.
     """
 
+    _rules: dict[Any, list[tuple[str, Any]]] | None = None  # per load (an instance's)
+    _seen: dict[str, Any]
+
     def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
-        rules: dict[Any, list[tuple[str, Any]]] | None = self.__dict__.get("_rules")
+        rules = self._rules
         if rules is None:
-            rules = self.__dict__["_rules"] = self._plain_rules()
+            rules = self._rules = self._plain_rules()
+            self._seen = {}
         if not rules:
             return super().resolve(kind, value, implicit)
         if kind is not ScalarNode:
-            return self.DEFAULT_MAPPING_TAG if kind is MappingNode \
-                else self.DEFAULT_SEQUENCE_TAG
+            return _MAP if kind is MappingNode else _SEQ
         if not implicit[0] or value[:1] not in rules:
-            return self.DEFAULT_SCALAR_TAG
-        seen: dict[str, Any] = self.__dict__.setdefault("_seen", {})
-        tag = seen.get(value)
+            return _STR
+        tag = self._seen.get(value)
         if tag is None:
-            tag = self.DEFAULT_SCALAR_TAG
+            tag = _STR
             for name, regexp in rules[value[:1]]:
                 if regexp.match(value):
                     tag = _tag(name)
                     break
-            seen[value] = tag
+            self._seen[value] = tag
         return tag
 
     def _plain_rules(self) -> dict[Any, list[tuple[str, Any]]]:
