@@ -274,6 +274,13 @@ def _gc_paused() -> Iterator[None]:
     stay alive until the compile ends, so the collector's passes find nothing but
     cost a third of the time on a big file. Nothing is lost: cycles left behind
     are collected once it runs again.
+
+    What survives the compile (the definition, the compiler's per-file cache) is
+    long-lived by construction, so it is moved straight to the oldest generation
+    (`freeze` then `unfreeze`), not walked by a young-generation pass as soon as the
+    collector is back (~45 ms after a 5,000-node compile, for ~100,000 objects that
+    all survive it); the oldest generation's full passes still see them. Skipped when
+    something else froze objects (a pre-fork server's freeze is not undone here).
     """
     if not gc.isenabled():
         yield
@@ -282,6 +289,9 @@ def _gc_paused() -> Iterator[None]:
     try:
         yield
     finally:
+        if gc.get_freeze_count() == 0:
+            gc.freeze()
+            gc.unfreeze()
         gc.enable()
 
 

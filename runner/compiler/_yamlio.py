@@ -12,6 +12,7 @@ import datetime
 import math
 import threading
 from collections.abc import Iterator, Sequence
+from functools import lru_cache
 from typing import Any, NamedTuple
 
 from ruamel.yaml import YAML
@@ -20,6 +21,7 @@ from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent
 from ruamel.yaml.nodes import MappingNode, ScalarNode, SequenceNode
 from ruamel.yaml.resolver import VersionedResolver
+from ruamel.yaml.tag import Tag
 
 from ._diagnostics import Diagnostic, KeyPath
 
@@ -27,32 +29,80 @@ _local = threading.local()
 
 
 class _Resolver(VersionedResolver):
-    """ruamel's resolver, with the YAML version looked up once per load.
+    """ruamel's resolver, answering the C composer's per-scalar question cheaply.
 
-    The stock property fails two attribute lookups (caught exceptions) for every
-    scalar before settling on the same answer, a third of a big file's load time.
-    Within one load the answer for a scalar depends only on its text and style,
-    so repeated scalars (keys, types) are resolved once. Only used with the C
-    parser, which builds a fresh loader for each load.
+    The composer asks for every scalar (~90,000 in a 200-file corpus), and the stock
+    answer takes a version look-up (two caught exceptions), a list concatenation and a
+    fresh `Tag` each time: a third of the compose. Here, with the same rules: a quoted
+    scalar, or a plain one whose first character starts no implicit rule (most text),
+    is a string at once; the rest are matched once per distinct text per load. Only
+    used with the C parser, which builds a fresh loader for each load; documents whose
+    rules this cannot mirror (path resolvers, a rule for any first character) take the
+    stock path.
     """
 
-    @property
-    def processing_version(self) -> Any:
-        version = self.__dict__.get("_processing_version")
-        if version is None:
-            version = super().processing_version
-            self.__dict__["_processing_version"] = version
-        return version
+    _rules: dict[Any, list[tuple[str, Any]]] | None = None  # per load (an instance's)
+    _seen: dict[str, Any]
 
     def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
-        if kind is not ScalarNode:
+        rules = self._rules
+        if rules is None:
+            rules = self._rules = self._plain_rules()
+            self._seen = {}
+        if not rules:
             return super().resolve(kind, value, implicit)
-        cache: dict[Any, Any] = self.__dict__.setdefault("_scalar_tags", {})
-        key = (value, implicit)
-        tag = cache.get(key)
+        if kind is not ScalarNode:
+            return _MAP if kind is MappingNode else _SEQ
+        if not implicit[0] or value[:1] not in rules:
+            return _STR
+        tag = self._seen.get(value)
         if tag is None:
-            tag = cache[key] = super().resolve(kind, value, implicit)
+            tag = _STR
+            for name, regexp in rules[value[:1]]:
+                if regexp.match(value):
+                    tag = _tag(name)
+                    break
+            self._seen[value] = tag
         return tag
+
+    def _plain_rules(self) -> dict[Any, list[tuple[str, Any]]]:
+        """The implicit rules by first character (`""` for the empty text), or {}
+        when the stock resolve must run."""
+        rules: dict[Any, list[tuple[str, Any]]] = self.versioned_resolver
+        if self.yaml_path_resolvers or rules.get(None):  # None: rules for any start
+            return {}
+        return dict(rules)
+
+
+class _GuardedResolver(_Resolver):
+    """The same, also counting the composer's nesting as it works (see
+    `_check_depth`): it announces each node it enters and leaves, so a document
+    nested past MAX_DEPTH stops here, long before the C recursion could exhaust the
+    stack. (Only for texts that need it: the count costs ~20 % of a compose.)"""
+
+    _depth = 0
+
+    def descend_resolver(self, current_node: Any, current_index: Any) -> None:
+        if self.yaml_path_resolvers:
+            super().descend_resolver(current_node, current_index)
+        self._depth += 1
+        if self._depth > MAX_DEPTH + 1:  # nodes: the collections on the way, a scalar
+            raise _TooDeep
+
+    def ascend_resolver(self) -> None:
+        if self.yaml_path_resolvers:
+            super().ascend_resolver()
+        self._depth -= 1
+
+
+@lru_cache(maxsize=64)
+def _tag(name: str) -> Tag:
+    """One `Tag` per implicit tag name: nodes share it (ruamel only caches in it)."""
+    return Tag(suffix=name)
+
+
+class _TooDeep(Exception):
+    """The C composer went past MAX_DEPTH (the event walk says where)."""
 
 
 _STR_TAG = "tag:yaml.org,2002:str"
@@ -108,14 +158,16 @@ class _BadValue(Exception):
         return Diagnostic(path, "yaml-value", message, line=line, column=column)
 
 
-def _fast() -> YAML:
-    y: YAML | None = getattr(_local, "fast", None)
+def _fast(guarded: bool = False) -> YAML:
+    """The C loader (`guarded`: one whose composer stops past MAX_DEPTH)."""
+    attr = "guarded" if guarded else "fast"
+    y: YAML | None = getattr(_local, attr, None)
     if y is None:
         y = YAML(typ="safe", pure=False)
         if y.Parser.__name__ == "CParser":
-            y.Resolver = _Resolver
+            y.Resolver = _GuardedResolver if guarded else _Resolver
             y.Constructor = _Constructor
-        _local.fast = y
+        setattr(_local, attr, y)
     return y
 
 
@@ -141,15 +193,19 @@ def load(text: str, path: str) -> Any:
     A big file's `nodes:` comes back as a `LazyNodes` mapping: each node is built
     when the checks reach it, so a file with 100,000 mistakes stops being read once
     the 200-problem cap is hit (`access` turns its errors into `YamlProblem` too)."""
-    _check_depth(text, path)
+    guarded = _check_depth(text, path)
     _local.composed = None
-    if len(text) > LAZY_MIN:
-        with access(path):
-            lazy = _load_lazy(text)
-        if lazy is not None:
-            return lazy
     try:
-        data = _load_data(text)
+        if len(text) > LAZY_MIN:
+            with access(path):
+                lazy = _load_lazy(text, guarded)
+            if lazy is not None:
+                return lazy
+        data = _load_data(text, guarded)
+    except _TooDeep:
+        _check_depth(text, path, force=True)  # raises with the position
+        raise YamlProblem(Diagnostic(  # (the walk always finds it: defensive)
+            path, "yaml-too-deep", f"YAML nesting is deeper than {MAX_DEPTH} levels")) from None
     except DuplicateKeyError as exc:
         raise YamlProblem(_duplicate(exc, path)) from None
     except MarkedYAMLError as exc:
@@ -179,10 +235,10 @@ class _Built(NamedTuple):
     value: Any
 
 
-def _load_data(text: str) -> Any:
+def _load_data(text: str, guarded: bool) -> Any:
     """The document as `_fast().load` constructs it, or `_Built` when `_direct` could
     build it plain in one pass."""
-    y = _fast()
+    y = _fast(guarded)
     if y.Parser.__name__ != "CParser":
         return y.load(text)
     constructor, parser = y.get_constructor_parser(text)
@@ -237,29 +293,61 @@ def _direct(node: Any, constructor: Any, depth: int, budget: list[int],
         raise _Unusual
     cls = node.__class__
     if cls is ScalarNode:
-        return node.value if node.ctag.trval == _STR_TAG else _scalar(node, constructor)
+        return node.value if _is_str(node.ctag) else _scalar(node, constructor)
     if depth >= MAX_DEPTH or id(node) in active:
         raise _Unusual
-    tag = node.ctag.trval
-    if cls is SequenceNode and tag == _SEQ_TAG:
+    tag = node.ctag
+    # A string among the items or values is taken here, not in a call of its own
+    # (most of a document's nodes); each still counts against the budget.
+    if cls is SequenceNode and (tag is _SEQ or tag.trval == _SEQ_TAG):
         active.add(id(node))
-        items = [_direct(v, constructor, depth + 1, budget, active) for v in node.value]
+        items: list[Any] = []
+        strings = 0
+        for v in node.value:
+            if v.__class__ is ScalarNode and v.ctag is _STR:
+                items.append(v.value)
+                strings += 1
+            else:
+                items.append(_direct(v, constructor, depth + 1, budget, active))
         active.discard(id(node))
-        return items
-    if cls is not MappingNode or tag != _MAP_TAG:
+        return _counted(items, strings, budget)
+    if cls is not MappingNode or not (tag is _MAP or tag.trval == _MAP_TAG):
         raise _Unusual
     active.add(id(node))
     out: dict[Any, Any] = {}
+    strings = 0
     for key_node, value_node in node.value:
         if key_node.__class__ is not ScalarNode:
             raise _Unusual
-        key = key_node.value if key_node.ctag.trval == _STR_TAG \
+        key = key_node.value if _is_str(key_node.ctag) \
             else _scalar(key_node, constructor, key=True)  # `1:`, `true:`: as constructed
         if key in out:  # a duplicate: the constructor's error, with its position
             raise _Unusual
-        out[key] = _direct(value_node, constructor, depth + 1, budget, active)
+        if value_node.__class__ is ScalarNode and value_node.ctag is _STR:
+            out[key] = value_node.value
+            strings += 1
+        else:
+            out[key] = _direct(value_node, constructor, depth + 1, budget, active)
     active.discard(id(node))
-    return out
+    return _counted(out, strings, budget)
+
+
+def _counted(value: Any, strings: int, budget: list[int]) -> Any:
+    """`value`, with the strings `_direct` took in place counted against the budget."""
+    budget[0] -= strings
+    if budget[0] < 0:
+        raise _Unusual
+    return value
+
+
+# The tags `_Resolver` gives untagged strings, lists and mappings (shared objects, so
+# an identity test answers for most nodes); an explicit `!!str` is a tag of its own.
+_STR, _SEQ, _MAP = (VersionedResolver.DEFAULT_SCALAR_TAG, VersionedResolver.DEFAULT_SEQUENCE_TAG,
+                    VersionedResolver.DEFAULT_MAPPING_TAG)
+
+
+def _is_str(tag: Any) -> bool:
+    return tag is _STR or tag.trval == _STR_TAG
 
 
 # Past this size `nodes:` is built node by node as the checks walk it.
@@ -291,11 +379,11 @@ class LazyNodes(dict[str, Any]):
             yield self[key]
 
 
-def _load_lazy(text: str) -> Any | None:
+def _load_lazy(text: str, guarded: bool) -> Any | None:
     """The document with a lazy `nodes:`, or None when the plain load should run
     (no top-level mapping with a plain `nodes:` mapping: merge keys, tagged or
     non-string or duplicate keys)."""
-    y = _fast()
+    y = _fast(guarded)
     constructor, parser = y.get_constructor_parser(text)
     try:
         root = constructor.composer.get_single_node()
@@ -388,7 +476,7 @@ MAX_DEPTH = 64
 MAX_VALUES = 1_000_000
 
 
-def _check_depth(text: str, path: str, force: bool = False) -> None:
+def _check_depth(text: str, path: str, force: bool = False) -> bool:
     """Refuse very deep nesting before the C composer recurses into it.
 
     libyaml's parser keeps its own stack, but the composer recurses in C and
@@ -396,11 +484,19 @@ def _check_depth(text: str, path: str, force: bool = False) -> None:
     small thread stacks. Nesting needs an opening bracket or one more column per
     level (two levels for a mapping holding a sequence), so most files are proven
     shallow by a cheap bound; the rest get their parse events counted, which
-    never recurses.
+    never recurses. A text with no anchor (`&`) cannot hold an alias to a mapping
+    around it, so with the C composer it needs no walk either: it is composed by
+    `_fast(guarded=True)`, whose resolver stops the composer past MAX_DEPTH
+    (`_TooDeep`), and only then does the walk run, to say where (the templates of a
+    5,000-node workflow put 20,000 braces in it, and the walk was 1/3 of its YAML
+    time). Returns whether the compose must be guarded.
     """
-    bound = text.count("[") + text.count("{") + 2 * max(map(len, text.split("\n")))
-    if bound <= 1000 and not force:
-        return
+    if not force:
+        bound = text.count("[") + text.count("{") + 2 * max(map(len, text.split("\n")))
+        if bound <= 1000:
+            return False
+        if "&" not in text and _fast().Parser.__name__ == "CParser":
+            return True
     depth = 0
     open_anchors: list[str | None] = []
     try:
@@ -423,7 +519,8 @@ def _check_depth(text: str, path: str, force: bool = False) -> None:
                 open_anchors.pop()
                 depth -= 1
     except YAMLError:
-        return  # the real load reports it, with its position
+        pass  # the real load reports it, with its position
+    return False
 
 
 class _Limit(Exception):
@@ -600,7 +697,7 @@ class NodePositionMap:
             return
         try:
             self._root = _fast().compose(text)
-        except (YAMLError, RecursionError, *_VALUE_ERRORS):
+        except (YAMLError, RecursionError, _TooDeep, *_VALUE_ERRORS):
             self._root = None
 
     def locate(self, key_path: KeyPath, at_key: bool) -> tuple[int, int]:
@@ -638,8 +735,13 @@ ROUND_TRIP_MAX = 256 * 1024
 
 
 def locate_all(diags: list[Diagnostic], text: str) -> list[Diagnostic]:
-    """Fill in line/column for diagnostics that carry only a key path."""
+    """Fill in line/column for diagnostics that carry only a key path.
+
+    The last word on the text's positions: the lazy load's node tree (kept for
+    `NodePositionMap`) is let go here, whether it was needed or not (a 5,000-node
+    file's is ~135,000 objects the collector would walk again after the compile)."""
     if not any(d.key_path is not None and not d.line for d in diags):
+        _local.composed = None
         return diags
     positions: PositionMap | NodePositionMap = (
         PositionMap(text) if len(text) <= ROUND_TRIP_MAX else NodePositionMap(text))

@@ -148,3 +148,94 @@ def test_a_big_file_builds_each_node_as_the_stock_path(node: str, top: str,
 
     new, old = both(text)
     assert _same(new, old)
+
+
+# Plain scalars each implicit rule looks at (and near misses), quoted ones, tagged ones.
+SCALARS = ["", "~", "null", "Null", "NULL", "nul", "none", "true", "True", "TRUE", "tRue",
+           "false", "yes", "no", "on", "off", "y", "n", "n12", "0", "12", "-3", "+4", "1_000",
+           "0x1F", "0o17", "0b101", "017", "1.5", ".5", "-.5", "1e3", "1.0e+3", ".inf",
+           "-.Inf", "+.INF", ".nan", ".NaN", "2024-01-02", "2024-01-02T03:04:05Z",
+           "2024-1-2", "<<", "=", "!x", "&", "*", "a", "text with 1", "T1", "F", "12:30",
+           "1:20:30", "0.1.2", "'1'", '"true"', "'null'", "!!str 1", "!!int '7'"]
+
+
+def _tags(node: Any) -> Any:
+    if node is None or isinstance(node.value, str):
+        return node and (node.tag, node.value)
+    if node.value and isinstance(node.value[0], tuple):
+        return (node.tag, [(_tags(k), _tags(v)) for k, v in node.value])
+    return (node.tag, [_tags(v) for v in node.value])
+
+
+def test_the_resolver_tags_every_scalar_as_ruamels_own() -> None:
+    """`_Resolver` answers the composer's question without ruamel's version look-ups;
+    every scalar gets the tag ruamel's own resolver gives it."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+
+    stock = YAML(typ="safe", pure=False)
+    texts = [f"k: {s}\n{s or 'x'}: k\nl: [{s}]\n" for s in SCALARS if not s.startswith(("&", "*"))]
+    texts += [t for t in TEXTS if "*" not in t]
+    texts += [p.read_text(errors="replace") for p in FIXTURES[:80]]
+    compared = 0
+    for text in texts:
+        try:
+            ours = _yamlio._fast().compose(text)
+        except YAMLError as exc:  # the stock compose must fail alike
+            with pytest.raises(type(exc)):
+                stock.compose(text)
+            continue
+        assert _tags(ours) == _tags(stock.compose(text)), text
+        compared += 1
+    assert compared > 100
+
+
+DEEP = [
+    "x: " + "[" * 2000 + "]" * 2000 + "\n",  # past the cheap bound, no anchor
+    "a: " + "{b: " * 1500 + "1" + "}" * 1500 + "\n",
+    "a: 1\nb:\n  c: " + "[" * 64 + "]" * 64 + "\n"  # just past the limit
+    + "".join(f"d{i}: [x]\n" for i in range(1000)),
+    "x: " + "[" * 200_000 + "]" * 200_000 + "\n",  # the C composer would crash
+]
+
+
+@pytest.mark.parametrize("text", DEEP, ids=["flow", "mapping", "just-past", "200k"])
+def test_nesting_past_the_limit_is_stopped_in_the_compose_where_the_walk_says(
+        text: str) -> None:
+    """A text with no anchor is not walked before its compose: the guarded composer
+    stops past MAX_DEPTH, and the diagnostic is the walk's (the same code, message and
+    position as when every such text was walked first)."""
+    assert _yamlio._check_depth(text, "w.yaml") is True  # no walk: the compose guards
+    with pytest.raises(YamlProblem) as walked:
+        _yamlio._check_depth(text, "w.yaml", force=True)
+    with pytest.raises(YamlProblem) as loaded:
+        load(text, "w.yaml")
+    assert loaded.value.diagnostic == walked.value.diagnostic
+    assert loaded.value.diagnostic.code == "yaml-too-deep"
+    assert loaded.value.diagnostic.line
+
+
+def test_a_big_file_nested_too_deep_is_stopped_too() -> None:
+    text = "a: " + "[" * 3000 + "]" * 3000 + "\nnodes:\n" + "".join(
+        f"  n{i}: {{compute: '{{{{ outputs.n{i} }}}}'}}\n" for i in range(9000))
+    assert len(text) > _yamlio.LAZY_MIN
+    with pytest.raises(YamlProblem) as loaded:
+        load(text, "w.yaml")
+    assert (loaded.value.diagnostic.code, loaded.value.diagnostic.line) == ("yaml-too-deep", 1)
+
+
+def test_within_the_limit_the_guarded_compose_builds_the_same() -> None:
+    text = "a: " + "[" * 62 + "x" + "]" * 62 + "\n" + "".join(
+        f"b{i}: {{c: [1, 2]}}\n" for i in range(1000))
+    assert _yamlio._check_depth(text, "w.yaml") is True
+    assert load(text, "w.yaml") == _yamlio._plain(_yamlio._fast().load(text), 0, set(), [10**6])
+
+
+def test_a_text_with_an_anchor_is_still_walked_first() -> None:
+    """An alias inside the mapping it names is found by the walk (the composer would
+    build a loop), so texts with `&` keep it."""
+    text = "a: &x {b: [*x]}\n" + "".join(f"c{i}: [1]\n" for i in range(1100))
+    with pytest.raises(YamlProblem) as walked:
+        _yamlio._check_depth(text, "w.yaml")
+    assert walked.value.diagnostic.code == "yaml-too-deep"
+    assert "refers to a mapping or list that contains it" in walked.value.diagnostic.message
