@@ -173,16 +173,18 @@ class _NodeEnd(NamedTuple):
     def write(self, batch: _otlp.Batch) -> None:
         """The span `span()` makes, written without making it: a run's and an
         attempt's fields are encoded once a batch (tests/unit/engine/test_otlp_encoding.py
-        requires the same message)."""
+        requires the same message). The exporter's thread, once per node attempt."""
+        (run_id, workflow, node, span_id, ended, kind, retry, outcome, error_code,
+         will_retry, at, millis) = self
         pieces = batch.pieces
-        run = pieces.get(self.run_id)
+        run = pieces.get(run_id)
         if run is None:  # the trace id, the run span as parent, the run's attributes
-            trace_id, run_span = run_ids(self.run_id)
-            run = pieces[self.run_id] = (
+            trace_id, run_span = run_ids(run_id)
+            run = pieces[run_id] = (
                 batch.trace(trace_id) + batch.parent(run_span)
-                + batch.attribute("wfrun.workflow", self.workflow)
-                + batch.attribute("wfrun.run_id", self.run_id))
-        marker = (self.node, self.kind, self.retry, self.outcome, self.ended)
+                + batch.attribute("wfrun.workflow", workflow)
+                + batch.attribute("wfrun.run_id", run_id))
+        marker = (node, kind, retry, outcome, ended)
         known = pieces.get(marker)
         if known is None:  # the name, the attempt's attributes, whether it failed
             node, kind, attempt, outcome = self.attempt()
@@ -193,12 +195,17 @@ class _NodeEnd(NamedTuple):
                 + batch.attribute("wfrun.outcome", outcome), outcome != "ok")
         fields, failed = known
         fields = run + fields
-        if self.error_code:
-            fields += batch.attribute("wfrun.error.code", str(self.error_code))
-        if self.will_retry:
+        if error_code:
+            fields += batch.attribute("wfrun.error.code", str(error_code))
+        if will_retry:
             fields += batch.attribute("wfrun.will_retry", True)
-        start, end = self.times()
-        batch.write(fields, self.span_id, start, end, (), failed)
+        end = _nanos(at)
+        start = end - int(millis * 1_000_000) if end and isinstance(millis, int | float) \
+            else end
+        if start > 0:  # both known: the common case's short path
+            batch.timed(fields, span_id, start, end, failed)
+        else:
+            batch.write(fields, span_id, start, end, (), failed)
 
 
 class _RunEnd(NamedTuple):
