@@ -148,16 +148,19 @@ class Worker:
         self.flush()  # the block's spans sent: their export is counted
         return mine
 
-    def block(self, n: int) -> tuple[float, float, float]:
+    def block(self, n: int) -> tuple[float, float, float, float]:
         """Ms per run: CPU (this process, all threads, and its children), the run
-        thread's CPU alone, and wall."""
-        kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+        thread's CPU alone, wall, and user-space CPU (this process and its children)."""
+        kids, me = (resource.getrusage(resource.RUSAGE_CHILDREN),
+                    resource.getrusage(resource.RUSAGE_SELF))
         c0, w0 = time.process_time(), time.perf_counter()
         mine = self.runs(n)
         cpu, wall = time.process_time() - c0, time.perf_counter() - w0
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu += (after.ru_utime - kids.ru_utime) + (after.ru_stime - kids.ru_stime)
-        return cpu * 1000 / n, mine * 1000 / n, wall * 1000 / n
+        kids2, me2 = (resource.getrusage(resource.RUSAGE_CHILDREN),
+                      resource.getrusage(resource.RUSAGE_SELF))
+        cpu += (kids2.ru_utime - kids.ru_utime) + (kids2.ru_stime - kids.ru_stime)
+        user = (me2.ru_utime - me.ru_utime) + (kids2.ru_utime - kids.ru_utime)
+        return cpu * 1000 / n, mine * 1000 / n, wall * 1000 / n, user * 1000 / n
 
 
 def worker(nodes: int, shell: bool) -> None:
@@ -229,6 +232,7 @@ def compare(endpoint: str, args: argparse.Namespace) -> dict[str, Any]:
     cpu: dict[str, list[float]] = {"off": [], "on": []}
     wall: dict[str, list[float]] = {"off": [], "on": []}
     thread: dict[str, list[float]] = {"off": [], "on": []}  # the run's thread alone
+    user: dict[str, list[float]] = {"off": [], "on": []}  # user space only
     for p in range(args.procs):
         seed = str(args.seed + p)  # one layout per pair: the same for off and on
         workers = {"off": Child(_me("--worker", *shape), _clean_env(PYTHONHASHSEED=seed)),
@@ -243,7 +247,8 @@ def compare(endpoint: str, args: argparse.Namespace) -> dict[str, Any]:
             modes = ["off", "on"]
             order.shuffle(modes)
             for mode in modes:
-                c, t, w = (float(x) for x in workers[mode].ask(str(args.block)).split())
+                c, t, w, u = (float(x) for x in workers[mode].ask(str(args.block)).split())
+                user[mode].append(u)
                 got[mode] = c
                 cpu[mode].append(c)
                 thread[mode].append(t)
@@ -254,7 +259,7 @@ def compare(endpoint: str, args: argparse.Namespace) -> dict[str, Any]:
         ratios += mine
         per_procs.append(statistics.median(mine))
     return {"ratios": ratios, "per_procs": per_procs, "cpu": cpu, "wall": wall,
-            "thread": thread}
+            "thread": thread, "user": user}
 
 
 def instructions(mode: str, n: int, args: argparse.Namespace, endpoint: str) -> tuple[int, str]:
@@ -397,6 +402,12 @@ def main() -> None:
           f"{statistics.median(wall['off']):.2f} ms, on {statistics.median(wall['on']):.2f} ms")
     print(f"tracing's CPU cost, median of {len(ratios)} pairs' on/off: {median * 100:+.1f} % "
           f"(quartiles {q1 * 100:+.1f} .. {q3 * 100:+.1f} %; aim <= {AIM_PERCENT:.0f} %)")
+    user = found["user"]
+    q1, median, q3 = quartiles([b / a - 1 for a, b in zip(user["off"], user["on"], strict=True)])
+    print(f"user-space CPU alone (the kernel's share is mostly the trace's fsyncs, which "
+          f"swing with the disk's other users): off {statistics.median(user['off']):.2f} ms, "
+          f"on {statistics.median(user['on']):.2f} ms; pairs {median * 100:+.1f} % "
+          f"(quartiles {q1 * 100:+.1f} .. {q3 * 100:+.1f} %)")
     thread = found["thread"]
     own = [b / a - 1 for a, b in zip(thread["off"], thread["on"], strict=True)]
     # The rest of a block's CPU, on less off: the exporter's thread and the flush.
