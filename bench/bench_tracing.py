@@ -28,8 +28,9 @@ How it measures, so that another machine of this kind gets the same figure:
   sampled too; each pair's median is printed, their spread is the figure's.
 - Instructions per run (`--instructions`): `perf stat -e instructions:u` when the CPU
   exposes its counters; where it does not (a VM, as here: `<not supported>`), valgrind's
-  callgrind, the documented fallback. Two counts a mode (FEW and FEW + counted runs, one
-  process each) whose difference leaves out start-up; all threads, user space.
+  callgrind, the documented fallback. Two counts a mode (FEW and FEW + 40 runs, one
+  process each, each from a collected heap) whose difference leaves out start-up;
+  all threads, user space, one hash seed, no export timer (batches go when full).
 
 Aim (issue 40): tracing on costs <= 10 % CPU per run.
 """
@@ -37,6 +38,7 @@ Aim (issue 40): tracing on costs <= 10 % CPU per run.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import random
 import re
@@ -182,6 +184,10 @@ def cycles(mode: str, n: int, nodes: int, shell: bool) -> None:
         work = Worker(Path(tmp), nodes, shell)
         if (work.tracing is not None) != (mode == "on"):
             sys.exit(f"--cycles {mode}: tracing is {'on' if work.tracing else 'off'}")
+        # From a collected heap: whether a full collection (~1 M instructions a run
+        # when it lands among 20 runs) falls inside the counted runs depended on what
+        # the start-up left, and moved one mode's count by 10 % between processes.
+        gc.collect()
         work.runs(n)
         if work.tracing is not None:
             work.tracing.close()
@@ -382,7 +388,7 @@ def main() -> None:
         sys.exit(f"the collector decoded {decoded} spans, not {expected}")
     counts: dict[str, tuple[int, str]] = {}
     if args.instructions and not args.smoke:
-        counted = 20
+        counted = 40
         for mode in ("off", "on"):
             few, how = instructions(mode, FEW, args, endpoint)
             more, how = instructions(mode, FEW + counted, args, endpoint)
