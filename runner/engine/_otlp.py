@@ -43,9 +43,8 @@ _ID_KIND_STRUCT = struct.Struct(">HQH")  # 0x1208 span_id (8 bytes), 0x3001 kind
 _TIMES_STRUCT = struct.Struct("<BQBQ")  # 0x39 start_time_unix_nano, 0x41 end_time_unix_nano
 _ID_KIND, _TIMES = _ID_KIND_STRUCT.pack, _TIMES_STRUCT.pack
 _ENDS = (_STATUS[0] + _LOCAL, _STATUS[1] + _LOCAL)
-# Bytes of a timed span's own fields with an UNSET status (an ERROR one: 2 more).
-_OWN = _ID_KIND_STRUCT.size + _TIMES_STRUCT.size + len(_ENDS[0])
-assert len(_ENDS[1]) == len(_ENDS[0]) + 2
+# Bytes of a timed span's own fields, by whether it failed (its status).
+_OWN = tuple(_ID_KIND_STRUCT.size + _TIMES_STRUCT.size + len(end) for end in _ENDS)
 
 
 class Span(NamedTuple):
@@ -171,7 +170,7 @@ class Batch:
         exporter's thread writes one per node attempt, so it is short: the span's
         length is known before its bytes are made (its header kept per length), and
         its five pieces join the request's bytes as they are, not as one span."""
-        size = len(fields) + _OWN + 2 * error
+        size = len(fields) + _OWN[error]
         head = self._heads.get(size)
         if head is None:
             head = self._heads[size] = b"\x12" + _varint(size)
