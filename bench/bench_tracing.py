@@ -1,24 +1,36 @@
 """What OpenTelemetry tracing costs a run (issue 40): CPU per run, tracing off vs on.
 
-    .venv/bin/python bench/bench_tracing.py             # 200 runs each way
-    .venv/bin/python bench/bench_tracing.py -n 50
-    .venv/bin/python bench/bench_tracing.py -n 400 --rounds 20  # more, smaller blocks
-    .venv/bin/python bench/bench_tracing.py --shell     # shell nodes: a step that does work
-    .venv/bin/python bench/bench_tracing.py --smoke     # tiny sizes: the code paths only
-    .venv/bin/python bench/bench_tracing.py --instructions       # + valgrind counts
-    .venv/bin/python bench/bench_tracing.py --parts   # the run thread's and encoding's CPU
-    .venv/bin/python bench/bench_tracing.py --root DIR ...       # `runner` from DIR
+    .venv/bin/python bench/bench_tracing.py               # 3 process pairs x 12 block pairs
+    .venv/bin/python bench/bench_tracing.py --procs 4 --pairs 20 --block 40
+    .venv/bin/python bench/bench_tracing.py --shell       # shell nodes: a step that does work
+    .venv/bin/python bench/bench_tracing.py --smoke       # tiny sizes: the code paths only
+    .venv/bin/python bench/bench_tracing.py --instructions  # + instructions per run
+    .venv/bin/python bench/bench_tracing.py --parts       # the run thread's and encoding's CPU
+    .venv/bin/python bench/bench_tracing.py --root DIR ...  # `runner` from DIR
 
-One process, `Engine(durability="full")` runs of a 20-node compute chain (21 spans
-each: the run and its nodes), in blocks alternating off and on so drift hits both
-alike; the figures are the median block's CPU per run each way, and the median of
-the rounds' own on/off ratios (each "on" block against the "off" block just before
-it: the load of that minute hits both). On:
-the real `runner.engine._tracing.Tracing` (the SDK's batch processor and its OTLP/HTTP
-exporter) sending to a receiver on 127.0.0.1 in this process that takes each request
-and answers 200 (its own CPU is counted too: an upper bound). CPU is
-time.process_time() over all of the process's threads (the exporter's included),
-divided by the runs; each "on" block's spans are flushed before its clock stops.
+How it measures, so that another machine of this kind gets the same figure:
+
+- Tracing is switched on the way a user does it: a worker process started with
+  `OTEL_EXPORTER_OTLP_ENDPOINT` naming a collector fake on 127.0.0.1 (its own process,
+  tests/fakes/otlp_receiver.py: a threaded HTTP server that decodes every request with
+  `opentelemetry-proto`, as a collector does), the other worker with no `OTEL_*` at all.
+  Both run `Engine(durability="full")` runs of a 20-node chain (21 spans a run: the run
+  and its nodes) in folders under /var/tmp (file creation under a crowded /tmp costs
+  10x more and varies, bench/benchkit.py `file_create_cost`).
+- CPU, not wall: each worker reads `time.process_time()` (every thread of it: the run's,
+  the exporter's) plus `getrusage(RUSAGE_CHILDREN)` (its shell steps) around a block of
+  runs. An "on" block ends when its spans are encoded and the collector has answered,
+  so deferred work is counted. The collector's CPU is not wfrun's and is not counted.
+- Interleaved pairs: the driver asks the two workers for one block each, in a random
+  order per pair (seeded), so a minute's load hits both; the figure is the median of
+  the pairs' own on/off ratios, with their quartiles. Several process pairs (`--procs`)
+  so a process's memory layout and hash seed (fixed per pair, the same for both) are
+  sampled too; each pair's median is printed, their spread is the figure's.
+- Instructions per run (`--instructions`): `perf stat -e instructions:u` when the CPU
+  exposes its counters; where it does not (a VM, as here: `<not supported>`), valgrind's
+  callgrind, the documented fallback. Two counts a mode (FEW and FEW + 40 runs, one
+  process each, each from a collected heap) whose difference leaves out start-up;
+  all threads, user space, one hash seed, no export timer (batches go when full).
 
 Aim (issue 40): tracing on costs <= 10 % CPU per run.
 """
@@ -26,50 +38,75 @@ Aim (issue 40): tracing on costs <= 10 % CPU per run.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
+import random
 import re
+import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
 
 from benchkit import machine, use_root  # noqa: E402
 
 ROOT = use_root()  # `--root DIR`: `runner` from an older checkout (before/after)
 
-from runner.compiler import Compiler, WorkflowDefinition  # noqa: E402
-from runner.engine import Engine  # noqa: E402
-
 NODES = 20
-ROUNDS = 5  # blocks of runs, alternating off and on, so drift hits both alike
 AIM_PERCENT = 10.0
 FEW = 3  # runs of the smaller instruction count (--instructions)
+WARM = 20  # runs before the first block: imports, template environments, the connection
 
 
-class Sink(BaseHTTPRequestHandler):
-    requests = 0
-
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        Sink.requests += 1
-        self.send_response(200)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, *_args: Any) -> None:
-        pass
+def _runs_parent() -> str | None:
+    var = Path("/var/tmp")
+    return str(var) if var.is_dir() and os.access(var, os.W_OK) else None
 
 
-def chain(folder: Path, n: int, shell: bool = False) -> WorkflowDefinition:
+def _clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("OTEL_", "WFRUN_", "TRACEPARENT"))}
+    env.update(extra)
+    return env
+
+
+# -- the collector fake (its own process) -----------------------------------------
+
+def collector() -> None:
+    """`--collector`: a real OTLP/HTTP receiver; prints its endpoint, then answers
+    `count` on stdin with the spans it decoded so far; exits at EOF."""
+    from fakes.otlp_receiver import OtlpReceiver
+
+    class Counting(OtlpReceiver):
+        decoded = 0
+
+        def take(self, request: Any) -> None:  # decoded, counted, not kept
+            n = sum(len(s.spans) for r in request.resource_spans for s in r.scope_spans)
+            with self._lock:
+                self.requests += 1
+                Counting.decoded += n
+
+    receiver = Counting().start()
+    print(receiver.endpoint, flush=True)
+    for line in sys.stdin:
+        if line.strip() == "count":
+            print(f"{Counting.decoded} {receiver.requests}", flush=True)
+    receiver.stop()
+
+
+# -- a worker: one mode, many blocks -----------------------------------------------
+
+def chain(folder: Path, n: int, shell: bool = False) -> Any:
+    from runner.compiler import Compiler
+
     lines = ["name: chain", "start: n0", f"max_steps: {n + 10}", "nodes:"]
     lines += [f"  n{i}: {{action: {{shell: [\"true\"]}}}}" if shell else
               f'  n{i}: {{compute: "{{{{ {i} }}}}"}}' for i in range(n)]
@@ -82,62 +119,187 @@ def chain(folder: Path, n: int, shell: bool = False) -> WorkflowDefinition:
     return result.definition
 
 
-class Bench:
-    """The receiver, the tracing under test, and an untraced and a traced Engine."""
+class Worker:
+    """The runs of one mode in this process; tracing (if any) from the environment."""
 
-    def __init__(self, folder: Path, nodes: int, shell: bool, *, timer: bool = True) -> None:
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Sink)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        settings = {"OTEL_EXPORTER_OTLP_ENDPOINT":
-                    f"http://127.0.0.1:{self.server.server_address[1]}"}
-        if not timer:
-            # Under callgrind a run takes ~50x as long, so the exporter's 5 s timer
-            # would send a request every few runs where at native speed it sends one
-            # per 512 spans: batches go when full, or at the block's flush.
-            settings["OTEL_BSP_SCHEDULE_DELAY"] = "3600000"
-        os.environ.update(settings)
-        try:
-            from runner.engine._tracing import Tracing
-            self.tracing = Tracing()  # its exporter reads the endpoint now
-        finally:
-            # Gone before the first run: the engine's own tracing (from the environment)
-            # stays off, so "off" is untraced and "on" is traced once.
-            for name in settings:
-                del os.environ[name]
+    def __init__(self, folder: Path, nodes: int, shell: bool) -> None:
+        from runner.engine import Engine, _tracing
+
+        self.tracing = _tracing.active()
         self.definition = chain(folder, nodes, shell)
-        self.engines = {"off": Engine(runs_dir=folder / "off", project_root=folder),
-                        "on": Engine(runs_dir=folder / "on", project_root=folder,
-                                     observer=self.tracing.observer(None))}
-        for engine in self.engines.values():  # warm-up: imports, template environments
-            engine.start(self.definition)
-        self.flush()
+        self.engine = Engine(runs_dir=folder / "runs", project_root=folder)
 
     def flush(self) -> None:
         """Every span made so far encoded and sent (an older runner: its SDK provider)."""
+        if self.tracing is None:
+            return
         if hasattr(self.tracing, "flush"):
             self.tracing.flush()
         else:
             self.tracing.provider.force_flush()
 
-    def runs(self, mode: str, n: int) -> None:
-        engine = self.engines[mode]
+    def runs(self, n: int) -> float:
+        """Runs `n` runs and sends their spans; the CPU seconds this thread spent on
+        the runs themselves (the flush left out: it is the exporter's work)."""
+        t0 = time.thread_time()
         for _ in range(n):
-            outcome = engine.start(self.definition)
+            outcome = self.engine.start(self.definition)
             if outcome.status != "completed":
                 sys.exit(f"a run ended {outcome.status}")
-        if mode == "on":  # the runs' spans encoded and sent: their export is counted
-            self.flush()
+        mine = time.thread_time() - t0
+        self.flush()  # the block's spans sent: their export is counted
+        return mine
+
+    def block(self, n: int) -> tuple[float, float, float, float]:
+        """Ms per run: CPU (this process, all threads, and its children), the run
+        thread's CPU alone, wall, and user-space CPU (this process and its children)."""
+        kids, me = (resource.getrusage(resource.RUSAGE_CHILDREN),
+                    resource.getrusage(resource.RUSAGE_SELF))
+        c0, w0 = time.process_time(), time.perf_counter()
+        mine = self.runs(n)
+        cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+        kids2, me2 = (resource.getrusage(resource.RUSAGE_CHILDREN),
+                      resource.getrusage(resource.RUSAGE_SELF))
+        cpu += (kids2.ru_utime - kids.ru_utime) + (kids2.ru_stime - kids.ru_stime)
+        user = (me2.ru_utime - me.ru_utime) + (kids2.ru_utime - kids.ru_utime)
+        return cpu * 1000 / n, mine * 1000 / n, wall * 1000 / n, user * 1000 / n
+
+
+def worker(nodes: int, shell: bool) -> None:
+    """`--worker`: warm up, say `ready`, then for each `N` on stdin run N runs and
+    print their ms per run (`Worker.block`)."""
+    with tempfile.TemporaryDirectory(prefix="bench-tracing-", dir=_runs_parent()) as tmp:
+        work = Worker(Path(tmp), nodes, shell)
+        work.runs(WARM)
+        print("ready", flush=True)
+        for line in sys.stdin:
+            print(" ".join(map(str, work.block(int(line)))), flush=True)
+        if work.tracing is not None:
+            work.tracing.close()
+
+
+def cycles(mode: str, n: int, nodes: int, shell: bool) -> None:
+    """`--cycles MODE:N`: N runs and exit (counted from outside)."""
+    with tempfile.TemporaryDirectory(prefix="bench-tracing-", dir=_runs_parent()) as tmp:
+        work = Worker(Path(tmp), nodes, shell)
+        if (work.tracing is not None) != (mode == "on"):
+            sys.exit(f"--cycles {mode}: tracing is {'on' if work.tracing else 'off'}")
+        # From a collected heap: whether a full collection (~1 M instructions a run
+        # when it lands among 20 runs) falls inside the counted runs depended on what
+        # the start-up left, and moved one mode's count by 10 % between processes.
+        gc.collect()
+        work.runs(n)
+        if work.tracing is not None:
+            work.tracing.close()
+
+
+# -- the driver ----------------------------------------------------------------------
+
+class Child:
+    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     env=env, text=True, bufsize=1)
+
+    def ask(self, line: str | None = None) -> str:
+        assert self.proc.stdin is not None
+        assert self.proc.stdout is not None
+        if line is not None:
+            self.proc.stdin.write(line + "\n")
+            self.proc.stdin.flush()
+        answer = self.proc.stdout.readline()
+        if not answer:
+            sys.exit(f"{self.proc.args[2:5]} ended ({self.proc.wait()})")
+        return answer.strip()
 
     def close(self) -> None:
-        self.tracing.close()
-        self.server.shutdown()
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        if self.proc.wait(timeout=60) != 0:
+            sys.exit(f"{self.proc.args[2:5]} exited {self.proc.returncode}")
+
+
+def _me(*args: str) -> list[str]:
+    return [sys.executable, __file__, "--root", str(ROOT), *args]
+
+
+def quartiles(values: list[float]) -> tuple[float, float, float]:
+    if len(values) < 2:
+        return values[0], values[0], values[0]
+    q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q1, q2, q3
+
+
+def compare(endpoint: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The interleaved pairs: per process pair, `pairs` blocks each way."""
+    shape = ["--nodes", str(args.nodes), *(["--shell"] if args.shell else [])]
+    order = random.Random(args.seed)
+    ratios: list[float] = []
+    per_procs: list[float] = []
+    cpu: dict[str, list[float]] = {"off": [], "on": []}
+    wall: dict[str, list[float]] = {"off": [], "on": []}
+    thread: dict[str, list[float]] = {"off": [], "on": []}  # the run's thread alone
+    user: dict[str, list[float]] = {"off": [], "on": []}  # user space only
+    for p in range(args.procs):
+        seed = str(args.seed + p)  # one layout per pair: the same for off and on
+        workers = {"off": Child(_me("--worker", *shape), _clean_env(PYTHONHASHSEED=seed)),
+                   "on": Child(_me("--worker", *shape), _clean_env(
+                       PYTHONHASHSEED=seed, OTEL_EXPORTER_OTLP_ENDPOINT=endpoint))}
+        for child in workers.values():
+            if child.ask() != "ready":
+                sys.exit("a worker did not start")
+        mine: list[float] = []
+        for _ in range(args.pairs):
+            got: dict[str, float] = {}
+            modes = ["off", "on"]
+            order.shuffle(modes)
+            for mode in modes:
+                c, t, w, u = (float(x) for x in workers[mode].ask(str(args.block)).split())
+                user[mode].append(u)
+                got[mode] = c
+                cpu[mode].append(c)
+                thread[mode].append(t)
+                wall[mode].append(w)
+            mine.append(got["on"] / got["off"] - 1)
+        for child in workers.values():
+            child.close()
+        ratios += mine
+        per_procs.append(statistics.median(mine))
+    return {"ratios": ratios, "per_procs": per_procs, "cpu": cpu, "wall": wall,
+            "thread": thread, "user": user}
+
+
+def instructions(mode: str, n: int, args: argparse.Namespace, endpoint: str) -> tuple[int, str]:
+    """User-space instructions of one process doing `n` runs `mode` (all threads),
+    by perf where the CPU counts them, else by callgrind; and which counted."""
+    argv = _me("--cycles", f"{mode}:{n}", "--nodes", str(args.nodes),
+               *(["--shell"] if args.shell else []))
+    extra = {"PYTHONHASHSEED": "0"}  # string hashing decides dict probes: one seed
+    if mode == "on":
+        # Under callgrind a run takes ~50x as long, so the exporter's 5 s timer would
+        # send a request every few runs where at native speed a batch fills first.
+        extra.update(OTEL_EXPORTER_OTLP_ENDPOINT=endpoint, OTEL_BSP_SCHEDULE_DELAY="3600000")
+    env = _clean_env(**extra)
+    if shutil.which("perf"):
+        out = subprocess.run(["perf", "stat", "-x,", "-e", "instructions:u", *argv],
+                             capture_output=True, text=True, check=False, env=env)
+        found = re.search(r"^(\d+),[^,]*,instructions:u", out.stderr, re.M)
+        if out.returncode == 0 and found:
+            return int(found.group(1)), "perf stat instructions:u"
+    if shutil.which("valgrind") is None:
+        sys.exit("neither perf's instruction counter nor valgrind is available "
+                 "(apt-get install valgrind)")
+    out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+                          *argv], capture_output=True, text=True, check=False, env=env)
+    found = re.search(r"Collected\s*:\s*(\d+)", out.stderr)
+    if out.returncode != 0 or found is None:
+        sys.exit(f"valgrind failed ({out.returncode}): {out.stderr.strip()[-400:]}")
+    return int(found.group(1)), "callgrind (perf: no instruction counter here)"
 
 
 def parts(runs: int, nodes: int) -> tuple[float, float]:
     """CPU µs per run on the run's thread (the observer) and encoding its spans: `runs`
     runs' events fed to a real `Tracing.observer`, then the records it queued encoded
-    420 at a time (a block's worth), nothing sent. An older runner (--root): its SDK
-    spans, taken from its batch processor's queue and encoded by its `_otlp.encode`."""
+    420 at a time (a block's worth), nothing sent."""
     from runner.clock import iso
     from runner.engine._state import RunState
     from runner.engine._tracing import Tracing
@@ -165,107 +327,108 @@ def parts(runs: int, nodes: int) -> tuple[float, float]:
     for event, state in events:
         observe(event, state)
     hot = time.process_time() - c0
-    if hasattr(tracing, "exporter"):
-        queued, encode = list(tracing.exporter._queue), tracing._encode
-        tracing.exporter._queue.clear()
-    else:  # the SDK's processor (private: this comparison only)
-        from runner.engine import _otlp
-        inner = tracing.processor._batch_processor._queue
-        queued, encode = list(inner), _otlp.encode
-        inner.clear()
-        tracing.made = 0  # none was meant to be sent: no "not sent" line at exit
+    queued, encode = list(tracing.exporter._queue), tracing._encode
+    tracing.exporter._queue.clear()
     c0 = time.process_time()
     for i in range(0, len(queued), 420):
         encode(queued[i:i + 420])
     return hot / runs * 1e6, (time.process_time() - c0) / runs * 1e6
 
 
-def instructions(root: Path, mode: str, n: int, nodes: int, shell: bool) -> int:
-    """User-space instructions of this script doing `n` runs `mode` (all threads: the
-    exporter's and the receiver's too), counted by valgrind's callgrind."""
-    argv = [sys.executable, __file__, "--root", str(root), "--cycles", f"{mode}:{n}",
-            "--nodes", str(nodes), *(["--shell"] if shell else [])]
-    # One hash seed for every count: string hashing decides dict probes, and a random
-    # seed moved the same code path's count by several per cent.
-    out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
-                          *argv], capture_output=True, text=True, check=False,
-                         env={**os.environ, "PYTHONHASHSEED": "0"})
-    found = re.search(r"Collected\s*:\s*(\d+)", out.stderr)
-    if out.returncode != 0 or found is None:
-        sys.exit(f"valgrind failed ({out.returncode}): {out.stderr.strip()[-400:]}")
-    return int(found.group(1))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("-n", type=int, default=200, help="runs each way")
+    parser.add_argument("--procs", type=int, default=3,
+                        help="process pairs (off and on workers), default 3")
+    parser.add_argument("--pairs", type=int, default=12,
+                        help="interleaved block pairs per process pair, default 12")
+    parser.add_argument("--block", type=int, default=40, help="runs per block, default 40")
+    parser.add_argument("--seed", type=int, default=1, help="the blocks' order; hash seeds")
     parser.add_argument("--shell", action="store_true",
                         help="shell nodes (`true`) instead of trivial compute nodes")
     parser.add_argument("--instructions", action="store_true",
-                        help="also count instructions per run off and on (valgrind)")
-    parser.add_argument("--rounds", type=int, default=ROUNDS,
-                        help=f"blocks each way, alternating (default {ROUNDS})")
+                        help="also count instructions per run off and on")
     parser.add_argument("--nodes", type=int, default=NODES, help=argparse.SUPPRESS)
-    parser.add_argument("--cycles", help=argparse.SUPPRESS)  # MODE:N, under valgrind
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--collector", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--cycles", help=argparse.SUPPRESS)  # MODE:N, counted from outside
     parser.add_argument("--parts", action="store_true",
                         help="only the in-process parts: CPU per run on the run's thread "
                              "and encoding, 500 runs' events fed to the observer")
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args()
     try:
+        import opentelemetry.proto
         import opentelemetry.sdk  # noqa: F401
     except ImportError:
         print("skipped: the OpenTelemetry SDK is not installed (pip install 'wfrun[otel]')")
         return
+    if args.collector:
+        return collector()
+    if args.worker:
+        return worker(args.nodes, args.shell)
+    if args.cycles is not None:
+        mode, n = args.cycles.split(":")
+        return cycles(mode, int(n), args.nodes, args.shell)
     if args.parts:
         hot, encoding = parts(5 if args.smoke else 500, args.nodes)
         print(f"runner imported from {ROOT}")
         print(f"per run of {args.nodes} nodes ({args.nodes + 1} spans): the run's thread "
               f"{hot:.0f} µs, encoding {encoding:.0f} µs (CPU, in process, nothing sent)")
         return
-    if args.cycles is not None:
-        mode, n = args.cycles.split(":")
-        with tempfile.TemporaryDirectory(prefix="bench-tracing-") as tmp:
-            bench = Bench(Path(tmp), args.nodes, args.shell, timer=False)
-            bench.runs(mode, int(n))
-            bench.close()
-        return
-    rounds = ROUNDS if args.smoke else args.rounds
-    runs, nodes = (rounds, 3) if args.smoke else (args.n, args.nodes)
-    with tempfile.TemporaryDirectory(prefix="bench-tracing-") as tmp:
-        bench = Bench(Path(tmp), nodes, args.shell)
-        cpu: dict[str, list[float]] = {"off": [], "on": []}
-        block = max(runs // rounds, 1)
-        for _ in range(rounds):
-            for mode in ("off", "on"):
-                c0 = time.process_time()
-                bench.runs(mode, block)
-                cpu[mode].append((time.process_time() - c0) * 1000 / block)
-        bench.close()
-    off, on = statistics.median(cpu["off"]), statistics.median(cpu["on"])
-    runs = block * rounds
-    paired = statistics.median(b / a for a, b in zip(cpu["off"], cpu["on"], strict=True))
-    extra = (on - off) / off * 100 if off else 0.0
-    print(f"machine: {machine()}")
-    print(f"runner imported from {ROOT}")
-    kind = "shell (`true`)" if args.shell else "compute"
-    print(f"{runs} runs each way of a {nodes}-node {kind} chain ({nodes + 1} spans a run), "
-          f"{Sink.requests} export request(s) received")
-    print(f"CPU per run, median block: off {off:.2f} ms, on {on:.2f} ms: {extra:+.1f} % "
-          f"(aim <= {AIM_PERCENT:.0f} %); median of the {rounds} rounds' on/off: "
-          f"{(paired - 1) * 100:+.1f} %")
+    if args.smoke:
+        args.procs, args.pairs, args.block, args.nodes = 1, 2, 2, 3
+
+    sink = Child(_me("--collector"), _clean_env())
+    endpoint = sink.ask()
+    found = compare(endpoint, args)
+    decoded, requests = (int(x) for x in sink.ask("count").split())
+    runs = args.procs * (WARM + args.pairs * args.block)
+    expected = runs * (args.nodes + 1)
+    if decoded != expected:
+        sys.exit(f"the collector decoded {decoded} spans, not {expected}")
+    counts: dict[str, tuple[int, str]] = {}
     if args.instructions and not args.smoke:
-        if shutil.which("valgrind") is None:
-            sys.exit("valgrind is not installed: apt-get install valgrind")
-        # Two counts a mode, FEW and FEW + counted runs: their difference leaves out
-        # what happens once (imports, set-up, the first export's lazy imports).
-        counted = max(runs // 10, 5)
-        per = {mode: (instructions(ROOT, mode, FEW + counted, nodes, args.shell)
-                      - instructions(ROOT, mode, FEW, nodes, args.shell)) / counted
-               for mode in ("off", "on")}
-        print(f"instructions per run ({counted} runs, callgrind, user space, all threads): "
-              f"off {per['off'] / 1e6:.2f} M, on {per['on'] / 1e6:.2f} M: "
-              f"{(per['on'] - per['off']) / per['off'] * 100:+.1f} %")
+        counted = 40
+        for mode in ("off", "on"):
+            few, how = instructions(mode, FEW, args, endpoint)
+            more, how = instructions(mode, FEW + counted, args, endpoint)
+            counts[mode] = ((more - few) // counted, how)
+    sink.close()
+
+    ratios, cpu, wall = found["ratios"], found["cpu"], found["wall"]
+    q1, median, q3 = quartiles(ratios)
+    kind = "shell (`true`)" if args.shell else "compute"
+    print(f"machine: {machine()}; load average {os.getloadavg()[0]:.1f}")
+    print(f"runner imported from {ROOT}")
+    print(f"{args.procs} process pair(s) x {args.pairs} interleaved block pairs x "
+          f"{args.block} runs of a {args.nodes}-node {kind} chain ({args.nodes + 1} spans "
+          f"a run); the collector decoded {decoded} spans in {requests} requests")
+    print(f"CPU per run (medians): off {statistics.median(cpu['off']):.2f} ms, "
+          f"on {statistics.median(cpu['on']):.2f} ms; wall off "
+          f"{statistics.median(wall['off']):.2f} ms, on {statistics.median(wall['on']):.2f} ms")
+    print(f"tracing's CPU cost, median of {len(ratios)} pairs' on/off: {median * 100:+.1f} % "
+          f"(quartiles {q1 * 100:+.1f} .. {q3 * 100:+.1f} %; aim <= {AIM_PERCENT:.0f} %)")
+    user = found["user"]
+    q1, median, q3 = quartiles([b / a - 1 for a, b in zip(user["off"], user["on"], strict=True)])
+    print(f"user-space CPU alone (the kernel's share is mostly the trace's fsyncs, which "
+          f"swing with the disk's other users): off {statistics.median(user['off']):.2f} ms, "
+          f"on {statistics.median(user['on']):.2f} ms; pairs {median * 100:+.1f} % "
+          f"(quartiles {q1 * 100:+.1f} .. {q3 * 100:+.1f} %)")
+    thread = found["thread"]
+    own = [b / a - 1 for a, b in zip(thread["off"], thread["on"], strict=True)]
+    # The rest of a block's CPU, on less off: the exporter's thread and the flush.
+    others = (statistics.median(c - t for c, t in zip(cpu["on"], thread["on"], strict=True))
+              - statistics.median(c - t for c, t in zip(cpu["off"], thread["off"],
+                                                         strict=True)))
+    print(f"of which the run's thread {statistics.median(own) * 100:+.1f} % (median of the "
+          f"pairs), the exporter's work (its thread, the block's flush) {others * 1000:.0f} "
+          "µs a run")
+    print("per process pair, median: "
+          + ", ".join(f"{r * 100:+.1f} %" for r in found["per_procs"]))
+    if counts:
+        off, on = counts["off"][0], counts["on"][0]
+        print(f"instructions per run ({counts['on'][1]}, user space, all threads): "
+              f"off {off / 1e6:.2f} M, on {on / 1e6:.2f} M: {(on - off) / off * 100:+.1f} %")
 
 
 if __name__ == "__main__":

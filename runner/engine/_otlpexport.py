@@ -218,6 +218,7 @@ class Exporter(Generic[R]):
         self._max, self._batch = settings.max_queue, settings.batch
         self._wake = threading.Event()  # a batch is waiting, or closing
         self._closing = threading.Event()
+        self._taking = True  # False once closing: `add` reads it, not the Event
         self._export_lock = threading.Lock()  # one sender at a time (flush vs the thread)
         self._count_lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -230,17 +231,19 @@ class Exporter(Generic[R]):
 
     # -- the run's thread -------------------------------------------------------
     def add(self, record: R) -> None:
-        """Queue `record` for sending; never blocks (a full queue drops it, counted)."""
+        """Queue `record` for sending; never blocks (a full queue drops it, counted).
+        Once per span on the run's thread: plain attributes, no Event call but when
+        a batch fills."""
         queue = self._queue
-        if len(queue) >= self._max or self._closing.is_set():
-            with self._count_lock:
-                self.dropped += 1
+        if len(queue) < self._max and self._taking:
+            queue.append(record)
+            if self._thread is None:
+                self._start()
+            if len(queue) >= self._batch and not self._wake.is_set():
+                self._wake.set()
             return
-        queue.append(record)
-        if self._thread is None:
-            self._start()
-        if len(queue) >= self._batch and not self._wake.is_set():
-            self._wake.set()
+        with self._count_lock:
+            self.dropped += 1
 
     @property
     def made(self) -> int:
@@ -259,6 +262,7 @@ class Exporter(Generic[R]):
 
     def close(self, wait: float) -> None:
         """Send what is queued, waiting `wait` seconds at most; nothing is queued after."""
+        self._taking = False
         self._closing.set()
         self._wake.set()
         thread = self._thread
@@ -278,6 +282,7 @@ class Exporter(Generic[R]):
         self._queue.clear()
         self._thread = None
         self._wake, self._closing = threading.Event(), threading.Event()
+        self._taking = True
         self._export_lock, self._count_lock = threading.Lock(), threading.Lock()
         self._connection = _Connection(self.settings)
         self.dropped = self.taken = self.sent = 0

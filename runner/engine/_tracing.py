@@ -58,8 +58,7 @@ EXIT_WAIT = 3.0  # seconds a process waits at exit for its last spans to be sent
 _SAMPLED_KEPT = 4096  # sampling decisions kept: the runs in flight in a host, and then some
 
 Observer = Callable[[dict[str, Any], RunState], None]
-# A record made without calling its class's Python-level __new__ (the run's thread).
-_new_tuple: Callable[[type[_NodeEnd], tuple[Any, ...]], _NodeEnd] = tuple.__new__
+_NUMBER = (int, float)  # a duration (a tuple: isinstance on a union is slower)
 
 _decided = False
 _current: Tracing | None = None
@@ -146,13 +145,12 @@ class _NodeEnd(NamedTuple):
 
     def attempt(self) -> tuple[str, str, int, str]:
         """Node, kind, attempt (1 = the first try) and outcome, as attributes say them."""
-        outcome = self.outcome or ("ok" if self.ended == "node_finished" else "failed")
-        return str(self.node), str(self.kind or ""), int(self.retry or 0) + 1, str(outcome)
+        return _attempt(self.node, self.kind, self.retry, self.outcome, self.ended)
 
     def times(self) -> tuple[int, int]:
         end = _nanos(self.at)
         millis = self.duration_ms
-        if end and isinstance(millis, int | float):
+        if end and isinstance(millis, _NUMBER):
             return end - int(millis * 1_000_000), end
         return end, end
 
@@ -171,34 +169,52 @@ class _NodeEnd(NamedTuple):
                           outcome != "ok", start, end)
 
     def write(self, batch: _otlp.Batch) -> None:
-        """The span `span()` makes, written without making it: a run's and an
-        attempt's fields are encoded once a batch (tests/unit/engine/test_otlp_encoding.py
-        requires the same message)."""
-        pieces = batch.pieces
-        run = pieces.get(self.run_id)
-        if run is None:  # the trace id, the run span as parent, the run's attributes
-            trace_id, run_span = run_ids(self.run_id)
-            run = pieces[self.run_id] = (
-                batch.trace(trace_id) + batch.parent(run_span)
-                + batch.attribute("wfrun.workflow", self.workflow)
-                + batch.attribute("wfrun.run_id", self.run_id))
-        marker = (self.node, self.kind, self.retry, self.outcome, self.ended)
-        known = pieces.get(marker)
-        if known is None:  # the name, the attempt's attributes, whether it failed
-            node, kind, attempt, outcome = self.attempt()
-            known = pieces[marker] = (
-                batch.name(f"node {node}") + batch.attribute("wfrun.node", node)
-                + batch.attribute("wfrun.node.kind", kind)
-                + batch.attribute("wfrun.attempt", attempt)
-                + batch.attribute("wfrun.outcome", outcome), outcome != "ok")
-        fields, failed = known
-        fields = run + fields
-        if self.error_code:
-            fields += batch.attribute("wfrun.error.code", str(self.error_code))
-        if self.will_retry:
-            fields += batch.attribute("wfrun.will_retry", True)
-        start, end = self.times()
-        batch.write(fields, self.span_id, start, end, (), failed)
+        """The span `span()` makes, written without making it (`_write_node`)."""
+        _write_node(self, batch)
+
+
+def _attempt(node: Any, kind: Any, retry: Any, outcome: Any,
+             ended: str) -> tuple[str, str, int, str]:
+    outcome = outcome or ("ok" if ended == "node_finished" else "failed")
+    return str(node), str(kind or ""), int(retry or 0) + 1, str(outcome)
+
+
+def _write_node(record: tuple[Any, ...], batch: _otlp.Batch) -> None:
+    """A node attempt's span, from its record (a `_NodeEnd`, or the plain tuple of its
+    fields the run's thread queues): a run's and an attempt's fields are encoded
+    once a batch (tests/unit/engine/test_otlp_encoding.py requires the message
+    `_NodeEnd.span` makes). The exporter's thread, once per node attempt."""
+    (run_id, workflow, node, span_id, ended, kind, retry, outcome, error_code,
+     will_retry, at, millis) = record
+    pieces = batch.pieces
+    run = pieces.get(run_id)
+    if run is None:  # the trace id, the run span as parent, the run's attributes
+        trace_id, run_span = run_ids(run_id)
+        run = pieces[run_id] = (
+            batch.trace(trace_id) + batch.parent(run_span)
+            + batch.attribute("wfrun.workflow", workflow)
+            + batch.attribute("wfrun.run_id", run_id))
+    marker = (node, kind, retry, outcome, ended)
+    known = pieces.get(marker)
+    if known is None:  # the name, the attempt's attributes, whether it failed
+        name, kind_, attempt, said = _attempt(node, kind, retry, outcome, ended)
+        known = pieces[marker] = (
+            batch.name(f"node {name}") + batch.attribute("wfrun.node", name)
+            + batch.attribute("wfrun.node.kind", kind_)
+            + batch.attribute("wfrun.attempt", attempt)
+            + batch.attribute("wfrun.outcome", said), said != "ok")
+    fields, failed = known
+    fields = run + fields
+    if error_code:
+        fields += batch.attribute("wfrun.error.code", str(error_code))
+    if will_retry:
+        fields += batch.attribute("wfrun.will_retry", True)
+    end = _nanos(at)
+    start = end - int(millis * 1_000_000) if end and isinstance(millis, _NUMBER) else end
+    if start > 0:  # both known: the common case's short path
+        batch.timed(fields, span_id, start, end, failed)
+    else:
+        batch.write(fields, span_id, start, end, (), failed)
 
 
 class _RunEnd(NamedTuple):
@@ -257,7 +273,8 @@ class Tracing:
         self.sampler = TracerProvider(resource=resource, shutdown_on_exit=False).sampler
         self._sample, self._internal = Decision.RECORD_AND_SAMPLE, SpanKind.INTERNAL
         self.encoder = _otlp.Encoder(resource.attributes, resource.schema_url or "")
-        self.exporter: Exporter[_NodeEnd | _RunEnd] = Exporter(settings, self._encode)
+        # Records: `_RunEnd`s, and node ends as plain tuples of `_NodeEnd`'s fields.
+        self.exporter: Exporter[tuple[Any, ...]] = Exporter(settings, self._encode)
         self._nodes: dict[str, tuple[Any, int]] = {}  # run id -> its running node, span id
         self._sampled: dict[str, bool] = {}  # run id -> the sampler's decision (bounded)
         self._closed = False
@@ -296,13 +313,17 @@ class Tracing:
                         if sampled or (sampled is None and self.sampled(run_id)):
                             payload = event.get("payload") or {}
                             error = payload.get("error")
-                            add(_new_tuple(_NodeEnd, (
+                            # A plain tuple of atomic values, not a `_NodeEnd`: the
+                            # garbage collector stops tracking it at its first pass, where
+                            # a tuple subclass stays tracked into the oldest generation
+                            # while it waits in the queue (more full collections).
+                            add((
                                 run_id, state.workflow, node, running[1], kind,
                                 payload.get("kind"), payload.get("retry"),
                                 payload.get("outcome"),
                                 error.get("code") if type(error) is dict else None,
                                 payload.get("will_retry"), event.get("at"),
-                                payload.get("duration_ms"))))
+                                payload.get("duration_ms")))
                 except Exception:  # a span never costs a run anything
                     log.debug("wfrun: cannot make a span of %s", kind, exc_info=True)
             if inner is not None:
@@ -341,11 +362,14 @@ class Tracing:
                                       str(code) if code else None, state.parent_run_id,
                                       state.started_at, event.get("at")))
 
-    def _encode(self, records: list[_NodeEnd | _RunEnd]) -> bytes:
+    def _encode(self, records: list[tuple[Any, ...]]) -> bytes:
         """The exporter's thread: a batch of records, as one OTLP request."""
         batch = _otlp.Batch()
         for record in records:
-            record.write(batch)
+            if isinstance(record, _RunEnd):
+                record.write(batch)
+            else:
+                _write_node(record, batch)
         return self.encoder.request(batch)
 
     def flush(self) -> None:

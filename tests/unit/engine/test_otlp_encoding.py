@@ -5,6 +5,7 @@ by their fast path, which must say what their `span()` says)."""
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from opentelemetry.trace import Link, SpanContext, Status, StatusCode, TraceFlag
 
 from runner.engine import _tracing
 from runner.engine._otlp import Batch, Encoder, Span
+from runner.engine._state import RunState
 from runner.engine._tracing import _NodeEnd, _RunEnd
 
 SAMPLED = TraceFlags(TraceFlags.SAMPLED)
@@ -118,3 +120,40 @@ def test_a_value_it_cannot_write_is_refused(value: Any) -> None:
     odd = Span("odd", 1, 2, None, {"odd": value}, (), False, 1, 2)
     with pytest.raises(ValueError, match="attribute value"):
         encoder().encode([odd])
+
+
+def test_the_run_thread_queues_plain_records_the_collector_lets_go(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node's record waits in the queue for up to a batch or 5 s: a plain tuple of
+    atomic values is untracked at the garbage collector's first pass (a NamedTuple
+    stayed tracked into the oldest generation, more full collections per run), and
+    the exporter's thread writes it as the `_NodeEnd` of the same fields."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "3600000")
+    tracing = _tracing.Tracing()
+    try:
+        observe = tracing.observer(None)
+        state = RunState("r-gc")
+        state.workflow = "review"
+        at = "2026-12-05T12:51:02.125Z"
+        observe({"type": "node_started", "node": "plan", "at": at, "payload": {}}, state)
+        observe({"type": "node_finished", "node": "plan", "at": at,
+                 "payload": {"kind": "compute", "outcome": "ok", "retry": 0,
+                             "duration_ms": 3, "output": {"big": [1, 2, 3]}}}, state)
+        (record,) = list(tracing.exporter._queue)
+        gc.collect(0)
+        assert type(record) is tuple
+        assert not gc.is_tracked(record)
+        named = _NodeEnd(*record)
+        assert named.run_id == "r-gc"
+        assert named.node == "plan"
+        plain, typed = Batch(), Batch()
+        tracing._encode([record])  # the exporter's dispatch takes it
+        _tracing._write_node(record, plain)
+        named.write(typed)
+        assert encoder().request(plain) == encoder().request(typed)
+        ours = ExportTraceServiceRequest.FromString(encoder().request(plain))
+        assert ours == official([named.span()])
+    finally:
+        tracing.exporter._queue.clear()
+        tracing.close()
