@@ -4,7 +4,8 @@
     .venv/bin/python bench/bench_cli_start.py -n 50 --json
     .venv/bin/python bench/bench_cli_start.py --check    # exit 1 if an aim is missed
     .venv/bin/python bench/bench_cli_start.py --no-postgres  # SQLite only
-    .venv/bin/python bench/bench_cli_start.py --instructions  # + callgrind counts
+    .venv/bin/python bench/bench_cli_start.py --instructions  # + instruction counts
+    .venv/bin/python bench/bench_cli_start.py --against main   # before/after pairs
 
 Agents and hooks call wfrun on every turn, so each figure is the whole process as a
 shell starts it (the console script when installed, else `python -m runner`):
@@ -27,7 +28,16 @@ layout check ran on every command there (~0.6 s); a store that passed it now ope
 on one catalog query, over the one connection the command makes. `--instructions`
 adds each command's user-space instructions under callgrind (one process each: a
 figure the machine's load cannot move; psycopg's own import is most of the
-difference, and the server's work is not in it).
+difference, and the server's work is not in it). The counts come from `perf stat`
+where the machine exposes the counter, else from callgrind.
+
+`--against REF` (issue 34 item 11) runs each command of this tree and of the git ref
+REF (its runner/ and built-in definitions extracted to a temporary folder,
+byte-compiled, and put first on PYTHONPATH), both as `python -m runner` in the same
+project, in interleaved pairs whose order alternates each round; it prints each
+side's p50 wall and CPU time, the ratio, and with `--instructions` each side's
+instruction count. `run NAME`, `start`, `list --json` and `controllers --json` join
+the list there: the commands the e2e tests start most.
 """
 
 from __future__ import annotations
@@ -37,6 +47,7 @@ import json
 import os
 import re
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -93,10 +104,14 @@ def main() -> int:
     ap.add_argument("--check", action="store_true", help="exit 1 if a p50 misses the aim")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--instructions", action="store_true",
-                    help="add callgrind instruction counts (one process per command)")
+                    help="add instruction counts (perf, else callgrind; one process each)")
+    ap.add_argument("--against", metavar="REF",
+                    help="interleaved before/after pairs: this tree against git ref REF")
     args = ap.parse_args()
     if args.smoke:  # the Postgres rows start a cluster: bench_pg_scale's smoke covers it
         args.n, args.no_postgres = 1, True
+    if args.against:
+        return against(args)
     wfrun = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "runner"]
     commands = {
         "python -c pass": [sys.executable, "-c", "pass"],
@@ -116,7 +131,11 @@ def main() -> int:
     elif not args.no_postgres:
         print(f"no Postgres rows: {PG_INITDB} is not installed (scripts/setup installs it)")
     try:
-        return measure(args, wfrun, commands, cluster)
+        status = measure(args, wfrun, commands, cluster)
+        if args.smoke:  # the pairs' code path too, against this tree's own commit
+            args.against = "HEAD"
+            status = against(args) or status
+        return status
     finally:
         if cluster is not None:
             cluster.stop()
@@ -137,7 +156,15 @@ def one_run(wfrun: list[str], root: Path, env: dict[str, str]) -> str:
 
 
 def instructions(cmd: list[str], cwd: Path, env: dict[str, str], stdin: bytes | None) -> int:
-    """User-space instructions of one process under callgrind (needs valgrind)."""
+    """User-space instructions of one process: `perf stat` where the counter is exposed
+    (a virtual machine often hides it), else callgrind (needs valgrind; ~50x slower)."""
+    perf = subprocess.run(["perf", "stat", "-x,", "-e", "instructions:u", *cmd], cwd=cwd,
+                          env=env, capture_output=True, timeout=600, input=stdin,
+                          check=False) if shutil.which("perf") else None
+    if perf is not None and perf.returncode == 0:
+        counted = re.search(rb"^(\d+),[^,]*,instructions:u", perf.stderr, re.MULTILINE)
+        if counted is not None:
+            return int(counted[1])
     out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
                           *cmd], cwd=cwd, env=env, capture_output=True, timeout=600,
                          input=stdin, check=False)
@@ -223,6 +250,101 @@ def measure(args: argparse.Namespace, wfrun: list[str], commands: dict[str, list
             print(f"{name}: Postgres / SQLite p50 {ratio:.2f}x, CPU {cpu_ratios[name]:.2f}x"
                   f"{extra} (aim <= {RATIO_AIM:.0f}x)")
     return 1 if args.check and missed else 0
+
+
+# --- before/after pairs against a git ref ------------------------------------------
+
+PAIR_COMMANDS = {
+    "--version": ["--version"],
+    "--help": ["--help"],
+    "status": ["status"],
+    "status --json": ["status", "--json"],
+    "runs": ["runs"],
+    "list --json": ["list", "--json"],
+    "controllers --json": ["controllers", "--json"],
+    "start NAME": ["start", "greet", "-i", "name=bench"],
+    "run NAME": ["run", "greet", "-i", "name=bench", "--json"],
+}
+
+
+def extract(ref: str, into: Path) -> Path:
+    """REF's runner/ package under `into` (byte-compiled, as an install would be), with
+    the built-in definitions/ and controllers/ beside it as in a checkout."""
+    repo = Path(__file__).resolve().parents[1]
+    archive = subprocess.run(["git", "archive", ref, "runner", "definitions", "controllers"],
+                             cwd=repo,
+                             capture_output=True, timeout=120, check=False)
+    if archive.returncode != 0:
+        raise SystemExit(f"git archive {ref} failed: {archive.stderr.decode()[-300:]}")
+    into.mkdir(parents=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True,
+                   timeout=120)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(into / "runner")],
+                   env={k: v for k, v in os.environ.items()
+                        if k != "PYTHONDONTWRITEBYTECODE"}, check=True, timeout=300)
+    return into
+
+
+def against(args: argparse.Namespace) -> int:
+    """This tree's commands against REF's, in pairs; each pair's order alternates."""
+    names = ["--version", "status"] if args.smoke else list(PAIR_COMMANDS)
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="wfrun-bench-cli-pairs-") as tmp:
+        root = Path(tmp) / "proj"
+        (root / ".wfrun" / "workflows").mkdir(parents=True)
+        (root / ".wfrun" / "workflows" / "greet.yaml").write_text(WORKFLOW)
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("WFRUN_", "PYTHON", "CLAUDE"))}
+        env["WFRUN_HOME"] = str(Path(tmp) / "home")
+        before_root = extract(args.against, Path(tmp) / "before")
+        sides = {"before": {**env, "PYTHONPATH": str(before_root)},
+                 "after": {**env, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}}
+        base = [sys.executable, "-m", "runner"]
+        one_run(base, root, sides["after"])  # the store exists and holds one finished run
+        for side_env in sides.values():  # warm-up: byte-code caches, the store file
+            for name in names:
+                timed([*base, *PAIR_COMMANDS[name]], root, side_env)
+        wall: dict[tuple[str, str], list[float]] = {}
+        cpu: dict[tuple[str, str], list[float]] = {}
+        for round_no in range(args.n):
+            order = ["before", "after"] if round_no % 2 == 0 else ["after", "before"]
+            for name in names:
+                for side in order:
+                    spent, used = timed([*base, *PAIR_COMMANDS[name]], root, sides[side])
+                    wall.setdefault((name, side), []).append(spent)
+                    cpu.setdefault((name, side), []).append(used)
+        counted = {(name, side): instructions([*base, *PAIR_COMMANDS[name]], root,
+                                              sides[side], None)
+                   for name in names for side in sides} if args.instructions else {}
+    load_after = os.getloadavg()
+    rows = {}
+    for name in names:
+        row: dict[str, float] = {}
+        for side in ("before", "after"):
+            row[f"{side}_p50_ms"] = round(statistics.median(wall[name, side]), 1)
+            row[f"{side}_cpu_p50_ms"] = round(statistics.median(cpu[name, side]), 1)
+            if (name, side) in counted:
+                row[f"{side}_instructions_m"] = round(counted[name, side] / 1e6, 1)
+        row["cpu_ratio"] = round(row["after_cpu_p50_ms"] / row["before_cpu_p50_ms"], 2)
+        rows[name] = row
+    if args.json:
+        print(json.dumps({"machine": machine(), "against": args.against, "runs": args.n,
+                          "load_average": [load_before[0], load_after[0]], "figures": rows},
+                         indent=2))
+        return 0
+    print(f"machine: {machine()}; load average {load_before[0]:.2f} before, "
+          f"{load_after[0]:.2f} after")
+    print(f"{args.n} pairs each, interleaved; before = {args.against}, after = this tree; "
+          "both `python -m runner`")
+    print(f"{'wfrun ...':<20}{'wall before':>12}{'after':>8}{'CPU before':>12}{'after':>8}"
+          f"{'CPU x':>7}{'M instr before':>16}{'after':>8}")
+    for name, row in rows.items():
+        counts = (f"{row['before_instructions_m']:>16.0f}{row['after_instructions_m']:>8.0f}"
+                  if "before_instructions_m" in row else f"{'-':>16}{'-':>8}")
+        print(f"{name:<20}{row['before_p50_ms']:>12.1f}{row['after_p50_ms']:>8.1f}"
+              f"{row['before_cpu_p50_ms']:>12.1f}{row['after_cpu_p50_ms']:>8.1f}"
+              f"{row['cpu_ratio']:>7.2f}{counts}")
+    return 0
 
 
 if __name__ == "__main__":

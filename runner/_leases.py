@@ -33,17 +33,26 @@ This module imports only the standard library and `runner.clock`.
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from runner.clock import Clock
 
+if TYPE_CHECKING:
+    import logging
+
 __all__ = ["LEASE_SECONDS", "Renewer", "renew_every"]
 
-log = logging.getLogger(__name__)
+
+def _log() -> logging.Logger:
+    """This module's logger. `logging` loads only when something is logged: the
+    store's read path imports this module on every command (cold start)."""
+    import logging
+
+    return logging.getLogger(__name__)
+
 T = TypeVar("T")
 
 #: How long a claim lasts without renewal. A runner that dies is taken over after
@@ -157,13 +166,13 @@ class Renewer(Generic[T]):
             try:
                 self._poll(entry.item)
             except Exception:  # the renewer outlives any one item's trouble
-                log.exception("%s: poll failed", self.name)
+                _log().exception("%s: poll failed", self.name)
         if self.clock.monotonic() < entry.due:
             return
         try:
             renewed = self._renew(entry.item)
         except Exception:
-            log.exception("%s: renewal failed", self.name)
+            _log().exception("%s: renewal failed", self.name)
             renewed = None
         if renewed is None:
             return  # not known: the next tick tries again, well before the lease runs out
@@ -179,4 +188,4 @@ class Renewer(Generic[T]):
         try:
             self._on_lost(entry.item)
         except Exception:
-            log.exception("%s: on_lost failed", self.name)
+            _log().exception("%s: on_lost failed", self.name)

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from runner.store._records import Json, LostRace
+from runner.store._states import SPEC_MAX_BYTES as SPEC_MAX_BYTES
+from runner.store._states import STATUS_MAX_BYTES as STATUS_MAX_BYTES
 
 EffectState = Literal["pending", "applied", "rejected", "indeterminate"]
 RequestState = Literal["pending", "running", "waiting", "succeeded", "failed", "interrupted"]
@@ -23,8 +25,6 @@ QueueOutcome = Literal["settled", "requeue", "requeue_after", "error"]
 #: (event type, payload, reconcile id) of a controller event written with a queue change.
 EventSpec = tuple[str, Mapping[str, object], str | None]
 
-SPEC_MAX_BYTES = 256 * 1024
-STATUS_MAX_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)

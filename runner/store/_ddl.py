@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from runner.store._controller_interface import SPEC_MAX_BYTES, STATUS_MAX_BYTES
 from runner.store._records import CACHE_MAX_BYTES
 from runner.store._states import (
     AUDIT_ACTIONS,
@@ -35,6 +34,8 @@ from runner.store._states import (
     PARK_MODES,
     READY_STATUSES,
     RESERVING_STATUSES,
+    SPEC_MAX_BYTES,
+    STATUS_MAX_BYTES,
     TERMINAL_STATUSES,
     TURN_CAUSES,
     TURN_RESOLUTIONS,

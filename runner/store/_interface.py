@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     from runner.store.domain._triggers import TriggerLedger
 
 from runner._leases import LEASE_SECONDS as DEFAULT_LEASE_SECONDS
-from runner.store._controller_interface import ControllerStore
 from runner.store._records import (
     AuditEntry,
     Delivery,
@@ -48,7 +47,6 @@ from runner.store._states import (
 if TYPE_CHECKING:
     from runner.store.domain._fanout import FanoutItems
     from runner.store.domain._operations import Pauses, Reruns, StepCache
-    from runner.store.domain._retention import Retention
 
 #: A run bundle's own statements, run in a launch transition's transaction when the
 #: bundles live in the store's database (runner/engine/_rows.py): given the open
@@ -502,13 +500,3 @@ class Store(Protocol):
         ...
 
     def close(self) -> None: ...
-
-
-class ProjectStore(Store, ControllerStore, Protocol):
-    """A project's whole store, both sides: what `open_store` gives (SQLite or
-    Postgres). Code that needs one side takes that side's protocol."""
-
-    @property
-    def retention(self) -> Retention:
-        """Forgetting pruned runs and trimming history (`wfrun prune`)."""
-        ...

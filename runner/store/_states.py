@@ -199,6 +199,9 @@ WORKFLOW_REQUEST_STATES: tuple[WorkflowRequestState, ...] = get_args(WorkflowReq
 REQUEST_FINISHED_STATES: tuple[WorkflowRequestState, ...] = ("succeeded", "failed", "interrupted")
 #: Byte bound of a persisted controller error (queue, effect, request, event payload).
 CONTROLLER_ERROR_MAX_BYTES = 8192
+#: Byte bounds of a controller resource's spec and status (canonical JSON).
+SPEC_MAX_BYTES = 256 * 1024
+STATUS_MAX_BYTES = 64 * 1024
 
 
 def recovery_transitions(outcome: RecoveryOutcome) -> list[tuple[LaunchStatus, LaunchStatus]]:

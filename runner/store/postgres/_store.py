@@ -18,17 +18,11 @@ from typing import TYPE_CHECKING
 
 from runner.clock import Clock
 from runner.store._layout import SCHEMA_ID
+from runner.store._parts import part
 from runner.store._urls import mask_url
 from runner.store.domain._launch_side import LaunchSide
 from runner.store.postgres._bundles import PostgresBundleRows
 from runner.store.postgres._connector import PostgresConnector
-from runner.store.postgres._controllers import (
-    PostgresControllerEvents,
-    PostgresEffects,
-    PostgresReconcileQueue,
-    PostgresResources,
-    PostgresWorkflowRequests,
-)
 from runner.store.postgres._db import (
     CONNECT_TIMEOUT_SECONDS,
     DEFAULT_POOL_SIZE,
@@ -41,6 +35,13 @@ from runner.store.postgres._wakeups import LaunchWakeups
 if TYPE_CHECKING:
     from runner.store._controller_interface import ControllerStore
     from runner.store._interface import Store
+    from runner.store.postgres._controllers import (
+        PostgresControllerEvents,
+        PostgresEffects,
+        PostgresReconcileQueue,
+        PostgresResources,
+        PostgresWorkflowRequests,
+    )
 
 
 class PostgresStore(LaunchSide):
@@ -65,11 +66,6 @@ class PostgresStore(LaunchSide):
         # The launch side is the backend-neutral domain over this database's connector.
         connector = PostgresConnector(self._db)
         super().__init__(connector, LAUNCH_SIDE)
-        self._resources = PostgresResources(self._db)
-        self._reconcile_queue = PostgresReconcileQueue(self._db)
-        self._effects = PostgresEffects(self._db)
-        self._workflow_requests = PostgresWorkflowRequests(self._db)
-        self._controller_events = PostgresControllerEvents(self._db)
         self._bundles = PostgresBundleRows(self._db)
 
     @classmethod
@@ -94,25 +90,35 @@ class PostgresStore(LaunchSide):
 
     # --- controller side (ControllerStore) ---------------------------------------
 
-    @property
+    @part
     def resources(self) -> PostgresResources:
-        return self._resources
+        from runner.store.postgres._controllers import PostgresResources
 
-    @property
+        return PostgresResources(self._db)
+
+    @part
     def reconcile_queue(self) -> PostgresReconcileQueue:
-        return self._reconcile_queue
+        from runner.store.postgres._controllers import PostgresReconcileQueue
 
-    @property
+        return PostgresReconcileQueue(self._db)
+
+    @part
     def effects(self) -> PostgresEffects:
-        return self._effects
+        from runner.store.postgres._controllers import PostgresEffects
 
-    @property
+        return PostgresEffects(self._db)
+
+    @part
     def workflow_requests(self) -> PostgresWorkflowRequests:
-        return self._workflow_requests
+        from runner.store.postgres._controllers import PostgresWorkflowRequests
 
-    @property
+        return PostgresWorkflowRequests(self._db)
+
+    @part
     def controller_events(self) -> PostgresControllerEvents:
-        return self._controller_events
+        from runner.store.postgres._controllers import PostgresControllerEvents
+
+        return PostgresControllerEvents(self._db)
 
     def launch_wakeups(self) -> LaunchWakeups:
         """A listener for detached launches becoming claimable (ids only)."""

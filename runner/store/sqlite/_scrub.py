@@ -16,13 +16,24 @@ SQLite discipline, so it lives beside the SQLite store (huey keeps its own in
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from runner.store._errors import StoreError
 
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    import logging
+
+
+def _log() -> logging.Logger:
+    """This module's logger. `logging` loads only when something is logged: the
+    SQLite store imports this module on every command (cold start)."""
+    import logging
+
+    return logging.getLogger(__name__)
+
+
 SCRUB_BATCH = 64
 SCRUB_SECONDS = 1.0
 
@@ -78,4 +89,4 @@ class BatchedScrub:
         try:
             self._checkpoint()
         except StoreError as exc:
-            log.debug("could not checkpoint the store after clearing input: %s", exc.message)
+            _log().debug("could not checkpoint the store after clearing input: %s", exc.message)

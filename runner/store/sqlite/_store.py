@@ -17,15 +17,9 @@ from typing import TYPE_CHECKING
 
 from runner.clock import Clock, SystemClock
 from runner.store._layout import SCHEMA_ID
+from runner.store._parts import part
 from runner.store.domain._launch_side import LaunchSide
 from runner.store.sqlite._connector import SqliteConnector
-from runner.store.sqlite._controllers import (
-    SqliteControllerEvents,
-    SqliteEffects,
-    SqliteReconcileQueue,
-    SqliteResources,
-    SqliteWorkflowRequests,
-)
 from runner.store.sqlite._db import SqliteDatabase, open_database
 from runner.store.sqlite._files import DEFAULT_BUSY_TIMEOUT_MS, remove_store_files
 from runner.store.sqlite._scrub import BatchedScrub
@@ -33,6 +27,13 @@ from runner.store.sqlite._scrub import BatchedScrub
 if TYPE_CHECKING:
     from runner.store._controller_interface import ControllerStore
     from runner.store._interface import Store
+    from runner.store.sqlite._controllers import (
+        SqliteControllerEvents,
+        SqliteEffects,
+        SqliteReconcileQueue,
+        SqliteResources,
+        SqliteWorkflowRequests,
+    )
 
 
 class SqliteStore(LaunchSide):
@@ -60,11 +61,6 @@ class SqliteStore(LaunchSide):
         )
         # The launch side is the backend-neutral domain over this file's connector.
         super().__init__(SqliteConnector(self._db, self.now_ms))
-        self._resources = SqliteResources(self._db, self.now_ms)
-        self._reconcile_queue = SqliteReconcileQueue(self._db, self.now_ms)
-        self._effects = SqliteEffects(self._db, self.now_ms)
-        self._workflow_requests = SqliteWorkflowRequests(self._db, self.now_ms)
-        self._controller_events = SqliteControllerEvents(self._db, self.now_ms)
 
     @classmethod
     def reset(
@@ -92,25 +88,35 @@ class SqliteStore(LaunchSide):
 
     # --- controller side (ControllerStore) ---------------------------------------
 
-    @property
+    @part
     def resources(self) -> SqliteResources:
-        return self._resources
+        from runner.store.sqlite._controllers import SqliteResources
 
-    @property
+        return SqliteResources(self._db, self.now_ms)
+
+    @part
     def reconcile_queue(self) -> SqliteReconcileQueue:
-        return self._reconcile_queue
+        from runner.store.sqlite._controllers import SqliteReconcileQueue
 
-    @property
+        return SqliteReconcileQueue(self._db, self.now_ms)
+
+    @part
     def effects(self) -> SqliteEffects:
-        return self._effects
+        from runner.store.sqlite._controllers import SqliteEffects
 
-    @property
+        return SqliteEffects(self._db, self.now_ms)
+
+    @part
     def workflow_requests(self) -> SqliteWorkflowRequests:
-        return self._workflow_requests
+        from runner.store.sqlite._controllers import SqliteWorkflowRequests
 
-    @property
+        return SqliteWorkflowRequests(self._db, self.now_ms)
+
+    @part
     def controller_events(self) -> SqliteControllerEvents:
-        return self._controller_events
+        from runner.store.sqlite._controllers import SqliteControllerEvents
+
+        return SqliteControllerEvents(self._db, self.now_ms)
 
     def now_ms(self) -> int:
         return round(self._now() * 1000)  # nearest ms: float seconds carry representation noise
