@@ -221,10 +221,13 @@ def test_the_fence_is_one_read_of_the_lease_columns(tmp_path: Path) -> None:
     store.close()
 
 
-def test_launches_queued_together_share_one_durable_commit(tmp_path: Path) -> None:
+def test_launches_queued_together_share_one_durable_commit(
+        tmp_path: Path, wal_syncs: list[str]) -> None:
     """Group commit (webhook deliveries that arrive together): five launches, one
-    `BEGIN IMMEDIATE ... COMMIT` at FULL, so one WAL sync for all five."""
+    `BEGIN IMMEDIATE ... COMMIT`, made durable by one WAL sync after the writers' turn
+    is let go (`shared_sync`), so one sync for all five and none under the lock."""
     store = SqliteStore(tmp_path / "store.sqlite3")
+    wal_syncs.clear()
     statements: list[str] = []
     store._db.connection().set_trace_callback(statements.append)
     done = store.triggers.fire_many([NewFiring(
@@ -232,7 +235,8 @@ def test_launches_queued_together_share_one_durable_commit(tmp_path: Path) -> No
         NewLaunch(f"wf-20261201T000000Z-0000000{n}", "wf", {"kind": "file"}, "d" * 64,
                   {"n": n})) for n in range(5)])
     assert all(isinstance(d.launch, LaunchRecord) for d in done)
-    assert _sync_levels(statements) == ["FULL"]
+    assert _sync_levels(statements) == ["NORMAL"]  # no sync while the lock is held
+    assert wal_syncs == ["store.sqlite3-wal"]  # ... and one after, before it returned
     assert sum(sql.startswith("BEGIN") for sql in statements) == 1
     assert len(store.launches.query()) == 5
     store.close()
