@@ -174,16 +174,23 @@ def instructions(cmd: list[str], cwd: Path, env: dict[str, str], stdin: bytes | 
     return int(found[1])
 
 
+def bench_project(tmp: Path) -> tuple[Path, dict[str, str]]:
+    """A project holding the greeting workflow, and an environment without the
+    caller's wfrun, Python or Claude settings (its own WFRUN_HOME)."""
+    root = tmp / "proj"
+    (root / ".wfrun" / "workflows").mkdir(parents=True)
+    (root / ".wfrun" / "workflows" / "greet.yaml").write_text(WORKFLOW)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("WFRUN_", "PYTHON", "CLAUDE"))}
+    env["WFRUN_HOME"] = str(tmp / "home")
+    return root, env
+
+
 def measure(args: argparse.Namespace, wfrun: list[str], commands: dict[str, list[str]],
             cluster: Any) -> int:
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="wfrun-bench-cli-") as tmp:
-        root = Path(tmp) / "proj"
-        (root / ".wfrun" / "workflows").mkdir(parents=True)
-        (root / ".wfrun" / "workflows" / "greet.yaml").write_text(WORKFLOW)
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("WFRUN_", "PYTHON", "CLAUDE"))}
-        env["WFRUN_HOME"] = str(Path(tmp) / "home")
+        root, env = bench_project(Path(tmp))
         stop = json.dumps({"hook_event_name": "Stop", "session_id": "bench-cli-start",
                            "cwd": str(root), "stop_hook_active": False}).encode()
         stdin = {"wfrun hook claude-code": stop}
@@ -290,12 +297,7 @@ def against(args: argparse.Namespace) -> int:
     names = ["--version", "status"] if args.smoke else list(PAIR_COMMANDS)
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="wfrun-bench-cli-pairs-") as tmp:
-        root = Path(tmp) / "proj"
-        (root / ".wfrun" / "workflows").mkdir(parents=True)
-        (root / ".wfrun" / "workflows" / "greet.yaml").write_text(WORKFLOW)
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("WFRUN_", "PYTHON", "CLAUDE"))}
-        env["WFRUN_HOME"] = str(Path(tmp) / "home")
+        root, env = bench_project(Path(tmp))
         before_root = extract(args.against, Path(tmp) / "before")
         sides = {"before": {**env, "PYTHONPATH": str(before_root)},
                  "after": {**env, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}}
