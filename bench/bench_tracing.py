@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import math
 import os
 import random
 import re
@@ -259,11 +260,12 @@ def compare(endpoint: str, args: argparse.Namespace) -> dict[str, Any]:
                 cpu[mode].append(c)
                 thread[mode].append(t)
                 wall[mode].append(w)
-            mine.append(got["on"] / got["off"] - 1)
+            if got["off"] > 0:  # CPU time is counted in ticks: a tiny block may read 0
+                mine.append(got["on"] / got["off"] - 1)
         for child in workers.values():
             child.close()
         ratios += mine
-        per_procs.append(statistics.median(mine))
+        per_procs.append(statistics.median(mine or [math.nan]))
     return {"ratios": ratios, "per_procs": per_procs, "cpu": cpu, "wall": wall,
             "thread": thread, "user": user}
 
@@ -396,7 +398,7 @@ def main() -> None:
     sink.close()
 
     ratios, cpu, wall = found["ratios"], found["cpu"], found["wall"]
-    q1, median, q3 = quartiles(ratios)
+    q1, median, q3 = quartiles(ratios or [math.nan])
     kind = "shell (`true`)" if args.shell else "compute"
     print(f"machine: {machine()}; load average {os.getloadavg()[0]:.1f}")
     print(f"runner imported from {ROOT}")
@@ -409,13 +411,16 @@ def main() -> None:
     print(f"tracing's CPU cost, median of {len(ratios)} pairs' on/off: {median * 100:+.1f} % "
           f"(quartiles {q1 * 100:+.1f} .. {q3 * 100:+.1f} %; aim <= {AIM_PERCENT:.0f} %)")
     user = found["user"]
-    q1, median, q3 = quartiles([b / a - 1 for a, b in zip(user["off"], user["on"], strict=True)])
+    # A smoke block is a few milliseconds: its user time may read 0 at the clock's tick.
+    q1, median, q3 = quartiles([b / a - 1 for a, b in zip(user["off"], user["on"], strict=True)
+                                if a > 0] or [math.nan])
     print(f"user-space CPU alone (the kernel's share is mostly the trace's fsyncs, which "
           f"swing with the disk's other users): off {statistics.median(user['off']):.2f} ms, "
           f"on {statistics.median(user['on']):.2f} ms; pairs {median * 100:+.1f} % "
           f"(quartiles {q1 * 100:+.1f} .. {q3 * 100:+.1f} %)")
     thread = found["thread"]
-    own = [b / a - 1 for a, b in zip(thread["off"], thread["on"], strict=True)]
+    own = [b / a - 1 for a, b in zip(thread["off"], thread["on"], strict=True) if a > 0] \
+        or [math.nan]
     # The rest of a block's CPU, on less off: the exporter's thread and the flush.
     others = (statistics.median(c - t for c, t in zip(cpu["on"], thread["on"], strict=True))
               - statistics.median(c - t for c, t in zip(cpu["off"], thread["off"],

@@ -36,7 +36,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for line in _LONGEST_FIRST.read_text(encoding="utf-8").splitlines():
         if line.strip() and not line.startswith("#"):
             ranks.setdefault(line.strip().split(" ", 1)[1], len(ranks))
-    items.sort(key=lambda item: ranks.get(item.nodeid, len(ranks)))  # stable: the rest as collected
+    # stable: the rest as collected; an xdist group's "@name" suffix is not part of the id
+    items.sort(key=lambda item: ranks.get(item.nodeid.split("@", 1)[0], len(ranks)))
 
 
 # -- leftovers ---------------------------------------------------------------------------

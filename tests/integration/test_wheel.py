@@ -17,6 +17,9 @@ from pathlib import Path
 
 import pytest
 
+# One worker builds the wheel once (module fixtures) under `--dist loadgroup`.
+pytestmark = pytest.mark.xdist_group("wheel")
+
 REPO = Path(__file__).resolve().parents[2]
 BUILTINS = sorted(p.name for p in (REPO / "definitions").glob("*.yaml"))
 

@@ -11,6 +11,15 @@ import pytest
 from uikit import Project, need_chromium
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A module's browser tests run on one xdist worker (`--dist loadgroup` in
+    scripts/test hands out every other test one at a time), so each module starts
+    one Chromium, not one per worker that happens to take one of its tests."""
+    for item in items:
+        if "browser" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group(f"browser:{item.path.name}"))
+
+
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
