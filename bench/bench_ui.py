@@ -66,7 +66,9 @@ start: hold
 nodes:
   hold:
     action:
-      shell: "while [ ! -f release ]; do sleep 0.05; done"
+      # The bench SIGKILLs the run, so nothing stops this step but the release file,
+      # which the project's removal may beat: it also ends once the project is gone.
+      shell: 'while [ ! -f release ]; do [ -d "$PWD" ] || exit 0; sleep 0.1; done'
       use_shell: true
 """
 WATCH_SEQ = """() => {
