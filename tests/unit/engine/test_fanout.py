@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from waiting import DEADLINE, wait_until
 
 from runner.engine import RunControl
-from runner.engine._items import MemoryLedger
+from runner.engine._items import ItemEnd, MemoryLedger
 from runner.engine._secrets import SecretSource
 
 MAP = """\
@@ -70,15 +72,43 @@ def test_over_must_yield_a_list_within_the_item_limit(env: Any) -> None:
     assert bad.error["code"] == "bad_over"
 
 
+class _Witness(MemoryLedger):
+    """A ledger that leaves a file once an item's end is recorded: a branch waiting on
+    it starts its failure only after that item has ended for the engine too."""
+
+    def __init__(self, index: int, path: Path) -> None:
+        super().__init__()
+        self.index, self.path = index, path
+
+    def _saw(self, ends: Sequence[ItemEnd]) -> None:
+        if any(e.index == self.index for e in ends):
+            self.path.touch()
+
+    def claim(self, node: str, visit: int, limit: int,
+              settling: Sequence[ItemEnd] = ()) -> tuple[list[tuple[int, int]], list[int]]:
+        got = super().claim(node, visit, limit, settling)
+        self._saw(settling)
+        return got
+
+    def settle(self, node: str, visit: int, ends: Sequence[ItemEnd], *,
+               claimed: bool = True) -> int:
+        left = super().settle(node, visit, ends, claimed=claimed)
+        self._saw(ends)
+        return left
+
+
 def test_parallel_fail_fast_cancels_the_rest_and_a_result_switch_routes_it(env: Any) -> None:
+    # Fail-fast may cancel a branch that has not ended, so `bad` fails only once `fine`'s
+    # end is in the ledger; otherwise a loaded machine could cancel `fine` too.
     env.write("gate.sh", "while [ ! -e never ]; do sleep 0.1; done\n")
+    env.write("bad.sh", "while [ ! -e fine.recorded ]; do sleep 0.05; done; exit 4\n")
     flow = """\
     start: both
     nodes:
       both:
         parallel:
           branches:
-            bad: {action: {shell: [sh, -c, "exit 4"]}}
+            bad: {action: {shell: [sh, bad.sh]}}
             hang: {action: {shell: [sh, gate.sh]}}
             fine: {compute: "{{ 'yes' }}"}
       ok: {compute: "{{ 'ok' }}"}
@@ -87,7 +117,8 @@ def test_parallel_fail_fast_cancels_the_rest_and_a_result_switch_routes_it(env: 
     edges:
       - {from: both, switch: {on: $result.outcome, cases: {ok: ok, failed: caught}}}
     """
-    out = env.engine().start(env.workflow(flow))
+    ledger = _Witness(2, env.root / "fine.recorded")
+    out = env.engine(items=ledger).start(env.workflow(flow))
     assert out.status == "completed", out.error
     assert out.final_output == ["bad", "yes", None]
     branches = out.state.results["both"]["branches"]
