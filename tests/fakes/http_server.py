@@ -9,6 +9,8 @@ hang until released (`hang`), for timeouts and cancels.
 from __future__ import annotations
 
 import json
+import select
+import socket
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -29,6 +31,8 @@ class FakeHttp:
     requests: list[Seen] = field(default_factory=list)
     hanging: dict[str, threading.Event] = field(default_factory=dict)
     arrived: threading.Event = field(default_factory=threading.Event)
+    # Set when a client closed its connection while its path hung (it let the request go).
+    dropped: threading.Event = field(default_factory=threading.Event)
     server: ThreadingHTTPServer | None = None
 
     @property
@@ -62,7 +66,7 @@ class FakeHttp:
                 fake.arrived.set()
                 release = fake.hanging.get(path)
                 if release is not None:
-                    release.wait(60)
+                    self._hold(release)
                 status, headers, raw = fake.answers.get(path, (404, {}, b"no such path"))
                 try:
                     self.send_response(status)
@@ -74,6 +78,16 @@ class FakeHttp:
                         self.wfile.write(raw)
                 except OSError:
                     pass  # the client gave up (a cancelled or timed-out step)
+
+            def _hold(self, release: threading.Event) -> None:
+                # Wait for the release, watching the client: a read that finds the end
+                # of its stream means it closed the connection.
+                sock = self.connection
+                while not release.is_set():
+                    ready, _, _ = select.select([sock], [], [], 0.05)
+                    if ready and not sock.recv(1, socket.MSG_PEEK):
+                        fake.dropped.set()
+                        return
 
             do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _serve
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from fakes.http_server import FakeHttp
+from waiting import DEADLINE
 
 from runner.engine._control import RunControl
 from runner.engine._secrets import SecretSource
@@ -117,9 +118,12 @@ def test_cancel_during_a_request_ends_the_run_cancelled(
     control = RunControl()
     when(http_server.arrived.is_set, lambda: control.cancel("user asked"))
     out = env.engine().start(d, {}, control=control)
-    release.set()
     assert out.status == "cancelled"
     assert env.types(out.run_id)[-1] == "run_cancelled"
+    # The request with no deadline lets its connection go once the run has stopped; it
+    # does not sit in its read until the server answers.
+    assert http_server.dropped.wait(DEADLINE)
+    release.set()
 
 
 def test_no_server_is_http_connect_and_a_bad_rendered_value_http_invalid(env: Any) -> None:
