@@ -359,8 +359,12 @@ class _Fanout:
                 self.ledger.release(self.node.id, self.visit, sorted(self.parked))
             return NodeResult("parked")
         self._cancel_open(parent.reason or "cancelled")
-        return NodeResult("cancelled", error={"code": "cancelled",
-                                              "message": parent.reason or "cancelled"})
+        # The cancelled end lists the items and keeps the outputs of those that ended
+        # ok, as a failed end does: a rerun of the cancelled run reuses them.
+        ended = self.result(len(self.plan.bodies))
+        return NodeResult("cancelled", ended.output,
+                          error={"code": "cancelled", "message": parent.reason or "cancelled"},
+                          extra={**ended.extra, "output": ended.output})
 
     def abandon(self) -> None:
         self._stop_all("park", "the run's runner stopped", clean=False)

@@ -14,8 +14,9 @@ changed since the old run is refused, naming the nodes that differ, unless force
 the new run records either way.
 
 A fan-out node (`map`, `parallel`) rerun from reuses the items that ended ok in the
-old run (pgflow#658): their outputs are carried (`reused_items` in `run_started`) and
-their rows are written ended when the node opens them, so only the others run. That
+old run (pgflow#658; its failed or cancelled end lists them): their outputs are
+carried (`reused_items` in `run_started`) and their rows are written ended when the
+node opens them, so only the others run. That
 holds only while the items would see what they saw: the node's definition unchanged,
 the same input and no `--set` (a map's list and every body template read only those).
 """

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from runner.engine import RunReader
+from runner.engine import RunControl, RunReader
 from runner.engine._rerun import changed_nodes, plan
 from runner.errors import InputError
 
@@ -99,3 +99,30 @@ def test_changed_nodes_names_edges_added_removed_and_top_level_changes() -> None
     assert changed_nodes(old, {**old, "edges": [{"from": "a", "to": "c"}],
                                "nodes": {"a": {"k": 1}, "c": {"k": 3}}}) == ["a", "b", "c"]
     assert changed_nodes(old, {**old, "max_steps": 5}) == ["(workflow)"]
+
+
+def test_a_cancelled_map_records_its_ended_items_and_a_rerun_reuses_them(
+        env: Any, when: Any) -> None:
+    """A user who cancels a long map keeps what it did: the node's cancelled end lists
+    its items and the outputs of those that ended ok, so a rerun runs only the rest."""
+    env.write("hold.sh", "touch started.$1; while [ ! -e never ]; do sleep 0.05; done\n")
+    d = env.workflow("""
+        start: each
+        nodes:
+          each:
+            map:
+              over: "{{ ['a', 'b', 'c'] }}"
+              max_concurrency: 1  # c is claimed in the write that records b's end
+              do:
+                action:
+                  use_shell: true
+                  shell: "if [ {{ item }} = c ]; then sh hold.sh c; fi; printf {{ item }}"
+    """)
+    control = RunControl()
+    when(lambda: (env.root / "started.c").exists(), lambda: control.cancel("user asked"))
+    ended = env.engine().start(d, {}, control=control)
+    assert ended.status == "cancelled"
+    p = plan(RunReader(env.runs), ended.run_id, d)
+    assert p.from_node == "each"
+    assert sorted(p.items["each"]) == ["0", "1"]
+    assert [p.items["each"][k]["stdout"] for k in ("0", "1")] == ["a", "b"]
