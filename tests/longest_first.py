@@ -3,13 +3,13 @@
     python tests/longest_first.py LOG [LOG ...]
 
 Each LOG is the output of a pytest run with `--durations=N` (scripts/test prints the
-slowest 60; a tier run by hand works too). A test's figure in one log is its setup,
-call and teardown added up; across logs, the median of the logs it appears in (a test
-that was slow once, because something heavy ran beside it, does not jump the queue).
-Tests of `MIN_SECONDS` and more are written, longest first; tests/conftest.py starts
-them before all others. A node id that no longer exists is skipped by the sort, so an
-old log does no harm, but a test that got faster keeps its old place until the logs
-are refreshed.
+slowest 60; a tier run by hand works too), or an older order file. A test's figure in
+one log is its setup, call and teardown added up; across logs, the median of the logs
+it appears in (a test that was slow once, because something heavy ran beside it, does
+not jump the queue). Tests of `MIN_SECONDS` and more are written, longest first;
+tests/conftest.py starts them before all others. A node id that no longer exists is
+skipped by the sort, so an old log does no harm, but a test that got faster keeps its
+old place until the logs are refreshed.
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ from pathlib import Path
 OUT = Path(__file__).with_name("longest_first.txt")
 #: Shorter tests gain nothing from going first: the run's tail is one such test.
 MIN_SECONDS = 5.0
-LINE = re.compile(r"^\s*(\d+(?:\.\d+)?)s (setup|call|teardown)\s+(\S+)")
+#: `12.34s call     tests/x.py::test_y` (pytest), or `12.3 tests/x.py::test_y` (this file's
+#: own lines: an older order file can be given as one more log).
+LINE = re.compile(r"^\s*(\d+(?:\.\d+)?)(?:s (?:setup|call|teardown))? +(\S+::\S+)$")
 HEADER = """\
 # The tests that took longest under load, seconds first (the median over the runs that
 # measured them). tests/conftest.py runs these before all others, longest first, so
@@ -40,7 +42,7 @@ def durations(text: str) -> dict[str, float]:
     for line in text.splitlines():
         match = LINE.match(line)
         if match:
-            found[match[3]] += float(match[1])
+            found[match[2]] += float(match[1])
     return dict(found)
 
 
