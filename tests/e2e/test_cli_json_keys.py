@@ -6,12 +6,16 @@ the values that are the user's own data (a run's input and outputs, a resource's
 spec, a published update's data), which are printed as the user wrote them. The list
 of commands is read from the CLI itself, so a new `--json` command without a case
 here fails the test.
+
+The commands run in this process (click's CliRunner), not as ~45 `wfrun` processes:
+what is checked is the spelling of the documents the commands build, not the process
+boundary (tests/e2e/test_cli_*.py run each command as a process), and 45 interpreter
+start-ups were most of this test's 54-65 s under load. `wfrun ui` is a real server.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import signal
@@ -25,11 +29,12 @@ from typing import Any
 import click
 import httpx
 import pytest
+from click.testing import CliRunner
 from waiting import wait_for_line
 
 from runner.cli.app import COMMANDS, cli
 
-# About 35 CLI processes and a `wfrun ui`: generous on a loaded machine.
+# About 45 commands and a `wfrun ui`: generous on a loaded machine.
 pytestmark = pytest.mark.timeout(300)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -117,10 +122,8 @@ class Project:
 
     def out(self, *args: str, codes: tuple[int, ...] = (0,)) -> list[Any]:
         """The JSON documents a command printed (JSON Lines or one document)."""
-        done = subprocess.run([sys.executable, "-m", "runner", "--project", str(self.root),
-                               *args], capture_output=True, text=True, timeout=60,
-                              cwd=self.root, env=dict(os.environ))
-        assert done.returncode in codes, (args, done.stderr)
+        done = CliRunner().invoke(cli, ["--project", str(self.root), *args], prog_name="wfrun")
+        assert done.exit_code in codes, (args, done.stderr, done.exc_info)
         text = done.stdout.strip()
         try:
             return [json.loads(text)]

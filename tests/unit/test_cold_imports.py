@@ -1,9 +1,13 @@
-"""What a command does NOT import (issue 34 item 11, cold start): a ratchet.
+"""What a command does NOT import (issues 15 and 34 item 11, cold start): a ratchet.
 
 Every `wfrun` process pays for what it imports, and agents and hooks start hundreds.
-Each test runs a real `wfrun` command in a fresh interpreter (`python -X importtime
--m runner ...`, in a project made by `wfrun init`) and asserts which heavy modules it
-never loaded. Behavioural, not timed: bench/bench_cli_start.py measures the time.
+Each test runs a real `wfrun` command in a fresh interpreter, as `python -m runner ...`
+runs it, and reads the modules it imported from `sys.modules` when it exits (written by
+the test's own `-c` wrapper, not by the product, so a module loaded through importlib
+is seen too); it names, per command, the layers and libraries the command must not pay
+for. If a package `__init__` loaded everything again, or a view imported the
+coordinator at module level, these tests fail. Behavioural, not timed:
+bench/bench_cli_start.py measures the time.
 The store's lazy names and parts are checked here too: the package loads a
 submodule when a name is first read, and a store builds a part when first used.
 """
@@ -24,65 +28,180 @@ import pytest
 import runner
 import runner.store
 
-#: Loaded by no command below: the Postgres driver, the web stack, the controller side.
-NEVER = ("psycopg", "psycopg_pool", "starlette", "uvicorn", "runner.ui", "runner.controllers")
-#: What a store view needs none of: tables, schema checks, the compiler's parsers, the
-#: engine, the controller side's records and the parts of the store it does not read.
-NOT_FOR_VIEWS = ("rich", "jsonschema", "referencing", "jinja2", "ruamel.yaml",
-                 "runner.compiler._model", "runner.engine._runner", "runner.launch",
-                 "runner.store._controller_interface", "runner.store.domain._fanout",
-                 "runner.store.domain._triggers", "runner.store.postgres")
+#: Never needed by --help, status, runs, show or validate.
+NEVER = ("runner.controllers", "runner.ui", "starlette", "uvicorn", "mcp", "anyio",
+         "runner.host._daemon", "runner.host.bridge", "runner.host.mcp", "runner.host.inprocess",
+         "runner.host.session", "runner.host.runtime._foreground", "runner.host.runtime._devmode",
+         "runner.host.runtime._watch", "watchdog", "networkx", "runner.launch",
+         "psycopg", "psycopg_pool", "runner.store.postgres")
+#: The engine's run loop, node kinds and executors: only running a workflow needs them.
+EXECUTOR = ("runner.engine._engine", "runner.engine._runner", "runner.engine._nodes",
+            "runner.engine._agent", "runner.engine.executors", "runner.engine._context",
+            "runner.engine._hooks", "runner.engine._secrets", "runner.engine._procs")
+#: The compiler's checks and what they load (YAML, Jinja2, JSON Schema): only compiling
+#: a definition needs them; finding the project needs just `runner.compiler._discovery`.
+COMPILING = ("runner.compiler._compile", "runner.compiler._parse", "runner.compiler._templates",
+             "runner.compiler._yamlio", "runner.compiler._graph", "runner.compiler._references",
+             "runner.compiler._jsonschemas", "runner.compiler._model", "jinja2", "markupsafe",
+             "ruamel", "_ruamel_yaml", "jsonschema", "referencing")
+#: The store and a run's bundle: not for --help or validate.
+RUNTIME = ("runner.engine", "runner.store", "sqlite3", "runner.host")
+#: What a store view needs none of besides the above: tables, and the parts of the
+#: store it does not read (the controller side's records, fan-out, triggers).
+NOT_FOR_VIEWS = ("rich", "runner.store._controller_interface", "runner.store.domain._fanout",
+                 "runner.store.domain._triggers")
+#: Every command module but the one a test runs (each test drops its own).
+COMMAND_MODULES = tuple(f"runner.cli.{m}" for m in (
+    "bridge", "controllers", "definitions", "dev", "host", "housekeeping", "integrate",
+    "launches", "logs", "mcp", "runs", "ui"))
+#: `--help` and the Claude Code hook may import no other wfrun module than these.
+HELP_MODULES = {"runner", "runner.__main__", "runner.cli", "runner.cli.app", "runner.clock",
+                "runner.errors"}
+HOOK_MODULES = {"runner", "runner.__main__", "runner.cli", "runner.clock", "runner.errors",
+                "runner.host", "runner.host.mcp", "runner.host.mcp._hook",
+                "runner.host.mcp._channel", "runner.host.mcp._sessionlog",
+                "runner._jsonin"}  # Claude's event on stdin, read bounded (stdlib only)
+GREET = ("input:\n  type: object\n  properties: {name: {type: string}}\nstart: hello\n"
+         'nodes:\n  hello: {compute: "{{ \'hi \' ~ (input.name | default(\'x\')) }}"}\n')
+
+#: `python -m runner ARGS`, writing sys.modules at exit (also after sys.exit) to a file.
+WRAPPER = ("import atexit, json, os, runpy, sys\n"
+           "def dump():\n"
+           "    with open(os.environ['COLD_START_MODULES'], 'w') as fh:\n"
+           "        json.dump(sorted(sys.modules), fh)\n"
+           "atexit.register(dump)\n"
+           "runpy.run_module('runner', run_name='__main__', alter_sys=True)\n")
 
 
-def _loaded(project: Path, *args: str) -> set[str]:
-    """The modules one `wfrun ARGS` process imported (it must succeed)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WFRUN_")}
-    env["WFRUN_HOME"] = str(project.parent / "home")
-    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "runner", *args],
-                         cwd=project, env=env, capture_output=True, text=True, timeout=120,
-                         check=False)
+def imported(root: Path, *args: str, stdin: str | None = None) -> tuple[
+        subprocess.CompletedProcess[str], set[str]]:
+    """One `wfrun ARGS` process in project `root`: its result and the modules it loaded."""
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith(("PYTHON", "WFRUN_", "CLAUDE"))}
+    dump = root / "modules.json"
+    dump.unlink(missing_ok=True)
+    out = subprocess.run([sys.executable, "-c", WRAPPER, *args], cwd=root, text=True,
+                         capture_output=True, timeout=100, input=stdin,
+                         stdin=None if stdin is not None else subprocess.DEVNULL,
+                         env={**base, "WFRUN_HOME": str(root / "home"),
+                              "COLD_START_MODULES": str(dump)})
     assert out.returncode == 0, out.stderr[-2000:]
-    return {line.rsplit("|", 1)[1].strip() for line in out.stderr.splitlines()
-            if line.startswith("import time:") and "|" in line}
+    modules = set(json.loads(dump.read_text()))
+    assert "runner.cli" in modules, out.stderr[-2000:]
+    return out, modules
 
 
-def _none_of(loaded: set[str], heavy: tuple[str, ...]) -> list[str]:
-    return sorted(m for m in loaded if any(m == h or m.startswith(h + ".") for h in heavy))
+def loaded(modules: set[str], names: tuple[str, ...]) -> list[str]:
+    return sorted(m for m in modules if any(m == n or m.startswith(n + ".") for n in names))
+
+
+def others(*own: str) -> tuple[str, ...]:
+    return tuple(m for m in COMMAND_MODULES if m not in own)
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    """A project with one workflow and no store yet."""
+    (tmp_path / ".wfrun" / "workflows").mkdir(parents=True)
+    (tmp_path / ".wfrun" / "workflows" / "greet.yaml").write_text(GREET)
+    return tmp_path
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("cold") / "proj"
-    root.mkdir()
-    _loaded(root, "init", ".")
-    _loaded(root, "run", "hello", "-i", "name=cold", "--json")  # one finished run
-    return root
+def used(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
+    """A project with one finished foreground run and one queued launch."""
+    root = tmp_path_factory.mktemp("cold")
+    (root / ".wfrun" / "workflows").mkdir(parents=True)
+    (root / ".wfrun" / "workflows" / "greet.yaml").write_text(GREET)
+    done = json.loads(imported(root, "run", "greet", "-i", "name=cold", "--json")[0].stdout)
+    queued = json.loads(imported(root, "start", "greet", "--json")[0].stdout)
+    return root, done["run_id"], queued["run_id"]
 
 
-def test_version_loads_no_store_no_metadata_and_no_dataclasses(project: Path) -> None:
-    loaded = _loaded(project, "--version")
-    assert _none_of(loaded, ("runner.store", "runner.host", "runner.compiler",
-                             "importlib.metadata", "dataclasses", *NEVER)) == []
+def test_version_loads_no_store_no_metadata_and_no_dataclasses(root: Path) -> None:
+    out, modules = imported(root, "--version")
+    assert out.stdout.strip() == f"wfrun, version {runner.__version__}"
+    assert loaded(modules, ("runner.store", "runner.host", "runner.compiler",
+                            "importlib.metadata", "dataclasses", *NEVER)) == []
 
 
-def test_help_lists_commands_without_loading_them(project: Path) -> None:
-    loaded = _loaded(project, "--help")
-    assert _none_of(loaded, ("runner.store", "runner.host", "runner.cli.runs",
-                             "runner.cli.launches", *NEVER)) == []
+def test_help_imports_no_command_module_and_no_runtime(root: Path) -> None:
+    out, modules = imported(root, "--help")
+    assert "  validate  " in out.stdout
+    assert sorted(m for m in modules if m.startswith("runner") and m not in HELP_MODULES) == []
+    assert loaded(modules, (*NEVER, *RUNTIME, *COMPILING, "rich")) == []
 
 
-@pytest.mark.parametrize("args", [("status",), ("status", "--json")])
-def test_status_reads_the_queue_without_tables_schemas_or_the_controller_side(
-        project: Path, args: tuple[str, ...]) -> None:
-    loaded = _loaded(project, *args)
-    assert "runner.store.sqlite._store" in loaded  # it does read the store
-    assert _none_of(loaded, (*NOT_FOR_VIEWS, *NEVER, "logging")) == []
+def test_subcommand_help_loads_its_module_only(root: Path) -> None:
+    out, modules = imported(root, "start", "--help")
+    assert "--wait" in out.stdout
+    # click's exit for --help is not a store error: the store is not loaded to say so.
+    assert loaded(modules, (*NEVER, *RUNTIME, *COMPILING, *EXECUTOR, "rich",
+                            *others("runner.cli.launches", "runner.cli.runs"))) == []
 
 
-def test_runs_prints_a_table_without_compiling_or_the_controller_side(project: Path) -> None:
-    loaded = _loaded(project, "runs")
-    assert "rich.table" in loaded
-    assert _none_of(loaded, tuple(h for h in NOT_FOR_VIEWS if h != "rich") + NEVER) == []
+def test_status_on_an_empty_store_reads_the_store_only(root: Path) -> None:
+    out, modules = imported(root, "status")
+    assert "no queued, starting, running or parked launches" in out.stderr
+    assert "runner.store.sqlite._store" in modules
+    assert loaded(modules, (*NEVER, *EXECUTOR, *COMPILING, *NOT_FOR_VIEWS, "logging",
+                            *others("runner.cli.launches", "runner.cli.runs"))) == []
+    # Nothing in flight: no bundle is read and no source re-hashed; a user folder is
+    # given (WFRUN_HOME), so no platform folder is looked up; no store file is copied.
+    assert loaded(modules, ("runner.engine._reader", "runner.host.runtime._views",
+                            "runner.host.runtime._drift", "platformdirs", "shutil")) == []
+
+
+def test_status_and_why_of_launches_load_no_executor(used: tuple[Path, str, str]) -> None:
+    root, done, queued = used
+    out, modules = imported(root, "status")  # lists the queued launch, re-hashes its source
+    assert f"{queued}  queued" in out.stdout
+    assert "runner.store.sqlite._store" in modules
+    assert loaded(modules, (*NEVER, *EXECUTOR, *COMPILING, *NOT_FOR_VIEWS, "logging",
+                            *others("runner.cli.launches", "runner.cli.runs"))) == []
+    out, modules = imported(root, "status", "--json")
+    assert [launch["run_id"] for launch in json.loads(out.stdout)["launches"]] == [queued]
+    assert loaded(modules, (*NEVER, *EXECUTOR, *COMPILING, *NOT_FOR_VIEWS, "logging")) == []
+    out, modules = imported(root, "status", done, "--json")  # the launch row and its bundle
+    assert json.loads(out.stdout)["status"] == "completed"
+    assert loaded(modules, (*NEVER, *EXECUTOR, *COMPILING, "rich")) == []
+    # `why` of a queued launch compiles it again (has its definition changed?): the
+    # compiler, but still no run loop, coordinator or watcher.
+    out, modules = imported(root, "why", queued)
+    assert "queued as a detached launch" in out.stdout
+    assert "runner.compiler._compile" in modules
+    assert loaded(modules, (*NEVER, *EXECUTOR, "rich")) == []
+
+
+def test_runs_and_show_read_rows_and_bundles_only(used: tuple[Path, str, str]) -> None:
+    root, done, _ = used
+    out, modules = imported(root, "runs")  # a table: rich, but nothing compiled
+    assert done in out.stdout
+    assert "rich.table" in modules
+    assert loaded(modules, (*NEVER, *EXECUTOR, *COMPILING, *NOT_FOR_VIEWS[1:],
+                            *others("runner.cli.runs", "runner.cli.tables"))) == []
+    out, modules = imported(root, "show", done)
+    assert "completed" in out.stdout
+    assert loaded(modules, (*NEVER, *EXECUTOR, *COMPILING,
+                            *others("runner.cli.runs", "runner.cli.tables"))) == []
+
+
+def test_validate_imports_the_compiler_only(root: Path) -> None:
+    out, modules = imported(root, "validate", "greet")
+    assert out.stdout.startswith("ok greet sha256:")
+    assert "runner.compiler._compile" in modules
+    # networkx builds the graph for `wfrun graph` and the engine; checking never needs it.
+    assert loaded(modules, (*NEVER, *RUNTIME, "rich", *others("runner.cli.definitions"))) == []
+
+
+def test_claude_code_hook_skips_click_and_every_other_layer(root: Path) -> None:
+    event = {"hook_event_name": "Stop", "session_id": "cold-start", "cwd": str(root),
+             "stop_hook_active": False}
+    out, modules = imported(root, "hook", "claude-code", stdin=json.dumps(event))
+    assert out.stdout == ""  # nothing to deliver, no server for this "Claude process"
+    assert sorted(m for m in modules if m.startswith("runner") and m not in HOOK_MODULES) == []
+    assert loaded(modules, ("click", "rich", "mcp", "anyio", "watchdog", "networkx", "sqlite3",
+                            *COMPILING)) == []
 
 
 def test_the_version_is_the_installed_one() -> None:

@@ -142,7 +142,7 @@ def _running(reader: RunReader, events: list[dict[str, Any]],
     started = next((e for e in reversed(events) if e.get("type") == "node_started"
                     and e.get("node") == node), None)
     # The kind table is the compiler's: read it only here, so `runs` and `status`
-    # (which import this module) never load the compiler (tests/e2e/test_cli_cold_start).
+    # (which import this module) never load the compiler (tests/unit/test_cold_imports.py).
     from runner.compiler._fanout import FANOUT_KINDS
 
     if started is not None and (started.get("payload") or {}).get("kind") in {

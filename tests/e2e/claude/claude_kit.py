@@ -14,11 +14,13 @@ by the real `wfrun integrate claude-code`, so Claude Code starts `wfrun mcp
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -212,15 +214,62 @@ def cc(tmp_path: Path) -> Iterator[ClaudeWorld]:
     assert not server.script_errors, server.script_errors
 
 
+def _idle_ticks() -> tuple[int, int] | None:
+    """(idle, total) clock ticks of all cores since boot (/proc/stat), None if unknown."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    except OSError:
+        return None
+    ticks = [int(v) for v in fields[1:]]
+    return ticks[3] + ticks[4], sum(ticks)  # idle + iowait, all
+
+
 @pytest.fixture
 def busy_cores() -> Iterator[int]:
-    """One busy loop per core for the test's length: Claude Code's wait for the MCP
-    server and its hooks must hold on a loaded machine (issue 33)."""
-    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
-             for _ in range(os.cpu_count() or 2)]
+    """Every core busy for the test's length: Claude Code's wait for the MCP server and
+    its hooks must hold on a loaded machine (issue 33).
+
+    The busy loops fill only what is idle. A watcher reads the cores' idle time every
+    0.2 s and starts another loop (up to one per core) whenever they were idle for more
+    than a tenth of it; the first look is taken before the test starts. On a quiet
+    machine that is one loop per core from the start, as it always was; on a machine
+    already kept busy (CI's own busy loops, issue 34 item 11) it adds no loop, where
+    ten tests' worth of extra loops took about a core-minute from the tests beside them.
+    Without /proc/stat, one loop per core.
+    """
+    cores = os.cpu_count() or 2
+    loops: list[subprocess.Popen[bytes]] = []
+    stop = threading.Event()
+
+    def add(count: int) -> None:
+        for _ in range(min(count, cores - len(loops))):
+            loops.append(subprocess.Popen([sys.executable, "-c", "while True: pass"]))
+
+    def idle_cores(window: float) -> float | None:
+        before = _idle_ticks()
+        if stop.wait(window) or before is None or (after := _idle_ticks()) is None:
+            return None
+        idle, total = after[0] - before[0], after[1] - before[1]
+        return cores * idle / total if total > 0 else 0.0
+
+    first = idle_cores(0.2)
+    add(cores if first is None else math.ceil(first - 0.1 * cores))
+
+    def watch() -> None:
+        while not stop.is_set() and len(loops) < cores:
+            idle = idle_cores(0.2)
+            if idle is not None and idle > 0.1 * cores:
+                add(math.ceil(idle - 0.1 * cores))
+
+    watcher = threading.Thread(target=watch, name="busy-cores", daemon=True)
+    if first is not None:
+        watcher.start()
     try:
-        yield len(loops)
+        yield cores
     finally:
+        stop.set()
+        if watcher.is_alive():
+            watcher.join(timeout=5)
         for loop in loops:
             loop.kill()
         for loop in loops:
