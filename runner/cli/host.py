@@ -21,7 +21,6 @@ from runner.host._daemon import (
     host_lock,
 )
 from runner.host._metrics import for_host, parse_address
-from runner.host.runtime._controllers import discover, load_all, make_manager
 from runner.host.runtime._launches import book
 from runner.host.runtime._local import open_store
 
@@ -93,7 +92,9 @@ def host_cmd(ctx: Context, agent: str | None, once: bool, max_runs: int, process
         store = open_store(ws)
         executor = ctx.executor(agent, ws.clock)
     manager = None
-    if not no_controllers:
+    if not no_controllers:  # the controller side loads only for a host that runs it
+        from runner.host.runtime._controllers import discover, load_all, make_manager
+
         entries = discover(ws, ctx.user_dir)
         if any(e.result.valid and e.shadowed_by is None for e in entries):
             manager = make_manager(ws, store, entries, executor=executor,
