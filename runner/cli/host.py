@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from contextlib import nullcontext
 from types import FrameType
 from typing import TYPE_CHECKING
 
@@ -26,7 +27,6 @@ from runner.host.runtime._local import open_store
 
 from .app import cli
 from .context import Context, not_loaded
-from .progress import Progress
 from .runs import agent_option, workspace
 
 if TYPE_CHECKING:
@@ -107,7 +107,13 @@ def host_cmd(ctx: Context, agent: str | None, once: bool, max_runs: int, process
         if not quiet:
             click.echo(f"wfrun host: {_ended_line(store, run_id, outcome)}", err=True)
 
-    with Progress(quiet=quiet or not sys.stderr.isatty()) as progress:
+    # A live view only on a terminal: a quiet or piped host loads no rich at all.
+    view = None
+    if not quiet and sys.stderr.isatty():
+        from .progress import Progress
+
+        view = Progress()
+    with view or nullcontext() as progress:
         host = StandaloneHost(ws, store, executor=executor, manager=manager,
                               max_runs=max_runs, observer=progress, lease_seconds=lease,
                               poll=poll, on_run_ended=ended, lock=lock, pool=pool,

@@ -18,9 +18,11 @@ from pathlib import Path
 import pytest
 
 #: The controller side, the HTTP client channels post with, the webhook server and the
-#: trigger loop (`--once` fires no trigger): none is used by `host --once --no-controllers`.
+#: trigger loop (`--once` fires no trigger), the live view (rich: a terminal's, not `-q`):
+#: none is used by `host --once --no-controllers -q`.
 UNUSED = ("runner.controllers", "runner.host.runtime._controllers", "urllib.request",
-          "http.server", "runner.host.runtime._webhooks", "runner.host.runtime._triggers")
+          "http.server", "runner.host.runtime._webhooks", "runner.host.runtime._triggers",
+          "rich")
 
 FLOW = """\
 name: fan
