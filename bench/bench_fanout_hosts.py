@@ -3,6 +3,7 @@
     .venv/bin/python bench/bench_fanout_hosts.py            # both parts, full sizes
     .venv/bin/python bench/bench_fanout_hosts.py --part pg  # or --part huey
     .venv/bin/python bench/bench_fanout_hosts.py --smoke    # tiny sizes, seconds
+    .venv/bin/python bench/bench_fanout_hosts.py --part huey --instructions 100  # callgrind
 
 Part `pg`: a 10,000-item map of shell items (`printenv WFRUN_RUNNER_MARK`, which names
 the runner process that ran it) at max_concurrency 32 drains on Postgres with 1, 2 and
@@ -22,8 +23,10 @@ compiled first, as pip compiles an installed package's and did huey's), the run
 checked `completed`. Rounds interleave the systems (`--before DIR` adds wfrun from an older
 copy, A/B); printed: median wall, floor/wall (floor: items x 0.1 s / 16), the ratio
 to huey, and per item the CPU of the process and its children (rusage) and their
-user-space instructions (`perf stat`, when present; the `sleep` children count alike
-on both sides).
+user-space instructions (`perf stat`, when it can count; the `sleep` children count
+alike on both sides). `--instructions N` runs N items of `sleep 0.01` instead, each
+timed process under callgrind (the process alone, start-up included: the steady figure
+on a shared VM without hardware counters).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import argparse
 import collections
 import json
 import os
+import re
 import resource
 import secrets
 import shutil
@@ -93,11 +97,17 @@ class Measured:
     """One timed process: wall from its spawn to its exit, the CPU of it and its
     children (rusage), and their user-space instructions (`perf stat`, when present)."""
 
+    #: Count with callgrind instead of `perf stat` (`--instructions`: this VM has no
+    #: hardware counters); only the timed process itself, not its `sleep` children.
+    callgrind = False
+
     def __init__(self, argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> None:
-        perf = shutil.which("perf")
+        perf = None if self.callgrind else shutil.which("perf")
         out = Path(tempfile.mkstemp(suffix=".perf")[1])
         if perf:
             argv = [perf, "stat", "-x", ",", "-e", "instructions:u", "-o", str(out), *argv]
+        elif self.callgrind:
+            argv = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *argv]
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
         self.done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True,
@@ -113,6 +123,10 @@ class Measured:
                     and fields[0].isdigit():
                 self.instructions = float(fields[0])
         out.unlink(missing_ok=True)
+        found = re.search(r"Collected\s*:\s*(\d+)", self.done.stderr) if self.callgrind \
+            else None
+        if found is not None:
+            self.instructions = float(found.group(1))
         if self.done.returncode not in (0, 1):
             raise SystemExit(f"{argv[-6:]}: {self.done.stderr[-2000:]}")
 
@@ -310,11 +324,18 @@ def main() -> None:
     parser.add_argument("--before", type=Path, default=None,
                         help="huey part: also run wfrun from this copy of an older `runner` "
                         "(`git archive COMMIT runner | tar -x -C DIR`), interleaved")
+    parser.add_argument("--instructions", type=int, default=0, metavar="N",
+                        help="huey part: N items of `sleep 0.01` instead, each timed process "
+                        "under callgrind (user-space instructions per item, start-up included; "
+                        "slow: ~50x)")
     args = parser.parse_args()
     print(f"# bench_fanout_hosts  {machine()}  runner from {ROOT}")
     if args.part in ("huey", "both"):
         if args.smoke:
             huey_part(24, 4, 0.01, args.venv, True, 1, args.before)
+        elif args.instructions:
+            Measured.callgrind = True
+            huey_part(args.instructions, 16, 0.01, args.venv, False, args.rounds, args.before)
         else:
             huey_part(1_000, 16, 0.1, args.venv, False, args.rounds, args.before)
     if args.part in ("pg", "both"):

@@ -169,6 +169,8 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
     """Mask the known `secrets` (exact values and their common encodings, longest
     first) and anything that looks like a credential. Ordinary words are left alone;
     see the module docstring."""
+    if not text:  # a silent step's stderr: 13 pattern passes over nothing (~15 µs)
+        return text
     for secret in _known(secrets):
         text = text.replace(secret, REDACTED)
     for pattern, mask in _masks():

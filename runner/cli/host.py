@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from contextlib import nullcontext
 from types import FrameType
 from typing import TYPE_CHECKING
 
@@ -21,13 +22,11 @@ from runner.host._daemon import (
     host_lock,
 )
 from runner.host._metrics import for_host, parse_address
-from runner.host.runtime._controllers import discover, load_all, make_manager
 from runner.host.runtime._launches import book
 from runner.host.runtime._local import open_store
 
 from .app import cli
 from .context import Context, not_loaded
-from .progress import Progress
 from .runs import agent_option, workspace
 
 if TYPE_CHECKING:
@@ -93,7 +92,9 @@ def host_cmd(ctx: Context, agent: str | None, once: bool, max_runs: int, process
         store = open_store(ws)
         executor = ctx.executor(agent, ws.clock)
     manager = None
-    if not no_controllers:
+    if not no_controllers:  # the controller side loads only for a host that runs it
+        from runner.host.runtime._controllers import discover, load_all, make_manager
+
         entries = discover(ws, ctx.user_dir)
         if any(e.result.valid and e.shadowed_by is None for e in entries):
             manager = make_manager(ws, store, entries, executor=executor,
@@ -106,7 +107,13 @@ def host_cmd(ctx: Context, agent: str | None, once: bool, max_runs: int, process
         if not quiet:
             click.echo(f"wfrun host: {_ended_line(store, run_id, outcome)}", err=True)
 
-    with Progress(quiet=quiet or not sys.stderr.isatty()) as progress:
+    # A live view only on a terminal: a quiet or piped host loads no rich at all.
+    view = None
+    if not quiet and sys.stderr.isatty():
+        from .progress import Progress
+
+        view = Progress()
+    with view or nullcontext() as progress:
         host = StandaloneHost(ws, store, executor=executor, manager=manager,
                               max_runs=max_runs, observer=progress, lease_seconds=lease,
                               poll=poll, on_run_ended=ended, lock=lock, pool=pool,

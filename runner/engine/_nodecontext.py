@@ -77,6 +77,11 @@ class FanoutPort(Protocol):
 
     def live(self, value: Any) -> Any: ...
 
+    def record_logs(self, logs: list[tuple[str, str, dict[str, Any]]]) -> None:
+        """Logs items kept elsewhere (`NODE[i]`, attempt, log as `StepLogs.record` takes
+        it): recorded in the run's trace in one write."""
+        ...
+
     def run(self, ctx: NodeContext) -> NodeResult:
         """Run the fan-out node `ctx` is for (engine/_fanout.py)."""
         ...

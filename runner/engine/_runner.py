@@ -251,16 +251,27 @@ class RunDriver:
 
     def record_log(self, node: str, attempt: str, stdout: str, stderr: str,
                    stdout_cut: bool = False, stderr_cut: bool = False,
-                   exit_code: int | None = None) -> None:
+                   exit_code: int | None = None, *, hold: bool = False) -> None:
         """One attempt's stdout and stderr (`wfrun logs`): bounded, masked by `emit`,
-        long streams in artifacts/ by the size rule."""
+        long streams in artifacts/ by the size rule. `hold`: written with the next
+        event or `flush_held` (`record_logs`)."""
         # stderr is diagnostics: credential-shaped text is redacted as well (runner._safety).
         out, err = bound(stdout, LOG_CAP), bound(redact(stderr), LOG_CAP)
         self._logs[attempt] = self._logs.get(attempt, 0) + 1  # names the next live log
         self.emit("node_log", {"stdout": out, "stderr": err,
                                "stdout_truncated": stdout_cut or out != stdout,
                                "stderr_truncated": stderr_cut or err != stderr,
-                               "exit_code": exit_code}, node=node, attempt=attempt)
+                               "exit_code": exit_code}, node=node, attempt=attempt, hold=hold)
+
+    def record_logs(self, logs: list[tuple[str, str, dict[str, Any]]]) -> None:
+        """Logs items kept elsewhere (node, attempt, log as the host's item recorded it:
+        `_itemhost._Recorder`), each checked as `record_log` does, in one trace write."""
+        for node, attempt, log in logs:
+            self.record_log(node, attempt, str(log.get("stdout", "")),
+                            str(log.get("stderr", "")), bool(log.get("stdout_truncated")),
+                            bool(log.get("stderr_truncated")), log.get("exit_code"),
+                            hold=True)
+        self.flush_held()
 
     def live_log(self, node: str, attempt: str, extra: tuple[str, ...],
                  cap_chars: int) -> LiveLog:
@@ -649,6 +660,9 @@ class _Fanout:
 
     def live(self, value: Any) -> Any:
         return self._driver.live(value)
+
+    def record_logs(self, logs: list[tuple[str, str, dict[str, Any]]]) -> None:
+        self._driver.record_logs(logs)
 
     def run(self, ctx: NodeContext) -> NodeResult:
         return run_fanout(ctx, self)

@@ -28,10 +28,10 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from runner._leases import LEASE_SECONDS
 from runner._private import private_dirs
-from runner.controllers import ControllerManager
 from runner.engine import AgentStepExecutor, RunControl, RunOutcome
 from runner.engine import _tracing as tracing
 from runner.engine._processes import (
@@ -63,9 +63,14 @@ from .runtime._channels import ChannelDeliverer, DeliveryPass, load_channels
 from .runtime._coordinators import build_coordinator
 from .runtime._errors import translate
 from .runtime._local import Workspace
-from .runtime._triggers import HostTriggers
 from .runtime._watch import Drift, Sourced, SourceWatch
-from .runtime._webhooks import WebhookServer
+
+if TYPE_CHECKING:  # loaded when used: a host without them (`--once`, no `--listen`,
+    # `--no-controllers`) does not pay for the controller side or an HTTP server
+    from runner.controllers import ControllerManager
+
+    from .runtime._triggers import HostTriggers
+    from .runtime._webhooks import WebhookServer
 
 log = logging.getLogger(__name__)
 __all__ = ["LEASE_SECONDS", "HostLock", "HostReport", "StandaloneHost", "WorkerSettings",
@@ -352,6 +357,8 @@ class StandaloneHost:
             self.lock.acquire()
         try:
             if not once:
+                from .runtime._triggers import HostTriggers
+
                 manager = self.manager
                 self.triggers = HostTriggers(
                     self.ws, self.store, self.coordinator,
@@ -361,6 +368,8 @@ class StandaloneHost:
                     enqueue=manager.enqueue if manager else None,
                     counted=self._count_slots if self.metrics.enabled else None)
                 if self.listen is not None:  # a refused address: before anything runs
+                    from .runtime._webhooks import WebhookServer
+
                     self.webhooks = WebhookServer(
                         self.listen, self.triggers.loop, self.triggers.served, os.environ,
                         counted=self.metrics.webhook_delivery if self.metrics.enabled

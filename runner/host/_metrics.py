@@ -24,13 +24,15 @@ import ipaddress
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from runner.controllers import ControllerManager
 from runner.engine._runner import Observer
 from runner.engine._state import RunState
 from runner.errors import InputError, OperationFailed
 from runner.store import LAUNCH_STATUSES, LaunchBook, Store
+
+if TYPE_CHECKING:  # the controller side: only a host that runs controllers loads it
+    from runner.controllers import ControllerManager
 
 log = logging.getLogger(__name__)
 

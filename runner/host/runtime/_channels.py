@@ -28,8 +28,6 @@ import hashlib
 import hmac
 import json
 import os
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -127,6 +125,13 @@ def _http(url: str) -> bool:
 
 def post(url: str, body: bytes, headers: Mapping[str, str]) -> Sent:
     """POST once with a timeout, following no redirect; errors never show the URL."""
+    import urllib.error  # here, not at import: every host makes a deliverer, few send
+    import urllib.request
+
+    class _NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+            return None  # a 3xx is an error: a signed body is not sent on elsewhere
+
     request = urllib.request.Request(url, data=body, method="POST", headers=dict(headers))
     opener = urllib.request.build_opener(_NoRedirect)
     try:
@@ -140,11 +145,6 @@ def post(url: str, body: bytes, headers: Mapping[str, str]) -> Sent:
         reason = getattr(exc, "reason", exc)
         text = getattr(reason, "strerror", None) or type(reason).__name__
         return Sent(False, f"cannot connect: {text}", retry=True)
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None  # a 3xx is an error: a signed body is not sent on elsewhere
 
 
 @dataclass
