@@ -115,7 +115,10 @@ def _patterns() -> tuple[re.Pattern[str], ...]:
         re.compile(r"(?<![A-Za-z0-9])(?<!sha256:)(?<!sha1:)"
                    r"(?P<s>(?=[A-Za-z]*[0-9])(?=[0-9]*[A-Za-z])[A-Za-z0-9]{32,})(?![A-Za-z0-9])"),
         # Credentials inside URLs: scheme://user:password@host.
-        re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://(?!\[redacted\])(?P<s>[^/\s:@]+:[^/\s@]+)@"),
+        # The scheme is bounded: unbounded, a run like "ab.ab.ab..." was scanned to its
+        # end from every word start (quadratic: 64 KB of such output took seconds).
+        re.compile(r"(?i)\b[a-z][a-z0-9+.-]{0,63}://(?!\[redacted\])"
+                   r"(?P<s>[^/\s:@]+:[^/\s@]+)@"),
     )
 
 

@@ -3,9 +3,12 @@ a strict UTF-8 byte bound that never splits a character (runner._safety)."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from waiting import DEADLINE
 
 from runner import _safety as safety
 from runner._safety import (
@@ -286,3 +289,17 @@ def test_an_encoding_equal_to_the_value_is_not_listed_twice() -> None:
     assert safety.mask_values(["plain-token-value"]) == ("cGxhaW4tdG9rZW4tdmFsdWU=",
                                                          "cGxhaW4tdG9rZW4tdmFsdWU",
                                                          "plain-token-value")
+
+
+@pytest.mark.parametrize("shape", ["ab.", "ab-", "a1.", 'token:"a', "a:b@", "h://a:b"])
+def test_redacting_hostile_output_takes_time_in_proportion_to_its_length(shape: str) -> None:
+    """A step's output is redacted before it is recorded: a pattern that scanned to the
+    end of a run from each word in it (the URL scheme did) made 200 KB of `ab.ab.ab...`
+    take minutes. Linear, it takes well under a second; the deadline only catches the
+    quadratic case, hundreds of times slower."""
+    text = shape * (200_000 // len(shape))
+    done: list[str] = []
+    worker = threading.Thread(target=lambda: done.append(redact(text)), daemon=True)
+    worker.start()
+    worker.join(DEADLINE)
+    assert done, f"redacting 200 KB of {shape!r}... did not end within {DEADLINE} s"
