@@ -34,6 +34,11 @@ NOT_FOR_VIEWS = ("rich", "jsonschema", "referencing", "jinja2", "ruamel.yaml",
                  "runner.store.domain._triggers", "runner.store.postgres")
 
 
+#: What compiling a workflow needs and a kept one (compiler/_stored.py) does not.
+COMPILING = ("ruamel.yaml", "runner.compiler._compile", "runner.compiler._yamlio",
+             "runner.compiler._parse", "runner.compiler._docshape", "runner.compiler._graph")
+
+
 def _loaded(project: Path, *args: str) -> set[str]:
     """The modules one `wfrun ARGS` process imported (it must succeed)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("WFRUN_")}
@@ -56,6 +61,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root.mkdir()
     _loaded(root, "init", ".")
     _loaded(root, "run", "hello", "-i", "name=cold", "--json")  # one finished run
+    _loaded(root, "list", "--json")  # every workflow compiled once, and kept
     return root
 
 
@@ -83,6 +89,17 @@ def test_runs_prints_a_table_without_compiling_or_the_controller_side(project: P
     loaded = _loaded(project, "runs")
     assert "rich.table" in loaded
     assert _none_of(loaded, tuple(h for h in NOT_FOR_VIEWS if h != "rich") + NEVER) == []
+
+
+@pytest.mark.parametrize("args", [("run", "hello", "-i", "name=again", "--json"),
+                                  ("list", "--json")])
+def test_run_and_list_read_kept_definitions_without_compiling_or_rich(
+        project: Path, args: tuple[str, ...]) -> None:
+    """A workflow compiled by an earlier process is read back, not compiled again; a
+    run's progress off a terminal is plain lines (cli/progress.py)."""
+    loaded = _loaded(project, *args)
+    assert "runner.compiler._stored" in loaded
+    assert _none_of(loaded, (*COMPILING, "rich", *NEVER)) == []
 
 
 def test_the_version_is_the_installed_one() -> None:
