@@ -127,7 +127,7 @@ def validate_cmd(ctx: Context, refs: tuple[str, ...], fmt: str, as_json: bool) -
                 == click.core.ParameterSource.COMMANDLINE and fmt != "json":
             raise InputError(f"--json and --format {fmt} disagree: give one of them")
         fmt = "json"
-    from runner.compiler import Compiler, Diagnostic
+    from runner.compiler import Compiler, CompileResult, Diagnostic
 
     catalog = ctx.catalog("workflows")
     compiler = Compiler(catalog)

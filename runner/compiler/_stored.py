@@ -38,6 +38,7 @@ import os
 import pickle
 import stat
 import sys
+import threading
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -198,7 +199,7 @@ class DefinitionCache:
         if not _private_to_me(os.lstat(self.folder), stat.S_ISDIR):
             return  # a folder someone else can write: keep nothing there
         entry = self._entry(real, origin)
-        temp = entry.with_name(f".{entry.name}.{os.getpid()}.tmp")
+        temp = entry.with_name(f".{entry.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
             with os.fdopen(fd, "wb") as file:

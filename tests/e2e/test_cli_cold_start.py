@@ -37,6 +37,9 @@ COMPILING = ("runner.compiler._compile", "runner.compiler._parse", "runner.compi
              "runner.compiler._yamlio", "runner.compiler._graph", "runner.compiler._references",
              "runner.compiler._jsonschemas", "jinja2", "markupsafe", "ruamel", "_ruamel_yaml",
              "jsonschema", "referencing")
+#: What compiling reads YAML with; a kept definition (compiler/_stored.py) needs none.
+PARSING = ("runner.compiler._compile", "runner.compiler._parse", "runner.compiler._yamlio",
+           "runner.compiler._graph", "runner.compiler._references", "ruamel", "_ruamel_yaml")
 #: The store and a run's bundle: not for --help or validate.
 RUNTIME = ("runner.engine", "runner.store", "sqlite3", "runner.host")
 #: Every command module but the one a test runs (each test drops its own).
@@ -156,13 +159,14 @@ def test_status_and_why_of_launches_load_no_executor(used: tuple[Path, str, str]
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout)["status"] == "completed"
     assert loaded(modules, (*NEVER, *EXECUTOR, *COMPILING, "rich")) == []
-    # `why` of a queued launch compiles it again (has its definition changed?): the
-    # compiler, but still no run loop, coordinator or watcher.
+    # `why` of a queued launch checks its definition again (has it changed?): the
+    # definition `start` kept, its sources re-hashed (compiler/_stored.py), so no
+    # compile, and still no run loop, coordinator or watcher.
     out, modules = imported(root, "why", queued)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "queued as a detached launch" in out.stdout
-    assert "runner.compiler._compile" in modules
-    assert loaded(modules, (*NEVER, *EXECUTOR, "rich")) == []
+    assert "runner.compiler._stored" in modules
+    assert loaded(modules, (*NEVER, *EXECUTOR, *PARSING, "rich")) == []
 
 
 def test_runs_and_show_read_rows_and_bundles_only(used: tuple[Path, str, str]) -> None:
