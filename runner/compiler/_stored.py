@@ -32,10 +32,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import importlib
 import io
 import json
 import os
 import pickle
+import re
 import stat
 import sys
 import threading
@@ -54,6 +56,7 @@ MAGIC = b"wfrun-compiled 1\n"
 #: An entry larger than this is not read (a definition is at most a few MiB).
 MAX_BYTES = 64 * 1024 * 1024
 _PACKAGE = "runner.compiler."
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @lru_cache(maxsize=1)
@@ -82,8 +85,12 @@ class _Unpickler(pickle.Unpickler):
     builtin a crafted entry could call)."""
 
     def find_class(self, module: str, name: str) -> Any:
-        if module.startswith(_PACKAGE) and module in sys.modules and "." not in name:
-            found = getattr(sys.modules[module], name, None)
+        if module.startswith(_PACKAGE) and _NAME.fullmatch(module[len(_PACKAGE):]) \
+                and _NAME.fullmatch(name):
+            try:  # a kind's module (fan-out, triggers...) loads with its first node
+                found = getattr(importlib.import_module(module), name, None)
+            except ImportError:
+                found = None
             if isinstance(found, type) and dataclasses.is_dataclass(found):
                 return found
         raise pickle.UnpicklingError(f"{module}.{name} is not allowed in a compiled entry")

@@ -248,3 +248,23 @@ def test_run_sees_an_edited_include_and_list_reads_what_run_kept(project: Path) 
     broken = _wfrun(project, "run", "parent", "--json")
     assert broken.returncode != 0  # validation still runs on changed sources
     assert "child" in broken.stderr
+
+
+def test_a_fan_out_definition_is_read_back_by_a_fresh_process(project: Path) -> None:
+    """A kept map/parallel definition names classes of modules a fresh process has not
+    loaded yet: the unpickler loads them (runner.compiler only) rather than missing."""
+    workflows = project / ".wfrun" / "workflows"
+    fanout = Path(__file__).resolve().parents[3] / "fixtures" / "definitions" / "valid"
+    (workflows / "fan.yaml").write_text((fanout / "fanout.yaml").read_text())
+    (workflows / "style-review.yaml").write_text(CHILD.replace("WORD", "style"))
+    compiled = _compile_and_keep(project, "fan")
+    code = ("import json, sys\n"
+            "from pathlib import Path\nfrom runner.compiler import build_catalog\n"
+            "from runner.compiler._stored import project_cache\n"
+            f"cache = project_cache(build_catalog('workflows', Path({str(project)!r}), None))\n"
+            "entry = cache.catalog.get('fan')\n"
+            "kept = cache.load(entry.path, entry.origin)\n"
+            "print(json.dumps(kept.digest if kept else None))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True)
+    assert json.loads(out.stdout) == compiled.digest
