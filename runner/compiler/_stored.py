@@ -6,7 +6,7 @@ process. A valid definition is now kept in the project's state folder
 instead of compiled when nothing it was compiled from has changed:
 
 - the wfrun code: the version, the interpreter, and the size and mtime of every
-  compiler module (an edited checkout misses, as an upgrade does);
+  compiler and built-in step module (an edited checkout misses, as an upgrade does);
 - the catalog: every workflow name, origin, path and shadowing, so an include by
   name that would resolve elsewhere now misses;
 - every source file (the YAML, each included file, each file hook) hashes to the
@@ -62,13 +62,15 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 @lru_cache(maxsize=1)
 def code_stamp() -> str:
     """What the compiled form depends on in wfrun itself: its version, the
-    interpreter, and each compiler module's size and mtime (one stat each)."""
+    interpreter, and each compiler and built-in step module's size and mtime."""
     here = Path(__file__).resolve().parent
     # The package is loaded (this is its submodule); importing it by name would cross
     # the layers it re-exports.
     version = getattr(sys.modules.get("runner"), "__version__", None)
     parts: list[Any] = [version, sys.version, sys.implementation.cache_tag]
-    for path in sorted([*here.glob("*.py"), here.parent / "_canonical.py"]):
+    # wfrun's own steps declare the `with:` schemas `call:` is checked against.
+    steps = here.parent / "steps"
+    for path in sorted([*here.glob("*.py"), *steps.glob("*.py"), here.parent / "_canonical.py"]):
         info = path.stat()
         parts.append([path.name, info.st_size, info.st_mtime_ns])
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
