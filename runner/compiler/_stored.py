@@ -125,8 +125,7 @@ class DefinitionCache:
         None otherwise (the caller compiles)."""
         try:
             return self._load(os.path.realpath(path), origin)
-        except (OSError, ValueError, TypeError, KeyError, EOFError, AttributeError,
-                IndexError, pickle.UnpicklingError, RecursionError, MemoryError):
+        except Exception:  # any damage an entry can carry is a miss, never a crash
             return None
 
     def _load(self, real: str, origin: Origin | None) -> WorkflowDefinition | None:
@@ -151,7 +150,7 @@ class DefinitionCache:
         if channels and not self._still_configured(channels):
             return None
         definition = _Unpickler(io.BytesIO(payload)).load()
-        if type(definition) is not WorkflowDefinition:
+        if type(definition) is not WorkflowDefinition or not _whole(definition):
             return None
         if definition.digest != meta.get("digest") or \
                 fingerprint(definition.snapshot()) != definition.digest:
@@ -185,8 +184,7 @@ class DefinitionCache:
     def save(self, path: Path, origin: Origin | None, definition: WorkflowDefinition) -> None:
         """Keep a valid definition compiled from `path` (best effort: a folder that
         cannot be written only means the next process compiles again)."""
-        with contextlib.suppress(OSError, pickle.PicklingError, TypeError, AttributeError,
-                                 RecursionError):
+        with contextlib.suppress(Exception):  # the run goes on; the next one compiles
             self._save(os.path.realpath(path), origin, definition)
 
     def _save(self, real: str, origin: Origin | None, definition: WorkflowDefinition) -> None:
@@ -241,6 +239,28 @@ class DefinitionCache:
         if self._catalog_stamp is None:
             self._catalog_stamp = catalog_stamp(self.catalog)
         return self._catalog_stamp
+
+
+def _whole(root: object) -> bool:
+    """Every dataclass in the tree has each of its fields (a damaged entry can name a
+    field that is not there, which the digest, over the snapshot only, would miss)."""
+    stack = [root]
+    while stack:
+        item = stack.pop()
+        if dataclasses.is_dataclass(item) and not isinstance(item, type):
+            values = []
+            for f in dataclasses.fields(item):
+                try:
+                    values.append(getattr(item, f.name))
+                except AttributeError:
+                    return False
+            stack.extend(values)
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            stack.extend(item)
+    return True
 
 
 def _private_to_me(info: os.stat_result, kind: Any) -> bool:

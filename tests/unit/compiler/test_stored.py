@@ -268,3 +268,24 @@ def test_a_fan_out_definition_is_read_back_by_a_fresh_process(project: Path) -> 
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, check=True)
     assert json.loads(out.stdout) == compiled.digest
+
+
+def test_damaged_payloads_with_a_matching_header_are_misses_never_errors(
+        project: Path) -> None:
+    """The header's sha256 catches a torn file; past it, whatever the unpickler meets
+    (a flipped byte anywhere in the payload, resealed: only this user could write
+    that) is a miss or a whole definition with the same digest, never an exception."""
+    compiled = _compile_and_keep(project)
+    [entry] = _entries(project)
+    data = entry.read_bytes()
+    meta_line, payload = data[len(MAGIC) + 65:].split(b"\n", 1)
+    for at in range(0, len(payload), max(1, len(payload) // 97)):
+        for flip in (0x01, 0x80, 0xFF):
+            damaged = payload[:at] + bytes([payload[at] ^ flip]) + payload[at + 1:]
+            rest = meta_line + b"\n" + damaged
+            _rewrite(entry, MAGIC + hashlib.sha256(rest).hexdigest().encode() + b"\n" + rest)
+            kept = _load(project)
+            if kept is not None:
+                assert kept.digest == compiled.digest, (at, flip)
+                assert _stored._whole(kept), (at, flip)
+                assert kept.nodes.keys() == compiled.nodes.keys(), (at, flip)
