@@ -114,9 +114,12 @@ class _Pickler(pickle.Pickler):
 class DefinitionCache:
     """The compiled definitions of one catalog's workflows, kept in `folder`."""
 
-    def __init__(self, folder: Path, catalog: Catalog) -> None:
+    def __init__(self, folder: Path, catalog: Catalog, *, create: bool = True) -> None:
         self.folder = folder
         self.catalog = catalog
+        #: Whether a save may create the state folder `folder` sits in (a command that
+        #: writes the store anyway) or keeps nothing until something else made it.
+        self.create = create
         self._catalog_stamp: str | None = None
 
     # -- reading ----------------------------------------------------------------
@@ -202,6 +205,8 @@ class DefinitionCache:
                 "digest": definition.digest}
         rest = json.dumps(meta).encode() + b"\n" + buffer.getvalue()
         data = MAGIC + hashlib.sha256(rest).hexdigest().encode() + b"\n" + rest
+        if not self.create and not self.folder.parent.is_dir():
+            return  # a project that never ran: a read like `list` leaves nothing behind
         private_dirs(self.folder)
         if not _private_to_me(os.lstat(self.folder), stat.S_ISDIR):
             return  # a folder someone else can write: keep nothing there
@@ -313,7 +318,9 @@ FOLDER = "compiled"
 
 
 def project_cache(catalog: Catalog) -> DefinitionCache | None:
-    """The kept definitions of a project's catalog (None outside a project)."""
+    """The kept definitions of a project's catalog for a command that only reads (None
+    outside a project): it keeps nothing in a project that has no state folder yet."""
     if catalog.project_root is None:
         return None
-    return DefinitionCache(catalog.project_root / PROJECT_DIR / "state" / FOLDER, catalog)
+    return DefinitionCache(catalog.project_root / PROJECT_DIR / "state" / FOLDER, catalog,
+                           create=False)

@@ -43,6 +43,7 @@ edges:
 def project(tmp_path: Path) -> Path:
     root = tmp_path / "proj"
     (root / ".wfrun" / "workflows").mkdir(parents=True)
+    (root / ".wfrun" / "state").mkdir(mode=0o700)  # as the first run or start leaves it
     (root / ".wfrun" / "workflows" / "child.yaml").write_text(CHILD.replace("WORD", "one"))
     (root / ".wfrun" / "workflows" / "parent.yaml").write_text(PARENT)
     return root
@@ -289,3 +290,17 @@ def test_damaged_payloads_with_a_matching_header_are_misses_never_errors(
                 assert kept.digest == compiled.digest, (at, flip)
                 assert _stored._whole(kept), (at, flip)
                 assert kept.nodes.keys() == compiled.nodes.keys(), (at, flip)
+
+
+def test_list_keeps_nothing_in_a_project_that_never_ran_and_the_first_run_does(
+        project: Path) -> None:
+    """`list` in a fresh checkout reads; it does not create `.wfrun/state/`. A run
+    writes the store there anyway, so its compile is kept at once."""
+    (project / ".wfrun" / "state").rmdir()
+    listed = _wfrun(project, "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert {w["name"] for w in json.loads(listed.stdout)["workflows"]} >= {"parent", "child"}
+    assert not (project / ".wfrun" / "state").exists()
+    ran = _wfrun(project, "run", "parent", "--json")
+    assert ran.returncode == 0, ran.stderr
+    assert len(_entries(project)) == 1
