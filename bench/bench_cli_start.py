@@ -6,6 +6,7 @@
     .venv/bin/python bench/bench_cli_start.py --no-postgres  # SQLite only
     .venv/bin/python bench/bench_cli_start.py --instructions  # + instruction counts
     .venv/bin/python bench/bench_cli_start.py --against main   # before/after pairs
+    .venv/bin/python bench/bench_cli_start.py --against main --only 'status,run NAME'
 
 Agents and hooks call wfrun on every turn, so each figure is the whole process as a
 shell starts it (the console script when installed, else `python -m runner`):
@@ -107,6 +108,9 @@ def main() -> int:
                     help="add instruction counts (perf, else callgrind; one process each)")
     ap.add_argument("--against", metavar="REF",
                     help="interleaved before/after pairs: this tree against git ref REF")
+    ap.add_argument("--only", metavar="NAMES",
+                    help="with --against: these commands only, comma-separated "
+                         "(e.g. 'status,run NAME')")
     args = ap.parse_args()
     if args.smoke:  # the Postgres rows start a cluster: bench_pg_scale's smoke covers it
         args.n, args.no_postgres = 1, True
@@ -295,6 +299,12 @@ def extract(ref: str, into: Path) -> Path:
 def against(args: argparse.Namespace) -> int:
     """This tree's commands against REF's, in pairs; each pair's order alternates."""
     names = ["--version", "status"] if args.smoke else list(PAIR_COMMANDS)
+    if args.only:
+        names = [n.strip() for n in args.only.split(",")]
+        unknown = [n for n in names if n not in PAIR_COMMANDS]
+        if unknown:
+            raise SystemExit(f"--only: no command {unknown[0]!r}; one of "
+                             f"{', '.join(PAIR_COMMANDS)}")
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="wfrun-bench-cli-pairs-") as tmp:
         root, env = bench_project(Path(tmp))

@@ -5,18 +5,19 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from runner.compiler import Compiler, CompileResult, Diagnostic, render_text, summary_line
 from runner.compiler._discovery import SUFFIXES, is_path_ref
-from runner.compiler._schema import workflow_schema
 from runner.errors import DefinitionInvalid, InputError, NotFoundError
 
 from .app import cli
 from .context import Context
 from .graphfmt import render_graph
+
+if TYPE_CHECKING:
+    from runner.compiler import Compiler, CompileResult, Diagnostic, WorkflowDefinition
 
 
 def _echo_json(value: Any) -> None:
@@ -28,22 +29,27 @@ def _echo_json(value: Any) -> None:
 @click.pass_obj
 def list_cmd(ctx: Context, as_json: bool) -> None:
     """List workflows from the project, the user folder and the built-ins."""
+    from runner.compiler._stored import project_cache
+
     catalog = ctx.catalog("workflows")
-    compiler = Compiler(catalog)
+    kept = project_cache(catalog)
+    compiler: Compiler | None = None  # built on the first workflow not kept compiled
     rows = []
     for entry in catalog.entries:
-        result = compiler.compile_path(entry.path, display=entry.display, origin=entry.origin)
-        rows.append({
-            "name": entry.name,
-            "source": entry.origin,
-            "path": entry.display,
-            "valid": result.valid,
-            "shadowed_by": entry.shadowed_by,
-            "digest": result.definition.digest if result.valid and result.definition else None,
-            "title": result.definition.title if result.definition else None,
-            "description": result.definition.description if result.definition else None,
-            "inputs": _inputs(result.definition.input_schema) if result.definition else [],
-        })
+        definition = kept.load(entry.path, entry.origin) if kept is not None else None
+        valid = definition is not None
+        if definition is None:
+            if compiler is None:
+                from runner.compiler import Compiler
+
+                compiler = Compiler(catalog)
+            result = compiler.compile_path(entry.path, display=entry.display,
+                                           origin=entry.origin)
+            definition, valid = result.definition, result.valid
+            if valid and definition is not None and kept is not None:
+                kept.save(entry.path, entry.origin, definition)
+        rows.append(_row(entry.name, entry.origin, entry.display, entry.shadowed_by,
+                         definition, valid))
     if as_json:
         _echo_json({"project": str(catalog.project_root) if catalog.project_root else None,
                     "workflows": rows,
@@ -52,8 +58,26 @@ def list_cmd(ctx: Context, as_json: bool) -> None:
     from .tables import workflow_table
 
     workflow_table(rows, catalog.project_root)
-    for d in catalog.problems:
-        click.echo(render_text([d]), err=True)
+    if catalog.problems:
+        from runner.compiler import render_text
+
+        for d in catalog.problems:
+            click.echo(render_text([d]), err=True)
+
+
+def _row(name: str, origin: str, path: str, shadowed_by: str | None,
+         definition: WorkflowDefinition | None, valid: bool) -> dict[str, Any]:
+    return {
+        "name": name,
+        "source": origin,
+        "path": path,
+        "valid": valid,
+        "shadowed_by": shadowed_by,
+        "digest": definition.digest if valid and definition else None,
+        "title": definition.title if definition else None,
+        "description": definition.description if definition else None,
+        "inputs": _inputs(definition.input_schema) if definition else [],
+    }
 
 
 def _inputs(schema: Any) -> list[dict[str, Any]]:
@@ -103,6 +127,8 @@ def validate_cmd(ctx: Context, refs: tuple[str, ...], fmt: str, as_json: bool) -
                 == click.core.ParameterSource.COMMANDLINE and fmt != "json":
             raise InputError(f"--json and --format {fmt} disagree: give one of them")
         fmt = "json"
+    from runner.compiler import Compiler, CompileResult, Diagnostic
+
     catalog = ctx.catalog("workflows")
     compiler = Compiler(catalog)
     results: list[CompileResult] = []
@@ -134,6 +160,8 @@ def validate_cmd(ctx: Context, refs: tuple[str, ...], fmt: str, as_json: bool) -
 
 
 def _print_text(results: list[CompileResult], problems: list[Diagnostic]) -> None:
+    from runner.compiler import render_text, summary_line
+
     seen: set[tuple[str, int, int, str, str]] = set()
     all_diags: list[Diagnostic] = []
     for r in results:
@@ -168,6 +196,8 @@ def graph_cmd(ctx: Context, ref: str, fmt: str) -> None:
 
 def compile_or_fail(ctx: Context, ref: str) -> CompileResult:
     """Compile a workflow by name or path, or raise the error the CLI should show."""
+    from runner.compiler import Compiler, Diagnostic, render_text
+
     compiler = Compiler(ctx.catalog("workflows"))
     out = compiler.compile_name(ref)
     if isinstance(out, Diagnostic):
@@ -190,4 +220,6 @@ def _file_missing(result: CompileResult) -> bool:
 @cli.command("schema")
 def schema_cmd() -> None:
     """Print the JSON Schema of the workflow YAML format (for editors)."""
+    from runner.compiler._schema import workflow_schema
+
     _echo_json(workflow_schema())

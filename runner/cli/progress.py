@@ -1,27 +1,51 @@
-"""Foreground run progress: a live rich view on a terminal, plain lines otherwise."""
+"""Foreground run progress: a live rich view on a terminal, plain lines otherwise.
+
+rich (~60 M instructions to import) is loaded only for a terminal, or when colour is
+forced (FORCE_COLOR): a run whose stderr is a pipe or a file, as in scripts, agents'
+shells and tests, writes the same lines as plain text with no markup to strip.
+"""
 
 from __future__ import annotations
 
+import os
+import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, TextIO
 
-from rich.console import Console
-from rich.live import Live
-from rich.markup import escape
-from rich.text import Text
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.live import Live
+    from rich.text import Text
 
-from runner.engine import RunState
+    from runner.engine import RunState
 
-_MARK = {"ok": "[green]✓[/]", "failed": "[red]✗[/]", "timed_out": "[red]⏱[/]",
-         "cancelled": "[yellow]⊘[/]"}
+#: A line's pieces: (text, rich style or ""). User text is never markup: it is a piece.
+Pieces = list[tuple[str, str]]
+
+_MARK = {"ok": ("✓", "green"), "failed": ("✗", "red"), "timed_out": ("⏱", "red"),
+         "cancelled": ("⊘", "yellow")}
+
+
+def wants_rich(stream: TextIO) -> bool:
+    """A terminal, or colour asked for: the rich view; else plain lines."""
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # a closed or replaced stream
+        return False
 
 
 class Progress:
     """An engine observer; all output goes to stderr so stdout stays data."""
 
     def __init__(self, quiet: bool = False) -> None:
-        self.console = Console(stderr=True)
         self.quiet = quiet
+        self.console: Console | None = None
+        if wants_rich(sys.stderr):
+            from rich.console import Console
+
+            self.console = Console(stderr=True)
         self.live: Live | None = None
         self.node_started = 0.0
         self.current: str | None = None
@@ -30,7 +54,9 @@ class Progress:
         self.shown: set[str] = set()  # the notifications printed here, by id
 
     def __enter__(self) -> Progress:
-        if self.console.is_terminal and not self.quiet:
+        if self.console is not None and self.console.is_terminal and not self.quiet:
+            from rich.live import Live
+
             self.live = Live(self._render(), console=self.console, transient=True,
                              refresh_per_second=8, get_renderable=self._render)
             self.live.__enter__()
@@ -42,6 +68,8 @@ class Progress:
             self.live = None
 
     def _render(self) -> Text:
+        from rich.text import Text
+
         if self.current is None:
             return Text("")
         # Display only (a live counter on a terminal), never recorded: the real clock.
@@ -50,6 +78,18 @@ class Progress:
         if self.last_update:
             line += f"  {self.last_update}"
         return Text(line)
+
+    def _print(self, pieces: Pieces) -> None:
+        if self.console is None:
+            sys.stderr.write("".join(text for text, _ in pieces) + "\n")
+            sys.stderr.flush()
+            return
+        from rich.text import Text
+
+        line = Text()
+        for text, style in pieces:
+            line.append(text, style=style or None)
+        self.console.print(line, highlight=False)
 
     def __call__(self, event: dict[str, Any], state: RunState) -> None:
         if self.quiet:
@@ -60,17 +100,17 @@ class Progress:
             # Display only: the start of the live counter above.
             self.current, self.node_started, self.last_update = node, time.monotonic(), ""
         elif kind in ("node_finished", "node_failed"):
-            mark = _MARK.get(str(p.get("outcome")), "?")
-            ms = p.get("duration_ms")
-            extra = ""
+            mark, colour = _MARK.get(str(p.get("outcome")), ("?", ""))
+            pieces: Pieces = [(mark, colour), (f" {node}  ", ""),
+                              (f"{p.get('duration_ms')} ms", "dim")]
             if kind == "node_failed":
                 err = p.get("error") or {}
                 message = " ".join(str(err.get("message", "")).split())  # one line
-                extra = f"  [dim]{escape(message[:160])}[/]"
+                pieces += [("  ", ""), (message[:160], "dim")]
                 if p.get("will_retry"):
-                    extra += f"  [yellow]retry in {p.get('retry_in_ms', 0) / 1000:.1f}s[/]"
-            self.console.print(f"{mark} {escape(str(node))}  [dim]{ms} ms[/]{extra}",
-                               highlight=False)
+                    pieces += [("  ", ""), (f"retry in {p.get('retry_in_ms', 0) / 1000:.1f}s",
+                                            "yellow")]
+            self._print(pieces)
             self.current = None
         elif kind == "update_published":
             data = p.get("data")
@@ -79,13 +119,11 @@ class Progress:
                 label = data.get("label") or p.get("key")
                 self.last_update = f"{label}: {done}/{total}" if total else f"{label}"
         elif kind == "notification_emitted":
-            self.console.print(f"[cyan]![/] {escape(str(p.get('message', '')))}",
-                               highlight=False)
+            self._print([("!", "cyan"), (f" {p.get('message', '')}", "")])
             self.shown.add(str(p.get("notification_id")))
         elif kind == "include_entered":
-            self.console.print(f"↘ {escape(str(node))}", highlight=False)
+            self._print([(f"↘ {node}", "")])
         elif kind == "include_exited":
-            self.console.print(f"↗ {escape(str(node))} ({escape(str(p.get('exit')))})",
-                               highlight=False)
+            self._print([(f"↗ {node} ({p.get('exit')})", "")])
         elif kind in ("run_paused", "run_resumed"):
-            self.console.print(f"[yellow]{kind.replace('_', ' ')}[/]")
+            self._print([(kind.replace("_", " "), "yellow")])

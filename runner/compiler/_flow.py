@@ -12,7 +12,6 @@ from typing import Any
 
 from ._diagnostics import DiagnosticSink, KeyPath, did_you_mean
 from ._durations import DurationError, parse_duration
-from ._template_checks import check_budget, check_syntax
 
 CONCURRENCY_KEYS = ("key", "limit", "strategy")
 RATE_LIMIT_KEYS = ("key", "limit", "per")
@@ -99,6 +98,8 @@ def _key(value: Any, kp: KeyPath, sink: DiagnosticSink) -> str | None:
     if not isinstance(value, str) or not value.strip():
         sink.error("wrong-type", "key must be a template string like \"{{ input.repo }}\"", kp)
         return None
+    from ._template_checks import check_budget, check_syntax
+
     problem = check_syntax(value) or check_budget(value)
     if problem is not None:
         sink.error("template-syntax", f"template error: {problem[1]}", kp)

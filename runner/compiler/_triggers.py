@@ -17,7 +17,6 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ._diagnostics import DiagnosticSink, KeyPath, did_you_mean
 from ._durations import DurationError, parse_duration
-from ._template_checks import check_budget, check_syntax
 
 TRIGGER_KINDS = ("cron", "every", "webhook", "files")
 SCHEDULE_KEYS = ("timezone", "missed", "catch_up_window", "overlap")
@@ -282,6 +281,8 @@ def _templates(value: Any, kp: KeyPath, sink: DiagnosticSink) -> bool:
     """Syntax and budget of every string in an input tree (its names are `trigger` and
     `event`, checked when it renders: the reference checks know a run's names only)."""
     if isinstance(value, str):
+        from ._template_checks import check_budget, check_syntax
+
         problem = check_syntax(value)
         if problem is not None:
             sink.error("template-syntax", f"template syntax error: {problem[1]}", kp)

@@ -44,6 +44,10 @@ COMPILING = ("runner.compiler._compile", "runner.compiler._parse", "runner.compi
              "runner.compiler._yamlio", "runner.compiler._graph", "runner.compiler._references",
              "runner.compiler._jsonschemas", "runner.compiler._model", "jinja2", "markupsafe",
              "ruamel", "_ruamel_yaml", "jsonschema", "referencing")
+#: What compiling reads YAML with; a kept definition (compiler/_stored.py) needs none.
+PARSING = ("runner.compiler._compile", "runner.compiler._parse", "runner.compiler._yamlio",
+           "runner.compiler._docshape", "runner.compiler._graph",
+           "runner.compiler._references", "ruamel", "_ruamel_yaml")
 #: The store and a run's bundle: not for --help or validate.
 RUNTIME = ("runner.engine", "runner.store", "sqlite3", "runner.host")
 #: What a store view needs none of besides the above: tables, and the parts of the
@@ -109,12 +113,14 @@ def root(tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def used(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
-    """A project with one finished foreground run and one queued launch."""
+    """A project with one finished foreground run, one queued launch and its listed
+    workflows' definitions kept (compiler/_stored.py)."""
     root = tmp_path_factory.mktemp("cold")
     (root / ".wfrun" / "workflows").mkdir(parents=True)
     (root / ".wfrun" / "workflows" / "greet.yaml").write_text(GREET)
     done = json.loads(imported(root, "run", "greet", "-i", "name=cold", "--json")[0].stdout)
     queued = json.loads(imported(root, "start", "greet", "--json")[0].stdout)
+    imported(root, "list", "--json")  # every workflow listed compiled once, and kept
     return root, done["run_id"], queued["run_id"]
 
 
@@ -165,12 +171,26 @@ def test_status_and_why_of_launches_load_no_executor(used: tuple[Path, str, str]
     out, modules = imported(root, "status", done, "--json")  # the launch row and its bundle
     assert json.loads(out.stdout)["status"] == "completed"
     assert loaded(modules, (*NEVER, *EXECUTOR, *COMPILING, "rich")) == []
-    # `why` of a queued launch compiles it again (has its definition changed?): the
-    # compiler, but still no run loop, coordinator or watcher.
+    # `why` of a queued launch checks its definition again (has it changed?): the
+    # definition `start` kept, its sources re-hashed (compiler/_stored.py), so no
+    # compile, and still no run loop, coordinator or watcher.
     out, modules = imported(root, "why", queued)
     assert "queued as a detached launch" in out.stdout
-    assert "runner.compiler._compile" in modules
-    assert loaded(modules, (*NEVER, *EXECUTOR, "rich")) == []
+    assert "runner.compiler._stored" in modules
+    assert loaded(modules, (*NEVER, *EXECUTOR, *PARSING, "rich")) == []
+
+
+@pytest.mark.parametrize("args", [("run", "greet", "-i", "name=again", "--json"),
+                                  ("list", "--json")])
+def test_run_and_list_read_kept_definitions_without_compiling_or_rich(
+        used: tuple[Path, str, str], args: tuple[str, ...]) -> None:
+    """A workflow compiled by an earlier process is read back, not compiled again; a
+    run's progress off a terminal is plain lines (cli/progress.py)."""
+    out, modules = imported(used[0], *args)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "runner.compiler._stored" in modules
+    assert loaded(modules, (*PARSING, "rich", "psycopg", "runner.ui", "runner.controllers",
+                            "starlette")) == []
 
 
 def test_runs_and_show_read_rows_and_bundles_only(used: tuple[Path, str, str]) -> None:

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     # Loaded where they are used: `wfrun status` and `runs` build a Workspace but never
     # compile or run, and must not pay for the compiler's checks or the engine (issue 15).
     from runner.compiler import Catalog, Source, WorkflowDefinition
+    from runner.compiler._discovery import Origin
+    from runner.compiler._stored import DefinitionCache
     from runner.engine import AgentStepExecutor, RunReader
     from runner.engine._rows import BundleRows
     from runner.engine._runner import CrashPoint
@@ -108,22 +110,6 @@ class _Compiled:
         return not isinstance(known, frozenset) or self.channels <= known
 
 
-def _named_channels(snapshot: Any) -> frozenset[str]:
-    """Every channel a definition's `notify` nodes name, bodies of fan-out included."""
-    found: set[str] = set()
-    stack = [snapshot]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            channels = item.get("channels")
-            if "message" in item and isinstance(channels, list):
-                found.update(c for c in channels if isinstance(c, str))
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return frozenset(found)
-
-
 def _read_bytes(path: str) -> bytes:
     """A file's bytes through the raw descriptor: `open()` builds a buffered reader and
     makes five more system calls, twice per run for a one-file workflow."""
@@ -151,6 +137,8 @@ class Workspace:
     _compiled: dict[str, _Compiled] = field(default_factory=dict, init=False, repr=False,
                                             compare=False)
     _rows_store: Any = field(default=None, init=False, repr=False, compare=False)
+    _stored: DefinitionCache | None = field(default=None, init=False, repr=False,
+                                            compare=False)
 
     def __post_init__(self) -> None:
         with_channels(self.catalog)  # a notify channel is checked against config.yaml
@@ -196,6 +184,14 @@ class Workspace:
         cached = self._compiled.get(key)
         if cached is not None and cached.fresh(self.catalog, self._root_file(ref)):
             return cached.definition, cached.stored
+        stored = str(Path(ref).expanduser().resolve()) if is_path_ref(ref) else ref
+        kept = self._kept_file(ref)
+        definition = self._kept().load(*kept) if kept is not None else None
+        if definition is not None:  # compiled by an earlier process from the same bytes
+            entry = self._cache_entry(definition, stored)
+            if entry is not None:
+                self._compiled[key] = entry
+            return definition, stored
         from runner.compiler import Compiler, Diagnostic, render_text
 
         out = Compiler(self.catalog).compile_name(ref)
@@ -207,11 +203,34 @@ class Workspace:
             where = f": {render_text([first]).splitlines()[0]}" if first else ""
             raise DefinitionInvalid(f"workflow '{out.name}' has {len(out.errors)} error(s)"
                                     f"{where}; run `wfrun validate {ref}`")
-        stored = str(Path(ref).expanduser().resolve()) if is_path_ref(ref) else ref
+        if kept is not None:
+            self._kept().save(*kept, out.definition)
         entry = self._cache_entry(out.definition, stored)
         if entry is not None:
             self._compiled[key] = entry
         return out.definition, stored
+
+    def _kept(self) -> DefinitionCache:
+        """The compiled definitions earlier processes kept (compiler/_stored.py)."""
+        from runner.compiler._stored import DefinitionCache
+
+        if self._stored is None or self._stored.catalog is not self.catalog:
+            self._stored = DefinitionCache(self.compiled_dir, self.catalog)
+        return self._stored
+
+    def _kept_file(self, ref: str) -> tuple[Path, Origin | None] | None:
+        """The file `ref` compiles from and its origin, as the compiler resolves it."""
+        if is_path_ref(ref):
+            return Path(os.path.realpath(os.path.expanduser(ref))), None
+        entry = self.catalog.get(ref)
+        return (entry.path, entry.origin) if entry is not None else None
+
+    @property
+    def compiled_dir(self) -> Path:
+        """Where compiled definitions are kept: beside the store, private."""
+        from runner.compiler._stored import FOLDER
+
+        return store_path(self).parent / FOLDER
 
     def definitions(self) -> Catalog:
         """The workflow catalog as the folders hold it now (re-scanned only when a source
@@ -248,6 +267,8 @@ class Workspace:
         return _file_id(str(entry.path)) if entry is not None else None
 
     def _cache_entry(self, definition: WorkflowDefinition, stored: str) -> _Compiled | None:
+        from runner.compiler._stored import named_channels
+
         def real_path(source: Source) -> str | None:
             if source.kind == "file":
                 return source.path
@@ -266,7 +287,7 @@ class Workspace:
         if root is None:
             return None
         return _Compiled(definition, stored, self.catalog, _file_id(root), tuple(files),
-                         _named_channels(definition.snapshot()))
+                         named_channels(definition.snapshot()))
 
     def resolver(self, manifest: dict[str, Any]) -> WorkflowDefinition:
         ref = str(manifest.get("workflow_ref") or manifest.get("workflow") or "")
