@@ -185,8 +185,10 @@ def worker(nodes: int, shell: bool) -> None:
             work.tracing.close()
 
 
-def cycles(mode: str, n: int, nodes: int, shell: bool) -> None:
-    """`--cycles MODE:N`: N runs and exit (counted from outside)."""
+def cycles(mode: str, n: int, nodes: int, shell: bool, collector: bool = True) -> None:
+    """`--cycles MODE:N`: N runs and exit (counted from outside). `collector=False`
+    (`--gc-off`): no automatic collection during the runs, so a count holds the
+    code's own instructions, not whether a full collection fell among the runs."""
     with tempfile.TemporaryDirectory(prefix="bench-tracing-", dir=_runs_parent()) as tmp:
         work = Worker(Path(tmp), nodes, shell)
         if (work.tracing is not None) != (mode == "on"):
@@ -195,6 +197,8 @@ def cycles(mode: str, n: int, nodes: int, shell: bool) -> None:
         # when it lands among 20 runs) falls inside the counted runs depended on what
         # the start-up left, and moved one mode's count by 10 % between processes.
         gc.collect()
+        if not collector:
+            gc.disable()
         work.runs(n)
         if work.tracing is not None:
             work.tracing.close()
@@ -417,6 +421,7 @@ def main() -> None:
                         help="runs the instruction count covers a mode, default 200 (a full "
                              "collection lands among them: fewer runs, a coarser figure)")
     parser.add_argument("--nodes", type=int, default=NODES, help=argparse.SUPPRESS)
+    parser.add_argument("--gc-off", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--collector", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--cycles", help=argparse.SUPPRESS)  # MODE:N, counted from outside
@@ -440,7 +445,7 @@ def main() -> None:
         return worker(args.nodes, args.shell)
     if args.cycles is not None:
         mode, n = args.cycles.split(":")
-        return cycles(mode, int(n), args.nodes, args.shell)
+        return cycles(mode, int(n), args.nodes, args.shell, not args.gc_off)
     if args.parts:
         hot, encoding = parts(5 if args.smoke else 500, args.nodes)
         print(f"runner imported from {ROOT}")
