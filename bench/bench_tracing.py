@@ -6,6 +6,7 @@
     .venv/bin/python bench/bench_tracing.py --smoke       # tiny sizes: the code paths only
     .venv/bin/python bench/bench_tracing.py --instructions  # + instructions per run
     .venv/bin/python bench/bench_tracing.py --parts       # the run thread's and encoding's CPU
+    .venv/bin/python bench/bench_tracing.py --cli         # a `wfrun run` process per run
     .venv/bin/python bench/bench_tracing.py --root DIR ...  # `runner` from DIR
 
 How it measures, so that another machine of this kind gets the same figure:
@@ -26,9 +27,14 @@ How it measures, so that another machine of this kind gets the same figure:
   the pairs' own on/off ratios, with their quartiles. Several process pairs (`--procs`)
   so a process's memory layout and hash seed (fixed per pair, the same for both) are
   sampled too; each pair's median is printed, their spread is the figure's.
+- `--cli`: the cost a `wfrun run` user sees, start-up included (setting tracing up,
+  the exit's last send): one `python -m runner run` process per run of the same
+  chain in one project, off and on in a random order per pair, CPU from
+  `RUSAGE_CHILDREN` (user + system) around each; with `--instructions`, one process
+  a mode under callgrind too.
 - Instructions per run (`--instructions`): `perf stat -e instructions:u` when the CPU
   exposes its counters; where it does not (a VM, as here: `<not supported>`), valgrind's
-  callgrind, the documented fallback. Two counts a mode (FEW and FEW + 40 runs, one
+  callgrind, the documented fallback. Two counts a mode (FEW and FEW + 200 runs, one
   process each, each from a collected heap) whose difference leaves out start-up;
   all threads, user space, one hash seed, no export timer (batches go when full).
 
@@ -179,8 +185,10 @@ def worker(nodes: int, shell: bool) -> None:
             work.tracing.close()
 
 
-def cycles(mode: str, n: int, nodes: int, shell: bool) -> None:
-    """`--cycles MODE:N`: N runs and exit (counted from outside)."""
+def cycles(mode: str, n: int, nodes: int, shell: bool, collector: bool = True) -> None:
+    """`--cycles MODE:N`: N runs and exit (counted from outside). `collector=False`
+    (`--gc-off`): no automatic collection during the runs, so a count holds the
+    code's own instructions, not whether a full collection fell among the runs."""
     with tempfile.TemporaryDirectory(prefix="bench-tracing-", dir=_runs_parent()) as tmp:
         work = Worker(Path(tmp), nodes, shell)
         if (work.tracing is not None) != (mode == "on"):
@@ -189,6 +197,8 @@ def cycles(mode: str, n: int, nodes: int, shell: bool) -> None:
         # when it lands among 20 runs) falls inside the counted runs depended on what
         # the start-up left, and moved one mode's count by 10 % between processes.
         gc.collect()
+        if not collector:
+            gc.disable()
         work.runs(n)
         if work.tracing is not None:
             work.tracing.close()
@@ -270,6 +280,77 @@ def compare(endpoint: str, args: argparse.Namespace) -> dict[str, Any]:
             "thread": thread, "user": user}
 
 
+def _cli_project(folder: Path, nodes: int, shell: bool) -> tuple[list[str], dict[str, str]]:
+    """A project holding the chain, and the `wfrun run` command that runs it once
+    (`runner` from ROOT: `--root` works here too)."""
+    flows = folder / "proj" / ".wfrun" / "workflows"
+    flows.mkdir(parents=True)
+    chain(folder, nodes, shell)  # compiles: the chain is valid before any process runs
+    (flows / "chain.yaml").write_text((folder / "chain.yaml").read_text())
+    env = _clean_env(WFRUN_HOME=str(folder / "home"), PYTHONPATH=str(ROOT))
+    return [sys.executable, "-m", "runner", "run", "chain", "-q"], env
+
+
+def _count(argv: list[str], env: dict[str, str], cwd: Path | None = None) -> tuple[int, str]:
+    """User-space instructions of one process (all threads): perf where the CPU
+    counts them, else callgrind."""
+    if shutil.which("perf"):
+        out = subprocess.run(["perf", "stat", "-x,", "-e", "instructions:u", *argv],
+                             capture_output=True, text=True, check=False, env=env, cwd=cwd)
+        found = re.search(r"^(\d+),[^,]*,instructions:u", out.stderr, re.M)
+        if out.returncode == 0 and found:
+            return int(found.group(1)), "perf stat instructions:u"
+    if shutil.which("valgrind") is None:
+        sys.exit("neither perf's instruction counter nor valgrind is available "
+                 "(apt-get install valgrind)")
+    out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+                          *argv], capture_output=True, text=True, check=False, env=env, cwd=cwd)
+    found = re.search(r"Collected\s*:\s*(\d+)", out.stderr)
+    if out.returncode != 0 or found is None:
+        sys.exit(f"valgrind failed ({out.returncode}): {out.stderr.strip()[-400:]}")
+    return int(found.group(1)), "callgrind (perf: no instruction counter here)"
+
+
+def cli(endpoint: str, args: argparse.Namespace) -> dict[str, Any]:
+    """`--cli`: `pairs` x `procs` pairs of `wfrun run` processes, off and on in a
+    random order per pair; CPU ms per process (the children's rusage)."""
+    order = random.Random(args.seed)
+    cpu: dict[str, list[float]] = {"off": [], "on": []}
+    ratios: list[float] = []
+    counts: dict[str, tuple[int, str]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-tracing-cli-", dir=_runs_parent()) as tmp:
+        argv, env = _cli_project(Path(tmp), args.nodes, args.shell)
+        envs = {"off": env, "on": {**env, "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}}
+        cwd = Path(tmp) / "proj"
+
+        def one(mode: str) -> float:
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            done = subprocess.run(argv, env=envs[mode], cwd=cwd, capture_output=True,
+                                  text=True, check=False)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            if done.returncode != 0:
+                sys.exit(f"wfrun run ({mode}) exited {done.returncode}: {done.stderr[-400:]}")
+            return ((after.ru_utime - before.ru_utime)
+                    + (after.ru_stime - before.ru_stime)) * 1000
+
+        for mode in ("off", "on"):  # warm: byte-code caches, the store file
+            one(mode)
+        for _ in range(args.procs * args.pairs):
+            modes = ["off", "on"]
+            order.shuffle(modes)
+            got = {mode: one(mode) for mode in modes}
+            for mode, used in got.items():
+                cpu[mode].append(used)
+            if got["off"] > 0:
+                ratios.append(got["on"] / got["off"] - 1)
+        if args.instructions and not args.smoke:
+            for mode in ("off", "on"):
+                counts[mode] = _count(argv, {**envs[mode], "PYTHONHASHSEED": "0"}, cwd)
+    # Runs traced: the warm one, one a pair, and the counted one.
+    return {"cpu": cpu, "ratios": ratios, "counts": counts,
+            "traced": 1 + args.procs * args.pairs + ("on" in counts)}
+
+
 def instructions(mode: str, n: int, args: argparse.Namespace, endpoint: str) -> tuple[int, str]:
     """User-space instructions of one process doing `n` runs `mode` (all threads),
     by perf where the CPU counts them, else by callgrind; and which counted."""
@@ -280,22 +361,7 @@ def instructions(mode: str, n: int, args: argparse.Namespace, endpoint: str) -> 
         # Under callgrind a run takes ~50x as long, so the exporter's 5 s timer would
         # send a request every few runs where at native speed a batch fills first.
         extra.update(OTEL_EXPORTER_OTLP_ENDPOINT=endpoint, OTEL_BSP_SCHEDULE_DELAY="3600000")
-    env = _clean_env(**extra)
-    if shutil.which("perf"):
-        out = subprocess.run(["perf", "stat", "-x,", "-e", "instructions:u", *argv],
-                             capture_output=True, text=True, check=False, env=env)
-        found = re.search(r"^(\d+),[^,]*,instructions:u", out.stderr, re.M)
-        if out.returncode == 0 and found:
-            return int(found.group(1)), "perf stat instructions:u"
-    if shutil.which("valgrind") is None:
-        sys.exit("neither perf's instruction counter nor valgrind is available "
-                 "(apt-get install valgrind)")
-    out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
-                          *argv], capture_output=True, text=True, check=False, env=env)
-    found = re.search(r"Collected\s*:\s*(\d+)", out.stderr)
-    if out.returncode != 0 or found is None:
-        sys.exit(f"valgrind failed ({out.returncode}): {out.stderr.strip()[-400:]}")
-    return int(found.group(1)), "callgrind (perf: no instruction counter here)"
+    return _count(argv, _clean_env(**extra))
 
 
 def parts(runs: int, nodes: int) -> tuple[float, float]:
@@ -318,10 +384,12 @@ def parts(runs: int, nodes: int) -> tuple[float, float]:
         state = RunState(f"bench-{r:06d}")
         state.workflow, state.started_at = "chain", iso(now)
         for n in range(nodes):
+            attempt = f"{random.getrandbits(64):016x}"  # as runner/engine/_nodes.py makes it
             events.append(({"type": "node_started", "node": f"n{n}", "at": iso(now),
-                            "payload": {}}, state))
+                            "attempt": attempt, "payload": {}}, state))
             now += 0.00025
             events.append(({"type": "node_finished", "node": f"n{n}", "at": iso(now),
+                            "attempt": attempt,
                             "payload": {"kind": "compute", "outcome": "ok", "retry": 0,
                                         "duration_ms": 0, "output": n}}, state))
         events.append(({"type": "run_completed", "at": iso(now), "payload": {}}, state))
@@ -349,13 +417,20 @@ def main() -> None:
                         help="shell nodes (`true`) instead of trivial compute nodes")
     parser.add_argument("--instructions", action="store_true",
                         help="also count instructions per run off and on")
+    parser.add_argument("--counted", type=int, default=200,
+                        help="runs the instruction count covers a mode, default 200 (a full "
+                             "collection lands among them: fewer runs, a coarser figure)")
     parser.add_argument("--nodes", type=int, default=NODES, help=argparse.SUPPRESS)
+    parser.add_argument("--gc-off", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--collector", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--cycles", help=argparse.SUPPRESS)  # MODE:N, counted from outside
     parser.add_argument("--parts", action="store_true",
                         help="only the in-process parts: CPU per run on the run's thread "
                              "and encoding, 500 runs' events fed to the observer")
+    parser.add_argument("--cli", action="store_true",
+                        help="a `wfrun run` process per run (start-up and exit counted); "
+                             "--procs x --pairs process pairs")
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args()
     try:
@@ -370,7 +445,7 @@ def main() -> None:
         return worker(args.nodes, args.shell)
     if args.cycles is not None:
         mode, n = args.cycles.split(":")
-        return cycles(mode, int(n), args.nodes, args.shell)
+        return cycles(mode, int(n), args.nodes, args.shell, not args.gc_off)
     if args.parts:
         hot, encoding = parts(5 if args.smoke else 500, args.nodes)
         print(f"runner imported from {ROOT}")
@@ -382,6 +457,8 @@ def main() -> None:
 
     sink = Child(_me("--collector"), _clean_env())
     endpoint = sink.ask()
+    if args.cli:
+        return report_cli(sink, cli(endpoint, args), args)
     found = compare(endpoint, args)
     decoded, requests = (int(x) for x in sink.ask("count").split())
     runs = args.procs * (WARM + args.pairs * args.block)
@@ -390,11 +467,10 @@ def main() -> None:
         sys.exit(f"the collector decoded {decoded} spans, not {expected}")
     counts: dict[str, tuple[int, str]] = {}
     if args.instructions and not args.smoke:
-        counted = 40
         for mode in ("off", "on"):
             few, how = instructions(mode, FEW, args, endpoint)
-            more, how = instructions(mode, FEW + counted, args, endpoint)
-            counts[mode] = ((more - few) // counted, how)
+            more, how = instructions(mode, FEW + args.counted, args, endpoint)
+            counts[mode] = ((more - few) // args.counted, how)
     sink.close()
 
     ratios, cpu, wall = found["ratios"], found["cpu"], found["wall"]
@@ -434,6 +510,34 @@ def main() -> None:
         off, on = counts["off"][0], counts["on"][0]
         print(f"instructions per run ({counts['on'][1]}, user space, all threads): "
               f"off {off / 1e6:.2f} M, on {on / 1e6:.2f} M: {(on - off) / off * 100:+.1f} %")
+    if args.smoke:  # the `--cli` code path too: one pair of `wfrun run` processes
+        args.pairs = 1
+        sink = Child(_me("--collector"), _clean_env())
+        report_cli(sink, cli(sink.ask(), args), args)
+
+
+def report_cli(sink: Child, found: dict[str, Any], args: argparse.Namespace) -> None:
+    decoded = int(sink.ask("count").split()[0])
+    expected = found["traced"] * (args.nodes + 1)
+    sink.close()
+    if decoded != expected:
+        sys.exit(f"the collector decoded {decoded} spans, not {expected}")
+    cpu = found["cpu"]
+    q1, median, q3 = quartiles(found["ratios"] or [math.nan])
+    kind = "shell (`true`)" if args.shell else "compute"
+    print(f"machine: {machine()}; load average {os.getloadavg()[0]:.1f}")
+    print(f"runner imported from {ROOT}")
+    print(f"{len(found['ratios'])} interleaved pairs of `wfrun run` processes, one run of a "
+          f"{args.nodes}-node {kind} chain each; the collector decoded {decoded} spans")
+    print(f"CPU per process (medians): off {statistics.median(cpu['off']):.1f} ms, "
+          f"on {statistics.median(cpu['on']):.1f} ms")
+    print(f"tracing's CPU cost per `wfrun run`, median of the pairs' on/off: "
+          f"{median * 100:+.1f} % (quartiles {q1 * 100:+.1f} .. {q3 * 100:+.1f} %; "
+          f"aim <= {AIM_PERCENT:.0f} %)")
+    if found["counts"]:
+        off, on = found["counts"]["off"][0], found["counts"]["on"][0]
+        print(f"instructions per `wfrun run` ({found['counts']['on'][1]}, user space): "
+              f"off {off / 1e6:.0f} M, on {on / 1e6:.0f} M: {(on - off) / off * 100:+.1f} %")
 
 
 if __name__ == "__main__":

@@ -154,6 +154,7 @@ class AgentStep:
     # The run's known secret values: a process-running executor keeps every variable
     # holding one out of the agent's environment (no model ever sees a secret).
     secret_values: tuple[str, ...] = ()
+    traceparent: str | None = None  # the attempt's span, for a process's TRACEPARENT
     _output: Any = None
     _accepted: bool = False
     _closed: bool = False

@@ -122,7 +122,7 @@ def hook_context(ctx: NodeContext, params: dict[str, Any]) -> HookContext:
                        secrets=dict(values.get("secrets") or {}),
                        env=dict(values.get("env") or {}), params=params,
                        remaining=ctx.remaining, stopping=lambda: ctx.control.stopping,
-                       traceparent=tracing.environment(ctx.run_id).get("TRACEPARENT"))
+                       traceparent=tracing.step_environment(ctx).get("TRACEPARENT"))
 
 
 def call_hook(ctx: NodeContext, hook: HookRef, with_: Any) -> NodeResult:

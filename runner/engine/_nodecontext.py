@@ -120,6 +120,9 @@ class NodeContext:
     work_dir: str
     processes: ProcessRegistry | None = None
     fanout: FanoutPort | None = None  # a fan-out node's (set by the run loop)
+    # The attempt whose span a step's TRACEPARENT names when not its own: a fan-out
+    # item has no span, so its map node's ("": none known, on an item host).
+    span: str | None = None
 
     def remaining(self) -> float | None:
         if self.deadline is None:

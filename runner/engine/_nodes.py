@@ -130,7 +130,7 @@ def _action(ctx: NodeContext) -> NodeResult:
     base = ctx.work_dir
     if cwd is not None and not os.path.isabs(cwd):
         cwd = os.path.join(base, cwd)
-    env = {**tracing.environment(ctx.run_id),  # TRACEPARENT: this attempt's span
+    env = {**tracing.step_environment(ctx),  # TRACEPARENT: the attempt's span
            **{k: render_text(v, values) for k, v in spec.env.items()}}
     stdin = render_text(spec.stdin, values) if spec.stdin is not None else None
     nul = _nul_problem(command, cwd, env)
@@ -239,7 +239,8 @@ def _agent(ctx: NodeContext) -> NodeResult:
                      on_update=ctx.updates.publish, decision_field=spec.decision_field,
                      choices=spec.choices, on_log=ctx.logs.record,
                      open_live=lambda cap_chars: ctx.logs.live((), cap_chars),
-                     secret_values=ctx.secrets.masked)
+                     secret_values=ctx.secrets.masked,
+                     traceparent=tracing.step_environment(ctx).get("TRACEPARENT"))
     kind: TurnKind = "resume" if ctx.resuming else "step"
     ctx.updates.prompt_sent(kind, prompt)
     reminders = 0

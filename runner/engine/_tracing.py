@@ -2,10 +2,12 @@
 
 On when the standard `OTEL_EXPORTER_OTLP_ENDPOINT` (or `..._TRACES_ENDPOINT`) is set
 and `OTEL_SDK_DISABLED` is not `true`; the other standard `OTEL_*` variables are read
-as the specification has them (the sampler and the resource by the SDK itself; the
-exporter's headers, timeout, compression, certificates and `OTEL_BSP_*` batching by
-runner/engine/_otlpexport.py). Off, this module imports nothing of OpenTelemetry and
-`observer` hands the engine's observer back unchanged.
+as the specification has them (the sampler and the resource as the SDK reads them,
+by runner/engine/_otelenv.py; the exporter's headers, timeout, compression,
+certificates and `OTEL_BSP_*` batching by runner/engine/_otlpexport.py). Off, this
+module imports nothing of OpenTelemetry and `observer` hands the engine's observer
+back unchanged. On, it imports only the SDK's version (the `wfrun[otel]` extra is
+what makes the spans' `telemetry.sdk.*`): not its trace package, ~100 modules.
 
 Why spans are made from the run's trace events, each once it ended: a span is built
 from facts the trace holds (a node attempt's start and duration, the run's start and
@@ -14,15 +16,17 @@ derived from the run id, which the bundle keeps: a run resumed by another proces
 after a SIGKILL, continues the same trace, and its node spans find their parent; the
 run span itself is sent when the run ends (completed, failed, timed out, cancelled,
 or waiting at a checkpoint). A child run's span (a continuation, a controller's
-child) links to its parent run's span. The node span's id is chosen when
-the node starts, so a shell step gets `TRACEPARENT` naming it.
+child) links to its parent run's span. A node attempt's span id is its attempt id
+(random, 64 bits, in the trace's events): a step's `TRACEPARENT` names it from the
+attempt alone (a parallel node's branches each their own), and a run's thread keeps
+no note of a node's start.
 
 The sampler (`OTEL_TRACES_SAMPLER`) decides once per run, by its trace id, and the
 decision covers the run span and its node spans alike: a dropped run costs no span
 object at all, and its `TRACEPARENT` says "not sampled" (flags 00).
 
 Exporting never blocks or fails a run, nor costs it much (bench/bench_tracing.py): the
-run's thread queues a small record per span (a bounded queue; a full one drops
+run's thread queues a plain tuple per span (a bounded queue; a full one drops
 records, counted), the exporter's own thread makes the spans, encodes them
 (runner/engine/_otlp.py) and sends them, a problem making one is logged at debug
 level, and a process exits after at most `EXIT_WAIT` seconds of sending, whether or
@@ -39,10 +43,13 @@ import random
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from . import _otlp
+from . import _otelenv, _otlp
 from ._state import RunState
+
+if TYPE_CHECKING:
+    from ._nodecontext import NodeContext
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +60,8 @@ RUN_ENDS = {"run_completed": "completed", "run_failed": "failed",
             "run_timed_out": "timed_out", "run_cancelled": "cancelled",
             "run_waiting": "waiting"}
 NODE_ENDS = ("node_finished", "node_failed")
-_TRACED = frozenset({"node_started", *NODE_ENDS, *RUN_ENDS})
+_TRACED = frozenset({*NODE_ENDS, *RUN_ENDS})
+_LOW64 = _otelenv.TRACE_ID_LIMIT - 1
 EXIT_WAIT = 3.0  # seconds a process waits at exit for its last spans to be sent
 _SAMPLED_KEPT = 4096  # sampling decisions kept: the runs in flight in a host, and then some
 
@@ -108,10 +116,16 @@ def observer(inner: Observer | None) -> Observer | None:
     return inner if tracing is None else tracing.observer(inner)
 
 
-def environment(run_id: str) -> dict[str, str]:
-    """`TRACEPARENT` for a step of `run_id` now running (empty when tracing is off)."""
+def environment(run_id: str, attempt: str) -> dict[str, str]:
+    """`TRACEPARENT` for a step of `run_id`'s node attempt `attempt` (its id), empty
+    when tracing is off or there is no attempt."""
     tracing = _current
-    return {} if tracing is None else tracing.environment(run_id)
+    return {} if tracing is None or not attempt else tracing.environment(run_id, attempt)
+
+
+def step_environment(ctx: NodeContext) -> dict[str, str]:
+    """`environment` for the step of a node attempt (`ctx.span`: a fan-out item's)."""
+    return environment(ctx.run_id, ctx.attempt if ctx.span is None else ctx.span)
 
 
 @functools.lru_cache(maxsize=1024)  # the runs in flight in a host, and then some
@@ -125,6 +139,18 @@ def traceparent(trace_id: int, span_id: int, sampled: bool = True) -> str:
     return f"00-{trace_id:032x}-{span_id:016x}-{'01' if sampled else '00'}"
 
 
+def span_id(attempt: Any) -> int:
+    """A node attempt's span id: its attempt id (16 hex digits, runner/engine/_nodes.py
+    `new_attempt_id`) read as a number; a random one for an attempt without a usable
+    id (a trace from elsewhere), and never zero."""
+    if type(attempt) is str and len(attempt) == 16:
+        try:
+            return int(attempt, 16) or 1
+        except ValueError:
+            pass
+    return random.getrandbits(64) or 1
+
+
 class _NodeEnd(NamedTuple):
     """A node attempt that ended, as the run's thread saw it: the payload's values its
     span needs, as they are (the payload itself is not kept: an output may be large;
@@ -133,7 +159,7 @@ class _NodeEnd(NamedTuple):
     run_id: str
     workflow: str
     node: Any
-    span_id: int
+    attempt_id: Any  # the attempt's id: its span id (`span_id`)
     ended: str  # node_finished or node_failed
     kind: Any
     retry: Any
@@ -165,8 +191,8 @@ class _NodeEnd(NamedTuple):
             attributes["wfrun.will_retry"] = True
         trace_id, run_span = run_ids(self.run_id)
         start, end = self.times()
-        return _otlp.Span(f"node {node}", trace_id, self.span_id, run_span, attributes, (),
-                          outcome != "ok", start, end)
+        return _otlp.Span(f"node {node}", trace_id, span_id(self.attempt_id), run_span,
+                          attributes, (), outcome != "ok", start, end)
 
     def write(self, batch: _otlp.Batch) -> None:
         """The span `span()` makes, written without making it (`_write_node`)."""
@@ -184,7 +210,7 @@ def _write_node(record: tuple[Any, ...], batch: _otlp.Batch) -> None:
     fields the run's thread queues): a run's and an attempt's fields are encoded
     once a batch (tests/unit/engine/test_otlp_encoding.py requires the message
     `_NodeEnd.span` makes). The exporter's thread, once per node attempt."""
-    (run_id, workflow, node, span_id, ended, kind, retry, outcome, error_code,
+    (run_id, workflow, node, attempt_id, ended, kind, retry, outcome, error_code,
      will_retry, at, millis) = record
     pieces = batch.pieces
     run = pieces.get(run_id)
@@ -212,9 +238,9 @@ def _write_node(record: tuple[Any, ...], batch: _otlp.Batch) -> None:
     end = _nanos(at)
     start = end - int(millis * 1_000_000) if end and isinstance(millis, _NUMBER) else end
     if start > 0:  # both known: the common case's short path
-        batch.timed(fields, span_id, start, end, failed)
+        batch.timed(fields, span_id(attempt_id), start, end, failed)
     else:
-        batch.write(fields, span_id, start, end, (), failed)
+        batch.write(fields, span_id(attempt_id), start, end, (), failed)
 
 
 class _RunEnd(NamedTuple):
@@ -237,9 +263,9 @@ class _RunEnd(NamedTuple):
         if self.parent_run_id:
             attributes["wfrun.parent_run_id"] = self.parent_run_id
             links = (run_ids(self.parent_run_id),)
-        trace_id, span_id = run_ids(self.run_id)
+        trace_id, run_span = run_ids(self.run_id)
         start = _nanos(self.started_at)
-        return _otlp.Span(f"run {self.workflow}", trace_id, span_id, None, attributes, links,
+        return _otlp.Span(f"run {self.workflow}", trace_id, run_span, None, attributes, links,
                           self.outcome not in ("completed", "waiting"), start,
                           _nanos(self.at) or start)
 
@@ -248,34 +274,31 @@ class _RunEnd(NamedTuple):
 
 
 class Tracing:
-    """One process's spans: the sampler's decisions, the node attempts being run, and
-    the exporter (runner/engine/_otlpexport.py) their records go to.
+    """One process's spans: the sampler's decisions and the exporter
+    (runner/engine/_otlpexport.py) the spans' records go to.
 
-    The run's thread does as little as it can: at a node's start it picks the span
-    id (for `TRACEPARENT`), and at an end it queues a small record of what the span
-    needs. The exporter's thread makes the spans of a batch (ids, times, attributes)
-    and encodes them (runner/engine/_otlp.py). The SDK is used for what it reads
-    from the standard variables once: the sampler and the resource.
+    The run's thread does as little as it can: at a node attempt's end, and at the
+    run's, it queues a plain tuple of what the span needs. The exporter's thread makes
+    the spans of a batch (ids, times, attributes) and encodes them
+    (runner/engine/_otlp.py). The sampler and the resource are read from the standard
+    variables once (runner/engine/_otelenv.py).
     """
 
     def __init__(self) -> None:
-        from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.sampling import Decision
-        from opentelemetry.trace import SpanKind
+        # The SDK's version only (three small modules): ImportError without the extra.
+        from opentelemetry.sdk.version import __version__ as sdk_version
 
         from ._otlpexport import Exporter, Settings
 
         settings = Settings.from_environ()  # a bad value: ValueError, untraced
-        resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME")
-                                    or "wfrun"})
-        # OTEL_TRACES_SAMPLER(_ARG), as the SDK reads them (custom samplers too).
-        self.sampler = TracerProvider(resource=resource, shutdown_on_exit=False).sampler
-        self._sample, self._internal = Decision.RECORD_AND_SAMPLE, SpanKind.INTERNAL
-        self.encoder = _otlp.Encoder(resource.attributes, resource.schema_url or "")
+        self._bound = _otelenv.sampling_bound()  # OTEL_TRACES_SAMPLER(_ARG)
+        if _otelenv.wants_detectors():
+            attributes, schema_url = _otelenv.sdk_resource()
+        else:
+            attributes, schema_url = _otelenv.resource(sdk_version), ""
+        self.encoder = _otlp.Encoder(attributes, schema_url)
         # Records: `_RunEnd`s, and node ends as plain tuples of `_NodeEnd`'s fields.
         self.exporter: Exporter[tuple[Any, ...]] = Exporter(settings, self._encode)
-        self._nodes: dict[str, tuple[Any, int]] = {}  # run id -> its running node, span id
         self._sampled: dict[str, bool] = {}  # run id -> the sampler's decision (bounded)
         self._closed = False
         import atexit
@@ -290,35 +313,28 @@ class Tracing:
     def observer(self, inner: Observer | None) -> Observer:
         # What runs per event is kept short and local: it is on the run's thread, a
         # few times per node (bench/bench_tracing.py).
-        nodes, decided, add, getrandbits = (self._nodes, self._sampled, self.exporter.add,
-                                            random.getrandbits)
+        decided, add, sampled_now = self._sampled, self.exporter.add, self.sampled
 
         def observe(event: dict[str, Any], state: RunState) -> None:
             kind = event["type"]
             if kind in _TRACED:
                 try:
                     run_id = state.run_id
-                    if kind == "node_started":  # the attempt's span id, for TRACEPARENT
-                        nodes[run_id] = (event.get("node"), getrandbits(64) or 1)
-                    elif kind in RUN_ENDS:
+                    if kind in RUN_ENDS:
                         self._run_end(kind, event, state)
                     else:
-                        node = event.get("node")
-                        running = nodes.pop(run_id, None)
-                        if running is None or running[0] != node:
-                            if running is not None:
-                                nodes[run_id] = running  # another node's attempt
-                            running = (node, getrandbits(64) or 1)
                         sampled = decided.get(run_id)
-                        if sampled or (sampled is None and self.sampled(run_id)):
+                        if sampled or (sampled is None and sampled_now(run_id)):
                             payload = event.get("payload") or {}
                             error = payload.get("error")
                             # A plain tuple of atomic values, not a `_NodeEnd`: the
                             # garbage collector stops tracking it at its first pass, where
                             # a tuple subclass stays tracked into the oldest generation
-                            # while it waits in the queue (more full collections).
+                            # while it waits in the queue (more full collections). The
+                            # span id is made from the attempt's id on the exporter's side.
                             add((
-                                run_id, state.workflow, node, running[1], kind,
+                                run_id, state.workflow, event.get("node"),
+                                event.get("attempt"), kind,
                                 payload.get("kind"), payload.get("retry"),
                                 payload.get("outcome"),
                                 error.get("code") if type(error) is dict else None,
@@ -331,23 +347,19 @@ class Tracing:
 
         return observe
 
-    def environment(self, run_id: str) -> dict[str, str]:
-        running = self._nodes.get(run_id)
-        if running is None:
-            return {}
-        return {"TRACEPARENT": traceparent(run_ids(run_id)[0], running[1],
+    def environment(self, run_id: str, attempt: str) -> dict[str, str]:
+        return {"TRACEPARENT": traceparent(run_ids(run_id)[0], span_id(attempt),
                                            self.sampled(run_id))}
 
     def sampled(self, run_id: str) -> bool:
-        """The sampler's decision for the run's trace, made once, at its first event,
-        for the run span and every node span alike (a ParentBased or TraceIdRatio
-        sampler decides by the trace id, which the run id fixes: every process that
-        runs a part of the run decides the same)."""
+        """The sampler's decision for the run's trace, made once, at its first span or
+        step, for the run span and every node span alike (a ratio sampler decides by
+        the trace id, which the run id fixes: every process that runs a part of the
+        run decides the same)."""
         known = self._sampled.get(run_id)
         if known is not None:
             return known
-        decision = self.sampler.should_sample(None, run_ids(run_id)[0], "run", self._internal)
-        sampled = decision.decision is self._sample
+        sampled = run_ids(run_id)[0] & _LOW64 < self._bound
         if len(self._sampled) >= _SAMPLED_KEPT:
             self._sampled.clear()  # a host's finished runs: decided again if seen
         self._sampled[run_id] = sampled
@@ -355,7 +367,6 @@ class Tracing:
 
     def _run_end(self, kind: str, event: dict[str, Any], state: RunState) -> None:
         run_id = state.run_id
-        self._nodes.pop(run_id, None)  # a node that never ended here (a crash seam)
         if self.sampled(run_id):
             code = (state.error or {}).get("code")
             self.exporter.add(_RunEnd(run_id, state.workflow, RUN_ENDS[kind],

@@ -27,7 +27,6 @@ from typing import Any
 from runner import _jsonin as jsonin
 from runner._safety import safe_message, secret_env_values, without_secrets
 from runner.clock import Clock, SystemClock
-from runner.engine import _tracing as tracing
 from runner.engine._agent import AgentStep, ToolResult, TurnKind, parse_tolerant
 from runner.engine._procs import KILL_GRACE, GroupResult, run_group
 
@@ -128,7 +127,8 @@ class CommandExecutor:
             "WFRUN_ATTEMPT": step.contract.attempt,
             "WFRUN_TURN_KIND": kind,
         })
-        env.update(tracing.environment(step.contract.run_id))  # TRACEPARENT when traced
+        if step.traceparent:  # when traced
+            env["TRACEPARENT"] = step.traceparent
         return env
 
     def _secrets(self) -> list[str]:

@@ -80,15 +80,21 @@ def test_the_hand_encoding_is_the_official_encoders_message() -> None:
 def records() -> list[_NodeEnd | _RunEnd]:
     at = "2026-12-05T12:51:02.125Z"
     ok, failed = "node_finished", "node_failed"
+
+    def attempt(n: int) -> str:  # an attempt's id, as runner/engine/_nodes.py makes them
+        return f"{n:016x}"
+
     return [  # the payloads' values as they come: the exporter's thread makes them attributes
-        _NodeEnd("r-1", "review", "plan", 0x51, ok, "compute", 0, "ok", None, False, at, 3),
-        _NodeEnd("r-1", "review", "fetch", 0x52, failed, "action", 0, None, "exit_code", True,
-                 at, 1500),
-        _NodeEnd("r-1", "review", "fetch", 0x53, ok, "action", 1, "ok", None, None,
+        _NodeEnd("r-1", "review", "plan", attempt(0x51), ok, "compute", 0, "ok", None, False,
+                 at, 3),
+        _NodeEnd("r-1", "review", "fetch", attempt(0x52), failed, "action", 0, None,
+                 "exit_code", True, at, 1500),
+        _NodeEnd("r-1", "review", "fetch", attempt(0x53), ok, "action", 1, "ok", None, None,
                  "2026-12-05T12:51:03.000Z", 0.5),
-        _NodeEnd("r-2", "review", "plan", 0x54, ok, "compute", None, None, None, False, at, 3),
-        _NodeEnd("r-2", "review", "odd", 0x55, ok, None, None, "skipped", None, False, None,
-                 None),
+        _NodeEnd("r-2", "review", "plan", attempt(0x54), ok, "compute", None, None, None,
+                 False, at, 3),
+        _NodeEnd("r-2", "review", "odd", attempt(0x55), ok, None, None, "skipped", None,
+                 False, None, None),
         _RunEnd("r-1", "review", "completed", None, None, "2026-12-05T12:51:01.000Z", at),
         _RunEnd("r-2", "review", "failed", "exit_code", "r-1", "2026-12-05T12:51:01+00:00",
                 None),
@@ -103,6 +109,7 @@ def test_the_records_written_are_their_spans() -> None:
     assert ours == official([record.span() for record in records()])
     # And the spans say what the records say (a few exact fields).
     node, failed = records()[0].span(), records()[1].span()
+    assert node.span_id == 0x51  # the attempt's id
     assert node.end_ns - node.start_ns == 3_000_000
     assert node.end_ns == 1_796_475_062_125_000_000  # date -d 2026-12-05T12:51:02Z +%s
     assert failed.error
@@ -136,8 +143,8 @@ def test_the_run_thread_queues_plain_records_the_collector_lets_go(
         state = RunState("r-gc")
         state.workflow = "review"
         at = "2026-12-05T12:51:02.125Z"
-        observe({"type": "node_started", "node": "plan", "at": at, "payload": {}}, state)
         observe({"type": "node_finished", "node": "plan", "at": at,
+                 "attempt": "00000000000000a7",
                  "payload": {"kind": "compute", "outcome": "ok", "retry": 0,
                              "duration_ms": 3, "output": {"big": [1, 2, 3]}}}, state)
         (record,) = list(tracing.exporter._queue)
@@ -147,6 +154,7 @@ def test_the_run_thread_queues_plain_records_the_collector_lets_go(
         named = _NodeEnd(*record)
         assert named.run_id == "r-gc"
         assert named.node == "plan"
+        assert named.span().span_id == 0xa7
         plain, typed = Batch(), Batch()
         tracing._encode([record])  # the exporter's dispatch takes it
         _tracing._write_node(record, plain)
