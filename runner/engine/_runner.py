@@ -55,6 +55,9 @@ Observer = Callable[[dict[str, Any], RunState], None]
 CrashPoint = Callable[[str], None]
 CRASH_POINTS = ("after_bundle_created", "after_manifest_written", "after_trace_append",
                 "after_state_replace", "after_routing", "between_nodes", "before_seal",
+                # a pure run written whole (bundle.py): its files written, the ending's
+                # transaction not committed
+                "after_whole_written",
                 # a fan-out node (fanout.py): its items opened; items claimed (with the
                 # ends written in that commit) and running; items ended, not yet written
                 "after_items_opened", "after_items_claimed", "before_items_settled")
@@ -578,6 +581,7 @@ class RunDriver:
         """Stop without a terminal event; `resume` continues at the interrupted node.
         A clean park says so in the trace (`run_parked`): the node it interrupted did
         not die, so its start is not counted against NODE_START_BUDGET."""
+        self.bundle.write_held()  # a run written whole parks from `running`, as any run
         if self.control.clean:
             self.emit("run_parked", {"node": self.state.current_node,
                                      "reason": self.control.reason or "parked"}, sync=True)
