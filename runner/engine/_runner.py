@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, nullcontext, suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -25,6 +25,7 @@ from runner.compiler._budget import scoped as scoped_budget
 from runner.compiler._fanout import FANOUT_KINDS as _FANOUT_ROWS
 from runner.compiler._kinds import ends
 from runner.compiler._templates import TemplateError, render_native
+from runner.errors import ClaimLost
 
 from . import _tracing as tracing
 from ._agent import AgentStepExecutor
@@ -348,7 +349,12 @@ class RunDriver:
     def drive(self, at: str | None) -> RunOutcome:
         try:
             return self._drive(at)
-        except BaseException:
+        except BaseException as exc:
+            if isinstance(exc, Exception) and not isinstance(exc, ClaimLost):
+                # A bug: a run written whole writes what it ran, as a run written as it
+                # goes has (the launch layer then ends it failed); refused, it is let go.
+                with suppress(Exception):
+                    self.bundle.write_held()
             # A node end still held is not written: the node runs again, as after a kill.
             self.bundle.close()  # a refused write (ClaimLost) or a bug: let go of the run
             raise
