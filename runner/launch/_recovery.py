@@ -17,7 +17,16 @@ from typing import Any
 from runner.clock import Clock
 from runner.engine import RunReader
 from runner.errors import ConflictError, InputError, NotFoundError, WfrunError
-from runner.store import InputScrub, LaunchBook, LaunchRecord, LostRace, Store, StoreError
+from runner.store import (
+    BundleRefused,
+    BundleWrite,
+    InputScrub,
+    LaunchBook,
+    LaunchRecord,
+    LostRace,
+    Store,
+    StoreError,
+)
 
 from ._activation import Activation
 from ._endings import Endings
@@ -30,6 +39,8 @@ from ._preflight import Resolver, workflow_name
 #: What a started bundle's status means for its `starting` row.
 _BY_STATUS = {"running": "running", "waiting": "parked", "completed": "done",
               "cancelled": "cancelled"}
+#: A run that has ended in its bundle: nothing of it runs again.
+_ENDED = ("completed", "failed", "cancelled", "timed_out")
 
 
 class Recovery:
@@ -94,6 +105,10 @@ class Recovery:
             return "failed", "activation_failed", "the run bundle is unreadable"
         if manifest.get("definition_digest") != record.definition_digest:
             return "failed", "source_changed", "the run bundle does not match the launch"
+        if status in ("completed", "cancelled"):
+            # It ran to its end (a run written whole whose ending's commit was lost):
+            # nothing of it runs again, whatever became of its source since.
+            return _BY_STATUS[status], None, None
         try:
             current, _ = self._resolver.compile(record.workflow_ref)
         except WfrunError:
@@ -117,7 +132,16 @@ class Recovery:
                 store.run_events.append(run_id, CANCEL_EVENT, {}, runner_id=self._runner_id)
                 return record
             return self._cancel_abandoned(record)
-        result = self._book.cancel(run_id)
+        try:
+            result = self._book.cancel(run_id, bundle=self._unended(record))
+        except BundleRefused:
+            # Written whole, the run ended in its bundle, and its runner died before
+            # its ending's commit (ADR 0009, lever 3): that ending is recorded, not a
+            # cancel (by its runner's successor once the lease is gone).
+            if record.lease_live(store.now_ms()):
+                raise ConflictError(f"run '{run_id}' has ended; its runner is recording "
+                                    "it") from None
+            return self._cancel_abandoned(record)
         if isinstance(result, LostRace):
             if result.status in ("done", "failed", "cancelled"):
                 raise ConflictError(f"run '{run_id}' already ended ({result.status})")
@@ -126,6 +150,20 @@ class Recovery:
         if self._reader.started(run_id):
             self._endings.end_cancelled(run_id)  # a parked run: its bundle ends cancelled too
         return result
+
+    def _unended(self, record: LaunchRecord) -> BundleWrite | None:
+        """For a `starting` row with its bundle in a folder: a check, made under the
+        row's lock by the cancel's transition, that the bundle has not ended. A run
+        written whole is written inside its ending's transaction, so under that lock
+        no runner is writing one: its bundle has ended, or it will not before the
+        cancel commits (and the runner's guard then refuses it)."""
+        if record.status != "starting" or self._reader.space.commits_with_store:
+            return None
+        reader, run_id = self._reader, record.run_id
+
+        def unended(_tx: Any) -> str:
+            return "ended" if reader.status(run_id) in _ENDED else "ok"
+        return unended
 
     def _cancel_abandoned(self, record: LaunchRecord) -> LaunchRecord:
         launches = self._book

@@ -227,8 +227,12 @@ class LaunchQueue(Protocol):
         turn_intent: NewTurnIntent | None = None,
         bundle: BundleWrite | None = None,
         then_claim: NextClaim | None = None,
+        from_starting: bool = False,
     ) -> LaunchRecord | LostRace:
-        """running -> done (`waiting`: the run ended at a checkpoint). A controller's
+        """running -> done (`waiting`: the run ended at a checkpoint).
+        `from_starting` (also on `fail` and the holder's `cancel`): the run never
+        committed `running` (a pure run written whole with its ending): a `starting`
+        row goes `starting -> running -> ending` in this one transaction. A controller's
         child request linked by run id is settled and its parent key woken in the
         same transaction, as by `fail` and `cancel`. `turn_intent` (a closing
         presentation) is ensured and made eligible in the same transaction, unless
@@ -248,6 +252,7 @@ class LaunchQueue(Protocol):
         turn_intent: NewTurnIntent | None = None,
         bundle: BundleWrite | None = None,
         then_claim: NextClaim | None = None,
+        from_starting: bool = False,
     ) -> LaunchRecord | LostRace:
         """starting|running -> failed with a stable code and a bounded safe message.
 
@@ -263,7 +268,8 @@ class LaunchQueue(Protocol):
 
     def cancel(self, run_id: str, *, claim_token: str | None = None,
                bundle: BundleWrite | None = None,
-               then_claim: NextClaim | None = None) -> LaunchRecord | LostRace:
+               then_claim: NextClaim | None = None,
+               from_starting: bool = False) -> LaunchRecord | LostRace:
         """-> cancelled. Without a token: queued|starting|parked (beats activation).
         With the claim token: starting|running (the holder records a cancel)."""
         ...

@@ -28,6 +28,14 @@ TINY = """\
     nodes:
       one: {compute: "{{ 1 }}"}
 """
+# The same with an effect: its run is written as it goes (`running` before the node),
+# not whole with its ending as a pure run is (ADR 0009, lever 3).
+TINY_EFFECT = """\
+    input: {type: object, properties: {task: {type: string}}}
+    start: one
+    nodes:
+      one: {action: {shell: ["true"]}}
+"""
 SLEEPY = """\
     start: nap
     nodes:
@@ -74,8 +82,8 @@ class Stack:
 @pytest.fixture
 def project(tmp_path: Path) -> Project:
     proj = Project(tmp_path / "proj")
-    for name, text in (("tiny", TINY), ("sleepy", SLEEPY), ("parent", PARENT),
-                       ("child", CHILD)):
+    for name, text in (("tiny", TINY), ("tiny_effect", TINY_EFFECT), ("sleepy", SLEEPY),
+                       ("parent", PARENT), ("child", CHILD)):
         proj.write_workflow(name, text)
     return proj
 
@@ -114,7 +122,7 @@ class _Store:
 def test_a_cancel_during_bundle_creation_wins_and_leaves_no_running_bundle(
         project: Project, moment: str) -> None:
     stack = Stack(project)
-    record = stack.claimed("tiny")
+    record = stack.claimed("tiny_effect")
     at = int(moment.split()[1]) if moment.startswith("fence") else 0
     launches = _CancelAtFence(stack.store.launches, at)
 
@@ -145,13 +153,80 @@ def test_a_cancel_after_the_bundle_is_built_is_recorded_in_it(project: Project) 
             stack.coordinator.cancel(record.run_id)
 
     stack.coordinator.crash = cancel_now
-    record = stack.claimed("tiny")
+    record = stack.claimed("tiny_effect")
     assert stack.coordinator.execute(record) is None
     assert stack.store.launches.get(record.run_id).status == "cancelled"  # type: ignore[union-attr]
     assert project.manifest(record.run_id)["status"] == "cancelled"  # type: ignore[index]
     counts = event_counts(project.trace(record.run_id))
     assert counts[("run_started", None)] == 1
     assert not [k for k in counts if k[0] == "node_started"]
+
+
+# -- a pure run, written whole with its ending (ADR 0009, lever 3) -------------------
+class _Counting:
+    """The launch queue, counting the fence's reads and `running` transitions."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.fence_reads, self.marked = inner, 0, 0
+
+    def check_claim(self, run_id: str, token: str) -> Any:
+        self.fence_reads += 1
+        return self.inner.check_claim(run_id, token)
+
+    def mark_running(self, *args: Any, **kwargs: Any) -> Any:
+        self.marked += 1
+        return self.inner.mark_running(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_a_pure_run_is_written_whole_by_its_ending_without_a_running_commit(
+        project: Project) -> None:
+    stack = Stack(project)
+    record = stack.claimed("tiny", {"task": "t"})
+    launches = _Counting(stack.store.launches)
+    runner = build_coordinator(stack.ws, _Store(stack.store, launches),  # type: ignore[arg-type]
+                               "plain", runner="r1",
+                               options=EngineOptions(project_root=project.root))
+    outcome = runner.execute(record)
+    assert outcome is not None
+    assert (outcome.status, outcome.final_output) == ("completed", 1)
+    # One fence read (before the folder); the ending's guard fenced the rest.
+    assert (launches.fence_reads, launches.marked) == (1, 0)
+    row = stack.store.launches.get(record.run_id)
+    assert row is not None
+    assert (row.status, row.input_cleared, row.started_at is not None) == ("done", True, True)
+    # The row went through `running` in the ending's transaction: valid steps only.
+    events = [e.type for e in stack.store.run_events.read(run_id=record.run_id)]
+    assert events[-2:] == ["launch.running", "launch.done"]
+    assert project.manifest(record.run_id)["status"] == "completed"  # type: ignore[index]
+    assert [e["type"] for e in project.trace(record.run_id)] == [
+        "run_started", "node_started", "node_finished", "run_completed"]
+
+
+@pytest.mark.parametrize("moment", ["during_starting", "before_executor_release",
+                                    "after_trace_append", "before_seal"])
+def test_a_cancel_before_a_pure_runs_ending_wins_and_leaves_no_bundle(
+        project: Project, moment: str) -> None:
+    """Nothing of a run written whole is on disk before its ending's guard passes: a
+    cancel (no token needed while `starting`) that wins before it refuses that guard,
+    and the run leaves nothing, as a cancel during the bundle's creation does."""
+    stack = Stack(project)
+
+    def cancel_at(point: str) -> None:
+        if point == moment:  # as `workflow cancel` from another process would
+            assert stack.coordinator.cancel(record.run_id).status == "cancelled"
+
+    stack.coordinator.crash = cancel_at
+    stack.coordinator.options.crash_point = cancel_at
+    record = stack.claimed("tiny")
+    assert stack.coordinator.execute(record) is None
+    assert stack.store.launches.get(record.run_id).status == "cancelled"  # type: ignore[union-attr]
+    assert project.bundles() == []
+    events = [e.type for e in stack.store.run_events.read(run_id=record.run_id)]
+    assert "launch_failed" not in events
+    assert "launch.running" not in events
 
 
 # -- the lease keeper ----------------------------------------------------------------

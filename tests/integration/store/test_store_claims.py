@@ -338,6 +338,44 @@ def test_finish_ends_done(store: Store, clock: FakeClock) -> None:
     assert done.finished_at == int(clock.now() * 1000)
 
 
+def test_an_ending_from_starting_goes_through_running_in_one_transaction(
+        store: Store, clock: FakeClock) -> None:
+    """A run written whole with its ending (ADR 0009, lever 3) never committed
+    `running`: `from_starting` takes the row there in the ending's own transaction,
+    by valid transitions only, clearing the input; without it `finish` refuses."""
+    claimed = _claimed(store)
+    token = claimed.claim_token or ""
+    assert store.launches.finish("run-1", token) == LostRace("run-1", "wrong_status",
+                                                             "starting")
+    clock.advance(3)
+    done = _record(store.launches.finish("run-1", token, from_starting=True))
+    assert (done.status, done.claim_token, done.input_json) == ("done", None, None)
+    assert done.started_at == done.finished_at == int(clock.now() * 1000)
+    moves = [(e.payload["from"], e.payload["to"]) for e in store.run_events.read(
+        run_id="run-1") if e.type != "launch.queued"]
+    assert moves[-2:] == [("starting", "running"), ("running", "done")]
+    assert set(moves) <= LAUNCH_TRANSITIONS
+    # Fenced as `mark_running` is: another token, or a row a cancel took, is refused.
+    for run_id, ending in (("run-2", "fail"), ("run-3", "cancel")):
+        token = _claimed(store, run_id).claim_token or ""
+        assert store.launches.fail(run_id, "other", code="run_failed", message="x",
+                                   from_starting=True) == LostRace(
+            run_id, "token_mismatch", "starting")
+        if ending == "cancel":
+            _record(store.launches.cancel(run_id))  # no token: beats activation
+            assert store.launches.cancel(run_id, claim_token=token, from_starting=True) \
+                == LostRace(run_id, "wrong_status", "cancelled")
+        else:
+            failed = _record(store.launches.fail(run_id, token, code="run_failed",
+                                                 message="x", from_starting=True))
+            assert failed.status == "failed"
+            assert failed.started_at is not None
+    # A row already `running` goes straight on.
+    running = _running(store, "run-4")
+    assert _record(store.launches.finish("run-4", running.claim_token or "",
+                                         from_starting=True)).status == "done"
+
+
 def test_fail_records_a_stable_code_and_a_bounded_one_line_message(store: Store) -> None:
     claimed = _claimed(store)
     failed = _record(
