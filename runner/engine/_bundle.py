@@ -25,10 +25,11 @@ them in its first write and its seal, dbbundle.py).
 
 A pure run (`nodes.pure_run`: nothing it does is seen outside it until it ends) is
 written whole (`write_whole`, ADR 0009 lever 3): its trace lines, state and final
-manifest are held in memory, and its ending's transition writes them under the
-launch row's lock, after the transition's guard (our claim, the row still ours) and
-before its commit, which also takes the row through `running`. A cancel that won
-meanwhile refuses the guard and nothing of the run is written (the bundle stays
+manifest are held in memory; at its seal the fence is asked once, the files are
+written and synced, and then its ending's transition commits, taking the row through
+`running`. While the claim's lease is live only its holder changes a `starting` row
+(a cancel is a request, as for `running`), so nothing wins between the files and the
+commit; a fence that refuses leaves nothing of the run written (the bundle stays
 half-made, and is discarded); a kill before the commit leaves the row `starting`
 with a bundle that recovery settles from its trace, as for any `starting` row. The
 run's writes go out the ordinary way (`running` first) once it holds more than
@@ -629,38 +630,32 @@ class FolderBundle:
             ending.run(None)
 
     def _seal_whole(self, ending: LaunchStep) -> None:
-        """The ending's transition writes the whole run: after its guard passed (the
-        claim is ours, a cancel has not won), before its commit; a kill in between
-        leaves a `starting` row and a bundle that says how the run ended, which
-        recovery records. Refused, nothing of the run is written: `ClaimLost`."""
+        """Write the whole run, sync it, then make its ending's transition, which takes
+        the row `starting -> running -> ending`. The fence first: while our claim's
+        lease is live nothing but us can change the row (the store asks a `starting`
+        row's holder to cancel it, as a `running` one's), so no cancel wins between the
+        files and the commit, and the files' fsyncs hold no store lock. A kill between
+        them leaves a `starting` row whose bundle says how the run ended, which
+        recovery records. Refused by the fence, nothing of the run is written."""
         held = self._whole
         assert held is not None
-        written = False
-
-        def write(_tx: Any) -> str:
-            nonlocal written
-            written = True  # from here a failure may leave part of the run on disk
-            self._write_trace(b"".join(held), sync=True)
-            state, manifest = self._whole_state, self._whole_manifest
-            self._whole = self._whole_state = self._whole_manifest = None
-            if state is not None:
-                self._write_state(state)
-            if manifest is not None:
-                self._write_manifest(manifest)
-            self._seal_files()
-            if self._crash is not None:
-                self._crash("after_whole_written")  # the run is on disk, not committed
-            return "ok"
-
-        word = ending.run(write)
-        if written:
-            self.close()  # the commit failed after the files: recorded apart, as above
-            return
-        self.close()  # the bundle stays half-made: whoever settles the launch discards it
-        if word == "unavailable":
-            raise ClaimLost(f"cannot reach the store holding run '{self.run_id}'; letting "
-                            "go of it (a host that reaches it runs it again)")
-        raise ClaimLost(f"lost the claim on run '{self.run_id}'; another runner owns it")
+        self._whole = None
+        if not self.fence():
+            self.close()  # the bundle stays half-made: whoever settles the launch discards it
+            raise ClaimLost(f"lost the claim on run '{self.run_id}'; another runner owns it")
+        self._write_trace(b"".join(held), sync=True)
+        state, manifest = self._whole_state, self._whole_manifest
+        self._whole_state = self._whole_manifest = None
+        if state is not None:
+            self._write_state(state)
+        if manifest is not None:
+            self._write_manifest(manifest)
+        self._seal_files()
+        if self._crash is not None:
+            self._crash("after_whole_written")  # the run is on disk, not committed
+        # Refused or unanswered, the step has recorded nothing, and the launch layer
+        # records the ending apart, as for any sealed bundle.
+        ending.run(None)
 
     def _seal_files(self) -> None:
         paths = [self._state_path, self._manifest_path]

@@ -262,6 +262,10 @@ class Activator:
         assert engine is not None
         self._crash("before_executor_release")
         self._keeper.add(act)
+        if not act.whole:
+            # A run with effects honours a cancel asked while it was starting before
+            # its first node. A pure run need not: it ends, or is cancelled, whole.
+            self._keeper.asked_to_cancel(act)
         if act.checkpoint is not None:
             outcome = engine.drive_continuation(driver, act.checkpoint)
         else:

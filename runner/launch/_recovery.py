@@ -121,28 +121,27 @@ class Recovery:
         return "failed", "activation_failed", f"the run ended {status} during startup"
 
     def cancel(self, run_id: str) -> LaunchRecord:
-        """Cancel a launch now, or ask the live runner of a running one. A running
-        launch whose runner died (its lease expired) is taken over and cancelled."""
+        """Cancel a launch now, or ask the live runner of a claimed one (`starting` or
+        `running`: the record returned is not `cancelled`). A claimed launch whose
+        runner died (its lease expired) is taken over (`running`) or cancelled."""
         store = self._store
         record = self._book.get(run_id)
         if record is None:
             raise NotFoundError(f"no queued or running launch '{run_id}'")
+        if record.status in ("starting", "running") and record.lease_live(store.now_ms()):
+            return self._request(record)
         if record.status == "running":
-            if record.lease_live(store.now_ms()):
-                store.run_events.append(run_id, CANCEL_EVENT, {}, runner_id=self._runner_id)
-                return record
             return self._cancel_abandoned(record)
         try:
             result = self._book.cancel(run_id, bundle=self._unended(record))
         except BundleRefused:
             # Written whole, the run ended in its bundle, and its runner died before
             # its ending's commit (ADR 0009, lever 3): that ending is recorded, not a
-            # cancel (by its runner's successor once the lease is gone).
-            if record.lease_live(store.now_ms()):
-                raise ConflictError(f"run '{run_id}' has ended; its runner is recording "
-                                    "it") from None
+            # cancel.
             return self._cancel_abandoned(record)
         if isinstance(result, LostRace):
+            if result.reason == "lease_active":  # claimed since we looked: ask its runner
+                return self._request(self._book.get(run_id) or record)
             if result.status in ("done", "failed", "cancelled"):
                 raise ConflictError(f"run '{run_id}' already ended ({result.status})")
             raise ConflictError(f"run '{run_id}' changed state ({result.status}); try again")
@@ -151,12 +150,22 @@ class Recovery:
             self._endings.end_cancelled(run_id)  # a parked run: its bundle ends cancelled too
         return result
 
+    def _request(self, record: LaunchRecord) -> LaunchRecord:
+        """Ask the live holder of a claimed launch to cancel it: its lease keeper reads
+        the request and the run stops at its next boundary, or ends as it was going to
+        (a run written whole may end first). The store refuses to cancel a `starting`
+        row with a live lease without its token, so nothing but its holder ends it
+        while that holder may be writing the run (ADR 0009, lever 3)."""
+        self._store.run_events.append(record.run_id, CANCEL_EVENT, {},
+                                      runner_id=self._runner_id)
+        return record
+
     def _unended(self, record: LaunchRecord) -> BundleWrite | None:
-        """For a `starting` row with its bundle in a folder: a check, made under the
-        row's lock by the cancel's transition, that the bundle has not ended. A run
-        written whole is written inside its ending's transaction, so under that lock
-        no runner is writing one: its bundle has ended, or it will not before the
-        cancel commits (and the runner's guard then refuses it)."""
+        """For a `starting` row with its bundle in a folder and its lease expired: a
+        check, made under the row's lock by the cancel's transition, that the bundle
+        has not ended. A run written whole writes its files only while its fence holds
+        (a live lease, so no token-less cancel), and a kill after them leaves an ended
+        bundle this check finds: its ending is then recorded instead of a cancel."""
         if record.status != "starting" or self._reader.space.commits_with_store:
             return None
         reader, run_id = self._reader, record.run_id

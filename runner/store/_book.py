@@ -129,6 +129,9 @@ class LaunchBook:
     def check_claim(self, run_id: str, claim_token: str) -> LaunchStatus | LostRace:
         return self._queue.check_claim(run_id, claim_token)
 
+    def claim_left(self, run_id: str, claim_token: str) -> tuple[LaunchStatus, int] | LostRace:
+        return self._queue.claim_left(run_id, claim_token)
+
     def renew_lease(self, run_id: str, claim_token: str, *,
                     lease_seconds: float = DEFAULT_LEASE_SECONDS) -> LaunchRecord | LostRace:
         return self._queue.renew_lease(run_id, claim_token, lease_seconds=lease_seconds)

@@ -204,6 +204,12 @@ class LaunchQueue(Protocol):
         the status (`starting` or `running`) while the claim is held."""
         ...
 
+    def claim_left(self, run_id: str, claim_token: str) -> tuple[LaunchStatus, int] | LostRace:
+        """`check_claim`, with the milliseconds the lease has left on the database's
+        clock: while they last only the holder changes the row (the lease fence
+        answers from them)."""
+        ...
+
     def mark_running(self, run_id: str, claim_token: str, *,
                      bundle: BundleWrite | None = None) -> LaunchRecord | LostRace:
         """starting -> running; clears the private input and options. With `bundle`,
@@ -270,8 +276,10 @@ class LaunchQueue(Protocol):
                bundle: BundleWrite | None = None,
                then_claim: NextClaim | None = None,
                from_starting: bool = False) -> LaunchRecord | LostRace:
-        """-> cancelled. Without a token: queued|starting|parked (beats activation).
-        With the claim token: starting|running (the holder records a cancel)."""
+        """-> cancelled. Without a token: queued|parked, or starting once its lease has
+        expired (beats activation); a `starting` row with a live lease is refused
+        (`lease_active`): ask its holder, as for `running` (a `cancel_requested`
+        event). With the claim token: starting|running (the holder records a cancel)."""
         ...
 
     def queued_sources(self, *, limit: int = 1000) -> list[QueuedSources]:

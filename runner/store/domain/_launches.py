@@ -46,7 +46,6 @@ from runner.store._states import (
     PARK_MODES,
     RECOVERY_PATHS,
     LaunchStatus,
-    Operation,
     ParkMode,
     RecoveryOutcome,
 )
@@ -64,25 +63,10 @@ from runner.store.domain._launch_queries import (
     SQL,
     launch_values,
 )
-from runner.store.domain._launch_reads import LaunchReads
+from runner.store.domain._launch_reads import LaunchReads, guard
 from runner.store.domain._pages import launch_from_row
 
 Adder = Callable[[NewLaunch], LaunchRecord | LostRace | ValueError]  # `batch`'s add
-
-
-def guard(row: Row | None, run_id: str, op: Operation, token: str | None,
-          now: int) -> LostRace | None:
-    """Why `op` may not run on `row` now, or None."""
-    if row is None:
-        return LostRace(run_id, "not_found")
-    if row["status"] not in op.sources:
-        return LostRace(run_id, "wrong_status", row["status"])
-    if op.needs_claim:
-        if token is None or row["claim_token"] != token:
-            return LostRace(run_id, "token_mismatch", row["status"])
-        if row["claim_expires_at"] <= now:
-            return LostRace(run_id, "lease_expired", row["status"])
-    return None
 
 
 class _Abort(Exception):
@@ -401,18 +385,6 @@ class LaunchQueue(LaunchReads):
             if row is not None and row["origin_session_id"] is None:
                 tx.notify(LAUNCH_CHANNEL, run_id)  # an idle host claims it on the notice
         return row is not None
-
-    def check_claim(self, run_id: str, claim_token: str) -> LaunchStatus | LostRace:
-        # The lease columns and the clock in one statement, no row decoded.
-        with self._connector.read() as tx:
-            now, clock = tx.clock_sql("fence_now")
-            row = tx.one(self._sql["fence"].format(now=now), {"run_id": run_id, **clock})
-        lost = guard(row, run_id, HOLD, claim_token, 0 if row is None else row["fence_now"])
-        if lost is not None:
-            return lost
-        assert row is not None
-        status: LaunchStatus = row["status"]  # the guard passed: starting or running
-        return status
 
     # --- transitions -------------------------------------------------------------
 
