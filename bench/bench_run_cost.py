@@ -39,8 +39,10 @@ from __future__ import annotations
 
 import argparse
 import collections
+import cProfile
 import inspect
 import os
+import pstats
 import queue
 import sqlite3
 import statistics
@@ -204,7 +206,14 @@ def main() -> int:
                              "re-scan the folders; default: one settled 10 s ago)")
     parser.add_argument("--statements", action="store_true",
                         help="also print the last run's SQL statements, in order")
+    parser.add_argument("--profile", type=int, metavar="N", default=0,
+                        help="also cProfile the measured runs (on the main thread) and "
+                             "print the N functions with the most own time")
+    parser.add_argument("--callees", action="append", metavar="NAME",
+                        help="with --profile: also print what functions matching NAME call")
     args = parser.parse_args()
+    if args.profile:
+        args.same_thread = True  # cProfile profiles the thread that enables it
     if args.smoke:
         args.n = 5
     tmp = Path(tempfile.mkdtemp(prefix="wfrun-bench-runcost-"))
@@ -224,6 +233,8 @@ def main() -> int:
         split.install()
     cpu, wall = [], []
     times0 = os.times()
+    # CPU time, not wall: fsync and commit waits would hide the Python otherwise.
+    profiler = cProfile.Profile(time.thread_time) if args.profile else None
     traced: set[int] = set()
 
     def traced_connection() -> None:
@@ -274,6 +285,8 @@ def main() -> int:
             if split is not None:
                 split.reset()
             times0 = os.times()
+            if profiler is not None:
+                profiler.enable()
         global STATEMENTS
         STATEMENTS = [] if args.statements else None
         c0, t0 = time.process_time(), time.perf_counter()
@@ -295,6 +308,8 @@ def main() -> int:
         if outcome is None or outcome.status != "completed" or outcome.final_output != 3:
             sys.exit(f"the run did not complete: {outcome}")
     times1 = os.times()
+    if profiler is not None:
+        profiler.disable()
     asks.put(False)
     store.close()
     runs = args.n
@@ -320,6 +335,13 @@ def main() -> int:
         print("  the last run's statements (the enqueue of the next run first):")
         for number, statement in enumerate(STATEMENTS, 1):
             print(f"    {number:2}. {statement}")
+    if profiler is not None:
+        print(f"  cProfile (the profiler's own cost inflates every figure), per {runs} runs:")
+        stats = pstats.Stats(profiler, stream=sys.stdout)
+        stats.sort_stats("tottime").print_stats(args.profile)
+        stats.sort_stats("cumulative").print_stats("runner/", args.profile)
+        for name in args.callees or ():
+            stats.print_callees(name)
     if split is not None:
         parts = {k: v * 1000 / runs for k, v in split.cpu.items() if k != OUTSIDE}
         parts["the rest (engine, launch)"] = user + kernel - sum(parts.values())

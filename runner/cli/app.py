@@ -35,8 +35,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bridge": ("bridge", "Serve one agent session over stdio: JSON-RPC 2.0, one message per "
                          "line."),
     "cache": ("operate", "List or clear kept node results (`cache:` in a workflow)."),
-    "cancel": ("launches", "Cancel a queued, starting or parked launch (a running one is "
-                           "asked to stop)."),
+    "cancel": ("launches", "Cancel a queued or parked launch (a starting or running one "
+                           "is asked to stop)."),
     "controller": ("controllers", "Manage controller resources, or run the controller "
                                   "manager in the foreground."),
     "controllers": ("controllers", "List controllers from the project, the user folder and "

@@ -146,7 +146,7 @@ def _drift_note(view: dict[str, Any]) -> str:
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 def cancel_cmd(ctx: Context, run_id: str, as_json: bool) -> None:
-    """Cancel a queued, starting or parked launch (a running one is asked to stop)."""
+    """Cancel a queued or parked launch (a starting or running one is asked to stop)."""
     from runner.host.runtime._audit import Done, audited, cli_actor
     from runner.host.runtime._launches import detached_coordinator
 
@@ -158,8 +158,8 @@ def cancel_cmd(ctx: Context, run_id: str, as_json: bool) -> None:
                      done=lambda r: Done(workflow=r.workflow_ref))
     if as_json:
         click.echo(json.dumps({"run_id": run_id, "status": record.status,
-                               "requested": record.status == "running"}))
-    elif record.status == "running":
+                               "requested": record.status != "cancelled"}))
+    elif record.status != "cancelled":
         click.echo(f"Cancellation of run {run_id} requested; its runner stops it.")
     else:
         click.echo(f"Workflow run {run_id} cancelled.")

@@ -22,6 +22,18 @@ Joined to its launch (`begin`, `seal(ending)`), a folder bundle makes the launch
 (`start_launch`), and the ending's right after the seal: a folder shares no
 transaction with the store, so each is its own commit (a database bundle carries
 them in its first write and its seal, dbbundle.py).
+
+A pure run (`nodes.pure_run`: nothing it does is seen outside it until it ends) is
+written whole (`write_whole`, ADR 0009 lever 3): its trace lines, state and final
+manifest are held in memory; at its seal the fence is asked once, the files are
+written and synced, and then its ending's transition commits, taking the row through
+`running`. While the claim's lease is live only its holder changes a `starting` row
+(a cancel is a request, as for `running`), so nothing wins between the files and the
+commit; a fence that refuses leaves nothing of the run written (the bundle stays
+half-made, and is discarded); a kill before the commit leaves the row `starting`
+with a bundle that recovery settles from its trace, as for any `starting` row. The
+run's writes go out the ordinary way (`running` first) once it holds more than
+`WHOLE_EVENTS` events, or when it parks or writes anything else.
 """
 
 from __future__ import annotations
@@ -275,6 +287,11 @@ def _store_snapshot(shared: Path, data: bytes) -> bool:
             os.unlink(tmp)
 
 
+#: A pure run holds at most this many trace events for its ending; past it, its
+#: launch goes `running` and the trace is written as it grows (live views follow it).
+WHOLE_EVENTS = 64
+
+
 class FolderBundle:
     """A run bundle in a folder, held with an exclusive lock while open for writing."""
 
@@ -303,6 +320,14 @@ class FolderBundle:
         # The launch's `running` step (a claimed launch's new run, set by the space):
         # made by `start_launch`, or at the latest before the first node's start.
         self.begin: Callable[[], LaunchStep | None] | None = None
+        # A pure run written whole with its ending (`write_whole`): the trace's lines
+        # per append (and whether one asked for a sync), the latest state.json.
+        self._whole: list[bytes] | None = None
+        self._whole_events = 0
+        self._whole_sync = False
+        self._whole_state: bytes | None = None
+        self._whole_manifest: str | None = None
+        self._crash: Callable[[str], None] | None = None
 
     # -- opening --------------------------------------------------------------
     @classmethod
@@ -357,11 +382,15 @@ class FolderBundle:
             self._lock_fd = None
         self._manifest = None  # unlocked: another writer may change it from now on
         self._snapshot = None  # never written: a bundle without its manifest is half-made
+        # Never written: the run did not start.
+        self._whole = self._whole_state = self._whole_manifest = None
 
     # -- writes ---------------------------------------------------------------
     def _check(self, *, fenced: bool = True) -> None:
         if self._sealed:
             raise OperationFailed(f"run '{self.run_id}' has ended; its bundle is immutable")
+        if self._whole is not None:
+            self._write_held()  # a write a pure run does not hold: written the usual way
         if fenced and not self.fence():
             raise ClaimLost(f"lost the claim on run '{self.run_id}'; another runner owns it")
         if self._snapshot is not None:
@@ -382,8 +411,16 @@ class FolderBundle:
             _write_private(path, data)
 
     def append(self, events: Iterable[dict[str, Any]], *, sync: bool) -> None:
-        self._check()
         batch = events if isinstance(events, list) else list(events)
+        if self._whole is not None and not self._sealed:
+            if batch:  # asks no fence: the ending's guard is the whole run's
+                self._whole.append(("\n".join(map(canonical_json, batch)) + "\n").encode())
+                self._whole_events += len(batch)
+                self._whole_sync = self._whole_sync or sync
+            if self._whole_events > WHOLE_EVENTS:
+                self._write_held()
+            return
+        self._check()
         if not batch:
             return
         if self.begin is not None and (
@@ -397,11 +434,59 @@ class FolderBundle:
         if sync and self.sync:
             os.fsync(self._trace_fd)
 
-    def start_launch(self) -> None:
+    def start_launch(self) -> bool:
         """Take the joined launch to `running` now, before the executor is released:
-        no write of a folder shares the store's transaction, so none carries it."""
+        no write of a folder shares the store's transaction, so none carries it.
+        False: a pure run, whose ending's transition takes it there (`write_whole`)."""
+        if self._whole is not None:
+            return False
         if self.begin is not None:
             self._begin()
+        return True
+
+    def write_whole(self, crash: Callable[[str], None] | None = None) -> None:
+        """Hold this run's writes for its ending (a pure run joined to its launch; see
+        the module's docstring). Called before `run_started`. `crash`: the engine's
+        crash seam (tests), passed `after_whole_written` between the files and the
+        commit."""
+        if self.begin is not None and self._whole is None:
+            self._whole = []
+            self._crash = crash
+
+    def write_held(self) -> None:
+        """Write what a pure run holds and take its launch to `running` now, as a run
+        that is not written whole is: it parks, or writes what it does not hold."""
+        if self._whole is not None:
+            self._write_held()
+
+    def _write_held(self) -> None:
+        held, self._whole = self._whole, None
+        state, self._whole_state = self._whole_state, None
+        assert held is not None
+        # As `append` would have: `run_started` under the fence, then `running`, then
+        # the nodes' events (a refused `running` records nothing of them).
+        first, rest = held[:1], held[1:]
+        if first:
+            self._check()
+            self._write_trace(first[0], sync=self._whole_sync)
+        if self.begin is not None:
+            self._begin()
+        if rest:
+            self._check()
+            self._write_trace(b"".join(rest), sync=self._whole_sync)
+        if state is not None:
+            self._write_state(state)
+        manifest, self._whole_manifest = self._whole_manifest, None
+        if manifest is not None:
+            self._write_manifest(manifest)
+
+    def _write_trace(self, data: bytes, *, sync: bool) -> None:
+        if self._trace_fd is None:
+            self._trace_fd = os.open(self._trace_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT,
+                                     0o600)
+        _write_all(self._trace_fd, data)  # refused midway: a torn tail, repaired on resume
+        if sync and self.sync:
+            os.fsync(self._trace_fd)
 
     def _begin(self) -> None:
         """The launch goes `running` before the first node's start is written: a
@@ -413,8 +498,14 @@ class FolderBundle:
             joined(self.run_id, step)
 
     def replace_state(self, state: dict[str, Any]) -> None:
-        self._check()
         data = (canonical_json(state) + "\n").encode()
+        if self._whole is not None and not self._sealed:
+            self._whole_state = data  # the latest, written with the run
+            return
+        self._check()
+        self._write_state(data)
+
+    def _write_state(self, data: bytes) -> None:
         if self._state_new:
             # The first one in place, as the first manifest: a short run writes it once,
             # and a projection nobody decides on needs no temp file and rename.
@@ -425,11 +516,17 @@ class FolderBundle:
         _write_private(self._state_path, data)
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
-        # The first one makes no run yet (`run_started` does, and asks the fence).
-        self._check(fenced=not self._fresh)
         # Compact canonical JSON: the C encoder (indenting takes Python's slow one, twice
         # per run); `wfrun show` is the readable view.
         text = canonical_json(manifest) + "\n"
+        if self._whole is not None and not self._sealed and not self._fresh:
+            self._whole_manifest = text  # the final one: written with the run
+            return
+        # The first one makes no run yet (`run_started` does, and asks the fence).
+        self._check(fenced=not self._fresh)
+        self._write_manifest(text)
+
+    def _write_manifest(self, text: str) -> None:
         if self._fresh:
             # The first one in place and not fsync'd: no temp file to create and rename
             # (a file creation is the dearest call a run makes here) and no flush of its
@@ -518,10 +615,49 @@ class FolderBundle:
     def seal(self, ending: LaunchStep | None = None) -> None:
         """Make a terminal bundle immutable: read-only files, no more writes; then
         make `ending` (the launch's transition recording how the run ended), after
-        the lock is let go, so whoever the launch's ending wakes finds the bundle free."""
+        the lock is let go, so whoever the launch's ending wakes finds the bundle free.
+        A pure run's (`write_whole`) is written by `ending` itself, under its guard."""
+        if self._whole is not None and ending is not None and not self._sealed:
+            self._seal_whole(ending)
+            return
         self._check()
         if self.begin is not None:
             self._begin()  # ended before any node started: the launch ran all the same
+        self._seal_files()
+        if ending is not None:
+            # Refused or unanswered, the step has recorded nothing, and the launch
+            # layer records the ending apart, as it does for a bundle without one.
+            ending.run(None)
+
+    def _seal_whole(self, ending: LaunchStep) -> None:
+        """Write the whole run, sync it, then make its ending's transition, which takes
+        the row `starting -> running -> ending`. The fence first: while our claim's
+        lease is live nothing but us can change the row (the store asks a `starting`
+        row's holder to cancel it, as a `running` one's), so no cancel wins between the
+        files and the commit, and the files' fsyncs hold no store lock. A kill between
+        them leaves a `starting` row whose bundle says how the run ended, which
+        recovery records. Refused by the fence, nothing of the run is written."""
+        held = self._whole
+        assert held is not None
+        self._whole = None
+        if not self.fence():
+            self.close()  # the bundle stays half-made: whoever settles the launch discards it
+            raise ClaimLost(f"lost the claim on run '{self.run_id}'; another runner owns it")
+        self._write_trace(b"".join(held), sync=True)
+        state, manifest = self._whole_state, self._whole_manifest
+        self._whole_state = self._whole_manifest = None
+        if state is not None:
+            self._write_state(state)
+        if manifest is not None:
+            self._write_manifest(manifest)
+        self._seal_files()
+        if self._crash is not None:
+            self._crash("after_whole_written")  # the run is on disk, not committed
+        # Refused or unanswered, the step has recorded nothing, and the launch layer
+        # records the ending apart, as for any sealed bundle.
+        ending.run(None)
+
+    def _seal_files(self) -> None:
         paths = [self._state_path, self._manifest_path]
         if not self._linked:  # a link to the shared snapshot is read-only already
             paths.append(self._workflow_path)
@@ -536,10 +672,6 @@ class FolderBundle:
                 os.chmod(path, 0o400)
         self._sealed = True
         self.close()
-        if ending is not None:
-            # Refused or unanswered, the step has recorded nothing, and the launch
-            # layer records the ending apart, as it does for a bundle without one.
-            ending.run(None)
 
     def remove_unstarted(self) -> None:
         """Delete a bundle whose run never started, under its lock (a live creator

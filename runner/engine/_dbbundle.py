@@ -303,8 +303,15 @@ class DatabaseBundle:
         private_dirs(path)
         return path
 
-    def start_launch(self) -> None:
+    def start_launch(self) -> bool:
         """Nothing now: the first node's start carries the launch's `running`."""
+        return True
+
+    def write_whole(self, crash: Callable[[str], None] | None = None) -> None:
+        """Nothing: rows already write a run in its launch's two transitions."""
+
+    def write_held(self) -> None:
+        """Nothing is held for the ending (`write_whole`)."""
 
     def repair(self) -> int:
         """A transaction commits whole: there is never a torn tail."""

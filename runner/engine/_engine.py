@@ -26,6 +26,7 @@ from ._cache import StepCache
 from ._control import RunControl
 from ._dbbundle import PATIENCE
 from ._items import ChildRuns, ItemLedger
+from ._nodes import pure_run
 from ._processes import ProcessRegistry
 from ._rows import BundleRows
 from ._runner import CrashPoint, LaunchLink, NotificationSink, Observer, RunDriver, RunOutcome
@@ -200,6 +201,11 @@ class Engine:
             # A folder's first manifest is not fsync'd: the trace keeps what it alone
             # says (`manifest_from_trace` rebuilds it; rows commit it with this event).
             payload["manifest"] = {k: manifest[k] for k in MANIFEST_FIELDS}
+        if self.launch is not None and parent_run_id is None and carried is None \
+                and not extra and pure_run(definition):
+            # Joined to a claimed launch, a pure run is written with its ending (ADR
+            # 0009, lever 3): one trace write, and no `running` commit of its own.
+            bundle.write_whole(self.crash_point)
         # No state.json yet: the trace holds the start; the first projection follows.
         driver.emit("run_started", payload, sync=True)
         return driver

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, nullcontext, suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -25,6 +25,7 @@ from runner.compiler._budget import scoped as scoped_budget
 from runner.compiler._fanout import FANOUT_KINDS as _FANOUT_ROWS
 from runner.compiler._kinds import ends
 from runner.compiler._templates import TemplateError, render_native
+from runner.errors import ClaimLost
 
 from . import _tracing as tracing
 from ._agent import AgentStepExecutor
@@ -55,6 +56,9 @@ Observer = Callable[[dict[str, Any], RunState], None]
 CrashPoint = Callable[[str], None]
 CRASH_POINTS = ("after_bundle_created", "after_manifest_written", "after_trace_append",
                 "after_state_replace", "after_routing", "between_nodes", "before_seal",
+                # a pure run written whole (bundle.py): its files written, the ending's
+                # transaction not committed
+                "after_whole_written",
                 # a fan-out node (fanout.py): its items opened; items claimed (with the
                 # ends written in that commit) and running; items ended, not yet written
                 "after_items_opened", "after_items_claimed", "before_items_settled")
@@ -356,7 +360,12 @@ class RunDriver:
     def drive(self, at: str | None) -> RunOutcome:
         try:
             return self._drive(at)
-        except BaseException:
+        except BaseException as exc:
+            if isinstance(exc, Exception) and not isinstance(exc, ClaimLost):
+                # A bug: a run written whole writes what it ran, as a run written as it
+                # goes has (the launch layer then ends it failed); refused, it is let go.
+                with suppress(Exception):
+                    self.bundle.write_held()
             # A node end still held is not written: the node runs again, as after a kill.
             self.bundle.close()  # a refused write (ClaimLost) or a bug: let go of the run
             raise
@@ -589,6 +598,7 @@ class RunDriver:
         """Stop without a terminal event; `resume` continues at the interrupted node.
         A clean park says so in the trace (`run_parked`): the node it interrupted did
         not die, so its start is not counted against NODE_START_BUDGET."""
+        self.bundle.write_held()  # a run written whole parks from `running`, as any run
         if self.control.clean:
             self.emit("run_parked", {"node": self.state.current_node,
                                      "reason": self.control.reason or "parked"}, sync=True)

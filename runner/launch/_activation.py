@@ -55,6 +55,9 @@ class Activation:
     by_id: bool = False  # claimed by id (foreground, resume): no claim loop follows it
     recorded: bool = False  # the ending committed with the bundle's seal (link.py)
     then_claim: NextClaim | None = None  # the next launch, claimed with this one's ending
+    # A pure run written whole with its ending (engine/_bundle.py, `write_whole`): no
+    # `running` commit of its own, its ending takes the row through `running`.
+    whole: bool = False
 
     def running(self, record: LaunchRecord, sent: float) -> None:
         """The row is `running` under this claim (mark_running's committed answer, to

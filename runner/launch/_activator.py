@@ -26,6 +26,7 @@ from runner.compiler import WorkflowDefinition
 from runner.engine import Engine, RunControl, RunOutcome, RunReader, check_input
 from runner.engine._secrets import SecretMissing, restore_input
 from runner.engine._secrets import resolve as resolve_secrets
+from runner.engine._state import TERMINAL
 from runner.errors import ClaimLost, MachineFault, WfrunError, machine_fault
 from runner.store import (
     MAX_ACTIVATION_CRASHES,
@@ -144,7 +145,8 @@ class Activator:
         self._crash("after_claim")
         engine = self._engines.fenced(record, act.fence, link=self._link(act))
         act.engine = engine
-        if record.status == "starting" and record.crash_count >= MAX_ACTIVATION_CRASHES:
+        if record.status == "starting" and record.crash_count >= MAX_ACTIVATION_CRASHES \
+                and not self._ended(record.run_id):
             reason = (f"activation crashed {record.crash_count} times in a row; it is not "
                       "tried again. Check the host log, then start it again")
             if self._reader.started(record.run_id):
@@ -181,6 +183,11 @@ class Activator:
             # The run ended but its runner died before the store recorded it.
             act.outcome = engine.settle(record.run_id)
         return True
+
+    def _ended(self, run_id: str) -> bool:
+        """The run ended in its bundle (written whole, its ending's commit lost): its
+        ending is recorded below, however often its activations crashed."""
+        return self._reader.started(run_id) and self._reader.status(run_id) in TERMINAL
 
     def _drive(self, act: Activation) -> RunOutcome | None:
         engine = act.engine
@@ -243,8 +250,9 @@ class Activator:
         act.driver = driver
         # The launch goes `running` now (a folder) or with the first node's start (a
         # database bundle, link.py): a cancel that won meanwhile refuses it, and `_lost`
-        # ends the launch and the bundle.
-        driver.bundle.start_launch()
+        # ends the launch and the bundle. A pure run written whole goes there with its
+        # ending (ADR 0009, lever 3).
+        act.whole = not driver.bundle.start_launch()
         return True
 
     def _run(self, act: Activation) -> RunOutcome:
@@ -254,6 +262,10 @@ class Activator:
         assert engine is not None
         self._crash("before_executor_release")
         self._keeper.add(act)
+        if not act.whole:
+            # A run with effects honours a cancel asked while it was starting before
+            # its first node. A pure run need not: it ends, or is cancelled, whole.
+            self._keeper.asked_to_cancel(act)
         if act.checkpoint is not None:
             outcome = engine.drive_continuation(driver, act.checkpoint)
         else:

@@ -23,6 +23,7 @@ from runner.errors import (
     WfrunError,
 )
 from runner.store import (
+    BundleWrite,
     InputScrub,
     LaunchBook,
     LaunchErrorCode,
@@ -106,13 +107,30 @@ class Endings:
 
     def transition(self, act: Activation, outcome: RunOutcome) -> Transition:
         """The transition that records how a run ended (not parked) on its launch; it
-        takes the bundle's seal along when given one (link.py)."""
+        takes the bundle's seal along when given one (link.py). A run written whole
+        (`act.whole`), or one whose row is still `starting` (its ending's commit was
+        lost, and its bundle says how it ended), never went `running`: its ending takes
+        the row there and clears the input, which the scrub then wipes from the WAL."""
+        first = act.whole or act.record.status == "starting"
+        step = self._transition(act, outcome, first)
+        if not first:
+            return step
+        scrub = self._scrub
+
+        def whole(bundle: BundleWrite | None) -> LaunchRecord | LostRace:
+            result = step(bundle)
+            if not isinstance(result, LostRace):
+                scrub.cleared()
+            return result
+        return whole
+
+    def _transition(self, act: Activation, outcome: RunOutcome, first: bool) -> Transition:
         launches = self._book
         run_id, token = act.record.run_id, act.token
         then = act.then_claim
         if outcome.status == "cancelled":
             return lambda bundle: launches.cancel(run_id, claim_token=token, bundle=bundle,
-                                                  then_claim=then)
+                                                  then_claim=then, from_starting=first)
         if outcome.status in ("completed", "waiting"):
             presentation = None
             session = act.record.origin_session_id
@@ -129,7 +147,7 @@ class Endings:
                                           reason=self._summary(outcome) if waiting else "")
             return lambda bundle: launches.finish(run_id, token, waiting=waiting,
                                                   turn_intent=presentation, bundle=bundle,
-                                                  then_claim=then)
+                                                  then_claim=then, from_starting=first)
         error = outcome.error or {}
         code = FAILURE_CODES.get(outcome.status, "run_failed")
         if error.get("code") == "interrupted":
@@ -147,7 +165,7 @@ class Endings:
                                 state=outcome.status, reason=message, node=node)
         return lambda bundle: launches.fail(run_id, token, code=code, message=message,
                                             turn_intent=intent, bundle=bundle,
-                                            then_claim=then)
+                                            then_claim=then, from_starting=first)
 
     def _summary(self, outcome: RunOutcome) -> str:
         """A waiting run's checkpoint summary, safe to show a model (bounded, redacted)."""

@@ -1,12 +1,13 @@
 """The lease fence: whether a claimed launch is still ours, before each bundle write.
 
-The engine asks the fence before it writes a run's bundle. While the row is
-`running` and our lease surely has a third of its length left, nothing else can
-change it: a reclaim needs an expired lease, a cancel of a running row needs our
-token. Only then is the fence answered from what it last learned (no round trip);
-every other write asks the store. The fence owns that knowledge: `running` and
-`held` record committed answers (mark_running, a renewal by the lease keeper),
-`lost` forgets them.
+The engine asks the fence before it writes a run's bundle. While our lease surely
+has a third of its length left, nothing else can change the row: a reclaim needs an
+expired lease, and a cancel of a claimed row (`starting` or `running`) with a live
+lease is asked of its holder (the store refuses it otherwise, ADR 0009 lever 3).
+Then the fence is answered from what it last learned (no round trip); otherwise it
+asks the store, and learns the lease from the answer. The fence owns that
+knowledge: `running` and `held` record committed answers (mark_running, a renewal by
+the lease keeper), a read records what it found, `lost` forgets them.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ class LeaseFence:
         """The claim is lost (a renewal refused): ask the store from now on."""
         with self._lock:
             self._running = False
+            self._until = 0.0
 
     def __call__(self) -> bool:
         """True while the claim is ours. A database that went away (a restart, a
@@ -77,14 +79,21 @@ class LeaseFence:
         give_up = self._clock.monotonic() + self.margin
         while True:
             try:
-                if self._running and self._clock.monotonic() < self._until:
+                sent = self._clock.monotonic()
+                if sent < self._until:
                     return True
-                held = self._launches.check_claim(self._run_id, self._token)
+                held = self._launches.claim_left(self._run_id, self._token)
                 break
             except StoreError as exc:
                 if not isinstance(exc, StoreUnreachable) or self._clock.monotonic() >= give_up:
                     return False
                 self._clock.sleep(RETRY_EVERY)
+        if isinstance(held, LostRace):
+            self.lost()
+            return False
+        status, left_ms = held
         with self._lock:
-            self._running = held == "running"
-        return not isinstance(held, LostRace)
+            self._running = status == "running"
+            # As `held`: the database read the lease no earlier than `sent`.
+            self._until = max(self._until, sent + left_ms / 1000 - self.margin)
+        return True

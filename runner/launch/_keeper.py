@@ -86,6 +86,20 @@ class LeaseKeeper:
             self._renewer.remove(old)
         self._renewer.add(kept)
 
+    def asked_to_cancel(self, act: Activation) -> bool:
+        """Read `act`'s cancel requests now (not at the next poll) and honour one: a
+        cancel asked while the launch was `starting` (its live holder is asked, not
+        overruled: recovery.py) then stops the run at its first boundary, before any
+        node. A busy store: the poll reads it later."""
+        try:
+            events = self.store.run_events.read(run_id=act.record.run_id)
+        except StoreError:
+            return False
+        if any(event.type == CANCEL_EVENT for event in events):
+            act.control.cancel("cancelled on request")
+            return True
+        return False
+
     def remove(self, act: Activation) -> None:
         with self._lock:
             kept = self._kept.pop(id(act), None)

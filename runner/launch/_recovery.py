@@ -17,7 +17,16 @@ from typing import Any
 from runner.clock import Clock
 from runner.engine import RunReader
 from runner.errors import ConflictError, InputError, NotFoundError, WfrunError
-from runner.store import InputScrub, LaunchBook, LaunchRecord, LostRace, Store, StoreError
+from runner.store import (
+    BundleRefused,
+    BundleWrite,
+    InputScrub,
+    LaunchBook,
+    LaunchRecord,
+    LostRace,
+    Store,
+    StoreError,
+)
 
 from ._activation import Activation
 from ._endings import Endings
@@ -30,6 +39,8 @@ from ._preflight import Resolver, workflow_name
 #: What a started bundle's status means for its `starting` row.
 _BY_STATUS = {"running": "running", "waiting": "parked", "completed": "done",
               "cancelled": "cancelled"}
+#: A run that has ended in its bundle: nothing of it runs again.
+_ENDED = ("completed", "failed", "cancelled", "timed_out")
 
 
 class Recovery:
@@ -94,6 +105,10 @@ class Recovery:
             return "failed", "activation_failed", "the run bundle is unreadable"
         if manifest.get("definition_digest") != record.definition_digest:
             return "failed", "source_changed", "the run bundle does not match the launch"
+        if status in ("completed", "cancelled"):
+            # It ran to its end (a run written whole whose ending's commit was lost):
+            # nothing of it runs again, whatever became of its source since.
+            return _BY_STATUS[status], None, None
         try:
             current, _ = self._resolver.compile(record.workflow_ref)
         except WfrunError:
@@ -106,19 +121,27 @@ class Recovery:
         return "failed", "activation_failed", f"the run ended {status} during startup"
 
     def cancel(self, run_id: str) -> LaunchRecord:
-        """Cancel a launch now, or ask the live runner of a running one. A running
-        launch whose runner died (its lease expired) is taken over and cancelled."""
+        """Cancel a launch now, or ask the live runner of a claimed one (`starting` or
+        `running`: the record returned is not `cancelled`). A claimed launch whose
+        runner died (its lease expired) is taken over (`running`) or cancelled."""
         store = self._store
         record = self._book.get(run_id)
         if record is None:
             raise NotFoundError(f"no queued or running launch '{run_id}'")
+        if record.status in ("starting", "running") and record.lease_live(store.now_ms()):
+            return self._request(record)
         if record.status == "running":
-            if record.lease_live(store.now_ms()):
-                store.run_events.append(run_id, CANCEL_EVENT, {}, runner_id=self._runner_id)
-                return record
             return self._cancel_abandoned(record)
-        result = self._book.cancel(run_id)
+        try:
+            result = self._book.cancel(run_id, bundle=self._unended(record))
+        except BundleRefused:
+            # Written whole, the run ended in its bundle, and its runner died before
+            # its ending's commit (ADR 0009, lever 3): that ending is recorded, not a
+            # cancel.
+            return self._cancel_abandoned(record)
         if isinstance(result, LostRace):
+            if result.reason == "lease_active":  # claimed since we looked: ask its runner
+                return self._request(self._book.get(run_id) or record)
             if result.status in ("done", "failed", "cancelled"):
                 raise ConflictError(f"run '{run_id}' already ended ({result.status})")
             raise ConflictError(f"run '{run_id}' changed state ({result.status}); try again")
@@ -126,6 +149,30 @@ class Recovery:
         if self._reader.started(run_id):
             self._endings.end_cancelled(run_id)  # a parked run: its bundle ends cancelled too
         return result
+
+    def _request(self, record: LaunchRecord) -> LaunchRecord:
+        """Ask the live holder of a claimed launch to cancel it: its lease keeper reads
+        the request and the run stops at its next boundary, or ends as it was going to
+        (a run written whole may end first). The store refuses to cancel a `starting`
+        row with a live lease without its token, so nothing but its holder ends it
+        while that holder may be writing the run (ADR 0009, lever 3)."""
+        self._store.run_events.append(record.run_id, CANCEL_EVENT, {},
+                                      runner_id=self._runner_id)
+        return record
+
+    def _unended(self, record: LaunchRecord) -> BundleWrite | None:
+        """For a `starting` row with its bundle in a folder and its lease expired: a
+        check, made under the row's lock by the cancel's transition, that the bundle
+        has not ended. A run written whole writes its files only while its fence holds
+        (a live lease, so no token-less cancel), and a kill after them leaves an ended
+        bundle this check finds: its ending is then recorded instead of a cancel."""
+        if record.status != "starting" or self._reader.space.commits_with_store:
+            return None
+        reader, run_id = self._reader, record.run_id
+
+        def unended(_tx: Any) -> str:
+            return "ended" if reader.status(run_id) in _ENDED else "ok"
+        return unended
 
     def _cancel_abandoned(self, record: LaunchRecord) -> LaunchRecord:
         launches = self._book

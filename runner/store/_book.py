@@ -129,6 +129,9 @@ class LaunchBook:
     def check_claim(self, run_id: str, claim_token: str) -> LaunchStatus | LostRace:
         return self._queue.check_claim(run_id, claim_token)
 
+    def claim_left(self, run_id: str, claim_token: str) -> tuple[LaunchStatus, int] | LostRace:
+        return self._queue.claim_left(run_id, claim_token)
+
     def renew_lease(self, run_id: str, claim_token: str, *,
                     lease_seconds: float = DEFAULT_LEASE_SECONDS) -> LaunchRecord | LostRace:
         return self._queue.renew_lease(run_id, claim_token, lease_seconds=lease_seconds)
@@ -143,26 +146,29 @@ class LaunchBook:
 
     def finish(self, run_id: str, claim_token: str, *, waiting: bool = False,
                turn_intent: NewTurnIntent | None = None, bundle: BundleWrite | None = None,
-               then_claim: NextClaim | None = None) -> LaunchRecord | LostRace:
+               then_claim: NextClaim | None = None,
+               from_starting: bool = False) -> LaunchRecord | LostRace:
         return self._queue.finish(run_id, claim_token, waiting=waiting,
                                   turn_intent=turn_intent, bundle=bundle,
-                                  then_claim=then_claim)
+                                  then_claim=then_claim, from_starting=from_starting)
 
     def fail(self, run_id: str, claim_token: str, *, code: str, message: str,
              turn_intent: NewTurnIntent | None = None, bundle: BundleWrite | None = None,
-             then_claim: NextClaim | None = None) -> LaunchRecord | LostRace:
+             then_claim: NextClaim | None = None,
+             from_starting: bool = False) -> LaunchRecord | LostRace:
         return self._queue.fail(run_id, claim_token, code=code, message=message,
                                 turn_intent=turn_intent, bundle=bundle,
-                                then_claim=then_claim)
+                                then_claim=then_claim, from_starting=from_starting)
 
     def release(self, run_id: str, claim_token: str) -> LaunchRecord | LostRace:
         return self._queue.release(run_id, claim_token)
 
     def cancel(self, run_id: str, *, claim_token: str | None = None,
                bundle: BundleWrite | None = None,
-               then_claim: NextClaim | None = None) -> LaunchRecord | LostRace:
+               then_claim: NextClaim | None = None,
+               from_starting: bool = False) -> LaunchRecord | LostRace:
         return self._queue.cancel(run_id, claim_token=claim_token, bundle=bundle,
-                                  then_claim=then_claim)
+                                  then_claim=then_claim, from_starting=from_starting)
 
     def yield_lease(self, run_id: str, claim_token: str) -> bool:
         return self._queue.yield_lease(run_id, claim_token)

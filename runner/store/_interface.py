@@ -204,6 +204,12 @@ class LaunchQueue(Protocol):
         the status (`starting` or `running`) while the claim is held."""
         ...
 
+    def claim_left(self, run_id: str, claim_token: str) -> tuple[LaunchStatus, int] | LostRace:
+        """`check_claim`, with the milliseconds the lease has left on the database's
+        clock: while they last only the holder changes the row (the lease fence
+        answers from them)."""
+        ...
+
     def mark_running(self, run_id: str, claim_token: str, *,
                      bundle: BundleWrite | None = None) -> LaunchRecord | LostRace:
         """starting -> running; clears the private input and options. With `bundle`,
@@ -227,8 +233,12 @@ class LaunchQueue(Protocol):
         turn_intent: NewTurnIntent | None = None,
         bundle: BundleWrite | None = None,
         then_claim: NextClaim | None = None,
+        from_starting: bool = False,
     ) -> LaunchRecord | LostRace:
-        """running -> done (`waiting`: the run ended at a checkpoint). A controller's
+        """running -> done (`waiting`: the run ended at a checkpoint).
+        `from_starting` (also on `fail` and the holder's `cancel`): the run never
+        committed `running` (a pure run written whole with its ending): a `starting`
+        row goes `starting -> running -> ending` in this one transaction. A controller's
         child request linked by run id is settled and its parent key woken in the
         same transaction, as by `fail` and `cancel`. `turn_intent` (a closing
         presentation) is ensured and made eligible in the same transaction, unless
@@ -248,6 +258,7 @@ class LaunchQueue(Protocol):
         turn_intent: NewTurnIntent | None = None,
         bundle: BundleWrite | None = None,
         then_claim: NextClaim | None = None,
+        from_starting: bool = False,
     ) -> LaunchRecord | LostRace:
         """starting|running -> failed with a stable code and a bounded safe message.
 
@@ -263,9 +274,12 @@ class LaunchQueue(Protocol):
 
     def cancel(self, run_id: str, *, claim_token: str | None = None,
                bundle: BundleWrite | None = None,
-               then_claim: NextClaim | None = None) -> LaunchRecord | LostRace:
-        """-> cancelled. Without a token: queued|starting|parked (beats activation).
-        With the claim token: starting|running (the holder records a cancel)."""
+               then_claim: NextClaim | None = None,
+               from_starting: bool = False) -> LaunchRecord | LostRace:
+        """-> cancelled. Without a token: queued|parked, or starting once its lease has
+        expired (beats activation); a `starting` row with a live lease is refused
+        (`lease_active`): ask its holder, as for `running` (a `cancel_requested`
+        event). With the claim token: starting|running (the holder records a cancel)."""
         ...
 
     def queued_sources(self, *, limit: int = 1000) -> list[QueuedSources]:

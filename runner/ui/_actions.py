@@ -101,7 +101,7 @@ class Actions:
         def do() -> dict[str, Any]:
             record = self.coordinator().cancel(run_id)
             return {"action": "cancel", "run_id": run_id, "workflow": record.workflow_ref,
-                    "status": record.status, "requested": record.status == "running"}
+                    "status": record.status, "requested": record.status != "cancelled"}
 
         return self.run(actor, "cancel", run_id=run_id, workflow=None, detail={}, do=do)
 

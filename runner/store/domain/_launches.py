@@ -46,7 +46,6 @@ from runner.store._states import (
     PARK_MODES,
     RECOVERY_PATHS,
     LaunchStatus,
-    Operation,
     ParkMode,
     RecoveryOutcome,
 )
@@ -64,25 +63,10 @@ from runner.store.domain._launch_queries import (
     SQL,
     launch_values,
 )
-from runner.store.domain._launch_reads import LaunchReads
+from runner.store.domain._launch_reads import LaunchReads, guard
 from runner.store.domain._pages import launch_from_row
 
 Adder = Callable[[NewLaunch], LaunchRecord | LostRace | ValueError]  # `batch`'s add
-
-
-def guard(row: Row | None, run_id: str, op: Operation, token: str | None,
-          now: int) -> LostRace | None:
-    """Why `op` may not run on `row` now, or None."""
-    if row is None:
-        return LostRace(run_id, "not_found")
-    if row["status"] not in op.sources:
-        return LostRace(run_id, "wrong_status", row["status"])
-    if op.needs_claim:
-        if token is None or row["claim_token"] != token:
-            return LostRace(run_id, "token_mismatch", row["status"])
-        if row["claim_expires_at"] <= now:
-            return LostRace(run_id, "lease_expired", row["status"])
-    return None
 
 
 class _Abort(Exception):
@@ -402,18 +386,6 @@ class LaunchQueue(LaunchReads):
                 tx.notify(LAUNCH_CHANNEL, run_id)  # an idle host claims it on the notice
         return row is not None
 
-    def check_claim(self, run_id: str, claim_token: str) -> LaunchStatus | LostRace:
-        # The lease columns and the clock in one statement, no row decoded.
-        with self._connector.read() as tx:
-            now, clock = tx.clock_sql("fence_now")
-            row = tx.one(self._sql["fence"].format(now=now), {"run_id": run_id, **clock})
-        lost = guard(row, run_id, HOLD, claim_token, 0 if row is None else row["fence_now"])
-        if lost is not None:
-            return lost
-        assert row is not None
-        status: LaunchStatus = row["status"]  # the guard passed: starting or running
-        return status
-
     # --- transitions -------------------------------------------------------------
 
     def mark_running(self, run_id: str, claim_token: str, *,
@@ -433,7 +405,8 @@ class LaunchQueue(LaunchReads):
     def finish(self, run_id: str, claim_token: str, *, waiting: bool = False,
                turn_intent: NewTurnIntent | None = None,
                bundle: BundleWrite | None = None,
-               then_claim: NextClaim | None = None) -> LaunchRecord | LostRace:
+               then_claim: NextClaim | None = None,
+               from_starting: bool = False) -> LaunchRecord | LostRace:
         child: dict[str, Any] = {"ending": "waiting" if waiting else "completed"}
         if waiting:
             child["child_state"] = "waiting"
@@ -441,28 +414,32 @@ class LaunchQueue(LaunchReads):
         # pending intent per run and session) instead of undoing the finish.
         return self._transition("finish", run_id, claim_token, child, turn_intent,
                                 intent_optional=True, bundle=bundle, then_claim=then_claim,
-                                ending=True)
+                                ending=True, from_starting=from_starting)
 
     def fail(self, run_id: str, claim_token: str, *, code: str, message: str,
              turn_intent: NewTurnIntent | None = None,
              bundle: BundleWrite | None = None,
-             then_claim: NextClaim | None = None) -> LaunchRecord | LostRace:
+             then_claim: NextClaim | None = None,
+             from_starting: bool = False) -> LaunchRecord | LostRace:
         extra = {"code": check_error_code(code), "message": bounded_message(message)}
         if code == "interrupted":
             extra["child_state"] = "interrupted"  # a controller may start a new attempt
         return self._transition("fail", run_id, claim_token, extra, turn_intent,
-                                bundle=bundle, then_claim=then_claim, ending=True)
+                                bundle=bundle, then_claim=then_claim, ending=True,
+                                from_starting=from_starting)
 
     def release(self, run_id: str, claim_token: str) -> LaunchRecord | LostRace:
         return self._transition("release", run_id, claim_token, {"crashed": 0})
 
     def cancel(self, run_id: str, *, claim_token: str | None = None,
                bundle: BundleWrite | None = None,
-               then_claim: NextClaim | None = None) -> LaunchRecord | LostRace:
+               then_claim: NextClaim | None = None,
+               from_starting: bool = False) -> LaunchRecord | LostRace:
         if claim_token is None:
             return self._transition("cancel", run_id, None, bundle=bundle)
         return self._transition("cancel_claimed", run_id, claim_token, bundle=bundle,
-                                then_claim=then_claim, ending=True)
+                                then_claim=then_claim, ending=True,
+                                from_starting=from_starting)
 
     def _transition(self, op_name: str, run_id: str, claim_token: str | None,
                     extra: dict[str, Any] | None = None,
@@ -471,23 +448,34 @@ class LaunchQueue(LaunchReads):
                     bundle: BundleWrite | None = None,
                     durable: bool = True,
                     then_claim: NextClaim | None = None,
-                    ending: bool = False) -> LaunchRecord | LostRace:
+                    ending: bool = False,
+                    from_starting: bool = False) -> LaunchRecord | LostRace:
         """`ending`: the holder records how its run ended. Its bundle holds that ending
         durably already (a folder's trace is fsync'd first), or it has none (a failed
         activation, which a lost commit only makes the next claim meet again), so the
         commit may share its sync with other writers' (`Connector.write(shared_sync=)`);
         a bundle batch in the same transaction is the ending's first durable record,
-        and that commit waits as any durable one does."""
+        and that commit waits as any durable one does.
+
+        `from_starting`: the run went from `starting` to its ending without a `running`
+        commit of its own (a pure run, written whole with its ending: ADR 0009, lever
+        3). A `starting` row goes through `running` in this transaction, as recovery's
+        paths do (valid transitions only, `launch.running` recorded), guarded by the
+        claim as `mark_running` is; a row already `running` goes straight on."""
         op = LAUNCH_OPERATIONS[op_name]
         taken = None
         if then_claim is not None:
             check_id(then_claim.runner_id, "runner_id")
             then_claim.record = None
         try:
-            with self._events.writing(durable=durable,
-                                      shared_sync=ending and bundle is None) as (tx, log):
+            # A run written whole (`from_starting`) is a folder's: its files are durable
+            # before this commit, as an ending's bundle is before a bundle-less commit.
+            shared = ending and (bundle is None or from_starting)
+            with self._events.writing(durable=durable, shared_sync=shared) as (tx, log):
                 row = self._load(tx, run_id)
-                lost = guard(row, run_id, op, claim_token, tx.now_ms())
+                through = from_starting and row is not None and row["status"] == "starting"
+                lost = guard(row, run_id, LAUNCH_OPERATIONS["mark_running"] if through
+                             else op, claim_token, tx.now_ms())
                 if lost is not None:
                     return lost
                 assert row is not None
@@ -497,6 +485,8 @@ class LaunchQueue(LaunchReads):
                     word = bundle(tx)
                     if word != "ok":
                         raise BundleRefused(word)
+                if through:
+                    row = self._enter(tx, log, row, "running", {})
                 updated = self._apply(tx, log, row, op.target, extra or {})
                 if turn_intent is not None:
                     self._intent(tx, turn_intent, optional=intent_optional)
@@ -511,6 +501,12 @@ class LaunchQueue(LaunchReads):
     def _apply(self, tx: Transaction, log: EventLog, row: Row, target: LaunchStatus,
                extra: dict[str, Any], event: str | None = None,
                payload: dict[str, Any] | None = None) -> LaunchRecord:
+        return launch_from_row(self._enter(tx, log, row, target, extra, event, payload))
+
+    def _enter(self, tx: Transaction, log: EventLog, row: Row, target: LaunchStatus,
+               extra: dict[str, Any], event: str | None = None,
+               payload: dict[str, Any] | None = None) -> Row:
+        """Move the locked `row` to `target` with its event: the row as it now is."""
         child_state = extra.pop("child_state", None)
         params = {"crashed": 1, "now": tx.now_ms(), "run_id": row["run_id"],
                   "status": row["status"], "epoch": row["epoch"], "target": target, **extra}
@@ -526,7 +522,7 @@ class LaunchQueue(LaunchReads):
         if updated["origin_session_id"] is None and (
                 target == "queued" or (target == "parked" and updated["park_mode"] == "auto")):
             tx.notify(LAUNCH_CHANNEL, updated["run_id"])
-        return launch_from_row(updated)
+        return updated
 
     def _intent(self, tx: Transaction, intent: NewTurnIntent, *, optional: bool = False) -> None:
         """Ensure the intent and make it eligible; a lost race aborts the whole

@@ -265,12 +265,11 @@ def test_seed10_cancellation_during_starting(session: Make, point: str) -> None:
     assert states == ["starting"]
     (row,) = s.launches()
     _assert_cancelled_cleanly(s, row.run_id)
-    if point == "during_starting" and s.store_url is None:
-        assert s.manifest(row.run_id)["status"] == "cancelled"  # recorded; nothing ran
-    elif point == "during_starting":
-        # The bundle's first write was refused with `running` (runner/launch/_link.py):
-        # nothing was written, as for a launch cancelled before its claim.
-        assert not s.has_bundle(row.run_id)
+    if point == "during_starting":
+        # Its holder was asked (a live lease: ADR 0009, lever 3) and honoured the
+        # request before the first node, on both backends: recorded; nothing ran.
+        assert s.manifest(row.run_id)["status"] == "cancelled"
+        assert not [e for e in s.trace(row.run_id) if e["type"] == "node_started"]
 
 
 def test_seed10_cancellation_before_executor_release(session: Make) -> None:

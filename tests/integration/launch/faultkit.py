@@ -88,6 +88,24 @@ edges:
 FAN_ITEMS = 5
 
 
+# `pure=True` seeds also start this one: compute nodes only, so a runner on folders
+# writes each run whole with its ending (ADR 0009, lever 3; engine/_bundle.py).
+PURE = """\
+input:
+  type: object
+  required: [who]
+  properties: {who: {type: string}}
+start: one
+nodes:
+  one: {compute: "{{ input.who }}"}
+  two: {compute: "{{ outputs.one }}"}
+  close: {compute: "{{ {'who': outputs.two} }}"}
+edges:
+  - {from: one, to: two}
+  - {from: two, to: close}
+"""
+
+
 class Crash(BaseException):
     """The runner died here (nothing after this point of its thread runs)."""
 
@@ -141,6 +159,7 @@ class World:
         (root / ".wfrun" / "workflows").mkdir(parents=True)
         (root / ".wfrun" / "workflows" / "job.yaml").write_text(WORKFLOW)
         (root / ".wfrun" / "workflows" / "fan.yaml").write_text(FAN)
+        (root / ".wfrun" / "workflows" / "pure.yaml").write_text(PURE)
         self.clock = FakeClock()
         self.ws = Workspace(build_catalog("workflows", root, None), root, root / ".wfrun")
         self.store = open_store(root, store_url, self.clock)
@@ -174,13 +193,15 @@ class World:
 
 
 def run_seed(seed: int, *, steps: int = 12, crash_every: float = 0.08,
-             store_url: str | None = None, fanout: bool = False) -> Report:
+             store_url: str | None = None, fanout: bool = False,
+             pure: bool = False) -> Report:
     """One seed; `store_url`: an empty Postgres schema to run it on (else SQLite);
-    `fanout`: every other launch runs the map-and-parallel workflow."""
+    `fanout`: every other launch runs the map-and-parallel workflow; `pure`: every
+    other launch runs compute nodes only (written whole with its ending)."""
     tmp = Path(tempfile.mkdtemp(prefix=f"wfrun-fault-{seed}-"))
     try:
         return _run(World(tmp / "p", seed, store_url, hosted=fanout and seed % 2 == 1),
-                    seed, steps, crash_every, "fan" if fanout else None)
+                    seed, steps, crash_every, "fan" if fanout else "pure" if pure else None)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -193,7 +214,7 @@ def _run(w: World, seed: int, steps: int, crash_every: float,
     items = co.host_items()  # this runner's host item worker
     ids: list[str] = []
     kinds = ["start", "start", "session", "foreground", "drain", "drain", "session_drain",
-             "cancel", "expire", "restart"] + (["items", "items"] if other else [])
+             "cancel", "expire", "restart"] + (["items", "items"] if other == "fan" else [])
     for step in range(steps):
         ref = other if other is not None and step % 2 == 0 else "job"
         action = rng.choice(kinds)
@@ -394,8 +415,9 @@ def main(argv: list[str]) -> int:
     launches = crashes = host_items = 0
     points: Counter[str] = Counter()
     fanout = "--fanout" in argv  # maps and parallel nodes too (issue 37)
+    pure = "--pure" in argv  # pure runs, written whole with their endings (ADR 0009)
     for seed in seeds:
-        report = run_seed(seed, fanout=fanout)
+        report = run_seed(seed, fanout=fanout, pure=pure)
         launches += report.launches
         crashes += report.crashes
         host_items += report.host_items

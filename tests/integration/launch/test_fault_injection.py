@@ -35,6 +35,9 @@ _UNREACHED = {"after_state_replace"}
 #: and in host item workers (ADR 0008 phase 2), which only those seeds run.
 _FANOUT_NODES = {"after_items_opened", "after_items_claimed", "before_items_settled"}
 _FANOUT = _FANOUT_NODES | set(HOST_ITEM_POINTS)
+#: Between a pure run's files and its ending's commit: only runs written whole (folder
+#: bundles, compute nodes only) pass it, in the `pure=True` seeds below.
+_WHOLE = {"after_whole_written"}
 
 
 @pytest.mark.slow
@@ -47,7 +50,31 @@ def test_every_crash_point_on_postgres_ends_every_launch_once(pg_cluster: PgClus
         assert report.problems == [], report.to_json()
         assert report.launches > 0
         fired |= report.points
-    assert fired == set(POINTS) - _UNREACHED - _FANOUT
+    assert fired == set(POINTS) - _UNREACHED - _FANOUT - _WHOLE
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(30))
+def test_pure_runs_written_whole_end_once_through_crashes(seed: int) -> None:
+    """ADR 0009, lever 3: a pure run is written whole by its ending's transaction, with
+    no `running` commit of its own. Through crashes at every point it passes (the new
+    one between its files and that commit included), each launch still ends once in
+    the state its bundle shows, with its input, and never runs without it."""
+    report = run_seed(seed, pure=True)
+    assert report.problems == [], report.to_json()
+    assert report.launches > 0
+
+
+def test_the_harness_crashes_between_a_whole_write_and_its_commit() -> None:
+    """The pure seeds reach `after_whole_written` (and every invariant holds)."""
+    points: set[str] = set()
+    for seed in range(60):
+        report = run_seed(seed, pure=True, crash_every=0.2)
+        assert report.problems == [], report.to_json()
+        points |= report.points
+        if points >= _WHOLE:
+            break
+    assert points >= _WHOLE
 
 
 @pytest.mark.slow

@@ -14,8 +14,10 @@ from typing import Any
 
 import pytest
 from launch_it_kit import Project, event_counts
+from waiting import wait_until
 
 from runner.compiler import build_catalog
+from runner.engine import RunControl
 from runner.errors import WfrunError
 from runner.host.runtime._local import Workspace
 from runner.launch import EngineOptions
@@ -27,6 +29,23 @@ TINY = """\
     start: one
     nodes:
       one: {compute: "{{ 1 }}"}
+"""
+# The same with an effect: its run is written as it goes (`running` before the node),
+# not whole with its ending as a pure run is (ADR 0009, lever 3).
+TINY_EFFECT = """\
+    input: {type: object, properties: {task: {type: string}}}
+    start: one
+    nodes:
+      one: {action: {shell: ["true"]}}
+"""
+# Two pure nodes: a boundary between them where a cancel request may be honoured.
+PAIR = """\
+    start: one
+    nodes:
+      one: {compute: "{{ 1 }}"}
+      two: {compute: "{{ outputs.one + 1 }}"}
+    edges:
+      - {from: one, to: two}
 """
 SLEEPY = """\
     start: nap
@@ -74,27 +93,10 @@ class Stack:
 @pytest.fixture
 def project(tmp_path: Path) -> Project:
     proj = Project(tmp_path / "proj")
-    for name, text in (("tiny", TINY), ("sleepy", SLEEPY), ("parent", PARENT),
-                       ("child", CHILD)):
+    for name, text in (("tiny", TINY), ("tiny_effect", TINY_EFFECT), ("pair", PAIR),
+                       ("sleepy", SLEEPY), ("parent", PARENT), ("child", CHILD)):
         proj.write_workflow(name, text)
     return proj
-
-
-class _CancelAtFence:
-    """The launch queue, except that the n-th fence check first cancels the launch
-    (as `workflow cancel` from another process would, between two bundle writes)."""
-
-    def __init__(self, inner: Any, at: int) -> None:
-        self.inner, self.at, self.calls = inner, at, 0
-
-    def check_claim(self, run_id: str, token: str) -> Any:
-        self.calls += 1
-        if self.calls == self.at:
-            self.inner.cancel(run_id)
-        return self.inner.check_claim(run_id, token)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
 
 
 class _Store:
@@ -106,52 +108,185 @@ class _Store:
 
 
 # The moments of the bundle's creation: before the folder exists (the source
-# re-checked), at the folder's fence check, after the folder (`after_bundle_created`),
-# after workflow.json and the first manifest (`after_manifest_written`: they ask no
-# fence), and at run_started's check (the write that makes the bundle a run).
-@pytest.mark.parametrize("moment", ["after_claim", "fence 1", "after_bundle_created",
-                                    "after_manifest_written", "fence 2"])
-def test_a_cancel_during_bundle_creation_wins_and_leaves_no_running_bundle(
+# re-checked), after the folder (`after_bundle_created`), after workflow.json and the
+# first manifest (`after_manifest_written`), and after run_started (`during_starting`).
+@pytest.mark.parametrize("moment", ["after_claim", "after_bundle_created",
+                                    "after_manifest_written", "during_starting"])
+def test_a_cancel_while_starting_is_asked_of_the_holder_and_stops_the_run_before_a_node(
         project: Project, moment: str) -> None:
+    """A `starting` launch with a live holder is cancelled by request, as a `running`
+    one is (the store refuses to overrule its holder, ADR 0009 lever 3); a run with
+    effects honours it before its first node: cancelled, its bundle says so, no node
+    ever started and nothing failed."""
     stack = Stack(project)
-    record = stack.claimed("tiny")
-    at = int(moment.split()[1]) if moment.startswith("fence") else 0
-    launches = _CancelAtFence(stack.store.launches, at)
+    record = stack.claimed("tiny_effect")
+    answers: list[str] = []
 
     def cancel_at(point: str) -> None:
         if point == moment:  # as `workflow cancel` from another process would
-            stack.store.launches.cancel(record.run_id)
+            answers.append(stack.coordinator.cancel(record.run_id).status)
 
-    # The same runner over a launch queue that cancels at the `at`-th fence check.
-    runner = build_coordinator(stack.ws, _Store(stack.store, launches),  # type: ignore[arg-type]
-                               "plain", runner="r1", crash=cancel_at,
+    runner = build_coordinator(stack.ws, stack.store, "plain", runner="r1", crash=cancel_at,
                                options=EngineOptions(project_root=project.root,
                                                      crash_point=cancel_at))
-    assert runner.execute(record) is None
-    # The folder asked the store (a cancel before it: no folder), then run_started.
-    assert launches.calls == (1 if moment in ("after_claim", "fence 1") else 2)
-    assert stack.store.launches.get(record.run_id).status == "cancelled"  # type: ignore[union-attr]
-    # No bundle claims the run is running (or exists at all: it never started a node).
-    assert project.bundles() == []
-    events = [e.type for e in stack.store.run_events.read(run_id=record.run_id)]
-    assert "launch_failed" not in events
-
-
-def test_a_cancel_after_the_bundle_is_built_is_recorded_in_it(project: Project) -> None:
-    stack = Stack(project)
-
-    def cancel_now(point: str) -> None:
-        if point == "during_starting":
-            stack.coordinator.cancel(record.run_id)
-
-    stack.coordinator.crash = cancel_now
-    record = stack.claimed("tiny")
-    assert stack.coordinator.execute(record) is None
+    outcome = runner.execute(record)
+    assert answers == ["starting"]  # asked, not overruled
+    assert outcome is not None
+    assert outcome.status == "cancelled"
     assert stack.store.launches.get(record.run_id).status == "cancelled"  # type: ignore[union-attr]
     assert project.manifest(record.run_id)["status"] == "cancelled"  # type: ignore[index]
     counts = event_counts(project.trace(record.run_id))
     assert counts[("run_started", None)] == 1
     assert not [k for k in counts if k[0] == "node_started"]
+    events = [e.type for e in stack.store.run_events.read(run_id=record.run_id)]
+    assert "launch_failed" not in events
+
+
+# -- a pure run, written whole with its ending (ADR 0009, lever 3) -------------------
+class _Counting:
+    """The launch queue, counting the fence's reads and `running` transitions."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.fence_reads, self.marked = inner, 0, 0
+
+    def claim_left(self, run_id: str, token: str) -> Any:
+        self.fence_reads += 1
+        return self.inner.claim_left(run_id, token)
+
+    def mark_running(self, *args: Any, **kwargs: Any) -> Any:
+        self.marked += 1
+        return self.inner.mark_running(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_a_pure_run_is_written_whole_by_its_ending_without_a_running_commit(
+        project: Project) -> None:
+    stack = Stack(project)
+    record = stack.claimed("tiny", {"task": "t"})
+    launches = _Counting(stack.store.launches)
+    runner = build_coordinator(stack.ws, _Store(stack.store, launches),  # type: ignore[arg-type]
+                               "plain", runner="r1",
+                               options=EngineOptions(project_root=project.root))
+    outcome = runner.execute(record)
+    assert outcome is not None
+    assert (outcome.status, outcome.final_output) == ("completed", 1)
+    # One fence read (before the folder): it learnt the lease, and while a third of it
+    # is left nothing but this holder changes the row, so the fence before the files
+    # answers from it. No `running` commit.
+    assert (launches.fence_reads, launches.marked) == (1, 0)
+    row = stack.store.launches.get(record.run_id)
+    assert row is not None
+    assert (row.status, row.input_cleared, row.started_at is not None) == ("done", True, True)
+    # The row went through `running` in the ending's transaction: valid steps only.
+    events = [e.type for e in stack.store.run_events.read(run_id=record.run_id)]
+    assert events[-2:] == ["launch.running", "launch.done"]
+    assert project.manifest(record.run_id)["status"] == "completed"  # type: ignore[index]
+    assert [e["type"] for e in project.trace(record.run_id)] == [
+        "run_started", "node_started", "node_finished", "run_completed"]
+
+
+def _agrees(stack: Stack, project: Project, run_id: str) -> str:
+    """The launch's ending and its bundle's say the same: it never ran (no bundle, or
+    one that never started), or it ended once, recorded both places."""
+    row = stack.store.launches.get(run_id)
+    assert row is not None
+    bundles = project.bundles()
+    manifest = project.manifest(run_id) if bundles else None
+    if row.status == "cancelled" and manifest is None:
+        return "never ran"
+    assert manifest is not None
+    assert (row.status, manifest["status"]) in (("done", "completed"),
+                                                ("cancelled", "cancelled"))
+    ends = [e["type"] for e in project.trace(run_id) if e["type"].startswith("run_")
+            and e["type"] != "run_started"]
+    assert len(ends) == 1  # ended once
+    return manifest["status"]
+
+
+@pytest.mark.parametrize("moment", ["after_claim", "after_bundle_created", "during_starting",
+                                    "before_executor_release", "after_trace_append",
+                                    "before_seal", "after_whole_written"])
+def test_a_cancel_racing_a_pure_run_is_asked_of_its_holder_and_never_lost(
+        project: Project, moment: str) -> None:
+    """A run written whole syncs its files before its ending's transaction; a cancel
+    of its `starting` launch is asked of its holder (the store refuses to overrule a
+    live lease), so no cancel can win between the files and the commit. The request
+    lands: the run ended as it was going to, or cancelled, recorded the same in its
+    launch and its bundle, never both, never lost."""
+    stack = Stack(project)
+    answers: list[str] = []
+
+    def cancel_at(point: str) -> None:
+        if point == moment and not answers:  # as `workflow cancel` from elsewhere would
+            answers.append(stack.coordinator.cancel(record.run_id).status)
+
+    runner = build_coordinator(stack.ws, stack.store, "plain", runner="r1", crash=cancel_at,
+                               options=EngineOptions(project_root=project.root,
+                                                     crash_point=cancel_at))
+    record = stack.claimed("pair")
+    outcome = runner.execute(record)
+    assert answers == ["starting"]  # asked of its live holder, never flipped
+    assert outcome is not None
+    assert _agrees(stack, project, record.run_id) == outcome.status
+    events = [e.type for e in stack.store.run_events.read(run_id=record.run_id)]
+    assert "cancel_requested" in events
+    assert "launch_failed" not in events
+
+
+def test_a_cancel_its_holder_reads_in_time_ends_a_pure_run_cancelled_in_both_places(
+        project: Project) -> None:
+    """The holder's lease keeper reads the request while the run is still going: it
+    stops at its next boundary and is written whole as cancelled."""
+    stack = Stack(project)
+    control = RunControl()
+
+    def cancel_at(point: str) -> None:
+        if point == "between_nodes":
+            assert stack.coordinator.cancel(record.run_id).status == "starting"
+            wait_until(lambda: control.stopping)  # the keeper's next poll honours it
+
+    runner = build_coordinator(stack.ws, stack.store, "plain", runner="r1", crash=cancel_at,
+                               options=EngineOptions(project_root=project.root,
+                                                     crash_point=cancel_at))
+    record = stack.claimed("pair")
+    outcome = runner.execute(record, control=control)
+    assert outcome is not None
+    assert outcome.status == "cancelled"
+    assert _agrees(stack, project, record.run_id) == "cancelled"
+    counts = event_counts(project.trace(record.run_id))
+    assert counts[("node_started", "one")] == 1
+    assert ("node_finished", "two") not in counts  # stopped at the boundary
+
+
+def test_a_cancel_after_a_pure_runs_holder_died_records_how_it_ended(
+        project: Project) -> None:
+    """Killed between its files and its ending's commit, a pure run leaves a
+    `starting` row whose bundle has ended; once the lease is gone, a cancel records
+    that ending, not a cancel (and a live lease meanwhile makes it a request)."""
+    stack = Stack(project, lease_seconds=1.0)
+
+    class Killed(BaseException):
+        pass
+
+    def die_at(point: str) -> None:
+        if point == "after_whole_written":
+            raise Killed
+
+    runner = build_coordinator(stack.ws, stack.store, "plain", runner="r1", crash=die_at,
+                               lease_seconds=1.0,
+                               options=EngineOptions(project_root=project.root,
+                                                     crash_point=die_at))
+    record = stack.claimed("pair")
+    with pytest.raises(Killed):
+        runner.execute(record)
+    assert stack.store.launches.get(record.run_id).status == "starting"  # type: ignore[union-attr]
+    wait_until(lambda: not stack.store.launches.get(record.run_id).lease_live(  # type: ignore[union-attr]
+        stack.store.now_ms()))
+    with pytest.raises(WfrunError, match="already ended"):
+        stack.coordinator.cancel(record.run_id)
+    assert _agrees(stack, project, record.run_id) == "completed"
 
 
 # -- the lease keeper ----------------------------------------------------------------
@@ -393,7 +528,7 @@ def test_a_running_launch_is_fenced_from_its_lease_end_without_asking_the_store(
     launches, store = stack.store.launches, stack.store
     asked: list[str] = []
     clock_reads: list[int] = []
-    real, real_now = launches.check_claim, store.now_ms
+    real, real_now = launches.claim_left, store.now_ms
 
     def counting(run_id: str, token: str) -> Any:
         current = launches.get(run_id)
@@ -404,14 +539,14 @@ def test_a_running_launch_is_fenced_from_its_lease_end_without_asking_the_store(
         clock_reads.append(1)
         return real_now()
 
-    setattr(launches, "check_claim", counting)  # noqa: B010  (instrumented, still real)
+    setattr(launches, "claim_left", counting)  # noqa: B010  (instrumented, still real)
     setattr(store, "now_ms", now_ms)  # noqa: B010
     outcome = stack.coordinator.execute(record)
     assert outcome is not None
     assert outcome.status == "completed"
     assert (project.root / "effects.log").read_text().splitlines() == ["one", "two"]
-    # Asked twice while `starting` (before the folder, and at `run_started`, the write
-    # that makes the bundle a run; the first manifest does not ask), never once the
-    # row was running.
-    assert asked == ["starting", "starting"]
+    # Asked once while `starting` (before the folder): the answer's lease is young,
+    # and with a live lease only its holder changes a claimed row (a cancel is asked
+    # of it), so `run_started` and every later write answer from it.
+    assert asked == ["starting"]
     assert clock_reads == []  # nor read the store's clock to judge the lease

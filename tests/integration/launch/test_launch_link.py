@@ -116,8 +116,11 @@ def test_a_refused_first_write_rolls_the_running_transition_back(stack: Stack) -
 def test_a_claim_taken_before_the_first_write_writes_nothing(stack: Stack) -> None:
     run_id = stack.launch().run_id
 
-    def steal() -> None:  # another host takes the claim (its lease ran out, say)
-        stack.store.launches.cancel(run_id)
+    def steal() -> None:  # its lease ran out (given up here), and a cancel took the row
+        held = stack.store.launches.get(run_id)
+        assert held is not None
+        assert stack.store.launches.yield_lease(run_id, held.claim_token or "")
+        assert stack.store.launches.cancel(run_id).status == "cancelled"  # type: ignore[union-attr]
 
     stack.hooks["during_starting"] = steal
     record = stack.coordinator.claim_next(None)

@@ -41,6 +41,22 @@ nodes:
 edges:
   - {from: greet, to: close}
 """
+# Compute nodes only: on folders its run is written whole with its ending (ADR 0009,
+# lever 3), with no `running` commit of its own.
+PURE = """\
+input:
+  type: object
+  required: [who]
+  properties: {who: {type: string}}
+start: one
+nodes:
+  one: {compute: "{{ input.who }}"}
+  two: {compute: "{{ outputs.one }}"}
+  close: {compute: "{{ {'greeted': outputs.two} }}"}
+edges:
+  - {from: one, to: two}
+  - {from: two, to: close}
+"""
 NAP = """\
 start: nap
 nodes:
@@ -57,6 +73,7 @@ class Proj:
         (root / ".wfrun" / "workflows").mkdir(parents=True)
         (root / ".wfrun" / "workflows" / "greet.yaml").write_text(WORKFLOW)
         (root / ".wfrun" / "workflows" / "nap.yaml").write_text(NAP)
+        (root / ".wfrun" / "workflows" / "pure.yaml").write_text(PURE)
 
     def env(self, **extra: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("WFRUN_")}
@@ -275,3 +292,59 @@ def test_a_node_killed_twice_is_not_run_a_third_time(proj: Proj) -> None:
     (row,) = proj.rows()
     assert (row["status"], row["error_code"]) == ("failed", "interrupted")
     assert proj.bundle_status(run_id) == "failed"
+
+
+# -- a pure run, written whole with its ending (ADR 0009, lever 3) -------------------
+def _pure_killed_at(proj: Proj, point: str) -> str:
+    out = proj.wfrun("run", "pure", "-i", "who=ada", "-q", WFRUN_CRASH_AT=point)
+    assert out.returncode == -signal.SIGKILL, out
+    (row,) = proj.rows()
+    return str(row["run_id"])
+
+
+def _settled_once(proj: Proj, run_id: str, *, ended: bool = False) -> None:
+    """After the lease, a host ends the run once, from its input or its bundle
+    (`ended`: the kill came after the ending committed; nothing is left to do)."""
+    if not ended:
+        proj.expire_leases()
+        host = proj.wfrun("host", "--once")
+        assert host.returncode == 0, host
+    (row,) = proj.rows()
+    assert (row["status"], row["error_code"]) == ("done", None)
+    assert proj.bundle_status(run_id) == "completed"
+    types = proj.trace_types(run_id)
+    assert types.count("run_started") == 1
+    assert types.count("run_completed") == 1
+    with proj.reader() as reader:
+        assert reader.final_output(run_id) == {"greeted": "ada"}  # the input was there
+    assert proj.bundles() == [run_id]
+    (cleared,) = proj.sql("SELECT input_json FROM workflow_run_queue")
+    assert cleared["input_json"] is None
+
+
+@pytest.mark.parametrize("point", ["during_starting", "between_nodes", "before_seal",
+                                   "before_outcome_recorded"])
+def test_a_killed_pure_run_ends_once_with_its_input(proj: Proj, point: str) -> None:
+    run_id = _pure_killed_at(proj, point)
+    (row,) = proj.rows()
+    # Written whole (folders), nothing is committed before the ending: still `starting`.
+    ended = point == "before_outcome_recorded"
+    assert row["status"] == ("done" if ended else "starting" if proj.store_url is None
+                             or point == "during_starting" else "running")
+    _settled_once(proj, run_id, ended=ended)
+
+
+def test_a_pure_run_killed_between_its_files_and_its_commit_is_recorded_from_them(
+        tmp_path: Path) -> None:
+    """Folders only (rows write no run whole): the kill comes after the trace, state and
+    final manifest are on disk and before the ending's transaction commits, which
+    SQLite rolls back. The row is `starting`, the bundle has ended: recovery records
+    that ending (the run does not run again)."""
+    proj = Proj(tmp_path / "p", None)
+    run_id = _pure_killed_at(proj, "after_whole_written")
+    (row,) = proj.rows()
+    assert row["status"] == "starting"
+    assert proj.bundle_status(run_id) == "completed"
+    _settled_once(proj, run_id)
+    assert proj.trace_types(run_id).count("node_started") == 3  # it did not run again
+

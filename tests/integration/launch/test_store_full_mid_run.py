@@ -18,10 +18,13 @@ from runner.errors import TemporaryError
 from runner.host.runtime._foreground import foreground_coordinator, run_workflow
 from runner.host.runtime._local import Workspace, open_store
 
+# `a` may be retried after a delay, so the run is not written whole with its ending
+# (ADR 0009, lever 3): it goes `running` first, the store write this test refuses.
+# A pure run meets the full disk at its bundle's write first (test_a_full_disk_...).
 FLOW = """
     start: a
     nodes:
-      a: {compute: "{{ 1 }}"}
+      a: {compute: "{{ 1 }}", retry: {attempts: 2, backoff: 1s}}
       b: {compute: "{{ outputs.a + 1 }}"}
     edges:
       - {from: a, to: b}
@@ -68,3 +71,43 @@ def test_a_full_store_disk_is_one_line_and_loses_nothing(
             assert settled.status == "done"
         finally:
             store.close()
+
+
+def test_a_full_disk_under_a_pure_run_is_one_line_and_nothing_ran(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A pure run is written whole inside its ending's transaction: a full disk refuses
+    its bundle's write there, the transaction rolls back, and nothing of the run is on
+    disk or in the store: one line, and the start can simply be made again."""
+    with mf.tmpfs(tmp_path / "disk", "4m") as disk:
+        root = disk / "proj"
+        (root / ".wfrun" / "workflows").mkdir(parents=True)
+        pure = FLOW.replace(', retry: {attempts: 2, backoff: 1s}', "")
+        (root / ".wfrun" / "workflows" / "g.yaml").write_text(textwrap.dedent(pure))
+        ws = Workspace(build_catalog("workflows", root, None), root, root / ".wfrun")
+        filler: list[Path] = []
+
+        def at(name: str) -> None:
+            if name == "before_seal" and not filler:
+                filler.append(mf.fill(disk))
+
+        ws.crash_point = at
+        store = open_store(ws)
+        try:
+            with caplog.at_level(logging.WARNING), pytest.raises(TemporaryError) as refused:
+                run_workflow(ws, store, "g", {}, RunControl())
+            message = refused.value.message
+            assert "did not start (nothing ran)" in message
+            assert "no space left on the device" in message
+            assert "\n" not in message
+            assert not [r for r in caplog.records if r.exc_info], caplog.text
+            [row] = store.launches.query()
+            assert row.status in ("starting", "failed")  # never `running`: nothing ran
+            assert not [p for p in (root / ".wfrun" / "runs").iterdir()
+                        if not p.name.startswith(".")]
+            filler[0].unlink()
+            ws.crash_point = None
+            outcome = run_workflow(ws, store, "g", {}, RunControl())
+            assert (outcome.status, outcome.final_output) == ("completed", 2)
+        finally:
+            store.close()
+

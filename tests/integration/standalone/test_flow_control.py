@@ -71,9 +71,20 @@ def test_cancel_newest_and_cancel_running(project: Project) -> None:
     _hold(project, old)
     (new,) = project.queue("running", [{"repo": "a"}])
     assert project.launch_status(new) == "queued"
-    # The older run holding the key is cancelled (a `starting` claim outright; a
-    # running one's live runner would be asked to stop), and the new one is next.
-    assert project.launch_status(old) == "cancelled"
+    # The older run holding the key is asked to stop: its claim's lease is live, and
+    # only its holder ends such a launch, `starting` or `running` (ADR 0009, lever 3).
+    # The new one waits for it.
+    assert project.launch_status(old) == "starting"
+    store = project.store()
+    try:
+        asked = [e.type for e in store.run_events.read(run_id=old)]
+        assert "cancel_requested" in asked
+        # Its holder honours the request (as a host's lease keeper would): the key
+        # is free and the new one is next.
+        token = store.launches.get(old).claim_token  # type: ignore[union-attr]
+        assert store.launches.cancel(old, claim_token=token).status == "cancelled"  # type: ignore[union-attr]
+    finally:
+        store.close()
     _hold(project, new)
 
 

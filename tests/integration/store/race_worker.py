@@ -3,8 +3,9 @@
     python race_worker.py STORE_PATH WORKER_NAME SEED TOTAL OUT_JSON
 
 Claims launches until none is queued, activating and finishing each one; in
-between it cancels launches that other workers are activating (`starting`) or
-are about to claim, so cancellation races claiming and activation. Everything it
+between it cancels launches that other workers are activating (`starting`, whose
+live lease refuses a token-less cancel: only the holder may end them) or are about
+to claim, so cancellation races claiming and activation. Everything it
 observed goes to OUT_JSON for the test to cross-check against the store.
 """
 
@@ -27,6 +28,7 @@ def main(path: str, name: str, seed: int, total: int, out: str) -> None:
         "done": [],
         "cancelled": [],
         "activation_lost": [],
+        "refused": [],  # token-less cancels refused: [run_id, reason, status]
     }
     frontier = 0
     with SqliteStore(path) as store:
@@ -38,8 +40,12 @@ def main(path: str, name: str, seed: int, total: int, out: str) -> None:
                 target = rng.choice(starting).run_id if starting else None
             elif roll < 0.45:  # a queued launch just ahead of the claim frontier
                 target = f"run-{min(total - 1, max(0, frontier + rng.randint(-2, 4))):04}"
-            if target is not None and isinstance(store.launches.cancel(target), LaunchRecord):
-                log["cancelled"].append(target)
+            if target is not None:
+                result = store.launches.cancel(target)
+                if isinstance(result, LaunchRecord):
+                    log["cancelled"].append(target)
+                else:
+                    log["refused"].append([target, result.reason, result.status])
             claimed = store.launches.claim_next(runner_id=name, lease_seconds=600)
             if claimed is None:
                 if not store.launches.query(statuses=["queued"], limit=1):

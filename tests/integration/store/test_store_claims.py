@@ -338,6 +338,48 @@ def test_finish_ends_done(store: Store, clock: FakeClock) -> None:
     assert done.finished_at == int(clock.now() * 1000)
 
 
+def test_an_ending_from_starting_goes_through_running_in_one_transaction(
+        store: Store, clock: FakeClock) -> None:
+    """A run written whole with its ending (ADR 0009, lever 3) never committed
+    `running`: `from_starting` takes the row there in the ending's own transaction,
+    by valid transitions only, clearing the input; without it `finish` refuses."""
+    claimed = _claimed(store)
+    token = claimed.claim_token or ""
+    assert store.launches.finish("run-1", token) == LostRace("run-1", "wrong_status",
+                                                             "starting")
+    clock.advance(3)
+    done = _record(store.launches.finish("run-1", token, from_starting=True))
+    assert (done.status, done.claim_token, done.input_json) == ("done", None, None)
+    assert done.started_at == done.finished_at == int(clock.now() * 1000)
+    moves = [(e.payload["from"], e.payload["to"]) for e in store.run_events.read(
+        run_id="run-1") if e.type != "launch.queued"]
+    assert moves[-2:] == [("starting", "running"), ("running", "done")]
+    assert set(moves) <= LAUNCH_TRANSITIONS
+    # Fenced as `mark_running` is: another token, or a row a cancel took, is refused.
+    for run_id, ending in (("run-2", "fail"), ("run-3", "cancel")):
+        token = _claimed(store, run_id).claim_token or ""
+        assert store.launches.fail(run_id, "other", code="run_failed", message="x",
+                                   from_starting=True) == LostRace(
+            run_id, "token_mismatch", "starting")
+        if ending == "cancel":
+            # Its lease live, only its holder cancels it; once expired, anyone.
+            assert store.launches.cancel(run_id) == LostRace(run_id, "lease_active",
+                                                             "starting")
+            clock.advance(31)
+            _record(store.launches.cancel(run_id))
+            assert store.launches.cancel(run_id, claim_token=token, from_starting=True) \
+                == LostRace(run_id, "wrong_status", "cancelled")
+        else:
+            failed = _record(store.launches.fail(run_id, token, code="run_failed",
+                                                 message="x", from_starting=True))
+            assert failed.status == "failed"
+            assert failed.started_at is not None
+    # A row already `running` goes straight on.
+    running = _running(store, "run-4")
+    assert _record(store.launches.finish("run-4", running.claim_token or "",
+                                         from_starting=True)).status == "done"
+
+
 def test_fail_records_a_stable_code_and_a_bounded_one_line_message(store: Store) -> None:
     claimed = _claimed(store)
     failed = _record(
@@ -401,19 +443,31 @@ def test_fail_with_a_turn_intent_commits_both_or_neither(store: Store) -> None:
     assert [i.intent_id for i in store.turn_intents.list_eligible("session-b")] == ["follow-up"]
 
 
-def test_cancel_beats_activation(store: Store) -> None:
-    claimed = _claimed(store)
+def test_a_starting_launch_with_a_live_lease_is_cancelled_only_by_its_holder(
+        store: Store, clock: FakeClock) -> None:
+    """While its lease is live a `starting` row changes only through its holder (a
+    cancel is asked of it, recovery.py): a run written whole syncs its files before
+    its ending's transaction knowing no cancel can win meanwhile (ADR 0009, lever 3).
+    Once the lease has expired, a cancel needs no token and beats activation."""
+    claimed = _claimed(store, lease=5.0)
+    token = claimed.claim_token or ""
+    assert store.launches.cancel("run-1") == LostRace("run-1", "lease_active", "starting")
+    assert store.launches.get("run-1") == claimed  # nothing changed
+    clock.advance(5)
     cancelled = _record(store.launches.cancel("run-1"))
     assert cancelled.status == "cancelled"
     assert cancelled.claim_token is None
     assert cancelled.input_json is None
-    token = claimed.claim_token or ""
     assert store.launches.mark_running("run-1", token) == LostRace(
         "run-1", "wrong_status", "cancelled"
     )
     assert store.launches.check_claim("run-1", token) == LostRace(
         "run-1", "wrong_status", "cancelled"
     )
+    # The holder records the cancel it was asked for, with its token.
+    other = _claimed(store, "run-2")
+    held = _record(store.launches.cancel("run-2", claim_token=other.claim_token))
+    assert held.status == "cancelled"
 
 
 def test_cancel_of_queued_and_parked_needs_no_token(store: Store) -> None:
@@ -466,7 +520,7 @@ def _put_in(store: Store, status: str) -> str:
     if status == "starting":
         return token
     if status == "cancelled":
-        store.launches.cancel("run-1")
+        store.launches.cancel("run-1", claim_token=token)  # its holder's, the lease live
         return token
     if status == "failed":
         store.launches.fail("run-1", token, code="activation_failed", message="x")

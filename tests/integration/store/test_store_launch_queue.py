@@ -129,7 +129,7 @@ def test_leaving_the_active_states_releases_the_reservation(store: Store, ending
     if ending == "failed":
         result = launches.fail("run-1", token, code="source_changed", message="source changed")
     elif ending == "cancelled":
-        result = launches.cancel("run-1")
+        result = launches.cancel("run-1", claim_token=token)  # its holder: lease live
     else:
         assert isinstance(launches.mark_running("run-1", token), LaunchRecord)
         result = (

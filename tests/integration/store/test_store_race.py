@@ -60,11 +60,17 @@ def test_processes_never_double_claim_and_every_launch_ends_once(tmp_path: Path)
     assert len(done) == len(set(done))
     assert len(cancelled) == len(set(cancelled))
     assert sorted(running) == sorted(done), "an activated launch did not finish"
-    assert all(reason == "wrong_status" and status == "cancelled" for _, reason, status in lost)
-    assert {run for run, _, _ in lost} <= set(cancelled)
+    # A claimed launch's live lease refuses a token-less cancel (its holder is asked
+    # instead, ADR 0009 lever 3): no activation is overruled, and the cancels that
+    # landed took queued launches before any claim.
+    assert lost == []
+    refused = [tuple(x) for log in logs for x in log["refused"]]
+    assert any(reason == "lease_active" and status == "starting"
+               for _, reason, status in refused)
+    assert all(status != "queued" for _, _, status in refused)
+    assert not set(cancelled) & {run_id for run_id, _, _ in claims}
     assert done
     assert cancelled
-    assert lost
 
     with SqliteStore(path) as store:
         final = {r.run_id: r for r in store.launches.query(limit=TOTAL + 1)}

@@ -1,5 +1,6 @@
 """`LeaseFence` owns what it learned of its claim: it answers from a committed
-`running` while a third of the lease surely holds, asks the store otherwise, and
+answer or its own read while a third of the lease surely holds (`starting` too: a
+live lease's row changes only through its holder), asks the store otherwise, and
 forgets on `lost` (a renewal that lost). Real SQLite store, virtual clock."""
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ class _Asked:
     def __init__(self, book: LaunchBook) -> None:
         self.book, self.asked = book, 0
 
-    def check_claim(self, run_id: str, token: str) -> Any:
+    def claim_left(self, run_id: str, token: str) -> Any:
         self.asked += 1
-        return self.book.check_claim(run_id, token)
+        return self.book.claim_left(run_id, token)
 
 
 def _claimed(tmp_path: Path, clock: FakeClock) -> tuple[SqliteStore, LaunchRecord]:
@@ -44,15 +45,22 @@ def test_a_running_claim_is_answered_locally_until_a_third_of_the_lease_is_left(
     asked = _Asked(book)
     token = record.claim_token or ""
     fence = LeaseFence(asked, "r1", token, clock, LEASE)  # type: ignore[arg-type]
-    assert (fence(), asked.asked) == (True, 1)  # `starting`: only the store can say
+    assert (fence(), asked.asked) == (True, 1)  # nothing learned yet: the store says
+    clock.advance(LEASE - fence.margin - 1)
+    # `starting`, and the read's lease surely holds: no cancel can take the row from
+    # its live holder (the store refuses it), so no round trip.
+    assert (fence(), asked.asked) == (True, 1)
+    clock.advance(2)
+    assert (fence(), asked.asked) == (True, 2)  # within the margin: the store is asked
+    assert book.renew_lease("r1", record.claim_token or "", lease_seconds=LEASE)
     sent = clock.monotonic()
     running = book.mark_running("r1", token)
     assert not isinstance(running, LostRace)
     fence.running(running, sent)
     clock.advance(LEASE - fence.margin - 1)
-    assert (fence(), asked.asked) == (True, 1)  # the lease surely holds: no round trip
+    assert (fence(), asked.asked) == (True, 2)  # the lease surely holds: no round trip
     clock.advance(2)
-    assert (fence(), asked.asked) == (True, 2)  # within the margin: the store is asked
+    assert (fence(), asked.asked) == (True, 3)  # within the margin: the store is asked
     store.close()
 
 
