@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from runner._canonical import fingerprint
+from runner._jsonin import loads
 from runner._private import private_dirs
 
 from ._discovery import PROJECT_DIR, Catalog, Origin
@@ -73,13 +74,13 @@ def code_stamp() -> str:
     for path in sorted([*here.glob("*.py"), *steps.glob("*.py"), here.parent / "_canonical.py"]):
         info = path.stat()
         parts.append([path.name, info.st_size, info.st_mtime_ns])
-    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
+    return fingerprint(parts)
 
 
 def catalog_stamp(catalog: Catalog) -> str:
     """The catalog's names and where each resolves: an include by name follows them."""
     rows = [[e.name, e.origin, str(e.path), e.shadowed_by] for e in catalog.entries]
-    return hashlib.sha256(json.dumps([catalog.kind, rows]).encode()).hexdigest()
+    return fingerprint([catalog.kind, rows])
 
 
 class _Unpickler(pickle.Unpickler):
@@ -141,7 +142,7 @@ class DefinitionCache:
         if hashlib.sha256(rest).hexdigest().encode() != head[len(MAGIC):-1]:
             return None  # torn or altered
         meta_line, payload = rest.split(b"\n", 1)
-        meta = json.loads(meta_line)
+        meta = loads(meta_line)
         if (meta.get("root") != real or meta.get("origin") != origin
                 or meta.get("code") != code_stamp()
                 or meta.get("catalog") != self._stamp_of_catalog()):
