@@ -64,6 +64,27 @@ def indexes_of(table: str) -> list[str]:
     return [s for s in DDL if re.match(rf"CREATE (UNIQUE )?INDEX \w+\s+ON {table}\b", s)]
 
 
+_PARAM = re.compile(r"(?<!:):([A-Za-z_]\w*)")
+
+
+def values_rows(sql: str, rows: int, *, on_conflict: str = "") -> str:
+    """A one-row `INSERT ... VALUES (:a, :b) [RETURNING ...]` made one statement for
+    `rows` rows: row n's parameters are named `a_n`, `b_n` (`row_params`), and
+    `on_conflict` goes before the RETURNING. One statement for a batch: one call
+    into SQLite (each releases and retakes the GIL) or one round trip to Postgres."""
+    head, sep, tail = sql.partition(" VALUES (")
+    row, close, returning = tail.rpartition(")")
+    if not sep or not close:
+        raise ValueError(f"not a one-row INSERT ... VALUES (...): {sql[:60]}")
+    values = ", ".join("(" + _PARAM.sub(rf":\1_{n}", row) + ")" for n in range(rows))
+    return f"{head} VALUES {values}{on_conflict}{returning}"
+
+
+def row_params(rows: Iterable[dict[str, object]]) -> dict[str, object]:
+    """The parameters of `values_rows`: row n's `a` as `a_n`."""
+    return {f"{k}_{n}": v for n, row in enumerate(rows) for k, v in row.items()}
+
+
 def sql_in(values: Iterable[str]) -> str:
     """`('a', 'b')` for a fixed set of contract words (never user input)."""
     words = list(values)

@@ -12,7 +12,7 @@ and a detached row that becomes claimable is announced (`tx.notify`, ids only).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -25,6 +25,7 @@ from runner.store._connector import (
     UniqueViolation,
     named,
 )
+from runner.store._ddl import row_params, values_rows
 from runner.store._interface import BundleRefused, BundleWrite
 from runner.store._records import (
     LaunchRecord,
@@ -67,7 +68,58 @@ from runner.store.domain._launch_queries import (
 from runner.store.domain._launch_reads import LaunchReads
 from runner.store.domain._pages import launch_from_row
 
-Adder = Callable[[NewLaunch], LaunchRecord | LostRace | ValueError]  # `batch`'s add
+Added = LaunchRecord | LostRace | ValueError  # what `batch`'s add made of a launch
+
+
+class Adder:
+    """`LaunchQueue.batch`'s add: one launch, or many in one multi-row statement."""
+
+    def __init__(self, queue: LaunchQueue, tx: Transaction, log: EventLog) -> None:
+        self._queue, self._tx, self._log = queue, tx, log
+
+    def __call__(self, launch: NewLaunch) -> Added:
+        try:
+            values = launch_values(launch)
+        except ValueError as exc:
+            return exc
+        return self._queue._insert(self._tx, self._log, launch, values)
+
+    def many(self, launches: Sequence[NewLaunch]) -> list[Added]:
+        """`add` for each, in order. The plain ones (no gate) are inserted by one
+        statement that skips a conflicting row; a skipped one, and a gated one, take
+        `add`'s own path, which names the conflict."""
+        done: list[Added | None] = [None] * len(launches)
+        plain: list[tuple[int, dict[str, Any]]] = []
+        for n, launch in enumerate(launches):
+            if launch.gate is not None:
+                continue
+            try:
+                plain.append((n, launch_values(launch)))
+            except ValueError as exc:
+                done[n] = exc
+        queue, tx = self._queue, self._tx
+        for at in range(0, len(plain), MANY_ROWS):
+            chunk = plain[at:at + MANY_ROWS]
+            now = tx.now_ms()
+            rows = tx.all(queue.many_sql(len(chunk)),
+                          row_params({**values, "now": now} for _, values in chunk))
+            made = {row["run_id"]: row for row in rows}
+            for n, values in chunk:
+                row = made.pop(values["run_id"], None)  # a run id twice: the 2nd refused
+                if row is None:
+                    done[n] = queue._insert(tx, self._log, launches[n], values)
+                    continue
+                queue._event(self._log, row, None, "launch.queued")
+                if launches[n].origin_session_id is None:
+                    tx.notify(LAUNCH_CHANNEL, launches[n].run_id)
+                done[n] = launch_from_row(row)
+        return [self(launch) if d is None else d for launch, d in zip(launches, done,
+                                                                     strict=True)]
+
+
+#: The most launches one multi-row insert takes (Adder.many): well inside SQLite's
+#: and Postgres's bounds on a statement's parameters.
+MANY_ROWS = 100
 
 
 def guard(row: Row | None, run_id: str, op: Operation, token: str | None,
@@ -112,6 +164,7 @@ class LaunchQueue(LaunchReads):
         self._found_none: dict[str | None, bool] = {}
         self._probes: dict[bool, tuple[str, ...]] = {}  # claim_probes, by `session_id is None`
         self._ready_index: bool | None = None  # `_ready_hint`, learnt once
+        self._many: dict[int, str] = {}  # `many_sql`, by rows
 
     # --- enqueue -----------------------------------------------------------------
 
@@ -128,19 +181,22 @@ class LaunchQueue(LaunchReads):
 
     @contextmanager
     def batch(self, *, shared_sync: bool = False) -> Iterator[tuple[Transaction, Adder]]:
-        """One durable transaction; `add(launch)` queues a launch in it, judged alone
-        (refused: its ValueError or LostRace, the rest kept), beside what else the
-        caller writes (`TriggerLedger.fire_many`: group commit). `shared_sync`: as
-        `Connector.write` (durable once the block returns; the disk's wait outside
-        the writers' turn)."""
+        """One durable transaction; `add(launch)` (or `add.many(launches)`) queues
+        launches in it, each judged alone (refused: its ValueError or LostRace, the
+        rest kept), beside what else the caller writes (`TriggerLedger.fire_many`:
+        group commit). `shared_sync`: as `Connector.write` (durable once the block
+        returns; the disk's wait outside the writers' turn)."""
         with self._events.writing(shared_sync=shared_sync) as (tx, log):
-            def add(launch: NewLaunch) -> LaunchRecord | LostRace | ValueError:
-                try:
-                    values = launch_values(launch)
-                except ValueError as exc:
-                    return exc
-                return self._insert(tx, log, launch, values)
-            yield tx, add
+            yield tx, Adder(self, tx, log)
+
+    def many_sql(self, rows: int) -> str:
+        """The queue insert for `rows` launches at once; a row a unique index refuses
+        is skipped (not returned), the rest kept."""
+        sql = self._many.get(rows)
+        if sql is None:
+            sql = self._many[rows] = values_rows(self._sql["insert"], rows,
+                                                 on_conflict=" ON CONFLICT DO NOTHING")
+        return sql
 
     def _insert(self, tx: Transaction, log: EventLog, launch: NewLaunch,
                 values: dict[str, Any], claim_by: str | None = None,
