@@ -66,6 +66,7 @@ _NO_CONFLICT = " ON CONFLICT (workflow, trigger_name, firing_key) DO NOTHING"
 #: The most firings one insert of `fire_many` takes (well inside both backends'
 #: bounds on a statement's parameters).
 MANY_FIRINGS = 100
+_INSERTS: dict[int, str] = {}  # `_insert_firings`' statement, by rows
 _SETTLE = ("UPDATE trigger_firings SET outcome = :outcome, reason = :reason,"
            " event_json = NULL, updated_at = :now WHERE workflow = :w"
            " AND trigger_name = :t AND firing_key = :k AND outcome = 'pending'")
@@ -316,7 +317,11 @@ class TriggerLedger:
         fresh = sorted(first.values())
         for at in range(0, len(fresh), MANY_FIRINGS):
             chunk = fresh[at:at + MANY_FIRINGS]
-            rows = tx.all(values_rows(_INSERT_FIRING, len(chunk), on_conflict=_NO_CONFLICT),
+            sql = _INSERTS.get(len(chunk))
+            if sql is None:
+                sql = _INSERTS[len(chunk)] = values_rows(_INSERT_FIRING, len(chunk),
+                                                         on_conflict=_NO_CONFLICT)
+            rows = tx.all(sql,
                           row_params({
                               **ids[n], "run": firings[n].run_id,
                               "outcome": "launched" if firings[n].launch else "failed",
