@@ -102,7 +102,7 @@ class Adder:
             chunk = plain[at:at + MANY_ROWS]
             now = tx.now_ms()
             rows = tx.all(queue.many_sql(len(chunk)),
-                          row_params({**values, "now": now} for _, values in chunk))
+                          row_params([{**values, "now": now} for _, values in chunk]))
             made = {row["run_id"]: row for row in rows}
             for n, values in chunk:
                 row = made.pop(values["run_id"], None)  # a run id twice: the 2nd refused

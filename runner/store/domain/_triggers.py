@@ -322,12 +322,12 @@ class TriggerLedger:
                 sql = _INSERTS[len(chunk)] = values_rows(_INSERT_FIRING, len(chunk),
                                                          on_conflict=_NO_CONFLICT)
             rows = tx.all(sql,
-                          row_params({
+                          row_params([{
                               **ids[n], "run": firings[n].run_id,
                               "outcome": "launched" if firings[n].launch else "failed",
                               "reason": None if firings[n].launch
                               else _reason(firings[n].reason or "failed")}
-                              for n in chunk))
+                              for n in chunk]))
             for row in rows:
                 made[first[(row["workflow"], row["trigger_name"], row["firing_key"])]] = row
         return made
