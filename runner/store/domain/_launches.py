@@ -12,7 +12,7 @@ and a detached row that becomes claimable is announced (`tx.notify`, ids only).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -25,7 +25,7 @@ from runner.store._connector import (
     UniqueViolation,
     named,
 )
-from runner.store._ddl import row_params, values_rows
+from runner.store._ddl import values_rows
 from runner.store._interface import BundleRefused, BundleWrite
 from runner.store._records import (
     LaunchRecord,
@@ -54,6 +54,7 @@ from runner.store._states import (
 from runner.store.domain import _intents as intents
 from runner.store.domain import _pages as pages
 from runner.store.domain._events import EventLog, RunEvents
+from runner.store.domain._launch_batch import Adder
 from runner.store.domain._launch_queries import (
     CHILD_STATE,
     CLAIM_DURABLE,
@@ -67,59 +68,6 @@ from runner.store.domain._launch_queries import (
 )
 from runner.store.domain._launch_reads import LaunchReads
 from runner.store.domain._pages import launch_from_row
-
-Added = LaunchRecord | LostRace | ValueError  # what `batch`'s add made of a launch
-
-
-class Adder:
-    """`LaunchQueue.batch`'s add: one launch, or many in one multi-row statement."""
-
-    def __init__(self, queue: LaunchQueue, tx: Transaction, log: EventLog) -> None:
-        self._queue, self._tx, self._log = queue, tx, log
-
-    def __call__(self, launch: NewLaunch) -> Added:
-        try:
-            values = launch_values(launch)
-        except ValueError as exc:
-            return exc
-        return self._queue._insert(self._tx, self._log, launch, values)
-
-    def many(self, launches: Sequence[NewLaunch]) -> list[Added]:
-        """`add` for each, in order. The plain ones (no gate) are inserted by one
-        statement that skips a conflicting row; a skipped one, and a gated one, take
-        `add`'s own path, which names the conflict."""
-        done: list[Added | None] = [None] * len(launches)
-        plain: list[tuple[int, dict[str, Any]]] = []
-        for n, launch in enumerate(launches):
-            if launch.gate is not None:
-                continue
-            try:
-                plain.append((n, launch_values(launch)))
-            except ValueError as exc:
-                done[n] = exc
-        queue, tx = self._queue, self._tx
-        for at in range(0, len(plain), MANY_ROWS):
-            chunk = plain[at:at + MANY_ROWS]
-            now = tx.now_ms()
-            rows = tx.all(queue.many_sql(len(chunk)),
-                          row_params([{**values, "now": now} for _, values in chunk]))
-            made = {row["run_id"]: row for row in rows}
-            for n, values in chunk:
-                row = made.pop(values["run_id"], None)  # a run id twice: the 2nd refused
-                if row is None:
-                    done[n] = queue._insert(tx, self._log, launches[n], values)
-                    continue
-                queue._event(self._log, row, None, "launch.queued")
-                if launches[n].origin_session_id is None:
-                    tx.notify(LAUNCH_CHANNEL, launches[n].run_id)
-                done[n] = launch_from_row(row)
-        return [self(launch) if d is None else d for launch, d in zip(launches, done,
-                                                                     strict=True)]
-
-
-#: The most launches one multi-row insert takes (Adder.many): well inside SQLite's
-#: and Postgres's bounds on a statement's parameters.
-MANY_ROWS = 100
 
 
 def guard(row: Row | None, run_id: str, op: Operation, token: str | None,
