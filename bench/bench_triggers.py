@@ -438,6 +438,78 @@ def bench_postgres(root: Path, n: int, clients: int) -> dict[str, Any]:
         cluster.stop()
 
 
+def counted_deliveries(root: Path, n: int, batch: int) -> None:
+    """The measured body under valgrind (`--deliveries N --batch B`): N signed
+    deliveries through the webhook server's request path without the socket
+    (`WebhookServer.handle`: signature, checks, group commit, answer), one at a time;
+    or with B > 1, N deliveries as rounds of B (each prepared as its request thread
+    does, then one round's `deliver_many`: a storm's batch). 20 warm-up deliveries
+    first, in both."""
+    store = sqlite_store(root)
+    ws = project(root, "hooked", HOOKED)
+    triggers = HostTriggers(ws, store, detached_coordinator(ws, store), listening=True)
+    server = WebhookServer("127.0.0.1:0", triggers.loop,
+                           getattr(triggers, "served", triggers.current),
+                           {"PUSH_SECRET": SECRET})
+
+    def request(delivery: str) -> tuple[str, dict[str, str], bytes]:
+        body = json.dumps({"ref": delivery}).encode()
+        return "/hooks/push", {"Content-Type": "application/json",
+                               "X-GitHub-Delivery": delivery,
+                               "X-Hub-Signature-256": sign(body)}, body
+
+    try:
+        for i in range(20):
+            status, _ = server.handle(*request(f"warm-{i}"))
+            assert status == 202
+        if batch <= 1:
+            for i in range(n):
+                status, _ = server.handle(*request(f"one-{i}"))
+                assert status == 202
+            return
+        (item,) = [t for t in server.triggers() if t.spec.webhook is not None]
+        loop = server.loop
+        for at in range(0, n, batch):
+            jobs = []
+            for i in range(at, min(n, at + batch)):
+                delivery = f"batch-{i}"
+                event = {"body": {"ref": delivery}, "delivery": delivery, "headers": {}}
+                jobs.append((item, delivery, event, loop.prepare(item, delivery, event)))
+            done = loop.deliver_many(jobs)
+            assert all(isinstance(d, tuple) and d[1] for d in done)
+    finally:
+        server.httpd.server_close()
+        store.close()
+
+
+def instructions(n: int, batch: int) -> int:
+    """User-space instructions (callgrind) of a `counted_deliveries` process."""
+    import re
+    import shutil
+    with tempfile.TemporaryDirectory(prefix="wfrun-bench-triggers-instr-") as tmp:
+        argv = [sys.executable, __file__, "--root", str(ROOT), "--deliveries", str(n),
+                "--batch", str(batch), "--dir", tmp]
+        if shutil.which("valgrind") is None:
+            sys.exit("valgrind is not installed: apt-get install valgrind")
+        out = subprocess.run(["valgrind", "--tool=callgrind",
+                              "--callgrind-out-file=/dev/null", *argv],
+                             capture_output=True, text=True, check=False)
+    found = re.search(r"Collected\s*:\s*(\d+)", out.stderr)
+    if out.returncode != 0 or found is None:
+        sys.exit(f"valgrind failed ({out.returncode}): {out.stderr.strip()[-400:]}")
+    return int(found.group(1))
+
+
+def instruction_figures(n: int) -> dict[str, float]:
+    """Millions of user-space instructions per delivery: (a process with n) minus
+    (one with none), over n, one at a time and in rounds of 8."""
+    figures = {}
+    for name, batch in (("one_at_a_time", 1), ("rounds_of_8", 8)):
+        base, total = instructions(0, batch), instructions(n, batch)
+        figures[name] = round((total - base) / n / 1e6, 3)
+    return figures
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true",
@@ -455,9 +527,30 @@ def main(argv: list[str]) -> int:
                     help="where the projects and stores go (/dev/shm: a tmpfs, whose fsync "
                     "is free: the figures without the disk, only CPU and wake-ups)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--instructions", type=int, default=0, metavar="N",
+                    help="only count the server side's instructions per delivery over N "
+                    "deliveries (valgrind; no socket, no clients)")
+    ap.add_argument("--deliveries", type=int, help=argparse.SUPPRESS)  # under valgrind
+    ap.add_argument("--batch", type=int, default=1, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.deliveries is not None:
+        counted_deliveries(Path(args.dir or tempfile.mkdtemp()) / "proj", args.deliveries,
+                           args.batch)
+        return 0
+    if args.instructions:
+        counts = instruction_figures(args.instructions)
+        print(json.dumps({"machine": machine(), "runner": str(ROOT),
+                          "deliveries": args.instructions,
+                          "m_instructions_per_delivery": counts}, indent=2) if args.json
+              else f"runner from {ROOT}: {counts['one_at_a_time']} M instructions per "
+              f"delivery one at a time, {counts['rounds_of_8']} M in rounds of 8 "
+              f"(callgrind over {args.instructions}; the server side, no socket)")
+        return 0
     if args.smoke:
         args.slots, args.n, args.clients = 2, 20, 2
+        with tempfile.TemporaryDirectory(prefix="wfrun-bench-triggers-", dir=args.dir) as t:
+            counted_deliveries(Path(t) / "proj", 8, 1)  # the counted body runs
+            counted_deliveries(Path(t) / "proj2", 8, 4)
     figures: dict[str, Any] = {"machine": machine(), "runner": str(ROOT), "busy": args.busy}
     with tempfile.TemporaryDirectory(prefix="wfrun-bench-triggers-", dir=args.dir) as tmp:
         base = Path(tmp)

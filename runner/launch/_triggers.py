@@ -41,8 +41,8 @@ from runner._safety import safe_message
 from runner.clock import compact_utc
 from runner.compiler._templates import TemplateError, render_native
 from runner.compiler._triggers import TriggerSpec
-from runner.errors import WfrunError
-from runner.store import StoreError
+from runner.errors import TemporaryError, WfrunError
+from runner.store import StoreError, StoreUnavailable
 from runner.store.domain._triggers import NewFiring
 
 if TYPE_CHECKING:
@@ -528,6 +528,11 @@ class TriggerLoop:
             return True
         try:
             self.launch(workflow, run_input, run_id)
+        except (StoreUnavailable, TemporaryError):
+            # The store refused for now (full, busy, unreachable): the firing stays
+            # pending, and this loop's next tick starts it again (`_mine`): failed
+            # for good, a disk-full minute would have dropped its slot or delivery.
+            raise
         except WfrunError as exc:
             if self.ledger.run_exists(run_id):  # another host queued it first
                 self._settle(item, key, run_id, "launched")

@@ -9,7 +9,7 @@ partial unique indexes the reservation rules.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from runner.store._records import CACHE_MAX_BYTES
 from runner.store._states import (
@@ -62,6 +62,34 @@ def table_ddl(name: str) -> str:
 def indexes_of(table: str) -> list[str]:
     """The DDL statements of `table`'s indexes (made with a table added within v1)."""
     return [s for s in DDL if re.match(rf"CREATE (UNIQUE )?INDEX \w+\s+ON {table}\b", s)]
+
+
+_PARAM = re.compile(r"(?<!:):([A-Za-z_]\w*)")
+
+
+def values_rows(sql: str, rows: int, *, on_conflict: str = "") -> str:
+    """A one-row `INSERT ... VALUES (:a, :b) [RETURNING ...]` made one statement for
+    `rows` rows: the first row's parameters keep their names, row n's after it are
+    named `a_n`, `b_n` (`row_params`), and `on_conflict` goes before the RETURNING.
+    One statement for a batch: one call into SQLite (each releases and retakes the
+    GIL) or one round trip to Postgres."""
+    head, sep, tail = sql.partition(" VALUES (")
+    row, close, returning = tail.rpartition(")")
+    if not sep or not close:
+        raise ValueError(f"not a one-row INSERT ... VALUES (...): {sql[:60]}")
+    values = ", ".join("(" + (_PARAM.sub(rf":\1_{n}", row) if n else row) + ")"
+                       for n in range(rows))
+    return f"{head} VALUES {values}{on_conflict}{returning}"
+
+
+def row_params(rows: Sequence[dict[str, object]]) -> dict[str, object]:
+    """The parameters of `values_rows`: the first row's as they are, row n's `a` as
+    `a_n` (a batch of one, the most common, is passed as it is)."""
+    if len(rows) == 1:
+        return rows[0]
+    params = dict(rows[0]) if rows else {}
+    params.update({f"{k}_{n}": v for n, row in enumerate(rows) if n for k, v in row.items()})
+    return params
 
 
 def sql_in(values: Iterable[str]) -> str:

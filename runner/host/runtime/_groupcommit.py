@@ -74,7 +74,11 @@ class GroupCommit(Generic[J, R]):
             if slot.lead:
                 self.running += 1  # this caller commits a round now
         if not slot.lead:
-            slot.wake.acquire()  # its result, or the next round to commit
+            try:
+                slot.wake.acquire()  # its result, or the next round to commit
+            except BaseException:  # a signal's exception (only the main thread gets one)
+                self._leave(slot)
+                raise
         if not slot.done:
             self._commit(slot)
         if slot.error is not None:
@@ -104,17 +108,35 @@ class GroupCommit(Generic[J, R]):
             s.done = True
         with self._lock:
             self.rounds += 1
-            # One caller at a time is handed a round (it takes every job pending
-            # when it wakes); a round not handed on frees its place.
-            waiting = [s for s in self._pending if not s.lead]
-            handed = waiting[0] if waiting and not any(s.lead for s in self._pending) \
-                else None
-            if handed is not None:
-                handed.lead = True
-            else:
-                self.running -= 1
+            handed = self._hand_on()
         if handed is not None:  # the next round first: the disk is the long wait
             handed.wake.release()
         for s in batch:
             if s is not slot:
                 s.wake.release()
+
+    def _hand_on(self) -> _Slot[J, R] | None:
+        """A round ended or was given up (under the lock): the oldest waiting caller
+        is handed it (it takes every job pending when it wakes), one caller at a time;
+        a round not handed on frees its place."""
+        waiting = [s for s in self._pending if not s.lead]
+        handed = waiting[0] if waiting and not any(s.lead for s in self._pending) else None
+        if handed is not None:
+            handed.lead = True
+        else:
+            self.running -= 1
+        return handed
+
+    def _leave(self, slot: _Slot[J, R]) -> None:
+        """A caller stops waiting (interrupted). A job no round has taken is dropped
+        (nobody would hear its result: the sender retries), and a round it was handed
+        goes on to the next caller: kept, it would stall every later caller."""
+        handed = None
+        with self._lock:
+            if slot.done or all(s is not slot for s in self._pending):
+                return  # answered, or in a round under way: that round hands on
+            self._pending = [s for s in self._pending if s is not slot]
+            if slot.lead:
+                handed = self._hand_on()
+        if handed is not None:
+            handed.wake.release()

@@ -80,18 +80,20 @@ class EventLog:
             self._tx.one(self._sql["order_appends"])
         now = self._tx.now_ms()
         sql = self._sql["append"] + (" RETURNING *" if rows else "")
+        params = [{"now": now, "run_id": event.run_id, "workflow_ref": event.workflow_ref,
+                   "type": event.event_type, "runner_id": event.runner_id,
+                   "payload": event.body} for event in self._pending]
+        self._pending.clear()
         written: list[Row] = []
-        for event in self._pending:
-            params = {"now": now, "run_id": event.run_id, "workflow_ref": event.workflow_ref,
-                      "type": event.event_type, "runner_id": event.runner_id,
-                      "payload": event.body}
-            if rows:
-                row = self._tx.one(sql, params)
+        if not rows and len(params) == 1:
+            self._tx.run(sql, params[0])
+        elif not rows:  # one call for all (a batch's: one per launch), in order
+            self._tx.many(sql, params)
+        else:
+            for one in params:
+                row = self._tx.one(sql, one)
                 assert row is not None
                 written.append(row)
-            else:
-                self._tx.run(sql, params)
-        self._pending.clear()
         return written
 
 

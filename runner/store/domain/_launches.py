@@ -12,7 +12,7 @@ and a detached row that becomes claimable is announced (`tx.notify`, ids only).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -25,6 +25,7 @@ from runner.store._connector import (
     UniqueViolation,
     named,
 )
+from runner.store._ddl import values_rows
 from runner.store._interface import BundleRefused, BundleWrite
 from runner.store._records import (
     LaunchRecord,
@@ -52,6 +53,7 @@ from runner.store._states import (
 from runner.store.domain import _intents as intents
 from runner.store.domain import _pages as pages
 from runner.store.domain._events import EventLog, RunEvents
+from runner.store.domain._launch_batch import Adder
 from runner.store.domain._launch_queries import (
     CHILD_STATE,
     CLAIM_DURABLE,
@@ -65,8 +67,6 @@ from runner.store.domain._launch_queries import (
 )
 from runner.store.domain._launch_reads import LaunchReads, guard
 from runner.store.domain._pages import launch_from_row
-
-Adder = Callable[[NewLaunch], LaunchRecord | LostRace | ValueError]  # `batch`'s add
 
 
 class _Abort(Exception):
@@ -96,6 +96,7 @@ class LaunchQueue(LaunchReads):
         self._found_none: dict[str | None, bool] = {}
         self._probes: dict[bool, tuple[str, ...]] = {}  # claim_probes, by `session_id is None`
         self._ready_index: bool | None = None  # `_ready_hint`, learnt once
+        self._many: dict[int, str] = {}  # `many_sql`, by rows
 
     # --- enqueue -----------------------------------------------------------------
 
@@ -112,19 +113,22 @@ class LaunchQueue(LaunchReads):
 
     @contextmanager
     def batch(self, *, shared_sync: bool = False) -> Iterator[tuple[Transaction, Adder]]:
-        """One durable transaction; `add(launch)` queues a launch in it, judged alone
-        (refused: its ValueError or LostRace, the rest kept), beside what else the
-        caller writes (`TriggerLedger.fire_many`: group commit). `shared_sync`: as
-        `Connector.write` (durable once the block returns; the disk's wait outside
-        the writers' turn)."""
+        """One durable transaction; `add(launch)` (or `add.many(launches)`) queues
+        launches in it, each judged alone (refused: its ValueError or LostRace, the
+        rest kept), beside what else the caller writes (`TriggerLedger.fire_many`:
+        group commit). `shared_sync`: as `Connector.write` (durable once the block
+        returns; the disk's wait outside the writers' turn)."""
         with self._events.writing(shared_sync=shared_sync) as (tx, log):
-            def add(launch: NewLaunch) -> LaunchRecord | LostRace | ValueError:
-                try:
-                    values = launch_values(launch)
-                except ValueError as exc:
-                    return exc
-                return self._insert(tx, log, launch, values)
-            yield tx, add
+            yield tx, Adder(self, tx, log)
+
+    def many_sql(self, rows: int) -> str:
+        """The queue insert for `rows` launches at once; a row a unique index refuses
+        is skipped (not returned), the rest kept."""
+        sql = self._many.get(rows)
+        if sql is None:
+            sql = self._many[rows] = values_rows(self._sql["insert"], rows,
+                                                 on_conflict=" ON CONFLICT DO NOTHING")
+        return sql
 
     def _insert(self, tx: Transaction, log: EventLog, launch: NewLaunch,
                 values: dict[str, Any], claim_by: str | None = None,

@@ -16,13 +16,13 @@ slot from starting twice. A year of hourly slots costs no fsync of its own.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol
 
 from runner.store._connector import Connector, Row, Transaction
-from runner.store._ddl import sql_in
+from runner.store._ddl import row_params, sql_in, values_rows
 from runner.store._records import (
     LaunchRecord,
     LostRace,
@@ -39,16 +39,34 @@ from runner.store._states import (
 )
 
 
+class BatchAdd(Protocol):
+    """`LaunchQueue.batch`'s add (`Adder`): one launch, or many in one statement."""
+
+    def __call__(self, launch: NewLaunch) -> LaunchRecord | LostRace | ValueError: ...
+
+    def many(self, launches: Sequence[NewLaunch]
+             ) -> list[LaunchRecord | LostRace | ValueError]: ...
+
+
 class Batching(Protocol):
     """The launch queue as `fire_many` writes in it (`LaunchQueue.batch`)."""
 
-    def batch(self, *, shared_sync: bool = False) -> AbstractContextManager[tuple[
-            Transaction, Callable[[NewLaunch], LaunchRecord | LostRace | ValueError]]]: ...
+    def batch(self, *, shared_sync: bool = False
+              ) -> AbstractContextManager[tuple[Transaction, BatchAdd]]: ...
+
 
 _STATE = ("SELECT workflow, trigger_name, paused, cursor_at, updated_at FROM trigger_states"
           " WHERE workflow = :w AND trigger_name = :t")
 _FIRING_COLUMNS = ("workflow, trigger_name, firing_key, slot_at, outcome, run_id, reason,"
                    " event_json, created_at, updated_at")
+_INSERT_FIRING = (f"INSERT INTO trigger_firings ({_FIRING_COLUMNS}) VALUES (:w, :t, :k, NULL,"
+                  " :outcome, :run, :reason, NULL, :now, :now)"
+                  f" RETURNING {_FIRING_COLUMNS}")
+_NO_CONFLICT = " ON CONFLICT (workflow, trigger_name, firing_key) DO NOTHING"
+#: The most firings one insert of `fire_many` takes (well inside both backends'
+#: bounds on a statement's parameters).
+MANY_FIRINGS = 100
+_INSERTS: dict[int, str] = {}  # `_insert_firings`' statement, by rows
 _SETTLE = ("UPDATE trigger_firings SET outcome = :outcome, reason = :reason,"
            " event_json = NULL, updated_at = :now WHERE workflow = :w"
            " AND trigger_name = :t AND firing_key = :k AND outcome = 'pending'")
@@ -248,43 +266,71 @@ class TriggerLedger:
         assert self._launches is not None, "a ledger built without the launch queue"
         for f in firings:
             check_id(f.key, "firing key")
-        done: list[Fired] = []
         # Durable when it returns, its fsync made outside the writers' turn: the host's
         # other writers, and the next batch's statements, do not wait for this disk.
         with self._launches.batch(shared_sync=True) as (tx, add):
             now = tx.now_ms()
-            for f in firings:
-                ids = {"w": f.workflow, "t": f.trigger, "k": f.key, "now": now}
-                # Inserted as it will most often end, launched (nobody sees it before
-                # the commit): a refused launch alone pays a second statement.
-                row = tx.one(f"INSERT INTO trigger_firings ({_FIRING_COLUMNS}) VALUES (:w,"
-                             " :t, :k, NULL, :outcome, :run, NULL, NULL, :now, :now)"
-                             " ON CONFLICT (workflow, trigger_name, firing_key) DO NOTHING"
-                             f" RETURNING {_FIRING_COLUMNS}", {
-                                 **ids, "run": f.run_id,
-                                 "outcome": "launched" if f.launch is not None else "pending"})
+            ids = [{"w": f.workflow, "t": f.trigger, "k": f.key, "now": now}
+                   for f in firings]
+            made = self._insert_firings(tx, firings, ids)
+            news = [(n, f.launch) for n, f in enumerate(firings)
+                    if f.launch is not None and n in made]
+            queued: dict[int, LaunchRecord | LostRace | ValueError | str] = dict(zip(
+                [n for n, _ in news], add.many([launch for _, launch in news]), strict=True))
+            done: list[Fired] = []
+            for n, f in enumerate(firings):
+                row = made.get(n)
                 if row is None:  # a replay: as the first delivery left it
                     row = tx.one(f"SELECT {_FIRING_COLUMNS} FROM trigger_firings WHERE"
                                  " workflow = :w AND trigger_name = :t AND firing_key = :k",
-                                 ids)
+                                 ids[n])
                     assert row is not None  # firings are never deleted while pending
                     done.append(Fired(_firing(row), False, None))
                     continue
-                queued = add(f.launch) if f.launch is not None else f.reason or "failed"
-                if isinstance(queued, LostRace):
-                    queued = f"could not queue the run ({queued.reason})"
-                elif isinstance(queued, ValueError):
-                    queued = str(queued)
-                if isinstance(queued, str):  # refused: failed, saying why
+                launch = queued.get(n, f.reason or "failed")
+                if isinstance(launch, LostRace):
+                    launch = f"could not queue the run ({launch.reason})"
+                elif isinstance(launch, ValueError):
+                    launch = str(launch)
+                if isinstance(launch, str) and f.launch is not None:  # refused: failed
                     row = tx.one(f"UPDATE trigger_firings SET outcome = 'failed',"
                                  " reason = :reason, updated_at = :now WHERE workflow = :w"
                                  " AND trigger_name = :t AND firing_key = :k"
                                  f" RETURNING {_FIRING_COLUMNS}",
-                                 {**ids, "reason": _reason(queued)})
+                                 {**ids[n], "reason": _reason(launch)})
                     assert row is not None  # inserted by this transaction
                 done.append(Fired(_firing(row), True,
-                                  None if isinstance(queued, str) else queued))
+                                  None if isinstance(launch, str) else launch))
         return done
+
+    def _insert_firings(self, tx: Transaction, firings: Sequence[NewFiring],
+                        ids: list[dict[str, object]]) -> dict[int, Row]:
+        """`fire_many`'s firings inserted by one statement per MANY_FIRINGS, each as it
+        will most often end (nobody sees it before the commit): launched with its run,
+        or failed saying why it had none; a refused launch alone pays an UPDATE. The
+        rows made, by position; a firing that existed (a replay, or a key twice in
+        the batch: the second) is not among them."""
+        made: dict[int, Row] = {}
+        first: dict[tuple[str, str, str], int] = {}
+        for n, f in enumerate(firings):
+            first.setdefault((f.workflow, f.trigger, f.key), n)
+        fresh = sorted(first.values())
+        for at in range(0, len(fresh), MANY_FIRINGS):
+            chunk = fresh[at:at + MANY_FIRINGS]
+            sql = _INSERTS.get(len(chunk))
+            if sql is None:
+                sql = _INSERTS[len(chunk)] = values_rows(_INSERT_FIRING, len(chunk),
+                                                         on_conflict=_NO_CONFLICT)
+            rows = tx.all(sql,
+                          row_params([{
+                              **ids[n], "run": firings[n].run_id,
+                              "outcome": "launched" if firings[n].launch else "failed",
+                              "reason": None if firings[n].launch
+                              else _reason(firings[n].reason or "failed")}
+                              for n in chunk]))
+            for row in rows:
+                made[first[(row["workflow"], row["trigger_name"], row["firing_key"])]] = row
+        return made
 
     def settle(self, workflow: str, trigger: str, key: str, outcome: str,
                reason: str | None = None) -> bool:

@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
+import subprocess
+import sys
 import threading
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from waiting import LineReader
 
 from runner.store import SqliteStore, StoreUnreachable
 from runner.store._records import LaunchRecord, NewLaunch
@@ -238,5 +243,61 @@ def test_launches_queued_together_share_one_durable_commit(
     assert _sync_levels(statements) == ["NORMAL"]  # no sync while the lock is held
     assert wal_syncs == ["store.sqlite3-wal"]  # ... and one after, before it returned
     assert sum(sql.startswith("BEGIN") for sql in statements) == 1
+    # One multi-row statement for the five firings and one for their launches.
+    assert sum(sql.startswith("INSERT INTO trigger_firings") for sql in statements) == 1
+    assert sum(sql.startswith("INSERT INTO workflow_run_queue") for sql in statements) == 1
     assert len(store.launches.query()) == 5
     store.close()
+
+
+#: A process that queues batches of 20 deliveries (`fire_many`) one after another,
+#: printing each batch's number once `fire_many` returned (when a sender is answered).
+_BATCHES = """
+import sys
+from runner.store import SqliteStore
+from runner.store._records import NewLaunch
+from runner.store.domain._triggers import NewFiring
+store = SqliteStore(sys.argv[1])
+for b in range(10_000):
+    runs = [f"wf-20261201T000000Z-{b:04d}{n:04d}" for n in range(20)]
+    store.triggers.fire_many([NewFiring("wf", "push", f"delivery:{r}", r, NewLaunch(
+        r, "wf", {"kind": "file"}, "d" * 64, {"n": n})) for n, r in enumerate(runs)])
+    print(b, flush=True)
+"""
+
+
+def test_a_batch_returned_by_fire_many_survives_sigkill_and_a_cut_one_leaves_nothing(
+        tmp_path: Path) -> None:
+    """The multi-row path's durability: a batch `fire_many` returned (its senders
+    were answered) is all in the store after the process is SIGKILLed, firings,
+    runs and their queued events; the batch the kill cut is all or nothing."""
+    path = tmp_path / "store.sqlite3"
+    SqliteStore(path).close()
+    child = subprocess.Popen([sys.executable, "-c", _BATCHES, str(path)],
+                             stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    lines = LineReader(child.stdout)
+    returned = -1
+    while returned < 5:  # a few batches in: the kill lands amid the next ones
+        line = lines.next_line()
+        assert line is not None, "the batch process ended early"
+        returned = int(line)
+    child.send_signal(signal.SIGKILL)
+    child.wait(timeout=30)
+    while (line := lines.next_line()) is not None:  # batches returned before the kill
+        returned = int(line)
+    child.stdout.close()
+    store = SqliteStore(path)
+    try:
+        firings = store.triggers.firings("wf", "push", limit=100_000)
+        launches = {r.run_id for r in store.launches.query(limit=100_000)}
+        assert {f.run_id for f in firings} == launches  # no firing without its run
+        assert all(f.outcome == "launched" for f in firings)
+        batches = Counter((r or "")[-8:-4] for r in launches)
+        assert set(batches.values()) == {20}  # whole batches only
+        assert {f"{b:04d}" for b in range(returned + 1)} <= set(batches)
+        events = store.run_events.read(limit=1_000_000)
+        assert Counter(e.run_id for e in events if e.type == "launch.queued") == \
+            Counter(launches)
+    finally:
+        store.close()

@@ -15,10 +15,10 @@ from zoneinfo import ZoneInfo
 import pytest
 from storekit import Backend, FakeClock, launch
 
-from runner.compiler._triggers import TriggerSpec
-from runner.errors import WfrunError
+from runner.compiler._triggers import TriggerSpec, WebhookSpec
+from runner.errors import TemporaryError, WfrunError
 from runner.launch._triggers import Scheduled, TriggerLoop, slot_key, slots_after
-from runner.store import LaunchRecord, LostRace, Store
+from runner.store import LaunchRecord, LostRace, Store, StoreDiskFull
 from runner.store._layout import ADDED_TABLES
 from runner.store._records import INPUT_MAX_BYTES
 from runner.store.domain._triggers import NewFiring
@@ -233,6 +233,64 @@ def test_overlap_skip_queue_and_cancel_running(backend: Backend, clock: FakeCloc
                 assert outcomes == {"launched": 3}
                 statuses = [store.launches.get(r).status for r in runs]  # type: ignore[union-attr]
                 assert statuses == ["cancelled", "cancelled", "queued"]
+    finally:
+        store.close()
+
+
+class FullOnce(Queue):
+    """A launcher whose store is full at its first start, as `coordinator.prepare`
+    raises it (StoreDiskFull), or busy (the host's translated TemporaryError)."""
+
+    def __init__(self, store: Store, refusal: WfrunError) -> None:
+        super().__init__(store)
+        self.refusal: WfrunError | None = refusal
+
+    def __call__(self, workflow: str, run_input: Any, run_id: str) -> None:
+        refusal, self.refusal = self.refusal, None
+        if refusal is not None:
+            raise refusal
+        super().__call__(workflow, run_input, run_id)
+
+
+@pytest.mark.parametrize("refusal", [
+    StoreDiskFull("no space left on the device holding the store"),
+    TemporaryError("the store is busy")], ids=["full", "busy"])
+def test_a_start_the_store_refuses_for_now_stays_pending_and_the_next_tick_starts_it(
+        backend: Backend, clock: FakeClock, refusal: WfrunError) -> None:
+    """A slot whose run the store could not queue for now (a full disk, a lock) is
+    not failed for good: its firing stays pending, and the loop's next tick queues
+    that same run; a delivery's too (its sender's retry is answered with it)."""
+    store = backend.open(clock)
+    try:
+        clock.t = 1_900_000_000.0
+        spec = TriggerSpec(name="often", every=60.0, overlap="allow")
+        launcher = FullOnce(store, refusal)
+        loop = _loop(store, clock, spec, launcher)
+        loop.tick()  # the trigger's first evaluation: from now on
+        clock.advance(60)
+        loop.tick()
+        (firing,) = store.triggers.firings("nightly", "often")
+        assert (firing.outcome, firing.reason) == ("pending", None)
+        assert firing.run_id is not None
+        assert store.launches.get(firing.run_id) is None
+        loop.tick()  # the same minute: the retry, not a new slot
+        (firing,) = store.triggers.firings("nightly", "often")
+        assert firing.outcome == "launched"
+        assert [r for _, _, r in launcher.started] == [firing.run_id]
+        assert store.launches.get(firing.run_id) is not None
+
+        hook = TriggerSpec(name="hook", webhook=WebhookSpec(path="/h", secret=None), overlap="skip")
+        launcher.refusal = refusal
+        hooked = TriggerLoop(store.triggers, clock, launcher,
+                             triggers=lambda: [Scheduled("nightly", hook)])
+        with pytest.raises(type(refusal)):  # the sender is told to try again (503)
+            hooked.deliver(Scheduled("nightly", hook), "d-1", {})
+        first, fresh = hooked.deliver(Scheduled("nightly", hook), "d-1", {})
+        assert not fresh
+        assert first.outcome == "pending"  # a replay, answered with its run
+        hooked.tick()
+        (done,) = store.triggers.firings("nightly", "hook")
+        assert (done.outcome, done.run_id) == ("launched", first.run_id)
     finally:
         store.close()
 

@@ -4,6 +4,7 @@ and an error of a round reaches every caller of that round and no other."""
 
 from __future__ import annotations
 
+import signal
 import threading
 from collections.abc import Sequence
 
@@ -164,3 +165,66 @@ def test_a_caller_whose_job_another_round_took_waits_for_it_without_committing()
         t.join(30)
     assert batches == [[1], [2], [3], [4, 5]]
     assert got == {4: 40, 5: 50}
+
+
+class Interrupted(Exception):
+    """What the test's signal handler raises in the main thread (as SIGINT would)."""
+
+
+def _interrupt_main_while_waiting(commits: GroupCommit[int, int], rounds: Rounds, *,
+                                  handed_first: bool) -> dict[int, int | BaseException]:
+    """The main thread submits 2 behind round [1] and a thread submits 3 after it;
+    then a signal interrupts the main thread's wait, before the round ends or (with
+    `handed_first`) once the round has ended and handed the next one to it. What the
+    other caller got."""
+    main = threading.get_ident()
+    in_handler = threading.Event()
+    got: dict[int, int | BaseException] = {}
+
+    def handler(signum: int, frame: object) -> None:
+        in_handler.set()
+        if handed_first:  # the round ends and hands the main thread the next one
+            wait_until(lambda: commits.rounds == 1, what="the first round's end")
+        raise Interrupted
+
+    def drive() -> None:
+        wait_until(lambda: len(commits._pending) == 1, what="the main thread waiting")
+        threads, got_other = _submit_all(commits, [3])
+        wait_until(lambda: len(commits._pending) == 2, what="the second caller waiting")
+        signal.pthread_kill(main, signal.SIGUSR1)
+        assert in_handler.wait(30)
+        rounds.go.set()
+        for t in threads:
+            t.join(30)
+        got.update(got_other)
+
+    old = signal.signal(signal.SIGUSR1, handler)
+    try:
+        first, _ = _submit_all(commits, [1])
+        assert rounds.entered.wait(30)
+        driver = threading.Thread(target=drive)
+        driver.start()
+        with pytest.raises(Interrupted):
+            commits.submit(2)
+        driver.join(40)
+        for t in first:
+            t.join(30)
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+    return got
+
+
+@pytest.mark.parametrize("handed_first", [False, True], ids=["waiting", "handed"])
+def test_an_interrupted_caller_neither_stalls_the_others_nor_commits(
+        handed_first: bool) -> None:
+    """A caller whose wait a signal interrupts leaves: its job, which no round took,
+    is not committed (nobody would hear of it), and a round it was handed goes on to
+    the next caller. Kept, the round stalled every later caller for good."""
+    rounds = Rounds()
+    commits = GroupCommit(rounds)
+    got = _interrupt_main_while_waiting(commits, rounds, handed_first=handed_first)
+    assert got == {3: 30}
+    assert rounds.batches == [[1], [3]]
+    assert commits.running == 0
+    assert commits._pending == []
+    assert commits.submit(4) == 40  # and later callers commit at once
