@@ -141,11 +141,14 @@ class Session:
             return pg.execute(sql).fetchall()
 
     def stored_bytes(self) -> dict[str, bytes]:
-        """Everything the store holds at rest: each SQLite file (after a checkpoint), or
-        each Postgres table of the schema as text."""
+        """Everything the store holds at rest: each file of the state folder (the SQLite
+        files after a checkpoint, the kept compiled definitions), or each Postgres table
+        of the schema as text."""
         if self.store_url is None:
             self.store.checkpoint()  # type: ignore[attr-defined]
-            return {f.name: f.read_bytes() for f in store_path(self.ws).parent.iterdir()}
+            state = store_path(self.ws).parent
+            return {str(f.relative_to(state)): f.read_bytes() for f in state.rglob("*")
+                    if f.is_file()}
         tables = [name for (name,) in self.committed(
             "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")]
         return {t: "\n".join(str(r) for r in self.committed(
