@@ -5,7 +5,7 @@ time or many in one multi-row statement (a webhook group commit's runs:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from runner.store._connector import Transaction
 from runner.store._ddl import row_params
@@ -14,16 +14,26 @@ from runner.store.domain._events import EventLog
 from runner.store.domain._launch_queries import LAUNCH_CHANNEL, launch_values
 from runner.store.domain._pages import launch_from_row
 
-if TYPE_CHECKING:
-    from runner.store.domain._launches import LaunchQueue
-
 Added = LaunchRecord | LostRace | ValueError  # what `batch`'s add made of a launch
+
+
+class _Queue(Protocol):
+    """What an Adder uses of its `LaunchQueue` (named structurally: the queue module
+    imports this one)."""
+
+    def many_sql(self, rows: int) -> str: ...
+
+    def _insert(self, tx: Transaction, log: EventLog, launch: NewLaunch,
+                values: dict[str, Any]) -> LaunchRecord | LostRace: ...
+
+    def _event(self, log: EventLog, row: Any, previous: str | None, event_type: str,
+               payload: dict[str, Any] | None = None) -> None: ...
 
 
 class Adder:
     """`LaunchQueue.batch`'s add: one launch, or many in one multi-row statement."""
 
-    def __init__(self, queue: LaunchQueue, tx: Transaction, log: EventLog) -> None:
+    def __init__(self, queue: _Queue, tx: Transaction, log: EventLog) -> None:
         self._queue, self._tx, self._log = queue, tx, log
 
     def __call__(self, launch: NewLaunch) -> Added:
