@@ -136,7 +136,9 @@ def call_hook(ctx: NodeContext, hook: HookRef, with_: Any) -> NodeResult:
         return fail("hook_error", exc.message)
     hctx = hook_context(ctx, dict(params))
     out = run_bounded(lambda: fn(hctx), ctx.deadline, ctx.control, ctx.clock.monotonic)
-    if out.ending == "stopped":
+    if out.ending == "stopped" or (out.ending == "raised" and ctx.control.stopping):
+        # A hook that gave up because the run stopped (the `http` step shuts its request
+        # down) may raise before the wait above saw the stop: the stop is the ending.
         return stopped(ctx.control)
     if out.ending == "timed_out":
         return NodeResult("timed_out", error={"code": "timed_out",

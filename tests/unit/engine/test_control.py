@@ -75,6 +75,14 @@ HOOKS = """
 
     def boom(ctx):
         raise ValueError("the hook broke on purpose")
+
+    def gives_up(ctx):
+        import pathlib, time
+        from runner.steps import StepFailed
+        pathlib.Path(ctx.params["marker"]).touch()
+        while not ctx.stopping():
+            time.sleep(0.001)
+        raise StepFailed("gave_up", "the run stopped, so the hook let its work go")
 """
 
 
@@ -268,3 +276,22 @@ def test_cancel_while_paused_ends_cancelled(env: Any, when: Any) -> None:
     assert out.status == "cancelled"
     assert "run_paused" in env.types(out.run_id)
     assert env.events(out.run_id, "node_started") == []
+
+
+def test_a_hook_that_gives_up_on_a_stop_ends_the_node_cancelled(env: Any, when: Any) -> None:
+    """A hook that watches `ctx.stopping()` raises as soon as the run stops, usually
+    before the engine's own wait looks again: the stop, not the raise, is the ending."""
+    env.write("hooks.py", HOOKS)
+    marker = env.root / "started"
+    d = env.workflow(f"""
+        start: h
+        nodes:
+          h:
+            action: {{call: "./hooks.py:gives_up", with: {{marker: "{marker}"}}}}
+            timeout: null
+    """)
+    control = RunControl()
+    when(marker.exists, lambda: control.cancel("user asked"))
+    out = env.engine().start(d, control=control)
+    assert out.status == "cancelled", out.error
+    assert out.state.results["h"]["outcome"] == "cancelled"
