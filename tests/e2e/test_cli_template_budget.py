@@ -7,9 +7,38 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 from everyday import Project
+
+#: Runs `argv` and reports its ru_maxrss to the file named first. A child's ru_maxrss
+#: counts its parent's peak too (vfork or fork, then exec, records the high-water mark
+#: of the memory it shared or copied), and a pytest worker may hold hundreds of MB
+#: after other tests: spawned by this small wrapper, `wfrun` counts a few MB of it.
+_WRAPPER = """\
+import os, resource, subprocess, sys
+cap = int(sys.argv[2])
+def limit():
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+child = subprocess.Popen(sys.argv[3:], preexec_fn=limit if cap else None)
+_, status, usage = os.wait4(child.pid, 0)
+with open(sys.argv[1], "w") as fh:
+    fh.write(str(usage.ru_maxrss))
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+def _measured(argv: list[str], cwd: Path, env: dict[str, str], *, cap_gib: int = 0
+              ) -> tuple[subprocess.CompletedProcess[str], float]:
+    """`argv` run to its end, and its own peak RSS in MiB (`cap_gib`: its address-space
+    cap, so a regression fails with MemoryError instead of swapping the host)."""
+    usage = cwd / "maxrss.txt"
+    done = subprocess.run([sys.executable, "-c", _WRAPPER, str(usage), str(cap_gib * 2**30),
+                           *argv], capture_output=True, text=True, timeout=300, cwd=cwd,
+                          env=env)
+    return done, int(usage.read_text()) / 1024
+
 
 REPEAT = """\
     start: a
@@ -27,16 +56,8 @@ def test_run_fails_the_node_on_a_huge_repetition_with_bounded_memory(tmp_path: P
     project.workflow("repeat", REPEAT)
     argv = project.argv("run", "repeat", "-q", "--json", "--input",
                         json.dumps({"s": "ab" * 50, "n": 10**9}))
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            cwd=project.root, env={**os.environ, "COLUMNS": "80"})
-    # wait4 gives this child's own peak RSS; the pipes are small (one JSON line).
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
-    assert proc.stdout is not None
-    assert proc.stderr is not None
-    out, err = proc.stdout.read().decode(), proc.stderr.read().decode()
-    proc.stdout.close()
-    proc.stderr.close()
+    proc, peak_mib = _measured(argv, project.root, {**os.environ, "COLUMNS": "80"})
+    out, err = proc.stdout, proc.stderr
     assert proc.returncode == 1, (out, err)
     assert "Traceback" not in out + err
     outcome = json.loads(out)
@@ -44,7 +65,6 @@ def test_run_fails_the_node_on_a_huge_repetition_with_bounded_memory(tmp_path: P
     text = json.dumps(outcome)
     assert "template_budget.max_size" in text
     # 100 characters times 10^9 would be 100 GB; the check happens before allocating.
-    peak_mib = usage.ru_maxrss / 1024
     assert peak_mib < 300, f"peak RSS {peak_mib:.0f} MiB"
     assert not any(p.stat().st_size > 1024 * 1024 for p in project.runs_dir.rglob("*")
                    if p.is_file())
@@ -77,9 +97,6 @@ def test_validate_rejects_constant_abuse_with_positions(tmp_path: Path) -> None:
 
 def test_validate_refuses_constant_bombs_without_allocating_them(tmp_path: Path) -> None:
     # Issue 35 item 3: each of these, one line of YAML, cost 1.9-3.8 GB at validate.
-    import resource
-    import sys
-
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from template_bombs import PAYLOADS, constant
 
@@ -90,26 +107,15 @@ def test_validate_refuses_constant_bombs_without_allocating_them(tmp_path: Path)
     edges = "".join(f"  - {{from: n{i}, to: n{i + 1}}}\n" for i in range(len(names) - 1))
     project.workflow("bombs", f"start: n0\nnodes:\n{nodes}edges:\n{edges}")
 
-    def cap() -> None:  # a regression fails as MemoryError here, not by swapping the host
-        resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, 3 * 2**30))
-
-    proc = subprocess.Popen(project.argv("validate", "bombs", "--format", "json"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=project.root,
-                            preexec_fn=cap)
-    # wait4 gives this child's own peak RSS; its output (a few KB) fits the pipes.
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    assert proc.stdout is not None
-    assert proc.stderr is not None
-    out, err = proc.stdout.read().decode(), proc.stderr.read().decode()
-    proc.stdout.close()
-    proc.stderr.close()
+    # A regression fails as MemoryError under the wrapper's 3 GiB cap, not by swapping.
+    proc, peak_mib = _measured(project.argv("validate", "bombs", "--format", "json"),
+                               project.root, dict(os.environ), cap_gib=3)
+    out, err = proc.stdout, proc.stderr
     assert proc.returncode == 1, err[-2000:]
     assert "Traceback" not in err
     diags = [d for f in json.loads(out)["files"] for d in f["diagnostics"]]
     lines = sorted(d["line"] for d in diags if d["code"] == "template-budget")
     assert lines == [4 + 2 * i for i in range(len(names))], diags
-    peak_mib = usage.ru_maxrss / 1024
     assert peak_mib < 300, f"peak RSS {peak_mib:.0f} MiB"
 
 
