@@ -54,10 +54,15 @@ def test_a_cycle_left_behind_is_still_collected() -> None:
 
 
 def test_objects_someone_froze_stay_frozen(tmp_path: Path) -> None:
+    # A compile moves its survivors to the oldest generation by `freeze` then `unfreeze`,
+    # which would also thaw what the caller froze; it skips that when anything is frozen.
+    # The caller's object is checked itself: the frozen count may fall meanwhile as other
+    # threads free frozen objects.
+    kept = ["frozen by the caller"]
     gc.freeze()
     try:
-        frozen = gc.get_freeze_count()
+        assert not any(_in_generation(kept, g) for g in range(3))  # frozen: in none
         assert Compiler().compile_path(_chain(tmp_path / "w.yaml", 5)).valid
-        assert gc.get_freeze_count() == frozen
+        assert not any(_in_generation(kept, g) for g in range(3))  # thawed: back in one
     finally:
         gc.unfreeze()
