@@ -426,13 +426,7 @@ class FolderBundle:
         if self.begin is not None and (
                 len(batch) > 1 or batch[0].get("type") != "run_started"):
             self._begin()
-        data = ("\n".join(map(canonical_json, batch)) + "\n").encode()
-        if self._trace_fd is None:
-            self._trace_fd = os.open(self._trace_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT,
-                                     0o600)
-        _write_all(self._trace_fd, data)  # refused midway: a torn tail, repaired on resume
-        if sync and self.sync:
-            os.fsync(self._trace_fd)
+        self._write_trace(("\n".join(map(canonical_json, batch)) + "\n").encode(), sync=sync)
 
     def start_launch(self) -> bool:
         """Take the joined launch to `running` now, before the executor is released:
