@@ -29,12 +29,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from runner._backoff import backoff_delay as backoff_delay
 from runner._deadline import run_with_deadline
 from runner._leases import LEASE_SECONDS, Renewer, renew_every
-from runner._safety import bound, one_line
-from runner.clock import Clock, SystemClock, iso
-from runner.errors import InputError, NotFoundError, PermanentError, TemporaryError
+from runner.clock import Clock, SystemClock
+from runner.errors import InputError, NotFoundError
 from runner.store import LostRace, StoreError
 from runner.store._controller_interface import (
     ClaimedPass,
@@ -42,16 +40,16 @@ from runner.store._controller_interface import (
     PassEnd,
     PassResult,
     QueueItem,
-    QueueOutcome,
     Resource,
 )
 
-from ._conditions import Result, apply_patch
+from ._conditions import Result
 from ._context import ReconcileContext, Workflows
 from ._definitions import Controller, unknown_controller
 from ._effects import Effects
 from ._groupcommit import GroupCommit
 from ._lanes import DEFAULT_LANES, Habits, Lanes
+from ._outcomes import Failure, PassOutcomes, bounded_error
 from ._workflows import ChildWorkflows
 
 log = logging.getLogger(__name__)
@@ -59,7 +57,6 @@ log = logging.getLogger(__name__)
 #: keys claimed, none reconciled yet; and the ends of passes collected for a group
 #: commit, not yet committed.
 MANAGER_CRASH_POINTS = ("after_batch_claim", "before_group_commit")
-MAX_ERROR_BYTES = 2000
 #: A reconcile timeout bounds how long user code really runs, so it is measured on
 #: the system clock: a test's FakeClock cannot make a hung reconciler return.
 _USER_CODE_CLOCK = SystemClock()
@@ -80,30 +77,6 @@ class ManagerConfig:
     #: Workers running the manager's own Python at once (runner/controllers/_lanes.py);
     #: user code runs outside them, so every worker can be in a reconciler at once.
     lanes: int = DEFAULT_LANES
-
-
-def _bounded(text: str) -> str:
-    return bound(one_line(text), MAX_ERROR_BYTES)
-
-
-@dataclass(frozen=True)
-class _Failure:
-    """A failed pass: its message, and what user code raised (None for a timeout or a
-    result of the wrong type), which decides when the key is tried again."""
-
-    message: str
-    raised: BaseException | None = None
-
-
-def _requested_delay(raised: BaseException | None) -> float | None:
-    """The delay a TemporaryError asks for; None (use the backoff) for any other
-    exception or a delay that is not a finite, non-negative number of seconds."""
-    if not isinstance(raised, TemporaryError):
-        return None
-    delay = raised.delay
-    if isinstance(delay, bool) or not isinstance(delay, int | float):
-        return None
-    return float(delay) if math.isfinite(delay) and delay >= 0 else None
 
 
 @dataclass(eq=False)
@@ -163,6 +136,9 @@ class ControllerManager:
         # The ends of passes finishing together on several workers share one commit.
         self.ends: GroupCommit[PassEnd, PassResult] = GroupCommit(
             self._commit_ends, done=self._ended, failed=self._not_ended)
+        self.outcomes = PassOutcomes(store, clock=self.clock, rng=self.rng,
+                                     backoff_base=self.config.backoff_base,
+                                     backoff_cap=self.config.backoff_cap, submit=self._end)
 
     # -- resources ---------------------------------------------------------------------
     def controller(self, name: str) -> Controller:
@@ -363,7 +339,7 @@ class ControllerManager:
     def _ended(self, end: PassEnd, result: PassResult) -> None:
         if isinstance(result, ValueError):
             # A status the store refuses (too big, not JSON): the pass fails, retried later.
-            message = _bounded(str(result))
+            message = bounded_error(str(result))
             self.store.reconcile_queue.complete(
                 end.controller, end.key, end.claim_token, outcome="error",
                 delay=self.config.backoff_base, error=message,
@@ -468,39 +444,13 @@ class ControllerManager:
             self.store.controller_events.append(item.controller, item.key, "reconcile_lost",
                                                 {}, reconcile_id=rid)
             return
-        if isinstance(result, _Failure):
-            self._fail(item, token, read, result, rid)
+        if isinstance(result, Failure):
+            self.outcomes.failed(item, token, read, result, rid)
             return
-        self._finish(item, token, ctl, resource, result, rid)
-
-    def _fail(self, item: QueueItem, token: str, read: dict[str, Any], failure: _Failure,
-              rid: str) -> None:
-        """Record a failed pass and schedule the next one as its exception asks."""
-        message = _bounded(failure.message)
-        if isinstance(failure.raised, PermanentError):
-            # Settled, not retried: retrying cannot help until the spec changes or
-            # someone wakes the key (a wake-up during this pass still gets its pass).
-            # The row goes away, so the event is where the error stays visible.
-            self._end(PassEnd(item.controller, item.key, token, outcome="settled",
-                              error=message,
-                              events=[("reconcile_failed", {**read, "error": message,
-                                                            "retry": "never",
-                                                            "retry_in": None}, rid)]))
-            return
-        delay = _requested_delay(failure.raised)
-        retry = "delay"
-        if delay is None:
-            retry = "backoff"
-            delay = backoff_delay(item.consecutive_errors + 1, self.config.backoff_base,
-                                  self.config.backoff_cap, self.rng)
-        self._end(PassEnd(item.controller, item.key, token, outcome="error", delay=delay,
-                          error=message,
-                          events=[("reconcile_failed", {**read, "error": message,
-                                                        "retry": retry,
-                                                        "retry_in": round(delay, 3)}, rid)]))
+        self.outcomes.finished(item, token, ctl, resource, result, rid)
 
     def _call(self, ctl: Controller, resource: Resource, rid: str,
-              cancelled: threading.Event) -> Result | _Failure:
+              cancelled: threading.Event) -> Result | Failure:
         def record(kind: str, payload: dict[str, Any]) -> None:
             self.store.controller_events.append(resource.controller, resource.key, kind,
                                                 payload, reconcile_id=rid)
@@ -543,7 +493,7 @@ class ControllerManager:
                                          monotonic=_USER_CODE_CLOCK.monotonic)
                 if call.ending == "timed_out":
                     cancelled.set()
-                    return _Failure(f"reconcile timed out after {timeout:g}s")
+                    return Failure(f"reconcile timed out after {timeout:g}s")
                 result, raised = call.value, call.error
         finally:
             self.habits.record(ctl.name, took[0])  # a timed-out call: inf, it blocked
@@ -552,9 +502,9 @@ class ControllerManager:
             elif lane:
                 self.lanes.back()
         if raised is not None:  # kept whole: its type decides the retry
-            return _Failure(f"{type(raised).__name__}: {raised}", raised)
+            return Failure(f"{type(raised).__name__}: {raised}", raised)
         if not isinstance(result, Result):
-            return _Failure("reconcile must return ctx.settled(), ctx.requeue() or "
+            return Failure("reconcile must return ctx.settled(), ctx.requeue() or "
                             f"ctx.requeue_after(), not {type(result).__name__}")
         return result
 
@@ -575,87 +525,3 @@ class ControllerManager:
         """Taken over or expired: the pass is cancelled and writes nothing."""
         claim.lost.set()
         claim.cancelled.set()
-
-    def _finish(self, item: QueueItem, token: str, ctl: Controller, resource: Resource,
-                result: Result, rid: str) -> None:
-        c, k = item.controller, item.key
-        try:
-            status = apply_patch(resource.status, result.patch,
-                                 generation=resource.generation, now=iso(self.clock.now()))
-        except ValueError as exc:
-            self._invalid(item, token, exc, rid)
-            return
-        if result.patch.finalizers is not None or resource.deletion_timestamp is not None:
-            self._finish_with_finalizers(item, token, ctl, resource, status, result, rid)
-            return
-        outcome: QueueOutcome = "settled"
-        delay = 0.0
-        if result.kind == "requeue":
-            outcome = "requeue"
-        elif result.kind == "requeue_after":
-            outcome, delay = "requeue_after", result.delay
-        elif ctl.resync:
-            outcome, delay = "requeue_after", ctl.resync
-        # Status CAS, queue completion and the finished record: one transaction, shared
-        # with the passes other workers finish meanwhile.
-        self._end(PassEnd(
-            c, k, token, outcome=outcome, delay=delay,
-            events=[("reconcile_finished", {"result": result.kind, "delay": result.delay,
-                                            "generation": resource.generation}, rid)],
-            status=status, expected_version=resource.resource_version,
-            # The resource changed while we worked: our status is stale; look again.
-            conflict_events=[("reconcile_conflict",
-                              {"read_version": resource.resource_version}, rid)]))
-
-    def _invalid(self, item: QueueItem, token: str, exc: ValueError, rid: str) -> None:
-        """A status that cannot be made (too big, not JSON): the pass fails, retried later."""
-        message = _bounded(str(exc))
-        self.store.reconcile_queue.complete(
-            item.controller, item.key, token, outcome="error", delay=self.config.backoff_base,
-            error=message, events=[("reconcile_failed", {"error": message}, rid)])
-
-    def _finish_with_finalizers(self, item: QueueItem, token: str, ctl: Controller,
-                                resource: Resource,
-                                status: dict[str, Any], result: Result, rid: str) -> None:
-        """The rare pass that changes finalizers or meets a deletion: one write at a time."""
-        q, events, resources = (self.store.reconcile_queue, self.store.controller_events,
-                                self.store.resources)
-        c, k = item.controller, item.key
-        try:
-            updated = resources.update_status(c, k, resource.resource_version, status)
-        except ValueError as exc:
-            self._invalid(item, token, exc, rid)
-            return
-        if isinstance(updated, LostRace):
-            q.complete(c, k, token, outcome="requeue",
-                       events=[("reconcile_conflict",
-                                {"read_version": resource.resource_version}, rid)])
-            return
-        if result.patch.finalizers is not None:
-            fin = resources.set_finalizers(c, k, updated.resource_version,
-                                           result.patch.finalizers)
-            if isinstance(fin, LostRace):
-                q.complete(c, k, token, outcome="requeue",
-                           events=[("reconcile_conflict", {"on": "finalizers"}, rid)])
-                return
-            updated = fin
-        if (result.kind == "settled" and updated.deletion_timestamp is not None
-                and not updated.finalizers):
-            deleted = resources.delete(c, k, updated.resource_version)
-            if deleted is True:
-                events.append(c, k, "resource_deleted", {}, reconcile_id=rid)
-                return
-            q.complete(c, k, token, outcome="requeue",
-                       events=[("reconcile_conflict", {"on": "delete"}, rid)])
-            return
-        finished = [("reconcile_finished", {"result": result.kind, "delay": result.delay,
-                                            "generation": resource.generation}, rid)]
-        if result.kind == "requeue":
-            q.complete(c, k, token, outcome="requeue", events=finished)
-        elif result.kind == "requeue_after":
-            q.complete(c, k, token, outcome="requeue_after", delay=result.delay,
-                       events=finished)
-        elif ctl.resync:
-            q.complete(c, k, token, outcome="requeue_after", delay=ctl.resync, events=finished)
-        else:
-            q.complete(c, k, token, outcome="settled", events=finished)
