@@ -7,12 +7,6 @@ from __future__ import annotations
 import grimp
 import networkx as nx
 
-# Circles being taken apart elsewhere; this list only shrinks.
-KNOWN: list[frozenset[str]] = [
-    frozenset({"runner.launch._coordinator", "runner.launch._faults", "runner.launch._keeper",
-               "runner.launch._recovery"}),
-]
-
 
 def test_no_import_circles_between_modules() -> None:
     graph = grimp.build_graph("runner", include_external_packages=False)
@@ -21,5 +15,4 @@ def test_no_import_circles_between_modules() -> None:
         for imported in graph.find_modules_directly_imported_by(module):
             edges.add_edge(module, imported)
     circles = [frozenset(c) for c in nx.strongly_connected_components(edges) if len(c) > 1]
-    new = [sorted(c) for c in circles if not any(c <= k for k in KNOWN)]
-    assert new == [], f"import circles: {new}"
+    assert circles == [], f"import circles: {[sorted(c) for c in circles]}"
