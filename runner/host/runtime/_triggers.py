@@ -18,7 +18,8 @@ from zoneinfo import ZoneInfo
 from runner.clock import iso
 from runner.compiler._diagnostics import did_you_mean
 from runner.errors import InputError, WfrunError
-from runner.launch._triggers import Scheduled, TriggerLoop, next_slot, slot_key
+from runner.launch._slots import next_slot, slot_key
+from runner.launch._triggers import Scheduled, TriggerLoop
 
 from ._audit import Done, audited
 

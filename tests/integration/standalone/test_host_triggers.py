@@ -13,7 +13,7 @@ from standalonekit import Project, wait_for
 from test_webhooks import HOOKED, SECRET, post
 
 from runner.clock import CLOCK_FILE_ENV, FileClock
-from runner.launch._triggers import slot_key
+from runner.launch._slots import slot_key
 from runner.store import SqliteStore
 from runner.store.domain._triggers import Firing
 

@@ -14,7 +14,7 @@ from pgcluster import PgCluster
 from standalonekit import Project, wait_for
 
 from runner.clock import CLOCK_FILE_ENV, FileClock
-from runner.launch._triggers import slot_key
+from runner.launch._slots import slot_key
 from runner.store.postgres import PostgresStore
 
 PULSE = """\

@@ -17,7 +17,8 @@ from storekit import Backend, FakeClock, launch
 
 from runner.compiler._triggers import TriggerSpec, WebhookSpec
 from runner.errors import TemporaryError, WfrunError
-from runner.launch._triggers import Scheduled, TriggerLoop, slot_key, slots_after
+from runner.launch._slots import slot_key, slots_after
+from runner.launch._triggers import Scheduled, TriggerLoop
 from runner.store import LaunchRecord, LostRace, Store, StoreDiskFull
 from runner.store._layout import ADDED_TABLES
 from runner.store._records import INPUT_MAX_BYTES
