@@ -534,7 +534,7 @@ def _render_plain(path: _plain.Path, context: Mapping[str, Any]) -> Any:
                 isinstance(value, (dict, list, tuple)) and _first_undefined(value)):
             return _plain.MISS  # Jinja says what is undefined, in its words
         guard.value(value, "an output value")
-        if type(value) is not str:
+        if not isinstance(value, str):  # a str subclass is read as a literal too
             return guard.value(value, "the expression's value")
         read = _plain.literal(value)
         return read if read is value else guard.value(read, "the expression's value")

@@ -132,11 +132,15 @@ def test_a_mapping_context_or_subclassed_values_go_to_jinja() -> None:
     class Sub(dict[str, Any]):
         pass
 
+    class Text(str):
+        pass
+
     assert _plainrefs.resolve(("event", ()), Lazy(_event(BODY))) is _plainrefs.MISS
     context = {"event": Sub(body={"ref": "x"}), "u": StrictUndefined(name="u"),
-               "nested": {"u": [StrictUndefined(name="inner")]}}
+               "nested": {"u": [StrictUndefined(name="inner")]},
+               "texts": {"n": Text("42"), "word": Text("main"), "t": (1, "2")}}
     for text in ("{{ event.body.ref }}", "{{ event.get }}", "{{ u }}", "{{ nested }}",
-                 "{{ nested.u }}"):
+                 "{{ nested.u }}", "{{ texts.n }}", "{{ texts.word }}", "{{ texts.t }}"):
         _side_by_side(text, context)
     _side_by_side("{{ event.body.ref }}", Lazy(_event(BODY)))
 
