@@ -13,7 +13,7 @@ import json
 import threading
 import types
 from collections.abc import Mapping
-from functools import update_wrapper
+from functools import cache, update_wrapper
 from typing import Any
 
 from jinja2 import (
@@ -34,6 +34,7 @@ from jinja2.visitor import NodeTransformer
 
 from . import _budget as _b
 from . import _estimates as _e
+from . import _plainrefs as _plain
 from ._budget import DEFAULT_BUDGET, Guard, Scope
 from ._simple_tags import only_simple_tags as only_simple_tags  # re-exported
 
@@ -76,6 +77,7 @@ def _guard() -> Guard:
     return _b.active() or Guard(_default_scope())
 
 
+@cache  # one per process: every render outside a node's scope shares it
 def _default_scope() -> Scope:
     from runner.clock import SystemClock
 
@@ -434,26 +436,32 @@ def _compiled(text: str, *, native: bool) -> Template:
     return template
 
 
+def _failure(exc: Exception) -> TemplateError:
+    """A render's failure as the TemplateError it is (the budget's, Jinja's, a
+    filter's own), the message safe to show the author."""
+    if isinstance(exc, _b.RenderStopped):
+        return TemplateStopped(str(exc))
+    if isinstance(exc, _b.RenderTimedOut):
+        return TemplateTimedOut(str(exc))
+    if isinstance(exc, _b.RenderBudgetError):
+        return TemplateBudgetExceeded(f"over the template budget: {exc}")
+    if isinstance(exc, (UndefinedError, SecurityError, TemplateSyntaxError)):
+        return TemplateError(str(exc))
+    if isinstance(exc, MemoryError):
+        return TemplateBudgetExceeded("the template ran out of memory")
+    if isinstance(exc, RecursionError):
+        return TemplateError("the template recursed too deeply")
+    return TemplateError(f"{type(exc).__name__}: {exc}")  # a filter on the wrong type...
+
+
 def _render(text: str, context: Mapping[str, Any], *, native: bool) -> Any:
     guard = Guard(_b.current_scope() or _default_scope())
     try:
         with _b.guarding(guard):
             guard.tick()
             return _collect(_compiled(text, native=native), context, guard, native=native)
-    except _b.RenderStopped as exc:
-        raise TemplateStopped(str(exc)) from None
-    except _b.RenderTimedOut as exc:
-        raise TemplateTimedOut(str(exc)) from None
-    except _b.RenderBudgetError as exc:
-        raise TemplateBudgetExceeded(f"over the template budget: {exc}") from None
-    except (UndefinedError, SecurityError, TemplateSyntaxError) as exc:
-        raise TemplateError(str(exc)) from None
-    except MemoryError:
-        raise TemplateBudgetExceeded("the template ran out of memory") from None
-    except RecursionError:
-        raise TemplateError("the template recursed too deeply") from None
-    except Exception as exc:  # a filter on the wrong type, a division by zero...
-        raise TemplateError(f"{type(exc).__name__}: {exc}") from None
+    except Exception as exc:
+        raise _failure(exc) from None
 
 
 def render_text(text: str, context: Mapping[str, Any]) -> str:
@@ -468,24 +476,70 @@ def render_native(value: Any, context: Mapping[str, Any]) -> Any:
     if isinstance(value, str):
         if not is_template(value):
             return value
-        result = _render(value, context, native=True)
-        if isinstance(result, Undefined):
-            # A lone undefined expression comes back as the Undefined object itself.
-            try:
-                str(result)
-            except (UndefinedError, SecurityError) as exc:  # `input.__class__`: unsafe
-                raise TemplateError(str(exc)) from None
-            raise TemplateError("expression is undefined")
-        missing = _first_undefined(result)
-        if missing is not None:
-            where, undefined = missing
-            raise TemplateError(f"{where}: {_undefined_message(undefined)}")
-        return result
+        path = _plain_path(value)
+        if path is not None:
+            found = _render_plain(path, context)
+            if found is not _plain.MISS:
+                return found
+        return _render_jinja_native(value, context)
     if isinstance(value, dict):
         return {k: render_native(v, context) for k, v in value.items()}
     if isinstance(value, list):
         return [render_native(v, context) for v in value]
     return value
+
+
+def _render_jinja_native(text: str, context: Mapping[str, Any]) -> Any:
+    """One template expression rendered natively by the sandbox."""
+    result = _render(text, context, native=True)
+    if isinstance(result, Undefined):
+        # A lone undefined expression comes back as the Undefined object itself.
+        try:
+            str(result)
+        except (UndefinedError, SecurityError) as exc:  # `input.__class__`: unsafe
+            raise TemplateError(str(exc)) from None
+        raise TemplateError("expression is undefined")
+    missing = _first_undefined(result)
+    if missing is not None:
+        where, undefined = missing
+        raise TemplateError(f"{where}: {_undefined_message(undefined)}")
+    return result
+
+
+_PLAIN_PATHS: dict[str, _plain.Path | None] = {}
+
+
+def _plain_path(text: str) -> _plain.Path | None:
+    """`text` as a plain reference (`_plainrefs`), parsed once per process."""
+    try:
+        return _PLAIN_PATHS[text]
+    except KeyError:
+        pass
+    path = _plain.parse(text)
+    with _lock:
+        if len(_PLAIN_PATHS) >= _CACHE_SIZE:
+            _PLAIN_PATHS.pop(next(iter(_PLAIN_PATHS)), None)
+        _PLAIN_PATHS[text] = path
+    return path
+
+
+def _render_plain(path: _plain.Path, context: Mapping[str, Any]) -> Any:
+    """A plain reference's value as the sandbox renders it, the budget checked as
+    there (the value as output, then the literal it reads as), or MISS."""
+    guard = Guard(_b.current_scope() or _default_scope())
+    try:
+        guard.tick()
+        value = _plain.resolve(path, context)
+        if value is _plain.MISS or isinstance(value, Undefined) or (
+                isinstance(value, (dict, list, tuple)) and _first_undefined(value)):
+            return _plain.MISS  # Jinja says what is undefined, in its words
+        guard.value(value, "an output value")
+        if not isinstance(value, str):  # a str subclass is read as a literal too
+            return guard.value(value, "the expression's value")
+        read = _plain.literal(value)
+        return read if read is value else guard.value(read, "the expression's value")
+    except Exception as exc:
+        raise _failure(exc) from None
 
 
 def _undefined_message(value: Undefined) -> str:
