@@ -12,14 +12,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Protocol
-
-from jsonschema.exceptions import ValidationError
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ._checker import type_name
 from ._diagnostics import KeyPath, did_you_mean
 from ._jsonschemas import validator_for
 from ._schemamessages import describe
+
+if TYPE_CHECKING:  # a host running compiled definitions never loads jsonschema
+    from jsonschema.exceptions import ValidationError
 
 TYPE_WORDS = {"object": "a mapping", "array": "a list", "string": "a string",
               "integer": "an integer", "number": "a number", "boolean": "true or false",

@@ -303,3 +303,41 @@ def test_redacting_hostile_output_takes_time_in_proportion_to_its_length(shape: 
     worker.start()
     worker.join(DEADLINE)
     assert done, f"redacting 200 KB of {shape!r}... did not end within {DEADLINE} s"
+
+
+# Fragments that assemble into text near every pattern's edge: the secret words in
+# any case, separators, quotes, token prefixes, URL pieces, PEM lines and filler.
+_FRAGMENTS = st.sampled_from([
+    "token", "TOKEN", "Secret", "passwd", "PassPhrase", "credentials", "api_key", "API-KEY",
+    "apikey", "access_key", "signing-key", "auth", "Authorization", "proxy-authorization",
+    "cookie", "bearer", "Basic", "digest", "=", ":", " ", "\t", "\n", "'", '"', "&", ";",
+    ",", "\\", "sk-", "pk-", "rk-", "sk_live_", "pk_test_", "ghp_", "github_pat_", "xoxb-",
+    "AKIA", "ASIA", "eyJ", ".", "-----BEGIN RSA PRIVATE KEY-----",
+    "-----END RSA PRIVATE KEY-----", "https://", "postgres://", "user", "@", "/",
+    "abcdefghij0123456789", "A1B2C3D4E5F6G7H8I9J0K1L2M3N4O5P6", "x", "42", "sha256:",
+    "[redacted]", "max_tokens", "tokenizer", "author"])
+
+
+def _every_pattern(text: str) -> str:
+    for pattern, masker in safety._masks():
+        text = pattern.sub(masker, text)
+    return text
+
+
+@given(st.lists(_FRAGMENTS, max_size=30).map("".join))
+@SETTINGS
+def test_skipping_the_patterns_a_text_cannot_match_changes_no_result(text: str) -> None:
+    """`redact` runs a pattern only when the text holds the literals every match of it
+    holds (`_NEEDS`): the result is the one running all of them gives."""
+    assert redact(text) == _every_pattern(text)
+
+
+@given(st.text(max_size=60))
+@SETTINGS
+def test_non_ascii_text_runs_every_pattern(text: str) -> None:
+    assert redact(text) == _every_pattern(text)
+
+
+def test_a_key_spelled_with_a_letter_only_regex_case_folding_knows_is_still_redacted() -> None:
+    """`(?i)` matches the long s (ſ) as an s; `str.lower` does not make it one."""
+    assert redact("paſſword=hunter22") == f"paſſword={REDACTED}"
