@@ -1,7 +1,7 @@
 """The standalone host (`wfrun host`): one per project, runs detached work (DESIGN §8).
 
 It holds an advisory lock (`.wfrun/state/host.lock`, naming its pid), reaps the
-process groups a dead host left behind, then loops: claim detached queued
+process groups a dead host left behind (both `_hostlock`), then loops: claim detached queued
 launches and parked or abandoned runs (up to `max_runs` at once, on worker threads
 kept for the host's life), and run the controller manager beside them. Idle, it
 sleeps until a run ends, the store announces a claimable launch (Postgres:
@@ -9,47 +9,41 @@ LISTEN/NOTIFY, through `LaunchListener`) or the poll interval passes (SQLite has
 notices: it polls).
 SIGINT/SIGTERM parks every in-flight run at a safe point and exits; `once` drains
 what is ready and exits. While detached launches wait in the queue (for a free
-slot), a `SourceWatch` on their source files logs one line per launch whose source
-changed; activation's digest check still decides. With `--processes N` the slots
+slot), a watch on their source files logs one line per source that changed
+(`_queuewatch`); activation's digest check still decides. With `--processes N` the slots
 are shared with N - 1 worker processes forked at start (`fork_workers`, workers.py),
 each running this same claim loop (`StandaloneHost.work`) on its own store handle.
 """
 
 from __future__ import annotations
 
-import errno
-import fcntl
-import hashlib
-import json
 import logging
 import os
 import queue
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runner._leases import LEASE_SECONDS
-from runner._private import private_dirs
 from runner.engine import AgentStepExecutor, RunControl, RunOutcome
 from runner.engine import _tracing as tracing
 from runner.engine._processes import (
     ProcessRegistry,
-    reap_dead_registries,
-    reap_orphans,
     registry_for_this_process,
 )
 from runner.engine._runner import Observer
-from runner.errors import InputError, machine_fault
+from runner.errors import InputError
 from runner.launch._itemwork import ItemWork
 from runner.launch._triggers import Scheduled
 from runner.launch._wakeups import LaunchListener
-from runner.store import LaunchBook, LaunchRecord, NextClaim, QueuedSources, Store, StoreError
+from runner.store import LaunchBook, LaunchRecord, NextClaim, Store, StoreError
 from runner.store._wakeups import launch_wakeups
 from runner.store.domain._fanout import HOST_TOKEN, HostClaim
 
+from ._hostlock import HOST_CHILDREN, HostLock, host_lock, reap_leftovers
 from ._metrics import Forwarded, Metrics, first_claim_wait, take_forwarded
+from ._queuewatch import QueuedSourceWatch
 from ._workers import (
     EXIT_GRACE,
     Message,
@@ -63,7 +57,6 @@ from .runtime._channels import ChannelDeliverer, DeliveryPass, load_channels
 from .runtime._coordinators import build_coordinator
 from .runtime._errors import translate
 from .runtime._local import Workspace
-from .runtime._watch import Drift, Sourced, SourceWatch
 
 if TYPE_CHECKING:  # loaded when used: a host without them (`--once`, no `--listen`,
     # `--no-controllers`) does not pay for the controller side or an HTTP server
@@ -74,47 +67,10 @@ if TYPE_CHECKING:  # loaded when used: a host without them (`--once`, no `--list
 
 log = logging.getLogger(__name__)
 __all__ = ["LEASE_SECONDS", "HostLock", "HostReport", "StandaloneHost", "WorkerSettings",
-           "fork_workers"]
+           "fork_workers", "host_lock"]
 PARK_DEADLINE = 8.0
-HOST_CHILDREN = "host.children.json"  # the host's own shell process groups, for reaping
 CLAIM_RETRY = 1.0  # seconds between claims while the store refuses them
 TIMEOUT_JOIN = 15.0  # a post in flight when the host stops (its own timeout is 10 s)
-# The source watch's query groups the queued launches by source identity in the
-# database (one row per distinct source, never one per launch: a host's memory stays
-# flat in the queue's length), still a scan of the queue: it runs at most once per
-# poll interval, and at most every WATCH_SHARE times its own last duration, so a long
-# queue costs the loop at most ~1/WATCH_SHARE of its time.
-WATCH_SHARE = 20
-WATCH_SOURCES = 1000  # distinct source identities watched at most (the oldest first)
-
-
-@dataclass(frozen=True, slots=True)
-class SourceGroup:
-    """The queued detached launches of one source identity, as the watch sees them:
-    `run_id` is the group's key (drift is a property of the files, not of a launch)."""
-
-    run_id: str
-    source: dict[str, object]
-    launches: int
-    first_run_id: str
-
-    @staticmethod
-    def of(row: QueuedSources) -> SourceGroup | None:
-        try:
-            source = json.loads(row.source_json)
-        except ValueError:
-            return None
-        if not isinstance(source, dict):
-            return None
-        key = "sources-" + hashlib.sha256(row.source_json.encode()).hexdigest()[:16]
-        return SourceGroup(key, source, row.launches, row.first_run_id)
-
-    def named(self) -> str:
-        if self.launches == 1:
-            return f"queued launch {self.first_run_id}"
-        return f"{self.launches} queued launches ({self.first_run_id}, ...)"
-
-
 @dataclass
 class HostReport:
     """What a host did, as counters only: a host serving runs for weeks holds nothing
@@ -142,54 +98,6 @@ class HostReport:
 # Called once per launch the host executed: its run id and outcome (None: it failed to
 # start; the launch row says why).
 RunEnded = Callable[[str, RunOutcome | None], None]
-
-
-class HostLock:
-    """An exclusive advisory lock on the project; the holder's pid is in the file."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.fd: int | None = None
-
-    def acquire(self) -> None:
-        try:
-            private_dirs(self.path.parent)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        except OSError as exc:
-            fault = machine_fault(exc, str(self.path))
-            if fault is None:
-                raise
-            raise fault from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            holder = os.read(fd, 64).decode(errors="replace").strip()
-            os.close(fd)
-            if exc.errno in (errno.EAGAIN, errno.EACCES):
-                # The README's "several hosts" made users start two here (issue 34).
-                raise InputError("another wfrun host is running for this project"
-                                 + (f" (pid {holder})" if holder else "")
-                                 + "; stop it first, or give it more slots or cores "
-                                 "(--max-runs, --processes); hosts share one queue only on "
-                                 "Postgres, each in its own project folder") from None
-            raise
-        try:
-            os.ftruncate(fd, 0)
-            os.write(fd, str(os.getpid()).encode())
-        except OSError as exc:  # a full disk: the pid is a courtesy, the flock is the lock
-            log.warning("wfrun host: cannot write its pid to %s (%s)", self.path, exc.strerror)
-        self.fd = fd
-
-    def release(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
-
-
-def host_lock(ws: Workspace) -> HostLock:
-    if ws.project_root is None:
-        raise InputError("wfrun host needs a project (a folder with .wfrun/); pass --project")
-    return HostLock(ws.project_root / ".wfrun" / "state" / "host.lock")
 
 
 @dataclass(frozen=True)
@@ -222,7 +130,7 @@ def fork_workers(ws: Workspace, lock: HostLock, *, processes: int, max_runs: int
         raise RuntimeError("fork_workers must run before this process opens the store")
     pool = WorkerPool(ws.children_dir, clock=ws.clock)
     # A dead host's groups go before any worker could resume a run beside them.
-    pool.reaped = _reap(lock.path.parent, ws)
+    pool.reaped = reap_leftovers(lock.path.parent, ws)
 
     def body(share: int) -> Callable[[Callable[[Message], None], int], None]:
         return lambda send, control: _work_as_worker(ws, settings, share, send, control)
@@ -262,12 +170,6 @@ def _work_as_worker(ws: Workspace, settings: WorkerSettings, share: int,
     finally:
         store.close()
         tracing.flush()  # the worker ends with os._exit: no atexit sends its last spans
-
-
-def _reap(state_dir: Path, ws: Workspace) -> list[int]:
-    """Kill the process groups of a dead host and of dead foreground runners."""
-    return (reap_orphans(state_dir / HOST_CHILDREN)
-            + reap_dead_registries(ws.children_dir))
 
 
 def _item_slot(item: HostClaim) -> str:
@@ -328,11 +230,7 @@ class StandaloneHost:
         self.report = HostReport()
         self.on_run_ended = on_run_ended
         self.on_run_started: Callable[[str], None] | None = None
-        self.watch = SourceWatch(self._drifted, on_clear=self._restored, clock=ws.clock)
-        self._watched_at: float | None = None
-        self._watch_every = poll  # seconds between two looks at the queue (see WATCH_SHARE)
-        self._drift_logged: set[str] = set()  # one log line per drifted source group
-        self._groups: dict[str, SourceGroup] = {}  # the watched groups, by key
+        self.sources = QueuedSourceWatch(ws, self.coordinator.book, poll)
         self._claim_error_logged: str | None = None
         self.listener: LaunchListener | None = None  # while running, if the store has notices
         # `notify` messages for configured channels (webhooks, Slack): a bad config stops
@@ -379,7 +277,7 @@ class StandaloneHost:
                 on_ready()
             # Groups of a dead host, and of dead foreground runners (`wfrun run`).
             self.report.reaped = (self.pool.reaped if self.pool is not None else []) + \
-                _reap(self.state_dir, self.ws)
+                reap_leftovers(self.state_dir, self.ws)
             if self.pool is not None:
                 self.pool.start_reading()
             if self.manager is not None and not once:
@@ -389,14 +287,14 @@ class StandaloneHost:
                 delivery = threading.Thread(target=self._delivery_loop, daemon=True,
                                             name="wfrun-notify-channels")
                 delivery.start()
-            self.watch.start()
+            self.sources.watch.start()
             try:
                 self.work(once)
             except BaseException:
                 self.stop_event.set()  # the workers must not run on (or be waited for)
                 raise
             finally:
-                self.watch.stop()
+                self.sources.watch.stop()
                 if delivery is not None:
                     delivery.join(timeout=TIMEOUT_JOIN)
                 if self.pool is not None:  # the workers park (if stopping) and report
@@ -444,7 +342,7 @@ class StandaloneHost:
             claimed = self._claim_ready()
             if not once:  # --once ends with the error line itself
                 self._report_claim_error()
-            self._watch_queued()
+            self.sources.look()
             if once:  # else the delivery thread posts them (a slow receiver must not
                 self._deliver_notifications()  # hold up claims)
             reconciled = 0
@@ -543,42 +441,6 @@ class StandaloneHost:
         self._delivery_error = text
         if done is not None:
             self.report.notifications += done.delivered
-
-    def _watch_queued(self) -> None:
-        """Watch the sources of the detached launches still queued: one query, at most
-        once per poll interval (a busy host wakes on every run that ends), and less often
-        when the queue is so long that the query itself takes a while (WATCH_SHARE)."""
-        now = self.ws.clock.monotonic()
-        if self._watched_at is not None and now - self._watched_at < self._watch_every:
-            return
-        self._watched_at = now
-        try:
-            rows = self.coordinator.book.queued_sources(limit=WATCH_SOURCES)
-        except StoreError as exc:
-            log.debug("source watch: cannot list queued launches: %s", exc.message)
-            return
-        finally:
-            took = self.ws.clock.monotonic() - now
-            self._watch_every = max(self.poll, WATCH_SHARE * took)
-        groups = [g for g in map(SourceGroup.of, rows) if g is not None]
-        with self._lock:
-            self._groups = {g.run_id: g for g in groups}
-            self._drift_logged &= set(self._groups)
-        self.watch.update(groups)
-
-    def _drifted(self, watched: Sourced, drift: Drift) -> None:
-        with self._lock:
-            group = self._groups.get(watched.run_id)
-            if group is None or watched.run_id in self._drift_logged:
-                return
-            self._drift_logged.add(watched.run_id)
-        log.warning("wfrun host: %s: its workflow source %s was %s; activation re-checks it "
-                    "and refuses a changed definition (source_changed)", group.named(),
-                    drift.display(self.ws.project_root), drift.detail)
-
-    def _restored(self, watched: Sourced) -> None:
-        with self._lock:
-            self._drift_logged.discard(watched.run_id)  # a later change is news again
 
     def _start(self, record: LaunchRecord) -> None:
         control, _ = self._admit(record)

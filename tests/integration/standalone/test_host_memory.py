@@ -99,10 +99,11 @@ def test_the_source_watch_holds_one_entry_per_source_not_per_launch(project: Pro
     store = project.store()
     try:
         host = StandaloneHost(project.workspace(), store, poll=0.05)
-        host._watch_queued()
-        groups = sorted((g.launches, g.first_run_id.split("-")[0]) for g in host._groups.values())
+        host.sources.look()
+        groups = sorted((g.launches, g.first_run_id.split("-")[0])
+                        for g in host.sources.groups.values())
         assert groups == [(2, "three"), (40, "tiny")]
-        assert len(host.watch._records) == 2
+        assert len(host.sources.watch._records) == 2
         assert _kept_by(host)["LaunchRecord"] == 0
     finally:
         store.close()
@@ -114,14 +115,14 @@ def test_a_drifted_source_is_logged_once_for_all_its_queued_launches(
     store = project.store()
     try:
         host = StandaloneHost(project.workspace(), store, poll=0.05)
-        host._watch_queued()
-        [group] = host._groups.values()
+        host.sources.look()
+        [group] = host.sources.groups.values()
         assert group.first_run_id == min(queued)
         drift = Drift(group.run_id, str(project.root / ".wfrun" / "workflows" / "tiny.yaml"),
                       "edited", "0" * 64, "1" * 64)
         with caplog.at_level(logging.WARNING):
-            host._drifted(group, drift)
-            host._drifted(group, drift)  # the same news again: not logged twice
+            host.sources._drifted(group, drift)
+            host.sources._drifted(group, drift)  # the same news again: not logged twice
         lines = [r.getMessage() for r in caplog.records]
         assert lines == [f"wfrun host: 3 queued launches ({min(queued)}, ...): its workflow "
                          "source .wfrun/workflows/tiny.yaml was edited since it was queued; "

@@ -10,7 +10,8 @@ from typing import Any
 
 from runner.clock import FakeClock
 from runner.compiler import build_catalog
-from runner.host._daemon import WATCH_SHARE, StandaloneHost
+from runner.host._daemon import StandaloneHost
+from runner.host._queuewatch import WATCH_SHARE
 from runner.host.runtime._local import Workspace
 from runner.store import SqliteStore
 
@@ -49,29 +50,29 @@ def test_a_slow_queue_query_spaces_the_next_ones_out(tmp_path: Path) -> None:
         host = StandaloneHost(ws, _Store(inner, launches), poll=0.5)  # type: ignore[arg-type]
 
         # A quick query: the queue is looked at once per poll interval.
-        host._watch_queued()
-        host._watch_queued()
+        host.sources.look()
+        host.sources.look()
         assert launches.queries == 1
         clock.advance(0.5)
-        host._watch_queued()
+        host.sources.look()
         assert launches.queries == 2
 
         # A query that took 1 s: the next one waits WATCH_SHARE seconds from its start.
         launches.took = 1.0
         clock.advance(0.5)
-        host._watch_queued()
+        host.sources.look()
         assert launches.queries == 3
         clock.advance(WATCH_SHARE - 1.0 - 0.1)
-        host._watch_queued()
+        host.sources.look()
         assert launches.queries == 3
         clock.advance(0.1)
         launches.took = 0.0
-        host._watch_queued()
+        host.sources.look()
         assert launches.queries == 4
 
         # Quick again: back to once per poll interval.
         clock.advance(0.5)
-        host._watch_queued()
+        host.sources.look()
         assert launches.queries == 5
     finally:
         inner.close()
