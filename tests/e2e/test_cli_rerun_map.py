@@ -192,35 +192,46 @@ def _item_states(project: Project) -> dict[str, dict[int, str]]:
     return out
 
 
-def test_a_rerun_of_a_killed_then_cancelled_map_reuses_the_items_its_store_rows_ended_ok(
-        project: Project) -> None:
-    """Killed mid-map, the run has no end of the node in its trace to list its items;
-    cancelled without a resume, it never gets one. The store's item rows still say
-    which ended ok (and their outputs): the rerun reuses those and runs the rest."""
-    project.workflow("held", KILLED)
-    proc = subprocess.Popen(
-        project.argv("run", "held", "--input", json.dumps({"names": ["a", "b", "c", "d"]}),
-                     "-q"), cwd=project.root, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        def two_ok_two_held() -> str | None:
-            runs = _item_states(project)
-            for run_id, states in runs.items():
-                if sorted(states.values()) == ["ok", "ok", "running", "running"] \
-                        and (project.root / "c.held").exists() \
-                        and (project.root / "d.held").exists():
-                    return run_id
-            return None
+HELD_PARALLEL = """\
+    start: reviews
+    nodes:
+      reviews:
+        parallel:
+          branches:
+            style: {action: {shell: [sh, -c, "echo style >> ran.txt; echo s"]}}
+            safety:
+              action:
+                shell: [sh, -c, "echo safety >> ran.txt; touch safety.held;
+                        while [ ! -e go ]; do sleep 0.1; done; echo f"]
+    """
 
-        old = wait_until(two_ok_two_held, what=lambda: f"items a, b ok and c, d held: "
+
+def _killed_then_cancelled(project: Project, args: list[str], held: list[str],
+                           ok: int) -> str:
+    """Run `wfrun run ARGS` in the foreground, SIGKILL it (its group: the runner and the
+    held shell items) once `ok` items ended ok and the `held` ones are waiting at the
+    gate, then cancel the run; its id."""
+    proc = subprocess.Popen(project.argv("run", *args, "-q"), cwd=project.root,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    want = sorted(["ok"] * ok + ["running"] * len(held))
+
+    def killable() -> str | None:
+        if not all((project.root / f"{name}.held").exists() for name in held):
+            return None
+        return next((run_id for run_id, states in _item_states(project).items()
+                     if sorted(states.values()) == want), None)
+
+    try:
+        old = wait_until(killable, what=lambda: f"{ok} items ok and {held} held: "
                          f"{_item_states(project)}")
-        os.killpg(proc.pid, signal.SIGKILL)  # the runner and its held shell items
+        os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=60)
-    assert _item_states(project)[old] == {0: "ok", 1: "ok", 2: "running", 3: "running"}
+    assert sorted(_item_states(project)[old].values()) == want
     # Its lease made to expire by the store's clock (not waited for): cancel ends it.
     _sql(project, "UPDATE workflow_run_queue SET claim_expires_at = 1")
     cancelled = project.wfrun("cancel", old)
@@ -228,7 +239,19 @@ def test_a_rerun_of_a_killed_then_cancelled_map_reuses_the_items_its_store_rows_
     assert project.json("status", old, "--json")["status"] == "cancelled"
     trace = project.runs_dir / old / "trace.jsonl"
     assert not [e for e in map(json.loads, trace.read_text().splitlines())
-                if e["type"] in ("node_finished", "node_failed") and e.get("node") == "files"]
+                if e["type"] in ("node_finished", "node_failed")], "the node ended"
+    return old
+
+
+def test_a_rerun_of_a_killed_then_cancelled_map_reuses_the_items_its_store_rows_ended_ok(
+        project: Project) -> None:
+    """Killed mid-map, the run has no end of the node in its trace to list its items;
+    cancelled without a resume, it never gets one. The store's item rows still say
+    which ended ok (and their outputs): the rerun reuses those and runs the rest."""
+    project.workflow("held", KILLED)
+    old = _killed_then_cancelled(
+        project, ["held", "--input", json.dumps({"names": ["a", "b", "c", "d"]})],
+        held=["c", "d"], ok=2)
     assert _ran(project) == ["a", "b", "c", "d"]
     (project.root / "go").touch()
     done = project.wfrun("rerun", old, "--json")  # from the node the cancel interrupted
@@ -241,3 +264,18 @@ def test_a_rerun_of_a_killed_then_cancelled_map_reuses_the_items_its_store_rows_
     assert _ran(project) == ["a", "b", "c", "c", "d", "d"]
     shown = project.json("show", outcome["run_id"], "--json")
     assert shown["rerun"]["reused_items"] == {"files": ["0", "1"]}
+
+
+def test_a_rerun_of_a_killed_then_cancelled_parallel_reuses_its_ended_branch_by_name(
+        project: Project) -> None:
+    project.workflow("held", HELD_PARALLEL)
+    old = _killed_then_cancelled(project, ["held"], held=["safety"], ok=1)
+    (project.root / "go").touch()
+    done = project.wfrun("rerun", old, "--json", "-q")
+    assert done.returncode == 0, done.stderr
+    outcome = json.loads(done.stdout)
+    assert {k: v["stdout"] for k, v in outcome["final_output"].items()} == {
+        "style": "s\n", "safety": "f\n"}
+    assert _ran(project) == ["safety", "safety", "style"]
+    shown = project.json("show", outcome["run_id"], "--json")
+    assert shown["rerun"]["reused_items"] == {"reviews": ["style"]}
