@@ -16,31 +16,42 @@ the new run records either way.
 A fan-out node (`map`, `parallel`) rerun from reuses the items that ended ok in the
 old run (pgflow#658; its failed or cancelled end lists them): their outputs are
 carried (`reused_items` in `run_started`) and their rows are written ended when the
-node opens them, so only the others run. That
-holds only while the items would see what they saw: the node's definition unchanged,
-the same input and no `--set` (a map's list and every body template read only those).
+node opens them, so only the others run. A run killed mid-node and then cancelled
+without a resume has no end of the node in its trace; its item rows in the store
+(`ItemRows`: the first visit's, state and output) still say which ended ok, and are
+read instead. That holds only while the items would see what they saw: the node's
+definition unchanged, the same input and no `--set` (a map's list and every body
+template read only those).
 """
 
 from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 from runner._canonical import canonical_json
-from runner.compiler import WorkflowDefinition
-from runner.compiler._fanout import FANOUT_KINDS
+from runner.compiler import Node, WorkflowDefinition
+from runner.compiler._fanout import FANOUT_KINDS, ParallelSpec
 from runner.compiler._jsonschemas import validation_errors
 from runner.errors import InputError
 
+from ._items import ItemRecord
 from ._reader import RunReader
 from ._state import TERMINAL, RunState
 
 #: What a rerun's `run_started` records under `rerun` (and `wfrun show` shows).
 RERUN_FIELDS = ("of", "from", "reused", "set", "forced", "changed_nodes", "reused_items")
 _FANOUT = frozenset(k.name for k in FANOUT_KINDS)
+
+
+class ItemRows(Protocol):
+    """The store's item rows of one visit of a run's fan-out node, in index order
+    (empty when it has none): what a rerun reads when the trace never ended the node."""
+
+    def __call__(self, run_id: str, node: str, visit: int) -> Sequence[ItemRecord]: ...
 
 
 @dataclass(frozen=True)
@@ -122,10 +133,11 @@ def _first_start(events: list[dict[str, Any]], node: str) -> int | None:
 
 def plan(reader: RunReader, run_id: str, definition: WorkflowDefinition, *,
          from_node: str | None = None, overrides: Mapping[str, Any] | None = None,
-         force: bool = False) -> RerunPlan:
+         force: bool = False, item_rows: ItemRows | None = None) -> RerunPlan:
     """What a rerun of `run_id` under `definition` reuses; InputError for anything the
     caller should fix (a run not ended, an unknown node, a bad --set, a changed
-    definition without `force`)."""
+    definition without `force`). `item_rows` reads a fan-out node's items that its
+    trace never ended (None: none are reused then)."""
     manifest = reader.manifest(run_id)  # NotFoundError for an unknown run
     events = reader.trace(run_id)
     state = RunState(run_id)
@@ -176,8 +188,13 @@ def plan(reader: RunReader, run_id: str, definition: WorkflowDefinition, *,
         results[name]["output"] = value
         results[name]["set"] = True
         replaced.append(name)
-    items = {} if node in changed or definition.nodes[node].kind not in _FANOUT else \
-        _ended_items(reader, run_id, events[cut:], node)
+    items: dict[str, Any] | None = {}
+    if node not in changed and definition.nodes[node].kind in _FANOUT:
+        items = _ended_items(reader, run_id, events[cut:], node)
+        if items is None and item_rows is not None:
+            # Killed mid-node, never resumed: the store's rows of the visit the cut began.
+            rows = item_rows(run_id, node, before.visits.get(node, 0) + 1)
+            items = _stored_items(reader, run_id, definition.nodes[node], rows)
     carried = {"outputs": outputs, "results": results, "steps": before.steps,
                "scope_inputs": reader.live(run_id, copy.deepcopy(before.scope_inputs))}
     return RerunPlan(rerun_of=run_id, from_node=node, reused=reused, carried=carried,
@@ -189,10 +206,10 @@ def plan(reader: RunReader, run_id: str, definition: WorkflowDefinition, *,
 
 
 def _ended_items(reader: RunReader, run_id: str, events: list[dict[str, Any]],
-                 node: str) -> dict[str, Any]:
+                 node: str) -> dict[str, Any] | None:
     """The items of fan-out `node`'s first visit from the cut that ended ok, by label,
     with their outputs (the node's final end records both: `items` or `branches`
-    beside `output`, kept on a failure too)."""
+    beside `output`, kept on a failure too); None when the node never ended."""
     for event in events:
         p = event.get("payload") or {}
         if event.get("node") != node or p.get("will_retry") \
@@ -210,7 +227,26 @@ def _ended_items(reader: RunReader, run_id: str, events: list[dict[str, Any]],
               if isinstance(s, dict) and s.get("outcome") == "ok"}
         live: dict[str, Any] = reader.live(run_id, copy.deepcopy(ok))
         return live
-    return {}  # the node never ended (a killed run): nothing is known to have ended ok
+    return None  # the node never ended (a killed run): its trace does not know
+
+
+def _stored_items(reader: RunReader, run_id: str, node: Node,
+                  rows: Sequence[ItemRecord]) -> dict[str, Any]:
+    """The rows that ended ok, by label (a map's index as text, a branch's name in the
+    definition's order, as the node opened them), with their outputs read back as a
+    recorded end's are."""
+    spec = node.spec
+    labels = [name for name, _ in spec.branches] if isinstance(spec, ParallelSpec) else None
+    ok: dict[str, Any] = {}
+    for row in rows:
+        if row.state != "ok":
+            continue
+        if labels is None:
+            ok[str(row.index)] = row.output
+        elif 0 <= row.index < len(labels):
+            ok[labels[row.index]] = row.output
+    live: dict[str, Any] = reader.live(run_id, copy.deepcopy(ok))
+    return live
 
 
 def _check_override(run_id: str, definition: WorkflowDefinition, name: str, value: Any,

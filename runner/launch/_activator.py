@@ -47,6 +47,7 @@ from ._faults import FaultHold, store_fault
 from ._fence import LeaseFence
 from ._held import HeldInput
 from ._intents import new_intent
+from ._items import item_rows
 from ._keeper import LeaseKeeper
 from ._link import RunningStep, Step
 from ._preflight import Resolver, relative, workflow_name
@@ -236,7 +237,7 @@ class Activator:
                     run_id=record.run_id, definition=definition)
             elif rerun_options(record) is not None:
                 driver = create_rerun(self._reader, engine, record, definition, value,
-                                      act.control)
+                                      act.control, item_rows(self._store.fanout))
             else:
                 _, driver = engine.create(definition, value, workflow_ref=record.workflow_ref,
                                           run_id=record.run_id, control=act.control)

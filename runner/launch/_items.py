@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from runner._leases import LEASE_SECONDS
 from runner.engine import RunControl, RunOutcome, RunReader
 from runner.engine._items import ItemEnd, ItemRecord
+from runner.engine._rerun import ItemRows
 from runner.errors import ClaimLost, ConflictError, InputError, NotFoundError
 from runner.store import TERMINAL_STATUSES, LaunchBook, LaunchRecord, LostRace, Store
 from runner.store.domain._fanout import FanoutItems, ItemEnding, ItemKey, SharedNode
@@ -116,6 +117,16 @@ class StoreItems:
         return [ItemRecord(i.index, i.state, i.starts, _load(i.output_json),
                            _load(i.error_json))
                 for i in self._fanout.items(self._key(node, visit))]
+
+
+def item_rows(fanout: FanoutItems) -> ItemRows:
+    """A rerun's read of an ended run's item rows (`engine/_rerun.py`): no claim, only
+    rows; the run has ended, so nothing writes them any more."""
+    def read(run_id: str, node: str, visit: int) -> list[ItemRecord]:
+        return [ItemRecord(i.index, i.state, i.starts, _load(i.output_json),
+                           _load(i.error_json))
+                for i in fanout.items(ItemKey(run_id, node, visit))]
+    return read
 
 
 class LaunchChildren:

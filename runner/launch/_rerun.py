@@ -20,11 +20,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from runner.compiler import WorkflowDefinition
 from runner.engine import Engine, RunControl, RunReader, new_run_id
-from runner.engine._rerun import RerunPlan, plan
+from runner.engine._rerun import ItemRows, RerunPlan, plan
 from runner.engine._runner import RunDriver
 from runner.engine._secrets import write_only_fields
 from runner.errors import InputError
 from runner.store import LaunchRecord, StoreError
+
+from ._items import item_rows
 
 if TYPE_CHECKING:
     from runner.clock import Clock
@@ -95,7 +97,8 @@ def queue_rerun(co: RerunSite, request: RerunRequest, *,
     ref = str(manifest.get("workflow_ref") or manifest.get("workflow"))
     definition, _ = co.resolver.compile(ref)  # NotFoundError, DefinitionInvalid
     rerun = plan(co.reader, request.run_id, definition, from_node=request.from_node,
-                 overrides=request.set, force=request.force)
+                 overrides=request.set, force=request.force,
+                 item_rows=item_rows(co.store.fanout))
     value = rerun.input if request.input is None else request.input
     rerun = rerun.for_input(value)
     if request.input is None and isinstance(value, dict):
@@ -122,14 +125,16 @@ def queue_rerun(co: RerunSite, request: RerunRequest, *,
 
 
 def create_rerun(reader: RunReader, engine: Engine, record: LaunchRecord,
-                 definition: WorkflowDefinition, value: Any, control: RunControl) -> RunDriver:
+                 definition: WorkflowDefinition, value: Any, control: RunControl,
+                 rows: ItemRows) -> RunDriver:
     """The rerun's bundle, its reused results carried in `run_started`; no node runs yet
-    (the coordinator drives it from the plan's node, `RunState.start_at`)."""
+    (the coordinator drives it from the plan's node, `RunState.start_at`). `rows` reads
+    the old run's item rows (`item_rows`)."""
     options = rerun_options(record)
     assert options is not None
     rerun = plan(reader, str(options["of"]), definition, from_node=str(options["from"]),
-                 overrides=options.get("set") or {},
-                 force=bool(options.get("force"))).for_input(value)
+                 overrides=options.get("set") or {}, force=bool(options.get("force")),
+                 item_rows=rows).for_input(value)
     extra: dict[str, Any] = {"rerun": rerun.record(), "start_at": rerun.from_node}
     if rerun.items:
         extra["reused_items"] = rerun.items

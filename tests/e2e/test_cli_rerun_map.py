@@ -4,10 +4,14 @@ item appends its name to a counter file) and runs only the others (pgflow#658)."
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
+import sqlite3
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from everyday import Project
@@ -150,3 +154,128 @@ def test_a_rerun_on_a_host_whose_items_any_host_may_claim_reuses_them_too(
         host.send_signal(signal.SIGTERM)
         host.wait(timeout=60)
     assert _ran(project) == ["a", "b", "c", "c", "d"]
+
+
+KILLED = """\
+    input:
+      type: object
+      properties: {names: {type: array, items: {type: string}}}
+    start: files
+    nodes:
+      files:
+        map:
+          over: "{{ input.names }}"
+          as: name
+          max_concurrency: 4
+          do:
+            action:
+              shell: [sh, -c, "echo {{ name }} >> ran.txt;
+                      if [ {{ name }} = c ] || [ {{ name }} = d ]; then touch {{ name }}.held;
+                      while [ ! -e go ]; do sleep 0.1; done; fi; echo {{ name }}"]
+    """
+
+
+def _sql(project: Project, statement: str) -> list[Any]:
+    path = project.root / ".wfrun" / "state" / "store.sqlite3"
+    if not path.exists():
+        return []
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        return db.execute(statement).fetchall()
+
+
+def _item_states(project: Project) -> dict[str, dict[int, str]]:
+    """Each run's item states by index, read from the project's store."""
+    rows = _sql(project, "SELECT run_id, item_index, state FROM fanout_items")
+    out: dict[str, dict[int, str]] = {}
+    for run_id, index, state in rows:
+        out.setdefault(str(run_id), {})[int(index)] = str(state)
+    return out
+
+
+HELD_PARALLEL = """\
+    start: reviews
+    nodes:
+      reviews:
+        parallel:
+          branches:
+            style: {action: {shell: [sh, -c, "echo style >> ran.txt; echo s"]}}
+            safety:
+              action:
+                shell: [sh, -c, "echo safety >> ran.txt; touch safety.held;
+                        while [ ! -e go ]; do sleep 0.1; done; echo f"]
+    """
+
+
+def _killed_then_cancelled(project: Project, args: list[str], held: list[str],
+                           ok: int) -> str:
+    """Run `wfrun run ARGS` in the foreground, SIGKILL it (its group: the runner and the
+    held shell items) once `ok` items ended ok and the `held` ones are waiting at the
+    gate, then cancel the run; its id."""
+    proc = subprocess.Popen(project.argv("run", *args, "-q"), cwd=project.root,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    want = sorted(["ok"] * ok + ["running"] * len(held))
+
+    def killable() -> str | None:
+        if not all((project.root / f"{name}.held").exists() for name in held):
+            return None
+        return next((run_id for run_id, states in _item_states(project).items()
+                     if sorted(states.values()) == want), None)
+
+    try:
+        old = wait_until(killable, what=lambda: f"{ok} items ok and {held} held: "
+                         f"{_item_states(project)}")
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=60)
+    assert sorted(_item_states(project)[old].values()) == want
+    # Its lease made to expire by the store's clock (not waited for): cancel ends it.
+    _sql(project, "UPDATE workflow_run_queue SET claim_expires_at = 1")
+    cancelled = project.wfrun("cancel", old)
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert project.json("status", old, "--json")["status"] == "cancelled"
+    trace = project.runs_dir / old / "trace.jsonl"
+    assert not [e for e in map(json.loads, trace.read_text().splitlines())
+                if e["type"] in ("node_finished", "node_failed")], "the node ended"
+    return old
+
+
+def test_a_rerun_of_a_killed_then_cancelled_map_reuses_the_items_its_store_rows_ended_ok(
+        project: Project) -> None:
+    """Killed mid-map, the run has no end of the node in its trace to list its items;
+    cancelled without a resume, it never gets one. The store's item rows still say
+    which ended ok (and their outputs): the rerun reuses those and runs the rest."""
+    project.workflow("held", KILLED)
+    old = _killed_then_cancelled(
+        project, ["held", "--input", json.dumps({"names": ["a", "b", "c", "d"]})],
+        held=["c", "d"], ok=2)
+    assert _ran(project) == ["a", "b", "c", "d"]
+    (project.root / "go").touch()
+    done = project.wfrun("rerun", old, "--json")  # from the node the cancel interrupted
+    assert done.returncode == 0, done.stderr
+    assert f"rerun of {old} from node files (reused: 2 ended items of files)" in done.stderr
+    outcome = json.loads(done.stdout)
+    assert outcome["status"] == "completed"
+    assert [o["stdout"] for o in outcome["final_output"]] == ["a\n", "b\n", "c\n", "d\n"]
+    # a and b ended ok in the killed run: only c and d ran again.
+    assert _ran(project) == ["a", "b", "c", "c", "d", "d"]
+    shown = project.json("show", outcome["run_id"], "--json")
+    assert shown["rerun"]["reused_items"] == {"files": ["0", "1"]}
+
+
+def test_a_rerun_of_a_killed_then_cancelled_parallel_reuses_its_ended_branch_by_name(
+        project: Project) -> None:
+    project.workflow("held", HELD_PARALLEL)
+    old = _killed_then_cancelled(project, ["held"], held=["safety"], ok=1)
+    (project.root / "go").touch()
+    done = project.wfrun("rerun", old, "--json", "-q")
+    assert done.returncode == 0, done.stderr
+    outcome = json.loads(done.stdout)
+    assert {k: v["stdout"] for k, v in outcome["final_output"].items()} == {
+        "style": "s\n", "safety": "f\n"}
+    assert _ran(project) == ["safety", "safety", "style"]
+    shown = project.json("show", outcome["run_id"], "--json")
+    assert shown["rerun"]["reused_items"] == {"reviews": ["style"]}
