@@ -34,6 +34,7 @@ from runner.store import (
     LaunchBook,
     LaunchRecord,
     LostRace,
+    NextClaim,
     Store,
     StoreError,
     StoreUnreachable,
@@ -83,6 +84,16 @@ class Activator:
         self._held = held
         self._scrub = scrub
         self._crash = crash
+
+    def execute(self, record: LaunchRecord, *, control: RunControl | None = None,
+                on_start: Callable[[Activation], None] | None = None, force: bool = False,
+                then_claim: NextClaim | None = None) -> RunOutcome | None:
+        """`begin`, then `drive` (the coordinator's one `execute`)."""
+        act = self.begin(record, control=control, on_start=on_start, force=force)
+        if act is None:
+            return None
+        act.then_claim = then_claim
+        return self.drive(act)
 
     def begin(self, record: LaunchRecord, *, control: RunControl | None = None,
               on_start: Callable[[Activation], None] | None = None,
@@ -162,7 +173,10 @@ class Activator:
             # nothing ran, and the input is still in the row (it is cleared at running).
             # A bundle committed with the store's own transitions exists only under a
             # claim the store kept, so on the first claim there is none to look for or
-            # discard (a read and a write less per run).
+            # discard (a read and a write less per run). Not so for a folder: a claim
+            # commits without waiting for the disk, and a power cut that loses it keeps
+            # the folder's fsync'd `run_started` under a row back at epoch 0
+            # (test_power_cut.py).
             if not first:
                 engine.discard_unstarted(record.run_id, record.parent_run_id)
             if record.status != "starting":
