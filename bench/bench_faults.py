@@ -18,4 +18,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "integ
 from faultkit import main
 
 if __name__ == "__main__":
-    raise SystemExit(main(["--seeds", "3"] if "--smoke" in sys.argv else sys.argv[1:]))
+    args = sys.argv[1:]
+    raise SystemExit(main(["--seeds", "3", *(a for a in args if a != "--smoke")]
+                          if "--smoke" in args else args))

@@ -30,7 +30,8 @@ from ._model import Source, WorkflowDefinition
 from ._parse import RawWorkflow, parse_workflow
 from ._references import check_references
 from ._sources import SourceText, read_source
-from ._yamlio import YamlProblem, access, load, locate_all
+from ._yamlio import YamlProblem, access, load
+from ._yamlpos import locate_all
 
 
 @dataclass

@@ -22,7 +22,8 @@ from ._diagnostics import Diagnostic, DiagnosticSink, internal_error, sort_key
 from ._model import HookRef, Source
 from ._sources import read_source
 from ._triggers import TriggerSpec, parse_triggers
-from ._yamlio import YamlProblem, load, locate_all
+from ._yamlio import YamlProblem, load
+from ._yamlpos import locate_all
 
 CONTROLLER_KEYS = ("name", "description", "reconcile", "timeout", "spec", "initial_status",
                    "resync", "triggers")

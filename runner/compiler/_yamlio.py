@@ -1,182 +1,37 @@
 """YAML loading: a fast C loader for the happy path, positions on demand.
 
-The safe C loader reads a typical file several times faster than the
-round-trip loader, but it forgets where things were. Positions are only needed
-for files that have diagnostics, so `locate` re-reads just those files with the
-round-trip loader and maps key paths to 1-based lines and columns.
+The safe C loader (its parts in `_yamlfast`) reads a typical file several times
+faster than the round-trip loader, but it forgets where things were. Positions are
+only needed for files that have diagnostics, so `_yamlpos.locate_all` re-reads just
+those files and maps key paths to 1-based lines and columns.
 """
 
 from __future__ import annotations
 
 import datetime
 import math
-import threading
-from collections.abc import Iterator, Sequence
-from functools import lru_cache
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
-from ruamel.yaml import YAML
-from ruamel.yaml.constructor import DuplicateKeyError, SafeConstructor
+from ruamel.yaml.constructor import DuplicateKeyError
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent
 from ruamel.yaml.nodes import MappingNode, ScalarNode, SequenceNode
-from ruamel.yaml.resolver import VersionedResolver
-from ruamel.yaml.tag import Tag
 
-from ._diagnostics import Diagnostic, KeyPath
-
-_local = threading.local()
-
-
-class _Resolver(VersionedResolver):
-    """ruamel's resolver, answering the C composer's per-scalar question cheaply.
-
-    The composer asks for every scalar (~90,000 in a 200-file corpus), and the stock
-    answer takes a version look-up (two caught exceptions), a list concatenation and a
-    fresh `Tag` each time: a third of the compose. Here, with the same rules: a quoted
-    scalar, or a plain one whose first character starts no implicit rule (most text),
-    is a string at once; the rest are matched once per distinct text per load. Only
-    used with the C parser, which builds a fresh loader for each load; documents whose
-    rules this cannot mirror (path resolvers, a rule for any first character) take the
-    stock path.
-    """
-
-    _rules: dict[Any, list[tuple[str, Any]]] | None = None  # per load (an instance's)
-    _seen: dict[str, Any]
-
-    def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
-        rules = self._rules
-        if rules is None:
-            rules = self._rules = self._plain_rules()
-            self._seen = {}
-        if not rules:
-            return super().resolve(kind, value, implicit)
-        if kind is not ScalarNode:
-            return _MAP if kind is MappingNode else _SEQ
-        if not implicit[0] or value[:1] not in rules:
-            return _STR
-        tag = self._seen.get(value)
-        if tag is None:
-            tag = _STR
-            for name, regexp in rules[value[:1]]:
-                if regexp.match(value):
-                    tag = _tag(name)
-                    break
-            self._seen[value] = tag
-        return tag
-
-    def _plain_rules(self) -> dict[Any, list[tuple[str, Any]]]:
-        """The implicit rules by first character (`""` for the empty text), or {}
-        when the stock resolve must run."""
-        rules: dict[Any, list[tuple[str, Any]]] = self.versioned_resolver
-        if self.yaml_path_resolvers or rules.get(None):  # None: rules for any start
-            return {}
-        return dict(rules)
-
-
-class _GuardedResolver(_Resolver):
-    """The same, also counting the composer's nesting as it works (see
-    `_check_depth`): it announces each node it enters and leaves, so a document
-    nested past MAX_DEPTH stops here, long before the C recursion could exhaust the
-    stack. (Only for texts that need it: the count costs ~20 % of a compose.)"""
-
-    _depth = 0
-
-    def descend_resolver(self, current_node: Any, current_index: Any) -> None:
-        if self.yaml_path_resolvers:
-            super().descend_resolver(current_node, current_index)
-        self._depth += 1
-        if self._depth > MAX_DEPTH + 1:  # nodes: the collections on the way, a scalar
-            raise _TooDeep
-
-    def ascend_resolver(self) -> None:
-        if self.yaml_path_resolvers:
-            super().ascend_resolver()
-        self._depth -= 1
-
-
-@lru_cache(maxsize=64)
-def _tag(name: str) -> Tag:
-    """One `Tag` per implicit tag name: nodes share it (ruamel only caches in it)."""
-    return Tag(suffix=name)
-
-
-class _TooDeep(Exception):
-    """The C composer went past MAX_DEPTH (the event walk says where)."""
-
-
-_STR_TAG = "tag:yaml.org,2002:str"
-
-
-class _Constructor(SafeConstructor):
-    """The safe constructor, returning plain strings (most scalars) directly.
-
-    Same value as the stock path (str tag -> construct_yaml_str -> node.value),
-    without its five calls and two tag-to-text conversions per scalar.
-    """
-
-    def construct_object(self, node: Any, deep: bool = False) -> Any:
-        if node.__class__ is ScalarNode and node.ctag.trval == _STR_TAG:
-            return node.value
-        try:
-            return super().construct_object(node, deep)
-        except _VALUE_ERRORS as exc:
-            raise _BadValue(node, exc) from None
-
-
-# What ruamel's constructors raise for a tag whose text does not fit it (`!!float ""`,
-# `!!int "0x"`, an integer past 4,300 digits, a mapping as a key), instead of a
-# YAMLError: each becomes one positioned diagnostic.
-_VALUE_ERRORS = (ValueError, TypeError, IndexError, KeyError, OverflowError, AttributeError)
-
-
-class _BadValue(Exception):
-    def __init__(self, node: Any, exc: BaseException) -> None:
-        super().__init__(str(exc))
-        self.mark = getattr(node, "start_mark", None)
-        tag = str(getattr(getattr(node, "ctag", None), "trval", "") or getattr(node, "tag", ""))
-        self.tag = tag.replace("tag:yaml.org,2002:", "!!")
-        value = getattr(node, "value", None)
-        self.text = value if isinstance(value, str) else None
-        self.exc = exc
-
-    def diagnostic(self, path: str) -> Diagnostic:
-        if isinstance(self.exc, TypeError) and "unhashable" in str(self.exc):
-            message = "a mapping or list cannot be a mapping key; use a string"
-        elif "integer string conversion" in str(self.exc):
-            message = "an integer longer than 4,300 digits cannot be read; quote it as a string"
-        elif self.text is not None:
-            shown = _one_line(self.text)[:40] or "an empty string"
-            shown = shown if shown == "an empty string" else f"'{shown}'"
-            message = (f"{shown} is not a valid {self.tag or 'tagged'} value; remove the tag "
-                       "or fix the value")
-        else:
-            message = (f"this {self.tag or 'tagged'} value cannot be read "
-                       f"({_one_line(str(self.exc))[:120]}); remove the tag or fix the value")
-        line = self.mark.line + 1 if self.mark is not None else 0
-        column = self.mark.column + 1 if self.mark is not None else 0
-        return Diagnostic(path, "yaml-value", message, line=line, column=column)
-
-
-def _fast(guarded: bool = False) -> YAML:
-    """The C loader (`guarded`: one whose composer stops past MAX_DEPTH)."""
-    attr = "guarded" if guarded else "fast"
-    y: YAML | None = getattr(_local, attr, None)
-    if y is None:
-        y = YAML(typ="safe", pure=False)
-        if y.Parser.__name__ == "CParser":
-            y.Resolver = _GuardedResolver if guarded else _Resolver
-            y.Constructor = _Constructor
-        setattr(_local, attr, y)
-    return y
-
-
-def _round_trip() -> YAML:
-    y: YAML | None = getattr(_local, "rt", None)
-    if y is None:
-        y = YAML(typ="rt")
-        _local.rt = y
-    return y
+from ._diagnostics import Diagnostic
+from ._yamlfast import (
+    _MAP,
+    _SEQ,
+    _STR,
+    _STR_TAG,
+    _VALUE_ERRORS,
+    MAX_DEPTH,
+    _BadValue,
+    _fast,
+    _local,
+    _one_line,
+    _TooDeep,
+)
 
 
 class YamlProblem(Exception):
@@ -340,12 +195,6 @@ def _counted(value: Any, strings: int, budget: list[int]) -> Any:
     return value
 
 
-# The tags `_Resolver` gives untagged strings, lists and mappings (shared objects, so
-# an identity test answers for most nodes); an explicit `!!str` is a tag of its own.
-_STR, _SEQ, _MAP = (VersionedResolver.DEFAULT_SCALAR_TAG, VersionedResolver.DEFAULT_SEQUENCE_TAG,
-                    VersionedResolver.DEFAULT_MAPPING_TAG)
-
-
 def _is_str(tag: Any) -> bool:
     return tag is _STR or tag.trval == _STR_TAG
 
@@ -470,9 +319,6 @@ class access:
             raise YamlProblem(Diagnostic(path, exc.code, exc.message)) from None
 
 
-# Deeper than any real workflow, shallow enough for every later recursive walk
-# (JSON Schema checks, canonical JSON); aliases must not expand without bound.
-MAX_DEPTH = 64
 MAX_VALUES = 1_000_000
 
 
@@ -575,11 +421,6 @@ def _key(k: Any) -> Any:
     return k
 
 
-def _one_line(message: str) -> str:
-    parts = [p.strip() for p in message.splitlines() if p.strip()]
-    return "; ".join(parts)[:300]
-
-
 def _duplicate(exc: DuplicateKeyError, path: str) -> Diagnostic:
     mark = exc.problem_mark
     problem = (exc.problem or "duplicate key").split(" with value")[0]
@@ -624,131 +465,3 @@ def _syntax(exc: MarkedYAMLError, path: str, text: str) -> Diagnostic:
         path, "yaml-syntax", _one_line(f"{problem}{context}"), line=line, column=column,
         hint=hint,
     )
-
-
-class PositionMap:
-    """Key path -> 1-based position, from a round-trip load of the same text."""
-
-    def __init__(self, text: str) -> None:
-        try:
-            self._root: Any = _round_trip().load(text)
-        except (YAMLError, RecursionError, *_VALUE_ERRORS):
-            self._root = None
-
-    def locate(self, key_path: KeyPath, at_key: bool) -> tuple[int, int]:
-        node = self._root
-        parent: Any = None
-        last: str | int | None = None
-        best = (1, 1) if node is not None else (0, 0)
-        if hasattr(node, "lc"):
-            best = (node.lc.line + 1, node.lc.col + 1)
-        for part in key_path:
-            in_map = isinstance(node, dict) and part in node
-            if isinstance(node, dict) and not in_map and isinstance(part, str):
-                # Validators name a `1:` or `true:` key by its text, as cases compare.
-                part = next((k for k in node if _as_text(k) == part), part)
-                in_map = part in node
-            in_seq = (isinstance(node, Sequence) and not isinstance(node, str)
-                      and isinstance(part, int) and 0 <= part < len(node))
-            if in_map or in_seq:
-                parent, last, node = node, part, node[part]
-            else:
-                break
-            best = self._position(parent, last, at_key=False)
-        if at_key and isinstance(parent, dict) and last is not None:
-            best = self._position(parent, last, at_key=True)
-        return best
-
-    @staticmethod
-    def _position(parent: Any, key: str | int, at_key: bool) -> tuple[int, int]:
-        lc = getattr(parent, "lc", None)
-        if lc is None:
-            return (0, 0)
-        try:
-            if isinstance(key, int) and not isinstance(parent, dict):
-                line, col = lc.item(key)
-            elif at_key:
-                line, col = lc.key(key)
-            else:
-                line, col = lc.value(key)
-        except (KeyError, IndexError, TypeError):
-            return (lc.line + 1, lc.col + 1)
-        return (line + 1, col + 1)
-
-
-def _as_text(key: Any) -> str:
-    if key is None:
-        return "null"
-    if isinstance(key, bool):
-        return "true" if key else "false"
-    return str(key)
-
-
-class NodePositionMap:
-    """The same lookups from the C composer's nodes: for big files, where the pure-Python
-    round-trip load costs a minute per few MiB (a generated 4 MiB file with 100,000
-    mistakes took two minutes just to place its first 200 diagnostics)."""
-
-    def __init__(self, text: str) -> None:
-        composed = getattr(_local, "composed", None)
-        _local.composed = None
-        if composed is not None and composed[0] is text:  # the lazy load's own tree
-            self._root: Any = composed[1]
-            return
-        try:
-            self._root = _fast().compose(text)
-        except (YAMLError, RecursionError, _TooDeep, *_VALUE_ERRORS):
-            self._root = None
-
-    def locate(self, key_path: KeyPath, at_key: bool) -> tuple[int, int]:
-        node = self._root
-        if node is None:
-            return (0, 0)
-        best = _mark(node)
-        key_node: Any = None
-        for part in key_path:
-            nxt = None
-            if isinstance(node, MappingNode):
-                for k, v in node.value:
-                    if isinstance(k, ScalarNode) and k.value == _as_text(part):
-                        key_node, nxt = k, v
-                        break
-            elif isinstance(node, SequenceNode) and isinstance(part, int) \
-                    and 0 <= part < len(node.value):
-                key_node, nxt = None, node.value[part]
-            if nxt is None:
-                break
-            node = nxt
-            best = _mark(node)
-        if at_key and key_node is not None and node is not None:
-            best = _mark(key_node)
-        return best
-
-
-def _mark(node: Any) -> tuple[int, int]:
-    mark = getattr(node, "start_mark", None)
-    return (mark.line + 1, mark.column + 1) if mark is not None else (0, 0)
-
-
-# Past this size positions come from the C composer (NodePositionMap).
-ROUND_TRIP_MAX = 256 * 1024
-
-
-def locate_all(diags: list[Diagnostic], text: str) -> list[Diagnostic]:
-    """Fill in line/column for diagnostics that carry only a key path.
-
-    The last word on the text's positions: the lazy load's node tree (kept for
-    `NodePositionMap`) is let go here, whether it was needed or not (a 5,000-node
-    file's is ~135,000 objects the collector would walk again after the compile)."""
-    if not any(d.key_path is not None and not d.line for d in diags):
-        _local.composed = None
-        return diags
-    positions: PositionMap | NodePositionMap = (
-        PositionMap(text) if len(text) <= ROUND_TRIP_MAX else NodePositionMap(text))
-    out = []
-    for d in diags:
-        if d.key_path is not None and not d.line:
-            line, col = positions.locate(d.key_path, d.at_key)
-            d = d.located(line, col)
-        out.append(d)
-    return out

@@ -49,7 +49,7 @@ from runner.store import LaunchBook, LaunchRecord, NextClaim, QueuedSources, Sto
 from runner.store._wakeups import launch_wakeups
 from runner.store.domain._fanout import HOST_TOKEN, HostClaim
 
-from ._metrics import Forwarded, Metrics, take_forwarded
+from ._metrics import Forwarded, Metrics, first_claim_wait, take_forwarded
 from ._workers import (
     EXIT_GRACE,
     Message,
@@ -613,8 +613,8 @@ class StandaloneHost:
             self.on_run_started(record.run_id)
         if self.metrics.enabled:
             self.metrics.run_started(record.workflow_ref)
-            if record.started_at is None:  # its first start: the wait since `workflow start`
-                self.metrics.claimed((record.updated_at - record.created_at) / 1000)
+            if (waited := first_claim_wait(record)) is not None:
+                self.metrics.claimed(waited)
         return control, ended
 
     def _work_loop(self) -> None:

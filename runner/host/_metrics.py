@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from runner.engine._runner import Observer
 from runner.engine._state import RunState
 from runner.errors import InputError, OperationFailed
-from runner.store import LAUNCH_STATUSES, LaunchBook, Store
+from runner.store import LAUNCH_STATUSES, LaunchBook, LaunchRecord, Store
 
 if TYPE_CHECKING:  # the controller side: only a host that runs controllers loads it
     from runner.controllers import ControllerManager
@@ -42,6 +42,15 @@ FORWARDED = frozenset({"run_started", "claimed", "run_ended", "lease_lost", "nod
 SECONDS_BUCKETS = (0.005, 0.025, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0,
                    3600.0)
 NODE_ENDS = ("node_finished", "node_failed")
+
+
+def first_claim_wait(record: LaunchRecord) -> float | None:
+    """Seconds a just-claimed launch waited since `workflow start`, for its first claim
+    only (epoch 1). A launch let go before it started (its host stopping) is claimed
+    again with `started_at` still unset: counting by `started_at` counted it twice."""
+    if record.epoch != 1:
+        return None
+    return (record.updated_at - record.created_at) / 1000
 
 
 class Metrics:

@@ -447,6 +447,12 @@ DDL: tuple[str, ...] = (
     """CREATE INDEX fanout_items_running
     ON fanout_items (run_id, node_id, visit, item_index)
     WHERE state = 'running'""",
+    # The items a host holder runs, across runs: its lease renewal every few seconds
+    # finds them by its token instead of reading every running item of every map.
+    # Added within v1 (layout.ADDED_INDEXES).
+    """CREATE INDEX fanout_items_holder
+    ON fanout_items (claim_token)
+    WHERE state = 'running'""",
     # A fan-out node visit whose items any host may run (ADR 0008 phase 2): its ceiling
     # and the item lease a host's claim holds. `active` goes to 0 once no item is open
     # (hosts look only at active ones); `waiting`: the parent parked until its items end

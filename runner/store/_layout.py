@@ -17,7 +17,8 @@ SCHEMA_ID = "wfrun.controller-store.v1"
 ADDED_INDEXES: frozenset[str] = frozenset({"workflow_run_queue_ready",
                                            "workflow_run_queue_ready_affinity",
                                            "workflow_run_queue_ended",
-                                           "fanout_items_running"})
+                                           "fanout_items_running",
+                                           "fanout_items_holder"})
 #: Tables added to v1 after stores were made without them: new tables only, never a
 #: column of an existing one. Opening a store for writing creates a missing one (as
 #: it does an added index); a read-only open reads it as empty.

@@ -41,11 +41,13 @@ EXECUTOR = ("runner.engine._engine", "runner.engine._runner", "runner.engine._no
 #: The compiler's checks and what they load (YAML, Jinja2, JSON Schema): only compiling
 #: a definition needs them; finding the project needs just `runner.compiler._discovery`.
 COMPILING = ("runner.compiler._compile", "runner.compiler._parse", "runner.compiler._templates",
-             "runner.compiler._yamlio", "runner.compiler._graph", "runner.compiler._references",
+             "runner.compiler._yamlio", "runner.compiler._yamlfast", "runner.compiler._graph",
+             "runner.compiler._references",
              "runner.compiler._jsonschemas", "runner.compiler._model", "jinja2", "markupsafe",
              "ruamel", "_ruamel_yaml", "jsonschema", "referencing")
 #: What compiling reads YAML with; a kept definition (compiler/_stored.py) needs none.
 PARSING = ("runner.compiler._compile", "runner.compiler._parse", "runner.compiler._yamlio",
+           "runner.compiler._yamlfast", "runner.compiler._yamlpos",
            "runner.compiler._docshape", "runner.compiler._graph",
            "runner.compiler._references", "ruamel", "_ruamel_yaml")
 #: The store and a run's bundle: not for --help or validate.

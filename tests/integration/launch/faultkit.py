@@ -402,20 +402,28 @@ def _fan_problems(w: World, run_id: str, trace: list[dict[str, Any]], effects: l
 
 def main(argv: list[str]) -> int:
     """`--seeds N` (default 1000) or `--seed S`: print one JSON line per failing seed
-    and a summary."""
+    and a summary. `--help` prints the options; an unknown one is a usage error."""
+    import argparse
     import time
 
-    if "--seed" in argv:
-        seeds = [int(argv[argv.index("--seed") + 1])]
-    else:
-        count = int(argv[argv.index("--seeds") + 1]) if "--seeds" in argv else 1000
-        seeds = list(range(count))
+    parser = argparse.ArgumentParser(
+        prog="bench_faults.py", description="Seeded crash injection over one real SQLite "
+        "store; exits 1 if any seed broke an invariant.")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--seeds", type=int, default=1000, metavar="N",
+                       help="run seeds 0..N-1 (default 1000)")
+    which.add_argument("--seed", type=int, metavar="S", help="run one seed")
+    parser.add_argument("--fanout", action="store_true",
+                        help="maps and parallel nodes too (issue 37)")
+    parser.add_argument("--pure", action="store_true",
+                        help="pure runs, written whole with their endings (ADR 0009)")
+    args = parser.parse_args(argv)
+    seeds = [args.seed] if args.seed is not None else list(range(args.seeds))
+    fanout, pure = args.fanout, args.pure
     t0 = time.perf_counter()
     failed = 0
     launches = crashes = host_items = 0
     points: Counter[str] = Counter()
-    fanout = "--fanout" in argv  # maps and parallel nodes too (issue 37)
-    pure = "--pure" in argv  # pure runs, written whole with their endings (ADR 0009)
     for seed in seeds:
         report = run_seed(seed, fanout=fanout, pure=pure)
         launches += report.launches

@@ -155,3 +155,34 @@ def _tables(store: Any, backend: Backend) -> set[str]:
             return {str(r[0]) for r in rows.fetchall()}
         rows = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
         return {str(r["tablename"]) for r in rows.fetchall()}
+
+
+def test_a_holder_renews_its_item_leases_through_the_holder_index(tmp_path: Path) -> None:
+    """A host renews the leases of the fan-out items it runs every few seconds: it finds
+    them by its token (`fanout_items_holder`), not by reading every running item of
+    every map on the store."""
+    store = SqliteStore(tmp_path / "store.sqlite3")
+    try:
+        store.launches.enqueue(launch("parent"))
+        with store._db.write() as conn:
+            conn.executemany(
+                "INSERT INTO fanout_items (run_id, node_id, visit, item_index, state,"
+                " claim_token, starts, created_at, updated_at)"
+                " VALUES ('parent', 'm', 1, ?, 'running', ?, 1, 0, 0)",
+                [(i, "h1" if i < 3 else "other") for i in range(400)])
+        seen: list[str] = []
+        conn = store._db.connection()
+        conn.set_trace_callback(seen.append)
+        held = store.fanout.renew_held("h1")
+        conn.set_trace_callback(None)
+        assert sorted(index for _key, index in held) == [0, 1, 2]
+        reads = [s for s in seen if "FROM fanout_items WHERE" in s
+                 or s.startswith("UPDATE fanout_items")]
+        assert len(reads) == 2, seen
+        for sql in reads:
+            plan = [str(r[3]) for r in conn.execute("EXPLAIN QUERY PLAN " + sql).fetchall()]
+            # a search of the index by token, not a scan of every running item
+            assert any("USING INDEX fanout_items_holder (claim_token=?)" in step
+                       for step in plan), plan
+    finally:
+        store.close()

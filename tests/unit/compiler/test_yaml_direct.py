@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from runner.compiler import _yamlio
+from runner.compiler import _yamlfast, _yamlio
 from runner.compiler._yamlio import YamlProblem, load
 
 REPO = Path(__file__).resolve().parents[3]
@@ -100,7 +100,7 @@ def test_the_one_pass_builds_the_usual_documents(monkeypatch: pytest.MonkeyPatch
     def stock(*_args: Any) -> Any:
         raise AssertionError("the stock constructor ran")
 
-    monkeypatch.setattr(_yamlio._Constructor, "construct_document", stock)
+    monkeypatch.setattr(_yamlfast._Constructor, "construct_document", stock)
     assert load(TEXTS[0], "w.yaml") == {"a": 1, "b": ["x", 2, 3.5, True, None, None, ""],
                                         "c": {"d": {"e": "f"}}}
     assert load(TEXTS[1], "w.yaml") == {1: "one", False: "no", 2.5: "x", None: "n"}
