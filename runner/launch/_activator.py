@@ -224,9 +224,12 @@ class Activator:
             if definition.digest != record.definition_digest:
                 raise _SourceChanged()
             value = restore_input(record.input(), self._held.values.get(record.run_id, {}))
+            secrets = None
             if record.parent_run_id is None:
                 # A missing secret or writeOnly value is a clear failure before the bundle.
-                resolve_secrets(definition, self._held.source(record.run_id), value)
+                # The engine's source is this one (engines.py), and `check_input` only
+                # validates (its JSON round trip keeps JSON values): the run takes these.
+                secrets = resolve_secrets(definition, self._held.source(record.run_id), value)
                 value = check_input(definition, value)
         except _SourceChanged:
             self._endings.fail_launch(record, token, "source_changed", "the workflow source "
@@ -253,7 +256,8 @@ class Activator:
                                       act.control)
             else:
                 _, driver = engine.create(definition, value, workflow_ref=record.workflow_ref,
-                                          run_id=record.run_id, control=act.control)
+                                          run_id=record.run_id, control=act.control,
+                                          secrets=secrets)
         except (ClaimLost, StoreError):
             raise  # the claim or the store, not the run: `_guarded` lets go or holds
         except WfrunError as exc:
