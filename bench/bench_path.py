@@ -11,8 +11,9 @@ One run of the trivial 3-node chain (fixtures/workflows/chain3.yaml) on a SQLite
 workspace with folder bundles, the way `wfrun start` queues it and a host runs it:
 `prepare` (the enqueue), `claim_next`, `execute`, on the coordinator `wfrun host`
 builds (`detached_coordinator`). A first run warms every cache (the compiled
-definition, the templates, lazy imports); the second is traced with `sys.setprofile`
-on every thread (`threading.setprofile` too: the lease keeper's).
+definition, the templates, lazy imports) in a settled project (as a host's is: no
+folder changed in the last second, benchkit.settled_project); the second is traced
+with `sys.setprofile` on every thread (`threading.setprofile` too: the lease keeper's).
 
 Counted, for functions defined under `runner/` only (the stdlib and sqlite3 are the
 same for every design):
@@ -42,7 +43,7 @@ from types import CodeType, FrameType
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchkit import CHAIN3, REPO, machine, use_root
+from benchkit import CHAIN3, REPO, machine, settled_project, use_root
 
 Layering = list[list[str]]  # top layer first, each a list of module prefixes
 
@@ -128,8 +129,9 @@ def one_run(folder: Path) -> Callable[[], Any]:
     from runner.store import SqliteStore
 
     root = folder / "proj"
-    (root / ".wfrun" / "workflows").mkdir(parents=True)
-    (root / ".wfrun" / "workflows" / "chain3.yaml").write_text(CHAIN3)
+    # As a host's project is: settled (a folder changed within a second of a scan
+    # makes every compile re-scan the folders: benchkit.settled_project).
+    settled_project(root, {"chain3.yaml": CHAIN3})
     ws = Workspace(build_catalog("workflows", root, None), root, root / ".wfrun")
     store = SqliteStore(root / ".wfrun" / "state" / "store.sqlite3")
     coordinator = detached_coordinator(ws, store)

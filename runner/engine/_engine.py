@@ -139,11 +139,16 @@ class Engine:
                workflow_ref: str | None = None, run_id: str | None = None,
                control: RunControl | None = None, parent_run_id: str | None = None,
                carried: dict[str, Any] | None = None,
-               extra: dict[str, Any] | None = None) -> tuple[RunBundle, RunDriver]:
+               extra: dict[str, Any] | None = None,
+               secrets: RunSecrets | None = None) -> tuple[RunBundle, RunDriver]:
+        """`secrets`: this run's, resolved from this engine's `secret_source` and
+        `value` by a caller that checked them already (the launch layer, before it
+        failed the launch on a missing one); else resolved here."""
         now = self.clock.now()
         run_id = run_id or new_run_id(definition.name, now)
         # Before the bundle: a missing secret leaves nothing behind.
-        secrets = resolve_secrets(definition, self.secret_source, value)
+        if secrets is None:
+            secrets = resolve_secrets(definition, self.secret_source, value)
         # Joined to a claimed launch, the run's first node start takes it to `running`.
         bundle = self.space.create(run_id, self.fence, self.durability, self.claim,
                                    None if self.launch is None else self.launch.running)

@@ -34,6 +34,7 @@ from runner.store import (
     LaunchBook,
     LaunchRecord,
     LostRace,
+    NextClaim,
     Store,
     StoreError,
     StoreUnreachable,
@@ -84,6 +85,16 @@ class Activator:
         self._held = held
         self._scrub = scrub
         self._crash = crash
+
+    def execute(self, record: LaunchRecord, *, control: RunControl | None = None,
+                on_start: Callable[[Activation], None] | None = None, force: bool = False,
+                then_claim: NextClaim | None = None) -> RunOutcome | None:
+        """`begin`, then `drive` (the coordinator's one `execute`)."""
+        act = self.begin(record, control=control, on_start=on_start, force=force)
+        if act is None:
+            return None
+        act.then_claim = then_claim
+        return self.drive(act)
 
     def begin(self, record: LaunchRecord, *, control: RunControl | None = None,
               on_start: Callable[[Activation], None] | None = None,
@@ -163,7 +174,10 @@ class Activator:
             # nothing ran, and the input is still in the row (it is cleared at running).
             # A bundle committed with the store's own transitions exists only under a
             # claim the store kept, so on the first claim there is none to look for or
-            # discard (a read and a write less per run).
+            # discard (a read and a write less per run). Not so for a folder: a claim
+            # commits without waiting for the disk, and a power cut that loses it keeps
+            # the folder's fsync'd `run_started` under a row back at epoch 0
+            # (test_power_cut.py).
             if not first:
                 engine.discard_unstarted(record.run_id, record.parent_run_id)
             if record.status != "starting":
@@ -211,9 +225,12 @@ class Activator:
             if definition.digest != record.definition_digest:
                 raise _SourceChanged()
             value = restore_input(record.input(), self._held.values.get(record.run_id, {}))
+            secrets = None
             if record.parent_run_id is None:
                 # A missing secret or writeOnly value is a clear failure before the bundle.
-                resolve_secrets(definition, self._held.source(record.run_id), value)
+                # The engine's source is this one (engines.py), and `check_input` only
+                # validates (its JSON round trip keeps JSON values): the run takes these.
+                secrets = resolve_secrets(definition, self._held.source(record.run_id), value)
                 value = check_input(definition, value)
         except _SourceChanged:
             self._endings.fail_launch(record, token, "source_changed", "the workflow source "
@@ -240,7 +257,8 @@ class Activator:
                                       act.control, item_rows(self._store.fanout))
             else:
                 _, driver = engine.create(definition, value, workflow_ref=record.workflow_ref,
-                                          run_id=record.run_id, control=act.control)
+                                          run_id=record.run_id, control=act.control,
+                                          secrets=secrets)
         except (ClaimLost, StoreError):
             raise  # the claim or the store, not the run: `_guarded` lets go or holds
         except WfrunError as exc:

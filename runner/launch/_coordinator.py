@@ -46,7 +46,7 @@ from runner.store import (
     StoreUnavailable,
 )
 
-from ._activation import Activation, CrashPoints
+from ._activation import Activation, CrashPoints, _no_crash
 from ._activator import Activator
 from ._claims import Claims, FaultGate
 from ._endings import Endings
@@ -146,7 +146,7 @@ class LaunchCoordinator:
     @property
     def crash(self) -> Callable[[str], None]:
         """The crash seam's hook (tests set it before a run)."""
-        return self._crashes.hook
+        return self._crashes.hook or _no_crash
 
     @crash.setter
     def crash(self, hook: Callable[[str], None]) -> None:
@@ -229,11 +229,8 @@ class LaunchCoordinator:
         how the run ended, or None when it failed to start or another runner won.
         `then_claim` (from `next_claim`): the transition that records the run's ending
         also claims the next launch (`then_claim.record`), one commit for both."""
-        act = self.begin(record, control=control, on_start=on_start, force=force)
-        if act is None:
-            return None
-        act.then_claim = then_claim
-        return self.drive(act)
+        return self._activator.execute(record, control=control, on_start=on_start,
+                                       force=force, then_claim=then_claim)
 
     def begin(self, record: LaunchRecord, *, control: RunControl | None = None,
               on_start: Callable[[Activation], None] | None = None,

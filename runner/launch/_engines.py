@@ -66,21 +66,27 @@ class Engines:
         # Runs `workflow:` bodies of fan-out nodes as linked child runs (set by the
         # coordinator, which is what runs them: items.LaunchChildren).
         self.children: ChildRuns | None = None
+        # Neither holds anything of a run: one each for every run (the sink again when
+        # a caller swaps `options.notifications`).
+        self._step_cache = StoreStepCache(store)
+        self._sink = ChannelSink(store, options.notifications)
 
     def fenced(self, record: LaunchRecord, fence: LeaseFence, *,
                link: LaunchLink | None = None) -> Engine:
         """An engine for the claimed launch `record`, its writes behind `fence`;
         `link` joins its database bundle's writes to the launch's transitions."""
         opts = self.options
+        if self._sink.inner is not opts.notifications:
+            self._sink = ChannelSink(self._store, opts.notifications)
         return Engine(runs_dir=self.runs_dir, clock=self._clock,
                       executor=opts.executor(record),
-                      notifications=ChannelSink(self._store, opts.notifications),
+                      notifications=self._sink,
                       observer=opts.observer, durability=opts.durability,
                       project_root=opts.project_root, work_dir=opts.project_root,
                       fence=fence, processes=opts.processes, crash_point=opts.crash_point,
                       secret_source=self._held.source(record.run_id),
                       rows=self.rows, claim=fence.token, patience=self._patience,
-                      step_cache=StoreStepCache(self._store), use_cache=opts.use_cache,
+                      step_cache=self._step_cache, use_cache=opts.use_cache,
                       launch=link,
                       items=StoreItems(self._store.fanout, record.run_id, fence.token,
                                        lease_seconds=self._lease_seconds,

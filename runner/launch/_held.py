@@ -38,7 +38,10 @@ class HeldInput:
     def source(self, run_id: str) -> SecretSource:
         """The secret source of `run_id`'s run: the runner's, with its held values."""
         base = self._base()
-        held = {k: v for k, v in self.values.get(run_id, {}).items() if isinstance(v, str)}
+        kept = self.values.get(run_id)
+        if not kept:  # most runs: no writeOnly input
+            return base
+        held = {k: v for k, v in kept.items() if isinstance(v, str)}
         return SecretSource(given={**base.given, **held}, environ=base.environ) if held \
             else base
 
