@@ -24,7 +24,7 @@ OWN_DATA = {
     "compiler/_jsonschemas.py", "store/_records.py", "store/domain/_pages.py",
     "store/domain/_intents.py", "store/domain/_controller_events.py",
     "store/domain/_controller_resources.py", "store/domain/_events.py", "_jsonin.py",
-    "host/_daemon.py",  # the queued launches' workflow_source_json, a store column
+    "host/_queuewatch.py",  # the queued launches' workflow_source_json, a store column
     # Store columns and bundles wfrun wrote itself: audit detail, rerun links, the step
     # cache, a trigger's kept event, the definition snapshot, a launch row's input.
     "store/domain/_audit.py", "store/domain/_operations.py", "launch/_triggers.py",
