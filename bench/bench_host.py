@@ -42,7 +42,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from runner.compiler import build_catalog  # noqa: E402
-from runner.engine._bundle import MANIFEST, read_json  # noqa: E402
+from runner.engine._bundlefmt import MANIFEST  # noqa: E402
+from runner.engine._bundleread import read_json  # noqa: E402
 from runner.host._daemon import StandaloneHost  # noqa: E402
 from runner.host.runtime._launches import detached_coordinator  # noqa: E402
 from runner.host.runtime._local import Workspace  # noqa: E402

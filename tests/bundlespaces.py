@@ -24,7 +24,7 @@ from runner._canonical import canonical_json
 from runner.clock import SystemClock
 from runner.compiler import Compiler, WorkflowDefinition
 from runner.engine import Engine, RunReader
-from runner.engine._bundle import always
+from runner.engine._bundlefmt import always
 from runner.engine._rows import BundleRows
 from runner.engine._space import space_for
 from runner.errors import ClaimLost, InputError, OperationFailed

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ._bundle import ARTIFACT_THRESHOLD
+from ._bundlefmt import ARTIFACT_THRESHOLD
 
 _MARKERS = ("$artifact", "$escaped")
 Writer = Callable[[bytes, str], dict[str, Any]]

@@ -44,248 +44,37 @@ import fcntl
 import hashlib
 import json
 import os
-import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from runner._canonical import canonical_json
-from runner._private import private_dirs
-from runner.errors import ClaimLost, InputError, NotFoundError, OperationFailed, read_fault
+from runner.errors import ClaimLost, InputError, NotFoundError, OperationFailed
 
+from ._bundlefiles import (
+    create_private,
+    link_snapshot,
+    make_bundle_dir,
+    private_dir,
+    update_private,
+    write_all,
+    write_private,
+)
+from ._bundlefmt import (
+    ARTIFACTS,
+    ENDED,
+    LOGS,
+    MANIFEST,
+    STATE,
+    TRACE,
+    WORKFLOW,
+    Fence,
+    always,
+    joined,
+    parse_trace,
+)
+from ._bundleread import first_event, read_artifact, read_manifest, read_trace, started
 from ._rows import LaunchStep
-from ._state import fold
-
-MANIFEST = "manifest.json"
-WORKFLOW = "workflow.json"
-STATE = "state.json"
-TRACE = "trace.jsonl"
-ARTIFACTS = "artifacts"
-LOGS = "logs"  # live logs of running attempts (engine/_livelog.py), not a record
-SNAPSHOTS = ".snapshots"  # runs/.snapshots/: one copy of each workflow snapshot (link_snapshot)
-LOCK = ".lock"  # the lock file of bundles written before the folder itself was locked
-ARTIFACT_THRESHOLD = 4096  # UTF-8 bytes; longer strings move to artifacts/
-# Statuses whose bundle is sealed: the terminal ones, and `waiting` (an answer continues
-# a waiting run in a new bundle).
-ENDED = frozenset({"completed", "failed", "timed_out", "cancelled", "waiting"})
-
-# The folder of continuation markers (`<runs_dir>/.continued/<parent run id>` holds the
-# id of the run that continued it); written by `Engine.prepare_answer`.
-CONTINUED = ".continued"
-# A folder name holds at most 255 bytes on every file system wfrun runs on; a longer
-# id names no run (and would make the OS raise ENAMETOOLONG instead of "not found").
-MAX_RUN_ID_BYTES = 255
-BUNDLE_SCHEMA = "wfrun.run-bundle.v1"
-#: Where a folder bundle's files are, as every manifest names them.
-PATHS = {"workflow": WORKFLOW, "state": STATE, "trace": TRACE, "artifacts": f"{ARTIFACTS}/"}
-#: The first manifest's fields that the trace does not hold: `run_started` carries
-#: them under "manifest" where the first manifest is not fsync'd (a folder's).
-MANIFEST_FIELDS = ("workflow_ref", "title", "source", "sources", "started_at")
-LEFTOVER = ".removing-"  # the dot-name prefix of a folder bundle being removed
-
-Fence = Callable[[], bool]
-
-
-def always(_: None = None) -> bool:
-    return True
-
-
-def dumps(value: Any) -> str:
-    """One trace line or state file: canonical JSON (`runner._canonical`)."""
-    return canonical_json(value)
-
-
-def valid_run_id(run_id: str) -> bool:
-    """A run id names one folder directly under `runs_dir`, never a dot-entry."""
-    if not run_id or "/" in run_id or "\0" in run_id or run_id.startswith("."):
-        return False
-    try:
-        return len(run_id.encode()) <= MAX_RUN_ID_BYTES
-    except UnicodeEncodeError:  # a lone surrogate from a hostile URL
-        return False
-
-
-def joined(run_id: str, step: LaunchStep) -> None:
-    """Make a launch transition whose bundle write is done already (a folder's: no
-    write rides it, so the store commits it as it would without a bundle); refused,
-    the run is let go as a fenced database write is (`ClaimLost`)."""
-    word = step.run(None)
-    if word == "unavailable":
-        raise ClaimLost(f"cannot reach the store holding run '{run_id}'; letting go of it "
-                        "(a host that reaches it resumes the run)")
-    if word != "ok":
-        raise ClaimLost(f"lost the claim on run '{run_id}'; another runner owns it")
-
-
-@dataclass(frozen=True)
-class TraceRead:
-    events: list[dict[str, Any]]
-    valid_bytes: int  # length of the longest contiguous valid prefix
-    torn: bool
-
-
-def parse_trace(data: bytes, first_seq: int = 1) -> TraceRead:
-    """Events of the longest valid prefix: whole lines, parseable, seq 1, 2, 3...
-    (`first_seq` for a tail read from the middle of the file)."""
-    events: list[dict[str, Any]] = []
-    pos = 0
-    while pos < len(data):
-        end = data.find(b"\n", pos)
-        if end < 0:
-            break  # a line without its newline is a torn write
-        try:
-            event = json.loads(data[pos:end])
-        except ValueError:
-            break
-        if not isinstance(event, dict) or event.get("seq") != len(events) + first_seq:
-            break
-        events.append(event)
-        pos = end + 1
-    return TraceRead(events, pos, pos != len(data))
-
-
-def _private_dir(path: Path) -> None:
-    private_dirs(path)  # parents too: a WFRUN_HOME made here is 0700 under any umask
-    os.chmod(path, 0o700)
-
-
-# Runs folders this process has made private: a run's bundle pays no stat and chmod of
-# its parent (a removed folder is made again: its bundle's mkdir says so).
-_PRIVATE_RUNS: set[Path] = set()
-_PRIVATE_LOCK = threading.Lock()
-
-
-def _make_bundle_dir(runs_dir: Path, root: Path) -> None:
-    with _PRIVATE_LOCK:
-        known = runs_dir in _PRIVATE_RUNS
-    if not known:
-        _private_dir(runs_dir)
-    try:
-        os.mkdir(root, 0o700)
-    except FileNotFoundError:
-        if not known:
-            raise
-        _private_dir(runs_dir)  # removed since (a test, a hand): once more, made private
-        os.mkdir(root, 0o700)
-    with _PRIVATE_LOCK:
-        _PRIVATE_RUNS.add(runs_dir)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    """Every byte or an OSError: a nearly full disk first writes short, then refuses
-    (ENOSPC); a short write taken for a whole one would leave a truncated file."""
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        if written <= 0:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        view = view[written:]
-
-
-def _create_private(path: str | Path, data: bytes, *, sync: bool = False) -> None:
-    """Write a new 0600 file in place: for a file no reader looks at yet (a refused
-    write removes what it began)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        try:
-            _write_all(fd, data)
-            if sync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-    except BaseException:
-        Path(path).unlink(missing_ok=True)
-        raise
-
-
-def _write_private(path: str | Path, data: bytes, *, sync: bool = False) -> None:
-    """Atomically replace `path` with a 0600 file (a refused write leaves no temp file)."""
-    folder, name = os.path.split(path)
-    tmp = os.path.join(folder, f".{name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        try:
-            _write_all(fd, data)
-            if sync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _update_private(path: str, data: bytes, *, sync: bool = False) -> None:
-    """Overwrite an existing file in place (no temp file to create and rename): for a
-    projection whose reader rebuilds it from the trace when it finds it torn."""
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        view = memoryview(data)
-        at = 0
-        while at < len(data):
-            written = os.pwrite(fd, view[at:], at)
-            if written <= 0:
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-            at += written
-        os.ftruncate(fd, len(data))
-        if sync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def link_snapshot(runs_dir: Path, path: str | Path, data: bytes) -> bool:
-    """Make `path` a hard link to the one copy of `data` in `runs/.snapshots/`, named
-    by its SHA-256: the runs of one definition share the snapshot's inode. A file
-    creation costs 20 µs to 1 ms of kernel CPU on this VM, depending on the folder (a
-    link ~0.02 ms; bench/RESULTS.md, "The file system"), and the snapshot is the one
-    bundle file that never differs between runs. The copy is written whole,
-    fsync'd and made read-only (0400) before it gets its name, so every link to it is
-    whole, and nothing writes it again (a rewrite of a snapshot replaces the link).
-    False where links do not work here (another file system's rules, the link limit):
-    the caller writes the file itself, as before."""
-    shared = runs_dir / SNAPSHOTS / f"sha256-{hashlib.sha256(data).hexdigest()}.json"
-    for attempt in range(3):
-        try:
-            os.link(shared, path)
-            return True
-        except FileNotFoundError:  # the first run of this definition, or pruned just now
-            if not _store_snapshot(shared, data):
-                return False
-        except OSError as exc:
-            if exc.errno == errno.EEXIST:
-                raise
-            if exc.errno != errno.EMLINK or attempt:
-                return False
-            with contextlib.suppress(OSError):  # ext4 allows 65,000 links: a fresh copy
-                os.unlink(shared)
-    return False
-
-
-def _store_snapshot(shared: Path, data: bytes) -> bool:
-    folder = shared.parent
-    tmp = folder / f".{shared.name}.{os.getpid()}.{threading.get_ident()}.tmp"
-    try:
-        if not folder.is_dir():
-            _private_dir(folder)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            _write_all(fd, data)
-            os.fsync(fd)
-            os.fchmod(fd, 0o400)
-        finally:
-            os.close(fd)
-        with contextlib.suppress(FileExistsError):  # another writer stored it first
-            os.link(tmp, shared)
-        return True
-    except OSError:
-        return False
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-
 
 #: A pure run holds at most this many trace events for its ending; past it, its
 #: launch goes `running` and the trace is written as it grows (live views follow it).
@@ -337,7 +126,7 @@ class FolderBundle:
             raise ClaimLost(f"no claim on run '{run_id}'; not creating it")
         root = runs_dir / run_id
         try:
-            _make_bundle_dir(runs_dir, root)
+            make_bundle_dir(runs_dir, root)
         except FileExistsError:
             raise OperationFailed(f"run '{run_id}' already exists") from None
         bundle = cls(root, run_id, fence, durability)
@@ -406,9 +195,9 @@ class FolderBundle:
         try:
             # In place, no temp file and rename: it is written before the manifest, and
             # readers find a bundle by its manifest (a bundle without one is half-made).
-            _create_private(path, data)
+            create_private(path, data)
         except FileExistsError:
-            _write_private(path, data)
+            write_private(path, data)
 
     def append(self, events: Iterable[dict[str, Any]], *, sync: bool) -> None:
         batch = events if isinstance(events, list) else list(events)
@@ -478,7 +267,7 @@ class FolderBundle:
         if self._trace_fd is None:
             self._trace_fd = os.open(self._trace_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT,
                                      0o600)
-        _write_all(self._trace_fd, data)  # refused midway: a torn tail, repaired on resume
+        write_all(self._trace_fd, data)  # refused midway: a torn tail, repaired on resume
         if sync and self.sync:
             os.fsync(self._trace_fd)
 
@@ -505,9 +294,9 @@ class FolderBundle:
             # and a projection nobody decides on needs no temp file and rename.
             self._state_new = False
             with contextlib.suppress(FileExistsError):
-                _create_private(self._state_path, data)
+                create_private(self._state_path, data)
                 return
-        _write_private(self._state_path, data)
+        write_private(self._state_path, data)
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         # Compact canonical JSON: the C encoder (indenting takes Python's slow one, twice
@@ -528,16 +317,16 @@ class FolderBundle:
             # takes a torn manifest for no run yet; after that `run_started` holds it
             # (a power loss may still empty the file: `manifest_from_trace`).
             try:
-                _create_private(self._manifest_path, text.encode())
+                create_private(self._manifest_path, text.encode())
             except FileExistsError:  # a creator writing its first manifest again
-                _write_private(self._manifest_path, text.encode())
+                write_private(self._manifest_path, text.encode())
         else:
             # In place and fsync'd: the trace holds the ending already (fsync'd first),
             # so a reader that finds this torn rebuilds the same from the trace.
             try:
-                _update_private(self._manifest_path, text.encode(), sync=self.sync)
+                update_private(self._manifest_path, text.encode(), sync=self.sync)
             except FileNotFoundError:
-                _write_private(self._manifest_path, text.encode(), sync=self.sync)
+                write_private(self._manifest_path, text.encode(), sync=self.sync)
         self._manifest = text
         self._fresh = False
 
@@ -552,7 +341,7 @@ class FolderBundle:
             self._snapshot = data
             return
         self._check()
-        _write_private(self._workflow_path, data)
+        write_private(self._workflow_path, data)
         self._linked = False
 
     def write_artifact(self, data: bytes, media_type: str) -> dict[str, Any]:
@@ -561,8 +350,8 @@ class FolderBundle:
         rel = f"{ARTIFACTS}/sha256-{digest}.txt"
         path = self.root / rel
         if not path.exists():
-            _private_dir(path.parent)  # created on first use: most runs have no artifacts
-            _write_private(path, data, sync=self.sync)
+            private_dir(path.parent)  # created on first use: most runs have no artifacts
+            write_private(path, data, sync=self.sync)
         return {"path": rel, "media_type": media_type, "bytes": len(data), "sha256": digest}
 
     def read_artifact(self, ref: dict[str, Any]) -> bytes:
@@ -573,7 +362,7 @@ class FolderBundle:
         self._check()
         path = self.root / LOGS
         if not self._logs_ready:  # once per open bundle: a shell step pays no mkdir/chmod
-            _private_dir(path)
+            private_dir(path)
             self._logs_ready = True
         return path
 
@@ -692,119 +481,3 @@ class FolderBundle:
             value: dict[str, Any] = json.loads(self._manifest)
             return value
         return read_manifest(self.root, self.run_id)
-
-
-def read_manifest(root: Path, run_id: str) -> dict[str, Any]:
-    """A bundle's manifest. Missing, or torn as only its writer or a power loss leaves
-    it, in a started bundle: rebuilt from the trace (`rebuild_manifest`). Else
-    NotFoundError / OperationFailed as `read_json`: one damaged by hand stays damaged."""
-    path = root / MANIFEST
-    try:
-        return read_json(path)
-    except (NotFoundError, OperationFailed):
-        rebuilt = rebuild_manifest(root, run_id)
-        if rebuilt is None:
-            raise
-        try:
-            data: bytes | None = path.read_bytes()
-        except FileNotFoundError:
-            data = None
-        if data is not None and not _torn(data, rebuilt):
-            raise
-        return rebuilt
-
-
-def _torn(data: bytes, manifest: dict[str, Any]) -> bool:
-    """`data` is what a writer of `manifest` leaves when cut short: empty or zeroed (a
-    power loss), or one that begins as every manifest of this run does (canonical
-    JSON: `{"definition_digest":"<its digest>"`), read while rewritten in place."""
-    data = data.rstrip(b"\0")
-    head = dumps({"definition_digest": manifest["definition_digest"]})[:-1].encode()
-    return head.startswith(data) or data.startswith(head)
-
-
-def rebuild_manifest(root: Path, run_id: str) -> dict[str, Any] | None:
-    """The manifest of a started bundle as its trace says it: the first one from
-    `run_started`, with the ending the final one records. Read where the file is
-    missing or torn: a power loss emptied the unsynced first one, or a reader met the
-    final one while it was rewritten in place (after the ending is in the trace).
-    None: not started, or a trace written without it (rows)."""
-    first = first_event(root, run_id)
-    manifest = None if first is None else manifest_from_trace(run_id, first)
-    if manifest is not None:
-        state = fold(run_id, read_trace(root).events)
-        if state.status in ENDED:
-            manifest.update(status=state.status, finished_at=state.finished_at)
-    return manifest
-
-
-def manifest_from_trace(run_id: str, started: dict[str, Any]) -> dict[str, Any] | None:
-    """The first manifest as the run's `run_started` event records it (None: an event
-    written without it, by a space whose first manifest is durable)."""
-    payload = started.get("payload") or {}
-    kept = payload.get("manifest")
-    if not isinstance(kept, dict) or any(k not in kept for k in MANIFEST_FIELDS):
-        return None
-    return {"schema": BUNDLE_SCHEMA, "run_id": run_id, "workflow": payload.get("workflow"),
-            "workflow_ref": kept["workflow_ref"], "title": kept["title"],
-            "source": kept["source"], "sources": kept["sources"],
-            "definition_digest": payload.get("digest"),
-            "parent_run_id": payload.get("parent_run_id"),
-            "started_at": kept["started_at"], "finished_at": None, "status": "running",
-            "trace_schema": started.get("schema"), "paths": dict(PATHS)}
-
-
-def read_json(path: Path) -> dict[str, Any]:
-    try:
-        value = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise NotFoundError(f"{path} does not exist") from None
-    except ValueError:
-        raise OperationFailed(f"{path} is not valid JSON") from None
-    if not isinstance(value, dict):
-        raise OperationFailed(f"{path} does not hold a JSON object")
-    return value
-
-
-def started(root: Path, run_id: str) -> bool:
-    """The trace's first line is `run_started` (seq 1, always fsync'd): the run's input
-    is durable. Reads one line, not the trace."""
-    return first_event(root, run_id) is not None
-
-
-def first_event(root: Path, run_id: str) -> dict[str, Any] | None:
-    """The trace's first line when it is a whole `run_started` (seq 1), else None."""
-    try:
-        with open(os.path.join(root, TRACE), "rb") as fh:
-            line = fh.readline()
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except OSError as exc:
-        # An unreadable runs folder is the machine's (a launch waits it out), not
-        # the run's: a MachineFault, as a refused write is.
-        raise read_fault(exc, f"the trace of run '{run_id}'") or OperationFailed(
-            f"cannot read the trace of run '{run_id}': {exc.strerror}") from None
-    if not line.endswith(b"\n"):
-        return None  # empty, or the first write was torn
-    try:
-        event = json.loads(line)
-    except ValueError:
-        return None
-    if isinstance(event, dict) and event.get("seq") == 1 and event.get("type") == "run_started":
-        return event
-    return None
-
-
-def read_trace(root: Path) -> TraceRead:
-    try:
-        data = (root / TRACE).read_bytes()
-    except FileNotFoundError:
-        return TraceRead([], 0, False)
-    return parse_trace(data)
-
-
-def read_artifact(root: Path, ref: dict[str, Any]) -> bytes:
-    rel = str(ref.get("path", ""))
-    if not rel.startswith(f"{ARTIFACTS}/sha256-") or "/" in rel[len(ARTIFACTS) + 1:]:
-        raise OperationFailed(f"invalid artifact reference {rel!r}")
-    return (root / rel).read_bytes()

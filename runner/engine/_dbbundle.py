@@ -59,7 +59,7 @@ from runner._private import private_dirs
 from runner.clock import Clock, SystemClock
 from runner.errors import ClaimLost, NotFoundError, OperationFailed
 
-from ._bundle import ARTIFACTS, ENDED, LOGS, Fence, TraceRead, always, dumps
+from ._bundlefmt import ARTIFACTS, ENDED, LOGS, Fence, TraceRead, always, dumps
 from ._rows import BundleRows, LaunchStep
 
 #: Trace events that end a run (or its attempt): from one, the writer holds every

@@ -20,8 +20,8 @@ from runner.errors import InputError, OperationFailed
 
 from ._agent import AgentStepExecutor
 from ._artifacts import has_artifacts, internalize
-from ._bundle import BUNDLE_SCHEMA, MANIFEST_FIELDS, PATHS, Fence, always
-from ._bundle import CONTINUED as CONTINUED  # re-exported: the marker folder
+from ._bundlefmt import BUNDLE_SCHEMA, MANIFEST_FIELDS, PATHS, Fence, always
+from ._bundlefmt import CONTINUED as CONTINUED  # re-exported: the marker folder
 from ._cache import StepCache
 from ._control import RunControl
 from ._dbbundle import PATIENCE

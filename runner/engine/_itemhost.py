@@ -32,7 +32,7 @@ from runner.compiler._budget import Scope
 from runner.compiler._budget import scoped as scoped_budget
 from runner.compiler._templates import TemplateError, TemplateStopped
 
-from ._bundle import LOGS
+from ._bundlefmt import LOGS
 from ._control import RunControl
 from ._engine import Engine
 from ._fanout import _Plan, _plan, run_body

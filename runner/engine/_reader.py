@@ -25,9 +25,9 @@ from typing import Any
 from runner.errors import InputError, NotFoundError, OperationFailed
 
 from ._artifacts import has_artifacts, internalize
-from ._bundle import CONTINUED as CONTINUED  # re-exported: the marker folder
-from ._bundle import LOGS, TraceRead, valid_run_id
-from ._bundle import MAX_RUN_ID_BYTES as MAX_RUN_ID_BYTES
+from ._bundlefmt import CONTINUED as CONTINUED  # re-exported: the marker folder
+from ._bundlefmt import LOGS, TraceRead, valid_run_id
+from ._bundlefmt import MAX_RUN_ID_BYTES as MAX_RUN_ID_BYTES
 from ._livelog import live_log_name
 from ._rows import BundleRows
 from ._space import BundleSpace, space_for

@@ -13,7 +13,7 @@ import os
 import shutil
 from pathlib import Path
 
-from ._bundle import LEFTOVER, SNAPSHOTS
+from ._bundlefmt import LEFTOVER, SNAPSHOTS
 from ._rows import BundleRows
 from ._space import space_for
 

@@ -32,7 +32,8 @@ from runner.clock import Clock
 from runner.errors import InputError, NotFoundError, OperationFailed, os_fault
 
 from . import _dbbundle as dbbundle
-from ._bundle import (
+from ._bundle import FolderBundle
+from ._bundlefmt import (
     CONTINUED,
     ENDED,
     LEFTOVER,
@@ -40,15 +41,12 @@ from ._bundle import (
     TRACE,
     WORKFLOW,
     Fence,
-    FolderBundle,
     TraceRead,
     always,
     parse_trace,
-    read_json,
-    read_manifest,
-    started,
     valid_run_id,
 )
+from ._bundleread import read_json, read_manifest, started
 from ._dbbundle import PATIENCE, DatabaseBundle
 from ._rows import BundleRead, BundleRows, LaunchStep
 from ._state import RunState, fold

@@ -15,7 +15,7 @@ from runner._canonical import canonical_bytes, canonical_json, fingerprint
 from runner.compiler import _jsonschemas as jsonschemas
 from runner.compiler._compile import digest_of
 from runner.controllers import _effects as effects
-from runner.engine._bundle import dumps
+from runner.engine._bundlefmt import dumps
 from runner.store import _records as records
 
 pytestmark = pytest.mark.timeout(30)

@@ -19,7 +19,8 @@ RUNNER = Path(__file__).resolve().parents[2] / "runner"
 # Files whose `json.loads` reads only what wfrun itself wrote (bundles, store rows, its
 # own registry) or round-trips a value it holds: no outside text reaches them.
 OWN_DATA = {
-    "engine/_bundle.py", "engine/_dbbundle.py", "engine/_reader.py", "engine/_processes.py",
+    "engine/_bundle.py", "engine/_bundlefmt.py", "engine/_bundleread.py", "engine/_dbbundle.py",
+    "engine/_reader.py", "engine/_processes.py",
     "engine/_engine.py", "engine/_nodecontext.py", "engine/_agent.py", "launch/_preflight.py",
     "compiler/_jsonschemas.py", "store/_records.py", "store/domain/_pages.py",
     "store/domain/_intents.py", "store/domain/_controller_events.py",

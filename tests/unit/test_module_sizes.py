@@ -10,7 +10,6 @@ ROOT = Path(__file__).resolve().parents[2]
 LIMIT = 600
 #: Modules still over the limit, each with the most lines it may have.
 OVER: dict[str, int] = {
-    "runner/engine/_bundle.py": 810,
     "runner/engine/_runner.py": 734,
 }
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from waiting import DEADLINE, wait_until
 
-from runner.engine._bundle import parse_trace
+from runner.engine._bundlefmt import parse_trace
 from runner.engine._processes import read_groups
 from runner.engine._state import fold
 

@@ -11,7 +11,8 @@ from bundlespaces import CHAIN3
 
 from runner.compiler import Compiler, WorkflowDefinition
 from runner.engine import Engine, RunState
-from runner.engine._bundle import FolderBundle, parse_trace
+from runner.engine._bundle import FolderBundle
+from runner.engine._bundlefmt import parse_trace
 from runner.engine._state import fold
 from runner.errors import ClaimLost, InputError
 

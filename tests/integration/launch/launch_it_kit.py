@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.engine._bundle import MANIFEST, parse_trace
+from runner.engine._bundlefmt import MANIFEST, parse_trace
 from runner.engine._reader import RunReader
 from runner.store import SqliteStore, Store
 

@@ -29,7 +29,8 @@ from typing import Any
 from waiting import DEADLINE, wait_until
 
 from runner.compiler import build_catalog
-from runner.engine._bundle import MANIFEST, read_json
+from runner.engine._bundlefmt import MANIFEST
+from runner.engine._bundleread import read_json
 from runner.engine._processes import read_groups
 from runner.host.runtime._launches import detached_coordinator
 from runner.host.runtime._local import Workspace

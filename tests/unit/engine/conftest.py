@@ -18,7 +18,7 @@ from waiting import DEADLINE
 from runner.clock import Clock, SystemClock
 from runner.compiler import Compiler, WorkflowDefinition
 from runner.engine import Engine
-from runner.engine._bundle import read_trace
+from runner.engine._bundleread import read_trace
 
 
 @dataclass

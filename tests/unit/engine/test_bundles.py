@@ -16,7 +16,8 @@ import pytest
 from runner._canonical import canonical_json
 from runner.clock import FakeClock
 from runner.engine import RunControl
-from runner.engine._bundle import FolderBundle, first_event
+from runner.engine._bundle import FolderBundle
+from runner.engine._bundleread import first_event
 from runner.engine.executors._scripted import ScriptedExecutor
 from runner.errors import ClaimLost, InputError, OperationFailed
 

@@ -1,0 +1,103 @@
+"""The run bundle's format (DESIGN §4): its file names and schema, run ids, trace lines
+(canonical JSON, one event per line, `seq` 1, 2, 3...) and how a torn trace is read;
+shared by the folder space (`_bundle`), its readers (`_bundleread`) and the database
+space (`_dbbundle`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from runner._canonical import canonical_json
+from runner.errors import ClaimLost
+
+from ._rows import LaunchStep
+
+MANIFEST = "manifest.json"
+WORKFLOW = "workflow.json"
+STATE = "state.json"
+TRACE = "trace.jsonl"
+ARTIFACTS = "artifacts"
+LOGS = "logs"  # live logs of running attempts (engine/_livelog.py), not a record
+SNAPSHOTS = ".snapshots"  # runs/.snapshots/: one copy of each workflow snapshot (link_snapshot)
+LOCK = ".lock"  # the lock file of bundles written before the folder itself was locked
+ARTIFACT_THRESHOLD = 4096  # UTF-8 bytes; longer strings move to artifacts/
+# Statuses whose bundle is sealed: the terminal ones, and `waiting` (an answer continues
+# a waiting run in a new bundle).
+ENDED = frozenset({"completed", "failed", "timed_out", "cancelled", "waiting"})
+
+# The folder of continuation markers (`<runs_dir>/.continued/<parent run id>` holds the
+# id of the run that continued it); written by `Engine.prepare_answer`.
+CONTINUED = ".continued"
+# A folder name holds at most 255 bytes on every file system wfrun runs on; a longer
+# id names no run (and would make the OS raise ENAMETOOLONG instead of "not found").
+MAX_RUN_ID_BYTES = 255
+BUNDLE_SCHEMA = "wfrun.run-bundle.v1"
+#: Where a folder bundle's files are, as every manifest names them.
+PATHS = {"workflow": WORKFLOW, "state": STATE, "trace": TRACE, "artifacts": f"{ARTIFACTS}/"}
+#: The first manifest's fields that the trace does not hold: `run_started` carries
+#: them under "manifest" where the first manifest is not fsync'd (a folder's).
+MANIFEST_FIELDS = ("workflow_ref", "title", "source", "sources", "started_at")
+LEFTOVER = ".removing-"  # the dot-name prefix of a folder bundle being removed
+
+Fence = Callable[[], bool]
+
+
+def always(_: None = None) -> bool:
+    return True
+
+
+def dumps(value: Any) -> str:
+    """One trace line or state file: canonical JSON (`runner._canonical`)."""
+    return canonical_json(value)
+
+
+def valid_run_id(run_id: str) -> bool:
+    """A run id names one folder directly under `runs_dir`, never a dot-entry."""
+    if not run_id or "/" in run_id or "\0" in run_id or run_id.startswith("."):
+        return False
+    try:
+        return len(run_id.encode()) <= MAX_RUN_ID_BYTES
+    except UnicodeEncodeError:  # a lone surrogate from a hostile URL
+        return False
+
+
+def joined(run_id: str, step: LaunchStep) -> None:
+    """Make a launch transition whose bundle write is done already (a folder's: no
+    write rides it, so the store commits it as it would without a bundle); refused,
+    the run is let go as a fenced database write is (`ClaimLost`)."""
+    word = step.run(None)
+    if word == "unavailable":
+        raise ClaimLost(f"cannot reach the store holding run '{run_id}'; letting go of it "
+                        "(a host that reaches it resumes the run)")
+    if word != "ok":
+        raise ClaimLost(f"lost the claim on run '{run_id}'; another runner owns it")
+
+
+@dataclass(frozen=True)
+class TraceRead:
+    events: list[dict[str, Any]]
+    valid_bytes: int  # length of the longest contiguous valid prefix
+    torn: bool
+
+
+def parse_trace(data: bytes, first_seq: int = 1) -> TraceRead:
+    """Events of the longest valid prefix: whole lines, parseable, seq 1, 2, 3...
+    (`first_seq` for a tail read from the middle of the file)."""
+    events: list[dict[str, Any]] = []
+    pos = 0
+    while pos < len(data):
+        end = data.find(b"\n", pos)
+        if end < 0:
+            break  # a line without its newline is a torn write
+        try:
+            event = json.loads(data[pos:end])
+        except ValueError:
+            break
+        if not isinstance(event, dict) or event.get("seq") != len(events) + first_seq:
+            break
+        events.append(event)
+        pos = end + 1
+    return TraceRead(events, pos, pos != len(data))
