@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ._control import RunControl
     from ._engine import Engine, check_input, new_run_id
     from ._reader import RunReader
-    from ._runner import NotificationSink, RunOutcome
+    from ._runtypes import NotificationSink, RunOutcome
     from ._state import RunState, fold
 
 #: public name -> the submodule that defines it

@@ -29,7 +29,8 @@ from ._items import ChildRuns, ItemLedger
 from ._nodes import pure_run
 from ._processes import ProcessRegistry
 from ._rows import BundleRows
-from ._runner import CrashPoint, LaunchLink, NotificationSink, Observer, RunDriver, RunOutcome
+from ._runner import RunDriver
+from ._runtypes import CrashPoint, LaunchLink, NotificationSink, Observer, RunOutcome
 from ._secrets import EMPTY, NO_SOURCE, RunSecrets, SecretSource, split_input
 from ._secrets import resolve as resolve_secrets
 from ._space import BundleSpace, RunBundle, space_for

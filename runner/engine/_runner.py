@@ -10,13 +10,9 @@ node's `node_started` (the loop routes first; `emit(hold=)`).
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext, suppress
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from contextlib import suppress
+from typing import TYPE_CHECKING, Any
 
-from runner._backoff import ENGINE_JITTER, backoff_delay
 from runner._safety import bound, mask_values, redact
 from runner.clock import Clock, iso
 from runner.compiler import Node, WorkflowDefinition
@@ -32,15 +28,15 @@ from ._agent import AgentStepExecutor
 from ._artifacts import externalize, has_artifacts, internalize
 from ._cache import StepCache, cache_key
 from ._context import ScopedValues
-from ._control import ITEMS, PAUSED, RunControl
-from ._fanout import run_fanout
+from ._control import PAUSED, RunControl
+from ._driverports import DriverFanout, StepRecorder
 from ._items import ChildRuns, ItemLedger, MemoryLedger
 from ._livelog import LiveLog
 from ._nodecontext import NodeContext, NodeResult
 from ._nodes import execute, new_attempt_id, pure
 from ._processes import ProcessRegistry
 from ._routing import route
-from ._rows import LaunchStep
+from ._runtypes import CrashPoint, LaunchLink, NotificationSink, Observer, RunOutcome, retry_delay
 from ._secrets import EMPTY, RunSecrets, restore_input
 from ._state import TRACE_SCHEMA, RunState
 
@@ -50,18 +46,6 @@ if TYPE_CHECKING:
 #: Kinds whose node gets a `FanoutPort` (its items run through this driver).
 FANOUT_KINDS = frozenset(k.name for k in _FANOUT_ROWS)
 
-Observer = Callable[[dict[str, Any], RunState], None]
-# A test seam: the engine calls it at named points (see CRASH_POINTS); the host may
-# pass one that kills the process there. The engine never reads the environment.
-CrashPoint = Callable[[str], None]
-CRASH_POINTS = ("after_bundle_created", "after_manifest_written", "after_trace_append",
-                "after_state_replace", "after_routing", "between_nodes", "before_seal",
-                # a pure run written whole (bundle.py): its files written, the ending's
-                # transaction not committed
-                "after_whole_written",
-                # a fan-out node (fanout.py): its items opened; items claimed (with the
-                # ends written in that commit) and running; items ended, not yet written
-                "after_items_opened", "after_items_claimed", "before_items_settled")
 UPDATE_RATE = 20.0  # updates per second per run, with a burst of 100
 UPDATE_BURST = 100.0
 MAX_UPDATE_PAIRS = 1024
@@ -79,52 +63,6 @@ LOG_CAP = 1_048_576
 
 def _no_crash(_point: str) -> None:
     return None
-
-
-class NotificationSink(Protocol):
-    def emit(self, run_id: str, node: str, attempt: str, notification_id: str, kind: str,
-             message: str, channels: tuple[str, ...] = ()) -> None:
-        """A `notify` message: to the run's session (if any) and to the configured
-        `channels` it names (webhooks, Slack: the store's channel outbox)."""
-        ...
-
-
-@dataclass(frozen=True)
-class RunOutcome:
-    run_id: str
-    status: str  # running (parked/paused) | waiting | completed | failed | timed_out | cancelled
-    parked: bool
-    final_output: Any
-    error: dict[str, Any] | None
-    state: RunState
-    park_reason: str | None = None  # why a parked run stopped (RunControl.park)
-
-    @property
-    def waits_for_items(self) -> bool:
-        """Parked while hosts run its fan-out items: it goes on when they end."""
-        return self.parked and self.park_reason == ITEMS
-
-
-def retry_delay(run_id: str, node: str, attempt: int, backoff: float,
-                max_delay: float | None) -> float:
-    """Exponential backoff with jitter that is deterministic per (run, node, attempt)
-    (`runner._backoff`, 80-120 % of the step)."""
-    return backoff_delay(attempt, backoff, max_delay, jitter=ENGINE_JITTER,
-                         seed=f"{run_id}|{node}|{attempt}")
-
-
-class LaunchLink(Protocol):
-    """The claimed launch a run belongs to (the launch layer makes it,
-    runner/launch/_link.py): its transitions commit in the bundle's writes, or right
-    after them where the bundle shares no transaction with the store (a folder)."""
-
-    def running(self) -> LaunchStep | None:
-        """The step that takes the launch to `running`, with the first node's start."""
-        ...
-
-    def ended(self, outcome: RunOutcome) -> LaunchStep | None:
-        """The step that records how the run ended, for its seal (None: recorded apart)."""
-        ...
 
 
 class RunDriver:
@@ -312,7 +250,7 @@ class RunDriver:
     # -- context -----------------------------------------------------------------
     def node_context(self, node: Node, attempt: str, deadline: float | None) -> NodeContext:
         """What one attempt is given (nodecontext.py): never the driver itself."""
-        recorder = _StepRecorder(self, node.id, attempt)
+        recorder = StepRecorder(self, node.id, attempt)
         return NodeContext(
             run_id=self.run_id, workflow=self.definition.name, node=node, attempt=attempt,
             deadline=deadline, values=self.context(node.scope),
@@ -320,7 +258,7 @@ class RunDriver:
             control=self.control, clock=self.clock, secrets=self.secrets, logs=recorder,
             updates=recorder, executor=self.executor, work_dir=self.work_dir,
             processes=self.processes,
-            fanout=_Fanout(self) if node.kind in FANOUT_KINDS else None)
+            fanout=DriverFanout(self) if node.kind in FANOUT_KINDS else None)
 
     def template_scope(self, deadline: float | None) -> scoped_budget:
         """Renders inside get the workflow's budget, the node's deadline, and stop when
@@ -633,102 +571,3 @@ def _branch_order(node: Node) -> dict[str, Any]:
     name a running branch's row by it."""
     branches = getattr(node.spec, "branches", None) if node.kind == "parallel" else None
     return {"branches": [name for name, _ in branches]} if branches else {}
-
-
-class _Fanout:
-    """`FanoutPort`: what a fan-out node has of its run. Its items record through the
-    driver one at a time (`lock`: the trace has one writer)."""
-
-    __slots__ = ("_driver",)
-
-    def __init__(self, driver: RunDriver) -> None:
-        self._driver = driver
-
-    @property
-    def items(self) -> ItemLedger:
-        return self._driver.items
-
-    def steps_left(self) -> int:
-        return max(self._driver.definition.max_steps - self._driver.state.steps, 0)
-
-    def item_context(self, node: Node, attempt: str, deadline: float | None,
-                     values: dict[str, Any], control: RunControl,
-                     lock: threading.Lock) -> NodeContext:
-        d = self._driver
-        recorder = _StepRecorder(d, node.id, attempt, lock)
-        return NodeContext(
-            run_id=d.run_id, workflow=d.definition.name, node=node, attempt=attempt,
-            deadline=deadline, values=values, visit=d.state.visits.get(node.id, 1),
-            resuming=False, control=control, clock=d.clock, secrets=d.secrets,
-            logs=recorder, updates=recorder, executor=d.executor, work_dir=d.work_dir,
-            processes=d.processes)
-
-    def template_scope(self, deadline: float | None, control: RunControl) -> scoped_budget:
-        d = self._driver
-        return scoped_budget(Scope(d.definition.template_budget, d.clock.monotonic, deadline,
-                                   lambda: control.stopping))
-
-    def live(self, value: Any) -> Any:
-        return self._driver.live(value)
-
-    def record_logs(self, logs: list[tuple[str, str, dict[str, Any]]]) -> None:
-        self._driver.record_logs(logs)
-
-    def run(self, ctx: NodeContext) -> NodeResult:
-        return run_fanout(ctx, self)
-
-    def crash(self, point: str) -> None:
-        self._driver.crash(point)
-
-    def child_run(self, workflow: str, value: Any, run_id: str,
-                  control: RunControl) -> NodeResult:
-        children = self._driver.children
-        if children is None:
-            return NodeResult("failed", error={
-                "code": "unsupported", "message": "a workflow: body needs a launch queue "
-                "(run it with `wfrun run` or a host)"})
-        outcome, output, error = children.run(workflow, value, run_id, control)
-        if outcome not in ("ok", "failed", "timed_out", "cancelled", "parked"):
-            outcome = "failed"
-        return NodeResult(outcome, output, error)  # type: ignore[arg-type]
-
-    def reused(self, node: str, visit: int) -> tuple[str, dict[str, Any]] | None:
-        st = self._driver.state
-        items = st.reused_items.get(node) if visit == 1 else None
-        return (str((st.rerun or {}).get("of")), items) if items else None
-
-
-class _StepRecorder:
-    """One attempt's logs and updates (nodecontext.StepLogs, StepUpdates), recorded
-    through the driver's `emit`: the node gets these, not the driver. A fan-out item's
-    recorder holds `lock` around each, as items record from their own threads."""
-
-    __slots__ = ("_attempt", "_driver", "_lock", "_node")
-
-    def __init__(self, driver: RunDriver, node: str, attempt: str,
-                 lock: AbstractContextManager[object] | None = None) -> None:
-        self._driver, self._node, self._attempt = driver, node, attempt
-        self._lock = lock if lock is not None else nullcontext()
-
-    def record(self, stdout: str, stderr: str, stdout_cut: bool = False,
-               stderr_cut: bool = False, exit_code: int | None = None) -> None:
-        with self._lock:
-            self._driver.record_log(self._node, self._attempt, stdout, stderr, stdout_cut,
-                                    stderr_cut, exit_code)
-
-    def live(self, extra: tuple[str, ...], cap_chars: int) -> LiveLog:
-        return self._driver.live_log(self._node, self._attempt, extra, cap_chars)
-
-    def publish(self, kind: str, key: str, data: Any) -> None:
-        with self._lock:
-            self._driver.publish_update(kind, key, data)
-
-    def notify(self, notification_id: str, kind: str, message: str,
-               channels: tuple[str, ...] = ()) -> None:
-        with self._lock:
-            self._driver.notify(self._node, self._attempt, notification_id, kind, message,
-                                channels)
-
-    def prompt_sent(self, kind: str, prompt: str) -> None:
-        with self._lock:
-            self._driver.prompt_sent(self._node, self._attempt, kind, prompt)

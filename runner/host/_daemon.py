@@ -32,7 +32,7 @@ from runner.engine._processes import (
     ProcessRegistry,
     registry_for_this_process,
 )
-from runner.engine._runner import Observer
+from runner.engine._runtypes import Observer
 from runner.errors import InputError
 from runner.launch._itemwork import ItemWork
 from runner.launch._triggers import Scheduled

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from runner.engine._runner import Observer
+from runner.engine._runtypes import Observer
 from runner.engine._state import RunState
 from runner.errors import InputError, OperationFailed
 from runner.store import LAUNCH_STATUSES, LaunchBook, LaunchRecord, Store

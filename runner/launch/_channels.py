@@ -12,7 +12,7 @@ adds nothing. The host delivers the rows (runner/host/runtime/_channels.py).
 from __future__ import annotations
 
 from runner._safety import bound
-from runner.engine._runner import NotificationSink
+from runner.engine._runtypes import NotificationSink
 from runner.store import Store
 from runner.store._states import DELIVERY_MESSAGE_MAX_BYTES
 

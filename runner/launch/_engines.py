@@ -19,7 +19,7 @@ from runner.engine import AgentStepExecutor, Engine, NotificationSink
 from runner.engine._items import ChildRuns
 from runner.engine._processes import ProcessRegistry
 from runner.engine._rows import BundleRows
-from runner.engine._runner import LaunchLink, Observer
+from runner.engine._runtypes import LaunchLink, Observer
 from runner.engine._secrets import NO_SOURCE, SecretSource
 from runner.store import LaunchRecord, Store
 

@@ -9,7 +9,7 @@ import pytest
 
 from runner._backoff import CONTROLLER_JITTER, ENGINE_JITTER, backoff_delay, seeded_random
 from runner.controllers import backoff_delay as controller_backoff
-from runner.engine._runner import retry_delay
+from runner.engine._runtypes import retry_delay
 
 
 def _engine_before_issue_9(run_id: str, node: str, attempt: int, backoff: float,

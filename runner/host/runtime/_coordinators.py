@@ -38,7 +38,7 @@ from runner.clock import Clock
 from runner.engine import AgentStepExecutor
 from runner.engine._processes import ProcessRegistry, registry_for_this_process
 from runner.engine._rows import BundleRows
-from runner.engine._runner import Observer
+from runner.engine._runtypes import Observer
 from runner.engine._secrets import NO_SOURCE, SecretSource
 from runner.launch import EngineOptions, LaunchCoordinator, Resolver
 from runner.launch._handback import executor_for_sessions

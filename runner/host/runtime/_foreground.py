@@ -14,7 +14,7 @@ from typing import Any
 
 from runner.engine import AgentStepExecutor, RunControl, RunOutcome, RunReader
 from runner.engine._processes import reap_dead_registries
-from runner.engine._runner import Observer
+from runner.engine._runtypes import Observer
 from runner.engine._secrets import SecretSource, write_only_fields
 from runner.engine._secrets import resolve as resolve_secrets
 from runner.errors import (

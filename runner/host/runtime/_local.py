@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from runner.compiler._stored import DefinitionCache
     from runner.engine import AgentStepExecutor, RunReader
     from runner.engine._rows import BundleRows
-    from runner.engine._runner import CrashPoint
+    from runner.engine._runtypes import CrashPoint
     from runner.store import ProjectStore as ProjectStore
     from runner.store import SqliteStore, Store
     from runner.store._controller_interface import ControllerStore
@@ -49,7 +49,7 @@ def crash_injector(spec: str | None) -> CrashPoint | None:
     """
     if not spec:
         return None
-    from runner.engine._runner import CRASH_POINTS
+    from runner.engine._runtypes import CRASH_POINTS
     from runner.launch._coordinator import CRASH_POINTS as LAUNCH_POINTS
 
     points = (*CRASH_POINTS, *LAUNCH_POINTS)

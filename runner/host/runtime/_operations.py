@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from runner.engine import AgentStepExecutor, RunControl, RunOutcome
-from runner.engine._runner import Observer
+from runner.engine._runtypes import Observer
 from runner.errors import InputError
 from runner.launch import workflow_name
 from runner.launch._pausing import PauseResult, pause, unpause

@@ -28,7 +28,7 @@ from typing import Any
 from runner.clock import FakeClock
 from runner.compiler import build_catalog
 from runner.engine import RunControl, RunReader
-from runner.engine._runner import CRASH_POINTS as ENGINE_POINTS
+from runner.engine._runtypes import CRASH_POINTS as ENGINE_POINTS
 from runner.errors import WfrunError
 from runner.host.runtime._local import Workspace
 from runner.launch import EngineOptions, LaunchCoordinator, PreflightError

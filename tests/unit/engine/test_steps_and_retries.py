@@ -8,7 +8,7 @@ import pytest
 
 from runner.clock import FakeClock
 from runner.engine import RunControl
-from runner.engine._runner import retry_delay
+from runner.engine._runtypes import retry_delay
 from runner.engine.executors._scripted import ScriptedExecutor
 
 
