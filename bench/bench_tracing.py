@@ -7,6 +7,8 @@
     .venv/bin/python bench/bench_tracing.py --instructions  # + instructions per run
     .venv/bin/python bench/bench_tracing.py --parts       # the run thread's and encoding's CPU
     .venv/bin/python bench/bench_tracing.py --cli         # a `wfrun run` process per run
+    .venv/bin/python bench/bench_tracing.py --host --instructions --pairs 12 --block 20
+                                       # one process draining runs, on/off by turns
     .venv/bin/python bench/bench_tracing.py --root DIR ...  # `runner` from DIR
 
 How it measures, so that another machine of this kind gets the same figure:
@@ -37,6 +39,17 @@ How it measures, so that another machine of this kind gets the same figure:
   callgrind, the documented fallback. Two counts a mode (FEW and FEW + 200 runs, one
   process each, each from a collected heap) whose difference leaves out start-up;
   all threads, user space, one hash seed, no export timer (batches go when full).
+
+- `--host`: the cost inside a long-lived worker (a host draining many runs), taken
+  where the process-to-process noise cannot reach it: ONE process, tracing set up
+  from the environment once, runs in blocks with tracing on and off by turns (an
+  "off" block's runs get the engine's observer unchanged, as with no endpoint),
+  interleaved pairs in a random order, each block from a collected heap and ending
+  when its spans are encoded and answered. CPU per block natively; with
+  `--instructions` the same blocks again under callgrind, one count a block
+  (`--dump-before=getsid`: the worker calls `os.getsid` at each block's start and
+  nothing else calls it). Printed: each measure's per-run difference (on - off, the
+  mean of the pairs') with its 95 % confidence interval (Student's t over the pairs).
 
 Aim (issue 40): tracing on costs <= 10 % CPU per run.
 """
