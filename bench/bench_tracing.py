@@ -48,8 +48,11 @@ How it measures, so that another machine of this kind gets the same figure:
   when its spans are encoded and answered. CPU per block natively; with
   `--instructions` the same blocks again under callgrind, one count a block
   (`--dump-before=getsid`: the worker calls `os.getsid` at each block's start and
-  nothing else calls it). Printed: each measure's per-run difference (on - off, the
-  mean of the pairs') with its 95 % confidence interval (Student's t over the pairs).
+  nothing else calls it; the run's timed state.json rewrite held to its native
+  behaviour, none mid-run, where callgrind's slowness would make it fire every few
+  nodes, as often as the load allowed). Printed: each measure's per-run difference
+  (on - off, the mean of the pairs') with its 95 % confidence interval (Student's t
+  over the pairs).
 
 Aim (issue 40): tracing on costs <= 10 % CPU per run.
 """
@@ -228,8 +231,15 @@ def host(nodes: int, shell: bool, pairs: int, block: int, seed: int) -> None:
     callgrind `--dump-before=getsid` closes the previous block's count there. Prints
     one line a block: mode, CPU ms a run (all threads and children), the run
     thread's CPU ms a run, wall ms a run."""
-    from runner.engine import _tracing
+    from runner.engine import _runner, _tracing
 
+    if os.environ.get("BENCH_TRACING_SLOWED"):
+        # Under callgrind a run is ~50x slower, so the run's state.json rewrite, which
+        # waits STATE_EVERY (0.1 s) between node ends, fell every few nodes, as many
+        # times as the block's speed (the machine's load, and tracing's own slowing)
+        # allowed: a 20-node run natively takes ~5 ms and rewrites on no timer. The
+        # native behaviour, at every speed.
+        _runner.STATE_EVERY = 3600.0
     with tempfile.TemporaryDirectory(prefix="bench-tracing-", dir=_runs_parent()) as tmp:
         work = Worker(Path(tmp), nodes, shell)
         tracing = work.tracing
@@ -518,7 +528,7 @@ def host_instructions(endpoint: str, args: argparse.Namespace) -> tuple[list[str
         sys.exit("--instructions needs valgrind's callgrind (apt-get install valgrind); "
                  "perf has no instruction counter on this VM")
     env = _clean_env(PYTHONHASHSEED=str(args.seed), OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
-                     OTEL_BSP_SCHEDULE_DELAY="3600000")
+                     OTEL_BSP_SCHEDULE_DELAY="3600000", BENCH_TRACING_SLOWED="1")
     with tempfile.TemporaryDirectory(prefix="bench-tracing-cg-") as tmp:
         out = Path(tmp) / "callgrind.out"
         done = subprocess.run(["valgrind", "--tool=callgrind", "--dump-before=getsid",
