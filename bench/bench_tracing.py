@@ -7,6 +7,8 @@
     .venv/bin/python bench/bench_tracing.py --instructions  # + instructions per run
     .venv/bin/python bench/bench_tracing.py --parts       # the run thread's and encoding's CPU
     .venv/bin/python bench/bench_tracing.py --cli         # a `wfrun run` process per run
+    .venv/bin/python bench/bench_tracing.py --host --instructions --pairs 12 --block 20
+                                       # one process draining runs, on/off by turns
     .venv/bin/python bench/bench_tracing.py --root DIR ...  # `runner` from DIR
 
 How it measures, so that another machine of this kind gets the same figure:
@@ -37,6 +39,20 @@ How it measures, so that another machine of this kind gets the same figure:
   callgrind, the documented fallback. Two counts a mode (FEW and FEW + 200 runs, one
   process each, each from a collected heap) whose difference leaves out start-up;
   all threads, user space, one hash seed, no export timer (batches go when full).
+
+- `--host`: the cost inside a long-lived worker (a host draining many runs), taken
+  where the process-to-process noise cannot reach it: ONE process, tracing set up
+  from the environment once, runs in blocks with tracing on and off by turns (an
+  "off" block's runs get the engine's observer unchanged, as with no endpoint),
+  interleaved pairs in a random order, each block from a collected heap and ending
+  when its spans are encoded and answered. CPU per block natively; with
+  `--instructions` the same blocks again under callgrind, one count a block
+  (`--dump-before=getsid`: the worker calls `os.getsid` at each block's start and
+  nothing else calls it; the run's timed state.json rewrite held to its native
+  behaviour, none mid-run, where callgrind's slowness would make it fire every few
+  nodes, as often as the load allowed). Printed: each measure's per-run difference
+  (on - off, the mean of the pairs') with its 95 % confidence interval (Student's t
+  over the pairs).
 
 Aim (issue 40): tracing on costs <= 10 % CPU per run.
 """
@@ -202,6 +218,54 @@ def cycles(mode: str, n: int, nodes: int, shell: bool, collector: bool = True) -
         work.runs(n)
         if work.tracing is not None:
             work.tracing.close()
+
+
+def host(nodes: int, shell: bool, pairs: int, block: int, seed: int) -> None:
+    """`--host-worker`: many runs in this one process (a host draining runs), tracing
+    on and off by turns: `pairs` pairs of blocks of `block` runs, each pair's order
+    random (seeded). Tracing is set up once from the environment; an "off" block's
+    runs get the engine's observer unchanged, as with no endpoint (`_tracing.observer`
+    is consulted per run). An "on" block ends when its spans are encoded and the
+    collector has answered (the exporter's thread and this one's flush both counted).
+    Each block starts with `os.getsid(0)`, which nothing else here calls: under
+    callgrind `--dump-before=getsid` closes the previous block's count there. Prints
+    one line a block: mode, CPU ms a run (all threads and children), the run
+    thread's CPU ms a run, wall ms a run."""
+    from runner.engine import _runner, _tracing
+
+    if os.environ.get("BENCH_TRACING_SLOWED"):
+        # Under callgrind a run is ~50x slower, so the run's state.json rewrite, which
+        # waits STATE_EVERY (0.1 s) between node ends, fell every few nodes, as many
+        # times as the block's speed (the machine's load, and tracing's own slowing)
+        # allowed: a 20-node run natively takes ~5 ms and rewrites on no timer. The
+        # native behaviour, at every speed.
+        _runner.STATE_EVERY = 3600.0
+    with tempfile.TemporaryDirectory(prefix="bench-tracing-", dir=_runs_parent()) as tmp:
+        work = Worker(Path(tmp), nodes, shell)
+        tracing = work.tracing
+        if tracing is None:
+            sys.exit("--host-worker: tracing is off (OTEL_EXPORTER_OTLP_ENDPOINT unset)")
+        for mode in ("on", "off"):  # warm both paths: imports, the connection
+            _tracing._current = tracing if mode == "on" else None
+            work.tracing = _tracing._current
+            work.runs(WARM)
+        order = random.Random(seed)
+        for _ in range(pairs):
+            modes = ["off", "on"]
+            order.shuffle(modes)
+            for mode in modes:
+                _tracing._current = tracing if mode == "on" else None
+                work.tracing = _tracing._current
+                # Each block from a collected heap, outside its count: whether a full
+                # collection (several M instructions) lands in a block then depends on
+                # what the block's own runs allocate, not on what came before.
+                gc.collect()
+                os.getsid(0)  # the block's first instruction count starts here
+                cpu, thread, wall, _ = work.block(block)
+                print(f"{mode} {cpu} {thread} {wall}", flush=True)
+        os.getsid(0)  # and the last block's ends here
+        _tracing._current = work.tracing = tracing
+        tracing.close()
 
 
 # -- the driver ----------------------------------------------------------------------
@@ -405,6 +469,121 @@ def parts(runs: int, nodes: int) -> tuple[float, float]:
     return hot / runs * 1e6, (time.process_time() - c0) / runs * 1e6
 
 
+_T975 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31,
+         9: 2.26, 10: 2.23, 12: 2.18, 15: 2.13, 20: 2.09, 25: 2.06, 30: 2.04, 40: 2.02,
+         60: 2.00}  # Student's t, 97.5 %, by degrees of freedom
+
+
+def interval(values: list[float]) -> tuple[float, float]:
+    """The mean of `values` and the half-width of its 95 % confidence interval
+    (Student's t: the pairs' differences are independent samples of one cost)."""
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, math.inf
+    df = len(values) - 1
+    t = _T975[max(k for k in _T975 if k <= df)] if df <= 60 else 1.96
+    return mean, t * statistics.stdev(values) / math.sqrt(len(values))
+
+
+def _host_argv(args: argparse.Namespace) -> list[str]:
+    return _me("--host-worker", "--nodes", str(args.nodes), "--pairs", str(args.pairs),
+               "--block", str(args.block), "--seed", str(args.seed),
+               *(["--shell"] if args.shell else []))
+
+
+def _blocks(lines: str) -> list[tuple[str, list[float]]]:
+    out = []
+    for line in lines.splitlines():
+        mode, *numbers = line.split()
+        out.append((mode, [float(x) for x in numbers]))
+    return out
+
+
+def _pairs(modes: list[str], values: list[float]) -> list[float]:
+    """on - off of each interleaved pair (two consecutive blocks, either order)."""
+    diffs = []
+    for i in range(0, len(modes) - 1, 2):
+        got = dict(zip(modes[i:i + 2], values[i:i + 2], strict=True))
+        diffs.append(got["on"] - got["off"])
+    return diffs
+
+
+def host_cpu(endpoint: str, args: argparse.Namespace) -> list[tuple[str, list[float]]]:
+    """`--host`: the blocks of one process, natively (CPU times)."""
+    env = _clean_env(PYTHONHASHSEED=str(args.seed), OTEL_EXPORTER_OTLP_ENDPOINT=endpoint)
+    done = subprocess.run(_host_argv(args), env=env, capture_output=True, text=True,
+                          check=False)
+    if done.returncode != 0:
+        sys.exit(f"the host worker exited {done.returncode}: {done.stderr[-600:]}")
+    return _blocks(done.stdout)
+
+
+def host_instructions(endpoint: str, args: argparse.Namespace) -> tuple[list[str], list[int]]:
+    """`--host --instructions`: the same blocks under callgrind, one count a block
+    (`--dump-before=getsid`: the worker calls it at each block's start and after the
+    last); all threads, user space. The export timer is off (a block's spans go in
+    its flush, or as a batch fills): a run is ~50x slower under callgrind, and the
+    5 s timer would send a request every few runs where natively a batch fills."""
+    if shutil.which("valgrind") is None:
+        sys.exit("--instructions needs valgrind's callgrind (apt-get install valgrind); "
+                 "perf has no instruction counter on this VM")
+    env = _clean_env(PYTHONHASHSEED=str(args.seed), OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
+                     OTEL_BSP_SCHEDULE_DELAY="3600000", BENCH_TRACING_SLOWED="1")
+    with tempfile.TemporaryDirectory(prefix="bench-tracing-cg-") as tmp:
+        out = Path(tmp) / "callgrind.out"
+        done = subprocess.run(["valgrind", "--tool=callgrind", "--dump-before=getsid",
+                               "--dump-line=no", f"--callgrind-out-file={out}",
+                               *_host_argv(args)],
+                              env=env, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            sys.exit(f"callgrind exited {done.returncode}: {done.stderr[-600:]}")
+        modes = [mode for mode, _ in _blocks(done.stdout)]
+        counts = []
+        for n in range(1, len(modes) + 2):  # .1: start-up and warm-up; then a block each
+            found = re.search(r"^summary:\s*(\d+)", (Path(f"{out}.{n}")).read_text(), re.M)
+            if found is None:
+                sys.exit(f"no count in callgrind's dump {n}")
+            counts.append(int(found.group(1)))
+    return modes, counts[1:]
+
+
+def report_host(endpoint: str, sink: Child, args: argparse.Namespace) -> None:
+    blocks = host_cpu(endpoint, args)
+    modes = [mode for mode, _ in blocks]
+    counted = None
+    if args.instructions:
+        counted = host_instructions(endpoint, args)
+    decoded, requests = (int(x) for x in sink.ask("count").split())
+    sink.close()
+    runs = (WARM + args.pairs * args.block) * (2 if counted else 1)
+    if decoded != runs * (args.nodes + 1):
+        sys.exit(f"the collector decoded {decoded} spans, not {runs * (args.nodes + 1)}")
+    kind = "shell (`true`)" if args.shell else "compute"
+    print(f"machine: {machine()}; load average {os.getloadavg()[0]:.1f}")
+    print(f"runner imported from {ROOT}")
+    print(f"one process (a host draining runs), tracing on and off by turns: {args.pairs} "
+          f"interleaved block pairs x {args.block} runs of a {args.nodes}-node {kind} chain "
+          f"({args.nodes + 1} spans a run); the collector decoded {decoded} spans in "
+          f"{requests} requests")
+    for name, column in (("CPU (all threads)", 0), ("the run's thread", 1), ("wall", 2)):
+        values = [numbers[column] for _, numbers in blocks]
+        off = statistics.fmean(v for m, v in zip(modes, values, strict=True) if m == "off")
+        mean, half = interval(_pairs(modes, values))
+        print(f"{name} per run: off {off:.3f} ms, on - off {mean * 1000:+.0f} µs "
+              f"± {half * 1000:.0f} (95 % CI) = {mean / off * 100:+.1f} % "
+              f"({(mean - half) / off * 100:+.1f} .. {(mean + half) / off * 100:+.1f} %)")
+    if counted:
+        modes, counts = counted
+        per_run = [c / args.block for c in counts]
+        off = statistics.fmean(v for m, v in zip(modes, per_run, strict=True) if m == "off")
+        mean, half = interval(_pairs(modes, per_run))
+        print(f"instructions per run (callgrind, user space, all threads; "
+              f"{args.pairs * args.block} runs a mode): off {off / 1e6:.3f} M, on - off "
+              f"{mean / 1e6:+.3f} M ± {half / 1e6:.3f} (95 % CI) = {mean / off * 100:+.2f} % "
+              f"({(mean - half) / off * 100:+.2f} .. {(mean + half) / off * 100:+.2f} %; "
+              f"aim <= {AIM_PERCENT:.0f} %)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--procs", type=int, default=3,
@@ -423,6 +602,11 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=NODES, help=argparse.SUPPRESS)
     parser.add_argument("--gc-off", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--host", action="store_true",
+                        help="one process draining runs, tracing on and off by turns "
+                             "(--pairs x --block); with --instructions, callgrind's count "
+                             "a block; per-run deltas with 95 %% confidence intervals")
+    parser.add_argument("--host-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--collector", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--cycles", help=argparse.SUPPRESS)  # MODE:N, counted from outside
     parser.add_argument("--parts", action="store_true",
@@ -443,6 +627,8 @@ def main() -> None:
         return collector()
     if args.worker:
         return worker(args.nodes, args.shell)
+    if args.host_worker:
+        return host(args.nodes, args.shell, args.pairs, args.block, args.seed)
     if args.cycles is not None:
         mode, n = args.cycles.split(":")
         return cycles(mode, int(n), args.nodes, args.shell, not args.gc_off)
@@ -457,6 +643,8 @@ def main() -> None:
 
     sink = Child(_me("--collector"), _clean_env())
     endpoint = sink.ask()
+    if args.host:
+        return report_host(endpoint, sink, args)
     if args.cli:
         return report_cli(sink, cli(endpoint, args), args)
     found = compare(endpoint, args)
@@ -510,10 +698,12 @@ def main() -> None:
         off, on = counts["off"][0], counts["on"][0]
         print(f"instructions per run ({counts['on'][1]}, user space, all threads): "
               f"off {off / 1e6:.2f} M, on {on / 1e6:.2f} M: {(on - off) / off * 100:+.1f} %")
-    if args.smoke:  # the `--cli` code path too: one pair of `wfrun run` processes
+    if args.smoke:  # the `--cli` and `--host` code paths too
         args.pairs = 1
         sink = Child(_me("--collector"), _clean_env())
         report_cli(sink, cli(sink.ask(), args), args)
+        sink = Child(_me("--collector"), _clean_env())
+        report_host(sink.ask(), sink, args)
 
 
 def report_cli(sink: Child, found: dict[str, Any], args: argparse.Namespace) -> None:

@@ -20,7 +20,7 @@ import struct
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-__all__ = ["Batch", "Encoder", "Span"]
+__all__ = ["Batch", "Encoder", "Span", "key_value"]
 
 # Span.flags and Link.flags: whether the parent (the linked span) is remote is known,
 # and whether it is (trace.proto SpanFlags).
@@ -45,6 +45,8 @@ _ID_KIND, _TIMES = _ID_KIND_STRUCT.pack, _TIMES_STRUCT.pack
 _ENDS = (_STATUS[0] + _LOCAL, _STATUS[1] + _LOCAL)
 # Bytes of a timed span's own fields, by whether it failed (its status).
 _OWN = tuple(_ID_KIND_STRUCT.size + _TIMES_STRUCT.size + len(end) for end in _ENDS)
+# The same in one pack, the span id given as its 8 bytes (`Batch.timed_id`).
+_OWN_PACK = struct.Struct("<2s8s2sBQBQ").pack
 
 
 class Span(NamedTuple):
@@ -117,17 +119,32 @@ def _key_value(number: int, key: str, value: Any) -> bytes:
     return _field(number, _text(1, key) + _field(2, _any_value(value)))
 
 
+def key_value(number: int, key: str, value: Any) -> bytes:
+    """A KeyValue as field `number` (9: a span's attribute), for a value a batch sees
+    once (a run's id): not kept among its pieces."""
+    return _key_value(number, key, value)
+
+
 class Batch:
     """The spans of one request being written, and the pieces they share: a batch's
     spans repeat most of their fields (a run's trace id, its run span as the parent,
     the workflow and run id attributes, `kind: compute`, `outcome: ok`), so each
     piece is encoded once a batch. `pieces` is for a writer's own larger pieces."""
 
-    def __init__(self) -> None:
+    def __init__(self, kept: Batch | None = None) -> None:
+        """`kept`: an earlier batch whose pieces this one may use (a process's batches
+        repeat a workflow's node names and outcomes, and the runs a batch cut)."""
         self.spans: list[bytes] = []  # the spans' bytes, in order (a span may be pieces)
-        self.pieces: dict[Any, Any] = {}
-        self._heads: dict[int, bytes] = {}
-        self._pairs: dict[tuple[str, Any, type], bytes] = {}
+        if kept is None:
+            self.pieces: dict[Any, Any] = {}
+            self._heads: dict[int, bytes] = {}
+            self._pairs: dict[tuple[str, Any, type], bytes] = {}
+        else:
+            self.pieces, self._heads, self._pairs = kept.pieces, kept._heads, kept._pairs
+
+    def kept(self) -> int:
+        """How many pieces this batch keeps (a caller bounds a chain of batches)."""
+        return len(self.pieces) + len(self._heads) + len(self._pairs)
 
     def attribute(self, key: str, value: Any) -> bytes:
         """A span's attribute (a KeyValue, field 9); `value` a scalar."""
@@ -176,6 +193,20 @@ class Batch:
             head = self._heads[size] = b"\x12" + _varint(size)
         self.spans += (head, fields, _ID_KIND(0x1208, span_id, 0x3001),
                        _TIMES(0x39, start_ns, 0x41, end_ns), _ENDS[error])
+
+    def timed_id(self, run: bytes, fields: bytes, span_id: bytes, start_ns: int,
+                 end_ns: int, error: bool) -> None:
+        """`timed` for a span whose fields are two pieces (a run's, then the node's)
+        and whose id is its 8 bytes already: one pack, no join, for the exporter's
+        loop over a batch's node spans (runner/engine/_tracing.py `_write_records`)."""
+        size = len(run) + len(fields) + _OWN[error]
+        head = self._heads.get(size)
+        if head is None:
+            head = self._heads[size] = b"\x12" + _varint(size)
+        self.spans += (head, run, fields,
+                       _OWN_PACK(b"\x12\x08", span_id, b"\x30\x01", 0x39, start_ns, 0x41,
+                                 end_ns),
+                       _ENDS[error])
 
     def add(self, span: Span) -> None:
         """`span`, whatever its shape."""

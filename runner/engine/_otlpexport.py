@@ -4,7 +4,9 @@
 Why not the official exporter: it takes the SDK's span objects and re-encodes them
 with the official encoder (most of tracing's cost, bench/bench_tracing.py), and the
 only way around that was its private HTTP client. This module is the batch span
-processor and the exporter in one, over the standard library's `http.client`:
+processor and the exporter in one, over a small HTTP/1.1 client of its own
+(runner/engine/_otlphttp.py: `http.client` imported `email.*` and `ssl` for one POST
+a batch):
 
 - `add` (the run's thread) appends a record to a deque and returns: no lock, no
   encoding, no I/O. A full queue (`OTEL_BSP_MAX_QUEUE_SIZE`) drops the record and
@@ -23,21 +25,19 @@ Only the standard library and runner's policy modules: nothing of OpenTelemetry.
 from __future__ import annotations
 
 import collections
-import gzip
-import http.client
 import logging
 import os
-import ssl
 import threading
 import urllib.parse
 import weakref
-import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from runner._backoff import backoff_delay
 from runner.clock import Clock, SystemClock
+
+from ._otlphttp import Connection
 
 __all__ = ["Exporter", "Settings"]
 
@@ -144,65 +144,14 @@ class Settings:
             delay=_number(environ, "OTEL_BSP_SCHEDULE_DELAY", 5000, unit="milliseconds") / 1000)
 
 
-class _Connection:
-    """One kept-alive HTTP(S) connection to the receiver, opened again after an error."""
-
-    def __init__(self, settings: Settings) -> None:
-        parts = urllib.parse.urlsplit(settings.endpoint)
-        self.https = parts.scheme == "https"
-        self.host = parts.hostname or ""
-        self.port = parts.port
-        self.path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        self.headers = {"Content-Type": "application/x-protobuf",
-                        "User-Agent": "wfrun", **settings.headers}
-        if settings.compression != "none":
-            self.headers["Content-Encoding"] = settings.compression
-        self.context: ssl.SSLContext | None = None
-        if self.https:
-            self.context = ssl.create_default_context(cafile=settings.certificate)
-            if settings.client_certificate:
-                self.context.load_cert_chain(settings.client_certificate, settings.client_key)
-        self._open: http.client.HTTPConnection | None = None
-
-    def post(self, body: bytes, timeout: float) -> tuple[int, float | None]:
-        """The receiver's status and its Retry-After seconds; OSError and
-        http.client.HTTPException when there is no answer."""
-        reused = self._open is not None
-        try:
-            return self._post(body, timeout)
-        except (OSError, http.client.HTTPException):
-            self.close()
-            if not reused:
-                raise
-        # A kept-alive connection the receiver closed meanwhile: once more, fresh.
-        return self._post(body, timeout)
-
-    def _post(self, body: bytes, timeout: float) -> tuple[int, float | None]:
-        if self._open is None:
-            self._open = (http.client.HTTPSConnection(self.host, self.port, timeout=timeout,
-                                                      context=self.context)
-                          if self.https else
-                          http.client.HTTPConnection(self.host, self.port, timeout=timeout))
-        connection = self._open
-        connection.timeout = timeout
-        if connection.sock is not None:
-            connection.sock.settimeout(timeout)
-        connection.request("POST", self.path, body=body, headers=self.headers)
-        response = connection.getresponse()
-        response.read()  # the whole answer, so the connection can carry the next request
-        if response.will_close:
-            self.close()
-        retry_after = response.getheader("Retry-After")
-        try:
-            wait = float(retry_after) if retry_after else None
-        except ValueError:
-            wait = None  # an HTTP date: our own backoff instead
-        return response.status, wait
-
-    def close(self) -> None:
-        if self._open is not None:
-            self._open.close()
-            self._open = None
+def _connect(settings: Settings) -> Connection:
+    headers = {"Content-Type": "application/x-protobuf", "User-Agent": "wfrun",
+               **settings.headers}
+    if settings.compression != "none":
+        headers["Content-Encoding"] = settings.compression
+    return Connection(settings.endpoint, headers, certificate=settings.certificate,
+                      client_certificate=settings.client_certificate,
+                      client_key=settings.client_key)
 
 
 class Exporter(Generic[R]):
@@ -213,7 +162,7 @@ class Exporter(Generic[R]):
         self.settings = settings
         self._encode = encode
         self._clock = clock or SystemClock()
-        self._connection = _Connection(settings)
+        self._connection = _connect(settings)
         self._queue: collections.deque[R] = collections.deque()
         self._max, self._batch = settings.max_queue, settings.batch
         self._wake = threading.Event()  # a batch is waiting, or closing
@@ -284,7 +233,7 @@ class Exporter(Generic[R]):
         self._wake, self._closing = threading.Event(), threading.Event()
         self._taking = True
         self._export_lock, self._count_lock = threading.Lock(), threading.Lock()
-        self._connection = _Connection(self.settings)
+        self._connection = _connect(self.settings)
         self.dropped = self.taken = self.sent = 0
 
     def _work(self) -> None:
@@ -318,8 +267,12 @@ class Exporter(Generic[R]):
     def _send(self, body: bytes) -> bool:
         """POST one batch, tried again on a retryable answer until the timeout."""
         if self.settings.compression == "gzip":
+            import gzip  # only when asked for: most receivers are local, uncompressed
+
             body = gzip.compress(body, mtime=0)
         elif self.settings.compression == "deflate":
+            import zlib
+
             body = zlib.compress(body)
         clock = self._clock
         deadline = clock.monotonic() + self.settings.timeout
@@ -331,7 +284,7 @@ class Exporter(Generic[R]):
                 return False
             try:
                 status, wait = self._connection.post(body, remaining)
-            except (OSError, http.client.HTTPException) as exc:
+            except OSError as exc:  # no answer, or not HTTP (_otlphttp.BadAnswer)
                 status, wait = 0, None
                 log.debug("wfrun: cannot send spans to %s: %s", self.settings.endpoint, exc)
             if 200 <= status < 300:

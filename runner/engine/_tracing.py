@@ -41,7 +41,7 @@ import logging
 import os
 import random
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -64,6 +64,7 @@ _TRACED = frozenset({*NODE_ENDS, *RUN_ENDS})
 _LOW64 = _otelenv.TRACE_ID_LIMIT - 1
 EXIT_WAIT = 3.0  # seconds a process waits at exit for its last spans to be sent
 _SAMPLED_KEPT = 4096  # sampling decisions kept: the runs in flight in a host, and then some
+_PIECES_KEPT = 4096  # encoded pieces a batch hands on to the next (runs, attempts, values)
 
 Observer = Callable[[dict[str, Any], RunState], None]
 _NUMBER = (int, float)  # a duration (a tuple: isinstance on a union is slower)
@@ -207,40 +208,85 @@ def _attempt(node: Any, kind: Any, retry: Any, outcome: Any,
 
 def _write_node(record: tuple[Any, ...], batch: _otlp.Batch) -> None:
     """A node attempt's span, from its record (a `_NodeEnd`, or the plain tuple of its
-    fields the run's thread queues): a run's and an attempt's fields are encoded
-    once a batch (tests/unit/engine/test_otlp_encoding.py requires the message
-    `_NodeEnd.span` makes). The exporter's thread, once per node attempt."""
-    (run_id, workflow, node, attempt_id, ended, kind, retry, outcome, error_code,
-     will_retry, at, millis) = record
-    pieces = batch.pieces
-    run = pieces.get(run_id)
-    if run is None:  # the trace id, the run span as parent, the run's attributes
-        trace_id, run_span = run_ids(run_id)
-        run = pieces[run_id] = (
-            batch.trace(trace_id) + batch.parent(run_span)
-            + batch.attribute("wfrun.workflow", workflow)
-            + batch.attribute("wfrun.run_id", run_id))
-    marker = (node, kind, retry, outcome, ended)
-    known = pieces.get(marker)
-    if known is None:  # the name, the attempt's attributes, whether it failed
-        name, kind_, attempt, said = _attempt(node, kind, retry, outcome, ended)
-        known = pieces[marker] = (
-            batch.name(f"node {name}") + batch.attribute("wfrun.node", name)
-            + batch.attribute("wfrun.node.kind", kind_)
-            + batch.attribute("wfrun.attempt", attempt)
-            + batch.attribute("wfrun.outcome", said), said != "ok")
-    fields, failed = known
-    fields = run + fields
-    if error_code:
-        fields += batch.attribute("wfrun.error.code", str(error_code))
-    if will_retry:
-        fields += batch.attribute("wfrun.will_retry", True)
-    end = _nanos(at)
-    start = end - int(millis * 1_000_000) if end and isinstance(millis, _NUMBER) else end
-    if start > 0:  # both known: the common case's short path
-        batch.timed(fields, span_id(attempt_id), start, end, failed)
-    else:
-        batch.write(fields, span_id(attempt_id), start, end, (), failed)
+    fields the run's thread queues); tests/unit/engine/test_otlp_encoding.py requires
+    the message `_NodeEnd.span` makes."""
+    _write_records((record,), batch)
+
+
+_ZERO_ID = bytes(8)
+_SECONDS: dict[str, int] = {}  # `2026-12-05T12:51:02` -> its nanoseconds (bounded)
+
+
+def _write_records(records: Iterable[tuple[Any, ...]], batch: _otlp.Batch) -> None:
+    """A batch's spans, from its records: the exporter's thread, once per request.
+
+    One loop with its lookups in locals, as it runs once per node attempt: a run's
+    fields (trace id, parent, workflow, run id) and an attempt's (name, node, kind,
+    attempt, outcome) are encoded once a batch; a span id is its attempt id's 8 bytes
+    as they are (`span_id` for any other); an event time of runner.clock.iso's shape
+    is read from its second's cached value and its milliseconds (`_nanos` for any
+    other); the span is then one pack (`Batch.timed_id`)."""
+    pieces, seconds, timed, fromhex = batch.pieces, _SECONDS, batch.timed_id, bytes.fromhex
+    for record in records:
+        if type(record) is _RunEnd:
+            record.write(batch)
+            continue
+        (run_id, workflow, node, attempt_id, ended, kind, retry, outcome, error_code,
+         will_retry, at, millis) = record
+        run = pieces.get(run_id)
+        if run is None:  # the trace id, the run span as parent, the run's attributes
+            trace_id, run_span = run_ids(run_id)
+            run = pieces[run_id] = (
+                batch.trace(trace_id) + batch.parent(run_span)
+                + batch.attribute("wfrun.workflow", workflow)
+                + batch.attribute("wfrun.run_id", run_id))
+        marker = (node, kind, retry, outcome, ended)
+        known = pieces.get(marker)
+        if known is None:  # the name, the attempt's attributes, whether it failed
+            name, kind_, attempt, said = _attempt(node, kind, retry, outcome, ended)
+            known = pieces[marker] = (
+                batch.name(f"node {name}") + batch.attribute("wfrun.node", name)
+                + batch.attribute("wfrun.node.kind", kind_)
+                + batch.attribute("wfrun.attempt", attempt)
+                + batch.attribute("wfrun.outcome", said), said != "ok")
+        fields, failed = known
+        if error_code:
+            fields += batch.attribute("wfrun.error.code", str(error_code))
+        if will_retry:
+            fields += batch.attribute("wfrun.will_retry", True)
+        end = 0
+        if type(at) is str and len(at) == 24 and at[23] == "Z" and at[19] == ".":
+            base = seconds.get(at[:19])
+            if base is None:
+                base = _second(at[:19])
+            fraction = at[20:23]
+            if base and fraction.isdigit():
+                end = base + int(fraction) * 1_000_000
+        if not end:
+            end = _nanos(at)
+        start = end - int(millis * 1_000_000) if end and isinstance(millis, _NUMBER) else end
+        if type(attempt_id) is str and len(attempt_id) == 16:
+            try:
+                sid = fromhex(attempt_id)
+            except ValueError:  # not hex: `span_id` below
+                sid = b""
+        else:
+            sid = b""
+        if len(sid) != 8 or sid == _ZERO_ID:
+            sid = span_id(attempt_id).to_bytes(8, "big")
+        if start > 0:  # both known: the common case's short path
+            timed(run, fields, sid, start, end, failed)
+        else:
+            batch.write(run + fields, int.from_bytes(sid, "big"), start, end, (), failed)
+
+
+def _second(second: str) -> int:
+    """`_SECONDS`'s value for `second` (0: not a time), kept for the next spans."""
+    value = _seconds(second) or 0
+    if len(_SECONDS) >= 64:
+        _SECONDS.clear()  # a day's seconds would grow it: the recent ones are the ones used
+    _SECONDS[second] = value
+    return value
 
 
 class _RunEnd(NamedTuple):
@@ -270,7 +316,22 @@ class _RunEnd(NamedTuple):
                           _nanos(self.at) or start)
 
     def write(self, batch: _otlp.Batch) -> None:
-        batch.add(self.span())  # one a run: no piece of it is worth keeping
+        """The span `span()` makes, written without making it (one a run: its fields
+        are encoded straight, its workflow's attribute shared in the batch)."""
+        trace_id, run_span = run_ids(self.run_id)
+        fields = (batch.trace(trace_id) + batch.name(f"run {self.workflow}")
+                  + batch.attribute("wfrun.workflow", self.workflow)
+                  + _otlp.key_value(9, "wfrun.run_id", self.run_id)
+                  + batch.attribute("wfrun.outcome", self.outcome))
+        if self.error_code:
+            fields += batch.attribute("wfrun.error.code", self.error_code)
+        links: tuple[tuple[int, int], ...] = ()
+        if self.parent_run_id:
+            fields += _otlp.key_value(9, "wfrun.parent_run_id", self.parent_run_id)
+            links = (run_ids(self.parent_run_id),)
+        start = _nanos(self.started_at)
+        batch.write(fields, run_span, start, _nanos(self.at) or start, links,
+                    self.outcome not in ("completed", "waiting"))
 
 
 class Tracing:
@@ -300,6 +361,7 @@ class Tracing:
         # Records: `_RunEnd`s, and node ends as plain tuples of `_NodeEnd`'s fields.
         self.exporter: Exporter[tuple[Any, ...]] = Exporter(settings, self._encode)
         self._sampled: dict[str, bool] = {}  # run id -> the sampler's decision (bounded)
+        self._last: _otlp.Batch | None = None  # the exporter's thread's last batch
         self._closed = False
         import atexit
 
@@ -375,12 +437,12 @@ class Tracing:
 
     def _encode(self, records: list[tuple[Any, ...]]) -> bytes:
         """The exporter's thread: a batch of records, as one OTLP request."""
-        batch = _otlp.Batch()
-        for record in records:
-            if isinstance(record, _RunEnd):
-                record.write(batch)
-            else:
-                _write_node(record, batch)
+        # The pieces of the last batch are kept for the next (its runs' and node
+        # attempts' fields), up to a bound: a long-lived host's workflows are few.
+        last = self._last
+        batch = _otlp.Batch(last if last is not None and last.kept() < _PIECES_KEPT else None)
+        _write_records(records, batch)
+        self._last = batch
         return self.encoder.request(batch)
 
     def flush(self) -> None:

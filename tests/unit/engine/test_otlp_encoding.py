@@ -122,6 +122,47 @@ def test_the_records_written_are_their_spans() -> None:
     assert child.end_ns == child.start_ns  # no end time: the start
 
 
+def test_a_batch_of_plain_records_is_written_in_one_loop_as_their_spans() -> None:
+    """The exporter's loop (`_write_records`): the queued plain tuples and the run
+    ends of a batch, with the odd shapes its short paths must hand on (a zero id,
+    times not of runner.clock.iso's shape, a date that is not one)."""
+    def node(name: str, attempt: str, at: str) -> _NodeEnd:
+        return _NodeEnd("r-3", "review", name, attempt, "node_finished", "compute", 0, "ok",
+                        None, False, at, 2)
+
+    odd = [node("zero", "0000000000000000", "2026-12-05T12:51:02.125+00:00"),
+           node("late", "00000000000000c1", "2026-12-05T12:51:02.12xZ"),
+           node("late", "00000000000000c2", "2026-13-05T12:51:02.125Z"),
+           node("late", "00000000000000C3", "2026-12-05T12:51:02.999Z")]
+    every = [*records(), *odd]
+    batch = Batch()
+    _tracing._write_records([r if isinstance(r, _RunEnd) else tuple(r) for r in every], batch)
+    ours = ExportTraceServiceRequest.FromString(encoder().request(batch))
+    assert ours == official([record.span() for record in every])
+    assert [s.span_id for s in ours.resource_spans[0].scope_spans[0].spans[-4:]] == \
+        [(1).to_bytes(8, "big"), *(bytes.fromhex(f"{n:016x}") for n in (0xC1, 0xC2, 0xC3))]
+
+
+def test_a_batch_uses_the_pieces_of_the_one_before(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The exporter's batches hand their encoded pieces on (a run cut across two
+    requests, a workflow's node names): each request is still its spans' message."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setattr(_tracing, "_PIECES_KEPT", 12)  # a few batches, then afresh
+    tracing = _tracing.Tracing()
+    try:
+        every = [r if isinstance(r, _RunEnd) else tuple(r) for r in records()]
+        for _ in range(4):
+            for start in range(0, len(every), 3):
+                part = every[start:start + 3]
+                ours = ExportTraceServiceRequest.FromString(tracing._encode(part))
+                theirs = official([(r if isinstance(r, _RunEnd) else _NodeEnd(*r)).span()
+                                   for r in part])
+                assert ours.resource_spans[0].scope_spans[0].spans == \
+                    theirs.resource_spans[0].scope_spans[0].spans  # the resource: the env's
+    finally:
+        tracing.close()
+
+
 @pytest.mark.parametrize("value", [object(), 2**64])
 def test_a_value_it_cannot_write_is_refused(value: Any) -> None:
     odd = Span("odd", 1, 2, None, {"odd": value}, (), False, 1, 2)
