@@ -55,17 +55,22 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
+def _fill(fd: int, data: bytes, sync: bool) -> None:
+    """Write all of `data` to the new file `fd` (fsync'd with `sync`), then close it."""
+    try:
+        write_all(fd, data)
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def create_private(path: str | Path, data: bytes, *, sync: bool = False) -> None:
     """Write a new 0600 file in place: for a file no reader looks at yet (a refused
     write removes what it began)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        try:
-            write_all(fd, data)
-            if sync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
+        _fill(fd, data, sync)
     except BaseException:
         Path(path).unlink(missing_ok=True)
         raise
@@ -77,12 +82,7 @@ def write_private(path: str | Path, data: bytes, *, sync: bool = False) -> None:
     tmp = os.path.join(folder, f".{name}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        try:
-            write_all(fd, data)
-            if sync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
+        _fill(fd, data, sync)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
