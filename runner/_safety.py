@@ -20,9 +20,7 @@ may use it.
 
 from __future__ import annotations
 
-import base64
 import functools
-import html
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -173,6 +171,9 @@ def encodings(value: str) -> set[str]:
     (path, query and form styles), base64 (standard and URL-safe, padded or not),
     JSON-escaped (ASCII, UTF-8 and Jinja's `tojson`) and HTML-escaped (both spellings).
     Masking by exact value alone recorded `{{ secrets.X | urlencode }}` in clear."""
+    import base64  # only a run with secrets asks: html loads its entity table on import
+    import html
+
     data = value.encode("utf-8", errors="replace")
     found = {quote(value, safe=""), quote(value, safe="/"), quote_plus(value, safe=""),
              quote_plus(value, safe="/"), html.escape(value),

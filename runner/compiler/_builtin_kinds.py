@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ._checker import Checker, case_key, type_name
 from ._diagnostics import KeyPath, did_you_mean
 from ._kinddef import HOOK, ID_PATTERN, JSON_SCHEMA, TEMPLATE, WORD, KindDef, Parsed, obj
 from ._model import (
@@ -24,8 +23,11 @@ from ._model import (
     FailSpec,
     NotifySpec,
 )
-from ._stepcalls import call_params
-from ._template_checks import shell_code_items, shell_quoting_problems
+from ._values import case_key, type_name
+
+if TYPE_CHECKING:  # the checker and template checks load when a body is parsed, not
+    # when the run loop reads the kind table (`ends`, `retries`)
+    from ._checker import Checker
 
 AGENT_KEYS = ("prompt", "output", "reminders")
 DECISION_KEYS = ("question", "choices", "field", "reminders")
@@ -176,6 +178,8 @@ def _action(c: Checker, body: Any, kp: KeyPath) -> ActionSpec | None:
             if use_shell:
                 c.sink.error("shell-string", "use_shell: true takes a command line string, not "
                              "an argv list", (*kp, "use_shell"))
+            from ._template_checks import shell_code_items
+
             for i in shell_code_items(argv):
                 _shell_quoting(c, argv[i], (*skp, i))
             shell = tuple(argv)
@@ -192,6 +196,8 @@ def _action(c: Checker, body: Any, kp: KeyPath) -> ActionSpec | None:
             c.sink.error("with-without-call", "'with' passes parameters to a 'call' hook; a "
                          "shell action takes its values in its argv", (*kp, "with"), at_key=True)
             return None
+        from ._stepcalls import call_params
+
         params = call_params(c, call, m["with"], (*kp, "with"))
         if params is None:
             return None
@@ -238,6 +244,8 @@ def _env_key_problem(key: str) -> str | None:
 
 
 def _shell_quoting(c: Checker, code: str, kp: KeyPath) -> None:
+    from ._template_checks import shell_quoting_problems
+
     for problem in shell_quoting_problems(code):
         c.sink.warning("shell-quoting", problem, kp)
 

@@ -19,6 +19,9 @@ from ._model import HookRef, Node
 from ._registry import STEP_GROUP, registered_steps
 from ._sources import sha256_hex
 from ._template_checks import check_budget, check_syntax
+from ._values import case_key, type_name
+
+__all__ = ["Checker", "case_key", "type_name"]
 
 ID_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 MODULE_HOOK_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_]\w*$")
@@ -203,30 +206,3 @@ class Checker:
         hook = HookRef(ref=name, step=name)
         self.hooks.append(hook)
         return hook
-
-
-def type_name(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "a mapping"
-    return type(value).__name__
-
-
-def case_key(value: Any) -> str:
-    """Switch values compare as strings: true -> 'true', 3 -> '3', null -> 'null'."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)

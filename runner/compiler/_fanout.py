@@ -13,15 +13,17 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runner._canonical import canonical_json
 
 from ._builtin_kinds import BUILTIN_KINDS
-from ._checker import Checker
 from ._diagnostics import KeyPath, did_you_mean
 from ._kinddef import DURATION, ID_PATTERN, TEMPLATE, KindDef, Parsed, obj
 from ._model import Node
+
+if TYPE_CHECKING:  # a body is parsed by a checker handed in: the run loop loads none
+    from ._checker import Checker
 
 #: A map's default item ceiling and concurrency.
 DEFAULT_MAX_ITEMS = 10_000

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.compiler import Edge
-from runner.compiler._checker import case_key
+from runner.compiler._values import case_key
 
 
 @dataclass(frozen=True)
