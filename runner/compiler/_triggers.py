@@ -13,7 +13,6 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ._diagnostics import DiagnosticSink, KeyPath, did_you_mean
 from ._durations import DurationError, parse_duration
@@ -125,6 +124,10 @@ def cron_problem(expr: str) -> str | None:
 
 
 def timezone_problem(name: str) -> str | None:
+    # Here: the model imports this module, and a run of a workflow without a
+    # scheduled trigger must not load the zone database's finder (cold start).
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
     try:
         ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):

@@ -67,6 +67,7 @@ from runner.store.domain._launch_queries import (
 )
 from runner.store.domain._launch_reads import LaunchReads, guard
 from runner.store.domain._pages import launch_from_row
+from runner.store.domain._settle import settle_child
 
 
 class _Abort(Exception):
@@ -518,10 +519,6 @@ class LaunchQueue(LaunchReads):
         assert updated is not None, "row changed under its lock"
         self._event(log, updated, row["status"], event or f"launch.{target}", payload)
         if target in CHILD_STATE:
-            # Here, not at the top: the controller side's records load when a launch
-            # ends, not for every command that reads the queue (cold start).
-            from runner.store.domain._workflow_requests import settle_child
-
             settle_child(tx, updated, child_state or CHILD_STATE[target])
         if updated["origin_session_id"] is None and (
                 target == "queued" or (target == "parked" and updated["park_mode"] == "auto")):

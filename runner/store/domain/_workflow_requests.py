@@ -16,13 +16,14 @@ the *current* attempt only (an older attempt loses with `stale_attempt`):
 `succeeded`, `failed` and `interrupted` end an attempt; finishing it again with
 the same outcome returns the record unchanged (a retried completion), with
 another outcome `LostRace(wrong_status)`. A child run's ending settles its
-request and wakes the parent's key in the launch's own transaction (`settle_child`).
+request and wakes the parent's key in the launch's own transaction (`settle_child`,
+in _settle.py).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 
 from runner.store._connector import Connector, Row, UniqueViolation, in_params
 from runner.store._connector import Transaction as Tx
@@ -35,7 +36,6 @@ from runner.store._states import (
     WORKFLOW_REQUEST_STATES,
 )
 from runner.store.domain._controller_events import read_all
-from runner.store.domain._controller_queue import wake
 
 REQUEST_ID_HEX = 32
 #: Where `finish` may start from, and where it may go.
@@ -86,37 +86,6 @@ def _attempt_row(tx: Tx, request_id: str, attempt: int) -> Row | LostRace:
 
 def _bounded(error: str | None) -> str | None:
     return None if error is None else bounded_message(error, CONTROLLER_ERROR_MAX_BYTES)
-
-
-_SETTLE_FIND = (
-    "SELECT w.request_id, r.controller, r.resource_key FROM workflow_requests w"
-    " JOIN resources r ON r.uid = w.resource_uid"
-    " WHERE w.run_id = :run AND w.state IN ('running', 'waiting')"
-)
-_SETTLE_UPDATE = ("UPDATE workflow_requests SET state = :state, error = :error,"
-                  " updated_at = :now WHERE request_id = :id")
-
-
-def _child_error(error_message: object, status: object, state: str) -> str | None:
-    """The error a child's ending leaves on its request (None when it succeeded or waits)."""
-    if state in ("succeeded", "waiting"):
-        return None
-    return _bounded(str(error_message or f"the child run ended {status}"))
-
-
-def settle_child(tx: Tx, launch: Mapping[str, object], state: str) -> None:
-    """A controller's child run ended (`launch` is its launch row): record it on its
-    request and wake the parent's key, in the transaction that ends the launch (no
-    crash can leave one without the other)."""
-    lock = f"{tx.dialect.lock} OF w" if tx.dialect.lock else ""
-    request = tx.one(_SETTLE_FIND + lock, {"run": launch["run_id"]})
-    if request is None:
-        return
-    now = tx.now_ms()
-    tx.run(_SETTLE_UPDATE, {"state": state, "now": now, "id": request["request_id"],
-                           "error": _child_error(launch["error_message"], launch["status"],
-                                                state)})
-    wake(tx, request["controller"], request["resource_key"], now)
 
 
 class RequestBook:
