@@ -35,9 +35,7 @@ from runner.compiler._templates import (
 
 from . import _tracing as tracing
 from ._agent import AgentStep, StepContract, TurnKind, reminder_text
-from ._hooks import call_hook
 from ._nodecontext import Executor, NodeContext, NodeResult, fail, json_value, stopped
-from ._procs import run_shell
 from ._secrets import check_no_nul
 
 #: kind name -> what runs one attempt of it (the node-kind table's run half:
@@ -102,6 +100,8 @@ def _fail_node(ctx: NodeContext) -> NodeResult:
 def _compute(ctx: NodeContext) -> NodeResult:
     spec = cast(ComputeSpec, ctx.node.spec)
     if spec.call is not None:
+        from ._hooks import call_hook  # a hook's machinery: not for an expression
+
         return call_hook(ctx, spec.call, None)
     assert spec.expr is not None
     value, bad = json_value(render_native(spec.expr, ctx.values), "the expression")
@@ -128,7 +128,12 @@ def _nul_problem(command: list[str] | str, cwd: str | None,
 def _action(ctx: NodeContext) -> NodeResult:
     spec = cast(ActionSpec, ctx.node.spec)
     if spec.call is not None:
+        from ._hooks import call_hook
+
         return call_hook(ctx, spec.call, spec.params)
+    # Here: a run without a shell action never loads the process supervisor (cold start).
+    from ._procs import run_shell
+
     values = ctx.values
     command: list[str] | str
     if isinstance(spec.shell, str):
