@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from runner._canonical import canonical_json
 
+from ._plainmatch import plainly_matches
 from ._schemarefs import ref_problem
 
 if TYPE_CHECKING:
@@ -152,6 +153,8 @@ def validator_for(schema: dict[str, Any]) -> Draft202012Validator:
 def validation_errors(schema: dict[str, Any] | Any, value: Any, limit: int = 5) -> list[str]:
     """Human messages for why `value` does not match `schema` (empty when it does), each
     one short line that quotes no more than a few characters of the value."""
+    if plainly_matches(schema, value):  # sure of a match: jsonschema need not load
+        return []
     from referencing.exceptions import Unresolvable
 
     validator = _validator(canonical(schema))
