@@ -195,6 +195,40 @@ def test_run_and_list_read_kept_definitions_without_compiling_or_rich(
                             "starlette")) == []
 
 
+#: What running a compute-only workflow with a plainly matching input (GREET) needs none
+#: of (issue 34 item 11): the compiler's checks (the kind rows and routing read
+#: compiler/_values.py), jsonschema (compiler/_plainmatch.py), the hook caller and the
+#: process supervisor (a compute node), the controller side's records (a launch's ending
+#: settles a controller child by SQL, store/domain/_settle.py), the zone database, html.
+NOT_FOR_A_RUN = ("runner.compiler._checker", "runner.compiler._template_checks",
+                 "runner.compiler._stepcalls", "runner.compiler._template_ast",
+                 "jsonschema", "referencing", "jsonschema_specifications", "rpds",
+                 "runner.engine._procs", "runner.engine._hooks", "runner.steps",
+                 "runner.store._controller_interface", "runner.store.domain._workflow_requests",
+                 "runner.store.domain._controller_queue", "zoneinfo", "html")
+
+
+@pytest.mark.parametrize("args", [("run", "greet", "-i", "name=plain", "--json"),
+                                  ("start", "greet", "-i", "name=plain", "--json")])
+def test_run_and_start_load_no_checker_no_jsonschema_and_no_controller_records(
+        used: tuple[Path, str, str], args: tuple[str, ...]) -> None:
+    out, modules = imported(used[0], *args)
+    assert json.loads(out.stdout)["run_id"].startswith("greet-")
+    assert loaded(modules, NOT_FOR_A_RUN) == []
+
+
+def test_a_mismatched_input_is_still_worded_by_jsonschema(
+        used: tuple[Path, str, str]) -> None:
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith(("PYTHON", "WFRUN_", "CLAUDE"))}
+    out = subprocess.run([sys.executable, "-m", "runner", "run", "greet", "--input",
+                          '{"name": 3}'], cwd=used[0], text=True, capture_output=True,
+                         timeout=100, stdin=subprocess.DEVNULL,
+                         env={**base, "WFRUN_HOME": str(used[0] / "home")})
+    assert out.returncode != 0
+    assert "$.name: expected string, got integer" in out.stderr
+
+
 def test_runs_and_show_read_rows_and_bundles_only(used: tuple[Path, str, str]) -> None:
     root, done, _ = used
     out, modules = imported(root, "runs")  # a table: rich, but nothing compiled
