@@ -16,7 +16,7 @@ from runner.compiler._jsonschemas import validation_errors
 from runner.compiler._plainmatch import plainly_matches
 from runner.compiler._schemarefs import bounded_validator
 
-SETTINGS = settings(max_examples=400, deadline=None,
+SETTINGS = settings(max_examples=200, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
 
 JSON_VALUES = st.recursive(
