@@ -38,7 +38,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     ranks: dict[str, int] = {}
     for line in _LONGEST_FIRST.read_text(encoding="utf-8").splitlines():
         if line.strip() and not line.startswith("#"):
-            ranks.setdefault(line.strip().split(" ", 1)[1], len(ranks))
+            # a list rebuilt from logs of grouped runs carries the "@name" suffix too
+            ranks.setdefault(line.strip().split(" ", 1)[1].split("@", 1)[0], len(ranks))
     # stable: the rest as collected; an xdist group's "@name" suffix is not part of the id
     items.sort(key=lambda item: ranks.get(item.nodeid.split("@", 1)[0], len(ranks)))
 
