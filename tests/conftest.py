@@ -8,6 +8,7 @@ from pathlib import Path
 
 import cpuprofile
 import pytest
+import xdistgroups
 from pgcluster import pg_cluster  # noqa: F401  (one throwaway Postgres cluster per session and worker)
 
 REPO = Path(__file__).resolve().parent.parent
@@ -27,15 +28,18 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 _LONGEST_FIRST = Path(__file__).with_name("longest_first.txt")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+@pytest.hookimpl(trylast=True)  # after the folders' hooks have added their groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Start the slowest tests (tests/longest_first.txt) first, longest first.
 
     Every xdist worker collects and sorts alike, so the order is the same in all of them.
     """
+    xdistgroups.suffix_groups(config, items)  # `xdist_group` tests stay on one worker
     ranks: dict[str, int] = {}
     for line in _LONGEST_FIRST.read_text(encoding="utf-8").splitlines():
         if line.strip() and not line.startswith("#"):
-            ranks.setdefault(line.strip().split(" ", 1)[1], len(ranks))
+            # a list rebuilt from logs of grouped runs carries the "@name" suffix too
+            ranks.setdefault(line.strip().split(" ", 1)[1].split("@", 1)[0], len(ranks))
     # stable: the rest as collected; an xdist group's "@name" suffix is not part of the id
     items.sort(key=lambda item: ranks.get(item.nodeid.split("@", 1)[0], len(ranks)))
 

@@ -231,20 +231,33 @@ def test_the_audit_api_lists_actions_newest_first_paged(project: Project) -> Non
         assert httpx.get(f"{ui.base}/api/audit", params={"limit": "x"}).status_code == 400
 
 
-@pytest.mark.parametrize("field", ["title", "input", "id"])
-def test_runs_are_found_by_id_title_or_input_text(project: Project, field: str) -> None:
+@pytest.fixture(scope="module")
+def searchable(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[UiServer,
+                                                                          dict[str, str]]]:
+    """Three finished runs and a server, shared by the three search tests (one xdist
+    group, so one worker builds them once): a search only reads, and the six CLI
+    processes and the server were most of each test's CPU."""
+    project = Project(tmp_path_factory.mktemp("search") / "proj")
     project.workflow("quick", QUICK)
     for n, note in ((11, "alpha"), (22, "Bravo-Delta"), (33, "charlie")):
         assert project.wfrun("run", "quick", "--input",
                              json.dumps({"n": n, "note": note})).returncode == 0
     ids = {project.json("show", r, "--json")["title"]: r for r in project.run_ids()}
     with ui_server(project) as ui:
-        needle = {"title": "quick 22", "input": "bravo-delta", "id": ids["quick 22"][-10:]}
-        found = runs(ui, q=needle[field])
-        assert [r["run_id"] for r in found["rows"]] == [ids["quick 22"]]
-        assert found["total"] == 1
-        assert found["searched"] == 3
-        assert runs(ui, q="nothing-like-it")["rows"] == []
+        yield ui, ids
+
+
+@pytest.mark.xdist_group("ui-api-search")
+@pytest.mark.parametrize("field", ["title", "input", "id"])
+def test_runs_are_found_by_id_title_or_input_text(
+        searchable: tuple[UiServer, dict[str, str]], field: str) -> None:
+    ui, ids = searchable
+    needle = {"title": "quick 22", "input": "bravo-delta", "id": ids["quick 22"][-10:]}
+    found = runs(ui, q=needle[field])
+    assert [r["run_id"] for r in found["rows"]] == [ids["quick 22"]]
+    assert found["total"] == 1
+    assert found["searched"] == 3
+    assert runs(ui, q="nothing-like-it")["rows"] == []
 
 
 def test_runs_filter_by_creation_date(project: Project) -> None:

@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from uikit import Project, ui_server, wait_for_node
+from uikit import Project, UiServer, ui_server, wait_for_node
 from waiting import wait_until
 
 QUICK = """\
@@ -34,25 +35,40 @@ nodes:
 """
 
 
-def test_it_listens_on_loopback_on_a_free_port_and_prints_the_url(project: Project) -> None:
+@pytest.fixture(scope="module")
+def five_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiServer]:
+    """One server on five finished `quick` runs, shared by the tests that only read
+    (one xdist group, so one worker makes it once): the runs and the server's start
+    were most of their CPU, and none of them writes."""
+    project = Project(tmp_path_factory.mktemp("five") / "proj")
+    project.workflow("quick", QUICK)
+    for n in range(5):
+        assert project.wfrun("run", "quick", "-i", f"n={n}").returncode == 0
     with ui_server(project) as ui:
-        assert ui.url.startswith("http://127.0.0.1:")
-        assert "/?token=" in ui.url  # actions need it; reads on loopback do not
-        assert httpx.get(f"{ui.base}/healthz").text == "ok"
-        page = httpx.get(f"{ui.base}/runs")
-        assert page.status_code == 200
-        assert "default-src 'none'" in page.headers["content-security-policy"]
-        assert page.headers["x-frame-options"] == "DENY"
+        yield ui
 
 
-def test_it_is_read_only_and_answers_only_for_its_own_host_names(project: Project) -> None:
-    with ui_server(project) as ui:
-        for method in ("POST", "PUT", "DELETE", "PATCH"):
-            done = httpx.request(method, f"{ui.base}/runs")
-            assert done.status_code == 405, method
-        rebound = httpx.get(f"{ui.base}/runs", headers={"Host": "evil.example:80"})
-        assert rebound.status_code == 421
-        assert httpx.get(f"{ui.base}/runs", headers={"Host": "localhost"}).status_code == 200
+@pytest.mark.xdist_group("ui-server-five-runs")
+def test_it_listens_on_loopback_on_a_free_port_and_prints_the_url(five_runs: UiServer) -> None:
+    ui = five_runs
+    assert ui.url.startswith("http://127.0.0.1:")
+    assert "/?token=" in ui.url  # actions need it; reads on loopback do not
+    assert httpx.get(f"{ui.base}/healthz").text == "ok"
+    page = httpx.get(f"{ui.base}/runs")
+    assert page.status_code == 200
+    assert "default-src 'none'" in page.headers["content-security-policy"]
+    assert page.headers["x-frame-options"] == "DENY"
+
+
+@pytest.mark.xdist_group("ui-server-five-runs")
+def test_it_is_read_only_and_answers_only_for_its_own_host_names(five_runs: UiServer) -> None:
+    ui = five_runs
+    for method in ("POST", "PUT", "DELETE", "PATCH"):
+        done = httpx.request(method, f"{ui.base}/runs")
+        assert done.status_code == 405, method
+    rebound = httpx.get(f"{ui.base}/runs", headers={"Host": "evil.example:80"})
+    assert rebound.status_code == 421
+    assert httpx.get(f"{ui.base}/runs", headers={"Host": "localhost"}).status_code == 200
 
 
 def test_a_token_is_required_when_given(project: Project) -> None:
@@ -105,34 +121,30 @@ def test_a_port_in_use_is_a_one_line_error(project: Project) -> None:
     assert lines[0].startswith(f"wfrun: error: cannot listen on 127.0.0.1:{port}")
 
 
-def test_unknown_things_are_404_pages_and_bad_filters_400(project: Project) -> None:
-    project.workflow("quick", QUICK)
-    assert project.wfrun("run", "quick", "-i", "n=1").returncode == 0
-    with ui_server(project) as ui:
-        missing = httpx.get(f"{ui.base}/runs/quick-nope")
-        assert missing.status_code == 404
-        assert "no run &#39;quick-nope&#39;" in missing.text
-        assert httpx.get(f"{ui.base}/api/runs/.hidden").status_code in (400, 404)
-        assert httpx.get(f"{ui.base}/nowhere").status_code == 404
-        assert httpx.get(f"{ui.base}/api/runs?page=0").json() == {
-            "error": "page must be a whole number from 1 to 1000000000, got '0'"}
-        assert httpx.get(f"{ui.base}/api/runs?per_page=x").status_code == 400
-        assert httpx.get(f"{ui.base}/workflows/nope").status_code == 404
-        assert httpx.get(f"{ui.base}/controllers/probe/nope").status_code == 404
+@pytest.mark.xdist_group("ui-server-five-runs")
+def test_unknown_things_are_404_pages_and_bad_filters_400(five_runs: UiServer) -> None:
+    ui = five_runs
+    missing = httpx.get(f"{ui.base}/runs/quick-nope")
+    assert missing.status_code == 404
+    assert "no run &#39;quick-nope&#39;" in missing.text
+    assert httpx.get(f"{ui.base}/api/runs/.hidden").status_code in (400, 404)
+    assert httpx.get(f"{ui.base}/nowhere").status_code == 404
+    assert httpx.get(f"{ui.base}/api/runs?page=0").json() == {
+        "error": "page must be a whole number from 1 to 1000000000, got '0'"}
+    assert httpx.get(f"{ui.base}/api/runs?per_page=x").status_code == 400
+    assert httpx.get(f"{ui.base}/workflows/nope").status_code == 404
+    assert httpx.get(f"{ui.base}/controllers/probe/nope").status_code == 404
 
 
-def test_the_json_runs_view_pages_in_the_store(project: Project) -> None:
-    project.workflow("quick", QUICK)
-    for n in range(5):
-        assert project.wfrun("run", "quick", "-i", f"n={n}").returncode == 0
-    with ui_server(project) as ui:
-        view = httpx.get(f"{ui.base}/api/runs?per_page=2&page=2").json()
-        assert view["total"] == 5
-        assert view["pages"] == 3
-        assert [r["title"] for r in view["rows"]] == ["quick 2", "quick 1"]
-        assert view["counts"]["completed"] == 5
-        assert "done" not in view["counts"]  # run states, as `wfrun runs` names them
-        assert {r["status"] for r in view["rows"]} == {"completed"}
+@pytest.mark.xdist_group("ui-server-five-runs")
+def test_the_json_runs_view_pages_in_the_store(five_runs: UiServer) -> None:
+    view = httpx.get(f"{five_runs.base}/api/runs?per_page=2&page=2").json()
+    assert view["total"] == 5
+    assert view["pages"] == 3
+    assert [r["title"] for r in view["rows"]] == ["quick 2", "quick 1"]
+    assert view["counts"]["completed"] == 5
+    assert "done" not in view["counts"]  # run states, as `wfrun runs` names them
+    assert {r["status"] for r in view["rows"]} == {"completed"}
 
 
 def test_a_project_without_a_store_shows_nothing_and_creates_nothing(
