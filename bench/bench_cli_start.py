@@ -38,7 +38,9 @@ byte-compiled, and put first on PYTHONPATH), both as `python -m runner` in the s
 project, in interleaved pairs whose order alternates each round; it prints each
 side's p50 wall and CPU time, the ratio, and with `--instructions` each side's
 instruction count. `run NAME`, `start`, `list --json` and `controllers --json` join
-the list there: the commands the e2e tests start most.
+the list there: the commands the e2e tests start most; so do `controller list NAME`,
+`events NAME KEY`, `apply NAME KEY FILE` (on the built-in pull-request controller)
+and `host --once` (a host that finds nothing to do).
 """
 
 from __future__ import annotations
@@ -184,6 +186,9 @@ def bench_project(tmp: Path) -> tuple[Path, dict[str, str]]:
     root = tmp / "proj"
     (root / ".wfrun" / "workflows").mkdir(parents=True)
     (root / ".wfrun" / "workflows" / "greet.yaml").write_text(WORKFLOW)
+    (root / "pr.json").write_text(json.dumps({  # for `controller apply` (no server needed)
+        "api_base_url": "http://127.0.0.1:9", "repository": "octo/widgets", "number": 7,
+        "expected_head_sha": "0123456789abcdef0123456789abcdef01234567"}))
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("WFRUN_", "PYTHON", "CLAUDE"))}
     env["WFRUN_HOME"] = str(tmp / "home")
@@ -275,6 +280,12 @@ PAIR_COMMANDS = {
     "controllers --json": ["controllers", "--json"],
     "start NAME": ["start", "greet", "-i", "name=bench"],
     "run NAME": ["run", "greet", "-i", "name=bench", "--json"],
+    # The controller verbs the e2e tests start ~72 of, on the built-in controller (the
+    # project's spec file is written by bench_project), and a host that finds nothing.
+    "controller list NAME": ["controller", "list", "pull-request", "--json"],
+    "controller events NAME KEY": ["controller", "events", "pull-request", "pr1", "--json"],
+    "controller apply NAME KEY FILE": ["controller", "apply", "pull-request", "pr1", "pr.json"],
+    "host --once": ["host", "--once", "-q"],
 }
 
 

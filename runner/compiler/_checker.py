@@ -18,7 +18,6 @@ from ._jsonschemas import schema_problem_at
 from ._model import HookRef, Node
 from ._registry import STEP_GROUP, registered_steps
 from ._sources import sha256_hex
-from ._template_checks import check_budget, check_syntax
 
 ID_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 MODULE_HOOK_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_]\w*$")
@@ -89,6 +88,9 @@ class Checker:
         return value
 
     def template(self, text: str, kp: KeyPath) -> None:
+        # Jinja2 loads with the first template: a controller file has none.
+        from ._template_checks import check_budget, check_syntax
+
         self.templates.append((kp, text))
         problem = check_syntax(text)
         if problem is not None:
