@@ -39,8 +39,8 @@ project, in interleaved pairs whose order alternates each round; it prints each
 side's p50 wall and CPU time, the ratio, and with `--instructions` each side's
 instruction count. `run NAME`, `start`, `list --json` and `controllers --json` join
 the list there: the commands the e2e tests start most; so do `controller list NAME`,
-`events NAME KEY`, `apply NAME KEY FILE` (on the built-in pull-request controller)
-and `host --once` (a host that finds nothing to do).
+`events NAME KEY`, `apply NAME KEY FILE` (on the project's one controller, `tidy`)
+and `host --once` (a host with that controller and nothing to do).
 """
 
 from __future__ import annotations
@@ -73,6 +73,18 @@ input:
 start: hello
 nodes:
   hello: {compute: "{{ {'greeting': 'hi ' ~ (input.name | default('there'))} }}"}
+"""
+
+TIDY = """\
+reconcile: ./tidy.py:reconcile
+spec:
+  type: object
+  additionalProperties: false
+  required: [repository, number]
+  properties:
+    repository: {type: string, pattern: "^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$"}
+    number: {type: integer, minimum: 1}
+initial_status: {phase: new}
 """
 
 
@@ -186,9 +198,14 @@ def bench_project(tmp: Path) -> tuple[Path, dict[str, str]]:
     root = tmp / "proj"
     (root / ".wfrun" / "workflows").mkdir(parents=True)
     (root / ".wfrun" / "workflows" / "greet.yaml").write_text(WORKFLOW)
-    (root / "pr.json").write_text(json.dumps({  # for `controller apply` (no server needed)
-        "api_base_url": "http://127.0.0.1:9", "repository": "octo/widgets", "number": 7,
-        "expected_head_sha": "0123456789abcdef0123456789abcdef01234567"}))
+    controllers = root / ".wfrun" / "controllers"
+    controllers.mkdir()
+    (controllers / "tidy.yaml").write_text(TIDY)
+    # One pass settles the key: the same spec applied again wakes nothing, so every
+    # `host --once` after the first finds no work.
+    (controllers / "tidy.py").write_text("def reconcile(ctx, resource):\n"
+                                         "    return ctx.settled({'phase': 'tidy'})\n")
+    (root / "spec.json").write_text(json.dumps({"repository": "octo/widgets", "number": 7}))
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("WFRUN_", "PYTHON", "CLAUDE"))}
     env["WFRUN_HOME"] = str(tmp / "home")
@@ -280,11 +297,11 @@ PAIR_COMMANDS = {
     "controllers --json": ["controllers", "--json"],
     "start NAME": ["start", "greet", "-i", "name=bench"],
     "run NAME": ["run", "greet", "-i", "name=bench", "--json"],
-    # The controller verbs the e2e tests start ~72 of, on the built-in controller (the
-    # project's spec file is written by bench_project), and a host that finds nothing.
-    "controller list NAME": ["controller", "list", "pull-request", "--json"],
-    "controller events NAME KEY": ["controller", "events", "pull-request", "pr1", "--json"],
-    "controller apply NAME KEY FILE": ["controller", "apply", "pull-request", "pr1", "pr.json"],
+    # The controller verbs the e2e tests start ~72 of, on the project's `tidy` controller
+    # (bench_project), and a host that starts its manager and finds nothing to do.
+    "controller list NAME": ["controller", "list", "tidy", "--json"],
+    "controller events NAME KEY": ["controller", "events", "tidy", "k1", "--json"],
+    "controller apply NAME KEY FILE": ["controller", "apply", "tidy", "k1", "spec.json"],
     "host --once": ["host", "--once", "-q"],
 }
 
