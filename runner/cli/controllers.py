@@ -15,10 +15,12 @@ from runner.compiler import render_text
 from runner.compiler._yamlio import YamlProblem, load
 from runner.errors import InputError
 from runner.host.runtime._controllers import (
+    apply_spec,
     cancel_children,
     discover,
     find_controller,
     make_manager,
+    request_deletion,
     resource_view,
 )
 
@@ -197,12 +199,8 @@ def apply_cmd(ctx: Context, name: str, key: str, file: str, as_json: bool) -> No
     The spec is checked against the controller's schema first: a mismatch is one
     line and exit 2. Only a changed spec bumps the generation and wakes the key.
     """
-    from runner.controllers._resources import apply_resource
-
     store, definition = _controller(ctx, name)
-    resource = apply_resource(store, name, key, _read_spec(file),
-                              schema=definition.spec_schema,
-                              initial_status=definition.initial_status)
+    resource = apply_spec(store, definition, key, _read_spec(file))
     out = {"key": key, "generation": resource.generation,
            "resource_version": resource.resource_version}
     click.echo(json.dumps(out) if as_json else
@@ -229,8 +227,6 @@ def reconcile_cmd(ctx: Context, name: str, key: str, as_json: bool) -> None:
 @click.pass_obj
 def delete_cmd(ctx: Context, name: str, key: str, as_json: bool) -> None:
     """Request deletion of resource KEY; it goes once its finalizers are cleared."""
-    from runner.controllers._resources import request_deletion
-
     store, _ = _controller(ctx, name)
     resource = request_deletion(store, name, key)
     click.echo(json.dumps({"controller": name, "key": key,

@@ -98,7 +98,8 @@ def _compile(path: Path, shown: str, builtin: bool) -> ControllerCompileResult:
                 "resync": definition.resync}
     from dataclasses import replace
 
-    result.definition = replace(definition, source=source, digest=fingerprint(snapshot))  # as digest_of
+    # digest_of is this fingerprint; _compile (and the graph it loads) is not needed here.
+    result.definition = replace(definition, source=source, digest=fingerprint(snapshot))
     return result
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from runner.compiler import build_catalog, render_text
-from runner.controllers._resources import unknown_controller
+from runner.controllers._resources import apply_resource, request_deletion, unknown_controller
 from runner.errors import ConflictError, DefinitionInvalid, InputError, NotFoundError
 
 from ._local import Workspace
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from runner.engine import AgentStepExecutor
     from runner.launch import LaunchCoordinator
     from runner.store import Store
-    from runner.store._controller_interface import ControllerStore
+    from runner.store._controller_interface import ControllerStore, Resource
 
     from ._children import LocalChildLauncher
 
@@ -78,6 +78,13 @@ def find_controller(ws: Workspace, user_dir: Path | None, name: str) -> Controll
     if not result.valid or result.definition is None:
         raise DefinitionInvalid(f"controller '{name}' is invalid: {_first_problem(result)}")
     return result.definition
+
+
+def apply_spec(store: ControllerStore, definition: ControllerDefinition, key: str,
+               spec: Any) -> Resource:
+    """`wfrun controller apply`: what the manager's `apply` does, from the definition."""
+    return apply_resource(store, definition.name, key, spec, schema=definition.spec_schema,
+                          initial_status=definition.initial_status)
 
 
 def _first_problem(result: ControllerCompileResult) -> str:
@@ -146,6 +153,11 @@ def child_launcher(ws: Workspace, store: ControllerStore,
                               max_workers=(DEFAULT_CHILD_WORKERS if max_workers is None
                                            else max_workers),
                               reap=lambda: reap_dead_registries(ws.children_dir))
+
+
+__all__ = ["ChildCancel", "ControllerEntry", "apply_spec", "cancel_children", "child_launcher",
+           "discover", "find_controller", "load_all", "make_manager", "request_deletion",
+           "resource_view"]
 
 
 @dataclass(frozen=True)
