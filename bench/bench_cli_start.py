@@ -38,7 +38,9 @@ byte-compiled, and put first on PYTHONPATH), both as `python -m runner` in the s
 project, in interleaved pairs whose order alternates each round; it prints each
 side's p50 wall and CPU time, the ratio, and with `--instructions` each side's
 instruction count. `run NAME`, `start`, `list --json` and `controllers --json` join
-the list there: the commands the e2e tests start most.
+the list there: the commands the e2e tests start most; so do `controller list NAME`,
+`events NAME KEY`, `apply NAME KEY FILE` (on the project's one controller, `tidy`)
+and `host --once` (a host with that controller and nothing to do).
 """
 
 from __future__ import annotations
@@ -71,6 +73,18 @@ input:
 start: hello
 nodes:
   hello: {compute: "{{ {'greeting': 'hi ' ~ (input.name | default('there'))} }}"}
+"""
+
+TIDY = """\
+reconcile: ./tidy.py:reconcile
+spec:
+  type: object
+  additionalProperties: false
+  required: [repository, number]
+  properties:
+    repository: {type: string, pattern: "^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$"}
+    number: {type: integer, minimum: 1}
+initial_status: {phase: new}
 """
 
 
@@ -184,6 +198,14 @@ def bench_project(tmp: Path) -> tuple[Path, dict[str, str]]:
     root = tmp / "proj"
     (root / ".wfrun" / "workflows").mkdir(parents=True)
     (root / ".wfrun" / "workflows" / "greet.yaml").write_text(WORKFLOW)
+    controllers = root / ".wfrun" / "controllers"
+    controllers.mkdir()
+    (controllers / "tidy.yaml").write_text(TIDY)
+    # One pass settles the key: the same spec applied again wakes nothing, so every
+    # `host --once` after the first finds no work.
+    (controllers / "tidy.py").write_text("def reconcile(ctx, resource):\n"
+                                         "    return ctx.settled({'phase': 'tidy'})\n")
+    (root / "spec.json").write_text(json.dumps({"repository": "octo/widgets", "number": 7}))
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("WFRUN_", "PYTHON", "CLAUDE"))}
     env["WFRUN_HOME"] = str(tmp / "home")
@@ -275,6 +297,12 @@ PAIR_COMMANDS = {
     "controllers --json": ["controllers", "--json"],
     "start NAME": ["start", "greet", "-i", "name=bench"],
     "run NAME": ["run", "greet", "-i", "name=bench", "--json"],
+    # The controller verbs the e2e tests start ~72 of, on the project's `tidy` controller
+    # (bench_project), and a host that starts its manager and finds nothing to do.
+    "controller list NAME": ["controller", "list", "tidy", "--json"],
+    "controller events NAME KEY": ["controller", "events", "tidy", "k1", "--json"],
+    "controller apply NAME KEY FILE": ["controller", "apply", "tidy", "k1", "spec.json"],
+    "host --once": ["host", "--once", "-q"],
 }
 
 

@@ -12,9 +12,7 @@ expected head, green checks and a mergeable pull request.
 from __future__ import annotations
 
 import os
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from runner.controllers import (
     Applied,
@@ -24,10 +22,17 @@ from runner.controllers import (
     Result,
 )
 
+if TYPE_CHECKING:
+    import httpx
+
 TIMEOUT = 10.0
 
 
 def _client(spec: dict[str, Any]) -> httpx.Client:
+    # httpx (with the rich and pygments its own CLI module loads) is paid by a pass, not
+    # by every host and `wfrun controller run` that loads this hook.
+    import httpx
+
     token = os.environ.get("WFRUN_GITHUB_TOKEN") or os.environ.get("GITHUB_TOKEN")
     headers = {"Accept": "application/vnd.github+json", "User-Agent": "wfrun-controller"}
     if token:

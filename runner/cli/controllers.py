@@ -14,13 +14,22 @@ import click
 from runner.compiler import render_text
 from runner.compiler._yamlio import YamlProblem, load
 from runner.errors import InputError
-from runner.host.runtime._controllers import cancel_children, discover, make_manager, resource_view
+from runner.host.runtime._controllers import (
+    apply_spec,
+    cancel_children,
+    discover,
+    find_controller,
+    make_manager,
+    request_deletion,
+    resource_view,
+)
 
 from .app import cli
 from .context import Context, not_loaded
 from .runs import agent_option, opened_store, workspace
 
 if TYPE_CHECKING:
+    from runner.compiler._controllers import ControllerDefinition
     from runner.host.runtime._controllers import ControllerEntry
     from runner.host.runtime._local import ProjectStore, Workspace
 
@@ -133,12 +142,15 @@ def json_option(f: Callable[..., Any]) -> Callable[..., Any]:
                         help="Print JSON on stdout instead of text.")(f)
 
 
-def _manager(ctx: Context, name: str) -> tuple[Any, Any]:
-    """The store and a manager for the one controller NAME (NotFoundError, exit 3,
-    when no valid controller has that name)."""
+def _controller(ctx: Context, name: str) -> tuple[ProjectStore, ControllerDefinition]:
+    """The store and the definition of the one controller NAME (NotFoundError, exit 3,
+    when no controller has that name; DefinitionInvalid when it does not compile).
+
+    Only NAME's file is compiled and no manager is built: each verb reads or writes
+    rows (issue 34 item 11, cold start)."""
     ws = workspace(ctx)
     store = opened_store(ws)
-    return store, make_manager(ws, store, discover(ws, ctx.user_dir), only=name)
+    return store, find_controller(ws, ctx.user_dir, name)
 
 
 @controller_group.command("list", short_help="List a controller's resources.")
@@ -147,7 +159,7 @@ def _manager(ctx: Context, name: str) -> tuple[Any, Any]:
 @click.pass_obj
 def list_cmd(ctx: Context, name: str, as_json: bool) -> None:
     """List the resources of controller NAME: key, generation, version, Ready, phase."""
-    store, _ = _manager(ctx, name)
+    store, _ = _controller(ctx, name)
     rows = [{"key": r.key, "generation": r.generation,
              "resource_version": r.resource_version,
              "phase": (r.status.get("controller_status") or {}).get("phase"),
@@ -170,7 +182,7 @@ def list_cmd(ctx: Context, name: str, as_json: bool) -> None:
 def get_cmd(ctx: Context, name: str, key: str, as_json: bool) -> None:
     """Show resource KEY of controller NAME: metadata, spec, status, effects and child
     workflow requests (exit 3 when it does not exist)."""
-    store, _ = _manager(ctx, name)
+    store, _ = _controller(ctx, name)
     view = resource_view(store, name, key)
     click.echo(json.dumps(view, indent=2) if as_json else _describe(view))
 
@@ -187,8 +199,8 @@ def apply_cmd(ctx: Context, name: str, key: str, file: str, as_json: bool) -> No
     The spec is checked against the controller's schema first: a mismatch is one
     line and exit 2. Only a changed spec bumps the generation and wakes the key.
     """
-    _, manager = _manager(ctx, name)
-    resource = manager.apply(name, key, _read_spec(file))
+    store, definition = _controller(ctx, name)
+    resource = apply_spec(store, definition, key, _read_spec(file))
     out = {"key": key, "generation": resource.generation,
            "resource_version": resource.resource_version}
     click.echo(json.dumps(out) if as_json else
@@ -202,8 +214,8 @@ def apply_cmd(ctx: Context, name: str, key: str, file: str, as_json: bool) -> No
 @click.pass_obj
 def reconcile_cmd(ctx: Context, name: str, key: str, as_json: bool) -> None:
     """Wake resource KEY so a manager reconciles it now (also after a PermanentError)."""
-    _, manager = _manager(ctx, name)
-    manager.enqueue(name, key)
+    store, _ = _controller(ctx, name)
+    store.reconcile_queue.enqueue(name, key)  # what the manager's `enqueue` does
     click.echo(json.dumps({"controller": name, "key": key, "queued": True}) if as_json
                else f"queued {name}/{key} for reconciliation")
 
@@ -215,8 +227,8 @@ def reconcile_cmd(ctx: Context, name: str, key: str, as_json: bool) -> None:
 @click.pass_obj
 def delete_cmd(ctx: Context, name: str, key: str, as_json: bool) -> None:
     """Request deletion of resource KEY; it goes once its finalizers are cleared."""
-    _, manager = _manager(ctx, name)
-    resource = manager.delete(name, key)
+    store, _ = _controller(ctx, name)
+    resource = request_deletion(store, name, key)
     click.echo(json.dumps({"controller": name, "key": key,
                            "deletion_timestamp": resource.deletion_timestamp}) if as_json
                else f"deletion of {name}/{key} requested")
@@ -229,7 +241,7 @@ def delete_cmd(ctx: Context, name: str, key: str, as_json: bool) -> None:
 @click.pass_obj
 def events_cmd(ctx: Context, name: str, key: str, as_json: bool) -> None:
     """Show the last 50 lifecycle events of resource KEY (passes, failures, effects)."""
-    store, _ = _manager(ctx, name)
+    store, _ = _controller(ctx, name)
     events = [{"seq": e.seq, "type": e.type, "reconcile_id": e.reconcile_id,
                "payload": e.payload, "recorded_at": e.recorded_at}
               for e in store.controller_events.read(controller=name, key=key)][-50:]
@@ -254,7 +266,7 @@ def cancel_cmd(ctx: Context, name: str, key: str, as_json: bool) -> None:
     woken, so its next pass sees that. Nothing else is touched: other resources,
     the resource's queue row and other runs stay as they are.
     """
-    store, _ = _manager(ctx, name)
+    store, _ = _controller(ctx, name)
     cancelled = cancel_children(workspace(ctx), store, name, key)
     if as_json:
         click.echo(json.dumps({"controller": name, "key": key,

@@ -18,7 +18,6 @@ from ._jsonschemas import schema_problem_at
 from ._model import HookRef, Node
 from ._registry import STEP_GROUP, registered_steps
 from ._sources import sha256_hex
-from ._template_checks import check_budget, check_syntax
 from ._values import case_key, type_name
 
 __all__ = ["Checker", "case_key", "type_name"]
@@ -92,6 +91,9 @@ class Checker:
         return value
 
     def template(self, text: str, kp: KeyPath) -> None:
+        # Jinja2 loads with the first template: a controller file has none.
+        from ._template_checks import check_budget, check_syntax
+
         self.templates.append((kp, text))
         problem = check_syntax(text)
         if problem is not None:

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runner._canonical import fingerprint
+
 from ._checker import Checker
-from ._compile import digest_of
 from ._diagnostics import Diagnostic, DiagnosticSink, internal_error, sort_key
 from ._model import HookRef, Source
 from ._sources import read_source
@@ -97,7 +98,8 @@ def _compile(path: Path, shown: str, builtin: bool) -> ControllerCompileResult:
                 "resync": definition.resync}
     from dataclasses import replace
 
-    result.definition = replace(definition, source=source, digest=digest_of(snapshot))
+    # digest_of is this fingerprint; _compile (and the graph it loads) is not needed here.
+    result.definition = replace(definition, source=source, digest=fingerprint(snapshot))
     return result
 
 

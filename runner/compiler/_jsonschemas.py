@@ -91,6 +91,21 @@ def _is_number(v: Any) -> bool:
     return type(v) in (int, float)
 
 
+def _is_regex(v: Any) -> bool:
+    """What the meta-schema's `format: regex` asks of `pattern`: jsonschema's check is
+    `re.compile` too. (A controller's spec usually has one: the built-in pull-request
+    controller's does, and every host compiles it.)"""
+    if not isinstance(v, str):
+        return False
+    import re
+
+    try:
+        re.compile(v)
+    except (re.error, RecursionError, OverflowError):
+        return False  # the full check words the message
+    return True
+
+
 _VALUE_CHECKS: dict[str, Any] = {
     "type": _is_type,
     "enum": lambda v: isinstance(v, list),
@@ -100,6 +115,7 @@ _VALUE_CHECKS: dict[str, Any] = {
     "title": lambda v: isinstance(v, str),
     "description": lambda v: isinstance(v, str),
     "format": lambda v: isinstance(v, str),
+    "pattern": _is_regex,
     "required": _is_unique_strings,
     **dict.fromkeys(("minLength", "maxLength", "minItems", "maxItems", "minProperties",
                      "maxProperties"), _is_count),

@@ -7,7 +7,7 @@ reconcile hook.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -15,11 +15,9 @@ from runner.compiler._controllers import (
     DEFAULT_RECONCILE_TIMEOUT,
     ControllerDefinition,
 )
-from runner.compiler._diagnostics import did_you_mean
-from runner.compiler._jsonschemas import validation_errors
 from runner.compiler._triggers import TriggerSpec
-from runner.errors import InputError, NotFoundError
 
+from ._resources import check_spec
 from ._workflows import load_hook
 
 if TYPE_CHECKING:
@@ -29,13 +27,6 @@ if TYPE_CHECKING:
     from ._context import ReconcileContext
 
 Reconcile = Callable[["ReconcileContext", "Resource"], "Result"]
-
-
-def unknown_controller(name: str, known: Iterable[str]) -> NotFoundError:
-    """The error for a controller name that is not loaded, with a did-you-mean."""
-    hint = did_you_mean(name, known)
-    return NotFoundError(f"no controller named '{name}'; {hint + ' ' if hint else ''}"
-                         "`wfrun controllers` lists them")
 
 
 @dataclass(frozen=True)
@@ -49,14 +40,7 @@ class Controller:
     triggers: tuple[TriggerSpec, ...] = ()  # enqueue keys (a host fires them)
 
     def check_spec(self, spec: Any) -> dict[str, Any]:
-        if not isinstance(spec, dict):
-            raise InputError(f"a {self.name} spec must be a mapping")
-        if self.spec_schema is not None:
-            errors = validation_errors(dict(self.spec_schema), spec)
-            if errors:
-                raise InputError(f"spec does not match controller '{self.name}': "
-                                 + "; ".join(errors))
-        return spec
+        return check_spec(self.name, self.spec_schema, spec)
 
 
 def define_controller(name: str, reconcile: Reconcile, *,

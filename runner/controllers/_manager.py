@@ -32,7 +32,6 @@ from typing import Any
 from runner._deadline import run_with_deadline
 from runner._leases import LEASE_SECONDS, Renewer, renew_every
 from runner.clock import Clock, SystemClock
-from runner.errors import InputError, NotFoundError
 from runner.store import LostRace, StoreError
 from runner.store._controller_interface import (
     ClaimedPass,
@@ -45,11 +44,12 @@ from runner.store._controller_interface import (
 
 from ._conditions import Result
 from ._context import ReconcileContext, Workflows
-from ._definitions import Controller, unknown_controller
+from ._definitions import Controller
 from ._effects import Effects
 from ._groupcommit import GroupCommit
 from ._lanes import DEFAULT_LANES, Habits, Lanes
 from ._outcomes import Failure, PassOutcomes, bounded_error
+from ._resources import apply_resource, request_deletion, unknown_controller
 from ._workflows import ChildWorkflows
 
 log = logging.getLogger(__name__)
@@ -149,28 +149,14 @@ class ControllerManager:
 
     def apply(self, controller: str, key: str, spec: Any) -> Resource:
         ctl = self.controller(controller)
-        checked = ctl.check_spec(spec)
-        # `initial_status` is the controller's own part of status until the first pass;
-        # observed_generation 0 says "never reconciled".
-        initial = {"observed_generation": 0, "conditions": [],
-                   "controller_status": dict(ctl.initial_status), "workflow_run": None}
-        try:
-            resource = self.store.resources.apply(controller, key, checked, initial)
-        except ValueError as exc:
-            raise InputError(str(exc)) from None
-        self.store.controller_events.append(controller, key, "resource_applied",
-                                            {"generation": resource.generation})
-        return resource
+        return apply_resource(self.store, controller, key, spec, schema=ctl.spec_schema,
+                              initial_status=ctl.initial_status)
 
     def enqueue(self, controller: str, key: str, delay: float = 0.0) -> None:
         self.store.reconcile_queue.enqueue(controller, key, delay=delay)
 
     def delete(self, controller: str, key: str) -> Resource:
-        resource = self.store.resources.request_deletion(controller, key)
-        if resource is None:
-            raise NotFoundError(f"no {controller} resource '{key}'")
-        self.store.controller_events.append(controller, key, "deletion_requested", {})
-        return resource
+        return request_deletion(self.store, controller, key)
 
     # -- running -------------------------------------------------------------------------
     def _eligible(self) -> list[str] | None:

@@ -8,28 +8,26 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from runner.compiler import build_catalog, render_text
-from runner.compiler._controllers import ControllerCompileResult, compile_controller
-from runner.controllers import (
-    ChildWorkflows,
-    Controller,
-    ControllerManager,
-    ManagerConfig,
-    load_controller,
-)
-from runner.controllers._definitions import unknown_controller
-from runner.engine import AgentStepExecutor
-from runner.engine._processes import reap_dead_registries
+from runner.controllers._resources import apply_resource, request_deletion, unknown_controller
 from runner.errors import ConflictError, DefinitionInvalid, InputError, NotFoundError
-from runner.launch import LaunchCoordinator
-from runner.store import Store
-from runner.store._controller_interface import ControllerStore
 
-from ._children import DEFAULT_CHILD_WORKERS, LocalChildLauncher
-from ._coordinators import build_coordinator
 from ._local import Workspace
+
+if TYPE_CHECKING:
+    # The manager, the engine and the launch side load when a manager or a child
+    # launcher is built: `wfrun controller list|get|apply|...` builds neither (issue
+    # 34 item 11, cold start).
+    from runner.compiler._controllers import ControllerCompileResult, ControllerDefinition
+    from runner.controllers import Controller, ControllerManager, ManagerConfig
+    from runner.engine import AgentStepExecutor
+    from runner.launch import LaunchCoordinator
+    from runner.store import Store
+    from runner.store._controller_interface import ControllerStore, Resource
+
+    from ._children import LocalChildLauncher
 
 
 @dataclass(frozen=True)
@@ -49,6 +47,9 @@ class ControllerEntry:
 
 
 def discover(ws: Workspace, user_dir: Path | None = None) -> list[ControllerEntry]:
+    """Every controller of the catalog, each compiled (`wfrun controllers`, a host)."""
+    from runner.compiler._controllers import compile_controller
+
     catalog = build_catalog("controllers", ws.project_root, user_dir)
     out = []
     for entry in catalog.entries:
@@ -59,68 +60,104 @@ def discover(ws: Workspace, user_dir: Path | None = None) -> list[ControllerEntr
     return out
 
 
+def find_controller(ws: Workspace, user_dir: Path | None, name: str) -> ControllerDefinition:
+    """The valid definition of the active controller `name`, the only one compiled.
+
+    NotFoundError (exit 3, with a did-you-mean) when the catalog has no such name;
+    DefinitionInvalid when its file does not compile. Its hook is not imported: a
+    command that reads or writes resource rows runs no user code."""
+    from runner.compiler._controllers import compile_controller
+
+    catalog = build_catalog("controllers", ws.project_root, user_dir)
+    active = [e for e in catalog.entries if e.shadowed_by is None]
+    entry = next((e for e in active if e.name == name), None)
+    if entry is None:
+        raise unknown_controller(name, [e.name for e in active])
+    result = compile_controller(entry.path, display=entry.display,
+                                builtin=entry.origin == "builtin")
+    if not result.valid or result.definition is None:
+        raise DefinitionInvalid(f"controller '{name}' is invalid: {_first_problem(result)}")
+    return result.definition
+
+
+def apply_spec(store: ControllerStore, definition: ControllerDefinition, key: str,
+               spec: Any) -> Resource:
+    """`wfrun controller apply`: what the manager's `apply` does, from the definition."""
+    return apply_resource(store, definition.name, key, spec, schema=definition.spec_schema,
+                          initial_status=definition.initial_status)
+
+
+def _first_problem(result: ControllerCompileResult) -> str:
+    first = result.diagnostics[0] if result.diagnostics else None
+    return render_text([first]).splitlines()[0] if first else "invalid"
+
+
 #: Told (name, one-line reason) of each controller a host leaves out.
 Skipped = Callable[[str, str], None]
 
 
-def load_all(entries: list[ControllerEntry], *, strict: bool = False,
-             on_skip: Skipped | None = None) -> list[Controller]:
-    """Load every active, valid controller; with `strict`, an invalid one is an error.
-    Otherwise one bad file (invalid, or a hook that fails to import) is left out and
-    told to `on_skip`, and the others load: it must not stop a host."""
+def load_all(entries: list[ControllerEntry], *, on_skip: Skipped | None = None
+             ) -> list[Controller]:
+    """Load every active, valid controller. One bad file (invalid, or a hook that fails
+    to import) is left out and told to `on_skip`, and the others load: it must not
+    stop a host."""
+    from runner.controllers import load_controller
+
     out = []
     for entry in entries:
         if entry.shadowed_by is not None:
             continue
         if not entry.result.valid or entry.result.definition is None:
-            first = entry.result.diagnostics[0] if entry.result.diagnostics else None
-            where = render_text([first]).splitlines()[0] if first else "invalid"
-            if strict:
-                raise DefinitionInvalid(f"controller '{entry.name}' is invalid: {where}")
             if on_skip is not None:
-                on_skip(entry.name, where)
+                on_skip(entry.name, _first_problem(entry.result))
             continue
         try:
             out.append(load_controller(entry.result.definition))
         except Exception as exc:  # the hook's own code ran at import: anything can fail
-            if strict:
-                raise
             if on_skip is not None:
                 on_skip(entry.name, " ".join(str(exc).split()) or type(exc).__name__)
     return out
 
 
 def make_manager(ws: Workspace, store: ControllerStore, entries: list[ControllerEntry], *,
-                 only: str | None = None, executor: AgentStepExecutor | None = None,
+                 executor: AgentStepExecutor | None = None,
                  config: ManagerConfig | None = None,
                  on_skip: Skipped | None = None) -> ControllerManager:
-    controllers = load_all([e for e in entries if only is None or e.name == only],
-                           strict=only is not None, on_skip=on_skip)
-    if only is not None and not controllers:
-        raise unknown_controller(only, [e.name for e in entries if e.shadowed_by is None])
-    manager: ControllerManager
+    from runner.controllers import ChildWorkflows, ControllerManager
+
     children = ChildWorkflows(store, ws, ws.runs_dir, clock=ws.clock,
                               launcher=child_launcher(ws, store, executor),
                               rows=ws.bundle_rows(store))
-    manager = ControllerManager(store, controllers, clock=ws.clock, config=config,
-                                children=children)
-    return manager
+    return ControllerManager(store, load_all(entries, on_skip=on_skip), clock=ws.clock,
+                             config=config, children=children)
 
 
 def child_coordinator(ws: Workspace, store: ControllerStore,
                       executor: AgentStepExecutor | None = None) -> LaunchCoordinator:
     """The launch coordinator of controller children (the store's launch side)."""
-    launches: Store = cast(Store, store)  # one SQLite file holds both sides
+    from ._coordinators import build_coordinator
+
+    launches = cast("Store", store)  # one SQLite file holds both sides
     return build_coordinator(ws, launches, "child", executor=executor)
 
 
 def child_launcher(ws: Workspace, store: ControllerStore,
                    executor: AgentStepExecutor | None = None,
-                   max_workers: int = DEFAULT_CHILD_WORKERS) -> LocalChildLauncher:
+                   max_workers: int | None = None) -> LocalChildLauncher:
     """Child runs as launch rows in the same store, executed in this process."""
+    from runner.engine._processes import reap_dead_registries
+
+    from ._children import DEFAULT_CHILD_WORKERS, LocalChildLauncher
+
     return LocalChildLauncher(child_coordinator(ws, store, executor),
-                              max_workers=max_workers,
+                              max_workers=(DEFAULT_CHILD_WORKERS if max_workers is None
+                                           else max_workers),
                               reap=lambda: reap_dead_registries(ws.children_dir))
+
+
+__all__ = ["ChildCancel", "ControllerEntry", "apply_spec", "cancel_children", "child_launcher",
+           "discover", "find_controller", "load_all", "make_manager", "request_deletion",
+           "resource_view"]
 
 
 @dataclass(frozen=True)

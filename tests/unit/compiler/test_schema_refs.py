@@ -154,3 +154,22 @@ def test_an_invalid_output_schema_is_placed_on_the_offending_key(tmp_path: Path)
     result = Compiler(None).compile_path(path)
     [diag] = [d for d in result.diagnostics if d.code == "invalid-schema"]
     assert (diag.line, diag.column) == (10, 19)
+
+
+@pytest.mark.parametrize("pattern", ["^[0-9a-f]{7,64}$", "(", "a{2,1}", 7, "(?P<x>a)(?P<x>b)"])
+def test_a_pattern_is_judged_as_the_meta_schema_check_judges_it(pattern: object) -> None:
+    """`pattern` takes the fast path (no jsonschema import) only when valid; the verdict
+    is the full check's either way (jsonschema's regex format is `re.compile`)."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+
+    from runner.compiler._jsonschemas import _plainly_valid
+
+    schema = {"type": "object", "properties": {"sha": {"type": "string", "pattern": pattern}}}
+    try:
+        Draft202012Validator.check_schema(schema)
+        valid = True
+    except SchemaError:
+        valid = False
+    assert _plainly_valid(schema) is valid
+    assert (schema_problem_at(schema) is None) is valid

@@ -15,8 +15,8 @@ import pytest
 from runner.compiler import build_catalog
 from runner.compiler._controllers import DEFAULT_RECONCILE_TIMEOUT, compile_controller
 from runner.controllers import define_controller, load_controller
-from runner.errors import DefinitionInvalid, InputError, OperationFailed
-from runner.host.runtime._controllers import discover, load_all
+from runner.errors import DefinitionInvalid, InputError, NotFoundError, OperationFailed
+from runner.host.runtime._controllers import discover, find_controller, load_all
 from runner.host.runtime._local import Workspace
 
 REPO = Path(__file__).resolve().parents[3]
@@ -170,8 +170,15 @@ def test_discovery_precedence_is_project_then_user_then_builtin(tmp_path: Path) 
     loaded = {c.name: c for c in load_all(entries)}  # invalid ones are skipped
     assert set(loaded) == {"pull-request", "user-only"}
     assert loaded["pull-request"].spec_schema is None  # the project copy, not the built-in
-    with pytest.raises(DefinitionInvalid, match="controller 'broken' is invalid"):
-        load_all([e for e in entries if e.name == "broken"], strict=True)
+    # The CLI verbs' name check compiles the one controller named, as discover did:
+    # the active copy, the same errors.
+    assert find_controller(ws, user, "pull-request").spec_schema is None  # the project's
+    assert find_controller(ws, user, "user-only").name == "user-only"
+    with pytest.raises(DefinitionInvalid, match=r"controller 'broken' is invalid: .*broken\.yaml"):
+        find_controller(ws, user, "broken")
+    with pytest.raises(NotFoundError, match="no controller named 'user-onyl'; did you mean "
+                                            "'user-only'"):
+        find_controller(ws, user, "user-onyl")
 
 
 def test_builtin_pull_request_controller_is_discovered_without_a_project(tmp_path: Path) -> None:
