@@ -66,7 +66,7 @@ def test_only_the_enqueue_and_the_ending_wait_for_the_disk(
         tmp_path: Path, wal_syncs: list[str]) -> None:
     store = SqliteStore(tmp_path / "store.sqlite3")
     statements: list[str] = []
-    store._db.connection().set_trace_callback(statements.append)
+    store._db.trace(statements.append)
     launches = store.launches
     levels: dict[str, list[str]] = {}
     pragmas: dict[str, int] = {}
@@ -193,7 +193,7 @@ def test_a_durable_write_after_relaxed_ones_on_another_thread_still_waits(
     statements: list[str] = []
 
     def park() -> tuple[int, object]:
-        conn = store._db.connection()  # the claim's connection, back from the pool
+        conn = store._db._writer_connection()  # the writes' one connection
         level = conn.execute("PRAGMA synchronous").fetchone()[0]
         conn.set_trace_callback(statements.append)
         return level, launches.park(record.run_id, token)
@@ -216,7 +216,7 @@ def test_the_fence_is_one_read_of_the_lease_columns(tmp_path: Path) -> None:
     claimed = launches.claim_next(runner_id="h1", lease_seconds=30)
     assert isinstance(claimed, LaunchRecord)
     statements: list[str] = []
-    store._db.connection().set_trace_callback(statements.append)
+    store._db.trace(statements.append)
     assert launches.check_claim(claimed.run_id, claimed.claim_token or "") == "starting"
     assert len(statements) == 1
     columns = statements[0].split(" FROM ")[0].removeprefix("SELECT ").split(", ")
@@ -234,7 +234,7 @@ def test_launches_queued_together_share_one_durable_commit(
     store = SqliteStore(tmp_path / "store.sqlite3")
     wal_syncs.clear()
     statements: list[str] = []
-    store._db.connection().set_trace_callback(statements.append)
+    store._db.trace(statements.append)
     done = store.triggers.fire_many([NewFiring(
         "wf", "push", f"delivery:{n}", f"wf-20261201T000000Z-0000000{n}",
         NewLaunch(f"wf-20261201T000000Z-0000000{n}", "wf", {"kind": "file"}, "d" * 64,

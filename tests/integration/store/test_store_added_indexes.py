@@ -172,9 +172,9 @@ def test_a_holder_renews_its_item_leases_through_the_holder_index(tmp_path: Path
                 [(i, "h1" if i < 3 else "other") for i in range(400)])
         seen: list[str] = []
         conn = store._db.connection()
-        conn.set_trace_callback(seen.append)
+        store._db.trace(seen.append)
         held = store.fanout.renew_held("h1")
-        conn.set_trace_callback(None)
+        store._db.trace(None)
         assert sorted(index for _key, index in held) == [0, 1, 2]
         reads = [s for s in seen if "FROM fanout_items WHERE" in s
                  or s.startswith("UPDATE fanout_items")]

@@ -132,10 +132,10 @@ def test_sqlite_guards_one_statement_without_a_savepoint(tmp_path: Path) -> None
         conn = db.connection()
         conn.execute(_TABLE)
         sent: list[str] = []
-        conn.set_trace_callback(sent.append)
+        db.trace(sent.append)
         with SqliteConnector(db, Clock()).write() as tx, tx.statement():
             tx.run("INSERT INTO items (k, n) VALUES ('a', 1)")
-        conn.set_trace_callback(None)
+        db.trace(None)
     finally:
         db.close()
     assert not [s for s in sent if "SAVEPOINT" in s.upper()]

@@ -86,7 +86,7 @@ def test_durability_settings(path: Path) -> None:
 def test_every_write_is_a_begin_immediate_transaction(path: Path, clock: FakeClock) -> None:
     with SqliteStore(path, clock=clock) as store:
         statements: list[str] = []
-        store._db.connection().set_trace_callback(statements.append)
+        store._db.trace(statements.append)
         store.launches.enqueue(launch("run-1", origin_session_id="s"))
         claimed = store.launches.claim_next(runner_id="h", session_id="s")
         assert claimed is not None
@@ -438,6 +438,6 @@ def test_cleared_private_input_leaves_no_bytes_in_the_database_or_wal(path: Path
 def test_without_secure_delete_the_same_check_finds_the_secret(path: Path) -> None:
     """The control for the test above: SQLite keeps freed cell bytes unless told not to."""
     with SqliteStore(path) as store:
-        store._db.connection().execute("PRAGMA secure_delete = OFF")
+        store._db._writer_connection().execute("PRAGMA secure_delete = OFF")
         data = _clear_secrets(store, path)
     assert SECRET.encode() in data
