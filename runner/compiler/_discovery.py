@@ -96,15 +96,23 @@ class Catalog:
     #: workflow names a channel; None (or a None answer): not known, names unchecked.
     channel_names: Callable[[], frozenset[str] | None] | None = field(
         default=None, compare=False, repr=False)
+    # `stamp` and `scanned_ns` were found not racy: a pure function of the two, asked
+    # at every compile of a long-lived host otherwise.
+    _settled: bool = field(default=False, compare=False, repr=False)
 
     def current(self) -> Catalog:
         """This catalog, or a fresh scan when a source folder changed since this one."""
         stamp = _stamp(self)
-        if stamp == self.stamp and not _racy(stamp, self.scanned_ns):
-            return self
+        if stamp == self.stamp:
+            if self._settled:
+                return self
+            if not _racy(stamp, self.scanned_ns):
+                self._settled = True
+                return self
         fresh = build_catalog(self.kind, self.project_root, self.user_dir)
         fresh.channel_names = self.channel_names
         if fresh.entries == self.entries and fresh.problems == self.problems:
+            self._settled = False  # first: a reader that sees the new stamp checks it
             self.stamp, self.scanned_ns = fresh.stamp, fresh.scanned_ns
             return self
         return fresh

@@ -23,13 +23,15 @@ def externalize(value: Any, write: Writer, marked: list[bool] | None = None) -> 
     (an artifact or an escaped object), which `has_artifacts` would otherwise find in
     a second walk of every event."""
     if isinstance(value, str):
-        if len(value) > ARTIFACT_THRESHOLD // 4 and len(value.encode()) > ARTIFACT_THRESHOLD:
+        if len(value) > _SHORT and len(value.encode()) > ARTIFACT_THRESHOLD:
             if marked is not None:
                 marked[0] = True
             return {"$artifact": write(value.encode(), "text/plain; charset=utf-8")}
         return value
     if isinstance(value, dict):
-        inner = {k: v if v is None or type(v) in _SCALARS else externalize(v, write, marked)
+        # Scalars and short strings (most values) are kept without a call of their own.
+        inner = {k: v if v is None or type(v) in _SCALARS
+                 or (type(v) is str and len(v) <= _SHORT) else externalize(v, write, marked)
                  for k, v in value.items()}
         if len(value) == 1 and next(iter(value)) in _MARKERS:
             if marked is not None:
@@ -42,6 +44,8 @@ def externalize(value: Any, write: Writer, marked: list[bool] | None = None) -> 
 
 
 _SCALARS = frozenset({bool, int, float})  # nothing to move or escape: no call for them
+# A string this short cannot pass the threshold (UTF-8 takes at most 4 bytes a character).
+_SHORT = ARTIFACT_THRESHOLD // 4
 
 
 def internalize(value: Any, read: Reader) -> Any:

@@ -78,14 +78,19 @@ class RunState:
             self.input = p.get("input")
             self.parent_run_id = p.get("parent_run_id")
             self.started_at = at
-            carried = p.get("carried") or {}
-            self.outputs = copy.deepcopy(carried.get("outputs", {}))
-            self.results = copy.deepcopy(carried.get("results", {}))
-            self.steps = self.carried_steps = int(carried.get("steps", 0))
-            self.scope_inputs = copy.deepcopy(carried.get("scope_inputs", {}))
+            carried = p.get("carried")
+            if carried:  # a rerun's or a continuation's: copies, the event stays as written
+                self.outputs = copy.deepcopy(carried.get("outputs", {}))
+                self.results = copy.deepcopy(carried.get("results", {}))
+                self.steps = self.carried_steps = int(carried.get("steps", 0))
+                self.scope_inputs = copy.deepcopy(carried.get("scope_inputs", {}))
+            else:  # a fresh run (most): nothing to copy
+                self.outputs, self.results, self.scope_inputs = {}, {}, {}
+                self.steps = self.carried_steps = 0
             self.start_at = p.get("start_at")
             self.rerun = p.get("rerun")
-            self.reused_items = copy.deepcopy(p.get("reused_items") or {})
+            reused = p.get("reused_items")
+            self.reused_items = copy.deepcopy(reused) if reused else {}
             # A continuation begins after its parent's checkpoint (`wfrun answer`).
             self.continued_at = p.get("checkpoint") if p.get("continued_from") else None
         elif kind == "node_started":

@@ -10,6 +10,7 @@ errors).
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,26 @@ def test_a_file_written_after_the_scan_is_found_even_in_the_same_clock_tick(
     assert _ours(fresh) == ["one", "two"]
     (root / ".wfrun" / "workflows" / "one.yaml").unlink()
     assert _ours(fresh.current()) == ["two"]
+
+
+def test_a_settled_catalog_that_rescans_checks_its_new_stamp_again(tmp_path: Path) -> None:
+    """The not-racy answer is kept per stamp: a rescan that found the same files takes
+    a new (racy) stamp, and a workflow written right after it, in the same clock tick
+    of the folder's mtime, is still found."""
+    root = _project(tmp_path)
+    for folder in (root / ".wfrun", root / ".wfrun" / "workflows"):
+        _old(folder)
+    catalog = build_catalog("workflows", root, None)
+    assert catalog.current() is catalog
+    assert catalog.current() is catalog  # the settled answer, kept
+    folder = root / ".wfrun" / "workflows"
+    tick = time.time_ns()  # the folder's mtime for both writes below: one clock tick
+    (folder / "notes.txt").write_text("not a workflow")
+    os.utime(folder, ns=(tick, tick))
+    assert catalog.current() is catalog  # rescanned: the same files, a new stamp
+    (folder / "two.yaml").write_text(WF)
+    os.utime(folder, ns=(tick, tick))
+    assert _ours(catalog.current()) == ["one", "two"]
 
 
 def test_a_workflows_folder_created_later_is_followed(tmp_path: Path) -> None:
