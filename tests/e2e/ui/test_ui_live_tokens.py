@@ -71,9 +71,11 @@ def test_the_run_page_shows_streamed_tokens_as_they_come_masked(
             with_cookie(page, ui)
             page.goto(f"{ui.base}/runs/{run_id}")
             page.wait_for_selector("#live-box:not([hidden])")
+            # The whole first line, its newline too: the tokens come in chunks, and a
+            # poll between "now!" and its newline saw the line without its end (a flake).
             page.wait_for_function(
                 "() => document.getElementById('live-text').textContent"
-                ".includes('now!')")
+                ".includes('now!\\n')")
             # Held midway: only the first line can have come, its secret masked.
             assert live_text(page) == "Thinking with *** now!\n"
             assert page.text_content("#live-node") == "talk"
@@ -81,7 +83,7 @@ def test_the_run_page_shows_streamed_tokens_as_they_come_masked(
             midway.set()  # the rest of the text streams; the answer then holds again
             page.wait_for_function(
                 "() => document.getElementById('live-text').textContent"
-                ".includes('second line')")
+                ".includes('second line.\\n')")
             assert live_text(page) == "Thinking with *** now!\nAnd a second line.\n"
             assert runner.poll() is None  # still the same step, shown as it grew
             hold.set()

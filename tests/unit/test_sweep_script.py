@@ -1,0 +1,59 @@
+"""scripts/sweep-test-tmp: what a SIGKILLed test run left on the RAM disk is removed,
+its Postgres servers stopped, and nothing else is touched (a live run's folder, a folder
+without the pid file, a process whose pid a stale postmaster.pid names by chance)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "sweep-test-tmp"
+
+
+def _sleeper(*argv: str) -> subprocess.Popen[bytes]:
+    """A process that stands in for a server: it sleeps, with `argv` on its command line."""
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *argv])
+
+
+def test_a_killed_runs_folder_is_removed_and_its_servers_stopped(tmp_path: Path) -> None:
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    dead = tmp_path / "wfrun-dead01"
+    (dead / "t" / "pg" / "data").mkdir(parents=True)
+    (dead / "other").mkdir()
+    (dead / ".wfrun-test-pid").write_text(f"{gone.pid}\n")
+    server = _sleeper("-D", str(dead / "t" / "pg" / "data"))
+    decoy = _sleeper("unrelated")  # a reused pid: its command line names no folder of ours
+    live = tmp_path / "wfrun-live01"
+    live.mkdir()
+    (live / ".wfrun-test-pid").write_text(f"{os.getpid()}\n")
+    old = tmp_path / "wfrun-old001"  # from before the pid file: not ours to judge
+    old.mkdir()
+    try:
+        (dead / "t" / "pg" / "data" / "postmaster.pid").write_text(
+            f"{server.pid}\n{dead}/t/pg/data\n")
+        (dead / "other" / "postmaster.pid").write_text(f"{decoy.pid}\n")
+        done = subprocess.run(["bash", str(SCRIPT), str(tmp_path)], capture_output=True,
+                              text=True, timeout=60, check=False)
+        assert done.returncode == 0, done.stderr
+        assert not dead.exists()
+        assert live.is_dir()
+        assert old.is_dir()
+        assert server.wait(timeout=10) == -signal.SIGQUIT
+        assert decoy.poll() is None
+        assert done.stdout.strip() == (f"sweep: removed {dead}, left by a test run that was "
+                                       "killed (1 Postgres server(s) stopped)")
+    finally:
+        for p in (server, decoy):
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+
+
+def test_nothing_to_sweep_says_nothing(tmp_path: Path) -> None:
+    done = subprocess.run(["bash", str(SCRIPT), str(tmp_path)], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
