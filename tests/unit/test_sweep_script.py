@@ -10,12 +10,20 @@ import subprocess
 import sys
 from pathlib import Path
 
+from waiting import wait_until
+
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "sweep-test-tmp"
 
 
 def _sleeper(*argv: str) -> subprocess.Popen[bytes]:
-    """A process that stands in for a server: it sleeps, with `argv` on its command line."""
-    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *argv])
+    """A process that stands in for a server: it sleeps, with `argv` on its command line
+    (returned once its command line shows them: until it has exec'd, it is a copy of this
+    process, whose command line the sweep rightly leaves alone)."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *argv])
+    cmdline = Path(f"/proc/{proc.pid}/cmdline")
+    wait_until(lambda: cmdline.read_bytes().split(b"\0")[-2:-1] == [argv[-1].encode()],
+               what=f"process {proc.pid} running with {argv}")
+    return proc
 
 
 def test_a_killed_runs_folder_is_removed_and_its_servers_stopped(tmp_path: Path) -> None:
