@@ -4,15 +4,15 @@ time or many in one multi-row statement (a webhook group commit's runs:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from functools import cache
 from typing import Any, Protocol
 
 from runner.store._connector import Transaction
-from runner.store._ddl import row_params
+from runner.store._ddl import row_params, values_rows
 from runner.store._records import LaunchRecord, LostRace, NewLaunch
 from runner.store.domain._events import EventLog
-from runner.store.domain._launch_queries import LAUNCH_CHANNEL, launch_values
-from runner.store.domain._pages import launch_from_row
+from runner.store.domain._launch_queries import LAUNCH_CHANNEL, launch_from_row, launch_values
 
 Added = LaunchRecord | LostRace | ValueError  # what `batch`'s add made of a launch
 
@@ -21,7 +21,7 @@ class _Queue(Protocol):
     """What an Adder uses of its `LaunchQueue` (named structurally: the queue module
     imports this one)."""
 
-    def many_sql(self, rows: int) -> str: ...
+    _sql: Mapping[str, str]
 
     def _insert(self, tx: Transaction, log: EventLog, launch: NewLaunch,
                 values: dict[str, Any]) -> LaunchRecord | LostRace: ...
@@ -60,7 +60,7 @@ class Adder:
         for at in range(0, len(plain), MANY_ROWS):
             chunk = plain[at:at + MANY_ROWS]
             now = tx.now_ms()
-            rows = tx.all(queue.many_sql(len(chunk)),
+            rows = tx.all(many_sql(queue._sql["insert"], len(chunk)),
                           row_params([{**values, "now": now} for _, values in chunk]))
             made = {row["run_id"]: row for row in rows}
             for n, values in chunk:
@@ -79,3 +79,10 @@ class Adder:
 #: The most launches one multi-row insert takes (Adder.many): well inside SQLite's
 #: and Postgres's bounds on a statement's parameters.
 MANY_ROWS = 100
+
+
+@cache  # a few backends' inserts by up to MANY_ROWS rows
+def many_sql(insert: str, rows: int) -> str:
+    """The queue insert for `rows` launches at once; a row a unique index refuses
+    is skipped (not returned), the rest kept."""
+    return values_rows(insert, rows, on_conflict=" ON CONFLICT DO NOTHING")

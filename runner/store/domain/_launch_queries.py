@@ -1,15 +1,20 @@
-"""The launch queue's named statements and the constants its transitions share
-(`domain/_launches.py`). A backend overrides a statement by name (`named()`)."""
+"""The launch queue's table as its modules share it (`domain/_launches.py` and its
+reads): the named statements, the row's mapping both ways (`launch_values`,
+`launch_from_row`) and the one guard every transition and the fence apply
+(`guard`). A backend overrides a statement by name (`named()`)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
-from runner.store._connector import in_params
+from runner.store._connector import Row, in_params
 from runner.store._ddl import sql_in
 from runner.store._records import (
     INPUT_MAX_BYTES,
+    LaunchRecord,
+    LostRace,
     NewLaunch,
     canonical_json,
     check_id,
@@ -203,3 +208,41 @@ def launch_values(launch: NewLaunch) -> dict[str, Any]:
             launch.options, what="launch options"),
         "affinity": launch.affinity_runner_id, "origin": launch.origin_session_id,
         "parent": launch.parent_run_id}
+
+
+def launch_from_row(row: Row) -> LaunchRecord:
+    return LaunchRecord(
+        run_id=row["run_id"], workflow_ref=row["workflow_ref"],
+        workflow_path=row["workflow_path"], source=json.loads(row["workflow_source_json"]),
+        definition_digest=row["definition_digest"], input_json=row["input_json"],
+        options_json=row["launch_options_json"], status=row["status"],
+        runner_id=row["runner_id"], claim_token=row["claim_token"],
+        claim_expires_at=row["claim_expires_at"], epoch=row["epoch"],
+        affinity_runner_id=row["affinity_runner_id"],
+        origin_session_id=row["origin_session_id"], parent_run_id=row["parent_run_id"],
+        error_code=row["error_code"], error_message=row["error_message"],
+        created_at=row["created_at"], updated_at=row["updated_at"],
+        started_at=row["started_at"], finished_at=row["finished_at"],
+        park_mode=row["park_mode"], crash_count=row["crash_count"], ending=row["ending"])
+
+
+def guard(row: Row | None, run_id: str, op: Operation, token: str | None,
+          now: int) -> LostRace | None:
+    """Why `op` may not run on `row` now, or None. A claimed row whose lease is live
+    changes only through its holder: a cancel of a `starting` one is asked of the
+    holder (a `cancel_requested` event, as for `running`), so the holder may write
+    its run before its first transition knowing no cancel can win meanwhile (ADR
+    0009, lever 3: a pure run's files, synced before its ending's transaction)."""
+    if row is None:
+        return LostRace(run_id, "not_found")
+    if row["status"] not in op.sources:
+        return LostRace(run_id, "wrong_status", row["status"])
+    if not op.needs_claim and row["status"] == "starting" and op.target == "cancelled" \
+            and row["claim_expires_at"] is not None and row["claim_expires_at"] > now:
+        return LostRace(run_id, "lease_active", row["status"])
+    if op.needs_claim:
+        if token is None or row["claim_token"] != token:
+            return LostRace(run_id, "token_mismatch", row["status"])
+        if row["claim_expires_at"] <= now:
+            return LostRace(run_id, "lease_expired", row["status"])
+    return None

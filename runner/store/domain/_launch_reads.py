@@ -11,34 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from runner.store._connector import Connector, Row, Transaction
+from runner.store._connector import Connector, Transaction
 from runner.store._ddl import sql_in
 from runner.store._records import LaunchGate, LaunchRecord, LostRace, NewLaunch, QueuedSources
-from runner.store._states import READY_STATUSES, LaunchStatus, Operation
-from runner.store.domain._launch_queries import FIXED, HOLD
-from runner.store.domain._pages import LaunchPages, launch_from_row, status_clause
-
-
-def guard(row: Row | None, run_id: str, op: Operation, token: str | None,
-          now: int) -> LostRace | None:
-    """Why `op` may not run on `row` now, or None. A claimed row whose lease is live
-    changes only through its holder: a cancel of a `starting` one is asked of the
-    holder (a `cancel_requested` event, as for `running`), so the holder may write
-    its run before its first transition knowing no cancel can win meanwhile (ADR
-    0009, lever 3: a pure run's files, synced before its ending's transaction)."""
-    if row is None:
-        return LostRace(run_id, "not_found")
-    if row["status"] not in op.sources:
-        return LostRace(run_id, "wrong_status", row["status"])
-    if not op.needs_claim and row["status"] == "starting" and op.target == "cancelled" \
-            and row["claim_expires_at"] is not None and row["claim_expires_at"] > now:
-        return LostRace(run_id, "lease_active", row["status"])
-    if op.needs_claim:
-        if token is None or row["claim_token"] != token:
-            return LostRace(run_id, "token_mismatch", row["status"])
-        if row["claim_expires_at"] <= now:
-            return LostRace(run_id, "lease_expired", row["status"])
-    return None
+from runner.store._states import READY_STATUSES, LaunchStatus
+from runner.store.domain._launch_queries import FIXED, launch_from_row
+from runner.store.domain._pages import LaunchPages, status_clause
 
 
 class LaunchReads(LaunchPages):
@@ -47,23 +25,6 @@ class LaunchReads(LaunchPages):
     _connector: Connector
     _sql: Mapping[str, str]
     _ready_index: bool | None
-
-
-    def check_claim(self, run_id: str, claim_token: str) -> LaunchStatus | LostRace:
-        held = self.claim_left(run_id, claim_token)
-        return held if isinstance(held, LostRace) else held[0]
-
-    def claim_left(self, run_id: str, claim_token: str) -> tuple[LaunchStatus, int] | LostRace:
-        # The lease columns and the clock in one statement, no row decoded.
-        with self._connector.read() as tx:
-            now, clock = tx.clock_sql("fence_now")
-            row = tx.one(self._sql["fence"].format(now=now), {"run_id": run_id, **clock})
-        lost = guard(row, run_id, HOLD, claim_token, 0 if row is None else row["fence_now"])
-        if lost is not None:
-            return lost
-        assert row is not None
-        status: LaunchStatus = row["status"]  # the guard passed: starting or running
-        return status, int(row["claim_expires_at"]) - int(row["fence_now"])
 
     def get(self, run_id: str) -> LaunchRecord | None:
         with self._connector.read() as tx:

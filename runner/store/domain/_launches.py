@@ -25,7 +25,6 @@ from runner.store._connector import (
     UniqueViolation,
     named,
 )
-from runner.store._ddl import values_rows
 from runner.store._interface import BundleRefused, BundleWrite
 from runner.store._records import (
     LaunchRecord,
@@ -63,10 +62,11 @@ from runner.store.domain._launch_queries import (
     LAUNCH_CHANNEL,
     ORIGIN,
     SQL,
+    guard,
+    launch_from_row,
     launch_values,
 )
-from runner.store.domain._launch_reads import LaunchReads, guard
-from runner.store.domain._pages import launch_from_row
+from runner.store.domain._launch_reads import LaunchReads
 from runner.store.domain._settle import settle_child
 
 
@@ -97,7 +97,6 @@ class LaunchQueue(LaunchReads):
         self._found_none: dict[str | None, bool] = {}
         self._probes: dict[bool, tuple[str, ...]] = {}  # claim_probes, by `session_id is None`
         self._ready_index: bool | None = None  # `_ready_hint`, learnt once
-        self._many: dict[int, str] = {}  # `many_sql`, by rows
 
     # --- enqueue -----------------------------------------------------------------
 
@@ -121,15 +120,6 @@ class LaunchQueue(LaunchReads):
         returns; the disk's wait outside the writers' turn)."""
         with self._events.writing(shared_sync=shared_sync) as (tx, log):
             yield tx, Adder(self, tx, log)
-
-    def many_sql(self, rows: int) -> str:
-        """The queue insert for `rows` launches at once; a row a unique index refuses
-        is skipped (not returned), the rest kept."""
-        sql = self._many.get(rows)
-        if sql is None:
-            sql = self._many[rows] = values_rows(self._sql["insert"], rows,
-                                                 on_conflict=" ON CONFLICT DO NOTHING")
-        return sql
 
     def _insert(self, tx: Transaction, log: EventLog, launch: NewLaunch,
                 values: dict[str, Any], claim_by: str | None = None,
@@ -345,6 +335,23 @@ class LaunchQueue(LaunchReads):
                                                   "run_id": run_id, "token": claim_token})
         assert renewed is not None
         return launch_from_row(renewed)
+
+    # The fence's look at a claim (launch/_fence.py): read only, no lock.
+    def check_claim(self, run_id: str, claim_token: str) -> LaunchStatus | LostRace:
+        held = self.claim_left(run_id, claim_token)
+        return held if isinstance(held, LostRace) else held[0]
+
+    def claim_left(self, run_id: str, claim_token: str) -> tuple[LaunchStatus, int] | LostRace:
+        # The lease columns and the clock in one statement, no row decoded.
+        with self._connector.read() as tx:
+            now, clock = tx.clock_sql("fence_now")
+            row = tx.one(self._sql["fence"].format(now=now), {"run_id": run_id, **clock})
+        lost = guard(row, run_id, HOLD, claim_token, 0 if row is None else row["fence_now"])
+        if lost is not None:
+            return lost
+        assert row is not None
+        status: LaunchStatus = row["status"]  # the guard passed: starting or running
+        return status, int(row["claim_expires_at"]) - int(row["fence_now"])
 
     def hand_over(self, session_id: str) -> list[LaunchRecord]:
         """The session ended: every launch of it not yet ended (queued, parked, or

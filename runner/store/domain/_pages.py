@@ -6,10 +6,9 @@ every run bundle. Reads only, each statement in its own snapshot.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 
-from runner.store._connector import Connector, Row, in_params
+from runner.store._connector import Connector, in_params
 from runner.store._records import LaunchRecord
 from runner.store._states import (
     LAUNCH_ENDINGS,
@@ -17,28 +16,13 @@ from runner.store._states import (
     LaunchEnding,
     LaunchStatus,
 )
+from runner.store.domain._launch_queries import launch_from_row
 
 SQL: Mapping[str, str] = {
     # A range on the primary key (binary collation), not a LIKE that scans. Postgres
     # overrides it: its text order follows the database's collation.
     "prefix": "run_id >= :prefix AND run_id < :prefix_end",
 }
-
-
-def launch_from_row(row: Row) -> LaunchRecord:
-    return LaunchRecord(
-        run_id=row["run_id"], workflow_ref=row["workflow_ref"],
-        workflow_path=row["workflow_path"], source=json.loads(row["workflow_source_json"]),
-        definition_digest=row["definition_digest"], input_json=row["input_json"],
-        options_json=row["launch_options_json"], status=row["status"],
-        runner_id=row["runner_id"], claim_token=row["claim_token"],
-        claim_expires_at=row["claim_expires_at"], epoch=row["epoch"],
-        affinity_runner_id=row["affinity_runner_id"],
-        origin_session_id=row["origin_session_id"], parent_run_id=row["parent_run_id"],
-        error_code=row["error_code"], error_message=row["error_message"],
-        created_at=row["created_at"], updated_at=row["updated_at"],
-        started_at=row["started_at"], finished_at=row["finished_at"],
-        park_mode=row["park_mode"], crash_count=row["crash_count"], ending=row["ending"])
 
 
 def prefix_end(prefix: str) -> str:

@@ -32,6 +32,8 @@ def _dict_row(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> Row:
 class SqliteTransaction:
     """`Transaction` on one SQLite connection."""
 
+    dialect = DIALECT  # one for every transaction (read per statement: a constant)
+
     def __init__(self, db: SqliteDatabase, conn: sqlite3.Connection,
                  clock: Callable[[], int]) -> None:
         self._db = db
@@ -39,10 +41,6 @@ class SqliteTransaction:
         self._clock = clock
         self._now: int | None = None
         self._savepoints = 0
-
-    @property
-    def dialect(self) -> Dialect:
-        return DIALECT
 
     def _error(self, exc: sqlite3.Error) -> Exception:
         if isinstance(exc, sqlite3.IntegrityError) and "UNIQUE constraint failed" in str(exc):
@@ -119,13 +117,11 @@ class SqliteTransaction:
 class SqliteConnector:
     """`Connector` on one SQLite store file; `now_ms` is the store's injected clock."""
 
+    dialect = DIALECT
+
     def __init__(self, db: SqliteDatabase, now_ms: Callable[[], int]) -> None:
         self._db = db
         self._now_ms = now_ms
-
-    @property
-    def dialect(self) -> Dialect:
-        return DIALECT
 
     @contextmanager
     def write(self, *, durable: bool = True, shared_sync: bool = False) -> Iterator[Transaction]:

@@ -281,13 +281,27 @@ class SqliteDatabase:
         return None if self.read_only else self._turns.acquire(self.busy_timeout_ms)
 
     def _write(self, durable: bool) -> Iterator[sqlite3.Connection]:
+        """`BEGIN IMMEDIATE` on the write connection, the caller's statements, `COMMIT`;
+        rolled back on any error."""
         try:
             conn = self._writer_connection()
             self._sync_for(conn, durable)
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
             raise translate(exc, self.path) from None
-        yield from self._commit(conn)
+        try:
+            yield conn
+        except sqlite3.Error as exc:
+            self._rollback(conn)
+            raise translate(exc, self.path) from None
+        except BaseException:
+            self._rollback(conn)
+            raise
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._rollback(conn)
+            raise translate(exc, self.path) from None
 
     def _writer_connection(self) -> sqlite3.Connection:
         """The process's write connection (called under `_write_lock`, so one thread
@@ -338,21 +352,6 @@ class SqliteDatabase:
                 self._relaxed.discard(id(conn))
             else:
                 self._relaxed.add(id(conn))
-
-    def _commit(self, conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-        try:
-            yield conn
-        except sqlite3.Error as exc:
-            self._rollback(conn)
-            raise translate(exc, self.path) from None
-        except BaseException:
-            self._rollback(conn)
-            raise
-        try:
-            conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            self._rollback(conn)
-            raise translate(exc, self.path) from None
 
     @staticmethod
     def _rollback(conn: sqlite3.Connection) -> None:
