@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 from runner.compiler import WorkflowDefinition
 from runner.engine import Engine, RunControl, RunOutcome
 from runner.engine._runner import RunDriver
-from runner.store import LaunchRecord, NextClaim
+from runner.store import LaunchRecord, LeaseFence, NextClaim
 
-from ._fence import LeaseFence
 from ._preflight import workflow_name
 
 

@@ -33,6 +33,7 @@ from runner.store import (
     InputScrub,
     LaunchBook,
     LaunchRecord,
+    LeaseFence,
     LostRace,
     NextClaim,
     Store,
@@ -45,7 +46,6 @@ from ._claims import Claims
 from ._endings import Endings, classify
 from ._engines import Engines
 from ._faults import FaultHold, store_fault
-from ._fence import LeaseFence
 from ._held import HeldInput
 from ._intents import new_intent
 from ._items import item_rows
@@ -155,7 +155,9 @@ class Activator:
     def _begin(self, act: Activation) -> bool:
         record = act.record
         self._crash("after_claim")
-        engine = self._engines.fenced(record, act.fence, link=self._link(act))
+        # The launch's transitions that ride its bundle's writes (link.py).
+        link = RunLink(act, self._book, self._endings, self._clock, self._ran)
+        engine = self._engines.fenced(record, act.fence, link=link)
         act.engine = engine
         if record.status == "starting" and record.crash_count >= MAX_ACTIVATION_CRASHES \
                 and not self._ended(record.run_id):
@@ -312,10 +314,6 @@ class Activator:
             return None
         self._endings.record(act, outcome)
         return outcome
-
-    def _link(self, act: Activation) -> RunLink:
-        """The launch's transitions that ride its bundle's writes (link.py)."""
-        return RunLink(act, self._book, self._endings, self._clock, self._ran)
 
     def _ran(self, act: Activation, record: LaunchRecord, sent: float) -> None:
         """The launch committed `running` (its input is cleared): with the run's first

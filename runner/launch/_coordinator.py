@@ -11,7 +11,6 @@ collaborators once and gives each the others it needs. None of them imports it b
     preflight.py   Preflight       every check before the reply, then the queued row
     claims.py      Claims          take launches from the queue; give a lease back
     activator.py   Activator       begin (decide what the row needs), drive, let go
-    fence.py       LeaseFence      whether the claim is still ours, per bundle write
     keeper.py      LeaseKeeper     renew the leases of running runs; read cancels
     endings.py     Endings         record an ending, a failed start, a crash
     faults.py      FaultHold       a full or read-only disk: the launch waits
@@ -20,7 +19,8 @@ collaborators once and gives each the others it needs. None of them imports it b
     held.py        HeldInput       writeOnly input and secrets: redaction, sources
 
 Every one of them moves launches through one `LaunchBook` (runner.store, the queue's
-facade) and pays the input scrub through one `InputScrub` (the store's own).
+facade; a claim's `LeaseFence` beside it) and pays the input scrub through one
+`InputScrub` (the store's own).
 
 Hosts, sessions and commands build it through `runner.host.runtime._coordinators.
 build_coordinator(workspace, store, role)`, tests through `runner.testing`.
@@ -92,7 +92,7 @@ class LaunchCoordinator:
         self._crashes = CrashPoints(crash)
         self.reader = RunReader(runs_dir, rows)
         self.book = LaunchBook(store)  # the launch queue, as every layer above the store sees it
-        self._held = HeldInput(secrets, lambda: self.options.secret_source)
+        self._held = HeldInput(secrets, lambda: self._engines.options.secret_source)
         # writeOnly input of launches queued here, by run id (never in the store).
         self.held: dict[str, dict[str, Any]] = self._held.values
         # Checkpoint after input is cleared, so no stale WAL frame keeps a copy of it.

@@ -21,10 +21,9 @@ from runner.engine._processes import ProcessRegistry
 from runner.engine._rows import BundleRows
 from runner.engine._runtypes import LaunchLink, Observer
 from runner.engine._secrets import NO_SOURCE, SecretSource
-from runner.store import LaunchRecord, Store
+from runner.store import LaunchRecord, LeaseFence, Store
 
 from ._channels import ChannelSink
-from ._fence import LeaseFence
 from ._held import HeldInput
 from ._items import StoreItems
 from ._stepcache import StoreStepCache

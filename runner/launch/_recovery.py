@@ -23,6 +23,7 @@ from runner.store import (
     InputScrub,
     LaunchBook,
     LaunchRecord,
+    LeaseFence,
     LostRace,
     Store,
     StoreError,
@@ -31,7 +32,6 @@ from runner.store import (
 from ._activation import Activation
 from ._endings import Endings
 from ._engines import Engines
-from ._fence import LeaseFence
 from ._intents import new_intent
 from ._keeper import CANCEL_EVENT
 from ._preflight import Resolver, workflow_name

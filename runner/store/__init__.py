@@ -12,7 +12,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from runner.store._book import LaunchBook
+    from runner.store._book import LaunchBook, LeaseFence
     from runner.store._errors import (
         IdentityConflict,
         StoreDiskFull,
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 #: `wfrun status` needs the SQLite store and the launch records, not the controller
 #: side's records or the Postgres URL rules (issue 34 item 11, cold start).
 _LAZY: dict[str, str] = {
-    "LaunchBook": "_book",
+    **dict.fromkeys(("LaunchBook", "LeaseFence"), "_book"),
     **dict.fromkeys(("IdentityConflict", "StoreDiskFull", "StoreError", "StoreNoPermission",
                      "StoreReadOnly", "StoreUnavailable", "StoreUnreachable"), "_errors"),
     **dict.fromkeys(("BundleRefused", "BundleWrite", "InputScrub", "Store"), "_interface"),
@@ -94,6 +94,7 @@ __all__ = [
     "LaunchGate",
     "LaunchRecord",
     "LaunchStatus",
+    "LeaseFence",
     "LostRace",
     "NewLaunch",
     "NewNotification",

@@ -22,7 +22,7 @@ OWN_DATA = {
     "engine/_bundle.py", "engine/_bundlefmt.py", "engine/_bundleread.py", "engine/_dbbundle.py",
     "engine/_reader.py", "engine/_processes.py",
     "engine/_engine.py", "engine/_nodecontext.py", "engine/_agent.py", "launch/_preflight.py",
-    "compiler/_jsonschemas.py", "store/_records.py", "store/domain/_pages.py",
+    "compiler/_jsonschemas.py", "store/_records.py", "store/domain/_launch_queries.py",
     "store/domain/_intents.py", "store/domain/_controller_events.py",
     "store/domain/_controller_resources.py", "store/domain/_events.py", "_jsonin.py",
     "host/_queuewatch.py",  # the queued launches' workflow_source_json, a store column

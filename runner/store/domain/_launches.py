@@ -336,7 +336,7 @@ class LaunchQueue(LaunchReads):
         assert renewed is not None
         return launch_from_row(renewed)
 
-    # The fence's look at a claim (launch/_fence.py): read only, no lock.
+    # The lease fence's look at a claim (_book.LeaseFence): read only, no lock.
     def check_claim(self, run_id: str, claim_token: str) -> LaunchStatus | LostRace:
         held = self.claim_left(run_id, claim_token)
         return held if isinstance(held, LostRace) else held[0]

@@ -8,8 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from runner.launch._fence import LeaseFence
-from runner.store import LaunchBook, LaunchRecord, LostRace, NewLaunch, SqliteStore
+from runner.store import LaunchBook, LaunchRecord, LeaseFence, LostRace, NewLaunch, SqliteStore
 from runner.testing import FakeClock
 
 LEASE = 30.0
