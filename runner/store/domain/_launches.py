@@ -499,7 +499,7 @@ class LaunchQueue(LaunchReads):
                         raise BundleRefused(word)
                 if through:
                     row = self._enter(tx, log, row, "running", {})
-                updated = self._apply(tx, log, row, op.target, extra or {})
+                updated = launch_from_row(self._enter(tx, log, row, op.target, extra or {}))
                 if turn_intent is not None:
                     self._intent(tx, turn_intent, optional=intent_optional)
                 if then_claim is not None:
@@ -509,11 +509,6 @@ class LaunchQueue(LaunchReads):
         if then_claim is not None:
             then_claim.record = taken  # only once the transition (and the claim) committed
         return updated
-
-    def _apply(self, tx: Transaction, log: EventLog, row: Row, target: LaunchStatus,
-               extra: dict[str, Any], event: str | None = None,
-               payload: dict[str, Any] | None = None) -> LaunchRecord:
-        return launch_from_row(self._enter(tx, log, row, target, extra, event, payload))
 
     def _enter(self, tx: Transaction, log: EventLog, row: Row, target: LaunchStatus,
                extra: dict[str, Any], event: str | None = None,
@@ -571,7 +566,8 @@ class LaunchQueue(LaunchReads):
                 if row["claim_expires_at"] > tx.now_ms():
                     return LostRace(run_id, "lease_active", row["status"])
                 payload = {"path": list(RECOVERY_PATHS[outcome])}
-                updated = self._apply(tx, log, row, outcome, extra, "launch.recovered", payload)
+                updated = launch_from_row(self._enter(tx, log, row, outcome, extra,
+                                                      "launch.recovered", payload))
                 if turn_intent is not None:
                     self._intent(tx, turn_intent)
         except _Abort as abort:
