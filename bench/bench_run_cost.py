@@ -235,13 +235,18 @@ def main() -> int:
     times0 = os.times()
     # CPU time, not wall: fsync and commit waits would hide the Python otherwise.
     profiler = cProfile.Profile(time.thread_time) if args.profile else None
-    traced: set[int] = set()
+    traced: list[bool] = []
 
     def traced_connection() -> None:
-        conn = store._db.connection()  # this thread's connection (pooled or new)
-        if id(conn) not in traced:
-            conn.set_trace_callback(trace)
-            traced.add(id(conn))
+        # The store's own hook: this thread's read connection and the process's one
+        # write connection (every write goes through it since items37).
+        if not traced:
+            hook = getattr(store._db, "trace", None)  # a `--root` runner may lack it
+            if hook is not None:
+                hook(trace)
+            else:
+                store._db.connection().set_trace_callback(trace)
+            traced.append(True)
 
     # A host slot's steady state: the slot's next launch is claimed with the last run's
     # ending (`next_claim`), so each cycle queues one launch and runs the one claimed
