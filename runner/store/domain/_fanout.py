@@ -257,17 +257,19 @@ def _claim_node(tx: Tx, key: ItemKey, holder: str, want: int, limit: int,
         _cancel_open(tx, key, now, RUN_ENDED)
         tx.run(f"UPDATE fanout_nodes SET active = 0 WHERE {_KEY}", key.params())
         return []
-    if not _any_open(tx, key):
-        _wake(tx, key, now)  # the last settle's wake missed a park since
-        return []
     if want <= 0:
+        if not _any_open(tx, key):
+            _wake(tx, key, now)  # the last settle's wake missed a park since
         return []
     live = parent["status"] in CLAIMED_STATUSES and parent["claim_token"] \
         and parent["claim_expires_at"] > now
     got = _take(tx, key, holder, parent["claim_token"] if live else "", limit, now,
                 lease_ms, want=want)
-    if got.interrupted and not _any_open(tx, key):
-        _wake(tx, key, now)  # the ends it wrote (interrupted) were the last
+    # An item claimed is an item open: only a claim that took none (none pending, the
+    # ceiling reached, or the ends it wrote as `interrupted` were the last) looks for
+    # an open one, so a slot handing itself its next item pays no read for it.
+    if not got.items and not _any_open(tx, key):
+        _wake(tx, key, now)  # the visit has no open item: its parked parent goes on
     return [HostClaim(key, index, start) for index, start in got.items]
 
 
