@@ -24,6 +24,10 @@ def main() -> None:
 
         fast_main()
         return
+    # The imports make a great many objects and almost no garbage: the collector stays
+    # off until the command is loaded (`app.WfrunGroup.get_command` freezes what they
+    # made, which no later collection walks again, and turns it back on).
+    gc.disable()
     from .app import main as app_main
 
     # At exit the interpreter's last collections walk, and free one by one, every object
