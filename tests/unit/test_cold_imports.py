@@ -345,7 +345,7 @@ def test_a_host_once_running_a_map_loads_no_trigger_schedule_and_no_worker_pipes
     (tmp_path / ".wfrun" / "workflows").mkdir(parents=True)
     (tmp_path / ".wfrun" / "workflows" / "fan.yaml").write_text(MAP)
     imported(tmp_path, "start", "fan")
-    out, modules = imported(tmp_path, "host", "--once", "--no-controllers", "-q")
+    _, modules = imported(tmp_path, "host", "--once", "--no-controllers", "-q")
     assert "runner.launch._itemwork" in modules  # the items ran on the host's slots
     shown = json.loads(imported(tmp_path, "runs", "--json")[0].stdout)["runs"]
     assert [r["status"] for r in shown] == ["completed"]
