@@ -12,6 +12,7 @@ any, and `wfrun status` imports only the module that defines `status`.
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from pathlib import Path
@@ -128,6 +129,9 @@ class WfrunGroup(click.Group):
             # __import__, not importlib.import_module: only the former is listed by
             # `python -X importtime`, the tool that checks what a command loads.
             __import__(f"{__package__}.{COMMANDS[cmd_name][0]}")
+            if not gc.isenabled():  # turned off by `main` for the imports (cli/__init__.py)
+                gc.freeze()
+                gc.enable()
         return self.commands.get(cmd_name)
 
     def resolve_command(self, ctx: click.Context, args: list[str]

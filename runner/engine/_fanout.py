@@ -28,7 +28,7 @@ from runner.compiler._fanout import ChildWorkflowBody, MapSpec, ParallelSpec
 from runner.compiler._templates import TemplateError, TemplateStopped, render_native
 
 from ._control import ITEMS, RunControl
-from ._items import ItemEnd
+from ._items import ItemEnd, ItemRecord
 from ._nodecontext import FanoutPort, NodeContext, NodeResult, Outcome
 from ._nodes import execute, new_attempt_id, pure
 
@@ -238,12 +238,16 @@ class _Fanout:
         self.tickets: dict[int, int] = {}
         self.parked: set[int] = set()  # items a park stopped (their rows stay running)
         self.idle = 0  # polls until the next claim with nothing to settle
+        # The rows as `drive` found them when none was open (a resume after the hosts
+        # ended every item): ended rows no longer change, so `result` reads no second copy.
+        self.ended: list[ItemRecord] | None = None
 
     # -- the loop ---------------------------------------------------------------------
     def drive(self) -> NodeResult | None:
         records = self.ledger.items(self.node.id, self.visit)
         open_ = [r.index for r in records if r.state in ("pending", "running")]
         if not open_:
+            self.ended = records
             return None
         if self._all_pure():
             return self._pure(open_)
@@ -492,7 +496,8 @@ class _Fanout:
     # -- the node's result ------------------------------------------------------------------
     def result(self, n: int) -> NodeResult:
         self._host_logs()
-        records = self.ledger.items(self.node.id, self.visit)
+        records = self.ended if self.ended is not None \
+            else self.ledger.items(self.node.id, self.visit)
         summary: list[dict[str, Any]] = [{"outcome": r.state, "error": r.error,
                                           "starts": r.starts} for r in records]
         if self.reused is not None:  # a rerun's reused items: no start of this run

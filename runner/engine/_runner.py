@@ -523,14 +523,12 @@ class RunDriver:
         if error is not None:
             payload["error"] = error
         self.emit(kind, payload, sync=True, state=True)
-        self._close_bundle()
-        return self.outcome()
+        return self._close_bundle(self._ended())
 
     def wait(self, node_id: str, output: Any) -> RunOutcome:
         self.emit("run_waiting", {"waiting_on": node_id, "final_output": output}, sync=True,
                   state=True)
-        self._close_bundle()
-        return self.outcome()
+        return self._close_bundle(self._ended())
 
     def park(self) -> RunOutcome:
         """Stop without a terminal event; `resume` continues at the interrupted node.
@@ -547,7 +545,10 @@ class RunDriver:
         return RunOutcome(self.run_id, "running", True, None, None, self.state,
                           self.control.reason)
 
-    def _close_bundle(self) -> None:
+    def _close_bundle(self, ended: RunOutcome | None = None) -> RunOutcome:
+        """Seal the ended run's bundle; returns its outcome (`ended` when the caller has
+        it already: a map's final output is a list as long as the map, walked once)."""
+        outcome = ended if ended is not None else self.outcome()
         manifest = self.bundle.read_manifest()
         manifest.update({"status": self.state.status, "finished_at": self.state.finished_at})
         self.bundle.write_manifest(manifest)
@@ -556,13 +557,22 @@ class RunDriver:
         # without its ending and the next holder records the ending again.
         self.crash("before_seal")
         # Joined to its launch, the seal also records how the launch ended.
-        self.bundle.seal(None if self.launch is None else self.launch.ended(self.outcome()))
+        self.bundle.seal(None if self.launch is None else self.launch.ended(outcome))
         self.bundle.close()
+        return outcome
 
     def outcome(self) -> RunOutcome:
         st = self.state
         return RunOutcome(self.run_id, st.status, False, self.live(st.final_output), st.error,
                           st)
+
+    def _ended(self) -> RunOutcome:
+        """`outcome` of an ending this driver has just recorded: its final output went
+        through `emit`, which sets `_refs` if it holds a ref or an escape, so an output
+        without one is not walked (twice, for a 1,000-item map's list)."""
+        st = self.state
+        return RunOutcome(self.run_id, st.status, False, self._live_value(st.final_output),
+                          st.error, st)
 
 
 

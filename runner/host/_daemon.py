@@ -35,7 +35,6 @@ from runner.engine._processes import (
 from runner.engine._runtypes import Observer
 from runner.errors import InputError
 from runner.launch._itemwork import ItemWork
-from runner.launch._triggers import Scheduled
 from runner.launch._wakeups import LaunchListener
 from runner.store import LaunchBook, LaunchRecord, NextClaim, Store, StoreError
 from runner.store._wakeups import launch_wakeups
@@ -59,8 +58,10 @@ from .runtime._errors import translate
 from .runtime._local import Workspace
 
 if TYPE_CHECKING:  # loaded when used: a host without them (`--once`, no `--listen`,
-    # `--no-controllers`) does not pay for the controller side or an HTTP server
+    # `--no-controllers`) does not pay for the controller side, the triggers' schedule
+    # or an HTTP server
     from runner.controllers import ControllerManager
+    from runner.launch._triggers import Scheduled
 
     from .runtime._triggers import HostTriggers
     from .runtime._webhooks import WebhookServer

@@ -38,7 +38,6 @@ import threading
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
-from multiprocessing.connection import Connection, Pipe
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +47,8 @@ from runner.engine._processes import reap_dead_registries
 from runner.errors import WfrunError
 
 if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+
     from .runtime._local import Workspace
 
 log = logging.getLogger(__name__)
@@ -104,6 +105,8 @@ class WorkerPool:
         """Fork one worker, which calls `body(send, control)` and exits with its status
         (`control`: the fd `watch_control` waits on). Only before this process starts
         a thread or opens the store (then `start_reading`)."""
+        from multiprocessing.connection import Pipe  # a host of one process forks none
+
         reports_r, reports_w = Pipe(duplex=False)
         control_r, control_w = os.pipe()
         pid = os.fork()

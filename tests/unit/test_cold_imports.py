@@ -331,3 +331,23 @@ def test_threads_reading_a_part_at_once_get_one_instance(tmp_path: Path) -> None
             thread.join(timeout=30)
         assert len(seen) == 16
         assert {id(part) for part in seen} == {id(store.triggers), id(store.workflow_requests)}
+
+
+MAP = ("start: each\nnodes:\n  each:\n    map:\n      over: \"{{ range(2) | list }}\"\n"
+       "      do: {action: {shell: [sh, -c, 'echo item']}}\n")
+
+
+def test_a_host_once_running_a_map_loads_no_trigger_schedule_and_no_worker_pipes(
+        tmp_path: Path) -> None:
+    """`host --once` fires no trigger and forks no worker process (`--processes 1`): a
+    map's run and its items on the host's slots need neither the triggers' schedule nor
+    multiprocessing's pipes."""
+    (tmp_path / ".wfrun" / "workflows").mkdir(parents=True)
+    (tmp_path / ".wfrun" / "workflows" / "fan.yaml").write_text(MAP)
+    imported(tmp_path, "start", "fan")
+    _, modules = imported(tmp_path, "host", "--once", "--no-controllers", "-q")
+    assert "runner.launch._itemwork" in modules  # the items ran on the host's slots
+    shown = json.loads(imported(tmp_path, "runs", "--json")[0].stdout)["runs"]
+    assert [r["status"] for r in shown] == ["completed"]
+    assert loaded(modules, ("runner.launch._triggers", "runner.host.runtime._triggers",
+                            "multiprocessing")) == []

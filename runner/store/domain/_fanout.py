@@ -257,18 +257,25 @@ def _claim_node(tx: Tx, key: ItemKey, holder: str, want: int, limit: int,
         _cancel_open(tx, key, now, RUN_ENDED)
         tx.run(f"UPDATE fanout_nodes SET active = 0 WHERE {_KEY}", key.params())
         return []
-    if not _any_open(tx, key):
-        _wake(tx, key, now)  # the last settle's wake missed a park since
-        return []
     if want <= 0:
+        if not _any_open(tx, key):
+            _wake(tx, key, now)  # the last settle's wake missed a park since
         return []
     live = parent["status"] in CLAIMED_STATUSES and parent["claim_token"] \
         and parent["claim_expires_at"] > now
     got = _take(tx, key, holder, parent["claim_token"] if live else "", limit, now,
                 lease_ms, want=want)
-    if got.interrupted and not _any_open(tx, key):
-        _wake(tx, key, now)  # the ends it wrote (interrupted) were the last
+    # An item claimed is an item open: only a claim that took none (none pending, the
+    # ceiling reached, or the ends it wrote as `interrupted` were the last) looks for
+    # an open one, so a slot handing itself its next item pays no read for it.
+    if not got.items and not _any_open(tx, key):
+        _wake(tx, key, now)  # the visit has no open item: its parked parent goes on
     return [HostClaim(key, index, start) for index, start in got.items]
+
+
+def _count(tx: Tx, key: ItemKey) -> int:
+    row = tx.one(f"SELECT count(*) AS n FROM fanout_items WHERE {_KEY}", key.params())
+    return int(row["n"]) if row is not None else 0
 
 
 def _any_open(tx: Tx, key: ItemKey) -> bool:
@@ -306,10 +313,15 @@ class FanoutItems:
                 return lost
             now = tx.now_ms()
             base = key.params()
-            tx.many("INSERT INTO fanout_items (run_id, node_id, visit, item_index, state,"
-                    " starts, created_at, updated_at) VALUES (:run, :node, :visit, :i,"
-                    " 'pending', 0, :now, :now) ON CONFLICT DO NOTHING",
-                    [{**base, "i": i, "now": now} for i in range(count)])
+            made = _count(tx, key)
+            if made < count:
+                # A resumed parent finds its rows made (all in one transaction): only a
+                # first open writes them (a 1,000-item map's resume wrote 1,000 no-ops).
+                tx.many("INSERT INTO fanout_items (run_id, node_id, visit, item_index,"
+                        " state, starts, created_at, updated_at) VALUES (:run, :node,"
+                        " :visit, :i, 'pending', 0, :now, :now) ON CONFLICT DO NOTHING",
+                        [{**base, "i": i, "now": now} for i in range(count)])
+                made = _count(tx, key)
             if shared is not None:
                 tx.run("INSERT INTO fanout_nodes (run_id, node_id, visit, max_concurrency,"
                        " lease_ms, fail_fast, active, waiting, created_at) VALUES (:run,"
@@ -317,9 +329,7 @@ class FanoutItems:
                        {**base, "limit": shared.limit, "lease": shared.lease_ms,
                         "ff": int(shared.fail_fast), "now": now})
                 tx.run(f"UPDATE fanout_nodes SET waiting = 0 WHERE {_KEY}", base)
-            row = tx.one(f"SELECT count(*) AS n FROM fanout_items WHERE {_KEY}", base)
-        assert row is not None
-        return int(row["n"])
+        return made
 
     def claim(self, key: ItemKey, *, owner: str, limit: int,
               indexes: Sequence[int] | None = None,
