@@ -116,6 +116,8 @@ class FolderBundle:
         self._whole_sync = False
         self._whole_state: bytes | None = None
         self._whole_manifest: str | None = None
+        # Its first manifest, held as given (never encoded unless written the usual way).
+        self._first: dict[str, Any] | None = None
         self._crash: Callable[[str], None] | None = None
 
     # -- opening --------------------------------------------------------------
@@ -172,7 +174,7 @@ class FolderBundle:
         self._manifest = None  # unlocked: another writer may change it from now on
         self._snapshot = None  # never written: a bundle without its manifest is half-made
         # Never written: the run did not start.
-        self._whole = self._whole_state = self._whole_manifest = None
+        self._whole = self._whole_state = self._whole_manifest = self._first = None
 
     # -- writes ---------------------------------------------------------------
     def _check(self, *, fenced: bool = True) -> None:
@@ -229,9 +231,9 @@ class FolderBundle:
 
     def write_whole(self, crash: Callable[[str], None] | None = None) -> None:
         """Hold this run's writes for its ending (a pure run joined to its launch; see
-        the module's docstring). Called before `run_started`. `crash`: the engine's
-        crash seam (tests), passed `after_whole_written` between the files and the
-        commit."""
+        the module's docstring). Called before the workflow snapshot and the first
+        manifest, which are held too (ADR 0013). `crash`: the engine's crash seam
+        (tests), passed `after_whole_written` between the files and the commit."""
         if self.begin is not None and self._whole is None:
             self._whole = []
             self._crash = crash
@@ -246,11 +248,16 @@ class FolderBundle:
         held, self._whole = self._whole, None
         state, self._whole_state = self._whole_state, None
         assert held is not None
-        # As `append` would have: `run_started` under the fence, then `running`, then
-        # the nodes' events (a refused `running` records nothing of them).
+        # As `append` would have: the snapshot and first manifest, `run_started` under
+        # the fence, then `running`, then the nodes' events (a refused `running`
+        # records nothing of them).
         first, rest = held[:1], held[1:]
-        if first:
+        manifest0, self._first = self._first, None
+        if first or manifest0 is not None:
             self._check()
+        if manifest0 is not None:
+            self._write_manifest(canonical_json(manifest0) + "\n")
+        if first:
             self._write_trace(first[0], sync=self._whole_sync)
         if self.begin is not None:
             self._begin()
@@ -301,10 +308,13 @@ class FolderBundle:
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         # Compact canonical JSON: the C encoder (indenting takes Python's slow one, twice
         # per run); `wfrun show` is the readable view.
-        text = canonical_json(manifest) + "\n"
-        if self._whole is not None and not self._sealed and not self._fresh:
-            self._whole_manifest = text  # the final one: written with the run
+        if self._whole is not None and not self._sealed:
+            if self._fresh and self._first is None:
+                self._first = manifest  # held until the seal (ADR 0013): no file of its own
+            else:
+                self._whole_manifest = canonical_json(manifest) + "\n"  # the final one
             return
+        text = canonical_json(manifest) + "\n"
         # The first one makes no run yet (`run_started` does, and asks the fence).
         self._check(fenced=not self._fresh)
         self._write_manifest(text)
@@ -426,14 +436,29 @@ class FolderBundle:
         if not self.fence():
             self.close()  # the bundle stays half-made: whoever settles the launch discards it
             raise ClaimLost(f"lost the claim on run '{self.run_id}'; another runner owns it")
-        self._write_trace(b"".join(held), sync=True)
-        state, manifest = self._whole_state, self._whole_manifest
-        self._whole_state = self._whole_manifest = None
+        # Every file is new (a pure run wrote none before its seal, ADR 0013) and born
+        # read-only: no chmod follows. The snapshot, then the trace (synced: the run),
+        # then its projections.
+        if self._snapshot is not None:
+            self._write_snapshot()
+        create_private(self._trace_path, b"".join(held), sync=self.sync, mode=0o400)
+        state, self._whole_state = self._whole_state, None
         if state is not None:
-            self._write_state(state)
+            create_private(self._state_path, state, mode=0o400)
+        manifest, self._whole_manifest = self._whole_manifest, None
+        first, self._first = self._first, None
+        if manifest is None and first is not None:
+            manifest = canonical_json(first) + "\n"
         if manifest is not None:
-            self._write_manifest(manifest)
-        self._seal_files()
+            # Not fsync'd: the file never held another text, so after a power loss it
+            # is whole, missing, empty, zeroed or cut short, and a reader rebuilds the
+            # last four from the trace's `run_started` and ending (`read_manifest`).
+            create_private(self._manifest_path, manifest.encode(), mode=0o400)
+        if not self._linked:  # written here (no shared snapshot): made read-only
+            with contextlib.suppress(FileNotFoundError):
+                os.chmod(self._workflow_path, 0o400)
+        self._sealed = True
+        self.close()
         if self._crash is not None:
             self._crash("after_whole_written")  # the run is on disk, not committed
         # Refused or unanswered, the step has recorded nothing, and the launch layer
@@ -477,6 +502,8 @@ class FolderBundle:
         return read_trace(self.root).events
 
     def read_manifest(self) -> dict[str, Any]:
+        if self._first is not None:  # a pure run's, held (a copy: the caller may update it)
+            return dict(self._first)
         if self._manifest is not None:  # held under the lock: nobody else writes it
             value: dict[str, Any] = json.loads(self._manifest)
             return value

@@ -65,10 +65,12 @@ def _fill(fd: int, data: bytes, sync: bool) -> None:
         os.close(fd)
 
 
-def create_private(path: str | Path, data: bytes, *, sync: bool = False) -> None:
+def create_private(path: str | Path, data: bytes, *, sync: bool = False,
+                   mode: int = 0o600) -> None:
     """Write a new 0600 file in place: for a file no reader looks at yet (a refused
-    write removes what it began)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    write removes what it began). `mode` 0o400: born read-only (a sealed bundle's file:
+    the new file's descriptor may still write it, and no chmod follows)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
         _fill(fd, data, sync)
     except BaseException:
