@@ -5,7 +5,8 @@ the folder space's (`.wfrun/runs/<run-id>/`, folders 0700, files 0600). The trac
 (`trace.jsonl`) is the truth; `state.json` and `manifest.json` are projections
 rebuilt from it. state.json is never fsync'd. Neither is the first manifest: the
 run's `run_started` (fsync'd) carries what the trace does not already say of it. The
-final manifest is rewritten in place and fsync'd after the ending is in the trace. A
+final manifest is rewritten in place and fsync'd after the ending is in the trace (a
+pure run's is created once and not fsync'd: no older text can survive it). A
 reader that finds the manifest missing or torn in a started bundle rebuilds it from
 the trace (`rebuild_manifest`). Write order per step: append trace (fsync) ->
 replace state -> manifest. At creation the workflow snapshot is held and written
@@ -24,9 +25,10 @@ transaction with the store, so each is its own commit (a database bundle carries
 them in its first write and its seal, dbbundle.py).
 
 A pure run (`nodes.pure_run`: nothing it does is seen outside it until it ends) is
-written whole (`write_whole`, ADR 0009 lever 3): its trace lines, state and final
-manifest are held in memory; at its seal the fence is asked once, the files are
-written and synced, and then its ending's transition commits, taking the row through
+written whole (`write_whole`, ADR 0009 lever 3): its snapshot, first manifest, trace
+lines, state and final manifest are held in memory (its folder stays empty, ADR
+0013); at its seal the fence is asked once, each file is created once, read-only,
+the trace synced, and then its ending's transition commits, taking the row through
 `running`. While the claim's lease is live only its holder changes a `starting` row
 (a cancel is a request, as for `running`), so nothing wins between the files and the
 commit; a fence that refuses leaves nothing of the run written (the bundle stays
