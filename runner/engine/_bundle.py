@@ -92,6 +92,7 @@ class FolderBundle:
         # The files' paths as strings, joined once: a run writes them ~10 times, and
         # a pathlib join and its conversion back cost more than the string work.
         folder = str(root)
+        self._runs_dir = os.path.dirname(folder)
         self._trace_path = os.path.join(folder, TRACE)
         self._state_path = os.path.join(folder, STATE)
         self._manifest_path = os.path.join(folder, MANIFEST)
@@ -193,7 +194,7 @@ class FolderBundle:
         data, self._snapshot = self._snapshot, None
         assert data is not None
         path = self._workflow_path
-        if link_snapshot(self.root.parent, path, data):
+        if link_snapshot(self._runs_dir, path, data):
             self._linked = True
             return
         try:

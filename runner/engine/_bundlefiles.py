@@ -110,7 +110,23 @@ def update_private(path: str, data: bytes, *, sync: bool = False) -> None:
         os.close(fd)
 
 
-def link_snapshot(runs_dir: Path, path: str | Path, data: bytes) -> bool:
+# A snapshot's shared file name by its bytes: a host links one definition's snapshot
+# per run, and hashing a dict key is cheaper than its SHA-256 and two pathlib joins.
+# Bounded: a host that meets more definitions than this starts over.
+_SHARED_NAMES: dict[bytes, str] = {}
+_SHARED_KEPT = 64
+
+
+def _shared_name(data: bytes) -> str:
+    name = _SHARED_NAMES.get(data)
+    if name is None:
+        if len(_SHARED_NAMES) >= _SHARED_KEPT:
+            _SHARED_NAMES.clear()
+        name = _SHARED_NAMES[data] = f"sha256-{hashlib.sha256(data).hexdigest()}.json"
+    return name
+
+
+def link_snapshot(runs_dir: str | Path, path: str | Path, data: bytes) -> bool:
     """Make `path` a hard link to the one copy of `data` in `runs/.snapshots/`, named
     by its SHA-256: the runs of one definition share the snapshot's inode. A file
     creation costs 20 µs to 1 ms of kernel CPU on this VM, depending on the folder (a
@@ -120,13 +136,13 @@ def link_snapshot(runs_dir: Path, path: str | Path, data: bytes) -> bool:
     whole, and nothing writes it again (a rewrite of a snapshot replaces the link).
     False where links do not work here (another file system's rules, the link limit):
     the caller writes the file itself, as before."""
-    shared = runs_dir / SNAPSHOTS / f"sha256-{hashlib.sha256(data).hexdigest()}.json"
+    shared = os.path.join(runs_dir, SNAPSHOTS, _shared_name(data))
     for attempt in range(3):
         try:
             os.link(shared, path)
             return True
         except FileNotFoundError:  # the first run of this definition, or pruned just now
-            if not _store_snapshot(shared, data):
+            if not _store_snapshot(Path(shared), data):
                 return False
         except OSError as exc:
             if exc.errno == errno.EEXIST:
