@@ -58,6 +58,7 @@ from ._bundlefiles import (
     link_snapshot,
     make_bundle_dir,
     private_dir,
+    room_left,
     update_private,
     write_all,
     write_private,
@@ -238,6 +239,9 @@ class FolderBundle:
         manifest, which are held too (ADR 0013). `crash`: the engine's crash seam
         (tests), passed `after_whole_written` between the files and the commit."""
         if self.begin is not None and self._whole is None:
+            # A full disk refuses the run before its nodes, as its first manifest's
+            # write did when it was made here; the seal meets any later shortage.
+            room_left(self._runs_dir)
             self._whole = []
             self._crash = crash
 

@@ -44,6 +44,22 @@ def make_bundle_dir(runs_dir: Path, root: Path) -> None:
         _PRIVATE_RUNS.add(runs_dir)
 
 
+# Root may use the blocks and inodes a file system keeps back; others may not.
+_PRIVILEGED = os.geteuid() == 0
+
+
+def room_left(folder: str) -> None:
+    """ENOSPC when `folder`'s file system has no block or no inode left for this
+    process, as a small file's creation there would fail: one `statvfs`, for a writer
+    that creates its first file later (a pure run, at its seal) but must refuse a full
+    disk before it does anything, as that file's creation used to."""
+    st = os.statvfs(folder)
+    blocks = st.f_bfree if _PRIVILEGED else st.f_bavail
+    inodes = st.f_ffree if _PRIVILEGED else st.f_favail
+    if blocks == 0 or (inodes == 0 and st.f_files):  # f_files 0: no inode count kept
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
 def write_all(fd: int, data: bytes) -> None:
     """Every byte or an OSError: a nearly full disk first writes short, then refuses
     (ENOSPC); a short write taken for a whole one would leave a truncated file."""
