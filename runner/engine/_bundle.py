@@ -5,7 +5,8 @@ the folder space's (`.wfrun/runs/<run-id>/`, folders 0700, files 0600). The trac
 (`trace.jsonl`) is the truth; `state.json` and `manifest.json` are projections
 rebuilt from it. state.json is never fsync'd. Neither is the first manifest: the
 run's `run_started` (fsync'd) carries what the trace does not already say of it. The
-final manifest is rewritten in place and fsync'd after the ending is in the trace. A
+final manifest is rewritten in place and fsync'd after the ending is in the trace (a
+pure run's is created once and not fsync'd: no older text can survive it). A
 reader that finds the manifest missing or torn in a started bundle rebuilds it from
 the trace (`rebuild_manifest`). Write order per step: append trace (fsync) ->
 replace state -> manifest. At creation the workflow snapshot is held and written
@@ -24,9 +25,10 @@ transaction with the store, so each is its own commit (a database bundle carries
 them in its first write and its seal, dbbundle.py).
 
 A pure run (`nodes.pure_run`: nothing it does is seen outside it until it ends) is
-written whole (`write_whole`, ADR 0009 lever 3): its trace lines, state and final
-manifest are held in memory; at its seal the fence is asked once, the files are
-written and synced, and then its ending's transition commits, taking the row through
+written whole (`write_whole`, ADR 0009 lever 3): its snapshot, first manifest, trace
+lines, state and final manifest are held in memory (its folder stays empty, ADR
+0013); at its seal the fence is asked once, each file is created once, read-only,
+the trace synced, and then its ending's transition commits, taking the row through
 `running`. While the claim's lease is live only its holder changes a `starting` row
 (a cancel is a request, as for `running`), so nothing wins between the files and the
 commit; a fence that refuses leaves nothing of the run written (the bundle stays
@@ -56,6 +58,7 @@ from ._bundlefiles import (
     link_snapshot,
     make_bundle_dir,
     private_dir,
+    room_left,
     update_private,
     write_all,
     write_private,
@@ -90,6 +93,7 @@ class FolderBundle:
         # The files' paths as strings, joined once: a run writes them ~10 times, and
         # a pathlib join and its conversion back cost more than the string work.
         folder = str(root)
+        self._runs_dir = os.path.dirname(folder)
         self._trace_path = os.path.join(folder, TRACE)
         self._state_path = os.path.join(folder, STATE)
         self._manifest_path = os.path.join(folder, MANIFEST)
@@ -116,6 +120,8 @@ class FolderBundle:
         self._whole_sync = False
         self._whole_state: bytes | None = None
         self._whole_manifest: str | None = None
+        # Its first manifest, held as given (never encoded unless written the usual way).
+        self._first: dict[str, Any] | None = None
         self._crash: Callable[[str], None] | None = None
 
     # -- opening --------------------------------------------------------------
@@ -172,7 +178,7 @@ class FolderBundle:
         self._manifest = None  # unlocked: another writer may change it from now on
         self._snapshot = None  # never written: a bundle without its manifest is half-made
         # Never written: the run did not start.
-        self._whole = self._whole_state = self._whole_manifest = None
+        self._whole = self._whole_state = self._whole_manifest = self._first = None
 
     # -- writes ---------------------------------------------------------------
     def _check(self, *, fenced: bool = True) -> None:
@@ -189,7 +195,7 @@ class FolderBundle:
         data, self._snapshot = self._snapshot, None
         assert data is not None
         path = self._workflow_path
-        if link_snapshot(self.root.parent, path, data):
+        if link_snapshot(self._runs_dir, path, data):
             self._linked = True
             return
         try:
@@ -229,10 +235,13 @@ class FolderBundle:
 
     def write_whole(self, crash: Callable[[str], None] | None = None) -> None:
         """Hold this run's writes for its ending (a pure run joined to its launch; see
-        the module's docstring). Called before `run_started`. `crash`: the engine's
-        crash seam (tests), passed `after_whole_written` between the files and the
-        commit."""
+        the module's docstring). Called before the workflow snapshot and the first
+        manifest, which are held too (ADR 0013). `crash`: the engine's crash seam
+        (tests), passed `after_whole_written` between the files and the commit."""
         if self.begin is not None and self._whole is None:
+            # A full disk refuses the run before its nodes, as its first manifest's
+            # write did when it was made here; the seal meets any later shortage.
+            room_left(self._runs_dir)
             self._whole = []
             self._crash = crash
 
@@ -246,11 +255,16 @@ class FolderBundle:
         held, self._whole = self._whole, None
         state, self._whole_state = self._whole_state, None
         assert held is not None
-        # As `append` would have: `run_started` under the fence, then `running`, then
-        # the nodes' events (a refused `running` records nothing of them).
+        # As `append` would have: the snapshot and first manifest, `run_started` under
+        # the fence, then `running`, then the nodes' events (a refused `running`
+        # records nothing of them).
         first, rest = held[:1], held[1:]
-        if first:
+        manifest0, self._first = self._first, None
+        if first or manifest0 is not None:
             self._check()
+        if manifest0 is not None:
+            self._write_manifest(canonical_json(manifest0) + "\n")
+        if first:
             self._write_trace(first[0], sync=self._whole_sync)
         if self.begin is not None:
             self._begin()
@@ -301,10 +315,13 @@ class FolderBundle:
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         # Compact canonical JSON: the C encoder (indenting takes Python's slow one, twice
         # per run); `wfrun show` is the readable view.
-        text = canonical_json(manifest) + "\n"
-        if self._whole is not None and not self._sealed and not self._fresh:
-            self._whole_manifest = text  # the final one: written with the run
+        if self._whole is not None and not self._sealed:
+            if self._fresh and self._first is None:
+                self._first = manifest  # held until the seal (ADR 0013): no file of its own
+            else:
+                self._whole_manifest = canonical_json(manifest) + "\n"  # the final one
             return
+        text = canonical_json(manifest) + "\n"
         # The first one makes no run yet (`run_started` does, and asks the fence).
         self._check(fenced=not self._fresh)
         self._write_manifest(text)
@@ -426,14 +443,29 @@ class FolderBundle:
         if not self.fence():
             self.close()  # the bundle stays half-made: whoever settles the launch discards it
             raise ClaimLost(f"lost the claim on run '{self.run_id}'; another runner owns it")
-        self._write_trace(b"".join(held), sync=True)
-        state, manifest = self._whole_state, self._whole_manifest
-        self._whole_state = self._whole_manifest = None
+        # Every file is new (a pure run wrote none before its seal, ADR 0013) and born
+        # read-only: no chmod follows. The snapshot, then the trace (synced: the run),
+        # then its projections.
+        if self._snapshot is not None:
+            self._write_snapshot()
+        create_private(self._trace_path, b"".join(held), sync=self.sync, mode=0o400)
+        state, self._whole_state = self._whole_state, None
         if state is not None:
-            self._write_state(state)
+            create_private(self._state_path, state, mode=0o400)
+        manifest, self._whole_manifest = self._whole_manifest, None
+        first, self._first = self._first, None
+        if manifest is None and first is not None:
+            manifest = canonical_json(first) + "\n"
         if manifest is not None:
-            self._write_manifest(manifest)
-        self._seal_files()
+            # Not fsync'd: the file never held another text, so after a power loss it
+            # is whole, missing, empty, zeroed or cut short, and a reader rebuilds the
+            # last four from the trace's `run_started` and ending (`read_manifest`).
+            create_private(self._manifest_path, manifest.encode(), mode=0o400)
+        if not self._linked:  # written here (no shared snapshot): made read-only
+            with contextlib.suppress(FileNotFoundError):
+                os.chmod(self._workflow_path, 0o400)
+        self._sealed = True
+        self.close()
         if self._crash is not None:
             self._crash("after_whole_written")  # the run is on disk, not committed
         # Refused or unanswered, the step has recorded nothing, and the launch layer
@@ -477,6 +509,8 @@ class FolderBundle:
         return read_trace(self.root).events
 
     def read_manifest(self) -> dict[str, Any]:
+        if self._first is not None:  # a pure run's, held (a copy: the caller may update it)
+            return dict(self._first)
         if self._manifest is not None:  # held under the lock: nobody else writes it
             value: dict[str, Any] = json.loads(self._manifest)
             return value

@@ -44,6 +44,22 @@ def make_bundle_dir(runs_dir: Path, root: Path) -> None:
         _PRIVATE_RUNS.add(runs_dir)
 
 
+# Root may use the blocks and inodes a file system keeps back; others may not.
+_PRIVILEGED = os.geteuid() == 0
+
+
+def room_left(folder: str) -> None:
+    """ENOSPC when `folder`'s file system has no block or no inode left for this
+    process, as a small file's creation there would fail: one `statvfs`, for a writer
+    that creates its first file later (a pure run, at its seal) but must refuse a full
+    disk before it does anything, as that file's creation used to."""
+    st = os.statvfs(folder)
+    blocks = st.f_bfree if _PRIVILEGED else st.f_bavail
+    inodes = st.f_ffree if _PRIVILEGED else st.f_favail
+    if blocks == 0 or (inodes == 0 and st.f_files):  # f_files 0: no inode count kept
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
 def write_all(fd: int, data: bytes) -> None:
     """Every byte or an OSError: a nearly full disk first writes short, then refuses
     (ENOSPC); a short write taken for a whole one would leave a truncated file."""
@@ -65,10 +81,12 @@ def _fill(fd: int, data: bytes, sync: bool) -> None:
         os.close(fd)
 
 
-def create_private(path: str | Path, data: bytes, *, sync: bool = False) -> None:
+def create_private(path: str | Path, data: bytes, *, sync: bool = False,
+                   mode: int = 0o600) -> None:
     """Write a new 0600 file in place: for a file no reader looks at yet (a refused
-    write removes what it began)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    write removes what it began). `mode` 0o400: born read-only (a sealed bundle's file:
+    the new file's descriptor may still write it, and no chmod follows)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
         _fill(fd, data, sync)
     except BaseException:
@@ -108,7 +126,23 @@ def update_private(path: str, data: bytes, *, sync: bool = False) -> None:
         os.close(fd)
 
 
-def link_snapshot(runs_dir: Path, path: str | Path, data: bytes) -> bool:
+# A snapshot's shared file name by its bytes: a host links one definition's snapshot
+# per run, and hashing a dict key is cheaper than its SHA-256 and two pathlib joins.
+# Bounded: a host that meets more definitions than this starts over.
+_SHARED_NAMES: dict[bytes, str] = {}
+_SHARED_KEPT = 64
+
+
+def _shared_name(data: bytes) -> str:
+    name = _SHARED_NAMES.get(data)
+    if name is None:
+        if len(_SHARED_NAMES) >= _SHARED_KEPT:
+            _SHARED_NAMES.clear()
+        name = _SHARED_NAMES[data] = f"sha256-{hashlib.sha256(data).hexdigest()}.json"
+    return name
+
+
+def link_snapshot(runs_dir: str | Path, path: str | Path, data: bytes) -> bool:
     """Make `path` a hard link to the one copy of `data` in `runs/.snapshots/`, named
     by its SHA-256: the runs of one definition share the snapshot's inode. A file
     creation costs 20 µs to 1 ms of kernel CPU on this VM, depending on the folder (a
@@ -118,13 +152,13 @@ def link_snapshot(runs_dir: Path, path: str | Path, data: bytes) -> bool:
     whole, and nothing writes it again (a rewrite of a snapshot replaces the link).
     False where links do not work here (another file system's rules, the link limit):
     the caller writes the file itself, as before."""
-    shared = runs_dir / SNAPSHOTS / f"sha256-{hashlib.sha256(data).hexdigest()}.json"
+    shared = os.path.join(runs_dir, SNAPSHOTS, _shared_name(data))
     for attempt in range(3):
         try:
             os.link(shared, path)
             return True
         except FileNotFoundError:  # the first run of this definition, or pruned just now
-            if not _store_snapshot(shared, data):
+            if not _store_snapshot(Path(shared), data):
                 return False
         except OSError as exc:
             if exc.errno == errno.EEXIST:

@@ -98,13 +98,13 @@ def read_json(path: Path) -> dict[str, Any]:
     return value
 
 
-def started(root: Path, run_id: str) -> bool:
+def started(root: str | Path, run_id: str) -> bool:
     """The trace's first line is `run_started` (seq 1, always fsync'd): the run's input
     is durable. Reads one line, not the trace."""
     return first_event(root, run_id) is not None
 
 
-def first_event(root: Path, run_id: str) -> dict[str, Any] | None:
+def first_event(root: str | Path, run_id: str) -> dict[str, Any] | None:
     """The trace's first line when it is a whole `run_started` (seq 1), else None."""
     try:
         with open(os.path.join(root, TRACE), "rb") as fh:

@@ -174,6 +174,12 @@ class Engine:
                     if definition.title else None
         except TemplateError:
             title = None
+        if self.launch is not None and parent_run_id is None and carried is None \
+                and not extra and pure_run(definition):
+            # Joined to a claimed launch, a pure run is written with its ending (ADR
+            # 0009, lever 3): one trace write, and no `running` commit of its own; its
+            # snapshot and first manifest are held for it too (ADR 0013).
+            bundle.write_whole(self.crash_point)
         bundle.write_workflow(definition.snapshot_json)
         manifest = {
             "schema": BUNDLE_SCHEMA,
@@ -207,11 +213,6 @@ class Engine:
             # A folder's first manifest is not fsync'd: the trace keeps what it alone
             # says (`manifest_from_trace` rebuilds it; rows commit it with this event).
             payload["manifest"] = {k: manifest[k] for k in MANIFEST_FIELDS}
-        if self.launch is not None and parent_run_id is None and carried is None \
-                and not extra and pure_run(definition):
-            # Joined to a claimed launch, a pure run is written with its ending (ADR
-            # 0009, lever 3): one trace write, and no `running` commit of its own.
-            bundle.write_whole(self.crash_point)
         # No state.json yet: the trace holds the start; the first projection follows.
         driver.emit("run_started", payload, sync=True)
         return driver

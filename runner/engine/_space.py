@@ -138,6 +138,9 @@ class FolderSpace:
 
     def __init__(self, runs_dir: Path) -> None:
         self.runs_dir = runs_dir
+        # As a string: the two questions every claim asks of a folder (`started`,
+        # `discard_unstarted`) join it to a run id, cheaper than a pathlib join.
+        self._runs = os.fspath(runs_dir)
 
     def __repr__(self) -> str:
         return f"FolderSpace({str(self.runs_dir)!r})"
@@ -156,10 +159,10 @@ class FolderSpace:
         return FolderBundle.open(self.runs_dir, run_id, fence, durability)
 
     def discard_unstarted(self, run_id: str) -> bool:
-        root = self.runs_dir / run_id
-        if not root.is_dir() or started(root, run_id):
+        root = os.path.join(self._runs, run_id)
+        if not os.path.isdir(root) or started(root, run_id):
             return False
-        FolderBundle(root, run_id).remove_unstarted()
+        FolderBundle(Path(root), run_id).remove_unstarted()
         return True
 
     def remove_ended(self, run_id: str) -> None:
@@ -214,7 +217,7 @@ class FolderSpace:
         return (self.runs_dir / run_id).is_dir()
 
     def started(self, run_id: str) -> bool:
-        return started(self.runs_dir / run_id, run_id)
+        return started(os.path.join(self._runs, run_id), run_id)
 
     def manifest(self, run_id: str) -> dict[str, Any]:
         root = self.runs_dir / run_id

@@ -187,6 +187,119 @@ def test_a_pure_run_is_written_whole_by_its_ending_without_a_running_commit(
         "run_started", "node_started", "node_finished", "run_completed"]
 
 
+# A pure run whose first node's output (over 4 KiB) goes to an artifact: that write is
+# one a run written whole does not hold, so from there it is written the usual way.
+SPILLS = """\
+    start: long
+    nodes:
+      long: {compute: "{{ 'x' * 5000 }}"}
+      short: {compute: "{{ outputs.long | length }}"}
+    edges:
+      - {from: long, to: short}
+"""
+
+
+def _files(folder: Path) -> dict[str, int]:
+    """The bundle's files (not folders) and their modes."""
+    return {p.name: p.stat().st_mode & 0o777 for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def test_a_pure_run_writes_no_file_before_its_seal_then_each_once_read_only(
+        project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ADR 0013: its snapshot and first manifest are held with the rest, so until its
+    seal the bundle is an empty folder; at the seal each file is created once, born
+    read-only (no chmod), and only the trace is synced (the manifest, never written
+    before, is rebuilt from the trace if a power loss takes it)."""
+    stack = Stack(project)
+    seen: dict[str, dict[str, int]] = {}
+    watched: list[str] = []
+
+    def look(point: str) -> None:
+        folder = project.runs_dir / watched[-1]
+        if folder.is_dir():
+            seen.setdefault(point, _files(folder))
+
+    synced: list[str] = []
+    chmods: list[str] = []
+    real_fsync, real_chmod, real_fchmod = os.fsync, os.chmod, os.fchmod
+
+    def fsync(fd: int) -> None:
+        synced.append(os.path.basename(os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def chmod(path: Any, mode: int, *args: Any, **kwargs: Any) -> None:
+        chmods.append(os.path.basename(os.fspath(path)))
+        real_chmod(path, mode, *args, **kwargs)
+
+    def fchmod(fd: int, mode: int) -> None:
+        chmods.append(os.path.basename(os.readlink(f"/proc/self/fd/{fd}")))
+        real_fchmod(fd, mode)
+
+    runner = build_coordinator(stack.ws, stack.store, "plain", runner="r1", crash=look,
+                               options=EngineOptions(project_root=project.root,
+                                                     crash_point=look))
+    first = stack.claimed("pair")
+    watched.append(first.run_id)
+    runner.execute(first)  # stores the definition's shared snapshot (synced, once)
+    seen.clear()
+    record = stack.claimed("pair")
+    watched.append(record.run_id)
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "chmod", chmod)
+    monkeypatch.setattr(os, "fchmod", fchmod)
+    outcome = runner.execute(record)
+    monkeypatch.undo()
+    assert outcome is not None
+    assert (outcome.status, outcome.final_output) == ("completed", 2)
+    for point in ("after_bundle_created", "after_manifest_written", "during_starting",
+                  "between_nodes", "before_seal"):
+        assert seen[point] == {}, point  # nothing on disk yet
+    names = ("manifest.json", "state.json", "trace.jsonl", "workflow.json")
+    assert seen["after_whole_written"] == dict.fromkeys(names, 0o400)
+    assert synced == ["trace.jsonl"]
+    assert chmods == []
+    assert project.manifest(record.run_id)["status"] == "completed"  # type: ignore[index]
+    assert [e["type"] for e in project.trace(record.run_id)] == [
+        "run_started", "node_started", "node_finished", "node_started", "node_finished",
+        "run_completed"]
+
+
+def test_a_pure_run_that_writes_an_artifact_is_written_the_usual_way_from_there(
+        project: Project) -> None:
+    """Its held snapshot and first manifest go out before its `run_started` and its
+    launch's `running`, as for a run not written whole; the rest as it goes."""
+    project.write_workflow("spills", SPILLS)
+    stack = Stack(project)
+    record = stack.claimed("spills")
+    launches = _Counting(stack.store.launches)
+    seen: dict[str, Any] = {}
+
+    def look(point: str) -> None:
+        if point == "between_nodes" and point not in seen:  # after `long`, its artifact
+            folder = project.runs_dir / record.run_id
+            seen[point] = (sorted(_files(folder)), project.manifest(record.run_id),
+                           [e["type"] for e in project.trace(record.run_id)],
+                           launches.marked)
+
+    runner = build_coordinator(stack.ws, _Store(stack.store, launches),  # type: ignore[arg-type]
+                               "plain", runner="r1", crash=look,
+                               options=EngineOptions(project_root=project.root,
+                                                     crash_point=look))
+    outcome = runner.execute(record)
+    assert outcome is not None
+    assert (outcome.status, outcome.final_output) == ("completed", 5000)
+    files, manifest, types, marked = seen["between_nodes"]
+    assert files == ["manifest.json", "trace.jsonl", "workflow.json"]
+    assert (manifest["status"], manifest["run_id"]) == ("running", record.run_id)
+    # `long`'s end went in one append with `short`'s start.
+    assert types == ["run_started", "node_started", "node_finished", "node_started"]
+    assert marked == 1  # `running` committed before the nodes' events were written
+    assert project.manifest(record.run_id)["status"] == "completed"  # type: ignore[index]
+    folder = project.runs_dir / record.run_id
+    assert set(_files(folder).values()) == {0o400}
+    assert (folder / "artifacts").is_dir()
+
+
 def _agrees(stack: Stack, project: Project, run_id: str) -> str:
     """The launch's ending and its bundle's say the same: it never ran (no bundle, or
     one that never started), or it ended once, recorded both places."""
@@ -205,7 +318,8 @@ def _agrees(stack: Stack, project: Project, run_id: str) -> str:
     return manifest["status"]
 
 
-@pytest.mark.parametrize("moment", ["after_claim", "after_bundle_created", "during_starting",
+@pytest.mark.parametrize("moment", ["after_claim", "after_bundle_created",
+                                    "after_manifest_written", "during_starting",
                                     "before_executor_release", "after_trace_append",
                                     "before_seal", "after_whole_written"])
 def test_a_cancel_racing_a_pure_run_is_asked_of_its_holder_and_never_lost(

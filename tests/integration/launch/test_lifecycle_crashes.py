@@ -322,15 +322,28 @@ def _settled_once(proj: Proj, run_id: str, *, ended: bool = False) -> None:
     assert cleared["input_json"] is None
 
 
-@pytest.mark.parametrize("point", ["during_starting", "between_nodes", "before_seal",
+@pytest.mark.parametrize("point", ["after_bundle_created", "after_manifest_written",
+                                   "during_starting", "between_nodes", "before_seal",
                                    "before_outcome_recorded"])
 def test_a_killed_pure_run_ends_once_with_its_input(proj: Proj, point: str) -> None:
     run_id = _pure_killed_at(proj, point)
+    unstarted = point in ("after_bundle_created", "after_manifest_written")
+    if unstarted:
+        # Nothing of a pure run is written before its seal (ADR 0013), not even its
+        # snapshot and first manifest: a folder is empty, a half-made bundle. Rows
+        # write a bundle with its `run_started`: there is none.
+        folder = proj.root / ".wfrun" / "runs" / run_id
+        if proj.store_url is None:
+            assert os.listdir(folder) == []
+        else:
+            assert not folder.exists()
+        with proj.reader() as reader:
+            assert not reader.started(run_id)
     (row,) = proj.rows()
     # Written whole (folders), nothing is committed before the ending: still `starting`.
     ended = point == "before_outcome_recorded"
     assert row["status"] == ("done" if ended else "starting" if proj.store_url is None
-                             or point == "during_starting" else "running")
+                             or unstarted or point == "during_starting" else "running")
     _settled_once(proj, run_id, ended=ended)
 
 

@@ -295,3 +295,32 @@ def test_a_hook_that_gives_up_on_a_stop_ends_the_node_cancelled(env: Any, when: 
     out = env.engine().start(d, control=control)
     assert out.status == "cancelled", out.error
     assert out.state.results["h"]["outcome"] == "cancelled"
+
+
+def test_a_controls_events_made_after_a_request_say_so() -> None:
+    """`wake` and `stopped` are made on first use (a host makes a control per run):
+    one made after a request starts set, one made before it is set by it, and `rearm`
+    clears `wake` until a stop, which stays."""
+    paused = RunControl()
+    paused.pause()
+    assert (paused.pause_requested, paused.wake.is_set()) == (True, True)  # made after: set
+    assert not paused.stopped.is_set()
+    paused.rearm()
+    assert not paused.wake.is_set()
+    paused.resume()
+    # made before: set by it
+    assert (paused.pause_requested, paused.wake.is_set()) == (False, True)
+
+    early = RunControl()
+    wake, stopped = early.wake, early.stopped
+    assert (wake.is_set(), stopped.is_set()) == (False, False)
+    early.cancel("asked")
+    assert (wake.is_set(), stopped.is_set()) == (True, True)
+    early.rearm()
+    assert wake.is_set()  # a stop stays sticky
+    assert (early.stop_reason, early.reason) == ("cancel", "asked")
+
+    late = RunControl()
+    late.park("host stopping", auto_resume=True)
+    assert (late.stopped.is_set(), late.wake.is_set()) == (True, True)
+    assert (late.stop_reason, late.auto_resume) == ("park", True)
