@@ -11,9 +11,10 @@ from pathlib import Path
 
 from launch_it_kit import Project
 
+from runner.clock import FakeClock
 from runner.compiler import build_catalog
 from runner.host.runtime._local import Workspace
-from runner.launch import EngineOptions
+from runner.launch import EngineOptions, LaunchCoordinator
 from runner.store import SqliteStore
 from runner.testing import build_coordinator
 
@@ -21,14 +22,15 @@ CHAIN3 = (Path(__file__).resolve().parents[3] / "fixtures" / "workflows"
           / "chain3.yaml").read_text()
 
 #: One cycle: the enqueue (2 writes between BEGIN and COMMIT, after the PRAGMA that
-#: makes it durable), the lease fence's read, and the ending's transaction: its row,
-#: one UPDATE from `starting` through `running` to `done`, the controller-request
-#: look, one ready-queue probe, the next claim's UPDATE and three events.
-ONE_RUN = Counter({"PRAGMA": 2, "BEGIN": 2, "COMMIT": 2, "INSERT": 5, "SELECT": 4,
+#: makes it durable) and the ending's transaction: its row, one UPDATE from
+#: `starting` through `running` to `done`, the controller-request look, one
+#: ready-queue probe, the next claim's UPDATE and three events. The lease fence reads
+#: nothing: the claim this runner committed answers it.
+ONE_RUN = Counter({"PRAGMA": 2, "BEGIN": 2, "COMMIT": 2, "INSERT": 5, "SELECT": 3,
                    "UPDATE": 2})
 
 
-def test_a_queued_run_and_the_next_claim_send_seventeen_statements(tmp_path: Path) -> None:
+def test_a_queued_run_and_the_next_claim_send_sixteen_statements(tmp_path: Path) -> None:
     project = Project(tmp_path / "proj")
     project.write_workflow("three", CHAIN3)
     root = project.root
@@ -59,7 +61,7 @@ def test_a_queued_run_and_the_next_claim_send_seventeen_statements(tmp_path: Pat
         store._db.trace(None)
         kinds = Counter(statement.split(None, 1)[0] for statement in statements)
         assert kinds == ONE_RUN, "\n".join(statements)
-        assert sum(kinds.values()) == 17
+        assert sum(kinds.values()) == 16
         # The statements cut changed nothing a reader sees: the run's record and events.
         record = store.launches.get(ran[-1])
         assert record is not None
@@ -71,5 +73,42 @@ def test_a_queued_run_and_the_next_claim_send_seventeen_statements(tmp_path: Pat
                          ("launch.starting", "queued", "starting"),
                          ("launch.running", "starting", "running"),
                          ("launch.done", "running", "done")]
+    finally:
+        store.close()
+
+
+def test_a_claim_taken_over_before_its_run_began_writes_nothing(tmp_path: Path) -> None:
+    """The fence answers from the claim this runner committed only within its lease
+    (less a third): a run begun after its lease ran out and another runner took the
+    launch over asks the store, which refuses it, and nothing of the run is written."""
+    project = Project(tmp_path / "proj")
+    project.write_workflow("three", CHAIN3)
+    root = project.root
+    clock = FakeClock()
+    ws = Workspace(build_catalog("workflows", root, None), root, root / ".wfrun")
+    store = SqliteStore(project.store_path, clock=clock)
+    try:
+        def runner(name: str) -> LaunchCoordinator:
+            return build_coordinator(ws, store, "plain", runner=name, clock=clock,
+                                     lease_seconds=30.0,
+                                     options=EngineOptions(project_root=root))
+
+        late, other = runner("late"), runner("other")
+        record = late.prepare("three", None)
+        claimed = late.claim_next(None)
+        assert claimed is not None
+        assert claimed.run_id == record.run_id
+        clock.advance(31)  # the lease is gone before the run begins
+        taken = other.claim_next(None)
+        assert taken is not None
+        assert (taken.run_id, taken.crash_count) == (record.run_id, 1)
+        assert late.execute(claimed) is None  # the claim was lost: let go
+        assert not (project.runs_dir / record.run_id).exists()
+        outcome = other.execute(taken)
+        assert outcome is not None
+        assert outcome.status == "completed"
+        done = store.launches.get(record.run_id)
+        assert done is not None
+        assert (done.status, done.runner_id) == ("done", "other")
     finally:
         store.close()
