@@ -196,3 +196,20 @@ def test_every_move_returns_the_row_as_stored(store: Store, clock: FakeClock) ->
         assert moves[1][1]["from"] == "running"
     store.launches.enqueue(launch("d"))
     same(store.launches.cancel("d"))
+    # From `running`, and recovery's every outcome from an expired `starting` row.
+    for run_id, end in (("e", "finish"), ("f", "fail"), ("g", "cancel")):
+        store.launches.enqueue(launch(run_id))
+        token = same(store.launches.claim(run_id, runner_id="host-1")).claim_token or ""
+        same(store.launches.mark_running(run_id, token))
+        same(store.launches.finish(run_id, token, waiting=True) if end == "finish" else
+             store.launches.fail(run_id, token, code="interrupted", message="x")
+             if end == "fail" else store.launches.cancel(run_id, claim_token=token))
+    for outcome in ("queued", "running", "parked", "done", "failed", "cancelled"):
+        run_id = f"r-{outcome}"
+        store.launches.enqueue(launch(run_id))
+        epoch = same(store.launches.claim(run_id, runner_id="host-1", lease_seconds=5)).epoch
+        clock.advance(6)
+        failed = outcome == "failed"
+        assert same(store.launches.recover_expired_starting(
+            run_id, epoch=epoch, outcome=outcome, code="run_failed" if failed else None,
+            message="x" if failed else None)).status == outcome
