@@ -90,11 +90,16 @@ class Activator:
                 on_start: Callable[[Activation], None] | None = None, force: bool = False,
                 then_claim: NextClaim | None = None) -> RunOutcome | None:
         """`begin`, then `drive` (the coordinator's one `execute`)."""
+        at = self._clock.monotonic()  # before the ending's commit, which takes `then_claim`
         act = self.begin(record, control=control, on_start=on_start, force=force)
         if act is None:
             return None
         act.then_claim = then_claim
-        return self.drive(act)
+        try:
+            return self.drive(act)
+        finally:
+            if then_claim is not None:
+                self._claims.sent(then_claim.record, at)
 
     def begin(self, record: LaunchRecord, *, control: RunControl | None = None,
               on_start: Callable[[Activation], None] | None = None,
@@ -104,6 +109,9 @@ class Activator:
         assert record.claim_token is not None, "execute needs a claimed launch"
         fence = LeaseFence(self._book, record.run_id, record.claim_token,
                            self._clock, self._lease_seconds)
+        sent = self._claims.take_sent(record.claim_token)
+        if sent is not None:  # claimed here: the claim's own committed lease
+            fence.held(record, sent)
         act = Activation(record, record.claim_token, fence, control=control or RunControl(),
                          force=force, by_id=self._claims.take_by_id(record.run_id))
         if on_start is not None:

@@ -29,6 +29,9 @@ log = logging.getLogger(__name__)
 HOLD_OFF_SECONDS = 30.0
 #: How often a let-go run's lease hand-back asks an unreachable store again.
 GIVE_BACK_EVERY = 0.5
+#: Claims whose send time is kept for their run's fence (`Claims.sent`); a claim never
+#: begun (released at a host's stop) is forgotten once this many wait.
+SENT_KEPT = 64
 
 
 class FaultGate:
@@ -68,6 +71,7 @@ class Claims:
         self.error: StoreUnavailable | None = None  # the last claim the store refused
         self._lock = threading.Lock()
         self._by_id: set[str] = set()  # launches claimed by id, not yet begun
+        self._sent: dict[str, float] = {}  # claim token -> when its claim was sent
 
     def next(self, session_id: str | None) -> LaunchRecord | None:
         """The next claimable launch, claimed; None when there is none, the store is
@@ -75,6 +79,7 @@ class Claims:
         if self.gate.active():
             return None  # the disk refused a bundle moments ago: let the launches wait
         try:
+            at = self._clock.monotonic()
             claimed = self._launches.claim_next(
                 runner_id=self.runner_id, session_id=session_id,
                 lease_seconds=self.lease_seconds)
@@ -86,7 +91,26 @@ class Claims:
             self._scrub.flush()  # idle: no activation's input outlives the busy spell
         else:
             self._scrub.tick()
+            self.sent(claimed, at)
         return claimed
+
+    def sent(self, record: LaunchRecord | None, at: float) -> None:
+        """`record` was claimed here by a statement sent at `at` (the engine's monotonic
+        clock): its run's fence answers from the claim's lease until it needs to ask
+        (`LeaseFence.held`), as it does from `mark_running`'s, instead of reading the
+        row before the bundle's first write."""
+        if record is None or record.claim_token is None:
+            return
+        with self._lock:
+            if len(self._sent) >= SENT_KEPT:
+                self._sent.clear()
+            self._sent[record.claim_token] = at
+
+    def take_sent(self, token: str) -> float | None:
+        """When the claim `token` was sent, if it was claimed here (asked once, when its
+        run begins)."""
+        with self._lock:
+            return self._sent.pop(token, None)
 
     def next_claim(self) -> NextClaim | None:
         """A claim to take with a run's ending (a host slot's next run); None while

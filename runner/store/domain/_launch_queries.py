@@ -6,7 +6,7 @@ reads): the named statements, the row's mapping both ways (`launch_values`,
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from runner.store._connector import Row, in_params
@@ -71,6 +71,7 @@ _GATE_SHUT = (
 _GATE_OPEN = f"(q.status NOT IN ('queued', 'parked') OR NOT {_GATE_SHUT})"
 _CLAIM_TERMS = (f"{_CLAIMABLE} AND {{origin}} AND {_RESERVATION_FREE} AND {_AUTO_RESUME}"
                 f" AND {_GATE_OPEN}")
+_GATED = "(SELECT 1 FROM launch_gates gj WHERE gj.run_id = q.run_id) AS gated"
 _CONTINUATION_SLOT = "NOT (status IN ('failed', 'cancelled') AND started_at IS NULL)"
 
 SQL: Mapping[str, str] = {
@@ -121,10 +122,13 @@ SQL: Mapping[str, str] = {
     # entry to the first claimable one (no sort of the whole queue): this runner's own
     # launches (a `wfrun run` queued them), then any. The first term repeats the
     # index's condition so the planner may use it.
-    "next_mine": "SELECT * FROM workflow_run_queue q{hint_mine} WHERE"
+    # Each says whether its row has a gate (`gated`, NULL: none; a launch's gate is
+    # inserted with it), so `_take` reads `launch_gates` only for a gated one.
+    "next_mine": f"SELECT q.*, {_GATED} FROM workflow_run_queue q{{hint_mine}} WHERE"
     f" {_READY} AND q.affinity_runner_id = :runner AND q.affinity_runner_id IS NOT NULL"
     f" AND {_CLAIM_TERMS} ORDER BY q.affinity_runner_id, q.created_at, q.run_id LIMIT 1",
-    "next": f"SELECT * FROM workflow_run_queue q{{hint}} WHERE {_READY} AND {_CLAIM_TERMS}"
+    "next": f"SELECT q.*, {_GATED} FROM workflow_run_queue q{{hint}} WHERE {_READY}"
+    f" AND {_CLAIM_TERMS}"
     " ORDER BY q.created_at, q.run_id LIMIT 1",
     "take": "UPDATE workflow_run_queue AS q SET"
     " status = CASE WHEN q.status IN ('queued', 'parked') THEN 'starting' ELSE q.status END,"
@@ -154,26 +158,76 @@ SQL: Mapping[str, str] = {
     " WHERE run_id = :run_id AND status = :status AND epoch = :epoch",
 }
 
-#: Column changes per target status (the `enter` statement's `{columns}`).
-ENTER: dict[LaunchStatus, str] = {
-    "running": "input_json = NULL, launch_options_json = NULL, crash_count = 0,"
-    " started_at = COALESCE(started_at, :now)",
-    "parked": "claim_token = NULL, claim_expires_at = NULL, input_json = NULL,"
-    " launch_options_json = NULL, started_at = COALESCE(started_at, :now),"
-    " park_mode = :mode, crash_count = 0",
+# What an `enter` sets per target status, beside `status` and `updated_at`: per column,
+# its SQL and the same value computed from the row in hand (`entered`: SQLite takes
+# the UPDATE without RETURNING, which cost it ~3x the UPDATE plus a re-read by key).
+_Set = tuple[str, Callable[[Row, Mapping[str, Any]], object]]
+_NULL: _Set = ("NULL", lambda row, p: None)
+_ZERO: _Set = ("0", lambda row, p: 0)
+_NOW: _Set = (":now", lambda row, p: p["now"])
+_STARTED: _Set = ("COALESCE(started_at, :now)",
+                  lambda row, p: p["now"] if row["started_at"] is None else row["started_at"])
+
+
+def _param(name: str) -> _Set:
+    return f":{name}", lambda row, p: p[name]
+
+
+_CLEARED = {"claim_token": _NULL, "claim_expires_at": _NULL}
+_SPENT = {"input_json": _NULL, "launch_options_json": _NULL}  # the input, once running
+_SETS: dict[LaunchStatus, dict[str, _Set]] = {
+    "running": {**_SPENT, "crash_count": _ZERO, "started_at": _STARTED},
+    "parked": {**_CLEARED, **_SPENT, "started_at": _STARTED, "park_mode": _param("mode"),
+               "crash_count": _ZERO},
     # Recovery goes back to queued (its runner died while starting): a crash; a release
     # (the disk refused the bundle) is not one (:crashed 0).
-    "queued": "claim_token = NULL, claim_expires_at = NULL, runner_id = NULL,"
-    " crash_count = crash_count + :crashed",
-    "done": "claim_token = NULL, claim_expires_at = NULL, input_json = NULL,"
-    " launch_options_json = NULL, started_at = COALESCE(started_at, :now), finished_at = :now,"
-    " ending = :ending",
-    "failed": "claim_token = NULL, claim_expires_at = NULL, input_json = NULL,"
-    " launch_options_json = NULL, error_code = :code, error_message = :message,"
-    " finished_at = :now",
-    "cancelled": "claim_token = NULL, claim_expires_at = NULL, input_json = NULL,"
-    " launch_options_json = NULL, finished_at = :now, park_mode = NULL",
+    "queued": {**_CLEARED, "runner_id": _NULL,
+               "crash_count": ("crash_count + :crashed",
+                               lambda row, p: row["crash_count"] + p["crashed"])},
+    "done": {**_CLEARED, **_SPENT, "started_at": _STARTED, "finished_at": _NOW,
+             "ending": _param("ending")},
+    "failed": {**_CLEARED, **_SPENT, "error_code": _param("code"),
+               "error_message": _param("message"), "finished_at": _NOW},
+    "cancelled": {**_CLEARED, **_SPENT, "finished_at": _NOW, "park_mode": _NULL},
 }
+
+
+def _through(target: LaunchStatus) -> dict[str, _Set]:
+    """A `starting` row's move through `running` to `target` in one UPDATE: both
+    steps' columns (every right-hand side reads the old row, and `target`'s own
+    value of a column both set is the one the second step would have left)."""
+    return {**_SETS["running"], **_SETS[target]}
+
+
+#: Column changes per target status (the `enter` statement's `{columns}`); THROUGH:
+#: from `starting` through `running` to an ending (`LaunchQueue._transition`).
+ENTER: dict[LaunchStatus, str] = {
+    target: ", ".join(f"{column} = {sql}" for column, (sql, _) in sets.items())
+    for target, sets in _SETS.items()}
+THROUGH: dict[LaunchStatus, str] = {
+    target: ", ".join(f"{column} = {sql}" for column, (sql, _) in _through(target).items())
+    for target in ("done", "failed", "cancelled")}
+
+
+def entered(row: Row, params: Mapping[str, Any], *, through: bool = False) -> Row:
+    """The row as `enter` (`ENTER`, or `THROUGH`) with `params` leaves `row`, without
+    reading it again: a write transaction holding the row (SQLite's write lock)."""
+    target: LaunchStatus = params["target"]
+    sets = _through(target) if through else _SETS[target]
+    return {**row, "status": target, "updated_at": params["now"],
+            **{column: value(row, params) for column, (_, value) in sets.items()}}
+
+
+def taken(row: Row, params: Mapping[str, Any]) -> Row:
+    """The row as `take` with `params` leaves `row` (as `entered`)."""
+    status = row["status"]
+    return {**row, "status": "starting" if status in ("queued", "parked") else status,
+            "runner_id": params["runner"], "claim_token": params["token"],
+            "claim_expires_at": params["expires"], "epoch": row["epoch"] + 1,
+            "updated_at": params["now"], "park_mode": None,
+            "crash_count": row["crash_count"] + (status == "starting")}
+
+
 #: What a child workflow request (a controller's, linked by run id) becomes when
 #: its launch ends; the parent's key is woken in the same transaction.
 CHILD_STATE = {"done": "succeeded", "failed": "failed", "cancelled": "failed"}

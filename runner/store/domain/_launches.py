@@ -1,18 +1,18 @@
 """`workflow_run_queue`: durable deferred launches (seed 000), written once over the seam.
 
-Every operation is one write transaction: it reads the row (locked:
-`dialect.lock`), checks the expected status (`states.LAUNCH_OPERATIONS`), the claim
-token and the lease, then issues an UPDATE guarded by the same status and the epoch
-it read (the fence). `claim_next` takes the first claimable row
-(`dialect.skip_locked`: hosts on one Postgres never wait on each other's
-candidates). A failed check returns `LostRace` and writes nothing. Each transition
-appends a `launch.*` run event in the same transaction (`events.EventLog`, last),
-and a detached row that becomes claimable is announced (`tx.notify`, ids only).
+Every operation is one write transaction: it reads the row (locked: `dialect.lock`),
+checks the expected status (`states.LAUNCH_OPERATIONS`), the claim token and the lease,
+then issues an UPDATE guarded by the same status and the epoch it read (the fence).
+`claim_next` takes the first claimable row (`dialect.skip_locked`: hosts on one
+Postgres never wait on each other's candidates). A failed check returns `LostRace` and
+writes nothing. Each transition appends a `launch.*` run event in the same transaction
+(`events.EventLog`, last); a detached row that becomes claimable is announced
+(`tx.notify`, ids only).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -62,9 +62,12 @@ from runner.store.domain._launch_queries import (
     LAUNCH_CHANNEL,
     ORIGIN,
     SQL,
+    THROUGH,
+    entered,
     guard,
     launch_from_row,
     launch_values,
+    taken,
 )
 from runner.store.domain._launch_reads import LaunchReads
 from runner.store.domain._settle import settle_child
@@ -250,16 +253,21 @@ class LaunchQueue(LaunchReads):
 
     def claim_probes(self, session_id: str | None) -> tuple[str, ...]:
         """The claim's two looks, in order: this runner's own launches, then any (built
-        once per kind of claimer: a session's, or the hosts')."""
+        once per kind of claimer: a session's, or the hosts'). Without a row lock
+        clause (SQLite) they are one statement: a UNION ALL runs its arms in order and
+        its LIMIT stops at the first row (Postgres refuses FOR UPDATE on a UNION)."""
         detached = session_id is None
         probes = self._probes.get(detached)
         if probes is None:
             dialect = self._connector.dialect
-            probes = self._probes[detached] = tuple(self._sql[name].format(
-                origin=ORIGIN[detached],
-                hint=dialect.indexed_by("workflow_run_queue_ready"),
+            probes = tuple(self._sql[name].format(
+                origin=ORIGIN[detached], hint=dialect.indexed_by("workflow_run_queue_ready"),
                 hint_mine=dialect.indexed_by("workflow_run_queue_ready_affinity"))
                 for name in ("next_mine", "next"))
+            if not dialect.skip_locked:
+                probes = (" UNION ALL ".join(f"SELECT * FROM ({sql})" for sql in probes)
+                          + " LIMIT 1",)
+            self._probes[detached] = probes
         return probes
 
     def _claimable(self, sql: str, params: dict[str, object]) -> bool:
@@ -274,16 +282,17 @@ class LaunchQueue(LaunchReads):
             probe = sql.replace(":now", f"({now})")
             return tx.one(probe, {**params, **clock}) is not None
 
-    def _update(self, tx: Transaction, sql: str, params: Params) -> Row | None:
+    def _update(self, tx: Transaction, sql: str, params: Params,
+                after: Callable[[], Row] | None = None) -> Row | None:
         """Run an UPDATE of the one row `params["run_id"]` names: the row as it now is,
-        or None when the statement's guard matched nothing. One statement where
-        RETURNING is cheap; else the UPDATE, then a re-read by key in the same
-        transaction (`Dialect.cheap_returning`)."""
+        or None when its guard matched nothing. RETURNING where it is cheap
+        (`Dialect.cheap_returning`); else `after()` (the row in hand, read in this
+        transaction, as the UPDATE left it) or a re-read by key."""
         if tx.dialect.cheap_returning:
             return tx.one(sql + " RETURNING *", params)
         if tx.run(sql, params) == 0:
             return None
-        return tx.one(self._sql["load"], {"run_id": params["run_id"]})
+        return after() if after else tx.one(self._sql["load"], {"run_id": params["run_id"]})
 
     def _take(self, tx: Transaction, log: EventLog, row: Row, runner_id: str,
               lease: int, *, gated: bool = True) -> LaunchRecord | LostRace:
@@ -294,15 +303,16 @@ class LaunchQueue(LaunchReads):
         (a unique index) refuses the claim."""
         now = tx.now_ms()
         gate = None
-        if gated and row["status"] in ("queued", "parked"):
+        # A claim's probe tells whether the row has a gate (`gated`); other rows ask.
+        if gated and row["status"] in ("queued", "parked") and row.get("gated", 1):
             gate = tx.one(self._sql["gate"], {"run_id": row["run_id"]})
             if gate is not None and not self._gate_open(tx, row, gate, now):
                 return LostRace(row["run_id"], "gate_shut", row["status"])
+        params = {**FIXED, "runner": runner_id, "token": new_claim_token(),
+                  "expires": now + lease, "now": now, "run_id": row["run_id"],
+                  "status": row["status"], "epoch": row["epoch"]}
         with tx.statement():  # the claim alone is undone when the reservation refuses it
-            claimed = self._update(tx, self._sql["take"], {
-                **FIXED, "runner": runner_id, "token": new_claim_token(),
-                "expires": now + lease, "now": now, "run_id": row["run_id"],
-                "status": row["status"], "epoch": row["epoch"]})
+            claimed = self._update(tx, self._sql["take"], params, lambda: taken(row, params))
         if claimed is None:
             return LostRace(row["run_id"], "epoch_mismatch", row["status"])
         if gate is not None:  # its start, for the rate limit: only once it is claimed
@@ -471,8 +481,8 @@ class LaunchQueue(LaunchReads):
 
         `from_starting`: the run went from `starting` to its ending without a `running`
         commit of its own (a pure run, written whole with its ending: ADR 0009, lever
-        3). A `starting` row goes through `running` in this transaction, as recovery's
-        paths do (valid transitions only, `launch.running` recorded), guarded by the
+        3). A `starting` row goes through `running` in this transaction's one UPDATE,
+        as recovery's paths do (valid transitions only, `launch.running` recorded), guarded by the
         claim as `mark_running` is; a row already `running` goes straight on."""
         op = LAUNCH_OPERATIONS[op_name]
         taken = None
@@ -497,9 +507,8 @@ class LaunchQueue(LaunchReads):
                     word = bundle(tx)
                     if word != "ok":
                         raise BundleRefused(word)
-                if through:
-                    row = self._enter(tx, log, row, "running", {})
-                updated = launch_from_row(self._enter(tx, log, row, op.target, extra or {}))
+                updated = launch_from_row(self._enter(tx, log, row, op.target, extra or {},
+                                                      through=through))
                 if turn_intent is not None:
                     self._intent(tx, turn_intent, optional=intent_optional)
                 if then_claim is not None:
@@ -512,14 +521,20 @@ class LaunchQueue(LaunchReads):
 
     def _enter(self, tx: Transaction, log: EventLog, row: Row, target: LaunchStatus,
                extra: dict[str, Any], event: str | None = None,
-               payload: dict[str, Any] | None = None) -> Row:
-        """Move the locked `row` to `target` with its event: the row as it now is."""
+               payload: dict[str, Any] | None = None, *, through: bool = False) -> Row:
+        """Move the locked `row` to `target` with its event: the row as it now is.
+        `through`: a `starting` row through `running` in the same UPDATE (both events)."""
         child_state = extra.pop("child_state", None)
         params = {"crashed": 1, "now": tx.now_ms(), "run_id": row["run_id"],
                   "status": row["status"], "epoch": row["epoch"], "target": target, **extra}
-        updated = self._update(tx, self._sql["enter"].format(columns=ENTER[target]), params)
+        sql = self._sql["enter"].format(columns=(THROUGH if through else ENTER)[target])
+        updated = self._update(tx, sql, params, lambda: entered(row, params, through=through))
         assert updated is not None, "row changed under its lock"
-        self._event(log, updated, row["status"], event or f"launch.{target}", payload)
+        previous = row["status"]
+        if through:  # `running` leaves the event's fields (epoch, error, runner) alone
+            self._event(log, {**row, "status": "running"}, previous, "launch.running")
+            previous = "running"
+        self._event(log, updated, previous, event or f"launch.{target}", payload)
         if target in CHILD_STATE:
             settle_child(tx, updated, child_state or CHILD_STATE[target])
         if updated["origin_session_id"] is None and (

@@ -633,9 +633,10 @@ def test_an_exception_while_running_fails_the_launch_and_its_bundle_at_once(
 def test_a_running_launch_is_fenced_from_its_lease_end_without_asking_the_store(
     project: Project
 ) -> None:
-    """After `mark_running` the fence answers from the lease that answer showed (on the
-    engine's clock, a third of the lease kept in hand): a run asks the store nothing
-    per node while its lease is young; a stale one asks (the steal test above)."""
+    """From its claim, then `mark_running`, the fence answers from the lease each answer
+    showed (on the engine's clock, a third of the lease kept in hand): a run asks the
+    store nothing per node while its lease is young; a stale one asks (the steal test
+    above, and tests/integration/launch/test_run_statements.py)."""
     project.write_workflow("two", TWO_STEPS)
     stack = Stack(project, runner_id="r-local", lease_seconds=60, renew_every=20)
     record = stack.claimed("two")
@@ -659,8 +660,8 @@ def test_a_running_launch_is_fenced_from_its_lease_end_without_asking_the_store(
     assert outcome is not None
     assert outcome.status == "completed"
     assert (project.root / "effects.log").read_text().splitlines() == ["one", "two"]
-    # Asked once while `starting` (before the folder): the answer's lease is young,
+    # Never asked: the claim this runner committed showed a young lease (`Claims.sent`),
     # and with a live lease only its holder changes a claimed row (a cancel is asked
-    # of it), so `run_started` and every later write answer from it.
-    assert asked == ["starting"]
+    # of it), so the folder, `run_started` and every later write answer from it.
+    assert asked == []
     assert clock_reads == []  # nor read the store's clock to judge the lease

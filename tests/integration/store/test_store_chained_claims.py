@@ -144,3 +144,72 @@ def test_a_request_answered_before_is_reset_by_the_next_ending(store: Store) -> 
     assert then.record is not None
     store.launches.finish("run-2", second.claim_token or "", then_claim=then)
     assert then.record is None  # nothing left: not the launch the first ending took
+
+
+def test_every_move_returns_the_row_as_stored(store: Store, clock: FakeClock) -> None:
+    """Each transition's record is the row it left (SQLite computes it from the row in
+    hand instead of reading it again; Postgres reads it from RETURNING): through every
+    target, a take-over of a dead claim, and an ending straight from `starting`."""
+    def same(result: object) -> LaunchRecord:
+        record = _record(result)
+        assert store.launches.get(record.run_id) == record
+        return record
+
+    store.launches.enqueue(launch("a", affinity_runner_id="host-1"))
+    first = same(store.launches.claim("a", runner_id="host-1", lease_seconds=5))
+    clock.advance(6)  # its runner died while starting: the take-over counts a crash
+    again = same(store.launches.claim_next(runner_id="host-2"))
+    assert (again.run_id, again.crash_count, again.epoch) == ("a", 1, first.epoch + 1)
+    parked = same(store.launches.park("a", (same(store.launches.mark_running(
+        "a", again.claim_token or ""))).claim_token or "", mode="auto"))
+    assert (parked.park_mode, parked.crash_count, parked.claim_token) == ("auto", 0, None)
+    claimed = same(store.launches.claim_next(runner_id="host-1"))
+    released = same(store.launches.release("a", claimed.claim_token or ""))
+    assert (released.status, released.runner_id, released.crash_count) == ("queued", None, 0)
+    retaken = same(store.launches.claim("a", runner_id="host-1", lease_seconds=5))
+    clock.advance(6)
+    recovered = same(store.launches.recover_expired_starting(
+        "a", epoch=retaken.epoch, outcome="queued"))
+    assert (recovered.status, recovered.crash_count) == ("queued", 1)
+    # From `starting` to each ending in one UPDATE: `running`'s columns too ("a" has
+    # a crash to clear, and its start stays the first one).
+    for run_id, end in (("a", "finish"), ("b", "fail"), ("c", "cancel")):
+        if run_id != "a":
+            store.launches.enqueue(launch(run_id))
+        token = same(store.launches.claim(run_id, runner_id="host-1")).claim_token or ""
+        clock.advance(1)
+        if end == "finish":
+            ended = same(store.launches.finish(run_id, token, from_starting=True,
+                                               then_claim=_next()))
+        elif end == "fail":
+            ended = same(store.launches.fail(run_id, token, code="run_failed", message="x",
+                                             from_starting=True))
+        else:
+            ended = same(store.launches.cancel(run_id, claim_token=token, from_starting=True))
+        assert ended.crash_count == 0
+        assert ended.finished_at == int(clock.now() * 1000)
+        assert ended.started_at == (parked.started_at if run_id == "a" else ended.finished_at)
+        moves = [(e.type, e.payload, e.runner_id) for e in store.run_events.read(
+            run_id=run_id)][-2:]
+        assert moves[0] == ("launch.running", {"from": "starting", "to": "running",
+                                               "epoch": ended.epoch}, "host-1")
+        assert moves[1][1]["from"] == "running"
+    store.launches.enqueue(launch("d"))
+    same(store.launches.cancel("d"))
+    # From `running`, and recovery's every outcome from an expired `starting` row.
+    for run_id, end in (("e", "finish"), ("f", "fail"), ("g", "cancel")):
+        store.launches.enqueue(launch(run_id))
+        token = same(store.launches.claim(run_id, runner_id="host-1")).claim_token or ""
+        same(store.launches.mark_running(run_id, token))
+        same(store.launches.finish(run_id, token, waiting=True) if end == "finish" else
+             store.launches.fail(run_id, token, code="interrupted", message="x")
+             if end == "fail" else store.launches.cancel(run_id, claim_token=token))
+    for outcome in ("queued", "running", "parked", "done", "failed", "cancelled"):
+        run_id = f"r-{outcome}"
+        store.launches.enqueue(launch(run_id))
+        epoch = same(store.launches.claim(run_id, runner_id="host-1", lease_seconds=5)).epoch
+        clock.advance(6)
+        failed = outcome == "failed"
+        assert same(store.launches.recover_expired_starting(
+            run_id, epoch=epoch, outcome=outcome, code="run_failed" if failed else None,
+            message="x" if failed else None)).status == outcome
