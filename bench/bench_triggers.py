@@ -250,8 +250,8 @@ class Marks:
                 self.jobs[id(job)]["fire"] = began
             return fire_many(firings)
 
-        def marked_commit(db: Any, conn: Any) -> Any:  # SQLite: COMMIT follows the body
-            steps = sqlite_commit(db, conn)
+        def marked_commit(db: Any, *args: Any) -> Any:  # SQLite: COMMIT follows the body
+            steps = sqlite_commit(db, *args)
             body = next(steps)
             try:
                 yield body
@@ -266,8 +266,11 @@ class Marks:
                 pass
 
         from runner.store.sqlite import _db
-        sqlite_commit = _db.SqliteDatabase._commit
-        _db.SqliteDatabase._commit = marked_commit  # type: ignore[method-assign]
+        # The generator that runs a write's body, then COMMIT: `_write` (since path36),
+        # `_commit` in older runners (`--root`).
+        commit_name = "_commit" if hasattr(_db.SqliteDatabase, "_commit") else "_write"
+        sqlite_commit = getattr(_db.SqliteDatabase, commit_name)
+        setattr(_db.SqliteDatabase, commit_name, marked_commit)
         handler.do_POST = marked_do_post
         server.handle = marked_handle
         commits.submit, commits._run = marked_submit, marked_run
