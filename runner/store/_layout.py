@@ -2,7 +2,8 @@
 
 Table and column names are part of the contract (DESIGN §5): every backend
 creates exactly these tables with exactly these columns, in this order, and
-refuses to open a store whose layout differs. There are no migrations: a store
+refuses to open a store whose layout differs. There are no migrations beyond what
+v1 added (ADDED_*) and cut (RETIRED_INDEXES, ROWID_DROPPED) within itself: a store
 with another layout is reset (after keeping the run bundles that matter).
 """
 
