@@ -214,7 +214,7 @@ class HostItems:
         """Renew this holder's leases and stop each item of `running` (a snapshot of
         the items running here) that it no longer holds."""
         try:
-            held = self._fanout.renew_held(self.holder)
+            held = self._fanout.renew_held(self.holder, running)
         except StoreError as exc:
             log.debug("item leases wait for the store: %s", exc.message)
             return

@@ -447,12 +447,6 @@ DDL: tuple[str, ...] = (
     """CREATE INDEX fanout_items_running
     ON fanout_items (run_id, node_id, visit, item_index)
     WHERE state = 'running'""",
-    # The items a host holder runs, across runs: its lease renewal every few seconds
-    # finds them by its token instead of reading every running item of every map.
-    # Added within v1 (layout.ADDED_INDEXES).
-    """CREATE INDEX fanout_items_holder
-    ON fanout_items (claim_token)
-    WHERE state = 'running'""",
     # A fan-out node visit whose items any host may run (ADR 0008 phase 2): its ceiling
     # and the item lease a host's claim holds. `active` goes to 0 once no item is open
     # (hosts look only at active ones); `waiting`: the parent parked until its items end
@@ -474,6 +468,9 @@ DDL: tuple[str, ...] = (
 )""",
     # The logs (`node_log` payloads) of items another host ran: the parent's trace has
     # one writer, so the parent records them when its node ends. Added within v1.
+    # WITHOUT ROWID: the rows live in their key's b-tree, so an item's settle writes
+    # one page for its log, not a rowid table's and its key index's (made so within
+    # v1: layout.ROWID_DROPPED; Postgres' DDL drops the clause).
     """CREATE TABLE fanout_logs (
     run_id TEXT NOT NULL,
     node_id TEXT NOT NULL,
@@ -484,5 +481,5 @@ DDL: tuple[str, ...] = (
     log_json TEXT NOT NULL,
     created_at INTEGER NOT NULL,
     PRIMARY KEY (run_id, node_id, visit, item_index, seq)
-)""",
+) WITHOUT ROWID""",
 )

@@ -2,7 +2,8 @@
 
 Table and column names are part of the contract (DESIGN §5): every backend
 creates exactly these tables with exactly these columns, in this order, and
-refuses to open a store whose layout differs. There are no migrations: a store
+refuses to open a store whose layout differs. There are no migrations beyond what
+v1 added (ADDED_*) and cut (RETIRED_INDEXES, ROWID_DROPPED) within itself: a store
 with another layout is reset (after keeping the run bundles that matter).
 """
 
@@ -17,8 +18,16 @@ SCHEMA_ID = "wfrun.controller-store.v1"
 ADDED_INDEXES: frozenset[str] = frozenset({"workflow_run_queue_ready",
                                            "workflow_run_queue_ready_affinity",
                                            "workflow_run_queue_ended",
-                                           "fanout_items_running",
-                                           "fanout_items_holder"})
+                                           "fanout_items_running"})
+#: Indexes v1 had and no longer makes: a store that has one still opens (a read-only
+#: open reads past it) and opening it for writing drops it. `fanout_items_holder`
+#: (running items by claim token) cost every item's claim and settle a page; a host
+#: renews its item leases by their keys instead (domain/_fanout.py renew_held).
+RETIRED_INDEXES: frozenset[str] = frozenset({"fanout_items_holder"})
+#: Tables v1 made as rowid tables and now makes WITHOUT ROWID (SQLite only; nothing
+#: about the columns or the data changes): a store with the rowid form opens, and
+#: opening it for writing rebuilds the table in the open's transaction.
+ROWID_DROPPED: frozenset[str] = frozenset({"fanout_logs"})
 #: Tables added to v1 after stores were made without them: new tables only, never a
 #: column of an existing one. Opening a store for writing creates a missing one (as
 #: it does an added index); a read-only open reads it as empty.

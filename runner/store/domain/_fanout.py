@@ -470,21 +470,21 @@ class FanoutItems:
             if woken:
                 tx.notify(LAUNCH_CHANNEL, key.run_id)
 
-    def renew_held(self, holder: str) -> set[tuple[ItemKey, int]]:
-        """Renew the item leases `holder` has; returns the items it still holds (one no
-        longer running under it was cancelled or taken over; one whose parent ended is
-        not renewed: its runner stops it)."""
+    def renew_held(self, holder: str,
+                   items: Collection[tuple[ItemKey, int]]) -> set[tuple[ItemKey, int]]:
+        """Renew the item leases `holder` has of `items` (the ones it runs); returns
+        those it still holds (one no longer running under it was cancelled or taken
+        over; one whose parent ended is not renewed: its runner stops it). Each is
+        found by its key: no index by holder (one would cost every claim and settle a
+        page, for a renewal that knows its items)."""
         with self._c.write() as tx:
-            params = {"holder": holder, "now": tx.now_ms()}
+            now = tx.now_ms()
             ended = sql_in(TERMINAL_STATUSES)
-            mine = ("state = 'running' AND claim_token = :holder AND NOT EXISTS (SELECT 1"
-                    " FROM workflow_run_queue q WHERE q.run_id = fanout_items.run_id AND"
-                    f" q.status IN {ended})")
-            tx.run(f"UPDATE fanout_items SET updated_at = :now WHERE {mine}", params)
-            rows = tx.all("SELECT run_id, node_id, visit, item_index FROM fanout_items WHERE"
-                          f" {mine}", params)
-        return {(ItemKey(r["run_id"], r["node_id"], r["visit"]), r["item_index"])
-                for r in rows}
+            return {(key, index) for key, index in items if tx.run(
+                f"UPDATE fanout_items SET updated_at = :now WHERE {_KEY} AND item_index = :i"
+                " AND state = 'running' AND claim_token = :holder AND NOT EXISTS (SELECT 1"
+                " FROM workflow_run_queue q WHERE q.run_id = :run AND q.status IN"
+                f" {ended})", {**key.params(), "i": index, "holder": holder, "now": now})}
 
     def settle_held(self, key: ItemKey, endings: Iterable[ItemEnding], *,
                     holder: str, logs: Sequence[ItemLog] = ()) -> int:

@@ -39,6 +39,7 @@ from runner.store._errors import IncompatibleLayout
 from runner.store._layout import (
     ADDED_INDEXES,
     ADDED_TABLES,
+    RETIRED_INDEXES,
     SCHEMA_ID,
     TABLE_COLUMNS,
     TABLES,
@@ -178,7 +179,7 @@ def layout_drift(conn: Conn) -> str | None:
             return f"missing index {name}"
         if actual.indexes[name] != definition:
             return f"index {name} differs"
-    extra = sorted(set(actual.indexes) - set(expected.indexes))
+    extra = sorted(set(actual.indexes) - set(expected.indexes) - RETIRED_INDEXES)
     if extra:
         return "unexpected index(es) " + ", ".join(extra)
     rows = conn.execute("SELECT schema_id FROM schema_info").fetchall()
@@ -279,7 +280,8 @@ def open_schema(db: PostgresDatabase) -> None:
 
 def add_missing_indexes(conn: Conn) -> None:
     """Create the tables and indexes added to v1 that a store made before them lacks
-    (under the open's advisory lock and in its transaction)."""
+    and drop the retired indexes it has (under the open's advisory lock and in its
+    transaction)."""
     for name in sorted(ADDED_TABLES - set(read_layout(conn).tables)):
         conn.execute(_postgres(table_ddl(name)))  # fixed contract text
         for statement in indexes_of(name):
@@ -287,6 +289,8 @@ def add_missing_indexes(conn: Conn) -> None:
     present = set(read_layout(conn).indexes)
     for name in sorted(ADDED_INDEXES - present):
         conn.execute(_postgres(index_ddl(name)))  # fixed contract text
+    for name in sorted(RETIRED_INDEXES & present):
+        conn.execute(f"DROP INDEX {name}")  # a fixed name
 
 
 def reset_schema(db: PostgresDatabase) -> None:

@@ -44,7 +44,7 @@ from runner.store._errors import (
     StoreError,
     StoreUnavailable,
 )
-from runner.store._layout import ADDED_INDEXES, ADDED_TABLES
+from runner.store._layout import ADDED_INDEXES, ADDED_TABLES, RETIRED_INDEXES, ROWID_DROPPED
 from runner.store.sqlite import _faults as sqlite_faults
 from runner.store.sqlite._files import (
     DEFAULT_BUSY_TIMEOUT_MS,
@@ -419,16 +419,22 @@ class SqliteDatabase:
 
     def add_missing_indexes(self) -> None:
         """Create what `layout.ADDED_INDEXES` and `ADDED_TABLES` name and this store
-        lacks (one read when nothing is missing)."""
+        lacks, drop the `RETIRED_INDEXES` it has and rebuild the `ROWID_DROPPED` tables
+        it has with rowids (one read when there is nothing to do)."""
         wanted = sorted(ADDED_INDEXES | ADDED_TABLES)
-        marks = ", ".join("?" * len(wanted))
+        looked = [*wanted, *sorted(RETIRED_INDEXES)]
+        marks = ", ".join("?" * len(looked))
         try:
-            present = self.connection().execute(
-                "SELECT count(*) FROM sqlite_master WHERE type IN ('index', 'table')"
-                f" AND name IN ({marks})", wanted).fetchone()[0]
+            rows = self.connection().execute(
+                "SELECT name, sql FROM sqlite_master WHERE type IN ('index', 'table')"
+                f" AND name IN ({marks})", looked).fetchall()
         except sqlite3.Error as exc:
             raise translate(exc, self.path) from None
-        if present != len(wanted):
+        present = {str(name): str(sql) for name, sql in rows}
+        if len(set(wanted) & set(present)) != len(wanted) \
+                or RETIRED_INDEXES & set(present) or any(
+                    not present[t].rstrip().endswith("WITHOUT ROWID")
+                    for t in ROWID_DROPPED if t in present):
             with self.write() as conn:
                 add_missing_indexes(conn, read_layout(conn))
 

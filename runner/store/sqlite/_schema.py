@@ -22,6 +22,8 @@ from runner.store._ddl import sql_in as sql_in
 from runner.store._layout import (
     ADDED_INDEXES,
     ADDED_TABLES,
+    RETIRED_INDEXES,
+    ROWID_DROPPED,
     SCHEMA_ID,
     TABLE_COLUMNS,
     TABLES,
@@ -106,7 +108,8 @@ def layout_drift(actual: Layout) -> str | None:
             return column_drift
         if actual.column_info[table] != expected.column_info[table]:
             return f"table {table}: column types or defaults differ"
-        if actual.table_sql[table] != expected.table_sql[table]:
+        if actual.table_sql[table] != expected.table_sql[table] \
+                and not _rowid_form(table, actual):
             return f"table {table}: constraints differ from the state contract"
     extra_objects = sorted(set(actual.table_sql) - set(expected.table_sql))
     missing_tables = set(TABLES) - set(present)
@@ -119,10 +122,18 @@ def layout_drift(actual: Layout) -> str | None:
             return f"missing index {name}"
         if actual.index_sql[name] != sql:
             return f"index {name} differs"
-    extra_indexes = sorted(set(actual.index_sql) - set(expected.index_sql))
+    extra_indexes = sorted(set(actual.index_sql) - set(expected.index_sql) - RETIRED_INDEXES)
     if extra_indexes:
         return "unexpected index(es) " + ", ".join(extra_indexes)
     return None
+
+
+def _rowid_form(table: str, actual: Layout) -> bool:
+    """Whether `table` is one v1 made as a rowid table, in that form (a writing open
+    rebuilds it WITHOUT ROWID: add_missing_indexes)."""
+    made = expected_layout().table_sql[table]
+    return table in ROWID_DROPPED and made.endswith(" WITHOUT ROWID") \
+        and actual.table_sql[table] == made.removesuffix(" WITHOUT ROWID")
 
 
 def _table_of(index_sql: str) -> str:
@@ -131,8 +142,9 @@ def _table_of(index_sql: str) -> str:
 
 
 def add_missing_indexes(conn: sqlite3.Connection, actual: Layout) -> None:
-    """Create the tables and indexes added to v1 that a store made before them lacks
-    (inside the caller's write transaction)."""
+    """Create the tables and indexes added to v1 that a store made before them lacks,
+    drop the retired indexes it has, and rebuild WITHOUT ROWID the tables v1 made
+    with rowids (inside the caller's write transaction)."""
     present = set(actual.index_sql)
     for name in sorted(ADDED_TABLES - set(actual.tables)):
         conn.execute(table_ddl(name))
@@ -143,6 +155,16 @@ def add_missing_indexes(conn: sqlite3.Connection, actual: Layout) -> None:
                 present.add(made[1])
     for name in sorted(ADDED_INDEXES - present):
         conn.execute(index_ddl(name))
+    for name in sorted(RETIRED_INDEXES & present):
+        conn.execute(f"DROP INDEX {name}")  # a fixed name
+    for table in sorted(ROWID_DROPPED & set(actual.tables)):
+        if _rowid_form(table, actual):
+            # Renamed away, made again from the DDL (so its SQL is the contract's, not
+            # a rename's rewrite), its rows copied, the old one dropped: one transaction.
+            conn.execute(f"ALTER TABLE {table} RENAME TO {table}_rowid")  # fixed names
+            conn.execute(table_ddl(table))
+            conn.execute(f"INSERT INTO {table} SELECT * FROM {table}_rowid")
+            conn.execute(f"DROP TABLE {table}_rowid")
 
 
 def schema_id_drift(conn: sqlite3.Connection) -> str | None:

@@ -1,9 +1,12 @@
 """The claim-order indexes, added to `wfrun.controller-store.v1` after stores were
 made without them (`layout.ADDED_INDEXES`): a store that lacks them opens and gains
-them, and a claim reads the first claimable launch instead of sorting the queue."""
+them, and a claim reads the first claimable launch instead of sorting the queue. A
+retired index (`layout.RETIRED_INDEXES`) and a table made WITHOUT ROWID since
+(`layout.ROWID_DROPPED`): a store with the old form opens and loses it."""
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +14,9 @@ from storekit import Backend, launch
 
 from runner.clock import FakeClock
 from runner.store import SqliteStore, Store
+from runner.store._ddl import table_ddl
 from runner.store._layout import ADDED_INDEXES
+from runner.store.domain._fanout import ItemKey, ItemLog
 from runner.store.domain._launch_queries import FIXED as _FIXED
 
 
@@ -157,10 +162,10 @@ def _tables(store: Any, backend: Backend) -> set[str]:
         return {str(r["tablename"]) for r in rows.fetchall()}
 
 
-def test_a_holder_renews_its_item_leases_through_the_holder_index(tmp_path: Path) -> None:
-    """A host renews the leases of the fan-out items it runs every few seconds: it finds
-    them by its token (`fanout_items_holder`), not by reading every running item of
-    every map on the store."""
+def test_a_holder_renews_its_item_leases_by_their_keys(tmp_path: Path) -> None:
+    """A host renews the leases of the fan-out items it runs every half second: each is
+    found by its key, not by reading every running item of every map on the store (and
+    no index by holder costs every item's claim and settle a page)."""
     store = SqliteStore(tmp_path / "store.sqlite3")
     try:
         store.launches.enqueue(launch("parent"))
@@ -170,19 +175,69 @@ def test_a_holder_renews_its_item_leases_through_the_holder_index(tmp_path: Path
                 " claim_token, starts, created_at, updated_at)"
                 " VALUES ('parent', 'm', 1, ?, 'running', ?, 1, 0, 0)",
                 [(i, "h1" if i < 3 else "other") for i in range(400)])
+        key = ItemKey("parent", "m", 1)
         seen: list[str] = []
         conn = store._db.connection()
         store._db.trace(seen.append)
-        held = store.fanout.renew_held("h1")
+        held = store.fanout.renew_held("h1", {(key, i) for i in (0, 1, 2, 3)})
         store._db.trace(None)
-        assert sorted(index for _key, index in held) == [0, 1, 2]
-        reads = [s for s in seen if "FROM fanout_items WHERE" in s
-                 or s.startswith("UPDATE fanout_items")]
-        assert len(reads) == 2, seen
-        for sql in reads:
+        assert held == {(key, 0), (key, 1), (key, 2)}  # 3 is another holder's
+        writes = [s for s in seen if s.startswith("UPDATE fanout_items")]
+        assert len(writes) == 4, seen
+        for sql in writes:
             plan = [str(r[3]) for r in conn.execute("EXPLAIN QUERY PLAN " + sql).fetchall()]
-            # a search of the index by token, not a scan of every running item
-            assert any("USING INDEX fanout_items_holder (claim_token=?)" in step
+            assert any("fanout_items USING INDEX sqlite_autoindex_fanout_items_1 (run_id=?"
+                       " AND node_id=? AND visit=? AND item_index=?)" in step
                        for step in plan), plan
     finally:
         store.close()
+
+
+def test_a_store_with_the_holder_index_and_rowid_logs_opens_and_loses_them(
+        backend: Backend, clock: FakeClock) -> None:
+    """A store made before `fanout_items_holder` was retired and `fanout_logs` made
+    WITHOUT ROWID (SQLite) opens, read-only too, with its logs; opening it for writing
+    drops the index and rebuilds the table with its rows."""
+    store = backend.open(clock)
+    store.launches.enqueue(launch("parent"))
+    key = ItemKey("parent", "m", 1)
+    with store._db.write() as conn:  # type: ignore[attr-defined]
+        for i in range(3):
+            conn.execute(
+                "INSERT INTO fanout_logs (run_id, node_id, visit, item_index, seq, attempt,"
+                f" log_json, created_at) VALUES ('parent', 'm', 1, {i}, 0, 'a{i}',"
+                f" '{{\"stdout\":\"item {i}\"}}', 0)")
+        conn.execute("CREATE INDEX fanout_items_holder ON fanout_items (claim_token)"
+                     " WHERE state = 'running'")
+        if backend.name == "sqlite":  # the rowid form, as v1 first made it
+            conn.execute("ALTER TABLE fanout_logs RENAME TO logs_then")
+            conn.execute(table_ddl("fanout_logs").replace(") WITHOUT ROWID", ")"))
+            conn.execute("INSERT INTO fanout_logs SELECT * FROM logs_then")
+            conn.execute("DROP TABLE logs_then")
+    store.close()
+    logs = [ItemLog(i, f"a{i}", f'{{"stdout":"item {i}"}}') for i in range(3)]
+    if backend.name == "sqlite":
+        path = store._db.path  # type: ignore[attr-defined]
+        assert "WITHOUT ROWID" not in _logs_sql(path)
+        old = SqliteStore(path, read_only=True)
+        try:
+            assert old.fanout.logs(key) == logs
+        finally:
+            old.close()
+    again: Store = backend.open(clock)
+    try:
+        assert "fanout_items_holder" not in _indexes(again, backend)
+        assert again.fanout.logs(key) == logs
+    finally:
+        again.close()
+    if backend.name == "sqlite":
+        assert _logs_sql(path).endswith("WITHOUT ROWID")
+
+
+def _logs_sql(path: Path) -> str:
+    conn = sqlite3.connect(path)
+    try:
+        return str(conn.execute("SELECT sql FROM sqlite_master WHERE name = 'fanout_logs'")
+                   .fetchone()[0])
+    finally:
+        conn.close()

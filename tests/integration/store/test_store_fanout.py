@@ -236,7 +236,14 @@ def test_a_dead_hosts_items_are_taken_over_after_their_lease_and_never_a_third_t
     taken = store.fanout.claim_for_host(HOST_B, 4)
     assert [(c.index, c.start) for c in taken] == [(0, 2), (1, 2)]
     assert store.fanout.settle_held(KEY, [_ok(0)], holder=HOST_A) == 0  # fenced off
-    assert store.fanout.renew_held(HOST_B) == {(KEY, 0), (KEY, 1)}
+    both = {(KEY, 0), (KEY, 1)}
+    assert store.fanout.renew_held(HOST_A, both) == set()  # no longer host A's
+    assert store.fanout.renew_held(HOST_B, both) == both
+    clock.advance(20)
+    assert store.fanout.renew_held(HOST_B, both) == both  # found by key, renewed
+    clock.advance(20)  # 40 s since the claim, 20 since the renewal: still held
+    assert store.fanout.claim_for_host(HOST_A, 4) == []
+    assert [(i.state, i.starts) for i in store.fanout.items(KEY)] == [("running", 2)] * 2
     clock.advance(31)  # host B died too
     assert store.fanout.claim_for_host(HOST_A, 4) == []
     items = store.fanout.items(KEY)
@@ -255,7 +262,7 @@ def test_fail_fast_on_a_host_cancels_the_rest_for_the_parked_parent(store: Store
     failed = ItemEnding(0, "failed", error_json='{"code":"x"}')
     assert store.fanout.settle_held(KEY, [failed], holder=HOST_A) == 1
     assert [i.state for i in store.fanout.items(KEY)] == ["failed"] + ["cancelled"] * 3
-    assert store.fanout.renew_held(HOST_B) == set()  # host B stops its item
+    assert store.fanout.renew_held(HOST_B, {(KEY, 1)}) == set()  # host B stops its item
     row = store.launches.get("run-1")
     assert row is not None
     assert row.park_mode == "auto"
@@ -266,7 +273,7 @@ def test_a_cancelled_parents_open_items_end_and_holders_let_go(store: Store) -> 
     _park_waiting(store, owner)
     store.fanout.claim_for_host(HOST_A, 1)
     store.launches.cancel("run-1")
-    assert store.fanout.renew_held(HOST_A) == set()  # its runner stops the item
+    assert store.fanout.renew_held(HOST_A, {(KEY, 0)}) == set()  # its runner stops the item
     assert store.fanout.claim_for_host(HOST_B, 4) == []
     assert [i.state for i in store.fanout.items(KEY)] == ["cancelled"] * 4
 
