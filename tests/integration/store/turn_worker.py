@@ -21,10 +21,14 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from pathlib import Path
 
 from runner.store.sqlite._db import SqliteDatabase
 from runner.store.sqlite._writelock import WriteLock, tickets_taken
+
+#: The longest a `loop` writer holds its turn waiting for another to queue behind it.
+CONTEND_FOR = 0.02
 
 
 def hold(db: SqliteDatabase, name: str) -> None:
@@ -45,6 +49,12 @@ def loop(db: SqliteDatabase, name: str, threads: int, turns: int) -> None:
             with db.write() as conn:
                 turn = db._turns.held
                 assert turn is not None, "a write without the writers' turn"
+                # Hold the turn until another writer stands in line (or briefly, once
+                # the others are done): with a fast disk and busy cores the processes'
+                # writes would otherwise rarely overlap, and the line would go untested.
+                until = time.monotonic() + CONTEND_FOR
+                while tickets_taken(db.path) <= turn.number + 1 and time.monotonic() < until:
+                    time.sleep(0.0002)
                 # Read inside the turn: every ticket in (turn.number, behind) is a
                 # writer queued behind this one right now.
                 conn.execute("INSERT INTO t VALUES (?, ?, ?, ?)",
