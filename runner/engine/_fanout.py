@@ -310,8 +310,11 @@ class _Fanout:
 
     def _settle(self) -> None:
         ends, self.unsettled = self.unsettled, []
-        if ends and self.lost is None:
-            self.ledger.settle(self.node.id, self.visit, ends)
+        try:
+            if ends and self.lost is None:
+                self.ledger.settle(self.node.id, self.visit, ends)
+        finally:
+            self._written(ends)
 
     def _open_left(self) -> bool:
         return any(r.state in ("pending", "running")
@@ -323,8 +326,11 @@ class _Fanout:
         ends, self.unsettled = self.unsettled, []
         if ends:
             self.port.crash("before_items_settled")
-        claimed, interrupted = self.ledger.claim(self.node.id, self.visit, self.plan.limit,
-                                                 ends)
+        try:
+            claimed, interrupted = self.ledger.claim(self.node.id, self.visit,
+                                                     self.plan.limit, ends)
+        finally:
+            self._written(ends)
         self.idle = 0 if claimed else IDLE_POLLS
         for index, start in claimed:
             body = self.plan.bodies[index]
@@ -440,7 +446,7 @@ class _Fanout:
         return item_values(self.ctx.values, self.plan, index)
 
     def _item(self, index: int, start: int, control: RunControl) -> None:
-        end: ItemEnd | BaseException | None
+        end: ItemEnd | BaseException | None = None
         ticket = self.tickets.get(index)
         try:
             if ticket is not None and self.turns is not None:
@@ -450,9 +456,22 @@ class _Fanout:
             end = ItemEnd(index, "failed", error={"code": "internal_error",
                                                   "message": type(exc).__name__})
         finally:
-            if ticket is not None and self.turns is not None:
+            # An ending keeps its session turn until the run loop has written it
+            # (`_written`): the next agent item reaches the session only once the store
+            # no longer calls this one running. Anything else gives the turn up now.
+            if ticket is not None and self.turns is not None and not isinstance(end, ItemEnd):
+                self.tickets.pop(index, None)
                 self.turns.done(ticket)
         self.done.put((index, end))  # the run loop writes it with the next claim
+
+    def _written(self, ends: list[ItemEnd]) -> None:
+        """Give up the session turns of items whose endings were just written."""
+        if self.turns is None:
+            return
+        for end in ends:
+            ticket = self.tickets.pop(end.index, None)
+            if ticket is not None:
+                self.turns.done(ticket)
 
     def _run_item(self, index: int, control: RunControl) -> ItemEnd | None:
         body = self.plan.bodies[index]
