@@ -75,9 +75,10 @@ def test_a_full_store_disk_is_one_line_and_loses_nothing(
 
 def test_a_full_disk_under_a_pure_run_is_one_line_and_nothing_ran(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """A pure run is written whole inside its ending's transaction: a full disk refuses
-    its bundle's write there, the transaction rolls back, and nothing of the run is on
-    disk or in the store: one line, and the start can simply be made again."""
+    """A pure run's bundle is written whole at its seal, before its ending commits (ADR
+    0013): a full disk refuses that write, the half-made bundle is discarded, the
+    ending is never committed, and nothing of the run is on disk: one line, and the
+    start can simply be made again."""
     with mf.tmpfs(tmp_path / "disk", "4m") as disk:
         root = disk / "proj"
         (root / ".wfrun" / "workflows").mkdir(parents=True)
