@@ -12,7 +12,12 @@ from runner.store._connector import Transaction
 from runner.store._ddl import row_params, values_rows
 from runner.store._records import LaunchRecord, LostRace, NewLaunch
 from runner.store.domain._events import EventLog
-from runner.store.domain._launch_queries import LAUNCH_CHANNEL, launch_from_row, launch_values
+from runner.store.domain._launch_queries import (
+    LAUNCH_CHANNEL,
+    launch_event,
+    launch_from_row,
+    launch_values,
+)
 
 Added = LaunchRecord | LostRace | ValueError  # what `batch`'s add made of a launch
 
@@ -25,9 +30,6 @@ class _Queue(Protocol):
 
     def _insert(self, tx: Transaction, log: EventLog, launch: NewLaunch,
                 values: dict[str, Any]) -> LaunchRecord | LostRace: ...
-
-    def _event(self, log: EventLog, row: Any, previous: str | None, event_type: str,
-               payload: dict[str, Any] | None = None) -> None: ...
 
 
 class Adder:
@@ -68,7 +70,7 @@ class Adder:
                 if row is None:
                     done[n] = queue._insert(tx, self._log, launches[n], values)
                     continue
-                queue._event(self._log, row, None, "launch.queued")
+                launch_event(self._log, row, None, "launch.queued")
                 if launches[n].origin_session_id is None:
                     tx.notify(LAUNCH_CHANNEL, launches[n].run_id)
                 done[n] = launch_from_row(row)

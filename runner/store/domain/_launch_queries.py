@@ -1,7 +1,8 @@
 """The launch queue's table as its modules share it (`domain/_launches.py` and its
 reads): the named statements, the row's mapping both ways (`launch_values`,
-`launch_from_row`) and the one guard every transition and the fence apply
-(`guard`). A backend overrides a statement by name (`named()`)."""
+`launch_from_row`), its transitions' run event (`launch_event`) and the one guard
+every transition and the fence apply (`guard`). A backend overrides a statement by
+name (`named()`)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from runner.store._states import (
     LaunchStatus,
     Operation,
 )
+from runner.store.domain._events import EventLog
 
 #: Wake-ups for hosts waiting on detached launches (Postgres LISTEN/NOTIFY).
 LAUNCH_CHANNEL = "wfrun_launch"
@@ -156,6 +158,11 @@ SQL: Mapping[str, str] = {
     " WHERE run_id = :run_id AND affinity_runner_id = :mark",
     "enter": "UPDATE workflow_run_queue SET status = :target, updated_at = :now, {columns}"
     " WHERE run_id = :run_id AND status = :status AND epoch = :epoch",
+    # A controller's child run: the request that names it, settled when the run ends
+    # (`_settle.settle_child`; the queue appends the row lock `OF w`).
+    "child_request": "SELECT w.request_id, r.controller, r.resource_key"
+    " FROM workflow_requests w JOIN resources r ON r.uid = w.resource_uid"
+    " WHERE w.run_id = :run_id AND w.state IN ('running', 'waiting')",
 }
 
 # What an `enter` sets per target status, beside `status` and `updated_at`: per column,
@@ -192,28 +199,29 @@ _SETS: dict[LaunchStatus, dict[str, _Set]] = {
 }
 
 
-def _through(target: LaunchStatus) -> dict[str, _Set]:
-    """A `starting` row's move through `running` to `target` in one UPDATE: both
-    steps' columns (every right-hand side reads the old row, and `target`'s own
-    value of a column both set is the one the second step would have left)."""
-    return {**_SETS["running"], **_SETS[target]}
+# A `starting` row's move through `running` to an ending in one UPDATE: both steps'
+# columns (every right-hand side reads the old row, and the ending's own value of a
+# column both set is the one the second step would have left).
+_SETS_THROUGH: dict[LaunchStatus, dict[str, _Set]] = {
+    target: {**_SETS["running"], **_SETS[target]} for target in ("done", "failed", "cancelled")}
+
+
+def _columns(sets: dict[str, _Set]) -> str:
+    return ", ".join(f"{column} = {sql}" for column, (sql, _) in sets.items())
 
 
 #: Column changes per target status (the `enter` statement's `{columns}`); THROUGH:
 #: from `starting` through `running` to an ending (`LaunchQueue._transition`).
-ENTER: dict[LaunchStatus, str] = {
-    target: ", ".join(f"{column} = {sql}" for column, (sql, _) in sets.items())
-    for target, sets in _SETS.items()}
+ENTER: dict[LaunchStatus, str] = {target: _columns(sets) for target, sets in _SETS.items()}
 THROUGH: dict[LaunchStatus, str] = {
-    target: ", ".join(f"{column} = {sql}" for column, (sql, _) in _through(target).items())
-    for target in ("done", "failed", "cancelled")}
+    target: _columns(sets) for target, sets in _SETS_THROUGH.items()}
 
 
 def entered(row: Row, params: Mapping[str, Any], *, through: bool = False) -> Row:
     """The row as `enter` (`ENTER`, or `THROUGH`) with `params` leaves `row`, without
     reading it again: a write transaction holding the row (SQLite's write lock)."""
     target: LaunchStatus = params["target"]
-    sets = _through(target) if through else _SETS[target]
+    sets = (_SETS_THROUGH if through else _SETS)[target]
     return {**row, "status": target, "updated_at": params["now"],
             **{column: value(row, params) for column, (_, value) in sets.items()}}
 
@@ -262,6 +270,17 @@ def launch_values(launch: NewLaunch) -> dict[str, Any]:
             launch.options, what="launch options"),
         "affinity": launch.affinity_runner_id, "origin": launch.origin_session_id,
         "parent": launch.parent_run_id}
+
+
+def launch_event(log: EventLog, row: Row, previous: str | None, event_type: str,
+                 payload: dict[str, Any] | None = None) -> None:
+    """Queue the run event of a launch row's move from `previous` (None: a new row)."""
+    body: dict[str, Any] = {"from": previous, "to": row["status"], "epoch": row["epoch"]}
+    if row["error_code"] is not None:
+        body["error_code"] = row["error_code"]
+    body.update(payload or {})
+    log.add(row["run_id"], event_type, body, workflow_ref=row["workflow_ref"],
+            runner_id=row["runner_id"])
 
 
 def launch_from_row(row: Row) -> LaunchRecord:

@@ -12,7 +12,7 @@ writes nothing. Each transition appends a `launch.*` run event in the same trans
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -65,12 +65,12 @@ from runner.store.domain._launch_queries import (
     THROUGH,
     entered,
     guard,
+    launch_event,
     launch_from_row,
     launch_values,
     taken,
 )
 from runner.store.domain._launch_reads import LaunchReads
-from runner.store.domain._settle import settle_child
 
 
 class _Abort(Exception):
@@ -85,7 +85,7 @@ class LaunchQueue(LaunchReads):
     """`LaunchQueue` over a connector. `overrides` holds the backend's named queries
     per domain module (`{"launches": {...}, "pages": {...}, "intents": {...}}`);
     `run_events` appends the transitions' events. A child run's ending settles its
-    controller request in the same transaction (`workflow_requests.settle_child`)."""
+    controller request in the same transaction (`_settle.settle_child`)."""
 
     def __init__(self, connector: Connector, run_events: RunEvents,
                  overrides: Mapping[str, Mapping[str, str]] | None = None) -> None:
@@ -95,6 +95,8 @@ class LaunchQueue(LaunchReads):
         self._events = run_events
         self._sql = named(SQL, mine.get("launches"))
         self._intent_sql = named(intents.SQL, mine.get("intents"))
+        lock = connector.dialect.lock
+        self._child_request = self._sql["child_request"] + (f"{lock} OF w" if lock else "")
         # Whether the last claim_next of each claimer (by session; None: the hosts)
         # found nothing; then the next one looks first (`_claimable`).
         self._found_none: dict[str | None, bool] = {}
@@ -144,7 +146,7 @@ class LaunchQueue(LaunchReads):
                 "climit": gate.concurrency_limit, "strategy": gate.strategy,
                 "rkey": gate.rate_key, "rlimit": gate.rate_limit,
                 "rper": gate.rate_per_ms})
-        self._event(log, row, None, "launch.queued")
+        launch_event(log, row, None, "launch.queued")
         if claim_by is not None:
             # Queued and claimed in one commit: between the two a host woken by
             # the notice (or polling) took a `wfrun run`'s launch and ran it
@@ -283,16 +285,17 @@ class LaunchQueue(LaunchReads):
             return tx.one(probe, {**params, **clock}) is not None
 
     def _update(self, tx: Transaction, sql: str, params: Params,
-                after: Callable[[], Row] | None = None) -> Row | None:
+                leaves: Row | None = None) -> Row | None:
         """Run an UPDATE of the one row `params["run_id"]` names: the row as it now is,
         or None when its guard matched nothing. RETURNING where it is cheap
-        (`Dialect.cheap_returning`); else `after()` (the row in hand, read in this
-        transaction, as the UPDATE left it) or a re-read by key."""
+        (`Dialect.cheap_returning`); else `leaves` (the row in hand, read in this
+        transaction, as the UPDATE leaves it: a dict built whatever the backend, as
+        cheap as the test that would skip it) or a re-read by key."""
         if tx.dialect.cheap_returning:
             return tx.one(sql + " RETURNING *", params)
         if tx.run(sql, params) == 0:
             return None
-        return after() if after else tx.one(self._sql["load"], {"run_id": params["run_id"]})
+        return leaves or tx.one(self._sql["load"], {"run_id": params["run_id"]})
 
     def _take(self, tx: Transaction, log: EventLog, row: Row, runner_id: str,
               lease: int, *, gated: bool = True) -> LaunchRecord | LostRace:
@@ -312,13 +315,13 @@ class LaunchQueue(LaunchReads):
                   "expires": now + lease, "now": now, "run_id": row["run_id"],
                   "status": row["status"], "epoch": row["epoch"]}
         with tx.statement():  # the claim alone is undone when the reservation refuses it
-            claimed = self._update(tx, self._sql["take"], params, lambda: taken(row, params))
+            claimed = self._update(tx, self._sql["take"], params, taken(row, params))
         if claimed is None:
             return LostRace(row["run_id"], "epoch_mismatch", row["status"])
         if gate is not None:  # its start, for the rate limit: only once it is claimed
             tx.run(self._sql["gate_started"], {"run_id": row["run_id"], "now": now})
         event = "launch.starting" if row["status"] != claimed["status"] else "launch.reclaimed"
-        self._event(log, claimed, row["status"], event)
+        launch_event(log, claimed, row["status"], event)
         return launch_from_row(claimed)
 
     def _gate_open(self, tx: Transaction, row: Row, gate: Row, now: int) -> bool:
@@ -379,7 +382,7 @@ class LaunchQueue(LaunchReads):
             rows = [row for row in tx.all(self._sql["handed_over"], {
                 "session": session_id, "mark": HANDED_OVER}) if row["run_id"] not in before]
             for row in rows:
-                self._event(log, row, row["status"], "launch.handed_over",
+                launch_event(log, row, row["status"], "launch.handed_over",
                             {"session": session_id})
                 tx.notify(LAUNCH_CHANNEL, row["run_id"])
         return [launch_from_row(row) for row in rows]
@@ -393,7 +396,7 @@ class LaunchQueue(LaunchReads):
             if changed:
                 row = self._load(tx, run_id)
                 assert row is not None
-                self._event(log, row, row["status"], "launch.handed_back")
+                launch_event(log, row, row["status"], "launch.handed_back")
         return bool(changed)
 
     def yield_lease(self, run_id: str, claim_token: str) -> bool:
@@ -528,15 +531,21 @@ class LaunchQueue(LaunchReads):
         params = {"crashed": 1, "now": tx.now_ms(), "run_id": row["run_id"],
                   "status": row["status"], "epoch": row["epoch"], "target": target, **extra}
         sql = self._sql["enter"].format(columns=(THROUGH if through else ENTER)[target])
-        updated = self._update(tx, sql, params, lambda: entered(row, params, through=through))
+        updated = self._update(tx, sql, params, entered(row, params, through=through))
         assert updated is not None, "row changed under its lock"
         previous = row["status"]
         if through:  # `running` leaves the event's fields (epoch, error, runner) alone
-            self._event(log, {**row, "status": "running"}, previous, "launch.running")
+            launch_event(log, {**row, "status": "running"}, previous, "launch.running")
             previous = "running"
-        self._event(log, updated, previous, event or f"launch.{target}", payload)
+        launch_event(log, updated, previous, event or f"launch.{target}", payload)
         if target in CHILD_STATE:
-            settle_child(tx, updated, child_state or CHILD_STATE[target])
+            # Only a controller's child has a request to settle: most runs find none
+            # here and load no controller module.
+            request = tx.one(self._child_request, {"run_id": row["run_id"]})
+            if request is not None:
+                from runner.store.domain._settle import settle_child
+
+                settle_child(tx, updated, child_state or CHILD_STATE[target], request)
         if updated["origin_session_id"] is None and (
                 target == "queued" or (target == "parked" and updated["park_mode"] == "auto")):
             tx.notify(LAUNCH_CHANNEL, updated["run_id"])
@@ -588,13 +597,3 @@ class LaunchQueue(LaunchReads):
         except _Abort as abort:
             return abort.lost
         return updated
-
-    @staticmethod
-    def _event(log: EventLog, row: Row, previous: str | None, event_type: str,
-               payload: dict[str, Any] | None = None) -> None:
-        body: dict[str, Any] = {"from": previous, "to": row["status"], "epoch": row["epoch"]}
-        if row["error_code"] is not None:
-            body["error_code"] = row["error_code"]
-        body.update(payload or {})
-        log.add(row["run_id"], event_type, body, workflow_ref=row["workflow_ref"],
-                runner_id=row["runner_id"])

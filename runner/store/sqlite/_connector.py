@@ -14,6 +14,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from operator import itemgetter
 from typing import Any
 
 from runner.store._connector import Dialect, Params, Row, Transaction, UniqueViolation
@@ -26,7 +27,7 @@ _ONE_STATEMENT = nullcontext()
 
 
 def _dict_row(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> Row:
-    return {column[0]: value for column, value in zip(cursor.description, row, strict=True)}
+    return dict(zip(map(itemgetter(0), cursor.description), row, strict=True))
 
 
 class SqliteTransaction:
@@ -49,14 +50,6 @@ class SqliteTransaction:
 
     # Each statement translates its errors in one try (no context manager per call:
     # a run makes ~20 statements, and the seam's overhead was a visible share of them).
-    def _run(self, sql: str, params: Params) -> sqlite3.Cursor:
-        cursor = self._conn.cursor()
-        cursor.row_factory = _dict_row
-        try:
-            return cursor.execute(sql, params)
-        except sqlite3.Error as exc:
-            raise self._error(exc) from None
-
     def all(self, sql: str, params: Params = _NO_PARAMS) -> list[Row]:
         cursor = self._conn.cursor()
         cursor.row_factory = _dict_row
@@ -76,7 +69,10 @@ class SqliteTransaction:
         return row
 
     def run(self, sql: str, params: Params = _NO_PARAMS) -> int:
-        return self._run(sql, params).rowcount
+        try:  # the connection's own cursor: no row is read
+            return self._conn.execute(sql, params).rowcount
+        except sqlite3.Error as exc:
+            raise self._error(exc) from None
 
     def many(self, sql: str, rows: Sequence[Params]) -> None:
         try:
@@ -96,14 +92,14 @@ class SqliteTransaction:
     def savepoint(self) -> Iterator[None]:
         self._savepoints += 1
         name = f"wfrun_sp{self._savepoints}"
-        self._run(f"SAVEPOINT {name}", _NO_PARAMS)
+        self.run(f"SAVEPOINT {name}")
         try:
             yield
         except BaseException:
-            self._run(f"ROLLBACK TO {name}", _NO_PARAMS)
-            self._run(f"RELEASE {name}", _NO_PARAMS)
+            self.run(f"ROLLBACK TO {name}")
+            self.run(f"RELEASE {name}")
             raise
-        self._run(f"RELEASE {name}", _NO_PARAMS)
+        self.run(f"RELEASE {name}")
 
     def statement(self) -> AbstractContextManager[None]:
         # SQLite's conflict resolution (ABORT) backs out the refused statement alone and
