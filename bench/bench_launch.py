@@ -283,7 +283,7 @@ def turn_worker(path: Path, seconds: float, start_at: float) -> None:
 
 
 def bench_turns(folder: Path, procs: int, seconds: float) -> dict[str, Any]:
-    from runner.store.sqlite._db import open_database
+    from runner.store.sqlite._open import open_database
 
     path = folder / "turns.sqlite3"
     db = open_database(path, now_ms=0, busy_timeout_ms=30_000)

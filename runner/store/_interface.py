@@ -394,7 +394,7 @@ class RunEvents(Protocol):
 
 class InputScrub(Protocol):
     """One runner's scrub of cleared private input from the store's files (SQLite: a
-    WAL checkpoint, batched; runner/store/sqlite/_store.py). A store with nothing to
+    WAL checkpoint, batched: BatchedScrub in runner/store/sqlite/_db.py). A store with nothing to
     scrub hands out `NoScrub`."""
 
     def cleared(self) -> None:

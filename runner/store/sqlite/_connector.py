@@ -36,7 +36,7 @@ class SqliteTransaction:
     dialect = DIALECT  # one for every transaction (read per statement: a constant)
 
     def __init__(self, db: SqliteDatabase, conn: sqlite3.Connection,
-                 clock: Callable[[], int]) -> None:
+                 clock: Callable[[], float]) -> None:
         self._db = db
         self._conn = conn
         self._clock = clock
@@ -82,7 +82,7 @@ class SqliteTransaction:
 
     def now_ms(self) -> int:
         if self._now is None:
-            self._now = self._clock()
+            self._now = round(self._clock() * 1000)  # as SqliteStore.now_ms
         return self._now
 
     def clock_sql(self, name: str = "now") -> tuple[str, dict[str, int]]:
@@ -111,25 +111,26 @@ class SqliteTransaction:
 
 
 class SqliteConnector:
-    """`Connector` on one SQLite store file; `now_ms` is the store's injected clock."""
+    """`Connector` on one SQLite store file; `clock` is the store's injected clock
+    (`Clock.now`: seconds since the Unix epoch), read in whole milliseconds."""
 
     dialect = DIALECT
 
-    def __init__(self, db: SqliteDatabase, now_ms: Callable[[], int]) -> None:
+    def __init__(self, db: SqliteDatabase, clock: Callable[[], float]) -> None:
         self._db = db
-        self._now_ms = now_ms
+        self._clock = clock
 
     @contextmanager
     def write(self, *, durable: bool = True, shared_sync: bool = False) -> Iterator[Transaction]:
         with self._db.write(durable=durable, shared_sync=shared_sync) as conn:
-            yield SqliteTransaction(self._db, conn, self._now_ms)
+            yield SqliteTransaction(self._db, conn, self._clock)
 
     @contextmanager
     def read(self) -> Iterator[Transaction]:
-        yield SqliteTransaction(self._db, self._db.connection(), self._now_ms)
+        yield SqliteTransaction(self._db, self._db.connection(), self._clock)
 
     def write_one(self) -> AbstractContextManager[Transaction]:
         return self.write()
 
     def now_ms(self) -> int:
-        return self._now_ms()
+        return round(self._clock() * 1000)

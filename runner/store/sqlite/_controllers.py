@@ -19,33 +19,33 @@ from runner.store.sqlite._db import SqliteDatabase
 class SqliteReconcileQueue(PassQueue):
     """`ReconcileQueue` on SQLite."""
 
-    def __init__(self, db: SqliteDatabase, now_ms: Callable[[], int]) -> None:
-        super().__init__(SqliteConnector(db, now_ms))
+    def __init__(self, db: SqliteDatabase, clock: Callable[[], float]) -> None:
+        super().__init__(SqliteConnector(db, clock))
 
 
 class SqliteResources(ResourceTable):
     """`Resources` on SQLite."""
 
-    def __init__(self, db: SqliteDatabase, now_ms: Callable[[], int]) -> None:
-        super().__init__(SqliteConnector(db, now_ms))
+    def __init__(self, db: SqliteDatabase, clock: Callable[[], float]) -> None:
+        super().__init__(SqliteConnector(db, clock))
 
 
 class SqliteControllerEvents(ControllerEventFeed):
     """`ControllerEvents` on SQLite."""
 
-    def __init__(self, db: SqliteDatabase, now_ms: Callable[[], int]) -> None:
-        super().__init__(SqliteConnector(db, now_ms))
+    def __init__(self, db: SqliteDatabase, clock: Callable[[], float]) -> None:
+        super().__init__(SqliteConnector(db, clock))
 
 
 class SqliteEffects(EffectLedger):
     """`Effects` on SQLite."""
 
-    def __init__(self, db: SqliteDatabase, now_ms: Callable[[], int]) -> None:
-        super().__init__(SqliteConnector(db, now_ms))
+    def __init__(self, db: SqliteDatabase, clock: Callable[[], float]) -> None:
+        super().__init__(SqliteConnector(db, clock))
 
 
 class SqliteWorkflowRequests(RequestBook):
     """`WorkflowRequests` on SQLite."""
 
-    def __init__(self, db: SqliteDatabase, now_ms: Callable[[], int]) -> None:
-        super().__init__(SqliteConnector(db, now_ms))
+    def __init__(self, db: SqliteDatabase, clock: Callable[[], float]) -> None:
+        super().__init__(SqliteConnector(db, clock))

@@ -1,29 +1,24 @@
-"""The SQLite store: the open procedure, connections, transactions (the file: files.py).
-
-Open procedure (see docs/store.md):
-
-1. Refuse SQLite older than 3.35 (RETURNING, partial indexes, UPSERT).
-2. An existing file is inspected through a read-only connection before anything
-   writes to it: a file in WAL mode that nobody has open (no `-shm` beside it) is
-   read with `immutable=1` so not even the `-shm`/`-wal` sidecars appear; otherwise
-   `mode=ro`. Another layout raises IncompatibleLayout and leaves the file
-   byte-identical. A damaged, full, read-only or forbidden file raises its own
-   class (`runner.store._faults`), never IncompatibleLayout.
-3. A missing store is built complete (WAL, schema) in a private temporary file
-   created 0600 (folder 0700) before its first SQLite open, so SQLite creates
-   `-wal`/`-shm` with the same mode, and hard-linked into place: others see no
-   store or a finished one. An existing empty file is set up in place.
-4. Every connection sets WAL, `synchronous=FULL`, `busy_timeout`, `foreign_keys=ON`
-   and `secure_delete=ON`.
-
-A read-only database (`read_only=True`, for views such as `wfrun status`) never
-creates, sets up or tightens anything and opens `mode=ro`, or `immutable=1` when
-its folder cannot be written and no `-wal` exists (a read-only project).
+"""The SQLite store's connections and transactions, and the batched scrub of its WAL
+(the open procedure: _open.py; the file: files.py).
 
 One connection per thread at a time (and per process: a connection never crosses
 fork()); a finished thread's connection is reused by the next thread.
 Every writing transaction is `BEGIN IMMEDIATE`; sqlite3 runs in autocommit mode
 (`isolation_level=None`) so Python never opens a deferred transaction itself.
+
+The input scrub (`BatchedScrub`, handed out by `SqliteStore.input_scrub`): no stale
+WAL frame keeps a copy of cleared private input. A launch's private input is cleared
+from its row when it goes `running` (or fails, or is cancelled); `secure_delete`
+zeroes it in the database file, but the WAL still holds the frames written before.
+A TRUNCATE checkpoint (`SqliteDatabase.checkpoint`) folds the WAL into the file and
+empties it. One checkpoint per run made every later commit grow the WAL again (issue
+15), so an activation *owes* its scrub and the owed scrubs are paid together: when
+the runner finds the queue empty, when a run claimed by id ends, or once SCRUB_BATCH
+activations or SCRUB_SECONDS have passed since the first one owed (checked at each
+activation, claim and run end, and by the lease keeper's tick while a run executes).
+docs/launch.md ("Secrets") has the bound. SQLite discipline, so it lives here (huey
+keeps its own in `storage.py`); Postgres has no WAL file to scrub and its store hands
+out `NoScrub`.
 """
 
 from __future__ import annotations
@@ -35,36 +30,25 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runner.store import _faults as store_faults
 from runner.store._errors import (
-    IncompatibleLayout,
     StoreCorrupt,
     StoreError,
     StoreUnavailable,
 )
-from runner.store._layout import ADDED_INDEXES, ADDED_TABLES, RETIRED_INDEXES, ROWID_DROPPED
 from runner.store.sqlite import _faults as sqlite_faults
 from runner.store.sqlite._files import (
     DEFAULT_BUSY_TIMEOUT_MS,
-    check_sqlite_version,
-    create_store_file,
-    inspect_existing,
     open_in_this_process,
     read_only_uri,
-    sidecar_paths,
-    tighten_permissions,
     track_open,
 )
-from runner.store.sqlite._schema import (
-    add_missing_indexes,
-    create_schema,
-    layout_drift,
-    read_layout,
-    schema_id_drift,
-)
-from runner.store.sqlite._writelock import Turn, WriteLock
+from runner.store.sqlite._writelock import WriteLock
+
+if TYPE_CHECKING:
+    import logging
 
 _WAL_SWITCH_ATTEMPTS = 200
 
@@ -247,7 +231,9 @@ class SqliteDatabase:
         """
         shared = durable and shared_sync and not self.read_only
         with self._write_lock:
-            turn = self._take_turn()
+            # A read-only handle creates nothing, not even the sidecar; SQLite refuses
+            # its writes.
+            turn = None if self.read_only else self._turns.acquire(self.busy_timeout_ms)
             try:
                 yield from self._write(durable and not shared)
             finally:
@@ -274,11 +260,6 @@ class SqliteDatabase:
             raise store_faults.from_os(exc, self.path, "sync") from None
         finally:
             os.close(fd)
-
-    def _take_turn(self) -> Turn | None:
-        # A read-only handle creates nothing, not even the sidecar; SQLite refuses
-        # its writes.
-        return None if self.read_only else self._turns.acquire(self.busy_timeout_ms)
 
     def _write(self, durable: bool) -> Iterator[sqlite3.Connection]:
         """`BEGIN IMMEDIATE` on the write connection, the caller's statements, `COMMIT`;
@@ -383,7 +364,7 @@ class SqliteDatabase:
         In the writers' turn: a TRUNCATE checkpoint takes SQLite's write lock, and
         outside the turn it slept in the busy handler while wfrun's writers went on."""
         with self._write_lock:
-            turn = self._take_turn()
+            turn = None if self.read_only else self._turns.acquire(self.busy_timeout_ms)
             try:
                 self.connection().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
             except sqlite3.Error as exc:
@@ -404,39 +385,6 @@ class SqliteDatabase:
             return [str(exc)]
         problems = [str(row[0]) for row in rows]
         return [] if problems == ["ok"] else problems
-
-    def initialize(self, now_ms: int) -> None:
-        """Create the schema in an empty store, or verify what another process made."""
-        with self.write() as conn:
-            layout = read_layout(conn)
-            if layout.empty:
-                create_schema(conn, now_ms)
-                return
-            drift = layout_drift(layout) or schema_id_drift(conn)
-            if drift:
-                raise IncompatibleLayout(str(self.path), drift)
-            add_missing_indexes(conn, layout)
-
-    def add_missing_indexes(self) -> None:
-        """Create what `layout.ADDED_INDEXES` and `ADDED_TABLES` name and this store
-        lacks, drop the `RETIRED_INDEXES` it has and rebuild the `ROWID_DROPPED` tables
-        it has with rowids (one read when there is nothing to do)."""
-        wanted = sorted(ADDED_INDEXES | ADDED_TABLES)
-        looked = [*wanted, *sorted(RETIRED_INDEXES)]
-        marks = ", ".join("?" * len(looked))
-        try:
-            rows = self.connection().execute(
-                "SELECT name, sql FROM sqlite_master WHERE type IN ('index', 'table')"
-                f" AND name IN ({marks})", looked).fetchall()
-        except sqlite3.Error as exc:
-            raise translate(exc, self.path) from None
-        present = {str(name): str(sql) for name, sql in rows}
-        if len(set(wanted) & set(present)) != len(wanted) \
-                or RETIRED_INDEXES & set(present) or any(
-                    not present[t].rstrip().endswith("WITHOUT ROWID")
-                    for t in ROWID_DROPPED if t in present):
-            with self.write() as conn:
-                add_missing_indexes(conn, read_layout(conn))
 
     def close(self) -> None:
         """Close the store (idempotent): this thread's connection and those of threads
@@ -470,47 +418,67 @@ class SqliteDatabase:
             self._local.slot = None
 
 
-def open_database(path: Path, *, now_ms: int, busy_timeout_ms: int,
-                  read_only: bool = False) -> SqliteDatabase:
-    """Run the open procedure and return a ready database. `read_only` opens an
-    existing, set-up store for reading only (it creates and changes nothing)."""
-    check_sqlite_version()
-    if path.is_dir():
-        raise StoreUnavailable(f"the store path {path} is a directory")
-    if not path.exists():
-        orphans = [p.name for p in sidecar_paths(path) if p.exists()]
-        if orphans and not path.exists():  # SQLite could replay an orphaned WAL
-            # Not a layout mismatch: resetting would delete the commits in the orphan.
-            raise StoreCorrupt(
-                f"the store file {path} is missing but {', '.join(orphans)} remain(s) beside "
-                "it; nothing was changed. Restore the store file from a backup, or move the "
-                "leftover file(s) aside to start a new, empty store"
-            )
-        if read_only:
-            raise StoreUnavailable(f"no store at {path} yet; it is created on the first start")
-        create_store_file(path, now_ms)
-    state = inspect_existing(path)
-    if read_only:
-        if state == "empty":
-            raise StoreUnavailable(f"the store {path} is empty (not set up yet); "
-                                   "any command that writes sets it up")
-        db = SqliteDatabase(path, busy_timeout_ms=busy_timeout_ms, read_only=True)
+def _log() -> logging.Logger:
+    """This module's logger. `logging` loads only when something is logged: this
+    module loads on every command (cold start)."""
+    import logging
+
+    return logging.getLogger(__name__)
+
+
+SCRUB_BATCH = 64
+SCRUB_SECONDS = 1.0
+
+
+class BatchedScrub:
+    """One runner's owed scrubs over one store file. Thread-safe: the run path and
+    the lease keeper's thread both pay it. `monotonic` is the runner's clock."""
+
+    def __init__(self, checkpoint: Callable[[], None], monotonic: Callable[[], float], *,
+                 enabled: bool = True, batch: int = SCRUB_BATCH,
+                 seconds: float = SCRUB_SECONDS) -> None:
+        self._checkpoint = checkpoint
+        self._monotonic = monotonic
+        self._enabled = enabled  # False: benches compare the cost without it
+        self._batch = batch
+        self._seconds = seconds
+        self._lock = threading.Lock()
+        self._owed = 0
+        self._since = 0.0
+
+    def cleared(self) -> None:
+        """An activation cleared input: owe its scrub; pay now if the batch is due."""
+        now = self._monotonic()
+        with self._lock:
+            if not self._owed:
+                self._since = now
+            self._owed += 1
+        self.tick()
+
+    def tick(self) -> None:
+        """Pay the owed scrubs if the batch is due (by count or by age)."""
+        now = self._monotonic()
+        with self._lock:
+            due = self._owed >= self._batch or (
+                self._owed > 0 and now - self._since >= self._seconds)
+        if due:
+            self.now()
+
+    def flush(self) -> None:
+        """Pay the owed scrubs, if any (idle, or a run claimed by id ended)."""
+        with self._lock:
+            owed = self._owed > 0
+        if owed:
+            self.now()
+
+    def now(self) -> None:
+        """Scrub at once (a failed start, a cancel, recovery): this pays what is owed
+        too. Best effort: a busy store keeps the frames until the next scrub."""
+        with self._lock:
+            self._owed = 0
+        if not self._enabled:
+            return
         try:
-            db.connection()
-        except BaseException:
-            db.close()
-            raise
-        return db
-    tighten_permissions(path)
-    db = SqliteDatabase(path, busy_timeout_ms=busy_timeout_ms)
-    try:
-        db.connection()
-        if state == "empty":
-            db.initialize(now_ms)
-        else:
-            db.add_missing_indexes()
-        tighten_permissions(path)
-    except BaseException:
-        db.close()
-        raise
-    return db
+            self._checkpoint()
+        except StoreError as exc:
+            _log().debug("could not checkpoint the store after clearing input: %s", exc.message)

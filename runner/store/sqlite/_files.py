@@ -1,6 +1,6 @@
 """The SQLite store file on disk: version check, sidecars, read-only inspection,
 private creation, permissions and removal (the file half of the open procedure in
-db.py; see docs/store.md)."""
+open.py; see docs/store.md)."""
 
 from __future__ import annotations
 

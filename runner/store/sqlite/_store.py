@@ -6,44 +6,27 @@
 
 The caller decides the path; the store never looks at run bundles.
 
-The input scrub (`BatchedScrub`, `input_scrub`): no stale WAL frame keeps a copy of
-cleared private input.
-
-A launch's private input is cleared from its row when it goes `running` (or fails,
-or is cancelled); `secure_delete` zeroes it in the database file, but the WAL still
-holds the frames written before. A TRUNCATE checkpoint folds the WAL into the file
-and empties it. One checkpoint per run made every later commit grow the WAL again
-(issue 15), so an activation *owes* its scrub and the owed scrubs are paid together:
-when the runner finds the queue empty, when a run claimed by id ends, or once
-SCRUB_BATCH activations or SCRUB_SECONDS have passed since the first one owed
-(checked at each activation, claim and run end, and by the lease keeper's tick while
-a run executes). docs/launch.md ("Secrets") has the bound.
-
-SQLite discipline, so it lives in the SQLite store (huey keeps its own in
-`storage.py`); Postgres has no WAL file to scrub and its store hands out `NoScrub`.
+The input scrub it hands out (`input_scrub`) is db.py's `BatchedScrub`.
 """
 
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
 from runner.clock import Clock, SystemClock
-from runner.store._errors import StoreError
 from runner.store._layout import SCHEMA_ID
 from runner.store._parts import part
 from runner.store.domain._launch_side import LaunchSide
 from runner.store.sqlite._connector import SqliteConnector
-from runner.store.sqlite._db import SqliteDatabase, open_database
+from runner.store.sqlite._db import BatchedScrub, SqliteDatabase
 from runner.store.sqlite._files import DEFAULT_BUSY_TIMEOUT_MS, remove_store_files
+from runner.store.sqlite._open import open_database
 
 if TYPE_CHECKING:
-    import logging
-
     from runner.store._controller_interface import ControllerStore
     from runner.store._interface import Store
     from runner.store.sqlite._controllers import (
@@ -53,72 +36,6 @@ if TYPE_CHECKING:
         SqliteResources,
         SqliteWorkflowRequests,
     )
-
-
-def _log() -> logging.Logger:
-    """This module's logger. `logging` loads only when something is logged: this
-    module loads on every command (cold start)."""
-    import logging
-
-    return logging.getLogger(__name__)
-
-
-SCRUB_BATCH = 64
-SCRUB_SECONDS = 1.0
-
-
-class BatchedScrub:
-    """One runner's owed scrubs over one store file. Thread-safe: the run path and
-    the lease keeper's thread both pay it. `monotonic` is the runner's clock."""
-
-    def __init__(self, checkpoint: Callable[[], None], monotonic: Callable[[], float], *,
-                 enabled: bool = True, batch: int = SCRUB_BATCH,
-                 seconds: float = SCRUB_SECONDS) -> None:
-        self._checkpoint = checkpoint
-        self._monotonic = monotonic
-        self._enabled = enabled  # False: benches compare the cost without it
-        self._batch = batch
-        self._seconds = seconds
-        self._lock = threading.Lock()
-        self._owed = 0
-        self._since = 0.0
-
-    def cleared(self) -> None:
-        """An activation cleared input: owe its scrub; pay now if the batch is due."""
-        now = self._monotonic()
-        with self._lock:
-            if not self._owed:
-                self._since = now
-            self._owed += 1
-        self.tick()
-
-    def tick(self) -> None:
-        """Pay the owed scrubs if the batch is due (by count or by age)."""
-        now = self._monotonic()
-        with self._lock:
-            due = self._owed >= self._batch or (
-                self._owed > 0 and now - self._since >= self._seconds)
-        if due:
-            self.now()
-
-    def flush(self) -> None:
-        """Pay the owed scrubs, if any (idle, or a run claimed by id ended)."""
-        with self._lock:
-            owed = self._owed > 0
-        if owed:
-            self.now()
-
-    def now(self) -> None:
-        """Scrub at once (a failed start, a cancel, recovery): this pays what is owed
-        too. Best effort: a busy store keeps the frames until the next scrub."""
-        with self._lock:
-            self._owed = 0
-        if not self._enabled:
-            return
-        try:
-            self._checkpoint()
-        except StoreError as exc:
-            _log().debug("could not checkpoint the store after clearing input: %s", exc.message)
 
 
 class SqliteStore(LaunchSide):
@@ -145,7 +62,7 @@ class SqliteStore(LaunchSide):
             read_only=read_only,
         )
         # The launch side is the backend-neutral domain over this file's connector.
-        super().__init__(SqliteConnector(self._db, self.now_ms))
+        super().__init__(SqliteConnector(self._db, self._now))
 
     @classmethod
     def reset(
@@ -177,31 +94,31 @@ class SqliteStore(LaunchSide):
     def resources(self) -> SqliteResources:
         from runner.store.sqlite._controllers import SqliteResources
 
-        return SqliteResources(self._db, self.now_ms)
+        return SqliteResources(self._db, self._now)
 
     @part
     def reconcile_queue(self) -> SqliteReconcileQueue:
         from runner.store.sqlite._controllers import SqliteReconcileQueue
 
-        return SqliteReconcileQueue(self._db, self.now_ms)
+        return SqliteReconcileQueue(self._db, self._now)
 
     @part
     def effects(self) -> SqliteEffects:
         from runner.store.sqlite._controllers import SqliteEffects
 
-        return SqliteEffects(self._db, self.now_ms)
+        return SqliteEffects(self._db, self._now)
 
     @part
     def workflow_requests(self) -> SqliteWorkflowRequests:
         from runner.store.sqlite._controllers import SqliteWorkflowRequests
 
-        return SqliteWorkflowRequests(self._db, self.now_ms)
+        return SqliteWorkflowRequests(self._db, self._now)
 
     @part
     def controller_events(self) -> SqliteControllerEvents:
         from runner.store.sqlite._controllers import SqliteControllerEvents
 
-        return SqliteControllerEvents(self._db, self.now_ms)
+        return SqliteControllerEvents(self._db, self._now)
 
     def now_ms(self) -> int:
         return round(self._now() * 1000)  # nearest ms: float seconds carry representation noise

@@ -51,6 +51,7 @@ import threading
 import weakref
 from contextlib import suppress
 from pathlib import Path
+from typing import NamedTuple
 
 from runner.store._faults import busy
 
@@ -143,14 +144,12 @@ def tickets_taken(store: Path) -> int:
         return 0
 
 
-class Turn:
-    """A writer's turn (`number`: its ticket; `queued`: it waited behind another
-    process), held until `WriteLock.release`."""
+class Turn(NamedTuple):
+    """A writer's turn (`number`: its ticket, its place locked on `fd`), held until
+    `WriteLock.release`."""
 
-    __slots__ = ("fd", "number", "queued")
-
-    def __init__(self, fd: int, number: int, queued: bool) -> None:
-        self.fd, self.number, self.queued = fd, number, queued
+    fd: int
+    number: int
 
 
 class _Wait:
@@ -194,8 +193,7 @@ class WriteLock:
         _LIVE.add(self)
 
     def _open(self) -> _Line | None:
-        if self._line is not None:
-            return self._line
+        """The sidecar, opened (None: unusable here, SQLite's lock alone)."""
         if self._unusable:
             return None
         try:
@@ -211,13 +209,13 @@ class WriteLock:
         """Wait for this process's turn; None when there is no queue to join (go ahead:
         SQLite's lock decides). Raises StoreBusy once `timeout_ms` has passed."""
         with self._mutex:
-            line = self._open()
+            line = self._line or self._open()
             if line is None:
                 return None
             try:
                 number = None if line.in_flight else _take_ticket(line.fd, wait=False)
                 if number is not None and _wait_for_those_ahead(line.fd, number, wait=False):
-                    self.held = Turn(line.fd, number, queued=False)
+                    self.held = Turn(line.fd, number)
                     return self.held
             except OSError:
                 self._give_up()  # e.g. a full disk refused the counter: SQLite alone
@@ -236,7 +234,7 @@ class WriteLock:
                     raise busy(self._store)
         if wait.failed or wait.number is None:
             return None
-        self.held = Turn(line.fd, wait.number, queued=True)
+        self.held = Turn(line.fd, wait.number)
         return self.held
 
     def release(self, turn: Turn) -> None:

@@ -20,7 +20,7 @@ from runner.compiler import build_catalog
 from runner.host.runtime._local import Workspace
 from runner.launch import LaunchCoordinator
 from runner.store import SqliteStore
-from runner.store.sqlite._store import SCRUB_SECONDS
+from runner.store.sqlite._db import SCRUB_SECONDS
 from runner.testing import build_coordinator
 
 ECHO = """\

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from runner.store import StoreError
-from runner.store.sqlite._db import SqliteDatabase, open_database
+from runner.store.sqlite._db import SqliteDatabase
+from runner.store.sqlite._open import open_database
 
 
 def _in_thread(fn: Any) -> Any:

@@ -36,8 +36,9 @@ def connector(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Connec
     if request.param == "sqlite":
         db = SqliteDatabase(tmp_path / "seam.sqlite3")
         db.connection().execute(_TABLE)
+        clock = Clock()  # both connectors read a Clock's seconds
         try:
-            yield SqliteConnector(db, Clock())
+            yield SqliteConnector(db, lambda: clock() / 1000)
         finally:
             db.close()
         return
@@ -133,7 +134,7 @@ def test_sqlite_guards_one_statement_without_a_savepoint(tmp_path: Path) -> None
         conn.execute(_TABLE)
         sent: list[str] = []
         db.trace(sent.append)
-        with SqliteConnector(db, Clock()).write() as tx, tx.statement():
+        with SqliteConnector(db, lambda: 1.0).write() as tx, tx.statement():
             tx.run("INSERT INTO items (k, n) VALUES ('a', 1)")
         db.trace(None)
     finally:

@@ -28,7 +28,8 @@ from waiting import LineReader, wait_until
 from runner.store import SqliteStore
 from runner.store._errors import StoreBusy
 from runner.store.sqlite import _writelock as writelock
-from runner.store.sqlite._db import SqliteDatabase, open_database
+from runner.store.sqlite._db import SqliteDatabase
+from runner.store.sqlite._open import open_database
 from runner.store.sqlite._writelock import PLACES, WriteLock, tickets_taken, wlock_path
 
 pytestmark = pytest.mark.skipif(not writelock.SUPPORTED,
