@@ -198,14 +198,16 @@ def test_run_and_list_read_kept_definitions_without_compiling_or_rich(
 #: What running a compute-only workflow with a plainly matching input (GREET) needs none
 #: of (issue 34 item 11): the compiler's checks (the kind rows and routing read
 #: compiler/_values.py), jsonschema (compiler/_plainmatch.py), the hook caller and the
-#: process supervisor (a compute node), the controller side's records (a launch's ending
-#: settles a controller child by SQL, store/domain/_settle.py), the zone database, html.
+#: process supervisor (a compute node), the controller side's records and the settling
+#: of a controller child (store/domain/_settle.py: loaded only when the launch queue finds
+#: the child's request), the zone database, html.
 NOT_FOR_A_RUN = ("runner.compiler._checker", "runner.compiler._template_checks",
                  "runner.compiler._stepcalls", "runner.compiler._template_ast",
                  "jsonschema", "referencing", "jsonschema_specifications", "rpds",
                  "runner.engine._procs", "runner.engine._hooks", "runner.steps",
                  "runner.store._controller_interface", "runner.store.domain._workflow_requests",
-                 "runner.store.domain._controller_queue", "zoneinfo", "html")
+                 "runner.store.domain._controller_queue", "runner.store.domain._settle",
+                 "zoneinfo", "html")
 
 
 @pytest.mark.parametrize("args", [("run", "greet", "-i", "name=plain", "--json"),
