@@ -41,17 +41,17 @@ from runner.store import (
     StoreUnreachable,
 )
 
-from ._activation import Activation
+from ._activation import Activation, CrashPoints
 from ._claims import Claims
 from ._endings import Endings, classify
 from ._engines import Engines
 from ._faults import FaultHold, store_fault
 from ._held import HeldInput
-from ._intents import new_intent
+from ._intents import new_intent, workflow_name
 from ._items import item_rows
 from ._keeper import LeaseKeeper
 from ._link import RunningStep, Step
-from ._preflight import Resolver, relative, workflow_name
+from ._preflight import Resolver, relative
 from ._rerun import create_rerun, rerun_options
 
 log = logging.getLogger(__name__)
@@ -69,7 +69,7 @@ class Activator:
                  clock: Clock, *,
                  runs_dir: Path, lease_seconds: float, claims: Claims, keeper: LeaseKeeper,
                  engines: Engines, endings: Endings, faults: FaultHold, held: HeldInput,
-                 scrub: InputScrub, crash: Callable[[str], None]) -> None:
+                 scrub: InputScrub, crash: CrashPoints) -> None:
         self._store = store
         self._book = book
         self._resolver = resolver
@@ -162,7 +162,8 @@ class Activator:
 
     def _begin(self, act: Activation) -> bool:
         record = act.record
-        self._crash("after_claim")
+        if self._crash.hook is not None:
+            self._crash.hook("after_claim")
         # The launch's transitions that ride its bundle's writes (link.py).
         link = RunLink(act, self._book, self._endings, self._clock, self._ran)
         engine = self._engines.fenced(record, act.fence, link=link)
@@ -275,7 +276,8 @@ class Activator:
             code, reason = classify(exc)
             self._endings.fail_launch(record, token, code, reason)
             return False
-        self._crash("during_starting")
+        if self._crash.hook is not None:
+            self._crash.hook("during_starting")
         act.driver = driver
         # The launch goes `running` now (a folder) or with the first node's start (a
         # database bundle, link.py): a cancel that won meanwhile refuses it, and `_lost`
@@ -289,7 +291,8 @@ class Activator:
         driver, engine = act.driver, act.engine
         assert driver is not None
         assert engine is not None
-        self._crash("before_executor_release")
+        if self._crash.hook is not None:
+            self._crash.hook("before_executor_release")
         self._keeper.add(act)
         if not act.whole:
             # A run with effects honours a cancel asked while it was starting before
@@ -328,7 +331,8 @@ class Activator:
         write on rows, just before the executor is released on a folder."""
         act.running(record, sent)
         self._scrub.cleared()
-        self._crash("after_running")  # with the first node's start; it has not run
+        if self._crash.hook is not None:  # with the first node's start; it has not run
+            self._crash.hook("after_running")
 
     def _lost(self, act: Activation) -> RunOutcome | None:
         """A fence or renewal refused us: a cancel, or another runner took the claim."""

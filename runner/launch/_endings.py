@@ -10,7 +10,6 @@ otherwise `record` writes it apart.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
 from runner._safety import one_line
 from runner.engine import RunOutcome, RunReader
@@ -35,13 +34,12 @@ from runner.store import (
     TurnCause,
 )
 
-from ._activation import Activation
+from ._activation import Activation, CrashPoints
 from ._engines import Engines
 from ._held import HeldInput
-from ._intents import new_intent
+from ._intents import new_intent, workflow_name
 from ._link import Transition
 from ._pausing import settle_pause
-from ._preflight import workflow_name
 
 log = logging.getLogger(__name__)
 #: How an engine ending maps onto the launch row's failure code.
@@ -72,7 +70,7 @@ class Endings:
 
     def __init__(self, store: Store, book: LaunchBook, runner_id: str, reader: RunReader,
                  engines: Engines, held: HeldInput, scrub: InputScrub, *,
-                 crash: Callable[[str], None], for_sessions: bool = False) -> None:
+                 crash: CrashPoints, for_sessions: bool = False) -> None:
         self._store = store
         self._book = book
         self._runner_id = runner_id
@@ -90,7 +88,8 @@ class Endings:
 
     def record(self, act: Activation, outcome: RunOutcome) -> None:
         """Map an engine outcome onto the launch row, with a follow-up when one is due."""
-        self._crash("before_outcome_recorded")
+        if self._crash.hook is not None:
+            self._crash.hook("before_outcome_recorded")
         if act.recorded:
             return  # committed with the bundle's seal (link.py)
         if outcome.parked:

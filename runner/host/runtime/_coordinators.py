@@ -109,7 +109,7 @@ def build_coordinator(ws: Workspace, store: Store, role: Role, *,
     if secrets is None:
         secrets = environment_secrets() if traits.env_secrets else ()
     return LaunchCoordinator(
-        store, resolver or ws, ws.runs_dir, runner_id=runner or runner_id(),
+        store, resolver or ws.workflows, ws.runs_dir, runner_id=runner or runner_id(),
         clock=clock or ws.clock, options=options, lease_seconds=lease_seconds,
         renew_every=leases.renew_every(lease_seconds) if renew_every is None
         else renew_every,
