@@ -3,13 +3,14 @@
 An engine outcome maps onto the row (done | failed | cancelled | parked), with one
 durable follow-up for the launch's session where one is due, so a launch's
 terminal state always agrees with its bundle. When the bundles live in the store's
-database the ending commits with the bundle's seal (`transition`, link.py);
+database the ending commits with the bundle's seal (`transition`, activator.py);
 otherwise `record` writes it apart.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from runner._safety import one_line
 from runner.engine import RunOutcome, RunReader
@@ -38,10 +39,11 @@ from ._activation import Activation, CrashPoints
 from ._engines import Engines
 from ._held import HeldInput
 from ._intents import new_intent, workflow_name
-from ._link import Transition
 from ._pausing import settle_pause
 
 log = logging.getLogger(__name__)
+#: A launch transition that may carry a bundle write (the step's, activator.py).
+Transition = Callable[[BundleWrite | None], LaunchRecord | LostRace]
 #: How an engine ending maps onto the launch row's failure code.
 FAILURE_CODES: dict[str, LaunchErrorCode] = {"failed": "run_failed",
                                              "timed_out": "run_timed_out"}
@@ -91,7 +93,7 @@ class Endings:
         if self._crash.hook is not None:
             self._crash.hook("before_outcome_recorded")
         if act.recorded:
-            return  # committed with the bundle's seal (link.py)
+            return  # committed with the bundle's seal (activator.py, `RunLink`)
         if outcome.parked:
             if act.claim_lost:
                 return  # another runner owns the row now
@@ -106,7 +108,7 @@ class Endings:
 
     def transition(self, act: Activation, outcome: RunOutcome) -> Transition:
         """The transition that records how a run ended (not parked) on its launch; it
-        takes the bundle's seal along when given one (link.py). A run written whole
+        takes the bundle's seal along when given one (activator.py, `RunLink`). A run written whole
         (`act.whole`), or one whose row is still `starting` (its ending's commit was
         lost, and its bundle says how it ended), never went `running`: its ending takes
         the row there and clears the input, which the scrub then wipes from the WAL."""

@@ -2,7 +2,7 @@
 
 A fenced engine writes a claimed run's bundle behind its `LeaseFence`; when the
 bundles live in the store's database its first write and its seal commit in the
-launch's own transitions (`Link`, link.py). A bare engine only records endings:
+launch's own transitions (`RunLink`, activator.py). A bare engine only records endings:
 no claim, so unfenced (a folder's lock or the launch's own state decides who may
 write).
 """
@@ -83,7 +83,7 @@ class Engines:
                       observer=opts.observer, durability=opts.durability,
                       project_root=opts.project_root, work_dir=opts.project_root,
                       fence=fence, processes=opts.processes, crash_point=opts.crash_point,
-                      secret_source=self._held.source(record.run_id),
+                      secret_source=self.secret_source(record.run_id),
                       rows=self.rows, claim=fence.token, patience=self._patience,
                       step_cache=self._step_cache, use_cache=opts.use_cache,
                       launch=link,
@@ -96,13 +96,24 @@ class Engines:
                       effects_guarded=lambda: record.status == "running"
                       and self._controller_child(record.run_id))
 
+    def secret_source(self, run_id: str) -> SecretSource:
+        """The secret source of `run_id`'s run: the runner's (`options`), with the
+        writeOnly values held for it (held.py)."""
+        base = self.options.secret_source
+        kept = self._held.values.get(run_id)
+        if not kept:  # most runs: no writeOnly input
+            return base
+        held = {k: v for k, v in kept.items() if isinstance(v, str)}
+        return SecretSource(given={**base.given, **held}, environ=base.environ) if held \
+            else base
+
     def reading(self, run_id: str) -> Engine:
         """An engine that reads run `run_id` to run items of its shared fan-out nodes on
         this host (engine/_itemhost.py): no claim, it never writes the run's bundle."""
         opts = self.options
         return Engine(runs_dir=self.runs_dir, clock=self._clock, rows=self.rows,
                       project_root=opts.project_root, work_dir=opts.project_root,
-                      processes=opts.processes, secret_source=self._held.source(run_id),
+                      processes=opts.processes, secret_source=self.secret_source(run_id),
                       patience=self._patience)
 
     def bare(self) -> Engine:
