@@ -50,7 +50,7 @@ class Activation:
     force: bool = False  # resume although the workflow changed (an explicit, recorded choice)
     outcome: RunOutcome | None = None  # set when the bundle had ended before this claim
     by_id: bool = False  # claimed by id (foreground, resume): no claim loop follows it
-    recorded: bool = False  # the ending committed with the bundle's seal (RunLink)
+    recorded: bool = False  # the ending committed (with the bundle's seal: RunLink)
     then_claim: NextClaim | None = None  # the next launch, claimed with this one's ending
     # A pure run written whole with its ending (engine/_bundle.py, `write_whole`): no
     # `running` commit of its own, its ending takes the row through `running`.

@@ -113,11 +113,11 @@ class Activator:
         assert record.claim_token is not None, "execute needs a claimed launch"
         fence = LeaseFence(self._book, record.run_id, record.claim_token,
                            self._clock, self._lease_seconds)
-        sent = self._claims.take_sent(record.claim_token)
+        sent, by_id = self._claims.taken(record)
         if sent is not None:  # claimed here: the claim's own committed lease
             fence.held(record, sent)
         act = Activation(record, record.claim_token, fence, control=control or RunControl(),
-                         force=force, by_id=self._claims.take_by_id(record.run_id))
+                         force=force, by_id=by_id)
         if on_start is not None:
             on_start(act)
         return act if self._guarded(act, self._begin) else None
@@ -437,10 +437,7 @@ class RunLink:
     def ended(self, outcome: RunOutcome) -> Step | None:
         if outcome.parked:
             return None
-        return Step(self.endings.transition(self.act, outcome), self._recorded)
-
-    def _recorded(self, _record: LaunchRecord) -> None:
-        self.act.recorded = True  # committed with the bundle's seal
+        return Step(self.endings.transition(self.act, outcome))  # marks `act.recorded`
 
 
 def _deleted(record: LaunchRecord) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
 
 from runner._safety import one_line
 from runner.engine import RunOutcome, RunReader
@@ -93,7 +94,7 @@ class Endings:
         if self._crash.hook is not None:
             self._crash.hook("before_outcome_recorded")
         if act.recorded:
-            return  # committed with the bundle's seal (activator.py, `RunLink`)
+            return  # committed with the bundle's seal (`RunLink`, activator.py)
         if outcome.parked:
             if act.claim_lost:
                 return  # another runner owns the row now
@@ -108,30 +109,33 @@ class Endings:
 
     def transition(self, act: Activation, outcome: RunOutcome) -> Transition:
         """The transition that records how a run ended (not parked) on its launch; it
-        takes the bundle's seal along when given one (activator.py, `RunLink`). A run written whole
-        (`act.whole`), or one whose row is still `starting` (its ending's commit was
-        lost, and its bundle says how it ended), never went `running`: its ending takes
-        the row there and clears the input, which the scrub then wipes from the WAL."""
+        takes the bundle's seal along when given one (`RunLink`, activator.py), and once
+        committed marks the activation `recorded`. A run written whole (`act.whole`), or
+        one whose row is still `starting` (its ending's commit was lost, and its bundle
+        says how it ended), never went `running`: its ending takes the row there and
+        clears the input, which the scrub then wipes from the WAL."""
         first = act.whole or act.record.status == "starting"
-        step = self._transition(act, outcome, first)
-        if not first:
-            return step
+        commit = self._commit(act, outcome, first)
         scrub = self._scrub
 
-        def whole(bundle: BundleWrite | None) -> LaunchRecord | LostRace:
-            result = step(bundle)
+        def ended(bundle: BundleWrite | None) -> LaunchRecord | LostRace:
+            result = commit(bundle=bundle)
             if not isinstance(result, LostRace):
-                scrub.cleared()
+                act.recorded = True
+                if first:
+                    scrub.cleared()
             return result
-        return whole
+        return ended
 
-    def _transition(self, act: Activation, outcome: RunOutcome, first: bool) -> Transition:
+    def _commit(self, act: Activation, outcome: RunOutcome,
+                first: bool) -> Callable[..., LaunchRecord | LostRace]:
+        """The launch book's call that records the ending, bound but for the bundle."""
         launches = self._book
         run_id, token = act.record.run_id, act.token
         then = act.then_claim
         if outcome.status == "cancelled":
-            return lambda bundle: launches.cancel(run_id, claim_token=token, bundle=bundle,
-                                                  then_claim=then, from_starting=first)
+            return partial(launches.cancel, run_id, claim_token=token, then_claim=then,
+                           from_starting=first)
         if outcome.status in ("completed", "waiting"):
             presentation = None
             session = act.record.origin_session_id
@@ -146,9 +150,8 @@ class Endings:
                                           source="run_presentation", state=outcome.status,
                                           node=outcome.state.waiting_on if waiting else None,
                                           reason=self._summary(outcome) if waiting else "")
-            return lambda bundle: launches.finish(run_id, token, waiting=waiting,
-                                                  turn_intent=presentation, bundle=bundle,
-                                                  then_claim=then, from_starting=first)
+            return partial(launches.finish, run_id, token, waiting=waiting,
+                           turn_intent=presentation, then_claim=then, from_starting=first)
         error = outcome.error or {}
         code = FAILURE_CODES.get(outcome.status, "run_failed")
         if error.get("code") == "interrupted":
@@ -164,9 +167,8 @@ class Endings:
             intent = new_intent(session_id=session, run_id=run_id, workflow=act.workflow,
                                 cause=cause, source=f"run_{outcome.status}",
                                 state=outcome.status, reason=message, node=node)
-        return lambda bundle: launches.fail(run_id, token, code=code, message=message,
-                                            turn_intent=intent, bundle=bundle,
-                                            then_claim=then, from_starting=first)
+        return partial(launches.fail, run_id, token, code=code, message=message,
+                       turn_intent=intent, then_claim=then, from_starting=first)
 
     def _summary(self, outcome: RunOutcome) -> str:
         """A waiting run's checkpoint summary, safe to show a model (bounded, redacted)."""

@@ -163,7 +163,10 @@ class Preflight:
             value, hidden = split_input(definition, value)
         source = {"source": definition.source.to_json() if definition.source else None,
                   "sources": [s.to_json() for s in definition.sources]}
-        gate = launch_gate(definition, value) if parent_run_id is None else None
+        # Flow control only where the workflow asks for it (a continuation has none).
+        gated = parent_run_id is None and (definition.concurrency is not None
+                                           or definition.rate_limit is not None)
+        gate = launch_gate(definition, value) if gated else None
         return NewLaunch(
             run_id=run_id, workflow_ref=stored_ref, source=source,
             definition_digest=definition.digest, input=value,
