@@ -21,9 +21,10 @@ from runner.engine._processes import ProcessRegistry
 from runner.engine._rows import BundleRows
 from runner.engine._runtypes import LaunchLink, Observer
 from runner.engine._secrets import NO_SOURCE, SecretSource
-from runner.store import LaunchRecord, LeaseFence, Store
+from runner.store import LaunchBook, LaunchRecord, LeaseFence, Store
 
 from ._channels import ChannelSink
+from ._handback import HandBack
 from ._held import HeldInput
 from ._items import StoreItems
 from ._stepcache import StoreStepCache
@@ -31,7 +32,12 @@ from ._stepcache import StoreStepCache
 
 @dataclass
 class EngineOptions:
-    executor: Callable[[LaunchRecord], AgentStepExecutor | None] = lambda _r: None
+    # A run's agent executor: `executor(record)` when set (a session's, made per
+    # launch), else `agent` (the runner's own, `--agent`). With `hand_back`, a session's
+    # launch run here gives its agent steps back to the session instead (handback.py).
+    executor: Callable[[LaunchRecord], AgentStepExecutor | None] | None = None
+    agent: AgentStepExecutor | None = None
+    hand_back: bool = False
     notifications: NotificationSink | None = None
     observer: Observer | None = None
     durability: str = "full"
@@ -75,10 +81,15 @@ class Engines:
         """An engine for the claimed launch `record`, its writes behind `fence`;
         `link` joins its database bundle's writes to the launch's transitions."""
         opts = self.options
+        executor: AgentStepExecutor | None = opts.agent
+        if opts.hand_back and record.origin_session_id is not None:
+            executor = HandBack(LaunchBook(self._store), record.run_id)
+        elif opts.executor is not None:
+            executor = opts.executor(record)
         if self._sink.inner is not opts.notifications:
             self._sink = ChannelSink(self._store, opts.notifications)
         return Engine(runs_dir=self.runs_dir, clock=self._clock,
-                      executor=opts.executor(record),
+                      executor=executor,
                       notifications=self._sink,
                       observer=opts.observer, durability=opts.durability,
                       project_root=opts.project_root, work_dir=opts.project_root,
