@@ -243,10 +243,9 @@ class Activator:
             secrets = None
             if record.parent_run_id is None:
                 # A missing secret or writeOnly value is a clear failure before the bundle.
-                # The engine's source is this one (engines.py), and `check_input` only
-                # validates (its JSON round trip keeps JSON values): the run takes these.
-                secrets = resolve_secrets(definition, self._engines.secret_source(record.run_id),
-                                          value)
+                # From the engine's own source (`Engines.secret_source`), and `check_input`
+                # only validates (its JSON round trip keeps JSON values): the run takes these.
+                secrets = resolve_secrets(definition, engine.secret_source, value)
                 value = check_input(definition, value)
         except _SourceChanged:
             self._endings.fail_launch(record, token, "source_changed", "the workflow source "
