@@ -94,7 +94,7 @@ class LaunchCoordinator:
         self.held: dict[str, dict[str, Any]] = self._held.values
         # Checkpoint after input is cleared, so no stale WAL frame keeps a copy of it.
         self._scrub = store.input_scrub(self.clock.monotonic, enabled=scrub_input)
-        self._engines = Engines(store, runs_dir, self.clock, self._held,
+        self._engines = Engines(store, self.book, runs_dir, self.clock, self._held,
                                 options or EngineOptions(), rows=rows,
                                 lease_seconds=lease_seconds)
         self._engines.children = LaunchChildren(self)  # a fan-out's `workflow:` bodies

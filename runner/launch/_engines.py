@@ -56,10 +56,11 @@ class EngineOptions:
 class Engines:
     """Builds a runner's engines over its runs folder (or database bundles)."""
 
-    def __init__(self, store: Store, runs_dir: Path, clock: Clock, held: HeldInput,
-                 options: EngineOptions, *, rows: BundleRows | None,
+    def __init__(self, store: Store, book: LaunchBook, runs_dir: Path, clock: Clock,
+                 held: HeldInput, options: EngineOptions, *, rows: BundleRows | None,
                  lease_seconds: float) -> None:
         self._store = store
+        self._book = book  # a session's launch handed back (handback.py)
         self.runs_dir = runs_dir
         self._clock = clock
         self._held = held
@@ -83,7 +84,7 @@ class Engines:
         opts = self.options
         executor: AgentStepExecutor | None = opts.agent
         if opts.hand_back and record.origin_session_id is not None:
-            executor = HandBack(LaunchBook(self._store), record.run_id)
+            executor = HandBack(self._book, record.run_id)
         elif opts.executor is not None:
             executor = opts.executor(record)
         if self._sink.inner is not opts.notifications:
