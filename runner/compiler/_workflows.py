@@ -104,7 +104,8 @@ class Workflows:
 
     def compile(self, ref: str) -> tuple[WorkflowDefinition, str]:
         """Compile a workflow by name or path; returns it with the ref to store."""
-        self.current()  # a workflow written since the last look is found by name
+        # As `current()`: a workflow written since the last look is found by name.
+        self.catalog = self.catalog.current()
         key = os.path.abspath(os.path.expanduser(ref)) if is_path_ref(ref) else ref
         cached = self._compiled.get(key)
         if cached is not None and cached.fresh(self.catalog, self._root_file(ref)):
