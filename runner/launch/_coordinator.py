@@ -34,14 +34,9 @@ from typing import Any
 
 from runner._leases import LEASE_SECONDS, renew_every
 from runner.clock import Clock, SystemClock
-from runner.engine import Engine, RunReader
+from runner.engine import RunReader
 from runner.engine._rows import BundleRows
-from runner.store import (
-    LaunchBook,
-    LaunchRecord,
-    Store,
-    StoreUnavailable,
-)
+from runner.store import LaunchBook, LaunchRecord, Store, StoreUnavailable
 
 from ._activation import Activation, CrashPoints, _no_crash
 from ._activator import Activator
@@ -154,9 +149,13 @@ class LaunchCoordinator:
         # expired reconciled with their bundles.
         self.cancel = self._recovery.cancel
         self.recover_expired = self._recovery.recover_expired
-        # Redacted, bounded text (held.py); the activations' owed input scrub, now.
+        # Redacted, bounded text (held.py); the project's files named relative to it
+        # (preflight.py); the activations' owed input scrub, now; an engine that only
+        # records endings (no claim: unfenced, engines.py).
         self.safe = self._held.safe
+        self.relative = self._preflight.relative
         self.flush_scrub = self._scrub.flush
+        self.bare_engine = self._engines.bare
 
     # -- what callers read and set -----------------------------------------------------
     @property
@@ -196,10 +195,6 @@ class LaunchCoordinator:
         """Why a run crashed here, by run id: the newest few, in memory."""
         return self._endings.crash_causes
 
-    def relative(self, text: str) -> str:
-        """`text` with the project's files named relative to it."""
-        return self._preflight.relative(text)
-
     # -- preparation ---------------------------------------------------------------------
     def prepare_here(self, ref: str, run_input: Any = None, *,
                      parent_run_id: str | None = None, detached: bool = False,
@@ -221,7 +216,3 @@ class LaunchCoordinator:
         return HostItems(self.store, self._engines, self.resolver, self.clock,
                          runner_id=self.runner_id, lease_seconds=self.lease_seconds,
                          crash=self._crashes)
-
-    def bare_engine(self) -> Engine:
-        """An engine that only records endings (no claim: unfenced)."""
-        return self._engines.bare()
