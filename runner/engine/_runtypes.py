@@ -63,7 +63,7 @@ def retry_delay(run_id: str, node: str, attempt: int, backoff: float,
 
 class LaunchLink(Protocol):
     """The claimed launch a run belongs to (the launch layer makes it,
-    runner/launch/_link.py): its transitions commit in the bundle's writes, or right
+    runner/launch/_activator.py, `RunLink`): its transitions commit in the bundle's writes, or right
     after them where the bundle shares no transaction with the store (a folder)."""
 
     def running(self) -> LaunchStep | None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from ._coordinator import LaunchCoordinator
 from ._engines import EngineOptions
-from ._intents import fallback_text, message_id
-from ._preflight import PreflightError, Resolver, workflow_name
+from ._intents import fallback_text, message_id, workflow_name
+from ._preflight import PreflightError, Resolver
 
 __all__ = [
     "EngineOptions",

@@ -15,7 +15,7 @@ from runner.engine import Engine, RunControl, RunOutcome
 from runner.engine._runner import RunDriver
 from runner.store import LaunchRecord, LeaseFence, NextClaim
 
-from ._preflight import workflow_name
+from ._intents import workflow_name
 
 
 def _no_crash(_point: str) -> None:
@@ -23,19 +23,15 @@ def _no_crash(_point: str) -> None:
 
 
 class CrashPoints:
-    """The run path's crash seam (tests): `hook` is called at named points, a no-op in
-    production. One object the collaborators share, so a test may set the coordinator's
-    `crash` before a run and no collaborator calls the coordinator back for it."""
+    """The run path's crash seam (tests): at each named point, `hook` is called when
+    set. One object the collaborators share, so a test may set the coordinator's
+    `crash` before a run and no collaborator calls the coordinator back for it. Each
+    point asks `if crash.hook is not None` itself: production calls nothing."""
 
     __slots__ = ("hook",)
 
     def __init__(self, hook: Callable[[str], None] | None = None) -> None:
         self.hook: Callable[[str], None] | None = hook
-
-    def __call__(self, point: str) -> None:
-        hook = self.hook
-        if hook is not None:  # production: no call further (five points per run)
-            hook(point)
 
 
 @dataclass(eq=False)
@@ -54,7 +50,7 @@ class Activation:
     force: bool = False  # resume although the workflow changed (an explicit, recorded choice)
     outcome: RunOutcome | None = None  # set when the bundle had ended before this claim
     by_id: bool = False  # claimed by id (foreground, resume): no claim loop follows it
-    recorded: bool = False  # the ending committed with the bundle's seal (link.py)
+    recorded: bool = False  # the ending committed (with the bundle's seal: RunLink)
     then_claim: NextClaim | None = None  # the next launch, claimed with this one's ending
     # A pure run written whole with its ending (engine/_bundle.py, `write_whole`): no
     # `running` commit of its own, its ending takes the row through `running`.

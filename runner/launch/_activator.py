@@ -11,13 +11,17 @@ and `drive` runs it and maps how the run ended onto the row (endings.py). Both
 pass one boundary (`_guarded`): a lost claim lets go, a full or read-only disk
 holds the launch (faults.py), and any other unexpected exception fails the launch
 (the bundle ended too, the reservation released, one follow-up for a session).
+
+A claimed launch is joined to its run's bundle (`RunLink`, see "the link" below):
+the launch's `running` transition and its ending ride the bundle's first write and
+its seal.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from functools import partial
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -30,6 +34,7 @@ from runner.engine._state import TERMINAL
 from runner.errors import ClaimLost, MachineFault, WfrunError, machine_fault
 from runner.store import (
     MAX_ACTIVATION_CRASHES,
+    BundleRefused,
     InputScrub,
     LaunchBook,
     LaunchRecord,
@@ -41,17 +46,16 @@ from runner.store import (
     StoreUnreachable,
 )
 
-from ._activation import Activation
+from ._activation import Activation, CrashPoints
 from ._claims import Claims
-from ._endings import Endings, classify
+from ._endings import Endings, Transition, classify
 from ._engines import Engines
 from ._faults import FaultHold, store_fault
 from ._held import HeldInput
-from ._intents import new_intent
+from ._intents import new_intent, workflow_name
 from ._items import item_rows
 from ._keeper import LeaseKeeper
-from ._link import RunningStep, Step
-from ._preflight import Resolver, relative, workflow_name
+from ._preflight import Resolver, relative
 from ._rerun import create_rerun, rerun_options
 
 log = logging.getLogger(__name__)
@@ -69,7 +73,7 @@ class Activator:
                  clock: Clock, *,
                  runs_dir: Path, lease_seconds: float, claims: Claims, keeper: LeaseKeeper,
                  engines: Engines, endings: Endings, faults: FaultHold, held: HeldInput,
-                 scrub: InputScrub, crash: Callable[[str], None]) -> None:
+                 scrub: InputScrub, crash: CrashPoints) -> None:
         self._store = store
         self._book = book
         self._resolver = resolver
@@ -109,11 +113,11 @@ class Activator:
         assert record.claim_token is not None, "execute needs a claimed launch"
         fence = LeaseFence(self._book, record.run_id, record.claim_token,
                            self._clock, self._lease_seconds)
-        sent = self._claims.take_sent(record.claim_token)
+        sent, by_id = self._claims.taken(record)
         if sent is not None:  # claimed here: the claim's own committed lease
             fence.held(record, sent)
         act = Activation(record, record.claim_token, fence, control=control or RunControl(),
-                         force=force, by_id=self._claims.take_by_id(record.run_id))
+                         force=force, by_id=by_id)
         if on_start is not None:
             on_start(act)
         return act if self._guarded(act, self._begin) else None
@@ -162,8 +166,9 @@ class Activator:
 
     def _begin(self, act: Activation) -> bool:
         record = act.record
-        self._crash("after_claim")
-        # The launch's transitions that ride its bundle's writes (link.py).
+        if self._crash.hook is not None:
+            self._crash.hook("after_claim")
+        # The launch's transitions that ride its bundle's writes (`RunLink`, below).
         link = RunLink(act, self._book, self._endings, self._clock, self._ran)
         engine = self._engines.fenced(record, act.fence, link=link)
         act.engine = engine
@@ -238,9 +243,9 @@ class Activator:
             secrets = None
             if record.parent_run_id is None:
                 # A missing secret or writeOnly value is a clear failure before the bundle.
-                # The engine's source is this one (engines.py), and `check_input` only
-                # validates (its JSON round trip keeps JSON values): the run takes these.
-                secrets = resolve_secrets(definition, self._held.source(record.run_id), value)
+                # From the engine's own source (`Engines.secret_source`), and `check_input`
+                # only validates (its JSON round trip keeps JSON values): the run takes these.
+                secrets = resolve_secrets(definition, engine.secret_source, value)
                 value = check_input(definition, value)
         except _SourceChanged:
             self._endings.fail_launch(record, token, "source_changed", "the workflow source "
@@ -262,7 +267,9 @@ class Activator:
                 driver, act.checkpoint = engine.prepare_answer(
                     record.parent_run_id, value, lambda _m: definition, control=act.control,
                     run_id=record.run_id, definition=definition)
-            elif rerun_options(record) is not None:
+            elif record.options_json is not None and rerun_options(record) is not None:
+                # A rerun's plan rides in the launch options (most launches have none:
+                # their options are never parsed).
                 driver = create_rerun(self._reader, engine, record, definition, value,
                                       act.control, item_rows(self._store.fanout))
             else:
@@ -275,10 +282,11 @@ class Activator:
             code, reason = classify(exc)
             self._endings.fail_launch(record, token, code, reason)
             return False
-        self._crash("during_starting")
+        if self._crash.hook is not None:
+            self._crash.hook("during_starting")
         act.driver = driver
         # The launch goes `running` now (a folder) or with the first node's start (a
-        # database bundle, link.py): a cancel that won meanwhile refuses it, and `_lost`
+        # database bundle, `RunLink`): a cancel that won meanwhile refuses it, and `_lost`
         # ends the launch and the bundle. A pure run written whole goes there with its
         # ending (ADR 0009, lever 3).
         act.whole = not driver.bundle.start_launch()
@@ -289,7 +297,8 @@ class Activator:
         driver, engine = act.driver, act.engine
         assert driver is not None
         assert engine is not None
-        self._crash("before_executor_release")
+        if self._crash.hook is not None:
+            self._crash.hook("before_executor_release")
         self._keeper.add(act)
         if not act.whole:
             # A run with effects honours a cancel asked while it was starting before
@@ -328,7 +337,8 @@ class Activator:
         write on rows, just before the executor is released on a folder."""
         act.running(record, sent)
         self._scrub.cleared()
-        self._crash("after_running")  # with the first node's start; it has not run
+        if self._crash.hook is not None:  # with the first node's start; it has not run
+            self._crash.hook("after_running")
 
     def _lost(self, act: Activation) -> RunOutcome | None:
         """A fence or renewal refused us: a cancel, or another runner took the claim."""
@@ -364,30 +374,69 @@ class Activator:
         return None
 
 
+# -- the link: a claimed launch joined to its run's bundle ---------------------------
+#
+# When run bundles live in the store's database, two of the launch's own commits go
+# into the bundle's: the run's first write (its row, snapshot, manifest, `run_started`
+# and the first node's start) commits in the launch's `running` transition, and the
+# run's seal in the transition that records how it ended (`finish`, `fail` or the
+# holder's `cancel`). The launch row and its bundle then never disagree at those two
+# points, and a 3-node run costs 6 commits in all (docs/store.md). The transition's
+# guard (claim token, status, lease, on the locked launch row) is the bundle write's
+# fence: a refused guard writes nothing.
+#
+# A folder bundle has no transaction to share: it runs the same steps with no write
+# (`run(None)`), the `running` one just before the executor is released and the
+# ending's right after its seal, each committed as the store commits a transition
+# without a bundle.
+
+
+@dataclass(frozen=True)
+class Step:
+    """One launch transition that carries a bundle write (`LaunchStep`, engine/_rows.py);
+    `then` is told the committed row."""
+
+    transition: Transition
+    then: Callable[[LaunchRecord], None] | None = None
+
+    def run(self, write: Callable[[Any], str] | None) -> str:
+        try:
+            result = self.transition(write)
+        except BundleRefused as refused:
+            return refused.word
+        except StoreUnreachable:  # a full or read-only database is a machine fault: raised
+            return "unavailable"  # the bundle retries (it may have committed)
+        if isinstance(result, LostRace):
+            return "fenced"
+        if self.then is not None:
+            self.then(result)
+        return "ok"
+
+
+@dataclass(frozen=True)
 class RunLink:
-    """`LaunchLink` of one activation (engine/_runner.py): the `running` step for the
+    """`LaunchLink` of one activation (engine/_runtypes.py): the `running` step for the
     run's first write, the ending's for its seal (None when parked: recorded apart)."""
 
-    def __init__(self, act: Activation, book: LaunchBook, endings: Endings, clock: Clock,
-                 ran: Callable[[Activation, LaunchRecord, float], None]) -> None:
-        self._act = act
-        self._book = book
-        self._endings = endings
-        self._clock = clock
-        self._ran = ran
+    act: Activation
+    book: LaunchBook
+    endings: Endings
+    clock: Clock
+    ran: Callable[[Activation, LaunchRecord, float], None]
 
     def running(self) -> Step:
-        act = self._act
-        return RunningStep(self._book, act.record.run_id, act.token, self._clock.monotonic(),
-                           partial(self._ran, act)).step()
+        """The launch's `running` transition carrying the run's first bundle write: it
+        tells `ran` the committed row and when the statement was sent (the fence
+        answers from that, activation.py)."""
+        act, sent = self.act, self.clock.monotonic()
+        run_id, token = act.record.run_id, act.token
+        return Step(lambda bundle: self.book.mark_running(run_id, token, bundle=bundle),
+                    lambda record: self.ran(act, record, sent))
 
     def ended(self, outcome: RunOutcome) -> Step | None:
         if outcome.parked:
             return None
-        return Step(self._endings.transition(self._act, outcome), self._recorded)
-
-    def _recorded(self, _record: LaunchRecord) -> None:
-        self._act.recorded = True  # committed with the bundle's seal
+        return Step(self.endings.transition(self.act, outcome))  # marks `act.recorded`
 
 
 def _deleted(record: LaunchRecord) -> bool:

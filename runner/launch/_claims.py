@@ -106,11 +106,15 @@ class Claims:
                 self._sent.clear()
             self._sent[record.claim_token] = at
 
-    def take_sent(self, token: str) -> float | None:
-        """When the claim `token` was sent, if it was claimed here (asked once, when its
-        run begins)."""
+    def taken(self, record: LaunchRecord) -> tuple[float | None, bool]:
+        """What this runner knows of its claim on `record`, asked once when its run
+        begins: when the claim was sent (None: not claimed here, `sent`) and whether it
+        was claimed by id (`mark_by_id`: no claim loop follows its run)."""
         with self._lock:
-            return self._sent.pop(token, None)
+            sent = self._sent.pop(record.claim_token or "", None)
+            by_id = record.run_id in self._by_id
+            self._by_id.discard(record.run_id)
+        return sent, by_id
 
     def next_claim(self) -> NextClaim | None:
         """A claim to take with a run's ending (a host slot's next run); None while
@@ -144,14 +148,6 @@ class Claims:
         """`run_id` was claimed by id: no claim loop follows its run."""
         with self._lock:
             self._by_id.add(run_id)
-
-    def take_by_id(self, run_id: str) -> bool:
-        """Whether `run_id` was claimed by id (asked once, when its run begins)."""
-        with self._lock:
-            if run_id in self._by_id:
-                self._by_id.discard(run_id)
-                return True
-            return False
 
     def give_back(self, run_id: str, token: str) -> None:
         """Expire our own lease on `run_id` (fenced by `token`: a claim taken since is

@@ -34,17 +34,9 @@ from typing import Any
 
 from runner._leases import LEASE_SECONDS, renew_every
 from runner.clock import Clock, SystemClock
-from runner.engine import Engine, RunControl, RunOutcome, RunReader
+from runner.engine import RunReader
 from runner.engine._rows import BundleRows
-from runner.store import (
-    LaunchBook,
-    LaunchErrorCode,
-    LaunchRecord,
-    LostRace,
-    NextClaim,
-    Store,
-    StoreUnavailable,
-)
+from runner.store import LaunchBook, LaunchRecord, Store, StoreUnavailable
 
 from ._activation import Activation, CrashPoints, _no_crash
 from ._activator import Activator
@@ -56,7 +48,7 @@ from ._held import HeldInput
 from ._items import LaunchChildren
 from ._itemwork import HostItems
 from ._keeper import LeaseKeeper
-from ._preflight import PlannedLaunch, Preflight, PreflightError, Resolver
+from ._preflight import Preflight, PreflightError, Resolver
 from ._recovery import Recovery
 
 RENEW_EVERY = renew_every(LEASE_SECONDS)
@@ -97,7 +89,7 @@ class LaunchCoordinator:
         self.held: dict[str, dict[str, Any]] = self._held.values
         # Checkpoint after input is cleared, so no stale WAL frame keeps a copy of it.
         self._scrub = store.input_scrub(self.clock.monotonic, enabled=scrub_input)
-        self._engines = Engines(store, runs_dir, self.clock, self._held,
+        self._engines = Engines(store, self.book, runs_dir, self.clock, self._held,
                                 options or EngineOptions(), rows=rows,
                                 lease_seconds=lease_seconds)
         self._engines.children = LaunchChildren(self)  # a fan-out's `workflow:` bodies
@@ -116,13 +108,54 @@ class LaunchCoordinator:
                                     engines=self._engines, endings=self._endings,
                                     faults=hold, held=self._held, scrub=self._scrub,
                                     crash=self._crashes)
-        self._preflight = Preflight(store, self.book, resolver, self.reader, self.clock,
-                                    runs_dir, self._held, crash=self._crashes,
-                                    cancel=lambda run_id: self.cancel(run_id))
         self._recovery = Recovery(store, self.book, runner_id, self.clock, lease_seconds,
                                   reader=self.reader, resolver=resolver,
                                   endings=self._endings, engines=self._engines,
                                   scrub=self._scrub)
+        self._preflight = Preflight(store, self.book, resolver, self.reader, self.clock,
+                                    runs_dir, self._held, crash=self._crashes,
+                                    cancel=self._recovery.cancel)
+
+        # What callers call is the collaborators' own methods, not forwards to them:
+        # a reader walks from here straight to the work.
+        # Preparation (preflight.py): every pre-reply check, then one committed `queued`
+        # row with the final run id (`prepare`; `claim_by`: claimed by that runner in
+        # the same commit; `options`: private launch options such as a rerun's plan).
+        # `plan` and `queued`: a detached start whose row another commit writes (group
+        # commit of trigger firings).
+        self.prepare = self._preflight.prepare
+        self.plan = self._preflight.plan
+        self.queued = self._preflight.queued
+        # Claims (claims.py): the next launch, one by id (an explicit resume, a
+        # foreground run), or a claim `execute` takes with a run's ending (a host
+        # slot's next run).
+        self.claim_next = self._claims.next
+        self.claim = self._claims.by_id
+        self.next_claim = self._claims.next_claim
+        # The one run path (activator.py): `execute` runs a claimed launch to its end
+        # (fresh, resumed, or only recorded) and returns how the run ended, or None when
+        # it failed to start or another runner won; `then_claim` (from `next_claim`):
+        # the ending's commit also claims the next launch. A session does `begin` (up
+        # to `running`) at its idle boundary and `drive`s the run on a worker thread.
+        self.execute = self._activator.execute
+        self.begin = self._activator.begin
+        self.drive = self._activator.drive
+        # Endings (endings.py): an engine outcome onto the launch row, with a follow-up
+        # when one is due; a claimed launch failed with one follow-up for its session.
+        self.record_outcome = self._endings.record
+        self.fail_launch = self._endings.fail_launch
+        # Cancellation and recovery (recovery.py): cancel now, or ask the live runner of
+        # a running launch (a dead runner's is taken over); `starting` rows whose lease
+        # expired reconciled with their bundles.
+        self.cancel = self._recovery.cancel
+        self.recover_expired = self._recovery.recover_expired
+        # Redacted, bounded text (held.py); the project's files named relative to it
+        # (preflight.py); the activations' owed input scrub, now; an engine that only
+        # records endings (no claim: unfenced, engines.py).
+        self.safe = self._held.safe
+        self.relative = self._preflight.relative
+        self.flush_scrub = self._scrub.flush
+        self.bare_engine = self._engines.bare
 
     # -- what callers read and set -----------------------------------------------------
     @property
@@ -162,49 +195,7 @@ class LaunchCoordinator:
         """Why a run crashed here, by run id: the newest few, in memory."""
         return self._endings.crash_causes
 
-    def safe(self, text: str, run_input: Any = None) -> str:
-        """Redacted, bounded text (held.py)."""
-        return self._held.safe(text, run_input)
-
-    def relative(self, text: str) -> str:
-        """`text` with the project's files named relative to it."""
-        return self._preflight.relative(text)
-
     # -- preparation ---------------------------------------------------------------------
-    def prepare(self, ref: str, run_input: Any = None, *, session_id: str | None = None,
-                parent_run_id: str | None = None, presentation_pending: str | None = None,
-                affinity_runner_id: str | None = None, run_id: str | None = None,
-                claim_by: str | None = None, lease_seconds: float = LEASE_SECONDS,
-                options: dict[str, Any] | None = None) -> LaunchRecord:
-        """Every pre-reply check, then one committed `queued` row with the final run id
-        (`claim_by`: claimed by that runner in the same commit; `options`: private launch
-        options such as a rerun's plan); preflight.py."""
-        return self._preflight.prepare(
-            ref, run_input, session_id=session_id, parent_run_id=parent_run_id,
-            presentation_pending=presentation_pending,
-            affinity_runner_id=affinity_runner_id, run_id=run_id, claim_by=claim_by,
-            lease_seconds=lease_seconds, options=options)
-
-    def plan(self, ref: str, run_input: Any, run_id: str) -> PlannedLaunch:
-        """A detached start's checks, its row written by another commit (group
-        commit of trigger firings); then `queued`. preflight.py."""
-        return self._preflight.plan(ref, run_input, run_id)
-
-    def queued(self, planned: PlannedLaunch, record: LaunchRecord) -> LaunchRecord:
-        return self._preflight.queued(planned, record)
-
-    # -- claims ------------------------------------------------------------------------
-    def claim_next(self, session_id: str | None) -> LaunchRecord | None:
-        return self._claims.next(session_id)
-
-    def claim(self, run_id: str, *, dead_runner: str | None = None) -> LaunchRecord:
-        """Claim one launch by id (an explicit resume, a foreground run)."""
-        return self._claims.by_id(run_id, dead_runner=dead_runner)
-
-    def next_claim(self) -> NextClaim | None:
-        """A claim for `execute` to take with a run's ending (a host slot's next run)."""
-        return self._claims.next_claim()
-
     def prepare_here(self, ref: str, run_input: Any = None, *,
                      parent_run_id: str | None = None, detached: bool = False,
                      run_id: str | None = None, options: dict[str, Any] | None = None
@@ -220,60 +211,8 @@ class LaunchCoordinator:
         self._claims.mark_by_id(record.run_id)
         return record
 
-    # -- the one execute -----------------------------------------------------------------
-    def execute(self, record: LaunchRecord, *, control: RunControl | None = None,
-                on_start: Callable[[Activation], None] | None = None,
-                force: bool = False,
-                then_claim: NextClaim | None = None) -> RunOutcome | None:
-        """Run a claimed launch to its end (fresh, resumed, or only recorded); returns
-        how the run ended, or None when it failed to start or another runner won.
-        `then_claim` (from `next_claim`): the transition that records the run's ending
-        also claims the next launch (`then_claim.record`), one commit for both."""
-        return self._activator.execute(record, control=control, on_start=on_start,
-                                       force=force, then_claim=then_claim)
-
-    def begin(self, record: LaunchRecord, *, control: RunControl | None = None,
-              on_start: Callable[[Activation], None] | None = None,
-              force: bool = False) -> Activation | None:
-        """The first half of `execute`, up to `running` (a session does it at its idle
-        boundary and drives the run on a worker thread). None: nothing to drive."""
-        return self._activator.begin(record, control=control, on_start=on_start,
-                                     force=force)
-
-    def drive(self, act: Activation) -> RunOutcome | None:
-        """The second half of `execute`: run the nodes, record the ending."""
-        return self._activator.drive(act)
-
-    # -- endings -------------------------------------------------------------------------
-    def record_outcome(self, act: Activation, outcome: RunOutcome) -> None:
-        """Map an engine outcome onto the launch row, with a follow-up when one is due."""
-        self._endings.record(act, outcome)
-
-    def fail_launch(self, record: LaunchRecord, token: str, code: LaunchErrorCode,
-                    reason: str, *, fixed: bool = False) -> LaunchRecord | LostRace:
-        """Fail a claimed launch with one eligible follow-up for its session."""
-        return self._endings.fail_launch(record, token, code, reason, fixed=fixed)
-
     def host_items(self) -> HostItems:
         """A host's item worker: items of shared fan-out nodes of any run (ADR 0008)."""
         return HostItems(self.store, self._engines, self.resolver, self.clock,
                          runner_id=self.runner_id, lease_seconds=self.lease_seconds,
                          crash=self._crashes)
-
-    def bare_engine(self) -> Engine:
-        """An engine that only records endings (no claim: unfenced)."""
-        return self._engines.bare()
-
-    # -- cancellation and recovery -----------------------------------------------------
-    def cancel(self, run_id: str) -> LaunchRecord:
-        """Cancel a launch now, or ask the live runner of a running one. A running
-        launch whose runner died (its lease expired) is taken over and cancelled."""
-        return self._recovery.cancel(run_id)
-
-    def recover_expired(self, session_id: str | None = None) -> list[LaunchRecord]:
-        """Reconcile `starting` rows whose lease expired with what their bundles show."""
-        return self._recovery.recover_expired(session_id)
-
-    def flush_scrub(self) -> None:
-        """Scrub the input of the activations since the last scrub, if any."""
-        self._scrub.flush()

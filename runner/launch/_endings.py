@@ -3,7 +3,7 @@
 An engine outcome maps onto the row (done | failed | cancelled | parked), with one
 durable follow-up for the launch's session where one is due, so a launch's
 terminal state always agrees with its bundle. When the bundles live in the store's
-database the ending commits with the bundle's seal (`transition`, link.py);
+database the ending commits with the bundle's seal (`transition`, activator.py);
 otherwise `record` writes it apart.
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
 
 from runner._safety import one_line
 from runner.engine import RunOutcome, RunReader
@@ -35,15 +36,15 @@ from runner.store import (
     TurnCause,
 )
 
-from ._activation import Activation
+from ._activation import Activation, CrashPoints
 from ._engines import Engines
 from ._held import HeldInput
-from ._intents import new_intent
-from ._link import Transition
+from ._intents import new_intent, workflow_name
 from ._pausing import settle_pause
-from ._preflight import workflow_name
 
 log = logging.getLogger(__name__)
+#: A launch transition that may carry a bundle write (the step's, activator.py).
+Transition = Callable[[BundleWrite | None], LaunchRecord | LostRace]
 #: How an engine ending maps onto the launch row's failure code.
 FAILURE_CODES: dict[str, LaunchErrorCode] = {"failed": "run_failed",
                                              "timed_out": "run_timed_out"}
@@ -72,7 +73,7 @@ class Endings:
 
     def __init__(self, store: Store, book: LaunchBook, runner_id: str, reader: RunReader,
                  engines: Engines, held: HeldInput, scrub: InputScrub, *,
-                 crash: Callable[[str], None], for_sessions: bool = False) -> None:
+                 crash: CrashPoints, for_sessions: bool = False) -> None:
         self._store = store
         self._book = book
         self._runner_id = runner_id
@@ -90,9 +91,10 @@ class Endings:
 
     def record(self, act: Activation, outcome: RunOutcome) -> None:
         """Map an engine outcome onto the launch row, with a follow-up when one is due."""
-        self._crash("before_outcome_recorded")
+        if self._crash.hook is not None:
+            self._crash.hook("before_outcome_recorded")
         if act.recorded:
-            return  # committed with the bundle's seal (link.py)
+            return  # committed with the bundle's seal (`RunLink`, activator.py)
         if outcome.parked:
             if act.claim_lost:
                 return  # another runner owns the row now
@@ -107,30 +109,33 @@ class Endings:
 
     def transition(self, act: Activation, outcome: RunOutcome) -> Transition:
         """The transition that records how a run ended (not parked) on its launch; it
-        takes the bundle's seal along when given one (link.py). A run written whole
-        (`act.whole`), or one whose row is still `starting` (its ending's commit was
-        lost, and its bundle says how it ended), never went `running`: its ending takes
-        the row there and clears the input, which the scrub then wipes from the WAL."""
+        takes the bundle's seal along when given one (`RunLink`, activator.py), and once
+        committed marks the activation `recorded`. A run written whole (`act.whole`), or
+        one whose row is still `starting` (its ending's commit was lost, and its bundle
+        says how it ended), never went `running`: its ending takes the row there and
+        clears the input, which the scrub then wipes from the WAL."""
         first = act.whole or act.record.status == "starting"
-        step = self._transition(act, outcome, first)
-        if not first:
-            return step
+        commit = self._commit(act, outcome, first)
         scrub = self._scrub
 
-        def whole(bundle: BundleWrite | None) -> LaunchRecord | LostRace:
-            result = step(bundle)
+        def ended(bundle: BundleWrite | None) -> LaunchRecord | LostRace:
+            result = commit(bundle=bundle)
             if not isinstance(result, LostRace):
-                scrub.cleared()
+                act.recorded = True
+                if first:
+                    scrub.cleared()
             return result
-        return whole
+        return ended
 
-    def _transition(self, act: Activation, outcome: RunOutcome, first: bool) -> Transition:
+    def _commit(self, act: Activation, outcome: RunOutcome,
+                first: bool) -> Callable[..., LaunchRecord | LostRace]:
+        """The launch book's call that records the ending, bound but for the bundle."""
         launches = self._book
         run_id, token = act.record.run_id, act.token
         then = act.then_claim
         if outcome.status == "cancelled":
-            return lambda bundle: launches.cancel(run_id, claim_token=token, bundle=bundle,
-                                                  then_claim=then, from_starting=first)
+            return partial(launches.cancel, run_id, claim_token=token, then_claim=then,
+                           from_starting=first)
         if outcome.status in ("completed", "waiting"):
             presentation = None
             session = act.record.origin_session_id
@@ -145,9 +150,8 @@ class Endings:
                                           source="run_presentation", state=outcome.status,
                                           node=outcome.state.waiting_on if waiting else None,
                                           reason=self._summary(outcome) if waiting else "")
-            return lambda bundle: launches.finish(run_id, token, waiting=waiting,
-                                                  turn_intent=presentation, bundle=bundle,
-                                                  then_claim=then, from_starting=first)
+            return partial(launches.finish, run_id, token, waiting=waiting,
+                           turn_intent=presentation, then_claim=then, from_starting=first)
         error = outcome.error or {}
         code = FAILURE_CODES.get(outcome.status, "run_failed")
         if error.get("code") == "interrupted":
@@ -163,9 +167,8 @@ class Endings:
             intent = new_intent(session_id=session, run_id=run_id, workflow=act.workflow,
                                 cause=cause, source=f"run_{outcome.status}",
                                 state=outcome.status, reason=message, node=node)
-        return lambda bundle: launches.fail(run_id, token, code=code, message=message,
-                                            turn_intent=intent, bundle=bundle,
-                                            then_claim=then, from_starting=first)
+        return partial(launches.fail, run_id, token, code=code, message=message,
+                       turn_intent=intent, then_claim=then, from_starting=first)
 
     def _summary(self, outcome: RunOutcome) -> str:
         """A waiting run's checkpoint summary, safe to show a model (bounded, redacted)."""

@@ -2,7 +2,7 @@
 
 A fenced engine writes a claimed run's bundle behind its `LeaseFence`; when the
 bundles live in the store's database its first write and its seal commit in the
-launch's own transitions (`Link`, link.py). A bare engine only records endings:
+launch's own transitions (`RunLink`, activator.py). A bare engine only records endings:
 no claim, so unfenced (a folder's lock or the launch's own state decides who may
 write).
 """
@@ -21,9 +21,10 @@ from runner.engine._processes import ProcessRegistry
 from runner.engine._rows import BundleRows
 from runner.engine._runtypes import LaunchLink, Observer
 from runner.engine._secrets import NO_SOURCE, SecretSource
-from runner.store import LaunchRecord, LeaseFence, Store
+from runner.store import LaunchBook, LaunchRecord, LeaseFence, Store
 
 from ._channels import ChannelSink
+from ._handback import HandBack
 from ._held import HeldInput
 from ._items import StoreItems
 from ._stepcache import StoreStepCache
@@ -31,7 +32,12 @@ from ._stepcache import StoreStepCache
 
 @dataclass
 class EngineOptions:
-    executor: Callable[[LaunchRecord], AgentStepExecutor | None] = lambda _r: None
+    # A run's agent executor: `executor(record)` when set (a session's, made per
+    # launch), else `agent` (the runner's own, `--agent`). With `hand_back`, a session's
+    # launch run here gives its agent steps back to the session instead (handback.py).
+    executor: Callable[[LaunchRecord], AgentStepExecutor | None] | None = None
+    agent: AgentStepExecutor | None = None
+    hand_back: bool = False
     notifications: NotificationSink | None = None
     observer: Observer | None = None
     durability: str = "full"
@@ -50,10 +56,11 @@ class EngineOptions:
 class Engines:
     """Builds a runner's engines over its runs folder (or database bundles)."""
 
-    def __init__(self, store: Store, runs_dir: Path, clock: Clock, held: HeldInput,
-                 options: EngineOptions, *, rows: BundleRows | None,
+    def __init__(self, store: Store, book: LaunchBook, runs_dir: Path, clock: Clock,
+                 held: HeldInput, options: EngineOptions, *, rows: BundleRows | None,
                  lease_seconds: float) -> None:
         self._store = store
+        self._book = book  # a session's launch handed back (handback.py)
         self.runs_dir = runs_dir
         self._clock = clock
         self._held = held
@@ -75,15 +82,20 @@ class Engines:
         """An engine for the claimed launch `record`, its writes behind `fence`;
         `link` joins its database bundle's writes to the launch's transitions."""
         opts = self.options
+        executor: AgentStepExecutor | None = opts.agent
+        if opts.hand_back and record.origin_session_id is not None:
+            executor = HandBack(self._book, record.run_id)
+        elif opts.executor is not None:
+            executor = opts.executor(record)
         if self._sink.inner is not opts.notifications:
             self._sink = ChannelSink(self._store, opts.notifications)
         return Engine(runs_dir=self.runs_dir, clock=self._clock,
-                      executor=opts.executor(record),
+                      executor=executor,
                       notifications=self._sink,
                       observer=opts.observer, durability=opts.durability,
                       project_root=opts.project_root, work_dir=opts.project_root,
                       fence=fence, processes=opts.processes, crash_point=opts.crash_point,
-                      secret_source=self._held.source(record.run_id),
+                      secret_source=self.secret_source(record.run_id),
                       rows=self.rows, claim=fence.token, patience=self._patience,
                       step_cache=self._step_cache, use_cache=opts.use_cache,
                       launch=link,
@@ -96,13 +108,24 @@ class Engines:
                       effects_guarded=lambda: record.status == "running"
                       and self._controller_child(record.run_id))
 
+    def secret_source(self, run_id: str) -> SecretSource:
+        """The secret source of `run_id`'s run: the runner's (`options`), with the
+        writeOnly values held for it (held.py)."""
+        base = self.options.secret_source
+        kept = self._held.values.get(run_id)
+        if not kept:  # most runs: no writeOnly input
+            return base
+        held = {k: v for k, v in kept.items() if isinstance(v, str)}
+        return SecretSource(given={**base.given, **held}, environ=base.environ) if held \
+            else base
+
     def reading(self, run_id: str) -> Engine:
         """An engine that reads run `run_id` to run items of its shared fan-out nodes on
         this host (engine/_itemhost.py): no claim, it never writes the run's bundle."""
         opts = self.options
         return Engine(runs_dir=self.runs_dir, clock=self._clock, rows=self.rows,
                       project_root=opts.project_root, work_dir=opts.project_root,
-                      processes=opts.processes, secret_source=self._held.source(run_id),
+                      processes=opts.processes, secret_source=self.secret_source(run_id),
                       patience=self._patience)
 
     def bare(self) -> Engine:

@@ -5,19 +5,18 @@ When a session ends, its launches are handed over (`Launches.hand_over`) and a
 the session. An agent step's prompt is part of the session's conversation, so
 the host never gives it to an agent of its own: it hands the launch back (only
 the session claims it again) and parks the run at that step, and the session
-delivers the step when it starts again (as a `resume` turn).
+delivers the step when it starts again (as a `resume` turn). A runner whose
+`EngineOptions.hand_back` is set gives a session's launch one (engines.py).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
-from runner.engine._agent import AgentStep, AgentStepExecutor, TurnKind
-from runner.store import LaunchBook, LaunchRecord, Store, StoreError
+from runner.engine._agent import AgentStep, TurnKind
+from runner.store import LaunchBook, StoreError
 
 log = logging.getLogger(__name__)
-ExecutorFor = Callable[[LaunchRecord], AgentStepExecutor | None]
 
 
 class HandBack:
@@ -38,15 +37,3 @@ class HandBack:
                         exc.message)
         step.control.park(f"step '{step.contract.step}' waits for its agent session",
                           auto_resume=True)
-
-
-def executor_for_sessions(store: Store, own: AgentStepExecutor | None) -> ExecutorFor:
-    """A host's executor factory: its own agent for detached launches, `HandBack`
-    for a session's."""
-    book = LaunchBook(store)
-
-    def pick(record: LaunchRecord) -> AgentStepExecutor | None:
-        if record.origin_session_id is not None:
-            return HandBack(book, record.run_id)
-        return own
-    return pick

@@ -4,7 +4,7 @@ writeOnly input fields of launches queued here never reach the store, only this
 process's memory until the launch activates (docs/secrets.md). With the secrets
 this runner was given (`--secret`, the environment) they are redacted from every
 message the launch layer persists or shows a model (`safe`), and handed to the
-engine as the run's secret source (`source`).
+engine with the run's secret source (`Engines.secret_source`, engines.py).
 """
 
 from __future__ import annotations
@@ -34,16 +34,6 @@ class HeldInput:
         known += list(self._base().given.values())
         return safe_message(text, self.secrets + tuple(known) + secret_values(run_input)
                             + token_values(run_input))
-
-    def source(self, run_id: str) -> SecretSource:
-        """The secret source of `run_id`'s run: the runner's, with its held values."""
-        base = self._base()
-        kept = self.values.get(run_id)
-        if not kept:  # most runs: no writeOnly input
-            return base
-        held = {k: v for k, v in kept.items() if isinstance(v, str)}
-        return SecretSource(given={**base.given, **held}, environ=base.environ) if held \
-            else base
 
 
 def token_values(value: Any, min_chars: int = 8) -> tuple[str, ...]:

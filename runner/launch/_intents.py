@@ -22,6 +22,14 @@ NOTIFICATION_TYPE = "wfrun-notification"
 MAX_REASON_BYTES = 8192
 
 
+def workflow_name(ref: str) -> str:
+    """The name a workflow ref shows in messages and intents (its file name, no suffix)."""
+    name = ref.rsplit("/", 1)[-1]
+    for suffix in (".yaml", ".yml"):
+        name = name.removesuffix(suffix)
+    return name
+
+
 def _digest(parts: list[object]) -> str:
     return hashlib.sha256(json.dumps(parts, separators=(",", ":")).encode()).hexdigest()
 

@@ -17,7 +17,6 @@ import logging
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
 from typing import Protocol
 
 from runner._leases import renew_every
@@ -29,6 +28,7 @@ from runner.errors import WfrunError
 from runner.store import Store, StoreError
 from runner.store.domain._fanout import HOST_TOKEN, HostClaim, ItemKey, ItemLog
 
+from ._activation import CrashPoints
 from ._engines import Engines
 from ._items import _endings
 from ._preflight import Resolver
@@ -58,9 +58,9 @@ class HostItems:
 
     def __init__(self, store: Store, engines: Engines, resolver: Resolver, clock: Clock, *,
                  runner_id: str, lease_seconds: float,
-                 crash: Callable[[str], None] | None = None) -> None:
+                 crash: CrashPoints | None = None) -> None:
         self._fanout = store.fanout
-        self._crash = crash or (lambda _point: None)
+        self._crash = crash or CrashPoints()
         self._engines = engines
         self._resolver = resolver
         self._clock = clock
@@ -101,7 +101,8 @@ class HostItems:
 
     def _run_one(self, claim: HostClaim, control: RunControl) -> tuple[str, HostClaim | None]:
         key, index = claim.key, claim.index
-        self._crash("after_host_item_claimed")
+        if self._crash.hook is not None:
+            self._crash.hook("after_host_item_claimed")
         host = self._host(key)
         if isinstance(host, str):
             log.warning("wfrun host: run %s: cannot run the items of %s here (%s); its "
@@ -126,7 +127,8 @@ class HostItems:
             if control.clean:
                 self._release(key, index)  # stopped, not dead: the start is not counted
             return "parked", None
-        self._crash("before_host_item_settled")
+        if self._crash.hook is not None:
+            self._crash.hook("before_host_item_settled")
         logs = [ItemLog(index, attempt, json.dumps(log, separators=(",", ":"),
                                                    ensure_ascii=False))
                 for attempt, log in host.take_logs(index)]

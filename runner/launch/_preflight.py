@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from runner.engine import RunReader
     from runner.store import Store
 
+    from ._activation import CrashPoints
+
 log = logging.getLogger("wfrun.launch")
 
 
@@ -60,7 +62,7 @@ class Preflight:
 
     def __init__(self, store: Store, book: LaunchBook, resolver: Resolver, reader: RunReader,
                  clock: Clock, runs_dir: Path, held: HeldInput, *,
-                 crash: Callable[[str], None],
+                 crash: CrashPoints,
                  cancel: Callable[[str], LaunchRecord]) -> None:
         self.store = store
         self.book = book
@@ -161,7 +163,10 @@ class Preflight:
             value, hidden = split_input(definition, value)
         source = {"source": definition.source.to_json() if definition.source else None,
                   "sources": [s.to_json() for s in definition.sources]}
-        gate = launch_gate(definition, value) if parent_run_id is None else None
+        # Flow control only where the workflow asks for it (a continuation has none).
+        gated = parent_run_id is None and (definition.concurrency is not None
+                                           or definition.rate_limit is not None)
+        gate = launch_gate(definition, value) if gated else None
         return NewLaunch(
             run_id=run_id, workflow_ref=stored_ref, source=source,
             definition_digest=definition.digest, input=value,
@@ -175,7 +180,8 @@ class Preflight:
         concurrency strategy applied."""
         if hidden and not isinstance(result, LostRace):
             self._held.values[launch.run_id] = hidden
-        self.crash("after_queued_commit")
+        if self.crash.hook is not None:
+            self.crash.hook("after_queued_commit")
         if isinstance(result, LostRace):
             if result.reason == "session_reserved":
                 raise PreflightError("activation_failed",
@@ -287,13 +293,6 @@ def _plain_json(value: Any) -> Any:
         return json.loads(json.dumps(value, allow_nan=False))
     except (TypeError, ValueError):
         raise InputError("the answer must be JSON") from None
-
-
-def workflow_name(ref: str) -> str:
-    name = ref.rsplit("/", 1)[-1]
-    for suffix in (".yaml", ".yml"):
-        name = name.removesuffix(suffix)
-    return name
 
 
 def _reserved(run_id: str, status: str) -> str:

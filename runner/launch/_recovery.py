@@ -32,9 +32,9 @@ from runner.store import (
 from ._activation import Activation
 from ._endings import Endings
 from ._engines import Engines
-from ._intents import new_intent
+from ._intents import new_intent, workflow_name
 from ._keeper import CANCEL_EVENT
-from ._preflight import Resolver, workflow_name
+from ._preflight import Resolver
 
 #: What a started bundle's status means for its `starting` row.
 _BY_STATUS = {"running": "running", "waiting": "parked", "completed": "done",

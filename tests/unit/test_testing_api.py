@@ -50,5 +50,5 @@ def test_every_role_is_described_and_builds(tmp_path: Path) -> None:
             runner = build_coordinator(ws, store, role, runner=f"r-{role}")
             assert runner.runner_id == f"r-{role}"
             # Only the roles that run a session's launch outside it hand agent steps back.
-            assert (runner.options.executor.__name__ == "pick") == traits.hands_back, role
+            assert runner.options.hand_back == traits.hands_back, role
             assert (runner.options.processes is not None) == traits.processes, role

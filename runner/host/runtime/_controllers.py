@@ -125,7 +125,7 @@ def make_manager(ws: Workspace, store: ControllerStore, entries: list[Controller
                  on_skip: Skipped | None = None) -> ControllerManager:
     from runner.controllers import ChildWorkflows, ControllerManager
 
-    children = ChildWorkflows(store, ws, ws.runs_dir, clock=ws.clock,
+    children = ChildWorkflows(store, ws.workflows, ws.runs_dir, clock=ws.clock,
                               launcher=child_launcher(ws, store, executor),
                               rows=ws.bundle_rows(store))
     return ControllerManager(store, load_all(entries, on_skip=on_skip), clock=ws.clock,

@@ -41,7 +41,6 @@ from runner.engine._rows import BundleRows
 from runner.engine._runtypes import Observer
 from runner.engine._secrets import NO_SOURCE, SecretSource
 from runner.launch import EngineOptions, LaunchCoordinator, Resolver
-from runner.launch._handback import executor_for_sessions
 from runner.store import Store
 
 from ._identity import environment_secrets, runner_id
@@ -102,14 +101,13 @@ def build_coordinator(ws: Workspace, store: Store, role: Role, *,
         if processes is None and traits.processes:
             processes = registry_for_this_process(ws.children_dir)
         options = EngineOptions(
-            executor=executor_for_sessions(store, executor) if traits.hands_back
-            else lambda _record: executor,
-            observer=observer, durability=durability, project_root=ws.project_root,
-            processes=processes, crash_point=seam, secret_source=source)
+            agent=executor, hand_back=traits.hands_back, observer=observer,
+            durability=durability, project_root=ws.project_root, processes=processes,
+            crash_point=seam, secret_source=source)
     if secrets is None:
         secrets = environment_secrets() if traits.env_secrets else ()
     return LaunchCoordinator(
-        store, resolver or ws, ws.runs_dir, runner_id=runner or runner_id(),
+        store, resolver or ws.workflows, ws.runs_dir, runner_id=runner or runner_id(),
         clock=clock or ws.clock, options=options, lease_seconds=lease_seconds,
         renew_every=leases.renew_every(lease_seconds) if renew_every is None
         else renew_every,

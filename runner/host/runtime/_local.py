@@ -7,7 +7,6 @@ workflow is found again for resume and answer, and which agent executor a
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shlex
@@ -19,17 +18,16 @@ from typing import TYPE_CHECKING, Any
 
 from runner import _jsonin as jsonin
 from runner.clock import Clock, SystemClock
-from runner.compiler._discovery import PROJECT_DIR, is_path_ref
-from runner.errors import DefinitionInvalid, InputError, NotFoundError, OperationFailed, WfrunError
+from runner.compiler._discovery import PROJECT_DIR
+from runner.errors import InputError, NotFoundError, OperationFailed, WfrunError
 from runner.host.runtime._channelnames import with_channels
 from runner.host.runtime._storeconfig import StoreChoice, choose_store
 
 if TYPE_CHECKING:
     # Loaded where they are used: `wfrun status` and `runs` build a Workspace but never
     # compile or run, and must not pay for the compiler's checks or the engine (issue 15).
-    from runner.compiler import Catalog, Source, WorkflowDefinition
-    from runner.compiler._discovery import Origin
-    from runner.compiler._stored import DefinitionCache
+    from runner.compiler import Catalog, WorkflowDefinition
+    from runner.compiler._workflows import Workflows
     from runner.engine import AgentStepExecutor, RunReader
     from runner.engine._rows import BundleRows
     from runner.engine._runtypes import CrashPoint
@@ -70,59 +68,6 @@ def crash_injector(spec: str | None) -> CrashPoint | None:
     return crash
 
 
-def _file_id(path: str) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)  # through symlinks: a link pointed elsewhere is another file
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
-
-
-@dataclass(frozen=True)
-class _Compiled:
-    """A compiled definition and what it was compiled from."""
-
-    definition: WorkflowDefinition
-    stored: str
-    catalog: Catalog
-    root: tuple[int, int] | None  # the workflow's own file: (device, inode)
-    files: tuple[tuple[str, str], ...]  # (real path, sha256 of the bytes compiled)
-    channels: frozenset[str] = frozenset()  # `notify` channels it names (config.yaml's)
-
-    def fresh(self, catalog: Catalog, root: tuple[int, int] | None) -> bool:
-        if catalog is not self.catalog or root is None or root != self.root:
-            return False
-        if self.channels and not self._channels_still_configured(catalog):
-            return False
-        for path, sha256 in self.files:
-            try:
-                data = _read_bytes(path)
-            except OSError:
-                return False
-            if hashlib.sha256(data).hexdigest() != sha256:
-                return False
-        return True
-
-    def _channels_still_configured(self, catalog: Catalog) -> bool:
-        """config.yaml is no source of the definition, yet its channel check depends on
-        it: a channel removed there must refuse the next start, as a fresh compile does."""
-        known = catalog.channel_names() if catalog.channel_names is not None else None
-        return not isinstance(known, frozenset) or self.channels <= known
-
-
-def _read_bytes(path: str) -> bytes:
-    """A file's bytes through the raw descriptor: `open()` builds a buffered reader and
-    makes five more system calls, twice per run for a one-file workflow."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        chunks = []
-        while chunk := os.read(fd, 1 << 16):
-            chunks.append(chunk)
-    finally:
-        os.close(fd)
-    return b"".join(chunks)
-
-
 @dataclass
 class Workspace:
     """Where definitions come from and where runs are written."""
@@ -134,11 +79,9 @@ class Workspace:
     crash_point: CrashPoint | None = field(
         default_factory=lambda: crash_injector(os.environ.get(CRASH_ENV)))
     store_flag: str | None = None  # `--store`; else WFRUN_STORE, config.yaml, SQLite
-    _compiled: dict[str, _Compiled] = field(default_factory=dict, init=False, repr=False,
-                                            compare=False)
+    _workflows: Workflows | None = field(default=None, init=False, repr=False,
+                                         compare=False)
     _rows_store: Any = field(default=None, init=False, repr=False, compare=False)
-    _stored: DefinitionCache | None = field(default=None, init=False, repr=False,
-                                            compare=False)
 
     def __post_init__(self) -> None:
         with_channels(self.catalog)  # a notify channel is checked against config.yaml
@@ -170,124 +113,35 @@ class Workspace:
         return RunReader(self.runs_dir, self.bundle_rows(store))
 
     # -- definitions ---------------------------------------------------------------
-    def compile(self, ref: str) -> tuple[WorkflowDefinition, str]:
-        """Compile a workflow by name or path; returns it with the ref to store.
-
-        A valid result is cached per ref and reused only while the ref resolves to
-        the same file through the same catalog and every source file (YAML,
-        includes, hooks) still hashes to the sha256 the definition was compiled
-        from, so a start or an activation re-hashes the bytes instead of
-        re-parsing them (the digest comparison at activation stays authoritative).
-        """
-        self.definitions()  # a workflow written since the last look is found by name
-        key = os.path.abspath(os.path.expanduser(ref)) if is_path_ref(ref) else ref
-        cached = self._compiled.get(key)
-        if cached is not None and cached.fresh(self.catalog, self._root_file(ref)):
-            return cached.definition, cached.stored
-        stored = str(Path(ref).expanduser().resolve()) if is_path_ref(ref) else ref
-        kept = self._kept_file(ref)
-        definition = self._kept().load(*kept) if kept is not None else None
-        if definition is not None:  # compiled by an earlier process from the same bytes
-            entry = self._cache_entry(definition, stored)
-            if entry is not None:
-                self._compiled[key] = entry
-            return definition, stored
-        from runner.compiler import Compiler, Diagnostic, render_text
-
-        out = Compiler(self.catalog).compile_name(ref)
-        if isinstance(out, Diagnostic):
-            hint = f" ({out.hint})" if out.hint else ""
-            raise NotFoundError(f"{out.message}{hint}; `wfrun list` shows what exists")
-        if not out.valid or out.definition is None:
-            first = out.errors[0] if out.errors else None
-            where = f": {render_text([first]).splitlines()[0]}" if first else ""
-            raise DefinitionInvalid(f"workflow '{out.name}' has {len(out.errors)} error(s)"
-                                    f"{where}; run `wfrun validate {ref}`")
-        if kept is not None:
-            self._kept().save(*kept, out.definition)
-        entry = self._cache_entry(out.definition, stored)
-        if entry is not None:
-            self._compiled[key] = entry
-        return out.definition, stored
-
-    def _kept(self) -> DefinitionCache:
-        """The compiled definitions earlier processes kept (compiler/_stored.py)."""
-        from runner.compiler._stored import DefinitionCache
-
-        if self._stored is None or self._stored.catalog is not self.catalog:
-            self._stored = DefinitionCache(self.compiled_dir, self.catalog)
-        return self._stored
-
-    def _kept_file(self, ref: str) -> tuple[Path, Origin | None] | None:
-        """The file `ref` compiles from and its origin, as the compiler resolves it."""
-        if is_path_ref(ref):
-            return Path(os.path.realpath(os.path.expanduser(ref))), None
-        entry = self.catalog.get(ref)
-        return (entry.path, entry.origin) if entry is not None else None
-
     @property
-    def compiled_dir(self) -> Path:
-        """Where compiled definitions are kept: beside the store, private."""
-        from runner.compiler._stored import FOLDER
+    def workflows(self) -> Workflows:
+        """The workflows as this process compiles them (compiler/_workflows.py): the
+        resolver of every runner built here, so none calls back up into the workspace."""
+        if self._workflows is None:
+            from runner.compiler._stored import FOLDER
+            from runner.compiler._workflows import Workflows
 
-        return store_path(self).parent / FOLDER
+            self._workflows = Workflows(self.catalog, store_path(self).parent / FOLDER,
+                                        project_root=self.project_root,
+                                        base=self.project_root or self.state_dir)
+        return self._workflows
+
+    def compile(self, ref: str) -> tuple[WorkflowDefinition, str]:
+        """Compile a workflow by name or path; returns it with the ref to store (cached
+        while its files hash the same: `Workflows.compile`)."""
+        definition, stored = self.workflows.compile(ref)
+        self.catalog = self.workflows.catalog
+        return definition, stored
 
     def definitions(self) -> Catalog:
         """The workflow catalog as the folders hold it now (re-scanned only when a source
         folder changed; the same object otherwise, so the compile cache stays valid)."""
-        self.catalog = self.catalog.current()
+        self.catalog = self.workflows.current()
         return self.catalog
 
     def session_ref(self, ref: str) -> str:
-        """`ref` as an agent session may use it: a name as it is; a path taken relative
-        to the project (not this process's cwd) and only inside the project or the user
-        folder. Anything else is refused before the file is touched, so the refusal
-        says nothing about it."""
-        if not is_path_ref(ref):
-            return ref
-        roots = [r for r in (self.project_root, self.catalog.user_dir) if r is not None]
-        base = self.project_root or self.state_dir
-        expanded = os.path.expanduser(ref) if ref.startswith("~") else ref
-        path = os.path.realpath(os.path.join(base, expanded))
-        for root in roots:
-            real_root = os.path.realpath(root)
-            if path == real_root or path.startswith(real_root.rstrip(os.sep) + os.sep):
-                return path
-        shown = ref if len(ref) <= 120 else ref[:120] + "…"
-        raise NotFoundError(f"workflow path {json.dumps(shown)} is outside the project and the "
-                            "user folder; use a workflow name (the list action shows them) or a "
-                            "path inside the project")
-
-    def _root_file(self, ref: str) -> tuple[int, int] | None:
-        """The file `ref` resolves to now, as (device, inode): one stat, where the real
-        path took an lstat per folder of it (None: it does not resolve)."""
-        if is_path_ref(ref):
-            return _file_id(os.path.expanduser(ref))
-        entry = self.catalog.get(ref)
-        return _file_id(str(entry.path)) if entry is not None else None
-
-    def _cache_entry(self, definition: WorkflowDefinition, stored: str) -> _Compiled | None:
-        from runner.compiler._stored import named_channels
-
-        def real_path(source: Source) -> str | None:
-            if source.kind == "file":
-                return source.path
-            entry = self.catalog.get(source.name or "")
-            if entry is None or entry.origin != "builtin":
-                return None  # a builtin we cannot find again: compile every time
-            return os.path.realpath(entry.path)
-
-        root = real_path(definition.source) if definition.source is not None else None
-        files = []
-        for source in definition.sources:
-            path = real_path(source)
-            if path is None:
-                return None
-            files.append((path, source.sha256))
-        if root is None:
-            return None
-        return _Compiled(definition, stored, self.catalog, _file_id(root), tuple(files),
-                         named_channels(definition.snapshot()))
+        """`ref` as an agent session may use it (`Workflows.session_ref`)."""
+        return self.workflows.session_ref(ref)
 
     def resolver(self, manifest: dict[str, Any]) -> WorkflowDefinition:
         ref = str(manifest.get("workflow_ref") or manifest.get("workflow") or "")

@@ -50,7 +50,7 @@ Lister = Callable[[int], str]
 
 @runtime_checkable
 class SessionRefs(Protocol):
-    """A resolver that knows where a session may read workflows from (the workspace)."""
+    """A resolver that knows where a session may read workflows from (compiler/_workflows.py)."""
 
     def session_ref(self, ref: str) -> str: ...
 
@@ -285,7 +285,7 @@ class SessionController:
 
     def _session_ref(self, ref: str) -> str:
         """The model's workflow name or path, confined to the project and the user folder
-        (paths relative to the project) when the resolver is a workspace."""
+        (paths relative to the project) when the resolver knows them (`Workflows`)."""
         resolver = self.coordinator.resolver
         if not isinstance(resolver, SessionRefs):
             return ref

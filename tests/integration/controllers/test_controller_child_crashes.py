@@ -155,7 +155,7 @@ KILLS = {
     "before_executor_release": ("WFRUN_CRASH_AT", "running", "running", False),
     "between_nodes": ("WFRUN_CRASH_AT", "running", "running", True),
     # The run has its ending, the launch not: a bundle's seal records the launch's
-    # ending (runner/launch/_link.py), so the kill just before the seal is that window.
+    # ending (launch/_activator.py RunLink), so the kill just before the seal is that window.
     "before_seal": ("WFRUN_CRASH_AT", "running", "completed", True),
 }
 

@@ -81,7 +81,7 @@ def test_seed09_lease_expiry_and_recovery_at_every_activation_boundary(
         with pytest.raises(Crash):
             s.host.prompt("go")
     (row,) = s.launches()
-    # A database bundle's first write commits with `running` (runner/launch/_link.py):
+    # A database bundle's first write commits with `running` (launch/_activator.py RunLink):
     # before the first node's start there is neither.
     in_db = s.store_url is not None
     expected_row = {"after_claim": "starting", "during_starting": "starting",
@@ -156,7 +156,7 @@ def test_seed09_recover_expired_reconciles_starting_with_the_bundle(
     (row,) = s.launches()
     if s.store_url is not None and bundle != "none":
         # A database bundle is made by the write that takes the launch to `running`
-        # (runner/launch/_link.py): a `starting` launch never has one to reconcile, so
+        # (launch/_activator.py RunLink): a `starting` launch never has one to reconcile, so
         # recovery always finds none and queues the launch again, input kept.
         assert not s.has_bundle(row.run_id)
         s.store_clock.advance(LEASE + 1)

@@ -66,7 +66,7 @@ def test_seed04_one_session_reservation_and_different_session_independence(
     # A's own turn settles: now A's launch activates, and it still holds A's reservation.
     a.controller.on_turn_settled(False)
     # `running` commits with the bundle's first write, on the run's thread when the
-    # bundle is in the database (runner/launch/_link.py).
+    # bundle is in the database (launch/_activator.py RunLink).
     wait_until(lambda: a.launch(held).status == "running", what="A's launch running")
     assert a.store.launches.find_session_reservation("session-a").run_id == held
     assert a.store.launches.find_session_reservation("session-b") is None

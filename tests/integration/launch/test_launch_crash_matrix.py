@@ -31,7 +31,7 @@ RESTART_OFFSET = 120.0
 
 # point -> (launch status after the kill, does a bundle exist yet), with the bundle in a
 # folder. A database bundle's first write commits with the launch's `running` and the
-# first node's start (runner/launch/_link.py): until `after_running` there is nothing.
+# first node's start (launch/_activator.py RunLink): until `after_running` there is nothing.
 ACTIVATION_POINTS = {
     "after_queued_commit": ("queued", False),
     "after_claim": ("starting", False),

@@ -182,7 +182,7 @@ def test_a_kill_while_the_bundle_is_made_reruns_from_the_stored_input(
 def test_a_kill_after_the_run_completed_but_before_the_store_recorded_it(proj: Proj) -> None:
     """Defect 2: the next runner marked the launch failed while the bundle said done.
 
-    A bundle's seal makes the launch's ending (runner/launch/_link.py; in the seal's
+    A bundle's seal makes the launch's ending (launch/_activator.py RunLink; in the seal's
     transaction on rows, right after it on a folder): there the window is gone, and
     the kill before the seal is the nearest one. A folder then has its ending in the
     trace and manifest while the store has none (defect 2's shape); rows have neither."""

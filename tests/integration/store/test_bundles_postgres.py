@@ -16,7 +16,8 @@ from pgcluster import PgCluster
 from storekit import FakeClock, launch
 
 from runner.engine import RunReader
-from runner.launch._link import Step, Transition
+from runner.launch._activator import Step
+from runner.launch._endings import Transition
 from runner.store import LostRace
 from runner.store._errors import IncompatibleLayout
 from runner.store.postgres import PostgresStore
@@ -154,7 +155,7 @@ def test_a_first_write_creates_the_bundle_with_its_documents_and_events(
 
 def test_a_batch_in_a_launch_transition_commits_with_it_or_not_at_all(
         pg: tuple[PostgresStore, FakeClock]) -> None:
-    """runner/launch/_link.py: the first write rides `mark_running`, the seal `finish`;
+    """launch/_activator.py RunLink: the first write rides `mark_running`, the seal `finish`;
     a refused batch rolls the transition back, a refused guard writes no batch."""
     store, clock = pg
     rows, launches = store.bundles, store.launches

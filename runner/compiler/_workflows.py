@@ -1,0 +1,203 @@
+"""Workflows by name or path, compiled once per process: every runner's resolver.
+
+A start and an activation both ask for a workflow's definition (`compile(ref)`).
+A valid one is kept here per ref and handed out again only while the ref resolves
+to the same file through the same catalog and every source file (YAML, includes,
+hooks) still hashes to the sha256 it was compiled from: a warm start re-hashes
+bytes instead of re-parsing them (the digest comparison at activation stays
+authoritative). Behind it, the definitions earlier processes kept (_stored.py).
+
+It lives in the compiler so that the launch layer's runners call down into it,
+never back up into the host's workspace that builds them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from runner.errors import DefinitionInvalid, NotFoundError
+
+from ._discovery import Catalog, Origin, is_path_ref
+
+if TYPE_CHECKING:
+    from ._model import Source, WorkflowDefinition
+    from ._stored import DefinitionCache
+
+
+def _file_id(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)  # through symlinks: a link pointed elsewhere is another file
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _read_bytes(path: str) -> bytes:
+    """A file's bytes through the raw descriptor: `open()` builds a buffered reader and
+    makes five more system calls, twice per run for a one-file workflow."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
+@dataclass(frozen=True)
+class _Compiled:
+    """A compiled definition and what it was compiled from."""
+
+    definition: WorkflowDefinition
+    stored: str
+    catalog: Catalog
+    root: tuple[int, int] | None  # the workflow's own file: (device, inode)
+    files: tuple[tuple[str, str], ...]  # (real path, sha256 of the bytes compiled)
+    channels: frozenset[str] = frozenset()  # `notify` channels it names (config.yaml's)
+
+    def fresh(self, catalog: Catalog, root: tuple[int, int] | None) -> bool:
+        if catalog is not self.catalog or root is None or root != self.root:
+            return False
+        if self.channels and not self._channels_still_configured(catalog):
+            return False
+        for path, sha256 in self.files:
+            try:
+                data = _read_bytes(path)
+            except OSError:
+                return False
+            if hashlib.sha256(data).hexdigest() != sha256:
+                return False
+        return True
+
+    def _channels_still_configured(self, catalog: Catalog) -> bool:
+        """config.yaml is no source of the definition, yet its channel check depends on
+        it: a channel removed there must refuse the next start, as a fresh compile does."""
+        known = catalog.channel_names() if catalog.channel_names is not None else None
+        return not isinstance(known, frozenset) or self.channels <= known
+
+
+class Workflows:
+    """The workflows of one catalog as a runner compiles them (the launch layer's
+    `Resolver`). `kept`: the folder of definitions kept between processes; a session
+    may name files under `project_root` or the user folder, relative to `base`."""
+
+    def __init__(self, catalog: Catalog, kept: Path, *, project_root: Path | None,
+                 base: Path) -> None:
+        self.catalog = catalog
+        self._kept_folder = kept
+        self._project_root = project_root
+        self._base = base
+        self._compiled: dict[str, _Compiled] = {}
+        self._kept_cache: DefinitionCache | None = None
+
+    def current(self) -> Catalog:
+        """The catalog as the folders hold it now (re-scanned only when a source folder
+        changed; the same object otherwise, so what is cached against it stays valid)."""
+        self.catalog = self.catalog.current()
+        return self.catalog
+
+    def compile(self, ref: str) -> tuple[WorkflowDefinition, str]:
+        """Compile a workflow by name or path; returns it with the ref to store."""
+        # As `current()`: a workflow written since the last look is found by name.
+        self.catalog = self.catalog.current()
+        key = os.path.abspath(os.path.expanduser(ref)) if is_path_ref(ref) else ref
+        cached = self._compiled.get(key)
+        if cached is not None and cached.fresh(self.catalog, self._root_file(ref)):
+            return cached.definition, cached.stored
+        stored = str(Path(ref).expanduser().resolve()) if is_path_ref(ref) else ref
+        kept = self._kept_file(ref)
+        definition = self._kept().load(*kept) if kept is not None else None
+        if definition is not None:  # compiled by an earlier process from the same bytes
+            entry = self._cache_entry(definition, stored)
+            if entry is not None:
+                self._compiled[key] = entry
+            return definition, stored
+        from ._compile import Compiler
+        from ._diagnostics import Diagnostic, render_text
+
+        out = Compiler(self.catalog).compile_name(ref)
+        if isinstance(out, Diagnostic):
+            hint = f" ({out.hint})" if out.hint else ""
+            raise NotFoundError(f"{out.message}{hint}; `wfrun list` shows what exists")
+        if not out.valid or out.definition is None:
+            first = out.errors[0] if out.errors else None
+            where = f": {render_text([first]).splitlines()[0]}" if first else ""
+            raise DefinitionInvalid(f"workflow '{out.name}' has {len(out.errors)} error(s)"
+                                    f"{where}; run `wfrun validate {ref}`")
+        if kept is not None:
+            self._kept().save(*kept, out.definition)
+        entry = self._cache_entry(out.definition, stored)
+        if entry is not None:
+            self._compiled[key] = entry
+        return out.definition, stored
+
+    def session_ref(self, ref: str) -> str:
+        """`ref` as an agent session may use it: a name as it is; a path taken relative
+        to the project (not this process's cwd) and only inside the project or the user
+        folder. Anything else is refused before the file is touched, so the refusal
+        says nothing about it."""
+        if not is_path_ref(ref):
+            return ref
+        roots = [r for r in (self._project_root, self.catalog.user_dir) if r is not None]
+        expanded = os.path.expanduser(ref) if ref.startswith("~") else ref
+        path = os.path.realpath(os.path.join(self._base, expanded))
+        for root in roots:
+            real_root = os.path.realpath(root)
+            if path == real_root or path.startswith(real_root.rstrip(os.sep) + os.sep):
+                return path
+        shown = ref if len(ref) <= 120 else ref[:120] + "…"
+        raise NotFoundError(f"workflow path {json.dumps(shown)} is outside the project and the "
+                            "user folder; use a workflow name (the list action shows them) or a "
+                            "path inside the project")
+
+    def _kept(self) -> DefinitionCache:
+        """The compiled definitions earlier processes kept (_stored.py)."""
+        from ._stored import DefinitionCache
+
+        if self._kept_cache is None or self._kept_cache.catalog is not self.catalog:
+            self._kept_cache = DefinitionCache(self._kept_folder, self.catalog)
+        return self._kept_cache
+
+    def _kept_file(self, ref: str) -> tuple[Path, Origin | None] | None:
+        """The file `ref` compiles from and its origin, as the compiler resolves it."""
+        if is_path_ref(ref):
+            return Path(os.path.realpath(os.path.expanduser(ref))), None
+        entry = self.catalog.get(ref)
+        return (entry.path, entry.origin) if entry is not None else None
+
+    def _root_file(self, ref: str) -> tuple[int, int] | None:
+        """The file `ref` resolves to now, as (device, inode): one stat, where the real
+        path took an lstat per folder of it (None: it does not resolve)."""
+        if is_path_ref(ref):
+            return _file_id(os.path.expanduser(ref))
+        entry = self.catalog.get(ref)
+        return _file_id(str(entry.path)) if entry is not None else None
+
+    def _cache_entry(self, definition: WorkflowDefinition, stored: str) -> _Compiled | None:
+        from ._stored import named_channels
+
+        def real_path(source: Source) -> str | None:
+            if source.kind == "file":
+                return source.path
+            entry = self.catalog.get(source.name or "")
+            if entry is None or entry.origin != "builtin":
+                return None  # a builtin we cannot find again: compile every time
+            return os.path.realpath(entry.path)
+
+        root = real_path(definition.source) if definition.source is not None else None
+        files = []
+        for source in definition.sources:
+            path = real_path(source)
+            if path is None:
+                return None
+            files.append((path, source.sha256))
+        if root is None:
+            return None
+        return _Compiled(definition, stored, self.catalog, _file_id(root), tuple(files),
+                         named_channels(definition.snapshot()))

@@ -1,0 +1,91 @@
+"""The path a plain queued run walks through the launch layer (issue 36, "Prove it").
+
+A warm 3-node chain (fixtures/workflows/chain3.yaml), queued and run the way `wfrun
+start` and a host do it (`prepare`, `claim_next`, `execute` on the coordinator
+`detached_coordinator` builds), traced with `sys.setprofile`: it enters only the
+launch modules that do its work. No forwarding hop through the coordinator, none of
+the machinery it does not use (a rerun's plan, a session's hand-back, the crash
+seam, the held-input redaction), and no call back up into the host layer that built
+the runner (its workflows resolve in the compiler, compiler/_workflows.py).
+`bench/bench_path.py --list` prints the whole path.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import pytest
+
+import runner
+from runner.compiler._workflows import Workflows
+from runner.host.runtime._launches import detached_coordinator
+from runner.testing import sqlite_store, workspace
+
+CHAIN3 = (Path(__file__).resolve().parents[3] / "fixtures" / "workflows"
+          / "chain3.yaml").read_text()
+RUNNER = str(Path(runner.__file__).resolve().parent) + "/"
+
+#: The launch modules a plain run needs: the checks and the queued row, the claim, the
+#: run path and its link to the bundle, the ending, the engine it builds, the lease.
+WALKED = {"_preflight", "_claims", "_activator", "_endings", "_engines", "_keeper",
+          "_items"}
+
+
+def module_of(filename: str) -> str | None:
+    if not filename.startswith(RUNNER):
+        return None
+    return "runner." + filename[len(RUNNER):].removesuffix(".py").replace("/", ".")
+
+
+@pytest.fixture(scope="module")
+def entered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[set[str]]:
+    """The `runner` modules entered by one warm queued run of the chain."""
+    ws = workspace(tmp_path_factory.mktemp("path") / "proj", workflows={"chain3": CHAIN3})
+    seen: set[str] = set()
+
+    def profile(frame: FrameType, event: str, _arg: Any) -> None:
+        if event == "call":
+            name = module_of(frame.f_code.co_filename)
+            if name is not None:
+                seen.add(name)
+
+    with sqlite_store(ws) as store:
+        coordinator = detached_coordinator(ws, store)
+        assert isinstance(coordinator.resolver, Workflows)
+
+        def run() -> None:
+            coordinator.prepare("chain3", {})
+            record = coordinator.claim_next(None)
+            assert record is not None
+            outcome = coordinator.execute(record)
+            assert outcome is not None
+            assert outcome.status == "completed"
+
+        run()  # warm: the compiled definition, the templates, lazy imports
+        threading.setprofile(profile)
+        sys.setprofile(profile)
+        try:
+            run()
+        finally:
+            sys.setprofile(None)
+            threading.setprofile(None)  # type: ignore[arg-type]
+        yield seen
+
+
+def test_a_plain_run_enters_only_the_launch_modules_that_do_its_work(
+        entered: set[str]) -> None:
+    launch = {m.removeprefix("runner.launch.") for m in entered
+              if m.startswith("runner.launch.")}
+    assert launch <= WALKED, sorted(launch - WALKED)
+    # The coordinator is wiring: what a caller calls is its collaborators' methods.
+    assert "_coordinator" not in launch
+
+
+def test_a_plain_run_calls_nothing_back_in_the_host_layer(entered: set[str]) -> None:
+    assert sorted(m for m in entered if m.startswith("runner.host.")) == []
+    assert "runner.compiler._workflows" in entered  # the runner's resolver, one layer down
