@@ -56,7 +56,6 @@ from runner.errors import ClaimLost, InputError, NotFoundError, OperationFailed
 from ._bundlefiles import (
     create_private,
     link_snapshot,
-    make_bundle_dir,
     private_dir,
     room_left,
     update_private,
@@ -73,10 +72,11 @@ from ._bundlefmt import (
     WORKFLOW,
     Fence,
     always,
+    first_event,
     joined,
     parse_trace,
 )
-from ._bundleread import first_event, read_artifact, read_manifest, read_trace, started
+from ._bundleread import read_artifact, read_manifest, read_trace
 from ._rows import LaunchStep
 
 #: A pure run holds at most this many trace events for its ending; past it, its
@@ -88,7 +88,9 @@ class FolderBundle:
     """A run bundle in a folder, held with an exclusive lock while open for writing."""
 
     def __init__(self, root: Path, run_id: str, fence: Fence = always,
-                 durability: str = "full") -> None:
+                 durability: str = "full", *, created: bool = False) -> None:
+        """`created`: the folder `root` was just made for this writer (`FolderSpace.create`),
+        which holds its lock from here on and writes its first files in place."""
         self.root = root
         # The files' paths as strings, joined once: a run writes them ~10 times, and
         # a pathlib join and its conversion back cost more than the string work.
@@ -107,8 +109,8 @@ class FolderBundle:
         self._logs_ready = False
         self._manifest: str | None = None  # the text this writer last wrote (no re-read)
         self._snapshot: bytes | None = None  # workflow.json, held for the next write
-        self._fresh = False  # created by this writer, no manifest yet
-        self._state_new = False  # created by this writer, no state.json yet
+        self._fresh = created  # created by this writer, no manifest yet
+        self._state_new = created  # created by this writer, no state.json yet
         self._linked = False  # workflow.json links the shared snapshot (already 0400)
         # The launch's `running` step (a claimed launch's new run, set by the space):
         # made by `start_launch`, or at the latest before the first node's start.
@@ -123,23 +125,10 @@ class FolderBundle:
         # Its first manifest, held as given (never encoded unless written the usual way).
         self._first: dict[str, Any] | None = None
         self._crash: Callable[[str], None] | None = None
+        if created:
+            self._acquire()
 
-    # -- opening --------------------------------------------------------------
-    @classmethod
-    def create(cls, runs_dir: Path, run_id: str, fence: Fence = always,
-               durability: str = "full") -> FolderBundle:
-        if not fence():
-            raise ClaimLost(f"no claim on run '{run_id}'; not creating it")
-        root = runs_dir / run_id
-        try:
-            make_bundle_dir(runs_dir, root)
-        except FileExistsError:
-            raise OperationFailed(f"run '{run_id}' already exists") from None
-        bundle = cls(root, run_id, fence, durability)
-        bundle._acquire()
-        bundle._fresh = bundle._state_new = True
-        return bundle
-
+    # -- opening (a new run's folder: `FolderSpace.create`) --------------------
     @classmethod
     def open(cls, runs_dir: Path, run_id: str, fence: Fence = always,
              durability: str = "full") -> FolderBundle:
@@ -493,7 +482,7 @@ class FolderBundle:
         holds the lock, so its bundle is never removed from under it)."""
         self._acquire()
         try:
-            if started(self.root, self.run_id):
+            if first_event(self.root, self.run_id) is not None:  # started
                 raise OperationFailed(f"run '{self.run_id}' has started; not removing it")
             for entry in sorted(self.root.rglob("*"), reverse=True):
                 if entry.is_dir() and not entry.is_symlink():

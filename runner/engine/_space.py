@@ -29,10 +29,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from runner.clock import Clock
-from runner.errors import InputError, NotFoundError, OperationFailed, os_fault
+from runner.errors import ClaimLost, InputError, NotFoundError, OperationFailed, os_fault
 
 from . import _dbbundle as dbbundle
 from ._bundle import FolderBundle
+from ._bundlefiles import make_bundle_dir
 from ._bundlefmt import (
     CONTINUED,
     ENDED,
@@ -43,10 +44,11 @@ from ._bundlefmt import (
     Fence,
     TraceRead,
     always,
+    first_event,
     parse_trace,
     valid_run_id,
 )
-from ._bundleread import read_json, read_manifest, started
+from ._bundleread import read_json, read_manifest
 from ._dbbundle import PATIENCE, DatabaseBundle
 from ._rows import BundleRead, BundleRows, LaunchStep
 from ._state import RunState, fold
@@ -148,8 +150,17 @@ class FolderSpace:
     # -- writing ----------------------------------------------------------------------
     def create(self, run_id: str, fence: Fence = always, durability: str = "full",
                claim: str | None = None, begin: Begin | None = None) -> FolderBundle:
+        """The run's folder, made here and locked by its writer; the fence is asked
+        before it, so a stale claimant makes nothing."""
         _check_id(run_id)
-        bundle = FolderBundle.create(self.runs_dir, run_id, fence, durability)
+        if not fence():
+            raise ClaimLost(f"no claim on run '{run_id}'; not creating it")
+        root = self.runs_dir / run_id
+        try:
+            make_bundle_dir(self.runs_dir, root)
+        except FileExistsError:
+            raise OperationFailed(f"run '{run_id}' already exists") from None
+        bundle = FolderBundle(root, run_id, fence, durability, created=True)
         bundle.begin = begin
         return bundle
 
@@ -160,7 +171,7 @@ class FolderSpace:
 
     def discard_unstarted(self, run_id: str) -> bool:
         root = os.path.join(self._runs, run_id)
-        if not os.path.isdir(root) or started(root, run_id):
+        if not os.path.isdir(root) or first_event(root, run_id) is not None:
             return False
         FolderBundle(Path(root), run_id).remove_unstarted()
         return True
@@ -217,7 +228,7 @@ class FolderSpace:
         return (self.runs_dir / run_id).is_dir()
 
     def started(self, run_id: str) -> bool:
-        return started(os.path.join(self._runs, run_id), run_id)
+        return first_event(os.path.join(self._runs, run_id), run_id) is not None
 
     def manifest(self, run_id: str) -> dict[str, Any]:
         root = self.runs_dir / run_id
