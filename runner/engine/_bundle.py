@@ -18,9 +18,9 @@ snapshot), written microseconds after the folder's check, asks nothing: until
 claimant discards it), so a cancel that won between the two loses nothing. A
 terminal bundle is immutable (its files become read-only).
 
-Joined to its launch (`begin`, `seal(ending)`), a folder bundle makes the launch's
-`running` transition when the launch layer is about to release the executor
-(`start_launch`), and the ending's right after the seal: a folder shares no
+Joined to its launch (`begin`), a folder bundle makes the launch's `running`
+transition when the launch layer is about to release the executor (`start_launch`);
+the launch makes the ending's itself right after the seal: a folder shares no
 transaction with the store, so each is its own commit (a database bundle carries
 them in its first write and its seal, dbbundle.py).
 
@@ -402,30 +402,32 @@ class FolderBundle:
                 os.fsync(fh.fileno())
 
     def seal(self, ending: LaunchStep | None = None) -> None:
-        """Make a terminal bundle immutable: read-only files, no more writes; then
-        make `ending` (the launch's transition recording how the run ended), after
-        the lock is let go, so whoever the launch's ending wakes finds the bundle free.
-        A pure run's (`write_whole`) is written by `ending` itself, under its guard."""
-        if self._whole is not None and ending is not None and not self._sealed:
-            self._seal_whole(ending)
-            return
-        self._check()
-        if self.begin is not None:
-            self._begin()  # ended before any node started: the launch ran all the same
-        self._seal_files()
+        """Make a terminal bundle immutable: read-only files, no more writes; a pure
+        run's (`write_whole`) is written whole here. A folder shares no transaction with
+        the store, so no launch transition rides the seal: the launch makes its ending
+        as a commit of its own once the engine hands the outcome back (RunLink, apart),
+        after the lock is let go, so whoever it wakes finds the bundle free. `ending`,
+        when given all the same, is made right after the seal."""
+        if self._whole is not None and not self._sealed:
+            self._seal_whole()
+        else:
+            self._check()
+            if self.begin is not None:
+                self._begin()  # ended before any node started: the launch ran all the same
+            self._seal_files()
         if ending is not None:
             # Refused or unanswered, the step has recorded nothing, and the launch
             # layer records the ending apart, as it does for a bundle without one.
             ending.run(None)
 
-    def _seal_whole(self, ending: LaunchStep) -> None:
-        """Write the whole run, sync it, then make its ending's transition, which takes
-        the row `starting -> running -> ending`. The fence first: while our claim's
-        lease is live nothing but us can change the row (the store asks a `starting`
-        row's holder to cancel it, as a `running` one's), so no cancel wins between the
-        files and the commit, and the files' fsyncs hold no store lock. A kill between
-        them leaves a `starting` row whose bundle says how the run ended, which
-        recovery records. Refused by the fence, nothing of the run is written."""
+    def _seal_whole(self) -> None:
+        """Write the whole run and sync it; the launch's ending then takes the row
+        `starting -> running -> ending`. The fence first: while our claim's lease is
+        live nothing but us can change the row (the store asks a `starting` row's
+        holder to cancel it, as a `running` one's), so no cancel wins between the files
+        and the commit, and the files' fsyncs hold no store lock. A kill between them
+        leaves a `starting` row whose bundle says how the run ended, which recovery
+        records. Refused by the fence, nothing of the run is written."""
         held = self._whole
         assert held is not None
         self._whole = None
@@ -457,9 +459,6 @@ class FolderBundle:
         self.close()
         if self._crash is not None:
             self._crash("after_whole_written")  # the run is on disk, not committed
-        # Refused or unanswered, the step has recorded nothing, and the launch layer
-        # records the ending apart, as for any sealed bundle.
-        ending.run(None)
 
     def _seal_files(self) -> None:
         paths = [self._state_path, self._manifest_path]

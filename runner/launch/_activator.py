@@ -164,7 +164,8 @@ class Activator:
         record = act.record
         self._crash("after_claim")
         # The launch's transitions that ride its bundle's writes (link.py).
-        link = RunLink(act, self._book, self._endings, self._clock, self._ran)
+        link = RunLink(act, self._book, self._endings, self._clock, self._ran,
+                       apart=not self._reader.space.commits_with_store)
         engine = self._engines.fenced(record, act.fence, link=link)
         act.engine = engine
         if record.status == "starting" and record.crash_count >= MAX_ACTIVATION_CRASHES \
@@ -366,15 +367,20 @@ class Activator:
 
 class RunLink:
     """`LaunchLink` of one activation (engine/_runner.py): the `running` step for the
-    run's first write, the ending's for its seal (None when parked: recorded apart)."""
+    run's first write, the ending's for its seal (None when parked: recorded apart).
+    `apart`: the bundle shares no transaction with the store (a folder), so its ending
+    is a commit of its own: kept for `Endings.record` to make once the engine hands
+    the outcome back, right after the seal (the engine never calls back for it)."""
 
     def __init__(self, act: Activation, book: LaunchBook, endings: Endings, clock: Clock,
-                 ran: Callable[[Activation, LaunchRecord, float], None]) -> None:
+                 ran: Callable[[Activation, LaunchRecord, float], None], *,
+                 apart: bool) -> None:
         self._act = act
         self._book = book
         self._endings = endings
         self._clock = clock
         self._ran = ran
+        self._apart = apart
 
     def running(self) -> Step:
         act = self._act
@@ -384,7 +390,11 @@ class RunLink:
     def ended(self, outcome: RunOutcome) -> Step | None:
         if outcome.parked:
             return None
-        return Step(self._endings.transition(self._act, outcome), self._recorded)
+        step = Step(self._endings.transition(self._act, outcome), self._recorded)
+        if self._apart:
+            self._act.after_seal = step
+            return None
+        return step
 
     def _recorded(self, _record: LaunchRecord) -> None:
         self._act.recorded = True  # committed with the bundle's seal

@@ -90,9 +90,14 @@ class Endings:
 
     def record(self, act: Activation, outcome: RunOutcome) -> None:
         """Map an engine outcome onto the launch row, with a follow-up when one is due."""
+        if act.after_seal is not None:
+            # A folder bundle was sealed: its ending's transition now, its own commit
+            # (refused or unanswered, it recorded nothing: recorded below, as for rows).
+            step, act.after_seal = act.after_seal, None
+            step.run(None)
         self._crash("before_outcome_recorded")
         if act.recorded:
-            return  # committed with the bundle's seal (link.py)
+            return  # committed with the bundle's seal (link.py), or right after it
         if outcome.parked:
             if act.claim_lost:
                 return  # another runner owns the row now

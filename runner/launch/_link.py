@@ -9,10 +9,11 @@ never disagree at those two points, and a 3-node run costs 6 commits in all
 (docs/store.md). The transition's guard (claim token, status, lease, on the
 locked launch row) is the bundle write's fence: a refused guard writes nothing.
 
-A folder bundle has no transaction to share: it runs the same steps with no write
-(`run(None)`), the `running` one just before the executor is released and the
-ending's right after its seal, each committed as the store commits a transition
-without a bundle. The link of one activation is `activator.RunLink`.
+A folder bundle has no transaction to share: the same steps run with no write
+(`run(None)`), the `running` one (by the bundle) just before the executor is released
+and the ending's (by `Endings.record`, the engine does not call back for it) right
+after the seal, each committed as the store commits a transition without a bundle.
+The link of one activation is `activator.RunLink`.
 """
 
 from __future__ import annotations
