@@ -171,13 +171,14 @@ class Engine:
                parent_run_id: str | None, carried: dict[str, Any] | None,
                extra: dict[str, Any] | None, secrets: RunSecrets = EMPTY) -> RunDriver:
         value = {**value, **secrets.hidden} if secrets.hidden else value
-        try:
-            # The title is a template like any node's: the workflow's budget, not the default.
-            with scoped_budget(Scope(definition.template_budget, self.clock.monotonic)):
-                title = secrets.mask(render_text(definition.title, {"input": value})) \
-                    if definition.title else None
-        except TemplateError:
-            title = None
+        title = None
+        if definition.title:
+            try:
+                # A template like any node's: the workflow's budget, not the default.
+                with scoped_budget(Scope(definition.template_budget, self.clock.monotonic)):
+                    title = secrets.mask(render_text(definition.title, {"input": value}))
+            except TemplateError:
+                pass  # the workflow's name stands in
         if self.launch is not None and parent_run_id is None and carried is None \
                 and not extra and pure_run(definition):
             # Joined to a claimed launch, a pure run is written with its ending (ADR

@@ -61,7 +61,7 @@ class Engines:
         # Bundles in the store's database (Postgres): any host can resume any run.
         self.rows = rows
         self._patience = renew_every(lease_seconds)
-        # Where every engine built here keeps its bundles: chosen once, not per launch.
+        # Where the fenced engines keep their bundles: chosen once, not per launch.
         self._space = Engine(runs_dir=runs_dir, clock=clock, rows=rows,
                              patience=self._patience).space
         self._lease_seconds = lease_seconds

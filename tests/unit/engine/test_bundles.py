@@ -108,6 +108,29 @@ def test_a_sealed_folder_bundle_refuses_every_write(tmp_path: Path) -> None:
     bundle.close()
 
 
+@pytest.mark.parametrize(("title", "shown"), [(None, "w"), ("for {{ input.who }}", "for ada"),
+                                              ("{{ input.who.nope.deeper }}", "w")])
+def test_the_first_manifest_is_titled_and_the_trace_keeps_what_it_alone_says(
+        env: Any, title: str | None, shown: str) -> None:
+    """The title renders from the input, and is the workflow's name without one or when
+    it does not render; `run_started` carries the manifest fields the trace does not
+    already hold (MANIFEST_FIELDS), from which a lost first manifest is rebuilt."""
+    from runner.engine._bundlefmt import MANIFEST_FIELDS
+    from runner.engine._bundleread import manifest_from_trace
+
+    head = "" if title is None else f"title: {json.dumps(title)}\n"
+    d = env.workflow(head + 'start: a\nnodes:\n  a: {compute: "{{ 1 }}"}\n', name="w")
+    out = env.engine().start(d, {"who": "ada"})
+    manifest = env.manifest(out.run_id)
+    assert manifest["title"] == shown
+    (started,) = env.events(out.run_id, "run_started")
+    kept = started["payload"]["manifest"]
+    assert sorted(kept) == sorted(MANIFEST_FIELDS)
+    assert kept == {k: manifest[k] for k in MANIFEST_FIELDS}
+    rebuilt = manifest_from_trace(out.run_id, started)
+    assert rebuilt == {**manifest, "status": "running", "finished_at": None}
+
+
 def test_run_ids_are_workflow_utc_time_and_8_hex(env: Any) -> None:
     d = env.workflow("""
         start: a
