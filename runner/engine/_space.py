@@ -124,7 +124,8 @@ class BundleSpace(Protocol):
         ...
 
 
-def _check_id(run_id: str) -> None:
+def check_run_id(run_id: str) -> None:
+    """The one refusal of a run id that names no bundle (a path out of `runs_dir`)."""
     if not valid_run_id(run_id):
         raise InputError(f"'{run_id}' is not a run id")
 
@@ -152,7 +153,7 @@ class FolderSpace:
                claim: str | None = None, begin: Begin | None = None) -> FolderBundle:
         """The run's folder, made here and locked by its writer; the fence is asked
         before it, so a stale claimant makes nothing."""
-        _check_id(run_id)
+        check_run_id(run_id)
         if not fence():
             raise ClaimLost(f"no claim on run '{run_id}'; not creating it")
         root = self.runs_dir / run_id
@@ -166,7 +167,7 @@ class FolderSpace:
 
     def open(self, run_id: str, fence: Fence = always, durability: str = "full",
              claim: str | None = None) -> FolderBundle:
-        _check_id(run_id)
+        check_run_id(run_id)
         return FolderBundle.open(self.runs_dir, run_id, fence, durability)
 
     def discard_unstarted(self, run_id: str) -> bool:
@@ -179,7 +180,7 @@ class FolderSpace:
     def remove_ended(self, run_id: str) -> None:
         """Rename to a dot-name (which `list_ids` skips), then delete: a crash in between
         leaves an invisible leftover the next prune finishes, never a half-deleted run."""
-        _check_id(run_id)
+        check_run_id(run_id)
         bundle = FolderBundle.open(self.runs_dir, run_id)  # NotFoundError; InputError: held
         try:
             status = self.state(run_id).status
@@ -345,7 +346,7 @@ class DatabaseSpace:
     # -- writing ----------------------------------------------------------------------
     def create(self, run_id: str, fence: Fence = always, durability: str = "full",
                claim: str | None = None, begin: Begin | None = None) -> DatabaseBundle:
-        _check_id(run_id)
+        check_run_id(run_id)
         bundle = DatabaseBundle.create(self.rows, run_id, self.runs_dir, fence, claim,
                                        self.clock, durability)
         bundle.begin, bundle.patience = begin, self.patience
@@ -353,7 +354,7 @@ class DatabaseSpace:
 
     def open(self, run_id: str, fence: Fence = always, durability: str = "full",
              claim: str | None = None) -> DatabaseBundle:
-        _check_id(run_id)
+        check_run_id(run_id)
         bundle = DatabaseBundle.open(self.rows, run_id, self.runs_dir, fence, claim,
                                      self.clock, durability)
         bundle.patience = self.patience
@@ -365,7 +366,7 @@ class DatabaseSpace:
     def remove_ended(self, run_id: str) -> None:
         """One transaction: trace, documents, artifacts and continuation marker; a sealed
         bundle has no writer, and the database fence keeps out any stale one."""
-        _check_id(run_id)
+        check_run_id(run_id)
         if not self.rows.bundle_exists(run_id):
             raise _no_run(run_id)
         status = self.state(run_id).status
