@@ -221,6 +221,27 @@ def test_a_folder_runs_ending_commits_after_its_seal_before_the_outcome_is_recor
     assert events.count("launch.done") == 1
 
 
+def test_an_exception_after_a_folder_runs_seal_records_the_ending_it_sealed(
+        project: Project) -> None:
+    """The bundle says how the run ended (written whole, read-only) when the runner
+    raises before its launch commits that ending: the crash boundary records it (done),
+    it does not fail a launch whose bundle completed."""
+    stack = Stack(project)
+    record = stack.claimed("tiny", {"task": "t"})
+
+    def bug_at(point: str) -> None:
+        if point == "after_whole_written":
+            raise RuntimeError("a bug right after the seal")
+
+    runner = build_coordinator(stack.ws, stack.store, "plain", runner="r1",
+                               options=EngineOptions(project_root=project.root,
+                                                     crash_point=bug_at))
+    assert runner.execute(record) is None  # the run path raised: no outcome
+    assert _agrees(stack, project, record.run_id) == "completed"
+    events = [e.type for e in stack.store.run_events.read(run_id=record.run_id)]
+    assert events[-2:] == ["launch.running", "launch.done"]
+
+
 # A pure run whose first node's output (over 4 KiB) goes to an artifact: that write is
 # one a run written whole does not hold, so from there it is written the usual way.
 SPILLS = """\
