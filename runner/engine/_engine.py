@@ -109,8 +109,9 @@ class Engine:
     @cached_property
     def space(self) -> BundleSpace:
         """Where this engine's bundles live, chosen once (engine/_space.py)."""
-        return self.bundle_space or space_for(self.runs_dir, self.rows, self.clock,
-                                              self.patience)
+        if self.bundle_space is not None:
+            return self.bundle_space
+        return space_for(self.runs_dir, self.rows, self.clock, self.patience)
 
     def _driver(self, run_id: str, definition: WorkflowDefinition, bundle: RunBundle,
                 state: RunState, control: RunControl | None,
