@@ -47,13 +47,13 @@ def child(root: Path, n: int) -> dict[str, float]:
     """One round: N bundles from `runner` under `root`; CPU and wall ms per bundle."""
     sys.path.insert(0, str(root))
     from runner._canonical import canonical_json
-    from runner.engine._bundle import FolderBundle
+    from runner.engine._space import FolderSpace
 
     runs = Path(tempfile.mkdtemp(prefix="wfrun-bundle-files-"))
     snapshot = canonical_json({"name": "w", "nodes": {"a": {}, "b": {}, "c": {}}})
 
     def one(i: int) -> None:
-        bundle = FolderBundle.create(runs, f"w-{i}")
+        bundle = FolderSpace(runs).create(f"w-{i}")
         bundle.write_workflow(snapshot)
         bundle.write_manifest({"run_id": f"w-{i}", "workflow": "w", "status": "running",
                                "definition_digest": "sha256:0", "finished_at": None})

@@ -18,9 +18,9 @@ snapshot), written microseconds after the folder's check, asks nothing: until
 claimant discards it), so a cancel that won between the two loses nothing. A
 terminal bundle is immutable (its files become read-only).
 
-Joined to its launch (`begin`, `seal(ending)`), a folder bundle makes the launch's
-`running` transition when the launch layer is about to release the executor
-(`start_launch`), and the ending's right after the seal: a folder shares no
+Joined to its launch (`begin`), a folder bundle makes the launch's `running`
+transition when the launch layer is about to release the executor (`start_launch`);
+the launch makes the ending's itself right after the seal: a folder shares no
 transaction with the store, so each is its own commit (a database bundle carries
 them in its first write and its seal, dbbundle.py).
 
@@ -56,7 +56,6 @@ from runner.errors import ClaimLost, InputError, NotFoundError, OperationFailed
 from ._bundlefiles import (
     create_private,
     link_snapshot,
-    make_bundle_dir,
     private_dir,
     room_left,
     update_private,
@@ -73,10 +72,11 @@ from ._bundlefmt import (
     WORKFLOW,
     Fence,
     always,
+    first_event,
     joined,
     parse_trace,
 )
-from ._bundleread import first_event, read_artifact, read_manifest, read_trace, started
+from ._bundleread import read_artifact, read_manifest, read_trace
 from ._rows import LaunchStep
 
 #: A pure run holds at most this many trace events for its ending; past it, its
@@ -88,7 +88,9 @@ class FolderBundle:
     """A run bundle in a folder, held with an exclusive lock while open for writing."""
 
     def __init__(self, root: Path, run_id: str, fence: Fence = always,
-                 durability: str = "full") -> None:
+                 durability: str = "full", *, created: bool = False) -> None:
+        """`created`: the folder `root` was just made for this writer (`FolderSpace.create`),
+        which holds its lock from here on and writes its first files in place."""
         self.root = root
         # The files' paths as strings, joined once: a run writes them ~10 times, and
         # a pathlib join and its conversion back cost more than the string work.
@@ -107,8 +109,8 @@ class FolderBundle:
         self._logs_ready = False
         self._manifest: str | None = None  # the text this writer last wrote (no re-read)
         self._snapshot: bytes | None = None  # workflow.json, held for the next write
-        self._fresh = False  # created by this writer, no manifest yet
-        self._state_new = False  # created by this writer, no state.json yet
+        self._fresh = created  # created by this writer, no manifest yet
+        self._state_new = created  # created by this writer, no state.json yet
         self._linked = False  # workflow.json links the shared snapshot (already 0400)
         # The launch's `running` step (a claimed launch's new run, set by the space):
         # made by `start_launch`, or at the latest before the first node's start.
@@ -123,23 +125,10 @@ class FolderBundle:
         # Its first manifest, held as given (never encoded unless written the usual way).
         self._first: dict[str, Any] | None = None
         self._crash: Callable[[str], None] | None = None
+        if created:
+            self._acquire()
 
-    # -- opening --------------------------------------------------------------
-    @classmethod
-    def create(cls, runs_dir: Path, run_id: str, fence: Fence = always,
-               durability: str = "full") -> FolderBundle:
-        if not fence():
-            raise ClaimLost(f"no claim on run '{run_id}'; not creating it")
-        root = runs_dir / run_id
-        try:
-            make_bundle_dir(runs_dir, root)
-        except FileExistsError:
-            raise OperationFailed(f"run '{run_id}' already exists") from None
-        bundle = cls(root, run_id, fence, durability)
-        bundle._acquire()
-        bundle._fresh = bundle._state_new = True
-        return bundle
-
+    # -- opening (a new run's folder: `FolderSpace.create`) --------------------
     @classmethod
     def open(cls, runs_dir: Path, run_id: str, fence: Fence = always,
              durability: str = "full") -> FolderBundle:
@@ -413,30 +402,32 @@ class FolderBundle:
                 os.fsync(fh.fileno())
 
     def seal(self, ending: LaunchStep | None = None) -> None:
-        """Make a terminal bundle immutable: read-only files, no more writes; then
-        make `ending` (the launch's transition recording how the run ended), after
-        the lock is let go, so whoever the launch's ending wakes finds the bundle free.
-        A pure run's (`write_whole`) is written by `ending` itself, under its guard."""
-        if self._whole is not None and ending is not None and not self._sealed:
-            self._seal_whole(ending)
-            return
-        self._check()
-        if self.begin is not None:
-            self._begin()  # ended before any node started: the launch ran all the same
-        self._seal_files()
+        """Make a terminal bundle immutable: read-only files, no more writes; a pure
+        run's (`write_whole`) is written whole here. A folder shares no transaction with
+        the store, so no launch transition rides the seal: the launch makes its ending
+        as a commit of its own once the engine hands the outcome back (RunLink, apart),
+        after the lock is let go, so whoever it wakes finds the bundle free. `ending`,
+        when given all the same, is made right after the seal."""
+        if self._whole is not None and not self._sealed:
+            self._seal_whole()
+        else:
+            self._check()
+            if self.begin is not None:
+                self._begin()  # ended before any node started: the launch ran all the same
+            self._seal_files()
         if ending is not None:
             # Refused or unanswered, the step has recorded nothing, and the launch
             # layer records the ending apart, as it does for a bundle without one.
             ending.run(None)
 
-    def _seal_whole(self, ending: LaunchStep) -> None:
-        """Write the whole run, sync it, then make its ending's transition, which takes
-        the row `starting -> running -> ending`. The fence first: while our claim's
-        lease is live nothing but us can change the row (the store asks a `starting`
-        row's holder to cancel it, as a `running` one's), so no cancel wins between the
-        files and the commit, and the files' fsyncs hold no store lock. A kill between
-        them leaves a `starting` row whose bundle says how the run ended, which
-        recovery records. Refused by the fence, nothing of the run is written."""
+    def _seal_whole(self) -> None:
+        """Write the whole run and sync it; the launch's ending then takes the row
+        `starting -> running -> ending`. The fence first: while our claim's lease is
+        live nothing but us can change the row (the store asks a `starting` row's
+        holder to cancel it, as a `running` one's), so no cancel wins between the files
+        and the commit, and the files' fsyncs hold no store lock. A kill between them
+        leaves a `starting` row whose bundle says how the run ended, which recovery
+        records. Refused by the fence, nothing of the run is written."""
         held = self._whole
         assert held is not None
         self._whole = None
@@ -468,9 +459,6 @@ class FolderBundle:
         self.close()
         if self._crash is not None:
             self._crash("after_whole_written")  # the run is on disk, not committed
-        # Refused or unanswered, the step has recorded nothing, and the launch layer
-        # records the ending apart, as for any sealed bundle.
-        ending.run(None)
 
     def _seal_files(self) -> None:
         paths = [self._state_path, self._manifest_path]
@@ -493,7 +481,7 @@ class FolderBundle:
         holds the lock, so its bundle is never removed from under it)."""
         self._acquire()
         try:
-            if started(self.root, self.run_id):
+            if first_event(self.root, self.run_id) is not None:  # started
                 raise OperationFailed(f"run '{self.run_id}' has started; not removing it")
             for entry in sorted(self.root.rglob("*"), reverse=True):
                 if entry.is_dir() and not entry.is_symlink():

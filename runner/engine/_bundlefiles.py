@@ -71,16 +71,6 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-def _fill(fd: int, data: bytes, sync: bool) -> None:
-    """Write all of `data` to the new file `fd` (fsync'd with `sync`), then close it."""
-    try:
-        write_all(fd, data)
-        if sync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def create_private(path: str | Path, data: bytes, *, sync: bool = False,
                    mode: int = 0o600) -> None:
     """Write a new 0600 file in place: for a file no reader looks at yet (a refused
@@ -88,7 +78,12 @@ def create_private(path: str | Path, data: bytes, *, sync: bool = False,
     the new file's descriptor may still write it, and no chmod follows)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
-        _fill(fd, data, sync)
+        try:
+            write_all(fd, data)
+            if sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
     except BaseException:
         Path(path).unlink(missing_ok=True)
         raise
@@ -100,7 +95,12 @@ def write_private(path: str | Path, data: bytes, *, sync: bool = False) -> None:
     tmp = os.path.join(folder, f".{name}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        _fill(fd, data, sync)
+        try:
+            write_all(fd, data)
+            if sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -133,15 +133,6 @@ _SHARED_NAMES: dict[bytes, str] = {}
 _SHARED_KEPT = 64
 
 
-def _shared_name(data: bytes) -> str:
-    name = _SHARED_NAMES.get(data)
-    if name is None:
-        if len(_SHARED_NAMES) >= _SHARED_KEPT:
-            _SHARED_NAMES.clear()
-        name = _SHARED_NAMES[data] = f"sha256-{hashlib.sha256(data).hexdigest()}.json"
-    return name
-
-
 def link_snapshot(runs_dir: str | Path, path: str | Path, data: bytes) -> bool:
     """Make `path` a hard link to the one copy of `data` in `runs/.snapshots/`, named
     by its SHA-256: the runs of one definition share the snapshot's inode. A file
@@ -152,7 +143,12 @@ def link_snapshot(runs_dir: str | Path, path: str | Path, data: bytes) -> bool:
     whole, and nothing writes it again (a rewrite of a snapshot replaces the link).
     False where links do not work here (another file system's rules, the link limit):
     the caller writes the file itself, as before."""
-    shared = os.path.join(runs_dir, SNAPSHOTS, _shared_name(data))
+    name = _SHARED_NAMES.get(data)
+    if name is None:
+        if len(_SHARED_NAMES) >= _SHARED_KEPT:
+            _SHARED_NAMES.clear()
+        name = _SHARED_NAMES[data] = f"sha256-{hashlib.sha256(data).hexdigest()}.json"
+    shared = os.path.join(runs_dir, SNAPSHOTS, name)
     for attempt in range(3):
         try:
             os.link(shared, path)

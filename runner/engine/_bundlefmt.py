@@ -1,17 +1,19 @@
 """The run bundle's format (DESIGN §4): its file names and schema, run ids, trace lines
-(canonical JSON, one event per line, `seq` 1, 2, 3...) and how a torn trace is read;
-shared by the folder space (`_bundle`), its readers (`_bundleread`) and the database
-space (`_dbbundle`)."""
+(canonical JSON, one event per line, `seq` 1, 2, 3...), how a torn trace is read and
+what makes a folder's bundle a started run (`first_event`); shared by the folder space
+(`_space`, `_bundle`), its readers (`_bundleread`) and the database space (`_dbbundle`)."""
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from runner._canonical import canonical_json
-from runner.errors import ClaimLost
+from runner.errors import ClaimLost, OperationFailed, read_fault
 
 from ._rows import LaunchStep
 
@@ -101,3 +103,28 @@ def parse_trace(data: bytes, first_seq: int = 1) -> TraceRead:
         events.append(event)
         pos = end + 1
     return TraceRead(events, pos, pos != len(data))
+
+
+def first_event(root: str | Path, run_id: str) -> dict[str, Any] | None:
+    """The trace's first line when it is a whole `run_started` (seq 1, always fsync'd),
+    else None: a folder bundle has started (its run's input is durable) exactly when
+    this is an event. Reads one line, not the trace."""
+    try:
+        with open(os.path.join(root, TRACE), "rb") as fh:
+            line = fh.readline()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        # An unreadable runs folder is the machine's (a launch waits it out), not
+        # the run's: a MachineFault, as a refused write is.
+        raise read_fault(exc, f"the trace of run '{run_id}'") or OperationFailed(
+            f"cannot read the trace of run '{run_id}': {exc.strerror}") from None
+    if not line.endswith(b"\n"):
+        return None  # empty, or the first write was torn
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return None
+    if isinstance(event, dict) and event.get("seq") == 1 and event.get("type") == "run_started":
+        return event
+    return None

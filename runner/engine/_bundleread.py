@@ -1,15 +1,14 @@
 """Reading a folder bundle without opening it for writing: its manifest (rebuilt from the
-trace where a power loss or a rewrite in place left it missing or torn), its first
-event, its trace and its artifacts."""
+trace where a power loss or a rewrite in place left it missing or torn), its trace and
+its artifacts (its first event, the question every claim asks: `_bundlefmt.first_event`)."""
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
-from runner.errors import NotFoundError, OperationFailed, read_fault
+from runner.errors import NotFoundError, OperationFailed
 
 from ._bundlefmt import (
     ARTIFACTS,
@@ -21,6 +20,7 @@ from ._bundlefmt import (
     TRACE,
     TraceRead,
     dumps,
+    first_event,
     parse_trace,
 )
 from ._state import fold
@@ -96,35 +96,6 @@ def read_json(path: Path) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise OperationFailed(f"{path} does not hold a JSON object")
     return value
-
-
-def started(root: str | Path, run_id: str) -> bool:
-    """The trace's first line is `run_started` (seq 1, always fsync'd): the run's input
-    is durable. Reads one line, not the trace."""
-    return first_event(root, run_id) is not None
-
-
-def first_event(root: str | Path, run_id: str) -> dict[str, Any] | None:
-    """The trace's first line when it is a whole `run_started` (seq 1), else None."""
-    try:
-        with open(os.path.join(root, TRACE), "rb") as fh:
-            line = fh.readline()
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except OSError as exc:
-        # An unreadable runs folder is the machine's (a launch waits it out), not
-        # the run's: a MachineFault, as a refused write is.
-        raise read_fault(exc, f"the trace of run '{run_id}'") or OperationFailed(
-            f"cannot read the trace of run '{run_id}': {exc.strerror}") from None
-    if not line.endswith(b"\n"):
-        return None  # empty, or the first write was torn
-    try:
-        event = json.loads(line)
-    except ValueError:
-        return None
-    if isinstance(event, dict) and event.get("seq") == 1 and event.get("type") == "run_started":
-        return event
-    return None
 
 
 def read_trace(root: Path) -> TraceRead:

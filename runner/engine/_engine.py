@@ -20,7 +20,7 @@ from runner.errors import InputError, OperationFailed
 
 from ._agent import AgentStepExecutor
 from ._artifacts import has_artifacts, internalize
-from ._bundlefmt import BUNDLE_SCHEMA, MANIFEST_FIELDS, PATHS, Fence, always
+from ._bundlefmt import BUNDLE_SCHEMA, PATHS, Fence, always
 from ._bundlefmt import CONTINUED as CONTINUED  # re-exported: the marker folder
 from ._cache import StepCache
 from ._control import RunControl
@@ -102,10 +102,15 @@ class Engine:
     items: ItemLedger | None = None
     # Runs `workflow:` bodies of fan-out nodes as linked child runs (the launch layer).
     children: ChildRuns | None = None
+    # The space of `runs_dir`/`rows` when the maker holds one already (a runner builds an
+    # engine per launch over the same space); None: chosen here.
+    bundle_space: BundleSpace | None = None
 
     @cached_property
     def space(self) -> BundleSpace:
         """Where this engine's bundles live, chosen once (engine/_space.py)."""
+        if self.bundle_space is not None:
+            return self.bundle_space
         return space_for(self.runs_dir, self.rows, self.clock, self.patience)
 
     def _driver(self, run_id: str, definition: WorkflowDefinition, bundle: RunBundle,
@@ -167,13 +172,14 @@ class Engine:
                parent_run_id: str | None, carried: dict[str, Any] | None,
                extra: dict[str, Any] | None, secrets: RunSecrets = EMPTY) -> RunDriver:
         value = {**value, **secrets.hidden} if secrets.hidden else value
-        try:
-            # The title is a template like any node's: the workflow's budget, not the default.
-            with scoped_budget(Scope(definition.template_budget, self.clock.monotonic)):
-                title = secrets.mask(render_text(definition.title, {"input": value})) \
-                    if definition.title else None
-        except TemplateError:
-            title = None
+        title = None
+        if definition.title:
+            try:
+                # A template like any node's: the workflow's budget, not the default.
+                with scoped_budget(Scope(definition.template_budget, self.clock.monotonic)):
+                    title = secrets.mask(render_text(definition.title, {"input": value}))
+            except TemplateError:
+                pass  # the workflow's name stands in
         if self.launch is not None and parent_run_id is None and carried is None \
                 and not extra and pure_run(definition):
             # Joined to a claimed launch, a pure run is written with its ending (ADR
@@ -181,17 +187,22 @@ class Engine:
             # snapshot and first manifest are held for it too (ADR 0013).
             bundle.write_whole(self.crash_point)
         bundle.write_workflow(definition.snapshot_json)
-        manifest = {
-            "schema": BUNDLE_SCHEMA,
-            "run_id": run_id,
-            "workflow": definition.name,
+        # The first manifest's fields the trace does not hold (MANIFEST_FIELDS), then
+        # the rest (keys are sorted when written).
+        kept = {
             "workflow_ref": workflow_ref or definition.name,
             "title": title or definition.name,
             "source": definition.source.to_json() if definition.source else None,
             "sources": [s.to_json() for s in definition.sources],
+            "started_at": iso(now),
+        }
+        manifest = {
+            **kept,
+            "schema": BUNDLE_SCHEMA,
+            "run_id": run_id,
+            "workflow": definition.name,
             "definition_digest": definition.digest,
             "parent_run_id": parent_run_id,
-            "started_at": iso(now),
             "finished_at": None,
             "status": "running",
             "trace_schema": TRACE_SCHEMA,
@@ -212,7 +223,7 @@ class Engine:
         if not self.space.commits_with_store:
             # A folder's first manifest is not fsync'd: the trace keeps what it alone
             # says (`manifest_from_trace` rebuilds it; rows commit it with this event).
-            payload["manifest"] = {k: manifest[k] for k in MANIFEST_FIELDS}
+            payload["manifest"] = kept
         # No state.json yet: the trace holds the start; the first projection follows.
         driver.emit("run_started", payload, sync=True)
         return driver

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from runner.errors import InputError, NotFoundError, OperationFailed
+from runner.errors import NotFoundError, OperationFailed
 
 from ._artifacts import has_artifacts, internalize
 from ._bundlefmt import CONTINUED as CONTINUED  # re-exported: the marker folder
@@ -30,7 +30,7 @@ from ._bundlefmt import LOGS, TraceRead, valid_run_id
 from ._bundlefmt import MAX_RUN_ID_BYTES as MAX_RUN_ID_BYTES
 from ._livelog import live_log_name
 from ._rows import BundleRows
-from ._space import BundleSpace, space_for
+from ._space import BundleSpace, check_run_id, space_for
 from ._state import RunState, fold
 
 __all__ = ["CONTINUED", "MAX_RUN_ID_BYTES", "RunReader", "valid_run_id"]
@@ -48,13 +48,8 @@ class RunReader:
         return f"RunReader({self.space!r})"
 
     # -- ids ----------------------------------------------------------------------------
-    @staticmethod
-    def _check(run_id: str) -> None:
-        if not valid_run_id(run_id):
-            raise InputError(f"'{run_id}' is not a run id")
-
     def _existing(self, run_id: str) -> None:
-        self._check(run_id)
+        check_run_id(run_id)
         if not self.space.exists(run_id):
             raise NotFoundError(f"no run '{run_id}'; `wfrun runs` lists runs")
 
@@ -100,7 +95,7 @@ class RunReader:
 
     # -- contents ---------------------------------------------------------------------
     def manifest(self, run_id: str) -> dict[str, Any]:
-        self._check(run_id)
+        check_run_id(run_id)
         return self.space.manifest(run_id)
 
     def read_trace(self, run_id: str) -> TraceRead:
@@ -120,7 +115,7 @@ class RunReader:
 
     def workflow(self, run_id: str) -> dict[str, Any]:
         """The definition snapshot the run was started from (`workflow.json`)."""
-        self._check(run_id)
+        check_run_id(run_id)
         return self.space.workflow(run_id)
 
     def trace(self, run_id: str) -> list[dict[str, Any]]:

@@ -29,10 +29,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from runner.clock import Clock
-from runner.errors import InputError, NotFoundError, OperationFailed, os_fault
+from runner.errors import ClaimLost, InputError, NotFoundError, OperationFailed, os_fault
 
 from . import _dbbundle as dbbundle
 from ._bundle import FolderBundle
+from ._bundlefiles import make_bundle_dir
 from ._bundlefmt import (
     CONTINUED,
     ENDED,
@@ -43,10 +44,11 @@ from ._bundlefmt import (
     Fence,
     TraceRead,
     always,
+    first_event,
     parse_trace,
     valid_run_id,
 )
-from ._bundleread import read_json, read_manifest, started
+from ._bundleread import read_json, read_manifest
 from ._dbbundle import PATIENCE, DatabaseBundle
 from ._rows import BundleRead, BundleRows, LaunchStep
 from ._state import RunState, fold
@@ -122,7 +124,8 @@ class BundleSpace(Protocol):
         ...
 
 
-def _check_id(run_id: str) -> None:
+def check_run_id(run_id: str) -> None:
+    """The one refusal of a run id that names no bundle (a path out of `runs_dir`)."""
     if not valid_run_id(run_id):
         raise InputError(f"'{run_id}' is not a run id")
 
@@ -148,19 +151,28 @@ class FolderSpace:
     # -- writing ----------------------------------------------------------------------
     def create(self, run_id: str, fence: Fence = always, durability: str = "full",
                claim: str | None = None, begin: Begin | None = None) -> FolderBundle:
-        _check_id(run_id)
-        bundle = FolderBundle.create(self.runs_dir, run_id, fence, durability)
+        """The run's folder, made here and locked by its writer; the fence is asked
+        before it, so a stale claimant makes nothing."""
+        check_run_id(run_id)
+        if not fence():
+            raise ClaimLost(f"no claim on run '{run_id}'; not creating it")
+        root = self.runs_dir / run_id
+        try:
+            make_bundle_dir(self.runs_dir, root)
+        except FileExistsError:
+            raise OperationFailed(f"run '{run_id}' already exists") from None
+        bundle = FolderBundle(root, run_id, fence, durability, created=True)
         bundle.begin = begin
         return bundle
 
     def open(self, run_id: str, fence: Fence = always, durability: str = "full",
              claim: str | None = None) -> FolderBundle:
-        _check_id(run_id)
+        check_run_id(run_id)
         return FolderBundle.open(self.runs_dir, run_id, fence, durability)
 
     def discard_unstarted(self, run_id: str) -> bool:
         root = os.path.join(self._runs, run_id)
-        if not os.path.isdir(root) or started(root, run_id):
+        if not os.path.isdir(root) or first_event(root, run_id) is not None:
             return False
         FolderBundle(Path(root), run_id).remove_unstarted()
         return True
@@ -168,7 +180,7 @@ class FolderSpace:
     def remove_ended(self, run_id: str) -> None:
         """Rename to a dot-name (which `list_ids` skips), then delete: a crash in between
         leaves an invisible leftover the next prune finishes, never a half-deleted run."""
-        _check_id(run_id)
+        check_run_id(run_id)
         bundle = FolderBundle.open(self.runs_dir, run_id)  # NotFoundError; InputError: held
         try:
             status = self.state(run_id).status
@@ -217,7 +229,7 @@ class FolderSpace:
         return (self.runs_dir / run_id).is_dir()
 
     def started(self, run_id: str) -> bool:
-        return started(os.path.join(self._runs, run_id), run_id)
+        return first_event(os.path.join(self._runs, run_id), run_id) is not None
 
     def manifest(self, run_id: str) -> dict[str, Any]:
         root = self.runs_dir / run_id
@@ -334,7 +346,7 @@ class DatabaseSpace:
     # -- writing ----------------------------------------------------------------------
     def create(self, run_id: str, fence: Fence = always, durability: str = "full",
                claim: str | None = None, begin: Begin | None = None) -> DatabaseBundle:
-        _check_id(run_id)
+        check_run_id(run_id)
         bundle = DatabaseBundle.create(self.rows, run_id, self.runs_dir, fence, claim,
                                        self.clock, durability)
         bundle.begin, bundle.patience = begin, self.patience
@@ -342,7 +354,7 @@ class DatabaseSpace:
 
     def open(self, run_id: str, fence: Fence = always, durability: str = "full",
              claim: str | None = None) -> DatabaseBundle:
-        _check_id(run_id)
+        check_run_id(run_id)
         bundle = DatabaseBundle.open(self.rows, run_id, self.runs_dir, fence, claim,
                                      self.clock, durability)
         bundle.patience = self.patience
@@ -354,7 +366,7 @@ class DatabaseSpace:
     def remove_ended(self, run_id: str) -> None:
         """One transaction: trace, documents, artifacts and continuation marker; a sealed
         bundle has no writer, and the database fence keeps out any stale one."""
-        _check_id(run_id)
+        check_run_id(run_id)
         if not self.rows.bundle_exists(run_id):
             raise _no_run(run_id)
         status = self.state(run_id).status

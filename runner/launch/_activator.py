@@ -169,7 +169,8 @@ class Activator:
         if self._crash.hook is not None:
             self._crash.hook("after_claim")
         # The launch's transitions that ride its bundle's writes (`RunLink`, below).
-        link = RunLink(act, self._book, self._endings, self._clock, self._ran)
+        link = RunLink(act, self._book, self._endings, self._clock, self._ran,
+                       apart=not self._reader.space.commits_with_store)
         engine = self._engines.fenced(record, act.fence, link=link)
         act.engine = engine
         if record.status == "starting" and record.crash_count >= MAX_ACTIVATION_CRASHES \
@@ -385,10 +386,11 @@ class Activator:
 # guard (claim token, status, lease, on the locked launch row) is the bundle write's
 # fence: a refused guard writes nothing.
 #
-# A folder bundle has no transaction to share: it runs the same steps with no write
-# (`run(None)`), the `running` one just before the executor is released and the
-# ending's right after its seal, each committed as the store commits a transition
-# without a bundle.
+# A folder bundle has no transaction to share: the same steps run with no write
+# (`run(None)`), the `running` one (by the bundle) just before the executor is
+# released and the ending's (by `Endings.record`: the engine does not call back for
+# it) right after the seal, each committed as the store commits a transition without
+# a bundle.
 
 
 @dataclass(frozen=True)
@@ -416,13 +418,17 @@ class Step:
 @dataclass(frozen=True)
 class RunLink:
     """`LaunchLink` of one activation (engine/_runtypes.py): the `running` step for the
-    run's first write, the ending's for its seal (None when parked: recorded apart)."""
+    run's first write, the ending's for its seal (None when parked: recorded apart).
+    `apart`: the bundle shares no transaction with the store (a folder), so its ending
+    is a commit of its own: kept for `Endings.record` to make once the engine hands
+    the outcome back, right after the seal (the engine never calls back for it)."""
 
     act: Activation
     book: LaunchBook
     endings: Endings
     clock: Clock
     ran: Callable[[Activation, LaunchRecord, float], None]
+    apart: bool = False
 
     def running(self) -> Step:
         """The launch's `running` transition carrying the run's first bundle write: it
@@ -436,7 +442,11 @@ class RunLink:
     def ended(self, outcome: RunOutcome) -> Step | None:
         if outcome.parked:
             return None
-        return Step(self.endings.transition(self.act, outcome))  # marks `act.recorded`
+        step = Step(self.endings.transition(self.act, outcome))  # marks `act.recorded`
+        if self.apart:
+            self.act.after_seal = step
+            return None
+        return step
 
 
 def _deleted(record: LaunchRecord) -> bool:

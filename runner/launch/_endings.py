@@ -91,10 +91,11 @@ class Endings:
 
     def record(self, act: Activation, outcome: RunOutcome) -> None:
         """Map an engine outcome onto the launch row, with a follow-up when one is due."""
+        self._after_seal(act)  # refused or unanswered, it recorded nothing: below, as for rows
         if self._crash.hook is not None:
             self._crash.hook("before_outcome_recorded")
         if act.recorded:
-            return  # committed with the bundle's seal (`RunLink`, activator.py)
+            return  # committed with the bundle's seal (`RunLink`, activator.py), or right after it
         if outcome.parked:
             if act.claim_lost:
                 return  # another runner owns the row now
@@ -106,6 +107,14 @@ class Endings:
                 settle_pause(self._store, act.record.run_id)  # an unpause that came meanwhile
             return
         self.transition(act, outcome)(None)
+
+    @staticmethod
+    def _after_seal(act: Activation) -> None:
+        """A folder bundle was sealed: its ending's transition now, its own commit (kept
+        for right after the seal by RunLink: the engine does not call back for it)."""
+        step, act.after_seal = act.after_seal, None
+        if step is not None:
+            step.run(None)
 
     def transition(self, act: Activation, outcome: RunOutcome) -> Transition:
         """The transition that records how a run ended (not parked) on its launch; it
@@ -226,6 +235,12 @@ class Endings:
             self.crash_causes.pop(next(iter(self.crash_causes)))
         if act.driver is not None:
             act.driver.bundle.close()  # let go of the lock so the ending can be written
+        if act.after_seal is not None:
+            # Raised after a folder bundle's seal: the run ended, and that ending is the
+            # truth (made here as `record` would have made it).
+            self._after_seal(act)
+            if act.recorded:
+                return
         if began:
             # We still hold the claim; the engine may not exist (its factory failed).
             engine = act.engine or self._engines.bare()

@@ -68,6 +68,9 @@ class Engines:
         # Bundles in the store's database (Postgres): any host can resume any run.
         self.rows = rows
         self._patience = renew_every(lease_seconds)
+        # Where the fenced engines keep their bundles: chosen once, not per launch.
+        self._space = Engine(runs_dir=runs_dir, clock=clock, rows=rows,
+                             patience=self._patience).space
         self._lease_seconds = lease_seconds
         # Runs `workflow:` bodies of fan-out nodes as linked child runs (set by the
         # coordinator, which is what runs them: items.LaunchChildren).
@@ -97,6 +100,7 @@ class Engines:
                       fence=fence, processes=opts.processes, crash_point=opts.crash_point,
                       secret_source=self.secret_source(record.run_id),
                       rows=self.rows, claim=fence.token, patience=self._patience,
+                      bundle_space=self._space,
                       step_cache=self._step_cache, use_cache=opts.use_cache,
                       launch=link,
                       items=StoreItems(self._store.fanout, record.run_id, fence.token,

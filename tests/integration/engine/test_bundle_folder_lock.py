@@ -18,6 +18,7 @@ from waiting import LineReader
 
 from runner.engine._bundle import FolderBundle
 from runner.engine._removal import remove_ended_run
+from runner.engine._space import FolderSpace
 from runner.errors import InputError
 
 HOLD = (
@@ -28,7 +29,7 @@ HOLD = (
 
 
 def _ended_bundle(runs: Path, run_id: str) -> None:
-    bundle = FolderBundle.create(runs, run_id)
+    bundle = FolderSpace(runs).create(run_id)
     try:
         bundle.append([{"type": "run_started", "run_id": run_id, "seq": 1},
                        {"type": "run_completed", "run_id": run_id, "seq": 2}], sync=True)

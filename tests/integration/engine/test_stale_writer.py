@@ -13,6 +13,7 @@ from runner.compiler import Compiler, WorkflowDefinition
 from runner.engine import Engine, RunState
 from runner.engine._bundle import FolderBundle
 from runner.engine._bundlefmt import parse_trace
+from runner.engine._space import FolderSpace
 from runner.engine._state import fold
 from runner.errors import ClaimLost, InputError
 
@@ -43,7 +44,7 @@ class Claim:
 
 def test_two_writers_the_stale_one_writes_nothing(tmp_path: Path) -> None:
     claim = Claim("A")
-    a = FolderBundle.create(tmp_path, "r1", claim.fence("A"))
+    a = FolderSpace(tmp_path).create("r1", claim.fence("A"))
     a.write_workflow('{"name":"wf"}')
     a.write_manifest({"run_id": "r1", "status": "running"})
     ref = a.write_artifact(b"x" * 5000, "text/plain")

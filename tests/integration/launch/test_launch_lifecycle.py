@@ -187,6 +187,61 @@ def test_a_pure_run_is_written_whole_by_its_ending_without_a_running_commit(
         "run_started", "node_started", "node_finished", "run_completed"]
 
 
+@pytest.mark.parametrize(("ref", "sealing", "before"), [("tiny", "after_whole_written", "starting"),
+                                                      ("tiny_effect", "before_seal", "running")])
+def test_a_folder_runs_ending_commits_after_its_seal_before_the_outcome_is_recorded(
+        project: Project, ref: str, sealing: str, before: str) -> None:
+    """A folder shares no transaction with the store, so its ending is a commit of its
+    own, which the launch makes once the engine hands the outcome back: the bundle is
+    sealed (read-only) and unlocked by then, and the row is ended before
+    `before_outcome_recorded`, as a database bundle's is (it commits in the seal)."""
+    stack = Stack(project)
+    record = stack.claimed(ref, {"task": "t"})
+    seen: dict[str, tuple[str, dict[str, int]]] = {}
+
+    def look(point: str) -> None:
+        if point in (sealing, "before_outcome_recorded"):
+            row = stack.store.launches.get(record.run_id)
+            assert row is not None
+            seen[point] = (row.status, _files(project.runs_dir / record.run_id))
+
+    runner = build_coordinator(stack.ws, stack.store, "plain", runner="r1", crash=look,
+                               options=EngineOptions(project_root=project.root,
+                                                     crash_point=look))
+    outcome = runner.execute(record)
+    assert outcome is not None
+    assert outcome.status == "completed"
+    status, _ = seen[sealing]
+    assert status == before  # the seal's files come first, the ending's commit after
+    status, files = seen["before_outcome_recorded"]
+    assert status == "done"
+    assert files == dict.fromkeys(("manifest.json", "state.json", "trace.jsonl",
+                                   "workflow.json"), 0o400)
+    events = [e.type for e in stack.store.run_events.read(run_id=record.run_id)]
+    assert events.count("launch.done") == 1
+
+
+def test_an_exception_after_a_folder_runs_seal_records_the_ending_it_sealed(
+        project: Project) -> None:
+    """The bundle says how the run ended (written whole, read-only) when the runner
+    raises before its launch commits that ending: the crash boundary records it (done),
+    it does not fail a launch whose bundle completed."""
+    stack = Stack(project)
+    record = stack.claimed("tiny", {"task": "t"})
+
+    def bug_at(point: str) -> None:
+        if point == "after_whole_written":
+            raise RuntimeError("a bug right after the seal")
+
+    runner = build_coordinator(stack.ws, stack.store, "plain", runner="r1",
+                               options=EngineOptions(project_root=project.root,
+                                                     crash_point=bug_at))
+    assert runner.execute(record) is None  # the run path raised: no outcome
+    assert _agrees(stack, project, record.run_id) == "completed"
+    events = [e.type for e in stack.store.run_events.read(run_id=record.run_id)]
+    assert events[-2:] == ["launch.running", "launch.done"]
+
+
 # A pure run whose first node's output (over 4 KiB) goes to an artifact: that write is
 # one a run written whole does not hold, so from there it is written the usual way.
 SPILLS = """\

@@ -17,7 +17,8 @@ from runner._canonical import canonical_json
 from runner.clock import FakeClock
 from runner.engine import RunControl
 from runner.engine._bundle import FolderBundle
-from runner.engine._bundleread import first_event
+from runner.engine._bundlefmt import first_event
+from runner.engine._space import FolderSpace
 from runner.engine.executors._scripted import ScriptedExecutor
 from runner.errors import ClaimLost, InputError, OperationFailed
 
@@ -94,7 +95,7 @@ def test_a_terminal_bundle_is_read_only_and_refuses_writes(env: Any) -> None:
 
 
 def test_a_sealed_folder_bundle_refuses_every_write(tmp_path: Path) -> None:
-    bundle = FolderBundle.create(tmp_path / "runs", "x-20240101T000000Z-00000000")
+    bundle = FolderSpace(tmp_path / "runs").create("x-20240101T000000Z-00000000")
     bundle.write_manifest({"status": "completed"})
     bundle.append([{"seq": 1, "type": "run_started"}], sync=True)
     bundle.seal()
@@ -105,6 +106,29 @@ def test_a_sealed_folder_bundle_refuses_every_write(tmp_path: Path) -> None:
     with pytest.raises(OperationFailed):
         bundle.replace_state({})
     bundle.close()
+
+
+@pytest.mark.parametrize(("title", "shown"), [(None, "w"), ("for {{ input.who }}", "for ada"),
+                                              ("{{ input.who.nope.deeper }}", "w")])
+def test_the_first_manifest_is_titled_and_the_trace_keeps_what_it_alone_says(
+        env: Any, title: str | None, shown: str) -> None:
+    """The title renders from the input, and is the workflow's name without one or when
+    it does not render; `run_started` carries the manifest fields the trace does not
+    already hold (MANIFEST_FIELDS), from which a lost first manifest is rebuilt."""
+    from runner.engine._bundlefmt import MANIFEST_FIELDS
+    from runner.engine._bundleread import manifest_from_trace
+
+    head = "" if title is None else f"title: {json.dumps(title)}\n"
+    d = env.workflow(head + 'start: a\nnodes:\n  a: {compute: "{{ 1 }}"}\n', name="w")
+    out = env.engine().start(d, {"who": "ada"})
+    manifest = env.manifest(out.run_id)
+    assert manifest["title"] == shown
+    (started,) = env.events(out.run_id, "run_started")
+    kept = started["payload"]["manifest"]
+    assert sorted(kept) == sorted(MANIFEST_FIELDS)
+    assert kept == {k: manifest[k] for k in MANIFEST_FIELDS}
+    rebuilt = manifest_from_trace(out.run_id, started)
+    assert rebuilt == {**manifest, "status": "running", "finished_at": None}
 
 
 def test_run_ids_are_workflow_utc_time_and_8_hex(env: Any) -> None:
@@ -240,7 +264,7 @@ def test_creation_writes_the_snapshot_with_the_first_manifest_under_the_folders_
         checks["n"] += 1
         return checks["held"]
 
-    bundle = FolderBundle.create(tmp_path, "r1", fence)
+    bundle = FolderSpace(tmp_path).create("r1", fence)
     bundle.write_workflow(canonical_json({"name": "wf"}))
     assert checks["n"] == 1  # the folder's own check; the snapshot is held
     assert not (bundle.root / "workflow.json").exists()
@@ -255,7 +279,7 @@ def test_creation_writes_the_snapshot_with_the_first_manifest_under_the_folders_
 
     # A claim lost after the folder's check: the bundle stays half-made (no run_started,
     # not one byte of trace), which readers take for no run and a claimant discards.
-    lost = FolderBundle.create(tmp_path, "r2", fence)
+    lost = FolderSpace(tmp_path).create("r2", fence)
     lost.write_workflow(canonical_json({"name": "wf"}))
     checks["held"] = False
     lost.write_manifest({"run_id": "r2", "status": "running"})
@@ -388,7 +412,7 @@ def test_bundle_files_are_not_world_readable_even_with_a_loose_umask(env: Any) -
 
 
 def _create_with_snapshot(runs: Path, run_id: str, snapshot: dict[str, Any]) -> Path:
-    bundle = FolderBundle.create(runs, run_id)
+    bundle = FolderSpace(runs).create(run_id)
     bundle.write_workflow(canonical_json(snapshot))
     bundle.write_manifest({"run_id": run_id, "status": "running"})
     bundle.close()
@@ -472,7 +496,7 @@ def test_sealing_makes_an_unlinked_snapshot_read_only_and_leaves_a_shared_one_al
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Sealing skips the chmod of a workflow.json that links the shared copy (0400 from
     the start), so a run that had to write its own copy must still get one."""
-    linked = FolderBundle.create(tmp_path, "r1")
+    linked = FolderSpace(tmp_path).create("r1")
     linked.write_workflow(canonical_json({"name": "wf"}))
     linked.write_manifest({"run_id": "r1", "status": "running"})
     linked.append([{"seq": 1, "type": "run_started"}], sync=True)
@@ -481,7 +505,7 @@ def test_sealing_makes_an_unlinked_snapshot_read_only_and_leaves_a_shared_one_al
         raise OSError(errno.EPERM, os.strerror(errno.EPERM))
 
     monkeypatch.setattr(os, "link", refused)  # no hard links here: its own copy
-    own = FolderBundle.create(tmp_path, "r2")
+    own = FolderSpace(tmp_path).create("r2")
     own.write_workflow(canonical_json({"name": "wf"}))
     own.write_manifest({"run_id": "r2", "status": "running"})
     own.append([{"seq": 1, "type": "run_started"}], sync=True)

@@ -13,6 +13,7 @@ from runner.engine import RunReader, RunState
 from runner.engine import _engine as engine_module
 from runner.engine import _reader as reader_module
 from runner.engine._bundle import FolderBundle
+from runner.engine._space import FolderSpace
 from runner.engine.executors._scripted import ScriptedExecutor
 from runner.errors import InputError, NotFoundError, OperationFailed
 
@@ -61,7 +62,7 @@ def _agent_run(env: Any) -> str:
 
 def _half_made(env: Any, run_id: str = "half-20270101T000000Z-00000000") -> str:
     """A bundle as a crash leaves it between the manifest and `run_started`."""
-    bundle = FolderBundle.create(env.runs, run_id)
+    bundle = FolderSpace(env.runs).create(run_id)
     try:
         bundle.write_manifest({"run_id": run_id, "workflow": "half", "status": "running"})
     finally:
