@@ -12,7 +12,6 @@ from typing import Any, Protocol
 from runner.clock import Clock
 from runner.compiler import Node, WorkflowDefinition
 from runner.compiler._budget import Scope
-from runner.compiler._budget import scoped as scoped_budget
 
 from ._agent import AgentStepExecutor
 from ._control import RunControl
@@ -88,10 +87,9 @@ class DriverFanout:
             logs=recorder, updates=recorder, executor=d.executor, work_dir=d.work_dir,
             processes=d.processes)
 
-    def template_scope(self, deadline: float | None, control: RunControl) -> scoped_budget:
+    def template_scope(self, deadline: float | None, control: RunControl) -> Scope:
         d = self._driver
-        return scoped_budget(Scope(d.definition.template_budget, d.clock.monotonic, deadline,
-                                   lambda: control.stopping))
+        return Scope(d.definition.template_budget, d.clock.monotonic, deadline, control)
 
     def live(self, value: Any) -> Any:
         return self._driver.live(value)

@@ -17,7 +17,6 @@ from runner._safety import bound, mask_values, redact
 from runner.clock import Clock, iso
 from runner.compiler import Node, WorkflowDefinition
 from runner.compiler._budget import Scope
-from runner.compiler._budget import scoped as scoped_budget
 from runner.compiler._fanout import FANOUT_KINDS as _FANOUT_ROWS
 from runner.compiler._kinds import ends
 from runner.compiler._templates import TemplateError, render_native
@@ -33,7 +32,7 @@ from ._driverports import DriverFanout, StepRecorder
 from ._items import ChildRuns, ItemLedger, MemoryLedger
 from ._livelog import LiveLog
 from ._nodecontext import NodeContext, NodeResult
-from ._nodes import execute, new_attempt_id, pure
+from ._nodes import execute, new_attempt_id
 from ._processes import ProcessRegistry
 from ._routing import route
 from ._runtypes import CrashPoint, LaunchLink, NotificationSink, Observer, RunOutcome, retry_delay
@@ -260,11 +259,11 @@ class RunDriver:
             processes=self.processes,
             fanout=DriverFanout(self) if node.kind in FANOUT_KINDS else None)
 
-    def template_scope(self, deadline: float | None) -> scoped_budget:
+    def template_scope(self, deadline: float | None) -> Scope:
         """Renders inside get the workflow's budget, the node's deadline, and stop when
         the run is cancelled or parked (compiler/_budget.py)."""
-        return scoped_budget(Scope(self.definition.template_budget, self.clock.monotonic,
-                                   deadline, lambda: self.control.stopping))
+        return Scope(self.definition.template_budget, self.clock.monotonic, deadline,
+                     self.control)
 
     def context(self, scope: str) -> dict[str, Any]:
         st = self.state
@@ -465,7 +464,7 @@ class RunDriver:
                 # nothing outside the run, so the next flush (the ending's, or an
                 # effectful node's) makes it durable with what follows it.
                 self.emit("node_finished", {**base, "output": result.output}, node=node.id,
-                          attempt=attempt, sync=not pure(node), state=True, hold=True)
+                          attempt=attempt, sync=not node.pure, state=True, hold=True)
                 return result
             retry = result.outcome in ("failed", "timed_out") and k + 1 < attempts
             delay = retry_delay(self.run_id, node.id, k + 1, node.retry.backoff,
