@@ -120,8 +120,7 @@ class Engine:
         driver.launch = self.launch
         driver.cache = self.step_cache
         driver.cache_reads = self.use_cache
-        if self.items is not None:
-            driver.items = self.items
+        driver.items = self.items
         driver.children = self.children
         return driver
 

@@ -123,7 +123,7 @@ def resolve(definition: WorkflowDefinition, source: SecretSource, value: Any) ->
         if definition.write_only and isinstance(value, dict) else {}
     env = {n: v for n in definition.env if (v := source.environ.get(n)) is not None} \
         if definition.env else {}
-    own = [*secrets.values(), *(str(v) for v in hidden.values())]
+    own = [*secrets.values(), *map(str, hidden.values())]
     masked = mask_values([*own, *secret_env_values(dict(source.environ))]) if own \
         else source.env_masked
     return RunSecrets(secrets, env, hidden, masked)
