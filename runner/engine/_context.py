@@ -62,13 +62,12 @@ class ScopedValues:
             self._results.setdefault(scope, {})[local] = value if live is None else live(value)
 
     def outputs(self, scope: str) -> dict[str, Any]:
-        return self._lend(self._outputs, scope)
+        view = self._outputs.setdefault(scope, {})
+        self._lent.add(id(view))  # handed out: `_sync` copies it before it changes
+        return view
 
     def results(self, scope: str) -> dict[str, Any]:
-        return self._lend(self._results, scope)
-
-    def _lend(self, table: dict[str, dict[str, Any]], scope: str) -> dict[str, Any]:
-        view = table.setdefault(scope, {})
+        view = self._results.setdefault(scope, {})
         self._lent.add(id(view))
         return view
 
