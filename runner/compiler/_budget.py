@@ -13,9 +13,9 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Callable, Iterator
-from contextvars import ContextVar
-from dataclasses import dataclass, fields
-from typing import Any
+from contextvars import ContextVar, Token
+from dataclasses import dataclass, field, fields
+from typing import Any, Protocol
 
 MIB = 1024 * 1024
 # Python refuses int <-> str conversions past 4,300 digits; no template needs an
@@ -57,14 +57,35 @@ class RenderTimedOut(Exception):
     """The node's `timeout` passed while a template rendered."""
 
 
-@dataclass(frozen=True)
+class Stoppable(Protocol):
+    """What a render asks of its run (the engine's RunControl): read, never called, so
+    the budget's check per operation does not call back up into the engine."""
+
+    @property
+    def stopping(self) -> bool:
+        """True once the run is cancelled or parked."""
+        ...
+
+
+@dataclass(slots=True)
 class Scope:
-    """What the engine sets around a node: its budget, clock, deadline and stop flag."""
+    """What the engine sets around a node: its budget, clock, deadline and stop flag.
+    `with Scope(...):` every render on this thread (or task) uses it; enter it once."""
 
     budget: TemplateBudget
     monotonic: Callable[[], float]
     deadline: float | None = None  # the node's timeout, on `monotonic`
-    stop: Callable[[], bool] | None = None  # true once the run is cancelled or parked
+    stop: Stoppable | None = None  # `stopping` once the run is cancelled or parked
+    _token: Token[Scope | None] | None = field(default=None, init=False, repr=False,
+                                                compare=False)
+
+    def __enter__(self) -> Scope:
+        self._token = SCOPE.set(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._token is not None
+        SCOPE.reset(self._token)
 
 
 class Guard:
@@ -82,9 +103,19 @@ class Guard:
         self.deadline = own if scope.deadline is None else min(own, scope.deadline)
         self.iterations = 0
         self.output = 0
+        self._token: Token[Guard | None] | None = None
+
+    def __enter__(self) -> Guard:
+        """`with guard:` makes it the active one (`ACTIVE`) for one render."""
+        self._token = ACTIVE.set(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._token is not None
+        ACTIVE.reset(self._token)
 
     def tick(self) -> None:
-        if self.stop is not None and self.stop():
+        if self.stop is not None and self.stop.stopping:
             raise RenderStopped("the run was stopped while a template rendered")
         if self.monotonic() > self.deadline:
             if self.node_deadline is not None and self.deadline >= self.node_deadline:
@@ -120,7 +151,9 @@ class Guard:
                 f"{self.budget.max_size:,} (template_budget.max_size)")
 
     def value(self, value: Any, what: str = "a value") -> Any:
-        self.size(weight(value, self.budget.max_size), what)
+        n = weight(value, self.budget.max_size)
+        if n > self.budget.max_size:
+            self.size(n, what)  # raises, in its words
         return value
 
     def bits(self, n: int, what: str) -> None:
@@ -139,7 +172,7 @@ def weight(value: Any, limit: int) -> int:
     walked once (its weight remembered by identity), so a value that doubles itself 64
     times costs 64 steps, not 2^24 before the limit; a cycle weighs more than `limit`."""
     if not isinstance(value, _CONTAINERS):
-        return _scalar(value)
+        return len(value) if isinstance(value, (str, bytes)) else 1
     memo: dict[int, int] = {}
     walking = {id(value)}
     # Frames of (container, its parts not yet counted, weight so far), deepest last.
@@ -148,7 +181,7 @@ def weight(value: Any, limit: int) -> int:
         container, parts, total = stack.pop()
         for part in parts:
             if not isinstance(part, _CONTAINERS):
-                total += _scalar(part)
+                total += len(part) if isinstance(part, (str, bytes)) else 1
             elif (seen := memo.get(id(part))) is not None:
                 total += seen
             elif id(part) in walking:
@@ -173,10 +206,6 @@ def weight(value: Any, limit: int) -> int:
 _CONTAINERS = (list, tuple, set, frozenset, dict)
 
 
-def _scalar(value: Any) -> int:
-    return len(value) if isinstance(value, (str, bytes)) else 1
-
-
 def _own(container: Any) -> int:
     return 2 * len(container) + 1 if isinstance(container, dict) else len(container) + 1
 
@@ -187,44 +216,10 @@ def _parts(container: Any) -> Iterator[Any]:
     return iter(container)
 
 
-_ACTIVE: ContextVar[Guard | None] = ContextVar("wfrun_template_guard", default=None)
-_SCOPE: ContextVar[Scope | None] = ContextVar("wfrun_template_scope", default=None)
-
-
-def active() -> Guard | None:
-    return _ACTIVE.get()
-
-
-def current_scope() -> Scope | None:
-    return _SCOPE.get()
-
-
-class scoped:
-    """`with scoped(Scope(...)):` every render on this thread (or task) uses it."""
-
-    def __init__(self, scope: Scope) -> None:
-        self.scope = scope
-
-    def __enter__(self) -> Scope:
-        self._token = _SCOPE.set(self.scope)
-        return self.scope
-
-    def __exit__(self, *exc: object) -> None:
-        _SCOPE.reset(self._token)
-
-
-class guarding:
-    """Makes `guard` the active one for the duration of one render."""
-
-    def __init__(self, guard: Guard) -> None:
-        self.guard = guard
-
-    def __enter__(self) -> Guard:
-        self._token = _ACTIVE.set(self.guard)
-        return self.guard
-
-    def __exit__(self, *exc: object) -> None:
-        _ACTIVE.reset(self._token)
+#: The guard of the render under way (`with guard:`), and the scope a node's renders
+#: run in (`with Scope(...):`); read with `.get()`, a C call on every operation.
+ACTIVE: ContextVar[Guard | None] = ContextVar("wfrun_template_guard", default=None)
+SCOPE: ContextVar[Scope | None] = ContextVar("wfrun_template_scope", default=None)
 
 
 def budgeted_iter(guard: Guard, iterable: Any) -> Iterator[Any]:

@@ -217,6 +217,13 @@ class Node:
             out["cache"] = self.cache.to_json()
         return out
 
+    @cached_property
+    def pure(self) -> bool:
+        """No effect outside its run: a compute expression (a sandboxed template).
+        Running it twice is invisible, so its end needs no flush of its own."""
+        spec = self.spec
+        return isinstance(spec, ComputeSpec) and spec.call is None
+
 
 @dataclass(frozen=True)
 class Edge:
@@ -309,6 +316,24 @@ class WorkflowDefinition:
         """`snapshot()` as canonical JSON, encoded once per definition: every run's
         bundle stores it, and it grows with the workflow (46 µs per run for 3 nodes)."""
         return canonical_json(self.snapshot())
+
+    @cached_property
+    def write_only(self) -> tuple[str, ...]:
+        """Top-level input properties the schema marks `writeOnly: true` (secrets)."""
+        schema = self.input_schema
+        props = schema.get("properties") if isinstance(schema, Mapping) else None
+        if not isinstance(props, Mapping):
+            return ()
+        return tuple(sorted(name for name, sub in props.items()
+                            if isinstance(sub, Mapping) and sub.get("writeOnly") is True))
+
+    @cached_property
+    def pure_run(self) -> bool:
+        """No effect outside the run until it ends: every node pure, none kept in the
+        step cache, none retried after a delay. Its launch may settle it as one trace
+        write and one commit (ADR 0009, lever 3): a crash before that repeats nothing."""
+        return all(n.pure and n.cache is None and n.retry.attempts <= 1
+                   for n in self.nodes.values())
 
     def to_json(self) -> dict[str, Any]:
         snap = self.snapshot()

@@ -109,7 +109,7 @@ def _evaluate(node: nodes.Node, budget: TemplateBudget, *,
     guard = Guard(Scope(budget, SystemClock().monotonic), seconds=_b.VALIDATE_SECONDS,
                   validating=True)
     try:
-        with _b.guarding(guard):
+        with guard:
             code = env.compile(tree.set_environment(env))  # type: ignore[call-overload]
             template = env.template_class.from_code(env, code, env.make_globals(None))
             return _collect(template, {}, guard, native=native), None

@@ -74,7 +74,7 @@ def _tojson(value: Any) -> str:
 def _guard() -> Guard:
     # Renders always run under a guard (see _render); a bare env call (a test, the
     # optimizer) still gets sizes checked against the default budget.
-    return _b.active() or Guard(_default_scope())
+    return _b.ACTIVE.get() or Guard(_default_scope())
 
 
 @cache  # one per process: every render outside a node's scope shares it
@@ -317,13 +317,13 @@ class _Guarded(ImmutableSandboxedEnvironment):
         return guard.value(result, "a call's result")
 
     def getattr(self, obj: Any, attribute: str) -> Any:
-        guard = _b.active()
+        guard = _b.ACTIVE.get()
         if guard is not None:
             guard.tick()
         return super().getattr(obj, attribute)
 
     def getitem(self, obj: Any, argument: Any) -> Any:
-        guard = _b.active()
+        guard = _b.ACTIVE.get()
         if guard is not None:
             guard.tick()
         return super().getitem(obj, argument)
@@ -392,11 +392,9 @@ def _native_env() -> _NativeSandbox:
     return env
 
 
-_MARKERS = ("{{", "{%", "{#")
-
-
 def is_template(text: str) -> bool:
-    return any(m in text for m in _MARKERS)
+    """Whether `text` holds an expression, a statement or a comment."""
+    return "{{" in text or "{%" in text or "{#" in text
 
 
 def _collect(template: Template, context: Mapping[str, Any], guard: Guard, *,
@@ -421,18 +419,17 @@ _CACHE_SIZE = 8192
 _CACHES: dict[bool, dict[str, Template]] = {False: {}, True: {}}
 
 
-def _compiled(text: str, *, native: bool) -> Template:
-    """A compiled template, cached per process: compiling costs far more than rendering,
-    and every run renders the same few templates node after node."""
+def _compile(text: str, *, native: bool) -> Template:
+    """Compile `text` into the per-process cache (`_CACHES`, looked up by `_render`
+    first): compiling costs far more than rendering, and every run renders the same
+    few templates node after node."""
     cache = _CACHES[native]
-    template = cache.get(text)
-    if template is None:
-        env = _native_env() if native else _text_env()
-        template = env.from_string(text)  # outside the lock: two threads may both compile
-        with _lock:
-            if len(cache) >= _CACHE_SIZE:
-                cache.pop(next(iter(cache)), None)  # drop the oldest entry
-            cache[text] = template
+    env = _native_env() if native else _text_env()
+    template = env.from_string(text)  # outside the lock: two threads may both compile
+    with _lock:
+        if len(cache) >= _CACHE_SIZE:
+            cache.pop(next(iter(cache)), None)  # drop the oldest entry
+        cache[text] = template
     return template
 
 
@@ -455,11 +452,12 @@ def _failure(exc: Exception) -> TemplateError:
 
 
 def _render(text: str, context: Mapping[str, Any], *, native: bool) -> Any:
-    guard = Guard(_b.current_scope() or _default_scope())
+    guard = Guard(_b.SCOPE.get() or _default_scope())
     try:
-        with _b.guarding(guard):
+        with guard:
             guard.tick()
-            return _collect(_compiled(text, native=native), context, guard, native=native)
+            template = _CACHES[native].get(text) or _compile(text, native=native)
+            return _collect(template, context, guard, native=native)
     except Exception as exc:
         raise _failure(exc) from None
 
@@ -476,7 +474,9 @@ def render_native(value: Any, context: Mapping[str, Any]) -> Any:
     if isinstance(value, str):
         if not is_template(value):
             return value
-        path = _plain_path(value)
+        path = _PLAIN_PATHS.get(value, _UNPARSED)
+        if path is _UNPARSED:
+            path = _parse_plain(value)
         if path is not None:
             found = _render_plain(path, context)
             if found is not _plain.MISS:
@@ -499,22 +499,21 @@ def _render_jinja_native(text: str, context: Mapping[str, Any]) -> Any:
         except (UndefinedError, SecurityError) as exc:  # `input.__class__`: unsafe
             raise TemplateError(str(exc)) from None
         raise TemplateError("expression is undefined")
-    missing = _first_undefined(result)
+    # A scalar is whole: only a built mapping or list can hide an undefined part.
+    missing = _first_undefined(result) if isinstance(result, (dict, list, tuple)) else None
     if missing is not None:
         where, undefined = missing
         raise TemplateError(f"{where}: {_undefined_message(undefined)}")
     return result
 
 
+# Each text as a plain reference (`_plainrefs`) or None, parsed once per process.
 _PLAIN_PATHS: dict[str, _plain.Path | None] = {}
+_UNPARSED: Any = object()
 
 
-def _plain_path(text: str) -> _plain.Path | None:
-    """`text` as a plain reference (`_plainrefs`), parsed once per process."""
-    try:
-        return _PLAIN_PATHS[text]
-    except KeyError:
-        pass
+def _parse_plain(text: str) -> _plain.Path | None:
+    """`text` as a plain reference, into `_PLAIN_PATHS` (looked up by `render_native`)."""
     path = _plain.parse(text)
     with _lock:
         if len(_PLAIN_PATHS) >= _CACHE_SIZE:
@@ -526,7 +525,7 @@ def _plain_path(text: str) -> _plain.Path | None:
 def _render_plain(path: _plain.Path, context: Mapping[str, Any]) -> Any:
     """A plain reference's value as the sandbox renders it, the budget checked as
     there (the value as output, then the literal it reads as), or MISS."""
-    guard = Guard(_b.current_scope() or _default_scope())
+    guard = Guard(_b.SCOPE.get() or _default_scope())
     try:
         guard.tick()
         value = _plain.resolve(path, context)

@@ -29,17 +29,22 @@ def externalize(value: Any, write: Writer, marked: list[bool] | None = None) -> 
             return {"$artifact": write(value.encode(), "text/plain; charset=utf-8")}
         return value
     if isinstance(value, dict):
-        # Scalars and short strings (most values) are kept without a call of their own.
-        inner = {k: v if v is None or type(v) in _SCALARS
-                 or (type(v) is str and len(v) <= _SHORT) else externalize(v, write, marked)
-                 for k, v in value.items()}
+        # Scalars and short strings (most values) are kept without a call of their own;
+        # plain loops, as a comprehension is a frame of its own (several per event).
+        inner = {}
+        for k, v in value.items():
+            inner[k] = v if v is None or type(v) in _SCALARS or (
+                type(v) is str and len(v) <= _SHORT) else externalize(v, write, marked)
         if len(value) == 1 and next(iter(value)) in _MARKERS:
             if marked is not None:
                 marked[0] = True
             return {"$escaped": inner}
         return inner
     if isinstance(value, list):
-        return [externalize(v, write, marked) for v in value]
+        out = []
+        for v in value:
+            out.append(externalize(v, write, marked))
+        return out
     return value
 
 

@@ -24,7 +24,7 @@ the launch makes the ending's itself right after the seal: a folder shares no
 transaction with the store, so each is its own commit (a database bundle carries
 them in its first write and its seal, dbbundle.py).
 
-A pure run (`nodes.pure_run`: nothing it does is seen outside it until it ends) is
+A pure run (`WorkflowDefinition.pure_run`: nothing it does is seen outside it until it ends) is
 written whole (`write_whole`, ADR 0009 lever 3): its snapshot, first manifest, trace
 lines, state and final manifest are held in memory (its folder stays empty, ADR
 0013); at its seal the fence is asked once, each file is created once, read-only,

@@ -31,23 +31,21 @@ def scoped(values: dict[str, Any], scope: str) -> dict[str, Any]:
             if k.startswith(prefix) and "/" not in k[cut:]}
 
 
-def _split(key: str) -> tuple[str, str]:
-    """(scope, local id): `fix/plan` is `plan` in scope `fix`; `plan` is in scope ''."""
-    scope, _, local = key.rpartition("/")
-    return scope, local
-
-
 class ScopedValues:
     """Per-scope views of `RunState.outputs` / `results`, updated per applied event.
 
     A view handed to a node (`outputs(scope)`) is never changed afterwards: the next
     change to that scope copies it first (copy on write), so a context a node or hook
     holds on to stays the snapshot it was given.
+
+    A key `fix/plan` is `plan` in scope `fix`; `plan` is in scope '' (`rpartition`).
+    `live` reads a recorded value back as nodes see it; None while no recorded value
+    holds an artifact ref or an escape (the driver sets it when one does).
     """
 
-    def __init__(self, state: RunState, live: Live) -> None:
+    def __init__(self, state: RunState, live: Live | None) -> None:
         self._state = state
-        self._live = live
+        self.live = live
         self._outputs: dict[str, dict[str, Any]] = {}
         self._results: dict[str, dict[str, Any]] = {}
         self._lent: set[int] = set()  # ids of view dicts handed out since their last copy
@@ -55,39 +53,36 @@ class ScopedValues:
 
     def _reset(self) -> None:
         self._outputs, self._results, self._lent = {}, {}, set()
+        live = self.live
         for key, value in self._state.outputs.items():
-            scope, local = _split(key)
-            self._outputs.setdefault(scope, {})[local] = self._live(value)
+            scope, _, local = key.rpartition("/")
+            self._outputs.setdefault(scope, {})[local] = value if live is None else live(value)
         for key, value in self._state.results.items():
-            scope, local = _split(key)
-            self._results.setdefault(scope, {})[local] = self._live(value)
+            scope, _, local = key.rpartition("/")
+            self._results.setdefault(scope, {})[local] = value if live is None else live(value)
 
     def outputs(self, scope: str) -> dict[str, Any]:
-        return self._lend(self._outputs, scope)
-
-    def results(self, scope: str) -> dict[str, Any]:
-        return self._lend(self._results, scope)
-
-    def _lend(self, table: dict[str, dict[str, Any]], scope: str) -> dict[str, Any]:
-        view = table.setdefault(scope, {})
-        self._lent.add(id(view))
+        view = self._outputs.setdefault(scope, {})
+        self._lent.add(id(view))  # handed out: `_sync` copies it before it changes
         return view
 
-    def _writable(self, table: dict[str, dict[str, Any]], scope: str) -> dict[str, Any]:
-        view = table.get(scope)
-        if view is None:
-            view = table[scope] = {}
-        elif id(view) in self._lent:
-            self._lent.discard(id(view))
-            view = table[scope] = dict(view)
+    def results(self, scope: str) -> dict[str, Any]:
+        view = self._results.setdefault(scope, {})
+        self._lent.add(id(view))
         return view
 
     def _sync(self, table: dict[str, dict[str, Any]], source: dict[str, Any],
               key: str) -> None:
-        scope, local = _split(key)
-        view = self._writable(table, scope)
+        scope, _, local = key.rpartition("/")
+        view = table.get(scope)
+        if view is None:
+            view = table[scope] = {}
+        elif id(view) in self._lent:  # handed out: copied before it changes
+            self._lent.discard(id(view))
+            view = table[scope] = dict(view)
         if key in source:
-            view[local] = self._live(source[key])
+            value = source[key]
+            view[local] = value if self.live is None else self.live(value)
         else:
             view.pop(local, None)
 

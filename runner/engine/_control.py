@@ -19,6 +19,10 @@ class RunControl:
     Cancel ends the run `cancelled`. Park stops it with no terminal event so a
     later resume continues at the interrupted node. Pause holds the run at the
     next node boundary until `resume()`.
+
+    What the engine reads (`stop_reason`, `stopping`, `pause_requested`) are plain
+    attributes, set only by the methods below: the run loop and every template
+    operation read them (a render's budget checks `stopping`), so a read is no call.
     """
 
     def __init__(self) -> None:
@@ -28,8 +32,9 @@ class RunControl:
         self._wake: threading.Event | None = None
         self._stopped: threading.Event | None = None
         self._woken = False  # a request not yet handled: `wake` is made set
-        self._stop: StopReason | None = None
-        self._paused = False
+        self.stop_reason: StopReason | None = None  # sticky: the first request wins
+        self.stopping = False  # stop_reason is set
+        self.pause_requested = False
         self._lock = threading.Lock()
         self.reason: str | None = None
         # A park by a host shutdown may be resumed by the next host; any other park
@@ -62,35 +67,23 @@ class RunControl:
             with self._lock:
                 if self._stopped is None:
                     self._stopped = threading.Event()
-                    if self._stop is not None:
+                    if self.stopping:
                         self._stopped.set()
                 event = self._stopped
         return event
 
-    @property
-    def stopping(self) -> bool:
-        return self._stop is not None
-
-    @property
-    def stop_reason(self) -> StopReason | None:
-        return self._stop
-
-    @property
-    def pause_requested(self) -> bool:
-        return self._paused
-
     def cancel(self, reason: str = "cancelled") -> None:
         with self._lock:
-            if self._stop is None:
-                self._stop = "cancel"
+            if self.stop_reason is None:
+                self.stop_reason, self.stopping = "cancel", True
                 self.reason = reason
         self._signal(stop=True)
 
     def park(self, reason: str = "parked", *, auto_resume: bool = False,
              clean: bool = True) -> None:
         with self._lock:
-            if self._stop is None:
-                self._stop = "park"
+            if self.stop_reason is None:
+                self.stop_reason, self.stopping = "park", True
                 self.reason = reason
                 self.auto_resume = auto_resume
                 self.clean = clean
@@ -100,11 +93,11 @@ class RunControl:
         """Hold the run at the next node boundary; `park`: stop it there instead
         (parked, reason PAUSED: `wfrun pause`, the run frees its runner's slot)."""
         self.park_on_pause = park
-        self._paused = True
+        self.pause_requested = True
         self._signal()
 
     def resume(self) -> None:
-        self._paused = False
+        self.pause_requested = False
         self.park_on_pause = False
         self._signal()
 
@@ -121,7 +114,7 @@ class RunControl:
     def rearm(self) -> None:
         """Clear the wake flag after handling it (stop requests stay sticky)."""
         with self._lock:
-            if self._stop is None:
+            if not self.stopping:
                 self._woken = False
                 if self._wake is not None:
                     self._wake.clear()

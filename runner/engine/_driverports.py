@@ -7,20 +7,21 @@ from __future__ import annotations
 
 import threading
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from runner.clock import Clock
 from runner.compiler import Node, WorkflowDefinition
 from runner.compiler._budget import Scope
-from runner.compiler._budget import scoped as scoped_budget
 
 from ._agent import AgentStepExecutor
 from ._control import RunControl
 from ._fanout import run_fanout
-from ._items import ChildRuns, ItemLedger
+from ._items import ChildRuns, ItemLedger, MemoryLedger
 from ._livelog import LiveLog
 from ._nodecontext import NodeContext, NodeResult
 from ._processes import ProcessRegistry
+from ._runtypes import CrashPoint
 from ._secrets import RunSecrets
 from ._state import RunState
 
@@ -31,7 +32,7 @@ class DriverSide(Protocol):
     run_id: str
     definition: WorkflowDefinition
     state: RunState
-    items: ItemLedger
+    items: ItemLedger | None
     children: ChildRuns | None
     clock: Clock
     secrets: RunSecrets
@@ -39,7 +40,7 @@ class DriverSide(Protocol):
     work_dir: str
     processes: ProcessRegistry | None
 
-    def crash(self, point: str) -> None: ...
+    crash: CrashPoint | None
 
     def live(self, value: Any) -> Any: ...
 
@@ -71,7 +72,10 @@ class DriverFanout:
 
     @property
     def items(self) -> ItemLedger:
-        return self._driver.items
+        d = self._driver
+        if d.items is None:  # no ledger given: this process's memory, made on first use
+            d.items = MemoryLedger()
+        return d.items
 
     def steps_left(self) -> int:
         return max(self._driver.definition.max_steps - self._driver.state.steps, 0)
@@ -88,10 +92,9 @@ class DriverFanout:
             logs=recorder, updates=recorder, executor=d.executor, work_dir=d.work_dir,
             processes=d.processes)
 
-    def template_scope(self, deadline: float | None, control: RunControl) -> scoped_budget:
+    def template_scope(self, deadline: float | None, control: RunControl) -> Scope:
         d = self._driver
-        return scoped_budget(Scope(d.definition.template_budget, d.clock.monotonic, deadline,
-                                   lambda: control.stopping))
+        return Scope(d.definition.template_budget, d.clock.monotonic, deadline, control)
 
     def live(self, value: Any) -> Any:
         return self._driver.live(value)
@@ -103,7 +106,9 @@ class DriverFanout:
         return run_fanout(ctx, self)
 
     def crash(self, point: str) -> None:
-        self._driver.crash(point)
+        crash = self._driver.crash
+        if crash is not None:
+            crash(point)
 
     def child_run(self, workflow: str, value: Any, run_id: str,
                   control: RunControl) -> NodeResult:
@@ -123,17 +128,16 @@ class DriverFanout:
         return (str((st.rerun or {}).get("of")), items) if items else None
 
 
+@dataclass(slots=True)
 class StepRecorder:
     """One attempt's logs and updates (nodecontext.StepLogs, StepUpdates), recorded
     through the driver's `emit`: the node gets these, not the driver. A fan-out item's
-    recorder holds `lock` around each, as items record from their own threads."""
+    recorder holds its lock around each, as items record from their own threads."""
 
-    __slots__ = ("_attempt", "_driver", "_lock", "_node")
-
-    def __init__(self, driver: DriverSide, node: str, attempt: str,
-                 lock: AbstractContextManager[object] | None = None) -> None:
-        self._driver, self._node, self._attempt = driver, node, attempt
-        self._lock = lock if lock is not None else nullcontext()
+    _driver: DriverSide
+    _node: str
+    _attempt: str
+    _lock: AbstractContextManager[object] = field(default_factory=nullcontext)
 
     def record(self, stdout: str, stderr: str, stdout_cut: bool = False,
                stderr_cut: bool = False, exit_code: int | None = None) -> None:

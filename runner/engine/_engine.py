@@ -12,7 +12,6 @@ from typing import Any
 from runner.clock import Clock, SystemClock, compact_utc, iso
 from runner.compiler import WorkflowDefinition
 from runner.compiler._budget import Scope
-from runner.compiler._budget import scoped as scoped_budget
 from runner.compiler._jsonschemas import validation_errors
 from runner.compiler._kinds import ends, kind_of
 from runner.compiler._templates import TemplateError, render_text
@@ -26,7 +25,6 @@ from ._cache import StepCache
 from ._control import RunControl
 from ._dbbundle import PATIENCE
 from ._items import ChildRuns, ItemLedger
-from ._nodes import pure_run
 from ._processes import ProcessRegistry
 from ._rows import BundleRows
 from ._runner import RunDriver
@@ -127,8 +125,7 @@ class Engine:
         driver.launch = self.launch
         driver.cache = self.step_cache
         driver.cache_reads = self.use_cache
-        if self.items is not None:
-            driver.items = self.items
+        driver.items = self.items
         driver.children = self.children
         return driver
 
@@ -176,12 +173,12 @@ class Engine:
         if definition.title:
             try:
                 # A template like any node's: the workflow's budget, not the default.
-                with scoped_budget(Scope(definition.template_budget, self.clock.monotonic)):
+                with Scope(definition.template_budget, self.clock.monotonic):
                     title = secrets.mask(render_text(definition.title, {"input": value}))
             except TemplateError:
                 pass  # the workflow's name stands in
         if self.launch is not None and parent_run_id is None and carried is None \
-                and not extra and pure_run(definition):
+                and not extra and definition.pure_run:
             # Joined to a claimed launch, a pure run is written with its ending (ADR
             # 0009, lever 3): one trace write, and no `running` commit of its own; its
             # snapshot and first manifest are held for it too (ADR 0013).

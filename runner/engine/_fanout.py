@@ -30,7 +30,7 @@ from runner.compiler._templates import TemplateError, TemplateStopped, render_na
 from ._control import ITEMS, RunControl
 from ._items import ItemEnd, ItemRecord
 from ._nodecontext import FanoutPort, NodeContext, NodeResult, Outcome
-from ._nodes import execute, new_attempt_id, pure
+from ._nodes import execute, new_attempt_id
 
 #: Pure items settled per ledger write.
 PURE_BATCH = 500
@@ -400,7 +400,7 @@ class _Fanout:
 
     # -- pure bodies --------------------------------------------------------------------
     def _all_pure(self) -> bool:
-        return all(isinstance(b, Node) and pure(b) for b in self.plan.bodies)
+        return all(isinstance(b, Node) and b.pure for b in self.plan.bodies)
 
     def _pure(self, open_: list[int]) -> NodeResult | None:
         batch: list[ItemEnd] = []

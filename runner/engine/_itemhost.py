@@ -29,7 +29,6 @@ from runner._private import private_dirs
 from runner._safety import bound, mask_values, redact
 from runner.compiler import Node, WorkflowDefinition
 from runner.compiler._budget import Scope
-from runner.compiler._budget import scoped as scoped_budget
 from runner.compiler._templates import TemplateError, TemplateStopped
 
 from ._bundlefmt import LOGS
@@ -109,10 +108,9 @@ class ItemHost:
             control=control, clock=d.clock, secrets=d.secrets, logs=recorder,
             updates=recorder, executor=None, work_dir=d.work_dir, processes=d.processes)
 
-    def template_scope(self, deadline: float | None, control: RunControl) -> scoped_budget:
+    def template_scope(self, deadline: float | None, control: RunControl) -> Scope:
         d = self.driver
-        return scoped_budget(Scope(d.definition.template_budget, d.clock.monotonic, deadline,
-                                   lambda: control.stopping))
+        return Scope(d.definition.template_budget, d.clock.monotonic, deadline, control)
 
     # -- running ------------------------------------------------------------------------
     def run(self, index: int, control: RunControl) -> ItemEnd | None:

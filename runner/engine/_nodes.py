@@ -21,9 +21,7 @@ from runner.compiler import (
     CheckpointSpec,
     ComputeSpec,
     FailSpec,
-    Node,
     NotifySpec,
-    WorkflowDefinition,
 )
 from runner.compiler._templates import (
     TemplateError,
@@ -51,21 +49,6 @@ def executes(kind: str) -> Callable[[Executor], Executor]:
         EXECUTORS[kind] = fn
         return fn
     return register
-
-
-def pure(node: Node) -> bool:
-    """A node with no effect outside its run: a compute expression (a sandboxed
-    template). Running it twice is invisible, so its end needs no flush of its own."""
-    spec = node.spec
-    return isinstance(spec, ComputeSpec) and spec.call is None
-
-
-def pure_run(definition: WorkflowDefinition) -> bool:
-    """A run with no effect outside itself until it ends: every node pure, none kept in
-    the step cache, none retried after a delay. Its launch may settle it as one trace
-    write and one commit (ADR 0009, lever 3): a crash before that repeats nothing."""
-    return all(pure(n) and n.cache is None and n.retry.attempts <= 1
-               for n in definition.nodes.values())
 
 
 def execute(ctx: NodeContext) -> NodeResult:

@@ -17,9 +17,8 @@ from runner._safety import bound, mask_values, redact
 from runner.clock import Clock, iso
 from runner.compiler import Node, WorkflowDefinition
 from runner.compiler._budget import Scope
-from runner.compiler._budget import scoped as scoped_budget
 from runner.compiler._fanout import FANOUT_KINDS as _FANOUT_ROWS
-from runner.compiler._kinds import ends
+from runner.compiler._kinds import KINDS
 from runner.compiler._templates import TemplateError, render_native
 from runner.errors import ClaimLost
 
@@ -30,10 +29,10 @@ from ._cache import StepCache, cache_key
 from ._context import ScopedValues
 from ._control import PAUSED, RunControl
 from ._driverports import DriverFanout, StepRecorder
-from ._items import ChildRuns, ItemLedger, MemoryLedger
+from ._items import ChildRuns, ItemLedger
 from ._livelog import LiveLog
 from ._nodecontext import NodeContext, NodeResult
-from ._nodes import execute, new_attempt_id, pure
+from ._nodes import execute, new_attempt_id
 from ._processes import ProcessRegistry
 from ._routing import route
 from ._runtypes import CrashPoint, LaunchLink, NotificationSink, Observer, RunOutcome, retry_delay
@@ -61,10 +60,6 @@ _NODE_ENDS = frozenset({"node_finished", "node_failed"})
 LOG_CAP = 1_048_576
 
 
-def _no_crash(_point: str) -> None:
-    return None
-
-
 class RunDriver:
     def __init__(self, *, run_id: str, definition: WorkflowDefinition, bundle: RunBundle,
                  state: RunState, clock: Clock, control: RunControl,
@@ -74,8 +69,9 @@ class RunDriver:
                  processes: ProcessRegistry | None = None,
                  secrets: RunSecrets = EMPTY) -> None:
         self.launch: LaunchLink | None = None  # set by the engine (a claimed launch)
-        # Where fan-out items are durable (set by the engine: the store's, via launch).
-        self.items: ItemLedger = MemoryLedger()
+        # Where fan-out items are durable (set by the engine: the store's, via launch);
+        # None: a MemoryLedger made by the first fan-out node that asks (driverports.py).
+        self.items: ItemLedger | None = None
         self.children: ChildRuns | None = None  # `workflow:` bodies (set by the engine)
         self.run_id = run_id
         self.definition = definition
@@ -89,16 +85,18 @@ class RunDriver:
         self.work_dir = work_dir
         self.project_root = project_root
         self.resuming_node: str | None = None
-        self.crash = crash_point or _no_crash
+        # The crash seam (tests): each named point is called only when one is given.
+        self.crash = crash_point
         self.processes = processes
         # Resolved for this process only; every recorded event is masked with them.
         self.secrets = secrets
         # Whether any recorded value holds an artifact ref or an escape: only then does
         # `context` pay for a walk over every output (checked per event, not per node).
-        self._refs = has_artifacts([state.input, state.outputs, state.results,
-                                    state.scope_inputs])
+        # A new run's state holds nothing yet.
+        recorded = [state.input, state.outputs, state.results, state.scope_inputs]
+        self._refs = any(recorded) and has_artifacts(recorded)
         # Each scope's outputs/results as nodes see them, kept up to date per event.
-        self._scoped = ScopedValues(state, self._live_value)
+        self._scoped = ScopedValues(state, self.live if self._refs else None)
         self._tokens = UPDATE_BURST
         self._token_at = clock.monotonic()
         self._state_at = clock.monotonic()
@@ -128,10 +126,13 @@ class RunDriver:
         # Masked before anything is written: the trace, artifacts, the state folded from
         # them and every view of them only ever hold `***` for a secret.
         marked = [False]
-        event["payload"] = externalize(self.secrets.mask_json(payload or {}),
-                                       self.bundle.write_artifact, marked)
-        if marked[0]:
+        payload = payload or {}
+        if self.secrets.masked:
+            payload = self.secrets.mask_json(payload)
+        event["payload"] = externalize(payload, self.bundle.write_artifact, marked)
+        if marked[0] and not self._refs:
             self._refs = True
+            self._scoped.live = self.live  # from now on, values are read back
         if hold:
             self.state.apply(event)
             self._scoped.applied(event)
@@ -155,7 +156,8 @@ class RunDriver:
             # The last node's end and what comes next are recorded; the next node's
             # work has not begun.
             self._between = False
-            self.crash("between_nodes")
+            if self.crash is not None:  # always here: _between is set only with one
+                self.crash("between_nodes")
 
     def flush_held(self) -> None:
         """Write a held node end alone (parking, letting go of the run)."""
@@ -169,7 +171,7 @@ class RunDriver:
         kind = event["type"]
         if state:
             finished = kind in _NODE_ENDS
-            if finished:
+            if finished and self.crash is not None:
                 self.crash("after_trace_append")
             now = self.clock.monotonic()
             self._ends_since_state += finished
@@ -182,7 +184,7 @@ class RunDriver:
                 self.bundle.replace_state(self.state.to_json())
                 self._state_at = now
                 self._ends_since_state = 0
-                if finished:
+                if finished and self.crash is not None:
                     self.crash("after_state_replace")
         if self.observer is not None:
             self.observer(event, self.state)
@@ -260,16 +262,17 @@ class RunDriver:
             processes=self.processes,
             fanout=DriverFanout(self) if node.kind in FANOUT_KINDS else None)
 
-    def template_scope(self, deadline: float | None) -> scoped_budget:
+    def template_scope(self, deadline: float | None) -> Scope:
         """Renders inside get the workflow's budget, the node's deadline, and stop when
         the run is cancelled or parked (compiler/_budget.py)."""
-        return scoped_budget(Scope(self.definition.template_budget, self.clock.monotonic,
-                                   deadline, lambda: self.control.stopping))
+        return Scope(self.definition.template_budget, self.clock.monotonic, deadline,
+                     self.control)
 
     def context(self, scope: str) -> dict[str, Any]:
         st = self.state
-        run_input = restore_input(st.input, self.secrets.hidden) if not scope \
-            else st.scope_inputs.get(scope)
+        run_input = st.input if not scope else st.scope_inputs.get(scope)
+        if not scope and self.secrets.hidden:  # writeOnly fields, recorded as `***`
+            run_input = restore_input(run_input, self.secrets.hidden)
         if self._refs:
             run_input = self.live(run_input)
         ctx = {"input": run_input, "outputs": self._scoped.outputs(scope),
@@ -310,11 +313,14 @@ class RunDriver:
 
     def _drive(self, at: str | None) -> RunOutcome:
         while True:
-            if at is None:
-                return self.finish("completed", final_output=self._final_output())
-            stop = self._boundary()
-            if stop is not None:
-                return stop
+            if at is None:  # the run's output is its last node's
+                last = self.state.last_node
+                output = self._live_value(self.state.outputs.get(last)) if last else None
+                return self.finish("completed", final_output=output)
+            if self.control.stopping or self.control.pause_requested:
+                stop = self._boundary()
+                if stop is not None:
+                    return stop
             node = self.definition.nodes[at]
             if node.kind == "include_entry":
                 entered = self._enter(node)
@@ -334,7 +340,8 @@ class RunDriver:
                 return self.park()
             if result.outcome == "cancelled":
                 return self.finish("cancelled", error=result.error)
-            end = ends(node.kind)  # the node-kind table: checkpoint waits, fail fails
+            row = KINDS.get(node.kind)  # the node-kind table: checkpoint waits, fail fails
+            end = row.ends if row is not None else None
             if end == "fail":
                 return self.finish("failed", error={**(result.error or {}), "node": node.id})
             if end == "wait" and result.outcome == "ok":
@@ -343,7 +350,7 @@ class RunDriver:
                                   result.extra)
             if isinstance(nxt, RunOutcome):
                 return nxt
-            if nxt is not None:
+            if nxt is not None and self.crash is not None:
                 # Routed, the node's end still held: a kill here loses it (the node runs
                 # again), as a kill just before its end was written always did.
                 self.crash("after_routing")
@@ -352,8 +359,11 @@ class RunDriver:
 
     def next_after(self, node_id: str, outcome: str, output: Any, error: dict[str, Any] | None,
                    extra: dict[str, Any]) -> str | RunOutcome | None:
+        edge = self.definition.edges.get(node_id)
+        if outcome == "ok" and (edge is None or edge.to is not None):
+            return None if edge is None else edge.to  # the end, or a plain edge: no switch
         res = {"outcome": outcome, "error": error, **extra}
-        r = route(self.definition.edges.get(node_id), outcome, output, res)
+        r = route(edge, outcome, output, res)
         if r.error:
             return self.finish("failed", error={"code": "routing", "message": r.error,
                                                 "node": node_id})
@@ -362,12 +372,9 @@ class RunDriver:
             return self.finish(status, error={**(error or {}), "node": node_id})
         return r.next
 
-    def _final_output(self) -> Any:
-        last = self.state.last_node
-        return self.live(self.state.outputs.get(last)) if last else None
-
     def _boundary(self) -> RunOutcome | None:
-        """Stop, cancel or pause requests take effect between nodes."""
+        """Stop, cancel or pause requests take effect between nodes (asked only when
+        the control holds one: `stopping` or `pause_requested`)."""
         if self.control.stop_reason == "park":
             return self.park()
         if self.control.stop_reason == "cancel":
@@ -434,10 +441,11 @@ class RunDriver:
             started = iso(self.clock.now())
             start_mono = self.clock.monotonic()
             deadline = start_mono + node.timeout if node.timeout is not None else None
-            self.emit("node_started", {"kind": node.kind, "scope": node.scope, "retry": k,
-                                       "counts_step": not resumed, "resumed": resumed,
-                                       **_branch_order(node)},
-                      node=node.id, attempt=attempt)
+            started_payload = {"kind": node.kind, "scope": node.scope, "retry": k,
+                               "counts_step": not resumed, "resumed": resumed}
+            if node.kind == "parallel":
+                started_payload.update(_branch_order(node))
+            self.emit("node_started", started_payload, node=node.id, attempt=attempt)
             with self.template_scope(deadline):
                 cached = None
                 if node.cache is not None and self.cache is not None and k == 0:
@@ -465,7 +473,7 @@ class RunDriver:
                 # nothing outside the run, so the next flush (the ending's, or an
                 # effectful node's) makes it durable with what follows it.
                 self.emit("node_finished", {**base, "output": result.output}, node=node.id,
-                          attempt=attempt, sync=not pure(node), state=True, hold=True)
+                          attempt=attempt, sync=not node.pure, state=True, hold=True)
                 return result
             retry = result.outcome in ("failed", "timed_out") and k + 1 < attempts
             delay = retry_delay(self.run_id, node.id, k + 1, node.retry.backoff,
@@ -555,7 +563,8 @@ class RunDriver:
         # A folder has the ending's event and manifest by now; a database bundle holds
         # them for the seal's transaction (engine/_dbbundle.py), so a kill here leaves it
         # without its ending and the next holder records the ending again.
-        self.crash("before_seal")
+        if self.crash is not None:
+            self.crash("before_seal")
         # Joined to its launch, the seal also records how the launch ended.
         self.bundle.seal(None if self.launch is None else self.launch.ended(outcome))
         self.bundle.close()
@@ -579,5 +588,5 @@ class RunDriver:
 def _branch_order(node: Node) -> dict[str, Any]:
     """A parallel node's branch names in item order (the snapshot sorts them): views
     name a running branch's row by it."""
-    branches = getattr(node.spec, "branches", None) if node.kind == "parallel" else None
+    branches = getattr(node.spec, "branches", None)
     return {"branches": [name for name, _ in branches]} if branches else {}

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from runner._safety import (
@@ -53,6 +54,12 @@ class SecretSource:
         value = self.given.get(name)
         return value if value is not None else self.environ.get(name)
 
+    @cached_property
+    def env_masked(self) -> tuple[str, ...]:
+        """What every run masks of `environ` alone: its secret-named variables' values.
+        Worked out once per source (a host's serves all its runs), not once per run."""
+        return mask_values(secret_env_values(dict(self.environ)))
+
 
 NO_SOURCE = SecretSource()
 
@@ -86,17 +93,12 @@ EMPTY = RunSecrets()
 
 def write_only_fields(definition: WorkflowDefinition) -> tuple[str, ...]:
     """Top-level input properties the schema marks `writeOnly: true`."""
-    schema = definition.input_schema
-    props = schema.get("properties") if isinstance(schema, Mapping) else None
-    if not isinstance(props, Mapping):
-        return ()
-    return tuple(sorted(name for name, sub in props.items()
-                        if isinstance(sub, Mapping) and sub.get("writeOnly") is True))
+    return definition.write_only
 
 
 def split_input(definition: WorkflowDefinition, value: Any) -> tuple[Any, dict[str, Any]]:
     """`value` with its writeOnly fields replaced by `***`, and those fields' values."""
-    fields = write_only_fields(definition)
+    fields = definition.write_only
     if not fields or not isinstance(value, dict):
         return value, {}
     hidden = {k: value[k] for k in fields if k in value and value[k] != MASK}
@@ -113,7 +115,22 @@ def restore_input(value: Any, hidden: Mapping[str, Any]) -> Any:
 
 def resolve(definition: WorkflowDefinition, source: SecretSource, value: Any) -> RunSecrets:
     """Everything secret about one run of `definition` with input `value` (real, or as
-    recorded with writeOnly fields masked). Raises InputError naming what is missing."""
+    recorded with writeOnly fields masked). Raises InputError naming what is missing.
+    A workflow that declares none of it costs one call: the environment's own masks
+    come from the source, worked out once."""
+    secrets = _declared(definition, source) if definition.secrets else {}
+    hidden = _hidden(definition, source, value) \
+        if definition.write_only and isinstance(value, dict) else {}
+    env = {n: v for n in definition.env if (v := source.environ.get(n)) is not None} \
+        if definition.env else {}
+    own = [*secrets.values(), *map(str, hidden.values())]
+    masked = mask_values([*own, *secret_env_values(dict(source.environ))]) if own \
+        else source.env_masked
+    return RunSecrets(secrets, env, hidden, masked)
+
+
+def _declared(definition: WorkflowDefinition, source: SecretSource) -> dict[str, str]:
+    """The values of the workflow's `secrets:`, each there and long enough to mask."""
     missing = [n for n in definition.secrets if not source.lookup(n)]
     if missing:
         names = ", ".join(missing)
@@ -126,28 +143,30 @@ def resolve(definition: WorkflowDefinition, source: SecretSource, value: Any) ->
     if short:
         raise InputError(f"secret {short[0]} is shorter than {MIN_SECRET_CHARS} characters; "
                          "so short a value cannot be masked in logs, use a real secret")
+    return secrets
+
+
+def _hidden(definition: WorkflowDefinition, source: SecretSource,
+            value: dict[str, Any]) -> dict[str, Any]:
+    """The real values of the writeOnly fields in `value` (given again when masked)."""
     hidden: dict[str, Any] = {}
-    if isinstance(value, dict):
-        for name in write_only_fields(definition):
-            if name not in value:
-                continue
-            real = value[name]
-            if real == MASK:
-                given = source.given.get(name)
-                if given is None:
-                    raise SecretMissing(
-                        f"input field '{name}' is secret (writeOnly) and was kept nowhere; "
-                        f"give it again with --secret {name}=VALUE")
-                real = given
-            if not isinstance(real, str) or len(real) < MIN_SECRET_CHARS:
-                raise InputError(f"input field '{name}' is secret (writeOnly): it must be a "
-                                 f"string of at least {MIN_SECRET_CHARS} characters so it can "
-                                 "be masked")
-            hidden[name] = real
-    env = {n: v for n in definition.env if (v := source.environ.get(n)) is not None}
-    masked = mask_values([*secrets.values(), *(str(v) for v in hidden.values()),
-                          *secret_env_values(dict(source.environ))])
-    return RunSecrets(secrets, env, hidden, masked)
+    for name in definition.write_only:
+        if name not in value:
+            continue
+        real = value[name]
+        if real == MASK:
+            given = source.given.get(name)
+            if given is None:
+                raise SecretMissing(
+                    f"input field '{name}' is secret (writeOnly) and was kept nowhere; "
+                    f"give it again with --secret {name}=VALUE")
+            real = given
+        if not isinstance(real, str) or len(real) < MIN_SECRET_CHARS:
+            raise InputError(f"input field '{name}' is secret (writeOnly): it must be a "
+                             f"string of at least {MIN_SECRET_CHARS} characters so it can "
+                             "be masked")
+        hidden[name] = real
+    return hidden
 
 
 def check_no_nul(what: str, text: str) -> str | None:

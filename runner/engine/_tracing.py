@@ -112,8 +112,9 @@ def flush() -> None:
 
 
 def observer(inner: Observer | None) -> Observer | None:
-    """The engine observer with tracing, or `inner` itself when tracing is off."""
-    tracing = active()
+    """The engine observer with tracing, or `inner` itself when tracing is off (decided
+    once per process: every run after the first reads the decision)."""
+    tracing = _current if _decided else active()
     return inner if tracing is None else tracing.observer(inner)
 
 

@@ -5,6 +5,7 @@ words. Each case renders both ways side by side."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from jinja2 import StrictUndefined
 
 from runner.clock import SystemClock
 from runner.compiler import _plainrefs, _templates
-from runner.compiler._budget import Scope, TemplateBudget, scoped
+from runner.compiler._budget import Scope, TemplateBudget
 from runner.compiler._templates import TemplateError, render_native
 
 
@@ -148,12 +149,12 @@ def test_a_mapping_context_or_subclassed_values_go_to_jinja() -> None:
 def test_the_budget_holds_for_a_plain_reference() -> None:
     big = {"body": {"text": "x" * 5000, "many": list(range(3000))}}
     tight = Scope(TemplateBudget(max_size=1000), SystemClock().monotonic)
-    with scoped(tight):
+    with tight:
         for text in ("{{ event.body.text }}", "{{ event.body.many }}", "{{ event.body }}"):
             kind, message = _side_by_side(text, {"event": big})
             assert kind == "TemplateBudgetExceeded", message
-    stopped = Scope(TemplateBudget(), SystemClock().monotonic, stop=lambda: True)
-    with scoped(stopped):
+    stopped = Scope(TemplateBudget(), SystemClock().monotonic, stop=SimpleNamespace(stopping=True))
+    with stopped:
         assert _side_by_side("{{ event.body.text }}", {"event": big})[0] == "TemplateStopped"
 
 

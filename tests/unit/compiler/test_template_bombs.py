@@ -92,13 +92,13 @@ def test_ordinary_formatting_is_unchanged(template: str, expected: str) -> None:
 
 def test_a_workflow_budget_raises_the_limit_for_big_lists() -> None:
     from runner.clock import FakeClock
-    from runner.compiler._budget import CEILING, Scope, TemplateBudget, scoped
+    from runner.compiler._budget import CEILING, Scope, TemplateBudget
 
     text = "{{ (input.s | list | length) }}"
     big = {"input": {"s": "x" * 2_000_000}}
     with pytest.raises(TemplateBudgetExceeded, match="the result of 'list'"):
         render_text(text, big)
-    with scoped(Scope(TemplateBudget(max_size=CEILING.max_size), FakeClock().monotonic)):
+    with Scope(TemplateBudget(max_size=CEILING.max_size), FakeClock().monotonic):
         assert render_text(text, big) == "2000000"
 
 

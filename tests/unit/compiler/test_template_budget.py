@@ -16,7 +16,6 @@ from runner.compiler._budget import (
     Scope,
     TemplateBudget,
     budget_from_yaml,
-    scoped,
     weight,
 )
 from runner.compiler._template_checks import check_budget
@@ -116,7 +115,7 @@ def test_abuse_is_bounded_at_run_time(payload: str) -> None:
     # The default budget's million iterations take seconds per render; the loops
     # here meet a smaller one (the default is covered at validate time above).
     budget = TemplateBudget(max_iterations=20_000)
-    with scoped(Scope(budget, SystemClock().monotonic)):
+    with Scope(budget, SystemClock().monotonic):
         for render in (render_text, render_native):
             with pytest.raises(TemplateBudgetExceeded, match=r"budget|4,300"):
                 render(payload, {"input": RUNTIME_INPUT})
@@ -163,13 +162,13 @@ def test_a_workflow_budget_tightens_and_loosens_the_limits() -> None:
     assert check_budget("{{ 'a' * 200 }}", tight) is not None
     assert check_budget("{{ 'a' * 200 }}") is None
     clock = FakeClock()
-    with scoped(Scope(tight, clock.monotonic)):
+    with Scope(tight, clock.monotonic):
         with pytest.raises(TemplateBudgetExceeded, match="max_output"):
             render_text("{% for i in range(9) %}{{ 'x' * 9 }}{% endfor %}", {})
         with pytest.raises(TemplateBudgetExceeded, match="max_iterations"):
             render_text("{% for i in range(11) %}{% endfor %}", {})
     loose = TemplateBudget(max_size=CEILING.max_size, max_output=CEILING.max_output)
-    with scoped(Scope(loose, clock.monotonic)):
+    with Scope(loose, clock.monotonic):
         assert len(render_text("{{ 'a' * input.n }}", {"input": {"n": 20_000_000}})) == \
             20_000_000
 
@@ -203,7 +202,7 @@ class _SteppingClock:
 def test_the_node_timeout_stops_a_render() -> None:
     clock = _SteppingClock()
     loop = "{% for i in range(100000) %}{% for j in range(9) %}{% endfor %}{% endfor %}"
-    with scoped(Scope(TemplateBudget(seconds=300), clock, deadline=50.0)), \
+    with Scope(TemplateBudget(seconds=300), clock, deadline=50.0), \
             pytest.raises(TemplateTimedOut):
         render_text(loop, {})
     assert clock.now < 60  # stopped at the deadline, not at the end of the loops
@@ -211,7 +210,7 @@ def test_the_node_timeout_stops_a_render() -> None:
 
 def test_the_budget_seconds_stop_a_render() -> None:
     clock = _SteppingClock()
-    with scoped(Scope(TemplateBudget(seconds=20), clock)), \
+    with Scope(TemplateBudget(seconds=20), clock), \
             pytest.raises(TemplateBudgetExceeded, match="longer than its budget of 20 s"):
         render_text("{% for i in range(100000) %}{{ i }}{% endfor %}", {})
 
@@ -222,9 +221,13 @@ def test_cancel_from_another_thread_stops_a_render() -> None:
     control = RunControl()
     started = threading.Event()
 
-    def stop() -> bool:
-        started.set()
-        return control.stopping
+    class Watched:
+        """The run's control, read by the render: says when the render first asks."""
+
+        @property
+        def stopping(self) -> bool:
+            started.set()
+            return control.stopping
 
     outcome: list[BaseException] = []
 
@@ -232,7 +235,7 @@ def test_cancel_from_another_thread_stops_a_render() -> None:
         # Unbounded in practice: 10^10 iterations would take hours; cancel ends it.
         big = TemplateBudget(seconds=300, max_iterations=CEILING.max_iterations)
         try:
-            with scoped(Scope(big, FakeClock().monotonic, stop=stop)):
+            with Scope(big, FakeClock().monotonic, stop=Watched()):
                 render_text("{% for i in range(100000) %}{% for j in range(100000) %}"
                             "{% endfor %}{% endfor %}", {})
         except BaseException as exc:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import threading
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from runner.compiler import _templates as templates
-from runner.compiler._budget import Scope, TemplateBudget, scoped
+from runner.compiler._budget import Scope, TemplateBudget
 from runner.compiler._templates import TemplateBudgetExceeded, render_native, render_text
 
 
@@ -54,7 +55,8 @@ def test_the_shared_template_still_runs_under_each_renders_budget() -> None:
     assert render_text(text, {"input": {"n": 3}}) == "xxx"
 
     def tight() -> str:
-        with scoped(Scope(TemplateBudget(max_output=10), lambda: 0.0, None, lambda: False)):
+        with Scope(TemplateBudget(max_output=10), lambda: 0.0, None,
+                   SimpleNamespace(stopping=False)):
             return render_text(text, {"input": {"n": 1000}})
 
     with pytest.raises(TemplateBudgetExceeded):

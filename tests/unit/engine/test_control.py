@@ -324,3 +324,21 @@ def test_a_controls_events_made_after_a_request_say_so() -> None:
     late.park("host stopping", auto_resume=True)
     assert (late.stopped.is_set(), late.wake.is_set()) == (True, True)
     assert (late.stop_reason, late.auto_resume) == ("park", True)
+
+
+def test_the_first_stop_request_wins_and_stopping_follows_it() -> None:
+    """What the run loop and every template operation read are plain attributes, kept
+    in step by the requests: `stopping` is true exactly when `stop_reason` is set."""
+    control = RunControl()
+    assert (control.stop_reason, control.stopping, control.pause_requested) == \
+        (None, False, False)
+    control.pause()
+    assert control.pause_requested
+    assert not control.stopping
+    control.cancel("asked")
+    control.park("later", auto_resume=True)  # too late: the cancel stands
+    assert (control.stop_reason, control.stopping, control.reason, control.auto_resume) == \
+        ("cancel", True, "asked", False)
+    control.resume()
+    assert not control.pause_requested
+    assert control.stopping

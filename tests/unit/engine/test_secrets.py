@@ -109,6 +109,20 @@ def test_resolve_names_what_is_missing_and_refuses_short_values(tmp_path: Path) 
     assert "/root" not in got.masked
 
 
+def test_a_workflow_declaring_nothing_still_masks_secret_named_environment_values(
+        env: Any) -> None:
+    d = env.workflow('start: a\nnodes:\n  a: {compute: "{{ input.note }}"}\n')
+    source = SecretSource(environ={"MY_API_KEY": ENV_KEY, "CI_NAME": "box"})
+    first, second = resolve(d, source, {}), resolve(d, source, {})
+    assert ENV_KEY in first.masked
+    assert "box" not in first.masked
+    assert first.masked is second.masked  # worked out once per source, not per run
+    out = env.engine(secret_source=source).start(d, {"note": f"key={ENV_KEY}"})
+    assert out.status == "completed"
+    assert out.state.outputs["a"] == f"key={MASK}"
+    _assert_nowhere(env.runs, ENV_KEY)
+
+
 def test_split_input_masks_write_only_fields_whatever_their_length(tmp_path: Path) -> None:
     d = _definition(tmp_path, WORKFLOW)
     stored, hidden = split_input(d, {"password": "x", "task": "t"})
