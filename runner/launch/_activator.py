@@ -34,7 +34,6 @@ from runner.engine._state import TERMINAL
 from runner.errors import ClaimLost, MachineFault, WfrunError, machine_fault
 from runner.store import (
     MAX_ACTIVATION_CRASHES,
-    BundleRefused,
     InputScrub,
     LaunchBook,
     LaunchRecord,
@@ -48,7 +47,7 @@ from runner.store import (
 
 from ._activation import Activation, CrashPoints
 from ._claims import Claims
-from ._endings import Endings, Transition, classify
+from ._endings import Endings, Step, classify
 from ._engines import Engines
 from ._faults import FaultHold, store_fault
 from ._held import HeldInput
@@ -391,28 +390,6 @@ class Activator:
 # released and the ending's (by `Endings.record`: the engine does not call back for
 # it) right after the seal, each committed as the store commits a transition without
 # a bundle.
-
-
-@dataclass(frozen=True)
-class Step:
-    """One launch transition that carries a bundle write (`LaunchStep`, engine/_rows.py);
-    `then` is told the committed row."""
-
-    transition: Transition
-    then: Callable[[LaunchRecord], None] | None = None
-
-    def run(self, write: Callable[[Any], str] | None) -> str:
-        try:
-            result = self.transition(write)
-        except BundleRefused as refused:
-            return refused.word
-        except StoreUnreachable:  # a full or read-only database is a machine fault: raised
-            return "unavailable"  # the bundle retries (it may have committed)
-        if isinstance(result, LostRace):
-            return "fenced"
-        if self.then is not None:
-            self.then(result)
-        return "ok"
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 from runner._safety import one_line
 from runner.engine import RunOutcome, RunReader
@@ -24,6 +26,7 @@ from runner.errors import (
     WfrunError,
 )
 from runner.store import (
+    BundleRefused,
     BundleWrite,
     InputScrub,
     LaunchBook,
@@ -33,6 +36,7 @@ from runner.store import (
     ParkMode,
     Store,
     StoreError,
+    StoreUnreachable,
     TurnCause,
 )
 
@@ -43,13 +47,35 @@ from ._intents import new_intent, workflow_name
 from ._pausing import settle_pause
 
 log = logging.getLogger(__name__)
-#: A launch transition that may carry a bundle write (the step's, activator.py).
+#: A launch transition that may carry a bundle write (`Step`, below).
 Transition = Callable[[BundleWrite | None], LaunchRecord | LostRace]
 #: How an engine ending maps onto the launch row's failure code.
 FAILURE_CODES: dict[str, LaunchErrorCode] = {"failed": "run_failed",
                                              "timed_out": "run_timed_out"}
 #: How many crash causes a runner keeps for its caller to show (a host logs them).
 CRASH_CAUSES_KEPT = 16
+
+
+@dataclass(frozen=True)
+class Step:
+    """One launch transition that carries a bundle write (`LaunchStep`, engine/_rows.py);
+    `then` is told the committed row."""
+
+    transition: Transition
+    then: Callable[[LaunchRecord], None] | None = None
+
+    def run(self, write: Callable[[Any], str] | None) -> str:
+        try:
+            result = self.transition(write)
+        except BundleRefused as refused:
+            return refused.word
+        except StoreUnreachable:  # a full or read-only database is a machine fault: raised
+            return "unavailable"  # the bundle retries (it may have committed)
+        if isinstance(result, LostRace):
+            return "fenced"
+        if self.then is not None:
+            self.then(result)
+        return "ok"
 
 
 def classify(exc: BaseException) -> tuple[LaunchErrorCode, str]:

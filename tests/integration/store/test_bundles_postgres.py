@@ -16,8 +16,7 @@ from pgcluster import PgCluster
 from storekit import FakeClock, launch
 
 from runner.engine import RunReader
-from runner.launch._activator import Step
-from runner.launch._endings import Transition
+from runner.launch._endings import Step, Transition
 from runner.store import LostRace
 from runner.store._errors import IncompatibleLayout
 from runner.store.postgres import PostgresStore
