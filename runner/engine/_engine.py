@@ -189,8 +189,7 @@ class Engine:
         kept = {
             "workflow_ref": workflow_ref or definition.name,
             "title": title or definition.name,
-            "source": definition.source.to_json() if definition.source else None,
-            "sources": [s.to_json() for s in definition.sources],
+            **definition.sources_json,
             "started_at": iso(now),
         }
         manifest = {
@@ -211,7 +210,7 @@ class Engine:
         driver = self._driver(run_id, definition, bundle, RunState(run_id), control, secrets)
         # writeOnly fields are recorded as `***` whatever their length; the driver keeps
         # their values in memory (`RunSecrets.hidden`).
-        stored, _ = split_input(definition, value)
+        stored = split_input(definition, value)[0] if definition.write_only else value
         payload: dict[str, Any] = {"workflow": definition.name, "input": stored,
                                    "digest": definition.digest, "parent_run_id": parent_run_id}
         if carried is not None:

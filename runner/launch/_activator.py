@@ -240,7 +240,10 @@ class Activator:
             definition, _ = self._resolver.compile(record.workflow_ref)
             if definition.digest != record.definition_digest:
                 raise _SourceChanged()
-            value = restore_input(record.input(), self._held.values.get(record.run_id, {}))
+            value = record.input()
+            held = self._held.values.get(record.run_id)
+            if held:  # writeOnly values this process kept for the run (held.py)
+                value = restore_input(value, held)
             secrets = None
             if record.parent_run_id is None:
                 # A missing secret or writeOnly value is a clear failure before the bundle.
