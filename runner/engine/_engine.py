@@ -395,6 +395,15 @@ class Engine:
         return driver.drive(nxt)
 
     # -- interruption ----------------------------------------------------------------
+    def unstarted(self, run_id: str, parent_run_id: str | None = None) -> bool:
+        """Whether `run_id` has no started bundle (no durable `run_started`), removing a
+        half-made one on the way (`discard_unstarted`): the one question a launch asks
+        before it activates a run afresh. A started bundle is never touched."""
+        if self.space.started(run_id):
+            return False
+        self.discard_unstarted(run_id, parent_run_id)
+        return True
+
     def discard_unstarted(self, run_id: str, parent_run_id: str | None = None) -> bool:
         """Remove a half-made bundle (its creator died before `run_started` was durable):
         no node ran, so nothing is lost, and the launch starts afresh from its stored
