@@ -24,7 +24,7 @@ from ._bundlefmt import CONTINUED as CONTINUED  # re-exported: the marker folder
 from ._cache import StepCache
 from ._control import RunControl
 from ._dbbundle import PATIENCE
-from ._items import ChildRuns, ItemLedger
+from ._items import ChildRuns, ItemLedger, MemoryLedger
 from ._processes import ProcessRegistry
 from ._rows import BundleRows
 from ._runner import RunDriver
@@ -96,8 +96,9 @@ class Engine:
     # Kept node results (`cache:`, engine/_cache.py); `use_cache` False: --no-cache.
     step_cache: StepCache | None = None
     use_cache: bool = True
-    # Where fan-out items are durable (ADR 0008); None: in memory, for this process only.
-    items: ItemLedger | None = None
+    # Makes the ledger where a run's fan-out items are durable (ADR 0008), when its first
+    # fan-out node asks; by default in memory, for this process only.
+    items: Callable[[], ItemLedger] = MemoryLedger
     # Runs `workflow:` bodies of fan-out nodes as linked child runs (the launch layer).
     children: ChildRuns | None = None
     # The space of `runs_dir`/`rows` when the maker holds one already (a runner builds an
@@ -125,7 +126,7 @@ class Engine:
         driver.launch = self.launch
         driver.cache = self.step_cache
         driver.cache_reads = self.use_cache
-        driver.items = self.items
+        driver.make_items = self.items
         driver.children = self.children
         return driver
 

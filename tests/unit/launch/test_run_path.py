@@ -32,8 +32,8 @@ RUNNER = str(Path(runner.__file__).resolve().parent) + "/"
 
 #: The launch modules a plain run needs: the checks and the queued row, the claim, the
 #: run path and its link to the bundle, the ending, the engine it builds, the lease.
-WALKED = {"_preflight", "_claims", "_activator", "_endings", "_engines", "_keeper",
-          "_items"}
+#: Not `_items`: the store's fan-out ledger is made only when a fan-out node asks.
+WALKED = {"_preflight", "_claims", "_activator", "_endings", "_engines", "_keeper"}
 
 
 def module_of(filename: str) -> str | None:
