@@ -40,6 +40,7 @@ __all__ = [
     "test_a_trace_is_followed_from_an_offset",
     "test_an_interrupted_run_resumes_without_repeating_a_completed_node",
     "test_strings_over_4_kib_move_to_artifacts",
+    "test_unstarted_answers_and_discards_a_half_made_bundle_in_one_call",
 ]
 
 
@@ -257,6 +258,21 @@ def test_a_crash_after_the_manifest_leaves_a_discardable_bundle(kit: Kit) -> Non
     assert kit.reader().manifest("wf-run-5")["status"] == "running"
     assert kit.reader().trace("wf-run-5") == []
     _discard_and_restart(kit, definition, "wf-run-5")
+
+
+def test_unstarted_answers_and_discards_a_half_made_bundle_in_one_call(kit: Kit) -> None:
+    """The launch's one question before it activates a run afresh: no bundle and a
+    half-made one (removed on the way) are unstarted; a started run is kept."""
+    definition = _crash_at(kit, "after_manifest_written", "wf-run-9")
+    reader = kit.reader()
+    holder = kit.hold("wf-run-9")
+    assert kit.engine(holder).unstarted("wf-run-9")
+    assert not reader.exists("wf-run-9")  # a folder's half-made bundle is gone
+    assert kit.engine(holder).unstarted("wf-run-9")  # no bundle at all
+    out = kit.engine(holder).start(definition, run_id="wf-run-9")
+    assert out.status == "completed", out.error
+    assert not kit.engine(holder).unstarted("wf-run-9")
+    assert reader.started("wf-run-9")  # asked, and left as it was
 
 
 def test_a_fenced_out_writer_writes_nothing(kit: Kit) -> None:

@@ -318,6 +318,13 @@ class WorkflowDefinition:
         return canonical_json(self.snapshot())
 
     @cached_property
+    def sources_json(self) -> dict[str, Any]:
+        """`source` and `sources` as a launch row and a run's manifest record them, made
+        once per definition (every run recorded them twice). Read only: it is shared."""
+        return {"source": self.source.to_json() if self.source else None,
+                "sources": [s.to_json() for s in self.sources]}
+
+    @cached_property
     def write_only(self) -> tuple[str, ...]:
         """Top-level input properties the schema marks `writeOnly: true` (secrets)."""
         schema = self.input_schema

@@ -57,12 +57,23 @@ class _Compiled:
     definition: WorkflowDefinition
     stored: str
     catalog: Catalog
-    root: tuple[int, int] | None  # the workflow's own file: (device, inode)
+    # The file the ref resolved to through `catalog` (the same while the catalog is the
+    # same object) and that file's (device, inode) when it was compiled.
+    resolved: str
+    root: tuple[int, int] | None
     files: tuple[tuple[str, str], ...]  # (real path, sha256 of the bytes compiled)
     channels: frozenset[str] = frozenset()  # `notify` channels it names (config.yaml's)
 
-    def fresh(self, catalog: Catalog, root: tuple[int, int] | None) -> bool:
-        if catalog is not self.catalog or root is None or root != self.root:
+    def fresh(self, catalog: Catalog) -> bool:
+        if catalog is not self.catalog:
+            return False
+        try:
+            # Through symlinks: a link pointed elsewhere is another file. One stat,
+            # where the real path took an lstat per folder of it.
+            st = os.stat(self.resolved)
+        except OSError:
+            return False
+        if (st.st_dev, st.st_ino) != self.root:
             return False
         if self.channels and not self._channels_still_configured(catalog):
             return False
@@ -106,15 +117,18 @@ class Workflows:
         """Compile a workflow by name or path; returns it with the ref to store."""
         # As `current()`: a workflow written since the last look is found by name.
         self.catalog = self.catalog.current()
-        key = os.path.abspath(os.path.expanduser(ref)) if is_path_ref(ref) else ref
+        path_ref = is_path_ref(ref)
+        key = os.path.abspath(os.path.expanduser(ref)) if path_ref else ref
         cached = self._compiled.get(key)
-        if cached is not None and cached.fresh(self.catalog, self._root_file(ref)):
+        if cached is not None and cached.fresh(self.catalog):
             return cached.definition, cached.stored
-        stored = str(Path(ref).expanduser().resolve()) if is_path_ref(ref) else ref
+        stored = str(Path(ref).expanduser().resolve()) if path_ref else ref
         kept = self._kept_file(ref)
+        # What a cached entry stats to see that `ref` still names the same file.
+        resolved = key if path_ref else str(kept[0]) if kept is not None else None
         definition = self._kept().load(*kept) if kept is not None else None
         if definition is not None:  # compiled by an earlier process from the same bytes
-            entry = self._cache_entry(definition, stored)
+            entry = self._cache_entry(definition, stored, resolved)
             if entry is not None:
                 self._compiled[key] = entry
             return definition, stored
@@ -132,7 +146,7 @@ class Workflows:
                                     f"{where}; run `wfrun validate {ref}`")
         if kept is not None:
             self._kept().save(*kept, out.definition)
-        entry = self._cache_entry(out.definition, stored)
+        entry = self._cache_entry(out.definition, stored, resolved)
         if entry is not None:
             self._compiled[key] = entry
         return out.definition, stored
@@ -171,15 +185,8 @@ class Workflows:
         entry = self.catalog.get(ref)
         return (entry.path, entry.origin) if entry is not None else None
 
-    def _root_file(self, ref: str) -> tuple[int, int] | None:
-        """The file `ref` resolves to now, as (device, inode): one stat, where the real
-        path took an lstat per folder of it (None: it does not resolve)."""
-        if is_path_ref(ref):
-            return _file_id(os.path.expanduser(ref))
-        entry = self.catalog.get(ref)
-        return _file_id(str(entry.path)) if entry is not None else None
-
-    def _cache_entry(self, definition: WorkflowDefinition, stored: str) -> _Compiled | None:
+    def _cache_entry(self, definition: WorkflowDefinition, stored: str,
+                     resolved: str | None) -> _Compiled | None:
         from ._stored import named_channels
 
         def real_path(source: Source) -> str | None:
@@ -197,7 +204,7 @@ class Workflows:
             if path is None:
                 return None
             files.append((path, source.sha256))
-        if root is None:
+        if root is None or resolved is None:
             return None
-        return _Compiled(definition, stored, self.catalog, _file_id(root), tuple(files),
-                         named_channels(definition.snapshot()))
+        return _Compiled(definition, stored, self.catalog, resolved, _file_id(root),
+                         tuple(files), named_channels(definition.snapshot()))

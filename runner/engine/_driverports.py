@@ -6,6 +6,7 @@ Both speak to the driver through `DriverSide`, the part of it they use."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -17,7 +18,7 @@ from runner.compiler._budget import Scope
 from ._agent import AgentStepExecutor
 from ._control import RunControl
 from ._fanout import run_fanout
-from ._items import ChildRuns, ItemLedger, MemoryLedger
+from ._items import ChildRuns, ItemLedger
 from ._livelog import LiveLog
 from ._nodecontext import NodeContext, NodeResult
 from ._processes import ProcessRegistry
@@ -33,6 +34,7 @@ class DriverSide(Protocol):
     definition: WorkflowDefinition
     state: RunState
     items: ItemLedger | None
+    make_items: Callable[[], ItemLedger]
     children: ChildRuns | None
     clock: Clock
     secrets: RunSecrets
@@ -73,8 +75,8 @@ class DriverFanout:
     @property
     def items(self) -> ItemLedger:
         d = self._driver
-        if d.items is None:  # no ledger given: this process's memory, made on first use
-            d.items = MemoryLedger()
+        if d.items is None:  # made on first use: a run without fan-out makes none
+            d.items = d.make_items()
         return d.items
 
     def steps_left(self) -> int:

@@ -24,7 +24,7 @@ from ._bundlefmt import CONTINUED as CONTINUED  # re-exported: the marker folder
 from ._cache import StepCache
 from ._control import RunControl
 from ._dbbundle import PATIENCE
-from ._items import ChildRuns, ItemLedger
+from ._items import ChildRuns, ItemLedger, MemoryLedger
 from ._processes import ProcessRegistry
 from ._rows import BundleRows
 from ._runner import RunDriver
@@ -96,8 +96,9 @@ class Engine:
     # Kept node results (`cache:`, engine/_cache.py); `use_cache` False: --no-cache.
     step_cache: StepCache | None = None
     use_cache: bool = True
-    # Where fan-out items are durable (ADR 0008); None: in memory, for this process only.
-    items: ItemLedger | None = None
+    # Makes the ledger where a run's fan-out items are durable (ADR 0008), when its first
+    # fan-out node asks; by default in memory, for this process only.
+    items: Callable[[], ItemLedger] = MemoryLedger
     # Runs `workflow:` bodies of fan-out nodes as linked child runs (the launch layer).
     children: ChildRuns | None = None
     # The space of `runs_dir`/`rows` when the maker holds one already (a runner builds an
@@ -125,7 +126,7 @@ class Engine:
         driver.launch = self.launch
         driver.cache = self.step_cache
         driver.cache_reads = self.use_cache
-        driver.items = self.items
+        driver.make_items = self.items
         driver.children = self.children
         return driver
 
@@ -189,8 +190,7 @@ class Engine:
         kept = {
             "workflow_ref": workflow_ref or definition.name,
             "title": title or definition.name,
-            "source": definition.source.to_json() if definition.source else None,
-            "sources": [s.to_json() for s in definition.sources],
+            **definition.sources_json,
             "started_at": iso(now),
         }
         manifest = {
@@ -211,7 +211,7 @@ class Engine:
         driver = self._driver(run_id, definition, bundle, RunState(run_id), control, secrets)
         # writeOnly fields are recorded as `***` whatever their length; the driver keeps
         # their values in memory (`RunSecrets.hidden`).
-        stored, _ = split_input(definition, value)
+        stored = split_input(definition, value)[0] if definition.write_only else value
         payload: dict[str, Any] = {"workflow": definition.name, "input": stored,
                                    "digest": definition.digest, "parent_run_id": parent_run_id}
         if carried is not None:
@@ -396,6 +396,15 @@ class Engine:
         return driver.drive(nxt)
 
     # -- interruption ----------------------------------------------------------------
+    def unstarted(self, run_id: str, parent_run_id: str | None = None) -> bool:
+        """Whether `run_id` has no started bundle (no durable `run_started`), removing a
+        half-made one on the way (`discard_unstarted`): the one question a launch asks
+        before it activates a run afresh. A started bundle is never touched."""
+        if self.space.started(run_id):
+            return False
+        self.discard_unstarted(run_id, parent_run_id)
+        return True
+
     def discard_unstarted(self, run_id: str, parent_run_id: str | None = None) -> bool:
         """Remove a half-made bundle (its creator died before `run_started` was durable):
         no node ran, so nothing is lost, and the launch starts afresh from its stored

@@ -10,6 +10,7 @@ node's `node_started` (the loop routes first; `emit(hold=)`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +30,7 @@ from ._cache import StepCache, cache_key
 from ._context import ScopedValues
 from ._control import PAUSED, RunControl
 from ._driverports import DriverFanout, StepRecorder
-from ._items import ChildRuns, ItemLedger
+from ._items import ChildRuns, ItemLedger, MemoryLedger
 from ._livelog import LiveLog
 from ._nodecontext import NodeContext, NodeResult
 from ._nodes import execute, new_attempt_id
@@ -69,8 +70,9 @@ class RunDriver:
                  processes: ProcessRegistry | None = None,
                  secrets: RunSecrets = EMPTY) -> None:
         self.launch: LaunchLink | None = None  # set by the engine (a claimed launch)
-        # Where fan-out items are durable (set by the engine: the store's, via launch);
-        # None: a MemoryLedger made by the first fan-out node that asks (driverports.py).
+        # Where fan-out items are durable: the ledger `make_items` (set by the engine: the
+        # store's, via launch) makes when the first fan-out node asks (driverports.py).
+        self.make_items: Callable[[], ItemLedger] = MemoryLedger
         self.items: ItemLedger | None = None
         self.children: ChildRuns | None = None  # `workflow:` bodies (set by the engine)
         self.run_id = run_id

@@ -184,17 +184,15 @@ class Activator:
             return False
         first = self._reader.space.commits_with_store and record.status == "starting" \
             and record.epoch == 1
-        if first or not self._reader.started(record.run_id):
-            # No bundle, or one whose creator died before `run_started` was durable:
-            # nothing ran, and the input is still in the row (it is cleared at running).
-            # A bundle committed with the store's own transitions exists only under a
-            # claim the store kept, so on the first claim there is none to look for or
-            # discard (a read and a write less per run). Not so for a folder: a claim
-            # commits without waiting for the disk, and a power cut that loses it keeps
-            # the folder's fsync'd `run_started` under a row back at epoch 0
-            # (test_power_cut.py).
-            if not first:
-                engine.discard_unstarted(record.run_id, record.parent_run_id)
+        if first or engine.unstarted(record.run_id, record.parent_run_id):
+            # No bundle, or one whose creator died before `run_started` was durable
+            # (discarded by `unstarted`): nothing ran, and the input is still in the row
+            # (it is cleared at running). A bundle committed with the store's own
+            # transitions exists only under a claim the store kept, so on the first
+            # claim there is none to look for or discard (a read and a write less per
+            # run). Not so for a folder: a claim commits without waiting for the disk,
+            # and a power cut that loses it keeps the folder's fsync'd `run_started`
+            # under a row back at epoch 0 (test_power_cut.py).
             if record.status != "starting":
                 self._endings.fail_launch(record, act.token, "activation_failed",
                                           "the run bundle is missing; start the workflow "
@@ -239,7 +237,10 @@ class Activator:
             definition, _ = self._resolver.compile(record.workflow_ref)
             if definition.digest != record.definition_digest:
                 raise _SourceChanged()
-            value = restore_input(record.input(), self._held.values.get(record.run_id, {}))
+            value = record.input()
+            held = self._held.values.get(record.run_id)
+            if held:  # writeOnly values this process kept for the run (held.py)
+                value = restore_input(value, held)
             secrets = None
             if record.parent_run_id is None:
                 # A missing secret or writeOnly value is a clear failure before the bundle.
@@ -355,10 +356,9 @@ class Activator:
             self._keeper.remove(act)  # no renewal may race the hand-back
             self._claims.give_back(act.record.run_id, act.token)
         if current is not None and current.status == "cancelled" and act.engine is not None:
-            if self._reader.started(act.record.run_id):
-                return self._endings.end_cancelled(act.record.run_id)
-            act.engine.discard_unstarted(act.record.run_id, act.record.parent_run_id)
-            return None
+            if act.engine.unstarted(act.record.run_id, act.record.parent_run_id):
+                return None
+            return self._endings.end_cancelled(act.record.run_id)
         session = act.record.origin_session_id
         if session is not None:
             intent = new_intent(session_id=session, run_id=act.record.run_id,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from runner._leases import renew_every
@@ -103,9 +104,10 @@ class Engines:
                       bundle_space=self._space,
                       step_cache=self._step_cache, use_cache=opts.use_cache,
                       launch=link,
-                      items=StoreItems(self._store.fanout, record.run_id, fence.token,
-                                       lease_seconds=self._lease_seconds,
-                                       hosted=opts.items_on_hosts),
+                      # Made only when a fan-out node asks for it.
+                      items=partial(StoreItems, self._store.fanout, record.run_id,
+                                    fence.token, lease_seconds=self._lease_seconds,
+                                    hosted=opts.items_on_hosts),
                       children=self.children,
                       # Only a take-over (the claim found the row `running`: its runner
                       # died mid-node). A park stopped its node itself; that resumes as before.

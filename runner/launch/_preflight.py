@@ -157,12 +157,11 @@ class Preflight:
         # A controller child's run id is saved on its request before it is queued.
         run_id = run_id or new_run_id(definition.name, self.clock.now())
         hidden: dict[str, Any] = {}
-        if parent_run_id is None:
+        if parent_run_id is None and definition.write_only:
             # writeOnly fields never reach the store: the row holds `***`, this
             # process holds the value (a host elsewhere cannot activate it).
             value, hidden = split_input(definition, value)
-        source = {"source": definition.source.to_json() if definition.source else None,
-                  "sources": [s.to_json() for s in definition.sources]}
+        source = dict(definition.sources_json)
         # Flow control only where the workflow asks for it (a continuation has none).
         gated = parent_run_id is None and (definition.concurrency is not None
                                            or definition.rate_limit is not None)

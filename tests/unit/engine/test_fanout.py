@@ -118,7 +118,7 @@ def test_parallel_fail_fast_cancels_the_rest_and_a_result_switch_routes_it(env: 
       - {from: both, switch: {on: $result.outcome, cases: {ok: ok, failed: caught}}}
     """
     ledger = _Witness(2, env.root / "fine.recorded")
-    out = env.engine(items=ledger).start(env.workflow(flow))
+    out = env.engine(items=lambda: ledger).start(env.workflow(flow))
     assert out.status == "completed", out.error
     assert out.final_output == ["bad", "yes", None]
     branches = out.state.results["both"]["branches"]
@@ -159,7 +159,7 @@ def test_an_item_secret_never_reaches_the_ledger(env: Any) -> None:
     """
     ledger = MemoryLedger()
     d = env.workflow(flow)
-    engine = env.engine(items=ledger, secret_source=SecretSource({"TOKEN": "s3cr3t-v4lue"}))
+    engine = env.engine(items=lambda: ledger, secret_source=SecretSource({"TOKEN": "s3cr3t-v4lue"}))
     out = engine.start(d)
     assert out.status == "completed", out.error
     stored = json.dumps([r.output for r in ledger.items("each", 1)])
@@ -233,7 +233,7 @@ def test_a_clean_park_gives_running_items_back_uncounted(env: Any) -> None:
     """
     d = env.workflow(flow)
     ledger = MemoryLedger()
-    engine = env.engine(items=ledger)
+    engine = env.engine(items=lambda: ledger)
     run_id: str | None = None
     for round_ in range(1, 4):
         run_id = _parked_once(env, engine, d, run_id, round_)

@@ -32,8 +32,8 @@ RUNNER = str(Path(runner.__file__).resolve().parent) + "/"
 
 #: The launch modules a plain run needs: the checks and the queued row, the claim, the
 #: run path and its link to the bundle, the ending, the engine it builds, the lease.
-WALKED = {"_preflight", "_claims", "_activator", "_endings", "_engines", "_keeper",
-          "_items"}
+#: Not `_items`: the store's fan-out ledger is made only when a fan-out node asks.
+WALKED = {"_preflight", "_claims", "_activator", "_endings", "_engines", "_keeper"}
 
 
 def module_of(filename: str) -> str | None:
@@ -89,3 +89,11 @@ def test_a_plain_run_enters_only_the_launch_modules_that_do_its_work(
 def test_a_plain_run_calls_nothing_back_in_the_host_layer(entered: set[str]) -> None:
     assert sorted(m for m in entered if m.startswith("runner.host.")) == []
     assert "runner.compiler._workflows" in entered  # the runner's resolver, one layer down
+
+
+def test_a_plain_run_asks_once_whether_its_run_started(entered: set[str]) -> None:
+    # Whether the run has a started bundle is the engine's one question, which discards
+    # a half-made one in the same call (`Engine.unstarted`): the reader is not asked.
+    assert "runner.engine._reader" not in entered
+    # Its sources are recorded from `sources_json`, made once per definition.
+    assert "runner.compiler._model" not in entered
