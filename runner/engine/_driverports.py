@@ -96,9 +96,6 @@ class DriverFanout:
         d = self._driver
         return Scope(d.definition.template_budget, d.clock.monotonic, deadline, control)
 
-    def live(self, value: Any) -> Any:
-        return self._driver.live(value)
-
     def record_logs(self, logs: list[tuple[str, str, dict[str, Any]]]) -> None:
         self._driver.record_logs(logs)
 

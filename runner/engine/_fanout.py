@@ -524,7 +524,11 @@ class _Fanout:
             for r, row in zip(records, summary, strict=True):
                 if r.state == "ok" and self.plan.labels[r.index] in carried:
                     row.update(starts=0, reused_from=of)
-        outputs = [self.port.live(r.output) if r.state == "ok" else None for r in records]
+        # An item's output is kept as its body returned it (masked, never externalized:
+        # the ledger's rows and `ItemEnd`s hold plain values), so it is not walked for
+        # artifact refs (a 1,000-item map's end walked every item); the node's end event
+        # externalizes and escapes the list as any output.
+        outputs = [r.output if r.state == "ok" else None for r in records]
         if isinstance(self.node.spec, ParallelSpec):
             output: Any = dict(zip(self.plan.labels, outputs, strict=True))
             extra: dict[str, Any] = {"branches": dict(zip(self.plan.labels, summary,

@@ -75,8 +75,6 @@ class FanoutPort(Protocol):
     def template_scope(self, deadline: float | None,
                        control: RunControl) -> AbstractContextManager[object]: ...
 
-    def live(self, value: Any) -> Any: ...
-
     def record_logs(self, logs: list[tuple[str, str, dict[str, Any]]]) -> None:
         """Logs items kept elsewhere (`NODE[i]`, attempt, log as `StepLogs.record` takes
         it): recorded in the run's trace in one write."""
