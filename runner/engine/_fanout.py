@@ -169,10 +169,10 @@ def run_body(ctx: NodeContext, port: FanoutPort, plan: _Plan, index: int,
         deadline = min(d for d in (own, ctx.deadline) if d is not None) \
             if own is not None or ctx.deadline is not None else None
         with port.template_scope(deadline, control):
-            item_ctx = port.item_context(item, new_attempt_id(), deadline,
-                                         item_values(ctx.values, plan, index), control, lock)
             # An item has no span of its own: its steps' TRACEPARENT names the map node's.
-            result = execute(replace(item_ctx, span=ctx.attempt))
+            result = execute(port.item_context(item, new_attempt_id(), deadline,
+                                               item_values(ctx.values, plan, index), control,
+                                               lock, span=ctx.attempt))
         if result.outcome == "parked":
             return None
         if result.outcome not in ("failed", "timed_out") or k + 1 >= attempts:
