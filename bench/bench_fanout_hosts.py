@@ -18,13 +18,13 @@ host --once --max-runs 16`; and a foreground `wfrun run`) against the same work 
 fsync), from the bench venv bench/bench_vs_queues.py makes (huey and DBOS from PyPI; a
 smoke run without it says it skipped). Each side is timed the same way: the work is
 queued first by another process (`wfrun start`; huey's enqueue), then one process is
-timed from its spawn to its exit, interpreter start-up included (wfrun's bytecode
-compiled first, as pip compiles an installed package's and did huey's), the run
-checked `completed`. Rounds interleave the systems (`--before DIR` adds wfrun from an older
-copy, A/B); printed: median wall, floor/wall (floor: items x 0.1 s / 16), the ratio
-to huey, and per item the CPU of the process and its children (rusage) and their
-user-space instructions (`perf stat`, when it can count; the `sleep` children count
-alike on both sides). `--instructions N` runs N items of `sleep 0.01` instead, each
+timed from its spawn to its exit, interpreter start-up included (the bytecode of wfrun
+and of what it imports written first, as pip compiles an installed package's and did
+huey's), the run checked `completed`. Rounds interleave the systems (`--before DIR`
+adds wfrun from an older copy, A/B); printed: median wall, floor/wall (floor: items x
+0.1 s / 16), the ratio to huey, and per item the CPU of the process and its children
+(rusage) and their user-space instructions (`perf stat`, when it can count; the `sleep`
+children count alike on both sides). `--instructions N` runs N items of `sleep 0.01` instead, each
 timed process under callgrind (the process alone, start-up included: the steady figure
 on a shared VM without hardware counters).
 """
@@ -218,12 +218,15 @@ def pg_part(sizes: tuple[int, ...], counts: tuple[int, ...]) -> None:
 
 
 def _wfrun_round(kind: str, n: int, flow: str, root: Path | None,
-                 at_once: int) -> Measured:
+                 at_once: int, *, warm: bool = False) -> Measured:
     """One timed wfrun process over the queued map: `host` (`wfrun host --once`, the
-    map queued by `wfrun start` first, untimed) or `run` (a foreground `wfrun run`)."""
+    map queued by `wfrun start` first, untimed) or `run` (a foreground `wfrun run`).
+    `warm`: every process may write the bytecode of what it imports (a warm-up round)."""
     with tempfile.TemporaryDirectory() as tmp:
         folder = _folder(Path(tmp), "p", flow)
         env = _env(root)
+        if warm:
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
         cli = [sys.executable, "-m", "runner", "--project", str(folder)]
         if kind == "host":
             subprocess.run([*cli, "start", "fan", "--input", json.dumps({"n": n})], cwd=folder,
@@ -275,11 +278,18 @@ def huey_part(n: int, at_once: int, seconds: float, venv: Path, smoke: bool,
     for root in (REPO, before):
         # Bytecode as an installed package has it (pip compiles at install, as it did
         # huey's): an editable checkout under PYTHONDONTWRITEBYTECODE would compile
-        # ~180 modules at every process start (1-2 s here) and time that instead.
+        # ~180 modules at every process start (1-2 s here) and time that instead. The
+        # same for the dependencies the timed processes import (click, jinja2, ...): a
+        # venv installed with `pip --no-compile` (scripts/setup) has none of theirs, and
+        # compiling them cost each wfrun process ~100 ms here; one small warm-up round
+        # of each kind writes what they import.
         if root is not None:
             subprocess.run([sys.executable, "-m", "compileall", "-q", str(root / "runner")],
                            check=True, capture_output=True,
                            env={**os.environ, "PYTHONDONTWRITEBYTECODE": ""})
+            small = flow.replace(f"max_concurrency: {at_once}", "max_concurrency: 2")
+            for kind in () if smoke else ("host", "run"):  # smoke: figures mean nothing
+                _wfrun_round(kind, 2, small, None if root == REPO else root, 2, warm=True)
     got: dict[str, list[Measured]] = collections.defaultdict(list)
     huey_own: list[float] = []
     huey_name = f"huey, {at_once} thread workers"

@@ -13,13 +13,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from runner._canonical import canonical_json
 
 from ._budget import DEFAULT_BUDGET, TemplateBudget
-from ._flow import ConcurrencySpec, RateLimitSpec
-from ._triggers import TriggerSpec
+
+if TYPE_CHECKING:  # field types only: a run that has neither never loads their parsers
+    from ._flow import ConcurrencySpec, RateLimitSpec
+    from ._triggers import TriggerSpec
 
 DEFAULT_FAIL_CODE = "workflow_failed"
 RESERVED_NODE_IDS = frozenset({"list", "start", "status", "cancel", "pause", "resume", "answer"})

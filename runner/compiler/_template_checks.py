@@ -15,15 +15,9 @@ from jinja2 import nodes
 
 from . import _budget as _b
 from ._budget import DEFAULT_BUDGET, Guard, Scope, TemplateBudget
+from ._simple_tags import only_simple_tags  # validate time only: runs never load it
 from ._template_ast import parsed, summary
-from ._templates import (
-    _collect,
-    _Guarded,
-    _native_env,
-    _text_env,
-    is_template,
-    only_simple_tags,
-)
+from ._templates import _collect, _Guarded, _native_env, _text_env, is_template
 
 _RISKY = (nodes.BinExpr, nodes.Call, nodes.Filter, nodes.Concat)
 _CONSTANT_LEAVES = (nodes.Const, nodes.TemplateData)

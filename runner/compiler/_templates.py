@@ -36,7 +36,6 @@ from . import _budget as _b
 from . import _estimates as _e
 from . import _plainrefs as _plain
 from ._budget import DEFAULT_BUDGET, Guard, Scope
-from ._simple_tags import only_simple_tags as only_simple_tags  # re-exported
 
 __all__ = [
     "SecurityError",

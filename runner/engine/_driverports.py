@@ -84,7 +84,7 @@ class DriverFanout:
 
     def item_context(self, node: Node, attempt: str, deadline: float | None,
                      values: dict[str, Any], control: RunControl,
-                     lock: threading.Lock) -> NodeContext:
+                     lock: threading.Lock, span: str | None = None) -> NodeContext:
         d = self._driver
         recorder = StepRecorder(d, node.id, attempt, lock)
         return NodeContext(
@@ -92,14 +92,11 @@ class DriverFanout:
             deadline=deadline, values=values, visit=d.state.visits.get(node.id, 1),
             resuming=False, control=control, clock=d.clock, secrets=d.secrets,
             logs=recorder, updates=recorder, executor=d.executor, work_dir=d.work_dir,
-            processes=d.processes)
+            processes=d.processes, span=span)
 
     def template_scope(self, deadline: float | None, control: RunControl) -> Scope:
         d = self._driver
         return Scope(d.definition.template_budget, d.clock.monotonic, deadline, control)
-
-    def live(self, value: Any) -> Any:
-        return self._driver.live(value)
 
     def record_logs(self, logs: list[tuple[str, str, dict[str, Any]]]) -> None:
         self._driver.record_logs(logs)

@@ -169,10 +169,10 @@ def run_body(ctx: NodeContext, port: FanoutPort, plan: _Plan, index: int,
         deadline = min(d for d in (own, ctx.deadline) if d is not None) \
             if own is not None or ctx.deadline is not None else None
         with port.template_scope(deadline, control):
-            item_ctx = port.item_context(item, new_attempt_id(), deadline,
-                                         item_values(ctx.values, plan, index), control, lock)
             # An item has no span of its own: its steps' TRACEPARENT names the map node's.
-            result = execute(replace(item_ctx, span=ctx.attempt))
+            result = execute(port.item_context(item, new_attempt_id(), deadline,
+                                               item_values(ctx.values, plan, index), control,
+                                               lock, span=ctx.attempt))
         if result.outcome == "parked":
             return None
         if result.outcome not in ("failed", "timed_out") or k + 1 >= attempts:
@@ -524,7 +524,11 @@ class _Fanout:
             for r, row in zip(records, summary, strict=True):
                 if r.state == "ok" and self.plan.labels[r.index] in carried:
                     row.update(starts=0, reused_from=of)
-        outputs = [self.port.live(r.output) if r.state == "ok" else None for r in records]
+        # An item's output is kept as its body returned it (masked, never externalized:
+        # the ledger's rows and `ItemEnd`s hold plain values), so it is not walked for
+        # artifact refs (a 1,000-item map's end walked every item); the node's end event
+        # externalizes and escapes the list as any output.
+        outputs = [r.output if r.state == "ok" else None for r in records]
         if isinstance(self.node.spec, ParallelSpec):
             output: Any = dict(zip(self.plan.labels, outputs, strict=True))
             extra: dict[str, Any] = {"branches": dict(zip(self.plan.labels, summary,

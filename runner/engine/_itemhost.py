@@ -99,14 +99,15 @@ class ItemHost:
     # -- FanoutPort (what run_body uses of it) ------------------------------------------
     def item_context(self, node: Node, attempt: str, deadline: float | None,
                      values: dict[str, Any], control: RunControl,
-                     lock: threading.Lock) -> NodeContext:
+                     lock: threading.Lock, span: str | None = None) -> NodeContext:
         d = self.driver
         recorder = _Recorder(self, node.id, attempt)
         return NodeContext(
             run_id=d.run_id, workflow=d.definition.name, node=node, attempt=attempt,
             deadline=deadline, values=values, visit=self.visit, resuming=False,
             control=control, clock=d.clock, secrets=d.secrets, logs=recorder,
-            updates=recorder, executor=None, work_dir=d.work_dir, processes=d.processes)
+            updates=recorder, executor=None, work_dir=d.work_dir, processes=d.processes,
+            span=span)
 
     def template_scope(self, deadline: float | None, control: RunControl) -> Scope:
         d = self.driver

@@ -70,12 +70,10 @@ class FanoutPort(Protocol):
 
     def item_context(self, node: Node, attempt: str, deadline: float | None,
                      values: dict[str, Any], control: RunControl,
-                     lock: threading.Lock) -> NodeContext: ...
+                     lock: threading.Lock, span: str | None = None) -> NodeContext: ...
 
     def template_scope(self, deadline: float | None,
                        control: RunControl) -> AbstractContextManager[object]: ...
-
-    def live(self, value: Any) -> Any: ...
 
     def record_logs(self, logs: list[tuple[str, str, dict[str, Any]]]) -> None:
         """Logs items kept elsewhere (`NODE[i]`, attempt, log as `StepLogs.record` takes

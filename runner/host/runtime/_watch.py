@@ -23,23 +23,12 @@ import os
 import threading
 from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
-from typing import Any
-
-from watchdog.events import (
-    DirCreatedEvent,
-    DirDeletedEvent,
-    DirMovedEvent,
-    FileClosedEvent,
-    FileCreatedEvent,
-    FileDeletedEvent,
-    FileModifiedEvent,
-    FileMovedEvent,
-    FileSystemEvent,
-    FileSystemEventHandler,
-)
-from watchdog.observers import Observer
+from typing import TYPE_CHECKING, Any
 
 from runner.clock import Clock, SystemClock
+
+if TYPE_CHECKING:
+    from watchdog.events import FileSystemEvent
 
 # The drift check itself lives in drift.py, which `status` and `why` import without
 # watchdog (issue 15, cold start); its names stay importable from here.
@@ -53,21 +42,42 @@ log = logging.getLogger(__name__)
 DEBOUNCE = 0.05  # seconds of quiet after the last event of a burst (editors save in bursts)
 MAX_DELAY = 1.0  # a burst that never goes quiet is still checked after this long
 
-# The changes that can make a launch drift. Not opens and closes without a write: the
-# host itself reads a workflow's file at every activation (the compile cache re-hashes
-# it), and each read woke two watcher threads for an event the handler drops (inotify
-# is asked for these events only).
-EVENTS: list[type[FileSystemEvent]] = [
-    FileCreatedEvent, DirCreatedEvent, FileDeletedEvent, DirDeletedEvent, FileModifiedEvent,
-    FileMovedEvent, DirMovedEvent, FileClosedEvent]
+
+
+@functools.cache
+def _events() -> list[type[FileSystemEvent]]:
+    """The changes that can make a launch drift. Not opens and closes without a write:
+    the host itself reads a workflow's file at every activation (the compile cache
+    re-hashes it), and each read woke two watcher threads for an event the handler
+    drops (inotify is asked for these events only)."""
+    from watchdog.events import (
+        DirCreatedEvent,
+        DirDeletedEvent,
+        DirMovedEvent,
+        FileClosedEvent,
+        FileCreatedEvent,
+        FileDeletedEvent,
+        FileModifiedEvent,
+        FileMovedEvent,
+    )
+
+    return [FileCreatedEvent, DirCreatedEvent, FileDeletedEvent, DirDeletedEvent,
+            FileModifiedEvent, FileMovedEvent, DirMovedEvent, FileClosedEvent]
+
 
 OnDrift = Callable[[Sourced, Drift], None]
 OnClear = Callable[[Sourced], None]
 
 
-class _Handler(FileSystemEventHandler):
+class _Handler:
+    """The observer's handler (watchdog calls `dispatch` with each event): a plain
+    class, so that watchdog loads only once there is a folder to watch."""
+
     def __init__(self, watch: SourceWatch) -> None:
         self.watch = watch
+
+    def dispatch(self, event: FileSystemEvent) -> None:
+        self.on_any_event(event)
 
     def on_any_event(self, event: FileSystemEvent) -> None:
         if event.event_type in ("opened", "closed_no_write") or (
@@ -116,7 +126,8 @@ class SourceWatch:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._done = threading.Condition()
-        self._observer: Any = None
+        self._observer: Any = None  # made by `_rewatch` for the first folder to watch
+        self._started = False
         self._thread: threading.Thread | None = None
         self._handler = _Handler(self)
 
@@ -131,11 +142,9 @@ class SourceWatch:
             if self._thread is not None:
                 return
             self._stop.clear()
-            self._observer = Observer()
-            self._observer.daemon = True
             self._watches = {}
-            self._observer.start()
-            self._rewatch()
+            self._started = True
+            self._rewatch()  # the observer, once there is a folder to watch
             self._thread = threading.Thread(target=self._loop, daemon=True,
                                             name="wfrun-source-watch")
             self._thread.start()
@@ -146,6 +155,7 @@ class SourceWatch:
         with self._state:
             thread, observer = self._thread, self._observer
             self._thread, self._observer, self._watches = None, None, {}
+            self._started = False
         if thread is None:
             return
         self._stop.set()
@@ -233,10 +243,14 @@ class SourceWatch:
     def _rewatch(self) -> set[str]:
         """Schedule the wanted folders, drop the others (and any whose folder vanished:
         its inotify watch died with it). Returns the folders newly scheduled."""
-        observer = self._observer
-        if observer is None:
+        if not self._started:
             return set()
         wanted = self._wanted_folders()
+        observer = self._observer
+        if observer is None:
+            if not wanted:
+                return set()  # nothing to watch yet: no observer (nor watchdog) needed
+            observer = self._observer = _observer()
         for folder in list(self._watches):
             if folder not in wanted or not os.path.isdir(folder):
                 watch = self._watches.pop(folder)
@@ -249,7 +263,7 @@ class SourceWatch:
             try:
                 self._watches[folder] = observer.schedule(self._handler, folder,
                                                           recursive=False,
-                                                          event_filter=EVENTS)
+                                                          event_filter=_events())
                 added.add(folder)
             except OSError as exc:  # removed in between, or not ours to watch
                 log.debug("source watch: cannot watch %s: %s", folder, exc.strerror)
@@ -363,3 +377,15 @@ def _ancestors(path: str) -> frozenset[str]:
     the launches a host watches mostly share a few files, and a backlog of hundreds
     re-asked for the same ones on every update (pathlib was ~8 % of a draining host's CPU)."""
     return frozenset(str(p) for p in Path(path).parents)
+
+
+def _observer() -> Any:
+    """A started watchdog observer (a daemon thread): watchdog is imported here, when a
+    started watch first has a folder to watch (a `host --once` whose queue is drained
+    at its first claim never loads it)."""
+    from watchdog.observers import Observer
+
+    observer = Observer()
+    observer.daemon = True
+    observer.start()
+    return observer

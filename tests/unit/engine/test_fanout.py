@@ -13,7 +13,7 @@ from typing import Any
 
 from waiting import DEADLINE, wait_until
 
-from runner.engine import RunControl
+from runner.engine import RunControl, RunReader
 from runner.engine._items import ItemEnd, MemoryLedger
 from runner.engine._secrets import SecretSource
 
@@ -165,6 +165,32 @@ def test_an_item_secret_never_reaches_the_ledger(env: Any) -> None:
     stored = json.dumps([r.output for r in ledger.items("each", 1)])
     assert "s3cr3t-v4lue" not in stored
     assert "***" in stored
+
+
+def test_item_outputs_are_plain_values_a_long_one_kept_as_an_artifact(env: Any) -> None:
+    """An item's output is what its body returned, never a recorded form: one that looks
+    like an artifact ref is user data (escaped in the trace, given back as it was, no
+    file read for it), and a long one moves to `artifacts/` with the node's end and
+    reads back whole."""
+    flow = """\
+    start: each
+    nodes:
+      each:
+        map:
+          over: "{{ [0, 1] }}"
+          as: n
+          do: {compute: "{{ {'$artifact': {'path': 'artifacts/none', 'bytes': 3}} if n == 0
+                             else 'x' * 5000 }}"}
+    """
+    engine = env.engine()
+    out = engine.start(env.workflow(flow))
+    assert out.status == "completed", out.error
+    expected = [{"$artifact": {"path": "artifacts/none", "bytes": 3}}, "x" * 5000]
+    assert out.final_output == expected
+    trace = (env.runs / out.run_id / "trace.jsonl").read_text()
+    assert '"$escaped"' in trace
+    assert "x" * 5000 not in trace
+    assert RunReader(env.runs).final_output(out.run_id) == expected
 
 
 class _OneSession:

@@ -21,10 +21,15 @@ import pytest
 #: trigger loop (`--once` fires no trigger), the live view (rich: a terminal's, not `-q`):
 #: none is used by `host --once --no-controllers -q`. Nor, the workflow's compiled
 #: definition being kept (`wfrun start` kept it, compiler/_stored.py), the YAML loader
-#: and jsonschema, which only compiling needs (~60 ms of the host's start-up CPU).
+#: and jsonschema, which only compiling needs (~60 ms of the host's start-up CPU), nor
+#: the template checks' simple-tags descent, nor the parsers of `triggers:` and
+#: `concurrency:` (the workflow has neither). Nor watchdog: the source watch observes
+#: folders only while launches wait in the queue, and the first claim took the one run.
 UNUSED = ("runner.controllers", "runner.host.runtime._controllers", "urllib.request",
           "http.server", "runner.host.runtime._webhooks", "runner.host.runtime._triggers",
-          "rich", "jsonschema", "ruamel", "runner.compiler._yamlio")
+          "rich", "jsonschema", "ruamel", "runner.compiler._yamlio",
+          "runner.compiler._simple_tags", "runner.compiler._triggers",
+          "runner.compiler._flow", "cronsim", "watchdog")
 
 FLOW = """\
 name: fan
