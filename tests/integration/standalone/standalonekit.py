@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +29,7 @@ from typing import Any
 
 from waiting import DEADLINE, wait_until
 
+from runner.clock import FakeClock
 from runner.compiler import build_catalog
 from runner.engine._bundlefmt import MANIFEST
 from runner.engine._bundleread import read_json
@@ -189,11 +191,20 @@ class Project:
                          self.root / ".wfrun")
 
     def queue(self, name: str, inputs: list[Any]) -> list[str]:
-        """Queue detached launches (the `wfrun start` path, without a process per launch)."""
-        store = self.store()
+        """Queue detached launches (the `wfrun start` path, without a process per launch),
+        each a millisecond after the one before: claims take the oldest first, and
+        launches queued within one millisecond (a fast disk queues three in one) are
+        taken in the order of their random run ids. The queue's clock starts a minute
+        back, so a claim on the real clock finds them all queued."""
+        clock = FakeClock(start=time.time() - 60)
+        store = SqliteStore(self.root / ".wfrun" / "state" / "store.sqlite3", clock=clock)
         try:
             coordinator = detached_coordinator(self.workspace(), store)
-            return [coordinator.prepare(name, value).run_id for value in inputs]
+            queued = []
+            for value in inputs:
+                queued.append(coordinator.prepare(name, value).run_id)
+                clock.advance(0.001)
+            return queued
         finally:
             store.close()
 
