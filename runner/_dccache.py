@@ -28,10 +28,15 @@ PATH = os.path.join(os.path.dirname(__file__), "__pycache__",
 class Codes:
     """The kept code of one file: `exec` stands in for the builtin in `dataclasses`."""
 
+    #: Past this many kept methods a save keeps only this process's: classes made with
+    #: changing source (make_dataclass with generated names) cannot grow the file forever.
+    limit = 4096
+
     def __init__(self, path: str) -> None:
         self.path = path
         self.codes: dict[str, CodeType] = {}
         self.added = 0
+        self.used: set[str] = set()
         try:
             with open(path, "rb") as fh:
                 loaded = marshal.loads(fh.read())  # load(fh) reads object by object: ~8x slower
@@ -51,17 +56,20 @@ class Codes:
                 code = compile(source, "<string>", "exec")
                 self.codes[source] = code
                 self.added += 1
+            self.used.add(source)
             source = code
         exec(source, globals, locals)
 
     def save(self) -> None:
         if not self.added or sys.dont_write_bytecode:
             return
+        kept = self.codes if len(self.codes) <= self.limit \
+            else {source: self.codes[source] for source in self.used}
         temp = f"{self.path}.{os.getpid()}.tmp"
         try:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
             with open(temp, "wb") as fh:
-                fh.write(marshal.dumps((sys.version, self.codes)))
+                fh.write(marshal.dumps((sys.version, kept)))
             os.replace(temp, self.path)  # whole or not at all: a reader never sees half
         except OSError:  # a read-only install: the next process compiles again
             with contextlib.suppress(OSError):

@@ -16,6 +16,7 @@ SCRIPT = """\
 import dataclasses, json, sys
 from runner import _dccache
 
+_dccache.Codes.limit = int(sys.argv[2])
 codes = _dccache.install(sys.argv[1])
 assert _dccache.install("elsewhere") is codes  # once per process
 
@@ -42,10 +43,10 @@ print(json.dumps({"added": codes.added, "kept": len(codes.codes), "repr": repr(p
 """
 
 
-def _run(cache: Path) -> dict[str, object]:
-    out = subprocess.run([sys.executable, "-c", SCRIPT, str(cache)], capture_output=True,
-                         text=True, check=True, timeout=60, env={"PATH": "/usr/bin:/bin"},
-                         cwd=Path(__file__).resolve().parents[2])
+def _run(cache: Path, limit: int = 4096) -> dict[str, object]:
+    out = subprocess.run([sys.executable, "-c", SCRIPT, str(cache), str(limit)],
+                         capture_output=True, text=True, check=True, timeout=60,
+                         env={"PATH": "/usr/bin:/bin"}, cwd=Path(__file__).resolve().parents[2])
     result: dict[str, object] = json.loads(out.stdout)
     return result
 
@@ -81,6 +82,22 @@ def test_a_damaged_or_foreign_file_is_compiled_past_and_replaced(tmp_path: Path)
 
 def test_no_write_without_bytecode_writing(tmp_path: Path) -> None:
     cache = tmp_path / "dataclasses.marshal"
-    subprocess.run([sys.executable, "-B", "-c", SCRIPT, str(cache)], check=True, timeout=60,
+    subprocess.run([sys.executable, "-B", "-c", SCRIPT, str(cache), "4096"], check=True, timeout=60,
                    capture_output=True, cwd=Path(__file__).resolve().parents[2])
     assert not cache.exists()
+
+
+def test_past_its_limit_a_save_keeps_only_what_its_process_used(tmp_path: Path) -> None:
+    cache = tmp_path / "dataclasses.marshal"
+    first = _run(cache)
+    marshal = __import__("marshal")
+    version, codes = marshal.loads(cache.read_bytes())
+    stale = {f"def __create_fn__():\n def f{i}():\n  return {i}\n return f{i}": compile(
+        f"x = {i}", "<string>", "exec") for i in range(50)}
+    cache.write_bytes(marshal.dumps((version, {**codes, **stale})))
+    assert _run(cache, limit=10**6)["kept"] == first["kept"] + 50  # kept: nothing to save
+    kept = _run(cache, limit=10)  # added none, so nothing written: still the big file
+    assert kept["added"] == 0
+    cache.write_bytes(marshal.dumps((version, stale)))  # a miss for every method: a save
+    assert _run(cache, limit=10)["kept"] == 50 + first["kept"]
+    assert _run(cache)["kept"] == first["kept"]  # the stale ones were dropped
