@@ -125,6 +125,11 @@ class WfrunGroup(click.Group):
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in self.commands and cmd_name in COMMANDS:
+            # A command's modules make most of the process's dataclasses: from kept code
+            # (runner/_dccache.py), not compiled again in each process.
+            from runner import _dccache
+
+            _dccache.install()
             # Importing the module registers its commands on `cli` (@cli.command).
             # __import__, not importlib.import_module: only the former is listed by
             # `python -X importtime`, the tool that checks what a command loads.

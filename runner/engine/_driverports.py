@@ -9,13 +9,12 @@ import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from runner.clock import Clock
 from runner.compiler import Node, WorkflowDefinition
 from runner.compiler._budget import Scope
 
-from ._agent import AgentStepExecutor
 from ._control import RunControl
 from ._fanout import run_fanout
 from ._items import ChildRuns, ItemLedger
@@ -25,6 +24,9 @@ from ._processes import ProcessRegistry
 from ._runtypes import CrashPoint
 from ._secrets import RunSecrets
 from ._state import RunState
+
+if TYPE_CHECKING:
+    from ._agent import AgentStepExecutor
 
 
 class DriverSide(Protocol):

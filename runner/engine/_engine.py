@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runner.clock import Clock, SystemClock, compact_utc, iso
 from runner.compiler import WorkflowDefinition
@@ -17,7 +17,6 @@ from runner.compiler._kinds import ends, kind_of
 from runner.compiler._templates import TemplateError, render_text
 from runner.errors import InputError, OperationFailed
 
-from ._agent import AgentStepExecutor
 from ._artifacts import has_artifacts, internalize
 from ._bundlefmt import BUNDLE_SCHEMA, PATHS, Fence, always
 from ._bundlefmt import CONTINUED as CONTINUED  # re-exported: the marker folder
@@ -33,6 +32,9 @@ from ._secrets import EMPTY, NO_SOURCE, RunSecrets, SecretSource, split_input
 from ._secrets import resolve as resolve_secrets
 from ._space import BundleSpace, RunBundle, space_for
 from ._state import TERMINAL, TRACE_SCHEMA, RunState, fold
+
+if TYPE_CHECKING:
+    from ._agent import AgentStepExecutor
 
 Resolver = Callable[[dict[str, Any]], WorkflowDefinition]
 #: How many times one node may start without ending (its process died each time)

@@ -14,17 +14,19 @@ import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from runner.clock import Clock
 from runner.compiler import Node
 
-from ._agent import AgentStepExecutor
 from ._control import RunControl
 from ._items import ItemLedger
 from ._livelog import LiveLog
 from ._processes import ProcessRegistry
 from ._secrets import RunSecrets
+
+if TYPE_CHECKING:
+    from ._agent import AgentStepExecutor
 
 Outcome = Literal["ok", "failed", "timed_out", "cancelled", "parked"]
 

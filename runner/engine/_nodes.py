@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Callable
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from runner._safety import mask, mask_values, redact, secret_env_values
 from runner.compiler import (
@@ -32,9 +32,11 @@ from runner.compiler._templates import (
 )
 
 from . import _tracing as tracing
-from ._agent import AgentStep, StepContract, TurnKind, reminder_text
 from ._nodecontext import Executor, NodeContext, NodeResult, fail, json_value, stopped
 from ._secrets import check_no_nul
+
+if TYPE_CHECKING:
+    from ._agent import AgentStep, TurnKind
 
 #: kind name -> what runs one attempt of it (the node-kind table's run half:
 #: runner/compiler/_kinds.py; include entries and exits are the run loop's own).
@@ -227,6 +229,9 @@ def _agent(ctx: NodeContext) -> NodeResult:
     if executor is None:
         return fail("no_agent", "this node needs an agent; run with --agent "
                     "scripted:FILE, command:'CMD' or openai")
+    # Loaded by the first agent node: a host that runs only shell items never pays for it.
+    from ._agent import AgentStep, StepContract, reminder_text
+
     contract = StepContract(ctx.run_id, ctx.workflow, ctx.node.id, ctx.attempt,
                             dict(spec.output) if spec.output is not None else None)
     # A model never sees a secret: the prompt is masked before it leaves the engine.

@@ -24,7 +24,6 @@ from runner.compiler._templates import TemplateError, render_native
 from runner.errors import ClaimLost
 
 from . import _tracing as tracing
-from ._agent import AgentStepExecutor
 from ._artifacts import externalize, has_artifacts, internalize
 from ._cache import StepCache, cache_key
 from ._context import ScopedValues
@@ -41,6 +40,7 @@ from ._secrets import EMPTY, RunSecrets, restore_input
 from ._state import TRACE_SCHEMA, RunState
 
 if TYPE_CHECKING:
+    from ._agent import AgentStepExecutor
     from ._space import RunBundle
 
 #: Kinds whose node gets a `FanoutPort` (its items run through this driver).

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from runner._leases import LEASE_SECONDS
-from runner.engine import AgentStepExecutor, RunControl, RunOutcome
+from runner.engine import RunControl, RunOutcome
 from runner.engine import _tracing as tracing
 from runner.engine._processes import (
     ProcessRegistry,
@@ -61,6 +61,7 @@ if TYPE_CHECKING:  # loaded when used: a host without them (`--once`, no `--list
     # `--no-controllers`) does not pay for the controller side, the triggers' schedule
     # or an HTTP server
     from runner.controllers import ControllerManager
+    from runner.engine import AgentStepExecutor
     from runner.launch._triggers import Scheduled
 
     from .runtime._triggers import HostTriggers

@@ -13,10 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from runner._leases import renew_every
 from runner.clock import Clock
-from runner.engine import AgentStepExecutor, Engine, NotificationSink
+from runner.engine import Engine, NotificationSink
 from runner.engine._items import ChildRuns
 from runner.engine._processes import ProcessRegistry
 from runner.engine._rows import BundleRows
@@ -29,6 +30,9 @@ from ._handback import HandBack
 from ._held import HeldInput
 from ._items import StoreItems
 from ._stepcache import StoreStepCache
+
+if TYPE_CHECKING:
+    from runner.engine import AgentStepExecutor
 
 
 @dataclass

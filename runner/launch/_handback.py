@@ -12,9 +12,12 @@ delivers the step when it starts again (as a `resume` turn). A runner whose
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
-from runner.engine._agent import AgentStep, TurnKind
 from runner.store import LaunchBook, StoreError
+
+if TYPE_CHECKING:
+    from runner.engine._agent import AgentStep, TurnKind
 
 log = logging.getLogger(__name__)
 

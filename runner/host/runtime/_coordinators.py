@@ -30,12 +30,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from runner import _leases as leases
 from runner._leases import LEASE_SECONDS
 from runner.clock import Clock
-from runner.engine import AgentStepExecutor
 from runner.engine._processes import ProcessRegistry, registry_for_this_process
 from runner.engine._rows import BundleRows
 from runner.engine._runtypes import Observer
@@ -45,6 +44,9 @@ from runner.store import Store
 
 from ._identity import environment_secrets, runner_id
 from ._local import Workspace
+
+if TYPE_CHECKING:
+    from runner.engine import AgentStepExecutor
 
 Role = Literal["foreground", "detached", "child", "session", "host", "plain"]
 

@@ -25,10 +25,11 @@ import pytest
 #: the template checks' simple-tags descent, nor the parsers of `triggers:` and
 #: `concurrency:` (the workflow has neither). Nor watchdog: the source watch observes
 #: folders only while launches wait in the queue, and the first claim took the one run.
-UNUSED = ("runner.controllers", "runner.host.runtime._controllers", "urllib.request",
-          "http.server", "runner.host.runtime._webhooks", "runner.host.runtime._triggers",
-          "rich", "jsonschema", "ruamel", "runner.compiler._yamlio",
-          "runner.compiler._simple_tags", "runner.compiler._triggers",
+#: Nor the agent side of the engine: a workflow without an agent node never drives a turn.
+UNUSED = ("runner.engine._agent", "runner.controllers", "runner.host.runtime._controllers",
+          "urllib.request", "http.server", "runner.host.runtime._webhooks",
+          "runner.host.runtime._triggers", "rich", "jsonschema", "ruamel",
+          "runner.compiler._yamlio", "runner.compiler._simple_tags", "runner.compiler._triggers",
           "runner.compiler._flow", "cronsim", "watchdog")
 
 FLOW = """\
