@@ -83,3 +83,55 @@ def test_a_command_runs_with_the_collector_on_and_its_imports_frozen(tmp_path: P
     # objects, never garbage, are not walked by those collections.
     assert out["final_output"]["collecting"] is True
     assert out["final_output"]["frozen"] > 10_000
+
+
+# A value only the interpreter's teardown frees (it empties sys.modules; the module is
+# referenced nowhere else), which says so, and a report from the exit handlers.
+TORN_DOWN = """\
+import atexit, os, sys, types
+class Late:
+    def __del__(self, write=os.write):  # bound now: the teardown clears `os` too
+        write(2, b"torn down\\n")
+marker = types.ModuleType("late_marker")
+marker.late = Late()
+sys.modules["late_marker"] = marker
+del marker
+atexit.register(lambda: sys.stderr.write("handlers ran\\n"))
+from runner.cli import main
+main()
+"""
+
+
+def test_a_command_ends_after_its_exit_handlers_without_the_interpreters_teardown(
+        tmp_path: Path) -> None:
+    project = Project(tmp_path / "p")
+    project.workflow("fan", MAP)
+    started = project.json("start", "fan", "--json")
+    host = subprocess.run(
+        [sys.executable, "-c", TORN_DOWN, "--project", str(project.root), "host", "--once",
+         "--no-controllers", "-q"], capture_output=True, text=True, timeout=120,
+        cwd=project.root, env={**os.environ})
+    assert host.returncode == 0, host.stderr
+    assert host.stderr.splitlines()[-1] == "handlers ran"
+    assert "torn down" not in host.stderr  # os._exit: no teardown
+    state = project.root / ".wfrun" / "state"
+    assert not (state / "store.sqlite3-wal").exists()  # folded and closed all the same
+    assert not (state / "store.sqlite3-shm").exists()
+    # Piped output is whole (flushed before the exit), and the exit code is the command's.
+    shown = subprocess.run(
+        [sys.executable, "-c", TORN_DOWN, "--project", str(project.root), "show",
+         started["run_id"], "--json"], capture_output=True, text=True, timeout=120,
+        cwd=project.root, env={**os.environ})
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["status"] == "completed"
+    missing = subprocess.run(
+        [sys.executable, "-c", TORN_DOWN, "--project", str(project.root), "show",
+         "no-such-run"], capture_output=True, text=True, timeout=120,
+        cwd=project.root, env={**os.environ})
+    plain = subprocess.run(
+        [sys.executable, "-m", "runner", "--project", str(project.root), "show",
+         "no-such-run"], capture_output=True, text=True, timeout=120,
+        cwd=project.root, env={**os.environ})
+    assert missing.returncode == plain.returncode != 0
+    assert plain.stderr.startswith("wfrun: error:")
+    assert missing.stderr.startswith(plain.stderr)

@@ -115,6 +115,10 @@ class Claimed:
     interrupted: tuple[int, ...]
 
 
+_ITEM_COLUMNS = ("item_index, state, starts, output_json, error_json, child_run_id,"
+                 " finished_at")
+
+
 def item_from_row(row: Row) -> FanoutItem:
     return FanoutItem(index=row["item_index"], state=row["state"], starts=row["starts"],
                       output_json=row["output_json"], error_json=row["error_json"],
@@ -558,8 +562,11 @@ class FanoutItems:
 
     def items(self, key: ItemKey) -> list[FanoutItem]:
         with self._c.read() as tx:
-            rows = tx.all(f"SELECT * FROM fanout_items WHERE {_KEY} ORDER BY item_index",
-                          key.params())
+            # The columns `FanoutItem` keeps, not `*`: a 1,000-item map's rows are read at
+            # its start and again at its end, and the six others made every row a dict of
+            # 13 (~1 ms a read here, issue 37).
+            rows = tx.all(f"SELECT {_ITEM_COLUMNS} FROM fanout_items WHERE {_KEY}"
+                          " ORDER BY item_index", key.params())
         return [item_from_row(r) for r in rows]
 
     def progress(self, run_id: str) -> dict[tuple[str, int], dict[str, int]]:
