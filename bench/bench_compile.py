@@ -339,8 +339,10 @@ def profile(folder: Path, big: Path) -> None:
     Compiler().compile_path(big)
     prof.disable()
     show(prof, "compile 2,000 nodes (warm)")
-    code = ("import cProfile, sys; sys.argv = ['wfrun', 'validate', %r]; "
-            "from runner.cli import main; cProfile.run('main()', %r)")
+    # Dumped by an exit handler: the CLI ends with os._exit once its handlers ran.
+    code = ("import atexit, cProfile, sys; sys.argv = ['wfrun', 'validate', %r]; "
+            "from runner.cli import main; prof = cProfile.Profile(); "
+            "atexit.register(lambda: prof.dump_stats(%r)); prof.enable(); main()")
     stats = folder.parent / "validate.prof"
     subprocess.run([sys.executable, "-c", code % (str(folder), str(stats))],
                    cwd=folder.parent, capture_output=True, check=False)

@@ -162,12 +162,13 @@ def queued_peak(root: Path, count: int, seconds: float) -> float:
 
 def status(root: Path) -> tuple[float, int]:
     """`wfrun status` as a child that reports its own peak RSS (kB) on exit."""
-    code = ("import resource, runpy, sys\n"
+    # An exit handler, not `finally`: the CLI ends with os._exit once its exit
+    # handlers ran (runner/cli/__init__.py), so nothing after them runs.
+    code = ("import atexit, resource, runpy, sys\n"
+            "atexit.register(lambda: print('maxrss', resource.getrusage("
+            "resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr))\n"
             f"sys.argv = ['wfrun', '--project', {str(root)!r}, 'status']\n"
-            "try:\n    runpy.run_module('runner', run_name='__main__')\n"
-            "finally:\n"
-            "    print('maxrss', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,"
-            " file=sys.stderr)\n")
+            "runpy.run_module('runner', run_name='__main__')\n")
     t0 = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=root, timeout=600)
