@@ -71,19 +71,25 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
+def _write_new(path: str | Path, flag: int, mode: int, data: bytes, sync: bool) -> None:
+    """Open `path` for writing (created with `mode`; `flag` O_EXCL or O_TRUNC), write
+    `data` whole, fsync when asked, close: what the writers below share."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | flag, mode)
+    try:
+        write_all(fd, data)
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def create_private(path: str | Path, data: bytes, *, sync: bool = False,
                    mode: int = 0o600) -> None:
     """Write a new 0600 file in place: for a file no reader looks at yet (a refused
     write removes what it began). `mode` 0o400: born read-only (a sealed bundle's file:
     the new file's descriptor may still write it, and no chmod follows)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
-        try:
-            write_all(fd, data)
-            if sync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
+        _write_new(path, os.O_EXCL, mode, data, sync)
     except BaseException:
         Path(path).unlink(missing_ok=True)
         raise
@@ -93,14 +99,8 @@ def write_private(path: str | Path, data: bytes, *, sync: bool = False) -> None:
     """Atomically replace `path` with a 0600 file (a refused write leaves no temp file)."""
     folder, name = os.path.split(path)
     tmp = os.path.join(folder, f".{name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        try:
-            write_all(fd, data)
-            if sync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
+        _write_new(tmp, os.O_TRUNC, 0o600, data, sync)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

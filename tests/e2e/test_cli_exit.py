@@ -41,14 +41,18 @@ main()
 """
 
 
+def _wrapped(project: Project, wrapper: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`wfrun ARGS` in `project` through `wrapper` (python -c: a CLI with a marker around it)."""
+    return subprocess.run([sys.executable, "-c", wrapper, "--project", str(project.root), *args],
+                          capture_output=True, text=True, timeout=120, cwd=project.root,
+                          env={**os.environ})
+
+
 def test_a_host_ends_with_its_map_recorded_and_its_heap_frozen(tmp_path: Path) -> None:
     project = Project(tmp_path / "p")
     project.workflow("fan", MAP)
     started = project.json("start", "fan", "--json")
-    done = subprocess.run(
-        [sys.executable, "-c", AT_EXIT, "--project", str(project.root), "host", "--once",
-         "--no-controllers", "-q"], capture_output=True, text=True, timeout=120,
-        cwd=project.root, env={**os.environ})
+    done = _wrapped(project, AT_EXIT, "host", "--once", "--no-controllers", "-q")
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stderr.strip().splitlines()[-1])
     # Frozen: the interpreter's finalization does not collect (or free) them one by one.
@@ -107,10 +111,7 @@ def test_a_command_ends_after_its_exit_handlers_without_the_interpreters_teardow
     project = Project(tmp_path / "p")
     project.workflow("fan", MAP)
     started = project.json("start", "fan", "--json")
-    host = subprocess.run(
-        [sys.executable, "-c", TORN_DOWN, "--project", str(project.root), "host", "--once",
-         "--no-controllers", "-q"], capture_output=True, text=True, timeout=120,
-        cwd=project.root, env={**os.environ})
+    host = _wrapped(project, TORN_DOWN, "host", "--once", "--no-controllers", "-q")
     assert host.returncode == 0, host.stderr
     assert host.stderr.splitlines()[-1] == "handlers ran"
     assert "torn down" not in host.stderr  # os._exit: no teardown
@@ -118,16 +119,10 @@ def test_a_command_ends_after_its_exit_handlers_without_the_interpreters_teardow
     assert not (state / "store.sqlite3-wal").exists()  # folded and closed all the same
     assert not (state / "store.sqlite3-shm").exists()
     # Piped output is whole (flushed before the exit), and the exit code is the command's.
-    shown = subprocess.run(
-        [sys.executable, "-c", TORN_DOWN, "--project", str(project.root), "show",
-         started["run_id"], "--json"], capture_output=True, text=True, timeout=120,
-        cwd=project.root, env={**os.environ})
+    shown = _wrapped(project, TORN_DOWN, "show", started["run_id"], "--json")
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["status"] == "completed"
-    missing = subprocess.run(
-        [sys.executable, "-c", TORN_DOWN, "--project", str(project.root), "show",
-         "no-such-run"], capture_output=True, text=True, timeout=120,
-        cwd=project.root, env={**os.environ})
+    missing = _wrapped(project, TORN_DOWN, "show", "no-such-run")
     plain = subprocess.run(
         [sys.executable, "-m", "runner", "--project", str(project.root), "show",
          "no-such-run"], capture_output=True, text=True, timeout=120,
