@@ -246,16 +246,16 @@ def host(nodes: int, shell: bool, pairs: int, block: int, seed: int) -> None:
         if tracing is None:
             sys.exit("--host-worker: tracing is off (OTEL_EXPORTER_OTLP_ENDPOINT unset)")
         for mode in ("on", "off"):  # warm both paths: imports, the connection
-            _tracing._current = tracing if mode == "on" else None
-            work.tracing = _tracing._current
+            _tracing.current = tracing if mode == "on" else None
+            work.tracing = _tracing.current
             work.runs(WARM)
         order = random.Random(seed)
         for _ in range(pairs):
             modes = ["off", "on"]
             order.shuffle(modes)
             for mode in modes:
-                _tracing._current = tracing if mode == "on" else None
-                work.tracing = _tracing._current
+                _tracing.current = tracing if mode == "on" else None
+                work.tracing = _tracing.current
                 # Each block from a collected heap, outside its count: whether a full
                 # collection (several M instructions) lands in a block then depends on
                 # what the block's own runs allocate, not on what came before.
@@ -264,7 +264,7 @@ def host(nodes: int, shell: bool, pairs: int, block: int, seed: int) -> None:
                 cpu, thread, wall, _ = work.block(block)
                 print(f"{mode} {cpu} {thread} {wall}", flush=True)
         os.getsid(0)  # and the last block's ends here
-        _tracing._current = work.tracing = tracing
+        _tracing.current = work.tracing = tracing
         tracing.close()
 
 

@@ -337,6 +337,12 @@ class WorkflowDefinition:
                             if isinstance(sub, Mapping) and sub.get("writeOnly") is True))
 
     @cached_property
+    def declares_secrets(self) -> bool:
+        """Whether a run has anything secret of its own to resolve (`secrets:`, `env:`,
+        writeOnly input): without, it masks only its environment's (SecretSource.plain)."""
+        return bool(self.secrets or self.env or self.write_only)
+
+    @cached_property
     def pure_run(self) -> bool:
         """No effect outside the run until it ends: every node pure, none kept in the
         step cache, none retried after a delay. Its launch may settle it as one trace

@@ -20,7 +20,9 @@ from typing import Any, Protocol
 
 from runner._canonical import fingerprint
 from runner.compiler import ActionSpec, AgentSpec, Node
-from runner.compiler._templates import render_text
+from runner.compiler._templates import TemplateError, render_text
+
+from ._nodecontext import NodeResult
 
 
 @dataclass(frozen=True)
@@ -66,3 +68,33 @@ def _rendered(node: Node, ctx: dict[str, Any]) -> Any:
                 "env": {k: render_text(v, ctx) for k, v in spec.env.items()}}
     # A compute expression or a hook: what its templates and code can read.
     return {"input": ctx.get("input"), "outputs": dict(ctx.get("outputs") or {})}
+
+
+# -- the run loop's side (RunDriver._run_node) -------------------------------------------
+
+def lookup(cache: StepCache, workflow: str, node: Node, ctx: dict[str, Any],
+           reads: bool) -> tuple[str | None, NodeResult | None]:
+    """The node's cache key and, on a hit, its result (recorded as cached). `reads`
+    False: --no-cache (the key only: the fresh result is kept under it)."""
+    try:
+        key = cache_key(workflow, node, ctx)
+    except TemplateError as exc:
+        return None, NodeResult("failed", error={"code": "template_error",
+                                                 "message": f"cache key: {exc}"[:2000]})
+    except ValueError:
+        return None, None  # not JSON to key on: it runs, uncached
+    if not reads:
+        return key, None
+    hit = cache.get(key)
+    if hit is None:
+        return key, None
+    return key, NodeResult("ok", hit.output, extra={"cached_from": {
+        "run_id": hit.run_id, "key": key, "created_at": hit.created_at}})
+
+
+def keep(cache: StepCache, key: str, workflow: str, node: Node, run_id: str,
+         output: Any) -> None:
+    """Keep a node's ok `output` (masked as its trace holds it) under `key`."""
+    assert node.cache is not None
+    cache.put(key, workflow=workflow, node_id=node.id, run_id=run_id, output=output,
+              ttl=node.cache.ttl)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass, field
 from typing import Literal
 
 StopReason = Literal["cancel", "park"]
@@ -13,6 +14,7 @@ PAUSED = "paused"
 ITEMS = "waiting for its items (hosts run them)"
 
 
+@dataclass(eq=False)  # compared by identity, as before
 class RunControl:
     """Set from any thread (a signal handler, a tool call); the engine polls it.
 
@@ -25,26 +27,26 @@ class RunControl:
     operation read them (a render's budget checks `stopping`), so a read is no call.
     """
 
-    def __init__(self) -> None:
-        # The two events are made on first use (`wake`, `stopped`): a host makes a
-        # RunControl per run, most runs never wait on either, and an Event costs a
-        # Condition and a lock (~2 µs each, a third of a run's control otherwise).
-        self._wake: threading.Event | None = None
-        self._stopped: threading.Event | None = None
-        self._woken = False  # a request not yet handled: `wake` is made set
-        self.stop_reason: StopReason | None = None  # sticky: the first request wins
-        self.stopping = False  # stop_reason is set
-        self.pause_requested = False
-        self._lock = threading.Lock()
-        self.reason: str | None = None
-        # A park by a host shutdown may be resumed by the next host; any other park
-        # (a person's Ctrl-C, a session shutdown) waits for an explicit resume.
-        self.auto_resume = False
-        # A clean park is recorded in the trace (`run_parked`), so the crash-loop budget
-        # does not count it as a death; a park because the claim was lost writes
-        # nothing (another runner may hold the run by now) and counts as one.
-        self.clean = True
-        self.park_on_pause = False  # see `pause`
+    # A plain dataclass: its generated __init__ only stores these (no runner frame).
+    # The two events are made on first use (`wake`, `stopped`): a host makes a
+    # RunControl per run, most runs never wait on either, and an Event costs a
+    # Condition and a lock (~2 µs each, a third of a run's control otherwise).
+    _wake: threading.Event | None = field(default=None, init=False, repr=False)
+    _stopped: threading.Event | None = field(default=None, init=False, repr=False)
+    _woken: bool = field(default=False, init=False, repr=False)  # `wake` is made set
+    stop_reason: StopReason | None = field(default=None, init=False)  # the first wins
+    stopping: bool = field(default=False, init=False)  # stop_reason is set
+    pause_requested: bool = field(default=False, init=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    reason: str | None = field(default=None, init=False)
+    # A park by a host shutdown may be resumed by the next host; any other park
+    # (a person's Ctrl-C, a session shutdown) waits for an explicit resume.
+    auto_resume: bool = field(default=False, init=False)
+    # A clean park is recorded in the trace (`run_parked`), so the crash-loop budget
+    # does not count it as a death; a park because the claim was lost writes
+    # nothing (another runner may hold the run by now) and counts as one.
+    clean: bool = field(default=True, init=False)
+    park_on_pause: bool = field(default=False, init=False)  # see `pause`
 
     @property
     def wake(self) -> threading.Event:

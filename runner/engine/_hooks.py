@@ -115,7 +115,7 @@ def run_bounded(fn: Callable[[], Any], deadline: float | None, control: RunContr
 def hook_context(ctx: NodeContext, params: dict[str, Any]) -> HookContext:
     values = ctx.values
     # Copies: the context's outputs/results are the driver's live per-scope views
-    # (engine/_context.py), which user code must not be able to change.
+    # (ScopedValues, engine/_state.py), which user code must not be able to change.
     return HookContext(input=values["input"], outputs=dict(values["outputs"]),
                        results=dict(values["results"]), run=values["run"],
                        project=values["project"], publish_update=ctx.updates.publish,

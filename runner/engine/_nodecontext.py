@@ -145,11 +145,12 @@ def stopped(control: RunControl) -> NodeResult:
                                           "message": control.reason or "cancelled"})
 
 
-_PLAIN = frozenset({str, int, bool, type(None)})  # a JSON round trip returns them as is
+#: Types a JSON round trip returns as they are (a caller may check before `json_value`).
+PLAIN_JSON = frozenset({str, int, bool, type(None)})
 
 
 def json_value(value: Any, what: str) -> tuple[Any, NodeResult | None]:
-    if type(value) in _PLAIN:
+    if type(value) in PLAIN_JSON:
         return value, None
     try:
         return json.loads(json.dumps(value, allow_nan=False)), None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, cast
 
 from runner._safety import mask, mask_values, redact, secret_env_values
@@ -32,7 +33,15 @@ from runner.compiler._templates import (
 )
 
 from . import _tracing as tracing
-from ._nodecontext import Executor, NodeContext, NodeResult, fail, json_value, stopped
+from ._nodecontext import (
+    PLAIN_JSON,
+    Executor,
+    NodeContext,
+    NodeResult,
+    fail,
+    json_value,
+    stopped,
+)
 from ._secrets import check_no_nul
 
 if TYPE_CHECKING:
@@ -89,7 +98,10 @@ def _compute(ctx: NodeContext) -> NodeResult:
 
         return call_hook(ctx, spec.call, None)
     assert spec.expr is not None
-    value, bad = json_value(render_native(spec.expr, ctx.values), "the expression")
+    value = render_native(spec.expr, ctx.values)
+    if type(value) in PLAIN_JSON:  # most expressions: a scalar, JSON as it is
+        return NodeResult("ok", value)
+    value, bad = json_value(value, "the expression")
     return bad or NodeResult("ok", value)
 
 
@@ -210,8 +222,9 @@ def first_line(text: str) -> str:
     return lines[0].rstrip() + " …"
 
 
-def new_attempt_id() -> str:
-    return secrets.token_hex(8)
+#: A new attempt's id: 16 hex digits (tracing reads one as a span id). The C function
+#: with its argument bound: a call per attempt enters no Python frame.
+new_attempt_id: Callable[[], str] = partial(secrets.token_hex, 8)
 
 
 def _turn(ctx: NodeContext, step: AgentStep, message: str, kind: TurnKind) -> None:

@@ -25,8 +25,7 @@ from runner.errors import ClaimLost
 
 from . import _tracing as tracing
 from ._artifacts import externalize, has_artifacts, internalize
-from ._cache import StepCache, cache_key
-from ._context import ScopedValues
+from ._cache import StepCache, keep, lookup
 from ._control import PAUSED, RunControl
 from ._driverports import DriverFanout, StepRecorder
 from ._items import ChildRuns, ItemLedger, MemoryLedger
@@ -37,7 +36,7 @@ from ._processes import ProcessRegistry
 from ._routing import route
 from ._runtypes import CrashPoint, LaunchLink, NotificationSink, Observer, RunOutcome, retry_delay
 from ._secrets import EMPTY, RunSecrets, restore_input
-from ._state import TRACE_SCHEMA, RunState
+from ._state import TRACE_SCHEMA, RunState, ScopedValues
 
 if TYPE_CHECKING:
     from ._agent import AgentStepExecutor
@@ -83,7 +82,9 @@ class RunDriver:
         self.control = control
         self.executor = executor
         self.notifications = notifications
-        self.observer = tracing.observer(observer)  # itself unless OTEL_* asks for spans
+        # Itself unless OTEL_* asks for spans (asked once per process, then read).
+        self.observer = observer if tracing.decided and tracing.current is None \
+            else tracing.observer(observer)
         self.work_dir = work_dir
         self.project_root = project_root
         self.resuming_node: str | None = None
@@ -285,10 +286,6 @@ class RunDriver:
                "project": {"root": self.project_root}}
         return ctx
 
-    def _live_value(self, value: Any) -> Any:
-        # Only a run that has recorded a ref or an escape pays for the walk.
-        return self.live(value) if self._refs else value
-
     def live(self, value: Any) -> Any:
         """A recorded value as nodes see it: artifact refs read back, escapes removed.
 
@@ -317,7 +314,9 @@ class RunDriver:
         while True:
             if at is None:  # the run's output is its last node's
                 last = self.state.last_node
-                output = self._live_value(self.state.outputs.get(last)) if last else None
+                output = self.state.outputs.get(last) if last else None
+                if self._refs:  # only a run that recorded a ref or an escape walks it
+                    output = self.live(output)
                 return self.finish("completed", final_output=output)
             if self.control.stopping or self.control.pause_requested:
                 stop = self._boundary()
@@ -451,7 +450,8 @@ class RunDriver:
             with self.template_scope(deadline):
                 cached = None
                 if node.cache is not None and self.cache is not None and k == 0:
-                    cache_as, cached = self._from_cache(node, self.context(node.scope))
+                    cache_as, cached = lookup(self.cache, self.definition.name, node,
+                                              self.context(node.scope), self.cache_reads)
                 result = cached or execute(self.node_context(node, attempt, deadline))
             if cached is not None and "cached_from" in cached.extra:
                 # `wfrun logs` says the node's result came from the cache: nothing ran.
@@ -469,7 +469,10 @@ class RunDriver:
                     "duration_ms": duration, "retry": k, **result.extra}
             if result.outcome == "ok" and cache_as is not None and "cached_from" not in \
                     result.extra:
-                self._to_cache(node, cache_as, result.output)
+                assert self.cache is not None  # cache_as is set only with one
+                # As the trace holds it: a secret in the output is kept masked.
+                keep(self.cache, cache_as, self.definition.name, node, self.run_id,
+                     self.secrets.mask_json(result.output))
             if result.outcome == "ok":
                 # A pure node's end is not flushed on its own: running it again changes
                 # nothing outside the run, so the next flush (the ending's, or an
@@ -495,34 +498,6 @@ class RunDriver:
                                                           "message": self.control.reason or ""})
                 self.control.rearm()
         return result
-
-    # -- the step cache (`cache:`, engine/_cache.py) ------------------------------
-    def _from_cache(self, node: Node, ctx: dict[str, Any]) -> tuple[str | None,
-                                                                   NodeResult | None]:
-        """The node's cache key and, on a hit, its result (recorded as cached)."""
-        assert self.cache is not None
-        try:
-            key = cache_key(self.definition.name, node, ctx)
-        except TemplateError as exc:
-            return None, NodeResult("failed", error={"code": "template_error",
-                                                     "message": f"cache key: {exc}"[:2000]})
-        except ValueError:
-            return None, None  # not JSON to key on: it runs, uncached
-        if not self.cache_reads:
-            return key, None  # --no-cache: run it, and keep the fresh result
-        hit = self.cache.get(key)
-        if hit is None:
-            return key, None
-        return key, NodeResult("ok", hit.output, extra={"cached_from": {
-            "run_id": hit.run_id, "key": key, "created_at": hit.created_at}})
-
-    def _to_cache(self, node: Node, key: str, output: Any) -> None:
-        assert self.cache is not None
-        assert node.cache is not None
-        # As the trace holds it: a secret in the output is kept masked, never in clear.
-        self.cache.put(key, workflow=self.definition.name, node_id=node.id,
-                       run_id=self.run_id, output=self.secrets.mask_json(output),
-                       ttl=node.cache.ttl)
 
     # -- endings -----------------------------------------------------------------
     def finish(self, status: str, *, final_output: Any = None,
@@ -582,8 +557,8 @@ class RunDriver:
         through `emit`, which sets `_refs` if it holds a ref or an escape, so an output
         without one is not walked (twice, for a 1,000-item map's list)."""
         st = self.state
-        return RunOutcome(self.run_id, st.status, False, self._live_value(st.final_output),
-                          st.error, st)
+        output = self.live(st.final_output) if self._refs else st.final_output
+        return RunOutcome(self.run_id, st.status, False, output, st.error, st)
 
 
 

@@ -60,6 +60,12 @@ class SecretSource:
         Worked out once per source (a host's serves all its runs), not once per run."""
         return mask_values(secret_env_values(dict(self.environ)))
 
+    @cached_property
+    def plain(self) -> RunSecrets:
+        """What `resolve` gives a run of a workflow that declares nothing secret
+        (`WorkflowDefinition.declares_secrets` false): the environment's masks alone."""
+        return RunSecrets(masked=self.env_masked)
+
 
 NO_SOURCE = SecretSource()
 
@@ -116,8 +122,10 @@ def restore_input(value: Any, hidden: Mapping[str, Any]) -> Any:
 def resolve(definition: WorkflowDefinition, source: SecretSource, value: Any) -> RunSecrets:
     """Everything secret about one run of `definition` with input `value` (real, or as
     recorded with writeOnly fields masked). Raises InputError naming what is missing.
-    A workflow that declares none of it costs one call: the environment's own masks
-    come from the source, worked out once."""
+    A workflow that declares none of it gets `source.plain` (a caller that knows
+    `definition.declares_secrets` is false takes that without the call)."""
+    if not definition.declares_secrets:
+        return source.plain
     secrets = _declared(definition, source) if definition.secrets else {}
     hidden = _hidden(definition, source, value) \
         if definition.write_only and isinstance(value, dict) else {}

@@ -69,8 +69,10 @@ _PIECES_KEPT = 4096  # encoded pieces a batch hands on to the next (runs, attemp
 Observer = Callable[[dict[str, Any], RunState], None]
 _NUMBER = (int, float)  # a duration (a tuple: isinstance on a union is slower)
 
-_decided = False
-_current: Tracing | None = None
+# Public: the run loop reads them (no call) to skip `observer` in a process that has
+# decided tracing is off, which is every run of a host without OTEL_* set.
+decided = False
+current: Tracing | None = None
 _lock = threading.Lock()
 
 
@@ -85,14 +87,14 @@ def wanted(environ: dict[str, str] | os._Environ[str] = os.environ) -> bool:
 
 def active() -> Tracing | None:
     """This process's tracing, set up on first use from the environment (None: off)."""
-    global _decided, _current
-    if _decided:
-        return _current
+    global decided, current
+    if decided:
+        return current
     with _lock:
-        if not _decided:
+        if not decided:
             if wanted():
                 try:
-                    _current = Tracing()
+                    current = Tracing()
                 except ImportError:
                     log.warning("wfrun: OTEL_EXPORTER_OTLP_ENDPOINT is set but the "
                                 "OpenTelemetry SDK is not installed (pip install "
@@ -100,28 +102,28 @@ def active() -> Tracing | None:
                 except Exception as exc:  # a bad OTEL_* value: the runs go on untraced
                     log.warning("wfrun: cannot set up OpenTelemetry (%s): no traces are sent",
                                 exc)
-            _decided = True
-    return _current
+            decided = True
+    return current
 
 
 def flush() -> None:
     """Send what this process's tracing holds (bounded, as at exit): for a process that
     ends with os._exit, which runs no atexit handler (a host's worker process)."""
-    if _current is not None:
-        _current.close()
+    if current is not None:
+        current.close()
 
 
 def observer(inner: Observer | None) -> Observer | None:
     """The engine observer with tracing, or `inner` itself when tracing is off (decided
     once per process: every run after the first reads the decision)."""
-    tracing = _current if _decided else active()
+    tracing = current if decided else active()
     return inner if tracing is None else tracing.observer(inner)
 
 
 def environment(run_id: str, attempt: str) -> dict[str, str]:
     """`TRACEPARENT` for a step of `run_id`'s node attempt `attempt` (its id), empty
     when tracing is off or there is no attempt."""
-    tracing = _current
+    tracing = current
     return {} if tracing is None or not attempt else tracing.environment(run_id, attempt)
 
 

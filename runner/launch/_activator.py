@@ -246,7 +246,9 @@ class Activator:
                 # A missing secret or writeOnly value is a clear failure before the bundle.
                 # From the engine's own source (`Engines.secret_source`), and `check_input`
                 # only validates (its JSON round trip keeps JSON values): the run takes these.
-                secrets = resolve_secrets(definition, engine.secret_source, value)
+                source = engine.secret_source
+                secrets = resolve_secrets(definition, source, value) \
+                    if definition.declares_secrets else source.plain
                 value = check_input(definition, value)
         except _SourceChanged:
             self._endings.fail_launch(record, token, "source_changed", "the workflow source "

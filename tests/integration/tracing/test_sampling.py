@@ -50,8 +50,8 @@ def run_all(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sampler: str,
     if arg is not None:
         monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", arg)
     tracing = _tracing.Tracing()  # reads the environment now, as at a process's start
-    monkeypatch.setattr(_tracing, "_decided", True)
-    monkeypatch.setattr(_tracing, "_current", tracing)
+    monkeypatch.setattr(_tracing, "decided", True)
+    monkeypatch.setattr(_tracing, "current", tracing)
     engine = Engine(runs_dir=tmp_path / "runs", project_root=tmp_path)
     flow = definition(tmp_path)
     run_ids = []

@@ -40,8 +40,8 @@ def test_node_spans_are_named_by_their_attempt_ids(tmp_path: Path,
     try:
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
         tracing = _tracing.Tracing()
-        monkeypatch.setattr(_tracing, "_decided", True)
-        monkeypatch.setattr(_tracing, "_current", tracing)
+        monkeypatch.setattr(_tracing, "decided", True)
+        monkeypatch.setattr(_tracing, "current", tracing)
         # close() gives up after EXIT_WAIT (3 s: a process's exit must not wait on a slow
         # receiver); with both cores busy this receiver once took longer, and what is
         # checked here is the spans' ids, not that bound.

@@ -5,8 +5,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from runner.engine._context import ScopedValues, scoped
-from runner.engine._state import RunState
+from runner.engine._state import RunState, ScopedValues, scoped
 
 
 class CountingDict(dict[str, Any]):
