@@ -2,19 +2,20 @@
 
 A template is user code run on user data (agent output, other people's YAML), so
 every render is bounded without a thread that could outlive it: the sandbox in
-`templates.py` calls `Guard` before each call, filter, operator, loop iteration and
-output chunk (a cooperative deadline plus size checks made *before* the
+`templates.py` calls its `Guard` before each call, filter, operator, loop iteration
+and output chunk (a cooperative deadline plus size checks made *before* the
 allocation). See docs/adr/0005-template-budget-in-process.md for why this and not
-a subprocess.
+a subprocess. Here: the limits (`TemplateBudget`, a workflow's `template_budget:`),
+what going over them raises, a value's weight, and the pre-checks that need no more
+of the guard than `Sizes`; the guard itself lives with the render it guards.
 """
 
 from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Callable, Iterator
-from contextvars import ContextVar, Token
-from dataclasses import dataclass, field, fields
+from collections.abc import Iterator
+from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
 MIB = 1024 * 1024
@@ -67,102 +68,27 @@ class Stoppable(Protocol):
         ...
 
 
-@dataclass(slots=True)
-class Scope:
-    """What the engine sets around a node: its budget, clock, deadline and stop flag.
-    `with Scope(...):` every render on this thread (or task) uses it; enter it once."""
+class Sizes(Protocol):
+    """What a size pre-check asks of the render's running guard (`Guard`, in
+    compiler/_templates.py, with the render it guards): the budget, the clock check per
+    operation, and a refusal before an allocation."""
 
-    budget: TemplateBudget
-    monotonic: Callable[[], float]
-    deadline: float | None = None  # the node's timeout, on `monotonic`
-    stop: Stoppable | None = None  # `stopping` once the run is cancelled or parked
-    _token: Token[Scope | None] | None = field(default=None, init=False, repr=False,
-                                                compare=False)
+    @property
+    def budget(self) -> TemplateBudget: ...
 
-    def __enter__(self) -> Scope:
-        self._token = SCOPE.set(self)
-        return self
+    def tick(self) -> None: ...
 
-    def __exit__(self, *exc: object) -> None:
-        assert self._token is not None
-        SCOPE.reset(self._token)
+    def iterate(self) -> None: ...
+
+    def size(self, n: int, what: str) -> None: ...
+
+    def value(self, value: Any, what: str = "a value") -> Any: ...
+
+    def bits(self, n: int, what: str) -> None: ...
 
 
-class Guard:
-    """One render's running totals; every check is cheap so it can run per operation."""
-
-    def __init__(self, scope: Scope, seconds: float | None = None, *,
-                 validating: bool = False) -> None:
-        self.validating = validating
-        self.budget = budget = scope.budget
-        self.monotonic = scope.monotonic
-        self.stop = scope.stop
-        self.seconds = budget.seconds if seconds is None else min(seconds, budget.seconds)
-        own = self.monotonic() + self.seconds
-        self.node_deadline = scope.deadline
-        self.deadline = own if scope.deadline is None else min(own, scope.deadline)
-        self.iterations = 0
-        self.output = 0
-        self._token: Token[Guard | None] | None = None
-
-    def __enter__(self) -> Guard:
-        """`with guard:` makes it the active one (`ACTIVE`) for one render."""
-        self._token = ACTIVE.set(self)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        assert self._token is not None
-        ACTIVE.reset(self._token)
-
-    def tick(self) -> None:
-        if self.stop is not None and self.stop.stopping:
-            raise RenderStopped("the run was stopped while a template rendered")
-        if self.monotonic() > self.deadline:
-            if self.node_deadline is not None and self.deadline >= self.node_deadline:
-                raise RenderTimedOut("the node's timeout passed while a template rendered")
-            if self.validating:
-                raise RenderBudgetError(f"its constant parts take over {self.seconds:g} s "
-                                        "to evaluate")
-            raise RenderBudgetError(
-                f"the template ran longer than its budget of {self.seconds:g} s "
-                f"(template_budget.seconds, at most {CEILING.seconds:g})")
-
-    def iterate(self) -> None:
-        self.iterations += 1
-        if self.iterations > self.budget.max_iterations:
-            raise RenderBudgetError(
-                f"the template's loops ran more than {self.budget.max_iterations:,} "
-                f"iterations (template_budget.max_iterations)")
-        if self.iterations & 63 == 0:  # the clock every 64 iterations: loops are hot
-            self.tick()
-
-    def emitted(self, chunk: str) -> None:
-        self.output += len(chunk)
-        if self.output > self.budget.max_output:
-            raise RenderBudgetError(
-                f"the template's output passed {self.budget.max_output:,} characters "
-                f"(template_budget.max_output)")
-
-    # -- sizes, checked before the allocation --------------------------------------
-    def size(self, n: int, what: str) -> None:
-        if n > self.budget.max_size:
-            raise RenderBudgetError(
-                f"{what} would hold {_amount(n)} characters or items, over the budget of "
-                f"{self.budget.max_size:,} (template_budget.max_size)")
-
-    def value(self, value: Any, what: str = "a value") -> Any:
-        n = weight(value, self.budget.max_size)
-        if n > self.budget.max_size:
-            self.size(n, what)  # raises, in its words
-        return value
-
-    def bits(self, n: int, what: str) -> None:
-        if n > MAX_INT_BITS:
-            raise RenderBudgetError(f"{what} would have about {_amount(n * 3 // 10)} digits; "
-                                    f"templates stop at 4,300")
-
-
-def _amount(n: int) -> str:
+def amount(n: int) -> str:
+    """A count as a message says it (a huge one as a power of ten)."""
     return f"{n:,}" if n < 10**15 else f"about 10^{len(str(n)) - 1}"
 
 
@@ -171,7 +97,7 @@ def weight(value: Any, limit: int) -> int:
     place it stands (so `[x] * n` of a big `x` counts `n` times `x`). Each container is
     walked once (its weight remembered by identity), so a value that doubles itself 64
     times costs 64 steps, not 2^24 before the limit; a cycle weighs more than `limit`."""
-    if not isinstance(value, _CONTAINERS):
+    if not isinstance(value, CONTAINERS):
         return len(value) if isinstance(value, (str, bytes)) else 1
     memo: dict[int, int] = {}
     walking = {id(value)}
@@ -180,7 +106,7 @@ def weight(value: Any, limit: int) -> int:
     while stack:
         container, parts, total = stack.pop()
         for part in parts:
-            if not isinstance(part, _CONTAINERS):
+            if not isinstance(part, CONTAINERS):
                 total += len(part) if isinstance(part, (str, bytes)) else 1
             elif (seen := memo.get(id(part))) is not None:
                 total += seen
@@ -203,7 +129,7 @@ def weight(value: Any, limit: int) -> int:
     raise AssertionError("unreachable: the walk returns at its root")
 
 
-_CONTAINERS = (list, tuple, set, frozenset, dict)
+CONTAINERS = (list, tuple, set, frozenset, dict)
 
 
 def _own(container: Any) -> int:
@@ -216,13 +142,7 @@ def _parts(container: Any) -> Iterator[Any]:
     return iter(container)
 
 
-#: The guard of the render under way (`with guard:`), and the scope a node's renders
-#: run in (`with Scope(...):`); read with `.get()`, a C call on every operation.
-ACTIVE: ContextVar[Guard | None] = ContextVar("wfrun_template_guard", default=None)
-SCOPE: ContextVar[Scope | None] = ContextVar("wfrun_template_scope", default=None)
-
-
-def budgeted_iter(guard: Guard, iterable: Any) -> Iterator[Any]:
+def budgeted_iter(guard: Sizes, iterable: Any) -> Iterator[Any]:
     for item in iterable:
         guard.iterate()
         yield item
@@ -235,7 +155,7 @@ _BRACE_SPEC = re.compile(r"\{[^{}]*?:([^{}]*)\}")
 _DIGITS = re.compile(r"\d+")
 
 
-def check_format_widths(guard: Guard, fmt: str, *, braces: bool) -> bool:
+def check_format_widths(guard: Sizes, fmt: str, *, braces: bool) -> bool:
     """A `%`/`format` width or precision is an allocation the template asks for.
     True when a width comes from the arguments (`%*d`, `{:{}}`)."""
     if braces:
@@ -253,36 +173,12 @@ def check_format_widths(guard: Guard, fmt: str, *, braces: bool) -> bool:
     return ("{" in "".join(specs)) if braces else "*" in groups
 
 
-def check_int_args(guard: Guard, args: tuple[Any, ...], kwargs: dict[str, Any],
+def check_int_args(guard: Sizes, args: tuple[Any, ...], kwargs: dict[str, Any],
                    what: str) -> None:
     """Widths, counts and lengths passed to filters and string methods."""
     for a in (*args, *kwargs.values()):
         if isinstance(a, int) and not isinstance(a, bool) and abs(a) > guard.budget.max_size:
             guard.size(abs(a), what)
-
-
-def check_binop(guard: Guard, op: str, left: Any, right: Any) -> None:
-    guard.tick()
-    ints = (isinstance(left, int) and isinstance(right, int)
-            and not isinstance(left, bool) and not isinstance(right, bool))
-    if op == "**":
-        if ints and right > 1 and abs(left) > 1:
-            guard.bits(abs(left).bit_length() * right, f"{left} ** {right}")
-    elif op == "*":
-        if ints:
-            guard.bits(abs(left).bit_length() + abs(right).bit_length(), "a product")
-            return
-        seq, n = (left, right) if isinstance(right, int) else (right, left)
-        if isinstance(n, int) and isinstance(seq, (str, bytes, list, tuple)) and n > 1:
-            limit = guard.budget.max_size
-            guard.size(weight(seq, limit) * n, "a repetition")
-    elif op == "+":
-        if isinstance(left, (str, list, tuple)) and isinstance(right, (str, list, tuple)):
-            limit = guard.budget.max_size
-            guard.size(weight(left, limit) + weight(right, limit), "a concatenation")
-    elif op == "%" and isinstance(left, str) and check_format_widths(guard, left, braces=False):
-        star = right if isinstance(right, tuple) else (right,)
-        check_int_args(guard, star, {}, "a format width")
 
 
 # -- `template_budget:` in a workflow ---------------------------------------------------

@@ -5,7 +5,9 @@ called, nothing can stop them until they return, so a check of the result comes
 after the gigabytes (issue 35 item 3). Each estimate here is an upper bound, or
 close to one, computed from the arguments without building anything; `Guard.size`
 refuses it before the call. The results are checked as well (`Guard.value`), so a
-loop that grows a value a little per step still stops at the budget.
+loop that grows a value a little per step still stops at the budget. The sandbox's
+filters and str methods have their arguments checked here (`check_filter`,
+`check_call`), through the part of the guard they need (`budget.Sizes`).
 
 A list a call builds from a string holds a new object per item: an item weighs
 `ITEM` characters here (pointer and object header), so `(s * 32) | list` is refused
@@ -20,7 +22,7 @@ from typing import Any
 
 from jinja2.sandbox import SandboxedFormatter
 
-from ._budget import Guard, weight
+from ._budget import Sizes, check_format_widths, check_int_args, weight
 
 #: The weight of one item a call creates (a list slot and a small object's header).
 ITEM = 16
@@ -74,7 +76,7 @@ def _repr_size(text: str) -> int:
     return 10 * len(text) + 2
 
 
-def materialize(guard: Guard, value: Any, what: str) -> Any:
+def materialize(guard: Sizes, value: Any, what: str) -> Any:
     """A lazy iterable (a generator from `map`, `select`, `dict.items()`...) as a list,
     built here one counted item at a time, so the C call after it gets a sized input.
     Strings and sized containers come back as they are."""
@@ -92,7 +94,7 @@ def materialize(guard: Guard, value: Any, what: str) -> Any:
     return out
 
 
-def items_made(guard: Guard, value: Any, what: str) -> None:
+def items_made(guard: Sizes, value: Any, what: str) -> None:
     """A call that makes one object per character or item of `value` (`list`, `sort`,
     `unique`, `batch`... of a string; `split` is `pieces`)."""
     if isinstance(value, str):
@@ -122,7 +124,7 @@ _SPEC = re.compile(r"(?:.?[<>=^])?[-+ ]?z?#?0?(?P<width>\d*)[,_]?(?:\.(?P<precis
 _MAX_DIGITS = 30  # a width or precision this long is refused without parsing it
 
 
-def spec_size(guard: Guard, value: Any, spec: str) -> int:
+def spec_size(guard: Sizes, value: Any, spec: str) -> int:
     """The most characters `format(value, spec)` can make."""
     natural = text_size(value, guard.budget.max_size)
     if not spec:
@@ -147,7 +149,7 @@ class BoundedFormatter(SandboxedFormatter):
     """`str.format` and `format_map` in the sandbox, with every field's size known
     before `format()` runs, and the whole string's too."""
 
-    def __init__(self, env: Any, guard: Guard) -> None:
+    def __init__(self, env: Any, guard: Sizes) -> None:
         super().__init__(env)
         self.guard = guard
         self.total = 0
@@ -171,7 +173,7 @@ _PERCENT = re.compile(r"%(?:\((?P<key>[^)]*)\))?[-#0 +]*(?P<width>\*|\d+)?"
                       r"(?:\.(?P<precision>\*|\d+))?[hlL]?(?P<kind>.)?", re.DOTALL)
 
 
-def percent_size(guard: Guard, fmt: str, args: Any) -> int:
+def percent_size(guard: Sizes, fmt: str, args: Any) -> int:
     """The most characters `fmt % args` can make: the format's own text, each value
     printed, and every width and precision (literal or `*`)."""
     limit = guard.budget.max_size
@@ -251,7 +253,7 @@ def joined_size(items: Sequence[Any], sep: str, limit: int) -> int:
 _CASE = frozenset({"upper", "lower", "title", "capitalize", "swapcase", "casefold"})
 
 
-def str_method_size(guard: Guard, owner: str, name: str, args: tuple[Any, ...],
+def str_method_size(guard: Sizes, owner: str, name: str, args: tuple[Any, ...],
                     kwargs: dict[str, Any]) -> int | None:
     """What `owner.<name>(*args)` makes, in characters and items; None when the
     method is checked elsewhere or makes nothing bigger than its inputs."""
@@ -289,3 +291,120 @@ def _widest(table: Any, limit: int) -> int:
         if isinstance(v, str):
             widest = max(widest, len(v))
     return widest
+
+
+# -- the sandbox's filters and str methods: their arguments checked before the call --
+
+def replace_size(s: str, old: str, new: str) -> int:
+    """The length of `s.replace(old, new)` at most."""
+    if not old:
+        return len(s) + (len(s) + 1) * len(new)
+    return len(s) + (len(s) // len(old)) * len(new)
+
+
+def join_items(guard: Sizes, items: Any, sep: str) -> list[Any]:
+    """A join's items, built counted, once the joined string's size is known."""
+    listed = list(materialize(guard, items, "a join's input"))
+    guard.size(joined_size(listed, sep, guard.budget.max_size), "a join")
+    return listed
+
+
+# Filters that read their whole input at once (a lazy one is built first, counted).
+_CONSUMING = frozenset({"list", "sort", "unique", "join", "batch", "slice", "reverse", "sum",
+                        "min", "max", "groupby", "tojson", "string", "pprint", "length",
+                        "count", "last", "random", "dictsort", "urlencode", "xmlattr"})
+# Filters that make an object per character or item of their input.
+_ITEM_MAKERS = frozenset({"list", "sort", "unique", "batch", "slice", "groupby", "dictsort",
+                          "items"})
+
+
+def check_filter(guard: Sizes, name: str, args: tuple[Any, ...],
+                 kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """Size pre-checks per filter; returns the arguments to call it with."""
+    check_int_args(guard, args[1:], kwargs, f"the filter '{name}'")
+    if not args:
+        return args
+    value = args[0]
+    if name in _CONSUMING:
+        value = materialize(guard, value, f"the input of '{name}'")
+        args = (value, *args[1:])
+    if name in _ITEM_MAKERS:
+        items_made(guard, value, f"the result of '{name}'")
+    elif name in ("map", "reverse"):
+        guard.value(value, f"the input of '{name}'")
+    made = filter_size(name, value, guard.budget.max_size)
+    if made is not None:  # escapes, case mappings, percent-encoding: more out than in
+        guard.size(made, f"the result of '{name}'")
+    if name == "format" and isinstance(value, str):
+        if check_format_widths(guard, value, braces=False):
+            check_int_args(guard, args[1:], kwargs, "a format width")
+        guard.size(percent_size(guard, value, tuple(args[1:]) or dict(kwargs)),
+                   "a formatted string")
+    elif name == "replace" and len(args) >= 3:
+        old, new = str(args[1]), str(args[2])
+        guard.size(replace_size(str(value), old, new), "a replace")
+    elif name == "join":
+        sep = str(args[1]) if len(args) > 1 else str(kwargs.get("d", ""))
+        return (join_items(guard, value, sep), *args[1:])
+    elif name == "indent":
+        width = args[1] if len(args) > 1 else kwargs.get("width", 4)
+        each = len(width) if isinstance(width, str) else width if isinstance(width, int) else 0
+        text = str(value)  # an int width is as many spaces, on every line
+        guard.size(len(text) + abs(each) * (text.count("\n") + 1), "an indent")
+    elif name == "center" and len(args) > 1 and isinstance(args[1], int):
+        guard.size(args[1], "a centred string")
+    return args
+
+
+def checked_sum(guard: Sizes, fn: Any, lead: tuple[Any, ...], args: tuple[Any, ...],
+                kwargs: dict[str, Any]) -> Any:
+    """`sum` of lists or strings is quadratic in C; add them up here, checked."""
+    start = args[3] if len(args) > 3 else kwargs.get("start", 0)
+    if not isinstance(start, (list, tuple, str)):
+        return fn(*lead, *args, **kwargs)
+    attribute = args[1] if len(args) > 1 else kwargs.get("attribute")
+    if attribute is not None:
+        return fn(*lead, *args, **kwargs)
+    total: list[Any] = list(start) if not isinstance(start, str) else []
+    text = isinstance(start, str)
+    parts: list[Any] = [start] if text else []
+    size = len(start)
+    for item in args[0]:
+        guard.iterate()
+        size += weight(item, guard.budget.max_size)
+        guard.size(size, "a sum")
+        if text:
+            parts.append(item)
+        else:
+            total.extend(item)
+    return "".join(parts) if text else total
+
+
+_STR_WIDTH_METHODS = frozenset({"center", "ljust", "rjust", "zfill"})
+
+
+def check_call(guard: Sizes, obj: Any, args: tuple[Any, ...],
+               kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """Size pre-checks of a str method the template calls; returns the arguments."""
+    target = getattr(obj, "__wrapped__", obj)
+    owner = getattr(target, "__self__", None)
+    if not isinstance(owner, str):
+        return args
+    name = getattr(target, "__name__", "")
+    if name in _STR_WIDTH_METHODS:
+        check_int_args(guard, args, kwargs, f"str.{name}")
+    elif name == "expandtabs":
+        size = args[0] if args else kwargs.get("tabsize", 8)
+        if isinstance(size, int):
+            guard.size(len(owner) + owner.count("\t") * abs(size), "str.expandtabs")
+    elif name == "replace" and len(args) >= 2:
+        guard.size(replace_size(owner, str(args[0]), str(args[1])), "str.replace")
+    elif name == "join" and args:
+        return (join_items(guard, args[0], owner), *args[1:])
+    elif name in ("format", "format_map") and check_format_widths(guard, owner, braces=True):
+        check_int_args(guard, args, kwargs, "a format width")
+    else:
+        made = str_method_size(guard, owner, name, args, kwargs)
+        if made is not None:
+            guard.size(made, f"str.{name}")
+    return args

@@ -14,10 +14,19 @@ from typing import Any
 from jinja2 import nodes
 
 from . import _budget as _b
-from ._budget import DEFAULT_BUDGET, Guard, Scope, TemplateBudget
+from ._budget import DEFAULT_BUDGET, TemplateBudget
 from ._simple_tags import only_simple_tags  # validate time only: runs never load it
 from ._template_ast import parsed, summary
-from ._templates import _collect, _Guarded, _native_env, _text_env, is_template
+from ._templates import (
+    ACTIVE,
+    Guard,
+    Scope,
+    _collect,
+    _Guarded,
+    _native_env,
+    _text_env,
+    is_template,
+)
 
 _RISKY = (nodes.BinExpr, nodes.Call, nodes.Filter, nodes.Concat)
 _CONSTANT_LEAVES = (nodes.Const, nodes.TemplateData)
@@ -102,15 +111,17 @@ def _evaluate(node: nodes.Node, budget: TemplateBudget, *,
         [nodes.Output([node], lineno=node.lineno)], lineno=node.lineno)
     guard = Guard(Scope(budget, SystemClock().monotonic), seconds=_b.VALIDATE_SECONDS,
                   validating=True)
+    token = ACTIVE.set(guard)
     try:
-        with guard:
-            code = env.compile(tree.set_environment(env))  # type: ignore[call-overload]
-            template = env.template_class.from_code(env, code, env.make_globals(None))
-            return _collect(template, {}, guard, native=native), None
+        code = env.compile(tree.set_environment(env))  # type: ignore[call-overload]
+        template = env.template_class.from_code(env, code, env.make_globals(None))
+        return _collect(template, {}, guard, native=native), None
     except _b.RenderBudgetError as exc:
         return None, (getattr(node, "lineno", 1) or 1, str(exc))
     except Exception:  # an undefined name, a type error: the run reports it in context
         return _NOT_CONSTANT, None
+    finally:
+        ACTIVE.reset(token)
 
 
 # -- shell code: quoting mistakes that let a value inject ------------------------------

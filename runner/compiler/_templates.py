@@ -1,10 +1,13 @@
-"""Sandboxed Jinja2 templates: syntax checks at load, rendering at run time.
+"""Sandboxed Jinja2 templates rendered at run time, each under its budget guard.
 
 Two environments share one policy: `ImmutableSandboxedEnvironment` with
 `StrictUndefined`. Text templates (prompts, titles, messages) render to
 strings; expressions (`compute`, `parse`, include `input`) render natively so
 `{{ 3 }}` yields the integer 3. Neither can reach Python internals or mutate
-the context.
+the context. Every render runs under a `Guard` (its running totals against the
+node's `Scope`: budget, clock, deadline, stop flag), checked per operation; the
+limits are budget.py's, the size estimates estimates.py's, validate-time checks
+template_checks.py's.
 """
 
 from __future__ import annotations
@@ -12,7 +15,9 @@ from __future__ import annotations
 import json
 import threading
 import types
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextvars import ContextVar, Token
+from dataclasses import dataclass, field
 from functools import cache, update_wrapper
 from typing import Any
 
@@ -35,9 +40,20 @@ from jinja2.visitor import NodeTransformer
 from . import _budget as _b
 from . import _estimates as _e
 from . import _plainrefs as _plain
-from ._budget import DEFAULT_BUDGET, Guard, Scope
+from ._budget import (
+    CONTAINERS,
+    DEFAULT_BUDGET,
+    Stoppable,
+    TemplateBudget,
+    amount,
+    check_format_widths,
+    check_int_args,
+    weight,
+)
 
 __all__ = [
+    "Guard",
+    "Scope",
     "SecurityError",
     "TemplateBudgetExceeded",
     "TemplateError",
@@ -66,14 +82,118 @@ class TemplateTimedOut(TemplateError):
     """The node's timeout passed during the render."""
 
 
+# -- the guard: one render's running totals, checked per operation ----------------------
+
+@dataclass(slots=True)
+class Scope:
+    """What the engine sets around a node: its budget, clock, deadline and stop flag.
+    `with Scope(...):` every render on this thread (or task) uses it; enter it once."""
+
+    budget: TemplateBudget
+    monotonic: Callable[[], float]
+    deadline: float | None = None  # the node's timeout, on `monotonic`
+    stop: Stoppable | None = None  # `stopping` once the run is cancelled or parked
+    _token: Token[Scope | None] | None = field(default=None, init=False, repr=False,
+                                                compare=False)
+
+    def __enter__(self) -> Scope:
+        self._token = SCOPE.set(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._token is not None
+        SCOPE.reset(self._token)
+
+
+class Guard:
+    """One render's running totals; every check is cheap so it can run per operation.
+    A render makes it the active one (`ACTIVE.set`) for as long as it runs."""
+
+    def __init__(self, scope: Scope, seconds: float | None = None, *,
+                 validating: bool = False) -> None:
+        self.validating = validating
+        self.budget = budget = scope.budget
+        self.monotonic = scope.monotonic
+        self.stop = scope.stop
+        self.seconds = budget.seconds if seconds is None else min(seconds, budget.seconds)
+        own = self.monotonic() + self.seconds
+        self.node_deadline = scope.deadline
+        self.deadline = own if scope.deadline is None else min(own, scope.deadline)
+        self.iterations = 0
+        self.output = 0
+
+    def tick(self) -> None:
+        if self.stop is not None and self.stop.stopping:
+            raise _b.RenderStopped("the run was stopped while a template rendered")
+        if self.monotonic() > self.deadline:
+            if self.node_deadline is not None and self.deadline >= self.node_deadline:
+                raise _b.RenderTimedOut("the node's timeout passed while a template rendered")
+            if self.validating:
+                raise _b.RenderBudgetError(f"its constant parts take over {self.seconds:g} s "
+                                        "to evaluate")
+            raise _b.RenderBudgetError(
+                f"the template ran longer than its budget of {self.seconds:g} s "
+                f"(template_budget.seconds, at most {_b.CEILING.seconds:g})")
+
+    def iterate(self) -> None:
+        self.iterations += 1
+        if self.iterations > self.budget.max_iterations:
+            raise _b.RenderBudgetError(
+                f"the template's loops ran more than {self.budget.max_iterations:,} "
+                f"iterations (template_budget.max_iterations)")
+        if self.iterations & 63 == 0:  # the clock every 64 iterations: loops are hot
+            self.tick()
+
+    def emitted(self, chunk: str) -> None:
+        self.output += len(chunk)
+        if self.output > self.budget.max_output:
+            raise _b.RenderBudgetError(
+                f"the template's output passed {self.budget.max_output:,} characters "
+                f"(template_budget.max_output)")
+
+    # -- sizes, checked before the allocation --------------------------------------
+    def size(self, n: int, what: str) -> None:
+        if n > self.budget.max_size:
+            raise _b.RenderBudgetError(
+                f"{what} would hold {amount(n)} characters or items, over the budget of "
+                f"{self.budget.max_size:,} (template_budget.max_size)")
+
+    def value(self, value: Any, what: str = "a value") -> Any:
+        # `weight`'s rule for a scalar, without the call (most values of most renders).
+        if isinstance(value, (str, bytes)):
+            n = len(value)
+        elif isinstance(value, CONTAINERS):
+            n = weight(value, self.budget.max_size)
+        else:
+            return value  # a number, a bool, None: weight 1, under any budget
+        if n > self.budget.max_size:
+            self.size(n, what)  # raises, in its words
+        return value
+
+    def bits(self, n: int, what: str) -> None:
+        if n > _b.MAX_INT_BITS:
+            raise _b.RenderBudgetError(f"{what} would have about {amount(n * 3 // 10)} digits; "
+                                    f"templates stop at 4,300")
+
+
+#: The guard of the render under way (`with guard:`), and the scope a node's renders
+#: run in (`with Scope(...):`); read with `.get()`, a C call on every operation.
+ACTIVE: ContextVar[Guard | None] = ContextVar("wfrun_template_guard", default=None)
+SCOPE: ContextVar[Scope | None] = ContextVar("wfrun_template_scope", default=None)
+
+
 def _tojson(value: Any) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
 
 
 def _guard() -> Guard:
-    # Renders always run under a guard (see _render); a bare env call (a test, the
-    # optimizer) still gets sizes checked against the default budget.
-    return _b.ACTIVE.get() or Guard(_default_scope())
+    """The active guard. Renders always run under one (see _render); a bare env call (a
+    test, the optimizer) still gets sizes checked against the default budget."""
+    return ACTIVE.get() or _default_guard()
+
+
+def _default_guard() -> Guard:
+    return Guard(_default_scope())
 
 
 @cache  # one per process: every render outside a node's scope shares it
@@ -109,89 +229,6 @@ def _sized_filter(_ctx: Context, value: Any) -> Any:
     return guard.value(value, "a concatenation")
 
 
-def _estimate_replace(s: str, old: str, new: str) -> int:
-    if not old:
-        return len(s) + (len(s) + 1) * len(new)
-    return len(s) + (len(s) // len(old)) * len(new)
-
-
-def _join_items(guard: Guard, items: Any, sep: str) -> list[Any]:
-    listed = list(_e.materialize(guard, items, "a join's input"))
-    guard.size(_e.joined_size(listed, sep, guard.budget.max_size), "a join")
-    return listed
-
-
-# Filters that read their whole input at once (a lazy one is built first, counted).
-_CONSUMING = frozenset({"list", "sort", "unique", "join", "batch", "slice", "reverse", "sum",
-                        "min", "max", "groupby", "tojson", "string", "pprint", "length",
-                        "count", "last", "random", "dictsort", "urlencode", "xmlattr"})
-# Filters that make an object per character or item of their input.
-_ITEM_MAKERS = frozenset({"list", "sort", "unique", "batch", "slice", "groupby", "dictsort",
-                          "items"})
-
-
-def _check_filter(guard: Guard, name: str, args: tuple[Any, ...],
-                  kwargs: dict[str, Any]) -> tuple[Any, ...]:
-    """Size pre-checks per filter; returns the arguments to call it with."""
-    _b.check_int_args(guard, args[1:], kwargs, f"the filter '{name}'")
-    if not args:
-        return args
-    value = args[0]
-    if name in _CONSUMING:
-        value = _e.materialize(guard, value, f"the input of '{name}'")
-        args = (value, *args[1:])
-    if name in _ITEM_MAKERS:
-        _e.items_made(guard, value, f"the result of '{name}'")
-    elif name in ("map", "reverse"):
-        guard.value(value, f"the input of '{name}'")
-    made = _e.filter_size(name, value, guard.budget.max_size)
-    if made is not None:  # escapes, case mappings, percent-encoding: more out than in
-        guard.size(made, f"the result of '{name}'")
-    if name == "format" and isinstance(value, str):
-        if _b.check_format_widths(guard, value, braces=False):
-            _b.check_int_args(guard, args[1:], kwargs, "a format width")
-        guard.size(_e.percent_size(guard, value, tuple(args[1:]) or dict(kwargs)),
-                   "a formatted string")
-    elif name == "replace" and len(args) >= 3:
-        old, new = str(args[1]), str(args[2])
-        guard.size(_estimate_replace(str(value), old, new), "a replace")
-    elif name == "join":
-        sep = str(args[1]) if len(args) > 1 else str(kwargs.get("d", ""))
-        return (_join_items(guard, value, sep), *args[1:])
-    elif name == "indent":
-        width = args[1] if len(args) > 1 else kwargs.get("width", 4)
-        each = len(width) if isinstance(width, str) else width if isinstance(width, int) else 0
-        text = str(value)  # an int width is as many spaces, on every line
-        guard.size(len(text) + abs(each) * (text.count("\n") + 1), "an indent")
-    elif name == "center" and len(args) > 1 and isinstance(args[1], int):
-        guard.size(args[1], "a centred string")
-    return args
-
-
-def _checked_sum(guard: Guard, fn: Any, lead: tuple[Any, ...], args: tuple[Any, ...],
-                 kwargs: dict[str, Any]) -> Any:
-    """`sum` of lists or strings is quadratic in C; add them up here, checked."""
-    start = args[3] if len(args) > 3 else kwargs.get("start", 0)
-    if not isinstance(start, (list, tuple, str)):
-        return fn(*lead, *args, **kwargs)
-    attribute = args[1] if len(args) > 1 else kwargs.get("attribute")
-    if attribute is not None:
-        return fn(*lead, *args, **kwargs)
-    total: list[Any] = list(start) if not isinstance(start, str) else []
-    text = isinstance(start, str)
-    parts: list[Any] = [start] if text else []
-    size = len(start)
-    for item in args[0]:
-        guard.iterate()
-        size += _b.weight(item, guard.budget.max_size)
-        guard.size(size, "a sum")
-        if text:
-            parts.append(item)
-        else:
-            total.extend(item)
-    return "".join(parts) if text else total
-
-
 def _wrap_filter(name: str, fn: Any) -> Any:
     from jinja2.utils import _PassArg
 
@@ -207,9 +244,9 @@ def _wrap_filter(name: str, fn: Any) -> Any:
             lead = (context.eval_ctx,)
         elif pass_arg is _PassArg.environment:
             lead = (context.environment,)
-        args = _check_filter(guard, name, args, kwargs)
+        args = _e.check_filter(guard, name, args, kwargs)
         if name == "sum":
-            result = _checked_sum(guard, fn, lead, args, kwargs)
+            result = _e.checked_sum(guard, fn, lead, args, kwargs)
         else:
             result = fn(*lead, *args, **kwargs)
         return guard.value(result, f"the result of '{name}'")
@@ -230,35 +267,6 @@ def _lipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> str
 def _range(*args: int) -> range:
     _guard().tick()
     return safe_range(*args)
-
-
-_STR_WIDTH_METHODS = frozenset({"center", "ljust", "rjust", "zfill"})
-
-
-def _check_call(guard: Guard, obj: Any, args: tuple[Any, ...],
-                kwargs: dict[str, Any]) -> tuple[Any, ...]:
-    target = getattr(obj, "__wrapped__", obj)
-    owner = getattr(target, "__self__", None)
-    if not isinstance(owner, str):
-        return args
-    name = getattr(target, "__name__", "")
-    if name in _STR_WIDTH_METHODS:
-        _b.check_int_args(guard, args, kwargs, f"str.{name}")
-    elif name == "expandtabs":
-        size = args[0] if args else kwargs.get("tabsize", 8)
-        if isinstance(size, int):
-            guard.size(len(owner) + owner.count("\t") * abs(size), "str.expandtabs")
-    elif name == "replace" and len(args) >= 2:
-        guard.size(_estimate_replace(owner, str(args[0]), str(args[1])), "str.replace")
-    elif name == "join" and args:
-        return (_join_items(guard, args[0], owner), *args[1:])
-    elif name in ("format", "format_map") and _b.check_format_widths(guard, owner, braces=True):
-        _b.check_int_args(guard, args, kwargs, "a format width")
-    else:
-        made = _e.str_method_size(guard, owner, name, args, kwargs)
-        if made is not None:
-            guard.size(made, f"str.{name}")
-    return args
 
 
 class _Guarded(ImmutableSandboxedEnvironment):
@@ -282,9 +290,30 @@ class _Guarded(ImmutableSandboxedEnvironment):
         return result
 
     def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:
-        guard = _guard()
-        _b.check_binop(guard, operator, left, right)
-        if operator == "%" and isinstance(left, str):
+        """The operators that can multiply a size (`intercepted_binops`): what each
+        would make is sized before it is made, and its result after."""
+        guard = ACTIVE.get() or _default_guard()
+        guard.tick()
+        ints = (isinstance(left, int) and isinstance(right, int)
+                and not isinstance(left, bool) and not isinstance(right, bool))
+        if operator == "**":
+            if ints and right > 1 and abs(left) > 1:
+                guard.bits(abs(left).bit_length() * right, f"{left} ** {right}")
+        elif operator == "*":
+            if ints:
+                guard.bits(abs(left).bit_length() + abs(right).bit_length(), "a product")
+            else:
+                seq, n = (left, right) if isinstance(right, int) else (right, left)
+                if isinstance(n, int) and isinstance(seq, (str, bytes, list, tuple)) and n > 1:
+                    guard.size(weight(seq, guard.budget.max_size) * n, "a repetition")
+        elif operator == "+":
+            if isinstance(left, (str, list, tuple)) and isinstance(right, (str, list, tuple)):
+                limit = guard.budget.max_size
+                guard.size(weight(left, limit) + weight(right, limit), "a concatenation")
+        elif operator == "%" and isinstance(left, str):
+            if check_format_widths(guard, left, braces=False):
+                star = right if isinstance(right, tuple) else (right,)
+                check_int_args(guard, star, {}, "a format width")
             guard.size(_e.percent_size(guard, left, right), "a formatted string")
         return guard.value(self.binop_table[operator](left, right), "an operation's result")
 
@@ -311,25 +340,25 @@ class _Guarded(ImmutableSandboxedEnvironment):
              **kwargs: Any) -> Any:
         guard = _guard()
         guard.tick()
-        args = _check_call(guard, __obj, args, kwargs)
+        args = _e.check_call(guard, __obj, args, kwargs)
         result = super().call(__context, __obj, *args, **kwargs)
         return guard.value(result, "a call's result")
 
     def getattr(self, obj: Any, attribute: str) -> Any:
-        guard = _b.ACTIVE.get()
+        guard = ACTIVE.get()
         if guard is not None:
             guard.tick()
         return super().getattr(obj, attribute)
 
     def getitem(self, obj: Any, argument: Any) -> Any:
-        guard = _b.ACTIVE.get()
+        guard = ACTIVE.get()
         if guard is not None:
             guard.tick()
         return super().getitem(obj, argument)
 
 
 def _finalize(value: Any) -> Any:
-    guard = _guard()
+    guard = ACTIVE.get() or _default_guard()
     guard.tick()
     return guard.value(value, "an output value")
 
@@ -366,7 +395,7 @@ def _make_native() -> _NativeSandbox:
 
 
 # One text and one native environment per process, shared by every thread: they hold
-# no per-render state (the budget guard is a ContextVar, budget.py) and Jinja's
+# no per-render state (the active guard is a ContextVar, `ACTIVE`) and Jinja's
 # compiled templates are safe to render from several threads at once. Per-thread
 # copies meant every run thread of `wfrun host` recompiled every template.
 _lock = threading.Lock()
@@ -451,14 +480,16 @@ def _failure(exc: Exception) -> TemplateError:
 
 
 def _render(text: str, context: Mapping[str, Any], *, native: bool) -> Any:
-    guard = Guard(_b.SCOPE.get() or _default_scope())
+    guard = Guard(SCOPE.get() or _default_scope())
+    token = ACTIVE.set(guard)  # as `with guard:` does, without its two calls per render
     try:
-        with guard:
-            guard.tick()
-            template = _CACHES[native].get(text) or _compile(text, native=native)
-            return _collect(template, context, guard, native=native)
+        guard.tick()
+        template = _CACHES[native].get(text) or _compile(text, native=native)
+        return _collect(template, context, guard, native=native)
     except Exception as exc:
         raise _failure(exc) from None
+    finally:
+        ACTIVE.reset(token)
 
 
 def render_text(text: str, context: Mapping[str, Any]) -> str:
@@ -471,8 +502,8 @@ def render_text(text: str, context: Mapping[str, Any]) -> str:
 def render_native(value: Any, context: Mapping[str, Any]) -> Any:
     """Render a template expression (or a mapping/list of them) to native values."""
     if isinstance(value, str):
-        if not is_template(value):
-            return value
+        if "{{" not in value and "{%" not in value and "{#" not in value:
+            return value  # not a template (`is_template`, inline: every value passes here)
         path = _PLAIN_PATHS.get(value, _UNPARSED)
         if path is _UNPARSED:
             path = _parse_plain(value)
@@ -524,7 +555,7 @@ def _parse_plain(text: str) -> _plain.Path | None:
 def _render_plain(path: _plain.Path, context: Mapping[str, Any]) -> Any:
     """A plain reference's value as the sandbox renders it, the budget checked as
     there (the value as output, then the literal it reads as), or MISS."""
-    guard = Guard(_b.SCOPE.get() or _default_scope())
+    guard = Guard(SCOPE.get() or _default_scope())
     try:
         guard.tick()
         value = _plain.resolve(path, context)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from runner.clock import Clock
 from runner.compiler import Node, WorkflowDefinition
-from runner.compiler._budget import Scope
+from runner.compiler._templates import Scope
 
 from ._control import RunControl
 from ._fanout import run_fanout

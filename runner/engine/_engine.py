@@ -11,10 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 from runner.clock import Clock, SystemClock, compact_utc, iso
 from runner.compiler import WorkflowDefinition
-from runner.compiler._budget import Scope
 from runner.compiler._jsonschemas import validation_errors
 from runner.compiler._kinds import ends, kind_of
-from runner.compiler._templates import TemplateError, render_text
+from runner.compiler._templates import Scope, TemplateError, render_text
 from runner.errors import InputError, OperationFailed
 
 from ._artifacts import has_artifacts, internalize

@@ -28,8 +28,7 @@ from typing import Any
 from runner._private import private_dirs
 from runner._safety import bound, mask_values, redact
 from runner.compiler import Node, WorkflowDefinition
-from runner.compiler._budget import Scope
-from runner.compiler._templates import TemplateError, TemplateStopped
+from runner.compiler._templates import Scope, TemplateError, TemplateStopped
 
 from ._bundlefmt import LOGS
 from ._control import RunControl

@@ -17,10 +17,9 @@ from typing import TYPE_CHECKING, Any
 from runner._safety import bound, mask_values, redact
 from runner.clock import Clock, iso
 from runner.compiler import Node, WorkflowDefinition
-from runner.compiler._budget import Scope
 from runner.compiler._fanout import FANOUT_KINDS as _FANOUT_ROWS
 from runner.compiler._kinds import KINDS
-from runner.compiler._templates import TemplateError, render_native
+from runner.compiler._templates import Scope, TemplateError, render_native
 from runner.errors import ClaimLost
 
 from . import _tracing as tracing
@@ -267,7 +266,7 @@ class RunDriver:
 
     def template_scope(self, deadline: float | None) -> Scope:
         """Renders inside get the workflow's budget, the node's deadline, and stop when
-        the run is cancelled or parked (compiler/_budget.py)."""
+        the run is cancelled or parked (compiler/_templates.py)."""
         return Scope(self.definition.template_budget, self.clock.monotonic, deadline,
                      self.control)
 

@@ -15,8 +15,8 @@ from jinja2 import StrictUndefined
 
 from runner.clock import SystemClock
 from runner.compiler import _plainrefs, _templates
-from runner.compiler._budget import Scope, TemplateBudget
-from runner.compiler._templates import TemplateError, render_native
+from runner.compiler._budget import TemplateBudget
+from runner.compiler._templates import Scope, TemplateError, render_native
 
 
 def _outcome(render: Any, text: str, context: Mapping[str, Any]) -> tuple[str, str]:

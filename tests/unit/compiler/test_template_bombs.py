@@ -92,7 +92,8 @@ def test_ordinary_formatting_is_unchanged(template: str, expected: str) -> None:
 
 def test_a_workflow_budget_raises_the_limit_for_big_lists() -> None:
     from runner.clock import FakeClock
-    from runner.compiler._budget import CEILING, Scope, TemplateBudget
+    from runner.compiler._budget import CEILING, TemplateBudget
+    from runner.compiler._templates import Scope
 
     text = "{{ (input.s | list | length) }}"
     big = {"input": {"s": "x" * 2_000_000}}

@@ -13,13 +13,13 @@ import pytest
 from runner.clock import FakeClock, SystemClock
 from runner.compiler._budget import (
     CEILING,
-    Scope,
     TemplateBudget,
     budget_from_yaml,
     weight,
 )
 from runner.compiler._template_checks import check_budget
 from runner.compiler._templates import (
+    Scope,
     TemplateBudgetExceeded,
     TemplateError,
     TemplateStopped,

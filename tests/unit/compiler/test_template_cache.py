@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from runner.compiler import _templates as templates
-from runner.compiler._budget import Scope, TemplateBudget
-from runner.compiler._templates import TemplateBudgetExceeded, render_native, render_text
+from runner.compiler._budget import TemplateBudget
+from runner.compiler._templates import Scope, TemplateBudgetExceeded, render_native, render_text
 
 
 def _in_thread(fn: Any) -> Any:
