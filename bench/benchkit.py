@@ -100,7 +100,7 @@ def settled_project(root: Path, workflows: dict[str, str]) -> None:
     """A project whose `.wfrun/` has existed a while, as a host's has: its workflows
     written, `state/` and `runs/` made, and every folder's mtime put 10 s back.
     A folder that changed within the last second of a catalog's scan makes every
-    compile re-scan the folders (`_racy` in compiler/_discovery.py: a change in the
+    compile re-scan the folders (`_racy` in compiler/_workflows.py: a change in the
     same clock tick would not move the mtime), and a fresh project's first run makes
     `runs/`: without this, a bench's first second paid a re-scan per compile (in
     `bench_run_cost -n 200`, most of its 0.8 ms "compile cache" per run)."""

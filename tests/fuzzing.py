@@ -207,7 +207,7 @@ def compile_case(root: Path, index: int, origin: str, text: str | bytes) -> list
     compiler raises; the file is removed afterwards."""
     from runner.compiler import Compiler
     from runner.compiler._controllers import compile_controller
-    from runner.compiler._discovery import build_catalog
+    from runner.compiler._workflows import build_catalog
 
     controller = origin.startswith("controller:")
     folder = root / ".wfrun" / ("controllers" if controller else "workflows")

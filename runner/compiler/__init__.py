@@ -16,7 +16,7 @@ from runner._lazy import lazy_names
 if TYPE_CHECKING:
     from ._compile import Compiler, CompileResult
     from ._diagnostics import Diagnostic, render_text, summary_line
-    from ._discovery import Catalog, build_catalog, find_project_root
+    from ._discovery import Catalog, find_project_root
     from ._model import (
         ActionSpec,
         AgentSpec,
@@ -30,12 +30,14 @@ if TYPE_CHECKING:
         Source,
         WorkflowDefinition,
     )
+    from ._workflows import build_catalog
 
 #: public name -> the submodule that defines it
 _LAZY: dict[str, str] = {
     **dict.fromkeys(("Compiler", "CompileResult"), "_compile"),
     **dict.fromkeys(("Diagnostic", "render_text", "summary_line"), "_diagnostics"),
-    **dict.fromkeys(("Catalog", "build_catalog", "find_project_root"), "_discovery"),
+    **dict.fromkeys(("Catalog", "find_project_root"), "_discovery"),
+    "build_catalog": "_workflows",
     **dict.fromkeys(("ActionSpec", "AgentSpec", "CheckpointSpec", "ComputeSpec", "Edge",
                      "FailSpec", "HookRef", "Node",
                      "NotifySpec", "Source", "WorkflowDefinition"), "_model"),

@@ -1,4 +1,5 @@
-"""Workflows by name or path, compiled once per process: every runner's resolver.
+"""Workflows by name or path, compiled once per process: every runner's resolver,
+and the catalog it resolves names through, scanned and kept current.
 
 A start and an activation both ask for a workflow's definition (`compile(ref)`).
 A valid one is kept here per ref and handed out again only while the ref resolves
@@ -6,6 +7,10 @@ to the same file through the same catalog and every source file (YAML, includes,
 hooks) still hashes to the sha256 it was compiled from: a warm start re-hashes
 bytes instead of re-parsing them (the digest comparison at activation stays
 authoritative). Behind it, the definitions earlier processes kept (_stored.py).
+
+A catalog (`build_catalog`: the three source folders listed, precedence applied)
+is re-scanned only when a folder's mtime moves (`current`), so a compile asks one
+stat per folder and per source file, and re-reads nothing else.
 
 It lives in the compiler so that the launch layer's runners call down into it,
 never back up into the host's workspace that builds them.
@@ -16,18 +21,166 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runner.errors import DefinitionInvalid, NotFoundError
 
-from ._discovery import Catalog, Origin, is_path_ref
+from ._diagnostics import Diagnostic, did_you_mean
+from ._discovery import (
+    NAME_RE,
+    ORIGINS,
+    PROJECT_DIR,
+    SUFFIXES,
+    Catalog,
+    CatalogEntry,
+    Kind,
+    Origin,
+    Stamp,
+    builtin_folder,
+    is_path_ref,
+)
 
 if TYPE_CHECKING:
     from ._model import Source, WorkflowDefinition
     from ._stored import DefinitionCache
 
+
+# -- the catalog: scanned, and kept current ---------------------------------------------
+
+def build_catalog(kind: Kind, project_root: Path | None, user_dir: Path | None) -> Catalog:
+    """A scan of the three sources: every definition file of `kind`, precedence applied."""
+    sub = kind
+    folders: dict[Origin, Path | None] = {
+        "project": (project_root / PROJECT_DIR / sub) if project_root else None,
+        "user": (user_dir / sub) if user_dir else None,
+        "builtin": builtin_folder(kind),
+    }
+    catalog = Catalog(kind, project_root, folders, user_dir=user_dir)
+    # Stamped before listing: a change made while listing shows as a newer mtime.
+    catalog.scanned_ns = time.time_ns()
+    catalog.stamp = _stamp(catalog)
+    if project_root is not None:
+        _misnamed_folders(project_root / PROJECT_DIR, kind, catalog.problems)
+    winners: dict[str, Origin] = {}
+    for origin in ORIGINS:
+        folder = folders[origin]
+        if folder is None:
+            continue
+        for path in _list(folder, catalog.problems):
+            name = path.stem
+            if not NAME_RE.match(name):
+                catalog.problems.append(Diagnostic(
+                    path.as_posix(), "invalid-name",
+                    f"'{name}' cannot name a workflow; use letters, digits, '_', '-' and '.'"))
+                continue
+            shadowed_by = winners.get(name)
+            if shadowed_by is None:
+                winners[name] = origin
+            catalog.entries.append(CatalogEntry(name, origin, path, shadowed_by))
+    return catalog
+
+
+def _stamp(catalog: Catalog) -> Stamp:
+    """(mtime, inode, device) of `.wfrun/` and of each source folder (None: absent). A
+    file added, removed or renamed changes its folder's mtime; a folder created or
+    removed changes its own entry."""
+    paths = list(catalog.folders.values())
+    if catalog.project_root is not None:
+        paths.append(catalog.project_root / PROJECT_DIR)
+    out: list[tuple[int, int, int] | None] = []
+    for path in paths:
+        try:
+            st = os.stat(path) if path is not None else None
+        except OSError:
+            st = None
+        out.append((st.st_mtime_ns, st.st_ino, st.st_dev) if st is not None else None)
+    return tuple(out)
+
+
+def _racy(stamp: Stamp, scanned_ns: int) -> bool:
+    """True when a folder changed so close to the scan that a later change within the
+    same file-system clock tick would leave its mtime as it is."""
+    return any(s is not None and s[0] >= scanned_ns - RACY_NS for s in stamp)
+
+
+# What `.wfrun/` may hold besides definitions: run bundles, the store, anything else.
+KNOWN_PROJECT_ENTRIES = frozenset({"workflows", "controllers", "runs", "state"})
+
+
+def _misnamed_folders(project_dir: Path, kind: Kind, problems: list[Diagnostic]) -> None:
+    """A warning for `.wfrun/workflow/` and the like: a folder wfrun does not read
+    whose name is close to the one it does (files there would be silently ignored)."""
+    try:
+        names = sorted(e.name for e in os.scandir(project_dir) if e.is_dir())
+    except OSError:
+        return
+    for name in names:
+        if name in KNOWN_PROJECT_ENTRIES or name.startswith("."):
+            continue
+        if did_you_mean(name, (kind,)) or name.lower() == kind:
+            problems.append(Diagnostic(
+                (project_dir / name).as_posix(), "unknown-folder",
+                f"wfrun does not read {PROJECT_DIR}/{name}/; its files are ignored",
+                severity="warning", hint=f"did you mean {PROJECT_DIR}/{kind}/? (rename it)"))
+
+
+def _list(folder: Path, problems: list[Diagnostic]) -> Iterator[Path]:
+    try:
+        if not folder.is_dir():
+            return
+        names = sorted(os.listdir(folder))
+    except OSError as exc:
+        problems.append(Diagnostic(folder.as_posix(), "unreadable-folder",
+                                   f"cannot list definitions folder: {exc.strerror}"))
+        return
+    seen: set[str] = set()
+    for name in names:
+        path = folder / name
+        if not name.endswith(SUFFIXES) or name.startswith("."):
+            continue
+        stem = path.stem
+        if stem in seen:
+            problems.append(Diagnostic(path.as_posix(), "duplicate-name",
+                                       f"'{stem}' is defined twice in this folder (.yaml and "
+                                       ".yml); remove one"))
+            continue
+        seen.add(stem)
+        yield path
+
+
+def current(catalog: Catalog) -> Catalog:
+    """`catalog`, or a fresh scan when a source folder changed since that one.
+
+    It follows the files: a source folder's mtime moves when a file is added, removed
+    or renamed (a long-lived host or session sees a workflow written after it
+    started), and the same object comes back when nothing changed, so what is cached
+    against it (a compiled definition, `_Compiled.fresh`) stays valid."""
+    stamp = _stamp(catalog)
+    if stamp == catalog.stamp:
+        if catalog.settled:
+            return catalog
+        if not _racy(stamp, catalog.scanned_ns):
+            catalog.settled = True
+            return catalog
+    fresh = build_catalog(catalog.kind, catalog.project_root, catalog.user_dir)
+    fresh.channel_names = catalog.channel_names
+    if fresh.entries == catalog.entries and fresh.problems == catalog.problems:
+        catalog.settled = False  # first: a reader that sees the new stamp checks it
+        catalog.stamp, catalog.scanned_ns = fresh.stamp, fresh.scanned_ns
+        return catalog
+    return fresh
+
+
+#: A folder changed this close to a scan may change again within the same tick of
+#: the file system's clock without its mtime moving; such a scan is not trusted.
+RACY_NS = 1_000_000_000
+
+
+# -- compiled definitions, kept while fresh ---------------------------------------------
 
 def _file_id(path: str) -> tuple[int, int] | None:
     try:
@@ -35,19 +188,6 @@ def _file_id(path: str) -> tuple[int, int] | None:
     except OSError:
         return None
     return st.st_dev, st.st_ino
-
-
-def _read_bytes(path: str) -> bytes:
-    """A file's bytes through the raw descriptor: `open()` builds a buffered reader and
-    makes five more system calls, twice per run for a one-file workflow."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        chunks = []
-        while chunk := os.read(fd, 1 << 16):
-            chunks.append(chunk)
-    finally:
-        os.close(fd)
-    return b"".join(chunks)
 
 
 @dataclass(frozen=True)
@@ -78,11 +218,19 @@ class _Compiled:
         if self.channels and not self._channels_still_configured(catalog):
             return False
         for path, sha256 in self.files:
+            # Hashed through the raw descriptor: `open()` builds a buffered reader and
+            # makes five more system calls, twice per run for a one-file workflow.
+            digest = hashlib.sha256()
             try:
-                data = _read_bytes(path)
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                try:
+                    while chunk := os.read(fd, 1 << 16):
+                        digest.update(chunk)
+                finally:
+                    os.close(fd)
             except OSError:
                 return False
-            if hashlib.sha256(data).hexdigest() != sha256:
+            if digest.hexdigest() != sha256:
                 return False
         return True
 
@@ -110,16 +258,25 @@ class Workflows:
     def current(self) -> Catalog:
         """The catalog as the folders hold it now (re-scanned only when a source folder
         changed; the same object otherwise, so what is cached against it stays valid)."""
-        self.catalog = self.catalog.current()
+        self.catalog = current(self.catalog)
         return self.catalog
 
     def compile(self, ref: str) -> tuple[WorkflowDefinition, str]:
         """Compile a workflow by name or path; returns it with the ref to store."""
         # As `current()`: a workflow written since the last look is found by name.
-        self.catalog = self.catalog.current()
+        self.catalog = current(self.catalog)
+        # Kept under its key: a name is its own, a path its absolute form. A ref spelled
+        # as its key (a name, most refs) finds it without working that out.
+        cached = self._compiled.get(ref)
+        if cached is not None and cached.fresh(self.catalog):
+            return cached.definition, cached.stored
+        return self._compile(ref)
+
+    def _compile(self, ref: str) -> tuple[WorkflowDefinition, str]:
+        """`compile` past a name's fresh entry: a path's entry, a kept one, or a compile."""
         path_ref = is_path_ref(ref)
         key = os.path.abspath(os.path.expanduser(ref)) if path_ref else ref
-        cached = self._compiled.get(key)
+        cached = self._compiled.get(key) if key != ref else None  # else `compile` looked
         if cached is not None and cached.fresh(self.catalog):
             return cached.definition, cached.stored
         stored = str(Path(ref).expanduser().resolve()) if path_ref else ref

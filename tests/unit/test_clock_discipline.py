@@ -32,7 +32,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("engine/_procs.py", "_supervise"): "the pipes' drain grace after a step's group is "
                                         "gone: real time, as a reader thread's join was",
     ("cli/follow.py", "follow_run"): "display only: yield so the live view's last refresh lands",
-    ("compiler/_discovery.py", "build_catalog"): "compared with folder mtimes, which the "
+    ("compiler/_workflows.py", "build_catalog"): "compared with folder mtimes, which the "
                                                 "kernel's real clock sets (a racy scan check)",
 }
 

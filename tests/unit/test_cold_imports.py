@@ -36,7 +36,7 @@ NEVER = ("runner.controllers", "runner.ui", "starlette", "uvicorn", "mcp", "anyi
          "psycopg", "psycopg_pool", "runner.store.postgres")
 #: The engine's run loop, node kinds and executors: only running a workflow needs them.
 EXECUTOR = ("runner.engine._engine", "runner.engine._runner", "runner.engine._nodes",
-            "runner.engine._agent", "runner.engine.executors", "runner.engine._context",
+            "runner.engine._agent", "runner.engine.executors",
             "runner.engine._hooks", "runner.engine._secrets", "runner.engine._procs")
 #: The compiler's checks and what they load (YAML, Jinja2, JSON Schema): only compiling
 #: a definition needs them; finding the project needs just `runner.compiler._discovery`.

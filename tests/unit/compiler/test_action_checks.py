@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from runner.compiler import Compiler
-from runner.compiler._discovery import build_catalog
+from runner.compiler._workflows import build_catalog
 
 
 def _diagnostics(tmp_path: Path, body: str) -> list[tuple[str, str, int, int, str]]:

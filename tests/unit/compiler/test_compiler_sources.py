@@ -165,7 +165,7 @@ def test_unreadable_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
             raise PermissionError(13, "Permission denied")
         return real_listdir(path)  # type: ignore[arg-type]
 
-    monkeypatch.setattr("runner.compiler._discovery.os.listdir", deny)
+    monkeypatch.setattr("runner.compiler._workflows.os.listdir", deny)
     catalog = build_catalog("workflows", tmp_path, None)
     assert [(d.code, d.path) for d in catalog.problems] == [
         ("unreadable-folder", folder.as_posix())]

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from runner.compiler import Catalog, build_catalog
+from runner.compiler._workflows import current
 from runner.errors import DefinitionInvalid, NotFoundError
 from runner.host.runtime._local import Workspace
 
@@ -44,7 +45,7 @@ def test_an_unchanged_catalog_is_the_same_object(tmp_path: Path) -> None:
     for folder in (root / ".wfrun", root / ".wfrun" / "workflows"):
         _old(folder)
     catalog = build_catalog("workflows", root, None)
-    assert catalog.current() is catalog
+    assert current(catalog) is catalog
 
 
 def test_a_file_written_after_the_scan_is_found_even_in_the_same_clock_tick(
@@ -52,10 +53,10 @@ def test_a_file_written_after_the_scan_is_found_even_in_the_same_clock_tick(
     root = _project(tmp_path)
     catalog = build_catalog("workflows", root, None)
     (root / ".wfrun" / "workflows" / "two.yaml").write_text(WF)  # no pause: same tick
-    fresh = catalog.current()
+    fresh = current(catalog)
     assert _ours(fresh) == ["one", "two"]
     (root / ".wfrun" / "workflows" / "one.yaml").unlink()
-    assert _ours(fresh.current()) == ["two"]
+    assert _ours(current(fresh)) == ["two"]
 
 
 def test_a_settled_catalog_that_rescans_checks_its_new_stamp_again(tmp_path: Path) -> None:
@@ -66,16 +67,16 @@ def test_a_settled_catalog_that_rescans_checks_its_new_stamp_again(tmp_path: Pat
     for folder in (root / ".wfrun", root / ".wfrun" / "workflows"):
         _old(folder)
     catalog = build_catalog("workflows", root, None)
-    assert catalog.current() is catalog
-    assert catalog.current() is catalog  # the settled answer, kept
+    assert current(catalog) is catalog
+    assert current(catalog) is catalog  # the settled answer, kept
     folder = root / ".wfrun" / "workflows"
     tick = time.time_ns()  # the folder's mtime for both writes below: one clock tick
     (folder / "notes.txt").write_text("not a workflow")
     os.utime(folder, ns=(tick, tick))
-    assert catalog.current() is catalog  # rescanned: the same files, a new stamp
+    assert current(catalog) is catalog  # rescanned: the same files, a new stamp
     (folder / "two.yaml").write_text(WF)
     os.utime(folder, ns=(tick, tick))
-    assert _ours(catalog.current()) == ["one", "two"]
+    assert _ours(current(catalog)) == ["one", "two"]
 
 
 def test_a_workflows_folder_created_later_is_followed(tmp_path: Path) -> None:
@@ -88,7 +89,7 @@ def test_a_workflows_folder_created_later_is_followed(tmp_path: Path) -> None:
     (root / ".wfrun" / "workflows" / "one.yaml").write_text(WF)
     (user / "workflows").mkdir(parents=True)
     (user / "workflows" / "mine.yaml").write_text(WF)
-    assert _ours(catalog.current()) == ["one", "mine"]
+    assert _ours(current(catalog)) == ["one", "mine"]
 
 
 def test_workspace_compile_finds_a_workflow_written_after_it_was_built(tmp_path: Path) -> None:
