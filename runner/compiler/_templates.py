@@ -130,7 +130,7 @@ class Guard:
                 raise _b.RenderTimedOut("the node's timeout passed while a template rendered")
             if self.validating:
                 raise _b.RenderBudgetError(f"its constant parts take over {self.seconds:g} s "
-                                        "to evaluate")
+                                           "to evaluate")
             raise _b.RenderBudgetError(
                 f"the template ran longer than its budget of {self.seconds:g} s "
                 f"(template_budget.seconds, at most {_b.CEILING.seconds:g})")
@@ -172,11 +172,11 @@ class Guard:
 
     def bits(self, n: int, what: str) -> None:
         if n > _b.MAX_INT_BITS:
-            raise _b.RenderBudgetError(f"{what} would have about {amount(n * 3 // 10)} digits; "
-                                    f"templates stop at 4,300")
+            raise _b.RenderBudgetError(f"{what} would have about {amount(n * 3 // 10)} "
+                                       "digits; templates stop at 4,300")
 
 
-#: The guard of the render under way (`with guard:`), and the scope a node's renders
+#: The guard of the render under way (set by `_render`), and the scope a node's renders
 #: run in (`with Scope(...):`); read with `.get()`, a C call on every operation.
 ACTIVE: ContextVar[Guard | None] = ContextVar("wfrun_template_guard", default=None)
 SCOPE: ContextVar[Scope | None] = ContextVar("wfrun_template_scope", default=None)
