@@ -58,6 +58,10 @@ class Activation:
     # A pure run written whole with its ending (engine/_bundle.py, `write_whole`): no
     # `running` commit of its own, its ending takes the row through `running`.
     whole: bool = False
+    # What the lease keeper has read of the run's events (keeper.py): the last one's
+    # seq, and whether a pause request is pending (`pause_pending` over them).
+    events_seen: int = 0
+    pausing: bool = False
 
     def running(self, record: LaunchRecord, sent: float) -> None:
         """The row is `running` under this claim (mark_running's committed answer, to
