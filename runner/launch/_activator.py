@@ -219,8 +219,8 @@ class Activator:
         return self._reader.started(run_id) and self._reader.status(run_id) in TERMINAL
 
     def _drive(self, act: Activation) -> RunOutcome | None:
-        """Release the engine to run the first node (or resume the run); record how the
-        run ended."""
+        """Run the claimed launch's run (from its first node, a continuation's checkpoint,
+        or resumed; only recorded when its bundle had ended) and record how it ended."""
         engine, driver = act.engine, act.driver
         assert engine is not None
         try:

@@ -120,7 +120,8 @@ class Endings:
         sealed, act.sealed = act.sealed, None
         if sealed is not None:
             # A folder bundle was sealed: its ending is a commit of its own, made now (the
-            # engine does not call back for it, RunLink). Refused, it recorded nothing.
+            # engine does not call back for it, RunLink). Refused (a cancel won), it
+            # records nothing: the winner decided.
             self.end(act, sealed)
         if self._crash.hook is not None:
             self._crash.hook("before_outcome_recorded")
