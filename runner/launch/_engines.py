@@ -97,8 +97,8 @@ class Engines:
             executor = opts.executor(record)
         if self._sink.inner is not opts.notifications:
             self._sink = ChannelSink(self._store, opts.notifications)
-        # The runner's secrets, with writeOnly values held here for some run (held.py).
-        source = self.secret_source(record.run_id) if self._held.values \
+        # The runner's secrets, with the writeOnly values held for this run (held.py).
+        source = self.secret_source(record.run_id) if record.run_id in self._held.values \
             else opts.secret_source
         return Engine(runs_dir=self.runs_dir, clock=self._clock,
                       executor=executor,
