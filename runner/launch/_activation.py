@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 
 from runner.compiler import WorkflowDefinition
 from runner.engine import Engine, RunControl, RunOutcome
-from runner.engine._rows import LaunchStep
 from runner.engine._runner import RunDriver
 from runner.store import LaunchRecord, LeaseFence, NextClaim
 
@@ -52,12 +51,17 @@ class Activation:
     outcome: RunOutcome | None = None  # set when the bundle had ended before this claim
     by_id: bool = False  # claimed by id (foreground, resume): no claim loop follows it
     recorded: bool = False  # the ending committed (with the bundle's seal: RunLink)
-    # A folder bundle's ending, made by `Endings.record` right after the seal (RunLink).
-    after_seal: LaunchStep | None = None
+    # How a run in a folder bundle ended, told at its seal (RunLink): `Endings.record`
+    # commits it right after, or `Endings.crashed` if the run path raised meanwhile.
+    sealed: RunOutcome | None = None
     then_claim: NextClaim | None = None  # the next launch, claimed with this one's ending
     # A pure run written whole with its ending (engine/_bundle.py, `write_whole`): no
     # `running` commit of its own, its ending takes the row through `running`.
     whole: bool = False
+    # What the lease keeper has read of the run's events (keeper.py): the last one's
+    # seq, and whether a pause request is pending (`pause_pending` over them).
+    events_seen: int = 0
+    pausing: bool = False
 
     def running(self, record: LaunchRecord, sent: float) -> None:
         """The row is `running` under this claim (mark_running's committed answer, to

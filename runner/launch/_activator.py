@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -218,15 +219,31 @@ class Activator:
         return self._reader.started(run_id) and self._reader.status(run_id) in TERMINAL
 
     def _drive(self, act: Activation) -> RunOutcome | None:
-        engine = act.engine
+        """Run the claimed launch's run (from its first node, a continuation's checkpoint,
+        or resumed; only recorded when its bundle had ended) and record how it ended."""
+        engine, driver = act.engine, act.driver
         assert engine is not None
         try:
-            if act.outcome is not None:
+            if act.outcome is not None:  # the bundle had ended before this claim
                 self._endings.record(act, act.outcome)
                 return act.outcome
-            if act.driver is None:
+            if driver is None:
                 return self._resume(act, engine)
-            return self._run(act)
+            if self._crash.hook is not None:
+                self._crash.hook("before_executor_release")
+            self._keeper.add(act)
+            if not act.whole:
+                # A run with effects honours a cancel asked while it was starting before
+                # its first node. A pure run need not: it ends, or is cancelled, whole.
+                self._keeper.asked_to_cancel(act)
+            if act.checkpoint is not None:
+                outcome = engine.drive_continuation(driver, act.checkpoint)
+            else:
+                assert act.definition is not None
+                # A rerun begins at its node (engine/_rerun.py); every other run at the start.
+                outcome = driver.drive(driver.state.start_at or act.definition.start)
+            self._endings.record(act, outcome)
+            return outcome
         except ClaimLost:
             return self._lost(act)  # a cancel's ending is still an outcome
 
@@ -294,27 +311,6 @@ class Activator:
         # ending (ADR 0009, lever 3).
         act.whole = not driver.bundle.start_launch()
         return True
-
-    def _run(self, act: Activation) -> RunOutcome:
-        """Release the engine to run the first node; record how the run ended."""
-        driver, engine = act.driver, act.engine
-        assert driver is not None
-        assert engine is not None
-        if self._crash.hook is not None:
-            self._crash.hook("before_executor_release")
-        self._keeper.add(act)
-        if not act.whole:
-            # A run with effects honours a cancel asked while it was starting before
-            # its first node. A pure run need not: it ends, or is cancelled, whole.
-            self._keeper.asked_to_cancel(act)
-        if act.checkpoint is not None:
-            outcome = engine.drive_continuation(driver, act.checkpoint)
-        else:
-            assert act.definition is not None
-            # A rerun begins at its node (engine/_rerun.py); every other run at the start.
-            outcome = driver.drive(driver.state.start_at or act.definition.start)
-        self._endings.record(act, outcome)
-        return outcome
 
     def _resume(self, act: Activation, engine: Engine) -> RunOutcome | None:
         self._keeper.add(act)
@@ -387,11 +383,11 @@ class Activator:
 # guard (claim token, status, lease, on the locked launch row) is the bundle write's
 # fence: a refused guard writes nothing.
 #
-# A folder bundle has no transaction to share: the same steps run with no write
-# (`run(None)`), the `running` one (by the bundle) just before the executor is
-# released and the ending's (by `Endings.record`: the engine does not call back for
-# it) right after the seal, each committed as the store commits a transition without
-# a bundle.
+# A folder bundle has no transaction to share: its `running` step runs with no write
+# (`run(None)`, by the bundle) just before the executor is released, and the ending
+# told at the seal is kept on the activation (`sealed`) for `Endings.record` to make
+# right after it (the engine does not call back for it), each committed as the store
+# commits a transition without a bundle.
 
 
 @dataclass(frozen=True)
@@ -421,11 +417,10 @@ class RunLink:
     def ended(self, outcome: RunOutcome) -> Step | None:
         if outcome.parked:
             return None
-        step = Step(self.endings.transition(self.act, outcome))  # marks `act.recorded`
         if self.apart:
-            self.act.after_seal = step
+            self.act.sealed = outcome  # for `Endings.record`, right after the seal
             return None
-        return step
+        return Step(partial(self.endings.end, self.act, outcome))  # marks `act.recorded`
 
 
 def _deleted(record: LaunchRecord) -> bool:

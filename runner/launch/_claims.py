@@ -11,6 +11,7 @@ host does not spin claiming and releasing the same launch.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 
 from runner.clock import Clock
@@ -42,7 +43,9 @@ class FaultGate:
         self.hold_off = hold_off
         self.last: MachineFault | None = None
         self.announce = False  # a host sets it: its log is where the news goes
-        self._at: float | None = None
+        # Claiming waits while `clock.monotonic()` is below this: `hold_off` seconds
+        # after the last fault (none yet: never).
+        self.until = -math.inf
 
     def say(self, text: str, *args: object) -> None:
         """One line per launch left waiting: a warning in a host's log (`announce`), a
@@ -50,11 +53,11 @@ class FaultGate:
         (log.warning if self.announce else log.debug)(text, *args)
 
     def record(self, fault: MachineFault) -> None:
-        self.last, self._at = fault, self.clock.monotonic()
+        self.last, self.until = fault, self.clock.monotonic() + self.hold_off
 
     def active(self) -> bool:
         """True while the last fault is younger than `hold_off` seconds."""
-        return self._at is not None and self.clock.monotonic() - self._at < self.hold_off
+        return self.clock.monotonic() < self.until
 
 
 class Claims:
@@ -76,10 +79,10 @@ class Claims:
     def next(self, session_id: str | None) -> LaunchRecord | None:
         """The next claimable launch, claimed; None when there is none, the store is
         unavailable (`error` says why) or claims wait for the disk."""
-        if self.gate.active():
+        at = self._clock.monotonic()  # the claim's send time, for its run's fence (`sent`)
+        if at < self.gate.until:
             return None  # the disk refused a bundle moments ago: let the launches wait
         try:
-            at = self._clock.monotonic()
             claimed = self._launches.claim_next(
                 runner_id=self.runner_id, session_id=session_id,
                 lease_seconds=self.lease_seconds)

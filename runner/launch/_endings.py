@@ -3,7 +3,7 @@
 An engine outcome maps onto the row (done | failed | cancelled | parked), with one
 durable follow-up for the launch's session where one is due, so a launch's
 terminal state always agrees with its bundle. When the bundles live in the store's
-database the ending commits with the bundle's seal (`transition`, activator.py);
+database the ending commits with the bundle's seal (`end`, `RunLink` in activator.py);
 otherwise `record` writes it apart.
 """
 
@@ -117,11 +117,16 @@ class Endings:
 
     def record(self, act: Activation, outcome: RunOutcome) -> None:
         """Map an engine outcome onto the launch row, with a follow-up when one is due."""
-        self._after_seal(act)  # refused or unanswered, it recorded nothing: below, as for rows
+        sealed, act.sealed = act.sealed, None
+        if sealed is not None:
+            # A folder bundle was sealed: its ending is a commit of its own, made now (the
+            # engine does not call back for it, RunLink). Refused (a cancel won), it
+            # records nothing: the winner decided.
+            self.end(act, sealed)
         if self._crash.hook is not None:
             self._crash.hook("before_outcome_recorded")
-        if act.recorded:
-            return  # committed with the bundle's seal (`RunLink`, activator.py), or right after it
+        if act.recorded or sealed is not None:
+            return  # committed with the bundle's seal (`RunLink`, activator.py), or just now
         if outcome.parked:
             if act.claim_lost:
                 return  # another runner owns the row now
@@ -132,45 +137,33 @@ class Endings:
             if paused:
                 settle_pause(self._store, act.record.run_id)  # an unpause that came meanwhile
             return
-        self.transition(act, outcome)(None)
+        self.end(act, outcome)
 
-    @staticmethod
-    def _after_seal(act: Activation) -> None:
-        """A folder bundle was sealed: its ending's transition now, its own commit (kept
-        for right after the seal by RunLink: the engine does not call back for it)."""
-        step, act.after_seal = act.after_seal, None
-        if step is not None:
-            step.run(None)
-
-    def transition(self, act: Activation, outcome: RunOutcome) -> Transition:
-        """The transition that records how a run ended (not parked) on its launch; it
-        takes the bundle's seal along when given one (`RunLink`, activator.py), and once
-        committed marks the activation `recorded`. A run written whole (`act.whole`), or
-        one whose row is still `starting` (its ending's commit was lost, and its bundle
-        says how it ended), never went `running`: its ending takes the row there and
-        clears the input, which the scrub then wipes from the WAL."""
+    def end(self, act: Activation, outcome: RunOutcome,
+            bundle: BundleWrite | None = None) -> LaunchRecord | LostRace:
+        """Record how a run ended (not parked) on its launch, taking the bundle's seal
+        along when given one (`RunLink`, activator.py); once committed the activation is
+        `recorded`. A run written whole (`act.whole`), or one whose row is still
+        `starting` (its ending's commit was lost, and its bundle says how it ended),
+        never went `running`: its ending takes the row there and clears the input,
+        which the scrub then wipes from the WAL."""
         first = act.whole or act.record.status == "starting"
-        commit = self._commit(act, outcome, first)
-        scrub = self._scrub
+        result = self._commit(act, outcome, first, bundle)
+        if not isinstance(result, LostRace):
+            act.recorded = True
+            if first:
+                self._scrub.cleared()
+        return result
 
-        def ended(bundle: BundleWrite | None) -> LaunchRecord | LostRace:
-            result = commit(bundle=bundle)
-            if not isinstance(result, LostRace):
-                act.recorded = True
-                if first:
-                    scrub.cleared()
-            return result
-        return ended
-
-    def _commit(self, act: Activation, outcome: RunOutcome,
-                first: bool) -> Callable[..., LaunchRecord | LostRace]:
-        """The launch book's call that records the ending, bound but for the bundle."""
+    def _commit(self, act: Activation, outcome: RunOutcome, first: bool,
+                bundle: BundleWrite | None) -> LaunchRecord | LostRace:
+        """The launch book's call that records the ending."""
         launches = self._book
         run_id, token = act.record.run_id, act.token
         then = act.then_claim
         if outcome.status == "cancelled":
-            return partial(launches.cancel, run_id, claim_token=token, then_claim=then,
-                           from_starting=first)
+            return launches.cancel(run_id, claim_token=token, then_claim=then,
+                                   from_starting=first, bundle=bundle)
         if outcome.status in ("completed", "waiting"):
             presentation = None
             session = act.record.origin_session_id
@@ -185,8 +178,8 @@ class Endings:
                                           source="run_presentation", state=outcome.status,
                                           node=outcome.state.waiting_on if waiting else None,
                                           reason=self._summary(outcome) if waiting else "")
-            return partial(launches.finish, run_id, token, waiting=waiting,
-                           turn_intent=presentation, then_claim=then, from_starting=first)
+            return launches.finish(run_id, token, waiting=waiting, turn_intent=presentation,
+                                   then_claim=then, from_starting=first, bundle=bundle)
         error = outcome.error or {}
         code = FAILURE_CODES.get(outcome.status, "run_failed")
         if error.get("code") == "interrupted":
@@ -202,8 +195,8 @@ class Endings:
             intent = new_intent(session_id=session, run_id=run_id, workflow=act.workflow,
                                 cause=cause, source=f"run_{outcome.status}",
                                 state=outcome.status, reason=message, node=node)
-        return partial(launches.fail, run_id, token, code=code, message=message,
-                       turn_intent=intent, then_claim=then, from_starting=first)
+        return launches.fail(run_id, token, code=code, message=message, turn_intent=intent,
+                             then_claim=then, from_starting=first, bundle=bundle)
 
     def _summary(self, outcome: RunOutcome) -> str:
         """A waiting run's checkpoint summary, safe to show a model (bounded, redacted)."""
@@ -261,10 +254,12 @@ class Endings:
             self.crash_causes.pop(next(iter(self.crash_causes)))
         if act.driver is not None:
             act.driver.bundle.close()  # let go of the lock so the ending can be written
-        if act.after_seal is not None:
+        sealed, act.sealed = act.sealed, None
+        if sealed is not None:
             # Raised after a folder bundle's seal: the run ended, and that ending is the
-            # truth (made here as `record` would have made it).
-            self._after_seal(act)
+            # truth (made here as `record` would have made it; refused or unanswered, it
+            # recorded nothing, and the crash is recorded below).
+            Step(partial(self.end, act, sealed)).run(None)
             if act.recorded:
                 return
         if began:

@@ -97,13 +97,16 @@ class Engines:
             executor = opts.executor(record)
         if self._sink.inner is not opts.notifications:
             self._sink = ChannelSink(self._store, opts.notifications)
+        # The runner's secrets, with the writeOnly values held for this run (held.py).
+        source = self.secret_source(record.run_id) if record.run_id in self._held.values \
+            else opts.secret_source
         return Engine(runs_dir=self.runs_dir, clock=self._clock,
                       executor=executor,
                       notifications=self._sink,
                       observer=opts.observer, durability=opts.durability,
                       project_root=opts.project_root, work_dir=opts.project_root,
                       fence=fence, processes=opts.processes, crash_point=opts.crash_point,
-                      secret_source=self.secret_source(record.run_id),
+                      secret_source=source,
                       rows=self.rows, claim=fence.token, patience=self._patience,
                       bundle_space=self._space,
                       step_cache=self._step_cache, use_cache=opts.use_cache,

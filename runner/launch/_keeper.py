@@ -15,9 +15,7 @@ times are on the coordinator's Clock; the thread never advances a fake one.
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from runner._leases import Renewer
@@ -52,13 +50,6 @@ def pause_pending(types: list[str], pending: bool = False) -> bool:
     return pending
 
 
-@dataclass(eq=False)
-class _Kept:
-    act: Activation
-    seen: int = 0  # the last run event read
-    pausing: bool = False  # a pause request is pending (pause_pending over what was read)
-
-
 class LeaseKeeper:
     def __init__(self, store: Store, book: LaunchBook, clock: Clock, lease_seconds: float,
                  renew_every: float, runner_id: str = "",
@@ -69,22 +60,14 @@ class LeaseKeeper:
         self.clock = clock
         self.lease_seconds = lease_seconds
         self.renew_every = renew_every
-        self._lock = threading.Lock()
-        self._kept: dict[int, _Kept] = {}
-        self._renewer: Renewer[_Kept] = Renewer(
+        renewer: Renewer[Activation] = Renewer(
             clock, self._renew, self._lost, renew_every=renew_every,
             tick=min(CANCEL_POLL, renew_every), poll=self._poll, linger=IDLE_LINGER,
             name=f"wfrun-lease-{runner_id}")
-
-    def add(self, act: Activation) -> None:
-        """Keep `act`'s claim alive, and read its cancel requests, until `remove`."""
-        kept = _Kept(act)
-        with self._lock:
-            old = self._kept.get(id(act))
-            self._kept[id(act)] = kept
-        if old is not None:
-            self._renewer.remove(old)
-        self._renewer.add(kept)
+        # An activation's claim is kept alive, and its cancel requests read, from `add`
+        # until `remove` (the renewer's own: it holds the activations themselves).
+        self.add = renewer.add
+        self.remove = renewer.remove
 
     def asked_to_cancel(self, act: Activation) -> bool:
         """Read `act`'s cancel requests now (not at the next poll) and honour one: a
@@ -100,28 +83,21 @@ class LeaseKeeper:
             return True
         return False
 
-    def remove(self, act: Activation) -> None:
-        with self._lock:
-            kept = self._kept.pop(id(act), None)
-        if kept is not None:
-            self._renewer.remove(kept)
-
     # -- on the renewer's thread ---------------------------------------------------------
-    def _poll(self, kept: _Kept) -> None:
+    def _poll(self, act: Activation) -> None:
         self.tick()
-        act = kept.act
         try:
             events = self.store.run_events.read(run_id=act.record.run_id,
-                                                after_seq=kept.seen)
+                                                after_seq=act.events_seen)
         except StoreError:
             return  # a busy store; the next tick reads again
         for event in events:
-            kept.seen = event.seq
+            act.events_seen = event.seq
             if event.type == CANCEL_EVENT:
                 act.control.cancel("cancelled on request")
-        pausing = pause_pending([e.type for e in events], kept.pausing)
-        if pausing != kept.pausing:
-            kept.pausing = pausing
+        pausing = pause_pending([e.type for e in events], act.pausing)
+        if pausing != act.pausing:
+            act.pausing = pausing
             if pausing:
                 act.control.pause(park=True)  # parks at the next node boundary
                 # An acknowledgement only: the pause happens all the same.
@@ -131,12 +107,11 @@ class LeaseKeeper:
             else:
                 act.control.resume()  # withdrawn before the boundary came
 
-    def _renew(self, kept: _Kept) -> bool | None:
-        act = kept.act
+    def _renew(self, act: Activation) -> bool | None:
         sent = self.clock.monotonic()
         try:
             renewed = self.book.renew_lease(act.record.run_id, act.token,
-                                                      lease_seconds=self.lease_seconds)
+                                            lease_seconds=self.lease_seconds)
         except StoreError:
             return None  # a busy store; the next tick retries before the lease runs out
         if isinstance(renewed, LostRace):
@@ -144,12 +119,8 @@ class LeaseKeeper:
         act.fence.held(renewed, sent)  # the fence answers from it
         return True
 
-    def _lost(self, kept: _Kept) -> None:
-        with self._lock:
-            current = self._kept.pop(id(kept.act), None)
-            if current is not kept and current is not None:
-                self._kept[id(kept.act)] = current  # added again meanwhile: not this one
-        if current is kept:  # not removed meanwhile: the run is still executing
-            kept.act.fence.lost()  # the fence asks the store from now on
-            kept.act.claim_lost = True
-            kept.act.control.park("claim lost", clean=False)
+    def _lost(self, act: Activation) -> None:
+        """A renewal was refused: the renewer has dropped `act` (told once per `add`)."""
+        act.fence.lost()  # the fence asks the store from now on
+        act.claim_lost = True
+        act.control.park("claim lost", clean=False)

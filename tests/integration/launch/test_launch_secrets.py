@@ -1,5 +1,6 @@
-"""Secrets on the launch path: a queued writeOnly value stays in its process's memory,
-and a resume that lacks a secret parks the launch instead of failing it."""
+"""Secrets on the launch path: a queued writeOnly value stays in its process's memory
+(and a resume there gets it back), and a resume that lacks a secret parks the launch
+instead of failing it."""
 
 # ruff: noqa: E501  (workflows embedded as YAML keep their long lines)
 from __future__ import annotations
@@ -131,3 +132,41 @@ def test_a_resume_without_its_secret_parks_the_launch_and_loses_nothing(
     trace = (project.runs_dir / record.run_id / "trace.jsonl").read_text()
     assert '"stdout":"***\\n"' in trace
     assert TOKEN not in trace
+
+
+PW_GATED = f"""\
+    input: {{type: object, properties: {{password: {{type: string, writeOnly: true}}}}}}
+    start: wait
+    nodes:
+      wait:
+        action:
+          shell: [sh, -c, 'touch "$G/started"; while [ ! -e "$G/go" ]; do sleep 0.1; done; [ "$(printf %s "$P" | sha256sum | cut -c1-64)" = "{hashlib.sha256(PASSWORD.encode()).hexdigest()}" ]']
+          env: {{P: "{{{{ input.password }}}}", G: "{{{{ project.root }}}}"}}
+"""
+
+
+def test_a_parked_run_resumes_with_the_write_only_value_its_process_kept(
+        project: Project) -> None:
+    """The value the row holds as `***` comes back from the queuing process's memory
+    on resume: its fenced engine's secret source carries it (engines.py)."""
+    project.write_workflow("pw_gated", PW_GATED)
+    with SqliteStore(project.store_path) as store:
+        here = _coordinator(project, store, "here", SecretSource())
+        record = here.prepare("pw_gated", {"password": PASSWORD})
+        control = RunControl()
+        box: dict[str, Any] = {}
+        worker = threading.Thread(target=lambda: box.update(
+            out=here.execute(here.claim(record.run_id), control=control)))
+        worker.start()
+        wait_until(lambda: (project.root / "started").exists(), what="the node to start")
+        control.park("test")
+        worker.join(timeout=30)
+        assert box["out"].parked
+
+        (project.root / "go").touch()
+        outcome = here.execute(here.claim(record.run_id))  # the node runs again
+        assert outcome is not None
+        assert outcome.status == "completed", outcome.error
+    for path in project.root.rglob("*"):
+        if path.is_file():
+            assert PASSWORD.encode() not in _file_bytes(path), path

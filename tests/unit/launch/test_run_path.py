@@ -31,9 +31,10 @@ CHAIN3 = (Path(__file__).resolve().parents[3] / "fixtures" / "workflows"
 RUNNER = str(Path(runner.__file__).resolve().parent) + "/"
 
 #: The launch modules a plain run needs: the checks and the queued row, the claim, the
-#: run path and its link to the bundle, the ending, the engine it builds, the lease.
+#: run path and its link to the bundle, the ending, the engine it builds.
 #: Not `_items`: the store's fan-out ledger is made only when a fan-out node asks.
-WALKED = {"_preflight", "_claims", "_activator", "_endings", "_engines", "_keeper"}
+#: Not `_keeper`: its renewer holds the activation itself (`add`, `remove` are its own).
+WALKED = {"_preflight", "_claims", "_activator", "_endings", "_engines"}
 
 
 def module_of(filename: str) -> str | None:
