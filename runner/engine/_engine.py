@@ -399,24 +399,14 @@ class Engine:
 
     # -- interruption ----------------------------------------------------------------
     def unstarted(self, run_id: str, parent_run_id: str | None = None) -> bool:
-        """Whether `run_id` has no started bundle (no durable `run_started`), removing a
-        half-made one on the way (`discard_unstarted`): the one question a launch asks
-        before it activates a run afresh. A started bundle is never touched."""
-        if self.space.started(run_id):
-            return False
-        self.discard_unstarted(run_id, parent_run_id)
-        return True
+        """Whether `run_id` has no started bundle, a half-made one removed on the way
+        (`BundleSpace.unstarted`): the one question a launch asks before it activates a
+        run afresh."""
+        return self.space.unstarted(run_id, parent_run_id)
 
     def discard_unstarted(self, run_id: str, parent_run_id: str | None = None) -> bool:
-        """Remove a half-made bundle (its creator died before `run_started` was durable):
-        no node ran, so nothing is lost, and the launch starts afresh from its stored
-        input. A bundle whose trace has begun is never touched. True if one was removed."""
-        space = self.space
-        if not space.discard_unstarted(run_id):
-            return False
-        if parent_run_id is not None:
-            space.unmark_continued(parent_run_id, run_id)
-        return True
+        """Remove a half-made bundle (`BundleSpace.discard_unstarted`); True if one was."""
+        return self.space.discard_unstarted(run_id, parent_run_id)
 
     def abandon(self, run_id: str, status: str = "failed", *, code: str = "interrupted",
                 reason: str = "interrupted") -> RunOutcome:
