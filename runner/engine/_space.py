@@ -201,8 +201,12 @@ class FolderSpace:
         return FolderBundle.open(self.runs_dir, run_id, fence, durability)
 
     def unstarted(self, run_id: str, parent_run_id: str | None = None) -> bool:
-        if not os.path.isdir(os.path.join(self._runs, run_id)):
+        try:
+            os.stat(os.path.join(self._runs, run_id))
+        except (FileNotFoundError, NotADirectoryError):
             return True  # no bundle: one look, a launch's first claim's usual answer
+        except OSError:
+            pass  # unreadable: `started` below says so, as a machine's fault
         return self.discard_unstarted(run_id, parent_run_id) or not self.started(run_id)
 
     def discard_unstarted(self, run_id: str, parent_run_id: str | None = None) -> bool:
