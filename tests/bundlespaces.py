@@ -219,11 +219,11 @@ def _discard_and_restart(kit: Kit, definition: WorkflowDefinition, run_id: str) 
     assert reader.status(run_id) is None
     holder = kit.hold(run_id)
     # A started run is never discarded; a half-made one is, and the launch starts afresh.
-    assert kit.engine(holder).discard_unstarted(run_id)
+    assert kit.engine(holder).space.discard_unstarted(run_id)
     assert not reader.exists(run_id)
     out = kit.engine(holder).start(definition, run_id=run_id)
     assert out.status == "completed", out.error
-    assert not kit.engine(holder).discard_unstarted(run_id)
+    assert not kit.engine(holder).space.discard_unstarted(run_id)
     assert reader.exists(run_id)
 
 
@@ -233,7 +233,7 @@ def _nothing_left_then_start(kit: Kit, definition: WorkflowDefinition, run_id: s
     reader = kit.reader()
     assert not reader.exists(run_id)
     holder = kit.hold(run_id)
-    assert not kit.engine(holder).discard_unstarted(run_id)
+    assert not kit.engine(holder).space.discard_unstarted(run_id)
     out = kit.engine(holder).start(definition, run_id=run_id)
     assert out.status == "completed", out.error
     assert reader.started(run_id)
@@ -267,12 +267,12 @@ def test_unstarted_answers_and_discards_a_half_made_bundle_in_one_call(kit: Kit)
     definition = _crash_at(kit, "after_manifest_written", "wf-run-9")
     reader = kit.reader()
     holder = kit.hold("wf-run-9")
-    assert kit.engine(holder).unstarted("wf-run-9")
+    assert kit.engine(holder).space.unstarted("wf-run-9")
     assert not reader.exists("wf-run-9")  # a folder's half-made bundle is gone
-    assert kit.engine(holder).unstarted("wf-run-9")  # no bundle at all
+    assert kit.engine(holder).space.unstarted("wf-run-9")  # no bundle at all
     out = kit.engine(holder).start(definition, run_id="wf-run-9")
     assert out.status == "completed", out.error
-    assert not kit.engine(holder).unstarted("wf-run-9")
+    assert not kit.engine(holder).space.unstarted("wf-run-9")
     assert reader.started("wf-run-9")  # asked, and left as it was
 
 
@@ -307,7 +307,7 @@ def test_a_half_made_continuation_is_discarded_and_its_parent_answered_again(
     assert reader.answered("wf-run-12")
     folder = kit.rows is None  # rows commit nothing before `run_started`: nothing left
     assert reader.exists("wf-run-12b") == folder
-    assert engine.unstarted("wf-run-12b", "wf-run-12")
+    assert engine.space.unstarted("wf-run-12b", "wf-run-12")
     assert not reader.exists("wf-run-12b")
     if not folder:
         return

@@ -398,16 +398,6 @@ class Engine:
         return driver.drive(nxt)
 
     # -- interruption ----------------------------------------------------------------
-    def unstarted(self, run_id: str, parent_run_id: str | None = None) -> bool:
-        """Whether `run_id` has no started bundle, a half-made one removed on the way
-        (`BundleSpace.unstarted`): the one question a launch asks before it activates a
-        run afresh."""
-        return self.space.unstarted(run_id, parent_run_id)
-
-    def discard_unstarted(self, run_id: str, parent_run_id: str | None = None) -> bool:
-        """Remove a half-made bundle (`BundleSpace.discard_unstarted`); True if one was."""
-        return self.space.discard_unstarted(run_id, parent_run_id)
-
     def abandon(self, run_id: str, status: str = "failed", *, code: str = "interrupted",
                 reason: str = "interrupted") -> RunOutcome:
         """End a run that will not run again with a terminal event, so its bundle agrees
