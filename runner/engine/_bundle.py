@@ -130,9 +130,8 @@ class FolderBundle:
         self._first: dict[str, Any] | None = None
         self._crash: Callable[[str], None] | None = None
         if created or locked:
-            # A flock on the bundle folder itself: no `.lock` file to create per run (a
-            # file creation is ~0.25 ms of kernel time here). Every writer and remover
-            # takes it here; readers take none. The kernel drops it with the holder.
+            # A flock on the folder itself (no `.lock` file to create per run: ~0.25 ms of
+            # kernel time), by every writer and remover, no reader; gone with its holder.
             fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -486,7 +485,9 @@ def _write_new(path: str | Path, flag: int, mode: int, data: bytes, sync: bool) 
     `data` whole, fsync when asked, close: what the writers below share."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | flag, mode)
     try:
-        write_all(fd, data)
+        written = os.write(fd, data)
+        if written < len(data):  # short, as on a nearly full disk: the rest, or ENOSPC
+            write_all(fd, memoryview(data)[written:])
         if sync:
             os.fsync(fd)
     finally:
@@ -540,13 +541,13 @@ _SHARED_KEPT = 64
 def write_snapshot(runs_dir: str, path: str, data: bytes) -> bool:
     """Write a bundle's workflow snapshot `data` at `path` as a hard link to the one copy
     of it in `runs/.snapshots/`, named by its SHA-256: the runs of one definition share
-    the snapshot's inode. A file creation costs 20 µs to 1 ms of kernel CPU on this VM,
-    depending on the folder (a link ~0.02 ms; bench/RESULTS.md, "The file system"), and
-    the snapshot is the one bundle file that never differs between runs. The copy is
-    written whole, fsync'd and made read-only (0400) before it gets its name, so every
-    link to it is whole, and nothing writes it again (a rewrite of a snapshot replaces
-    the link). True: linked (read-only already). False: links do not work here (another
-    file system's rules, the link limit), so the file is written in place."""
+    its inode. A file creation costs 20 µs to 1 ms of kernel CPU on this VM, by folder
+    (a link ~0.02 ms; bench/RESULTS.md, "The file system"), and the snapshot is the one
+    bundle file that never differs between runs. The copy is written whole, fsync'd and
+    made read-only (0400) before it gets its name, so every link to it is whole, and
+    nothing writes it again (a rewrite of a snapshot replaces the link). True: linked
+    (read-only already). False: links do not work here (another file system's rules,
+    the link limit), so the file is written in place."""
     name = _SHARED_NAMES.get(data)
     if name is None:
         if len(_SHARED_NAMES) >= _SHARED_KEPT:
