@@ -487,7 +487,7 @@ def _write_new(path: str | Path, flag: int, mode: int, data: bytes, sync: bool) 
     try:
         written = os.write(fd, data)
         if written < len(data):  # short, as on a nearly full disk: the rest, or ENOSPC
-            write_all(fd, memoryview(data)[written:])
+            write_all(fd, data[written:])
         if sync:
             os.fsync(fd)
     finally:
