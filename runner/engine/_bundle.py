@@ -480,27 +480,23 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-def _write_new(path: str | Path, flag: int, mode: int, data: bytes, sync: bool) -> None:
-    """Open `path` for writing (created with `mode`; `flag` O_EXCL or O_TRUNC), write
-    `data` whole, fsync when asked, close: what the writers below share."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | flag, mode)
-    try:
-        written = os.write(fd, data)
-        if written < len(data):  # short, as on a nearly full disk: the rest, or ENOSPC
-            write_all(fd, data[written:])
-        if sync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def create_private(path: str | Path, data: bytes, *, sync: bool = False,
-                   mode: int = 0o600) -> None:
-    """Write a new 0600 file in place: for a file no reader looks at yet (a refused
-    write removes what it began). `mode` 0o400: born read-only (a sealed bundle's file:
-    the new file's descriptor may still write it, and no chmod follows)."""
+                   mode: int = 0o600, truncate: bool = False) -> None:
+    """Write a 0600 file whole, fsync'd when asked: a new one in place, for a file no
+    reader looks at yet, or (`truncate`) over what is there (a temp file's leftover). A
+    refused write removes what it began. `mode` 0o400: born read-only (a sealed bundle's
+    file: the new file's descriptor may still write it, and no chmod follows)."""
     try:
-        _write_new(path, os.O_EXCL, mode, data, sync)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if truncate else os.O_EXCL),
+                     mode)
+        try:
+            written = os.write(fd, data)
+            if written < len(data):  # short, as on a nearly full disk: the rest, or ENOSPC
+                write_all(fd, data[written:])
+            if sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
     except BaseException:
         Path(path).unlink(missing_ok=True)
         raise
@@ -511,7 +507,7 @@ def write_private(path: str | Path, data: bytes, *, sync: bool = False) -> None:
     folder, name = os.path.split(path)
     tmp = os.path.join(folder, f".{name}.tmp")
     try:
-        _write_new(tmp, os.O_TRUNC, 0o600, data, sync)
+        create_private(tmp, data, sync=sync, truncate=True)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
