@@ -143,7 +143,7 @@ class FolderBundle:
                 raise
             self._lock_fd = fd
 
-    # -- opening (a new run's folder: `FolderSpace.create`) ---------------------------
+    # -- opening (a new run's folder: `FolderSpace.create`) --------------------
     @classmethod
     def open(cls, runs_dir: Path, run_id: str, fence: Fence = always,
              durability: str = "full") -> FolderBundle:
@@ -177,8 +177,8 @@ class FolderBundle:
         if fenced and not self.fence():
             raise ClaimLost(f"lost the claim on run '{self.run_id}'; another runner owns it")
         if self._snapshot is not None:
-            self._linked = write_snapshot(self._runs_dir, self._workflow_path, self._snapshot)
-            self._snapshot = None
+            data, self._snapshot = self._snapshot, None
+            self._linked = write_snapshot(self._runs_dir, self._workflow_path, data)
 
     def append(self, events: Iterable[dict[str, Any]], *, sync: bool) -> None:
         batch = events if isinstance(events, list) else list(events)
@@ -411,8 +411,8 @@ class FolderBundle:
         # read-only: no chmod follows. The snapshot, then the trace (synced: the run),
         # then its projections.
         if self._snapshot is not None:
-            self._linked = write_snapshot(self._runs_dir, self._workflow_path, self._snapshot)
-            self._snapshot = None
+            data, self._snapshot = self._snapshot, None
+            self._linked = write_snapshot(self._runs_dir, self._workflow_path, data)
         create_private(self._trace_path, b"".join(held), sync=self.sync, mode=0o400)
         state, self._whole_state = self._whole_state, None
         if state is not None:

@@ -159,8 +159,8 @@ class FolderSpace:
 
     def __init__(self, runs_dir: Path) -> None:
         self.runs_dir = runs_dir
-        # As a string: the two questions every claim asks of a folder (`started`,
-        # `discard_unstarted`) join it to a run id, cheaper than a pathlib join.
+        # As a string: the question every claim asks of a folder (`unstarted`) joins
+        # it to a run id, cheaper than a pathlib join.
         self._runs = os.fspath(runs_dir)
         # Whether this space made `runs_dir` private (0700) already: a run's folder
         # then pays no stat and chmod of its parent.
