@@ -36,6 +36,7 @@ __all__ = [
     "test_a_crash_after_the_bundle_is_created_leaves_a_discardable_bundle",
     "test_a_crash_after_the_manifest_leaves_a_discardable_bundle",
     "test_a_fenced_out_writer_writes_nothing",
+    "test_a_half_made_continuation_is_discarded_and_its_parent_answered_again",
     "test_a_run_starts_completes_and_is_sealed",
     "test_a_trace_is_followed_from_an_offset",
     "test_an_interrupted_run_resumes_without_repeating_a_completed_node",
@@ -218,11 +219,11 @@ def _discard_and_restart(kit: Kit, definition: WorkflowDefinition, run_id: str) 
     assert reader.status(run_id) is None
     holder = kit.hold(run_id)
     # A started run is never discarded; a half-made one is, and the launch starts afresh.
-    assert kit.engine(holder).discard_unstarted(run_id)
+    assert kit.engine(holder).space.discard_unstarted(run_id)
     assert not reader.exists(run_id)
     out = kit.engine(holder).start(definition, run_id=run_id)
     assert out.status == "completed", out.error
-    assert not kit.engine(holder).discard_unstarted(run_id)
+    assert not kit.engine(holder).space.discard_unstarted(run_id)
     assert reader.exists(run_id)
 
 
@@ -232,7 +233,7 @@ def _nothing_left_then_start(kit: Kit, definition: WorkflowDefinition, run_id: s
     reader = kit.reader()
     assert not reader.exists(run_id)
     holder = kit.hold(run_id)
-    assert not kit.engine(holder).discard_unstarted(run_id)
+    assert not kit.engine(holder).space.discard_unstarted(run_id)
     out = kit.engine(holder).start(definition, run_id=run_id)
     assert out.status == "completed", out.error
     assert reader.started(run_id)
@@ -266,13 +267,57 @@ def test_unstarted_answers_and_discards_a_half_made_bundle_in_one_call(kit: Kit)
     definition = _crash_at(kit, "after_manifest_written", "wf-run-9")
     reader = kit.reader()
     holder = kit.hold("wf-run-9")
-    assert kit.engine(holder).unstarted("wf-run-9")
+    assert kit.engine(holder).space.unstarted("wf-run-9")
     assert not reader.exists("wf-run-9")  # a folder's half-made bundle is gone
-    assert kit.engine(holder).unstarted("wf-run-9")  # no bundle at all
+    assert kit.engine(holder).space.unstarted("wf-run-9")  # no bundle at all
     out = kit.engine(holder).start(definition, run_id="wf-run-9")
     assert out.status == "completed", out.error
-    assert not kit.engine(holder).unstarted("wf-run-9")
+    assert not kit.engine(holder).space.unstarted("wf-run-9")
     assert reader.started("wf-run-9")  # asked, and left as it was
+
+
+def test_a_half_made_continuation_is_discarded_and_its_parent_answered_again(
+        kit: Kit) -> None:
+    """A continuation's creator killed before `run_started`: the launch's question
+    (`unstarted`, given the parent) removes what it left and frees the parent's
+    continuation slot, so the answer is given again."""
+    definition = kit.workflow("""
+        start: ask
+        nodes:
+          ask: {checkpoint: "go on?"}
+          done: {compute: "{{ outputs.ask.answer }}"}
+        edges:
+          - {from: ask, to: done}
+    """)
+    out = kit.engine(kit.hold("wf-run-12")).start(definition, run_id="wf-run-12")
+    assert out.status == "waiting", out.error
+
+    def crash(name: str) -> None:
+        if name == "after_manifest_written":
+            raise Killed()
+
+    holder = kit.hold("wf-run-12b")
+    with pytest.raises(Killed):
+        kit.engine(holder, crash_point=crash).prepare_answer(
+            "wf-run-12", "yes", lambda _m: definition, run_id="wf-run-12b")
+    engine = kit.engine(holder)
+    # A SIGKILL runs no `except`: the slot stays taken, as the kill left it.
+    assert engine.space.mark_continued("wf-run-12")
+    reader = kit.reader()
+    assert reader.answered("wf-run-12")
+    folder = kit.rows is None  # rows commit nothing before `run_started`: nothing left
+    assert reader.exists("wf-run-12b") == folder
+    assert engine.space.unstarted("wf-run-12b", "wf-run-12")
+    assert not reader.exists("wf-run-12b")
+    if not folder:
+        return
+    assert not reader.answered("wf-run-12")
+    driver, nxt = engine.prepare_answer("wf-run-12", "yes", lambda _m: definition,
+                                        run_id="wf-run-12b")
+    final = engine.drive_continuation(driver, nxt)
+    assert final.status == "completed", final.error
+    assert final.final_output == "yes"
+    assert reader.continued_by("wf-run-12") == "wf-run-12b"
 
 
 def test_a_fenced_out_writer_writes_nothing(kit: Kit) -> None:

@@ -1,7 +1,8 @@
-"""The run bundle's format (DESIGN §4): its file names and schema, run ids, trace lines
-(canonical JSON, one event per line, `seq` 1, 2, 3...), how a torn trace is read and
-what makes a folder's bundle a started run (`first_event`); shared by the folder space
-(`_space`, `_bundle`), its readers (`_bundleread`) and the database space (`_dbbundle`)."""
+"""The run bundle's format (DESIGN §4): its file names and schema, a run id's length,
+trace lines (canonical JSON, one event per line, `seq` 1, 2, 3...), how a torn trace is
+read and cut back, and what makes a folder's bundle a started run (`first_event`);
+shared by the folder space (`_space`, `_bundle`), its readers (`_bundleread`) and the
+database space (`_dbbundle`)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ STATE = "state.json"
 TRACE = "trace.jsonl"
 ARTIFACTS = "artifacts"
 LOGS = "logs"  # live logs of running attempts (engine/_livelog.py), not a record
-SNAPSHOTS = ".snapshots"  # runs/.snapshots/: one copy of each workflow snapshot (link_snapshot)
+SNAPSHOTS = ".snapshots"  # runs/.snapshots/: one copy of each workflow snapshot (write_snapshot)
 LOCK = ".lock"  # the lock file of bundles written before the folder itself was locked
 ARTIFACT_THRESHOLD = 4096  # UTF-8 bytes; longer strings move to artifacts/
 # Statuses whose bundle is sealed: the terminal ones, and `waiting` (an answer continues
@@ -54,16 +55,6 @@ def always(_: None = None) -> bool:
 def dumps(value: Any) -> str:
     """One trace line or state file: canonical JSON (`runner._canonical`)."""
     return canonical_json(value)
-
-
-def valid_run_id(run_id: str) -> bool:
-    """A run id names one folder directly under `runs_dir`, never a dot-entry."""
-    if not run_id or "/" in run_id or "\0" in run_id or run_id.startswith("."):
-        return False
-    try:
-        return len(run_id.encode()) <= MAX_RUN_ID_BYTES
-    except UnicodeEncodeError:  # a lone surrogate from a hostile URL
-        return False
 
 
 def joined(run_id: str, step: LaunchStep) -> None:
@@ -103,6 +94,36 @@ def parse_trace(data: bytes, first_seq: int = 1) -> TraceRead:
         events.append(event)
         pos = end + 1
     return TraceRead(events, pos, pos != len(data))
+
+
+def repair_trace(path: str) -> int:
+    """Truncate a torn or corrupt tail of the trace at `path`; returns the bytes dropped."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except FileNotFoundError:
+        return 0
+    parsed = parse_trace(data)
+    if not parsed.torn:
+        return 0
+    with open(path, "r+b") as fh:
+        fh.truncate(parsed.valid_bytes)
+        fh.flush()
+        os.fsync(fh.fileno())
+    return len(data) - parsed.valid_bytes
+
+
+def truncate_trace(path: str, seq: int) -> None:
+    """Drop the events after `seq` from the trace at `path`."""
+    with open(path, "rb") as fh:
+        data = fh.read()
+    pos = 0
+    for _ in range(seq):
+        pos = data.index(b"\n", pos) + 1
+    if pos < len(data):
+        with open(path, "r+b") as fh:
+            fh.truncate(pos)
+            os.fsync(fh.fileno())
 
 
 def first_event(root: str | Path, run_id: str) -> dict[str, Any] | None:

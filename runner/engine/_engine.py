@@ -397,26 +397,6 @@ class Engine:
         return driver.drive(nxt)
 
     # -- interruption ----------------------------------------------------------------
-    def unstarted(self, run_id: str, parent_run_id: str | None = None) -> bool:
-        """Whether `run_id` has no started bundle (no durable `run_started`), removing a
-        half-made one on the way (`discard_unstarted`): the one question a launch asks
-        before it activates a run afresh. A started bundle is never touched."""
-        if self.space.started(run_id):
-            return False
-        self.discard_unstarted(run_id, parent_run_id)
-        return True
-
-    def discard_unstarted(self, run_id: str, parent_run_id: str | None = None) -> bool:
-        """Remove a half-made bundle (its creator died before `run_started` was durable):
-        no node ran, so nothing is lost, and the launch starts afresh from its stored
-        input. A bundle whose trace has begun is never touched. True if one was removed."""
-        space = self.space
-        if not space.discard_unstarted(run_id):
-            return False
-        if parent_run_id is not None:
-            space.unmark_continued(parent_run_id, run_id)
-        return True
-
     def abandon(self, run_id: str, status: str = "failed", *, code: str = "interrupted",
                 reason: str = "interrupted") -> RunOutcome:
         """End a run that will not run again with a terminal event, so its bundle agrees

@@ -35,7 +35,7 @@ def finish_leftovers(runs_dir: Path) -> int:
 
 
 def forget_snapshots(runs_dir: Path) -> int:
-    """Delete the shared workflow snapshots (`bundle.link_snapshot`) that no bundle
+    """Delete the shared workflow snapshots (`_bundle.write_snapshot`) that no bundle
     links any more; how many. A creator linking one just now finds it gone and stores
     it again, so nothing a run needs is lost."""
     try:

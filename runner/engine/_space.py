@@ -32,13 +32,13 @@ from runner.clock import Clock
 from runner.errors import ClaimLost, InputError, NotFoundError, OperationFailed, os_fault
 
 from . import _dbbundle as dbbundle
-from ._bundle import FolderBundle
-from ._bundlefiles import make_bundle_dir
+from ._bundle import FolderBundle, private_dir
 from ._bundlefmt import (
     CONTINUED,
     ENDED,
     LEFTOVER,
     MANIFEST,
+    MAX_RUN_ID_BYTES,
     TRACE,
     WORKFLOW,
     Fence,
@@ -46,7 +46,6 @@ from ._bundlefmt import (
     always,
     first_event,
     parse_trace,
-    valid_run_id,
 )
 from ._bundleread import read_json, read_manifest
 from ._dbbundle import PATIENCE, DatabaseBundle
@@ -99,7 +98,16 @@ class BundleSpace(Protocol):
                claim: str | None = None, begin: Begin | None = None) -> RunBundle: ...
     def open(self, run_id: str, fence: Fence = always, durability: str = "full",
              claim: str | None = None) -> RunBundle: ...
-    def discard_unstarted(self, run_id: str) -> bool: ...
+    def unstarted(self, run_id: str, parent_run_id: str | None = None) -> bool:
+        """Whether `run_id` has no started bundle (no durable `run_started`), removing
+        a half-made one on the way (`discard_unstarted`): the one question a launch
+        asks before it activates a run afresh. A started bundle is never touched."""
+        ...
+    def discard_unstarted(self, run_id: str, parent_run_id: str | None = None) -> bool:
+        """Remove a half-made bundle (its creator died before `run_started` was
+        durable), and free its parent's continuation slot (`parent_run_id`): no node
+        ran, so nothing is lost. True if one was removed."""
+        ...
     def remove_ended(self, run_id: str) -> None: ...
     def mark_continued(self, parent_run_id: str) -> bool: ...
     def set_continued(self, parent_run_id: str, child_run_id: str) -> None: ...
@@ -124,6 +132,16 @@ class BundleSpace(Protocol):
         ...
 
 
+def valid_run_id(run_id: str) -> bool:
+    """A run id names one folder directly under `runs_dir`, never a dot-entry."""
+    if not run_id or "/" in run_id or "\0" in run_id or run_id.startswith("."):
+        return False
+    try:
+        return len(run_id.encode()) <= MAX_RUN_ID_BYTES
+    except UnicodeEncodeError:  # a lone surrogate from a hostile URL
+        return False
+
+
 def check_run_id(run_id: str) -> None:
     """The one refusal of a run id that names no bundle (a path out of `runs_dir`)."""
     if not valid_run_id(run_id):
@@ -141,9 +159,12 @@ class FolderSpace:
 
     def __init__(self, runs_dir: Path) -> None:
         self.runs_dir = runs_dir
-        # As a string: the two questions every claim asks of a folder (`started`,
-        # `discard_unstarted`) join it to a run id, cheaper than a pathlib join.
+        # As a string: the question every claim asks of a folder (`unstarted`) joins
+        # it to a run id, cheaper than a pathlib join.
         self._runs = os.fspath(runs_dir)
+        # Whether this space made `runs_dir` private (0700) already: a run's folder
+        # then pays no stat and chmod of its parent.
+        self._private = False
 
     def __repr__(self) -> str:
         return f"FolderSpace({str(self.runs_dir)!r})"
@@ -157,10 +178,19 @@ class FolderSpace:
         if not fence():
             raise ClaimLost(f"no claim on run '{run_id}'; not creating it")
         root = self.runs_dir / run_id
+        if not self._private:
+            private_dir(self.runs_dir)
         try:
-            make_bundle_dir(self.runs_dir, root)
+            try:
+                os.mkdir(root, 0o700)
+            except FileNotFoundError:
+                if not self._private:
+                    raise
+                private_dir(self.runs_dir)  # removed since (a test, a hand): made again
+                os.mkdir(root, 0o700)
         except FileExistsError:
             raise OperationFailed(f"run '{run_id}' already exists") from None
+        self._private = True
         bundle = FolderBundle(root, run_id, fence, durability, created=True)
         bundle.begin = begin
         return bundle
@@ -170,11 +200,35 @@ class FolderSpace:
         check_run_id(run_id)
         return FolderBundle.open(self.runs_dir, run_id, fence, durability)
 
-    def discard_unstarted(self, run_id: str) -> bool:
+    def unstarted(self, run_id: str, parent_run_id: str | None = None) -> bool:
+        try:
+            os.stat(os.path.join(self._runs, run_id))
+        except (FileNotFoundError, NotADirectoryError):
+            return True  # no bundle: one look, a launch's first claim's usual answer
+        except OSError:
+            pass  # unreadable: `started` below says so, as a machine's fault
+        return self.discard_unstarted(run_id, parent_run_id) or not self.started(run_id)
+
+    def discard_unstarted(self, run_id: str, parent_run_id: str | None = None) -> bool:
         root = os.path.join(self._runs, run_id)
         if not os.path.isdir(root) or first_event(root, run_id) is not None:
             return False
-        FolderBundle(Path(root), run_id).remove_unstarted()
+        # Under its lock: a live creator holds it, so its bundle is never removed from
+        # under it (InputError), and one that started meanwhile is left as it is.
+        bundle = FolderBundle(Path(root), run_id, locked=True)
+        try:
+            if first_event(root, run_id) is not None:
+                raise OperationFailed(f"run '{run_id}' has started; not removing it")
+            for entry in sorted(bundle.root.rglob("*"), reverse=True):
+                if entry.is_dir() and not entry.is_symlink():
+                    entry.rmdir()
+                else:
+                    entry.unlink()
+        finally:
+            bundle.close()
+        bundle.root.rmdir()
+        if parent_run_id is not None:
+            self.unmark_continued(parent_run_id, run_id)
         return True
 
     def remove_ended(self, run_id: str) -> None:
@@ -360,8 +414,18 @@ class DatabaseSpace:
         bundle.patience = self.patience
         return bundle
 
-    def discard_unstarted(self, run_id: str) -> bool:
-        return self.rows.remove_bundle(run_id, unstarted_only=True)
+    def unstarted(self, run_id: str, parent_run_id: str | None = None) -> bool:
+        if self.started(run_id):
+            return False
+        self.discard_unstarted(run_id, parent_run_id)
+        return True
+
+    def discard_unstarted(self, run_id: str, parent_run_id: str | None = None) -> bool:
+        if not self.rows.remove_bundle(run_id, unstarted_only=True):
+            return False
+        if parent_run_id is not None:
+            self.rows.unmark_continued(parent_run_id, run_id)
+        return True
 
     def remove_ended(self, run_id: str) -> None:
         """One transaction: trace, documents, artifacts and continuation marker; a sealed

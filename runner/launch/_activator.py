@@ -185,7 +185,7 @@ class Activator:
             return False
         first = self._reader.space.commits_with_store and record.status == "starting" \
             and record.epoch == 1
-        if first or engine.unstarted(record.run_id, record.parent_run_id):
+        if first or engine.space.unstarted(record.run_id, record.parent_run_id):
             # No bundle, or one whose creator died before `run_started` was durable
             # (discarded by `unstarted`): nothing ran, and the input is still in the row
             # (it is cleared at running). A bundle committed with the store's own
@@ -354,7 +354,7 @@ class Activator:
             self._keeper.remove(act)  # no renewal may race the hand-back
             self._claims.give_back(act.record.run_id, act.token)
         if current is not None and current.status == "cancelled" and act.engine is not None:
-            if act.engine.unstarted(act.record.run_id, act.record.parent_run_id):
+            if act.engine.space.unstarted(act.record.run_id, act.record.parent_run_id):
                 return None
             return self._endings.end_cancelled(act.record.run_id)
         session = act.record.origin_session_id

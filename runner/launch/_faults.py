@@ -113,7 +113,7 @@ class FaultHold:
         activation removes it (it never began, so nothing in it counts)."""
         engine = act.engine or self._engines.bare()
         try:
-            engine.discard_unstarted(act.record.run_id, act.record.parent_run_id)
+            engine.space.discard_unstarted(act.record.run_id, act.record.parent_run_id)
         except OSError as exc:
             log.debug("run %s: half-made bundle left for the next activation (%s)",
                       act.record.run_id, exc.strerror)

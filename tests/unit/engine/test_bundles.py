@@ -65,7 +65,7 @@ def test_bundle_folders_are_0700_and_files_0600(env: Any, when: Any) -> None:
     assert {"manifest.json", "workflow.json", "state.json", "trace.jsonl"} <= names
     assert ".lock" not in names  # the writer locks the folder itself
     assert any(p.parent.name == "artifacts" for p in files)
-    for p in files:  # the shared snapshot is read-only from the start (link_snapshot)
+    for p in files:  # the shared snapshot is read-only from the start (write_snapshot)
         assert _mode(p) == (0o400 if p.name == "workflow.json" else 0o600), p
 
 

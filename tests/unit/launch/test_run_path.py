@@ -94,7 +94,7 @@ def test_a_plain_run_calls_nothing_back_in_the_host_layer(entered: set[str]) -> 
 
 def test_a_plain_run_asks_once_whether_its_run_started(entered: set[str]) -> None:
     # Whether the run has a started bundle is the engine's one question, which discards
-    # a half-made one in the same call (`Engine.unstarted`): the reader is not asked.
+    # a half-made one in the same call (`BundleSpace.unstarted`): the reader is not asked.
     assert "runner.engine._reader" not in entered
     # Its sources are recorded from `sources_json`, made once per definition.
     assert "runner.compiler._model" not in entered
