@@ -244,6 +244,14 @@ class _Fanout:
 
     # -- the loop ---------------------------------------------------------------------
     def drive(self) -> NodeResult | None:
+        # A shared visit's items run on the hosts: the parent parks without reading its
+        # rows (a 1,000-item map's were ~5 ms on the way to its first item). Not with
+        # fail_fast, which looks for an earlier failure first; `wait_for_hosts` answers
+        # False when none is open, and the rows are read then.
+        asked = self.shared and not self.plan.fail_fast and not self._all_pure()
+        if asked and self.ledger.wait_for_hosts(self.node.id, self.visit):
+            self.ctx.control.park(ITEMS)
+            return NodeResult("parked")
         records = self.ledger.items(self.node.id, self.visit)
         open_ = [r.index for r in records if r.state in ("pending", "running")]
         if not open_:
@@ -255,7 +263,7 @@ class _Fanout:
         if failed and self.plan.fail_fast:
             self._cancel_open("fail_fast: an earlier item failed")
             return None
-        if self.shared and self.ledger.wait_for_hosts(self.node.id, self.visit):
+        if self.shared and not asked and self.ledger.wait_for_hosts(self.node.id, self.visit):
             # Phase 2: the hosts run the items; the run parks holding no slot, and the
             # settle that ends the last item re-queues it (it re-enters and reads them).
             self.ctx.control.park(ITEMS)

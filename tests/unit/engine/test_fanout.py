@@ -294,3 +294,51 @@ def _parked_once(env: Any, engine: Any, d: Any, run_id: str | None, round_: int)
     assert done[0].parked
     rid: str = done[0].run_id
     return rid
+
+
+class _Hosted(MemoryLedger):
+    """A ledger whose items other hosts run (`wait_for_hosts`: True while one is open),
+    counting the reads of its rows."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    def wait_for_hosts(self, node: str, visit: int) -> bool:
+        return any(r.state in ("pending", "running") for r in super().items(node, visit))
+
+    def items(self, node: str, visit: int) -> list[Any]:
+        self.reads += 1
+        return super().items(node, visit)
+
+
+SHARED = """\
+start: each
+nodes:
+  each:
+    map:
+      over: "{{ range(5) | list }}"
+      fail_fast: FAIL_FAST
+      do: {action: {shell: [printf, x]}}
+"""
+
+
+def test_a_shared_map_parks_for_its_hosts_without_reading_its_rows(env: Any) -> None:
+    """The parent of a map the hosts run parks at once: reading its rows first (a
+    1,000-item map's, ~5 ms) only delayed the hosts' first items."""
+    ledger = _Hosted()
+    out = env.engine(items=lambda: ledger).start(
+        env.workflow(SHARED.replace("FAIL_FAST", "false")))
+    assert out.parked
+    assert out.waits_for_items
+    assert ledger.reads == 0
+    assert [r.state for r in MemoryLedger.items(ledger, "each", 1)] == ["pending"] * 5
+
+
+def test_a_shared_fail_fast_map_reads_its_rows_for_an_earlier_failure_first(env: Any) -> None:
+    ledger = _Hosted()
+    out = env.engine(items=lambda: ledger).start(
+        env.workflow(SHARED.replace("FAIL_FAST", "true")))
+    assert out.parked
+    assert out.waits_for_items
+    assert ledger.reads == 1
