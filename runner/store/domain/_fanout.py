@@ -484,8 +484,10 @@ class FanoutItems:
         those it still holds (one no longer running under it was cancelled or taken
         over; one whose parent ended is not renewed: its runner stops it). Each is
         found by its key: no index by holder (one would cost every claim and settle a
-        page, for a renewal that knows its items)."""
-        with self._c.write() as tx:
+        page, for a renewal that knows its items). Not synced: a renewal a power cut
+        loses only shortens a dead holder's lease (and a synced one held the store's
+        write lock through a flush every half second, the 16 slots' settles behind it)."""
+        with self._c.write(durable=False) as tx:
             now = tx.now_ms()
             ended = sql_in(TERMINAL_STATUSES)
             return {(key, index) for key, index in items if tx.run(
