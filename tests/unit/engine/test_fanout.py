@@ -342,3 +342,31 @@ def test_a_shared_fail_fast_map_reads_its_rows_for_an_earlier_failure_first(env:
     assert out.parked
     assert out.waits_for_items
     assert ledger.reads == 1
+
+
+def test_a_host_in_the_parents_process_runs_the_parents_plan(env: Any) -> None:
+    """A host runs a shared map's parent and its items in one process: the item worker
+    takes the plan the parent made (the items it opened) instead of rendering `over`
+    again; a definition compiled anew (other node objects) is rendered for itself."""
+    from runner.engine._fanout import SHARED_PLANS
+    from runner.engine._itemhost import ItemHost, open_item_host
+
+    ledger = _Hosted()
+    engine = env.engine(items=lambda: ledger)
+    d = env.workflow(SHARED.replace("FAIL_FAST", "false"))
+    out = engine.start(d)
+    assert out.waits_for_items
+    kept = SHARED_PLANS.get(out.run_id, d.nodes["each"], 1)
+    assert kept is not None
+    assert kept.values == [0, 1, 2, 3, 4]
+    here = open_item_host(engine, out.run_id, "each", 1, 5, lambda _m: d)
+    assert isinstance(here, ItemHost)
+    assert here.plan is kept
+    anew = env.workflow(SHARED.replace("FAIL_FAST", "false"))
+    assert anew.digest == d.digest
+    other = open_item_host(engine, out.run_id, "each", 1, 5, lambda _m: anew)
+    assert isinstance(other, ItemHost)
+    assert other.plan is not kept
+    assert other.plan.values == kept.values
+    here.close()
+    other.close()
