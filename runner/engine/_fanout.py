@@ -277,11 +277,13 @@ class _Fanout:
 
     # -- the loop ---------------------------------------------------------------------
     def drive(self) -> NodeResult | None:
-        # A shared visit's items run on the hosts: the parent parks without reading its
-        # rows (a 1,000-item map's were ~5 ms on the way to its first item). Not with
-        # fail_fast, which looks for an earlier failure first; `wait_for_hosts` answers
-        # False when none is open, and the rows are read then.
-        asked = self.shared and not self.plan.fail_fast and not self._all_pure()
+        # A shared visit's items run on the hosts: entering it, the parent parks without
+        # reading its rows (a 1,000-item map's were ~5 ms on the way to its first item).
+        # Not with fail_fast, which looks for an earlier failure first, nor on a resume
+        # (the hosts most likely ended them all: the rows are read, with no write);
+        # `wait_for_hosts` answers False when none is open, and the rows are read then.
+        asked = self.shared and not self.plan.fail_fast and not self.ctx.resuming \
+            and not self._all_pure()
         if asked and self.ledger.wait_for_hosts(self.node.id, self.visit):
             self.ctx.control.park(ITEMS)
             return NodeResult("parked")

@@ -303,8 +303,10 @@ class _Hosted(MemoryLedger):
     def __init__(self) -> None:
         super().__init__()
         self.reads = 0
+        self.asked = 0
 
     def wait_for_hosts(self, node: str, visit: int) -> bool:
+        self.asked += 1
         return any(r.state in ("pending", "running") for r in super().items(node, visit))
 
     def items(self, node: str, visit: int) -> list[Any]:
@@ -327,12 +329,20 @@ def test_a_shared_map_parks_for_its_hosts_without_reading_its_rows(env: Any) -> 
     """The parent of a map the hosts run parks at once: reading its rows first (a
     1,000-item map's, ~5 ms) only delayed the hosts' first items."""
     ledger = _Hosted()
-    out = env.engine(items=lambda: ledger).start(
-        env.workflow(SHARED.replace("FAIL_FAST", "false")))
+    engine = env.engine(items=lambda: ledger)
+    out = engine.start(env.workflow(SHARED.replace("FAIL_FAST", "false")))
     assert out.parked
     assert out.waits_for_items
-    assert ledger.reads == 0
+    assert (ledger.reads, ledger.asked) == (0, 1)
     assert [r.state for r in MemoryLedger.items(ledger, "each", 1)] == ["pending"] * 5
+    # The hosts end them; the resumed parent reads its rows (no second `wait_for_hosts`,
+    # a write on a store) and completes.
+    ledger.settle("each", 1, [ItemEnd(i, "ok", i) for i in range(5)], claimed=False)
+    done = engine.resume(out.run_id, env.resolver())
+    assert done.status == "completed", done.error
+    assert done.final_output == [0, 1, 2, 3, 4]
+    assert ledger.asked == 1
+    assert ledger.reads >= 1
 
 
 def test_a_shared_fail_fast_map_reads_its_rows_for_an_earlier_failure_first(env: Any) -> None:
