@@ -33,7 +33,7 @@ from runner.compiler._templates import Scope, TemplateError, TemplateStopped
 from ._bundlefmt import LOGS
 from ._control import RunControl
 from ._engine import Engine
-from ._fanout import _Plan, _plan, run_body
+from ._fanout import SHARED_PLANS, _Plan, _plan, run_body
 from ._items import ItemEnd
 from ._livelog import LiveLog
 from ._nodecontext import NodeContext, NodeResult
@@ -157,12 +157,13 @@ def open_item_host(engine: Engine, run_id: str, node_id: str, visit: int, count:
         return f"run {run_id} has no node {node_id}"
     secrets = resolve_secrets(definition, engine.secret_source, state.input)
     driver = engine._driver(run_id, definition, bundle, state, RunControl(), secrets)
-    values = driver.context(node.scope)
-    try:
-        with driver.template_scope(None):
-            plan = _plan(node, values)
-    except (TemplateError, TemplateStopped) as exc:
-        return f"run {run_id}: {exc}"
+    plan: _Plan | NodeResult | None = SHARED_PLANS.get(run_id, node, visit)
+    if plan is None:  # the parent ran elsewhere (or its definition was compiled anew)
+        try:
+            with driver.template_scope(None):
+                plan = _plan(node, driver.context(node.scope))
+        except (TemplateError, TemplateStopped) as exc:
+            return f"run {run_id}: {exc}"
     if isinstance(plan, NodeResult) or len(plan.bodies) != count:
         return f"run {run_id}: {node_id} does not yield its {count} items here"
     return ItemHost(driver, node, visit, plan, count, _live_folder(engine, run_id))

@@ -27,6 +27,8 @@ from pathlib import Path
 
 from runner._safety import bound, mask, redact, unsafe_tail
 
+_utf8 = codecs.getincrementaldecoder("utf-8")
+
 #: Which streams a live log has, in the order `logs` prints them.
 STREAMS = ("stdout", "stderr")
 #: A stderr line longer than this (characters) is flushed in pieces rather than held back
@@ -48,9 +50,12 @@ def live_log_name(node: str, attempt: str, stream: str, turn: int = 0) -> str:
 class LiveStream:
     """One stream of one attempt: decoded, masked and bounded chunk by chunk."""
 
-    def __init__(self, path: Path, secrets: tuple[str, ...], *, cap_bytes: int,
+    def __init__(self, folder: Path, name: str, secrets: tuple[str, ...], *, cap_bytes: int,
                  cap_chars: int, lines: bool) -> None:
-        self.path = path
+        # The path and the decoder are made when the stream first prints: most of a
+        # map's items print nothing, and the two were half of a live log's cost.
+        self._folder, self._name = folder, name
+        self._path: Path | None = None
         self.secrets = secrets
         self.cap_bytes = cap_bytes
         self.cap_chars = cap_chars
@@ -58,7 +63,7 @@ class LiveStream:
         self.pending = ""
         self.written_bytes = 0
         self.written_chars = 0
-        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.decoder: codecs.IncrementalDecoder | None = None  # made at the first chunk
         self.lock = threading.Lock()
         # Made at the first byte to show: a step that prints nothing (most of a map's
         # items) costs no file, and a follower waits for the first line as before.
@@ -66,15 +71,24 @@ class LiveStream:
         self.made = False
         self.broken = False  # the file could not be written: the live view stops
 
+    @property
+    def path(self) -> Path:
+        if self._path is None:
+            self._path = self._folder / self._name
+        return self._path
+
     def feed(self, chunk: bytes) -> None:
         """Called by the pipe's reader thread for each chunk it reads."""
         with self.lock:
+            if self.decoder is None:
+                self.decoder = _utf8(errors="replace")
             self._take(self.decoder.decode(chunk), final=False)
 
     def close(self) -> None:
         """End of stream: flush what was held back and close the file."""
         with self.lock:
-            self._take(self.decoder.decode(b"", final=True), final=True)
+            if self.decoder is not None:  # a stream that never got a byte holds none
+                self._take(self.decoder.decode(b"", final=True), final=True)
             if self.fd is not None:
                 with contextlib.suppress(OSError):
                     os.close(self.fd)
@@ -120,11 +134,12 @@ class LiveLog:
 
     def __init__(self, folder: Path, node: str, attempt: str, secrets: tuple[str, ...], *,
                  cap_bytes: int, cap_chars: int, turn: int = 0) -> None:
-        self.paths = [folder / live_log_name(node, attempt, s, turn) for s in STREAMS]
-        self.stdout = LiveStream(self.paths[0], secrets, cap_bytes=cap_bytes,
-                                 cap_chars=cap_chars, lines=False)
-        self.stderr = LiveStream(self.paths[1], secrets, cap_bytes=cap_bytes,
-                                 cap_chars=cap_chars, lines=True)
+        self.stdout = LiveStream(folder, live_log_name(node, attempt, STREAMS[0], turn),
+                                 secrets, cap_bytes=cap_bytes, cap_chars=cap_chars,
+                                 lines=False)
+        self.stderr = LiveStream(folder, live_log_name(node, attempt, STREAMS[1], turn),
+                                 secrets, cap_bytes=cap_bytes, cap_chars=cap_chars,
+                                 lines=True)
 
     @property
     def sinks(self) -> tuple[Callable[[bytes], None], Callable[[bytes], None]]:

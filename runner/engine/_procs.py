@@ -150,8 +150,16 @@ def kill_group(proc: subprocess.Popen[bytes], grace: float = KILL_GRACE,
     """
     clock = clock or SystemClock()
     pgid = proc.pid  # start_new_session made the child the group leader
-    with contextlib.suppress(ProcessLookupError, PermissionError):
+    try:
         os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        # No member left, not even the leader's zombie: it was reaped (a step that
+        # exited and left no job, each fan-out item's case) and there is nothing to
+        # wait for or kill.
+        if proc.poll() is not None:
+            return
+    except PermissionError:
+        pass
     end = clock.monotonic() + grace
     while clock.monotonic() < end:
         # Polling also reaps the leader, so it does not keep the group alive as a zombie.

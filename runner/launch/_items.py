@@ -18,7 +18,13 @@ from runner.engine._items import ItemEnd, ItemRecord
 from runner.engine._rerun import ItemRows
 from runner.errors import ClaimLost, ConflictError, InputError, NotFoundError
 from runner.store import TERMINAL_STATUSES, LaunchBook, LaunchRecord, LostRace, Store
-from runner.store.domain._fanout import FanoutItems, ItemEnding, ItemKey, SharedNode
+from runner.store.domain._fanout import (
+    FanoutItem,
+    FanoutItems,
+    ItemEnding,
+    ItemKey,
+    SharedNode,
+)
 
 from ._preflight import PreflightError
 
@@ -46,8 +52,12 @@ def _dump(value: Any) -> str | None:
                                                   ensure_ascii=False, allow_nan=False)
 
 
-def _load(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
+def _load_all(texts: Sequence[str | None]) -> list[Any]:
+    """Each stored JSON text decoded (None for None), in one parse: a 1,000-item map's
+    end decoded its rows' outputs and logs one `json.loads` each, twice the time."""
+    present = [t for t in texts if t is not None]
+    values = iter(json.loads("[" + ",".join(present) + "]")) if present else iter(())
+    return [None if t is None else next(values) for t in texts]
 
 
 def _endings(ends: Sequence[ItemEnd]) -> list[ItemEnding]:
@@ -110,22 +120,26 @@ class StoreItems:
         self._held(self._fanout.release(self._key(node, visit), indexes, owner=self._owner))
 
     def logs(self, node: str, visit: int) -> list[tuple[int, str, dict[str, Any]]]:
-        return [(g.index, g.attempt, json.loads(g.log_json))
-                for g in self._fanout.logs(self._key(node, visit))]
+        rows = self._fanout.logs(self._key(node, visit))
+        return [(g.index, g.attempt, log)
+                for g, log in zip(rows, _load_all([g.log_json for g in rows]), strict=True)]
 
     def items(self, node: str, visit: int) -> list[ItemRecord]:
-        return [ItemRecord(i.index, i.state, i.starts, _load(i.output_json),
-                           _load(i.error_json))
-                for i in self._fanout.items(self._key(node, visit))]
+        return _records(self._fanout.items(self._key(node, visit)))
+
+
+def _records(rows: Sequence[FanoutItem]) -> list[ItemRecord]:
+    outputs = _load_all([i.output_json for i in rows])
+    errors = _load_all([i.error_json for i in rows])
+    return [ItemRecord(i.index, i.state, i.starts, output, error)
+            for i, output, error in zip(rows, outputs, errors, strict=True)]
 
 
 def item_rows(fanout: FanoutItems) -> ItemRows:
     """A rerun's read of an ended run's item rows (`engine/_rerun.py`): no claim, only
     rows; the run has ended, so nothing writes them any more."""
     def read(run_id: str, node: str, visit: int) -> list[ItemRecord]:
-        return [ItemRecord(i.index, i.state, i.starts, _load(i.output_json),
-                           _load(i.error_json))
-                for i in fanout.items(ItemKey(run_id, node, visit))]
+        return _records(fanout.items(ItemKey(run_id, node, visit)))
     return read
 
 

@@ -1,8 +1,8 @@
 """Which launch commits wait for the disk on SQLite: the enqueue does (FULL), and the
 ending does after it lets the write lock go (group commit: a WAL sync shared with the
-writers after it); claims, renewals and `mark_running` commit with `synchronous =
-NORMAL` (no fsync of their own; tests/integration/launch/test_power_cut.py restarts on
-what a power cut leaves of them). Seen through SQLite's own statement trace and the
+writers after it); claims, renewals (item leases too) and `mark_running` commit with
+`synchronous = NORMAL` (no fsync of their own; tests/integration/launch/test_power_cut.py
+restarts on what a power cut leaves of them). Seen through SQLite's own statement trace and the
 WAL syncs made from Python, on a real store file."""
 
 from __future__ import annotations
@@ -301,3 +301,34 @@ def test_a_batch_returned_by_fire_many_survives_sigkill_and_a_cut_one_leaves_not
             Counter(launches)
     finally:
         store.close()
+
+
+def test_an_item_lease_renewal_does_not_wait_for_the_disk_and_a_settle_does(
+        tmp_path: Path, wal_syncs: list[str]) -> None:
+    """A host renews its item leases every half second: a relaxed commit (a renewal a
+    power cut loses only shortens a dead holder's lease). The settle that hands the
+    slot its next item is durable (its WAL sync) before the next item may start."""
+    from runner.store.domain._fanout import ItemEnding, ItemKey, SharedNode
+
+    store = SqliteStore(tmp_path / "store.sqlite3")
+    running = _running(store)
+    key = ItemKey(RUN, "each", 1)
+    store.fanout.open(key, 3, owner=running.claim_token or "",
+                      shared=SharedNode(2, 30_000, False))
+    holder = "item:h2:1"
+    claimed = store.fanout.claim_for_host(holder, 1)
+    assert [c.index for c in claimed] == [0]
+    # A durable write (FULL) last, so a relaxed renewal has to say so.
+    assert store.fanout.wait_for_hosts(key, owner=running.claim_token or "") is True
+    statements: list[str] = []
+    store._db.trace(statements.append)
+    wal_syncs[:] = []
+    held = store.fanout.renew_held(holder, {(key, 0): None})
+    assert held == {(key, 0)}
+    assert _sync_levels(statements)[-1:] == ["NORMAL"]
+    assert wal_syncs == []
+    _, more = store.fanout.settle_and_claim(key, [ItemEnding(0, "ok", output_json="1")],
+                                            holder=holder, want=1)
+    assert [c.index for c in more] == [1]
+    assert wal_syncs == ["store.sqlite3-wal"]
+    store.close()

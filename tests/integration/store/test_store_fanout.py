@@ -368,3 +368,27 @@ def test_a_hosts_slots_read_a_new_visit_once(store: Store, clock: FakeClock,
     assert opened == ["read"]
     assert second == [first]
     items.close()
+
+
+
+def test_the_ledger_reads_outputs_errors_and_logs_back_as_values(store: Store) -> None:
+    """`StoreItems` decodes a visit's stored JSON (every row's in one parse): nulls stay
+    None, each value lands on its own row, logs keep their item and attempt."""
+    from runner.launch._items import StoreItems, item_rows
+
+    owner = _shared(store, count=5, limit=5)
+    store.fanout.claim(KEY, owner=owner, limit=4)
+    store.fanout.settle(KEY, [ItemEnding(0, "ok", output_json='[1,"a,b",null]'),
+                              ItemEnding(1, "failed", error_json='{"code":"x"}'),
+                              ItemEnding(3, "ok", output_json="null")], owner=owner)
+    [hosted] = store.fanout.claim_for_host(HOST_A, 1)
+    store.fanout.settle_held(KEY, [ItemEnding(hosted.index, "ok", output_json="{}")],
+                             holder=HOST_A, logs=[ItemLog(hosted.index, "a1", '{"out":"x,y"}'),
+                                                  ItemLog(hosted.index, "a2", "{}")])
+    ledger = StoreItems(store.fanout, "run-1", owner)
+    got = [(r.index, r.state, r.output, r.error) for r in ledger.items("files", 1)]
+    assert got == [(0, "ok", [1, "a,b", None], None), (1, "failed", None, {"code": "x"}),
+                   (2, "running", None, None), (3, "ok", None, None), (4, "ok", {}, None)]
+    assert [(r.output, r.error) for r in item_rows(store.fanout)("run-1", "files", 1)] == \
+        [(r[2], r[3]) for r in got]
+    assert ledger.logs("files", 1) == [(4, "a1", {"out": "x,y"}), (4, "a2", {})]

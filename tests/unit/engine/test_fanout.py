@@ -294,3 +294,89 @@ def _parked_once(env: Any, engine: Any, d: Any, run_id: str | None, round_: int)
     assert done[0].parked
     rid: str = done[0].run_id
     return rid
+
+
+class _Hosted(MemoryLedger):
+    """A ledger whose items other hosts run (`wait_for_hosts`: True while one is open),
+    counting the reads of its rows."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+        self.asked = 0
+
+    def wait_for_hosts(self, node: str, visit: int) -> bool:
+        self.asked += 1
+        return any(r.state in ("pending", "running") for r in super().items(node, visit))
+
+    def items(self, node: str, visit: int) -> list[Any]:
+        self.reads += 1
+        return super().items(node, visit)
+
+
+SHARED = """\
+start: each
+nodes:
+  each:
+    map:
+      over: "{{ range(5) | list }}"
+      fail_fast: FAIL_FAST
+      do: {action: {shell: [printf, x]}}
+"""
+
+
+def test_a_shared_map_parks_for_its_hosts_without_reading_its_rows(env: Any) -> None:
+    """The parent of a map the hosts run parks at once: reading its rows first (a
+    1,000-item map's, ~5 ms) only delayed the hosts' first items."""
+    ledger = _Hosted()
+    engine = env.engine(items=lambda: ledger)
+    out = engine.start(env.workflow(SHARED.replace("FAIL_FAST", "false")))
+    assert out.parked
+    assert out.waits_for_items
+    assert (ledger.reads, ledger.asked) == (0, 1)
+    assert [r.state for r in MemoryLedger.items(ledger, "each", 1)] == ["pending"] * 5
+    # The hosts end them; the resumed parent reads its rows (no second `wait_for_hosts`,
+    # a write on a store) and completes.
+    ledger.settle("each", 1, [ItemEnd(i, "ok", i) for i in range(5)], claimed=False)
+    done = engine.resume(out.run_id, env.resolver())
+    assert done.status == "completed", done.error
+    assert done.final_output == [0, 1, 2, 3, 4]
+    assert ledger.asked == 1
+    assert ledger.reads >= 1
+
+
+def test_a_shared_fail_fast_map_reads_its_rows_for_an_earlier_failure_first(env: Any) -> None:
+    ledger = _Hosted()
+    out = env.engine(items=lambda: ledger).start(
+        env.workflow(SHARED.replace("FAIL_FAST", "true")))
+    assert out.parked
+    assert out.waits_for_items
+    assert ledger.reads == 1
+
+
+def test_a_host_in_the_parents_process_runs_the_parents_plan(env: Any) -> None:
+    """A host runs a shared map's parent and its items in one process: the item worker
+    takes the plan the parent made (the items it opened) instead of rendering `over`
+    again; a definition compiled anew (other node objects) is rendered for itself."""
+    from runner.engine._fanout import SHARED_PLANS
+    from runner.engine._itemhost import ItemHost, open_item_host
+
+    ledger = _Hosted()
+    engine = env.engine(items=lambda: ledger)
+    d = env.workflow(SHARED.replace("FAIL_FAST", "false"))
+    out = engine.start(d)
+    assert out.waits_for_items
+    kept = SHARED_PLANS.get(out.run_id, d.nodes["each"], 1)
+    assert kept is not None
+    assert kept.values == [0, 1, 2, 3, 4]
+    here = open_item_host(engine, out.run_id, "each", 1, 5, lambda _m: d)
+    assert isinstance(here, ItemHost)
+    assert here.plan is kept
+    anew = env.workflow(SHARED.replace("FAIL_FAST", "false"))
+    assert anew.digest == d.digest
+    other = open_item_host(engine, out.run_id, "each", 1, 5, lambda _m: anew)
+    assert isinstance(other, ItemHost)
+    assert other.plan is not kept
+    assert other.plan.values == kept.values
+    here.close()
+    other.close()

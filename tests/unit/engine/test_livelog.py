@@ -13,7 +13,7 @@ SECRET = "tok-ABCD-9f"
 
 
 def _stream(tmp_path: Path, *, lines: bool = False, cap: int = 10_000) -> LiveStream:
-    return LiveStream(tmp_path / "s", mask_values([SECRET]), cap_bytes=cap, cap_chars=cap,
+    return LiveStream(tmp_path, "s", mask_values([SECRET]), cap_bytes=cap, cap_chars=cap,
                       lines=lines)
 
 
@@ -93,3 +93,13 @@ def test_a_silent_step_makes_no_file(tmp_path: Path) -> None:
     assert (tmp_path / "each[4].a2.stderr").read_text() == "warn\n"
     chatty.remove()
     assert os.listdir(tmp_path) == []
+
+
+def test_a_character_cut_at_the_end_is_flushed_when_the_stream_closes(tmp_path: Path) -> None:
+    """The decoder is made at the first chunk; what it holds at the end (the first byte
+    of a character the step never finished) is written at close, as a replacement."""
+    s = _stream(tmp_path)
+    s.feed(b"ok \xc3")
+    assert (tmp_path / "s").read_bytes() == b"ok "
+    s.close()
+    assert (tmp_path / "s").read_text() == "ok \ufffd"

@@ -26,11 +26,12 @@ import pytest
 #: `concurrency:` (the workflow has neither). Nor watchdog: the source watch observes
 #: folders only while launches wait in the queue, and the first claim took the one run.
 #: Nor the agent side of the engine: a workflow without an agent node never drives a turn.
+#: Nor `socket`: the runner id's host name is uname's node name.
 UNUSED = ("runner.engine._agent", "runner.controllers", "runner.host.runtime._controllers",
           "urllib.request", "http.server", "runner.host.runtime._webhooks",
           "runner.host.runtime._triggers", "rich", "jsonschema", "ruamel",
           "runner.compiler._yamlio", "runner.compiler._simple_tags", "runner.compiler._triggers",
-          "runner.compiler._flow", "cronsim", "watchdog")
+          "runner.compiler._flow", "cronsim", "watchdog", "socket")
 
 FLOW = """\
 name: fan
