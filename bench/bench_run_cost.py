@@ -163,8 +163,8 @@ class Split:
     def install(self) -> None:
         from runner.engine import _nodes as nodes
         from runner.engine._bundle import FolderBundle
-        from runner.store.domain import _events as events
         from runner.store.domain import _intents as intents
+        from runner.store.domain import _launch_queries as events
         from runner.store.domain import _launches as launches
         from runner.store.domain import _notifications as notifications
         from runner.store.domain import _pages as pages

@@ -11,9 +11,9 @@ from typing import Any, Protocol
 from runner.store._connector import Transaction
 from runner.store._ddl import row_params, values_rows
 from runner.store._records import LaunchRecord, LostRace, NewLaunch
-from runner.store.domain._events import EventLog
 from runner.store.domain._launch_queries import (
     LAUNCH_CHANNEL,
+    EventLog,
     launch_event,
     launch_from_row,
     launch_values,

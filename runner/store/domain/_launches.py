@@ -51,7 +51,6 @@ from runner.store._states import (
 )
 from runner.store.domain import _intents as intents
 from runner.store.domain import _pages as pages
-from runner.store.domain._events import EventLog, RunEvents
 from runner.store.domain._launch_batch import Adder
 from runner.store.domain._launch_queries import (
     CHILD_STATE,
@@ -63,6 +62,8 @@ from runner.store.domain._launch_queries import (
     ORIGIN,
     SQL,
     THROUGH,
+    EventLog,
+    RunEvents,
     entered,
     guard,
     launch_event,

@@ -28,8 +28,7 @@ from runner.store._records import (
     canonical_json,
     check_id,
 )
-from runner.store.domain._events import RunEvents
-from runner.store.domain._launch_queries import LAUNCH_CHANNEL, launch_from_row
+from runner.store.domain._launch_queries import LAUNCH_CHANNEL, RunEvents, launch_from_row
 
 SQL: Mapping[str, str] = {
     "link": "INSERT INTO workflow_reruns (run_id, rerun_of, from_node, forced,"
