@@ -71,7 +71,7 @@ class Adder:
                     done[n] = queue._insert(tx, self._log, launches[n], values)
                     continue
                 launch_event(self._log, row, None, "launch.queued")
-                if launches[n].origin_session_id is None:
+                if launches[n].origin_session_id is None and tx.dialect.notices:
                     tx.notify(LAUNCH_CHANNEL, launches[n].run_id)
                 done[n] = launch_from_row(row)
         return [self(launch) if d is None else d for launch, d in zip(launches, done,

@@ -7,7 +7,7 @@ then issues an UPDATE guarded by the same status and the epoch it read (the fenc
 Postgres never wait on each other's candidates). A failed check returns `LostRace` and
 writes nothing. Each transition appends a `launch.*` run event in the same transaction
 (`events.EventLog`, last); a detached row that becomes claimable is announced
-(`tx.notify`, ids only).
+(`tx.notify`, ids only, where the backend has notices).
 """
 
 from __future__ import annotations
@@ -156,7 +156,7 @@ class LaunchQueue(LaunchReads):
                                gated=False)
             assert isinstance(taken, LaunchRecord), "a row inserted here changed"
             return taken
-        if launch.origin_session_id is None:
+        if launch.origin_session_id is None and tx.dialect.notices:
             tx.notify(LAUNCH_CHANNEL, launch.run_id)
         return launch_from_row(row)
 
@@ -385,7 +385,8 @@ class LaunchQueue(LaunchReads):
             for row in rows:
                 launch_event(log, row, row["status"], "launch.handed_over",
                             {"session": session_id})
-                tx.notify(LAUNCH_CHANNEL, row["run_id"])
+                if tx.dialect.notices:
+                    tx.notify(LAUNCH_CHANNEL, row["run_id"])
         return [launch_from_row(row) for row in rows]
 
     def hand_back(self, run_id: str) -> bool:
@@ -408,7 +409,7 @@ class LaunchQueue(LaunchReads):
             now = tx.now_ms()
             row = tx.one(self._sql["yield"], {**FIXED, "now": now, "run_id": run_id,
                                               "token": claim_token})
-            if row is not None and row["origin_session_id"] is None:
+            if row is not None and row["origin_session_id"] is None and tx.dialect.notices:
                 tx.notify(LAUNCH_CHANNEL, run_id)  # an idle host claims it on the notice
         return row is not None
 
@@ -547,7 +548,7 @@ class LaunchQueue(LaunchReads):
                 from runner.store.domain._settle import settle_child
 
                 settle_child(tx, updated, child_state or CHILD_STATE[target], request)
-        if updated["origin_session_id"] is None and (
+        if updated["origin_session_id"] is None and tx.dialect.notices and (
                 target == "queued" or (target == "parked" and updated["park_mode"] == "auto")):
             tx.notify(LAUNCH_CHANNEL, updated["run_id"])
         return updated

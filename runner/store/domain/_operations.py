@@ -148,7 +148,7 @@ class Pauses:
             assert changed == 1, "row changed under its lock"
             log.add(run_id, event, {"from": row["park_mode"], "to": mode},
                     workflow_ref=row["workflow_ref"], runner_id=runner_id)
-            if mode == "auto" and row["origin_session_id"] is None:
+            if mode == "auto" and row["origin_session_id"] is None and tx.dialect.notices:
                 tx.notify(LAUNCH_CHANNEL, run_id)  # a waiting host takes it now
             updated = tx.one(self._sql["load"], {"run_id": run_id})
         assert updated is not None

@@ -62,7 +62,8 @@ def translate(exc: sqlite3.Error, path: Path) -> StoreError:
 #: The SQL fragments SQLite needs: writers are serialized (`BEGIN IMMEDIATE`), so a
 #: read-then-update needs no row lock.
 DIALECT = Dialect(name="sqlite", lock="", skip_locked="", unlimited=-1, same="IS",
-                  index_hints=True, cheap_returning=False, parallel_writes=False)
+                  index_hints=True, cheap_returning=False, parallel_writes=False,
+                  notices=False)
 _NO_PARAMS: Params = {}
 
 
