@@ -369,7 +369,7 @@ def event_from_row(row: Row) -> RunEvent:
                     runner_id=row["runner_id"], payload=json.loads(row["payload_json"]))
 
 
-@dataclass
+@dataclass(eq=False)  # one per transaction: compared (and hashed) by identity
 class EventLog:
     """The events of one transaction, appended together at its end (`flush`), each
     kept as its append's parameters."""

@@ -71,7 +71,7 @@ def _no_clock() -> float:
     raise AssertionError("a raw write (`SqliteDatabase.write`) reads no clock")
 
 
-@dataclass
+@dataclass(eq=False)  # one per transaction: compared (and hashed) by identity
 class SqliteTransaction:
     """The seam's `Transaction` on one SQLite connection (`runner.store._connector`).
 
