@@ -213,7 +213,7 @@ class SqliteDatabase:
         self._connections: dict[int, tuple[int, int, sqlite3.Connection]] = {}
         self._pool: list[tuple[int, sqlite3.Connection]] = []
         self._relaxed: set[int] = set()  # id(conn) of connections at synchronous=NORMAL
-        self._wal = f"{path}-wal"  # synced after a shared-sync commit (`write`)
+        self._wal = f"{path}-wal"  # synced after a shared-sync commit (`transaction`)
         self._closed = False
         # (pid, conn): the one connection every write of this process takes turns on
         # (`_writer_connection`); parents' ones are kept, never closed, after a fork.
@@ -370,7 +370,7 @@ class SqliteDatabase:
     def _sync_for(self, conn: sqlite3.Connection, durable: bool) -> None:
         """Set the connection's synchronous level for the next write, only when it
         changes: a run alternates relaxed and durable writes, and a PRAGMA each way
-        around every relaxed one was two statements per commit. Only `write()`
+        around every relaxed one was two statements per commit. Only `transaction()`
         commits on these connections, and each asks for its level first, so a
         connection left at NORMAL never commits a durable write. A stale id (a
         dropped connection's, reused by a new one at FULL) can only make a relaxed
