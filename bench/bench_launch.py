@@ -20,7 +20,7 @@ project with a one-node compute workflow that has an input schema.
 (c) cycles: N processes on one store file, each looping prepare -> claim ->
     execute (a detached `wfrun start --wait` without the process start),
     for a fixed time; total completed cycles per second, and the mean wait to
-    begin a store write (from asking for `SqliteDatabase.write` to holding it: the
+    begin a store write (from asking for `SqliteDatabase.transaction` to holding it: the
     in-process lock, the writers' turn, SQLite's busy handler).
 (d) turns: N processes on one store file, each writing one row per transaction in a
     tight loop: writes/s and each process's share (the writers' turn alone: is it
@@ -181,29 +181,32 @@ def bench_activation(root: Path, n: int) -> dict[str, Any]:
 
 # -- (c) sustained cycles --------------------------------------------------------------
 def _timed_writes() -> tuple[list[float], list[float]]:
-    """Wrap SqliteDatabase.write in this worker process: how long each write waited,
-    and how long it then held the writers' turn (its body and COMMIT)."""
+    """Wrap the store's write transaction in this worker process, before its store is
+    made (the SQLite connector takes `SqliteDatabase.transaction` as its write when
+    built; `write` in an older `--root` runner): how long each write waited, and how
+    long it then held the writers' turn (its body and COMMIT)."""
     from contextlib import contextmanager
 
     from runner.store.sqlite import _db as db
 
     waits: list[float] = []
     holds: list[float] = []
-    plain = db.SqliteDatabase.write
+    name = "transaction" if hasattr(db.SqliteDatabase, "transaction") else "write"
+    plain = getattr(db.SqliteDatabase, name)
 
     @contextmanager
-    def write(self: Any, **kwargs: Any) -> Any:  # durable= since the relaxed commits
+    def write(self: Any, *args: Any, **kwargs: Any) -> Any:  # durable= since relaxed commits
         t0 = time.perf_counter()
-        with plain(self, **kwargs) as conn:
+        with plain(self, *args, **kwargs) as tx:
             t1 = time.perf_counter()
             waits.append(t1 - t0)
             try:
-                yield conn
+                yield tx
             finally:
                 t2 = time.perf_counter()
                 holds.append(t2 - t1)
 
-    db.SqliteDatabase.write = write  # type: ignore[method-assign]
+    setattr(db.SqliteDatabase, name, write)
     return waits, holds
 
 

@@ -57,6 +57,7 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -250,7 +251,13 @@ class Marks:
                 self.jobs[id(job)]["fire"] = began
             return fire_many(firings)
 
-        def marked_commit(db: Any, *args: Any) -> Any:  # SQLite: COMMIT follows the body
+        def mark_commit() -> None:  # SQLite: COMMIT follows the body
+            now = time.monotonic_ns()
+            for job in getattr(self.local, "jobs", ()):
+                if id(job) in self.jobs:
+                    self.jobs[id(job)]["commit"] = now
+
+        def marked_commit(db: Any, *args: Any) -> Any:
             steps = sqlite_commit(db, *args)
             body = next(steps)
             try:
@@ -258,19 +265,31 @@ class Marks:
             except BaseException as exc:
                 steps.throw(exc)
                 raise
-            now = time.monotonic_ns()
-            for job in getattr(self.local, "jobs", ()):
-                if id(job) in self.jobs:
-                    self.jobs[id(job)]["commit"] = now
+            mark_commit()
             for _ in steps:
                 pass
 
         from runner.store.sqlite import _db
-        # The generator that runs a write's body, then COMMIT: `_write` (since path36),
-        # `_commit` in older runners (`--root`).
-        commit_name = "_commit" if hasattr(_db.SqliteDatabase, "_commit") else "_write"
-        sqlite_commit = getattr(_db.SqliteDatabase, commit_name)
-        setattr(_db.SqliteDatabase, commit_name, marked_commit)
+        connector = server.loop.ledger._c
+        if hasattr(_db.SqliteDatabase, "transaction"):
+            # The write transaction (since r3store) is the SQLite connector's `write`,
+            # handed out once: wrapped there (the ledger's connector is its launch
+            # queue's too).
+            if connector.dialect.name == "sqlite":
+                write = connector.write
+
+                @contextmanager
+                def marked_write(*args: Any, **kwargs: Any) -> Any:
+                    with write(*args, **kwargs) as tx:
+                        yield tx
+                        mark_commit()
+                connector.write = marked_write
+        else:
+            # The generator that runs a write's body, then COMMIT: `_write` (path36),
+            # `_commit` in older runners (`--root`).
+            commit_name = "_commit" if hasattr(_db.SqliteDatabase, "_commit") else "_write"
+            sqlite_commit = getattr(_db.SqliteDatabase, commit_name)
+            setattr(_db.SqliteDatabase, commit_name, marked_commit)
         handler.do_POST = marked_do_post
         server.handle = marked_handle
         commits.submit, commits._run = marked_submit, marked_run

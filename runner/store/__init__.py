@@ -12,7 +12,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from runner.store._book import LaunchBook, LeaseFence
+    from runner.store._book import LaunchBook
     from runner.store._errors import (
         IdentityConflict,
         StoreDiskFull,
@@ -45,13 +45,15 @@ if TYPE_CHECKING:
         TurnCause,
         TurnResolution,
     )
+    from runner.store.domain._launch_queries import LeaseFence
     from runner.store.sqlite._store import SqliteStore
 
 #: public name -> the submodule that defines it. The names load on first use (PEP 562):
 #: `wfrun status` needs the SQLite store and the launch records, not the controller
 #: side's records or the Postgres URL rules (issue 34 item 11, cold start).
 _LAZY: dict[str, str] = {
-    **dict.fromkeys(("LaunchBook", "LeaseFence"), "_book"),
+    "LaunchBook": "_book",
+    "LeaseFence": "domain._launch_queries",
     **dict.fromkeys(("IdentityConflict", "StoreDiskFull", "StoreError", "StoreNoPermission",
                      "StoreReadOnly", "StoreUnavailable", "StoreUnreachable"), "_errors"),
     **dict.fromkeys(("BundleRefused", "BundleWrite", "InputScrub", "Store"), "_interface"),

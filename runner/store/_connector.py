@@ -18,7 +18,8 @@ Using it (the controller side builds on exactly this):
                 tx.run("INSERT INTO t (k) VALUES (:k)", {"k": "x"})
         except UniqueViolation:                      # ...and the rest of tx is kept
             ...
-        tx.notify("wfrun_launch", run_id)            # delivered at commit (Postgres only)
+        if tx.dialect.notices:                       # Postgres: delivered at commit
+            tx.notify("wfrun_launch", run_id)
 
     with connector.read() as tx:                     # reads only; each statement sees
         rows = tx.all("SELECT ...", {...})          # its own snapshot (autocommit)
@@ -94,6 +95,9 @@ class Dialect:
     #: Whether write transactions of one process make progress side by side (a pool
     #: of connections, row locks) rather than one at a time (SQLite's write lock).
     parallel_writes: bool = True
+    #: Whether a commit announces ids to listeners (`Transaction.notify`, Postgres
+    #: LISTEN/NOTIFY). Where not (SQLite: hosts on one file poll), callers skip it.
+    notices: bool = True
 
     def indexed_by(self, index: str) -> str:
         return f" INDEXED BY {index}" if self.index_hints else ""
@@ -146,7 +150,7 @@ class Transaction(Protocol):
 
     def notify(self, channel: str, item_id: str) -> None:
         """Announce an id on a channel at commit (Postgres LISTEN/NOTIFY; a no-op where
-        the backend has no notices: its readers poll)."""
+        the backend has no notices, `dialect.notices`: its readers poll)."""
         ...
 
 

@@ -24,7 +24,7 @@ OWN_DATA = {
     "engine/_engine.py", "engine/_nodecontext.py", "engine/_agent.py", "launch/_preflight.py",
     "compiler/_jsonschemas.py", "store/_records.py", "store/domain/_launch_queries.py",
     "store/domain/_intents.py", "store/domain/_controller_events.py",
-    "store/domain/_controller_resources.py", "store/domain/_events.py", "_jsonin.py",
+    "store/domain/_controller_resources.py", "_jsonin.py",
     "host/_queuewatch.py",  # the queued launches' workflow_source_json, a store column
     # Store columns and bundles wfrun wrote itself: audit detail, rerun links, the step
     # cache, a trigger's kept event, the definition snapshot, a launch row's input.

@@ -237,7 +237,8 @@ def _wake(tx: Tx, key: ItemKey, now: int) -> None:
                        " 'explicit'", {"run": key.run_id, "now": now})
         if not woken:
             return
-        tx.notify(LAUNCH_CHANNEL, key.run_id)  # an idle host claims it on the notice
+        if tx.dialect.notices:
+            tx.notify(LAUNCH_CHANNEL, key.run_id)  # an idle host claims it on the notice
     tx.run(f"UPDATE fanout_nodes SET active = 0, waiting = 0 WHERE {_KEY}", key.params())
 
 
@@ -475,7 +476,7 @@ class FanoutItems:
                            f" {_KEY} AND waiting = 1)", {**key.params(), "now": tx.now_ms()})
             tx.run(f"UPDATE fanout_nodes SET active = 0, waiting = 0 WHERE {_KEY}",
                    key.params())
-            if woken:
+            if woken and tx.dialect.notices:
                 tx.notify(LAUNCH_CHANNEL, key.run_id)
 
     def renew_held(self, holder: str,

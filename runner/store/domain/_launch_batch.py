@@ -11,9 +11,9 @@ from typing import Any, Protocol
 from runner.store._connector import Transaction
 from runner.store._ddl import row_params, values_rows
 from runner.store._records import LaunchRecord, LostRace, NewLaunch
-from runner.store.domain._events import EventLog
 from runner.store.domain._launch_queries import (
     LAUNCH_CHANNEL,
+    EventLog,
     launch_event,
     launch_from_row,
     launch_values,
@@ -71,7 +71,7 @@ class Adder:
                     done[n] = queue._insert(tx, self._log, launches[n], values)
                     continue
                 launch_event(self._log, row, None, "launch.queued")
-                if launches[n].origin_session_id is None:
+                if launches[n].origin_session_id is None and tx.dialect.notices:
                     tx.notify(LAUNCH_CHANNEL, launches[n].run_id)
                 done[n] = launch_from_row(row)
         return [self(launch) if d is None else d for launch, d in zip(launches, done,

@@ -1,22 +1,48 @@
-"""The launch queue's table as its modules share it (`domain/_launches.py` and its
+"""The launch queue's rows as its modules share them (`domain/_launches.py` and its
 reads): the named statements, the row's mapping both ways (`launch_values`,
-`launch_from_row`), its transitions' run event (`launch_event`) and the one guard
-every transition and the fence apply (`guard`). A backend overrides a statement by
-name (`named()`)."""
+`launch_from_row`), the one guard every transition applies (`guard`) and the lease
+fence that rests on it (`LeaseFence`), and the run events each transition appends in
+its own transaction (`EventLog`, `RunEvents`). A backend overrides a statement by name
+(`named()`).
+
+`run_events` is the append-only audit feed: the store appends one event for every
+launch transition in the same transaction (`launch.queued`, `launch.starting`,
+`launch.reclaimed`, `launch.running`, `launch.parked`, `launch.done`, `launch.failed`,
+`launch.cancelled`, `launch.recovered`); callers may append their own. Payloads never
+carry launch input, options or prompts.
+
+Commit order = `seq` order. A reader pages with `read(after_seq=last seen)`, so an
+event must never become visible after one with a higher `seq`. SQLite writers are
+serialized anyway. On Postgres a sequence hands out numbers at INSERT time, and a
+transaction that drew seq 11 may commit after one that drew 12; a reader that saw
+12 would never read 11. So a transaction appends its events *last*, after taking
+the `order_appends` lock (a transaction-scoped advisory lock, released at commit):
+numbers are drawn in commit order. Nothing is locked after it, so it cannot take
+part in a deadlock; the cost is that appends (the tail of each transition and its
+commit) take turns.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
-from typing import Any
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
-from runner.store._connector import Row, in_params
+from runner._leases import renew_every
+from runner.clock import Clock
+from runner.store._connector import Connector, Row, Transaction, in_params, named
 from runner.store._ddl import sql_in
+from runner.store._errors import StoreError, StoreUnreachable
 from runner.store._records import (
     INPUT_MAX_BYTES,
+    PAYLOAD_MAX_BYTES,
     LaunchRecord,
     LostRace,
     NewLaunch,
+    RunEvent,
     canonical_json,
     check_id,
     json_object,
@@ -29,7 +55,6 @@ from runner.store._states import (
     LaunchStatus,
     Operation,
 )
-from runner.store.domain._events import EventLog
 
 #: Wake-ups for hosts waiting on detached launches (Postgres LISTEN/NOTIFY).
 LAUNCH_CHANNEL = "wfrun_launch"
@@ -166,18 +191,18 @@ SQL: Mapping[str, str] = {
 }
 
 # What an `enter` sets per target status, beside `status` and `updated_at`: per column,
-# its SQL and the same value computed from the row in hand (`entered`: SQLite takes
-# the UPDATE without RETURNING, which cost it ~3x the UPDATE plus a re-read by key).
-_Set = tuple[str, Callable[[Row, Mapping[str, Any]], object]]
-_NULL: _Set = ("NULL", lambda row, p: None)
-_ZERO: _Set = ("0", lambda row, p: 0)
-_NOW: _Set = (":now", lambda row, p: p["now"])
-_STARTED: _Set = ("COALESCE(started_at, :now)",
-                  lambda row, p: p["now"] if row["started_at"] is None else row["started_at"])
+# its SQL and the name of the same value in Python (`entered`: SQLite takes the UPDATE
+# without RETURNING, which cost it ~3x the UPDATE plus a re-read by key). A name is a
+# parameter of the statement or one of the values `entered` derives from the row.
+_Set = tuple[str, str]
+_NULL: _Set = ("NULL", "null")
+_ZERO: _Set = ("0", "zero")
+_NOW: _Set = (":now", "now")
+_STARTED: _Set = ("COALESCE(started_at, :now)", "started")
 
 
 def _param(name: str) -> _Set:
-    return f":{name}", lambda row, p: p[name]
+    return f":{name}", name
 
 
 _CLEARED = {"claim_token": _NULL, "claim_expires_at": _NULL}
@@ -189,8 +214,7 @@ _SETS: dict[LaunchStatus, dict[str, _Set]] = {
     # Recovery goes back to queued (its runner died while starting): a crash; a release
     # (the disk refused the bundle) is not one (:crashed 0).
     "queued": {**_CLEARED, "runner_id": _NULL,
-               "crash_count": ("crash_count + :crashed",
-                               lambda row, p: row["crash_count"] + p["crashed"])},
+               "crash_count": ("crash_count + :crashed", "crashes")},
     "done": {**_CLEARED, **_SPENT, "started_at": _STARTED, "finished_at": _NOW,
              "ending": _param("ending")},
     "failed": {**_CLEARED, **_SPENT, "error_code": _param("code"),
@@ -221,9 +245,14 @@ def entered(row: Row, params: Mapping[str, Any], *, through: bool = False) -> Ro
     """The row as `enter` (`ENTER`, or `THROUGH`) with `params` leaves `row`, without
     reading it again: a write transaction holding the row (SQLite's write lock)."""
     target: LaunchStatus = params["target"]
-    sets = (_SETS_THROUGH if through else _SETS)[target]
-    return {**row, "status": target, "updated_at": params["now"],
-            **{column: value(row, params) for column, (_, value) in sets.items()}}
+    now = params["now"]
+    value = {**params, "null": None, "zero": 0,
+             "started": now if row["started_at"] is None else row["started_at"],
+             "crashes": row["crash_count"] + params["crashed"]}
+    new = {**row, "status": target, "updated_at": now}
+    for column, (_, name) in (_SETS_THROUGH if through else _SETS)[target].items():
+        new[column] = value[name]
+    return new
 
 
 def taken(row: Row, params: Mapping[str, Any]) -> Row:
@@ -319,3 +348,196 @@ def guard(row: Row | None, run_id: str, op: Operation, token: str | None,
         if row["claim_expires_at"] <= now:
             return LostRace(run_id, "lease_expired", row["status"])
     return None
+
+
+# --- run events ----------------------------------------------------------------------
+
+EVENT_SQL: Mapping[str, str] = {
+    # Empty: the backend's writers are serialized already (SQLite's BEGIN IMMEDIATE).
+    "order_appends": "",
+    "append": "INSERT INTO run_events (recorded_at, run_id, workflow_ref, type, runner_id,"
+    " payload_json) VALUES (:now, :run_id, :workflow_ref, :type, :runner_id, :payload)",
+    "read_all": "SELECT * FROM run_events WHERE seq > :after ORDER BY seq LIMIT :limit",
+    "read_run": "SELECT * FROM run_events WHERE run_id = :run_id AND seq > :after"
+    " ORDER BY seq LIMIT :limit",
+}
+
+
+def event_from_row(row: Row) -> RunEvent:
+    return RunEvent(seq=row["seq"], recorded_at=row["recorded_at"], run_id=row["run_id"],
+                    workflow_ref=row["workflow_ref"], type=row["type"],
+                    runner_id=row["runner_id"], payload=json.loads(row["payload_json"]))
+
+
+@dataclass(eq=False)  # one per transaction: compared (and hashed) by identity
+class EventLog:
+    """The events of one transaction, appended together at its end (`flush`), each
+    kept as its append's parameters."""
+
+    tx: Transaction
+    sql: Mapping[str, str]
+    pending: list[dict[str, object]] = field(default_factory=list)
+
+    def add(self, run_id: str, event_type: str, payload: object, *,
+            workflow_ref: str | None = None, runner_id: str | None = None) -> None:
+        """Queue one event (checked now, so a bad payload fails before any write)."""
+        if not event_type:
+            raise ValueError("a run event needs a type")
+        body = json_object({} if payload is None else payload, what="event payload",
+                           max_bytes=PAYLOAD_MAX_BYTES)
+        self.pending.append({"now": self.tx.now_ms(), "run_id": run_id,
+                             "workflow_ref": workflow_ref, "type": event_type,
+                             "runner_id": runner_id, "payload": body})
+
+    def flush(self, *, rows: bool = False) -> list[Row]:
+        """Take the append-order lock and insert every queued event; with `rows`, their
+        rows (a transaction's own events need none back: RETURNING cost SQLite ~8 µs
+        per insert, four per run)."""
+        if not self.pending:
+            return []
+        if self.sql["order_appends"]:
+            self.tx.one(self.sql["order_appends"])
+        sql = self.sql["append"] + (" RETURNING *" if rows else "")
+        params, self.pending = self.pending, []
+        written: list[Row] = []
+        if not rows and len(params) == 1:
+            self.tx.run(sql, params[0])
+        elif not rows:  # one call for all (a batch's: one per launch), in order
+            self.tx.many(sql, params)
+        else:
+            for one in params:
+                row = self.tx.one(sql, one)
+                assert row is not None
+                written.append(row)
+        return written
+
+
+class RunEvents:
+    """`RunEvents` over a connector."""
+
+    def __init__(self, connector: Connector, overrides: Mapping[str, str] | None = None) -> None:
+        self._connector = connector
+        self._sql = named(EVENT_SQL, overrides)
+
+    @contextmanager
+    def writing(self, *, durable: bool = True,
+                shared_sync: bool = False) -> Iterator[tuple[Transaction, EventLog]]:
+        """A write transaction whose queued events are appended last, before commit
+        (`durable`, `shared_sync`: `Connector.write`)."""
+        with self._connector.write(durable=durable, shared_sync=shared_sync) as tx:
+            log = EventLog(tx, self._sql)
+            yield tx, log
+            log.flush()
+
+    def append(self, run_id: str, event_type: str, payload: object = None, *,
+               workflow_ref: str | None = None, runner_id: str | None = None) -> RunEvent:
+        with self._connector.write() as tx:
+            log = EventLog(tx, self._sql)
+            log.add(run_id, event_type, payload, workflow_ref=workflow_ref,
+                    runner_id=runner_id)
+            (row,) = log.flush(rows=True)
+        return event_from_row(row)
+
+    def read(self, *, run_id: str | None = None, after_seq: int = 0,
+             limit: int = 1000) -> list[RunEvent]:
+        params = {"run_id": run_id, "after": after_seq, "limit": limit}
+        with self._connector.read() as tx:
+            rows = tx.all(self._sql["read_all" if run_id is None else "read_run"], params)
+        return [event_from_row(row) for row in rows]
+
+
+# --- the lease fence ---------------------------------------------------------------
+#
+# `LeaseFence` is one claim's question to the book: is the launch still ours? The
+# engine asks it (a plain callable) before it writes a run's bundle. It lives beside
+# `guard`, not in the launch layer, because its local answer rests on that rule: while
+# our lease surely has a third of its length left, nothing else can change the row: a
+# reclaim needs an expired lease, and a cancel of a claimed row (`starting` or
+# `running`) with a live lease is asked of its holder (the store refuses it otherwise,
+# ADR 0009 lever 3). Then the fence is answered from what it last learned (no round
+# trip); otherwise it asks the store, and learns the lease from the answer. The fence
+# owns that knowledge: `running` and `held` record committed answers (mark_running, a
+# renewal by the lease keeper), a read records what it found, `lost` forgets them.
+
+
+class ClaimLeft(Protocol):
+    """What a fence asks of the queue (`LaunchBook.claim_left`)."""
+
+    def claim_left(self, run_id: str, claim_token: str
+                   ) -> tuple[LaunchStatus, int] | LostRace: ...
+
+
+#: How often a fence asks an unreachable store again, while its patience lasts.
+RETRY_EVERY = 0.2
+
+
+class LeaseFence:
+    """The fence of one claim (`run_id` under `token`), on the engine's clock."""
+
+    def __init__(self, launches: ClaimLeft, run_id: str, token: str, clock: Clock,
+                 lease_seconds: float) -> None:
+        self._launches = launches
+        self._run_id = run_id
+        self.token = token  # the claim token this fence guards
+        self._clock = clock
+        # A third of the lease: kept in hand before answering locally, and how long an
+        # unreachable store is waited for.
+        self.margin = renew_every(lease_seconds)
+        self._lock = threading.Lock()  # the keeper's thread updates what the run reads
+        self._running = False
+        self._until = 0.0
+
+    @property
+    def running_here(self) -> bool:
+        """Whether the row was last known `running` under this claim."""
+        return self._running
+
+    def running(self, record: LaunchRecord, sent: float) -> None:
+        """The row is `running` under this claim (mark_running's committed answer, to
+        a statement sent at `sent`)."""
+        with self._lock:
+            self._running = True
+        self.held(record, sent)
+
+    def held(self, record: LaunchRecord, sent: float) -> None:
+        """A committed answer (mark_running, a renewal) to a statement sent at `sent` on
+        the engine's clock: the database wrote it no earlier, when the lease had
+        `claim_expires_at - updated_at` left (both on the database's clock), so the
+        lease holds until `sent` plus that, less `margin` for clock drift and a write
+        still on its way."""
+        left = ((record.claim_expires_at or 0) - record.updated_at) / 1000
+        with self._lock:
+            self._until = max(self._until, sent + left - self.margin)
+
+    def lost(self) -> None:
+        """The claim is lost (a renewal refused): ask the store from now on."""
+        with self._lock:
+            self._running = False
+            self._until = 0.0
+
+    def __call__(self) -> bool:
+        """True while the claim is ours. A database that went away (a restart, a
+        network blip: StoreUnreachable) is waited for, up to a
+        third of the lease, and asked again: only its answer says the claim is still
+        ours, so nothing runs unfenced."""
+        give_up = self._clock.monotonic() + self.margin
+        while True:
+            try:
+                sent = self._clock.monotonic()
+                if sent < self._until:
+                    return True
+                held = self._launches.claim_left(self._run_id, self.token)
+                break
+            except StoreError as exc:
+                if not isinstance(exc, StoreUnreachable) or self._clock.monotonic() >= give_up:
+                    return False
+                self._clock.sleep(RETRY_EVERY)
+        if isinstance(held, LostRace):
+            self.lost()
+            return False
+        status, left_ms = held
+        with self._lock:
+            self._running = status == "running"
+            # As `held`: the database read the lease no earlier than `sent`.
+            self._until = max(self._until, sent + left_ms / 1000 - self.margin)
+        return True

@@ -1,6 +1,7 @@
 """The launch queue's reads: one row, a filtered list, the detached queue grouped by
 source, a session's reservation, a continuation, the recoverable rows, the conflict a
-refused enqueue names, a launch's flow-control gate and who holds its keys.
+refused enqueue names, a launch's flow-control gate and who holds its keys, and the
+lease fence's look at a claim.
 
 `LaunchQueue` (launches.py) inherits them; its constructor sets what they read
 (`_connector`, `_sql`, `_ready_index`). Kept apart so the queue's transitions read
@@ -15,7 +16,7 @@ from runner.store._connector import Connector, Transaction
 from runner.store._ddl import sql_in
 from runner.store._records import LaunchGate, LaunchRecord, LostRace, NewLaunch, QueuedSources
 from runner.store._states import READY_STATUSES, LaunchStatus
-from runner.store.domain._launch_queries import FIXED, launch_from_row
+from runner.store.domain._launch_queries import FIXED, HOLD, guard, launch_from_row
 from runner.store.domain._pages import LaunchPages, status_clause
 
 
@@ -131,3 +132,20 @@ class LaunchReads(LaunchPages):
         with self._connector.read() as tx:
             rows = tx.all(self._sql["gate_starts"], {"key": key, "since": since_ms})
         return [r["started_at"] for r in rows]
+
+    # The lease fence's look at a claim (_launch_queries.LeaseFence): read only, no lock.
+    def check_claim(self, run_id: str, claim_token: str) -> LaunchStatus | LostRace:
+        held = self.claim_left(run_id, claim_token)
+        return held if isinstance(held, LostRace) else held[0]
+
+    def claim_left(self, run_id: str, claim_token: str) -> tuple[LaunchStatus, int] | LostRace:
+        # The lease columns and the clock in one statement, no row decoded.
+        with self._connector.read() as tx:
+            now, clock = tx.clock_sql("fence_now")
+            row = tx.one(self._sql["fence"].format(now=now), {"run_id": run_id, **clock})
+        lost = guard(row, run_id, HOLD, claim_token, 0 if row is None else row["fence_now"])
+        if lost is not None:
+            return lost
+        assert row is not None
+        status: LaunchStatus = row["status"]  # the guard passed: starting or running
+        return status, int(row["claim_expires_at"]) - int(row["fence_now"])

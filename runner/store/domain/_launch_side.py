@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from runner.store._connector import Connector
 from runner.store._interface import InputScrub, NoScrub
 from runner.store._parts import part
-from runner.store.domain._events import RunEvents
+from runner.store.domain._launch_queries import RunEvents
 from runner.store.domain._launches import LaunchQueue
 
 if TYPE_CHECKING:

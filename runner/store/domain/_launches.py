@@ -7,7 +7,7 @@ then issues an UPDATE guarded by the same status and the epoch it read (the fenc
 Postgres never wait on each other's candidates). A failed check returns `LostRace` and
 writes nothing. Each transition appends a `launch.*` run event in the same transaction
 (`events.EventLog`, last); a detached row that becomes claimable is announced
-(`tx.notify`, ids only).
+(`tx.notify`, ids only, where the backend has notices).
 """
 
 from __future__ import annotations
@@ -51,7 +51,6 @@ from runner.store._states import (
 )
 from runner.store.domain import _intents as intents
 from runner.store.domain import _pages as pages
-from runner.store.domain._events import EventLog, RunEvents
 from runner.store.domain._launch_batch import Adder
 from runner.store.domain._launch_queries import (
     CHILD_STATE,
@@ -63,6 +62,8 @@ from runner.store.domain._launch_queries import (
     ORIGIN,
     SQL,
     THROUGH,
+    EventLog,
+    RunEvents,
     entered,
     guard,
     launch_event,
@@ -100,7 +101,9 @@ class LaunchQueue(LaunchReads):
         # Whether the last claim_next of each claimer (by session; None: the hosts)
         # found nothing; then the next one looks first (`_claimable`).
         self._found_none: dict[str | None, bool] = {}
-        self._probes: dict[bool, tuple[str, ...]] = {}  # claim_probes, by `session_id is None`
+        # The claim's looks (`claim_probes`), built once per kind of claimer: a
+        # session's (False) or the hosts' (True, `session_id is None`).
+        self._probes = {detached: self._looks(detached) for detached in (True, False)}
         self._ready_index: bool | None = None  # `_ready_hint`, learnt once
 
     # --- enqueue -----------------------------------------------------------------
@@ -155,7 +158,7 @@ class LaunchQueue(LaunchReads):
                                gated=False)
             assert isinstance(taken, LaunchRecord), "a row inserted here changed"
             return taken
-        if launch.origin_session_id is None:
+        if launch.origin_session_id is None and tx.dialect.notices:
             tx.notify(LAUNCH_CHANNEL, launch.run_id)
         return launch_from_row(row)
 
@@ -219,7 +222,7 @@ class LaunchQueue(LaunchReads):
                    lease_seconds: float = LEASE_SECONDS) -> LaunchRecord | None:
         check_id(runner_id, "runner_id")
         lease = lease_ms(lease_seconds)
-        probes = self.claim_probes(session_id)
+        probes = self._probes[session_id is None]
         params = {**FIXED, "session": session_id, "runner": runner_id}
         if self._found_none.get(session_id) and not any(
                 self._claimable(sql, params) for sql in probes):
@@ -233,7 +236,7 @@ class LaunchQueue(LaunchReads):
         """Take the next claimable launch inside the caller's write transaction."""
         params = {**FIXED, "session": session_id, "runner": runner_id, "now": tx.now_ms()}
         row = None
-        for sql in self.claim_probes(session_id):
+        for sql in self._probes[session_id is None]:
             row = tx.one(sql + tx.dialect.skip_locked, params)
             if row is not None:
                 break
@@ -254,22 +257,22 @@ class LaunchQueue(LaunchReads):
             return None
 
     def claim_probes(self, session_id: str | None) -> tuple[str, ...]:
-        """The claim's two looks, in order: this runner's own launches, then any (built
-        once per kind of claimer: a session's, or the hosts'). Without a row lock
-        clause (SQLite) they are one statement: a UNION ALL runs its arms in order and
-        its LIMIT stops at the first row (Postgres refuses FOR UPDATE on a UNION)."""
-        detached = session_id is None
-        probes = self._probes.get(detached)
-        if probes is None:
-            dialect = self._connector.dialect
-            probes = tuple(self._sql[name].format(
-                origin=ORIGIN[detached], hint=dialect.indexed_by("workflow_run_queue_ready"),
-                hint_mine=dialect.indexed_by("workflow_run_queue_ready_affinity"))
-                for name in ("next_mine", "next"))
-            if not dialect.skip_locked:
-                probes = (" UNION ALL ".join(f"SELECT * FROM ({sql})" for sql in probes)
-                          + " LIMIT 1",)
-            self._probes[detached] = probes
+        """The claim's looks for a session's claimer, or the hosts' (`session_id` None)."""
+        return self._probes[session_id is None]
+
+    def _looks(self, detached: bool) -> tuple[str, ...]:
+        """The claim's two looks, in order: this runner's own launches, then any (of a
+        session, or the hosts' when `detached`). Without a row lock clause (SQLite) they
+        are one statement: a UNION ALL runs its arms in order and its LIMIT stops at the
+        first row (Postgres refuses FOR UPDATE on a UNION)."""
+        dialect = self._connector.dialect
+        probes = tuple(self._sql[name].format(
+            origin=ORIGIN[detached], hint=dialect.indexed_by("workflow_run_queue_ready"),
+            hint_mine=dialect.indexed_by("workflow_run_queue_ready_affinity"))
+            for name in ("next_mine", "next"))
+        if not dialect.skip_locked:
+            probes = (" UNION ALL ".join(f"SELECT * FROM ({sql})" for sql in probes)
+                      + " LIMIT 1",)
         return probes
 
     def _claimable(self, sql: str, params: dict[str, object]) -> bool:
@@ -349,23 +352,6 @@ class LaunchQueue(LaunchReads):
         assert renewed is not None
         return launch_from_row(renewed)
 
-    # The lease fence's look at a claim (_book.LeaseFence): read only, no lock.
-    def check_claim(self, run_id: str, claim_token: str) -> LaunchStatus | LostRace:
-        held = self.claim_left(run_id, claim_token)
-        return held if isinstance(held, LostRace) else held[0]
-
-    def claim_left(self, run_id: str, claim_token: str) -> tuple[LaunchStatus, int] | LostRace:
-        # The lease columns and the clock in one statement, no row decoded.
-        with self._connector.read() as tx:
-            now, clock = tx.clock_sql("fence_now")
-            row = tx.one(self._sql["fence"].format(now=now), {"run_id": run_id, **clock})
-        lost = guard(row, run_id, HOLD, claim_token, 0 if row is None else row["fence_now"])
-        if lost is not None:
-            return lost
-        assert row is not None
-        status: LaunchStatus = row["status"]  # the guard passed: starting or running
-        return status, int(row["claim_expires_at"]) - int(row["fence_now"])
-
     def hand_over(self, session_id: str) -> list[LaunchRecord]:
         """The session ended: every launch of it not yet ended (queued, parked, or
         claimed by a runner that may be gone) is handed to the hosts, durably, in one
@@ -384,7 +370,8 @@ class LaunchQueue(LaunchReads):
             for row in rows:
                 launch_event(log, row, row["status"], "launch.handed_over",
                             {"session": session_id})
-                tx.notify(LAUNCH_CHANNEL, row["run_id"])
+                if tx.dialect.notices:
+                    tx.notify(LAUNCH_CHANNEL, row["run_id"])
         return [launch_from_row(row) for row in rows]
 
     def hand_back(self, run_id: str) -> bool:
@@ -407,7 +394,7 @@ class LaunchQueue(LaunchReads):
             now = tx.now_ms()
             row = tx.one(self._sql["yield"], {**FIXED, "now": now, "run_id": run_id,
                                               "token": claim_token})
-            if row is not None and row["origin_session_id"] is None:
+            if row is not None and row["origin_session_id"] is None and tx.dialect.notices:
                 tx.notify(LAUNCH_CHANNEL, run_id)  # an idle host claims it on the notice
         return row is not None
 
@@ -546,7 +533,7 @@ class LaunchQueue(LaunchReads):
                 from runner.store.domain._settle import settle_child
 
                 settle_child(tx, updated, child_state or CHILD_STATE[target], request)
-        if updated["origin_session_id"] is None and (
+        if updated["origin_session_id"] is None and tx.dialect.notices and (
                 target == "queued" or (target == "parked" and updated["park_mode"] == "auto")):
             tx.notify(LAUNCH_CHANNEL, updated["run_id"])
         return updated

@@ -28,8 +28,7 @@ from runner.store._records import (
     canonical_json,
     check_id,
 )
-from runner.store.domain._events import RunEvents
-from runner.store.domain._launch_queries import LAUNCH_CHANNEL, launch_from_row
+from runner.store.domain._launch_queries import LAUNCH_CHANNEL, RunEvents, launch_from_row
 
 SQL: Mapping[str, str] = {
     "link": "INSERT INTO workflow_reruns (run_id, rerun_of, from_node, forced,"
@@ -149,7 +148,7 @@ class Pauses:
             assert changed == 1, "row changed under its lock"
             log.add(run_id, event, {"from": row["park_mode"], "to": mode},
                     workflow_ref=row["workflow_ref"], runner_id=runner_id)
-            if mode == "auto" and row["origin_session_id"] is None:
+            if mode == "auto" and row["origin_session_id"] is None and tx.dialect.notices:
                 tx.notify(LAUNCH_CHANNEL, run_id)  # a waiting host takes it now
             updated = tx.one(self._sql["load"], {"run_id": run_id})
         assert updated is not None

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 LAUNCH_SIDE: Mapping[str, Mapping[str, str]] = {
     # Text order follows the database's collation, so a prefix is not a key range.
     "pages": {"prefix": "starts_with(run_id, :prefix)"},
-    # Appends take turns until commit so `seq` order is commit order (domain/_events.py):
+    # Appends take turns until commit so `seq` order is commit order (domain/_launch_queries.py):
     # one transaction-scoped advisory lock per schema.
     "events": {"order_appends":
                "SELECT pg_advisory_xact_lock(hashtext(current_schema() || '.run_events'))"},
@@ -17,7 +17,7 @@ LAUNCH_SIDE: Mapping[str, Mapping[str, str]] = {
     # savepoint and its release, the insert, the append lock, the event, the notice,
     # COMMIT): the row, then, once it is in (a unique index may make the insert wait
     # for another writer, who may hold the append lock: so the lock comes after),
-    # the append-order lock (domain/_events.py), the notice of a detached launch and
+    # the append-order lock (domain/_launch_queries.py), the notice of a detached launch and
     # its `launch.queued` event. The main query reads `q` first; `e` (data-modifying)
     # runs at the end, pulling `turn`, whose volatile calls keep it a real step.
     "launches": {"enqueue_one":

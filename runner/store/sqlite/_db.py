@@ -1,5 +1,7 @@
-"""The SQLite store's connections and transactions, and the batched scrub of its WAL
-(the open procedure: _open.py; the file: files.py).
+"""The SQLite store's connections and transactions (the write transaction and the
+seam's `SqliteTransaction` on it: what `SqliteConnector` hands out), and the batched
+scrub of its WAL (the open procedure: _open.py; the file and a new connection's
+pragmas: _files.py).
 
 One connection per thread at a time (and per process: a connection never crosses
 fork()); a finished thread's connection is reused by the next thread.
@@ -28,21 +30,23 @@ import sqlite3
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
+from dataclasses import dataclass
+from operator import itemgetter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from runner.store import _faults as store_faults
+from runner.store._connector import Dialect, Params, Row, UniqueViolation
 from runner.store._errors import (
     StoreCorrupt,
     StoreError,
-    StoreUnavailable,
 )
 from runner.store.sqlite import _faults as sqlite_faults
 from runner.store.sqlite._files import (
     DEFAULT_BUSY_TIMEOUT_MS,
+    connect,
     open_in_this_process,
-    read_only_uri,
     track_open,
 )
 from runner.store.sqlite._writelock import WriteLock
@@ -50,11 +54,107 @@ from runner.store.sqlite._writelock import WriteLock
 if TYPE_CHECKING:
     import logging
 
-_WAL_SWITCH_ATTEMPTS = 200
-
 def translate(exc: sqlite3.Error, path: Path) -> StoreError:
     """Map a sqlite3 error onto the store's exception tree (see `faults`)."""
     return sqlite_faults.from_sqlite(exc, path)
+
+
+#: The SQL fragments SQLite needs: writers are serialized (`BEGIN IMMEDIATE`), so a
+#: read-then-update needs no row lock.
+DIALECT = Dialect(name="sqlite", lock="", skip_locked="", unlimited=-1, same="IS",
+                  index_hints=True, cheap_returning=False, parallel_writes=False,
+                  notices=False)
+_NO_PARAMS: Params = {}
+
+
+def _no_clock() -> float:
+    raise AssertionError("a raw write (`SqliteDatabase.write`) reads no clock")
+
+
+@dataclass(eq=False)  # one per transaction: compared (and hashed) by identity
+class SqliteTransaction:
+    """The seam's `Transaction` on one SQLite connection (`runner.store._connector`).
+
+    Statements use SQLite's own `:name` parameters unchanged; rows are dicts, built
+    here from each cursor's tuples (the connection's `sqlite3.Row` for older modules is
+    left alone). Savepoints are `SAVEPOINT`/`ROLLBACK TO`; a unique constraint failure
+    is `UniqueViolation`, every other sqlite3 error is translated by
+    `faults.from_sqlite`."""
+
+    db: SqliteDatabase
+    conn: sqlite3.Connection
+    clock: Callable[[], float]  # the store's: seconds since the Unix epoch
+    now: int | None = None  # `now_ms`, once read
+    savepoints: int = 0
+
+    dialect: ClassVar[Dialect] = DIALECT
+    # SQLite's conflict resolution (ABORT) backs out a refused statement alone and keeps
+    # the transaction: a savepoint around it would be two statements for nothing.
+    statement: ClassVar[Callable[[], AbstractContextManager[None]]] = staticmethod(nullcontext)
+
+    def _error(self, exc: sqlite3.Error) -> Exception:
+        if isinstance(exc, sqlite3.IntegrityError) and "UNIQUE constraint failed" in str(exc):
+            return UniqueViolation(f"{exc} (store {self.db.path})")
+        return translate(exc, self.db.path)
+
+    # Each statement translates its errors in one try (no context manager per call:
+    # a run makes ~20 statements, and the seam's overhead was a visible share of them).
+    def all(self, sql: str, params: Params = _NO_PARAMS) -> list[Row]:
+        cursor = self.conn.cursor()
+        cursor.row_factory = None
+        try:
+            rows = cursor.execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise self._error(exc) from None
+        names = [column[0] for column in cursor.description]
+        return [dict(zip(names, row, strict=True)) for row in rows]
+
+    def one(self, sql: str, params: Params = _NO_PARAMS) -> Row | None:
+        cursor = self.conn.cursor()
+        cursor.row_factory = None
+        try:
+            row = cursor.execute(sql, params).fetchone()
+        except sqlite3.Error as exc:
+            raise self._error(exc) from None
+        if row is None:
+            return None
+        return dict(zip(map(itemgetter(0), cursor.description), row, strict=True))
+
+    def run(self, sql: str, params: Params = _NO_PARAMS) -> int:
+        try:  # the connection's own cursor: no row is read
+            return self.conn.execute(sql, params).rowcount
+        except sqlite3.Error as exc:
+            raise self._error(exc) from None
+
+    def many(self, sql: str, rows: Sequence[Params]) -> None:
+        try:
+            self.conn.executemany(sql, rows)
+        except sqlite3.Error as exc:
+            raise self._error(exc) from None
+
+    def now_ms(self) -> int:
+        if self.now is None:
+            self.now = round(self.clock() * 1000)  # as SqliteStore.now_ms
+        return self.now
+
+    def clock_sql(self, name: str = "now") -> tuple[str, dict[str, int]]:
+        return f":{name}", {name: int(self.now_ms())}
+
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        self.savepoints += 1
+        name = f"wfrun_sp{self.savepoints}"
+        self.run(f"SAVEPOINT {name}")
+        try:
+            yield
+        except BaseException:
+            self.run(f"ROLLBACK TO {name}")
+            self.run(f"RELEASE {name}")
+            raise
+        self.run(f"RELEASE {name}")
+
+    def notify(self, channel: str, item_id: str) -> None:
+        """SQLite has no notices: hosts on one file poll (and share no machine anyway)."""
 
 
 _WRITE_LOCKS: dict[str, tuple[threading.Lock, WriteLock]] = {}
@@ -113,7 +213,7 @@ class SqliteDatabase:
         self._connections: dict[int, tuple[int, int, sqlite3.Connection]] = {}
         self._pool: list[tuple[int, sqlite3.Connection]] = []
         self._relaxed: set[int] = set()  # id(conn) of connections at synchronous=NORMAL
-        self._wal = f"{path}-wal"  # synced after a shared-sync commit (`write`)
+        self._wal = f"{path}-wal"  # synced after a shared-sync commit (`transaction`)
         self._closed = False
         # (pid, conn): the one connection every write of this process takes turns on
         # (`_writer_connection`); parents' ones are kept, never closed, after a fork.
@@ -137,7 +237,7 @@ class SqliteDatabase:
             return cached.conn
         conn = self._pooled(pid)
         if conn is None:
-            conn = self._connect()
+            conn = connect(self.path, self.busy_timeout_ms, self.read_only)
             with self._lock:
                 self._connections[id(conn)] = (pid, threading.get_ident(), conn)
         self._local.slot = _Slot(pid, conn, self)
@@ -156,58 +256,11 @@ class SqliteDatabase:
                     return conn
         return None
 
-    def _connect(self) -> sqlite3.Connection:
-        try:
-            conn = sqlite3.connect(
-                read_only_uri(self.path) if self.read_only else str(self.path),
-                timeout=self.busy_timeout_ms / 1000,
-                isolation_level=None,
-                check_same_thread=False,
-                uri=self.read_only,
-            )
-        except sqlite3.Error as exc:
-            raise translate(exc, self.path) from None
-        try:
-            conn.row_factory = sqlite3.Row
-            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
-            if self.read_only:
-                conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # opens it now
-                return conn
-            mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
-            if str(mode).lower() != "wal":
-                mode = self._switch_to_wal(conn)
-            if str(mode).lower() != "wal":
-                raise StoreUnavailable(
-                    f"the store at {self.path} cannot use WAL (journal mode {mode}); "
-                    "keep it on a local file system"
-                )
-            conn.execute("PRAGMA synchronous = FULL")
-            conn.execute("PRAGMA foreign_keys = ON")
-            conn.execute("PRAGMA secure_delete = ON")
-        except sqlite3.Error as exc:
-            conn.close()
-            raise translate(exc, self.path) from None
-        except StoreError:
-            conn.close()
-            raise
-        return conn
-
-    @staticmethod
-    def _switch_to_wal(conn: sqlite3.Connection) -> object:
-        """Only for a store set up in place: SQLite may refuse the switch with
-        SQLITE_BUSY without waiting while another connection opens the file."""
-        for _ in range(_WAL_SWITCH_ATTEMPTS - 1):
-            try:
-                return conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) and "busy" not in str(exc):
-                    raise
-        return conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-
     @contextmanager
-    def write(self, *, durable: bool = True,
-              shared_sync: bool = False) -> Iterator[sqlite3.Connection]:
-        """A `BEGIN IMMEDIATE` transaction: committed on success, rolled back on error.
+    def transaction(self, clock: Callable[[], float], *, durable: bool = True,
+                    shared_sync: bool = False) -> Iterator[SqliteTransaction]:
+        """A `BEGIN IMMEDIATE` transaction: committed on success, rolled back on error
+        (the seam's `Connector.write`; `clock` is the store's, read by `now_ms`).
 
         `durable=False`: a commit that need not survive a power loss (the callers say
         why), made with `synchronous = NORMAL`: no fsync of its own, still atomic and
@@ -235,7 +288,21 @@ class SqliteDatabase:
             # its writes.
             turn = None if self.read_only else self._turns.acquire(self.busy_timeout_ms)
             try:
-                yield from self._write(durable and not shared)
+                try:
+                    conn = self._writer_connection()
+                    self._sync_for(conn, durable and not shared)
+                    conn.execute("BEGIN IMMEDIATE")
+                except sqlite3.Error as exc:
+                    raise translate(exc, self.path) from None
+                try:
+                    yield SqliteTransaction(self, conn, clock)
+                    conn.execute("COMMIT")
+                except sqlite3.Error as exc:
+                    self._rollback(conn)
+                    raise translate(exc, self.path) from None
+                except BaseException:
+                    self._rollback(conn)
+                    raise
             finally:
                 if turn is not None:
                     self._turns.release(turn)
@@ -243,6 +310,13 @@ class SqliteDatabase:
                     self._close_writer()
         if shared:  # reached only once the transaction committed
             self._sync_wal()
+
+    @contextmanager
+    def write(self, *, durable: bool = True) -> Iterator[sqlite3.Connection]:
+        """`transaction`'s connection itself, for the store's own setup (_open.py) and
+        tests: statements as sqlite3 runs them, and no clock."""
+        with self.transaction(_no_clock, durable=durable) as tx:
+            yield tx.conn
 
     def _sync_wal(self) -> None:
         """Make every commit so far durable: sync the WAL file (SQLite writes its frames
@@ -261,29 +335,6 @@ class SqliteDatabase:
         finally:
             os.close(fd)
 
-    def _write(self, durable: bool) -> Iterator[sqlite3.Connection]:
-        """`BEGIN IMMEDIATE` on the write connection, the caller's statements, `COMMIT`;
-        rolled back on any error."""
-        try:
-            conn = self._writer_connection()
-            self._sync_for(conn, durable)
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            raise translate(exc, self.path) from None
-        try:
-            yield conn
-        except sqlite3.Error as exc:
-            self._rollback(conn)
-            raise translate(exc, self.path) from None
-        except BaseException:
-            self._rollback(conn)
-            raise
-        try:
-            conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            self._rollback(conn)
-            raise translate(exc, self.path) from None
-
     def _writer_connection(self) -> sqlite3.Connection:
         """The process's write connection (called under `_write_lock`, so one thread
         uses it at a time). One for all writers, not each thread's own: a connection's
@@ -298,7 +349,7 @@ class SqliteDatabase:
                 return self._writer[1]
             self._forked.append(self._writer[1])  # never used nor closed across fork()
             self._writer = None
-        conn = self._connect()
+        conn = connect(self.path, self.busy_timeout_ms, self.read_only)
         self._writer = (pid, conn)
         return conn
 
@@ -319,7 +370,7 @@ class SqliteDatabase:
     def _sync_for(self, conn: sqlite3.Connection, durable: bool) -> None:
         """Set the connection's synchronous level for the next write, only when it
         changes: a run alternates relaxed and durable writes, and a PRAGMA each way
-        around every relaxed one was two statements per commit. Only `write()`
+        around every relaxed one was two statements per commit. Only `transaction()`
         commits on these connections, and each asks for its level first, so a
         connection left at NORMAL never commits a durable write. A stale id (a
         dropped connection's, reused by a new one at FULL) can only make a relaxed

@@ -297,3 +297,57 @@ def remove_store_files(path: Path) -> list[Path]:
             raise StoreUnavailable(f"cannot remove {candidate}: {exc.strerror}") from None
         removed.append(candidate)
     return removed
+
+
+_WAL_SWITCH_ATTEMPTS = 200
+
+
+def connect(path: Path, busy_timeout_ms: int, read_only: bool) -> sqlite3.Connection:
+    """A new connection to the store file with the store's pragmas (WAL, FULL sync,
+    foreign keys, secure delete), or a read-only one (`read_only_uri`)."""
+    try:
+        conn = sqlite3.connect(
+            read_only_uri(path) if read_only else str(path),
+            timeout=busy_timeout_ms / 1000,
+            isolation_level=None,
+            check_same_thread=False,
+            uri=read_only,
+        )
+    except sqlite3.Error as exc:
+        raise sqlite_faults.from_sqlite(exc, path) from None
+    try:
+        conn.row_factory = sqlite3.Row
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        if read_only:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # opens it now
+            return conn
+        mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+        if str(mode).lower() != "wal":
+            mode = _switch_to_wal(conn)
+        if str(mode).lower() != "wal":
+            raise StoreUnavailable(
+                f"the store at {path} cannot use WAL (journal mode {mode}); "
+                "keep it on a local file system"
+            )
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute("PRAGMA secure_delete = ON")
+    except sqlite3.Error as exc:
+        conn.close()
+        raise sqlite_faults.from_sqlite(exc, path) from None
+    except StoreError:
+        conn.close()
+        raise
+    return conn
+
+
+def _switch_to_wal(conn: sqlite3.Connection) -> object:
+    """Only for a store set up in place: SQLite may refuse the switch with
+    SQLITE_BUSY without waiting while another connection opens the file."""
+    for _ in range(_WAL_SWITCH_ATTEMPTS - 1):
+        try:
+            return conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc):
+                raise
+    return conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]

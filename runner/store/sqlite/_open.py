@@ -13,7 +13,7 @@ back are db.py's, the file's creation and inspection files.py's.
    `-wal`/`-shm` with the same mode, and hard-linked into place: others see no
    store or a finished one. An existing empty file is set up in place.
 4. Every connection sets WAL, `synchronous=FULL`, `busy_timeout`, `foreign_keys=ON`
-   and `secure_delete=ON` (`SqliteDatabase._connect`).
+   and `secure_delete=ON` (`_files.connect`).
 
 A read-only database (`read_only=True`, for views such as `wfrun status`) never
 creates, sets up or tightens anything and opens `mode=ro`, or `immutable=1` when

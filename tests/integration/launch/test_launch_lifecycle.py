@@ -696,9 +696,12 @@ def test_a_running_launch_is_fenced_from_its_lease_end_without_asking_the_store(
     stack = Stack(project, runner_id="r-local", lease_seconds=60, renew_every=20)
     record = stack.claimed("two")
     launches, store = stack.store.launches, stack.store
+    # The fence asks the coordinator's launch book, whose methods are the queue's own,
+    # taken when it was built: spied there.
+    book = stack.coordinator.book
     asked: list[str] = []
     clock_reads: list[int] = []
-    real, real_now = launches.claim_left, store.now_ms
+    real, real_now = book.claim_left, store.now_ms
 
     def counting(run_id: str, token: str) -> Any:
         current = launches.get(run_id)
@@ -709,7 +712,7 @@ def test_a_running_launch_is_fenced_from_its_lease_end_without_asking_the_store(
         clock_reads.append(1)
         return real_now()
 
-    setattr(launches, "claim_left", counting)  # noqa: B010  (instrumented, still real)
+    setattr(book, "claim_left", counting)  # noqa: B010  (instrumented, still real)
     setattr(store, "now_ms", now_ms)  # noqa: B010
     outcome = stack.coordinator.execute(record)
     assert outcome is not None

@@ -2,7 +2,7 @@
 `read(after_seq=...)` never skips an event a slower transaction commits late.
 
 On Postgres a sequence hands out numbers at INSERT time; before the append-order
-lock (domain/_events.py) a transaction holding seq N open let another commit N+1,
+lock (domain/_launch_queries.py) a transaction holding seq N open let another commit N+1,
 a reader saw N+1, moved its cursor past N, and never read N.
 """
 
@@ -15,7 +15,7 @@ from storekit import Backend, FakeClock
 from waiting import wait_until
 
 from runner.store import Store
-from runner.store.domain._events import RunEvents
+from runner.store.domain._launch_queries import RunEvents
 
 
 def _blocked_on_the_append_lock(backend: Backend, events: RunEvents) -> bool:

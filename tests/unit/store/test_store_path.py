@@ -1,0 +1,95 @@
+"""The path a plain queued run walks through the store (issue 36, "Prove it").
+
+A warm 3-node chain (fixtures/workflows/chain3.yaml) queued, claimed and run the way
+`wfrun start` and a host do it (`prepare`, `claim_next`, `execute` on the coordinator
+`detached_coordinator` builds), traced with `sys.setprofile`: the store functions it
+enters are the queue's transitions, its rows' module, the SQLite transaction and the
+writers' turn. No forwarding hop (the launch book hands out the queue's own methods,
+the SQLite connector the database's transaction) and no call that does nothing on
+SQLite (a notice, a savepoint around a statement SQLite backs out alone).
+`bench/bench_path.py --list` prints the whole path.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import pytest
+
+import runner
+from runner.host.runtime._launches import detached_coordinator
+from runner.testing import sqlite_store, workspace
+
+CHAIN3 = (Path(__file__).resolve().parents[3] / "fixtures" / "workflows"
+          / "chain3.yaml").read_text()
+STORE = str(Path(runner.__file__).resolve().parent / "store") + "/"
+
+#: The store modules a plain run needs: the records' checks and codec, the launch
+#: rows (statements, guard, fence, run events), the queue's transitions, the SQLite
+#: connections and transaction, the writers' turn across processes.
+WALKED = {"_records", "domain._launch_queries", "domain._launches", "sqlite._db",
+          "sqlite._writelock"}
+
+
+@pytest.fixture(scope="module")
+def entered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[set[tuple[str, str]]]:
+    """(store module, function) of every store function one warm queued run enters."""
+    ws = workspace(tmp_path_factory.mktemp("path") / "proj", workflows={"chain3": CHAIN3})
+    seen: set[tuple[str, str]] = set()
+
+    def profile(frame: FrameType, event: str, _arg: Any) -> None:
+        name = frame.f_code.co_filename
+        if event == "call" and name.startswith(STORE):
+            module = name[len(STORE):].removesuffix(".py").replace("/", ".")
+            seen.add((module, frame.f_code.co_qualname))
+
+    with sqlite_store(ws) as store:
+        coordinator = detached_coordinator(ws, store)
+
+        def run() -> None:
+            coordinator.prepare("chain3", {})
+            record = coordinator.claim_next(None)
+            assert record is not None
+            outcome = coordinator.execute(record)
+            assert outcome is not None
+            assert outcome.status == "completed"
+
+        run()  # warm: the compiled definition, the templates, lazy imports
+        threading.setprofile(profile)
+        sys.setprofile(profile)
+        try:
+            run()
+        finally:
+            sys.setprofile(None)
+            threading.setprofile(None)  # type: ignore[arg-type]
+        yield seen
+
+
+def test_a_plain_run_enters_only_the_store_modules_that_do_its_work(
+        entered: set[tuple[str, str]]) -> None:
+    modules = {module for module, _ in entered}
+    assert modules <= WALKED, sorted(modules - WALKED)
+    # The queue's transitions and the SQLite write are on it, so the trace saw them.
+    assert ("domain._launches", "LaunchQueue.claim_next") in entered
+    assert ("sqlite._db", "SqliteDatabase.transaction") in entered
+
+
+def test_no_forwarding_hop_between_the_launch_layer_and_the_write(
+        entered: set[tuple[str, str]]) -> None:
+    # The book's methods are the queue's own; the connector's write is the database's
+    # transaction on the store's clock.
+    assert {m for m, _ in entered} & {"_book", "sqlite._connector"} == set()
+
+
+def test_nothing_is_called_on_sqlite_that_does_nothing_there(
+        entered: set[tuple[str, str]]) -> None:
+    # A detached launch is announced only where the backend has notices (Postgres);
+    # a statement a unique index may refuse needs no savepoint on SQLite.
+    names = {name for _, name in entered}
+    assert "SqliteTransaction.notify" not in names
+    assert "SqliteTransaction.savepoint" not in names
