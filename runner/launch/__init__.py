@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from ._coordinator import LaunchCoordinator
 from ._engines import EngineOptions
+from ._errors import PreflightError
 from ._intents import fallback_text, message_id, workflow_name
-from ._preflight import PreflightError, Resolver
+from ._queue import Resolver
 
 __all__ = [
     "EngineOptions",

@@ -47,7 +47,6 @@ from runner.store import (
 )
 
 from ._activation import Activation, CrashPoints
-from ._claims import Claims
 from ._endings import Endings, Step, classify
 from ._engines import Engines
 from ._faults import FaultHold, store_fault
@@ -55,7 +54,7 @@ from ._held import HeldInput
 from ._intents import new_intent, workflow_name
 from ._items import item_rows
 from ._keeper import LeaseKeeper
-from ._preflight import Resolver, relative
+from ._queue import Claims, Resolver, relative
 from ._rerun import create_rerun, rerun_options
 
 log = logging.getLogger(__name__)

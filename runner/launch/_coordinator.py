@@ -1,6 +1,6 @@
 """Durable deferred launch: preparation in the tool call, one `execute` for every run.
 
-Preparation (`prepare`, in preflight.py) runs every check that can run before
+Preparation (`prepare`, in queue.py) runs every check that can run before
 the reply, then commits a `queued` row with the final run id. Every run, from
 whatever source (`wfrun run`, `wfrun start`, the session tool, continuations,
 controller children), is such a row, and a claimed row is run by `execute`.
@@ -8,8 +8,8 @@ controller children), is such a row, and a claimed row is run by `execute`.
 `LaunchCoordinator` is the wiring (procrastinate's `app.py`): it builds one runner's
 collaborators once and gives each the others it needs. None of them imports it back.
 
-    preflight.py   Preflight       every check before the reply, then the queued row
-    claims.py      Claims          take launches from the queue; give a lease back
+    queue.py       Preflight       every check before the reply, then the queued row
+                   Claims          take launches from the queue; give a lease back
     activator.py   Activator       begin (decide what the row needs), drive, let go
     keeper.py      LeaseKeeper     renew the leases of running runs; read cancels
     endings.py     Endings         record an ending, a failed start, a crash
@@ -40,15 +40,15 @@ from runner.store import LaunchBook, LaunchRecord, Store, StoreUnavailable
 
 from ._activation import Activation, CrashPoints, _no_crash
 from ._activator import Activator
-from ._claims import Claims, FaultGate
 from ._endings import Endings
 from ._engines import EngineOptions, Engines
+from ._errors import PreflightError
 from ._faults import FaultHold
 from ._held import HeldInput
 from ._items import LaunchChildren
 from ._itemwork import HostItems
 from ._keeper import LeaseKeeper
-from ._preflight import Preflight, PreflightError, Resolver
+from ._queue import Claims, FaultGate, Preflight, Resolver
 from ._recovery import Recovery
 
 RENEW_EVERY = renew_every(LEASE_SECONDS)
@@ -118,7 +118,7 @@ class LaunchCoordinator:
 
         # What callers call is the collaborators' own methods, not forwards to them:
         # a reader walks from here straight to the work.
-        # Preparation (preflight.py): every pre-reply check, then one committed `queued`
+        # Preparation (queue.py): every pre-reply check, then one committed `queued`
         # row with the final run id (`prepare`; `claim_by`: claimed by that runner in
         # the same commit; `options`: private launch options such as a rerun's plan).
         # `plan` and `queued`: a detached start whose row another commit writes (group
@@ -126,7 +126,7 @@ class LaunchCoordinator:
         self.prepare = self._preflight.prepare
         self.plan = self._preflight.plan
         self.queued = self._preflight.queued
-        # Claims (claims.py): the next launch, one by id (an explicit resume, a
+        # Claims (queue.py): the next launch, one by id (an explicit resume, a
         # foreground run), or a claim `execute` takes with a run's ending (a host
         # slot's next run).
         self.claim_next = self._claims.next
@@ -150,7 +150,7 @@ class LaunchCoordinator:
         self.cancel = self._recovery.cancel
         self.recover_expired = self._recovery.recover_expired
         # Redacted, bounded text (held.py); the project's files named relative to it
-        # (preflight.py); the activations' owed input scrub, now; an engine that only
+        # (queue.py); the activations' owed input scrub, now; an engine that only
         # records endings (no claim: unfenced, engines.py).
         self.safe = self._held.safe
         self.relative = self._preflight.relative

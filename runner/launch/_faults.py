@@ -34,9 +34,9 @@ from runner.store import (
 )
 
 from ._activation import Activation
-from ._claims import FaultGate
 from ._endings import Endings
 from ._engines import Engines
+from ._queue import FaultGate
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from runner.store.domain._fanout import (
     SharedNode,
 )
 
-from ._preflight import PreflightError
+from ._errors import PreflightError
 
 
 class _Launcher(Protocol):

@@ -31,7 +31,7 @@ from runner.store.domain._fanout import HOST_TOKEN, HostClaim, ItemKey, ItemLog
 from ._activation import CrashPoints
 from ._engines import Engines
 from ._items import _endings
-from ._preflight import Resolver
+from ._queue import Resolver
 
 log = logging.getLogger(__name__)
 

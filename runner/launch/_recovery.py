@@ -34,7 +34,7 @@ from ._endings import Endings
 from ._engines import Engines
 from ._intents import new_intent, workflow_name
 from ._keeper import CANCEL_EVENT
-from ._preflight import Resolver
+from ._queue import Resolver
 
 #: What a started bundle's status means for its `starting` row.
 _BY_STATUS = {"running": "running", "waiting": "parked", "completed": "done",

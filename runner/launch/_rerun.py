@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from runner.clock import Clock
     from runner.store import Store
 
-    from ._preflight import Resolver
+    from ._queue import Resolver
 
 
 class RerunSite(Protocol):

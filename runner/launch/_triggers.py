@@ -47,7 +47,7 @@ from ._slots import (
 
 if TYPE_CHECKING:
     from runner.clock import Clock
-    from runner.launch._preflight import PlannedLaunch
+    from runner.launch._queue import PlannedLaunch
     from runner.store import LaunchRecord
     from runner.store.domain._triggers import Firing, TriggerLedger
 

@@ -21,7 +21,7 @@ RUNNER = Path(__file__).resolve().parents[2] / "runner"
 OWN_DATA = {
     "engine/_bundle.py", "engine/_bundlefmt.py", "engine/_bundleread.py", "engine/_dbbundle.py",
     "engine/_reader.py", "engine/_processes.py",
-    "engine/_engine.py", "engine/_nodecontext.py", "engine/_agent.py", "launch/_preflight.py",
+    "engine/_engine.py", "engine/_nodecontext.py", "engine/_agent.py", "launch/_queue.py",
     "compiler/_jsonschemas.py", "store/_records.py", "store/domain/_launch_queries.py",
     "store/domain/_intents.py", "store/domain/_controller_events.py",
     "store/domain/_controller_resources.py", "_jsonin.py",

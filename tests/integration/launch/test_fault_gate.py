@@ -1,4 +1,4 @@
-"""After a disk refused a run's bundle, the runner's claims wait (claims.py, `FaultGate`).
+"""After a disk refused a run's bundle, the runner's claims wait (queue.py, `FaultGate`).
 
 A host whose runs folder cannot be written would otherwise claim the launch it just
 released, be refused again, and spin. The runs folder here is a real read-only bind
@@ -15,7 +15,7 @@ from launch_it_kit import Project
 from runner.clock import FakeClock
 from runner.compiler import build_catalog
 from runner.host.runtime._local import Workspace
-from runner.launch._claims import HOLD_OFF_SECONDS
+from runner.launch._queue import HOLD_OFF_SECONDS
 from runner.store import SqliteStore
 from runner.testing import build_coordinator
 

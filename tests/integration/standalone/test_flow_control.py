@@ -11,7 +11,7 @@ import pytest
 from standalonekit import Project, wait_for
 
 from runner.host.runtime._launches import detached_coordinator
-from runner.launch._preflight import PreflightError
+from runner.launch._errors import PreflightError
 
 KEYED = """\
 concurrency: {{key: "{{{{ input.repo }}}}", limit: 1, strategy: {strategy}}}

@@ -34,7 +34,7 @@ RUNNER = str(Path(runner.__file__).resolve().parent) + "/"
 #: run path and its link to the bundle, the ending, the engine it builds.
 #: Not `_items`: the store's fan-out ledger is made only when a fan-out node asks.
 #: Not `_keeper`: its renewer holds the activation itself (`add`, `remove` are its own).
-WALKED = {"_preflight", "_claims", "_activator", "_endings", "_engines"}
+WALKED = {"_queue", "_activator", "_endings", "_engines"}
 
 
 def module_of(filename: str) -> str | None:
