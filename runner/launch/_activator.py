@@ -26,6 +26,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+from runner._leases import renew_every
 from runner.clock import Clock
 from runner.compiler import WorkflowDefinition
 from runner.engine import Engine, RunControl, RunOutcome, RunReader, check_input
@@ -79,7 +80,8 @@ class Activator:
         self._reader = reader
         self._clock = clock
         self._runs_dir = runs_dir
-        self._lease_seconds = lease_seconds
+        # Each claim's fence keeps a third of the lease in hand (`LeaseFence.margin`).
+        self._fence_margin = renew_every(lease_seconds)
         self._claims = claims
         self._keeper = keeper
         self._engines = engines
@@ -111,7 +113,7 @@ class Activator:
         on a worker thread). None: nothing to drive."""
         assert record.claim_token is not None, "execute needs a claimed launch"
         fence = LeaseFence(self._book, record.run_id, record.claim_token,
-                           self._clock, self._lease_seconds)
+                           self._clock, self._fence_margin)
         sent, by_id = self._claims.taken(record)
         if sent is not None:  # claimed here: the claim's own committed lease
             fence.held(record, sent)

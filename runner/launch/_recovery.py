@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from runner._leases import renew_every
 from runner.clock import Clock
 from runner.engine import RunReader
 from runner.errors import ConflictError, InputError, NotFoundError, WfrunError
@@ -55,6 +56,7 @@ class Recovery:
         self._runner_id = runner_id
         self._clock = clock
         self._lease_seconds = lease_seconds
+        self._fence_margin = renew_every(lease_seconds)  # `LeaseFence.margin`
         self._reader = reader
         self._resolver = resolver
         self._endings = endings
@@ -182,7 +184,7 @@ class Recovery:
             raise ConflictError(f"run '{record.run_id}' changed state ({claimed.status}); "
                                 "try again")
         token = claimed.claim_token or ""
-        fence = LeaseFence(launches, record.run_id, token, self._clock, self._lease_seconds)
+        fence = LeaseFence(launches, record.run_id, token, self._clock, self._fence_margin)
         engine = self._engines.fenced(claimed, fence)
         try:
             outcome = engine.abandon(record.run_id, "cancelled", code="cancelled",

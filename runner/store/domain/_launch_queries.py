@@ -31,7 +31,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from runner._leases import renew_every
 from runner.clock import Clock
 from runner.store._connector import Connector, Row, Transaction, in_params, named
 from runner.store._ddl import sql_in
@@ -471,21 +470,21 @@ class ClaimLeft(Protocol):
 RETRY_EVERY = 0.2
 
 
+@dataclass(eq=False)
 class LeaseFence:
-    """The fence of one claim (`run_id` under `token`), on the engine's clock."""
+    """The fence of one claim (`run_id` under `token`), on the engine's clock. `margin`
+    is kept in hand before answering locally, and is how long an unreachable store is
+    waited for: a third of the lease (`renew_every`, worked out once by its maker)."""
 
-    def __init__(self, launches: ClaimLeft, run_id: str, token: str, clock: Clock,
-                 lease_seconds: float) -> None:
-        self._launches = launches
-        self._run_id = run_id
-        self.token = token  # the claim token this fence guards
-        self._clock = clock
-        # A third of the lease: kept in hand before answering locally, and how long an
-        # unreachable store is waited for.
-        self.margin = renew_every(lease_seconds)
-        self._lock = threading.Lock()  # the keeper's thread updates what the run reads
-        self._running = False
-        self._until = 0.0
+    _launches: ClaimLeft
+    _run_id: str
+    token: str  # the claim token this fence guards
+    _clock: Clock
+    margin: float
+    # The keeper's thread updates what the run reads.
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _running: bool = field(default=False, init=False)
+    _until: float = field(default=0.0, init=False)
 
     @property
     def running_here(self) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from runner._leases import renew_every
 from runner.store import LaunchBook, LaunchRecord, LeaseFence, LostRace, NewLaunch, SqliteStore
 from runner.testing import FakeClock
 
@@ -43,7 +44,7 @@ def test_a_running_claim_is_answered_locally_until_a_third_of_the_lease_is_left(
     book = LaunchBook(store)
     asked = _Asked(book)
     token = record.claim_token or ""
-    fence = LeaseFence(asked, "r1", token, clock, LEASE)  # type: ignore[arg-type]
+    fence = LeaseFence(asked, "r1", token, clock, renew_every(LEASE))  # type: ignore[arg-type]
     assert (fence(), asked.asked) == (True, 1)  # nothing learned yet: the store says
     clock.advance(LEASE - fence.margin - 1)
     # `starting`, and the read's lease surely holds: no cancel can take the row from
@@ -68,7 +69,7 @@ def test_a_lost_claim_is_asked_again_and_refused(tmp_path: Path) -> None:
     store, record = _claimed(tmp_path, clock)
     book = LaunchBook(store)
     token = record.claim_token or ""
-    fence = LeaseFence(book, "r1", token, clock, LEASE)
+    fence = LeaseFence(book, "r1", token, clock, renew_every(LEASE))
     sent = clock.monotonic()
     running = book.mark_running("r1", token)
     assert not isinstance(running, LostRace)
