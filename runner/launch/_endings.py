@@ -33,6 +33,7 @@ from runner.store import (
     LaunchErrorCode,
     LaunchRecord,
     LostRace,
+    NewTurnIntent,
     ParkMode,
     Store,
     StoreError,
@@ -148,38 +149,48 @@ class Endings:
         never went `running`: its ending takes the row there and clears the input,
         which the scrub then wipes from the WAL."""
         first = act.whole or act.record.status == "starting"
-        result = self._commit(act, outcome, first, bundle)
+        launches, run_id, token = self._book, act.record.run_id, act.token
+        then = act.then_claim
+        if outcome.status == "cancelled":
+            result = launches.cancel(run_id, claim_token=token, then_claim=then,
+                                     from_starting=first, bundle=bundle)
+        elif outcome.status in ("completed", "waiting"):
+            session = act.record.origin_session_id  # only a session's run has one to tell
+            intent = None if session is None else self._presentation(act, outcome, session)
+            result = launches.finish(run_id, token, waiting=outcome.status == "waiting",
+                                     turn_intent=intent, then_claim=then,
+                                     from_starting=first, bundle=bundle)
+        else:
+            code, message, intent = self._failure(act, outcome)
+            result = launches.fail(run_id, token, code=code, message=message,
+                                   turn_intent=intent, then_claim=then, from_starting=first,
+                                   bundle=bundle)
         if not isinstance(result, LostRace):
             act.recorded = True
             if first:
                 self._scrub.cleared()
         return result
 
-    def _commit(self, act: Activation, outcome: RunOutcome, first: bool,
-                bundle: BundleWrite | None) -> LaunchRecord | LostRace:
-        """The launch book's call that records the ending."""
-        launches = self._book
-        run_id, token = act.record.run_id, act.token
-        then = act.then_claim
-        if outcome.status == "cancelled":
-            return launches.cancel(run_id, claim_token=token, then_claim=then,
-                                   from_starting=first, bundle=bundle)
-        if outcome.status in ("completed", "waiting"):
-            presentation = None
-            session = act.record.origin_session_id
-            waiting = outcome.status == "waiting"
-            presents = act.definition is not None and bool(act.definition.presentation)
-            if session is not None and (presents or waiting or self.for_sessions):
-                # Durable with the ending: a restarted session still delivers it, and
-                # refuses a new start until it has. A checkpoint without a presentation
-                # still tells the session that the run waits (the default notice).
-                presentation = new_intent(session_id=session, run_id=run_id,
-                                          workflow=act.workflow, cause="presentation",
-                                          source="run_presentation", state=outcome.status,
-                                          node=outcome.state.waiting_on if waiting else None,
-                                          reason=self._summary(outcome) if waiting else "")
-            return launches.finish(run_id, token, waiting=waiting, turn_intent=presentation,
-                                   then_claim=then, from_starting=first, bundle=bundle)
+    def _presentation(self, act: Activation, outcome: RunOutcome,
+                      session: str) -> NewTurnIntent | None:
+        """The session's follow-up of a run that completed or waits, when one is due.
+        Durable with the ending: a restarted session still delivers it, and refuses a
+        new start until it has. A checkpoint without a presentation still tells the
+        session that the run waits (the default notice)."""
+        waiting = outcome.status == "waiting"
+        presents = act.definition is not None and bool(act.definition.presentation)
+        if not (presents or waiting or self.for_sessions):
+            return None
+        return new_intent(session_id=session, run_id=act.record.run_id,
+                          workflow=act.workflow, cause="presentation",
+                          source="run_presentation", state=outcome.status,
+                          node=outcome.state.waiting_on if waiting else None,
+                          reason=self._summary(outcome) if waiting else "")
+
+    def _failure(self, act: Activation, outcome: RunOutcome
+                 ) -> tuple[LaunchErrorCode, str, NewTurnIntent | None]:
+        """A run that failed or timed out: the launch's failure code, its safe message,
+        and the follow-up for its session (if it has one)."""
         error = outcome.error or {}
         code = FAILURE_CODES.get(outcome.status, "run_failed")
         if error.get("code") == "interrupted":
@@ -192,11 +203,11 @@ class Endings:
         session = act.record.origin_session_id
         if session is not None:
             cause: TurnCause = "timed_out" if outcome.status == "timed_out" else "failed"
-            intent = new_intent(session_id=session, run_id=run_id, workflow=act.workflow,
-                                cause=cause, source=f"run_{outcome.status}",
-                                state=outcome.status, reason=message, node=node)
-        return launches.fail(run_id, token, code=code, message=message, turn_intent=intent,
-                             then_claim=then, from_starting=first, bundle=bundle)
+            intent = new_intent(session_id=session, run_id=act.record.run_id,
+                                workflow=act.workflow, cause=cause,
+                                source=f"run_{outcome.status}", state=outcome.status,
+                                reason=message, node=node)
+        return code, message, intent
 
     def _summary(self, outcome: RunOutcome) -> str:
         """A waiting run's checkpoint summary, safe to show a model (bounded, redacted)."""
