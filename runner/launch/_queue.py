@@ -325,7 +325,7 @@ HOLD_OFF_SECONDS = 30.0
 #: How often a let-go run's lease hand-back asks an unreachable store again.
 GIVE_BACK_EVERY = 0.5
 #: Claims whose send time is kept for their run's fence (`Claims.sent`); a claim never
-#: begun (released at a host's stop) is forgotten once this many wait.
+#: begun (released at a host's stop) is forgotten once this many wait at a run's begin.
 SENT_KEPT = 64
 
 
@@ -386,9 +386,10 @@ class Claims:
         self.error = None
         if claimed is None:
             self._scrub.flush()  # idle: no activation's input outlives the busy spell
-        else:
-            self._scrub.tick()
-            self.sent(claimed, at)
+            return None
+        self._scrub.tick()
+        with self._lock:  # as `sent` does for a claim taken with a run's ending
+            self._sent[claimed.claim_token or ""] = at
         return claimed
 
     def sent(self, record: LaunchRecord | None, at: float) -> None:
@@ -399,8 +400,6 @@ class Claims:
         if record is None or record.claim_token is None:
             return
         with self._lock:
-            if len(self._sent) >= SENT_KEPT:
-                self._sent.clear()
             self._sent[record.claim_token] = at
 
     def taken(self, record: LaunchRecord) -> tuple[float | None, bool]:
@@ -409,6 +408,8 @@ class Claims:
         was claimed by id (`mark_by_id`: no claim loop follows its run)."""
         with self._lock:
             sent = self._sent.pop(record.claim_token or "", None)
+            if len(self._sent) >= SENT_KEPT:  # claims never begun (released at a stop)
+                self._sent.clear()
             by_id = record.run_id in self._by_id
             self._by_id.discard(record.run_id)
         return sent, by_id
