@@ -8,7 +8,7 @@
     a bundle that is running          resume it (replay, re-run the interrupted node)
 
 and `drive` runs it and maps how the run ended onto the row (endings.py). Both
-pass one boundary (`_guarded`): a lost claim lets go, a full or read-only disk
+pass one boundary (`_caught`): a lost claim lets go, a full or read-only disk
 holds the launch (faults.py), and any other unexpected exception fails the launch
 (the bundle ended too, the reservation released, one follow-up for a session).
 
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from runner._leases import renew_every
 from runner.clock import Clock
@@ -59,7 +59,6 @@ from ._queue import Claims, Resolver, relative
 from ._rerun import create_rerun, rerun_options
 
 log = logging.getLogger(__name__)
-_T = TypeVar("_T")
 
 
 class _SourceChanged(Exception):
@@ -121,12 +120,19 @@ class Activator:
                          force=force, by_id=by_id)
         if on_start is not None:
             on_start(act)
-        return act if self._guarded(act, self._begin) else None
+        try:
+            return act if self._begin(act) else None
+        except Exception as exc:
+            self._caught(act, exc)
+            return None
 
     def drive(self, act: Activation) -> RunOutcome | None:
         """Run the nodes, record the ending."""
         try:
-            return self._guarded(act, self._drive)
+            return self._drive(act)
+        except Exception as exc:
+            self._caught(act, exc)
+            return None
         finally:
             self._keeper.remove(act)
             if act.by_id:
@@ -134,36 +140,33 @@ class Activator:
             else:
                 self._scrub.tick()
 
-    def _guarded(self, act: Activation, step: Callable[[Activation], _T]) -> _T | None:
-        """The one boundary of the run path: a lost claim lets go, and any unexpected
-        exception fails the launch instead of leaving it `running` until its lease
-        expires (and crashing again in the next runner)."""
-        try:
-            return step(act)
-        except ClaimLost:
+    def _caught(self, act: Activation, exc: Exception) -> None:
+        """The one boundary of the run path, for what `begin` or `drive` caught (only
+        entered then): a lost claim lets go, and any unexpected exception fails the
+        launch instead of leaving it `running` until its lease expires (and crashing
+        again in the next runner)."""
+        if isinstance(exc, ClaimLost):
             self._lost(act)
-            return None
-        except Exception as exc:
-            if isinstance(exc, StoreUnreachable):
-                # The database went away (a restart, a network blip) under a read of the
-                # launch or its bundle: let go as for a lost claim; the lease expires and
-                # a runner that reaches the database takes the launch over. Nothing fails.
-                log.warning("run %s: the store is unreachable; letting go (%s)",
-                            act.record.run_id, exc)
-                self._lost(act)
-                return None
-            fault = exc if isinstance(exc, MachineFault) else machine_fault(
-                exc, f"the run bundle of {act.record.run_id}")
-            if fault is None and isinstance(exc, StoreError):
-                # The store's own disk refused a transition (`mark_running` on a full
-                # disk): the launch waits as for a bundle's, one line, no traceback.
-                fault = store_fault(exc)
-            if fault is not None:  # a full or read-only disk: the launch waits
-                self._faults.hold(act, fault)
-                return None
-            log.exception("run %s crashed in its runner", act.record.run_id)
-            self._endings.crashed(act, exc)
-            return None
+            return
+        if isinstance(exc, StoreUnreachable):
+            # The database went away (a restart, a network blip) under a read of the
+            # launch or its bundle: let go as for a lost claim; the lease expires and a
+            # runner that reaches the database takes the launch over. Nothing fails.
+            log.warning("run %s: the store is unreachable; letting go (%s)",
+                        act.record.run_id, exc)
+            self._lost(act)
+            return
+        fault = exc if isinstance(exc, MachineFault) else machine_fault(
+            exc, f"the run bundle of {act.record.run_id}")
+        if fault is None and isinstance(exc, StoreError):
+            # The store's own disk refused a transition (`mark_running` on a full disk):
+            # the launch waits as for a bundle's, one line, no traceback.
+            fault = store_fault(exc)
+        if fault is not None:  # a full or read-only disk: the launch waits
+            self._faults.hold(act, fault)
+            return
+        log.exception("run %s crashed in its runner", act.record.run_id)
+        self._endings.crashed(act, exc)
 
     def _begin(self, act: Activation) -> bool:
         record = act.record
@@ -298,7 +301,7 @@ class Activator:
                                           run_id=record.run_id, control=act.control,
                                           secrets=secrets)
         except (ClaimLost, StoreError):
-            raise  # the claim or the store, not the run: `_guarded` lets go or holds
+            raise  # the claim or the store, not the run: `_caught` lets go or holds
         except WfrunError as exc:
             code, reason = classify(exc)
             self._endings.fail_launch(record, token, code, reason)
