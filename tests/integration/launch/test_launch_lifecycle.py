@@ -21,6 +21,7 @@ from runner.engine import RunControl
 from runner.errors import WfrunError
 from runner.host.runtime._local import Workspace
 from runner.launch import EngineOptions
+from runner.launch._queue import SENT_KEPT
 from runner.store import LaunchRecord, SqliteStore
 from runner.testing import build_coordinator
 
@@ -185,6 +186,28 @@ def test_a_pure_run_is_written_whole_by_its_ending_without_a_running_commit(
     assert project.manifest(record.run_id)["status"] == "completed"  # type: ignore[index]
     assert [e["type"] for e in project.trace(record.run_id)] == [
         "run_started", "node_started", "node_finished", "run_completed"]
+
+
+def test_a_run_claimed_here_is_fenced_from_its_claim_until_too_many_claims_wait(
+        project: Project) -> None:
+    """A launch this runner claimed (`claim_next`) begins with its fence answering from
+    the claim's own committed lease: not one read of the row. The send times of claims
+    never begun (released at a host's stop) are forgotten once SENT_KEPT wait at a
+    begin: such a run's fence reads the row once, as for a claim made elsewhere."""
+    stack = Stack(project)
+    launches = _Counting(stack.store.launches)
+    runner = build_coordinator(stack.ws, _Store(stack.store, launches),  # type: ignore[arg-type]
+                               "plain", runner="r1",
+                               options=EngineOptions(project_root=project.root))
+    for _ in range(SENT_KEPT + 1):
+        runner.prepare("tiny", {"task": "t"})
+    claimed = [runner.claim_next(None) for _ in range(SENT_KEPT + 1)]
+    for record, reads in ((claimed[0], 0), (claimed[1], 1)):
+        assert record is not None
+        outcome = runner.execute(record)
+        assert outcome is not None
+        assert outcome.status == "completed"
+        assert launches.fence_reads == reads
 
 
 @pytest.mark.parametrize(("ref", "sealing", "before"), [("tiny", "after_whole_written", "starting"),
