@@ -62,6 +62,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("wfrun.launch")
 
 
+# -- the put end: preflight ---------------------------------------------------------
+
 class Resolver(Protocol):
     """Finds and compiles a workflow by name or path (raises NotFound/DefinitionInvalid)."""
 
@@ -319,7 +321,7 @@ def _reserved(run_id: str, status: str) -> str:
             "cancel it before starting another")
 
 
-# -- the take end: claims -------------------------------------------------------
+# -- the take end: claims ------------------------------------------------------------
 
 HOLD_OFF_SECONDS = 30.0
 #: How often a let-go run's lease hand-back asks an unreachable store again.
