@@ -3,7 +3,7 @@
 `LEASE_SECONDS` is the one place the lease length is written (a launch's
 activation, a controller pass, a turn intent, a notification's delivery); every
 renewal interval is `renew_every(lease)`, a third of it, so two renewals in a row
-can fail (or stall) before the lease runs out. tests/unit/test_lease_policy.py
+can fail (or stall) before the lease runs out. tests/unit/test_policy_homes.py
 fails on a second literal.
 
 One lease renewer: a thread that keeps every registered claim alive (issue 9).
