@@ -59,8 +59,9 @@ from runner._private import private_dirs
 from runner.clock import Clock, SystemClock
 from runner.errors import ClaimLost, NotFoundError, OperationFailed
 
-from ._bundlefmt import ARTIFACTS, ENDED, LOGS, Fence, TraceRead, always, dumps
+from ._bundlefmt import ARTIFACTS, ENDED, LOGS, Fence, TraceRead, always
 from ._rows import BundleRows, LaunchStep
+from ._spliced import Spliced
 
 #: Trace events that end a run (or its attempt): from one, the writer holds every
 #: write until the seal and sends them in one transaction.
@@ -97,6 +98,7 @@ class DatabaseBundle:
         # How long a write waits for an unreachable database: the engine sets a third
         # of the claim's lease (waiting longer is safe: the write checks the lease).
         self.patience = PATIENCE
+        self._json = Spliced()  # a long output is encoded once (trace, ending, state)
 
     @property
     def fence(self) -> Fence:
@@ -255,7 +257,7 @@ class DatabaseBundle:
         batch = list(events)
         if not batch:
             return
-        rows = [(int(e["seq"]), dumps(e)) for e in batch]
+        rows = [(int(e["seq"]), self._json.line(e)) for e in batch]
         if any(e.get("type") in ENDINGS for e in batch):
             if self._create and self.begin is not None:
                 self._flush()  # the row and the launch's `running` before the ending
@@ -270,8 +272,8 @@ class DatabaseBundle:
 
     def replace_state(self, state: dict[str, Any]) -> None:
         self._check()
-        self._hold(doc=("state", dumps(state)))  # a projection of the trace: goes with
-        # the next write (a parked run's, with `close`)
+        # A projection of the trace: goes with the next write (a parked run's, with `close`)
+        self._hold(doc=("state", self._json.dumps(state)))
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         self._check()

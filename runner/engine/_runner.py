@@ -24,6 +24,7 @@ from runner.errors import ClaimLost
 
 from . import _tracing as tracing
 from ._artifacts import externalize, has_artifacts, internalize
+from ._bundlefmt import ARTIFACT_THRESHOLD
 from ._cache import StepCache, keep, lookup
 from ._control import PAUSED, RunControl
 from ._driverports import DriverFanout, StepRecorder
@@ -113,11 +114,13 @@ class RunDriver:
     # -- recording ---------------------------------------------------------------
     def emit(self, kind: str, payload: dict[str, Any] | None = None, *, node: str | None = None,
              attempt: str | None = None, sync: bool = False, state: bool = False,
-             hold: bool = False) -> None:
+             hold: bool = False, plain: bool = False) -> None:
         """Record one event. `hold`: a node's end that the loop routes from before it is
         written; it goes to the store in one append with the next event (the next node's
         `node_started`, an include's entry, the run's ending), so a 3-node run pays one
-        durable write per node boundary instead of two. Applied to the state at once."""
+        durable write per node boundary instead of two. Applied to the state at once.
+        `plain`: the caller knows the payload has nothing to mask, move out or escape
+        (`finish`, `record_logs`): written as it is, not walked."""
         event: dict[str, Any] = {"schema": TRACE_SCHEMA, "seq": self.state.trace_seq + 1,
                                  "at": iso(self.clock.now()), "type": kind,
                                  "run_id": self.run_id}
@@ -125,16 +128,19 @@ class RunDriver:
             event["node"] = node
         if attempt is not None:
             event["attempt"] = attempt
-        # Masked before anything is written: the trace, artifacts, the state folded from
-        # them and every view of them only ever hold `***` for a secret.
-        marked = [False]
-        payload = payload or {}
-        if self.secrets.masked:
-            payload = self.secrets.mask_json(payload)
-        event["payload"] = externalize(payload, self.bundle.write_artifact, marked)
-        if marked[0] and not self._refs:
-            self._refs = True
-            self._scoped.live = self.live  # from now on, values are read back
+        if plain:
+            event["payload"] = payload or {}
+        else:
+            # Masked before anything is written: the trace, artifacts, the state folded
+            # from them and every view of them only ever hold `***` for a secret.
+            marked = [False]
+            payload = payload or {}
+            if self.secrets.masked:
+                payload = self.secrets.mask_json(payload)
+            event["payload"] = externalize(payload, self.bundle.write_artifact, marked)
+            if marked[0] and not self._refs:
+                self._refs = True
+                self._scoped.live = self.live  # from now on, values are read back
         if hold:
             self.state.apply(event)
             self._scoped.applied(event)
@@ -211,12 +217,25 @@ class RunDriver:
 
     def record_logs(self, logs: list[tuple[str, str, dict[str, Any]]]) -> None:
         """Logs items kept elsewhere (node, attempt, log as the host's item recorded it:
-        `_itemhost._Recorder`), each checked as `record_log` does, in one trace write."""
+        `_itemhost._Recorder`), each checked as `record_log` does, in one trace write.
+        Short ASCII text in a run that masks nothing has nothing to cut, replace or move
+        out: that log is emitted `plain` (a 1,000-item map's end walked each)."""
+        masks = bool(self.secrets.masked)
         for node, attempt, log in logs:
-            self.record_log(node, attempt, str(log.get("stdout", "")),
-                            str(log.get("stderr", "")), bool(log.get("stdout_truncated")),
-                            bool(log.get("stderr_truncated")), log.get("exit_code"),
-                            hold=True)
+            out, err = str(log.get("stdout", "")), str(log.get("stderr", ""))
+            code = log.get("exit_code")
+            seen = redact(err)
+            if masks or not (_plain(out) and _plain(seen)) or not (
+                    code is None or type(code) is int):
+                self.record_log(node, attempt, out, err, bool(log.get("stdout_truncated")),
+                                bool(log.get("stderr_truncated")), code, hold=True)
+                continue
+            self._logs[attempt] = self._logs.get(attempt, 0) + 1
+            self.emit("node_log", {"stdout": out, "stderr": seen,
+                                   "stdout_truncated": bool(log.get("stdout_truncated")),
+                                   "stderr_truncated": bool(log.get("stderr_truncated"))
+                                   or seen != err, "exit_code": code},
+                      node=node, attempt=attempt, hold=True, plain=True)
         self.flush_held()
 
     def live_log(self, node: str, attempt: str, extra: tuple[str, ...],
@@ -316,7 +335,8 @@ class RunDriver:
                 output = self.state.outputs.get(last) if last else None
                 if self._refs:  # only a run that recorded a ref or an escape walks it
                     output = self.live(output)
-                return self.finish("completed", final_output=output)
+                return self.finish("completed", final_output=output,
+                                   recorded=not self._refs and not self.secrets.masked)
             if self.control.stopping or self.control.pause_requested:
                 stop = self._boundary()
                 if stop is not None:
@@ -500,13 +520,17 @@ class RunDriver:
 
     # -- endings -----------------------------------------------------------------
     def finish(self, status: str, *, final_output: Any = None,
-               error: dict[str, Any] | None = None) -> RunOutcome:
+               error: dict[str, Any] | None = None, recorded: bool = False) -> RunOutcome:
+        """`recorded`: `final_output` is a node's output as the state holds it, in a run
+        that recorded no ref or escape and masks nothing: written as it is, not walked
+        (it is its own externalized form), the same object as the node's, so the
+        bundle encodes a long one once (engine/_spliced.py)."""
         kind = {"completed": "run_completed", "failed": "run_failed",
                 "timed_out": "run_timed_out", "cancelled": "run_cancelled"}[status]
         payload: dict[str, Any] = {"final_output": final_output}
         if error is not None:
             payload["error"] = error
-        self.emit(kind, payload, sync=True, state=True)
+        self.emit(kind, payload, sync=True, state=True, plain=recorded and error is None)
         return self._close_bundle(self._ended())
 
     def wait(self, node_id: str, output: Any) -> RunOutcome:
@@ -559,6 +583,11 @@ class RunDriver:
         output = self.live(st.final_output) if self._refs else st.final_output
         return RunOutcome(self.run_id, st.status, False, output, st.error, st)
 
+
+
+def _plain(text: str) -> bool:
+    """ASCII within the artifact threshold: not cut by LOG_CAP, not moved out."""
+    return len(text) <= ARTIFACT_THRESHOLD and text.isascii()
 
 
 def _branch_order(node: Node) -> dict[str, Any]:
