@@ -56,7 +56,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from runner._canonical import canonical_json
+from runner._canonical import Spliced, canonical_json
 from runner._private import private_dirs
 from runner.errors import ClaimLost, InputError, NotFoundError, OperationFailed
 
@@ -78,7 +78,6 @@ from ._bundlefmt import (
 )
 from ._bundleread import read_artifact, read_manifest, read_trace
 from ._rows import LaunchStep
-from ._spliced import Spliced
 
 #: A pure run holds at most this many trace events for its ending; past it, its
 #: launch goes `running` and the trace is written as it grows (live views follow it).

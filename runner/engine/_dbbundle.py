@@ -55,13 +55,13 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from runner._canonical import Spliced
 from runner._private import private_dirs
 from runner.clock import Clock, SystemClock
 from runner.errors import ClaimLost, NotFoundError, OperationFailed
 
 from ._bundlefmt import ARTIFACTS, ENDED, LOGS, Fence, TraceRead, always
 from ._rows import BundleRows, LaunchStep
-from ._spliced import Spliced
 
 #: Trace events that end a run (or its attempt): from one, the writer holds every
 #: write until the seal and sends them in one transaction.

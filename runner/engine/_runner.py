@@ -524,7 +524,7 @@ class RunDriver:
         """`recorded`: `final_output` is a node's output as the state holds it, in a run
         that recorded no ref or escape and masks nothing: written as it is, not walked
         (it is its own externalized form), the same object as the node's, so the
-        bundle encodes a long one once (engine/_spliced.py)."""
+        bundle encodes a long one once (runner/_canonical.py, `Spliced`)."""
         kind = {"completed": "run_completed", "failed": "run_failed",
                 "timed_out": "run_timed_out", "cancelled": "run_cancelled"}[status]
         payload: dict[str, Any] = {"final_output": final_output}

@@ -1,4 +1,4 @@
-"""A bundle's records with each long list encoded once (engine/_spliced.py): the text is
+"""A bundle's records with each long list encoded once (`runner._canonical.Spliced`): the text is
 `canonical_json`'s byte for byte, whether a list is met first or again, and a run's
 files hold what a plain encoding would write; a long map's ending passes its output on
 as the same object, so the bundle splices it."""
@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 
-from runner._canonical import canonical_json
-from runner.engine._spliced import LONG, Spliced
+from runner._canonical import LONG, Spliced, canonical_json
 
 
 def _state(output: list[Any], items: list[Any]) -> dict[str, Any]:
