@@ -23,7 +23,6 @@ from runner.compiler._templates import Scope, TemplateError, render_native
 from runner.errors import ClaimLost
 
 from . import _tracing as tracing
-from ._artifacts import externalize, has_artifacts, internalize
 from ._cache import StepCache, keep, lookup
 from ._control import PAUSED, RunControl
 from ._driverports import DriverFanout, StepRecorder
@@ -35,7 +34,7 @@ from ._processes import ProcessRegistry
 from ._routing import route
 from ._runtypes import CrashPoint, LaunchLink, NotificationSink, Observer, RunOutcome, retry_delay
 from ._secrets import EMPTY, RunSecrets, restore_input
-from ._state import TRACE_SCHEMA, RunState, ScopedValues
+from ._state import TRACE_SCHEMA, RunState, ScopedValues, externalize, has_artifacts, internalize
 
 if TYPE_CHECKING:
     from ._agent import AgentStepExecutor

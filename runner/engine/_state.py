@@ -1,5 +1,5 @@
-"""The run state: a pure fold of trace events (the trace is the truth), and the
-per-scope views of its values that follow each fold.
+"""The run state: a pure fold of trace events (the trace is the truth), the
+per-scope views of its values that follow each fold, and the values' persisted form.
 
 `RunState.apply` is used both live (right after an event is appended) and on
 resume (replaying the whole trace), so the two can never disagree.
@@ -8,6 +8,12 @@ resume (replaying the whole trace), so the two can never disagree.
 as nodes see them) in step with the run state, event by event, so building a node's
 context costs the same at node 5,000 as at node 5 (it used to re-scan every recorded
 value twice per node: O(n²) per run). A child scope sees its own values only.
+
+Long strings leave the trace: a value is persisted (`externalize`, as the driver
+emits it) with each string over 4 KiB stored in `artifacts/` and replaced by
+`{"$artifact": {path, media_type, bytes, sha256}}`; a user object that happens to use
+the key `$artifact` (or `$escaped`) is wrapped as `{"$escaped": ...}` so reading back
+(`internalize`) is unambiguous.
 """
 
 from __future__ import annotations
@@ -334,3 +340,70 @@ class ScopedValues:
         elif kind == "run_started" and (st.outputs or st.results or self._outputs
                                         or self._results):
             self._reset()  # a continuation's or a rerun's carried values (a new run: none)
+
+
+# -- the persisted form: long strings as artifacts ------------------------------------
+
+ARTIFACT_THRESHOLD = 4096  # UTF-8 bytes; longer strings move to artifacts/
+_MARKERS = ("$artifact", "$escaped")
+Writer = Callable[[bytes, str], dict[str, Any]]
+Reader = Callable[[dict[str, Any]], bytes]
+
+
+def externalize(value: Any, write: Writer, marked: list[bool] | None = None) -> Any:
+    """`value` as persisted; `marked[0]` becomes True when the result holds a marker
+    (an artifact or an escaped object), which `has_artifacts` would otherwise find in
+    a second walk of every event."""
+    if isinstance(value, str):
+        if len(value) > _SHORT and len(value.encode()) > ARTIFACT_THRESHOLD:
+            if marked is not None:
+                marked[0] = True
+            return {"$artifact": write(value.encode(), "text/plain; charset=utf-8")}
+        return value
+    if isinstance(value, dict):
+        # Scalars and short strings (most values) are kept without a call of their own;
+        # plain loops, as a comprehension is a frame of its own (several per event).
+        inner = {}
+        for k, v in value.items():
+            inner[k] = v if v is None or type(v) in _SCALARS or (
+                type(v) is str and len(v) <= _SHORT) else externalize(v, write, marked)
+        if len(value) == 1 and next(iter(value)) in _MARKERS:
+            if marked is not None:
+                marked[0] = True
+            return {"$escaped": inner}
+        return inner
+    if isinstance(value, list):
+        out = []
+        for v in value:
+            out.append(externalize(v, write, marked))
+        return out
+    return value
+
+
+_SCALARS = frozenset({bool, int, float})  # nothing to move or escape: no call for them
+# A string this short cannot pass the threshold (UTF-8 takes at most 4 bytes a character).
+_SHORT = ARTIFACT_THRESHOLD // 4
+
+
+def internalize(value: Any, read: Reader) -> Any:
+    if isinstance(value, dict):
+        if len(value) == 1:
+            key = next(iter(value))
+            if key == "$artifact" and isinstance(value[key], dict):
+                return read(value[key]).decode()
+            if key == "$escaped" and isinstance(value[key], dict):
+                return {k: internalize(v, read) for k, v in value[key].items()}
+        return {k: internalize(v, read) for k, v in value.items()}
+    if isinstance(value, list):
+        return [internalize(v, read) for v in value]
+    return value
+
+
+def has_artifacts(value: Any) -> bool:
+    if isinstance(value, dict):
+        if len(value) == 1 and next(iter(value)) in _MARKERS:
+            return True
+        return any(has_artifacts(v) for v in value.values())
+    if isinstance(value, list):
+        return any(has_artifacts(v) for v in value)
+    return False
