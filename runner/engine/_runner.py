@@ -98,6 +98,8 @@ class RunDriver:
         self._refs = any(recorded) and has_artifacts(recorded)
         # Each scope's outputs/results as nodes see them, kept up to date per event.
         self._scoped = ScopedValues(state, self.live if self._refs else None)
+        if state.outputs or state.results:  # a resumed run's: built once from its fold
+            self._scoped.reset()
         self._tokens = UPDATE_BURST
         self._token_at = clock.monotonic()
         self._state_at = clock.monotonic()
@@ -276,8 +278,8 @@ class RunDriver:
             run_input = restore_input(run_input, self.secrets.hidden)
         if self._refs:
             run_input = self.live(run_input)
-        ctx = {"input": run_input, "outputs": self._scoped.outputs(scope),
-               "results": self._scoped.results(scope),
+        outputs, results = self._scoped.lend(scope)
+        ctx = {"input": run_input, "outputs": outputs, "results": results,
                "secrets": dict(self.secrets.secrets), "env": dict(self.secrets.env),
                "run": {"id": self.run_id, "workflow": self.definition.name, "step": st.steps,
                        "started_at": st.started_at, "parent_run_id": st.parent_run_id},

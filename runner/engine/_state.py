@@ -261,10 +261,14 @@ def scoped(values: dict[str, Any], scope: str) -> dict[str, Any]:
             if k.startswith(prefix) and "/" not in k[cut:]}
 
 
+@dataclass(eq=False)  # one per driver, compared by identity
 class ScopedValues:
     """Per-scope views of `RunState.outputs` / `results`, updated per applied event.
 
-    A view handed to a node (`outputs(scope)`) is never changed afterwards: the next
+    Made empty, as a new run's state is; one made over a resumed run's state is
+    `reset` once, to build them from its fold.
+
+    A view handed to a node (`lend(scope)`) is never changed afterwards: the next
     change to that scope copies it first (copy on write), so a context a node or hook
     holds on to stays the snapshot it was given.
 
@@ -273,16 +277,15 @@ class ScopedValues:
     holds an artifact ref or an escape (the driver sets it when one does).
     """
 
-    def __init__(self, state: RunState, live: Live | None) -> None:
-        self._state = state
-        self.live = live
-        self._outputs: dict[str, dict[str, Any]] = {}
-        self._results: dict[str, dict[str, Any]] = {}
-        self._lent: set[int] = set()  # ids of view dicts handed out since their last copy
-        if state.outputs or state.results:  # a resumed run's: built once from its fold
-            self._reset()
+    _state: RunState
+    live: Live | None
+    _outputs: dict[str, dict[str, Any]] = field(default_factory=dict, init=False)
+    _results: dict[str, dict[str, Any]] = field(default_factory=dict, init=False)
+    # ids of view dicts handed out since their last copy
+    _lent: set[int] = field(default_factory=set, init=False)
 
-    def _reset(self) -> None:
+    def reset(self) -> None:
+        """Build every view again from the state's values (a resumed run's, a carried one's)."""
         self._outputs, self._results, self._lent = {}, {}, set()
         live = self.live
         for key, value in self._state.outputs.items():
@@ -292,15 +295,14 @@ class ScopedValues:
             scope, _, local = key.rpartition("/")
             self._results.setdefault(scope, {})[local] = value if live is None else live(value)
 
-    def outputs(self, scope: str) -> dict[str, Any]:
-        view = self._outputs.setdefault(scope, {})
-        self._lent.add(id(view))  # handed out: `_sync` copies it before it changes
-        return view
-
-    def results(self, scope: str) -> dict[str, Any]:
-        view = self._results.setdefault(scope, {})
-        self._lent.add(id(view))
-        return view
+    def lend(self, scope: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The scope's outputs and results, as nodes see them: handed out, so `_sync`
+        copies each before it changes."""
+        outputs = self._outputs.setdefault(scope, {})
+        results = self._results.setdefault(scope, {})
+        self._lent.add(id(outputs))
+        self._lent.add(id(results))
+        return outputs, results
 
     def _sync(self, table: dict[str, dict[str, Any]], source: dict[str, Any],
               key: str) -> None:
@@ -339,7 +341,7 @@ class ScopedValues:
             self._sync(self._outputs, st.outputs, mount)
         elif kind == "run_started" and (st.outputs or st.results or self._outputs
                                         or self._results):
-            self._reset()  # a continuation's or a rerun's carried values (a new run: none)
+            self.reset()  # a continuation's or a rerun's carried values (a new run: none)
 
 
 # -- the persisted form: long strings as artifacts ------------------------------------
