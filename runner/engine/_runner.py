@@ -19,7 +19,7 @@ from runner.clock import Clock, iso
 from runner.compiler import Node, WorkflowDefinition
 from runner.compiler._fanout import FANOUT_KINDS as _FANOUT_ROWS
 from runner.compiler._kinds import KINDS
-from runner.compiler._templates import Scope, TemplateError, render_native
+from runner.compiler._templates import SCOPE, Scope, TemplateError, render_native
 from runner.errors import ClaimLost
 
 from . import _tracing as tracing
@@ -78,6 +78,9 @@ class RunDriver:
         self.state = state
         self.clock = clock
         self.control = control
+        # Where the loop's renders run (compiler/_templates.py): the workflow's budget,
+        # stopped when the run is cancelled or parked; each attempt sets its deadline.
+        self.scope = Scope(definition.template_budget, clock.monotonic, None, control)
         self.executor = executor
         self.notifications = notifications
         # Itself unless OTEL_* asks for spans (asked once per process, then read).
@@ -265,12 +268,6 @@ class RunDriver:
             processes=self.processes,
             fanout=DriverFanout(self) if node.kind in FANOUT_KINDS else None)
 
-    def template_scope(self, deadline: float | None) -> Scope:
-        """Renders inside get the workflow's budget, the node's deadline, and stop when
-        the run is cancelled or parked (compiler/_templates.py)."""
-        return Scope(self.definition.template_budget, self.clock.monotonic, deadline,
-                     self.control)
-
     def context(self, scope: str) -> dict[str, Any]:
         st = self.state
         run_input = st.input if not scope else st.scope_inputs.get(scope)
@@ -298,6 +295,7 @@ class RunDriver:
 
     # -- the loop ----------------------------------------------------------------
     def drive(self, at: str | None) -> RunOutcome:
+        token = SCOPE.set(self.scope)  # as `with self.scope:` does, once per run
         try:
             return self._drive(at)
         except BaseException as exc:
@@ -309,6 +307,8 @@ class RunDriver:
             # A node end still held is not written: the node runs again, as after a kill.
             self.bundle.close()  # a refused write (ClaimLost) or a bug: let go of the run
             raise
+        finally:
+            SCOPE.reset(token)
 
     def _drive(self, at: str | None) -> RunOutcome:
         while True:
@@ -414,8 +414,8 @@ class RunDriver:
         spec = node.spec
         ctx = self.context(node.scope)
         try:
-            with self.template_scope(None):
-                child_input = render_native(getattr(spec, "input", None) or {}, ctx)
+            self.scope.deadline = None  # no node's: an include's input
+            child_input = render_native(getattr(spec, "input", None) or {}, ctx)
         except TemplateError as exc:
             return self.finish("failed", error={"code": "template_error", "node": node.id,
                                                 "message": f"include input: {exc}"})
@@ -447,12 +447,12 @@ class RunDriver:
             if node.kind == "parallel":
                 started_payload.update(_branch_order(node))
             self.emit("node_started", started_payload, node=node.id, attempt=attempt)
-            with self.template_scope(deadline):
-                cached = None
-                if node.cache is not None and self.cache is not None and k == 0:
-                    cache_as, cached = lookup(self.cache, self.definition.name, node,
-                                              self.context(node.scope), self.cache_reads)
-                result = cached or execute(self.node_context(node, attempt, deadline))
+            self.scope.deadline = deadline  # the attempt's renders stop at its timeout
+            cached = None
+            if node.cache is not None and self.cache is not None and k == 0:
+                cache_as, cached = lookup(self.cache, self.definition.name, node,
+                                          self.context(node.scope), self.cache_reads)
+            result = cached or execute(self.node_context(node, attempt, deadline))
             if cached is not None and "cached_from" in cached.extra:
                 # `wfrun logs` says the node's result came from the cache: nothing ran.
                 self.emit("node_log", {"stdout": "", "stderr": "", "stdout_truncated": False,
