@@ -332,10 +332,13 @@ class RunDriver:
             if node.kind == "include_exit":
                 at = self._exit(node)
                 continue
-            # A resumed node re-runs the step it already counted; only new steps are bounded.
-            limit = None if self.resuming_node == node.id else self._step_limit(node)
-            if limit is not None:
-                return self.finish("failed", error={"code": "max_steps", "message": limit})
+            # A resumed node re-runs the step it already counted; only new steps are bounded
+            # (the run's max_steps, and an include's own inside one: `_step_limit`).
+            if (self.state.steps >= self.definition.max_steps or node.scope) \
+                    and self.resuming_node != node.id:
+                limit = self._step_limit(node)
+                if limit is not None:
+                    return self.finish("failed", error={"code": "max_steps", "message": limit})
             result = self._run_node(node)
             if result.outcome == "parked":
                 return self.park()
@@ -347,10 +350,15 @@ class RunDriver:
                 return self.finish("failed", error={**(result.error or {}), "node": node.id})
             if end == "wait" and result.outcome == "ok":
                 return self.wait(node.id, result.output)
-            nxt = self.next_after(node.id, result.outcome, result.output, result.error,
-                                  result.extra)
-            if isinstance(nxt, RunOutcome):
-                return nxt
+            edge = self.definition.edges.get(node.id)
+            if result.outcome == "ok" and (edge is None or edge.to is not None):
+                nxt = None if edge is None else edge.to  # the end, or a plain edge: no switch
+            else:
+                routed = self.next_after(node.id, result.outcome, result.output,
+                                         result.error, result.extra)
+                if isinstance(routed, RunOutcome):
+                    return routed
+                nxt = routed
             if nxt is not None and self.crash is not None:
                 # Routed, the node's end still held: a kill here loses it (the node runs
                 # again), as a kill just before its end was written always did.
@@ -360,11 +368,10 @@ class RunDriver:
 
     def next_after(self, node_id: str, outcome: str, output: Any, error: dict[str, Any] | None,
                    extra: dict[str, Any]) -> str | RunOutcome | None:
-        edge = self.definition.edges.get(node_id)
-        if outcome == "ok" and (edge is None or edge.to is not None):
-            return None if edge is None else edge.to  # the end, or a plain edge: no switch
+        """Where the run goes after `node_id` ended with `outcome`: the next node, None
+        (the end), or the run's ending (a routing failure, a failure no edge catches)."""
         res = {"outcome": outcome, "error": error, **extra}
-        r = route(edge, outcome, output, res)
+        r = route(self.definition.edges.get(node_id), outcome, output, res)
         if r.error:
             return self.finish("failed", error={"code": "routing", "message": r.error,
                                                 "node": node_id})
@@ -508,12 +515,12 @@ class RunDriver:
         if error is not None:
             payload["error"] = error
         self.emit(kind, payload, sync=True, state=True)
-        return self._close_bundle(self._ended())
+        return self._close_bundle(recorded=True)
 
     def wait(self, node_id: str, output: Any) -> RunOutcome:
         self.emit("run_waiting", {"waiting_on": node_id, "final_output": output}, sync=True,
                   state=True)
-        return self._close_bundle(self._ended())
+        return self._close_bundle(recorded=True)
 
     def park(self) -> RunOutcome:
         """Stop without a terminal event; `resume` continues at the interrupted node.
@@ -530,12 +537,16 @@ class RunDriver:
         return RunOutcome(self.run_id, "running", True, None, None, self.state,
                           self.control.reason)
 
-    def _close_bundle(self, ended: RunOutcome | None = None) -> RunOutcome:
-        """Seal the ended run's bundle; returns its outcome (`ended` when the caller has
-        it already: a map's final output is a list as long as the map, walked once)."""
-        outcome = ended if ended is not None else self.outcome()
+    def _close_bundle(self, recorded: bool = False) -> RunOutcome:
+        """Seal the ended run's bundle; returns its outcome. `recorded`: this driver has
+        just recorded the ending, whose final output went through `emit`, which sets
+        `_refs` if it holds a ref or an escape, so an output without one is not walked
+        (twice, for a 1,000-item map's list)."""
+        st = self.state
+        output = st.final_output if recorded and not self._refs else self.live(st.final_output)
+        outcome = RunOutcome(self.run_id, st.status, False, output, st.error, st)
         manifest = self.bundle.read_manifest()
-        manifest.update({"status": self.state.status, "finished_at": self.state.finished_at})
+        manifest.update({"status": st.status, "finished_at": st.finished_at})
         self.bundle.write_manifest(manifest)
         # A folder has the ending's event and manifest by now; a database bundle holds
         # them for the seal's transaction (engine/_dbbundle.py), so a kill here leaves it
@@ -551,15 +562,6 @@ class RunDriver:
         st = self.state
         return RunOutcome(self.run_id, st.status, False, self.live(st.final_output), st.error,
                           st)
-
-    def _ended(self) -> RunOutcome:
-        """`outcome` of an ending this driver has just recorded: its final output went
-        through `emit`, which sets `_refs` if it holds a ref or an escape, so an output
-        without one is not walked (twice, for a 1,000-item map's list)."""
-        st = self.state
-        output = self.live(st.final_output) if self._refs else st.final_output
-        return RunOutcome(self.run_id, st.status, False, output, st.error, st)
-
 
 
 def _branch_order(node: Node) -> dict[str, Any]:
