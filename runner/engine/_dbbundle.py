@@ -3,7 +3,7 @@
 The same narrow interface as `FolderBundle` and the same write order: trace
 events (keyed by run id and `seq`), then the state document, then the manifest
 (a few writes share a transaction: "Batches" below); artifacts (strings over
-4 KiB, engine/_artifacts.py) are rows keyed by their sha256 under the run. A
+4 KiB, engine/_state.py) are rows keyed by their sha256 under the run. A
 writer with a claim token is fenced by the database alone: it checks the
 launch's claim token in the same transaction as the write, so a host whose
 claim was taken over writes nothing however late it wakes (the caller's fence,
