@@ -87,7 +87,9 @@ class TemplateTimedOut(TemplateError):
 @dataclass(slots=True)
 class Scope:
     """What the engine sets around a node: its budget, clock, deadline and stop flag.
-    `with Scope(...):` every render on this thread (or task) uses it; enter it once."""
+    `with Scope(...):` every render on this thread (or task) uses it; enter it once.
+    A read at each render's start: the run loop sets one per run (`SCOPE.set`) and
+    moves its `deadline` per attempt."""
 
     budget: TemplateBudget
     monotonic: Callable[[], float]
@@ -144,13 +146,6 @@ class Guard:
         if self.iterations & 63 == 0:  # the clock every 64 iterations: loops are hot
             self.tick()
 
-    def emitted(self, chunk: str) -> None:
-        self.output += len(chunk)
-        if self.output > self.budget.max_output:
-            raise _b.RenderBudgetError(
-                f"the template's output passed {self.budget.max_output:,} characters "
-                f"(template_budget.max_output)")
-
     # -- sizes, checked before the allocation --------------------------------------
     def size(self, n: int, what: str) -> None:
         if n > self.budget.max_size:
@@ -177,7 +172,8 @@ class Guard:
 
 
 #: The guard of the render under way (set by `_render`), and the scope a node's renders
-#: run in (`with Scope(...):`); read with `.get()`, a C call on every operation.
+#: run in (`with Scope(...):`, or the run loop's own); read with `.get()`, a C call on
+#: every operation.
 ACTIVE: ContextVar[Guard | None] = ContextVar("wfrun_template_guard", default=None)
 SCOPE: ContextVar[Scope | None] = ContextVar("wfrun_template_scope", default=None)
 
@@ -427,12 +423,19 @@ def is_template(text: str) -> bool:
 
 def _collect(template: Template, context: Mapping[str, Any], guard: Guard, *,
              native: bool) -> Any:
+    """`template` rendered chunk by chunk under `guard`: the clock read per chunk, the
+    text counted against max_output; the concatenation's value when `native`."""
     ctx = template.new_context(dict(context))
     parts: list[Any] = []
+    budget = guard.budget
     for chunk in template.root_render_func(ctx):
         guard.tick()
         if isinstance(chunk, str):
-            guard.emitted(chunk)
+            guard.output += len(chunk)
+            if guard.output > budget.max_output:
+                raise _b.RenderBudgetError(
+                    f"the template's output passed {budget.max_output:,} characters "
+                    f"(template_budget.max_output)")
         parts.append(chunk)
     if native:
         return guard.value(native_concat(parts), "the expression's value")
@@ -480,16 +483,29 @@ def _failure(exc: Exception) -> TemplateError:
 
 
 def _render(text: str, context: Mapping[str, Any], *, native: bool) -> Any:
+    """`text` rendered by the sandbox under a guard of the current scope: a string, or
+    (`native`) one expression's value, refused when it is or holds an undefined."""
     guard = Guard(SCOPE.get() or _default_scope())
     token = ACTIVE.set(guard)  # as `with guard:` does, without its two calls per render
     try:
         guard.tick()
         template = _CACHES[native].get(text) or _compile(text, native=native)
-        return _collect(template, context, guard, native=native)
+        result = _collect(template, context, guard, native=native)
     except Exception as exc:
         raise _failure(exc) from None
     finally:
         ACTIVE.reset(token)
+    if not native:
+        return result
+    if isinstance(result, Undefined):
+        # A lone undefined expression comes back as the Undefined object itself.
+        raise TemplateError(_undefined_message(result, "expression is undefined"))
+    # A scalar is whole: only a built mapping or list can hide an undefined part.
+    missing = _first_undefined(result) if isinstance(result, (dict, list, tuple)) else None
+    if missing is not None:
+        where, undefined = missing
+        raise TemplateError(f"{where}: {_undefined_message(undefined)}")
+    return result
 
 
 def render_text(text: str, context: Mapping[str, Any]) -> str:
@@ -511,30 +527,12 @@ def render_native(value: Any, context: Mapping[str, Any]) -> Any:
             found = _render_plain(path, context)
             if found is not _plain.MISS:
                 return found
-        return _render_jinja_native(value, context)
+        return _render(value, context, native=True)
     if isinstance(value, dict):
         return {k: render_native(v, context) for k, v in value.items()}
     if isinstance(value, list):
         return [render_native(v, context) for v in value]
     return value
-
-
-def _render_jinja_native(text: str, context: Mapping[str, Any]) -> Any:
-    """One template expression rendered natively by the sandbox."""
-    result = _render(text, context, native=True)
-    if isinstance(result, Undefined):
-        # A lone undefined expression comes back as the Undefined object itself.
-        try:
-            str(result)
-        except (UndefinedError, SecurityError) as exc:  # `input.__class__`: unsafe
-            raise TemplateError(str(exc)) from None
-        raise TemplateError("expression is undefined")
-    # A scalar is whole: only a built mapping or list can hide an undefined part.
-    missing = _first_undefined(result) if isinstance(result, (dict, list, tuple)) else None
-    if missing is not None:
-        where, undefined = missing
-        raise TemplateError(f"{where}: {_undefined_message(undefined)}")
-    return result
 
 
 # Each text as a plain reference (`_plainrefs`) or None, parsed once per process.
@@ -571,12 +569,13 @@ def _render_plain(path: _plain.Path, context: Mapping[str, Any]) -> Any:
         raise _failure(exc) from None
 
 
-def _undefined_message(value: Undefined) -> str:
+def _undefined_message(value: Undefined, otherwise: str = "a value is undefined") -> str:
+    """What Jinja says of an undefined value when it is read (`input.__class__`: unsafe)."""
     try:
         str(value)
     except (UndefinedError, SecurityError) as exc:
         return str(exc)
-    return "a value is undefined"
+    return otherwise
 
 
 def _first_undefined(value: Any) -> tuple[str, Undefined] | None:

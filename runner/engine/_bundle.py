@@ -56,7 +56,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from runner._canonical import canonical_json
+from runner._canonical import Spliced, canonical_json
 from runner._private import private_dirs
 from runner.errors import ClaimLost, InputError, NotFoundError, OperationFailed
 
@@ -129,6 +129,7 @@ class FolderBundle:
         # Its first manifest, held as given (never encoded unless written the usual way).
         self._first: dict[str, Any] | None = None
         self._crash: Callable[[str], None] | None = None
+        self._json = Spliced()  # a long output is encoded once (trace, ending, state)
         if created or locked:
             # A flock on the folder itself (no `.lock` file to create per run: ~0.25 ms of
             # kernel time), by every writer and remover, no reader; gone with its holder.
@@ -184,7 +185,7 @@ class FolderBundle:
         batch = events if isinstance(events, list) else list(events)
         if self._whole is not None and not self._sealed:
             if batch:  # asks no fence: the ending's guard is the whole run's
-                self._whole.append(("\n".join(map(canonical_json, batch)) + "\n").encode())
+                self._whole.append(("\n".join(map(self._json.line, batch)) + "\n").encode())
                 self._whole_events += len(batch)
                 self._whole_sync = self._whole_sync or sync
             if self._whole_events > WHOLE_EVENTS:
@@ -196,7 +197,7 @@ class FolderBundle:
         if self.begin is not None and (
                 len(batch) > 1 or batch[0].get("type") != "run_started"):
             self._begin()
-        self._write_trace(("\n".join(map(canonical_json, batch)) + "\n").encode(), sync=sync)
+        self._write_trace(("\n".join(map(self._json.line, batch)) + "\n").encode(), sync=sync)
 
     def start_launch(self) -> bool:
         """Take the joined launch to `running` now, before the executor is released:
@@ -276,7 +277,7 @@ class FolderBundle:
             joined(self.run_id, step)
 
     def replace_state(self, state: dict[str, Any]) -> None:
-        data = (canonical_json(state) + "\n").encode()
+        data = (self._json.dumps(state) + "\n").encode()
         if self._whole is not None and not self._sealed:
             self._whole_state = data  # the latest, written with the run
             return

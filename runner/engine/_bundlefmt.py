@@ -26,7 +26,6 @@ ARTIFACTS = "artifacts"
 LOGS = "logs"  # live logs of running attempts (engine/_livelog.py), not a record
 SNAPSHOTS = ".snapshots"  # runs/.snapshots/: one copy of each workflow snapshot (write_snapshot)
 LOCK = ".lock"  # the lock file of bundles written before the folder itself was locked
-ARTIFACT_THRESHOLD = 4096  # UTF-8 bytes; longer strings move to artifacts/
 # Statuses whose bundle is sealed: the terminal ones, and `waiting` (an answer continues
 # a waiting run in a new bundle).
 ENDED = frozenset({"completed", "failed", "timed_out", "cancelled", "waiting"})

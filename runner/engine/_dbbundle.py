@@ -3,7 +3,7 @@
 The same narrow interface as `FolderBundle` and the same write order: trace
 events (keyed by run id and `seq`), then the state document, then the manifest
 (a few writes share a transaction: "Batches" below); artifacts (strings over
-4 KiB, engine/_artifacts.py) are rows keyed by their sha256 under the run. A
+4 KiB, engine/_state.py) are rows keyed by their sha256 under the run. A
 writer with a claim token is fenced by the database alone: it checks the
 launch's claim token in the same transaction as the write, so a host whose
 claim was taken over writes nothing however late it wakes (the caller's fence,
@@ -55,11 +55,12 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from runner._canonical import Spliced
 from runner._private import private_dirs
 from runner.clock import Clock, SystemClock
 from runner.errors import ClaimLost, NotFoundError, OperationFailed
 
-from ._bundlefmt import ARTIFACTS, ENDED, LOGS, Fence, TraceRead, always, dumps
+from ._bundlefmt import ARTIFACTS, ENDED, LOGS, Fence, TraceRead, always
 from ._rows import BundleRows, LaunchStep
 
 #: Trace events that end a run (or its attempt): from one, the writer holds every
@@ -97,6 +98,7 @@ class DatabaseBundle:
         # How long a write waits for an unreachable database: the engine sets a third
         # of the claim's lease (waiting longer is safe: the write checks the lease).
         self.patience = PATIENCE
+        self._json = Spliced()  # a long output is encoded once (trace, ending, state)
 
     @property
     def fence(self) -> Fence:
@@ -255,7 +257,7 @@ class DatabaseBundle:
         batch = list(events)
         if not batch:
             return
-        rows = [(int(e["seq"]), dumps(e)) for e in batch]
+        rows = [(int(e["seq"]), self._json.line(e)) for e in batch]
         if any(e.get("type") in ENDINGS for e in batch):
             if self._create and self.begin is not None:
                 self._flush()  # the row and the launch's `running` before the ending
@@ -270,8 +272,8 @@ class DatabaseBundle:
 
     def replace_state(self, state: dict[str, Any]) -> None:
         self._check()
-        self._hold(doc=("state", dumps(state)))  # a projection of the trace: goes with
-        # the next write (a parked run's, with `close`)
+        # A projection of the trace: goes with the next write (a parked run's, with `close`)
+        self._hold(doc=("state", self._json.dumps(state)))
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         self._check()

@@ -16,7 +16,6 @@ from runner.compiler._kinds import ends, kind_of
 from runner.compiler._templates import Scope, TemplateError, render_text
 from runner.errors import InputError, OperationFailed
 
-from ._artifacts import has_artifacts, internalize
 from ._bundlefmt import BUNDLE_SCHEMA, PATHS, Fence, always
 from ._bundlefmt import CONTINUED as CONTINUED  # re-exported: the marker folder
 from ._cache import StepCache
@@ -30,7 +29,7 @@ from ._runtypes import CrashPoint, LaunchLink, NotificationSink, Observer, RunOu
 from ._secrets import EMPTY, NO_SOURCE, RunSecrets, SecretSource, split_input
 from ._secrets import resolve as resolve_secrets
 from ._space import BundleSpace, RunBundle, space_for
-from ._state import TERMINAL, TRACE_SCHEMA, RunState, fold
+from ._state import TERMINAL, TRACE_SCHEMA, RunState, fold, has_artifacts, internalize
 
 if TYPE_CHECKING:
     from ._agent import AgentStepExecutor

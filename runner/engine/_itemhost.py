@@ -160,7 +160,7 @@ def open_item_host(engine: Engine, run_id: str, node_id: str, visit: int, count:
     plan: _Plan | NodeResult | None = SHARED_PLANS.get(run_id, node, visit)
     if plan is None:  # the parent ran elsewhere (or its definition was compiled anew)
         try:
-            with driver.template_scope(None):
+            with driver.scope:
                 plan = _plan(node, driver.context(node.scope))
         except (TemplateError, TemplateStopped) as exc:
             return f"run {run_id}: {exc}"

@@ -24,14 +24,13 @@ from typing import Any
 
 from runner.errors import NotFoundError, OperationFailed
 
-from ._artifacts import has_artifacts, internalize
 from ._bundlefmt import CONTINUED as CONTINUED  # re-exported: the marker folder
 from ._bundlefmt import LOGS, TraceRead
 from ._bundlefmt import MAX_RUN_ID_BYTES as MAX_RUN_ID_BYTES
 from ._livelog import live_log_name
 from ._rows import BundleRows
 from ._space import BundleSpace, check_run_id, space_for, valid_run_id
-from ._state import RunState, fold
+from ._state import RunState, fold, has_artifacts, internalize
 
 __all__ = ["CONTINUED", "MAX_RUN_ID_BYTES", "RunReader", "valid_run_id"]
 

@@ -19,11 +19,10 @@ from runner.clock import Clock, iso
 from runner.compiler import Node, WorkflowDefinition
 from runner.compiler._fanout import FANOUT_KINDS as _FANOUT_ROWS
 from runner.compiler._kinds import KINDS
-from runner.compiler._templates import Scope, TemplateError, render_native
+from runner.compiler._templates import SCOPE, Scope, TemplateError, render_native
 from runner.errors import ClaimLost
 
 from . import _tracing as tracing
-from ._artifacts import externalize, has_artifacts, internalize
 from ._cache import StepCache, keep, lookup
 from ._control import PAUSED, RunControl
 from ._driverports import DriverFanout, StepRecorder
@@ -35,7 +34,15 @@ from ._processes import ProcessRegistry
 from ._routing import route
 from ._runtypes import CrashPoint, LaunchLink, NotificationSink, Observer, RunOutcome, retry_delay
 from ._secrets import EMPTY, RunSecrets, restore_input
-from ._state import TRACE_SCHEMA, RunState, ScopedValues
+from ._state import (
+    TRACE_SCHEMA,
+    RunState,
+    ScopedValues,
+    externalize,
+    has_artifacts,
+    internalize,
+    plain_text,
+)
 
 if TYPE_CHECKING:
     from ._agent import AgentStepExecutor
@@ -79,6 +86,9 @@ class RunDriver:
         self.state = state
         self.clock = clock
         self.control = control
+        # Where the loop's renders run (compiler/_templates.py): the workflow's budget,
+        # stopped when the run is cancelled or parked; each attempt sets its deadline.
+        self.scope = Scope(definition.template_budget, clock.monotonic, None, control)
         self.executor = executor
         self.notifications = notifications
         # Itself unless OTEL_* asks for spans (asked once per process, then read).
@@ -99,6 +109,8 @@ class RunDriver:
         self._refs = any(recorded) and has_artifacts(recorded)
         # Each scope's outputs/results as nodes see them, kept up to date per event.
         self._scoped = ScopedValues(state, self.live if self._refs else None)
+        if state.outputs or state.results:  # a resumed run's: built once from its fold
+            self._scoped.reset()
         self._tokens = UPDATE_BURST
         self._token_at = clock.monotonic()
         self._state_at = clock.monotonic()
@@ -113,28 +125,32 @@ class RunDriver:
     # -- recording ---------------------------------------------------------------
     def emit(self, kind: str, payload: dict[str, Any] | None = None, *, node: str | None = None,
              attempt: str | None = None, sync: bool = False, state: bool = False,
-             hold: bool = False) -> None:
+             hold: bool = False, plain: bool = False) -> None:
         """Record one event. `hold`: a node's end that the loop routes from before it is
         written; it goes to the store in one append with the next event (the next node's
         `node_started`, an include's entry, the run's ending), so a 3-node run pays one
-        durable write per node boundary instead of two. Applied to the state at once."""
+        durable write per node boundary instead of two. Applied to the state at once.
+        `plain`: the caller knows the payload has nothing to mask, move out or escape
+        (`finish`, `record_logs`): written as it is, not walked."""
         event: dict[str, Any] = {"schema": TRACE_SCHEMA, "seq": self.state.trace_seq + 1,
-                                 "at": iso(self.clock.now()), "type": kind,
-                                 "run_id": self.run_id}
+                                 "at": iso(self.clock.now()), "type": kind, "run_id": self.run_id}
         if node is not None:
             event["node"] = node
         if attempt is not None:
             event["attempt"] = attempt
-        # Masked before anything is written: the trace, artifacts, the state folded from
-        # them and every view of them only ever hold `***` for a secret.
-        marked = [False]
-        payload = payload or {}
-        if self.secrets.masked:
-            payload = self.secrets.mask_json(payload)
-        event["payload"] = externalize(payload, self.bundle.write_artifact, marked)
-        if marked[0] and not self._refs:
-            self._refs = True
-            self._scoped.live = self.live  # from now on, values are read back
+        if plain:
+            event["payload"] = payload or {}
+        else:
+            # Masked before anything is written: the trace, artifacts, the state folded
+            # from them and every view of them only ever hold `***` for a secret.
+            marked = [False]
+            payload = payload or {}
+            if self.secrets.masked:
+                payload = self.secrets.mask_json(payload)
+            event["payload"] = externalize(payload, self.bundle.write_artifact, marked)
+            if marked[0] and not self._refs:
+                self._refs = True
+                self._scoped.live = self.live  # from now on, values are read back
         if hold:
             self.state.apply(event)
             self._scoped.applied(event)
@@ -211,12 +227,25 @@ class RunDriver:
 
     def record_logs(self, logs: list[tuple[str, str, dict[str, Any]]]) -> None:
         """Logs items kept elsewhere (node, attempt, log as the host's item recorded it:
-        `_itemhost._Recorder`), each checked as `record_log` does, in one trace write."""
+        `_itemhost._Recorder`), each checked as `record_log` does, in one trace write.
+        Short ASCII text in a run that masks nothing has nothing to cut, replace or move
+        out: that log is emitted `plain` (a 1,000-item map's end walked each)."""
+        masks = bool(self.secrets.masked)
         for node, attempt, log in logs:
-            self.record_log(node, attempt, str(log.get("stdout", "")),
-                            str(log.get("stderr", "")), bool(log.get("stdout_truncated")),
-                            bool(log.get("stderr_truncated")), log.get("exit_code"),
-                            hold=True)
+            out, err = str(log.get("stdout", "")), str(log.get("stderr", ""))
+            code = log.get("exit_code")
+            seen = redact(err)
+            if masks or not (plain_text(out) and plain_text(seen)) or not (
+                    code is None or type(code) is int):
+                self.record_log(node, attempt, out, err, bool(log.get("stdout_truncated")),
+                                bool(log.get("stderr_truncated")), code, hold=True)
+                continue
+            self._logs[attempt] = self._logs.get(attempt, 0) + 1
+            self.emit("node_log", {"stdout": out, "stderr": seen,
+                                   "stdout_truncated": bool(log.get("stdout_truncated")),
+                                   "stderr_truncated": bool(log.get("stderr_truncated"))
+                                   or seen != err, "exit_code": code},
+                      node=node, attempt=attempt, hold=True, plain=True)
         self.flush_held()
 
     def live_log(self, node: str, attempt: str, extra: tuple[str, ...],
@@ -264,12 +293,6 @@ class RunDriver:
             processes=self.processes,
             fanout=DriverFanout(self) if node.kind in FANOUT_KINDS else None)
 
-    def template_scope(self, deadline: float | None) -> Scope:
-        """Renders inside get the workflow's budget, the node's deadline, and stop when
-        the run is cancelled or parked (compiler/_templates.py)."""
-        return Scope(self.definition.template_budget, self.clock.monotonic, deadline,
-                     self.control)
-
     def context(self, scope: str) -> dict[str, Any]:
         st = self.state
         run_input = st.input if not scope else st.scope_inputs.get(scope)
@@ -277,8 +300,8 @@ class RunDriver:
             run_input = restore_input(run_input, self.secrets.hidden)
         if self._refs:
             run_input = self.live(run_input)
-        ctx = {"input": run_input, "outputs": self._scoped.outputs(scope),
-               "results": self._scoped.results(scope),
+        outputs, results = self._scoped.lend(scope)
+        ctx = {"input": run_input, "outputs": outputs, "results": results,
                "secrets": dict(self.secrets.secrets), "env": dict(self.secrets.env),
                "run": {"id": self.run_id, "workflow": self.definition.name, "step": st.steps,
                        "started_at": st.started_at, "parent_run_id": st.parent_run_id},
@@ -297,6 +320,7 @@ class RunDriver:
 
     # -- the loop ----------------------------------------------------------------
     def drive(self, at: str | None) -> RunOutcome:
+        token = SCOPE.set(self.scope)  # as `with self.scope:` does, once per run
         try:
             return self._drive(at)
         except BaseException as exc:
@@ -308,6 +332,8 @@ class RunDriver:
             # A node end still held is not written: the node runs again, as after a kill.
             self.bundle.close()  # a refused write (ClaimLost) or a bug: let go of the run
             raise
+        finally:
+            SCOPE.reset(token)
 
     def _drive(self, at: str | None) -> RunOutcome:
         while True:
@@ -316,7 +342,8 @@ class RunDriver:
                 output = self.state.outputs.get(last) if last else None
                 if self._refs:  # only a run that recorded a ref or an escape walks it
                     output = self.live(output)
-                return self.finish("completed", final_output=output)
+                return self.finish("completed", final_output=output,
+                                   recorded=not self._refs and not self.secrets.masked)
             if self.control.stopping or self.control.pause_requested:
                 stop = self._boundary()
                 if stop is not None:
@@ -331,10 +358,13 @@ class RunDriver:
             if node.kind == "include_exit":
                 at = self._exit(node)
                 continue
-            # A resumed node re-runs the step it already counted; only new steps are bounded.
-            limit = None if self.resuming_node == node.id else self._step_limit(node)
-            if limit is not None:
-                return self.finish("failed", error={"code": "max_steps", "message": limit})
+            # A resumed node re-runs the step it already counted; only new steps are bounded
+            # (the run's max_steps, and an include's own inside one: `_step_limit`).
+            if (self.state.steps >= self.definition.max_steps or node.scope) \
+                    and self.resuming_node != node.id:
+                limit = self._step_limit(node)
+                if limit is not None:
+                    return self.finish("failed", error={"code": "max_steps", "message": limit})
             result = self._run_node(node)
             if result.outcome == "parked":
                 return self.park()
@@ -346,10 +376,15 @@ class RunDriver:
                 return self.finish("failed", error={**(result.error or {}), "node": node.id})
             if end == "wait" and result.outcome == "ok":
                 return self.wait(node.id, result.output)
-            nxt = self.next_after(node.id, result.outcome, result.output, result.error,
-                                  result.extra)
-            if isinstance(nxt, RunOutcome):
-                return nxt
+            edge = self.definition.edges.get(node.id)
+            if result.outcome == "ok" and (edge is None or edge.to is not None):
+                nxt = None if edge is None else edge.to  # the end, or a plain edge: no switch
+            else:
+                routed = self.next_after(node.id, result.outcome, result.output,
+                                         result.error, result.extra)
+                if isinstance(routed, RunOutcome):
+                    return routed
+                nxt = routed
             if nxt is not None and self.crash is not None:
                 # Routed, the node's end still held: a kill here loses it (the node runs
                 # again), as a kill just before its end was written always did.
@@ -359,11 +394,10 @@ class RunDriver:
 
     def next_after(self, node_id: str, outcome: str, output: Any, error: dict[str, Any] | None,
                    extra: dict[str, Any]) -> str | RunOutcome | None:
-        edge = self.definition.edges.get(node_id)
-        if outcome == "ok" and (edge is None or edge.to is not None):
-            return None if edge is None else edge.to  # the end, or a plain edge: no switch
+        """Where the run goes after `node_id` ended with `outcome`: the next node, None
+        (the end), or the run's ending (a routing failure, a failure no edge catches)."""
         res = {"outcome": outcome, "error": error, **extra}
-        r = route(edge, outcome, output, res)
+        r = route(self.definition.edges.get(node_id), outcome, output, res)
         if r.error:
             return self.finish("failed", error={"code": "routing", "message": r.error,
                                                 "node": node_id})
@@ -413,8 +447,8 @@ class RunDriver:
         spec = node.spec
         ctx = self.context(node.scope)
         try:
-            with self.template_scope(None):
-                child_input = render_native(getattr(spec, "input", None) or {}, ctx)
+            self.scope.deadline = None  # no node's: an include's input
+            child_input = render_native(getattr(spec, "input", None) or {}, ctx)
         except TemplateError as exc:
             return self.finish("failed", error={"code": "template_error", "node": node.id,
                                                 "message": f"include input: {exc}"})
@@ -446,12 +480,12 @@ class RunDriver:
             if node.kind == "parallel":
                 started_payload.update(_branch_order(node))
             self.emit("node_started", started_payload, node=node.id, attempt=attempt)
-            with self.template_scope(deadline):
-                cached = None
-                if node.cache is not None and self.cache is not None and k == 0:
-                    cache_as, cached = lookup(self.cache, self.definition.name, node,
-                                              self.context(node.scope), self.cache_reads)
-                result = cached or execute(self.node_context(node, attempt, deadline))
+            self.scope.deadline = deadline  # the attempt's renders stop at its timeout
+            cached = None
+            if node.cache is not None and self.cache is not None and k == 0:
+                cache_as, cached = lookup(self.cache, self.definition.name, node,
+                                          self.context(node.scope), self.cache_reads)
+            result = cached or execute(self.node_context(node, attempt, deadline))
             if cached is not None and "cached_from" in cached.extra:
                 # `wfrun logs` says the node's result came from the cache: nothing ran.
                 self.emit("node_log", {"stdout": "", "stderr": "", "stdout_truncated": False,
@@ -500,19 +534,23 @@ class RunDriver:
 
     # -- endings -----------------------------------------------------------------
     def finish(self, status: str, *, final_output: Any = None,
-               error: dict[str, Any] | None = None) -> RunOutcome:
+               error: dict[str, Any] | None = None, recorded: bool = False) -> RunOutcome:
+        """`recorded`: `final_output` is a node's output as the state holds it, in a run
+        that recorded no ref or escape and masks nothing: written as it is, not walked
+        (it is its own externalized form), the same object as the node's, so the
+        bundle encodes a long one once (runner/_canonical.py, `Spliced`)."""
         kind = {"completed": "run_completed", "failed": "run_failed",
                 "timed_out": "run_timed_out", "cancelled": "run_cancelled"}[status]
         payload: dict[str, Any] = {"final_output": final_output}
         if error is not None:
             payload["error"] = error
-        self.emit(kind, payload, sync=True, state=True)
-        return self._close_bundle(self._ended())
+        self.emit(kind, payload, sync=True, state=True, plain=recorded and error is None)
+        return self._close_bundle(recorded=True)
 
     def wait(self, node_id: str, output: Any) -> RunOutcome:
         self.emit("run_waiting", {"waiting_on": node_id, "final_output": output}, sync=True,
                   state=True)
-        return self._close_bundle(self._ended())
+        return self._close_bundle(recorded=True)
 
     def park(self) -> RunOutcome:
         """Stop without a terminal event; `resume` continues at the interrupted node.
@@ -529,12 +567,16 @@ class RunDriver:
         return RunOutcome(self.run_id, "running", True, None, None, self.state,
                           self.control.reason)
 
-    def _close_bundle(self, ended: RunOutcome | None = None) -> RunOutcome:
-        """Seal the ended run's bundle; returns its outcome (`ended` when the caller has
-        it already: a map's final output is a list as long as the map, walked once)."""
-        outcome = ended if ended is not None else self.outcome()
+    def _close_bundle(self, recorded: bool = False) -> RunOutcome:
+        """Seal the ended run's bundle; returns its outcome. `recorded`: this driver has
+        just recorded the ending, whose final output went through `emit`, which sets
+        `_refs` if it holds a ref or an escape, so an output without one is not walked
+        (twice, for a 1,000-item map's list)."""
+        st = self.state
+        output = st.final_output if recorded and not self._refs else self.live(st.final_output)
+        outcome = RunOutcome(self.run_id, st.status, False, output, st.error, st)
         manifest = self.bundle.read_manifest()
-        manifest.update({"status": self.state.status, "finished_at": self.state.finished_at})
+        manifest.update({"status": st.status, "finished_at": st.finished_at})
         self.bundle.write_manifest(manifest)
         # A folder has the ending's event and manifest by now; a database bundle holds
         # them for the seal's transaction (engine/_dbbundle.py), so a kill here leaves it
@@ -548,17 +590,7 @@ class RunDriver:
 
     def outcome(self) -> RunOutcome:
         st = self.state
-        return RunOutcome(self.run_id, st.status, False, self.live(st.final_output), st.error,
-                          st)
-
-    def _ended(self) -> RunOutcome:
-        """`outcome` of an ending this driver has just recorded: its final output went
-        through `emit`, which sets `_refs` if it holds a ref or an escape, so an output
-        without one is not walked (twice, for a 1,000-item map's list)."""
-        st = self.state
-        output = self.live(st.final_output) if self._refs else st.final_output
-        return RunOutcome(self.run_id, st.status, False, output, st.error, st)
-
+        return RunOutcome(self.run_id, st.status, False, self.live(st.final_output), st.error, st)
 
 
 def _branch_order(node: Node) -> dict[str, Any]:

@@ -132,20 +132,25 @@ class BundleSpace(Protocol):
         ...
 
 
-def valid_run_id(run_id: str) -> bool:
-    """A run id names one folder directly under `runs_dir`, never a dot-entry."""
-    if not run_id or "/" in run_id or "\0" in run_id or run_id.startswith("."):
-        return False
-    try:
-        return len(run_id.encode()) <= MAX_RUN_ID_BYTES
-    except UnicodeEncodeError:  # a lone surrogate from a hostile URL
-        return False
-
-
 def check_run_id(run_id: str) -> None:
-    """The one refusal of a run id that names no bundle (a path out of `runs_dir`)."""
-    if not valid_run_id(run_id):
-        raise InputError(f"'{run_id}' is not a run id")
+    """The one refusal of a run id that names no bundle (a path out of `runs_dir`): a
+    run id names one folder directly under `runs_dir`, never a dot-entry."""
+    try:
+        if run_id and "/" not in run_id and "\0" not in run_id \
+                and not run_id.startswith(".") and len(run_id.encode()) <= MAX_RUN_ID_BYTES:
+            return
+    except UnicodeEncodeError:  # a lone surrogate from a hostile URL
+        pass
+    raise InputError(f"'{run_id}' is not a run id")
+
+
+def valid_run_id(run_id: str) -> bool:
+    """Whether `run_id` names a bundle's folder (`check_run_id` lets it pass)."""
+    try:
+        check_run_id(run_id)
+    except InputError:
+        return False
+    return True
 
 
 def _no_run(run_id: str) -> NotFoundError:

@@ -1,5 +1,5 @@
-"""The run state: a pure fold of trace events (the trace is the truth), and the
-per-scope views of its values that follow each fold.
+"""The run state: a pure fold of trace events (the trace is the truth), the
+per-scope views of its values that follow each fold, and the values' persisted form.
 
 `RunState.apply` is used both live (right after an event is appended) and on
 resume (replaying the whole trace), so the two can never disagree.
@@ -8,6 +8,12 @@ resume (replaying the whole trace), so the two can never disagree.
 as nodes see them) in step with the run state, event by event, so building a node's
 context costs the same at node 5,000 as at node 5 (it used to re-scan every recorded
 value twice per node: O(n²) per run). A child scope sees its own values only.
+
+Long strings leave the trace: a value is persisted (`externalize`, as the driver
+emits it) with each string over 4 KiB stored in `artifacts/` and replaced by
+`{"$artifact": {path, media_type, bytes, sha256}}`; a user object that happens to use
+the key `$artifact` (or `$escaped`) is wrapped as `{"$escaped": ...}` so reading back
+(`internalize`) is unambiguous.
 """
 
 from __future__ import annotations
@@ -255,10 +261,14 @@ def scoped(values: dict[str, Any], scope: str) -> dict[str, Any]:
             if k.startswith(prefix) and "/" not in k[cut:]}
 
 
+@dataclass(eq=False)  # one per driver, compared by identity
 class ScopedValues:
     """Per-scope views of `RunState.outputs` / `results`, updated per applied event.
 
-    A view handed to a node (`outputs(scope)`) is never changed afterwards: the next
+    Made empty, as a new run's state is; one made over a resumed run's state is
+    `reset` once, to build them from its fold.
+
+    A view handed to a node (`lend(scope)`) is never changed afterwards: the next
     change to that scope copies it first (copy on write), so a context a node or hook
     holds on to stays the snapshot it was given.
 
@@ -267,16 +277,15 @@ class ScopedValues:
     holds an artifact ref or an escape (the driver sets it when one does).
     """
 
-    def __init__(self, state: RunState, live: Live | None) -> None:
-        self._state = state
-        self.live = live
-        self._outputs: dict[str, dict[str, Any]] = {}
-        self._results: dict[str, dict[str, Any]] = {}
-        self._lent: set[int] = set()  # ids of view dicts handed out since their last copy
-        if state.outputs or state.results:  # a resumed run's: built once from its fold
-            self._reset()
+    _state: RunState
+    live: Live | None
+    _outputs: dict[str, dict[str, Any]] = field(default_factory=dict, init=False)
+    _results: dict[str, dict[str, Any]] = field(default_factory=dict, init=False)
+    # ids of view dicts handed out since their last copy
+    _lent: set[int] = field(default_factory=set, init=False)
 
-    def _reset(self) -> None:
+    def reset(self) -> None:
+        """Build every view again from the state's values (a resumed run's, a carried one's)."""
         self._outputs, self._results, self._lent = {}, {}, set()
         live = self.live
         for key, value in self._state.outputs.items():
@@ -286,15 +295,14 @@ class ScopedValues:
             scope, _, local = key.rpartition("/")
             self._results.setdefault(scope, {})[local] = value if live is None else live(value)
 
-    def outputs(self, scope: str) -> dict[str, Any]:
-        view = self._outputs.setdefault(scope, {})
-        self._lent.add(id(view))  # handed out: `_sync` copies it before it changes
-        return view
-
-    def results(self, scope: str) -> dict[str, Any]:
-        view = self._results.setdefault(scope, {})
-        self._lent.add(id(view))
-        return view
+    def lend(self, scope: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The scope's outputs and results, as nodes see them: handed out, so `_sync`
+        copies each before it changes."""
+        outputs = self._outputs.setdefault(scope, {})
+        results = self._results.setdefault(scope, {})
+        self._lent.add(id(outputs))
+        self._lent.add(id(results))
+        return outputs, results
 
     def _sync(self, table: dict[str, dict[str, Any]], source: dict[str, Any],
               key: str) -> None:
@@ -333,4 +341,77 @@ class ScopedValues:
             self._sync(self._outputs, st.outputs, mount)
         elif kind == "run_started" and (st.outputs or st.results or self._outputs
                                         or self._results):
-            self._reset()  # a continuation's or a rerun's carried values (a new run: none)
+            self.reset()  # a continuation's or a rerun's carried values (a new run: none)
+
+
+# -- the persisted form: long strings as artifacts ------------------------------------
+
+ARTIFACT_THRESHOLD = 4096  # UTF-8 bytes; longer strings move to artifacts/
+_MARKERS = ("$artifact", "$escaped")
+Writer = Callable[[bytes, str], dict[str, Any]]
+Reader = Callable[[dict[str, Any]], bytes]
+
+
+def plain_text(text: str) -> bool:
+    """ASCII within the artifact threshold: persisted as it is (not cut by LOG_CAP,
+    not moved out), so a host's log line needs no walk."""
+    return len(text) <= ARTIFACT_THRESHOLD and text.isascii()
+
+
+def externalize(value: Any, write: Writer, marked: list[bool] | None = None) -> Any:
+    """`value` as persisted; `marked[0]` becomes True when the result holds a marker
+    (an artifact or an escaped object), which `has_artifacts` would otherwise find in
+    a second walk of every event."""
+    if isinstance(value, str):
+        if len(value) > _SHORT and len(value.encode()) > ARTIFACT_THRESHOLD:
+            if marked is not None:
+                marked[0] = True
+            return {"$artifact": write(value.encode(), "text/plain; charset=utf-8")}
+        return value
+    if isinstance(value, dict):
+        # Scalars and short strings (most values) are kept without a call of their own;
+        # plain loops, as a comprehension is a frame of its own (several per event).
+        inner = {}
+        for k, v in value.items():
+            inner[k] = v if v is None or type(v) in _SCALARS or (
+                type(v) is str and len(v) <= _SHORT) else externalize(v, write, marked)
+        if len(value) == 1 and next(iter(value)) in _MARKERS:
+            if marked is not None:
+                marked[0] = True
+            return {"$escaped": inner}
+        return inner
+    if isinstance(value, list):
+        out = []
+        for v in value:
+            out.append(externalize(v, write, marked))
+        return out
+    return value
+
+
+_SCALARS = frozenset({bool, int, float})  # nothing to move or escape: no call for them
+# A string this short cannot pass the threshold (UTF-8 takes at most 4 bytes a character).
+_SHORT = ARTIFACT_THRESHOLD // 4
+
+
+def internalize(value: Any, read: Reader) -> Any:
+    if isinstance(value, dict):
+        if len(value) == 1:
+            key = next(iter(value))
+            if key == "$artifact" and isinstance(value[key], dict):
+                return read(value[key]).decode()
+            if key == "$escaped" and isinstance(value[key], dict):
+                return {k: internalize(v, read) for k, v in value[key].items()}
+        return {k: internalize(v, read) for k, v in value.items()}
+    if isinstance(value, list):
+        return [internalize(v, read) for v in value]
+    return value
+
+
+def has_artifacts(value: Any) -> bool:
+    if isinstance(value, dict):
+        if len(value) == 1 and next(iter(value)) in _MARKERS:
+            return True
+        return any(has_artifacts(v) for v in value.values())
+    if isinstance(value, list):
+        return any(has_artifacts(v) for v in value)
+    return False

@@ -19,6 +19,7 @@ its seal.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -258,7 +259,8 @@ class Activator:
             definition, _ = self._resolver.compile(record.workflow_ref)
             if definition.digest != record.definition_digest:
                 raise _SourceChanged()
-            value = record.input()
+            # The row's input, decoded here (`record.input()` refuses one cleared).
+            value = record.input() if record.input_json is None else json.loads(record.input_json)
             held = self._held.values.get(record.run_id)
             if held:  # writeOnly values this process kept for the run (held.py)
                 value = restore_input(value, held)

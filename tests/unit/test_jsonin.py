@@ -29,7 +29,7 @@ OWN_DATA = {
     # Store columns and bundles wfrun wrote itself: audit detail, rerun links, the step
     # cache, a trigger's kept event, the definition snapshot, a launch row's input.
     "store/domain/_audit.py", "store/domain/_operations.py", "launch/_triggers.py",
-    "engine/_rerun.py", "ui/_data.py",
+    "engine/_rerun.py", "ui/_data.py", "launch/_activator.py",
     "launch/_items.py",  # fan-out item outputs and errors, fanout_items columns it wrote
 }
 

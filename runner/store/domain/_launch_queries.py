@@ -31,6 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from runner._canonical import canonical_json as _canonical_json
 from runner.clock import Clock
 from runner.store._connector import Connector, Row, Transaction, in_params, named
 from runner.store._ddl import sql_in
@@ -277,38 +278,60 @@ HOLD = Operation("hold", CLAIMED_STATUSES, "running", needs_claim=True)
 CLAIM_DURABLE = False
 
 
+#: A launch's ids, in the order they are checked: (field, whether it may be None).
+_LAUNCH_IDS = (("run_id", False), ("workflow_ref", False), ("definition_digest", False),
+               ("origin_session_id", True), ("parent_run_id", True),
+               ("affinity_runner_id", True))
+
+
 def launch_values(launch: NewLaunch) -> dict[str, Any]:
-    """The queue row's values, checked (ValueError: the store refuses the launch)."""
-    check_id(launch.run_id, "run_id")
-    check_id(launch.workflow_ref, "workflow_ref")
-    check_id(launch.definition_digest, "definition_digest")
-    for name in ("origin_session_id", "parent_run_id", "affinity_runner_id"):
-        if getattr(launch, name) is not None:
-            check_id(getattr(launch, name), name)
+    """The queue row's values, checked (ValueError: the store refuses the launch). Each
+    enqueue checks them here, with `check_id`'s rule inline: it is called to refuse."""
+    for name, optional in _LAUNCH_IDS:
+        value = getattr(launch, name)
+        if (value is not None or not optional) and not (
+                isinstance(value, str) and 0 < len(value) <= 512 and value.isprintable()):
+            check_id(value, name)  # refuses it, in its words
     if launch.parent_run_id == launch.run_id:
         raise ValueError(f"launch {launch.run_id} cannot continue itself")
     return {
         "run_id": launch.run_id, "workflow_ref": launch.workflow_ref,
         "workflow_path": launch.workflow_path,
-        "source": json_object(launch.source, what="source identity"),
+        "source": _column(launch.source, "source identity", mapping=True),
         "digest": launch.definition_digest,
-        "input": canonical_json(launch.input, what="launch input",
-                                max_bytes=INPUT_MAX_BYTES),
-        "options": None if launch.options is None else json_object(
-            launch.options, what="launch options"),
+        "input": _column(launch.input, "launch input"),
+        "options": None if launch.options is None else _column(
+            launch.options, "launch options", mapping=True),
         "affinity": launch.affinity_runner_id, "origin": launch.origin_session_id,
         "parent": launch.parent_run_id}
 
 
+def _column(value: object, what: str, *, mapping: bool = False) -> str:
+    """`value` as its JSON column holds it: `json_object` (`mapping`) or `canonical_json`
+    of `_records.py`, whose checks this makes on the run path (each enqueue's two or
+    three values) and which it calls only to refuse `value`, in their words."""
+    try:
+        text = _canonical_json(value)
+    except ValueError:
+        text = ""
+    if text and (not mapping or isinstance(value, Mapping)) \
+            and len(text.encode("utf-8")) <= INPUT_MAX_BYTES:
+        return text
+    return (json_object if mapping else canonical_json)(value, what=what)
+
+
 def launch_event(log: EventLog, row: Row, previous: str | None, event_type: str,
                  payload: dict[str, Any] | None = None) -> None:
-    """Queue the run event of a launch row's move from `previous` (None: a new row)."""
+    """Queue the run event of a launch row's move from `previous` (None: a new row). The
+    store makes its body (plain JSON, ids and small lists), so `EventLog.add`'s checks
+    are skipped: canonical JSON straight into the log."""
     body: dict[str, Any] = {"from": previous, "to": row["status"], "epoch": row["epoch"]}
     if row["error_code"] is not None:
         body["error_code"] = row["error_code"]
     body.update(payload or {})
-    log.add(row["run_id"], event_type, body, workflow_ref=row["workflow_ref"],
-            runner_id=row["runner_id"])
+    log.pending.append({"now": log.tx.now_ms(), "run_id": row["run_id"],
+                        "workflow_ref": row["workflow_ref"], "type": event_type,
+                        "runner_id": row["runner_id"], "payload": _canonical_json(body)})
 
 
 def launch_from_row(row: Row) -> LaunchRecord:

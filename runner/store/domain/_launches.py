@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from functools import lru_cache
 from typing import Any
 
 from runner._leases import LEASE_SECONDS
@@ -74,6 +75,15 @@ from runner.store.domain._launch_queries import (
 from runner.store.domain._launch_reads import LaunchReads
 
 
+@lru_cache(maxsize=64)
+def _claimer_lease(runner_id: str, lease_seconds: float) -> int:
+    """A claimer's lease in whole milliseconds, its id checked (`check_id`, `lease_ms`).
+    Cached: a host asks each claim with the same id and lease, so they are checked once
+    (a refusal raises and is not cached)."""
+    check_id(runner_id, "runner_id")
+    return lease_ms(lease_seconds)
+
+
 class _Abort(Exception):
     """Rolls a transaction back and returns its `LostRace` (a lost intent race)."""
 
@@ -97,6 +107,8 @@ class LaunchQueue(LaunchReads):
         self._sql = named(SQL, mine.get("launches"))
         self._intent_sql = named(intents.SQL, mine.get("intents"))
         lock = connector.dialect.lock
+        # A row by its run id, locked for the transaction that reads it.
+        self._locked_row = self._sql["load"] + lock
         self._child_request = self._sql["child_request"] + (f"{lock} OF w" if lock else "")
         # Whether the last claim_next of each claimer (by session; None: the hosts)
         # found nothing; then the next one looks first (`_claimable`).
@@ -183,16 +195,13 @@ class LaunchQueue(LaunchReads):
 
     # --- claims ------------------------------------------------------------------
 
-    def _load(self, tx: Transaction, run_id: str) -> Row | None:
-        return tx.one(self._sql["load"] + tx.dialect.lock, {"run_id": run_id})
-
     def claim(self, run_id: str, *, runner_id: str, lease_seconds: float = LEASE_SECONDS,
               dead_runner: str | None = None) -> LaunchRecord | LostRace:
         check_id(runner_id, "runner_id")
         lease = lease_ms(lease_seconds)
         with self._events.writing(durable=CLAIM_DURABLE) as (tx, log):
             now = tx.now_ms()
-            row = self._load(tx, run_id)
+            row = tx.one(self._locked_row, {"run_id": run_id})
             if row is None:
                 return LostRace(run_id, "not_found")
             status = row["status"]
@@ -201,7 +210,7 @@ class LaunchQueue(LaunchReads):
                 # its lease is void now, not when it runs out.
                 tx.run(self._sql["void_lease"], {"now": now, "run_id": run_id,
                                                  "dead": dead_runner})
-                row = self._load(tx, run_id)
+                row = tx.one(self._locked_row, {"run_id": run_id})
                 assert row is not None
             if status in CLAIMED_STATUSES and row["claim_expires_at"] > now:
                 return LostRace(run_id, "lease_active", status)
@@ -220,8 +229,7 @@ class LaunchQueue(LaunchReads):
 
     def claim_next(self, *, runner_id: str, session_id: str | None = None,
                    lease_seconds: float = LEASE_SECONDS) -> LaunchRecord | None:
-        check_id(runner_id, "runner_id")
-        lease = lease_ms(lease_seconds)
+        lease = _claimer_lease(runner_id, lease_seconds)
         probes = self._probes[session_id is None]
         params = {**FIXED, "session": session_id, "runner": runner_id}
         if self._found_none.get(session_id) and not any(
@@ -343,7 +351,7 @@ class LaunchQueue(LaunchReads):
         lease = lease_ms(lease_seconds)
         with self._connector.write(durable=CLAIM_DURABLE) as tx:
             now = tx.now_ms()
-            row = self._load(tx, run_id)
+            row = tx.one(self._locked_row, {"run_id": run_id})
             lost = guard(row, run_id, HOLD, claim_token, now)
             if lost is not None:
                 return lost
@@ -381,7 +389,7 @@ class LaunchQueue(LaunchReads):
             changed = tx.run(self._sql["hand_back"], {"run_id": run_id, "mark": HANDED_OVER,
                                                       "now": tx.now_ms()})
             if changed:
-                row = self._load(tx, run_id)
+                row = tx.one(self._locked_row, {"run_id": run_id})
                 assert row is not None
                 launch_event(log, row, row["status"], "launch.handed_back")
         return bool(changed)
@@ -484,7 +492,7 @@ class LaunchQueue(LaunchReads):
             # before this commit, as an ending's bundle is before a bundle-less commit.
             shared = ending and (bundle is None or from_starting)
             with self._events.writing(durable=durable, shared_sync=shared) as (tx, log):
-                row = self._load(tx, run_id)
+                row = tx.one(self._locked_row, {"run_id": run_id})
                 through = from_starting and row is not None and row["status"] == "starting"
                 lost = guard(row, run_id, LAUNCH_OPERATIONS["mark_running"] if through
                              else op, claim_token, tx.now_ms())
@@ -567,7 +575,7 @@ class LaunchQueue(LaunchReads):
             extra = {"ending": "completed"}  # a waiting bundle recovers to parked
         try:
             with self._events.writing() as (tx, log):
-                row = self._load(tx, run_id)
+                row = tx.one(self._locked_row, {"run_id": run_id})
                 if row is None:
                     return LostRace(run_id, "not_found")
                 if row["status"] != "starting":

@@ -81,6 +81,59 @@ def test_enqueue_refuses_invalid_values_and_stores_nothing(
     assert store.launches.query() == []
 
 
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ({"run_id": "two\nlines"}, "run_id must be 1-512 printable characters"),
+        ({"workflow_ref": ""}, "workflow_ref must be 1-512 printable characters"),
+        ({"definition_digest": "d" * 513}, "definition_digest must be 1-512"),
+        ({"origin_session_id": ""}, "origin_session_id must be 1-512"),
+        ({"parent_run_id": 7}, "parent_run_id must be 1-512"),
+        ({"affinity_runner_id": "tab\there"}, "affinity_runner_id must be 1-512"),
+        ({"source": ["a", "list"]}, "source identity must be a JSON object"),
+        ({"source": {"at": {1, 2}}}, "source identity is not plain JSON"),
+        ({"input": float("inf")}, "launch input is not plain JSON"),
+        ({"input": "x" * (1024 * 1024)}, "launch input is 1048578 bytes of JSON; the limit"),
+        ({"options": "fast"}, "launch options must be a JSON object"),
+        ({"options": {"big": "é" * (512 * 1024)}}, "launch options is 1048586 bytes"),
+    ],
+)
+def test_enqueue_names_each_refused_value(store: Store, bad: dict[str, object],
+                                          message: str) -> None:
+    """The enqueue checks its ids and JSON columns inline (each enqueue is on the run
+    path) and refuses in the words of `check_id` / `json_object` / `canonical_json`."""
+    new = launch(**bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=message):
+        store.launches.enqueue(new)
+    assert store.launches.query() == []
+
+
+def test_enqueue_takes_values_at_their_bounds(store: Store) -> None:
+    run_id = "r" * 512
+    given = "x" * (1024 * 1024 - 2)  # with its quotes, exactly the 1 MiB bound
+    record = store.launches.enqueue(launch(run_id, input=given, options=None,
+                                           origin_session_id="s é"))
+    assert isinstance(record, LaunchRecord)
+    assert (record.run_id, record.input(), record.options()) == (run_id, given, None)
+
+
+def test_claim_next_checks_its_claimer_at_every_claim(store: Store, clock: FakeClock) -> None:
+    """A claimer's id and lease are checked once and remembered (a host asks with the
+    same ones every claim): a refused one is refused again, and each lease length
+    claims with its own."""
+    for _ in range(2):
+        with pytest.raises(ValueError, match="runner_id must be 1-512"):
+            store.launches.claim_next(runner_id="")
+        with pytest.raises(ValueError, match="a lease must be positive"):
+            store.launches.claim_next(runner_id="host-1", lease_seconds=0)
+    for n, lease in enumerate((30, 5, 30)):
+        store.launches.enqueue(launch(f"run-{n}"))
+        record = store.launches.claim_next(runner_id="host-1", lease_seconds=lease)
+        assert record is not None
+        assert record.run_id == f"run-{n}"
+        assert record.claim_expires_at == int(clock.now() * 1000) + lease * 1000
+
+
 def test_enqueue_of_a_taken_run_id_loses_and_keeps_the_first(store: Store) -> None:
     first = store.launches.enqueue(launch("run-1", input={"n": 1}))
     lost = store.launches.enqueue(launch("run-1", input={"n": 2}))

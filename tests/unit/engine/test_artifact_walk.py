@@ -1,4 +1,4 @@
-"""The artifact walk's bounds (engine/_artifacts.py): a string moves to `artifacts/`
+"""The artifact walk's bounds (engine/_state.py): a string moves to `artifacts/`
 exactly when its UTF-8 form is over the threshold, wherever it sits in a payload,
 and the state's fold copies what a run_started carries instead of sharing it."""
 
@@ -8,9 +8,7 @@ from typing import Any
 
 import pytest
 
-from runner.engine._artifacts import externalize
-from runner.engine._bundlefmt import ARTIFACT_THRESHOLD
-from runner.engine._state import RunState
+from runner.engine._state import ARTIFACT_THRESHOLD, RunState, externalize
 
 
 def _walk(value: Any) -> tuple[Any, list[bytes], bool]:

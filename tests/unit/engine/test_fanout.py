@@ -380,3 +380,65 @@ def test_a_host_in_the_parents_process_runs_the_parents_plan(env: Any) -> None:
     assert other.plan.values == kept.values
     here.close()
     other.close()
+
+
+class _HostLogs(MemoryLedger):
+    """Items as if other hosts ran them: their logs come from the ledger, one per item."""
+
+    def __init__(self, logs: list[dict[str, Any]]) -> None:
+        super().__init__()
+        self.kept = logs
+
+    def logs(self, node: str, visit: int) -> list[tuple[int, str, dict[str, Any]]]:
+        return [(i, f"a{i}", log) for i, log in enumerate(self.kept)]
+
+
+def _log(stdout: str = "", stderr: str = "", **flags: Any) -> dict[str, Any]:
+    return {"stdout": stdout, "stderr": stderr, "stdout_truncated": False,
+            "stderr_truncated": False, "exit_code": 0, **flags}
+
+
+HOST_LOGS = [
+    _log(),  # a silent item
+    _log("done\n", "warn\n", stdout_truncated=True, exit_code=None),
+    _log(stderr="password=hunter2-hunter2\n"),  # credential-shaped: redacted
+    _log("x" * 5000),  # long: an artifact
+    _log("héllo"),  # not ASCII
+    _log("\ud800"),  # a lone surrogate: "?"
+]
+
+
+def test_host_logs_are_recorded_checked_as_a_log_of_this_process(env: Any) -> None:
+    """Logs other hosts kept are checked again as `record_log` checks its own: short
+    ASCII text is written as it came (the plain way), the rest bounded, redacted, moved
+    out; and with a secret in the run, masked."""
+    flow = f"""\
+    start: each
+    nodes:
+      each:
+        map: {{over: "{{{{ range({len(HOST_LOGS)}) | list }}}}", do: {{compute: "{{{{ item }}}}"}}}}
+    """
+    out = env.engine(items=lambda: _HostLogs(HOST_LOGS)).start(env.workflow(flow))
+    assert out.status == "completed", out.error
+    got = {e["node"]: e for e in env.events(out.run_id, "node_log")}
+    payloads = [got[f"each[{i}]"]["payload"] for i in range(len(HOST_LOGS))]
+    assert [got[f"each[{i}]"]["attempt"] for i in range(len(HOST_LOGS))] == [
+        f"a{i}" for i in range(len(HOST_LOGS))]
+    assert payloads[0] == HOST_LOGS[0]
+    assert payloads[1] == HOST_LOGS[1]
+    assert "hunter2" not in payloads[2]["stderr"]
+    assert payloads[2]["stderr_truncated"] is True  # what was written is not what ran
+    assert set(payloads[3]["stdout"]) == {"$artifact"}
+    assert payloads[4]["stdout"] == "héllo"
+    assert payloads[5]["stdout"] == "?"
+    assert payloads[5]["stdout_truncated"] is True
+
+    secret = [_log("key=s3cr3t-v4lue")]
+    d = env.workflow(flow.replace(f"range({len(HOST_LOGS)})", "range(1)").replace(
+        "start: each", "secrets: [TOKEN]\n    start: each"))
+    engine = env.engine(items=lambda: _HostLogs(secret),
+                        secret_source=SecretSource({"TOKEN": "s3cr3t-v4lue"}))
+    masked = engine.start(d)
+    assert masked.status == "completed", masked.error
+    [log] = env.events(masked.run_id, "node_log")
+    assert log["payload"]["stdout"] == "key=***"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from runner.compiler._templates import SCOPE
 from runner.engine.executors._scripted import ScriptedExecutor
 
 CHILD = """
@@ -122,6 +123,38 @@ def test_a_long_exit_output_reaches_the_parent_intact(env: Any) -> None:
     out = env.engine().start(d)
     assert out.status == "completed", out.error
     assert out.final_output == {"n": 5000, "tag": {"$escaped": 1}}
+
+
+def test_an_include_input_renders_in_the_runs_scope_which_ends_with_the_run(
+        env: Any) -> None:
+    env.write("child.yaml", """
+        start: a
+        exits: {done: {from: a}}
+        nodes:
+          a: {compute: "{{ input }}"}
+    """)
+    d = env.workflow("""
+        template_budget: {max_size: 1000}
+        start: fix
+        includes:
+          fix: {workflow: ./child.yaml, input: {s: "{{ input.s * 2000 }}"}}
+        nodes:
+          done: {compute: "{{ outputs.fix.output }}"}
+        edges:
+          - {from: fix.done, to: done}
+    """)
+    out = env.engine().start(d, {"s": "x"})
+    # The workflow's budget, not the default one (which lets 2,000 characters pass).
+    assert out.status == "failed"
+    assert out.error is not None
+    assert out.error["code"] == "template_error"
+    assert out.error["message"].startswith("include input: ")
+    assert "over the budget of 1,000" in out.error["message"]
+    assert SCOPE.get() is None  # no render after the run meets its scope
+    fine = env.engine().start(d, {"s": ""})
+    assert fine.status == "completed", fine.error
+    assert fine.final_output == {"s": ""}
+    assert SCOPE.get() is None
 
 
 SHELL_CHILD = """

@@ -100,7 +100,7 @@ def test_the_engine_enters_no_machinery_a_plain_run_does_not_use(
     assert {"_engine", "_runner", "_nodes", "_state"} <= engine
     assert sorted(engine & UNUSED_ENGINE) == []
     # A new run's per-scope views start empty: nothing to build from its state.
-    assert ("runner.engine._state", "ScopedValues._reset") not in entered
+    assert ("runner.engine._state", "ScopedValues.reset") not in entered
 
 
 def test_the_compiler_is_the_render_and_the_compiled_cache(

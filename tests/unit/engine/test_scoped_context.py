@@ -5,7 +5,10 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from runner.engine._state import RunState, ScopedValues, scoped
+from runner.clock import SystemClock
+from runner.engine import RunControl
+from runner.engine._runner import RunDriver
+from runner.engine._state import RunState, ScopedValues, fold, scoped
 
 
 class CountingDict(dict[str, Any]):
@@ -46,8 +49,9 @@ def _fresh() -> tuple[RunState, ScopedValues, Trace]:
 
 def _agrees(state: RunState, index: ScopedValues, scopes: list[str]) -> None:
     for scope in scopes:
-        assert index.outputs(scope) == scoped(state.outputs, scope), scope
-        assert index.results(scope) == scoped(state.results, scope), scope
+        outputs, results = index.lend(scope)
+        assert outputs == scoped(state.outputs, scope), scope
+        assert results == scoped(state.results, scope), scope
 
 
 def test_random_runs_with_includes_agree_with_a_full_scan() -> None:
@@ -78,11 +82,13 @@ def test_random_runs_with_includes_agree_with_a_full_scan() -> None:
 def test_a_lent_view_is_a_snapshot() -> None:
     _state, index, trace = _fresh()
     trace.emit("node_finished", "a", output=1)
-    seen = index.outputs("")
+    seen, seen_results = index.lend("")
     trace.emit("node_finished", "b", output=2)
     trace.emit("node_failed", "a", error={"code": "x"})
     assert seen == {"a": 1}  # what the node was given does not change under it
-    assert index.outputs("") == {"b": 2}
+    assert list(seen_results) == ["a"]
+    assert seen_results["a"]["outcome"] == "ok"
+    assert index.lend("")[0] == {"b": 2}
 
 
 def test_resume_builds_the_views_from_the_folded_state() -> None:
@@ -90,9 +96,31 @@ def test_resume_builds_the_views_from_the_folded_state() -> None:
     trace.emit("node_finished", "a", output=1)
     trace.emit("node_finished", "fix/p", output=2)
     resumed = ScopedValues(state, lambda v: ["live", v])
-    assert resumed.outputs("") == {"a": ["live", 1]}
-    assert resumed.outputs("fix") == {"p": ["live", 2]}
-    assert resumed.results("fix")["p"][0] == "live"
+    resumed.reset()  # as the driver does over a resumed run's state
+    assert resumed.lend("")[0] == {"a": ["live", 1]}
+    assert resumed.lend("fix")[0] == {"p": ["live", 2]}
+    assert resumed.lend("fix")[1]["p"][0] == "live"
+
+
+def test_a_driver_over_a_resumed_runs_state_builds_its_views(env: Any) -> None:
+    """What the driver's nodes see of a run it resumes: the values its fold holds."""
+    d = env.workflow("""
+        start: a
+        nodes:
+          a: {compute: "{{ 1 }}"}
+          b: {compute: "{{ outputs.a + 1 }}"}
+        edges:
+          - {from: a, to: b}
+        """)
+    out = env.engine().start(d)
+    assert out.status == "completed", out.error
+    state = fold(out.run_id, env.trace(out.run_id))
+    driver = RunDriver(run_id=out.run_id, definition=d, bundle=None,  # type: ignore[arg-type]
+                       state=state, clock=SystemClock(), control=RunControl(), executor=None,
+                       notifications=None, observer=None, work_dir=".", project_root=None)
+    context = driver.context("")
+    assert context["outputs"] == {"a": 1, "b": 2}
+    assert [context["results"][n]["outcome"] for n in ("a", "b")] == ["ok", "ok"]
 
 
 def test_node_ends_never_rescan_every_recorded_value() -> None:
@@ -104,6 +132,6 @@ def test_node_ends_never_rescan_every_recorded_value() -> None:
     CountingDict.scans = 0
     for i in range(500):
         trace.emit("node_finished", f"n{i}", output=i)
-        assert index.outputs("")[f"n{i}"] == i
+        assert index.lend("")[0][f"n{i}"] == i
     # O(1) per node: a full scan per node (the old O(n²) context) would count >= 500.
     assert CountingDict.scans == 0

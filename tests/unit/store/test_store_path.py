@@ -29,11 +29,13 @@ CHAIN3 = (Path(__file__).resolve().parents[3] / "fixtures" / "workflows"
           / "chain3.yaml").read_text()
 STORE = str(Path(runner.__file__).resolve().parent / "store") + "/"
 
-#: The store modules a plain run needs: the records' checks and codec, the launch
-#: rows (statements, guard, fence, run events), the queue's transitions, the SQLite
-#: connections and transaction, the writers' turn across processes.
-WALKED = {"_records", "domain._launch_queries", "domain._launches", "sqlite._db",
-          "sqlite._writelock"}
+#: The store modules a plain run needs: the launch rows (statements, their checks and
+#: codec, guard, fence, run events), the queue's transitions, the SQLite connections
+#: and transaction, the writers' turn across processes. Not `_records`: its records
+#: are plain dataclasses, and the run path checks its ids and JSON inline, decodes its
+#: input where it is used, draws a claim token from `secrets` itself and checks a
+#: claimer once (`_claimer_lease`).
+WALKED = {"domain._launch_queries", "domain._launches", "sqlite._db", "sqlite._writelock"}
 
 
 @pytest.fixture(scope="module")
