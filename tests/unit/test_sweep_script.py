@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from waiting import DEADLINE, wait_until
+from waiting import DEADLINE
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "sweep-test-tmp"
 
@@ -19,17 +19,20 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "sweep-test-tmp"
 #: ignored, as bash sets it for `&` jobs: the stand-in then outlived the signal).
 STAND_IN = ("import signal, sys, time\n"
             "signal.signal(signal.SIGQUIT, lambda *_: sys.exit(42))\n"
+            "print('ready', flush=True)\n"
             "time.sleep(60)")
 
 
 def _sleeper(*argv: str) -> subprocess.Popen[bytes]:
-    """A process that stands in for a server: it sleeps, with `argv` on its command line
-    (returned once its command line shows them: until it has exec'd, it is a copy of this
-    process, whose command line the sweep rightly leaves alone)."""
-    proc = subprocess.Popen([sys.executable, "-c", STAND_IN, *argv])
-    cmdline = Path(f"/proc/{proc.pid}/cmdline")
-    wait_until(lambda: cmdline.read_bytes().split(b"\0")[-2:-1] == [argv[-1].encode()],
-               what=f"process {proc.pid} running with {argv}")
+    """A process that stands in for a server: it sleeps, with `argv` on its command line.
+    Returned once it says its SIGQUIT handler is set (it has exec'd, so its command line
+    shows `argv`: before, it is a copy of this process, which the sweep rightly leaves
+    alone; and a SIGQUIT before the handler would end it with the default action)."""
+    proc = subprocess.Popen([sys.executable, "-c", STAND_IN, *argv], stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == b"ready\n", f"stand-in {proc.pid} did not start"
+    cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes()
+    assert cmdline.split(b"\0")[-2:-1] == [argv[-1].encode()]
     return proc
 
 
@@ -66,6 +69,8 @@ def test_a_killed_runs_folder_is_removed_and_its_servers_stopped(tmp_path: Path)
             if p.poll() is None:
                 p.kill()
             p.wait()
+            if p.stdout is not None:
+                p.stdout.close()
 
 
 def test_nothing_to_sweep_says_nothing(tmp_path: Path) -> None:
