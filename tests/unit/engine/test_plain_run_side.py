@@ -12,24 +12,8 @@ prints the whole path.
 
 from __future__ import annotations
 
-import os
-import sys
-import threading
-import time
-from collections.abc import Iterator
-from pathlib import Path
-from types import FrameType
-from typing import Any
-
 import pytest
-
-import runner
-from runner.host.runtime._launches import detached_coordinator
-from runner.testing import sqlite_store, workspace
-
-CHAIN3 = (Path(__file__).resolve().parents[3] / "fixtures" / "workflows"
-          / "chain3.yaml").read_text()
-RUNNER = str(Path(runner.__file__).resolve().parent) + "/"
+from runpath import trace_plain_run
 
 #: Engine modules whose machinery a plain run does not use: the secrets it does not
 #: declare, the spans nobody asked for, the step cache, an attempt's JSON check (its
@@ -38,59 +22,10 @@ UNUSED_ENGINE = {"_secrets", "_tracing", "_cache", "_nodecontext", "_driverports
                  "_control", "_hooks", "_agent", "_fanout"}
 
 
-def module_of(filename: str) -> str | None:
-    if not filename.startswith(RUNNER):
-        return None
-    return "runner." + filename[len(RUNNER):].removesuffix(".py").replace("/", ".")
-
-
-def settled(root: Path) -> None:
-    """A project whose folders have existed a while, as a host's have: a folder that
-    changed within a second of a catalog's scan makes each compile re-scan them."""
-    dot = root / ".wfrun"
-    for sub in ("workflows", "state", "runs"):
-        (dot / sub).mkdir(parents=True, exist_ok=True)
-    then = time.time() - 10
-    for path in (dot / "workflows", dot / "state", dot / "runs", dot, root):
-        os.utime(path, (then, then))
-
-
 @pytest.fixture(scope="module")
-def entered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[set[tuple[str, str]]]:
+def entered(tmp_path_factory: pytest.TempPathFactory) -> set[tuple[str, str]]:
     """(module, function) for every `runner` function one warm queued run enters."""
-    root = tmp_path_factory.mktemp("path") / "proj"
-    workspace(root, workflows={"chain3": CHAIN3})
-    settled(root)
-    ws = workspace(root)  # its catalog scanned after the folders settled
-    seen: set[tuple[str, str]] = set()
-
-    def profile(frame: FrameType, event: str, _arg: Any) -> None:
-        if event == "call":
-            name = module_of(frame.f_code.co_filename)
-            if name is not None:
-                seen.add((name, frame.f_code.co_qualname))
-
-    with sqlite_store(ws) as store:
-        coordinator = detached_coordinator(ws, store)
-
-        def run() -> None:
-            coordinator.prepare("chain3", {})
-            record = coordinator.claim_next(None)
-            assert record is not None
-            outcome = coordinator.execute(record)
-            assert outcome is not None
-            assert outcome.status == "completed"
-            assert outcome.final_output == 3
-
-        run()  # warm: the compiled definition, the templates, lazy imports
-        threading.setprofile(profile)
-        sys.setprofile(profile)
-        try:
-            run()
-        finally:
-            sys.setprofile(None)
-            threading.setprofile(None)  # type: ignore[arg-type]
-        yield seen
+    return trace_plain_run(tmp_path_factory.mktemp("path") / "proj")
 
 
 def test_the_engine_enters_no_machinery_a_plain_run_does_not_use(

@@ -12,23 +12,11 @@ the runner (its workflows resolve in the compiler, compiler/_workflows.py).
 
 from __future__ import annotations
 
-import sys
-import threading
-from collections.abc import Iterator
-from pathlib import Path
-from types import FrameType
-from typing import Any
-
 import pytest
+from runpath import trace_plain_run
 
-import runner
 from runner.compiler._workflows import Workflows
-from runner.host.runtime._launches import detached_coordinator
-from runner.testing import sqlite_store, workspace
-
-CHAIN3 = (Path(__file__).resolve().parents[3] / "fixtures" / "workflows"
-          / "chain3.yaml").read_text()
-RUNNER = str(Path(runner.__file__).resolve().parent) + "/"
+from runner.launch import LaunchCoordinator
 
 #: The launch modules a plain run needs: the checks and the queued row, the claim, the
 #: run path and its link to the bundle, the ending, the engine it builds.
@@ -37,45 +25,14 @@ RUNNER = str(Path(runner.__file__).resolve().parent) + "/"
 WALKED = {"_queue", "_activator", "_endings", "_engines"}
 
 
-def module_of(filename: str) -> str | None:
-    if not filename.startswith(RUNNER):
-        return None
-    return "runner." + filename[len(RUNNER):].removesuffix(".py").replace("/", ".")
-
-
 @pytest.fixture(scope="module")
-def entered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[set[str]]:
+def entered(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
     """The `runner` modules entered by one warm queued run of the chain."""
-    ws = workspace(tmp_path_factory.mktemp("path") / "proj", workflows={"chain3": CHAIN3})
-    seen: set[str] = set()
-
-    def profile(frame: FrameType, event: str, _arg: Any) -> None:
-        if event == "call":
-            name = module_of(frame.f_code.co_filename)
-            if name is not None:
-                seen.add(name)
-
-    with sqlite_store(ws) as store:
-        coordinator = detached_coordinator(ws, store)
+    def resolves_in_the_compiler(coordinator: LaunchCoordinator) -> None:
         assert isinstance(coordinator.resolver, Workflows)
 
-        def run() -> None:
-            coordinator.prepare("chain3", {})
-            record = coordinator.claim_next(None)
-            assert record is not None
-            outcome = coordinator.execute(record)
-            assert outcome is not None
-            assert outcome.status == "completed"
-
-        run()  # warm: the compiled definition, the templates, lazy imports
-        threading.setprofile(profile)
-        sys.setprofile(profile)
-        try:
-            run()
-        finally:
-            sys.setprofile(None)
-            threading.setprofile(None)  # type: ignore[arg-type]
-        yield seen
+    return {module for module, _ in trace_plain_run(
+        tmp_path_factory.mktemp("path") / "proj", resolves_in_the_compiler)}
 
 
 def test_a_plain_run_enters_only_the_launch_modules_that_do_its_work(

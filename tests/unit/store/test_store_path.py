@@ -12,22 +12,8 @@ SQLite (a notice, a savepoint around a statement SQLite backs out alone).
 
 from __future__ import annotations
 
-import sys
-import threading
-from collections.abc import Iterator
-from pathlib import Path
-from types import FrameType
-from typing import Any
-
 import pytest
-
-import runner
-from runner.host.runtime._launches import detached_coordinator
-from runner.testing import sqlite_store, workspace
-
-CHAIN3 = (Path(__file__).resolve().parents[3] / "fixtures" / "workflows"
-          / "chain3.yaml").read_text()
-STORE = str(Path(runner.__file__).resolve().parent / "store") + "/"
+from runpath import trace_plain_run
 
 #: The store modules a plain run needs: the launch rows (statements, their checks and
 #: codec, guard, fence, run events), the queue's transitions, the SQLite connections
@@ -39,37 +25,11 @@ WALKED = {"domain._launch_queries", "domain._launches", "sqlite._db", "sqlite._w
 
 
 @pytest.fixture(scope="module")
-def entered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[set[tuple[str, str]]]:
+def entered(tmp_path_factory: pytest.TempPathFactory) -> set[tuple[str, str]]:
     """(store module, function) of every store function one warm queued run enters."""
-    ws = workspace(tmp_path_factory.mktemp("path") / "proj", workflows={"chain3": CHAIN3})
-    seen: set[tuple[str, str]] = set()
-
-    def profile(frame: FrameType, event: str, _arg: Any) -> None:
-        name = frame.f_code.co_filename
-        if event == "call" and name.startswith(STORE):
-            module = name[len(STORE):].removesuffix(".py").replace("/", ".")
-            seen.add((module, frame.f_code.co_qualname))
-
-    with sqlite_store(ws) as store:
-        coordinator = detached_coordinator(ws, store)
-
-        def run() -> None:
-            coordinator.prepare("chain3", {})
-            record = coordinator.claim_next(None)
-            assert record is not None
-            outcome = coordinator.execute(record)
-            assert outcome is not None
-            assert outcome.status == "completed"
-
-        run()  # warm: the compiled definition, the templates, lazy imports
-        threading.setprofile(profile)
-        sys.setprofile(profile)
-        try:
-            run()
-        finally:
-            sys.setprofile(None)
-            threading.setprofile(None)  # type: ignore[arg-type]
-        yield seen
+    return {(module.removeprefix("runner.store."), function) for module, function
+            in trace_plain_run(tmp_path_factory.mktemp("path") / "proj")
+            if module.startswith("runner.store.")}
 
 
 def test_a_plain_run_enters_only_the_store_modules_that_do_its_work(
