@@ -81,21 +81,26 @@ def test_a_busy_spell_owes_the_scrub_and_an_empty_queue_pays_it(
 def test_the_scrub_waits_at_most_scrub_seconds_under_load(
         stack: tuple[Project, LaunchCoordinator, FakeClock]) -> None:
     project, coordinator, clock = stack
-    first, second, third = "first-private-4d1e", "second-private-77ab", "third-private-9c2f"
-    ids = [coordinator.prepare("echo", {"task": task}).run_id
-           for task in (first, second, third)]
+    tasks = {coordinator.prepare("echo", {"task": task}).run_id: task
+             for task in ("first-private-4d1e", "second-private-77ab", "third-private-9c2f")}
+
+    def done() -> list[str]:
+        return [tasks[r.run_id] for r in coordinator.store.launches.query(statuses=["done"])]
+
+    # Which launch a claim takes: the three were queued within a tick or two of the
+    # clock, and a claim takes the oldest first, then by run id. So name them by order.
     run_next(coordinator)
-    assert wal_has(project, first)
+    (ran_first,) = done()
+    assert wal_has(project, ran_first)  # cleared in its row, still in the WAL's frames
     clock.advance(SCRUB_SECONDS)
     run_next(coordinator)  # its claim finds the scrub due: the first one's input goes
-    assert not wal_has(project, first)
+    assert not wal_has(project, ran_first)
     # The one still queued keeps its input (in the WAL or, checkpointed, in the file).
-    # Which one that is: the three were queued in one tick of the fake clock, and a
-    # claim takes the oldest first, then by run id.
-    rows = [coordinator.store.launches.get(run_id) for run_id in ids]
-    (row,) = [r for r in rows if r is not None and r.status == "queued"]
+    (row,) = [r for r in map(coordinator.store.launches.get, tasks)
+              if r is not None and r.status == "queued"]
     assert row.input_json is not None
-    assert any(task in row.input_json for task in (first, second, third))
+    assert tasks[row.run_id] in row.input_json
+    assert sorted(done()) == sorted(set(tasks.values()) - {tasks[row.run_id]})
 
 
 def test_a_run_claimed_by_id_is_scrubbed_when_it_ends(
