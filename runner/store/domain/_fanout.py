@@ -12,7 +12,11 @@ transaction): a runner that lost the parent changes nothing here. The rules:
                           | failed `interrupted` (it already started twice)
 
 `max_concurrency` is enforced here: a claim counts the owner's running rows in its
-transaction and takes at most the difference, lowest index first.
+transaction and takes at most the difference, lowest index first (the claim rule:
+`_itemclaims.py`). A host's slot also holds one item claimed ahead (ADR 0014):
+`running` under `ahead:<holder>`, its start counted, not counted against the ceiling,
+shown as `pending` until its slot starts it and the settle of the item before it
+makes it the holder's own (`hand_on`).
 """
 
 from __future__ import annotations
@@ -25,36 +29,32 @@ from runner.store._connector import Transaction as Tx
 from runner.store._ddl import sql_in
 from runner.store._records import LostRace
 from runner.store._states import CLAIMED_STATUSES, ITEM_ENDINGS, TERMINAL_STATUSES, ItemState
+from runner.store.domain._itemclaims import (
+    _KEY,
+    _OPEN,
+    AHEAD_TOKEN,
+    FAIL_FAST,
+    HOST_TOKEN,
+    INTERRUPTED,
+    ITEM_START_BUDGET,
+    RUN_ENDED,
+    Claimed,
+    HostClaim,
+    ItemKey,
+    _any_open,
+    _cancel_open,
+    _claim_node,
+    _lease_ms,
+    _parent,
+    _take,
+    _take_ahead,
+    _wake,
+    ahead_token,
+)
 from runner.store.domain._launch_queries import LAUNCH_CHANNEL
 
-#: A third start of an item whose runner died twice is refused (engine.NODE_START_BUDGET
-#: for items): it ends failed, `interrupted`.
-ITEM_START_BUDGET = 2
 #: Ended items written per transaction (pure items settle in batches).
 BATCH = 500
-#: How a host's item worker's claim token starts (a parent launch's claim never does):
-#: a running row under such a token is live while its item lease lasts.
-HOST_TOKEN = "item:"
-INTERRUPTED = ('{"code":"interrupted","message":"the item was interrupted twice (its runner'
-               ' died each time); it is not run again"}')
-
-RUN_ENDED = '{"code":"cancelled","message":"the run ended"}'
-FAIL_FAST = '{"code":"cancelled","message":"fail_fast: another item failed"}'
-
-_KEY = "run_id = :run AND node_id = :node AND visit = :visit"
-_OPEN = f"{_KEY} AND state IN ('pending', 'running')"
-
-
-@dataclass(frozen=True, slots=True)
-class ItemKey:
-    """One visit of one fan-out node of one run."""
-
-    run_id: str
-    node_id: str
-    visit: int
-
-    def params(self) -> dict[str, object]:
-        return {"run": self.run_id, "node": self.node_id, "visit": self.visit}
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +89,17 @@ class SharedNode:
 
 
 @dataclass(frozen=True, slots=True)
+class Handed:
+    """What a slot's commit between items did (`FanoutItems.hand_on`): endings recorded,
+    items claimed, items claimed ahead, and whether the ahead item it started is its own."""
+
+    recorded: int
+    claimed: list[HostClaim]
+    ahead: list[HostClaim]
+    promoted: bool
+
+
+@dataclass(frozen=True, slots=True)
 class ItemLog:
     """One attempt's log (a `node_log` payload as JSON) of an item another host ran."""
 
@@ -97,26 +108,10 @@ class ItemLog:
     log_json: str
 
 
-@dataclass(frozen=True, slots=True)
-class HostClaim:
-    """An item a host's worker claimed: its node visit, index and start number."""
-
-    key: ItemKey
-    index: int
-    start: int
-
-
-@dataclass(frozen=True, slots=True)
-class Claimed:
-    """What one claim took: the items to run (index, start number) and the items it
-    ended as `interrupted` instead of starting them a third time."""
-
-    items: tuple[tuple[int, int], ...]
-    interrupted: tuple[int, ...]
-
-
-_ITEM_COLUMNS = ("item_index, state, starts, output_json, error_json, child_run_id,"
-                 " finished_at")
+#: An item claimed ahead reads as `pending`: nothing of it runs yet (ADR 0014).
+_ITEM_STATE = f"CASE WHEN claim_token LIKE '{AHEAD_TOKEN}%' THEN 'pending' ELSE state END"
+_ITEM_COLUMNS = (f"item_index, {_ITEM_STATE} AS state, starts, output_json, error_json,"
+                 " child_run_id, finished_at")
 
 
 def item_from_row(row: Row) -> FanoutItem:
@@ -159,133 +154,9 @@ def _settle(tx: Tx, key: ItemKey, rows: Sequence[ItemEnding], owner: str, now: i
               "output": e.output_json, "error": e.error_json} for e in rows])
 
 
-def _lease_ms(tx: Tx, key: ItemKey) -> int | None:
-    """The item lease of a shared node visit (any host may run its items); None: the
-    items run under the parent's claim alone (phase 1)."""
-    row = tx.one("SELECT lease_ms FROM fanout_nodes WHERE run_id = :run AND node_id = :node"
-                 " AND visit = :visit", key.params())
-    return None if row is None else int(row["lease_ms"])
-
-
-def _take(tx: Tx, key: ItemKey, owner: str, parent: str, limit: int, now: int,
-          lease_ms: int | None, indexes: Sequence[int] | None = None,
-          want: int | None = None) -> Claimed:
-    """The claim rule, for the parent's holder and for a host's item worker alike.
-    A running row is live when `owner` or `parent` (the parent launch's live claim,
-    '' when it has none) holds it, or a host holder whose lease (`updated_at` plus
-    `lease_ms`) has not run out; any other running row was left by a dead holder."""
-    stale = now - lease_ms if lease_ms is not None else now + 1  # no host holders
-    params = {**key.params(), "owner": owner, "parent": parent, "now": now,
-              "stale": stale, "host": HOST_TOKEN + "%", "budget": ITEM_START_BUDGET}
-    live = ("(claim_token = :owner OR claim_token = :parent OR (claim_token LIKE :host"
-            " AND updated_at > :stale))")
-    # One read of the running rows (their own index: at most the ceiling and what dead
-    # holders left) counts the live ones and any a dead holder left at the budget.
-    row = tx.one(f"SELECT count(*) AS n, coalesce(sum(CASE WHEN {live} THEN 1 ELSE 0 END), 0)"
-                 f" AS live, coalesce(sum(CASE WHEN NOT {live} AND starts >= :budget THEN 1"
-                 f" ELSE 0 END), 0) AS dead FROM fanout_items WHERE {_KEY}"
-                 " AND state = 'running'", params)
-    dead: list[Row] = []
-    if row is not None and row["dead"]:
-        dead = tx.all(f"SELECT item_index FROM fanout_items WHERE {_KEY} AND state ="
-                      f" 'running' AND NOT {live} AND starts >= :budget", params)
-        tx.run(f"UPDATE fanout_items SET state = 'failed', claim_token = NULL,"
-               f" error_json = :err, updated_at = :now, finished_at = :now WHERE {_KEY}"
-               f" AND state = 'running' AND NOT {live} AND starts >= :budget",
-               {**params, "err": INTERRUPTED})
-    free = limit - int(row["live"] if row else 0)
-    if want is not None:
-        free = min(free, want)
-    taken: list[Row] = []
-    if free > 0:
-        among = ""
-        if indexes is not None:
-            marks, more = in_params("ix", indexes)
-            among = f" AND item_index IN {marks}" if indexes else " AND 1 = 0"
-            params.update(more)
-        taken = tx.all(
-            f"SELECT item_index, starts FROM fanout_items WHERE {_OPEN}{among}"
-            f" AND (state = 'pending' OR NOT {live})"
-            f" ORDER BY item_index LIMIT {int(free)}" + tx.dialect.lock, params)
-        tx.many("UPDATE fanout_items SET state = 'running', claim_token = :owner,"
-                f" starts = starts + 1, updated_at = :now WHERE {_KEY}"
-                " AND item_index = :i",
-                [{**key.params(), "owner": owner, "now": now, "i": r["item_index"]}
-                 for r in taken])
-    return Claimed(tuple((r["item_index"], r["starts"] + 1) for r in taken),
-                   tuple(r["item_index"] for r in dead))
-
-
-def _cancel_open(tx: Tx, key: ItemKey, now: int, error_json: str) -> int:
-    return tx.run(f"UPDATE fanout_items SET state = 'cancelled', claim_token = NULL,"
-                  " error_json = :error, updated_at = :now, finished_at = :now"
-                  f" WHERE {_OPEN}", {**key.params(), "now": now, "error": error_json})
-
-
-def _wake(tx: Tx, key: ItemKey, now: int) -> None:
-    """No item of the visit is open: a parent parked waiting for them is re-queued
-    (`auto`: the next host resumes it) and the node is done for the hosts. A parent
-    that marked the node waiting but has not parked yet keeps it active: the next
-    host's sweep (claim_for_host) wakes it once it has."""
-    node = tx.one(f"SELECT waiting FROM fanout_nodes WHERE {_KEY}" + tx.dialect.lock,
-                  key.params())
-    if node is None:
-        return
-    if node["waiting"]:
-        woken = tx.run("UPDATE workflow_run_queue SET park_mode = 'auto', updated_at = :now"
-                       " WHERE run_id = :run AND status = 'parked' AND park_mode ="
-                       " 'explicit'", {"run": key.run_id, "now": now})
-        if not woken:
-            return
-        if tx.dialect.notices:
-            tx.notify(LAUNCH_CHANNEL, key.run_id)  # an idle host claims it on the notice
-    tx.run(f"UPDATE fanout_nodes SET active = 0, waiting = 0 WHERE {_KEY}", key.params())
-
-
-def _parent(tx: Tx, run_id: str) -> Row | None:
-    """The parent's launch row, locked (Postgres `FOR UPDATE`; SQLite's writer lock):
-    every fan-out write takes it first, the order the parent's own writes take."""
-    return tx.one("SELECT status, claim_token, claim_expires_at FROM workflow_run_queue"
-                  " WHERE run_id = :run" + tx.dialect.lock, {"run": run_id})
-
-
-def _claim_node(tx: Tx, key: ItemKey, holder: str, want: int, limit: int,
-                lease_ms: int, parent: Row | None) -> list[HostClaim]:
-    """A host's claim of up to `want` items of one shared visit, in `tx`, after the
-    parent's launch row was locked (`parent`, `_parent`); its live claim's items counted
-    against the ceiling; a visit whose run ended has its open items ended, and one with
-    none open wakes its parked parent."""
-    now = tx.now_ms()
-    if parent is None or parent["status"] in TERMINAL_STATUSES:
-        # Its run ended (cancelled while parked): so do its open items (a holder stops
-        # its own at the next renewal).
-        _cancel_open(tx, key, now, RUN_ENDED)
-        tx.run(f"UPDATE fanout_nodes SET active = 0 WHERE {_KEY}", key.params())
-        return []
-    if want <= 0:
-        if not _any_open(tx, key):
-            _wake(tx, key, now)  # the last settle's wake missed a park since
-        return []
-    live = parent["status"] in CLAIMED_STATUSES and parent["claim_token"] \
-        and parent["claim_expires_at"] > now
-    got = _take(tx, key, holder, parent["claim_token"] if live else "", limit, now,
-                lease_ms, want=want)
-    # An item claimed is an item open: only a claim that took none (none pending, the
-    # ceiling reached, or the ends it wrote as `interrupted` were the last) looks for
-    # an open one, so a slot handing itself its next item pays no read for it.
-    if not got.items and not _any_open(tx, key):
-        _wake(tx, key, now)  # the visit has no open item: its parked parent goes on
-    return [HostClaim(key, index, start) for index, start in got.items]
-
-
 def _count(tx: Tx, key: ItemKey) -> int:
     row = tx.one(f"SELECT count(*) AS n FROM fanout_items WHERE {_KEY}", key.params())
     return int(row["n"]) if row is not None else 0
-
-
-def _any_open(tx: Tx, key: ItemKey) -> bool:
-    return tx.one(f"SELECT 1 AS x FROM fanout_items WHERE {_OPEN} LIMIT 1",
-                  key.params()) is not None
 
 
 #: Claims and settles are durable, but wait for the disk after the store's write lock
@@ -493,9 +364,10 @@ class FanoutItems:
             ended = sql_in(TERMINAL_STATUSES)
             return {(key, index) for key, index in items if tx.run(
                 f"UPDATE fanout_items SET updated_at = :now WHERE {_KEY} AND item_index = :i"
-                " AND state = 'running' AND claim_token = :holder AND NOT EXISTS (SELECT 1"
-                " FROM workflow_run_queue q WHERE q.run_id = :run AND q.status IN"
-                f" {ended})", {**key.params(), "i": index, "holder": holder, "now": now})}
+                " AND state = 'running' AND claim_token IN (:holder, :ahead) AND NOT EXISTS"
+                " (SELECT 1 FROM workflow_run_queue q WHERE q.run_id = :run AND q.status IN"
+                f" {ended})", {**key.params(), "i": index, "holder": holder,
+                               "ahead": ahead_token(holder), "now": now})}
 
     def settle_held(self, key: ItemKey, endings: Iterable[ItemEnding], *,
                     holder: str, logs: Sequence[ItemLog] = ()) -> int:
@@ -510,22 +382,35 @@ class FanoutItems:
         """`settle_held`, and in the same transaction the claim of up to `want` more
         items of the visit: one commit hands the slot on, as the parent's own claims
         do. Returns (endings recorded, items claimed)."""
+        handed = self.hand_on(key, endings, holder=holder, logs=logs, want=want)
+        return handed.recorded, handed.claimed
+
+    def hand_on(self, key: ItemKey, endings: Iterable[ItemEnding], *, holder: str,
+                logs: Sequence[ItemLog] = (), want: int = 0, ahead: int = 0,
+                promote: int | None = None) -> Handed:
+        """A host slot's one commit between items: its endings recorded (each only if
+        its row is still running under `holder`, or under its ahead token: one taken
+        over or cancelled meanwhile is left alone), with their logs; `promote`: the
+        item claimed ahead that the slot has just started becomes the holder's own
+        (`promoted` False: it was cancelled or taken over, and the slot stops it); up
+        to `want` more items claimed, and then up to `ahead` more claimed ahead, one
+        per item the slot now runs (ADR 0014)."""
         rows = list(endings)
         for ending in rows:
             _check(ending)
         with self._c.write(shared_sync=SHARED_SYNC) as tx:
             parent = _parent(tx, key.run_id)  # the order every writer takes
             now = tx.now_ms()
-            # Each ending recorded only if the row is still running under `holder` (one
-            # taken over or cancelled meanwhile is left alone): its own statement, whose
-            # count says whether it was.
+            tokens = {**key.params(), "owner": holder, "ahead": ahead_token(holder),
+                      "now": now}
+            # Each ending its own statement, whose count says whether it was recorded.
             mine = {e.index for e in rows if tx.run(
                 f"UPDATE fanout_items SET state = :state, claim_token = NULL, output_json ="
                 " :output, error_json = :error, updated_at = :now, finished_at = :now"
                 f" WHERE {_KEY} AND item_index = :i AND state = 'running'"
-                " AND claim_token = :owner",
-                {**key.params(), "owner": holder, "now": now, "i": e.index, "state": e.state,
-                 "output": e.output_json, "error": e.error_json})}
+                " AND claim_token IN (:owner, :ahead)",
+                {**tokens, "i": e.index, "state": e.state, "output": e.output_json,
+                 "error": e.error_json})}
             kept = [g for g in logs if g.index in mine]
             if kept:
                 tx.many("INSERT INTO fanout_logs (run_id, node_id, visit, item_index, seq,"
@@ -539,14 +424,41 @@ class FanoutItems:
             if node is not None and node["fail_fast"] and any(
                     e.state in ("failed", "timed_out") for e in rows if e.index in mine):
                 _cancel_open(tx, key, now, FAIL_FAST)  # the parent is parked: here, then
+            usable = node is not None and not node["refused"]
+            limit, lease = (int(node["max_concurrency"]), int(node["lease_ms"])) \
+                if node is not None else (0, 0)
+            if promote is not None and (parent is None
+                                        or parent["status"] in TERMINAL_STATUSES):
+                _cancel_open(tx, key, now, RUN_ENDED)  # its run ended: so do its items
+                usable = False
+            promoted = usable and promote is not None and tx.run(
+                f"UPDATE fanout_items SET claim_token = :owner, updated_at = :now WHERE {_KEY}"
+                " AND item_index = :i AND state = 'running' AND claim_token = :ahead",
+                {**tokens, "i": promote}) == 1
             claimed: list[HostClaim] = []
-            if want > 0 and node is not None and not node["refused"]:
+            if want > 0 and usable:
                 # Wakes the parked parent if that was the last item (or the run ended).
-                claimed = _claim_node(tx, key, holder, want, int(node["max_concurrency"]),
-                                      int(node["lease_ms"]), parent)
-            elif not _any_open(tx, key):
+                claimed = _claim_node(tx, key, holder, want, limit, lease, parent)
+            elif not promoted and not _any_open(tx, key):
                 _wake(tx, key, now)  # the last item: its parent is re-queued with it
-        return len(mine), claimed
+            runs = len(claimed) + int(promoted)
+            taken = _take_ahead(tx, key, holder, limit, now, min(ahead, runs)) \
+                if usable else []
+        return Handed(len(mine), claimed, taken, promoted)
+
+    def holds_ahead(self, claim: HostClaim, holder: str) -> bool:
+        """Whether `holder` still holds `claim`, claimed ahead, and its run goes on: the
+        slot's look just before it starts the item (a read; a cancel since is met by
+        the settle that promotes it)."""
+        ended = sql_in(TERMINAL_STATUSES)
+        with self._c.read() as tx:
+            row = tx.one(f"SELECT 1 AS x FROM fanout_items WHERE {_KEY} AND item_index = :i"
+                         " AND state = 'running' AND claim_token = :ahead AND NOT EXISTS"
+                         " (SELECT 1 FROM workflow_run_queue q WHERE q.run_id = :run AND"
+                         f" q.status IN {ended})",
+                         {**claim.key.params(), "i": claim.index,
+                          "ahead": ahead_token(holder)})
+        return row is not None
 
     def release_held(self, key: ItemKey, indexes: Sequence[int], *, holder: str) -> int:
         """A stopping host gives its running items back (`pending`, uncounted)."""
@@ -557,8 +469,9 @@ class FanoutItems:
             return tx.run(f"UPDATE fanout_items SET state = 'pending', claim_token = NULL,"
                           f" starts = starts - 1, updated_at = :now WHERE {_KEY}"
                           f" AND item_index IN {marks} AND state = 'running'"
-                          " AND claim_token = :owner AND starts > 0",
-                          {**key.params(), **more, "owner": holder, "now": tx.now_ms()})
+                          " AND claim_token IN (:owner, :ahead) AND starts > 0",
+                          {**key.params(), **more, "owner": holder,
+                           "ahead": ahead_token(holder), "now": tx.now_ms()})
 
     def logs(self, key: ItemKey) -> list[ItemLog]:
         """The logs of the visit's items other hosts ran, in item and attempt order."""
@@ -579,10 +492,16 @@ class FanoutItems:
     def progress(self, run_id: str) -> dict[tuple[str, int], dict[str, int]]:
         """Per (node, visit) of a run, how many items are in each state (views)."""
         with self._c.read() as tx:
-            rows = tx.all("SELECT node_id, visit, state, count(*) AS n FROM fanout_items"
-                          " WHERE run_id = :run GROUP BY node_id, visit, state",
+            rows = tx.all(f"SELECT node_id, visit, {_ITEM_STATE} AS state, count(*) AS n"
+                          " FROM fanout_items WHERE run_id = :run GROUP BY node_id, visit,"
+                          f" {_ITEM_STATE}",
                           {"run": run_id})
         out: dict[tuple[str, int], dict[str, int]] = {}
         for r in rows:
             out.setdefault((r["node_id"], r["visit"]), {})[r["state"]] = int(r["n"])
         return out
+
+
+__all__ = ["BATCH", "FAIL_FAST", "HOST_TOKEN", "INTERRUPTED", "ITEM_START_BUDGET", "RUN_ENDED",
+           "Claimed", "FanoutItem", "FanoutItems", "Handed", "HostClaim", "ItemEnding",
+           "ItemKey", "ItemLog", "SharedNode", "item_from_row"]

@@ -163,6 +163,28 @@ class Project:
                  "output": json.loads(r.output_json) if r.output_json else None}
                 for r in rows]
 
+    def held_ahead(self, run_id: str, node: str, visit: int = 1) -> set[str]:
+        """The items a host's slots hold claimed ahead (ADR 0014): counted a start,
+        not run yet. Read from the rows themselves (views show them `pending`)."""
+        from runner.store.domain._itemclaims import AHEAD_TOKEN
+
+        store = self.open_store()
+        try:
+            with store.fanout._c.read() as tx:  # the rows' own token: no view shows it
+                rows = tx.all("SELECT item_index FROM fanout_items WHERE run_id = :run AND"
+                              " node_id = :node AND visit = :visit AND state = 'running'"
+                              " AND claim_token LIKE :ahead",
+                              {"run": run_id, "node": node, "visit": visit,
+                               "ahead": AHEAD_TOKEN + "%"})
+        finally:
+            store.close()
+        return {str(r["item_index"]) for r in rows}
+
+    def running(self) -> set[str]:
+        """Items whose start the log has and whose end it has not (yet)."""
+        ends = self.counts("end")
+        return {n for n, k in self.counts("start").items() if ends[n] < k}
+
     def open_store(self) -> Any:
         if self.store:
             from runner.store.postgres import PostgresStore

@@ -58,8 +58,9 @@ edges:
   - {from: second, to: close}
 """
 
-# `fanout=True` seeds also start this one: a map of 5 shell items, 2 at a time, and a
-# parallel node; each item logs its run and index to effects.log.
+# `fanout=True` seeds also start this one: a map of 8 shell items, 2 at a time (enough
+# for a host's slots to claim items ahead, ADR 0014), and a parallel node; each item
+# logs its run and index to effects.log.
 FAN = """\
 input:
   type: object
@@ -84,8 +85,8 @@ nodes:
 edges:
   - {from: each, to: both}
   - {from: both, to: close}
-""".replace("ITEMS", "5")
-FAN_ITEMS = 5
+""".replace("ITEMS", "8")
+FAN_ITEMS = 8
 
 
 # `pure=True` seeds also start this one: compute nodes only, so a runner on folders

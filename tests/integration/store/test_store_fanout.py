@@ -392,3 +392,101 @@ def test_the_ledger_reads_outputs_errors_and_logs_back_as_values(store: Store) -
     assert [(r.output, r.error) for r in item_rows(store.fanout)("run-1", "files", 1)] == \
         [(r[2], r[3]) for r in got]
     assert ledger.logs("files", 1) == [(4, "a1", {"out": "x,y"}), (4, "a2", {})]
+
+
+# -- ADR 0014: a host slot's next item claimed ahead --------------------------------------
+
+def _states(store: Store) -> list[tuple[str, int]]:
+    return [(i.state, i.starts) for i in store.fanout.items(KEY)]
+
+
+def test_a_slot_claims_its_next_item_ahead_counted_apart_from_the_ceiling(
+        store: Store) -> None:
+    """A settle that hands a slot its next item also claims one ahead for it: its start
+    counted, shown `pending`, not counted against the ceiling. The slot starts it when
+    its item ends, and the settle beside it makes it the holder's own and claims the
+    next ahead; one the slot will not start goes back, its start uncounted."""
+    owner = _shared(store, count=8, limit=2)
+    _park_waiting(store, owner)
+    assert [c.index for c in store.fanout.claim_for_host(HOST_A, 2)] == [0, 1]
+    handed = store.fanout.hand_on(KEY, [_ok(0)], holder=HOST_A, want=1, ahead=1)
+    assert (handed.recorded, handed.promoted) == (1, False)
+    assert [(c.index, c.start) for c in handed.claimed] == [(2, 1)]
+    assert [(c.index, c.start) for c in handed.ahead] == [(3, 1)]
+    assert store.fanout.holds_ahead(handed.ahead[0], HOST_A)
+    assert not store.fanout.holds_ahead(handed.ahead[0], HOST_B)
+    assert _states(store)[:5] == [("ok", 1), ("running", 1), ("running", 1), ("pending", 1),
+                                  ("pending", 0)]
+    assert store.fanout.progress("run-1") == {("files", 1): {"ok": 1, "running": 2,
+                                                             "pending": 5}}
+    assert store.fanout.claim_for_host(HOST_B, 4) == []  # items 1 and 2 fill the ceiling
+    # Item 2 ends; the slot has started item 3 and settles item 2 beside it.
+    beside = store.fanout.hand_on(KEY, [_ok(2)], holder=HOST_A, ahead=1, promote=3)
+    assert (beside.recorded, beside.promoted, beside.claimed) == (1, True, [])
+    assert [(c.index, c.start) for c in beside.ahead] == [(4, 1)]
+    assert _states(store)[:5] == [("ok", 1), ("running", 1), ("ok", 1), ("running", 1),
+                                  ("pending", 1)]
+    assert store.fanout.claim_for_host(HOST_B, 4) == []  # items 1 and 3 run: still 2
+    # The slot stops before it starts item 4: it goes back, its start uncounted.
+    assert store.fanout.release_held(KEY, [4], holder=HOST_A) == 1
+    assert _states(store)[4] == ("pending", 0)
+    assert store.fanout.renew_held(HOST_A, {(KEY, 1), (KEY, 3), (KEY, 4)}) == {(KEY, 1),
+                                                                               (KEY, 3)}
+
+
+def test_no_item_is_claimed_ahead_once_few_are_left(store: Store) -> None:
+    """The last items of a map are left to whichever slot of any host is free first:
+    an item is claimed ahead only while the ceiling's worth stays pending besides."""
+    owner = _shared(store, count=6, limit=2)
+    _park_waiting(store, owner)
+    store.fanout.claim_for_host(HOST_A, 2)
+    first = store.fanout.hand_on(KEY, [_ok(0)], holder=HOST_A, want=1, ahead=1)
+    assert [c.index for c in first.claimed] == [2]
+    assert [c.index for c in first.ahead] == [3]  # 4 and 5 stay pending: the ceiling's 2
+    second = store.fanout.hand_on(KEY, [_ok(1)], holder=HOST_A, want=1, ahead=1)
+    assert [c.index for c in second.claimed] == [4]
+    assert second.ahead == []  # only 5 is pending: it is left to any free slot
+
+
+def test_an_item_claimed_ahead_and_cancelled_since_is_not_made_the_slots(
+        store: Store) -> None:
+    """fail_fast cancels every open item, those held ahead too: the slot's look before
+    it starts one says so, and a settle that would promote it (the slot started it in
+    the meantime) says it is not its own, so the slot stops it."""
+    owner = _shared(store, count=8, limit=2, fail_fast=True)
+    _park_waiting(store, owner)
+    store.fanout.claim_for_host(HOST_A, 1)
+    store.fanout.claim_for_host(HOST_B, 1)
+    handed = store.fanout.hand_on(KEY, [_ok(0)], holder=HOST_A, want=1, ahead=1)
+    [ahead] = handed.ahead
+    failed = ItemEnding(1, "failed", error_json='{"code":"x"}')
+    assert store.fanout.settle_held(KEY, [failed], holder=HOST_B) == 1
+    assert not store.fanout.holds_ahead(ahead, HOST_A)
+    later = store.fanout.hand_on(KEY, [_ok(2)], holder=HOST_A, ahead=1, promote=ahead.index)
+    assert (later.recorded, later.promoted, later.ahead) == (0, False, [])
+    assert [i.state for i in store.fanout.items(KEY)] == ["ok", "failed"] + ["cancelled"] * 6
+
+
+def test_a_dead_hosts_items_claimed_ahead_are_taken_over_with_their_start_counted(
+        store: Store, clock: FakeClock) -> None:
+    """An item claimed ahead is renewed with the holder's running ones; once the holder
+    is dead it is taken over like them, its start (counted at the claim ahead) kept."""
+    owner = _shared(store, count=8, limit=2)
+    _park_waiting(store, owner)
+    store.fanout.claim_for_host(HOST_A, 2)
+    handed = store.fanout.hand_on(KEY, [_ok(0)], holder=HOST_A, want=1, ahead=1)
+    assert [c.index for c in handed.ahead] == [3]
+    held = {(KEY, 1), (KEY, 2), (KEY, 3)}
+    clock.advance(20)
+    assert store.fanout.renew_held(HOST_A, held) == held
+    clock.advance(20)  # 40 s since the claims, 20 since the renewal: all still held
+    assert store.fanout.claim_for_host(HOST_B, 4) == []
+    assert store.fanout.hand_on(KEY, [], holder=HOST_B, want=1).claimed == []
+    clock.advance(31)  # host A died
+    taken = store.fanout.claim_for_host(HOST_B, 4)
+    assert [(c.index, c.start) for c in taken] == [(1, 2), (2, 2)]
+    done, more = store.fanout.settle_and_claim(KEY, [_ok(1)], holder=HOST_B, want=1)
+    assert done == 1
+    assert [(c.index, c.start) for c in more] == [(3, 2)]  # A's ahead item, second start
+    assert store.fanout.hand_on(KEY, [_ok(2)], holder=HOST_A, ahead=1, promote=3).promoted \
+        is False  # host A, back from the dead, holds none of it
