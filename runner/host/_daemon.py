@@ -379,7 +379,9 @@ class StandaloneHost:
             with self._lock:
                 if len(self._running) >= self.max_runs:
                     break
-            record = self.coordinator.claim_next(None)
+            # An empty queue pays the owed input scrub (a checkpoint), after the items
+            # below have started: it stood between a map's parent parking and its items.
+            record = self.coordinator.claim_next(None, idle_scrub=False)
             if record is None:
                 break
             claimed += 1
@@ -390,6 +392,7 @@ class StandaloneHost:
             for item in self.items.claim(free):
                 claimed += 1
                 self._start_item(item)
+        self.coordinator.pay_idle_scrub()
         return claimed
 
     def _start_item(self, item: HostClaim) -> None:

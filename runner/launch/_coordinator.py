@@ -155,6 +155,7 @@ class LaunchCoordinator:
         self.safe = self._held.safe
         self.relative = self._preflight.relative
         self.flush_scrub = self._scrub.flush
+        self.pay_idle_scrub = self._claims.pay_idle_scrub
         self.bare_engine = self._engines.bare
 
     # -- what callers read and set -----------------------------------------------------

@@ -368,13 +368,16 @@ class Claims:
         self.gate = gate
         self._scrub = scrub
         self.error: StoreUnavailable | None = None  # the last claim the store refused
+        self._idle = False  # an empty queue was found with its scrub left to pay_idle_scrub
         self._lock = threading.Lock()
         self._by_id: set[str] = set()  # launches claimed by id, not yet begun
         self._sent: dict[str, float] = {}  # claim token -> when its claim was sent
 
-    def next(self, session_id: str | None) -> LaunchRecord | None:
+    def next(self, session_id: str | None, *, idle_scrub: bool = True) -> LaunchRecord | None:
         """The next claimable launch, claimed; None when there is none, the store is
-        unavailable (`error` says why) or claims wait for the disk."""
+        unavailable (`error` says why) or claims wait for the disk. None because the
+        queue is empty pays the owed input scrub; with `idle_scrub` False it is only
+        noted, for `pay_idle_scrub` (a host starts its slots' items first)."""
         at = self._clock.monotonic()  # the claim's send time, for its run's fence (`sent`)
         if at < self.gate.until:
             return None  # the disk refused a bundle moments ago: let the launches wait
@@ -387,12 +390,21 @@ class Claims:
             return None
         self.error = None
         if claimed is None:
-            self._scrub.flush()  # idle: no activation's input outlives the busy spell
+            if idle_scrub:
+                self._scrub.flush()  # idle: no activation's input outlives the busy spell
+            else:
+                self._idle = True
             return None
         self._scrub.tick()
         with self._lock:  # as `sent` does for a claim taken with a run's ending
             self._sent[claimed.claim_token or ""] = at
         return claimed
+
+    def pay_idle_scrub(self) -> None:
+        """Pay the input scrub an empty queue made due (`next(..., idle_scrub=False)`)."""
+        if self._idle:
+            self._idle = False
+            self._scrub.flush()
 
     def sent(self, record: LaunchRecord | None, at: float) -> None:
         """`record` was claimed here by a statement sent at `at` (the engine's monotonic

@@ -113,3 +113,21 @@ def test_a_run_claimed_by_id_is_scrubbed_when_it_ends(
     assert outcome is not None
     assert outcome.status == "completed"
     assert not wal_has(project, "foreground-private-5b0d")
+
+
+def test_a_host_notes_an_empty_queue_and_pays_its_scrub_when_it_asks(
+        stack: tuple[Project, LaunchCoordinator, FakeClock]) -> None:
+    """`wfrun host` starts its slots' items before it pays an empty queue's scrub (the
+    checkpoint stood between a map's parent parking and its items): `claim_next` with
+    `idle_scrub=False` only notes it, `pay_idle_scrub` pays it, once."""
+    project, coordinator, _clock = stack
+    coordinator.prepare("echo", {"task": "host-private-7c1e"})
+    run_next(coordinator)
+    assert wal_has(project, "host-private-7c1e")
+    assert coordinator.claim_next(None, idle_scrub=False) is None
+    assert wal_has(project, "host-private-7c1e")  # noted, not paid
+    coordinator.pay_idle_scrub()
+    assert not wal_has(project, "host-private-7c1e")
+    coordinator.prepare("echo", {"task": "still-queued-private-31d0"})
+    coordinator.pay_idle_scrub()  # nothing noted since: no checkpoint
+    assert wal_has(project, "still-queued-private-31d0")

@@ -202,7 +202,7 @@ def test_a_host_that_fails_stops_its_workers_before_it_raises(project: Project) 
     try:
         host = StandaloneHost(ws, store, max_runs=share, lock=lock, pool=pool)
 
-        def broken(_session: object) -> None:
+        def broken(_session: object, **_how: object) -> None:
             raise RuntimeError("the claim broke")
 
         host.coordinator.claim_next = broken  # type: ignore[method-assign,assignment]
