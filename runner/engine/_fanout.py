@@ -19,17 +19,17 @@ from __future__ import annotations
 import hashlib
 import queue
 import threading
-from collections import OrderedDict
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from runner._backoff import ENGINE_JITTER, backoff_delay
 from runner.compiler import Node
-from runner.compiler._fanout import ChildWorkflowBody, MapSpec, ParallelSpec
-from runner.compiler._templates import TemplateError, TemplateStopped, render_native
+from runner.compiler._fanout import ChildWorkflowBody, ParallelSpec
+from runner.compiler._templates import TemplateError, render_native
 
 from ._control import ITEMS, RunControl
-from ._items import ItemEnd, ItemRecord
+from ._fanplan import SHARED_PLANS, _failed, _Plan, _plan
+from ._items import ITEM_ENDS, ItemEnd, ItemRecord
 from ._nodecontext import FanoutPort, NodeContext, NodeResult, Outcome
 from ._nodes import execute, new_attempt_id
 
@@ -37,76 +37,12 @@ from ._nodes import execute, new_attempt_id
 PURE_BATCH = 500
 _POLL = 0.05  # seconds between looks at the run's control while items run
 IDLE_POLLS = 5  # polls between claims that settle nothing (a shared node's other hosts)
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """What a fan-out node runs: a body and a name per item, and its rules."""
-
-    bodies: list[Node | ChildWorkflowBody]
-    labels: list[str]  # item index or branch name, for NODE[label]
-    values: list[Any]  # the map's items (None per branch)
-    limit: int
-    fail_fast: bool
-    as_name: str | None
-
-
-def _plan(node: Node, ctx: dict[str, Any]) -> _Plan | NodeResult:
-    spec = node.spec
-    if isinstance(spec, ParallelSpec):
-        names = [name for name, _ in spec.branches]
-        return _Plan([b for _, b in spec.branches], names, [None] * len(names),
-                     spec.max_concurrency or max(len(names), 1), spec.fail_fast, None)
-    assert isinstance(spec, MapSpec)
-    where = f"nodes.{node.local_id or node.id}.map.over"
-    try:
-        values = render_native(spec.over, ctx)
-    except TemplateStopped:
-        raise
-    except TemplateError as exc:
-        return _failed("template_error", f"{where}: {exc}")
-    if not isinstance(values, list):
-        return _failed("bad_over", f"{where} must yield a list, not "
-                       f"{type(values).__name__}")
-    if len(values) > spec.max_items:
-        return _failed("too_many_items", f"{where} yielded {len(values)} items, over the "
-                       f"limit of {spec.max_items}; raise it with `max_items:` or split the "
-                       "list")
-    return _Plan([spec.body] * len(values), [str(i) for i in range(len(values))], values,
-                 spec.max_concurrency, spec.fail_fast, spec.as_name)
-
-
-class _KeptPlans:
-    """The plans of shared visits this process made lately. A host runs the parent and
-    its items in one process: its item worker and the parent's resume take the
-    parent's plan instead of rendering `over` again (a 1,000-item map's ~3 ms, on the
-    way to its first item and again at its end), and so run exactly the items the
-    parent opened. Kept for the very node object only: a definition compiled anew is
-    other objects, and renders again."""
-
-    def __init__(self, size: int) -> None:
-        self._size = size
-        self._lock = threading.Lock()
-        self._plans: OrderedDict[tuple[str, str, int], tuple[Node, _Plan]] = OrderedDict()
-
-    def get(self, run_id: str, node: Node, visit: int) -> _Plan | None:
-        with self._lock:
-            kept = self._plans.get((run_id, node.id, visit))
-        return kept[1] if kept is not None and kept[0] is node else None
-
-    def put(self, run_id: str, node: Node, visit: int, plan: _Plan) -> None:
-        with self._lock:
-            self._plans[(run_id, node.id, visit)] = (node, plan)
-            self._plans.move_to_end((run_id, node.id, visit))
-            while len(self._plans) > self._size:
-                self._plans.popitem(last=False)
-
-
-SHARED_PLANS = _KeptPlans(8)
-
-
-def _failed(code: str, message: str) -> NodeResult:
-    return NodeResult("failed", error={"code": code, "message": message[:2000]})
+#: A parent resumed while hosts run its visit's last items waits for them (`_await`):
+#: a look at their rows this often at least (an item ended in this process wakes it at
+#: once), and back to parking when none ended for HOSTS_STALL seconds.
+HOSTS_LOOK = 0.1
+HOSTS_STALL = 5.0
+_OPEN = ("pending", "running")
 
 
 def run_fanout(ctx: NodeContext, port: FanoutPort) -> NodeResult:
@@ -274,6 +210,7 @@ class _Fanout:
         # The rows as `drive` found them when none was open (a resume after the hosts
         # ended every item): ended rows no longer change, so `result` reads no second copy.
         self.ended: list[ItemRecord] | None = None
+        self.logged: set[int] = set()  # items whose host logs the trace has (`_await`)
 
     # -- the loop ---------------------------------------------------------------------
     def drive(self) -> NodeResult | None:
@@ -298,6 +235,13 @@ class _Fanout:
         if failed and self.plan.fail_fast:
             self._cancel_open("fail_fast: an earlier item failed")
             return None
+        if self.shared and self.ctx.resuming and not any(r.state == "pending" for r in records):
+            waited = self._await(records)
+            if waited is not None:
+                self.ended = waited
+                return None
+            if self.ctx.control.stopping:
+                return self._stop()
         if self.shared and not asked and self.ledger.wait_for_hosts(self.node.id, self.visit):
             # Phase 2: the hosts run the items; the run parks holding no slot, and the
             # settle that ends the last item re-queues it (it re-enters and reads them).
@@ -396,6 +340,39 @@ class _Fanout:
                 control.park(reason, clean=clean)
             else:
                 control.cancel(reason)
+
+    def _await(self, records: list[ItemRecord]) -> list[ItemRecord] | None:
+        """Hosts run the visit's last items and none is left pending (the claim of the
+        last one re-queued this run: `_itemclaims._claim_node`): wait for them here,
+        recording the logs of those that ended meanwhile, instead of parking again to
+        be resumed at the last one's end (the resume, the rows and the logs then came
+        after it). None: park after all (the run is stopping, an item went back to
+        pending, or none ended for HOSTS_STALL seconds: a host may need this slot)."""
+        rows = {r.index: r for r in records}
+        open_ = [r.index for r in records if r.state in _OPEN]
+        self._host_logs([i for i in rows if rows[i].state not in _OPEN])
+        clock, control = self.ctx.clock, self.ctx.control
+        key = (self.ctx.run_id, self.node.id, self.visit)
+        ended = ITEM_ENDS.watch(*key)
+        try:
+            stall = clock.monotonic() + HOSTS_STALL
+            while open_:
+                if control.stopping or clock.monotonic() > stall:
+                    return None
+                clock.sleep(HOSTS_LOOK, ended)
+                ended.clear()
+                fresh = self.ledger.items(self.node.id, self.visit, open_)
+                if any(r.state == "pending" for r in fresh):
+                    return None
+                done = [r for r in fresh if r.state not in _OPEN]
+                if done:
+                    stall = clock.monotonic() + HOSTS_STALL
+                    rows.update((r.index, r) for r in done)
+                    open_ = [i for i in open_ if rows[i].state in _OPEN]
+                    self._host_logs([r.index for r in done])
+        finally:
+            ITEM_ENDS.forget(*key, ended)
+        return [rows[i] for i in sorted(rows)]
 
     def _stop(self) -> NodeResult:
         parent = self.ctx.control
@@ -543,13 +520,21 @@ class _Fanout:
         error = dict(result.error or {}, child_run_id=run_id) if result.error else None
         return ItemEnd(index, result.outcome, result.output, error)
 
-    def _host_logs(self) -> None:
+    def _host_logs(self, indexes: list[int] | None = None) -> None:
         """Items other hosts ran kept their logs in the ledger; the run's trace has one
         writer, this node, which records them as its own items' (`NODE[i]`), all in one
-        trace write (a write per log made a 1,000-item map's end ~1,000 appends)."""
+        trace write (a write per log made a 1,000-item map's end ~1,000 appends).
+        `indexes`: those items' (a parent waiting for its last items records the logs
+        of those that ended as they do); None: every item's not recorded yet."""
+        if indexes is None and self.logged:
+            indexes = [i for i in range(len(self.plan.labels)) if i not in self.logged]
+        if indexes is not None:
+            if not indexes:
+                return
+            self.logged.update(indexes)
         labels, node = self.plan.labels, self.node.id
         logs = [(f"{node}[{labels[index]}]", attempt, log)
-                for index, attempt, log in self.ledger.logs(node, self.visit)
+                for index, attempt, log in self.ledger.logs(node, self.visit, indexes)
                 if 0 <= index < len(labels)]
         if logs:
             with self.emit_lock:

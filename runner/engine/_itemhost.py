@@ -33,7 +33,8 @@ from runner.compiler._templates import Scope, TemplateError, TemplateStopped
 from ._bundlefmt import LOGS
 from ._control import RunControl
 from ._engine import Engine
-from ._fanout import SHARED_PLANS, _Plan, _plan, run_body
+from ._fanout import run_body
+from ._fanplan import SHARED_PLANS, _Plan, _plan
 from ._items import ItemEnd
 from ._livelog import LiveLog
 from ._nodecontext import NodeContext, NodeResult

@@ -61,10 +61,15 @@ class ItemLedger(Protocol):
         """Running items a clean park stopped go back to pending, uncounted."""
         ...
 
-    def items(self, node: str, visit: int) -> list[ItemRecord]: ...
+    def items(self, node: str, visit: int,
+              indexes: Sequence[int] | None = None) -> list[ItemRecord]:
+        """The visit's rows in index order (only `indexes`, when given)."""
+        ...
 
-    def logs(self, node: str, visit: int) -> list[tuple[int, str, dict[str, Any]]]:
-        """The logs of items other hosts ran: (index, attempt, `node_log` payload)."""
+    def logs(self, node: str, visit: int,
+             indexes: Sequence[int] | None = None) -> list[tuple[int, str, dict[str, Any]]]:
+        """The logs of items other hosts ran: (index, attempt, `node_log` payload); only
+        those of `indexes`, when given."""
         ...
 
 
@@ -129,13 +134,52 @@ class MemoryLedger:
                 if rows[i]["state"] == "running":
                     rows[i]["state"], rows[i]["starts"] = "pending", rows[i]["starts"] - 1
 
-    def logs(self, node: str, visit: int) -> list[tuple[int, str, dict[str, Any]]]:
+    def logs(self, node: str, visit: int,
+             indexes: Sequence[int] | None = None) -> list[tuple[int, str, dict[str, Any]]]:
         return []  # only this process runs them
 
-    def items(self, node: str, visit: int) -> list[ItemRecord]:
+    def items(self, node: str, visit: int,
+              indexes: Sequence[int] | None = None) -> list[ItemRecord]:
+        wanted = None if indexes is None else set(indexes)
         with self._lock:
             return [ItemRecord(i, r["state"], r["starts"], r["output"], r["error"])
-                    for i, r in enumerate(self._rows.get((node, visit), []))]
+                    for i, r in enumerate(self._rows.get((node, visit), []))
+                    if wanted is None or i in wanted]
+
+
+class ItemEnds:
+    """Items of shared visits that ended in this process (a host's slots say so): a
+    parent waiting here for its last items (`_fanout.py`) wakes at each one instead of
+    at its next look at the store. Only a hint: items other hosts run are seen by that
+    look."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiting: dict[tuple[str, str, int], list[threading.Event]] = {}
+
+    def watch(self, run_id: str, node: str, visit: int) -> threading.Event:
+        """An event set at each item of the visit that ends here (`forget` it after)."""
+        event = threading.Event()
+        with self._lock:
+            self._waiting.setdefault((run_id, node, visit), []).append(event)
+        return event
+
+    def forget(self, run_id: str, node: str, visit: int, event: threading.Event) -> None:
+        with self._lock:
+            events = self._waiting.get((run_id, node, visit), [])
+            if event in events:
+                events.remove(event)
+            if not events:
+                self._waiting.pop((run_id, node, visit), None)
+
+    def ended(self, run_id: str, node: str, visit: int) -> None:
+        with self._lock:
+            events = list(self._waiting.get((run_id, node, visit), ()))
+        for event in events:
+            event.set()
+
+
+ITEM_ENDS = ItemEnds()
 
 
 class ChildRuns(Protocol):

@@ -119,13 +119,15 @@ class StoreItems:
     def release(self, node: str, visit: int, indexes: Sequence[int]) -> None:
         self._held(self._fanout.release(self._key(node, visit), indexes, owner=self._owner))
 
-    def logs(self, node: str, visit: int) -> list[tuple[int, str, dict[str, Any]]]:
-        rows = self._fanout.logs(self._key(node, visit))
+    def logs(self, node: str, visit: int,
+             indexes: Sequence[int] | None = None) -> list[tuple[int, str, dict[str, Any]]]:
+        rows = self._fanout.logs(self._key(node, visit), indexes)
         return [(g.index, g.attempt, log)
                 for g, log in zip(rows, _load_all([g.log_json for g in rows]), strict=True)]
 
-    def items(self, node: str, visit: int) -> list[ItemRecord]:
-        return _records(self._fanout.items(self._key(node, visit)))
+    def items(self, node: str, visit: int,
+              indexes: Sequence[int] | None = None) -> list[ItemRecord]:
+        return _records(self._fanout.items(self._key(node, visit), indexes))
 
 
 def _records(rows: Sequence[FanoutItem]) -> list[ItemRecord]:

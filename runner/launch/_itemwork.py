@@ -33,7 +33,7 @@ from runner.clock import Clock
 from runner.compiler import WorkflowDefinition
 from runner.engine import RunControl
 from runner.engine._itemhost import ItemHost, open_item_host
-from runner.engine._items import ItemEnd
+from runner.engine._items import ITEM_ENDS, ItemEnd
 from runner.errors import WfrunError
 from runner.store import Store, StoreError
 from runner.store.domain._fanout import HOST_TOKEN, Handed, HostClaim, ItemKey, ItemLog
@@ -203,6 +203,8 @@ class HostItems:
             log.warning("wfrun host: cannot record item %s[%s]: %s", key.node_id, index,
                         exc.message)
             return None
+        if handed.recorded:  # a parent waiting here for its last items looks now
+            ITEM_ENDS.ended(key.run_id, key.node_id, key.visit)
         with self._lock:
             self._ahead.update((a.key, a.index) for a in handed.ahead)
             if started is not None and not handed.promoted \

@@ -137,6 +137,16 @@ def _fence(tx: Tx, run_id: str, owner: str) -> LostRace | None:
     return None
 
 
+def _among(key: ItemKey, indexes: Sequence[int] | None) -> tuple[str, dict[str, object]]:
+    """A read's `AND item_index IN (...)` and its parameters (nothing: every item)."""
+    if indexes is None:
+        return "", key.params()
+    if not indexes:
+        return " AND 1 = 0", key.params()
+    marks, more = in_params("ix", indexes)
+    return f" AND item_index IN {marks}", {**key.params(), **more}
+
+
 def _check(ending: ItemEnding) -> None:
     if ending.state not in ITEM_ENDINGS:
         raise ValueError(f"an item cannot end as {ending.state!r}")
@@ -473,20 +483,24 @@ class FanoutItems:
                           {**key.params(), **more, "owner": holder,
                            "ahead": ahead_token(holder), "now": tx.now_ms()})
 
-    def logs(self, key: ItemKey) -> list[ItemLog]:
-        """The logs of the visit's items other hosts ran, in item and attempt order."""
+    def logs(self, key: ItemKey, indexes: Sequence[int] | None = None) -> list[ItemLog]:
+        """The logs of the visit's items other hosts ran, in item and attempt order (only
+        those of `indexes`, when given)."""
+        among, params = _among(key, indexes)
         with self._c.read() as tx:
             rows = tx.all(f"SELECT item_index, attempt, log_json FROM fanout_logs WHERE {_KEY}"
-                          " ORDER BY item_index, seq", key.params())
+                          f"{among} ORDER BY item_index, seq", params)
         return [ItemLog(r["item_index"], r["attempt"], r["log_json"]) for r in rows]
 
-    def items(self, key: ItemKey) -> list[FanoutItem]:
+    def items(self, key: ItemKey, indexes: Sequence[int] | None = None) -> list[FanoutItem]:
+        """The visit's rows in index order (only `indexes`, when given)."""
+        among, params = _among(key, indexes)
         with self._c.read() as tx:
             # The columns `FanoutItem` keeps, not `*`: a 1,000-item map's rows are read at
             # its start and again at its end, and the six others made every row a dict of
             # 13 (~1 ms a read here, issue 37).
-            rows = tx.all(f"SELECT {_ITEM_COLUMNS} FROM fanout_items WHERE {_KEY}"
-                          " ORDER BY item_index", key.params())
+            rows = tx.all(f"SELECT {_ITEM_COLUMNS} FROM fanout_items WHERE {_KEY}{among}"
+                          " ORDER BY item_index", params)
         return [item_from_row(r) for r in rows]
 
     def progress(self, run_id: str) -> dict[tuple[str, int], dict[str, int]]:

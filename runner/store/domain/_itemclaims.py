@@ -185,6 +185,22 @@ def _wake(tx: Tx, key: ItemKey, now: int) -> None:
     tx.run(f"UPDATE fanout_nodes SET active = 0, waiting = 0 WHERE {_KEY}", key.params())
 
 
+def _wake_early(tx: Tx, key: ItemKey, now: int) -> None:
+    """A host claimed the visit's last pending item: a parent parked waiting for its
+    items is re-queued now, to wait for the last ones in the process that resumes it
+    (`engine/_fanout.py`, `_await`) while they run, instead of at the last one's end.
+    The node stays active and waiting: hosts still take over a dead holder's items,
+    and the last settle's `_wake` finds the parent no longer parked."""
+    node = tx.one(f"SELECT waiting FROM fanout_nodes WHERE {_KEY}", key.params())
+    if node is None or not node["waiting"]:
+        return
+    woken = tx.run("UPDATE workflow_run_queue SET park_mode = 'auto', updated_at = :now"
+                   " WHERE run_id = :run AND status = 'parked' AND park_mode = 'explicit'",
+                   {"run": key.run_id, "now": now})
+    if woken and tx.dialect.notices:
+        tx.notify(LAUNCH_CHANNEL, key.run_id)  # an idle host claims it on the notice
+
+
 def _parent(tx: Tx, run_id: str) -> Row | None:
     """The parent's launch row, locked (Postgres `FOR UPDATE`; SQLite's writer lock):
     every fan-out write takes it first, the order the parent's own writes take."""
@@ -213,6 +229,9 @@ def _claim_node(tx: Tx, key: ItemKey, holder: str, want: int, limit: int,
         and parent["claim_expires_at"] > now
     got = _take(tx, key, holder, parent["claim_token"] if live else "", limit, now,
                 lease_ms, want=want)
+    if got.items and tx.one(f"SELECT 1 AS x FROM fanout_items WHERE {_KEY} AND state ="
+                            " 'pending' LIMIT 1", key.params()) is None:
+        _wake_early(tx, key, now)
     # An item claimed is an item open: only a claim that took none (none pending, the
     # ceiling reached, or the ends it wrote as `interrupted` were the last) looks for
     # an open one, so a slot handing itself its next item pays no read for it.

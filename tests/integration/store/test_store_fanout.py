@@ -204,26 +204,32 @@ def test_the_settle_that_ends_the_last_item_re_queues_the_parked_parent(
 def test_a_slot_that_hands_itself_each_next_item_re_queues_the_parent_at_the_last(
         store: Store) -> None:
     """`settle_and_claim` with `want=1` (a host slot's chain): each settle claims the
-    next item and leaves the parent parked; the settle that finds none left to claim
-    ends the last open item and re-queues the parent in the same transaction."""
+    next item and leaves the parent parked while items are pending; the claim that
+    takes the last pending one re-queues the parent (to wait for the last items where
+    it resumes, engine/_fanout.py), and the settle that ends the last open item finds
+    none left to claim."""
     owner = _shared(store, count=3, limit=1)
     _park_waiting(store, owner)
     [got] = store.fanout.claim_for_host(HOST_A, 4)
     chain = [got.index]
+    modes = []
     while True:
         done, more = store.fanout.settle_and_claim(KEY, [_ok(got.index)], holder=HOST_A,
                                                    want=1)
         assert done == 1
         row = store.launches.get("run-1")
         assert row is not None
+        modes.append(row.park_mode)
         if not more:
             break
-        assert (row.status, row.park_mode) == ("parked", "explicit")  # items still open
         [got] = more
         chain.append(got.index)
     assert chain == [0, 1, 2]
-    assert (row.status, row.park_mode) == ("parked", "auto")
+    # Item 1's claim left item 2 pending; item 2's claim took the last: re-queued then.
+    assert modes == ["explicit", "auto", "auto"]
+    assert row.status == "parked"
     assert [(i.state, i.starts) for i in store.fanout.items(KEY)] == [("ok", 1)] * 3
+    assert store.fanout.claim_for_host(HOST_B, 4) == []  # the node is done for the hosts
 
 
 def test_a_dead_hosts_items_are_taken_over_after_their_lease_and_never_a_third_time(

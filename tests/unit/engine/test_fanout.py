@@ -309,9 +309,10 @@ class _Hosted(MemoryLedger):
         self.asked += 1
         return any(r.state in ("pending", "running") for r in super().items(node, visit))
 
-    def items(self, node: str, visit: int) -> list[Any]:
+    def items(self, node: str, visit: int,
+              indexes: Sequence[int] | None = None) -> list[Any]:
         self.reads += 1
-        return super().items(node, visit)
+        return super().items(node, visit, indexes)
 
 
 SHARED = """\
@@ -389,8 +390,10 @@ class _HostLogs(MemoryLedger):
         super().__init__()
         self.kept = logs
 
-    def logs(self, node: str, visit: int) -> list[tuple[int, str, dict[str, Any]]]:
-        return [(i, f"a{i}", log) for i, log in enumerate(self.kept)]
+    def logs(self, node: str, visit: int,
+             indexes: Sequence[int] | None = None) -> list[tuple[int, str, dict[str, Any]]]:
+        return [(i, f"a{i}", log) for i, log in enumerate(self.kept)
+                if indexes is None or i in indexes]
 
 
 def _log(stdout: str = "", stderr: str = "", **flags: Any) -> dict[str, Any]:
@@ -442,3 +445,82 @@ def test_host_logs_are_recorded_checked_as_a_log_of_this_process(env: Any) -> No
     assert masked.status == "completed", masked.error
     [log] = env.events(masked.run_id, "node_log")
     assert log["payload"]["stdout"] == "key=***"
+
+
+# -- a parent back while hosts run its last items (`_Fanout._await`) ---------------------
+
+def _hosts_hold_all(engine: Any, env: Any, ledger: _Hosted) -> str:
+    """Start the shared map (it parks at once), then let hosts claim every item: none
+    is left pending, all five run elsewhere."""
+    out = engine.start(env.workflow(SHARED.replace("FAIL_FAST", "false")))
+    assert out.parked
+    assert out.waits_for_items
+    got, _ = MemoryLedger.claim(ledger, "each", 1, 5)
+    assert len(got) == 5
+    run_id: str = out.run_id
+    return run_id
+
+
+def test_a_parent_back_while_hosts_run_its_last_items_waits_for_them(env: Any) -> None:
+    """Resumed with every item claimed by hosts and none pending (the claim of the last
+    one re-queued it), the parent waits for them instead of parking again: each item
+    ended in this process wakes it, and it completes with every output."""
+    from runner.engine._items import ITEM_ENDS
+
+    ledger = _Hosted()
+    engine = env.engine(items=lambda: ledger)
+    run_id = _hosts_hold_all(engine, env, ledger)
+    done: list[Any] = []
+    thread = threading.Thread(target=lambda: done.append(engine.resume(run_id,
+                                                                       env.resolver())))
+    thread.start()
+    wait_until(lambda: ledger.reads >= 2, what="the parent to read its open rows")
+    for i in range(5):  # the hosts end them one by one, as their slots do
+        ledger.settle("each", 1, [ItemEnd(i, "ok", i)])
+        ITEM_ENDS.ended(run_id, "each", 1)
+    thread.join(timeout=DEADLINE)
+    assert done[0].status == "completed", done[0].error
+    assert done[0].final_output == [0, 1, 2, 3, 4]
+    assert ledger.asked == 1  # it never parked again
+    assert env.types(run_id).count("run_resumed") == 1
+
+
+def test_a_parent_waiting_for_hosts_parks_again_when_none_ends_for_a_while(
+        env: Any) -> None:
+    """No item ends for HOSTS_STALL seconds (a host with no free slot may need this
+    run's): the parent parks again, waiting for the hosts as before."""
+    from runner.clock import FakeClock
+
+    ledger = _Hosted()
+    engine = env.engine(clock=FakeClock(), items=lambda: ledger)
+    run_id = _hosts_hold_all(engine, env, ledger)
+    again = engine.resume(run_id, env.resolver())  # a fake clock: the wait passes at once
+    assert again.parked
+    assert again.waits_for_items
+    assert ledger.asked == 2
+    assert [r.state for r in MemoryLedger.items(ledger, "each", 1)] == ["running"] * 5
+
+
+def test_a_parent_waiting_for_hosts_parks_again_when_an_item_goes_back_to_pending(
+        env: Any) -> None:
+    """A host gave an item back (its slot stopped): the parent stops waiting and parks
+    for the hosts, one of which takes that item again."""
+    from runner.clock import FakeClock
+
+    ledger = _Hosted()
+    engine = env.engine(clock=FakeClock(), items=lambda: ledger)
+    run_id = _hosts_hold_all(engine, env, ledger)
+    reads = ledger.reads
+    original = ledger.items
+
+    def items(node: str, visit: int, indexes: Sequence[int] | None = None) -> list[Any]:
+        if indexes is not None and ledger.reads == reads + 1:  # the first look while waiting
+            ledger.release("each", 1, [2])
+        return original(node, visit, indexes)
+
+    ledger.items = items  # type: ignore[method-assign]
+    again = engine.resume(run_id, env.resolver())
+    assert again.parked
+    assert again.waits_for_items
+    assert ledger.asked == 2
+    assert [r.state for r in MemoryLedger.items(ledger, "each", 1)][2] == "pending"
