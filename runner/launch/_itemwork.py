@@ -132,8 +132,7 @@ class HostItems:
             if ran.end is None:  # parked or skipped: what is claimed ahead goes back too
                 self._give_back(ahead)
                 return outcome
-            if ahead is not None and not control.stopping \
-                    and self._fanout.holds_ahead(ahead, self.holder):
+            if ahead is not None and not control.stopping and self._holds(ahead):
                 with self._lock:  # registered first: a refused promotion stops it
                     self._controls[(ahead.key, ahead.index)] = control
                     self._ahead.discard((ahead.key, ahead.index))
@@ -212,6 +211,17 @@ class HostItems:
                 control.cancel(f"item {started.key.node_id}[{started.index}] was cancelled "
                                "(or its run ended, or another holder took it over)")
         return handed
+
+    def _holds(self, ahead: HostClaim) -> bool:
+        """Whether the slot still holds its item claimed ahead (a look in the store just
+        before it starts it: one cancelled since is not started). A store that does not
+        answer: not started (the sync settle that follows says what is left)."""
+        try:
+            return self._fanout.holds_ahead(ahead, self.holder)
+        except StoreError as exc:
+            log.debug("item %s[%s] claimed ahead waits for the store: %s",
+                      ahead.key.node_id, ahead.index, exc.message)
+            return False
 
     def _taken_ahead(self, handed: Handed | None) -> HostClaim | None:
         """The item a settle claimed ahead for the slot, if any: from here the slot

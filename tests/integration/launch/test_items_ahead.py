@@ -52,3 +52,44 @@ def test_a_slot_starts_its_item_claimed_ahead_before_the_last_ones_settle_commit
     rows = fanout.items(ItemKey(record.run_id, "each", 1))
     assert [(r.state, r.starts) for r in rows] == [("ok", 1)] * FAN_ITEMS
     world.store.close()
+
+
+def test_a_slot_whose_look_at_its_ahead_item_fails_gives_it_back_and_goes_on(
+        tmp_path: Path) -> None:
+    """The store does not answer the look before an ahead item starts: the slot does
+    not start it, gives it back, and the map still runs every item once."""
+    from runner.store import StoreUnavailable
+
+    world = World(tmp_path / "p", seed=2, hosted=True)
+    co = world.coordinator(0.0)
+    record = co.prepare("fan", {"who": "busy"})
+    claimed = co.claim_next(None)
+    assert claimed is not None
+    co.execute(claimed)
+    items = co.host_items()
+    fanout = items._fanout
+    holds = fanout.holds_ahead
+    refused: list[int] = []
+
+    def busy_once(claim: Any, holder: str) -> bool:
+        if not refused:
+            refused.append(claim.index)
+            raise StoreUnavailable("database is locked (busy)")
+        return holds(claim, holder)
+
+    fanout.holds_ahead = busy_once  # type: ignore[method-assign]
+    try:
+        for claim in items.claim(2):
+            items.run(claim, RunControl())
+        # The item given back is pending again: a later claim runs it.
+        for claim in items.claim(2):
+            items.run(claim, RunControl())
+    finally:
+        items.close()
+    assert refused
+    ran = [line.split()[-1] for line in world.effects() if line.startswith(record.run_id)]
+    assert sorted(ran) == sorted(str(i) for i in range(FAN_ITEMS))  # each item once
+    rows = fanout.items(ItemKey(record.run_id, "each", 1))
+    assert [r.state for r in rows] == ["ok"] * FAN_ITEMS
+    assert rows[refused[0]].starts == 1  # given back uncounted, then run once
+    world.store.close()
