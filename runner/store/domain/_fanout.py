@@ -108,6 +108,9 @@ class ItemLog:
     log_json: str
 
 
+#: The item's run has not ended (a renewal and the look before an ahead item starts).
+_RUN_GOES_ON = ("NOT EXISTS (SELECT 1 FROM workflow_run_queue q WHERE q.run_id = :run AND"
+                f" q.status IN {sql_in(TERMINAL_STATUSES)})")
 #: An item claimed ahead reads as `pending`: nothing of it runs yet (ADR 0014).
 _ITEM_STATE = f"CASE WHEN claim_token LIKE '{AHEAD_TOKEN}%' THEN 'pending' ELSE state END"
 _ITEM_COLUMNS = (f"item_index, {_ITEM_STATE} AS state, starts, output_json, error_json,"
@@ -371,13 +374,11 @@ class FanoutItems:
         write lock through a flush every half second, the 16 slots' settles behind it)."""
         with self._c.write(durable=False) as tx:
             now = tx.now_ms()
-            ended = sql_in(TERMINAL_STATUSES)
             return {(key, index) for key, index in items if tx.run(
                 f"UPDATE fanout_items SET updated_at = :now WHERE {_KEY} AND item_index = :i"
-                " AND state = 'running' AND claim_token IN (:holder, :ahead) AND NOT EXISTS"
-                " (SELECT 1 FROM workflow_run_queue q WHERE q.run_id = :run AND q.status IN"
-                f" {ended})", {**key.params(), "i": index, "holder": holder,
-                               "ahead": ahead_token(holder), "now": now})}
+                f" AND state = 'running' AND claim_token IN (:holder, :ahead) AND {_RUN_GOES_ON}",
+                {**key.params(), "i": index, "holder": holder, "ahead": ahead_token(holder),
+                 "now": now})}
 
     def settle_held(self, key: ItemKey, endings: Iterable[ItemEnding], *,
                     holder: str, logs: Sequence[ItemLog] = ()) -> int:
@@ -460,12 +461,9 @@ class FanoutItems:
         """Whether `holder` still holds `claim`, claimed ahead, and its run goes on: the
         slot's look just before it starts the item (a read; a cancel since is met by
         the settle that promotes it)."""
-        ended = sql_in(TERMINAL_STATUSES)
         with self._c.read() as tx:
             row = tx.one(f"SELECT 1 AS x FROM fanout_items WHERE {_KEY} AND item_index = :i"
-                         " AND state = 'running' AND claim_token = :ahead AND NOT EXISTS"
-                         " (SELECT 1 FROM workflow_run_queue q WHERE q.run_id = :run AND"
-                         f" q.status IN {ended})",
+                         f" AND state = 'running' AND claim_token = :ahead AND {_RUN_GOES_ON}",
                          {**claim.key.params(), "i": claim.index,
                           "ahead": ahead_token(holder)})
         return row is not None

@@ -174,14 +174,8 @@ def _wake(tx: Tx, key: ItemKey, now: int) -> None:
                   key.params())
     if node is None:
         return
-    if node["waiting"]:
-        woken = tx.run("UPDATE workflow_run_queue SET park_mode = 'auto', updated_at = :now"
-                       " WHERE run_id = :run AND status = 'parked' AND park_mode ="
-                       " 'explicit'", {"run": key.run_id, "now": now})
-        if not woken:
-            return
-        if tx.dialect.notices:
-            tx.notify(LAUNCH_CHANNEL, key.run_id)  # an idle host claims it on the notice
+    if node["waiting"] and not _requeue(tx, key, now):
+        return
     tx.run(f"UPDATE fanout_nodes SET active = 0, waiting = 0 WHERE {_KEY}", key.params())
 
 
@@ -192,13 +186,19 @@ def _wake_early(tx: Tx, key: ItemKey, now: int) -> None:
     The node stays active and waiting: hosts still take over a dead holder's items,
     and the last settle's `_wake` finds the parent no longer parked."""
     node = tx.one(f"SELECT waiting FROM fanout_nodes WHERE {_KEY}", key.params())
-    if node is None or not node["waiting"]:
-        return
+    if node is not None and node["waiting"]:
+        _requeue(tx, key, now)
+
+
+def _requeue(tx: Tx, key: ItemKey, now: int) -> bool:
+    """Re-queue the visit's parent if it is parked waiting for its items (`auto`: the
+    next host resumes it), with the launch notice; False when it is not parked."""
     woken = tx.run("UPDATE workflow_run_queue SET park_mode = 'auto', updated_at = :now"
                    " WHERE run_id = :run AND status = 'parked' AND park_mode = 'explicit'",
                    {"run": key.run_id, "now": now})
     if woken and tx.dialect.notices:
         tx.notify(LAUNCH_CHANNEL, key.run_id)  # an idle host claims it on the notice
+    return bool(woken)
 
 
 def _parent(tx: Tx, run_id: str) -> Row | None:
